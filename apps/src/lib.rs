@@ -1,0 +1,1 @@
+//! DSM application programs (matmul, sor, lu...): they arrive with the runtime.

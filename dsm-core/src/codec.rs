@@ -1,0 +1,483 @@
+//! The wire format of protocol messages.
+//!
+//! A frame is a fixed header followed by the message's payload, all little-endian:
+//!
+//! ```text
+//! magic u16 = 0x4A44 ("DJ")  version u8 = 1  kind u8  cookie u64  from u16  payload_len u32
+//! payload[payload_len]
+//! ```
+//!
+//! Only the real payload travels: a lock grant with no write notices is a header and ten bytes.
+//! The decoder checks every length against the bytes actually present before it allocates, accepts
+//! no trailing bytes, validates diffs, and returns a [`DecodeError`] on any malformed input. It
+//! never panics, whatever the bytes.
+
+use crate::diff;
+use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
+use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, PageBuf, PageNum};
+
+/// First two bytes of every frame.
+pub const MAGIC: u16 = 0x4A44;
+/// The wire format's version.
+pub const VERSION: u8 = 1;
+/// Bytes of the frame header.
+pub const HEADER_BYTES: usize = 18;
+/// The longest error text carried by [`Msg::Error`].
+pub const MAX_ERROR_TEXT_BYTES: usize = 4096;
+
+const NO_WRITER: u16 = u16::MAX;
+
+/// The header fields of a decoded frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The job's cookie.
+    pub cookie: u64,
+    /// The sending node.
+    pub from: NodeId,
+}
+
+/// Why bytes are not a valid frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than the header or the header's payload length.
+    #[error("frame truncated: needed {needed} bytes, have {have}")]
+    Truncated {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// The frame does not start with the magic number.
+    #[error("bad magic {0:#06x}")]
+    BadMagic(u16),
+    /// A version this build does not speak.
+    #[error("unsupported wire version {0} (this build speaks {VERSION})")]
+    BadVersion(u8),
+    /// An unknown message type.
+    #[error("unknown message kind {0}")]
+    BadKind(u8),
+    /// More bytes than the payload length says, or payload bytes left after the message.
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+    /// A field holds an impossible value.
+    #[error("bad value in field {field}: {value}")]
+    BadValue {
+        /// Which field.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+    },
+    /// A diff inside the message is malformed.
+    #[error("malformed diff: {0}")]
+    Diff(#[from] diff::DiffError),
+}
+
+/// Appends a whole frame (header and payload) for `msg` to `out`.
+pub fn encode_frame(cookie: u64, from: NodeId, msg: &Msg, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.push(VERSION);
+    out.push(msg.kind() as u8);
+    out.extend_from_slice(&cookie.to_le_bytes());
+    out.extend_from_slice(&from.0.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    let payload_start = out.len();
+    encode_payload(msg, out);
+    let len = (out.len() - payload_start) as u32;
+    out[start + 14..start + 18].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The length of `msg`'s frame in bytes, without encoding it.
+pub fn frame_len(msg: &Msg) -> usize {
+    HEADER_BYTES + payload_len(msg)
+}
+
+fn payload_len(msg: &Msg) -> usize {
+    match msg {
+        Msg::GetPage { pages, .. } => 1 + 4 + 4 * pages.len(),
+        Msg::GetPageGrant { .. } => 4 + PAGE_SIZE,
+        Msg::Diff { diffs, .. } => {
+            4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
+        }
+        Msg::DiffGrant { .. } => 4,
+        Msg::Acquire { .. } => 2 + 4,
+        Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::Release { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::Barrier { notices, .. } => 4 + 8 + 4 + 4 * notices.len(),
+        Msg::BarrierGrant { notices, .. } => 4 + 4 + 6 * notices.len(),
+        Msg::Wait { .. } | Msg::WaitGrant { .. } => 4,
+        Msg::SetCv { notices, .. } => 2 + 4 + 4 * notices.len(),
+        Msg::ResetCv { .. } => 2,
+        Msg::WaitCv { .. } => 2 + 4,
+        Msg::CvGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::Exit { stats } => 4 + 8 * stats.len(),
+        Msg::ExitGrant => 0,
+        Msg::Error { text } => 4 + text.len().min(MAX_ERROR_TEXT_BYTES),
+    }
+}
+
+fn put_pages(out: &mut Vec<u8>, pages: &[PageNum]) {
+    out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+    for p in pages {
+        out.extend_from_slice(&p.0.to_le_bytes());
+    }
+}
+
+fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
+    match msg {
+        Msg::GetPage { access, pages } => {
+            out.push(match access {
+                Access::Read => 0,
+                Access::Write => 1,
+            });
+            put_pages(out, pages);
+        }
+        Msg::GetPageGrant { page, data } => {
+            out.extend_from_slice(&page.0.to_le_bytes());
+            out.extend_from_slice(&data.0[..]);
+        }
+        Msg::Diff { id, diffs } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&(diffs.len() as u32).to_le_bytes());
+            for d in diffs {
+                out.extend_from_slice(&d.page.0.to_le_bytes());
+                out.extend_from_slice(&(d.runs.len() as u32).to_le_bytes());
+                out.extend_from_slice(&d.runs);
+            }
+        }
+        Msg::DiffGrant { id } => out.extend_from_slice(&id.to_le_bytes()),
+        Msg::Acquire { lock, seen } => {
+            out.extend_from_slice(&lock.0.to_le_bytes());
+            out.extend_from_slice(&seen.to_le_bytes());
+        }
+        Msg::AcquireGrant {
+            lock,
+            counter,
+            notices,
+        } => {
+            out.extend_from_slice(&lock.0.to_le_bytes());
+            out.extend_from_slice(&counter.to_le_bytes());
+            put_pages(out, notices);
+        }
+        Msg::Release {
+            lock,
+            epoch,
+            notices,
+        } => {
+            out.extend_from_slice(&lock.0.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
+            put_pages(out, notices);
+        }
+        Msg::Barrier {
+            epoch,
+            alloc_digest,
+            notices,
+        } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&alloc_digest.to_le_bytes());
+            put_pages(out, notices);
+        }
+        Msg::BarrierGrant { epoch, notices } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&(notices.len() as u32).to_le_bytes());
+            for n in notices {
+                out.extend_from_slice(&n.page.0.to_le_bytes());
+                let w = n.writer.map_or(NO_WRITER, |w| w.0);
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        Msg::Wait { epoch } | Msg::WaitGrant { epoch } => {
+            out.extend_from_slice(&epoch.to_le_bytes())
+        }
+        Msg::SetCv { cv, notices } => {
+            out.extend_from_slice(&cv.0.to_le_bytes());
+            put_pages(out, notices);
+        }
+        Msg::ResetCv { cv } => out.extend_from_slice(&cv.0.to_le_bytes()),
+        Msg::WaitCv { cv, seen } => {
+            out.extend_from_slice(&cv.0.to_le_bytes());
+            out.extend_from_slice(&seen.to_le_bytes());
+        }
+        Msg::CvGrant {
+            cv,
+            counter,
+            notices,
+        } => {
+            out.extend_from_slice(&cv.0.to_le_bytes());
+            out.extend_from_slice(&counter.to_le_bytes());
+            put_pages(out, notices);
+        }
+        Msg::Exit { stats } => {
+            out.extend_from_slice(&(stats.len() as u32).to_le_bytes());
+            for s in stats {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        Msg::ExitGrant => {}
+        Msg::Error { text } => {
+            let bytes = truncate_utf8(text, MAX_ERROR_TEXT_BYTES).as_bytes();
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+    }
+}
+
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Reads the header of a frame without decoding the payload (for filtering by cookie and sender
+/// before any work is done).
+pub fn decode_header(bytes: &[u8]) -> Result<(FrameHeader, MsgKind, usize), DecodeError> {
+    let mut r = Reader { bytes, at: 0 };
+    let magic = r.u16()?;
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(DecodeError::BadVersion(version));
+    }
+    let code = r.u8()?;
+    let kind = MsgKind::from_code(code).ok_or(DecodeError::BadKind(code))?;
+    let cookie = r.u64()?;
+    let from = NodeId(r.u16()?);
+    let payload_len = r.u32()? as usize;
+    Ok((FrameHeader { cookie, from }, kind, payload_len))
+}
+
+/// Decodes one whole frame.
+pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
+    let (header, kind, payload_len) = decode_header(bytes)?;
+    let payload = &bytes[HEADER_BYTES..];
+    if payload.len() < payload_len {
+        return Err(DecodeError::Truncated {
+            needed: HEADER_BYTES + payload_len,
+            have: bytes.len(),
+        });
+    }
+    if payload.len() > payload_len {
+        return Err(DecodeError::Trailing(payload.len() - payload_len));
+    }
+    let mut r = Reader {
+        bytes: payload,
+        at: 0,
+    };
+    let msg = decode_payload(kind, &mut r)?;
+    if r.remaining() != 0 {
+        return Err(DecodeError::Trailing(r.remaining()));
+    }
+    Ok((header, msg))
+}
+
+fn decode_payload(kind: MsgKind, r: &mut Reader<'_>) -> Result<Msg, DecodeError> {
+    Ok(match kind {
+        MsgKind::GetPage => {
+            let access = match r.u8()? {
+                0 => Access::Read,
+                1 => Access::Write,
+                v => {
+                    return Err(DecodeError::BadValue {
+                        field: "access",
+                        value: v.into(),
+                    });
+                }
+            };
+            let pages = r.pages()?;
+            if pages.is_empty() {
+                return Err(DecodeError::BadValue {
+                    field: "GETP page count",
+                    value: 0,
+                });
+            }
+            Msg::GetPage { access, pages }
+        }
+        MsgKind::GetPageGrant => {
+            let page = PageNum(r.u32()?);
+            let mut data = PageBuf::zeroed();
+            data.0.copy_from_slice(r.take(PAGE_SIZE)?);
+            Msg::GetPageGrant { page, data }
+        }
+        MsgKind::Diff => {
+            let id = r.u32()?;
+            let n = r.count(8)?;
+            let mut diffs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let page = PageNum(r.u32()?);
+                let len = r.u32()? as usize;
+                let runs = r.take(len)?;
+                diff::validate(runs)?;
+                diffs.push(PageDiff {
+                    page,
+                    runs: runs.to_vec(),
+                });
+            }
+            Msg::Diff { id, diffs }
+        }
+        MsgKind::DiffGrant => Msg::DiffGrant { id: r.u32()? },
+        MsgKind::Acquire => Msg::Acquire {
+            lock: r.lock()?,
+            seen: r.u32()?,
+        },
+        MsgKind::AcquireGrant => Msg::AcquireGrant {
+            lock: r.lock()?,
+            counter: r.u32()?,
+            notices: r.pages()?,
+        },
+        MsgKind::Release => Msg::Release {
+            lock: r.lock()?,
+            epoch: r.u32()?,
+            notices: r.pages()?,
+        },
+        MsgKind::Barrier => Msg::Barrier {
+            epoch: r.u32()?,
+            alloc_digest: r.u64()?,
+            notices: r.pages()?,
+        },
+        MsgKind::BarrierGrant => {
+            let epoch = r.u32()?;
+            let n = r.count(6)?;
+            let mut notices = Vec::with_capacity(n);
+            for _ in 0..n {
+                let page = PageNum(r.u32()?);
+                let w = r.u16()?;
+                notices.push(WriteNotice {
+                    page,
+                    writer: (w != NO_WRITER).then_some(NodeId(w)),
+                });
+            }
+            Msg::BarrierGrant { epoch, notices }
+        }
+        MsgKind::Wait => Msg::Wait { epoch: r.u32()? },
+        MsgKind::WaitGrant => Msg::WaitGrant { epoch: r.u32()? },
+        MsgKind::SetCv => Msg::SetCv {
+            cv: r.cv()?,
+            notices: r.pages()?,
+        },
+        MsgKind::ResetCv => Msg::ResetCv { cv: r.cv()? },
+        MsgKind::WaitCv => Msg::WaitCv {
+            cv: r.cv()?,
+            seen: r.u32()?,
+        },
+        MsgKind::CvGrant => Msg::CvGrant {
+            cv: r.cv()?,
+            counter: r.u32()?,
+            notices: r.pages()?,
+        },
+        MsgKind::Exit => {
+            let n = r.count(8)?;
+            let mut stats = Vec::with_capacity(n);
+            for _ in 0..n {
+                stats.push(r.u64()?);
+            }
+            Msg::Exit { stats }
+        }
+        MsgKind::ExitGrant => Msg::ExitGrant,
+        MsgKind::Error => {
+            let len = r.u32()? as usize;
+            if len > MAX_ERROR_TEXT_BYTES {
+                return Err(DecodeError::BadValue {
+                    field: "error text length",
+                    value: len as u64,
+                });
+            }
+            let text = String::from_utf8_lossy(r.take(len)?).into_owned();
+            Msg::Error { text }
+        }
+    })
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or(DecodeError::Truncated {
+                needed: self.at.saturating_add(n),
+                have: self.bytes.len(),
+            })?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.array::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// A count of elements of at least `min_elem_bytes` each, checked against the bytes left so a
+    /// forged count cannot make us allocate.
+    fn count(&mut self, min_elem_bytes: usize) -> Result<usize, DecodeError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_elem_bytes) > self.remaining() {
+            return Err(DecodeError::Truncated {
+                needed: self.at.saturating_add(n.saturating_mul(min_elem_bytes)),
+                have: self.bytes.len(),
+            });
+        }
+        Ok(n)
+    }
+
+    fn pages(&mut self) -> Result<Vec<PageNum>, DecodeError> {
+        let n = self.count(4)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(PageNum(self.u32()?));
+        }
+        Ok(v)
+    }
+
+    fn lock(&mut self) -> Result<LockId, DecodeError> {
+        let l = self.u16()?;
+        if l >= MAX_LOCKS {
+            return Err(DecodeError::BadValue {
+                field: "lock",
+                value: l.into(),
+            });
+        }
+        Ok(LockId(l))
+    }
+
+    fn cv(&mut self) -> Result<CvId, DecodeError> {
+        let c = self.u16()?;
+        if c >= MAX_CVS {
+            return Err(DecodeError::BadValue {
+                field: "condition variable",
+                value: c.into(),
+            });
+        }
+        Ok(CvId(c))
+    }
+}

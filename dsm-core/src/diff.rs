@@ -1,0 +1,209 @@
+//! Diffs: the bytes a node changed in a page, found by comparing the page with its twin.
+//!
+//! Encoding: a list of runs, each `offset: u16le, len: u16le, bytes[len]`, offsets ascending and
+//! runs disjoint. Runs are byte-exact: a run never covers a byte the writer did not change, so two
+//! nodes writing neighbouring bytes of one page (false sharing) both have their writes kept when
+//! the home merges their diffs. The comparison scans eight bytes at a time and only looks at single
+//! bytes inside words that differ.
+
+use crate::types::PAGE_SIZE;
+
+/// Bytes of run header (offset, length).
+pub const RUN_HEADER_BYTES: usize = 4;
+
+/// Appends the diff of `current` against `twin` to `out`; returns the number of runs.
+pub fn encode(twin: &[u8; PAGE_SIZE], current: &[u8; PAGE_SIZE], out: &mut Vec<u8>) -> usize {
+    let mut runs = 0;
+    let mut run_start: Option<usize> = None;
+    let mut i = 0;
+    while i < PAGE_SIZE {
+        let a = u64::from_ne_bytes(chunk(twin, i));
+        let b = u64::from_ne_bytes(chunk(current, i));
+        if a == b {
+            if let Some(s) = run_start.take() {
+                push_run(out, current, s, i);
+                runs += 1;
+            }
+            i += 8;
+            continue;
+        }
+        for j in i..i + 8 {
+            let changed = twin[j] != current[j];
+            match (changed, run_start) {
+                (true, None) => run_start = Some(j),
+                (false, Some(s)) => {
+                    push_run(out, current, s, j);
+                    runs += 1;
+                    run_start = None;
+                }
+                _ => {}
+            }
+        }
+        i += 8;
+    }
+    if let Some(s) = run_start {
+        push_run(out, current, s, PAGE_SIZE);
+        runs += 1;
+    }
+    runs
+}
+
+fn chunk(page: &[u8; PAGE_SIZE], at: usize) -> [u8; 8] {
+    let mut c = [0u8; 8];
+    c.copy_from_slice(&page[at..at + 8]);
+    c
+}
+
+fn push_run(out: &mut Vec<u8>, current: &[u8; PAGE_SIZE], start: usize, end: usize) {
+    // Offsets and lengths are at most PAGE_SIZE (4096), which fits in u16.
+    out.extend_from_slice(&(start as u16).to_le_bytes());
+    out.extend_from_slice(&((end - start) as u16).to_le_bytes());
+    out.extend_from_slice(&current[start..end]);
+}
+
+/// Why an encoded diff is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DiffError {
+    /// The bytes end inside a run header or a run.
+    #[error("diff truncated at byte {at}")]
+    Truncated {
+        /// Where the data ran out.
+        at: usize,
+    },
+    /// A run reaches past the end of the page, is empty, or overlaps or precedes the one before.
+    #[error("diff run at offset {offset} with length {len} is out of order or past the page end")]
+    BadRun {
+        /// The run's offset.
+        offset: usize,
+        /// The run's length.
+        len: usize,
+    },
+}
+
+/// Iterates the runs of an encoded diff as `(offset, bytes)`, checking every bound.
+pub fn runs(diff: &[u8]) -> impl Iterator<Item = Result<(usize, &[u8]), DiffError>> {
+    let mut at = 0usize;
+    let mut min_offset = 0usize;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || at >= diff.len() {
+            return None;
+        }
+        let item = (|| {
+            let header = diff
+                .get(at..at + RUN_HEADER_BYTES)
+                .ok_or(DiffError::Truncated { at })?;
+            let offset = usize::from(u16::from_le_bytes([header[0], header[1]]));
+            let len = usize::from(u16::from_le_bytes([header[2], header[3]]));
+            if len == 0 || offset < min_offset || offset + len > PAGE_SIZE {
+                return Err(DiffError::BadRun { offset, len });
+            }
+            let body_at = at + RUN_HEADER_BYTES;
+            let bytes = diff
+                .get(body_at..body_at + len)
+                .ok_or(DiffError::Truncated { at: body_at })?;
+            at = body_at + len;
+            min_offset = offset + len;
+            Ok((offset, bytes))
+        })();
+        failed = item.is_err();
+        Some(item)
+    })
+}
+
+/// Checks that `diff` is well formed without applying it.
+pub fn validate(diff: &[u8]) -> Result<(), DiffError> {
+    runs(diff).try_for_each(|r| r.map(|_| ()))
+}
+
+/// Applies an encoded diff to a page buffer.
+pub fn apply(diff: &[u8], page: &mut [u8; PAGE_SIZE]) -> Result<(), DiffError> {
+    validate(diff)?;
+    for run in runs(diff) {
+        let (offset, bytes) = run?;
+        page[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page_with(f: impl Fn(usize) -> u8) -> Box<[u8; PAGE_SIZE]> {
+        let mut p = Box::new([0u8; PAGE_SIZE]);
+        for (i, b) in p.iter_mut().enumerate() {
+            *b = f(i);
+        }
+        p
+    }
+
+    #[test]
+    fn identical_pages_give_an_empty_diff() {
+        let a = page_with(|i| i as u8);
+        let mut out = Vec::new();
+        assert_eq!(encode(&a, &a, &mut out), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn diff_is_byte_exact_and_applies_to_another_copy() {
+        let twin = page_with(|_| 0);
+        let mut cur = twin.clone();
+        cur[3] = 1;
+        cur[4] = 2;
+        cur[9] = 3;
+        cur[PAGE_SIZE - 1] = 4;
+        let mut out = Vec::new();
+        assert_eq!(encode(&twin, &cur, &mut out), 3);
+        let collected: Vec<_> = runs(&out).map(|r| r.unwrap()).collect();
+        assert_eq!(collected[0], (3, &[1u8, 2][..]));
+        assert_eq!(collected[1], (9, &[3u8][..]));
+        assert_eq!(collected[2], (PAGE_SIZE - 1, &[4u8][..]));
+        // A home copy where another writer changed byte 5 keeps that write.
+        let mut home = twin.clone();
+        home[5] = 77;
+        apply(&out, &mut home).unwrap();
+        assert_eq!((home[3], home[4], home[5], home[9]), (1, 2, 77, 3));
+    }
+
+    #[test]
+    fn malformed_diffs_are_errors() {
+        assert!(matches!(
+            validate(&[0, 0]),
+            Err(DiffError::Truncated { .. })
+        ));
+        // Run past the page end.
+        assert!(matches!(
+            validate(&[0xff, 0x0f, 2, 0, 1, 2]),
+            Err(DiffError::BadRun { .. })
+        ));
+        // Empty run.
+        assert!(matches!(
+            validate(&[0, 0, 0, 0]),
+            Err(DiffError::BadRun { .. })
+        ));
+        // Overlapping runs.
+        assert!(matches!(
+            validate(&[0, 0, 2, 0, 1, 1, 1, 0, 1, 0, 9]),
+            Err(DiffError::BadRun { .. })
+        ));
+        // Body shorter than its length.
+        assert!(matches!(
+            validate(&[0, 0, 3, 0, 1]),
+            Err(DiffError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn a_fully_changed_page_is_one_run() {
+        let twin = page_with(|_| 0);
+        let cur = page_with(|i| (i % 251) as u8 + 1);
+        let mut out = Vec::new();
+        assert_eq!(encode(&twin, &cur, &mut out), 1);
+        assert_eq!(out.len(), PAGE_SIZE + RUN_HEADER_BYTES);
+        let mut copy = twin.clone();
+        apply(&out, &mut copy).unwrap();
+        assert_eq!(copy, cur);
+    }
+}

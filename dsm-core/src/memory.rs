@@ -1,0 +1,101 @@
+//! The address space as the core sees it: page bytes and the application's protections.
+//!
+//! Like raft-rs's `Storage`, the bytes live behind a trait: the runtime implements it on its
+//! second (service) mapping of the shared memfd and on mprotect of the application's view; the
+//! tests and the simulator use [`VecMemory`].
+//!
+//! Protection changes are synchronous calls rather than queued effects because the protocol's
+//! correctness depends on their order: a dirty page is downgraded *before* it is diffed against its
+//! twin, so that a store by another application thread either lands before the diff or faults.
+
+use crate::types::{PAGE_SIZE, PageBuf, PageNum, Prot};
+
+/// Page bytes and protections of one node's shared region.
+pub trait PageMemory {
+    /// Copies the current bytes of `page` into `out`.
+    fn read(&self, page: PageNum, out: &mut [u8; PAGE_SIZE]);
+    /// Writes `data` at `offset` in `page` (without touching the application's protection).
+    fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
+    /// Sets the application's protection of `count` pages from `first`.
+    fn protect(&mut self, first: PageNum, count: u32, prot: Prot);
+    /// The page left this node's cache: its frame may be given back to the system.
+    fn discard(&mut self, _page: PageNum) {}
+}
+
+/// A shared region in plain vectors, with the protection of each page recorded: what the
+/// simulator uses as a node's memory and MMU.
+#[derive(Default)]
+pub struct VecMemory {
+    pages: Vec<Option<PageBuf>>,
+    prot: Vec<Prot>,
+    /// Number of `protect` calls (each one would be one mprotect syscall).
+    pub protect_calls: u64,
+}
+
+impl VecMemory {
+    /// An empty region.
+    pub fn new() -> VecMemory {
+        VecMemory::default()
+    }
+
+    fn grow(&mut self, page: PageNum) {
+        if page.index() >= self.pages.len() {
+            self.pages.resize_with(page.index() + 1, || None);
+            self.prot.resize(page.index() + 1, Prot::None);
+        }
+    }
+
+    /// The application's protection of `page`.
+    pub fn prot(&self, page: PageNum) -> Prot {
+        self.prot.get(page.index()).copied().unwrap_or(Prot::None)
+    }
+
+    /// Loads a little-endian u64 as the application would, ignoring protection (the caller checks).
+    pub fn load_u64(&self, page: PageNum, offset: usize) -> u64 {
+        match self.pages.get(page.index()) {
+            Some(Some(buf)) => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf.0[offset..offset + 8]);
+                u64::from_le_bytes(b)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Stores a little-endian u64 as the application would, ignoring protection.
+    pub fn store_u64(&mut self, page: PageNum, offset: usize, value: u64) {
+        self.write(page, offset, &value.to_le_bytes());
+    }
+}
+
+impl PageMemory for VecMemory {
+    fn read(&self, page: PageNum, out: &mut [u8; PAGE_SIZE]) {
+        match self.pages.get(page.index()) {
+            Some(Some(buf)) => out.copy_from_slice(&buf.0[..]),
+            _ => out.fill(0),
+        }
+    }
+
+    fn write(&mut self, page: PageNum, offset: usize, data: &[u8]) {
+        self.grow(page);
+        let buf = self.pages[page.index()].get_or_insert_with(PageBuf::zeroed);
+        buf.0[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    fn protect(&mut self, first: PageNum, count: u32, prot: Prot) {
+        self.protect_calls += 1;
+        if count == 0 {
+            return;
+        }
+        self.grow(PageNum(first.0 + count - 1));
+        for p in first.0..first.0 + count {
+            self.prot[p as usize] = prot;
+        }
+    }
+
+    fn discard(&mut self, page: PageNum) {
+        if let Some(slot) = self.pages.get_mut(page.index()) {
+            *slot = None;
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The protocol's messages, in JIAJIA's vocabulary.
+//!
+//! These are typed values; [`crate::codec`] turns them into bytes and back. A message names pages,
+//! locks and nodes by typed id; page bytes travel as [`PageBuf`] and diffs in their encoded form
+//! (see [`crate::diff`]).
+
+use crate::types::{Access, CvId, LockId, NodeId, PageBuf, PageNum};
+
+/// One page's diff, encoded as in [`crate::diff`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageDiff {
+    /// The page the diff applies to.
+    pub page: PageNum,
+    /// The encoded runs.
+    pub runs: Vec<u8>,
+}
+
+/// A write notice in a barrier grant: the page, and who wrote it in the closing epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteNotice {
+    /// The page written.
+    pub page: PageNum,
+    /// Its only writer, or `None` if several nodes wrote it.
+    pub writer: Option<NodeId>,
+}
+
+/// A protocol message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// GETP: send me these pages (the first is the one a thread faulted on, unless all are
+    /// prefetches). Sent to the pages' home.
+    GetPage {
+        /// The faulting access (for statistics at the home).
+        access: Access,
+        /// The pages wanted, all homed at the receiver.
+        pages: Vec<PageNum>,
+    },
+    /// GETPGRANT: one page's bytes.
+    GetPageGrant {
+        /// The page.
+        page: PageNum,
+        /// Its bytes at the home.
+        data: PageBuf,
+    },
+    /// DIFF: apply these diffs (all for pages homed at the receiver), then acknowledge `id`.
+    Diff {
+        /// The sender's sequence number for this batch.
+        id: u32,
+        /// The diffs.
+        diffs: Vec<PageDiff>,
+    },
+    /// DIFFGRANT: the diffs of batch `id` are applied.
+    DiffGrant {
+        /// The batch acknowledged.
+        id: u32,
+    },
+    /// ACQ: the sender wants `lock`; it has seen the lock's write notices up to `seen`.
+    Acquire {
+        /// The lock.
+        lock: LockId,
+        /// The lock's release counter at the sender's last acquire.
+        seen: u32,
+    },
+    /// ACQGRANT: the lock is the receiver's; invalidate the pages written under it since `seen`.
+    AcquireGrant {
+        /// The lock.
+        lock: LockId,
+        /// The lock's release counter now.
+        counter: u32,
+        /// Pages written in releases newer than the acquirer's `seen`.
+        notices: Vec<PageNum>,
+    },
+    /// REL: the sender releases `lock`; these pages were written since its last release of it.
+    Release {
+        /// The lock.
+        lock: LockId,
+        /// The sender's barrier epoch.
+        epoch: u32,
+        /// Write notices.
+        notices: Vec<PageNum>,
+    },
+    /// BARR: the sender reached barrier `epoch`; these pages it wrote in the epoch.
+    Barrier {
+        /// The barrier's epoch.
+        epoch: u32,
+        /// A digest of the sender's allocations, to catch programs that allocate differently.
+        alloc_digest: u64,
+        /// Write notices.
+        notices: Vec<PageNum>,
+    },
+    /// BARRGRANT: everyone reached barrier `epoch`; invalidate the pages others wrote.
+    BarrierGrant {
+        /// The barrier's epoch.
+        epoch: u32,
+        /// Every page written in the epoch, with its writer.
+        notices: Vec<WriteNotice>,
+    },
+    /// WAIT: a barrier without coherence.
+    Wait {
+        /// The wait's sequence number.
+        epoch: u32,
+    },
+    /// WAITGRANT: everyone reached wait `epoch`.
+    WaitGrant {
+        /// The wait's sequence number.
+        epoch: u32,
+    },
+    /// SETCV: set the condition variable (a release: carries write notices).
+    SetCv {
+        /// The condition variable.
+        cv: CvId,
+        /// Pages written since the sender last set this variable.
+        notices: Vec<PageNum>,
+    },
+    /// RESETCV: clear the condition variable.
+    ResetCv {
+        /// The condition variable.
+        cv: CvId,
+    },
+    /// WAITCV: wake me when the variable is set (an acquire).
+    WaitCv {
+        /// The condition variable.
+        cv: CvId,
+        /// The variable's counter at the sender's last wake-up.
+        seen: u32,
+    },
+    /// CVGRANT: the variable is set; invalidate these pages.
+    CvGrant {
+        /// The condition variable.
+        cv: CvId,
+        /// The variable's counter now.
+        counter: u32,
+        /// Pages written in sets newer than the waiter's `seen`.
+        notices: Vec<PageNum>,
+    },
+    /// JIAEXIT: the sender is done; its statistics counters ride along to node 0.
+    Exit {
+        /// The sender's statistics, as [`crate::Stats::to_counters`].
+        stats: Vec<u64>,
+    },
+    /// Everyone is done: leave.
+    ExitGrant,
+    /// ERRMSG: the sender's application failed; end the job.
+    Error {
+        /// What went wrong.
+        text: String,
+    },
+}
+
+/// The type of a message, for statistics and the wire header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum MsgKind {
+    /// [`Msg::GetPage`]
+    GetPage = 1,
+    /// [`Msg::GetPageGrant`]
+    GetPageGrant,
+    /// [`Msg::Diff`]
+    Diff,
+    /// [`Msg::DiffGrant`]
+    DiffGrant,
+    /// [`Msg::Acquire`]
+    Acquire,
+    /// [`Msg::AcquireGrant`]
+    AcquireGrant,
+    /// [`Msg::Release`]
+    Release,
+    /// [`Msg::Barrier`]
+    Barrier,
+    /// [`Msg::BarrierGrant`]
+    BarrierGrant,
+    /// [`Msg::Wait`]
+    Wait,
+    /// [`Msg::WaitGrant`]
+    WaitGrant,
+    /// [`Msg::SetCv`]
+    SetCv,
+    /// [`Msg::ResetCv`]
+    ResetCv,
+    /// [`Msg::WaitCv`]
+    WaitCv,
+    /// [`Msg::CvGrant`]
+    CvGrant,
+    /// [`Msg::Exit`]
+    Exit,
+    /// [`Msg::ExitGrant`]
+    ExitGrant,
+    /// [`Msg::Error`]
+    Error,
+}
+
+impl MsgKind {
+    /// Every kind, in wire order.
+    pub const ALL: [MsgKind; 18] = [
+        MsgKind::GetPage,
+        MsgKind::GetPageGrant,
+        MsgKind::Diff,
+        MsgKind::DiffGrant,
+        MsgKind::Acquire,
+        MsgKind::AcquireGrant,
+        MsgKind::Release,
+        MsgKind::Barrier,
+        MsgKind::BarrierGrant,
+        MsgKind::Wait,
+        MsgKind::WaitGrant,
+        MsgKind::SetCv,
+        MsgKind::ResetCv,
+        MsgKind::WaitCv,
+        MsgKind::CvGrant,
+        MsgKind::Exit,
+        MsgKind::ExitGrant,
+        MsgKind::Error,
+    ];
+    /// Number of kinds.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The kind with wire code `code`.
+    pub fn from_code(code: u8) -> Option<MsgKind> {
+        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
+    /// A dense index `0..COUNT`.
+    pub fn index(self) -> usize {
+        self as usize - 1
+    }
+
+    /// JIAJIA's name for the kind.
+    pub fn jiajia_name(self) -> &'static str {
+        match self {
+            MsgKind::GetPage => "GETP",
+            MsgKind::GetPageGrant => "GETPGRANT",
+            MsgKind::Diff => "DIFF",
+            MsgKind::DiffGrant => "DIFFGRANT",
+            MsgKind::Acquire => "ACQ",
+            MsgKind::AcquireGrant => "ACQGRANT",
+            MsgKind::Release => "REL",
+            MsgKind::Barrier => "BARR",
+            MsgKind::BarrierGrant => "BARRGRANT",
+            MsgKind::Wait => "WAIT",
+            MsgKind::WaitGrant => "WAITGRANT",
+            MsgKind::SetCv => "SETCV",
+            MsgKind::ResetCv => "RESETCV",
+            MsgKind::WaitCv => "WAITCV",
+            MsgKind::CvGrant => "CVGRANT",
+            MsgKind::Exit => "JIAEXIT",
+            MsgKind::ExitGrant => "EXITGRANT",
+            MsgKind::Error => "ERRMSG",
+        }
+    }
+}
+
+impl Msg {
+    /// The message's kind.
+    pub fn kind(&self) -> MsgKind {
+        match self {
+            Msg::GetPage { .. } => MsgKind::GetPage,
+            Msg::GetPageGrant { .. } => MsgKind::GetPageGrant,
+            Msg::Diff { .. } => MsgKind::Diff,
+            Msg::DiffGrant { .. } => MsgKind::DiffGrant,
+            Msg::Acquire { .. } => MsgKind::Acquire,
+            Msg::AcquireGrant { .. } => MsgKind::AcquireGrant,
+            Msg::Release { .. } => MsgKind::Release,
+            Msg::Barrier { .. } => MsgKind::Barrier,
+            Msg::BarrierGrant { .. } => MsgKind::BarrierGrant,
+            Msg::Wait { .. } => MsgKind::Wait,
+            Msg::WaitGrant { .. } => MsgKind::WaitGrant,
+            Msg::SetCv { .. } => MsgKind::SetCv,
+            Msg::ResetCv { .. } => MsgKind::ResetCv,
+            Msg::WaitCv { .. } => MsgKind::WaitCv,
+            Msg::CvGrant { .. } => MsgKind::CvGrant,
+            Msg::Exit { .. } => MsgKind::Exit,
+            Msg::ExitGrant => MsgKind::ExitGrant,
+            Msg::Error { .. } => MsgKind::Error,
+        }
+    }
+}

@@ -1,0 +1,592 @@
+//! One node's protocol state, its inputs and its outputs.
+//!
+//! [`Node`] is the sans-IO heart of the DSM. The runtime (or the simulator) calls an input
+//! (`handle_fault`, `handle_message`, `acquire`, `barrier`...) with the current time, then drains
+//! the outputs: [`Node::poll_transmit`] for messages, [`Node::poll_effect`] for what to do to the
+//! application (resume a thread, end the job), [`Node::poll_timeout`] for when to call
+//! [`Node::handle_timeout`]. Page bytes and protections are reached through [`PageMemory`].
+//!
+//! The page side of the protocol (faults, fetches, the cache, twins and diffs) is in
+//! [`crate::pages`]; the synchronisation side (locks, barriers, condition variables, exit) and the
+//! managers a node hosts are in [`crate::sync`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use crate::alloc::{self, AllocError, AllocPolicy};
+use crate::codec;
+use crate::memory::PageMemory;
+use crate::msg::{Msg, MsgKind, PageDiff};
+use crate::pages::{Cache, PageEntry};
+use crate::stats::Stats;
+use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock, Managers};
+use crate::types::{
+    Access, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageNum,
+    PageState, Time, WaiterId,
+};
+
+/// Prefetch settings (JIAJIA 3.0's `prefetch`, `prefetch_pages`, `max_checking_pages`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefetch {
+    /// Whether a fault also asks for following pages.
+    pub enabled: bool,
+    /// At most this many extra pages per fault.
+    pub prefetch_pages: u32,
+    /// Look at most this many pages past the faulting one for candidates.
+    pub max_checking_pages: u32,
+}
+
+impl Default for Prefetch {
+    fn default() -> Self {
+        Prefetch {
+            enabled: true,
+            prefetch_pages: 8,
+            max_checking_pages: 16,
+        }
+    }
+}
+
+/// What a node's core needs to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreConfig {
+    /// This node.
+    pub node: NodeId,
+    /// Nodes in the job.
+    pub nodes: u16,
+    /// Size of the shared region in pages (allocations beyond it fail).
+    pub region_pages: u64,
+    /// At most this many remote pages are cached; the oldest leave first.
+    pub cache_pages: usize,
+    /// Prefetch settings.
+    pub prefetch: Prefetch,
+    /// A page or diff request unanswered for this long ends the job (`None`: never).
+    pub reply_timeout: Option<Duration>,
+}
+
+impl CoreConfig {
+    /// A configuration with the defaults for node `node` of `nodes`.
+    pub fn new(node: NodeId, nodes: u16) -> CoreConfig {
+        CoreConfig {
+            node,
+            nodes,
+            region_pages: 1 << 24,
+            cache_pages: 32 * 1024,
+            prefetch: Prefetch::default(),
+            reply_timeout: None,
+        }
+    }
+}
+
+/// A message to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The destination.
+    pub to: NodeId,
+    /// The message.
+    pub msg: Msg,
+}
+
+/// Something the runtime must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// The waiter's call (fault, lock, barrier...) is complete: let it continue.
+    Resume {
+        /// Who continues.
+        waiter: WaiterId,
+    },
+    /// At node 0, at exit: every node's statistics, in node order.
+    JobStats {
+        /// One entry per node.
+        nodes: Vec<Stats>,
+    },
+    /// The job cannot go on: end this node with an error.
+    Abort {
+        /// Why.
+        error: JobError,
+    },
+}
+
+/// Why a job ends in error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// A peer did not answer a request in time.
+    #[error("{peer} did not answer a {what} request within {waited_ms} ms")]
+    NoReply {
+        /// The silent peer.
+        peer: NodeId,
+        /// What was asked.
+        what: &'static str,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// Nodes allocated different regions.
+    #[error("{node} made different allocation calls from node 0 (allocations must be collective)")]
+    AllocMismatch {
+        /// The node that differs.
+        node: NodeId,
+    },
+    /// Another node's application failed.
+    #[error("{from} failed: {text}")]
+    Remote {
+        /// Who failed.
+        from: NodeId,
+        /// Its message.
+        text: String,
+    },
+}
+
+/// A call the application made wrongly.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// A fault on a page that was never allocated.
+    #[error("access to {page}, which is not allocated")]
+    Unallocated {
+        /// The page.
+        page: PageNum,
+    },
+    /// A lock number out of range.
+    #[error("lock {0} is out of range (locks are 0..{MAX_LOCKS})")]
+    BadLock(u16),
+    /// A condition variable out of range.
+    #[error("condition variable {0} is out of range (0..{MAX_CVS})")]
+    BadCv(u16),
+    /// Acquiring a lock the same waiter holds or waits for.
+    #[error("{0} is already held or requested by this thread")]
+    LockAlreadyHeld(LockId),
+    /// Releasing a lock this waiter does not hold.
+    #[error("{0} is not held by this thread")]
+    LockNotHeld(LockId),
+    /// A second barrier, wait or exit while one is in progress on this node.
+    #[error("a barrier, wait or exit is already in progress on this node")]
+    CollectiveBusy,
+    /// An allocation failed.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+}
+
+/// A message that breaks the protocol (from a buggy or hostile peer); it was ignored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?} from {from} ignored: {why}")]
+pub struct ProtocolError {
+    /// The sender.
+    pub from: NodeId,
+    /// The message's kind.
+    pub kind: MsgKind,
+    /// What was wrong with it.
+    pub why: &'static str,
+}
+
+/// Pages asked for in one GETP at most (bounds the work a single request can cause).
+pub const MAX_GETP_PAGES: usize = 256;
+/// Diff bytes per DIFF message at most; larger flushes are split.
+pub const MAX_DIFF_MSG_BYTES: usize = 256 * 1024;
+
+/// One node's protocol state machine.
+pub struct Node<M: PageMemory> {
+    pub(crate) cfg: CoreConfig,
+    pub(crate) mem: M,
+    /// One entry per allocated page.
+    pub(crate) table: Vec<PageEntry>,
+    pub(crate) cache: Cache,
+    pub(crate) alloc_round_robin: u64,
+    pub(crate) alloc_digest: u64,
+    /// Pages currently read-write here (home or cached): downgraded at the next release.
+    pub(crate) rw: BTreeSet<PageNum>,
+    /// Pages written since the last barrier, with the interval of their last write fault.
+    pub(crate) written: BTreeMap<PageNum, u32>,
+    /// This node's interval counter, advanced at every release.
+    pub(crate) interval: u32,
+    /// The barrier epoch this node is in.
+    pub(crate) epoch: u32,
+    /// Outstanding page requests and when they were sent.
+    pub(crate) fetches: BTreeMap<PageNum, Time>,
+    /// Diffs being gathered for each home before they are sent.
+    pub(crate) diff_batch: BTreeMap<NodeId, Vec<PageDiff>>,
+    pub(crate) next_diff_id: u32,
+    /// Diff batches sent and not yet acknowledged: id -> (home, sent at).
+    pub(crate) diffs_out: BTreeMap<u32, (NodeId, Time)>,
+    /// Releases, barriers... waiting for their diffs to be acknowledged, in order.
+    pub(crate) after_flush: VecDeque<AfterFlush>,
+    pub(crate) locks: Vec<LocalLock>,
+    pub(crate) cvs: Vec<LocalCv>,
+    pub(crate) collective: Option<Collective>,
+    pub(crate) wait_epoch: u32,
+    pub(crate) mgr: Managers,
+    pub(crate) transmits: VecDeque<Transmit>,
+    pub(crate) effects: VecDeque<Effect>,
+    pub(crate) loopback: VecDeque<Msg>,
+    pub(crate) stats: Stats,
+    pub(crate) failed: bool,
+    pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
+}
+
+impl<M: PageMemory> Node<M> {
+    /// A node with nothing allocated.
+    ///
+    /// # Panics
+    /// If `cfg.node` is not below `cfg.nodes` or `cfg.nodes` is 0 or above [`MAX_NODES`]: a
+    /// configuration error the runtime rules out before it builds a node.
+    pub fn new(cfg: CoreConfig, mem: M) -> Node<M> {
+        assert!(
+            cfg.nodes > 0 && cfg.nodes <= MAX_NODES,
+            "job of {} nodes",
+            cfg.nodes
+        );
+        assert!(
+            cfg.node.0 < cfg.nodes,
+            "{} outside a job of {}",
+            cfg.node,
+            cfg.nodes
+        );
+        let mgr = Managers::new(cfg.node, cfg.nodes);
+        Node {
+            cfg,
+            mem,
+            table: Vec::new(),
+            cache: Cache::default(),
+            alloc_round_robin: 0,
+            alloc_digest: 0,
+            rw: BTreeSet::new(),
+            written: BTreeMap::new(),
+            interval: 1,
+            epoch: 0,
+            fetches: BTreeMap::new(),
+            diff_batch: BTreeMap::new(),
+            next_diff_id: 0,
+            diffs_out: BTreeMap::new(),
+            after_flush: VecDeque::new(),
+            locks: (0..MAX_LOCKS).map(|_| LocalLock::default()).collect(),
+            cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
+            collective: None,
+            wait_epoch: 0,
+            mgr,
+            transmits: VecDeque::new(),
+            effects: VecDeque::new(),
+            loopback: VecDeque::new(),
+            stats: Stats::default(),
+            failed: false,
+            scratch: Box::new([0; PAGE_SIZE]),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.cfg.node
+    }
+
+    /// Nodes in the job.
+    pub fn nodes(&self) -> u16 {
+        self.cfg.nodes
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+
+    /// The page memory.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// The page memory, mutably (for the simulator's application stores).
+    pub fn memory_mut(&mut self) -> &mut M {
+        &mut self.mem
+    }
+
+    /// This node's statistics.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Zeroes the statistics (JIAJIA's `jia_startstat`).
+    pub fn reset_stats(&mut self) {
+        self.stats = Stats::default();
+    }
+
+    /// Pages allocated so far.
+    pub fn allocated_pages(&self) -> u64 {
+        self.table.len() as u64
+    }
+
+    /// The home of `page`, if allocated.
+    pub fn home_of(&self, page: PageNum) -> Option<NodeId> {
+        self.table.get(page.index()).map(|e| e.home)
+    }
+
+    /// The state of `page` here.
+    pub fn page_state(&self, page: PageNum) -> PageState {
+        self.table
+            .get(page.index())
+            .map_or(PageState::Unmapped, |e| e.state())
+    }
+
+    /// Remote pages cached here now.
+    pub fn cached_pages(&self) -> usize {
+        self.cache.len
+    }
+
+    /// Allocates `size_bytes` (rounded up to pages) collectively: every node must make the same
+    /// calls in the same order. Home pages become readable here; the others stay invalid.
+    pub fn alloc(
+        &mut self,
+        policy: AllocPolicy,
+        size_bytes: u64,
+    ) -> Result<GlobalAddr, UsageError> {
+        if size_bytes == 0 {
+            return Err(AllocError::Empty.into());
+        }
+        let count = alloc::pages_for(size_bytes);
+        let used = self.table.len() as u64;
+        let left = self.cfg.region_pages.saturating_sub(used);
+        if count > left {
+            return Err(AllocError::OutOfSpace {
+                asked_bytes: count * PAGE_SIZE as u64,
+                left_bytes: left * PAGE_SIZE as u64,
+            }
+            .into());
+        }
+        let homes = alloc::homes(&policy, count, self.cfg.nodes, self.alloc_round_robin)?;
+        if policy == AllocPolicy::RoundRobin {
+            self.alloc_round_robin += 1;
+        }
+        let first = PageNum(used as u32);
+        self.alloc_digest = alloc::digest(self.alloc_digest, first, count, &homes);
+        let me = self.cfg.node;
+        let mut home_pages = Vec::new();
+        for (i, home) in homes.into_iter().enumerate() {
+            if home == me {
+                home_pages.push(PageNum(first.0 + i as u32));
+            }
+            self.table.push(PageEntry::new(home, home == me));
+        }
+        self.protect_pages(&home_pages, crate::types::Prot::Read);
+        Ok(first.addr())
+    }
+
+    /// Drains the next message to send.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// Drains the next effect to apply, in the order they must be applied.
+    #[must_use]
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// When [`Node::handle_timeout`] should next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let timeout = self.cfg.reply_timeout?;
+        if self.failed {
+            return None;
+        }
+        let oldest_fetch = self.fetches.values().min().copied();
+        let oldest_diff = self.diffs_out.values().map(|&(_, t)| t).min();
+        let oldest = match (oldest_fetch, oldest_diff) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        Some(oldest.after(timeout))
+    }
+
+    /// Time has passed: requests unanswered past the reply timeout end the job.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let Some(timeout) = self.cfg.reply_timeout else {
+            return;
+        };
+        if self.failed {
+            return;
+        }
+        let late = |sent: Time| now.since(sent) >= timeout.as_nanos() as u64;
+        let fetch = self
+            .fetches
+            .iter()
+            .find(|&(_, &t)| late(t))
+            .map(|(&p, &t)| (p, t));
+        if let Some((page, sent)) = fetch {
+            let peer = self.table[page.index()].home;
+            self.abort(JobError::NoReply {
+                peer,
+                what: "GETP",
+                waited_ms: now.since(sent) / 1_000_000,
+            });
+            return;
+        }
+        let diff = self.diffs_out.values().find(|&&(_, t)| late(t)).copied();
+        if let Some((peer, sent)) = diff {
+            self.abort(JobError::NoReply {
+                peer,
+                what: "DIFF",
+                waited_ms: now.since(sent) / 1_000_000,
+            });
+        }
+    }
+
+    /// A message arrived from `from`. Messages that break the protocol are ignored and reported.
+    pub fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: Msg,
+    ) -> Result<(), ProtocolError> {
+        if from.0 >= self.cfg.nodes || from == self.cfg.node {
+            return Err(ProtocolError {
+                from,
+                kind: msg.kind(),
+                why: "sender is not another node of the job",
+            });
+        }
+        let k = msg.kind().index();
+        self.stats.msgs_received[k] += 1;
+        self.stats.bytes_received[k] += codec::frame_len(&msg) as u64;
+        let result = self.dispatch(now, from, msg);
+        self.drain_loopback(now);
+        result
+    }
+
+    pub(crate) fn dispatch(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: Msg,
+    ) -> Result<(), ProtocolError> {
+        match msg {
+            Msg::GetPage { access, pages } => self.on_get_page(from, access, pages),
+            Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, data),
+            Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
+            Msg::DiffGrant { id } => self.on_diff_grant(now, from, id),
+            Msg::Acquire { lock, seen } => self.on_acquire(from, lock, seen),
+            Msg::AcquireGrant {
+                lock,
+                counter,
+                notices,
+            } => self.on_acquire_grant(now, from, lock, counter, notices),
+            Msg::Release {
+                lock,
+                epoch,
+                notices,
+            } => self.on_release(from, lock, epoch, notices),
+            Msg::Barrier {
+                epoch,
+                alloc_digest,
+                notices,
+            } => self.on_barrier(from, epoch, alloc_digest, notices),
+            Msg::BarrierGrant { epoch, notices } => {
+                self.on_barrier_grant(now, from, epoch, notices)
+            }
+            Msg::Wait { epoch } => self.on_wait(from, epoch),
+            Msg::WaitGrant { epoch } => self.on_wait_grant(now, from, epoch),
+            Msg::SetCv { cv, notices } => self.on_set_cv(from, cv, notices),
+            Msg::ResetCv { cv } => self.on_reset_cv(from, cv),
+            Msg::WaitCv { cv, seen } => self.on_wait_cv(from, cv, seen),
+            Msg::CvGrant {
+                cv,
+                counter,
+                notices,
+            } => self.on_cv_grant(now, from, cv, counter, notices),
+            Msg::Exit { stats } => self.on_exit(from, stats),
+            Msg::ExitGrant => self.on_exit_grant(now, from),
+            Msg::Error { text } => {
+                self.effects.push_back(Effect::Abort {
+                    error: JobError::Remote { from, text },
+                });
+                self.failed = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// The application failed: tell every other node (JIAJIA's `jia_error`).
+    pub fn broadcast_error(&mut self, text: &str) {
+        for n in 0..self.cfg.nodes {
+            if NodeId(n) != self.cfg.node {
+                self.send(
+                    NodeId(n),
+                    Msg::Error {
+                        text: text.to_owned(),
+                    },
+                );
+            }
+        }
+    }
+
+    pub(crate) fn abort(&mut self, error: JobError) {
+        if !self.failed {
+            self.failed = true;
+            self.effects.push_back(Effect::Abort { error });
+        }
+    }
+
+    pub(crate) fn resume(&mut self, waiter: WaiterId) {
+        self.effects.push_back(Effect::Resume { waiter });
+    }
+
+    pub(crate) fn send(&mut self, to: NodeId, msg: Msg) {
+        if to == self.cfg.node {
+            self.loopback.push_back(msg);
+            return;
+        }
+        let k = msg.kind().index();
+        self.stats.msgs_sent[k] += 1;
+        self.stats.bytes_sent[k] += codec::frame_len(&msg) as u64;
+        self.transmits.push_back(Transmit { to, msg });
+    }
+
+    /// Delivers the messages this node sent to itself (a lock it manages, its own barrier...).
+    pub(crate) fn drain_loopback(&mut self, now: Time) {
+        while let Some(msg) = self.loopback.pop_front() {
+            let me = self.cfg.node;
+            if let Err(e) = self.dispatch(now, me, msg) {
+                // A message to ourselves that breaks the protocol is a bug in this crate.
+                debug_assert!(false, "self-message rejected: {e}");
+            }
+        }
+    }
+
+    /// Applies `prot` to `pages` (sorted or not) in as few ranged calls as possible.
+    pub(crate) fn protect_pages(&mut self, pages: &[PageNum], prot: crate::types::Prot) {
+        let mut sorted: Vec<u32> = pages.iter().map(|p| p.0).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut i = 0;
+        while i < sorted.len() {
+            let start = sorted[i];
+            let mut end = start;
+            while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+                i += 1;
+                end += 1;
+            }
+            self.mem.protect(PageNum(start), end - start + 1, prot);
+            self.stats.protect_calls += 1;
+            i += 1;
+        }
+    }
+
+    pub(crate) fn check_lock(lock: LockId) -> Result<(), UsageError> {
+        if lock.0 >= MAX_LOCKS {
+            Err(UsageError::BadLock(lock.0))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn manager_of(&self, id: u16) -> NodeId {
+        NodeId(id % self.cfg.nodes)
+    }
+
+    pub(crate) fn mark_written(&mut self, page: PageNum) {
+        self.written.insert(page, self.interval);
+    }
+
+    /// The access a waiter list needs: write if any waiter writes.
+    pub(crate) fn strongest(waiters: &[(WaiterId, Access)]) -> Access {
+        if waiters.iter().any(|&(_, a)| a == Access::Write) {
+            Access::Write
+        } else {
+            Access::Read
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The page side of the protocol: faults, page fetches (GETP) with prefetch, the bounded cache of
+//! remote pages, twins, diffs to the home, and invalidation by write notices.
+//!
+//! A page here is either homed here (always valid: read-only until written in an interval, then
+//! read-write until the next release) or cached from its home (invalid, prefetched, read-only, or
+//! read-write with a twin). A write fault on a valid cached page makes a twin; at release the page
+//! is downgraded first and diffed against its twin second, so a store racing the release either
+//! lands in the diff or faults again.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::diff;
+use crate::memory::PageMemory;
+use crate::msg::{Msg, MsgKind, PageDiff};
+use crate::node::{MAX_DIFF_MSG_BYTES, MAX_GETP_PAGES, Node, ProtocolError, UsageError};
+use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, Time, WaiterId};
+
+/// What this node holds of a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// No valid copy.
+    Invalid,
+    /// A valid copy arrived by prefetch and has not been touched (the application's view is
+    /// still protected, so the first touch is seen and counted).
+    Prefetched,
+    /// Valid, readable.
+    ReadOnly,
+    /// Valid, writable, written in the current interval.
+    ReadWrite,
+}
+
+/// A page request in flight.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    /// Threads waiting for the page (none for a prefetch).
+    pub waiters: Vec<(WaiterId, Access)>,
+    /// A write notice arrived after the request left: the grant may predate that write.
+    pub stale: bool,
+}
+
+/// One page's entry in the node's page table.
+#[derive(Debug)]
+pub(crate) struct PageEntry {
+    pub home: NodeId,
+    pub frame: Frame,
+    pub twin: Option<PageBuf>,
+    pub fetch: Option<Fetch>,
+    pub in_cache: bool,
+    /// Which cache insertion is current (older queue entries for this page are stale).
+    pub cache_gen: u32,
+}
+
+impl PageEntry {
+    pub fn new(home: NodeId, is_mine: bool) -> PageEntry {
+        PageEntry {
+            home,
+            frame: if is_mine {
+                Frame::ReadOnly
+            } else {
+                Frame::Invalid
+            },
+            twin: None,
+            fetch: None,
+            in_cache: false,
+            cache_gen: 0,
+        }
+    }
+
+    pub fn state(&self) -> PageState {
+        match self.frame {
+            Frame::Invalid | Frame::Prefetched => PageState::Invalid,
+            Frame::ReadOnly => PageState::ReadOnly,
+            Frame::ReadWrite => PageState::ReadWrite,
+        }
+    }
+}
+
+/// The bounded cache of remote pages: first in, first out.
+#[derive(Default, Debug)]
+pub(crate) struct Cache {
+    /// Insertion order, with the generation of each insertion.
+    pub fifo: VecDeque<(PageNum, u32)>,
+    /// Pages currently cached.
+    pub len: usize,
+}
+
+impl<M: PageMemory> Node<M> {
+    /// An application thread faulted on `page` with `access`. The thread is resumed by an
+    /// [`crate::Effect::Resume`] once the page is accessible.
+    pub fn handle_fault(
+        &mut self,
+        now: Time,
+        page: PageNum,
+        access: Access,
+        waiter: WaiterId,
+    ) -> Result<(), UsageError> {
+        let me = self.cfg.node;
+        let entry = self
+            .table
+            .get(page.index())
+            .ok_or(UsageError::Unallocated { page })?;
+        let is_home = entry.home == me;
+        match (entry.frame, access) {
+            (Frame::ReadWrite, _) | (Frame::ReadOnly, Access::Read) => {
+                // Another thread made the page accessible between this fault and now.
+                self.count_local_fault(access);
+                self.resume(waiter);
+            }
+            (Frame::ReadOnly, Access::Write) => {
+                self.count_local_fault(access);
+                if !is_home {
+                    self.make_twin(page);
+                }
+                self.upgrade_to_write(page);
+                self.resume(waiter);
+            }
+            (Frame::Prefetched, _) => {
+                self.count_local_fault(access);
+                self.stats.prefetch_used += 1;
+                self.open_valid_page(page, access);
+                self.resume(waiter);
+            }
+            (Frame::Invalid, _) => {
+                match access {
+                    Access::Read => self.stats.read_faults_remote += 1,
+                    Access::Write => self.stats.write_faults_remote += 1,
+                }
+                let entry = &mut self.table[page.index()];
+                if let Some(fetch) = &mut entry.fetch {
+                    fetch.waiters.push((waiter, access));
+                    self.stats.faults_joined += 1;
+                } else {
+                    self.request_pages(now, page, access, waiter);
+                }
+            }
+        }
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    fn count_local_fault(&mut self, access: Access) {
+        match access {
+            Access::Read => self.stats.read_faults_local += 1,
+            Access::Write => self.stats.write_faults_local += 1,
+        }
+    }
+
+    fn make_twin(&mut self, page: PageNum) {
+        let mut twin = PageBuf::zeroed();
+        self.mem.read(page, &mut twin.0);
+        self.table[page.index()].twin = Some(twin);
+        self.stats.twins += 1;
+    }
+
+    fn upgrade_to_write(&mut self, page: PageNum) {
+        self.protect_pages(&[page], Prot::ReadWrite);
+        self.table[page.index()].frame = Frame::ReadWrite;
+        self.rw.insert(page);
+        self.mark_written(page);
+    }
+
+    /// A valid cached copy (just granted or prefetched) is opened for `access`.
+    fn open_valid_page(&mut self, page: PageNum, access: Access) {
+        match access {
+            Access::Read => {
+                self.protect_pages(&[page], Prot::Read);
+                self.table[page.index()].frame = Frame::ReadOnly;
+            }
+            Access::Write => {
+                self.make_twin(page);
+                self.upgrade_to_write(page);
+            }
+        }
+    }
+
+    /// Sends GETP for `page` to its home, and for prefetch candidates to theirs.
+    fn request_pages(&mut self, now: Time, page: PageNum, access: Access, waiter: WaiterId) {
+        let home = self.table[page.index()].home;
+        self.table[page.index()].fetch = Some(Fetch {
+            waiters: vec![(waiter, access)],
+            stale: false,
+        });
+        self.fetches.insert(page, now);
+        self.stats.pages_fetched += 1;
+        let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
+        by_home.entry(home).or_default().push(page);
+        for candidate in self.prefetch_candidates(page) {
+            let e = &mut self.table[candidate.index()];
+            e.fetch = Some(Fetch {
+                waiters: Vec::new(),
+                stale: false,
+            });
+            by_home.entry(e.home).or_default().push(candidate);
+            self.fetches.insert(candidate, now);
+            self.stats.prefetch_requested += 1;
+        }
+        // The demand request first, then prefetches to other homes.
+        let demand = by_home.remove(&home).unwrap_or_default();
+        self.send_get_page(home, access, demand);
+        for (h, pages) in by_home {
+            self.send_get_page(h, Access::Read, pages);
+        }
+    }
+
+    fn send_get_page(&mut self, home: NodeId, access: Access, pages: Vec<PageNum>) {
+        self.stats.getp_sent += 1;
+        self.send(home, Msg::GetPage { access, pages });
+    }
+
+    /// Pages after `page`, within `max_checking_pages`, that are remote, invalid and not already
+    /// requested: at most `prefetch_pages`, and never more than half the cache.
+    fn prefetch_candidates(&self, page: PageNum) -> Vec<PageNum> {
+        let pf = self.cfg.prefetch;
+        if !pf.enabled {
+            return Vec::new();
+        }
+        let limit = (pf.prefetch_pages as usize)
+            .min(self.cfg.cache_pages / 2)
+            .min(MAX_GETP_PAGES - 1);
+        let me = self.cfg.node;
+        let end =
+            (u64::from(page.0) + 1 + u64::from(pf.max_checking_pages)).min(self.table.len() as u64);
+        (u64::from(page.0) + 1..end)
+            .map(|p| PageNum(p as u32))
+            .filter(|p| {
+                let e = &self.table[p.index()];
+                e.home != me && e.frame == Frame::Invalid && e.fetch.is_none()
+            })
+            .take(limit)
+            .collect()
+    }
+
+    /// GETP at the home: send each page.
+    pub(crate) fn on_get_page(
+        &mut self,
+        from: NodeId,
+        _access: Access,
+        pages: Vec<PageNum>,
+    ) -> Result<(), ProtocolError> {
+        let err = |why| ProtocolError {
+            from,
+            kind: MsgKind::GetPage,
+            why,
+        };
+        if pages.len() > MAX_GETP_PAGES {
+            return Err(err("too many pages in one request"));
+        }
+        let me = self.cfg.node;
+        if pages
+            .iter()
+            .any(|p| self.table.get(p.index()).is_none_or(|e| e.home != me))
+        {
+            return Err(err("asks for a page not homed here"));
+        }
+        for page in pages {
+            let mut data = PageBuf::zeroed();
+            self.mem.read(page, &mut data.0);
+            self.stats.pages_served += 1;
+            self.send(from, Msg::GetPageGrant { page, data });
+        }
+        Ok(())
+    }
+
+    /// GETPGRANT: install the page and resume its waiters.
+    pub(crate) fn on_page_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        page: PageNum,
+        data: PageBuf,
+    ) -> Result<(), ProtocolError> {
+        let err = |why| ProtocolError {
+            from,
+            kind: MsgKind::GetPageGrant,
+            why,
+        };
+        let entry = self
+            .table
+            .get_mut(page.index())
+            .ok_or(err("page not allocated"))?;
+        if entry.home != from {
+            return Err(err("sender is not the page's home"));
+        }
+        let fetch = entry.fetch.take().ok_or(err("page was not requested"))?;
+        self.fetches.remove(&page);
+        if fetch.stale {
+            if fetch.waiters.is_empty() {
+                self.stats.prefetch_unused += 1;
+            } else {
+                // The copy may predate a write we were notified of: ask again.
+                let access = Self::strongest(&fetch.waiters);
+                entry.fetch = Some(Fetch {
+                    waiters: fetch.waiters,
+                    stale: false,
+                });
+                self.fetches.insert(page, now);
+                self.send_get_page(from, access, vec![page]);
+            }
+            return Ok(());
+        }
+        self.make_room(now);
+        self.mem.write(page, 0, &data.0[..]);
+        self.cache_insert(page);
+        if fetch.waiters.is_empty() {
+            self.table[page.index()].frame = Frame::Prefetched;
+        } else {
+            self.open_valid_page(page, Self::strongest(&fetch.waiters));
+            for (w, _) in fetch.waiters {
+                self.resume(w);
+            }
+        }
+        Ok(())
+    }
+
+    fn cache_insert(&mut self, page: PageNum) {
+        let e = &mut self.table[page.index()];
+        e.in_cache = true;
+        e.cache_gen = e.cache_gen.wrapping_add(1);
+        self.cache.fifo.push_back((page, e.cache_gen));
+        self.cache.len += 1;
+        if self.cache.fifo.len() > 2 * self.cfg.cache_pages + 64 {
+            let table = &self.table;
+            self.cache
+                .fifo
+                .retain(|&(p, g)| table[p.index()].in_cache && table[p.index()].cache_gen == g);
+        }
+    }
+
+    fn cache_remove(&mut self, page: PageNum) {
+        let e = &mut self.table[page.index()];
+        if e.in_cache {
+            e.in_cache = false;
+            self.cache.len -= 1;
+        }
+    }
+
+    /// Evicts the oldest cached pages until one more fits.
+    fn make_room(&mut self, now: Time) {
+        while self.cache.len >= self.cfg.cache_pages.max(1) {
+            let Some((page, generation)) = self.cache.fifo.pop_front() else {
+                break;
+            };
+            let e = &self.table[page.index()];
+            if e.in_cache && e.cache_gen == generation {
+                self.evict(page);
+            }
+        }
+        self.send_diffs(now);
+    }
+
+    fn evict(&mut self, page: PageNum) {
+        let frame = self.table[page.index()].frame;
+        match frame {
+            Frame::Invalid => {}
+            Frame::Prefetched => self.stats.prefetch_unused += 1,
+            Frame::ReadOnly => self.protect_pages(&[page], Prot::None),
+            Frame::ReadWrite => {
+                self.protect_pages(&[page], Prot::None);
+                self.rw.remove(&page);
+                self.diff_page(page);
+                self.stats.dirty_evictions += 1;
+            }
+        }
+        self.table[page.index()].frame = Frame::Invalid;
+        self.table[page.index()].twin = None;
+        self.cache_remove(page);
+        self.mem.discard(page);
+        self.stats.evictions += 1;
+    }
+
+    /// Diffs a dirty cached page against its twin into the batch for its home; drops the twin.
+    /// The page must already be protected against writes.
+    pub(crate) fn diff_page(&mut self, page: PageNum) {
+        let entry = &mut self.table[page.index()];
+        let Some(twin) = entry.twin.take() else {
+            return;
+        };
+        let home = entry.home;
+        self.mem.read(page, &mut self.scratch);
+        let mut runs = Vec::new();
+        if diff::encode(&twin.0, &self.scratch, &mut runs) > 0 {
+            self.stats.diffs_sent += 1;
+            self.stats.diff_bytes_sent += runs.len() as u64;
+            self.diff_batch
+                .entry(home)
+                .or_default()
+                .push(PageDiff { page, runs });
+        }
+    }
+
+    /// Sends the gathered diffs, one DIFF message per home (split when large).
+    pub(crate) fn send_diffs(&mut self, now: Time) {
+        let batch = std::mem::take(&mut self.diff_batch);
+        for (home, diffs) in batch {
+            let mut msg_diffs = Vec::new();
+            let mut bytes = 0;
+            for d in diffs {
+                bytes += d.runs.len();
+                msg_diffs.push(d);
+                if bytes >= MAX_DIFF_MSG_BYTES {
+                    self.send_diff_msg(now, home, std::mem::take(&mut msg_diffs));
+                    bytes = 0;
+                }
+            }
+            if !msg_diffs.is_empty() {
+                self.send_diff_msg(now, home, msg_diffs);
+            }
+        }
+    }
+
+    fn send_diff_msg(&mut self, now: Time, home: NodeId, diffs: Vec<PageDiff>) {
+        let id = self.next_diff_id;
+        self.next_diff_id = self.next_diff_id.wrapping_add(1);
+        self.diffs_out.insert(id, (home, now));
+        self.send(home, Msg::Diff { id, diffs });
+    }
+
+    /// DIFF at the home: apply, acknowledge.
+    pub(crate) fn on_diff(
+        &mut self,
+        from: NodeId,
+        id: u32,
+        diffs: Vec<PageDiff>,
+    ) -> Result<(), ProtocolError> {
+        let me = self.cfg.node;
+        if diffs
+            .iter()
+            .any(|d| self.table.get(d.page.index()).is_none_or(|e| e.home != me))
+        {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Diff,
+                why: "diff for a page not homed here",
+            });
+        }
+        for d in &diffs {
+            for run in diff::runs(&d.runs) {
+                // The decoder validated every diff; a malformed one from a loopback is skipped.
+                let Ok((offset, bytes)) = run else { break };
+                self.mem.write(d.page, offset, bytes);
+            }
+            self.stats.diffs_applied += 1;
+        }
+        self.send(from, Msg::DiffGrant { id });
+        Ok(())
+    }
+
+    /// DIFFGRANT: one batch is home; releases waiting for it may complete.
+    pub(crate) fn on_diff_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        id: u32,
+    ) -> Result<(), ProtocolError> {
+        match self.diffs_out.get(&id) {
+            Some(&(home, _)) if home == from => {
+                self.diffs_out.remove(&id);
+                self.complete_flushes(now);
+                Ok(())
+            }
+            _ => Err(ProtocolError {
+                from,
+                kind: MsgKind::DiffGrant,
+                why: "no such diff outstanding to that node",
+            }),
+        }
+    }
+
+    /// Write notices: invalidate our copies of these pages (dirty ones send their diff first).
+    pub(crate) fn invalidate(&mut self, now: Time, pages: impl IntoIterator<Item = PageNum>) {
+        let me = self.cfg.node;
+        let mut opened = Vec::new();
+        let mut dropped = Vec::new();
+        for page in pages {
+            let Some(e) = self.table.get_mut(page.index()) else {
+                continue;
+            };
+            if e.home == me {
+                continue;
+            }
+            if let Some(f) = &mut e.fetch {
+                f.stale = true;
+            }
+            match e.frame {
+                Frame::Invalid => continue,
+                Frame::Prefetched => {
+                    self.stats.prefetch_unused += 1;
+                    dropped.push(page);
+                }
+                Frame::ReadOnly | Frame::ReadWrite => opened.push(page),
+            }
+            self.stats.invalidations += 1;
+        }
+        // Protect first, then diff: a racing store either made it into the page or faults.
+        self.protect_pages(&opened, Prot::None);
+        for &page in &opened {
+            if self.table[page.index()].frame == Frame::ReadWrite {
+                self.rw.remove(&page);
+                self.diff_page(page);
+            }
+        }
+        for page in opened.into_iter().chain(dropped) {
+            let e = &mut self.table[page.index()];
+            e.frame = Frame::Invalid;
+            e.twin = None;
+            self.cache_remove(page);
+        }
+        self.send_diffs(now);
+    }
+
+    /// At a release: downgrade every page written in the interval, diff the cached ones, send
+    /// the diffs. Returns nothing; the caller waits for the acknowledgements.
+    pub(crate) fn flush_writes(&mut self, now: Time) {
+        let pages: Vec<PageNum> = std::mem::take(&mut self.rw).into_iter().collect();
+        self.protect_pages(&pages, Prot::Read);
+        let me = self.cfg.node;
+        for &page in &pages {
+            self.table[page.index()].frame = Frame::ReadOnly;
+            if self.table[page.index()].home != me {
+                self.diff_page(page);
+            }
+        }
+        self.send_diffs(now);
+    }
+}
+
+const _: () = assert!(PAGE_SIZE <= u16::MAX as usize + 1);

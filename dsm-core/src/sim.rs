@@ -1,0 +1,562 @@
+//! A deterministic cluster simulator: N real [`Node`]s over a seeded network, each running
+//! simulated application threads.
+//!
+//! The network keeps every message FIFO per (sender, receiver) pair, as the transports do, and
+//! otherwise interleaves everything at random by seed: which thread runs next, which pair delivers
+//! next. Every message goes through the wire codec on its way. A simulated thread touches memory
+//! exactly as a real one would: through the protection the node last applied, faulting into
+//! [`Node::handle_fault`] when the page is not accessible. With reference checking on, every read is
+//! compared with a sequential reference memory updated at each write: for data-race-free programs
+//! the two must agree under release consistency.
+//!
+//! The same seed gives the same run, message for message.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::alloc::AllocPolicy;
+use crate::codec;
+use crate::memory::VecMemory;
+use crate::msg::MsgKind;
+use crate::node::{CoreConfig, Effect, JobError, Node, UsageError};
+use crate::stats::Stats;
+use crate::types::{Access, CvId, GlobalAddr, LockId, NodeId, Prot, Time, WaiterId};
+
+/// One step of a simulated thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Load the u64 at the address (8-byte aligned).
+    Read(GlobalAddr),
+    /// Store a u64 at the address.
+    Write(GlobalAddr, u64),
+    /// `jia_lock`.
+    Lock(LockId),
+    /// `jia_unlock`.
+    Unlock(LockId),
+    /// `jia_barrier`.
+    Barrier,
+    /// `jia_wait`.
+    Wait,
+    /// `jia_setcv`.
+    SetCv(CvId),
+    /// `jia_resetcv`.
+    ResetCv(CvId),
+    /// `jia_waitcv`.
+    WaitCv(CvId),
+    /// `jia_exit`.
+    Exit,
+}
+
+/// A deterministic pseudo-random generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+#[derive(Debug)]
+struct Blocked {
+    waiter: WaiterId,
+    /// A fault: run the same op again once resumed. Otherwise the op is done when resumed.
+    retry: bool,
+}
+
+#[derive(Debug, Default)]
+struct SimThread {
+    ops: VecDeque<Op>,
+    blocked: Option<Blocked>,
+}
+
+/// A read whose value differs from the sequential reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The reading node.
+    pub node: NodeId,
+    /// The address.
+    pub addr: GlobalAddr,
+    /// The value read.
+    pub got: u64,
+    /// The reference value.
+    pub expected: u64,
+}
+
+/// One delivered message, for traces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceEntry {
+    /// Sender.
+    pub from: NodeId,
+    /// Receiver.
+    pub to: NodeId,
+    /// Kind.
+    pub kind: MsgKind,
+}
+
+/// Why a simulation could not finish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// Nothing can run and some thread is still blocked or has work.
+    #[error("deadlock at step {step}: {detail}")]
+    Stuck {
+        /// Steps taken.
+        step: u64,
+        /// Which threads wait for what.
+        detail: String,
+    },
+    /// The step budget ran out.
+    #[error("no completion after {0} steps")]
+    TooLong(u64),
+    /// A node refused an application call.
+    #[error("{node} refused a call: {error}")]
+    Usage {
+        /// The node.
+        node: NodeId,
+        /// The error.
+        error: UsageError,
+    },
+    /// A node rejected a message (a protocol bug when every node is honest).
+    #[error("{0}")]
+    Protocol(String),
+    /// A node ended the job.
+    #[error("{node} aborted: {error}")]
+    Aborted {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        error: JobError,
+    },
+}
+
+/// A simulated cluster.
+pub struct Cluster {
+    nodes: Vec<Node<VecMemory>>,
+    threads: Vec<Vec<SimThread>>,
+    queues: BTreeMap<(u16, u16), VecDeque<Vec<u8>>>,
+    active: Vec<(u16, u16)>,
+    rng: Rng,
+    now: Time,
+    steps: u64,
+    cookie: u64,
+    /// Check every read against the sequential reference.
+    pub check_reference: bool,
+    reference: BTreeMap<u64, u64>,
+    /// Reads that disagreed with the reference.
+    pub violations: Vec<Violation>,
+    /// Every value read, per node, in order.
+    pub reads: Vec<Vec<(GlobalAddr, u64)>>,
+    /// Delivered messages, when tracing.
+    pub trace: Option<Vec<TraceEntry>>,
+    /// Per-mille chance that a delivered message is lost (to test timeouts; the protocol itself
+    /// assumes a reliable transport).
+    pub drop_per_mille: u64,
+    /// The statistics node 0 reported at exit.
+    pub job_stats: Option<Vec<Stats>>,
+    /// How many times each thread was resumed (for tests of waiting).
+    pub resumes: u64,
+}
+
+impl Cluster {
+    /// A cluster of `n` nodes, each with one thread, configured by `configure` (called with the
+    /// default configuration of each node), driven by `seed`.
+    pub fn new(n: u16, seed: u64, configure: impl Fn(&mut CoreConfig)) -> Cluster {
+        let nodes = (0..n)
+            .map(|i| {
+                let mut cfg = CoreConfig::new(NodeId(i), n);
+                configure(&mut cfg);
+                Node::new(cfg, VecMemory::new())
+            })
+            .collect();
+        let mut rng = Rng::new(seed);
+        let cookie = rng.next_u64();
+        Cluster {
+            nodes,
+            threads: (0..n).map(|_| vec![SimThread::default()]).collect(),
+            queues: BTreeMap::new(),
+            active: Vec::new(),
+            rng,
+            now: Time(0),
+            steps: 0,
+            cookie,
+            check_reference: false,
+            reference: BTreeMap::new(),
+            violations: Vec::new(),
+            reads: vec![Vec::new(); usize::from(n)],
+            trace: None,
+            drop_per_mille: 0,
+            job_stats: None,
+            resumes: 0,
+        }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `n`.
+    pub fn node(&self, n: u16) -> &Node<VecMemory> {
+        &self.nodes[usize::from(n)]
+    }
+
+    /// Node `n`, mutably.
+    pub fn node_mut(&mut self, n: u16) -> &mut Node<VecMemory> {
+        &mut self.nodes[usize::from(n)]
+    }
+
+    /// Virtual time now.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Gives node `n` `count` threads in all.
+    pub fn set_threads(&mut self, n: u16, count: usize) {
+        self.threads[usize::from(n)].resize_with(count.max(1), SimThread::default);
+    }
+
+    /// The same allocation on every node; returns its address.
+    pub fn alloc(&mut self, policy: AllocPolicy, size_bytes: u64) -> Result<GlobalAddr, SimError> {
+        let mut addr = None;
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let a = node
+                .alloc(policy.clone(), size_bytes)
+                .map_err(|error| SimError::Usage {
+                    node: NodeId(i as u16),
+                    error,
+                })?;
+            addr = Some(a);
+        }
+        Ok(addr.unwrap_or(GlobalAddr(0)))
+    }
+
+    /// Queues `op` on thread `t` of node `n`.
+    pub fn push(&mut self, n: u16, t: usize, op: Op) {
+        self.threads[usize::from(n)][t].ops.push_back(op);
+    }
+
+    /// Queues `op` on thread 0 of every node.
+    pub fn push_all(&mut self, op: Op) {
+        for n in 0..self.nodes.len() {
+            self.threads[n][0].ops.push_back(op.clone());
+        }
+    }
+
+    /// Total messages sent so far by every node.
+    pub fn messages_sent(&self) -> u64 {
+        self.nodes.iter().map(|n| n.stats().total_msgs_sent()).sum()
+    }
+
+    /// Total bytes sent so far by every node.
+    pub fn bytes_sent(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| n.stats().total_bytes_sent())
+            .sum()
+    }
+
+    /// Sum of every node's statistics.
+    pub fn total_stats(&self) -> Stats {
+        let mut s = Stats::default();
+        for n in &self.nodes {
+            s.add(n.stats());
+        }
+        s
+    }
+
+    fn runnable(&self) -> Vec<(usize, usize)> {
+        let mut v = Vec::new();
+        for (n, threads) in self.threads.iter().enumerate() {
+            for (t, th) in threads.iter().enumerate() {
+                if th.blocked.is_none() && !th.ops.is_empty() {
+                    v.push((n, t));
+                }
+            }
+        }
+        v
+    }
+
+    /// Runs until every thread has finished its ops and the network is quiet.
+    pub fn run(&mut self) -> Result<(), SimError> {
+        self.run_for(50_000_000)
+    }
+
+    /// [`Cluster::run`] with a step budget.
+    pub fn run_for(&mut self, max_steps: u64) -> Result<(), SimError> {
+        let budget_end = self.steps + max_steps;
+        loop {
+            if self.steps >= budget_end {
+                return Err(SimError::TooLong(max_steps));
+            }
+            let runnable = self.runnable();
+            let choices = runnable.len() + self.active.len();
+            if choices == 0 {
+                if let Some(t) = self.next_timeout() {
+                    self.now = self.now.max(t);
+                    for i in 0..self.nodes.len() {
+                        self.nodes[i].handle_timeout(self.now);
+                        self.after_input(i)?;
+                    }
+                    continue;
+                }
+                return self.check_idle();
+            }
+            self.steps += 1;
+            self.now = Time(self.now.0 + 1_000);
+            let pick = self.rng.below(choices as u64) as usize;
+            if pick < runnable.len() {
+                let (n, t) = runnable[pick];
+                self.step_thread(n, t)?;
+            } else {
+                let idx = pick - runnable.len();
+                self.deliver(idx)?;
+            }
+        }
+    }
+
+    fn next_timeout(&self) -> Option<Time> {
+        if self
+            .threads
+            .iter()
+            .flatten()
+            .all(|t| t.blocked.is_none() && t.ops.is_empty())
+        {
+            return None;
+        }
+        self.nodes.iter().filter_map(|n| n.poll_timeout()).min()
+    }
+
+    fn check_idle(&self) -> Result<(), SimError> {
+        let mut detail = Vec::new();
+        for (n, threads) in self.threads.iter().enumerate() {
+            for (t, th) in threads.iter().enumerate() {
+                if th.blocked.is_some() || !th.ops.is_empty() {
+                    detail.push(format!(
+                        "node {n} thread {t} blocked on {:?}",
+                        th.ops.front()
+                    ));
+                }
+            }
+        }
+        if detail.is_empty() {
+            Ok(())
+        } else {
+            Err(SimError::Stuck {
+                step: self.steps,
+                detail: detail.join("; "),
+            })
+        }
+    }
+
+    fn step_thread(&mut self, n: usize, t: usize) -> Result<(), SimError> {
+        let Some(op) = self.threads[n][t].ops.front().cloned() else {
+            return Ok(());
+        };
+        let now = self.now;
+        let waiter = WaiterId(t as u64);
+        let node = &mut self.nodes[n];
+        let id = NodeId(n as u16);
+        let usage = |error| SimError::Usage { node: id, error };
+        let mut blocked = Some(Blocked {
+            waiter,
+            retry: false,
+        });
+        match op {
+            Op::Read(addr) => {
+                let page = addr.page();
+                if node.memory().prot(page) == Prot::None {
+                    node.handle_fault(now, page, Access::Read, waiter)
+                        .map_err(usage)?;
+                    blocked = Some(Blocked {
+                        waiter,
+                        retry: true,
+                    });
+                } else {
+                    let got = node.memory().load_u64(page, addr.offset());
+                    self.reads[n].push((addr, got));
+                    if self.check_reference {
+                        let expected = self.reference.get(&addr.0).copied().unwrap_or(0);
+                        if got != expected {
+                            self.violations.push(Violation {
+                                node: id,
+                                addr,
+                                got,
+                                expected,
+                            });
+                        }
+                    }
+                    blocked = None;
+                }
+            }
+            Op::Write(addr, value) => {
+                let page = addr.page();
+                if node.memory().prot(page) != Prot::ReadWrite {
+                    node.handle_fault(now, page, Access::Write, waiter)
+                        .map_err(usage)?;
+                    blocked = Some(Blocked {
+                        waiter,
+                        retry: true,
+                    });
+                } else {
+                    node.memory_mut().store_u64(page, addr.offset(), value);
+                    self.reference.insert(addr.0, value);
+                    blocked = None;
+                }
+            }
+            Op::Lock(l) => node.acquire(now, l, waiter).map_err(usage)?,
+            Op::Unlock(l) => node.release(now, l, waiter).map_err(usage)?,
+            Op::Barrier => node.barrier(now, waiter).map_err(usage)?,
+            Op::Wait => node.wait(now, waiter).map_err(usage)?,
+            Op::SetCv(c) => node.setcv(now, c, waiter).map_err(usage)?,
+            Op::ResetCv(c) => node.resetcv(now, c, waiter).map_err(usage)?,
+            Op::WaitCv(c) => node.waitcv(now, c, waiter).map_err(usage)?,
+            Op::Exit => node.exit(now, waiter).map_err(usage)?,
+        }
+        match blocked {
+            None => {
+                self.threads[n][t].ops.pop_front();
+            }
+            Some(b) => self.threads[n][t].blocked = Some(b),
+        }
+        self.after_input(n)
+    }
+
+    /// Drains a node's transmits into the network and applies its effects.
+    fn after_input(&mut self, n: usize) -> Result<(), SimError> {
+        while let Some(tx) = self.nodes[n].poll_transmit() {
+            let mut frame = Vec::new();
+            codec::encode_frame(self.cookie, NodeId(n as u16), &tx.msg, &mut frame);
+            debug_assert_eq!(
+                frame.len(),
+                codec::frame_len(&tx.msg),
+                "frame_len disagrees with encoding"
+            );
+            let key = (n as u16, tx.to.0);
+            let q = self.queues.entry(key).or_default();
+            if q.is_empty() {
+                self.active.push(key);
+            }
+            q.push_back(frame);
+        }
+        while let Some(effect) = self.nodes[n].poll_effect() {
+            match effect {
+                Effect::Resume { waiter } => {
+                    self.resumes += 1;
+                    let th = &mut self.threads[n][waiter.0 as usize];
+                    match th.blocked.take() {
+                        Some(b) if b.waiter == waiter => {
+                            if !b.retry {
+                                th.ops.pop_front();
+                            }
+                        }
+                        other => {
+                            return Err(SimError::Protocol(format!(
+                                "node {n}: resume of thread {} that is blocked as {other:?}",
+                                waiter.0
+                            )));
+                        }
+                    }
+                }
+                Effect::JobStats { nodes } => self.job_stats = Some(nodes),
+                Effect::Abort { error } => {
+                    return Err(SimError::Aborted {
+                        node: NodeId(n as u16),
+                        error,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, idx: usize) -> Result<(), SimError> {
+        let key = self.active[idx];
+        let q = self
+            .queues
+            .get_mut(&key)
+            .ok_or_else(|| SimError::Protocol("empty queue".into()))?;
+        let frame = q
+            .pop_front()
+            .ok_or_else(|| SimError::Protocol("empty queue".into()))?;
+        if q.is_empty() {
+            self.active.swap_remove(idx);
+        }
+        if self.drop_per_mille > 0 && self.rng.below(1000) < self.drop_per_mille {
+            return Ok(());
+        }
+        let (header, msg) =
+            codec::decode_frame(&frame).map_err(|e| SimError::Protocol(format!("decode: {e}")))?;
+        if header.cookie != self.cookie || header.from.0 != key.0 {
+            return Err(SimError::Protocol("frame header mangled".into()));
+        }
+        let to = usize::from(key.1);
+        if let Some(trace) = &mut self.trace {
+            trace.push(TraceEntry {
+                from: NodeId(key.0),
+                to: NodeId(key.1),
+                kind: msg.kind(),
+            });
+        }
+        self.nodes[to]
+            .handle_message(self.now, NodeId(key.0), msg)
+            .map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
+        self.after_input(to)
+    }
+
+    // ----- blocking helpers for scenario tests: each runs the cluster until it is done -----
+
+    /// Node `n` reads the u64 at `addr`.
+    pub fn read_u64(&mut self, n: u16, addr: GlobalAddr) -> Result<u64, SimError> {
+        self.push(n, 0, Op::Read(addr));
+        self.run()?;
+        self.reads[usize::from(n)]
+            .last()
+            .map(|&(_, v)| v)
+            .ok_or(SimError::Protocol("no read".into()))
+    }
+
+    /// Node `n` writes `value` at `addr`.
+    pub fn write_u64(&mut self, n: u16, addr: GlobalAddr, value: u64) -> Result<(), SimError> {
+        self.push(n, 0, Op::Write(addr, value));
+        self.run()
+    }
+
+    /// Node `n` acquires `lock`.
+    pub fn lock(&mut self, n: u16, lock: u16) -> Result<(), SimError> {
+        self.push(n, 0, Op::Lock(LockId(lock)));
+        self.run()
+    }
+
+    /// Node `n` releases `lock`.
+    pub fn unlock(&mut self, n: u16, lock: u16) -> Result<(), SimError> {
+        self.push(n, 0, Op::Unlock(LockId(lock)));
+        self.run()
+    }
+
+    /// Every node enters a barrier.
+    pub fn barrier(&mut self) -> Result<(), SimError> {
+        self.push_all(Op::Barrier);
+        self.run()
+    }
+}

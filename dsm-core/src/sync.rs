@@ -1,0 +1,831 @@
+//! The synchronisation side of the protocol: locks, barriers, waits, condition variables and exit,
+//! both as seen by the node that calls them and by the node that manages them.
+//!
+//! Coherence rides on synchronisation (home-based lazy release consistency):
+//! - A *release* (unlock, setcv, barrier, exit) downgrades the pages written in the interval,
+//!   sends their diffs to their homes and waits for every acknowledgement; only then does the
+//!   release message leave, carrying write notices (the pages written since this node last
+//!   released the same lock).
+//! - An *acquire* (lock grant, cv grant, barrier grant) carries the write notices the acquirer has
+//!   not seen; it invalidates those pages, so its next touch fetches them from their homes, which
+//!   already hold the released writes.
+//!
+//! Lock `l` and condition variable `c` are managed by node `l % nodes` and `c % nodes`; barriers,
+//! waits and exit by node 0. A lock costs three messages (acquire, grant, release) whatever the job
+//! size; a barrier costs 2(N-1).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::memory::PageMemory;
+use crate::msg::{Msg, MsgKind, WriteNotice};
+use crate::node::{Effect, JobError, Node, ProtocolError, UsageError};
+use crate::stats::Stats;
+use crate::types::{CvId, LockId, MAX_CVS, NodeId, PageNum, Time, WaiterId};
+
+/// A lock as seen by this node's threads.
+#[derive(Default, Debug)]
+pub(crate) struct LocalLock {
+    pub holder: Option<WaiterId>,
+    pub acquiring: Option<(WaiterId, Time)>,
+    pub releasing: bool,
+    pub queue: VecDeque<(WaiterId, Time)>,
+    /// The interval of this node's last release of the lock.
+    pub sent: u32,
+    /// The lock's release counter at our last grant.
+    pub seen: u32,
+}
+
+/// A condition variable as seen by this node's threads.
+#[derive(Default, Debug)]
+pub(crate) struct LocalCv {
+    pub waiting: Vec<WaiterId>,
+    pub sent: u32,
+    pub seen: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CollectiveKind {
+    Barrier,
+    Wait,
+    Exit,
+}
+
+/// The barrier, wait or exit this node is in.
+#[derive(Debug)]
+pub(crate) struct Collective {
+    pub waiter: WaiterId,
+    pub since: Time,
+    pub kind: CollectiveKind,
+}
+
+/// A release waiting for its diffs to be acknowledged (all diff batches with id below `through`).
+#[derive(Debug)]
+pub(crate) enum AfterFlush {
+    Release {
+        lock: LockId,
+        waiter: WaiterId,
+        notices: Vec<PageNum>,
+        through: u32,
+    },
+    Barrier {
+        notices: Vec<PageNum>,
+        through: u32,
+    },
+    SetCv {
+        cv: CvId,
+        waiter: WaiterId,
+        notices: Vec<PageNum>,
+        through: u32,
+    },
+    Exit {
+        through: u32,
+    },
+}
+
+impl AfterFlush {
+    fn through(&self) -> u32 {
+        match self {
+            AfterFlush::Release { through, .. }
+            | AfterFlush::Barrier { through, .. }
+            | AfterFlush::SetCv { through, .. }
+            | AfterFlush::Exit { through } => *through,
+        }
+    }
+}
+
+/// Write notices kept by a lock or condition-variable manager: page -> (release counter, epoch).
+type Notices = BTreeMap<PageNum, (u32, u32)>;
+
+#[derive(Default, Debug)]
+struct LockMgr {
+    holder: Option<NodeId>,
+    queue: VecDeque<(NodeId, u32)>,
+    counter: u32,
+    notices: Notices,
+}
+
+#[derive(Default, Debug)]
+struct CvMgr {
+    set: bool,
+    counter: u32,
+    notices: Notices,
+    waiters: Vec<(NodeId, u32)>,
+}
+
+/// The locks, condition variables and (at node 0) barriers this node manages.
+#[derive(Debug)]
+pub(crate) struct Managers {
+    nodes: u16,
+    locks: BTreeMap<LockId, LockMgr>,
+    cvs: BTreeMap<CvId, CvMgr>,
+    barrier_arrived: BTreeSet<NodeId>,
+    barrier_notices: BTreeMap<PageNum, Option<NodeId>>,
+    barrier_digest: Option<u64>,
+    barrier_epoch: u32,
+    wait_arrived: BTreeSet<NodeId>,
+    wait_epoch: u32,
+    exit_stats: BTreeMap<NodeId, Vec<u64>>,
+}
+
+impl Managers {
+    pub fn new(_me: NodeId, nodes: u16) -> Managers {
+        Managers {
+            nodes,
+            locks: BTreeMap::new(),
+            cvs: BTreeMap::new(),
+            barrier_arrived: BTreeSet::new(),
+            barrier_notices: BTreeMap::new(),
+            barrier_digest: None,
+            barrier_epoch: 0,
+            wait_arrived: BTreeSet::new(),
+            wait_epoch: 0,
+            exit_stats: BTreeMap::new(),
+        }
+    }
+}
+
+fn notices_since(notices: &Notices, seen: u32) -> Vec<PageNum> {
+    notices
+        .iter()
+        .filter(|&(_, &(c, _))| c > seen)
+        .map(|(&p, _)| p)
+        .collect()
+}
+
+/// Records a release's notices, unless they predate the current epoch (the barrier that ended
+/// that epoch already invalidated those pages everywhere).
+fn record_notices(
+    map: &mut Notices,
+    pages: Vec<PageNum>,
+    counter: u32,
+    epoch: u32,
+    node_epoch: u32,
+) {
+    if epoch < node_epoch {
+        return;
+    }
+    for p in pages {
+        map.insert(p, (counter, epoch));
+    }
+}
+
+impl<M: PageMemory> Node<M> {
+    // ----- locks, the caller's side -----
+
+    /// The waiter asks for `lock`; it is resumed when the lock is its own.
+    pub fn acquire(&mut self, now: Time, lock: LockId, waiter: WaiterId) -> Result<(), UsageError> {
+        Self::check_lock(lock)?;
+        let l = &mut self.locks[usize::from(lock.0)];
+        let mine = |w: WaiterId| w == waiter;
+        if l.holder.is_some_and(mine)
+            || l.acquiring.is_some_and(|(w, _)| mine(w))
+            || l.queue.iter().any(|&(w, _)| mine(w))
+        {
+            return Err(UsageError::LockAlreadyHeld(lock));
+        }
+        if l.holder.is_some() || l.acquiring.is_some() || l.releasing {
+            l.queue.push_back((waiter, now));
+        } else {
+            self.start_acquire(lock, waiter, now);
+        }
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    fn start_acquire(&mut self, lock: LockId, waiter: WaiterId, since: Time) {
+        let l = &mut self.locks[usize::from(lock.0)];
+        l.acquiring = Some((waiter, since));
+        let seen = l.seen;
+        let manager = self.manager_of(lock.0);
+        self.send(manager, Msg::Acquire { lock, seen });
+    }
+
+    /// The waiter releases `lock`: its writes go home, then the lock goes back to its manager.
+    /// The waiter is resumed when the release is complete.
+    pub fn release(&mut self, now: Time, lock: LockId, waiter: WaiterId) -> Result<(), UsageError> {
+        Self::check_lock(lock)?;
+        let i = usize::from(lock.0);
+        if self.locks[i].holder != Some(waiter) {
+            return Err(UsageError::LockNotHeld(lock));
+        }
+        self.locks[i].holder = None;
+        self.locks[i].releasing = true;
+        self.flush_writes(now);
+        let sent = self.locks[i].sent;
+        let notices = self.notices_after(sent);
+        self.locks[i].sent = self.interval;
+        self.interval += 1;
+        self.after_flush.push_back(AfterFlush::Release {
+            lock,
+            waiter,
+            notices,
+            through: self.next_diff_id,
+        });
+        self.complete_flushes(now);
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    /// Pages written in intervals after `interval`.
+    fn notices_after(&self, interval: u32) -> Vec<PageNum> {
+        self.written
+            .iter()
+            .filter(|&(_, &s)| s > interval)
+            .map(|(&p, _)| p)
+            .collect()
+    }
+
+    /// Runs the releases whose diffs are all acknowledged, in order.
+    pub(crate) fn complete_flushes(&mut self, now: Time) {
+        while let Some(front) = self.after_flush.front() {
+            if self.diffs_out.range(..front.through()).next().is_some() {
+                break;
+            }
+            let Some(done) = self.after_flush.pop_front() else {
+                break;
+            };
+            match done {
+                AfterFlush::Release {
+                    lock,
+                    waiter,
+                    notices,
+                    ..
+                } => {
+                    let manager = self.manager_of(lock.0);
+                    let epoch = self.epoch;
+                    self.send(
+                        manager,
+                        Msg::Release {
+                            lock,
+                            epoch,
+                            notices,
+                        },
+                    );
+                    let l = &mut self.locks[usize::from(lock.0)];
+                    l.releasing = false;
+                    let next = l.queue.pop_front();
+                    self.resume(waiter);
+                    if let Some((w, since)) = next {
+                        self.start_acquire(lock, w, since);
+                    }
+                }
+                AfterFlush::Barrier { notices, .. } => {
+                    let msg = Msg::Barrier {
+                        epoch: self.epoch,
+                        alloc_digest: self.alloc_digest,
+                        notices,
+                    };
+                    self.send(NodeId(0), msg);
+                }
+                AfterFlush::SetCv {
+                    cv,
+                    waiter,
+                    notices,
+                    ..
+                } => {
+                    let manager = self.manager_of(cv.0);
+                    self.send(manager, Msg::SetCv { cv, notices });
+                    self.resume(waiter);
+                }
+                AfterFlush::Exit { .. } => {
+                    let stats = self.stats.to_counters();
+                    self.send(NodeId(0), Msg::Exit { stats });
+                }
+            }
+        }
+        let _ = now;
+    }
+
+    pub(crate) fn on_acquire_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        lock: LockId,
+        counter: u32,
+        notices: Vec<PageNum>,
+    ) -> Result<(), ProtocolError> {
+        let i = usize::from(lock.0);
+        if from != self.manager_of(lock.0) || self.locks[i].acquiring.is_none() {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::AcquireGrant,
+                why: "lock was not requested from that node",
+            });
+        }
+        self.invalidate(now, notices);
+        let l = &mut self.locks[i];
+        let Some((waiter, since)) = l.acquiring.take() else {
+            return Ok(());
+        };
+        l.holder = Some(waiter);
+        l.seen = counter;
+        self.stats.lock_acquires += 1;
+        self.stats.lock_wait_ns += now.since(since);
+        self.resume(waiter);
+        Ok(())
+    }
+
+    // ----- locks, the manager's side -----
+
+    pub(crate) fn on_acquire(
+        &mut self,
+        from: NodeId,
+        lock: LockId,
+        seen: u32,
+    ) -> Result<(), ProtocolError> {
+        if self.manager_of(lock.0) != self.cfg.node {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Acquire,
+                why: "lock not managed here",
+            });
+        }
+        let m = self.mgr.locks.entry(lock).or_default();
+        if m.holder.is_none() {
+            self.grant_lock(lock, from, seen);
+        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, _)| n == from) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Acquire,
+                why: "node already holds or awaits the lock",
+            });
+        } else {
+            m.queue.push_back((from, seen));
+        }
+        Ok(())
+    }
+
+    fn grant_lock(&mut self, lock: LockId, to: NodeId, seen: u32) {
+        let m = self.mgr.locks.entry(lock).or_default();
+        m.holder = Some(to);
+        let msg = Msg::AcquireGrant {
+            lock,
+            counter: m.counter,
+            notices: notices_since(&m.notices, seen),
+        };
+        self.send(to, msg);
+    }
+
+    pub(crate) fn on_release(
+        &mut self,
+        from: NodeId,
+        lock: LockId,
+        epoch: u32,
+        notices: Vec<PageNum>,
+    ) -> Result<(), ProtocolError> {
+        let node_epoch = self.epoch;
+        let m = match self.mgr.locks.get_mut(&lock) {
+            Some(m) if m.holder == Some(from) => m,
+            _ => {
+                return Err(ProtocolError {
+                    from,
+                    kind: MsgKind::Release,
+                    why: "lock not held by that node",
+                });
+            }
+        };
+        m.counter += 1;
+        record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
+        m.holder = None;
+        if let Some((next, seen)) = m.queue.pop_front() {
+            self.grant_lock(lock, next, seen);
+        }
+        Ok(())
+    }
+
+    // ----- barrier, wait, exit: the caller's side -----
+
+    fn start_collective(
+        &mut self,
+        now: Time,
+        waiter: WaiterId,
+        kind: CollectiveKind,
+    ) -> Result<(), UsageError> {
+        if self.collective.is_some() {
+            return Err(UsageError::CollectiveBusy);
+        }
+        self.collective = Some(Collective {
+            waiter,
+            since: now,
+            kind,
+        });
+        Ok(())
+    }
+
+    /// A barrier with coherence (`jia_barrier`): every node's writes before it are visible to
+    /// every node after it.
+    pub fn barrier(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
+        self.start_collective(now, waiter, CollectiveKind::Barrier)?;
+        self.flush_writes(now);
+        let notices: Vec<PageNum> = std::mem::take(&mut self.written).into_keys().collect();
+        for l in &mut self.locks {
+            l.sent = 0;
+        }
+        for c in &mut self.cvs {
+            c.sent = 0;
+        }
+        self.interval += 1;
+        self.after_flush.push_back(AfterFlush::Barrier {
+            notices,
+            through: self.next_diff_id,
+        });
+        self.complete_flushes(now);
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    /// A barrier without coherence (`jia_wait`).
+    pub fn wait(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
+        self.start_collective(now, waiter, CollectiveKind::Wait)?;
+        self.send(
+            NodeId(0),
+            Msg::Wait {
+                epoch: self.wait_epoch,
+            },
+        );
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    /// Leave the job (`jia_exit`): flush, then wait for every node. At node 0 an
+    /// [`Effect::JobStats`] with every node's statistics comes before the resume.
+    pub fn exit(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
+        self.start_collective(now, waiter, CollectiveKind::Exit)?;
+        self.flush_writes(now);
+        self.after_flush.push_back(AfterFlush::Exit {
+            through: self.next_diff_id,
+        });
+        self.complete_flushes(now);
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    fn finish_collective(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        kind: CollectiveKind,
+        msg: MsgKind,
+    ) -> Result<(), ProtocolError> {
+        match &self.collective {
+            Some(c) if c.kind == kind && from == NodeId(0) => {}
+            _ => {
+                return Err(ProtocolError {
+                    from,
+                    kind: msg,
+                    why: "no such collective in progress",
+                });
+            }
+        }
+        let Some(c) = self.collective.take() else {
+            return Ok(());
+        };
+        if kind == CollectiveKind::Barrier {
+            self.stats.barriers += 1;
+            self.stats.barrier_wait_ns += now.since(c.since);
+        }
+        self.resume(c.waiter);
+        Ok(())
+    }
+
+    pub(crate) fn on_barrier_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: u32,
+        notices: Vec<WriteNotice>,
+    ) -> Result<(), ProtocolError> {
+        if epoch != self.epoch
+            || !self
+                .collective
+                .as_ref()
+                .is_some_and(|c| c.kind == CollectiveKind::Barrier)
+        {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::BarrierGrant,
+                why: "not in that barrier",
+            });
+        }
+        let me = self.cfg.node;
+        self.invalidate(
+            now,
+            notices
+                .into_iter()
+                .filter(|n| n.writer != Some(me))
+                .map(|n| n.page),
+        );
+        self.epoch += 1;
+        let epoch = self.epoch;
+        for m in self.mgr.locks.values_mut() {
+            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+        }
+        for m in self.mgr.cvs.values_mut() {
+            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+        }
+        self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::BarrierGrant)
+    }
+
+    pub(crate) fn on_wait_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: u32,
+    ) -> Result<(), ProtocolError> {
+        if epoch != self.wait_epoch {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::WaitGrant,
+                why: "not in that wait",
+            });
+        }
+        self.finish_collective(now, from, CollectiveKind::Wait, MsgKind::WaitGrant)?;
+        self.wait_epoch += 1;
+        self.stats.waits += 1;
+        Ok(())
+    }
+
+    pub(crate) fn on_exit_grant(&mut self, now: Time, from: NodeId) -> Result<(), ProtocolError> {
+        self.finish_collective(now, from, CollectiveKind::Exit, MsgKind::ExitGrant)
+    }
+
+    // ----- barrier, wait, exit: node 0's side -----
+
+    fn check_master(&self, from: NodeId, kind: MsgKind) -> Result<(), ProtocolError> {
+        if self.cfg.node != NodeId(0) {
+            return Err(ProtocolError {
+                from,
+                kind,
+                why: "only node 0 manages barriers",
+            });
+        }
+        Ok(())
+    }
+
+    fn broadcast(&mut self, msg: Msg) {
+        for n in 0..self.cfg.nodes {
+            self.send(NodeId(n), msg.clone());
+        }
+    }
+
+    pub(crate) fn on_barrier(
+        &mut self,
+        from: NodeId,
+        epoch: u32,
+        digest: u64,
+        notices: Vec<PageNum>,
+    ) -> Result<(), ProtocolError> {
+        self.check_master(from, MsgKind::Barrier)?;
+        let m = &mut self.mgr;
+        if epoch != m.barrier_epoch || m.barrier_arrived.contains(&from) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Barrier,
+                why: "wrong barrier epoch or arrived twice",
+            });
+        }
+        match m.barrier_digest {
+            Some(d) if d != digest => {
+                let node = if from == NodeId(0) { NodeId(1) } else { from };
+                let error = JobError::AllocMismatch { node };
+                self.broadcast_error(&error.to_string());
+                self.abort(error);
+                return Ok(());
+            }
+            _ => m.barrier_digest = Some(digest),
+        }
+        m.barrier_arrived.insert(from);
+        for p in notices {
+            m.barrier_notices
+                .entry(p)
+                .and_modify(|w| {
+                    if *w != Some(from) {
+                        *w = None;
+                    }
+                })
+                .or_insert(Some(from));
+        }
+        if m.barrier_arrived.len() == usize::from(m.nodes) {
+            let notices = std::mem::take(&mut m.barrier_notices)
+                .into_iter()
+                .map(|(page, writer)| WriteNotice { page, writer })
+                .collect();
+            m.barrier_arrived.clear();
+            m.barrier_digest = None;
+            let grant = Msg::BarrierGrant {
+                epoch: m.barrier_epoch,
+                notices,
+            };
+            m.barrier_epoch += 1;
+            self.broadcast(grant);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_wait(&mut self, from: NodeId, epoch: u32) -> Result<(), ProtocolError> {
+        self.check_master(from, MsgKind::Wait)?;
+        let m = &mut self.mgr;
+        if epoch != m.wait_epoch || !m.wait_arrived.insert(from) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Wait,
+                why: "wrong wait epoch or arrived twice",
+            });
+        }
+        if m.wait_arrived.len() == usize::from(m.nodes) {
+            m.wait_arrived.clear();
+            let grant = Msg::WaitGrant {
+                epoch: m.wait_epoch,
+            };
+            m.wait_epoch += 1;
+            self.broadcast(grant);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_exit(&mut self, from: NodeId, stats: Vec<u64>) -> Result<(), ProtocolError> {
+        self.check_master(from, MsgKind::Exit)?;
+        if Stats::from_counters(&stats).is_none() {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Exit,
+                why: "statistics of the wrong length",
+            });
+        }
+        let m = &mut self.mgr;
+        if m.exit_stats.insert(from, stats).is_some() {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Exit,
+                why: "exited twice",
+            });
+        }
+        if m.exit_stats.len() == usize::from(m.nodes) {
+            let nodes = std::mem::take(&mut m.exit_stats)
+                .into_values()
+                .map(|c| Stats::from_counters(&c).unwrap_or_default())
+                .collect();
+            self.effects.push_back(Effect::JobStats { nodes });
+            self.broadcast(Msg::ExitGrant);
+        }
+        Ok(())
+    }
+
+    // ----- condition variables -----
+
+    fn check_cv(cv: CvId) -> Result<(), UsageError> {
+        if cv.0 >= MAX_CVS {
+            Err(UsageError::BadCv(cv.0))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sets `cv` and wakes its waiters; a release: writes before it are visible to them.
+    pub fn setcv(&mut self, now: Time, cv: CvId, waiter: WaiterId) -> Result<(), UsageError> {
+        Self::check_cv(cv)?;
+        self.flush_writes(now);
+        let c = usize::from(cv.0);
+        let notices = self.notices_after(self.cvs[c].sent);
+        self.cvs[c].sent = self.interval;
+        self.interval += 1;
+        self.after_flush.push_back(AfterFlush::SetCv {
+            cv,
+            waiter,
+            notices,
+            through: self.next_diff_id,
+        });
+        self.complete_flushes(now);
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    /// Clears `cv`; later waiters block until it is set again.
+    pub fn resetcv(&mut self, now: Time, cv: CvId, waiter: WaiterId) -> Result<(), UsageError> {
+        Self::check_cv(cv)?;
+        let manager = self.manager_of(cv.0);
+        self.send(manager, Msg::ResetCv { cv });
+        self.resume(waiter);
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    /// Waits until `cv` is set; an acquire: sees the writes before the set.
+    pub fn waitcv(&mut self, now: Time, cv: CvId, waiter: WaiterId) -> Result<(), UsageError> {
+        Self::check_cv(cv)?;
+        let c = &mut self.cvs[usize::from(cv.0)];
+        c.waiting.push(waiter);
+        if c.waiting.len() == 1 {
+            let seen = c.seen;
+            let manager = self.manager_of(cv.0);
+            self.send(manager, Msg::WaitCv { cv, seen });
+        }
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    fn cv_manager(
+        &mut self,
+        from: NodeId,
+        cv: CvId,
+        kind: MsgKind,
+    ) -> Result<&mut CvMgr, ProtocolError> {
+        if self.manager_of(cv.0) != self.cfg.node {
+            return Err(ProtocolError {
+                from,
+                kind,
+                why: "condition variable not managed here",
+            });
+        }
+        Ok(self.mgr.cvs.entry(cv).or_default())
+    }
+
+    pub(crate) fn on_set_cv(
+        &mut self,
+        from: NodeId,
+        cv: CvId,
+        notices: Vec<PageNum>,
+    ) -> Result<(), ProtocolError> {
+        let epoch = self.epoch;
+        let m = self.cv_manager(from, cv, MsgKind::SetCv)?;
+        m.set = true;
+        m.counter += 1;
+        let counter = m.counter;
+        record_notices(&mut m.notices, notices, counter, epoch, epoch);
+        let waiters = std::mem::take(&mut m.waiters);
+        let grants: Vec<_> = waiters
+            .into_iter()
+            .map(|(n, seen)| {
+                (
+                    n,
+                    Msg::CvGrant {
+                        cv,
+                        counter,
+                        notices: notices_since(&m.notices, seen),
+                    },
+                )
+            })
+            .collect();
+        for (n, g) in grants {
+            self.send(n, g);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_reset_cv(&mut self, from: NodeId, cv: CvId) -> Result<(), ProtocolError> {
+        self.cv_manager(from, cv, MsgKind::ResetCv)?.set = false;
+        Ok(())
+    }
+
+    pub(crate) fn on_wait_cv(
+        &mut self,
+        from: NodeId,
+        cv: CvId,
+        seen: u32,
+    ) -> Result<(), ProtocolError> {
+        let m = self.cv_manager(from, cv, MsgKind::WaitCv)?;
+        if m.waiters.iter().any(|&(n, _)| n == from) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::WaitCv,
+                why: "node already waits",
+            });
+        }
+        if m.set {
+            let grant = Msg::CvGrant {
+                cv,
+                counter: m.counter,
+                notices: notices_since(&m.notices, seen),
+            };
+            self.send(from, grant);
+        } else {
+            m.waiters.push((from, seen));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_cv_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        cv: CvId,
+        counter: u32,
+        notices: Vec<PageNum>,
+    ) -> Result<(), ProtocolError> {
+        let c = usize::from(cv.0);
+        if from != self.manager_of(cv.0) || self.cvs[c].waiting.is_empty() {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::CvGrant,
+                why: "no wait on that variable",
+            });
+        }
+        self.invalidate(now, notices);
+        self.cvs[c].seen = counter;
+        for w in std::mem::take(&mut self.cvs[c].waiting) {
+            self.stats.cv_waits += 1;
+            self.resume(w);
+        }
+        Ok(())
+    }
+}

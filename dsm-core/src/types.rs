@@ -1,0 +1,168 @@
+//! Identifiers, sizes and small value types shared by every part of the protocol.
+//!
+//! Ids are newtypes, not aliases, so a page number can never be passed where a node id is
+//! expected. Raw numbers carry their unit in their name (`_bytes`, `_pages`, `_ns`).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Bytes in one shared page. JIAJIA's unit, and the x86-64 base page.
+pub const PAGE_SIZE: usize = 4096;
+/// Locks are numbered `0..MAX_LOCKS`, as in JIAJIA.
+pub const MAX_LOCKS: u16 = 64;
+/// Condition variables are numbered `0..MAX_CVS`, as in JIAJIA.
+pub const MAX_CVS: u16 = 16;
+/// The largest job the protocol (and its wire format) supports.
+pub const MAX_NODES: u16 = 4096;
+
+/// One node (process) of the job; node 0 is the master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u16);
+
+/// A page of the shared region, counted from the start of the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageNum(pub u32);
+
+/// A lock, `0..MAX_LOCKS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LockId(pub u16);
+
+/// A condition variable, `0..MAX_CVS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CvId(pub u16);
+
+/// A byte offset from the start of the shared region (the same on every node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GlobalAddr(pub u64);
+
+/// Who is blocked in the core: the runtime's name for an application thread (or the simulator's
+/// name for a simulated program). The core hands it back in [`crate::Effect::Resume`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WaiterId(pub u64);
+
+/// A point in time, as nanoseconds since an origin the caller chooses. The core never reads a
+/// clock: every input takes `now`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+/// The kind of access that faulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Access {
+    /// A load.
+    Read,
+    /// A store.
+    Write,
+}
+
+/// What the application may do with a page: the protection the runtime applies with mprotect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Prot {
+    /// No access: the next touch faults.
+    None,
+    /// Loads only.
+    Read,
+    /// Loads and stores.
+    ReadWrite,
+}
+
+/// The state of a page as seen by one node, JIAJIA's four states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageState {
+    /// Not allocated.
+    Unmapped,
+    /// Allocated, not valid here: the next touch fetches it from its home.
+    Invalid,
+    /// Valid here, readable; a write faults (and makes a twin).
+    ReadOnly,
+    /// Valid here and writable; written in the current interval.
+    ReadWrite,
+}
+
+impl NodeId {
+    /// The id as an index.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+impl PageNum {
+    /// The page as an index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+    /// The page's first byte.
+    pub fn addr(self) -> GlobalAddr {
+        GlobalAddr(u64::from(self.0) * PAGE_SIZE as u64)
+    }
+}
+
+impl GlobalAddr {
+    /// The page holding this byte.
+    pub fn page(self) -> PageNum {
+        PageNum((self.0 / PAGE_SIZE as u64) as u32)
+    }
+    /// The offset of this byte inside its page.
+    pub fn offset(self) -> usize {
+        (self.0 % PAGE_SIZE as u64) as usize
+    }
+    /// This address plus `bytes`.
+    pub fn offset_by(self, bytes: u64) -> GlobalAddr {
+        GlobalAddr(self.0 + bytes)
+    }
+}
+
+impl Time {
+    /// The time `d` after `self`.
+    pub fn after(self, d: Duration) -> Time {
+        Time(
+            self.0
+                .saturating_add(d.as_nanos().min(u128::from(u64::MAX)) as u64),
+        )
+    }
+    /// Nanoseconds from `earlier` to `self` (zero if `earlier` is later).
+    pub fn since(self, earlier: Time) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {}", self.0)
+    }
+}
+
+impl fmt::Display for PageNum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "page {}", self.0)
+    }
+}
+
+impl fmt::Display for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lock {}", self.0)
+    }
+}
+
+impl fmt::Display for CvId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "condition variable {}", self.0)
+    }
+}
+
+/// A page's bytes, on the heap.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PageBuf(pub Box<[u8; PAGE_SIZE]>);
+
+impl PageBuf {
+    /// A page of zeros.
+    pub fn zeroed() -> PageBuf {
+        PageBuf(Box::new([0; PAGE_SIZE]))
+    }
+}
+
+impl fmt::Debug for PageBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nonzero = self.0.iter().filter(|&&b| b != 0).count();
+        write!(f, "PageBuf({nonzero} non-zero bytes)")
+    }
+}

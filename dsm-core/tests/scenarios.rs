@@ -1,0 +1,646 @@
+//! Scenario tests: one protocol rule each, written as programs on a simulated cluster.
+
+use dsm_core::sim::{Cluster, Op, SimError, TraceEntry};
+use dsm_core::{
+    Access, AllocPolicy, CoreConfig, CvId, Effect, GlobalAddr, JobError, LockId, Msg, MsgKind,
+    Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Time, UsageError, VecMemory, WaiterId,
+};
+use std::time::Duration;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+fn no_prefetch(c: &mut CoreConfig) {
+    c.prefetch.enabled = false;
+}
+
+/// A cluster of `n` nodes without prefetch and `pages` pages all homed on node 0.
+fn cluster_homed_on_0(n: u16, pages: u64, seed: u64) -> (Cluster, GlobalAddr) {
+    let mut c = Cluster::new(n, seed, no_prefetch);
+    let base = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
+        .unwrap();
+    (c, base)
+}
+
+fn kinds(trace: &[TraceEntry]) -> Vec<(u16, u16, MsgKind)> {
+    trace.iter().map(|t| (t.from.0, t.to.0, t.kind)).collect()
+}
+
+#[test]
+fn read_fault_on_remote_page_fetches_from_home_in_one_round_trip() {
+    let (mut c, x) = cluster_homed_on_0(2, 1, 1);
+    c.trace = Some(Vec::new());
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    assert_eq!(
+        kinds(c.trace.as_ref().unwrap()),
+        vec![(1, 0, MsgKind::GetPage), (0, 1, MsgKind::GetPageGrant)]
+    );
+    assert_eq!(c.node(1).page_state(x.page()), PageState::ReadOnly);
+    assert_eq!(c.node(1).stats().read_faults_remote, 1);
+}
+
+#[test]
+fn home_pages_are_readable_without_any_message() {
+    let (mut c, x) = cluster_homed_on_0(2, 1, 2);
+    c.trace = Some(Vec::new());
+    assert_eq!(c.read_u64(0, x).unwrap(), 0);
+    assert!(c.trace.as_ref().unwrap().is_empty());
+}
+
+#[test]
+fn write_under_a_lock_is_seen_by_the_next_holder() {
+    for seed in 0..20 {
+        let (mut c, x) = cluster_homed_on_0(3, 1, seed);
+        c.lock(1, 7).unwrap();
+        c.write_u64(1, x, 42).unwrap();
+        c.unlock(1, 7).unwrap();
+        c.lock(2, 7).unwrap();
+        assert_eq!(c.read_u64(2, x).unwrap(), 42, "seed {seed}");
+        c.unlock(2, 7).unwrap();
+    }
+}
+
+#[test]
+fn a_copy_stays_stale_until_its_holder_acquires() {
+    let (mut c, x) = cluster_homed_on_0(3, 1, 3);
+    assert_eq!(c.read_u64(2, x).unwrap(), 0); // node 2 caches the page
+    c.lock(1, 0).unwrap();
+    c.write_u64(1, x, 5).unwrap();
+    c.unlock(1, 0).unwrap();
+    // Lazy: no acquire by node 2 yet, so its copy is untouched.
+    assert_eq!(c.read_u64(2, x).unwrap(), 0);
+    c.lock(2, 0).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 5);
+    assert_eq!(c.node(2).stats().invalidations, 1);
+}
+
+#[test]
+fn two_writers_of_one_page_are_merged_at_the_home() {
+    let (mut c, x) = cluster_homed_on_0(3, 1, 4);
+    let y = x.offset_by(8);
+    c.lock(1, 1).unwrap();
+    c.lock(2, 2).unwrap();
+    c.write_u64(1, x, 11).unwrap();
+    c.write_u64(2, y, 22).unwrap();
+    c.unlock(1, 1).unwrap();
+    c.unlock(2, 2).unwrap();
+    c.barrier().unwrap();
+    for n in 0..3 {
+        assert_eq!(c.read_u64(n, x).unwrap(), 11);
+        assert_eq!(c.read_u64(n, y).unwrap(), 22);
+    }
+    assert_eq!(c.node(0).stats().diffs_applied, 2);
+}
+
+#[test]
+fn writes_at_the_home_invalidate_other_copies_at_the_next_barrier() {
+    let (mut c, x) = cluster_homed_on_0(2, 1, 5);
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    c.write_u64(0, x, 9).unwrap();
+    assert_eq!(c.node(0).stats().write_faults_local, 1);
+    c.barrier().unwrap();
+    assert_eq!(c.node(1).page_state(x.page()), PageState::Invalid);
+    assert_eq!(c.read_u64(1, x).unwrap(), 9);
+}
+
+#[test]
+fn a_barrier_makes_every_write_visible_everywhere() {
+    let mut c = Cluster::new(4, 6, |_| {});
+    let base = c
+        .alloc(
+            AllocPolicy::Cyclic {
+                block_bytes: PAGE,
+                start: NodeId(0),
+            },
+            8 * PAGE,
+        )
+        .unwrap();
+    for n in 0..4u16 {
+        for p in 0..8u64 {
+            c.push(
+                n,
+                0,
+                Op::Write(
+                    base.offset_by(p * PAGE + 8 * u64::from(n)),
+                    u64::from(n) * 100 + p,
+                ),
+            );
+        }
+    }
+    c.run().unwrap();
+    c.barrier().unwrap();
+    for reader in 0..4u16 {
+        for n in 0..4u16 {
+            for p in 0..8u64 {
+                let v = c
+                    .read_u64(reader, base.offset_by(p * PAGE + 8 * u64::from(n)))
+                    .unwrap();
+                assert_eq!(v, u64::from(n) * 100 + p);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_writer_alone_on_a_page_keeps_its_copy_across_a_barrier() {
+    let (mut c, x) = cluster_homed_on_0(2, 1, 7);
+    c.write_u64(1, x, 3).unwrap();
+    c.barrier().unwrap();
+    assert_eq!(c.node(1).page_state(x.page()), PageState::ReadOnly);
+    assert_eq!(c.node(1).stats().invalidations, 0);
+}
+
+#[test]
+fn wait_synchronises_without_moving_data() {
+    let (mut c, x) = cluster_homed_on_0(3, 1, 8);
+    c.write_u64(1, x, 3).unwrap();
+    c.push_all(Op::Wait);
+    c.run().unwrap();
+    assert_eq!(c.total_stats().diffs_sent, 0);
+    assert_eq!(c.node(0).stats().waits, 1);
+}
+
+#[test]
+fn setcv_wakes_a_waiter_that_then_sees_the_writes_before_it() {
+    let (mut c, x) = cluster_homed_on_0(3, 1, 9);
+    assert_eq!(c.read_u64(2, x).unwrap(), 0);
+    c.push(2, 0, Op::WaitCv(CvId(3)));
+    c.push(2, 0, Op::Read(x));
+    c.push(1, 0, Op::Write(x, 77));
+    c.push(1, 0, Op::SetCv(CvId(3)));
+    c.run().unwrap();
+    assert_eq!(c.reads[2].last().unwrap().1, 77);
+}
+
+#[test]
+fn resetcv_makes_later_waiters_block_until_the_next_set() {
+    let (mut c, _) = cluster_homed_on_0(2, 1, 10);
+    c.push(0, 0, Op::SetCv(CvId(1)));
+    c.run().unwrap();
+    c.push(1, 0, Op::WaitCv(CvId(1))); // set: returns at once
+    c.run().unwrap();
+    c.push(0, 0, Op::ResetCv(CvId(1)));
+    c.run().unwrap();
+    c.push(1, 0, Op::WaitCv(CvId(1)));
+    assert!(matches!(c.run(), Err(SimError::Stuck { .. })));
+    c.push(0, 0, Op::SetCv(CvId(1)));
+    c.run().unwrap();
+}
+
+#[test]
+fn nested_locks_carry_their_own_write_notices() {
+    let (mut c, x) = cluster_homed_on_0(3, 2, 11);
+    let y = x.offset_by(PAGE);
+    c.lock(1, 1).unwrap();
+    c.lock(1, 2).unwrap();
+    c.write_u64(1, x, 1).unwrap();
+    c.unlock(1, 2).unwrap();
+    c.write_u64(1, y, 2).unwrap();
+    c.unlock(1, 1).unwrap();
+    c.lock(2, 1).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 1);
+    assert_eq!(c.read_u64(2, y).unwrap(), 2);
+}
+
+#[test]
+fn the_same_lock_twice_by_one_thread_is_an_error() {
+    let (mut c, _) = cluster_homed_on_0(2, 1, 12);
+    c.lock(1, 4).unwrap();
+    c.push(1, 0, Op::Lock(LockId(4)));
+    assert!(matches!(
+        c.run(),
+        Err(SimError::Usage {
+            error: UsageError::LockAlreadyHeld(LockId(4)),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn unlocking_a_lock_not_held_and_bad_ids_are_errors() {
+    let mut n = Node::new(CoreConfig::new(NodeId(0), 1), VecMemory::new());
+    let w = WaiterId(0);
+    assert_eq!(
+        n.release(Time(0), LockId(3), w),
+        Err(UsageError::LockNotHeld(LockId(3)))
+    );
+    assert_eq!(
+        n.acquire(Time(0), LockId(64), w),
+        Err(UsageError::BadLock(64))
+    );
+    assert_eq!(n.waitcv(Time(0), CvId(16), w), Err(UsageError::BadCv(16)));
+    assert_eq!(
+        n.handle_fault(Time(0), PageNum(0), Access::Read, w),
+        Err(UsageError::Unallocated { page: PageNum(0) })
+    );
+}
+
+#[test]
+fn lock_requests_go_to_lock_mod_nodes() {
+    let (mut c, _) = cluster_homed_on_0(3, 1, 13);
+    c.trace = Some(Vec::new());
+    c.lock(0, 5).unwrap();
+    c.unlock(0, 5).unwrap();
+    assert_eq!(
+        kinds(c.trace.as_ref().unwrap()),
+        vec![
+            (0, 2, MsgKind::Acquire),
+            (2, 0, MsgKind::AcquireGrant),
+            (0, 2, MsgKind::Release)
+        ]
+    );
+}
+
+#[test]
+fn two_threads_faulting_on_one_page_share_one_request() {
+    let (mut c, x) = cluster_homed_on_0(2, 1, 14);
+    c.set_threads(1, 2);
+    c.push(1, 0, Op::Read(x));
+    c.push(1, 1, Op::Read(x.offset_by(8)));
+    // Both threads fault before any message moves: run one step of each first.
+    c.run().unwrap();
+    let s = c.node(1).stats();
+    assert_eq!(s.getp_sent, 1, "{s:?}");
+    assert_eq!(s.read_faults_remote + s.read_faults_local, 2);
+}
+
+#[test]
+fn threads_of_one_node_fetch_different_pages_concurrently() {
+    let (mut c, x) = cluster_homed_on_0(2, 4, 15);
+    c.set_threads(1, 4);
+    for t in 0..4 {
+        c.push(1, t, Op::Write(x.offset_by(t as u64 * PAGE), t as u64 + 1));
+    }
+    c.run().unwrap();
+    assert_eq!(c.node(1).stats().getp_sent, 4);
+    c.barrier().unwrap();
+    for t in 0..4 {
+        assert_eq!(c.read_u64(0, x.offset_by(t * PAGE)).unwrap(), t + 1);
+    }
+}
+
+#[test]
+fn a_small_cache_evicts_the_oldest_page_and_a_dirty_one_sends_its_diff_first() {
+    let mut c = Cluster::new(2, 16, |c| {
+        c.prefetch.enabled = false;
+        c.cache_pages = 2;
+    });
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 4 * PAGE).unwrap();
+    c.lock(1, 0).unwrap();
+    c.write_u64(1, x, 99).unwrap(); // dirty, cached
+    for p in 1..4 {
+        c.read_u64(1, x.offset_by(p * PAGE)).unwrap();
+    }
+    assert!(c.node(1).cached_pages() <= 2);
+    let s = c.node(1).stats();
+    assert_eq!(s.evictions, 2);
+    assert_eq!(s.dirty_evictions, 1);
+    c.unlock(1, 0).unwrap();
+    c.lock(0, 0).unwrap();
+    assert_eq!(c.read_u64(0, x).unwrap(), 99);
+    // And node 1 reads its own write back from the home.
+    assert_eq!(c.read_u64(1, x).unwrap(), 99);
+}
+
+#[test]
+fn prefetch_brings_the_following_pages_in_one_request() {
+    let mut c = Cluster::new(2, 17, |c| {
+        c.prefetch.prefetch_pages = 4;
+        c.prefetch.max_checking_pages = 8;
+    });
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 8 * PAGE).unwrap();
+    for p in 0..5 {
+        c.read_u64(1, x.offset_by(p * PAGE)).unwrap();
+    }
+    let s = c.node(1).stats();
+    assert_eq!(s.getp_sent, 1);
+    assert_eq!(s.prefetch_requested, 4);
+    assert_eq!(s.prefetch_used, 4);
+    assert_eq!(s.read_faults_remote, 1);
+    assert_eq!(s.read_faults_local, 4);
+}
+
+#[test]
+fn prefetch_crosses_homes_with_one_request_per_home() {
+    let mut c = Cluster::new(3, 18, |c| {
+        c.prefetch.prefetch_pages = 3;
+        c.prefetch.max_checking_pages = 3;
+    });
+    // Pages homed 0, 2, 0, 2 (node 1 homes none of them).
+    let x = c
+        .alloc(
+            AllocPolicy::Blocks {
+                blocks_bytes: vec![PAGE],
+                start: NodeId(0),
+            },
+            PAGE,
+        )
+        .unwrap();
+    let _ = c.alloc(AllocPolicy::OnNode(NodeId(2)), PAGE).unwrap();
+    let _ = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+    let _ = c.alloc(AllocPolicy::OnNode(NodeId(2)), PAGE).unwrap();
+    c.read_u64(1, x).unwrap();
+    let s = c.node(1).stats();
+    assert_eq!(s.getp_sent, 2);
+    assert_eq!(s.prefetch_requested, 3);
+}
+
+#[test]
+fn prefetch_off_fetches_one_page_per_fault() {
+    let (mut c, x) = cluster_homed_on_0(2, 4, 19);
+    for p in 0..4 {
+        c.read_u64(1, x.offset_by(p * PAGE)).unwrap();
+    }
+    assert_eq!(c.node(1).stats().getp_sent, 4);
+    assert_eq!(c.node(1).stats().prefetch_requested, 0);
+}
+
+#[test]
+fn allocation_policies_place_homes_like_jiajia() {
+    let mut c = Cluster::new(3, 20, |_| {});
+    let a = c
+        .alloc(
+            AllocPolicy::Cyclic {
+                block_bytes: 2 * PAGE,
+                start: NodeId(1),
+            },
+            6 * PAGE,
+        )
+        .unwrap();
+    let b = c.alloc(AllocPolicy::RoundRobin, 100).unwrap();
+    let d = c.alloc(AllocPolicy::RoundRobin, PAGE + 1).unwrap();
+    let homes = |c: &Cluster, addr: GlobalAddr, n: u32| -> Vec<u16> {
+        (0..n)
+            .map(|i| c.node(2).home_of(PageNum(addr.page().0 + i)).unwrap().0)
+            .collect()
+    };
+    assert_eq!(homes(&c, a, 6), vec![1, 1, 2, 2, 0, 0]);
+    assert_eq!(homes(&c, b, 1), vec![0]);
+    assert_eq!(homes(&c, d, 2), vec![1, 1]);
+    assert_eq!(d.0 - b.0, PAGE, "sizes are rounded up to pages");
+    // Same addresses on every node.
+    assert_eq!(c.node(0).allocated_pages(), c.node(2).allocated_pages());
+}
+
+#[test]
+fn nodes_that_allocate_differently_are_stopped_at_the_next_barrier() {
+    let mut c = Cluster::new(2, 21, |_| {});
+    c.node_mut(0)
+        .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE)
+        .unwrap();
+    c.node_mut(1)
+        .alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE)
+        .unwrap();
+    let r = c.barrier();
+    assert!(
+        matches!(
+            r,
+            Err(SimError::Aborted {
+                error: JobError::AllocMismatch { .. },
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn exit_waits_for_everyone_and_gives_node_0_every_nodes_statistics() {
+    let (mut c, x) = cluster_homed_on_0(3, 1, 22);
+    c.read_u64(2, x).unwrap();
+    c.push_all(Op::Exit);
+    c.run().unwrap();
+    let stats = c.job_stats.clone().expect("node 0 reports statistics");
+    assert_eq!(stats.len(), 3);
+    assert_eq!(stats[2].getp_sent, 1);
+    assert_eq!(stats[0].pages_served, 1);
+}
+
+#[test]
+fn an_unanswered_page_request_ends_the_job_naming_the_home() {
+    let mut c = Cluster::new(2, 23, |c| {
+        c.prefetch.enabled = false;
+        c.reply_timeout = Some(Duration::from_secs(10));
+    });
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+    c.drop_per_mille = 1000;
+    c.push(1, 0, Op::Read(x));
+    match c.run() {
+        Err(SimError::Aborted {
+            node,
+            error:
+                JobError::NoReply {
+                    peer,
+                    what,
+                    waited_ms,
+                },
+        }) => {
+            assert_eq!((node, peer, what), (NodeId(1), NodeId(0), "GETP"));
+            assert!(waited_ms >= 10_000);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
+
+/// Drives two nodes by hand (no simulator) to force an interleaving.
+fn pair() -> (Node<VecMemory>, Node<VecMemory>) {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 2);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    (mk(0), mk(1))
+}
+
+#[test]
+fn a_grant_older_than_a_write_notice_is_fetched_again() {
+    let (_, mut n1) = pair();
+    let t = Time(0);
+    n1.handle_fault(t, PageNum(0), Access::Read, WaiterId(0))
+        .unwrap();
+    assert!(matches!(
+        n1.poll_transmit().unwrap().msg,
+        Msg::GetPage { .. }
+    ));
+    // Node 1 takes lock 0 (managed by node 0) and learns page 0 was written.
+    n1.acquire(t, LockId(0), WaiterId(1)).unwrap();
+    let _ = n1.poll_transmit();
+    n1.handle_message(
+        t,
+        NodeId(0),
+        Msg::AcquireGrant {
+            lock: LockId(0),
+            counter: 1,
+            notices: vec![PageNum(0)],
+        },
+    )
+    .unwrap();
+    // The old grant arrives: it is not installed; the page is asked for again.
+    n1.handle_message(
+        t,
+        NodeId(0),
+        Msg::GetPageGrant {
+            page: PageNum(0),
+            data: PageBuf::zeroed(),
+        },
+    )
+    .unwrap();
+    assert_eq!(n1.page_state(PageNum(0)), PageState::Invalid);
+    assert!(matches!(
+        n1.poll_transmit().unwrap().msg,
+        Msg::GetPage { .. }
+    ));
+    let mut fresh = PageBuf::zeroed();
+    fresh.0[0] = 1;
+    n1.handle_message(
+        t,
+        NodeId(0),
+        Msg::GetPageGrant {
+            page: PageNum(0),
+            data: fresh,
+        },
+    )
+    .unwrap();
+    assert_eq!(n1.memory().load_u64(PageNum(0), 0), 1);
+    let resumed: Vec<_> = std::iter::from_fn(|| n1.poll_effect()).collect();
+    assert!(resumed.contains(&Effect::Resume {
+        waiter: WaiterId(0)
+    }));
+}
+
+#[test]
+fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
+    let (mut n0, mut n1) = pair();
+    let t = Time(0);
+    let bogus = [
+        Msg::GetPageGrant {
+            page: PageNum(0),
+            data: PageBuf::zeroed(),
+        }, // not requested
+        Msg::DiffGrant { id: 9 }, // nothing outstanding
+        Msg::AcquireGrant {
+            lock: LockId(0),
+            counter: 1,
+            notices: vec![],
+        }, // not requested
+        Msg::BarrierGrant {
+            epoch: 0,
+            notices: vec![],
+        }, // not in a barrier
+        Msg::GetPage {
+            access: Access::Read,
+            pages: vec![PageNum(0)],
+        }, // not homed at node 1
+        Msg::Release {
+            lock: LockId(1),
+            epoch: 0,
+            notices: vec![],
+        }, // lock 1 not managed here
+    ];
+    for m in bogus {
+        assert!(
+            n1.handle_message(t, NodeId(0), m.clone()).is_err(),
+            "{m:?} accepted"
+        );
+    }
+    assert!(n1.poll_transmit().is_none());
+    // At the home: a diff for a page past the region, a release of a lock nobody holds.
+    assert!(
+        n0.handle_message(
+            t,
+            NodeId(1),
+            Msg::Diff {
+                id: 0,
+                diffs: vec![dsm_core::PageDiff {
+                    page: PageNum(5),
+                    runs: vec![]
+                }]
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        n0.handle_message(
+            t,
+            NodeId(1),
+            Msg::Release {
+                lock: LockId(0),
+                epoch: 0,
+                notices: vec![]
+            }
+        )
+        .is_err()
+    );
+    // A sender that is not another node of the job.
+    assert!(n0.handle_message(t, NodeId(7), Msg::ExitGrant).is_err());
+    assert!(n0.handle_message(t, NodeId(0), Msg::ExitGrant).is_err());
+    assert!(n0.poll_transmit().is_none());
+}
+
+#[test]
+fn an_error_from_another_node_aborts_this_one() {
+    let (mut n0, mut n1) = pair();
+    n1.broadcast_error("matrix not symmetric");
+    let tx = n1.poll_transmit().unwrap();
+    assert_eq!(tx.to, NodeId(0));
+    n0.handle_message(Time(0), NodeId(1), tx.msg).unwrap();
+    assert_eq!(
+        n0.poll_effect(),
+        Some(Effect::Abort {
+            error: JobError::Remote {
+                from: NodeId(1),
+                text: "matrix not symmetric".into()
+            }
+        })
+    );
+}
+
+#[test]
+fn a_dirty_page_named_by_an_acquire_sends_its_diff_before_dropping() {
+    let (mut c, x) = cluster_homed_on_0(3, 1, 24);
+    let y = x.offset_by(8);
+    // Node 2 writes y under lock 2.
+    c.lock(2, 2).unwrap();
+    c.write_u64(2, y, 2).unwrap();
+    c.unlock(2, 2).unwrap();
+    // Node 1 writes x under lock 1 (page cached and dirty), then takes lock 2: the notice for
+    // the page drops node 1's copy, whose diff must not be lost.
+    c.lock(1, 1).unwrap();
+    c.write_u64(1, x, 1).unwrap();
+    c.lock(1, 2).unwrap();
+    assert_eq!(c.read_u64(1, y).unwrap(), 2);
+    assert_eq!(c.read_u64(1, x).unwrap(), 1);
+    c.unlock(1, 2).unwrap();
+    c.unlock(1, 1).unwrap();
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(0, x).unwrap(), 1);
+    assert_eq!(c.read_u64(0, y).unwrap(), 2);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    let run = |seed| {
+        let mut c = Cluster::new(4, seed, |_| {});
+        c.trace = Some(Vec::new());
+        let x = c
+            .alloc(
+                AllocPolicy::Cyclic {
+                    block_bytes: PAGE,
+                    start: NodeId(0),
+                },
+                4 * PAGE,
+            )
+            .unwrap();
+        for n in 0..4u16 {
+            c.push(n, 0, Op::Lock(LockId(0)));
+            c.push(n, 0, Op::Write(x.offset_by(u64::from(n) * PAGE), 1));
+            c.push(n, 0, Op::Unlock(LockId(0)));
+        }
+        c.run().unwrap();
+        kinds(c.trace.as_ref().unwrap())
+    };
+    assert_eq!(run(5), run(5));
+    assert_ne!(run(5), run(6));
+}

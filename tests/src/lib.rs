@@ -1,0 +1,1 @@
+//! Cross-crate tests (every app on every transport, multi-host, faults) arrive with the runtime.
