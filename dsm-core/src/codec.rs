@@ -388,7 +388,11 @@ fn decode_payload(kind: MsgKind, r: &mut Reader<'_>) -> Result<Msg, DecodeError>
                     value: len as u64,
                 });
             }
-            let text = String::from_utf8_lossy(r.take(len)?).into_owned();
+            let text =
+                String::from_utf8(r.take(len)?.to_vec()).map_err(|e| DecodeError::BadValue {
+                    field: "error text (UTF-8)",
+                    value: e.utf8_error().valid_up_to() as u64,
+                })?;
             Msg::Error { text }
         }
     })

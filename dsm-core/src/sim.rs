@@ -21,6 +21,9 @@ use crate::node::{CoreConfig, Effect, JobError, Node, UsageError};
 use crate::stats::Stats;
 use crate::types::{Access, CvId, GlobalAddr, LockId, NodeId, Prot, Time, WaiterId};
 
+/// Scheduling weight of a runnable thread against a link's speed.
+const THREAD_WEIGHT: u64 = 20;
+
 /// One step of a simulated thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -151,6 +154,9 @@ pub struct Cluster {
     threads: Vec<Vec<SimThread>>,
     queues: BTreeMap<(u16, u16), VecDeque<Vec<u8>>>,
     active: Vec<(u16, u16)>,
+    /// Relative delivery speed of each link, drawn from the seed on first use: slow links hold
+    /// messages back for long stretches, which is what exposes races between peers.
+    link_speed: BTreeMap<(u16, u16), u64>,
     rng: Rng,
     now: Time,
     steps: u64,
@@ -191,6 +197,7 @@ impl Cluster {
             threads: (0..n).map(|_| vec![SimThread::default()]).collect(),
             queues: BTreeMap::new(),
             active: Vec::new(),
+            link_speed: BTreeMap::new(),
             rng,
             now: Time(0),
             steps: 0,
@@ -324,12 +331,19 @@ impl Cluster {
             }
             self.steps += 1;
             self.now = Time(self.now.0 + 1_000);
-            let pick = self.rng.below(choices as u64) as usize;
-            if pick < runnable.len() {
-                let (n, t) = runnable[pick];
+            let speeds: Vec<u64> = self.active.iter().map(|k| self.link_speed[k]).collect();
+            let total = runnable.len() as u64 * THREAD_WEIGHT + speeds.iter().sum::<u64>();
+            let mut pick = self.rng.below(total);
+            if pick < runnable.len() as u64 * THREAD_WEIGHT {
+                let (n, t) = runnable[(pick / THREAD_WEIGHT) as usize];
                 self.step_thread(n, t)?;
             } else {
-                let idx = pick - runnable.len();
+                pick -= runnable.len() as u64 * THREAD_WEIGHT;
+                let mut idx = 0;
+                while pick >= speeds[idx] {
+                    pick -= speeds[idx];
+                    idx += 1;
+                }
                 self.deliver(idx)?;
             }
         }
@@ -453,6 +467,14 @@ impl Cluster {
                 "frame_len disagrees with encoding"
             );
             let key = (n as u16, tx.to.0);
+            if !self.link_speed.contains_key(&key) {
+                let speed = if self.rng.chance(25) {
+                    1
+                } else {
+                    2 + self.rng.below(40)
+                };
+                self.link_speed.insert(key, speed);
+            }
             let q = self.queues.entry(key).or_default();
             if q.is_empty() {
                 self.active.push(key);
