@@ -1,0 +1,856 @@
+//! Reliable, ordered delivery of whole messages over a datagram service: the sans-IO state machine
+//! shared by UDP and RDMA UD.
+//!
+//! Per peer: sequence numbers on fragments, cumulative acknowledgements piggybacked on data (or
+//! sent alone), a window of fragments in flight, retransmission on an adaptive timeout (RFC 6298:
+//! smoothed RTT and variance, Karn's rule, exponential back-off) and fast retransmission after three
+//! duplicate acks, an out-of-order buffer so one loss does not discard what followed, duplicate
+//! suppression, fragmentation of messages larger than a datagram and reassembly in order, and
+//! heartbeats so a peer that stops answering is noticed even when nothing is in flight.
+//!
+//! Like quinn-proto it owns no socket and reads no clock: feed it datagrams and the time, drain the
+//! datagrams it wants sent and the events (messages delivered, peers lost).
+//!
+//! Datagram header (little-endian, [`HEADER_BYTES`] bytes):
+//! `magic u16 = 0x5544, version u8, flags u8, cookie u64, from u16, seq u32, ack u32`, then the
+//! fragment. `ack` is the next sequence number the sender expects from the receiver.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// First two bytes of every datagram.
+pub const MAGIC: u16 = 0x5544;
+/// Datagram format version.
+pub const VERSION: u8 = 1;
+/// Bytes of datagram header.
+pub const HEADER_BYTES: usize = 22;
+
+const FLAG_DATA: u8 = 1;
+const FLAG_MORE: u8 = 2;
+/// On an ack: the receiver holds fragments beyond a gap (a duplicate ack that means loss).
+const FLAG_GAP: u8 = 4;
+
+/// Settings of the reliability layer.
+#[derive(Clone, Debug)]
+pub struct ReliableConfig {
+    /// Largest datagram, header included.
+    pub max_datagram_bytes: usize,
+    /// Fragments in flight per peer before new ones wait.
+    pub window: usize,
+    /// Retransmission timeout before the first RTT sample.
+    pub initial_rto: Duration,
+    /// Lower bound of the retransmission timeout.
+    pub min_rto: Duration,
+    /// Upper bound of the retransmission timeout (after back-off).
+    pub max_rto: Duration,
+    /// Send a keep-alive to a peer we have sent nothing to for this long.
+    pub heartbeat: Duration,
+    /// A peer we hear nothing from for this long is lost.
+    pub peer_timeout: Duration,
+}
+
+impl Default for ReliableConfig {
+    fn default() -> Self {
+        ReliableConfig {
+            max_datagram_bytes: 65_000,
+            window: 64,
+            initial_rto: Duration::from_millis(20),
+            min_rto: Duration::from_millis(2),
+            max_rto: Duration::from_millis(1000),
+            heartbeat: Duration::from_millis(500),
+            peer_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the layer reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A whole message from `from`, in order.
+    Message {
+        /// Sender.
+        from: u16,
+        /// The message bytes.
+        bytes: Vec<u8>,
+    },
+    /// `peer` has not been heard from for `silent_for`.
+    PeerLost {
+        /// The silent peer.
+        peer: u16,
+        /// How long it has been silent.
+        silent_for: Duration,
+    },
+}
+
+/// Why a datagram was dropped.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    /// Shorter than a header.
+    #[error("datagram of {0} bytes is shorter than the header")]
+    Short(usize),
+    /// Wrong magic or version.
+    #[error("not one of our datagrams (magic {magic:#06x}, version {version})")]
+    Foreign {
+        /// Magic found.
+        magic: u16,
+        /// Version found.
+        version: u8,
+    },
+    /// Another job's cookie.
+    #[error("wrong job cookie")]
+    Cookie,
+    /// The header's sender is not the peer the datagram came from, or not in the job.
+    #[error("sender {claimed} does not match the source (node {actual})")]
+    Sender {
+        /// The node id in the header.
+        claimed: u16,
+        /// The node the address belongs to.
+        actual: u16,
+    },
+    /// Data too far ahead of what we expect (outside any window).
+    #[error("sequence number {seq} far outside the window (expected {expected})")]
+    OutOfWindow {
+        /// The sequence number.
+        seq: u32,
+        /// The one expected.
+        expected: u32,
+    },
+    /// A reassembled message beyond the size limit.
+    #[error("message larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+/// Counters of the reliability layer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReliableStats {
+    /// Datagrams handed out to send.
+    pub datagrams_sent: u64,
+    /// Datagrams accepted.
+    pub datagrams_received: u64,
+    /// Fragments sent again (timeout or fast retransmit).
+    pub retransmissions: u64,
+    /// Fast retransmissions (three duplicate acks).
+    pub fast_retransmissions: u64,
+    /// Duplicate fragments received and dropped.
+    pub duplicates: u64,
+    /// Fragments received ahead of a gap and held.
+    pub out_of_order: u64,
+    /// Datagrams dropped as malformed or foreign.
+    pub rejected: u64,
+    /// Pure acknowledgements sent.
+    pub acks_sent: u64,
+}
+
+/// Largest message reassembled (bounds memory a peer can make us hold).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+#[derive(Debug)]
+struct Unacked {
+    seq: u32,
+    flags: u8,
+    payload: Vec<u8>,
+    last_sent: Instant,
+    retransmitted: bool,
+}
+
+#[derive(Debug)]
+struct Peer {
+    next_seq: u32,
+    unacked: VecDeque<Unacked>,
+    queued: VecDeque<(u8, Vec<u8>)>,
+    expected: u32,
+    out_of_order: BTreeMap<u32, (u8, Vec<u8>)>,
+    partial: Vec<u8>,
+    ack_due: bool,
+    last_heard: Instant,
+    last_sent: Instant,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto: Duration,
+    last_ack: u32,
+    dup_acks: u32,
+    lost: bool,
+}
+
+/// True if `a` comes before `b` in serial-number arithmetic.
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// The reliability layer of one node, for all its peers.
+#[derive(Debug)]
+pub struct Reliable {
+    me: u16,
+    cookie: u64,
+    cfg: ReliableConfig,
+    peers: Vec<Peer>,
+    out: VecDeque<(u16, Vec<u8>)>,
+    events: VecDeque<Event>,
+    stats: ReliableStats,
+}
+
+impl Reliable {
+    /// The layer for node `me` of `nodes`, in the job with `cookie`, starting at `now`.
+    pub fn new(me: u16, nodes: u16, cookie: u64, cfg: ReliableConfig, now: Instant) -> Reliable {
+        let peers = (0..nodes)
+            .map(|_| Peer {
+                next_seq: 0,
+                unacked: VecDeque::new(),
+                queued: VecDeque::new(),
+                expected: 0,
+                out_of_order: BTreeMap::new(),
+                partial: Vec::new(),
+                ack_due: false,
+                last_heard: now,
+                last_sent: now,
+                srtt: None,
+                rttvar: Duration::ZERO,
+                rto: cfg.initial_rto,
+                last_ack: 0,
+                dup_acks: 0,
+                lost: false,
+            })
+            .collect();
+        Reliable {
+            me,
+            cookie,
+            cfg,
+            peers,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: ReliableStats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ReliableStats {
+        &self.stats
+    }
+
+    /// Bytes of message per fragment.
+    pub fn fragment_bytes(&self) -> usize {
+        self.cfg.max_datagram_bytes - HEADER_BYTES
+    }
+
+    /// Queues `msg` for `to`; it is cut into fragments and sent as the window allows.
+    pub fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        let frag = self.fragment_bytes();
+        let peer = &mut self.peers[usize::from(to)];
+        let mut chunks = msg.chunks(frag).peekable();
+        if msg.is_empty() {
+            peer.queued.push_back((FLAG_DATA, Vec::new()));
+        }
+        while let Some(chunk) = chunks.next() {
+            let flags = if chunks.peek().is_some() {
+                FLAG_DATA | FLAG_MORE
+            } else {
+                FLAG_DATA
+            };
+            peer.queued.push_back((flags, chunk.to_vec()));
+        }
+        self.flush_peer(now, to);
+    }
+
+    /// Messages queued or in flight to `to` (for back-pressure).
+    pub fn pending(&self, to: u16) -> usize {
+        let p = &self.peers[usize::from(to)];
+        p.unacked.len() + p.queued.len()
+    }
+
+    /// A datagram from `from` (the node its source address belongs to).
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: u16,
+        dgram: &[u8],
+    ) -> Result<(), DatagramError> {
+        let r = self.accept(now, from, dgram);
+        if r.is_err() {
+            self.stats.rejected += 1;
+        } else {
+            self.stats.datagrams_received += 1;
+            self.flush_peer(now, from);
+        }
+        r
+    }
+
+    fn accept(&mut self, now: Instant, from: u16, d: &[u8]) -> Result<(), DatagramError> {
+        if d.len() < HEADER_BYTES {
+            return Err(DatagramError::Short(d.len()));
+        }
+        let magic = u16::from_le_bytes([d[0], d[1]]);
+        let version = d[2];
+        if magic != MAGIC || version != VERSION {
+            return Err(DatagramError::Foreign { magic, version });
+        }
+        let flags = d[3];
+        let cookie = u64::from_le_bytes(d[4..12].try_into().unwrap_or_default());
+        if cookie != self.cookie {
+            return Err(DatagramError::Cookie);
+        }
+        let claimed = u16::from_le_bytes([d[12], d[13]]);
+        if claimed != from || usize::from(from) >= self.peers.len() || from == self.me {
+            return Err(DatagramError::Sender {
+                claimed,
+                actual: from,
+            });
+        }
+        let seq = u32::from_le_bytes(d[14..18].try_into().unwrap_or_default());
+        let ack = u32::from_le_bytes(d[18..22].try_into().unwrap_or_default());
+        let payload = &d[HEADER_BYTES..];
+        let window = self.cfg.window as u32;
+        let peer = &mut self.peers[usize::from(from)];
+        if flags & FLAG_DATA != 0 {
+            let ahead = seq.wrapping_sub(peer.expected);
+            if ahead > 4 * window && !seq_lt(seq, peer.expected) {
+                return Err(DatagramError::OutOfWindow {
+                    seq,
+                    expected: peer.expected,
+                });
+            }
+        }
+        peer.last_heard = now;
+        // Acknowledgement.
+        let mut newest_sample = None;
+        let mut acked_any = false;
+        while let Some(front) = peer.unacked.front() {
+            if !seq_lt(front.seq, ack) {
+                break;
+            }
+            if let Some(u) = peer.unacked.pop_front() {
+                acked_any = true;
+                if !u.retransmitted {
+                    newest_sample = Some(now.saturating_duration_since(u.last_sent));
+                }
+            }
+        }
+        if let Some(sample) = newest_sample {
+            update_rtt(peer, sample, &self.cfg);
+        }
+        if acked_any {
+            peer.dup_acks = 0;
+            peer.last_ack = ack;
+        } else if ack == peer.last_ack
+            && !peer.unacked.is_empty()
+            && flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP
+        {
+            peer.dup_acks += 1;
+            if peer.dup_acks == 3 {
+                if let Some(first) = peer.unacked.front_mut() {
+                    first.retransmitted = true;
+                    first.last_sent = now;
+                    let dg = datagram(
+                        self.cookie,
+                        self.me,
+                        first.flags,
+                        first.seq,
+                        peer.expected,
+                        &first.payload,
+                    );
+                    self.out.push_back((from, dg));
+                    self.stats.retransmissions += 1;
+                    self.stats.fast_retransmissions += 1;
+                    peer.last_sent = now;
+                }
+            }
+        }
+        // Data.
+        if flags & FLAG_DATA != 0 {
+            peer.ack_due = true;
+            if seq == peer.expected {
+                deliver(peer, from, flags, payload.to_vec(), &mut self.events)?;
+                while let Some((f, p)) = peer.out_of_order.remove(&peer.expected) {
+                    deliver(peer, from, f, p, &mut self.events)?;
+                }
+            } else if seq_lt(seq, peer.expected) || peer.out_of_order.contains_key(&seq) {
+                self.stats.duplicates += 1;
+            } else {
+                self.stats.out_of_order += 1;
+                peer.out_of_order.insert(seq, (flags, payload.to_vec()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves queued fragments into the window and emits a pure ack if one is due.
+    fn flush_peer(&mut self, now: Instant, to: u16) {
+        let peer = &mut self.peers[usize::from(to)];
+        while peer.unacked.len() < self.cfg.window {
+            let Some((flags, payload)) = peer.queued.pop_front() else {
+                break;
+            };
+            let seq = peer.next_seq;
+            peer.next_seq = peer.next_seq.wrapping_add(1);
+            let dg = datagram(self.cookie, self.me, flags, seq, peer.expected, &payload);
+            self.out.push_back((to, dg));
+            peer.unacked.push_back(Unacked {
+                seq,
+                flags,
+                payload,
+                last_sent: now,
+                retransmitted: false,
+            });
+            peer.ack_due = false;
+            peer.last_sent = now;
+        }
+        if peer.ack_due {
+            peer.ack_due = false;
+            let flags = if peer.out_of_order.is_empty() {
+                0
+            } else {
+                FLAG_GAP
+            };
+            let dg = datagram(
+                self.cookie,
+                self.me,
+                flags,
+                peer.next_seq,
+                peer.expected,
+                &[],
+            );
+            self.out.push_back((to, dg));
+            self.stats.acks_sent += 1;
+            peer.last_sent = now;
+        }
+    }
+
+    /// The next datagram to send, and to whom.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
+        let d = self.out.pop_front()?;
+        self.stats.datagrams_sent += 1;
+        Some(d)
+    }
+
+    /// The next event.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Reliable::handle_timeout`] should next run.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut consider = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        for (i, p) in self.peers.iter().enumerate() {
+            if i == usize::from(self.me) || p.lost {
+                continue;
+            }
+            if let Some(u) = p.unacked.front() {
+                consider(u.last_sent + p.rto);
+            }
+            consider(p.last_sent + self.cfg.heartbeat);
+            consider(p.last_heard + self.cfg.peer_timeout);
+        }
+        t
+    }
+
+    /// Retransmits what timed out, sends heartbeats, reports silent peers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for i in 0..self.peers.len() {
+            if i == usize::from(self.me) || self.peers[i].lost {
+                continue;
+            }
+            let silent = now.saturating_duration_since(self.peers[i].last_heard);
+            if silent >= self.cfg.peer_timeout {
+                self.peers[i].lost = true;
+                self.events.push_back(Event::PeerLost {
+                    peer: i as u16,
+                    silent_for: silent,
+                });
+                continue;
+            }
+            let peer = &mut self.peers[i];
+            let rto = peer.rto;
+            let mut resent = false;
+            for u in peer.unacked.iter_mut() {
+                if now.saturating_duration_since(u.last_sent) >= rto {
+                    u.retransmitted = true;
+                    u.last_sent = now;
+                    let dg = datagram(
+                        self.cookie,
+                        self.me,
+                        u.flags,
+                        u.seq,
+                        peer.expected,
+                        &u.payload,
+                    );
+                    self.out.push_back((i as u16, dg));
+                    self.stats.retransmissions += 1;
+                    resent = true;
+                }
+            }
+            if resent {
+                peer.rto = (peer.rto * 2).min(self.cfg.max_rto);
+                peer.last_sent = now;
+                peer.ack_due = false;
+            } else if now.saturating_duration_since(peer.last_sent) >= self.cfg.heartbeat {
+                peer.ack_due = true;
+            }
+            self.flush_peer(now, i as u16);
+        }
+    }
+}
+
+fn update_rtt(peer: &mut Peer, sample: Duration, cfg: &ReliableConfig) {
+    match peer.srtt {
+        None => {
+            peer.srtt = Some(sample);
+            peer.rttvar = sample / 2;
+        }
+        Some(srtt) => {
+            let diff = srtt.abs_diff(sample);
+            peer.rttvar = (peer.rttvar * 3 + diff) / 4;
+            peer.srtt = Some((srtt * 7 + sample) / 8);
+        }
+    }
+    let srtt = peer.srtt.unwrap_or(sample);
+    peer.rto =
+        (srtt + (peer.rttvar * 4).max(Duration::from_micros(200))).clamp(cfg.min_rto, cfg.max_rto);
+}
+
+fn deliver(
+    peer: &mut Peer,
+    from: u16,
+    flags: u8,
+    payload: Vec<u8>,
+    events: &mut VecDeque<Event>,
+) -> Result<(), DatagramError> {
+    peer.expected = peer.expected.wrapping_add(1);
+    if peer.partial.len() + payload.len() > MAX_MESSAGE_BYTES {
+        peer.partial.clear();
+        return Err(DatagramError::TooLarge(MAX_MESSAGE_BYTES));
+    }
+    if peer.partial.is_empty() && flags & FLAG_MORE == 0 {
+        events.push_back(Event::Message {
+            from,
+            bytes: payload,
+        });
+        return Ok(());
+    }
+    peer.partial.extend_from_slice(&payload);
+    if flags & FLAG_MORE == 0 {
+        events.push_back(Event::Message {
+            from,
+            bytes: std::mem::take(&mut peer.partial),
+        });
+    }
+    Ok(())
+}
+
+fn datagram(cookie: u64, me: u16, flags: u8, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(HEADER_BYTES + payload.len());
+    d.extend_from_slice(&MAGIC.to_le_bytes());
+    d.push(VERSION);
+    d.push(flags);
+    d.extend_from_slice(&cookie.to_le_bytes());
+    d.extend_from_slice(&me.to_le_bytes());
+    d.extend_from_slice(&seq.to_le_bytes());
+    d.extend_from_slice(&ack.to_le_bytes());
+    d.extend_from_slice(payload);
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SplitMix64, for seeded link behaviour.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    struct Link {
+        drop_pct: u64,
+        dup_pct: u64,
+        max_delay_us: u64,
+    }
+
+    /// Two endpoints over a seeded lossy link; returns what each delivered and the counters.
+    fn run(
+        seed: u64,
+        link: Link,
+        msgs: &[Vec<u8>],
+        frag: usize,
+    ) -> (Vec<Vec<u8>>, ReliableStats, Duration) {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig {
+            max_datagram_bytes: HEADER_BYTES + frag,
+            window: 8,
+            ..Default::default()
+        };
+        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        let mut rng = Rng(seed);
+        let mut now = t0;
+        // In flight: (arrival time, to, datagram); arrival order is by time, so delays reorder.
+        let mut wire: Vec<(Instant, u16, Vec<u8>)> = Vec::new();
+        for m in msgs {
+            a.send(now, 1, m);
+        }
+        let mut got = Vec::new();
+        let mut steps = 0;
+        while got.len() < msgs.len() {
+            steps += 1;
+            assert!(
+                steps < 1_000_000,
+                "no progress: {} of {} delivered",
+                got.len(),
+                msgs.len()
+            );
+            for (ep, from) in [(&mut a, 0u16), (&mut b, 1u16)] {
+                while let Some((to, d)) = ep.poll_transmit() {
+                    assert_ne!(to, from);
+                    if rng.below(100) < link.drop_pct {
+                        continue;
+                    }
+                    let copies = if rng.below(100) < link.dup_pct { 2 } else { 1 };
+                    for _ in 0..copies {
+                        let delay = Duration::from_micros(10 + rng.below(link.max_delay_us));
+                        wire.push((now + delay, to, d.clone()));
+                    }
+                }
+            }
+            // Next event: the earliest arrival or timer.
+            let next_arrival = wire.iter().map(|w| w.0).min();
+            let next_timer = [a.poll_timeout(), b.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let next = match (next_arrival, next_timer) {
+                (Some(x), Some(y)) => x.min(y),
+                (x, y) => x.or(y).expect("something must be pending"),
+            };
+            now = now.max(next);
+            let (due, rest): (Vec<_>, Vec<_>) = wire.drain(..).partition(|w| w.0 <= now);
+            wire = rest;
+            for (_, to, d) in due {
+                let ep = if to == 0 { &mut a } else { &mut b };
+                ep.handle_datagram(now, 1 - to, &d).unwrap();
+            }
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+            while let Some(e) = b.poll_event() {
+                match e {
+                    Event::Message { from, bytes } => {
+                        assert_eq!(from, 0);
+                        got.push(bytes);
+                    }
+                    Event::PeerLost { .. } => panic!("peer lost on a link that delivers"),
+                }
+            }
+            while a.poll_event().is_some() {}
+        }
+        (got, a.stats().clone(), now - t0)
+    }
+
+    fn messages(n: usize, max_len: usize, seed: u64) -> Vec<Vec<u8>> {
+        let mut rng = Rng(seed);
+        (0..n)
+            .map(|i| {
+                (0..rng.below(max_len as u64) as usize)
+                    .map(|j| (i * 31 + j) as u8)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_link_delivers_everything_in_order_without_retransmission() {
+        let msgs = messages(200, 3000, 1);
+        let (got, stats, _) = run(
+            1,
+            Link {
+                drop_pct: 0,
+                dup_pct: 0,
+                max_delay_us: 1,
+            },
+            &msgs,
+            1000,
+        );
+        assert_eq!(got, msgs);
+        assert_eq!(stats.retransmissions, 0);
+    }
+
+    #[test]
+    fn reordering_alone_loses_nothing_and_costs_few_retransmissions() {
+        let msgs = messages(200, 3000, 2);
+        let (got, stats, _) = run(
+            2,
+            Link {
+                drop_pct: 0,
+                dup_pct: 0,
+                max_delay_us: 300,
+            },
+            &msgs,
+            1000,
+        );
+        assert_eq!(got, msgs);
+        assert!(
+            stats.retransmissions < stats.datagrams_sent / 4,
+            "{stats:?}"
+        );
+    }
+
+    #[test]
+    fn a_lossy_duplicating_reordering_link_still_delivers_everything_in_order() {
+        for seed in 0..30 {
+            let msgs = messages(150, 5000, seed);
+            let link = Link {
+                drop_pct: 10,
+                dup_pct: 5,
+                max_delay_us: 500,
+            };
+            let (got, stats, _) = run(seed, link, &msgs, 1000);
+            assert_eq!(got, msgs, "seed {seed}");
+            assert!(
+                stats.retransmissions > 0,
+                "seed {seed}: losses must cause retransmissions"
+            );
+        }
+    }
+
+    #[test]
+    fn heavy_loss_is_survived() {
+        let msgs = messages(50, 4000, 9);
+        let (got, _, _) = run(
+            9,
+            Link {
+                drop_pct: 40,
+                dup_pct: 10,
+                max_delay_us: 2000,
+            },
+            &msgs,
+            512,
+        );
+        assert_eq!(got, msgs);
+    }
+
+    #[test]
+    fn the_timeout_adapts_to_the_round_trip() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 1, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 1, cfg, t0);
+        let mut now = t0;
+        for _ in 0..20 {
+            a.send(now, 1, b"ping");
+            let (_, d) = a.poll_transmit().unwrap();
+            now += Duration::from_micros(100);
+            b.handle_datagram(now, 0, &d).unwrap();
+            let (_, ack) = b.poll_transmit().unwrap();
+            now += Duration::from_micros(100);
+            a.handle_datagram(now, 1, &ack).unwrap();
+        }
+        let rto = a.peers[1].rto;
+        assert!(
+            rto < Duration::from_millis(5),
+            "rto {rto:?} should follow a 200 us round trip"
+        );
+        assert!(rto >= ReliableConfig::default().min_rto);
+    }
+
+    #[test]
+    fn a_silent_peer_is_reported_lost_after_the_timeout() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig {
+            peer_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let mut a = Reliable::new(0, 3, 1, cfg, t0);
+        a.send(t0, 2, b"hello");
+        let mut now;
+        let mut lost = Vec::new();
+        while lost.len() < 2 {
+            now = a.poll_timeout().unwrap();
+            a.handle_timeout(now);
+            while a.poll_transmit().is_some() {}
+            while let Some(e) = a.poll_event() {
+                if let Event::PeerLost { peer, silent_for } = e {
+                    lost.push((peer, silent_for));
+                }
+            }
+        }
+        lost.sort();
+        assert_eq!(lost.iter().map(|l| l.0).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(
+            lost.iter()
+                .all(|l| l.1 >= Duration::from_secs(10) && l.1 < Duration::from_secs(11))
+        );
+        assert_eq!(a.poll_timeout(), None, "lost peers need no more timers");
+    }
+
+    #[test]
+    fn foreign_and_forged_datagrams_are_rejected() {
+        let t0 = Instant::now();
+        let mut a = Reliable::new(0, 2, 42, ReliableConfig::default(), t0);
+        assert_eq!(
+            a.handle_datagram(t0, 1, &[1, 2, 3]),
+            Err(DatagramError::Short(3))
+        );
+        let good = datagram(42, 1, FLAG_DATA, 0, 0, b"x");
+        let mut bad = good.clone();
+        bad[0] = 0;
+        assert!(matches!(
+            a.handle_datagram(t0, 1, &bad),
+            Err(DatagramError::Foreign { .. })
+        ));
+        assert_eq!(
+            a.handle_datagram(t0, 1, &datagram(41, 1, FLAG_DATA, 0, 0, b"x")),
+            Err(DatagramError::Cookie)
+        );
+        assert!(matches!(
+            a.handle_datagram(t0, 1, &datagram(42, 0, FLAG_DATA, 0, 0, b"x")),
+            Err(DatagramError::Sender { .. })
+        ));
+        let far = datagram(42, 1, FLAG_DATA, 1_000_000, 0, b"x");
+        assert!(matches!(
+            a.handle_datagram(t0, 1, &far),
+            Err(DatagramError::OutOfWindow { .. })
+        ));
+        assert_eq!(a.stats().rejected, 5);
+        assert!(a.poll_event().is_none());
+        a.handle_datagram(t0, 1, &good).unwrap();
+        assert_eq!(
+            a.poll_event(),
+            Some(Event::Message {
+                from: 1,
+                bytes: b"x".to_vec()
+            })
+        );
+    }
+
+    #[test]
+    fn random_bytes_never_panic_the_layer() {
+        let t0 = Instant::now();
+        let mut a = Reliable::new(0, 4, 42, ReliableConfig::default(), t0);
+        let mut rng = Rng(5);
+        for i in 0..100_000u64 {
+            let mut d = datagram(
+                42,
+                1 + (i % 3) as u16,
+                (rng.below(4)) as u8,
+                rng.next() as u32,
+                rng.next() as u32,
+                &[0; 8],
+            );
+            let at = rng.below(d.len() as u64) as usize;
+            d[at] = rng.next() as u8;
+            d.truncate(rng.below(d.len() as u64 + 1) as usize);
+            let _ = a.handle_datagram(t0, 1 + (i % 3) as u16, &d);
+            while a.poll_transmit().is_some() {}
+            while a.poll_event().is_some() {}
+        }
+    }
+}

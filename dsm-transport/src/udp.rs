@@ -1,0 +1,232 @@
+//! UDP: one socket per node (whatever the job size), driving the [`crate::reliable`] layer.
+//!
+//! Datagrams from an address that is not a peer of the job are dropped and counted before any
+//! parsing; the reliability layer then checks the job cookie and the sender id. Sends never block:
+//! a datagram the kernel refuses (send buffer full) is simply lost and retransmitted later, exactly
+//! like one lost on the wire.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use crate::reliable::{Event, Reliable, ReliableConfig, ReliableStats};
+
+/// Socket buffer size asked of the kernel (it may grant less).
+const SOCKET_BUFFER_BYTES: libc::c_int = 8 << 20;
+
+/// Counters of the UDP transport.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams from addresses outside the job.
+    pub unknown_source: u64,
+    /// Datagrams the kernel refused to send (retransmitted later).
+    pub send_failures: u64,
+}
+
+/// One node's UDP endpoint.
+pub struct UdpTransport {
+    sock: UdpSocket,
+    peers: Vec<SocketAddr>,
+    by_addr: HashMap<SocketAddr, u16>,
+    rel: Reliable,
+    buf: Vec<u8>,
+    stats: UdpStats,
+}
+
+/// Binds a non-blocking UDP socket with large buffers at `addr` (port 0: any free port).
+pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let sock = UdpSocket::bind(addr)?;
+    sock.set_nonblocking(true)?;
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        let v = SOCKET_BUFFER_BYTES;
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid, live c_int, on a
+        // socket descriptor we own for the duration of the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            log::debug!("setsockopt({opt}) failed: {}", io::Error::last_os_error());
+        }
+    }
+    Ok(sock)
+}
+
+impl UdpTransport {
+    /// The transport of node `me`, whose peers (node `i` at `peers[i]`) share `cookie`.
+    pub fn new(
+        sock: UdpSocket,
+        me: u16,
+        peers: Vec<SocketAddr>,
+        cookie: u64,
+        cfg: ReliableConfig,
+        now: Instant,
+    ) -> UdpTransport {
+        let by_addr = peers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (*a, i as u16))
+            .collect();
+        let max = cfg.max_datagram_bytes;
+        let rel = Reliable::new(me, peers.len() as u16, cookie, cfg, now);
+        UdpTransport {
+            sock,
+            peers,
+            by_addr,
+            rel,
+            buf: vec![0; max.max(2048)],
+            stats: UdpStats::default(),
+        }
+    }
+
+    /// The descriptor to wait on for incoming datagrams.
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Queues a whole message for `to` and sends what the window allows.
+    pub fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        self.rel.send(now, to, msg);
+        self.flush();
+    }
+
+    /// Reads every datagram waiting on the socket; returns how many were read.
+    pub fn poll_recv(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        loop {
+            match self.sock.recv_from(&mut self.buf) {
+                Ok((len, src)) => {
+                    n += 1;
+                    match self.by_addr.get(&src) {
+                        Some(&from) => {
+                            if let Err(e) = self.rel.handle_datagram(now, from, &self.buf[..len]) {
+                                log::debug!("dropped datagram from {src}: {e}");
+                            }
+                        }
+                        None => self.stats.unknown_source += 1,
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // ECONNREFUSED from an ICMP of an earlier send: the peer's timeout will tell.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => {
+                    log::warn!("UDP receive failed: {e}");
+                    break;
+                }
+            }
+        }
+        self.flush();
+        n
+    }
+
+    /// The next delivered message or lost peer.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.rel.poll_event()
+    }
+
+    /// When [`UdpTransport::handle_timeout`] should next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.rel.poll_timeout()
+    }
+
+    /// Retransmissions, heartbeats, peer-loss detection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.rel.handle_timeout(now);
+        self.flush();
+    }
+
+    /// Counters of the reliability layer.
+    pub fn reliable_stats(&self) -> &ReliableStats {
+        self.rel.stats()
+    }
+
+    /// Counters of the socket layer.
+    pub fn stats(&self) -> &UdpStats {
+        &self.stats
+    }
+
+    /// The address of node `n`.
+    pub fn peer_addr(&self, n: u16) -> SocketAddr {
+        self.peers[usize::from(n)]
+    }
+
+    fn flush(&mut self) {
+        while let Some((to, d)) = self.rel.poll_transmit() {
+            let addr = self.peers[usize::from(to)];
+            loop {
+                match self.sock.send_to(&d, addr) {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        self.stats.send_failures += 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn pair() -> (UdpTransport, UdpTransport) {
+        let a = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let peers = vec![a.local_addr().unwrap(), b.local_addr().unwrap()];
+        let now = Instant::now();
+        let cfg = ReliableConfig::default();
+        (
+            UdpTransport::new(a, 0, peers.clone(), 9, cfg.clone(), now),
+            UdpTransport::new(b, 1, peers, 9, cfg, now),
+        )
+    }
+
+    fn recv_one(t: &mut UdpTransport, other: &mut UdpTransport) -> Vec<u8> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            assert!(Instant::now() < deadline, "nothing arrived");
+            t.poll_recv(Instant::now());
+            other.poll_recv(Instant::now());
+            if let Some(Event::Message { bytes, .. }) = t.poll_event() {
+                return bytes;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    #[test]
+    fn messages_small_and_larger_than_a_datagram_cross_loopback_in_order() {
+        let (mut a, mut b) = pair();
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        a.send(Instant::now(), 1, b"first");
+        a.send(Instant::now(), 1, &big);
+        a.send(Instant::now(), 1, b"");
+        assert_eq!(recv_one(&mut b, &mut a), b"first");
+        assert_eq!(recv_one(&mut b, &mut a), big);
+        assert_eq!(recv_one(&mut b, &mut a), b"");
+    }
+
+    #[test]
+    fn datagrams_from_strangers_are_counted_and_dropped() {
+        let (mut a, _b) = pair();
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        stranger
+            .send_to(b"GETP page 0 please", a.peer_addr(0))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        a.poll_recv(Instant::now());
+        assert_eq!(a.stats().unknown_source, 1);
+        assert!(a.poll_event().is_none());
+    }
+}
