@@ -178,6 +178,8 @@ pub struct ProtocolError {
 
 /// Pages asked for in one GETP at most (bounds the work a single request can cause).
 pub const MAX_GETP_PAGES: usize = 256;
+/// Page requests held for pages this node has not allocated yet, at most.
+pub const MAX_EARLY_REQUESTS: usize = 4096;
 /// Diff bytes per DIFF message at most; larger flushes are split.
 pub const MAX_DIFF_MSG_BYTES: usize = 256 * 1024;
 
@@ -217,6 +219,8 @@ pub struct Node<M: PageMemory> {
     pub(crate) loopback: VecDeque<Msg>,
     pub(crate) stats: Stats,
     pub(crate) failed: bool,
+    /// GETPs for pages past our allocations, answered when we allocate them.
+    pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
 }
 
@@ -265,6 +269,7 @@ impl<M: PageMemory> Node<M> {
             loopback: VecDeque::new(),
             stats: Stats::default(),
             failed: false,
+            early_requests: Vec::new(),
             scratch: Box::new([0; PAGE_SIZE]),
         }
     }
@@ -361,6 +366,16 @@ impl<M: PageMemory> Node<M> {
             self.table.push(PageEntry::new(home, home == me));
         }
         self.protect_pages(&home_pages, crate::types::Prot::Read);
+        let allocated = self.table.len();
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_requests)
+            .into_iter()
+            .partition(|(_, _, pages)| pages.iter().all(|p| p.index() < allocated));
+        self.early_requests = waiting;
+        for (from, access, pages) in ready {
+            if let Err(e) = self.on_get_page(from, access, pages) {
+                debug_assert!(false, "held request rejected: {e}");
+            }
+        }
         Ok(first.addr())
     }
 

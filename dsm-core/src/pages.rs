@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::diff;
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff};
-use crate::node::{MAX_DIFF_MSG_BYTES, MAX_GETP_PAGES, Node, ProtocolError, UsageError};
+use crate::node::{
+    MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES, Node, ProtocolError, UsageError,
+};
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, Time, WaiterId};
 
 /// What this node holds of a page.
@@ -234,7 +236,7 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn on_get_page(
         &mut self,
         from: NodeId,
-        _access: Access,
+        access: Access,
         pages: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
@@ -246,10 +248,16 @@ impl<M: PageMemory> Node<M> {
             return Err(err("too many pages in one request"));
         }
         let me = self.cfg.node;
-        if pages
-            .iter()
-            .any(|p| self.table.get(p.index()).is_none_or(|e| e.home != me))
-        {
+        if pages.iter().any(|p| p.index() >= self.table.len()) {
+            // The requester allocated ahead of us (allocation is collective but not a barrier):
+            // answer once we have made the same allocation.
+            if self.early_requests.len() >= MAX_EARLY_REQUESTS {
+                return Err(err("too many requests for pages not allocated here yet"));
+            }
+            self.early_requests.push((from, access, pages));
+            return Ok(());
+        }
+        if pages.iter().any(|p| self.table[p.index()].home != me) {
             return Err(err("asks for a page not homed here"));
         }
         for page in pages {

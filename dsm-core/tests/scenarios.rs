@@ -644,3 +644,26 @@ fn the_same_seed_gives_the_same_run() {
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));
 }
+
+#[test]
+fn a_page_request_that_arrives_before_the_home_allocated_waits_for_the_allocation() {
+    let mut c = Cluster::new(2, 25, no_prefetch);
+    // Node 1 allocates and touches the page before node 0 has made the same allocation.
+    let x = c
+        .node_mut(1)
+        .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE)
+        .unwrap();
+    c.push(1, 0, Op::Write(x, 5));
+    assert!(
+        matches!(c.run(), Err(SimError::Stuck { .. })),
+        "the request must wait, not fail"
+    );
+    c.node_mut(0)
+        .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE)
+        .unwrap();
+    // The allocation answered the held request; a step of node 0 moves its outbox.
+    c.push(0, 0, Op::Read(x));
+    c.run().unwrap();
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(0, x).unwrap(), 5);
+}

@@ -1,4 +1,443 @@
 //! # dsm-runtime: one DSM node as an OS process
 //!
-//! Not built yet: memory mapping, the fault handler, the service thread and the launcher land with
-//! the runtime issue.
+//! [`init`] turns the process into a node of a job: it reserves the shared region at the same
+//! address as every other node, installs the fault handler, joins the job (through the
+//! launcher's rendezvous), and starts the node's service thread, which drives the protocol core
+//! (`dsm-core`) and the transport (`dsm-transport`). Started without a launcher, the process is a
+//! one-node job: the same program, no network.
+//!
+//! The application then allocates shared arrays collectively (every node makes the same calls in
+//! the same order and gets the same addresses), works on them with plain loads and stores, and
+//! synchronises with locks, barriers and condition variables. A read of a page not held here
+//! faults; the fault handler hands it to the service thread, which fetches the page from its home
+//! and resumes the thread.
+//!
+//! ```no_run
+//! use dsm_runtime::AllocPolicy;
+//!
+//! let dsm = dsm_runtime::init().expect("join the job");
+//! let (me, n) = (dsm.id(), dsm.nodes());
+//! // 1024 counters, homed in blocks of 128 over the nodes.
+//! let a = dsm.alloc::<u64>(1024, AllocPolicy::Cyclic { block_bytes: 128 * 8, start: dsm_runtime::NodeId(0) }).unwrap();
+//! for i in (me..1024).step_by(n) {
+//!     a.set(i, i as u64);
+//! }
+//! dsm.barrier();
+//! let total: u64 = (0..1024).map(|i| a.get(i)).sum();
+//! assert_eq!(total, 1023 * 1024 / 2);
+//! {
+//!     let _guard = dsm.lock(0); // a critical section across all nodes
+//!     a.set(0, a.get(0) + 1);
+//! }
+//! dsm.exit();
+//! ```
+//!
+//! Modules: [`config`] (`.jiaconf`, `.jiahosts`), [`launch`] (how nodes find each other); the
+//! fault handler, memory mapping and service thread are private.
+
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+mod array;
+pub mod config;
+pub mod launch;
+pub mod launcher;
+#[allow(unsafe_code)]
+mod region;
+mod service;
+mod slots;
+mod stats_table;
+#[allow(unsafe_code)]
+mod sys;
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use array::{Shared, SharedArray};
+pub use dsm_core::{AllocPolicy, MAX_NODES, NodeId, PAGE_SIZE, Stats, UsageError};
+use dsm_core::{CoreConfig, CvId, LockId, Node, Prefetch, WaiterId};
+use dsm_transport::reliable::ReliableConfig;
+use dsm_transport::udp::{self, UdpTransport};
+
+use crate::config::{CommType, Config};
+use crate::region::Region;
+use crate::service::{CALL_ERRORS, CALL_FAILED, CALLS, Service};
+
+static RANK: AtomicU32 = AtomicU32::new(0);
+static INITIALISED: AtomicBool = AtomicBool::new(false);
+
+/// Prints `dsm node N: error: ...` and ends the process with status 1.
+pub(crate) fn fatal(msg: &str) -> ! {
+    eprintln!("dsm node {}: error: {msg}", RANK.load(Ordering::Relaxed));
+    std::process::exit(1);
+}
+
+/// Why [`init`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The process was already initialised.
+    #[error("init was already called in this process")]
+    Twice,
+    /// The launch environment or the configuration is wrong.
+    #[error("{0}")]
+    Job(String),
+    /// The shared region could not be reserved.
+    #[error(
+        "cannot reserve {len_gib} GiB of shared region at {addr:#x}: {source} (change global_start_addr or region_gib)"
+    )]
+    Region {
+        /// Where.
+        addr: u64,
+        /// How much.
+        len_gib: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// This process's membership of a DSM job.
+pub struct Dsm {
+    rank: u16,
+    size: u16,
+    base: usize,
+    t0: Instant,
+    exited: AtomicBool,
+    service: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Joins the job this process was launched into (by `dsmrun`), or makes a one-node job.
+pub fn init() -> Result<Dsm, InitError> {
+    if INITIALISED.swap(true, Ordering::SeqCst) {
+        return Err(InitError::Twice);
+    }
+    let env = launch::job_env().map_err(InitError::Job)?;
+    let (rank, size, cookie, config, stats) = match &env {
+        Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
+        None => {
+            let mut c = Config::default();
+            c.apply_file(std::path::Path::new(".jiaconf"), false)
+                .map_err(|e| InitError::Job(e.to_string()))?;
+            c.apply_env().map_err(|e| InitError::Job(e.to_string()))?;
+            let stats = std::env::var("DSM_STATS").is_ok_and(|v| v == "1");
+            (0, 1, 0, c, stats)
+        }
+    };
+    RANK.store(u32::from(rank), Ordering::Relaxed);
+    let t0 = Instant::now();
+    let len = (config.region_gib << 30) as usize;
+    let region = Region::map(config.global_start_addr as usize, len).map_err(|source| {
+        InitError::Region {
+            addr: config.global_start_addr,
+            len_gib: config.region_gib,
+            source,
+        }
+    })?;
+    let base = region.app_base;
+    sys::signals::install(base, len).map_err(|source| InitError::Os {
+        what: "installing the fault handler",
+        source,
+    })?;
+    let transport = match &env {
+        Some(e) if size > 1 => Some(connect(e, &config)?),
+        _ => None,
+    };
+    let mut core_cfg = CoreConfig::new(NodeId(rank), size);
+    core_cfg.region_pages = (len / PAGE_SIZE) as u64;
+    core_cfg.cache_pages = config.cache_pages;
+    core_cfg.prefetch = Prefetch {
+        enabled: config.prefetch,
+        prefetch_pages: config.prefetch_pages,
+        max_checking_pages: config.max_checking_pages,
+    };
+    let node = Node::new(core_cfg, region);
+    let service =
+        Service::new(node, transport, cookie, t0, stats && rank == 0).map_err(|source| {
+            InitError::Os {
+                what: "starting the service thread",
+                source,
+            }
+        })?;
+    let handle = std::thread::Builder::new()
+        .name("dsm-service".into())
+        .spawn(move || service.run())
+        .map_err(|source| InitError::Os {
+            what: "spawning the service thread",
+            source,
+        })?;
+    Ok(Dsm {
+        rank,
+        size,
+        base,
+        t0,
+        exited: AtomicBool::new(false),
+        service: Mutex::new(Some(handle)),
+    })
+}
+
+fn connect(env: &launch::JobEnv, config: &Config) -> Result<UdpTransport, InitError> {
+    if config.comm_type != CommType::Udp {
+        return Err(InitError::Job(format!(
+            "comm_type = {}: this build has only the udp transport",
+            config.comm_type.name()
+        )));
+    }
+    let port = if config.base_port == 0 {
+        0
+    } else {
+        config.base_port + env.rank
+    };
+    let sock = udp::bind(SocketAddr::new(env.bind, port)).map_err(|source| InitError::Os {
+        what: "binding the UDP socket",
+        source,
+    })?;
+    let me = sock.local_addr().map_err(|source| InitError::Os {
+        what: "reading the socket address",
+        source,
+    })?;
+    let peers = launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+    let rel = ReliableConfig {
+        max_datagram_bytes: config.msg_buffer_size,
+        window: config.msg_queue_size,
+        peer_timeout: Duration::from_millis(config.peer_timeout_ms),
+        heartbeat: Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000)),
+        ..ReliableConfig::default()
+    };
+    Ok(UdpTransport::new(
+        sock,
+        env.rank,
+        peers,
+        env.cookie,
+        rel,
+        Instant::now(),
+    ))
+}
+
+/// A held lock; dropping it releases the lock.
+pub struct LockGuard<'a> {
+    dsm: &'a Dsm,
+    lock: u16,
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        self.dsm.unlock(self.lock);
+    }
+}
+
+impl Dsm {
+    /// This node's id (JIAJIA's `jiapid`).
+    pub fn id(&self) -> usize {
+        usize::from(self.rank)
+    }
+
+    /// Nodes in the job (JIAJIA's `jiahosts`).
+    pub fn nodes(&self) -> usize {
+        usize::from(self.size)
+    }
+
+    /// Seconds since this node started (JIAJIA's `jia_clock`).
+    pub fn clock(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// The shared region's first address.
+    pub fn region_start(&self) -> usize {
+        self.base
+    }
+
+    fn call(
+        &self,
+        f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
+    ) -> Result<u64, UsageError> {
+        let Some(slot) = slots::my_slot() else {
+            fatal(&format!(
+                "more than {} threads use the DSM",
+                slots::MAX_THREADS
+            ));
+        };
+        CALLS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(slot, Box::new(f));
+        let r = slots::post_and_wait(slot, slots::OP_CALL, 0);
+        if r == CALL_FAILED {
+            let e = CALL_ERRORS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&slot);
+            return Err(e.unwrap_or(UsageError::CollectiveBusy));
+        }
+        Ok(r)
+    }
+
+    fn call_or_die(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
+    ) -> u64 {
+        match self.call(f) {
+            Ok(v) => v,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+
+    /// Allocates `len` elements collectively with `policy` (every node makes the same call).
+    pub fn alloc<T: Shared>(
+        &self,
+        len: usize,
+        policy: AllocPolicy,
+    ) -> Result<SharedArray<T>, UsageError> {
+        let bytes = (len * std::mem::size_of::<T>()).max(1) as u64;
+        let off = self.call(move |s, _| s.node.alloc(policy, bytes).map(|a| Some(a.0)))?;
+        Ok(SharedArray::new((self.base + off as usize) as *mut T, len))
+    }
+
+    /// Acquires lock `lock` (0..64) for this thread until the guard drops (`jia_lock`).
+    pub fn lock(&self, lock: u16) -> LockGuard<'_> {
+        let now_lock = LockId(lock);
+        self.call_or_die("jia_lock", move |s, w| {
+            let now = s.now();
+            s.node.acquire(now, now_lock, w).map(|()| None)
+        });
+        LockGuard { dsm: self, lock }
+    }
+
+    fn unlock(&self, lock: u16) {
+        self.call_or_die("jia_unlock", move |s, w| {
+            let now = s.now();
+            s.node.release(now, LockId(lock), w).map(|()| None)
+        });
+    }
+
+    /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`].
+    pub fn lock_raw(&self, lock: u16) {
+        std::mem::forget(self.lock(lock));
+    }
+
+    /// `jia_unlock`.
+    pub fn unlock_raw(&self, lock: u16) {
+        self.unlock(lock);
+    }
+
+    /// A barrier with coherence (`jia_barrier`).
+    pub fn barrier(&self) {
+        self.call_or_die("jia_barrier", |s, w| {
+            let now = s.now();
+            s.node.barrier(now, w).map(|()| None)
+        });
+    }
+
+    /// A barrier without coherence (`jia_wait`).
+    pub fn wait(&self) {
+        self.call_or_die("jia_wait", |s, w| {
+            let now = s.now();
+            s.node.wait(now, w).map(|()| None)
+        });
+    }
+
+    /// Sets condition variable `cv` (0..16), a release (`jia_setcv`).
+    pub fn setcv(&self, cv: u16) {
+        self.call_or_die("jia_setcv", move |s, w| {
+            let now = s.now();
+            s.node.setcv(now, CvId(cv), w).map(|()| None)
+        });
+    }
+
+    /// Clears condition variable `cv` (`jia_resetcv`).
+    pub fn resetcv(&self, cv: u16) {
+        self.call_or_die("jia_resetcv", move |s, w| {
+            let now = s.now();
+            s.node.resetcv(now, CvId(cv), w).map(|()| None)
+        });
+    }
+
+    /// Waits until condition variable `cv` is set, an acquire (`jia_waitcv`).
+    pub fn waitcv(&self, cv: u16) {
+        self.call_or_die("jia_waitcv", move |s, w| {
+            let now = s.now();
+            s.node.waitcv(now, CvId(cv), w).map(|()| None)
+        });
+    }
+
+    /// Zeroes this node's statistics (`jia_startstat`).
+    pub fn start_stats(&self) {
+        self.call_or_die("jia_startstat", |s, _| {
+            s.node.reset_stats();
+            Ok(Some(0))
+        });
+    }
+
+    /// This node's statistics now.
+    pub fn stats(&self) -> Stats {
+        let out = std::sync::Arc::new(Mutex::new(Stats::default()));
+        let o = out.clone();
+        self.call_or_die("stats", move |s, _| {
+            *o.lock().unwrap_or_else(|p| p.into_inner()) = s.node.stats().clone();
+            Ok(Some(0))
+        });
+        out.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Ends the job with an error seen by every node (`jia_error`): prints `msg`, tells the
+    /// other nodes, exits with status 1.
+    pub fn error(&self, msg: &str) -> ! {
+        let text = format!("node {}: {msg}", self.rank);
+        let t = text.clone();
+        let _ = self.call(move |s, _| {
+            s.node.broadcast_error(&t);
+            Ok(Some(0))
+        });
+        // Give the service thread a moment to put the error on the wire.
+        std::thread::sleep(Duration::from_millis(100));
+        fatal(&text);
+    }
+
+    /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
+    pub fn exit(&self) {
+        if self.exited.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.call_or_die("jia_exit", |s, w| {
+            let now = s.now();
+            s.set_exit_waiter(w);
+            s.node.exit(now, w).map(|()| None)
+        });
+        if let Some(h) = self
+            .service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Dsm {
+    fn drop(&mut self) {
+        if self.exited.load(Ordering::SeqCst) {
+            return;
+        }
+        if std::thread::panicking() {
+            let text = format!("node {} panicked", self.rank);
+            let _ = self.call(move |s, _| {
+                s.node.broadcast_error(&text);
+                Ok(Some(0))
+            });
+            std::thread::sleep(Duration::from_millis(100));
+        } else {
+            self.exit();
+        }
+    }
+}

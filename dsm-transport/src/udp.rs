@@ -153,6 +153,11 @@ impl UdpTransport {
         &self.stats
     }
 
+    /// Fragments queued or unacknowledged to `to`.
+    pub fn pending(&self, to: u16) -> usize {
+        self.rel.pending(to)
+    }
+
     /// The address of node `n`.
     pub fn peer_addr(&self, n: u16) -> SocketAddr {
         self.peers[usize::from(n)]

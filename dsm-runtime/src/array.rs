@@ -1,0 +1,117 @@
+//! Typed arrays in the shared region.
+
+use std::marker::PhantomData;
+
+/// Types that may live in shared memory: plain numbers, any bit pattern valid.
+///
+/// # Safety
+/// Implementors must be `Copy`, have no padding and accept every bit pattern.
+pub unsafe trait Shared: Copy + Send + Sync + 'static {}
+macro_rules! shared {
+    ($($t:ty),*) => { $(
+        // SAFETY: a primitive number: no padding, every bit pattern valid.
+        unsafe impl Shared for $t {}
+    )* };
+}
+shared!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
+
+/// An array in shared memory, at the same address on every node.
+///
+/// Loads and stores through it are plain memory accesses: they fault and fetch pages as needed,
+/// and follow the DSM's memory model (writes travel at release, are seen after acquire).
+pub struct SharedArray<T> {
+    ptr: *mut T,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T> Clone for SharedArray<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SharedArray<T> {}
+// SAFETY: the array is shared memory by design; concurrent access is governed by the DSM's memory
+// model and the program's synchronisation, exactly as for the shared region itself.
+unsafe impl<T: Shared> Send for SharedArray<T> {}
+// SAFETY: as above.
+unsafe impl<T: Shared> Sync for SharedArray<T> {}
+
+impl<T: Shared> SharedArray<T> {
+    pub(crate) fn new(ptr: *mut T, len: usize) -> SharedArray<T> {
+        SharedArray {
+            ptr,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `i`.
+    pub fn get(&self, i: usize) -> T {
+        assert!(
+            i < self.len,
+            "index {i} out of a shared array of {}",
+            self.len
+        );
+        // SAFETY: i is in bounds of the allocation, which lives as long as the process.
+        unsafe { self.ptr.add(i).read() }
+    }
+
+    /// Sets element `i`.
+    pub fn set(&self, i: usize, v: T) {
+        assert!(
+            i < self.len,
+            "index {i} out of a shared array of {}",
+            self.len
+        );
+        // SAFETY: i is in bounds of the allocation, which lives as long as the process.
+        unsafe { self.ptr.add(i).write(v) }
+    }
+
+    /// Elements `range` as a slice.
+    ///
+    /// # Safety
+    /// No thread of this node may write these elements while the slice lives, and no other node
+    /// may write them without synchronisation ordering the write before this read (the program
+    /// must be data-race free).
+    pub unsafe fn slice(&self, range: std::ops::Range<usize>) -> &[T] {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "range {range:?} out of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked); aliasing is the caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }
+    }
+
+    /// Elements `range` as a mutable slice.
+    ///
+    /// # Safety
+    /// No other thread of this node may access these elements while the slice lives, and the
+    /// program must be data-race free across nodes.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "range {range:?} out of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked); exclusivity is the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
+    }
+
+    /// The first element's address.
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+}

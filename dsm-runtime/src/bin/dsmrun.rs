@@ -1,0 +1,158 @@
+//! dsmrun: start a DSM job, like mpirun.
+//!
+//! `dsmrun -n 4 ./app ARGS` runs 4 local nodes; `dsmrun --hosts .jiahosts ./app` runs one node per
+//! line of the hosts file (local addresses as child processes, others over ssh). Bad options or
+//! configuration: a one-line error and exit code 2, before any node starts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use dsm_runtime::config::{self, CommType, Config, Host, Origin};
+use dsm_runtime::launcher::{self, JobSpec};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dsmrun",
+    version,
+    about = "Run a DSM program on several nodes",
+    trailing_var_arg = true
+)]
+struct Args {
+    /// Number of nodes (default: one per line of the hosts file, or 2).
+    #[arg(short = 'n', long = "nodes")]
+    nodes: Option<usize>,
+    /// Hosts file (JIAJIA's .jiahosts); without it every node runs on this machine.
+    #[arg(long)]
+    hosts: Option<PathBuf>,
+    /// Transport: udp, tcp, rdma-rc, rdma-ud (overrides comm_type).
+    #[arg(long)]
+    transport: Option<String>,
+    /// Configuration file (default: .jiaconf in the working directory, if present).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Set a configuration key, e.g. --set prefetch=off (repeatable; wins over everything).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Node 0 prints the statistics table at exit.
+    #[arg(long)]
+    stats: bool,
+    /// Prefix every output line with [node i].
+    #[arg(long)]
+    tag_output: bool,
+    /// Seconds to wait for every node to join.
+    #[arg(long, default_value_t = 60)]
+    join_timeout: u64,
+    /// The program and its arguments.
+    #[arg(required = true)]
+    command: Vec<String>,
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("dsmrun: {msg}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // Settings: defaults < .jiaconf < environment < command line.
+    let mut cfg = Config::default();
+    let file_result = match &args.config {
+        Some(p) => cfg.apply_file(p, true),
+        None => cfg.apply_file(std::path::Path::new(".jiaconf"), false),
+    };
+    if let Err(e) = file_result.and_then(|()| cfg.apply_env()) {
+        return usage_error(&e.to_string());
+    }
+    for kv in &args.set {
+        let origin = Origin::Flag(format!("--set {kv}"));
+        let Some((k, v)) = kv.split_once('=') else {
+            return usage_error(&format!("--set {kv}: expected KEY=VALUE"));
+        };
+        if let Err(e) = cfg.set(k.trim(), v.trim(), &origin) {
+            return usage_error(&e.to_string());
+        }
+    }
+    if let Some(t) = &args.transport {
+        if let Err(e) = cfg.set("comm_type", t, &Origin::Flag("--transport".into())) {
+            return usage_error(&e.to_string());
+        }
+    }
+    match cfg.comm_type {
+        CommType::Udp => {}
+        CommType::Tcp => {
+            return usage_error(
+                "--transport tcp: the TCP transport is not built yet in this version; use udp",
+            );
+        }
+        CommType::RdmaRc | CommType::RdmaUd => {
+            return usage_error(&format!(
+                "--transport {}: this dsmrun was built without RDMA; build with `cargo build --release --features rdma`",
+                cfg.comm_type.name()
+            ));
+        }
+    }
+    let hosts: Vec<Host> = match &args.hosts {
+        Some(path) => {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) => return usage_error(&format!("{}: {e}", path.display())),
+            };
+            let list = match config::parse_hosts(&path.display().to_string(), &text, |w| {
+                eprintln!("dsmrun: warning: {w}")
+            }) {
+                Ok(h) => h,
+                Err(e) => return usage_error(&e.to_string()),
+            };
+            let n = args.nodes.unwrap_or(list.len());
+            if n > list.len() {
+                return usage_error(&format!(
+                    "-n {n}: {} lists only {} hosts (a host may repeat to run several nodes)",
+                    path.display(),
+                    list.len()
+                ));
+            }
+            list.into_iter().take(n).collect()
+        }
+        None => {
+            let n = args.nodes.unwrap_or(2);
+            (0..n)
+                .map(|_| Host {
+                    address: "127.0.0.1".into(),
+                    user: None,
+                    line: 0,
+                })
+                .collect()
+        }
+    };
+    if hosts.is_empty() || hosts.len() > usize::from(dsm_runtime::MAX_NODES) {
+        return usage_error(&format!(
+            "-n {}: between 1 and {} nodes",
+            hosts.len(),
+            dsm_runtime::MAX_NODES
+        ));
+    }
+    let mut command = args.command.into_iter();
+    let program = command.next().unwrap_or_default();
+    let spec = JobSpec {
+        program,
+        args: command.collect(),
+        hosts,
+        config: cfg,
+        stats: args.stats,
+        tag_output: args.tag_output,
+        join_timeout: Duration::from_secs(args.join_timeout),
+    };
+    match launcher::run(&spec) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(launcher::JobFailure::Start(msg)) => {
+            eprintln!("dsmrun: {msg}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("dsmrun: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

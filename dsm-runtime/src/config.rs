@@ -1,0 +1,450 @@
+//! Configuration: `.jiaconf` (JIAJIA's keys and ours) and `.jiahosts`.
+//!
+//! Values come from four places, later ones winning: defaults, the `.jiaconf` file, the environment
+//! (`DSM_<KEY>` in upper case, e.g. `DSM_PREFETCH=off`), the command line. Every error names where
+//! the bad value came from (file and line, variable or flag), the key, the value and what is
+//! allowed.
+
+use std::fmt;
+use std::path::Path;
+
+/// The transports a job can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommType {
+    /// UDP with our acknowledgements and retransmission.
+    Udp,
+    /// Epoll TCP.
+    Tcp,
+    /// RDMA reliable connection.
+    RdmaRc,
+    /// RDMA unreliable datagram, with our reliability layer.
+    RdmaUd,
+}
+
+impl CommType {
+    /// The name used in `.jiaconf` and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommType::Udp => "udp",
+            CommType::Tcp => "tcp",
+            CommType::RdmaRc => "rdma-rc",
+            CommType::RdmaUd => "rdma-ud",
+        }
+    }
+
+    /// Parses a transport name (`rdma` means `rdma-rc`, as in JIAJIA 3.0).
+    pub fn parse(s: &str) -> Option<CommType> {
+        Some(match s {
+            "udp" => CommType::Udp,
+            "tcp" => CommType::Tcp,
+            "rdma" | "rdma-rc" => CommType::RdmaRc,
+            "rdma-ud" => CommType::RdmaUd,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a setting came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A line of a file.
+    File {
+        /// The file.
+        path: String,
+        /// The line, from 1.
+        line: usize,
+    },
+    /// An environment variable.
+    Env(String),
+    /// A command-line flag.
+    Flag(String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File { path, line } => write!(f, "{path}:{line}"),
+            Origin::Env(v) => write!(f, "environment variable {v}"),
+            Origin::Flag(v) => write!(f, "command-line flag {v}"),
+        }
+    }
+}
+
+/// A bad configuration or hosts entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {what}")]
+pub struct ConfigError {
+    /// Where.
+    pub origin: Origin,
+    /// What was wrong and what is allowed.
+    pub what: String,
+}
+
+/// A job's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `comm_type`.
+    pub comm_type: CommType,
+    /// `global_start_addr`.
+    pub global_start_addr: u64,
+    /// `msg_buffer_size`: the largest datagram.
+    pub msg_buffer_size: usize,
+    /// `msg_queue_size`: fragments in flight per peer.
+    pub msg_queue_size: usize,
+    /// `prefetch`.
+    pub prefetch: bool,
+    /// `prefetch_pages`.
+    pub prefetch_pages: u32,
+    /// `max_checking_pages`.
+    pub max_checking_pages: u32,
+    /// `cache_pages`.
+    pub cache_pages: usize,
+    /// `region_gib`.
+    pub region_gib: u64,
+    /// `peer_timeout_ms`.
+    pub peer_timeout_ms: u64,
+    /// `base_port` (0: any).
+    pub base_port: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            comm_type: CommType::Udp,
+            global_start_addr: 0x2000_0000_0000,
+            msg_buffer_size: 65_000,
+            msg_queue_size: 64,
+            prefetch: true,
+            prefetch_pages: 8,
+            max_checking_pages: 16,
+            cache_pages: 32 * 1024,
+            region_gib: 64,
+            peer_timeout_ms: 10_000,
+            base_port: 0,
+        }
+    }
+}
+
+/// Every key, with what it allows (for error messages and `--help`).
+pub const KEYS: &[(&str, &str)] = &[
+    ("comm_type", "udp, tcp, rdma-rc, rdma-ud (rdma = rdma-rc)"),
+    (
+        "global_start_addr",
+        "a page-aligned hex address between 0x10000000 and 0x7f0000000000",
+    ),
+    ("msg_buffer_size", "bytes per datagram, 1024 to 65000"),
+    ("msg_queue_size", "messages in flight per peer, 1 to 4096"),
+    ("prefetch", "on or off"),
+    ("prefetch_pages", "0 to 255"),
+    ("max_checking_pages", "0 to 4096"),
+    ("cache_pages", "1 to 16777216"),
+    ("region_gib", "1 to 16384"),
+    ("peer_timeout_ms", "100 to 3600000"),
+    ("base_port", "0 (any free port) or 1024 to 65000"),
+    (
+        "system_mode",
+        "memory, compute or hybrid (accepted for JIAJIA compatibility, no effect)",
+    ),
+];
+
+fn parse_num(v: &str) -> Option<u64> {
+    let v = v.replace('_', "");
+    if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).ok()
+    } else {
+        v.parse().ok()
+    }
+}
+
+impl Config {
+    /// Sets `key` to `value`, or says what is wrong.
+    pub fn set(&mut self, key: &str, value: &str, origin: &Origin) -> Result<(), ConfigError> {
+        let allowed = KEYS.iter().find(|(k, _)| *k == key).map(|(_, a)| *a);
+        let Some(allowed) = allowed else {
+            let keys: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(ConfigError {
+                origin: origin.clone(),
+                what: format!("unknown key `{key}`; known keys: {}", keys.join(", ")),
+            });
+        };
+        let bad = || ConfigError {
+            origin: origin.clone(),
+            what: format!("{key} = {value}: allowed: {allowed}"),
+        };
+        let range = |lo: u64, hi: u64| {
+            parse_num(value)
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(bad)
+        };
+        match key {
+            "comm_type" => self.comm_type = CommType::parse(value).ok_or_else(bad)?,
+            "global_start_addr" => {
+                let a = range(0x1000_0000, 0x7f00_0000_0000)?;
+                if a % dsm_core::PAGE_SIZE as u64 != 0 {
+                    return Err(bad());
+                }
+                self.global_start_addr = a;
+            }
+            "msg_buffer_size" => self.msg_buffer_size = range(1024, 65_000)? as usize,
+            "msg_queue_size" => self.msg_queue_size = range(1, 4096)? as usize,
+            "prefetch" => {
+                self.prefetch = match value {
+                    "on" | "yes" | "true" | "1" => true,
+                    "off" | "no" | "false" | "0" => false,
+                    _ => return Err(bad()),
+                }
+            }
+            "prefetch_pages" => self.prefetch_pages = range(0, 255)? as u32,
+            "max_checking_pages" => self.max_checking_pages = range(0, 4096)? as u32,
+            "cache_pages" => self.cache_pages = range(1, 1 << 24)? as usize,
+            "region_gib" => self.region_gib = range(1, 16384)?,
+            "peer_timeout_ms" => self.peer_timeout_ms = range(100, 3_600_000)?,
+            "base_port" => {
+                let p = parse_num(value).ok_or_else(bad)?;
+                if p != 0 && !(1024..=65_000).contains(&p) {
+                    return Err(bad());
+                }
+                self.base_port = p as u16;
+            }
+            "system_mode" => {
+                if !matches!(value, "memory" | "compute" | "hybrid") {
+                    return Err(bad());
+                }
+            }
+            _ => return Err(bad()),
+        }
+        Ok(())
+    }
+
+    /// Applies a `.jiaconf` text read from `path`.
+    pub fn apply_file_text(&mut self, path: &str, text: &str) -> Result<(), ConfigError> {
+        for (i, raw) in text.lines().enumerate() {
+            let origin = Origin::File {
+                path: path.to_owned(),
+                line: i + 1,
+            };
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let Some((k, v)) = line.split_once('=') else {
+                return Err(ConfigError {
+                    origin,
+                    what: format!("`{line}` is not `key = value`"),
+                });
+            };
+            self.set(k.trim(), v.trim(), &origin)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the `.jiaconf` at `path` if it exists.
+    pub fn apply_file(&mut self, path: &Path, must_exist: bool) -> Result<(), ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => self.apply_file_text(&path.display().to_string(), &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => Ok(()),
+            Err(e) => Err(ConfigError {
+                origin: Origin::File {
+                    path: path.display().to_string(),
+                    line: 0,
+                },
+                what: format!("cannot read: {e}"),
+            }),
+        }
+    }
+
+    /// Applies `DSM_<KEY>` variables from the environment.
+    pub fn apply_env(&mut self) -> Result<(), ConfigError> {
+        for (k, _) in KEYS {
+            let var = format!("DSM_{}", k.to_uppercase());
+            if let Ok(v) = std::env::var(&var) {
+                self.set(k, v.trim(), &Origin::Env(var))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings as `key=value;...`, how the launcher hands the resolved settings to nodes.
+    pub fn to_wire(&self) -> String {
+        [
+            format!("comm_type={}", self.comm_type.name()),
+            format!("global_start_addr={:#x}", self.global_start_addr),
+            format!("msg_buffer_size={}", self.msg_buffer_size),
+            format!("msg_queue_size={}", self.msg_queue_size),
+            format!("prefetch={}", if self.prefetch { "on" } else { "off" }),
+            format!("prefetch_pages={}", self.prefetch_pages),
+            format!("max_checking_pages={}", self.max_checking_pages),
+            format!("cache_pages={}", self.cache_pages),
+            format!("region_gib={}", self.region_gib),
+            format!("peer_timeout_ms={}", self.peer_timeout_ms),
+            format!("base_port={}", self.base_port),
+        ]
+        .join(";")
+    }
+
+    /// The inverse of [`Config::to_wire`].
+    pub fn from_wire(s: &str) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        for kv in s.split(';').filter(|kv| !kv.is_empty()) {
+            let origin = Origin::Env("DSM_CONFIG".into());
+            let (k, v) = kv.split_once('=').ok_or_else(|| ConfigError {
+                origin: origin.clone(),
+                what: format!("`{kv}` is not key=value"),
+            })?;
+            c.set(k, v, &origin)?;
+        }
+        Ok(c)
+    }
+}
+
+/// One line of `.jiahosts`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// Host name or address.
+    pub address: String,
+    /// The ssh user, if given.
+    pub user: Option<String>,
+    /// Where it was read.
+    pub line: usize,
+}
+
+/// Parses a `.jiahosts` text; warnings (an ignored password) go to `warn`.
+pub fn parse_hosts(
+    path: &str,
+    text: &str,
+    mut warn: impl FnMut(String),
+) -> Result<Vec<Host>, ConfigError> {
+    let mut hosts = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let origin = Origin::File {
+            path: path.to_owned(),
+            line: i + 1,
+        };
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.len() {
+            1 | 2 => {}
+            3 => warn(format!(
+                "{origin}: the password field is ignored (use ssh keys)"
+            )),
+            _ => {
+                return Err(ConfigError {
+                    origin,
+                    what: format!("`{line}`: expected `address [user [password]]`"),
+                });
+            }
+        }
+        let address = fields[0];
+        if address.len() > 253
+            || !address
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-_:[]".contains(c))
+        {
+            return Err(ConfigError {
+                origin,
+                what: format!("`{address}` is not a host name or address"),
+            });
+        }
+        hosts.push(Host {
+            address: address.to_owned(),
+            user: fields.get(1).map(|u| (*u).to_owned()),
+            line: i + 1,
+        });
+    }
+    if hosts.is_empty() {
+        return Err(ConfigError {
+            origin: Origin::File {
+                path: path.to_owned(),
+                line: 0,
+            },
+            what: "no hosts listed".into(),
+        });
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_err(text: &str) -> String {
+        Config::default()
+            .apply_file_text(".jiaconf", text)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn every_key_of_the_example_file_parses() {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.jiaconf.example"))
+                .unwrap();
+        let mut c = Config::default();
+        c.apply_file_text(".jiaconf.example", &text).unwrap();
+        assert_eq!(c, Config::default(), "the example documents the defaults");
+    }
+
+    #[test]
+    fn bad_lines_name_file_line_key_value_and_what_is_allowed() {
+        assert_eq!(
+            file_err("# c\nprefetch = maybe\n"),
+            ".jiaconf:2: prefetch = maybe: allowed: on or off"
+        );
+        assert!(
+            file_err("colour = blue")
+                .starts_with(".jiaconf:1: unknown key `colour`; known keys: comm_type")
+        );
+        assert_eq!(
+            file_err("msg_queue_size = 0"),
+            ".jiaconf:1: msg_queue_size = 0: allowed: messages in flight per peer, 1 to 4096"
+        );
+        assert!(file_err("global_start_addr = 0x1001").contains("page-aligned"));
+        assert!(file_err("comm_type = carrier-pigeon").contains("udp, tcp, rdma-rc, rdma-ud"));
+        assert!(file_err("just words").contains("is not `key = value`"));
+    }
+
+    #[test]
+    fn values_round_trip_through_the_launcher_form() {
+        let mut c = Config::default();
+        c.set("prefetch", "off", &Origin::Flag("--prefetch".into()))
+            .unwrap();
+        c.set("comm_type", "rdma", &Origin::Flag("--transport".into()))
+            .unwrap();
+        c.set("cache_pages", "0x100", &Origin::Flag("-c".into()))
+            .unwrap();
+        assert_eq!(Config::from_wire(&c.to_wire()).unwrap(), c);
+    }
+
+    #[test]
+    fn hosts_files_accept_jiajia_lines_and_warn_about_passwords() {
+        let mut warnings = Vec::new();
+        let hosts = parse_hosts(
+            ".jiahosts",
+            "# master\n10.0.0.1\n\nnode2 alice secret # old style\nnode2\n",
+            |w| warnings.push(w),
+        )
+        .unwrap();
+        assert_eq!(hosts.len(), 3);
+        assert_eq!(hosts[1].user.as_deref(), Some("alice"));
+        assert_eq!(
+            warnings,
+            vec![".jiahosts:4: the password field is ignored (use ssh keys)".to_string()]
+        );
+        assert!(
+            parse_hosts("h", "a b c d\n", |_| {})
+                .unwrap_err()
+                .to_string()
+                .starts_with("h:1:")
+        );
+        assert!(parse_hosts("h", "# nothing\n", |_| {}).is_err());
+        assert!(
+            parse_hosts("h", "bad/host\n", |_| {})
+                .unwrap_err()
+                .to_string()
+                .contains("not a host name")
+        );
+    }
+}

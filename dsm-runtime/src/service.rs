@@ -1,0 +1,317 @@
+//! The service thread: the one thread of a node that owns the protocol core and the transport.
+//!
+//! Its loop joins the application's requests (faults and calls, through [`crate::slots`]), the
+//! network and the core: requests and messages go into the core, the core's messages go out
+//! through the transport, its effects come back as resumed threads. When nothing happens it spins
+//! for a bounded time (a reply is usually microseconds away), then sleeps in epoll on the
+//! transport's socket and the request eventfd, with the next timer as the timeout: two processes
+//! spinning on a 2-CPU machine would starve the kernel's own network work.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dsm_core::{Access, Effect, Node, NodeId, PageNum, Stats, Time, UsageError, WaiterId, codec};
+use dsm_transport::reliable::Event;
+use dsm_transport::udp::UdpTransport;
+
+use crate::region::Region;
+use crate::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
+use crate::sys::{self, Epoll, signals};
+use crate::{fatal, stats_table};
+
+/// A request run on the service thread: `Ok(Some(v))` completes at once with `v`, `Ok(None)`
+/// waits for the core to resume the caller.
+pub(crate) type CallFn =
+    Box<dyn FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send>;
+
+/// Calls waiting to be taken, by slot.
+pub(crate) static CALLS: Mutex<BTreeMap<usize, CallFn>> = Mutex::new(BTreeMap::new());
+/// Errors of completed calls, by slot.
+pub(crate) static CALL_ERRORS: Mutex<BTreeMap<usize, UsageError>> = Mutex::new(BTreeMap::new());
+/// Result word of a call that failed (its error is in [`CALL_ERRORS`]).
+pub(crate) const CALL_FAILED: u64 = u64::MAX;
+
+/// How long the loop spins when idle before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+/// How long a node that exited keeps serving so its last messages are acknowledged.
+const LINGER: Duration = Duration::from_secs(2);
+
+pub(crate) struct Service {
+    pub node: Node<Region>,
+    pub transport: Option<UdpTransport>,
+    epoll: Epoll,
+    evfd: OwnedFd,
+    cookie: u64,
+    t0: Instant,
+    print_stats: bool,
+    exit_waiter: Option<usize>,
+    exit_done_at: Option<Instant>,
+    frame: Vec<u8>,
+    /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
+    pub rejected_frames: u64,
+}
+
+impl Service {
+    pub fn new(
+        node: Node<Region>,
+        transport: Option<UdpTransport>,
+        cookie: u64,
+        t0: Instant,
+        print_stats: bool,
+    ) -> std::io::Result<Service> {
+        let epoll = Epoll::new()?;
+        let evfd = sys::eventfd()?;
+        epoll.add(evfd.as_raw_fd(), 0)?;
+        if let Some(t) = &transport {
+            epoll.add(t.fd(), 1)?;
+        }
+        SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
+        Ok(Service {
+            node,
+            transport,
+            epoll,
+            evfd,
+            cookie,
+            t0,
+            print_stats,
+            exit_waiter: None,
+            exit_done_at: None,
+            frame: Vec::with_capacity(8192),
+            rejected_frames: 0,
+        })
+    }
+
+    /// The core's clock.
+    pub fn now(&self) -> Time {
+        Time(self.t0.elapsed().as_nanos() as u64)
+    }
+
+    /// Runs until the node has exited.
+    pub fn run(mut self) {
+        slots::IS_SERVICE.with(|s| s.set(true));
+        let mut last_busy = Instant::now();
+        loop {
+            let mut busy = slots::take_posted(|i, op, arg| self.handle_request(i, op, arg));
+            if let Some(t) = &mut self.transport {
+                busy |= t.poll_recv(Instant::now()) > 0;
+            }
+            busy |= self.handle_transport_events();
+            busy |= self.drain_core();
+            self.handle_timers();
+            if self.exit_finished() {
+                return;
+            }
+            let now = Instant::now();
+            if busy {
+                last_busy = now;
+                continue;
+            }
+            if now - last_busy < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.sleep();
+            last_busy = Instant::now();
+        }
+    }
+
+    fn sleep(&mut self) {
+        SLOTS.service_sleeping.store(true, Ordering::SeqCst);
+        if SLOTS.posted.load(Ordering::SeqCst) == 0 {
+            let timeout_ms = self.next_deadline().map_or(-1, |d| {
+                let left = d.saturating_duration_since(Instant::now());
+                left.as_millis().min(60_000) as i32
+                    + i32::from(left.subsec_nanos() % 1_000_000 != 0)
+            });
+            if let Err(e) = self.epoll.wait(timeout_ms) {
+                fatal(&format!("epoll_wait failed: {e}"));
+            }
+        }
+        SLOTS.service_sleeping.store(false, Ordering::SeqCst);
+        sys::eventfd_drain(self.evfd.as_raw_fd());
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let t = self.transport.as_ref().and_then(|t| t.poll_timeout());
+        let c = self
+            .node
+            .poll_timeout()
+            .map(|c| self.t0 + Duration::from_nanos(c.0));
+        let e = self.exit_done_at.map(|d| d + LINGER);
+        [t, c, e].into_iter().flatten().min()
+    }
+
+    fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
+        let now = self.now();
+        match op {
+            OP_FAULT_READ | OP_FAULT_WRITE => {
+                let access = if op == OP_FAULT_READ {
+                    Access::Read
+                } else {
+                    Access::Write
+                };
+                let page = PageNum(arg.min(u64::from(u32::MAX)) as u32);
+                if self
+                    .node
+                    .handle_fault(now, page, access, WaiterId(slot as u64))
+                    .is_err()
+                {
+                    slots::complete(slot, signals::FAULT_UNALLOCATED);
+                }
+            }
+            OP_CALL => {
+                let call = CALLS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&slot);
+                let Some(call) = call else {
+                    return slots::complete(slot, CALL_FAILED);
+                };
+                match call(self, WaiterId(slot as u64)) {
+                    Ok(Some(v)) => slots::complete(slot, v),
+                    Ok(None) => {}
+                    Err(e) => {
+                        CALL_ERRORS
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(slot, e);
+                        slots::complete(slot, CALL_FAILED);
+                    }
+                }
+            }
+            _ => slots::complete(slot, CALL_FAILED),
+        }
+    }
+
+    /// Marks the calling slot as the one waiting in exit (completed after the linger).
+    pub fn set_exit_waiter(&mut self, slot: WaiterId) {
+        self.exit_waiter = Some(slot.0 as usize);
+    }
+
+    fn handle_transport_events(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let Some(t) = &mut self.transport else {
+                return any;
+            };
+            let Some(ev) = t.poll_event() else { return any };
+            any = true;
+            match ev {
+                Event::Message { from, bytes } => {
+                    let now = self.now();
+                    match codec::decode_frame(&bytes) {
+                        Ok((h, msg)) if h.cookie == self.cookie && h.from.0 == from => {
+                            if let Err(e) = self.node.handle_message(now, NodeId(from), msg) {
+                                self.rejected_frames += 1;
+                                log::warn!("{e}");
+                            }
+                        }
+                        Ok(_) => self.rejected_frames += 1,
+                        Err(e) => {
+                            self.rejected_frames += 1;
+                            log::warn!("undecodable frame from node {from}: {e}");
+                        }
+                    }
+                }
+                Event::PeerLost { peer, silent_for } => {
+                    if self.exit_done_at.is_none() {
+                        fatal(&format!(
+                            "lost node {peer}: no answer for {:.1} s (it died, stopped or is unreachable)",
+                            silent_for.as_secs_f64()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn drain_core(&mut self) -> bool {
+        let mut any = false;
+        while let Some(tx) = self.node.poll_transmit() {
+            any = true;
+            self.frame.clear();
+            codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut self.frame);
+            match &mut self.transport {
+                Some(t) => t.send(Instant::now(), tx.to.0, &self.frame),
+                None => fatal("a one-node job tried to send a message"),
+            }
+        }
+        while let Some(effect) = self.node.poll_effect() {
+            any = true;
+            match effect {
+                Effect::Resume { waiter } => {
+                    let slot = waiter.0 as usize;
+                    if self.exit_waiter == Some(slot) {
+                        self.exit_done_at = Some(Instant::now());
+                    } else {
+                        slots::complete(slot, 0);
+                    }
+                }
+                Effect::JobStats { nodes } => {
+                    if self.print_stats {
+                        eprint!(
+                            "{}",
+                            stats_table::render(&nodes, &self.transport_counters(&nodes))
+                        );
+                    }
+                }
+                Effect::Abort { error } => fatal(&error.to_string()),
+            }
+        }
+        any
+    }
+
+    fn transport_counters(&self, _nodes: &[Stats]) -> Vec<(String, u64)> {
+        match &self.transport {
+            Some(t) => {
+                let r = t.reliable_stats();
+                vec![
+                    ("node 0 datagrams sent".into(), r.datagrams_sent),
+                    ("node 0 retransmissions".into(), r.retransmissions),
+                    ("node 0 duplicates dropped".into(), r.duplicates),
+                    (
+                        "node 0 rejected datagrams".into(),
+                        r.rejected + t.stats().unknown_source,
+                    ),
+                ]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn handle_timers(&mut self) {
+        let now = Instant::now();
+        if let Some(t) = &mut self.transport {
+            if t.poll_timeout().is_some_and(|d| d <= now) {
+                t.handle_timeout(now);
+            }
+        }
+        if let Some(c) = self.node.poll_timeout() {
+            let n = self.now();
+            if c <= n {
+                self.node.handle_timeout(n);
+            }
+        }
+    }
+
+    /// After exit: keep serving until our messages are acknowledged (or the linger ends).
+    fn exit_finished(&mut self) -> bool {
+        let Some(done) = self.exit_done_at else {
+            return false;
+        };
+        let idle = self
+            .transport
+            .as_ref()
+            .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
+        if idle || done.elapsed() > LINGER {
+            if let Some(slot) = self.exit_waiter.take() {
+                slots::complete(slot, 0);
+            }
+            return true;
+        }
+        false
+    }
+}

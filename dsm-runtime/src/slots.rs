@@ -1,0 +1,154 @@
+//! The hand-off between application threads (including their fault handlers) and the service
+//! thread: one slot per thread, made of atomics only, so the signal handler can use it.
+//!
+//! A thread posts a request in its slot (`POSTED`), signals the service thread's eventfd if that
+//! thread may be asleep, then waits: a short spin, then a futex sleep on the slot's state. The
+//! service thread takes the request (`TAKEN`), hands it to the core, and when the core says the
+//! waiter may continue it marks the slot `DONE` and wakes the futex. Nothing here allocates, locks
+//! or logs.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+/// Threads of one process that may use the DSM at once.
+pub const MAX_THREADS: usize = 256;
+
+pub(crate) const FREE: u32 = 0;
+pub(crate) const IDLE: u32 = 1;
+pub(crate) const POSTED: u32 = 2;
+pub(crate) const TAKEN: u32 = 3;
+pub(crate) const DONE: u32 = 4;
+
+/// What a slot asks for.
+pub(crate) const OP_FAULT_READ: u32 = 1;
+pub(crate) const OP_FAULT_WRITE: u32 = 2;
+pub(crate) const OP_CALL: u32 = 3;
+
+pub(crate) struct Slot {
+    pub state: AtomicU32,
+    pub op: AtomicU32,
+    pub arg: AtomicU64,
+    pub result: AtomicU64,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicU32::new(FREE),
+            op: AtomicU32::new(0),
+            arg: AtomicU64::new(0),
+            result: AtomicU64::new(0),
+        }
+    }
+}
+
+pub(crate) struct Slots {
+    pub slots: [Slot; MAX_THREADS],
+    /// Requests posted and not yet taken (a hint that spares the service thread a scan).
+    pub posted: AtomicU32,
+    /// The service thread's eventfd (-1 before it starts).
+    pub eventfd: AtomicI32,
+    /// The service thread is, or is about to be, asleep in epoll.
+    pub service_sleeping: AtomicBool,
+}
+
+pub(crate) static SLOTS: Slots = Slots {
+    slots: [const { Slot::new() }; MAX_THREADS],
+    posted: AtomicU32::new(0),
+    eventfd: AtomicI32::new(-1),
+    service_sleeping: AtomicBool::new(false),
+};
+
+thread_local! {
+    static MY_SLOT: Cell<u32> = const { Cell::new(u32::MAX) };
+    pub(crate) static IS_SERVICE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's slot index, claiming a free slot on first use. Async-signal-safe.
+pub(crate) fn my_slot() -> Option<usize> {
+    let cur = MY_SLOT.with(|s| s.get());
+    if cur != u32::MAX {
+        return Some(cur as usize);
+    }
+    for (i, s) in SLOTS.slots.iter().enumerate() {
+        if s.state
+            .compare_exchange(FREE, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            MY_SLOT.with(|c| c.set(i as u32));
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// How long a waiter spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(30);
+
+/// Posts a request in slot `i` and waits until the service thread completes it; returns the
+/// result word. Async-signal-safe.
+pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
+    let slot = &SLOTS.slots[i];
+    slot.op.store(op, Ordering::Relaxed);
+    slot.arg.store(arg, Ordering::Relaxed);
+    slot.state.store(POSTED, Ordering::SeqCst);
+    SLOTS.posted.fetch_add(1, Ordering::SeqCst);
+    if SLOTS.service_sleeping.load(Ordering::SeqCst) {
+        let fd = SLOTS.eventfd.load(Ordering::Relaxed);
+        if fd >= 0 {
+            sys::eventfd_signal(fd);
+        }
+    }
+    // Instant::now is clock_gettime through the vDSO: async-signal-safe.
+    let start = Instant::now();
+    loop {
+        let s = slot.state.load(Ordering::Acquire);
+        if s == DONE {
+            break;
+        }
+        if start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        } else {
+            sys::futex_wait(&slot.state, s);
+        }
+    }
+    let r = slot.result.load(Ordering::Relaxed);
+    slot.state.store(IDLE, Ordering::Release);
+    r
+}
+
+/// Service side: completes slot `i` with `result` and wakes its thread.
+pub(crate) fn complete(i: usize, result: u64) {
+    let slot = &SLOTS.slots[i];
+    slot.result.store(result, Ordering::Relaxed);
+    slot.state.store(DONE, Ordering::Release);
+    sys::futex_wake(&slot.state);
+}
+
+/// Service side: takes every posted request, calling `f(slot, op, arg)` for each.
+pub(crate) fn take_posted(mut f: impl FnMut(usize, u32, u64)) -> bool {
+    if SLOTS.posted.load(Ordering::SeqCst) == 0 {
+        return false;
+    }
+    let mut any = false;
+    for (i, slot) in SLOTS.slots.iter().enumerate() {
+        if slot.state.load(Ordering::Acquire) == POSTED
+            && slot
+                .state
+                .compare_exchange(POSTED, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            SLOTS.posted.fetch_sub(1, Ordering::SeqCst);
+            f(
+                i,
+                slot.op.load(Ordering::Relaxed),
+                slot.arg.load(Ordering::Relaxed),
+            );
+            any = true;
+        }
+    }
+    any
+}

@@ -1,0 +1,209 @@
+//! Thin wrappers over the system calls the runtime needs: memfd, mmap, mprotect, fallocate,
+//! eventfd, epoll and futex. Every unsafe block is here or in [`signals`], each with its reason.
+
+pub mod signals;
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
+
+/// Calls a libc function returning -1 on error, turning it into an `io::Result`.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: the caller of the macro passes arguments valid for this call (each use site
+        // below states why).
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 { Err(std::io::Error::last_os_error()) } else { Ok(res) }
+    }};
+}
+
+/// Page protection of the application's view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// PROT_NONE.
+    None,
+    /// PROT_READ.
+    Read,
+    /// PROT_READ | PROT_WRITE.
+    ReadWrite,
+}
+
+impl Protection {
+    fn bits(self) -> libc::c_int {
+        match self {
+            Protection::None => libc::PROT_NONE,
+            Protection::Read => libc::PROT_READ,
+            Protection::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        }
+    }
+}
+
+/// An anonymous memory file of `size` bytes (sparse).
+pub fn memfd(name: &str, size: u64) -> io::Result<OwnedFd> {
+    let cname =
+        std::ffi::CString::new(name).map_err(|_| io::Error::other("memfd name has a NUL"))?;
+    // cname is a valid NUL-terminated string for the call's duration.
+    let fd = syscall!(memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC))?;
+    // SAFETY: memfd_create just returned this descriptor; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // fd is a valid memfd.
+    syscall!(ftruncate(fd.as_raw_fd(), size as libc::off_t))?;
+    Ok(fd)
+}
+
+/// Maps `size` bytes of `fd` shared, at exactly `at` (failing if anything is there) or anywhere.
+pub fn map_shared(
+    fd: &OwnedFd,
+    size: usize,
+    at: Option<usize>,
+    prot: Protection,
+) -> io::Result<*mut u8> {
+    let mut flags = libc::MAP_SHARED | libc::MAP_NORESERVE;
+    let addr = match at {
+        Some(a) => {
+            flags |= libc::MAP_FIXED_NOREPLACE;
+            a as *mut libc::c_void
+        }
+        None => std::ptr::null_mut(),
+    };
+    // SAFETY: mmap with MAP_FIXED_NOREPLACE never replaces an existing mapping; without an address
+    // the kernel chooses a free range. The fd is a valid memfd at least `size` bytes long.
+    let p = unsafe { libc::mmap(addr, size, prot.bits(), flags, fd.as_raw_fd(), 0) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    if let Some(a) = at {
+        if p as usize != a {
+            // An old kernel ignored MAP_FIXED_NOREPLACE and put the mapping elsewhere.
+            // SAFETY: p..p+size is the mapping just created, not used by anyone yet.
+            unsafe { libc::munmap(p, size) };
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("address {a:#x} is taken"),
+            ));
+        }
+    }
+    Ok(p.cast())
+}
+
+/// Changes the protection of `len` bytes from `addr` (page aligned, inside our region).
+pub fn mprotect(addr: usize, len: usize, prot: Protection) -> io::Result<()> {
+    // The range lies inside the application mapping of the region, which lives as long as the
+    // process; changing its protection cannot invalidate Rust references (none are held by the
+    // runtime into it).
+    syscall!(mprotect(addr as *mut libc::c_void, len, prot.bits()))?;
+    Ok(())
+}
+
+/// Frees the memory behind `len` bytes at `offset` of a memfd (the bytes read back as zeros).
+pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
+    // fd is a valid memfd; the range is inside it.
+    syscall!(fallocate(
+        fd.as_raw_fd(),
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        offset as libc::off_t,
+        len as libc::off_t
+    ))?;
+    Ok(())
+}
+
+/// A non-blocking eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // Plain flags, no pointers.
+    let fd = syscall!(eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))?;
+    // SAFETY: eventfd just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd. Async-signal-safe.
+pub fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to a descriptor; an error (counter overflow, which
+    // cannot happen at our rates) is harmless because the reader only needs readiness.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Empties an eventfd.
+pub fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64; EAGAIN when empty is fine.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// An epoll instance.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new epoll instance.
+    pub fn new() -> io::Result<Epoll> {
+        // Plain flags.
+        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 just returned this descriptor; nothing else owns it.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for input, reporting `token`.
+    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // ev is a live epoll_event; both descriptors are valid.
+        syscall!(epoll_ctl(
+            self.0.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd,
+            &mut ev
+        ))?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout_ms` (-1: forever) for input; returns how many descriptors are ready.
+    pub fn wait(&self, timeout_ms: i32) -> io::Result<usize> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        // SAFETY: the buffer holds 8 events and we pass 8.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), 8, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Sleeps while `*word == expected` (or until woken). Async-signal-safe.
+pub fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: the futex word is a live, aligned u32 for the call's duration; a null timeout waits
+    // until woken. Spurious returns are handled by the callers' loops.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+/// Wakes every thread sleeping on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: the futex word is a live, aligned u32; FUTEX_WAKE touches nothing else.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// Writes `msg` to stderr with write(2). Async-signal-safe.
+pub fn write_stderr(msg: &[u8]) {
+    // SAFETY: writes from a live byte slice to fd 2.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
