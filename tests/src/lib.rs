@@ -1,1 +1,72 @@
-//! Cross-crate tests (every app on every transport, multi-host, faults) arrive with the runtime.
+//! Helpers for the multi-process tests: find the workspace's binaries and run jobs with a
+//! deadline, so a hang fails the test instead of the CI run.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding the workspace's binaries (`target/<profile>`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target directory")
+        .to_path_buf()
+}
+
+/// The path of workspace binary `name`; panics with a hint when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run the tests through `cargo test --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// Runs `cmd`, killing it after `limit`; returns its output (status, stdout, stderr).
+pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    let pid = child.id();
+    let start = Instant::now();
+    let waiter = std::thread::spawn(move || child.wait_with_output().expect("wait"));
+    while !waiter.is_finished() {
+        if start.elapsed() > limit {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+            let out = waiter.join().expect("join");
+            panic!(
+                "command still running after {limit:?}; killed.\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    waiter.join().expect("join")
+}
+
+/// `dsmrun -n <nodes> <flags...> <program> <args...>` with a 120 s deadline.
+pub fn dsmrun(nodes: usize, flags: &[&str], program: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg("-n")
+        .arg(nodes.to_string())
+        .args(flags)
+        .arg(bin(program))
+        .args(args);
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+/// Stdout and stderr as text, for assertion messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -1,0 +1,286 @@
+//! probe: small DSM programs that exercise one runtime behaviour each, for the multi-process
+//! tests. `probe CASE`; each case checks its own results and exits non-zero when wrong.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, PAGE_SIZE, SharedArray};
+
+const WORDS: usize = PAGE_SIZE / 8;
+
+fn check(dsm: &Dsm, ok: bool, what: &str) {
+    if !ok {
+        dsm.error(&format!("check failed: {what}"));
+    }
+}
+
+/// Every node writes its own pages; after a barrier every node reads every page.
+fn faults(dsm: &Dsm) {
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let pages = 4;
+    let a: SharedArray<u64> = dsm
+        .alloc(
+            n * pages * WORDS,
+            AllocPolicy::Cyclic {
+                block_bytes: (pages * PAGE_SIZE) as u64,
+                start: NodeId(0),
+            },
+        )
+        .unwrap();
+    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
+        a.set(i, (i * 3 + 1) as u64);
+    }
+    dsm.barrier();
+    for i in 0..a.len() {
+        check(dsm, a.get(i) == (i * 3 + 1) as u64, &format!("word {i}"));
+    }
+    let s = dsm.stats();
+    check(
+        dsm,
+        n == 1 || s.read_faults_remote > 0,
+        "remote read faults counted",
+    );
+    check(
+        dsm,
+        s.write_faults_local >= pages as u64,
+        "home write faults counted",
+    );
+    dsm.barrier();
+    if me == 0 {
+        println!("faults OK");
+    }
+}
+
+/// Nodes 1.. write disjoint words of one page homed at node 0 in the same interval.
+fn diffs(dsm: &Dsm) {
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    dsm.barrier();
+    for i in (me..WORDS).step_by(n) {
+        a.set(i, (1000 + i) as u64);
+    }
+    dsm.barrier();
+    for i in 0..WORDS {
+        check(
+            dsm,
+            a.get(i) == (1000 + i) as u64,
+            &format!("merged word {i}"),
+        );
+    }
+    if me == 0 {
+        check(
+            dsm,
+            dsm.stats().diffs_applied >= (n - 1) as u64,
+            "one diff per writer applied at the home",
+        );
+        println!("diffs OK");
+    }
+    dsm.barrier();
+}
+
+/// A counter incremented under a lock by every node.
+fn counter(dsm: &Dsm) {
+    let rounds = 200;
+    let c: SharedArray<u64> = dsm
+        .alloc(1, AllocPolicy::OnNode(NodeId(dsm.nodes() as u16 - 1)))
+        .unwrap();
+    dsm.barrier();
+    for _ in 0..rounds {
+        let _g = dsm.lock(3);
+        c.set(0, c.get(0) + 1);
+    }
+    dsm.barrier();
+    check(
+        dsm,
+        c.get(0) == (rounds * dsm.nodes()) as u64,
+        &format!("counter = {}", c.get(0)),
+    );
+    if dsm.id() == 0 {
+        println!("counter OK {}", c.get(0));
+    }
+    dsm.barrier();
+}
+
+/// Node 0 publishes a value and sets a condition variable; the others wait on it.
+fn cv(dsm: &Dsm) {
+    let a: SharedArray<u64> = dsm
+        .alloc(WORDS * 2, AllocPolicy::OnNode(NodeId(0)))
+        .unwrap();
+    dsm.barrier();
+    if dsm.id() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        a.set(3, 4242);
+        dsm.setcv(2);
+    } else {
+        dsm.waitcv(2);
+        check(dsm, a.get(3) == 4242, "the value written before setcv");
+    }
+    dsm.barrier();
+    if dsm.id() == 0 {
+        dsm.resetcv(2);
+        println!("cv OK");
+    }
+    dsm.barrier();
+}
+
+/// Reads far more remote pages than the cache holds, twice, and writes some.
+fn evict(dsm: &Dsm) {
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let pages = 64;
+    let a: SharedArray<u64> = dsm
+        .alloc(
+            n * pages * WORDS,
+            AllocPolicy::Cyclic {
+                block_bytes: (pages * PAGE_SIZE) as u64,
+                start: NodeId(0),
+            },
+        )
+        .unwrap();
+    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
+        a.set(i, i as u64);
+    }
+    dsm.barrier();
+    // Each node also writes one word in each page of the next node's block, under a lock.
+    let next = (me + 1) % n;
+    {
+        let _g = dsm.lock(1);
+        for p in 0..pages {
+            let i = (next * pages + p) * WORDS + 1 + me;
+            a.set(i, 7_000_000 + i as u64);
+        }
+    }
+    dsm.barrier();
+    for _ in 0..2 {
+        for i in 0..a.len() {
+            let w = i % WORDS;
+            let owner_block = i / (pages * WORDS);
+            let writer = (owner_block + n - 1) % n;
+            let expect = if n > 1 && w == 1 + writer {
+                7_000_000 + i as u64
+            } else {
+                i as u64
+            };
+            check(
+                dsm,
+                a.get(i) == expect,
+                &format!("word {i}: {} != {expect}", a.get(i)),
+            );
+        }
+    }
+    let s = dsm.stats();
+    check(dsm, n == 1 || s.evictions > 0, "a small cache evicts");
+    if me == 0 {
+        println!("evict OK evictions={}", s.evictions);
+    }
+    dsm.barrier();
+}
+
+/// Two threads of each node fault on remote pages at once (same and different pages).
+fn threads(dsm: &Dsm) {
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let pages = 32;
+    let a: SharedArray<u64> = dsm
+        .alloc(
+            n * pages * WORDS,
+            AllocPolicy::Cyclic {
+                block_bytes: (pages * PAGE_SIZE) as u64,
+                start: NodeId(0),
+            },
+        )
+        .unwrap();
+    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
+        a.set(i, !(i as u64));
+    }
+    dsm.barrier();
+    let bad = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let bad = &bad;
+            s.spawn(move || {
+                // Thread 0 walks forwards, thread 1 backwards: they meet on the same pages.
+                let len = a.len();
+                for k in 0..len {
+                    let i = if t == 0 { k } else { len - 1 - k };
+                    if a.get(i) != !(i as u64) {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    check(
+        dsm,
+        bad.load(Ordering::Relaxed) == 0,
+        "values read by two threads",
+    );
+    dsm.barrier();
+    if me == 0 {
+        println!("threads OK");
+    }
+}
+
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64, buf: &mut [u8; 1024]) -> u64 {
+    let mut local = [depth as u8; 1024];
+    local[0] = buf[1];
+    std::hint::black_box(&mut local);
+    recurse(depth + 1, &mut local) + u64::from(local[5])
+}
+
+fn main() {
+    let case = std::env::args().nth(1).unwrap_or_default();
+    let dsm = dsm_runtime::init().unwrap_or_else(|e| {
+        eprintln!("probe: {e}");
+        std::process::exit(2)
+    });
+    match case.as_str() {
+        "faults" => faults(&dsm),
+        "diffs" => diffs(&dsm),
+        "counter" => counter(&dsm),
+        "cv" => cv(&dsm),
+        "evict" => evict(&dsm),
+        "threads" => threads(&dsm),
+        "overflow" => {
+            let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
+            a.set(0, 1);
+            let mut buf = [0u8; 1024];
+            println!("{}", recurse(0, &mut buf));
+        }
+        "segv-outside" => {
+            let p = std::hint::black_box(16usize) as *mut u64;
+            // SAFETY: none: this deliberately writes to an unmapped address to check that a
+            // fault outside the shared region still kills the process.
+            #[allow(unsafe_code)]
+            unsafe {
+                p.write_volatile(1)
+            };
+        }
+        "segv-unallocated" => {
+            let p = (dsm.region_start() + 1000 * PAGE_SIZE) as *mut u64;
+            // SAFETY: none: the page is in the region but not allocated; the write must kill the
+            // process like any wild access.
+            #[allow(unsafe_code)]
+            unsafe {
+                p.write_volatile(1)
+            };
+        }
+        "fail-node-1" => {
+            dsm.barrier();
+            if dsm.id() == 1 {
+                std::process::exit(3);
+            }
+            dsm.barrier();
+        }
+        "panic" => {
+            dsm.barrier();
+            if dsm.id() == 1 {
+                panic!("deliberate panic on node 1");
+            }
+            dsm.barrier();
+        }
+        other => {
+            eprintln!("probe: unknown case `{other}`");
+            std::process::exit(2);
+        }
+    }
+    dsm.exit();
+}

@@ -1,0 +1,150 @@
+//! The runtime in real processes: faults, diffs, locks, condition variables, eviction, threads,
+//! and the fault handler's manners with faults that are not ours.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::Duration;
+
+use dsm_tests::{bin, dsmrun, run_with_deadline, text};
+
+fn probe_ok(nodes: usize, flags: &[&str], case: &str, expect: &str) {
+    let out = dsmrun(nodes, flags, "probe", &[case]);
+    let t = text(&out);
+    assert!(out.status.success(), "{case} on {nodes} nodes failed:\n{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(expect),
+        "{case}: no `{expect}`:\n{t}"
+    );
+}
+
+#[test]
+fn read_and_write_faults_fetch_pages_from_their_homes() {
+    for n in [1, 2, 4] {
+        probe_ok(n, &[], "faults", "faults OK");
+    }
+}
+
+#[test]
+fn diffs_from_several_writers_of_one_page_merge_at_the_home() {
+    probe_ok(3, &[], "diffs", "diffs OK");
+}
+
+#[test]
+fn a_lock_protected_counter_is_exact_on_four_nodes() {
+    probe_ok(4, &[], "counter", "counter OK 800");
+}
+
+#[test]
+fn a_condition_variable_carries_the_writes_before_setcv() {
+    probe_ok(3, &[], "cv", "cv OK");
+}
+
+#[test]
+fn a_small_cache_evicts_and_stays_exact() {
+    probe_ok(
+        3,
+        &["--set", "cache_pages=4", "--set", "prefetch=on"],
+        "evict",
+        "evict OK",
+    );
+    probe_ok(
+        2,
+        &["--set", "cache_pages=1", "--set", "prefetch=off"],
+        "evict",
+        "evict OK",
+    );
+}
+
+#[test]
+fn two_threads_per_node_fault_at_once() {
+    probe_ok(2, &[], "threads", "threads OK");
+    probe_ok(3, &["--set", "prefetch=off"], "threads", "threads OK");
+}
+
+#[test]
+fn a_stack_overflow_in_the_app_is_still_reported() {
+    let out = run_with_deadline(
+        Command::new(bin("probe")).tap_arg("overflow"),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has overflowed its stack"), "{}", text(&out));
+    assert_eq!(out.status.signal(), Some(libc_sigabrt()), "{}", text(&out));
+}
+
+#[test]
+fn a_segfault_outside_the_region_still_kills_the_process() {
+    let out = run_with_deadline(
+        Command::new(bin("probe")).tap_arg("segv-outside"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.signal(), Some(11), "{}", text(&out));
+}
+
+#[test]
+fn a_touch_of_an_unallocated_page_in_the_region_is_a_segfault() {
+    let out = run_with_deadline(
+        Command::new(bin("probe")).tap_arg("segv-unallocated"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.signal(), Some(11), "{}", text(&out));
+}
+
+#[test]
+fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
+    let out = dsmrun(3, &[], "probe", &["fail-node-1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node 1") && err.contains("status 3"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_panic_on_one_node_ends_every_node() {
+    let out = dsmrun(3, &[], "probe", &["panic"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("deliberate panic on node 1"), "{}", text(&out));
+}
+
+#[test]
+fn matmul_is_exact_on_one_two_and_four_nodes() {
+    for n in [1, 2, 4] {
+        for ty in ["f64", "f32"] {
+            let out = dsmrun(n, &[], "matmul", &["256", ty]);
+            let t = text(&out);
+            assert!(out.status.success(), "{t}");
+            let want = format!("matmul OK {ty} n=256 nodes={n}");
+            assert!(String::from_utf8_lossy(&out.stdout).contains(&want), "{t}");
+        }
+    }
+}
+
+#[test]
+fn matmul_1024_is_exact_on_two_nodes() {
+    let out = dsmrun(2, &[], "matmul", &["1024"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=1024 nodes=2"),
+        "{}",
+        text(&out)
+    );
+}
+
+trait TapArg {
+    fn tap_arg(&mut self, a: &str) -> Command;
+}
+
+impl TapArg for Command {
+    fn tap_arg(&mut self, a: &str) -> Command {
+        let mut c = Command::new(self.get_program());
+        c.args(self.get_args()).arg(a);
+        c
+    }
+}
+
+fn libc_sigabrt() -> i32 {
+    6
+}
