@@ -12,7 +12,7 @@
 //! faults; the fault handler hands it to the service thread, which fetches the page from its home
 //! and resumes the thread.
 //!
-//! ```no_run
+//! ```
 //! use dsm_runtime::AllocPolicy;
 //!
 //! let dsm = dsm_runtime::init().expect("join the job");

@@ -148,3 +148,53 @@ impl TapArg for Command {
 fn libc_sigabrt() -> i32 {
     6
 }
+
+#[test]
+fn a_stopped_node_is_detected_after_the_peer_timeout_and_named() {
+    let started = std::time::Instant::now();
+    let out = dsmrun(
+        3,
+        &["--set", "peer_timeout_ms=1500"],
+        "probe",
+        &["stop-node-1"],
+    );
+    let waited = started.elapsed();
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lost node 1"), "{}", text(&out));
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(20),
+        "took {waited:?}"
+    );
+}
+
+#[test]
+fn an_interrupt_ends_every_node() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "3"]).arg(bin("probe")).arg("sleep");
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let pid = child.id().to_string();
+    let nodes_before = count_probes(&pid);
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("interrupted"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(nodes_before, 3, "three nodes were running");
+    assert_eq!(count_probes(&pid), 0, "no node left behind");
+}
+
+/// Children of `parent` that are probe processes.
+fn count_probes(parent: &str) -> usize {
+    let out = Command::new("pgrep")
+        .args(["-P", parent, "probe"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}

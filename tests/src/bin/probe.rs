@@ -270,6 +270,21 @@ fn main() {
             }
             dsm.barrier();
         }
+        "stop-node-1" => {
+            dsm.barrier();
+            if dsm.id() == 1 {
+                // SAFETY: raise(2) with a plain signal number.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc_raise_sigstop()
+                };
+            }
+            dsm.barrier();
+        }
+        "sleep" => {
+            dsm.barrier();
+            std::thread::sleep(std::time::Duration::from_secs(600));
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
@@ -283,4 +298,20 @@ fn main() {
         }
     }
     dsm.exit();
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" {
+    #[link_name = "raise"]
+    fn c_raise(sig: i32) -> i32;
+}
+
+/// Stops this process as if by `kill -STOP`.
+///
+/// # Safety
+/// Plain libc call.
+#[allow(unsafe_code)]
+unsafe fn libc_raise_sigstop() {
+    // SAFETY: raise takes a signal number; SIGSTOP is 19 on Linux.
+    unsafe { c_raise(19) };
 }

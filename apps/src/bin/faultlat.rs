@@ -1,0 +1,203 @@
+//! faultlat: what a page fault costs, next to the network floor measured in the same run.
+//!
+//! `dsmrun -n 2 --set prefetch=off target/release/faultlat [PAGES]`
+//!
+//! 1. The UDP round-trip floor: node 1 sends 64 bytes, node 0 answers 4 KiB + 64 bytes (the shape
+//!    of a page fetch), over plain sockets between the same two processes; both ends busy-polling,
+//!    then both ends blocking.
+//! 2. Remote read faults: node 1 touches PAGES pages homed at node 0, one fault each.
+//! 3. Remote write faults (fetch and twin) on another PAGES pages.
+//! 4. Local write faults: node 0 writes its own read-only home pages.
+//!
+//! Prints one table of medians and 99th percentiles, and the ratio of the remote read fault to the
+//! busy-polling floor.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use dsm_apps::arg_num;
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, PAGE_SIZE, SharedArray};
+
+const WORDS: usize = PAGE_SIZE / 8;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn summary(name: &str, mut us: Vec<f64>) -> (String, f64) {
+    us.sort_by(f64::total_cmp);
+    let med = percentile(&us, 0.5);
+    (
+        format!(
+            "{name:<44} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+            med,
+            percentile(&us, 0.99),
+            percentile(&us, 0.0),
+            us.len()
+        ),
+        med,
+    )
+}
+
+/// Node 0 answers `count` pings with page-sized pongs; node 1 times them.
+fn udp_floor(dsm: &Dsm, addr: SharedArray<u64>, count: usize, busy: bool) -> Option<Vec<f64>> {
+    let bind_ip = std::env::var("DSM_BIND").unwrap_or_else(|_| "127.0.0.1".into());
+    let sock = UdpSocket::bind((bind_ip.as_str(), 0)).expect("bind");
+    sock.set_nonblocking(busy).expect("nonblocking");
+    if !busy {
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+    }
+    let me = sock.local_addr().expect("addr");
+    if dsm.id() < 2 {
+        let ip = match me {
+            SocketAddr::V4(a) => u64::from(u32::from(*a.ip())),
+            SocketAddr::V6(_) => 0,
+        };
+        addr.set(dsm.id() * 2, ip);
+        addr.set(dsm.id() * 2 + 1, u64::from(me.port()));
+    }
+    dsm.barrier();
+    let peer_of = |n: usize| {
+        let ip = std::net::Ipv4Addr::from(addr.get(n * 2) as u32);
+        SocketAddr::from((ip, addr.get(n * 2 + 1) as u16))
+    };
+    let recv = |buf: &mut [u8]| loop {
+        match sock.recv_from(buf) {
+            Ok(r) => return Some(r),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(_) => return None,
+        }
+    };
+    let mut buf = vec![0u8; 8192];
+    let mut out = None;
+    match dsm.id() {
+        0 => {
+            let pong = vec![7u8; PAGE_SIZE + 64];
+            for _ in 0..count + 10 {
+                let Some((_, from)) = recv(&mut buf) else {
+                    break;
+                };
+                let _ = sock.send_to(&pong, from);
+            }
+        }
+        1 => {
+            let peer = peer_of(0);
+            let ping = [1u8; 64];
+            let mut samples = Vec::with_capacity(count);
+            for i in 0..count + 10 {
+                let t = Instant::now();
+                let _ = sock.send_to(&ping, peer);
+                if recv(&mut buf).is_none() {
+                    break;
+                }
+                if i >= 10 {
+                    samples.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            out = Some(samples);
+        }
+        _ => {}
+    }
+    dsm.barrier();
+    out
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let pages = arg_num(&args, 0, "pages", 2000);
+    let dsm = dsm_runtime::init().unwrap_or_else(|e| {
+        eprintln!("faultlat: {e}");
+        std::process::exit(2)
+    });
+    if dsm.nodes() < 2 {
+        eprintln!(
+            "faultlat needs 2 nodes: dsmrun -n 2 --set prefetch=off {}",
+            std::env::args().next().unwrap_or_default()
+        );
+        std::process::exit(2);
+    }
+    let me = dsm.id();
+    let addr: SharedArray<u64> = dsm.alloc(4, AllocPolicy::OnNode(NodeId(1))).expect("alloc");
+    let data: SharedArray<u64> = dsm
+        .alloc(2 * pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .expect("alloc");
+    if me == 0 {
+        for p in 0..2 * pages {
+            data.set(p * WORDS, p as u64 + 1);
+        }
+    }
+    dsm.barrier();
+    let busy = udp_floor(&dsm, addr, 2000, true);
+    let blocking = udp_floor(&dsm, addr, 2000, false);
+    dsm.start_stats();
+    let mut rows = Vec::new();
+    if me == 1 {
+        let mut reads = Vec::with_capacity(pages);
+        let mut sum = 0;
+        for p in 0..pages {
+            let t = Instant::now();
+            sum += data.get(p * WORDS);
+            reads.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        assert_eq!(sum, (1..=pages as u64).sum::<u64>(), "values read");
+        let mut writes = Vec::with_capacity(pages);
+        for p in pages..2 * pages {
+            let t = Instant::now();
+            data.set(p * WORDS + 1, 5);
+            writes.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let (b, busy_med) = summary(
+            "UDP round trip 64 B / 4 KiB, busy-polling",
+            busy.unwrap_or_default(),
+        );
+        rows.push(b);
+        rows.push(
+            summary(
+                "UDP round trip 64 B / 4 KiB, blocking",
+                blocking.unwrap_or_default(),
+            )
+            .0,
+        );
+        let (r, read_med) = summary("remote read fault (GETP)", reads);
+        rows.push(r);
+        rows.push(summary("remote write fault (GETP + twin)", writes).0);
+        let s = dsm.stats();
+        if s.prefetch_requested > 0 {
+            eprintln!(
+                "faultlat: prefetch is on; run with --set prefetch=off for one fetch per fault"
+            );
+        }
+        println!(
+            "{:<44} {:>9} {:>9} {:>9} {:>7}",
+            "what (microseconds)", "median", "p99", "min", "samples"
+        );
+        for row in &rows {
+            println!("{row}");
+        }
+        println!(
+            "remote read fault / busy UDP round trip = {:.2}",
+            read_med / busy_med
+        );
+    }
+    dsm.barrier();
+    if me == 0 {
+        let mut local = Vec::with_capacity(pages);
+        for p in 0..pages {
+            let t = Instant::now();
+            data.set(p * WORDS + 2, 9);
+            local.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        // Printed after node 1's table (node 1 printed before the barrier).
+        std::thread::sleep(Duration::from_millis(50));
+        println!(
+            "{}",
+            summary("local write fault (home page, read-only)", local).0
+        );
+    }
+    dsm.barrier();
+    dsm.exit();
+}
