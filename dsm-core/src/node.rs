@@ -218,6 +218,8 @@ pub struct Node<M: PageMemory> {
     pub(crate) effects: VecDeque<Effect>,
     pub(crate) loopback: VecDeque<Msg>,
     pub(crate) stats: Stats,
+    /// The statistics frozen by `freeze_stats`, reported at exit instead of the live ones.
+    pub(crate) frozen_stats: Option<Stats>,
     pub(crate) failed: bool,
     /// GETPs for pages past our allocations, answered when we allocate them.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
@@ -268,6 +270,7 @@ impl<M: PageMemory> Node<M> {
             effects: VecDeque::new(),
             loopback: VecDeque::new(),
             stats: Stats::default(),
+            frozen_stats: None,
             failed: false,
             early_requests: Vec::new(),
             scratch: Box::new([0; PAGE_SIZE]),
@@ -304,9 +307,16 @@ impl<M: PageMemory> Node<M> {
         &self.stats
     }
 
-    /// Zeroes the statistics (JIAJIA's `jia_startstat`).
+    /// Zeroes the statistics and starts counting (JIAJIA's `jia_startstat`).
     pub fn reset_stats(&mut self) {
         self.stats = Stats::default();
+        self.frozen_stats = None;
+    }
+
+    /// Freezes the statistics reported at exit at their current values (JIAJIA's
+    /// `jia_stopstat`); counting goes on for [`Node::stats`].
+    pub fn freeze_stats(&mut self) {
+        self.frozen_stats = Some(self.stats.clone());
     }
 
     /// Pages allocated so far.
@@ -324,6 +334,11 @@ impl<M: PageMemory> Node<M> {
         self.table
             .get(page.index())
             .map_or(PageState::Unmapped, |e| e.state())
+    }
+
+    /// Whether a page or a diff acknowledgement is awaited (the runtime spins rather than sleeps).
+    pub fn awaiting_replies(&self) -> bool {
+        !self.fetches.is_empty() || !self.diffs_out.is_empty()
     }
 
     /// Remote pages cached here now.

@@ -288,7 +288,11 @@ impl<M: PageMemory> Node<M> {
                     self.resume(waiter);
                 }
                 AfterFlush::Exit { .. } => {
-                    let stats = self.stats.to_counters();
+                    let stats = self
+                        .frozen_stats
+                        .as_ref()
+                        .unwrap_or(&self.stats)
+                        .to_counters();
                     self.send(NodeId(0), Msg::Exit { stats });
                 }
             }

@@ -134,6 +134,12 @@ pub fn init() -> Result<Dsm, InitError> {
         }
     };
     RANK.store(u32::from(rank), Ordering::Relaxed);
+    if let Some(us) = std::env::var("DSM_WAIT_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        slots::WAIT_SPIN_US.store(us, Ordering::Relaxed);
+    }
     let t0 = Instant::now();
     let len = (config.region_gib << 30) as usize;
     let region = Region::map(config.global_start_addr as usize, len).map_err(|source| {
@@ -374,6 +380,14 @@ impl Dsm {
     pub fn start_stats(&self) {
         self.call_or_die("jia_startstat", |s, _| {
             s.node.reset_stats();
+            Ok(Some(0))
+        });
+    }
+
+    /// Freezes the statistics node 0 reports at exit (`jia_stopstat`).
+    pub fn stop_stats(&self) {
+        self.call_or_die("jia_stopstat", |s, _| {
+            s.node.freeze_stats();
             Ok(Some(0))
         });
     }

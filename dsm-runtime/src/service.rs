@@ -34,8 +34,17 @@ pub(crate) static CALL_ERRORS: Mutex<BTreeMap<usize, UsageError>> = Mutex::new(B
 /// Result word of a call that failed (its error is in [`CALL_ERRORS`]).
 pub(crate) const CALL_FAILED: u64 = u64::MAX;
 
-/// How long the loop spins when idle before it sleeps.
-const SPIN: Duration = Duration::from_micros(50);
+/// How long the loop spins when idle before it sleeps, by default.
+const SPIN_IDLE: Duration = Duration::from_micros(100);
+/// How long it spins while a reply is awaited (a page, a diff acknowledgement), by default.
+const SPIN_AWAITING: Duration = Duration::from_micros(300);
+
+fn env_us(name: &str, default: Duration) -> Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(default, Duration::from_micros)
+}
 /// How long a node that exited keeps serving so its last messages are acknowledged.
 const LINGER: Duration = Duration::from_secs(2);
 
@@ -93,6 +102,8 @@ impl Service {
     pub fn run(mut self) {
         slots::IS_SERVICE.with(|s| s.set(true));
         let mut last_busy = Instant::now();
+        let spin_idle = env_us("DSM_SPIN_IDLE_US", SPIN_IDLE);
+        let spin_awaiting = env_us("DSM_SPIN_AWAITING_US", SPIN_AWAITING);
         loop {
             let mut busy = slots::take_posted(|i, op, arg| self.handle_request(i, op, arg));
             if let Some(t) = &mut self.transport {
@@ -109,7 +120,12 @@ impl Service {
                 last_busy = now;
                 continue;
             }
-            if now - last_busy < SPIN {
+            let spin = if self.node.awaiting_replies() {
+                spin_awaiting
+            } else {
+                spin_idle
+            };
+            if now - last_busy < spin {
                 std::hint::spin_loop();
                 continue;
             }

@@ -85,8 +85,10 @@ pub(crate) fn my_slot() -> Option<usize> {
     None
 }
 
-/// How long a waiter spins before it sleeps.
-const SPIN: Duration = Duration::from_micros(30);
+/// How long a waiting application thread spins before it sleeps, in microseconds (set once at
+/// start from `DSM_WAIT_SPIN_US`). Zero by default: measured on 2 CPUs, a spinning application
+/// thread next to the spinning service threads of two nodes doubles the remote fault latency.
+pub(crate) static WAIT_SPIN_US: AtomicU32 = AtomicU32::new(0);
 
 /// Posts a request in slot `i` and waits until the service thread completes it; returns the
 /// result word. Async-signal-safe.
@@ -104,12 +106,13 @@ pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
     }
     // Instant::now is clock_gettime through the vDSO: async-signal-safe.
     let start = Instant::now();
+    let spin = Duration::from_micros(u64::from(WAIT_SPIN_US.load(Ordering::Relaxed)));
     loop {
         let s = slot.state.load(Ordering::Acquire);
         if s == DONE {
             break;
         }
-        if start.elapsed() < SPIN {
+        if start.elapsed() < spin {
             std::hint::spin_loop();
         } else {
             sys::futex_wait(&slot.state, s);

@@ -140,6 +140,7 @@ fn run<T: Real>(dsm: &Dsm, n: usize) {
     kernel(a, b, c, n, rows);
     dsm.barrier();
     let elapsed = dsm.clock() - t0;
+    dsm.stop_stats();
     let wrong = verify(c, n, rows, 0x9E37_79B9 ^ me as u64);
     if wrong > 0 {
         eprintln!(
