@@ -43,3 +43,44 @@ pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {
         }),
     }
 }
+
+/// Prints the result line at node 0 (`NAME OK key=value...` or `NAME FAILED ...`) from every
+/// node's verdict, and ends the job with an error if any node's part is wrong.
+pub fn report(dsm: &Dsm, name: &str, ok: bool, details: &str) {
+    let all = all_ok(dsm, ok);
+    if dsm.id() == 0 {
+        println!(
+            "{name} {} nodes={} {details}",
+            if all { "OK" } else { "FAILED" },
+            dsm.nodes()
+        );
+        if !all {
+            dsm.error(&format!("{name}: wrong result"));
+        }
+    }
+}
+
+/// Joins the job or exits with status 2 and the reason.
+pub fn init(name: &str) -> Dsm {
+    dsm_runtime::init().unwrap_or_else(|e| {
+        eprintln!("{name}: {e}");
+        std::process::exit(2)
+    })
+}
+
+/// A small deterministic generator (xorshift64*), for inputs every node can recompute.
+pub struct Gen(pub u64);
+
+impl Gen {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// A number in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

@@ -16,7 +16,7 @@
 //! <addr>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1> ...`. A hello
 //! with the wrong cookie, a rank out of range or twice is refused.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,7 @@ fn var(name: &str) -> Result<String, String> {
 /// Reads the job from the environment; `Ok(None)` when the process was not launched as a node.
 pub fn job_env() -> Result<Option<JobEnv>, String> {
     if std::env::var_os("DSM_RANK").is_none() {
-        return Ok(None);
+        return cluster_job_env();
     }
     let num = |name: &str| -> Result<u16, String> {
         let v = var(name)?;
@@ -221,4 +221,163 @@ impl Rendezvous {
     }
 }
 
-use std::io::Read as _;
+/// Rank and size given by a cluster launcher: Slurm's `srun`, Open MPI's or MPICH's `mpirun`.
+pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
+    const PAIRS: [(&str, &str, &str); 3] = [
+        ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "mpirun (Open MPI)",
+        ),
+        ("PMI_RANK", "PMI_SIZE", "mpirun (PMI)"),
+    ];
+    PAIRS.iter().find_map(|(r, s, who)| {
+        let rank = std::env::var(r).ok()?.parse().ok()?;
+        let size = std::env::var(s).ok()?.parse().ok()?;
+        Some((rank, size, *who))
+    })
+}
+
+/// The file through which rank 0 publishes the rendezvous address and cookie to the other ranks
+/// (on a file system every rank sees, like the working directory of an `srun` job).
+pub fn rendezvous_file() -> std::path::PathBuf {
+    if let Ok(f) = std::env::var("DSM_RENDEZVOUS_FILE") {
+        return f.into();
+    }
+    let job = std::env::var("DSM_JOB_ID")
+        .or_else(|_| {
+            std::env::var("SLURM_JOB_ID")
+                .map(|j| format!("{j}.{}", std::env::var("SLURM_STEP_ID").unwrap_or_default()))
+        })
+        .or_else(|_| std::env::var("OMPI_MCA_ess_base_jobid"))
+        .or_else(|_| std::env::var("PMI_JOBID"))
+        .unwrap_or_else(|_| "job".into());
+    format!(".dsm-rendezvous-{job}").into()
+}
+
+fn local_config() -> Result<(Config, bool), String> {
+    let mut c = Config::default();
+    c.apply_file(std::path::Path::new(".jiaconf"), false)
+        .map_err(|e| e.to_string())?;
+    c.apply_env().map_err(|e| e.to_string())?;
+    Ok((c, std::env::var("DSM_STATS").is_ok_and(|v| v == "1")))
+}
+
+/// This machine's address as others see it: `DSM_BIND`, else the host name's first non-loopback
+/// IPv4 address, else loopback.
+fn my_address() -> IpAddr {
+    if let Some(ip) = std::env::var("DSM_BIND").ok().and_then(|b| b.parse().ok()) {
+        return ip;
+    }
+    use std::net::ToSocketAddrs;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    (host, 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(|a| a.is_ipv4() && !a.ip().is_loopback()))
+        .map_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), |a| a.ip())
+}
+
+/// The IP address of this machine that routes to `to`.
+pub fn route_to(to: IpAddr) -> Option<IpAddr> {
+    let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    s.connect((to, 9)).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
+/// A job started by a cluster launcher: rank 0 runs the rendezvous and publishes it in
+/// [`rendezvous_file`]; the other ranks read it.
+fn cluster_job_env() -> Result<Option<JobEnv>, String> {
+    let Some((rank, size, who)) = cluster_rank_size() else {
+        return Ok(None);
+    };
+    if size <= 1 {
+        return Ok(None);
+    }
+    if rank >= size || size > dsm_core::MAX_NODES {
+        return Err(format!(
+            "{who} gave rank {rank} of {size}: need rank < size <= {}",
+            dsm_core::MAX_NODES
+        ));
+    }
+    let (config, stats) = local_config()?;
+    let file = rendezvous_file();
+    let timeout = Duration::from_secs(120);
+    let (rendezvous, cookie) = if rank == 0 {
+        let mut cookie_bytes = [0u8; 8];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut cookie_bytes))
+            .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+        let cookie = u64::from_le_bytes(cookie_bytes) | 1;
+        let rv = Rendezvous::bind(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+            .map_err(|e| format!("rendezvous: {e}"))?;
+        let addr = SocketAddr::new(my_address(), rv.addr().map_err(|e| e.to_string())?.port());
+        std::thread::Builder::new()
+            .name("dsm-rendezvous".into())
+            .spawn(move || {
+                if let Err(e) = rv.serve(size, cookie, timeout) {
+                    eprintln!("dsm node 0: error: {e}");
+                    std::process::exit(1);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        let tmp = file.with_extension("tmp");
+        let publish = || -> std::io::Result<()> {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            writeln!(f, "DSM1 {addr} {cookie:016x}")?;
+            std::fs::rename(&tmp, &file)
+        };
+        publish().map_err(|e| format!("writing {}: {e}", file.display()))?;
+        (addr, cookie)
+    } else {
+        read_rendezvous_file(&file, timeout)?
+    };
+    let bind = route_to(rendezvous.ip()).unwrap_or_else(my_address);
+    Ok(Some(JobEnv {
+        rank,
+        size,
+        cookie,
+        rendezvous,
+        bind,
+        config,
+        stats,
+    }))
+}
+
+/// Waits for rank 0's rendezvous file (written within the last minutes) and parses it.
+fn read_rendezvous_file(
+    file: &std::path::Path,
+    timeout: Duration,
+) -> Result<(SocketAddr, u64), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let fresh = std::fs::metadata(file)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age < Duration::from_secs(300)));
+        if fresh {
+            if let Ok(text) = std::fs::read_to_string(file) {
+                let w: Vec<&str> = text.split_whitespace().collect();
+                if let ["DSM1", addr, cookie] = w.as_slice() {
+                    if let (Ok(a), Ok(c)) = (addr.parse(), u64::from_str_radix(cookie, 16)) {
+                        return Ok((a, c));
+                    }
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "rank 0 did not publish {} within {timeout:?}",
+                file.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -112,11 +112,17 @@ fn forward(stream: impl Read + Send + 'static, node: usize, to_stderr: bool) {
     });
 }
 
-/// Runs the job to its end.
-pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
-    let n = spec.hosts.len();
+/// A job about to start: where each node runs, the rendezvous, the cookie.
+struct Prepared {
+    local: Vec<bool>,
+    binds: Vec<IpAddr>,
+    rv: Rendezvous,
+    rv_addr: SocketAddr,
+    cookie: u64,
+}
+
+fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
     let local: Vec<bool> = spec.hosts.iter().map(|h| is_local(&h.address)).collect();
-    let all_local = local.iter().all(|&l| l);
     let binds: Vec<IpAddr> = spec
         .hosts
         .iter()
@@ -124,7 +130,7 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
         .collect::<Result<_, _>>()
         .map_err(JobFailure::Start)?;
     // The rendezvous listens where every node can reach it.
-    let (rv_bind, rv_advertise) = if all_local {
+    let (rv_bind, rv_advertise) = if local.iter().all(|&l| l) {
         (
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -134,102 +140,113 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
             .iter()
             .zip(&local)
             .find(|(_, l)| !**l)
-            .map(|(a, _)| *a)
-            .unwrap_or(binds[0]);
-        let probe = UdpSocket::bind("0.0.0.0:0").and_then(|s| s.connect((remote, 9)).map(|_| s));
-        let mine = probe
-            .and_then(|s| s.local_addr())
-            .map_err(|e| JobFailure::Start(format!("no route to {remote}: {e}")))?;
-        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), mine.ip())
+            .map_or(binds[0], |(a, _)| *a);
+        let mine = crate::launch::route_to(remote)
+            .ok_or_else(|| JobFailure::Start(format!("no route to host {remote}")))?;
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), mine)
     };
     let rv =
         Rendezvous::bind(rv_bind).map_err(|e| JobFailure::Start(format!("rendezvous: {e}")))?;
-    let rv_addr = SocketAddr::new(
-        rv_advertise,
-        rv.addr()
-            .map_err(|e| JobFailure::Start(e.to_string()))?
-            .port(),
-    );
-    let cookie = random_cookie();
-    let interrupted = signals::catch_interrupts();
+    let port = rv
+        .addr()
+        .map_err(|e| JobFailure::Start(e.to_string()))?
+        .port();
+    Ok(Prepared {
+        local,
+        binds,
+        rv,
+        rv_addr: SocketAddr::new(rv_advertise, port),
+        cookie: random_cookie(),
+    })
+}
 
-    let cwd = std::env::current_dir()
-        .map_err(|e| JobFailure::Start(format!("current directory: {e}")))?;
+fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
+    vec![
+        ("DSM_RANK".into(), i.to_string()),
+        ("DSM_SIZE".into(), spec.hosts.len().to_string()),
+        ("DSM_COOKIE".into(), format!("{:016x}", p.cookie)),
+        ("DSM_RENDEZVOUS".into(), p.rv_addr.to_string()),
+        ("DSM_BIND".into(), p.binds[i].to_string()),
+        ("DSM_CONFIG".into(), spec.config.to_wire()),
+        (
+            "DSM_STATS".into(),
+            if spec.stats { "1".into() } else { "0".into() },
+        ),
+    ]
+}
+
+fn spawn_node(spec: &JobSpec, p: &Prepared, i: usize) -> Result<Child, JobFailure> {
+    let env = node_env(spec, p, i);
+    let mut cmd = if p.local[i] {
+        let mut c = Command::new(&spec.program);
+        c.args(&spec.args).envs(env);
+        c
+    } else {
+        let cwd = std::env::current_dir()
+            .map_err(|e| JobFailure::Start(format!("current directory: {e}")))?;
+        let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
+        let mut remote = format!("cd {} && exec env", quote(&cwd.display().to_string()));
+        for (k, v) in &env {
+            remote.push_str(&format!(" {k}={}", quote(v)));
+        }
+        remote.push_str(&format!(" {}", quote(&spec.program)));
+        for a in &spec.args {
+            remote.push(' ');
+            remote.push_str(&quote(a));
+        }
+        // DSM_SSH replaces the ssh command (e.g. to give a key or a port).
+        let ssh = std::env::var("DSM_SSH").unwrap_or_else(|_| "ssh -o BatchMode=yes".into());
+        let mut words = ssh.split_whitespace();
+        let mut c = Command::new(words.next().unwrap_or("ssh"));
+        c.args(words);
+        if let Some(u) = &spec.hosts[i].user {
+            c.args(["-l", u]);
+        }
+        c.arg(&spec.hosts[i].address).arg(remote);
+        c
+    };
+    if spec.tag_output {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        let what = if p.local[i] {
+            spec.program.clone()
+        } else {
+            "ssh".into()
+        };
+        JobFailure::Start(format!("cannot start node {i} ({what}): {e}"))
+    })?;
+    if spec.tag_output {
+        if let Some(o) = child.stdout.take() {
+            forward(o, i, false);
+        }
+        if let Some(e) = child.stderr.take() {
+            forward(e, i, true);
+        }
+    }
+    Ok(child)
+}
+
+/// Runs the job to its end.
+pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
+    let n = spec.hosts.len();
+    let p = prepare(spec)?;
+    let interrupted = signals::catch_interrupts();
     let mut children: Vec<Child> = Vec::with_capacity(n);
     for i in 0..n {
-        let env: Vec<(String, String)> = vec![
-            ("DSM_RANK".into(), i.to_string()),
-            ("DSM_SIZE".into(), n.to_string()),
-            ("DSM_COOKIE".into(), format!("{cookie:016x}")),
-            ("DSM_RENDEZVOUS".into(), rv_addr.to_string()),
-            ("DSM_BIND".into(), binds[i].to_string()),
-            ("DSM_CONFIG".into(), spec.config.to_wire()),
-            (
-                "DSM_STATS".into(),
-                if spec.stats { "1".into() } else { "0".into() },
-            ),
-        ];
-        let mut cmd = if local[i] {
-            let mut c = Command::new(&spec.program);
-            c.args(&spec.args).envs(env);
-            c
-        } else {
-            let h = &spec.hosts[i];
-            let mut remote = format!("cd '{}' && env", cwd.display());
-            for (k, v) in &env {
-                remote.push_str(&format!(" {k}='{v}'"));
-            }
-            remote.push_str(&format!(" '{}'", spec.program));
-            for a in &spec.args {
-                remote.push_str(&format!(" '{}'", a.replace('\'', "'\\''")));
-            }
-            let mut c = Command::new("ssh");
-            c.args([
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "StrictHostKeyChecking=accept-new",
-            ]);
-            if let Some(u) = &h.user {
-                c.args(["-l", u]);
-            }
-            c.arg(&h.address).arg(remote);
-            c
-        };
-        if spec.tag_output {
-            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        }
-        match cmd.spawn() {
-            Ok(mut child) => {
-                if spec.tag_output {
-                    if let Some(o) = child.stdout.take() {
-                        forward(o, i, false);
-                    }
-                    if let Some(e) = child.stderr.take() {
-                        forward(e, i, true);
-                    }
-                }
-                children.push(child);
-            }
+        match spawn_node(spec, &p, i) {
+            Ok(c) => children.push(c),
             Err(e) => {
                 end_all(&mut children);
-                let what = if local[i] {
-                    spec.program.clone()
-                } else {
-                    "ssh".into()
-                };
-                return Err(JobFailure::Start(format!(
-                    "cannot start node {i} ({what}): {e}"
-                )));
+                return Err(e);
             }
         }
     }
-    let rv_thread = {
-        let timeout = spec.join_timeout;
-        std::thread::spawn(move || rv.serve(n as u16, cookie, timeout))
-    };
-    let mut rv_thread = Some(rv_thread);
-    let mut done = vec![false; n];
+    let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
+    let mut rv_thread = Some(std::thread::spawn(move || {
+        rv.serve(n as u16, cookie, timeout)
+    }));
+    let nodes: Vec<usize> = (0..n).collect();
     loop {
         let sig = interrupted.load(Ordering::SeqCst);
         if sig != 0 {
@@ -242,34 +259,98 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 return Err(JobFailure::Start(e));
             }
         }
-        for i in 0..n {
-            if done[i] {
-                continue;
+        match poll_children(spec, &nodes, &mut children) {
+            Ok(true) => {
+                // Let the output threads print the last lines.
+                std::thread::sleep(Duration::from_millis(20));
+                return Ok(());
             }
-            match children[i].try_wait() {
-                Ok(Some(status)) if status.success() => done[i] = true,
-                Ok(Some(status)) => {
-                    end_all(&mut children);
-                    return Err(JobFailure::Node {
-                        node: i,
-                        host: spec.hosts[i].address.clone(),
-                        how: describe(status),
-                    });
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    end_all(&mut children);
-                    return Err(JobFailure::Start(format!("waiting for node {i}: {e}")));
-                }
+            Ok(false) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                end_all(&mut children);
+                return Err(e);
             }
         }
-        if done.iter().all(|&d| d) {
-            // Let the output threads print the last lines.
-            std::thread::sleep(Duration::from_millis(20));
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Checks the children (node ids `nodes`): `Ok(true)` when all ended well, an error naming the
+/// first that failed.
+fn poll_children(
+    spec: &JobSpec,
+    nodes: &[usize],
+    children: &mut [Child],
+) -> Result<bool, JobFailure> {
+    let mut all_done = true;
+    for (c, &i) in children.iter_mut().zip(nodes) {
+        match c.try_wait() {
+            Ok(Some(status)) if status.success() => {}
+            Ok(Some(status)) => {
+                return Err(JobFailure::Node {
+                    node: i,
+                    host: spec.hosts[i].address.clone(),
+                    how: describe(status),
+                });
+            }
+            Ok(None) => all_done = false,
+            Err(e) => return Err(JobFailure::Start(format!("waiting for node {i}: {e}"))),
+        }
+    }
+    Ok(all_done)
+}
+
+/// JIAJIA's way: this process becomes node 0 and starts the other nodes of `spec` itself (same
+/// program, same arguments). Returns node 0's job; a watcher thread ends this process, and the
+/// others, if another node fails.
+pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailure> {
+    let n = spec.hosts.len();
+    let p = prepare(spec)?;
+    let mut children = Vec::with_capacity(n.saturating_sub(1));
+    for i in 1..n {
+        match spawn_node(spec, &p, i) {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                end_all(&mut children);
+                return Err(e);
+            }
+        }
+    }
+    let env = crate::launch::JobEnv {
+        rank: 0,
+        size: n as u16,
+        cookie: p.cookie,
+        rendezvous: p.rv_addr,
+        bind: p.binds[0],
+        config: spec.config.clone(),
+        stats: spec.stats,
+    };
+    let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
+    let spec = spec.clone();
+    std::thread::Builder::new()
+        .name("dsm-launcher".into())
+        .spawn(move || {
+            let rv_thread = std::thread::spawn(move || rv.serve(n as u16, cookie, timeout));
+            let nodes: Vec<usize> = (1..n).collect();
+            let mut rv_thread = Some(rv_thread);
+            loop {
+                if rv_thread.as_ref().is_some_and(|t| t.is_finished()) {
+                    if let Some(Ok(Err(e))) = rv_thread.take().map(|t| t.join()) {
+                        end_all(&mut children);
+                        crate::fatal(&e);
+                    }
+                }
+                match poll_children(&spec, &nodes, &mut children) {
+                    Ok(true) => return,
+                    Ok(false) => std::thread::sleep(Duration::from_millis(10)),
+                    Err(e) => {
+                        end_all(&mut children);
+                        crate::fatal(&e.to_string());
+                    }
+                }
+            }
+        })
+        .map_err(|e| JobFailure::Start(format!("launcher thread: {e}")))?;
+    Ok(env)
 }
 
 /// Ends every node still running: SIGTERM, then SIGKILL after a grace period.

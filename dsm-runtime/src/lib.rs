@@ -118,10 +118,17 @@ pub struct Dsm {
 
 /// Joins the job this process was launched into (by `dsmrun`), or makes a one-node job.
 pub fn init() -> Result<Dsm, InitError> {
+    let env = launch::job_env().map_err(InitError::Job)?;
+    init_job(env)
+}
+
+/// Joins the job described by `env` (`None`: a one-node job). [`init`] reads `env` from the
+/// launcher's environment; a program that launches its own job (like `jia_init` with a
+/// `.jiahosts`) builds it.
+pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     if INITIALISED.swap(true, Ordering::SeqCst) {
         return Err(InitError::Twice);
     }
-    let env = launch::job_env().map_err(InitError::Job)?;
     let (rank, size, cookie, config, stats) = match &env {
         Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
         None => {

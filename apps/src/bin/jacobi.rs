@@ -1,0 +1,93 @@
+//! Jacobi iteration for Laplace's equation on an (N+2) x (N+2) grid, two grids swapped each step.
+//!
+//! `jacobi [N] [ITERATIONS]` (default 512, 20). Rows banded over the nodes; a barrier per step.
+//! Node 0 recomputes sequentially and compares bit for bit.
+
+#![allow(
+    clippy::needless_range_loop,
+    reason = "numerical kernels read clearest with explicit indices"
+)]
+
+use dsm_apps::{arg_num, band, banded, init, report};
+use dsm_runtime::SharedArray;
+
+fn border(i: usize, j: usize, w: usize) -> f64 {
+    if i == 0 || j == 0 || i == w - 1 || j == w - 1 {
+        (i + 2 * j) as f64
+    } else {
+        0.0
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = arg_num(&args, 0, "grid size", 512);
+    let iters = arg_num(&args, 1, "iterations", 20);
+    let dsm = init("jacobi");
+    let w = n + 2;
+    let policy = banded(w, w * 8, dsm.nodes());
+    let grids: [SharedArray<f64>; 2] = [
+        dsm.alloc(w * w, policy.clone()).expect("alloc"),
+        dsm.alloc(w * w, policy).expect("alloc"),
+    ];
+    let rows = band(w, dsm.id(), dsm.nodes());
+    for g in &grids {
+        for i in rows.0..rows.1 {
+            for j in 0..w {
+                g.set(i * w + j, border(i, j, w));
+            }
+        }
+    }
+    dsm.barrier();
+    dsm.start_stats();
+    let t0 = dsm.clock();
+    for t in 0..iters {
+        let (src, dst) = (grids[t % 2], grids[(t + 1) % 2]);
+        for i in rows.0.max(1)..rows.1.min(w - 1) {
+            for j in 1..w - 1 {
+                let v = 0.25
+                    * (src.get((i - 1) * w + j)
+                        + src.get((i + 1) * w + j)
+                        + src.get(i * w + j - 1)
+                        + src.get(i * w + j + 1));
+                dst.set(i * w + j, v);
+            }
+        }
+        dsm.barrier();
+    }
+    let elapsed = dsm.clock() - t0;
+    dsm.stop_stats();
+    let mut ok = true;
+    if dsm.id() == 0 {
+        let mut s: [Vec<f64>; 2] = [
+            (0..w * w).map(|k| border(k / w, k % w, w)).collect(),
+            (0..w * w).map(|k| border(k / w, k % w, w)).collect(),
+        ];
+        for t in 0..iters {
+            let (a, b) = s.split_at_mut(1);
+            let (src, dst) = if t % 2 == 0 {
+                (&a[0], &mut b[0])
+            } else {
+                (&b[0], &mut a[0])
+            };
+            for i in 1..w - 1 {
+                for j in 1..w - 1 {
+                    dst[i * w + j] = 0.25
+                        * (src[(i - 1) * w + j]
+                            + src[(i + 1) * w + j]
+                            + src[i * w + j - 1]
+                            + src[i * w + j + 1]);
+                }
+            }
+        }
+        let last = iters % 2;
+        ok = (0..w * w).all(|k| grids[last].get(k).to_bits() == s[last][k].to_bits());
+    }
+    report(
+        &dsm,
+        "jacobi",
+        ok,
+        &format!("n={n} iterations={iters} time={elapsed:.3}s"),
+    );
+    dsm.exit();
+}

@@ -1,0 +1,54 @@
+//! Pi by the midpoint rule on 4/(1+x^2), partial sums added to a shared total under a lock.
+//!
+//! `pi [INTERVALS]` (default 50,000,000). Checks the total against pi (1e-9) and against the
+//! sum of the same partial sums computed by node 0 alone (1e-12).
+
+use dsm_apps::{arg_num, init, report};
+use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
+
+fn partial(n: usize, from: usize, to: usize) -> f64 {
+    let h = 1.0 / n as f64;
+    (from..to)
+        .map(|i| {
+            let x = h * (i as f64 + 0.5);
+            4.0 / (1.0 + x * x)
+        })
+        .sum::<f64>()
+        * h
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = arg_num(&args, 0, "intervals", 50_000_000).max(1);
+    let dsm = init("pi");
+    let (me, nodes) = (dsm.id(), dsm.nodes());
+    let total: SharedArray<f64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    dsm.barrier();
+    let t0 = dsm.clock();
+    // Several chunks per node, each added under the lock.
+    let chunks = 8;
+    for c in 0..chunks {
+        let k = me * chunks + c;
+        let (from, to) = (n * k / (nodes * chunks), n * (k + 1) / (nodes * chunks));
+        let p = partial(n, from, to);
+        let _g = dsm.lock(0);
+        total.set(0, total.get(0) + p);
+    }
+    dsm.barrier();
+    let elapsed = dsm.clock() - t0;
+    let got = total.get(0);
+    let mut ok = (got - std::f64::consts::PI).abs() < 1e-9;
+    if me == 0 {
+        let seq: f64 = (0..nodes * chunks)
+            .map(|k| partial(n, n * k / (nodes * chunks), n * (k + 1) / (nodes * chunks)))
+            .sum();
+        ok &= (got - seq).abs() < 1e-12;
+    }
+    report(
+        &dsm,
+        "pi",
+        ok,
+        &format!("intervals={n} pi={got:.12} time={elapsed:.3}s"),
+    );
+    dsm.exit();
+}

@@ -1,0 +1,148 @@
+//! Travelling salesman by branch and bound, with a shared work queue and a shared best tour,
+//! both protected by locks.
+//!
+//! `tsp [CITIES]` (default 12). The queue holds every tour prefix of length 3 from city 0; nodes
+//! take prefixes under lock 1, search below them, and lower the shared bound under lock 2.
+//! Node 0 then solves the same instance alone and compares the optimal length.
+
+#![allow(
+    clippy::needless_range_loop,
+    reason = "numerical kernels read clearest with explicit indices"
+)]
+
+use dsm_apps::{Gen, arg_num, init, report};
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
+
+fn distances(n: usize) -> Vec<u64> {
+    let mut g = Gen(0x7_5B00 + n as u64);
+    let pts: Vec<(f64, f64)> = (0..n)
+        .map(|_| (g.unit() * 1000.0, g.unit() * 1000.0))
+        .collect();
+    let mut d = vec![0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            let (dx, dy) = (pts[i].0 - pts[j].0, pts[i].1 - pts[j].1);
+            d[i * n + j] = (dx * dx + dy * dy).sqrt().round() as u64;
+        }
+    }
+    d
+}
+
+/// Depth-first search from a partial tour; `bound` gives and lowers the best length known.
+fn search(
+    d: &[u64],
+    n: usize,
+    path: &mut Vec<usize>,
+    used: &mut Vec<bool>,
+    len: u64,
+    bound: &mut dyn FnMut(Option<u64>) -> u64,
+) {
+    if len >= bound(None) {
+        return;
+    }
+    let last = *path.last().unwrap_or(&0);
+    if path.len() == n {
+        bound(Some(len + d[last * n]));
+        return;
+    }
+    for c in 1..n {
+        if !used[c] {
+            used[c] = true;
+            path.push(c);
+            search(d, n, path, used, len + d[last * n + c], bound);
+            path.pop();
+            used[c] = false;
+        }
+    }
+}
+
+fn prefixes(n: usize) -> Vec<[usize; 3]> {
+    let mut v = Vec::new();
+    for a in 1..n {
+        for b in 1..n {
+            if a != b {
+                v.push([0, a, b]);
+            }
+        }
+    }
+    v
+}
+
+fn solve_shared(dsm: &Dsm, d: &[u64], n: usize, queue: SharedArray<u64>, best: SharedArray<u64>) {
+    let work = prefixes(n);
+    loop {
+        let next = {
+            let _g = dsm.lock(1);
+            let i = queue.get(0);
+            queue.set(0, i + 1);
+            i as usize
+        };
+        if next >= work.len() {
+            return;
+        }
+        let p = work[next];
+        let mut used = vec![false; n];
+        for &c in &p {
+            used[c] = true;
+        }
+        let mut path = p.to_vec();
+        let len = d[p[1]] + d[p[1] * n + p[2]];
+        // A local copy of the bound, refreshed from and published to the shared one under lock 2.
+        let mut local = {
+            let _g = dsm.lock(2);
+            best.get(0)
+        };
+        let mut bound = |v: Option<u64>| {
+            if let Some(v) = v {
+                if v < local {
+                    let _g = dsm.lock(2);
+                    local = v.min(best.get(0));
+                    best.set(0, local);
+                }
+            }
+            local
+        };
+        search(d, n, &mut path, &mut used, len, &mut bound);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
+    let dsm = init("tsp");
+    let d = distances(n);
+    let queue: SharedArray<u64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    let best: SharedArray<u64> = dsm.alloc(1, AllocPolicy::RoundRobin).expect("alloc");
+    if dsm.id() == 0 {
+        best.set(0, u64::MAX);
+    }
+    dsm.barrier();
+    let t0 = dsm.clock();
+    solve_shared(&dsm, &d, n, queue, best);
+    dsm.barrier();
+    let elapsed = dsm.clock() - t0;
+    let found = best.get(0);
+    let mut ok = true;
+    if dsm.id() == 0 {
+        let mut seq = u64::MAX;
+        let mut used = vec![false; n];
+        used[0] = true;
+        search(&d, n, &mut vec![0], &mut used, 0, &mut |v| {
+            if let Some(v) = v {
+                seq = seq.min(v);
+            }
+            seq
+        });
+        ok = found == seq;
+        if !ok {
+            eprintln!("tsp: shared search found {found}, sequential {seq}");
+        }
+    }
+    report(
+        &dsm,
+        "tsp",
+        ok,
+        &format!("cities={n} length={found} time={elapsed:.3}s"),
+    );
+    dsm.exit();
+}
