@@ -48,6 +48,8 @@ pub enum JobFailure {
         host: String,
         /// Exit status or signal.
         how: String,
+        /// It ended because another node failed.
+        peer_failed: bool,
     },
     /// The launcher was interrupted.
     #[error("interrupted by signal {0}; all nodes ended")]
@@ -247,7 +249,16 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
         rv.serve(n as u16, cookie, timeout)
     }));
     let nodes: Vec<usize> = (0..n).collect();
+    // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
+    // failing node itself does not show up within a moment.
+    let mut echo: Option<(JobFailure, Instant)> = None;
     loop {
+        if let Some((_, since)) = &echo {
+            if since.elapsed() > Duration::from_secs(1) {
+                end_all(&mut children);
+                return Err(echo.map(|(e, _)| e).unwrap_or(JobFailure::Interrupted(0)));
+            }
+        }
         let sig = interrupted.load(Ordering::SeqCst);
         if sig != 0 {
             end_all(&mut children);
@@ -259,13 +270,22 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 return Err(JobFailure::Start(e));
             }
         }
-        match poll_children(spec, &nodes, &mut children) {
-            Ok(true) => {
+        match poll_children(spec, &nodes, &mut children, echo.as_ref().map(|(e, _)| e)) {
+            Ok(true) if echo.is_none() => {
                 // Let the output threads print the last lines.
                 std::thread::sleep(Duration::from_millis(20));
                 return Ok(());
             }
-            Ok(false) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+            Err(
+                e @ JobFailure::Node {
+                    peer_failed: true, ..
+                },
+            ) => {
+                if echo.is_none() {
+                    echo = Some((e, Instant::now()));
+                }
+            }
             Err(e) => {
                 end_all(&mut children);
                 return Err(e);
@@ -280,16 +300,21 @@ fn poll_children(
     spec: &JobSpec,
     nodes: &[usize],
     children: &mut [Child],
+    known: Option<&JobFailure>,
 ) -> Result<bool, JobFailure> {
     let mut all_done = true;
     for (c, &i) in children.iter_mut().zip(nodes) {
         match c.try_wait() {
             Ok(Some(status)) if status.success() => {}
+            // Once one echo of another node's failure is known, look past the others.
+            Ok(Some(status))
+                if known.is_some() && status.code() == Some(crate::EXIT_PEER_FAILED) => {}
             Ok(Some(status)) => {
                 return Err(JobFailure::Node {
                     node: i,
                     host: spec.hosts[i].address.clone(),
                     how: describe(status),
+                    peer_failed: status.code() == Some(crate::EXIT_PEER_FAILED),
                 });
             }
             Ok(None) => all_done = false,
@@ -339,7 +364,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
                         crate::fatal(&e);
                     }
                 }
-                match poll_children(&spec, &nodes, &mut children) {
+                match poll_children(&spec, &nodes, &mut children, None) {
                     Ok(true) => return,
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),
                     Err(e) => {

@@ -71,8 +71,16 @@ static INITIALISED: AtomicBool = AtomicBool::new(false);
 
 /// Prints `dsm node N: error: ...` and ends the process with status 1.
 pub(crate) fn fatal(msg: &str) -> ! {
+    fatal_with(msg, 1)
+}
+
+/// Exit status of a node that ends because another node failed (the launcher then names the
+/// node that failed first, not this one).
+pub const EXIT_PEER_FAILED: i32 = 3;
+
+pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     eprintln!("dsm node {}: error: {msg}", RANK.load(Ordering::Relaxed));
-    std::process::exit(1);
+    std::process::exit(status);
 }
 
 /// Why [`init`] failed.
@@ -413,7 +421,7 @@ impl Dsm {
     /// Ends the job with an error seen by every node (`jia_error`): prints `msg`, tells the
     /// other nodes, exits with status 1.
     pub fn error(&self, msg: &str) -> ! {
-        let text = format!("node {}: {msg}", self.rank);
+        let text = msg.to_string();
         let t = text.clone();
         let _ = self.call(move |s, _| {
             s.node.broadcast_error(&t);

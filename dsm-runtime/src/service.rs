@@ -274,7 +274,12 @@ impl Service {
                         );
                     }
                 }
-                Effect::Abort { error } => fatal(&error.to_string()),
+                Effect::Abort { error } => match error {
+                    dsm_core::JobError::Remote { .. } => {
+                        crate::fatal_with(&error.to_string(), crate::EXIT_PEER_FAILED)
+                    }
+                    _ => fatal(&error.to_string()),
+                },
             }
         }
         any

@@ -12,6 +12,9 @@
 #ifndef JIA_H
 #define JIA_H
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,7 +47,21 @@ void jia_waitcv(int cvnum);
 double jia_clock(void);
 unsigned int jia_startstat(void);
 unsigned int jia_stopstat(void);
-void jia_error(char *fmt, ...);
+
+/* Ends the whole job: every node stops, dsmrun exits non-zero with the message. */
+void jia_error_message(const char *msg);
+
+/* jia_error(fmt, ...): printf-style message, then the whole job ends. Defined here because the
+ * library is written in Rust, which cannot define a variadic C function. */
+static inline void jia_error(char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    jia_error_message(buf);
+}
 
 #ifdef __cplusplus
 }

@@ -273,7 +273,7 @@ pub extern "C" fn jia_stopstat() -> c_uint {
     0
 }
 
-/// The end of `jia_error` (the formatting half is C, in `csrc/jia_error.c`).
+/// The end of `jia_error` (whose formatting half is a static inline function in `jia.h`).
 ///
 /// # Safety
 /// `msg` must be a valid C string.

@@ -1,0 +1,199 @@
+//! Every application, in Rust and in C on jia.h, exact on 1, 2 and 4 local nodes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use dsm_tests::{bin, bin_dir, dsmrun, run_with_deadline, text};
+
+/// (program, small arguments, the start of its result line)
+const APPS: &[(&str, &[&str], &str)] = &[
+    ("matmul", &["192", "f32"], "matmul OK f32 n=192"),
+    ("sor", &["96", "6"], "sor OK"),
+    ("lu", &["96", "16"], "lu OK"),
+    ("jacobi", &["96", "6"], "jacobi OK"),
+    ("pi", &["2000000"], "pi OK"),
+    ("tsp", &["9"], "tsp OK"),
+    ("water", &["256", "2"], "water OK"),
+    ("is", &["200000", "4096"], "is OK"),
+    ("ep", &["400000"], "ep OK"),
+];
+
+fn check(out: &std::process::Output, want: &str, nodes: usize) {
+    let t = text(out);
+    assert!(out.status.success(), "{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(want), "no `{want}`:\n{t}");
+    assert!(
+        stdout.contains(&format!("nodes={nodes}")),
+        "wrong node count:\n{t}"
+    );
+}
+
+#[test]
+fn every_rust_app_is_exact_on_one_two_and_four_nodes() {
+    for (app, args, want) in APPS {
+        for n in [1, 2, 4] {
+            check(&dsmrun(n, &[], app, args), want, n);
+        }
+    }
+}
+
+#[test]
+fn apps_stay_exact_with_prefetch_off_and_a_tiny_cache() {
+    for (app, args, want) in APPS {
+        check(
+            &dsmrun(
+                3,
+                &["--set", "prefetch=off", "--set", "cache_pages=8"],
+                app,
+                args,
+            ),
+            want,
+            3,
+        );
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Compiles `apps/c/<name>.c` against jia.h and libjia, shared or static; returns the binary.
+fn compile_c(name: &str, static_lib: bool) -> PathBuf {
+    let lib = bin_dir();
+    assert!(
+        lib.join("libjia.so").exists() && lib.join("libjia.a").exists(),
+        "libjia not built in {}",
+        lib.display()
+    );
+    let out = std::env::temp_dir().join(format!(
+        "dsm-c-{name}-{}-{}",
+        if static_lib { "static" } else { "shared" },
+        std::process::id()
+    ));
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(repo().join(format!("apps/c/{name}.c")));
+    cc.arg("-I")
+        .arg(repo().join("jia/include"))
+        .arg("-L")
+        .arg(&lib);
+    if static_lib {
+        cc.args([
+            "-l:libjia.a",
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+        ]);
+    } else {
+        cc.args(["-ljia", "-lpthread", "-ldl", "-lm"])
+            .arg(format!("-Wl,-rpath,{}", lib.display()));
+    }
+    let r = cc.output().expect("run cc");
+    assert!(r.status.success(), "cc failed:\n{}", text(&r));
+    out
+}
+
+fn dsmrun_path(n: usize, program: &Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg("-n").arg(n.to_string()).arg(program).args(args);
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+#[test]
+fn jiajia_c_programs_compile_against_jia_h_and_are_exact() {
+    for (name, args, want) in [
+        ("matmul", ["128", ""], "c-matmul OK"),
+        ("sor", ["64", "4"], "c-sor OK"),
+        ("lu", ["96", "16"], "c-lu OK"),
+    ] {
+        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+        let shared = compile_c(name, false);
+        for n in [1, 2, 4] {
+            check(&dsmrun_path(n, &shared, &args), want, n);
+        }
+        let stat = compile_c(name, true);
+        check(&dsmrun_path(2, &stat, &args), want, 2);
+        let _ = std::fs::remove_file(shared);
+        let _ = std::fs::remove_file(stat);
+    }
+}
+
+#[test]
+fn a_c_program_started_directly_with_a_jiahosts_starts_the_other_nodes_itself() {
+    let prog = compile_c("matmul", false);
+    let dir = std::env::temp_dir().join(format!("dsm-selflaunch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(".jiahosts"),
+        "# three local nodes\n127.0.0.1\n127.0.0.1\nlocalhost\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(&prog);
+    cmd.arg("96").current_dir(&dir).env("DSM_STATS", "1");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    check(&out, "c-matmul OK n=96 nodes=3", 3);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("statistics"),
+        "jia_exit prints statistics at node 0:\n{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(prog);
+}
+
+#[test]
+fn jia_error_ends_the_whole_job_and_names_the_node() {
+    let src = std::env::temp_dir().join(format!("dsm-err-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include \"jia.h\"\nint main(int c, char **v) { jia_init(c, v); jia_barrier();\n if (jiapid == 2) jia_error(\"node %d: input %s is %.1f\", jiapid, \"x\", 2.5);\n jia_barrier(); jia_exit(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = src.with_extension("");
+    let lib = bin_dir();
+    let r = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(repo().join("jia/include"))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-ljia")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    let out = dsmrun_path(4, &exe, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("node 2: input x is 2.5"), "{}", text(&out));
+    assert!(
+        err.contains("dsmrun: node 2"),
+        "dsmrun names the failing node:\n{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}
+
+#[test]
+fn node_zero_prints_the_statistics_table_with_stats() {
+    let out = dsmrun(2, &["--stats"], "matmul", &["128"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("statistics") && err.contains("node 1") && err.contains("getp_sent"),
+        "{}",
+        text(&out)
+    );
+}

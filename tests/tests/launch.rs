@@ -1,0 +1,195 @@
+//! Launching anywhere: over ssh to hosts in network namespaces, and under srun or mpirun (their
+//! environment variables emulated).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use dsm_tests::{bin, run_with_deadline, text};
+
+/// Starts `size` ranks of `program` as a cluster launcher would, with `vars(rank)` set.
+fn launch_like(
+    size: usize,
+    vars: impl Fn(usize) -> Vec<(String, String)>,
+    program: &str,
+    args: &[&str],
+) -> Vec<std::process::Output> {
+    let dir = std::env::temp_dir().join(format!(
+        "dsm-cluster-{}-{}",
+        std::process::id(),
+        vars(0)[0].0
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let children: Vec<_> = (0..size)
+        .map(|r| {
+            let mut c = Command::new(bin(program));
+            c.args(args)
+                .current_dir(&dir)
+                .envs(vars(r))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let outs = children
+        .into_iter()
+        .map(|c| {
+            let pid = c.id();
+            let waiter = std::thread::spawn(move || c.wait_with_output().unwrap());
+            let start = std::time::Instant::now();
+            while !waiter.is_finished() {
+                if start.elapsed() > Duration::from_secs(90) {
+                    let _ = Command::new("kill").arg(pid.to_string()).status();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            waiter.join().unwrap()
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(dir);
+    outs
+}
+
+fn all_ok(outs: &[std::process::Output], want: &str) {
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}:\n{}", text(o));
+    }
+    assert!(
+        String::from_utf8_lossy(&outs[0].stdout).contains(want),
+        "{}",
+        text(&outs[0])
+    );
+}
+
+#[test]
+fn ranks_started_by_srun_find_each_other() {
+    let outs = launch_like(
+        3,
+        |r| {
+            vec![
+                ("SLURM_PROCID".into(), r.to_string()),
+                ("SLURM_NTASKS".into(), "3".into()),
+                ("SLURM_JOB_ID".into(), format!("t{}", std::process::id())),
+                ("SLURM_STEP_ID".into(), "0".into()),
+            ]
+        },
+        "matmul",
+        &["128"],
+    );
+    all_ok(&outs, "matmul OK f64 n=128 nodes=3");
+}
+
+#[test]
+fn ranks_started_by_mpirun_find_each_other() {
+    let outs = launch_like(
+        2,
+        |r| {
+            vec![
+                ("OMPI_COMM_WORLD_RANK".into(), r.to_string()),
+                ("OMPI_COMM_WORLD_SIZE".into(), "2".into()),
+            ]
+        },
+        "sor",
+        &["64", "4"],
+    );
+    all_ok(&outs, "sor OK nodes=2");
+    let outs = launch_like(
+        2,
+        |r| {
+            vec![
+                ("PMI_RANK".into(), r.to_string()),
+                ("PMI_SIZE".into(), "2".into()),
+            ]
+        },
+        "pi",
+        &["100000"],
+    );
+    all_ok(&outs, "pi OK nodes=2");
+}
+
+/// Hosts in network namespaces with sshd, torn down on drop.
+struct NetnsCluster {
+    id: u32,
+    hosts: usize,
+    dir: PathBuf,
+}
+
+impl NetnsCluster {
+    fn up(id: u32, hosts: usize) -> NetnsCluster {
+        let dir = std::env::temp_dir().join(format!("dsm-netns-{id}-{}", std::process::id()));
+        let c = NetnsCluster { id, hosts, dir };
+        let out = c.script("up");
+        assert!(
+            out.status.success(),
+            "netns cluster setup failed (root, iproute2 and openssh-server are needed):\n{}",
+            text(&out)
+        );
+        c
+    }
+
+    fn script(&self, what: &str) -> std::process::Output {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("netns/cluster.sh");
+        Command::new("bash")
+            .arg(script)
+            .args([what, &self.id.to_string(), &self.hosts.to_string()])
+            .arg(&self.dir)
+            .output()
+            .unwrap()
+    }
+
+    fn addr(&self, h: usize) -> String {
+        format!("10.213.{}.{}", self.id, 10 + h)
+    }
+
+    /// Runs `program` with one node per entry of `hosts` (1-based host numbers).
+    fn run(&self, hosts: &[usize], program: &str, args: &[&str]) -> std::process::Output {
+        let file = self.dir.join("jiahosts");
+        let lines: Vec<String> = hosts.iter().map(|&h| self.addr(h)).collect();
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let ssh = std::fs::read_to_string(self.dir.join("ssh")).unwrap();
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.arg("--hosts")
+            .arg(&file)
+            .arg(bin(program))
+            .args(args)
+            .env("DSM_SSH", ssh.trim());
+        run_with_deadline(cmd, Duration::from_secs(120))
+    }
+}
+
+impl Drop for NetnsCluster {
+    fn drop(&mut self) {
+        let _ = self.script("down");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn matmul_is_exact_on_four_namespace_hosts_over_ssh() {
+    let c = NetnsCluster::up(41 + (std::process::id() % 50), 4);
+    let out = c.run(&[1, 2, 3, 4], "matmul", &["256"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=256 nodes=4"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn matmul_is_exact_on_two_namespace_hosts_with_two_nodes_each() {
+    let c = NetnsCluster::up(101 + (std::process::id() % 50), 2);
+    let out = c.run(&[1, 1, 2, 2], "matmul", &["256"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=256 nodes=4"),
+        "{}",
+        text(&out)
+    );
+    let out = c.run(&[1, 2], "lu", &["128", "16"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=2"),
+        "{}",
+        text(&out)
+    );
+}
