@@ -1,7 +1,7 @@
 //! The wire codec: every message round-trips, `frame_len` matches the encoding, and no input,
 //! random or mutated, makes the decoder panic.
 //!
-//! `DSM_FUZZ_FRAMES=N` feeds N frames instead of the default 200,000.
+//! `DSM_FUZZ_FRAMES=N` feeds N frames instead of the default 1,000,000.
 
 use dsm_core::codec::{self, DecodeError, HEADER_BYTES};
 use dsm_core::sim::Rng;
@@ -239,7 +239,7 @@ fn random_and_mutated_frames_never_panic_the_decoder() {
     let count: u64 = std::env::var("DSM_FUZZ_FRAMES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(1_000_000);
     let mut rng = Rng::new(0xF422);
     let mut accepted = 0u64;
     for i in 0..count {

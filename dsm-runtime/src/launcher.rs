@@ -66,7 +66,8 @@ pub fn is_local(host: &str) -> bool {
         .any(|a| a.ip().is_loopback() || UdpSocket::bind(SocketAddr::new(a.ip(), 0)).is_ok())
 }
 
-fn resolve(host: &str) -> Result<IpAddr, String> {
+/// The IPv4 address of `host`.
+pub fn resolve(host: &str) -> Result<IpAddr, String> {
     (host, 0)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve host `{host}`: {e}"))?

@@ -133,6 +133,36 @@ fn main() -> ExitCode {
             dsm_runtime::MAX_NODES
         ));
     }
+    // Check what can be checked before any node starts.
+    let hosts_name = args
+        .hosts
+        .as_ref()
+        .map_or("(local)".to_string(), |p| p.display().to_string());
+    for h in &hosts {
+        if let Err(e) = launcher::resolve(&h.address) {
+            return usage_error(&format!("{hosts_name}:{}: {e}", h.line));
+        }
+    }
+    if cfg.base_port != 0 {
+        for (i, h) in hosts.iter().enumerate() {
+            if !launcher::is_local(&h.address) {
+                continue;
+            }
+            let Ok(ip) = launcher::resolve(&h.address) else {
+                continue;
+            };
+            let port = cfg.base_port + i as u16;
+            if let Err(e) = std::net::UdpSocket::bind((ip, port))
+                .and_then(|_| std::net::TcpListener::bind((ip, port)).map(|_| ()))
+            {
+                return usage_error(&format!(
+                    "base_port = {}: port {port} for node {i} on {ip} is not free ({e}); allowed: 0 (any free port) or a base with {} free ports",
+                    cfg.base_port,
+                    hosts.len()
+                ));
+            }
+        }
+    }
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();
     let spec = JobSpec {

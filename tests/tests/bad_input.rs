@@ -1,0 +1,228 @@
+//! Bad configuration, hosts and options: one line naming the file, line, key or value and what is
+//! allowed; exit status 2; no node started.
+
+use std::process::Command;
+use std::time::Duration;
+
+use dsm_tests::{bin, run_with_deadline, text};
+
+struct Case {
+    name: &'static str,
+    jiaconf: Option<&'static str>,
+    jiahosts: Option<&'static str>,
+    env: &'static [(&'static str, &'static str)],
+    args: &'static [&'static str],
+    expect: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "unknown key",
+        jiaconf: Some("# ok\ncolour = blue\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[
+            ".jiaconf:2:",
+            "unknown key `colour`",
+            "known keys: comm_type",
+        ],
+    },
+    Case {
+        name: "bad value",
+        jiaconf: Some("prefetch = maybe\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[".jiaconf:1:", "prefetch = maybe", "allowed: on or off"],
+    },
+    Case {
+        name: "out of range",
+        jiaconf: Some("prefetch = on\nmsg_queue_size = 100000\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[".jiaconf:2:", "msg_queue_size = 100000", "1 to 4096"],
+    },
+    Case {
+        name: "not key = value",
+        jiaconf: Some("prefetch on\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[".jiaconf:1:", "is not `key = value`"],
+    },
+    Case {
+        name: "bad hex",
+        jiaconf: Some("global_start_addr = 0xZZ\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[
+            ".jiaconf:1:",
+            "global_start_addr = 0xZZ",
+            "page-aligned hex",
+        ],
+    },
+    Case {
+        name: "bad environment",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[("DSM_CACHE_PAGES", "0")],
+        args: &["-n", "2"],
+        expect: &[
+            "environment variable DSM_CACHE_PAGES",
+            "cache_pages = 0",
+            "1 to 16777216",
+        ],
+    },
+    Case {
+        name: "bad flag",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2", "--set", "region_gib=99999"],
+        expect: &["--set region_gib=99999", "1 to 16384"],
+    },
+    Case {
+        name: "bad transport",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2", "--transport", "carrier-pigeon"],
+        expect: &[
+            "--transport",
+            "comm_type = carrier-pigeon",
+            "udp, tcp, rdma-rc, rdma-ud",
+        ],
+    },
+    Case {
+        name: "rdma not built",
+        jiaconf: Some("comm_type = rdma\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &["rdma-rc", "--features rdma"],
+    },
+    Case {
+        name: "unresolvable host",
+        jiaconf: None,
+        jiahosts: Some("127.0.0.1\nno-such-host.invalid\n"),
+        env: &[],
+        args: &["--hosts", ".jiahosts"],
+        expect: &[".jiahosts:2:", "cannot resolve host `no-such-host.invalid`"],
+    },
+    Case {
+        name: "too few hosts",
+        jiaconf: None,
+        jiahosts: Some("127.0.0.1\n127.0.0.1\n"),
+        env: &[],
+        args: &["--hosts", ".jiahosts", "-n", "5"],
+        expect: &["-n 5", "lists only 2 hosts"],
+    },
+    Case {
+        name: "bad hosts line",
+        jiaconf: None,
+        jiahosts: Some("127.0.0.1 root secret extra\n"),
+        env: &[],
+        args: &["--hosts", ".jiahosts"],
+        expect: &[".jiahosts:1:", "expected `address [user [password]]`"],
+    },
+    Case {
+        name: "missing config",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["--config", "/nonexistent/jiaconf", "-n", "2"],
+        expect: &["/nonexistent/jiaconf", "cannot read"],
+    },
+];
+
+fn run_case(c: &Case, extra: &[String]) -> (std::process::Output, bool) {
+    let dir = std::env::temp_dir().join(format!(
+        "dsm-bad-{}-{}",
+        std::process::id(),
+        c.name.replace(' ', "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    if let Some(t) = c.jiaconf {
+        std::fs::write(dir.join(".jiaconf"), t).unwrap();
+    }
+    if let Some(t) = c.jiahosts {
+        std::fs::write(dir.join(".jiahosts"), t).unwrap();
+    }
+    let marker = dir.join("node-started");
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.current_dir(&dir)
+        .args(c.args)
+        .args(extra)
+        .arg("touch")
+        .arg(&marker);
+    for (k, v) in c.env {
+        cmd.env(k, v);
+    }
+    let out = run_with_deadline(cmd, Duration::from_secs(30));
+    let started = marker.exists();
+    let _ = std::fs::remove_dir_all(dir);
+    (out, started)
+}
+
+fn check(c: &Case, out: &std::process::Output, started: bool) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}: {}", c.name, text(out));
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{}: one line expected:\n{}",
+        c.name,
+        text(out)
+    );
+    for e in c.expect {
+        assert!(err.contains(e), "{}: `{e}` missing in: {err}", c.name);
+    }
+    assert!(!started, "{}: a node was started", c.name);
+}
+
+#[test]
+fn bad_configuration_hosts_and_options_are_refused_before_any_node_starts() {
+    for c in CASES {
+        let (out, started) = run_case(c, &[]);
+        check(c, &out, started);
+    }
+}
+
+#[test]
+fn a_base_port_in_use_is_refused_before_any_node_starts() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let c = Case {
+        name: "port in use",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &["base_port", "is not free"],
+    };
+    let (out, started) = run_case(&c, &["--set".into(), format!("base_port={port}")]);
+    check(&c, &out, started);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("port {port} for node 0")),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_good_configuration_does_start_the_nodes() {
+    // The same harness with nothing wrong: the marker appears, so the checks above can fail.
+    let c = Case {
+        name: "good",
+        jiaconf: Some("prefetch = off\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[],
+    };
+    let (out, started) = run_case(&c, &[]);
+    assert!(out.status.success() && started, "{}", text(&out));
+}
