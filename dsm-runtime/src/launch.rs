@@ -87,22 +87,38 @@ pub fn job_env() -> Result<Option<JobEnv>, String> {
     }))
 }
 
-/// A node joins the job: sends its address, receives everyone's.
+/// A node joins the job: sends its address, receives everyone's, and the launcher's control
+/// channel if it keeps one.
 pub fn join(
     env: &JobEnv,
     my_addr: SocketAddr,
     timeout: Duration,
-) -> Result<Vec<SocketAddr>, String> {
+) -> Result<(Vec<SocketAddr>, Option<TcpStream>), String> {
     let fail = |e: std::io::Error| format!("rendezvous with {} failed: {e}", env.rendezvous);
     let stream = TcpStream::connect_timeout(&env.rendezvous, timeout).map_err(fail)?;
     stream.set_read_timeout(Some(timeout)).map_err(fail)?;
     let mut w = stream.try_clone().map_err(fail)?;
     writeln!(w, "DSM1 HELLO {:016x} {} {}", env.cookie, env.rank, my_addr).map_err(fail)?;
-    let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).map_err(fail)?;
+    // Byte by byte: the stream outlives this function as the control channel, so nothing past
+    // the line may be buffered away.
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut reader = &stream;
+    while line.len() < 1 << 20 {
+        match reader.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => line.push(byte[0]),
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
     let mut words = line.split_whitespace();
-    match (words.next(), words.next()) {
-        (Some("DSM1"), Some("PEERS")) => {
+    let first = words.next();
+    let second = words.next();
+    let keep = second == Some("KEEP");
+    match (first, second) {
+        (Some("DSM1"), Some("PEERS" | "KEEP")) => {
             let peers: Result<Vec<SocketAddr>, _> = words.map(str::parse).collect();
             let peers = peers.map_err(|_| format!("bad peer list from the rendezvous: {line}"))?;
             if peers.len() != usize::from(env.size) {
@@ -112,7 +128,14 @@ pub fn join(
                     env.size
                 ));
             }
-            Ok(peers)
+            let control = if keep {
+                stream.set_read_timeout(None).map_err(fail)?;
+                stream.set_nonblocking(true).map_err(fail)?;
+                Some(stream)
+            } else {
+                None
+            };
+            Ok((peers, control))
         }
         (Some("DSM1"), Some("ERROR")) => Err(format!(
             "the rendezvous refused node {}: {}",
@@ -146,12 +169,17 @@ impl Rendezvous {
 
     /// Accepts the hellos of `size` nodes of the job with `cookie`, then sends each the peer list.
     /// Connections that are not valid hellos are answered with an error and forgotten.
+    ///
+    /// With `keep`, the connections stay open as the launcher's control channel and are returned
+    /// (node order): the launcher tells the nodes through them which node was lost, and a node
+    /// whose channel closes knows its launcher is gone. Without, they are closed.
     pub fn serve(
         self,
         size: u16,
         cookie: u64,
         timeout: Duration,
-    ) -> Result<Vec<SocketAddr>, String> {
+        keep: bool,
+    ) -> Result<Vec<TcpStream>, String> {
         let deadline = Instant::now() + timeout;
         self.listener
             .set_nonblocking(true)
@@ -211,13 +239,21 @@ impl Rendezvous {
                 }
             }
         }
-        let peers: Vec<SocketAddr> = joined.iter().flatten().map(|(a, _)| *a).collect();
-        let list: Vec<String> = peers.iter().map(ToString::to_string).collect();
-        let msg = format!("DSM1 PEERS {}\n", list.join(" "));
+        let list: Vec<String> = joined
+            .iter()
+            .flatten()
+            .map(|(a, _)| a.to_string())
+            .collect();
+        let word = if keep { "KEEP" } else { "PEERS" };
+        let msg = format!("DSM1 {word} {}\n", list.join(" "));
+        let mut streams = Vec::with_capacity(joined.len());
         for (_, mut s) in joined.into_iter().flatten() {
             let _ = s.write_all(msg.as_bytes());
+            if keep {
+                streams.push(s);
+            }
         }
-        Ok(peers)
+        Ok(streams)
     }
 }
 
@@ -317,7 +353,7 @@ fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         std::thread::Builder::new()
             .name("dsm-rendezvous".into())
             .spawn(move || {
-                if let Err(e) = rv.serve(size, cookie, timeout) {
+                if let Err(e) = rv.serve(size, cookie, timeout, false) {
                     eprintln!("dsm node 0: error: {e}");
                     std::process::exit(1);
                 }

@@ -93,6 +93,7 @@ fn random_cookie() -> u64 {
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
+        (Some(c), _) if c == crate::EXIT_PEER_FAILED => "ended because another node failed".into(),
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!(
             "was killed by signal {s}{}",
@@ -247,8 +248,9 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     }
     let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
     let mut rv_thread = Some(std::thread::spawn(move || {
-        rv.serve(n as u16, cookie, timeout)
+        rv.serve(n as u16, cookie, timeout, true)
     }));
+    let mut control: Vec<std::net::TcpStream> = Vec::new();
     let nodes: Vec<usize> = (0..n).collect();
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
@@ -266,9 +268,13 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
             return Err(JobFailure::Interrupted(sig));
         }
         if rv_thread.as_ref().is_some_and(|t| t.is_finished()) {
-            if let Some(Ok(Err(e))) = rv_thread.take().map(|t| t.join()) {
-                end_all(&mut children);
-                return Err(JobFailure::Start(e));
+            match rv_thread.take().map(|t| t.join()) {
+                Some(Ok(Err(e))) => {
+                    end_all(&mut children);
+                    return Err(JobFailure::Start(e));
+                }
+                Some(Ok(Ok(streams))) => control = streams,
+                _ => {}
             }
         }
         match poll_children(spec, &nodes, &mut children, echo.as_ref().map(|(e, _)| e)) {
@@ -288,6 +294,8 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 }
             }
             Err(e) => {
+                tell_lost(&mut control, &e);
+                wait_a_moment(&mut children, Duration::from_secs(2));
                 end_all(&mut children);
                 return Err(e);
             }
@@ -355,20 +363,37 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
     std::thread::Builder::new()
         .name("dsm-launcher".into())
         .spawn(move || {
-            let rv_thread = std::thread::spawn(move || rv.serve(n as u16, cookie, timeout));
+            let rv_thread = std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true));
             let nodes: Vec<usize> = (1..n).collect();
             let mut rv_thread = Some(rv_thread);
+            let mut control = Vec::new();
             loop {
                 if rv_thread.as_ref().is_some_and(|t| t.is_finished()) {
-                    if let Some(Ok(Err(e))) = rv_thread.take().map(|t| t.join()) {
-                        end_all(&mut children);
-                        crate::fatal(&e);
+                    match rv_thread.take().map(|t| t.join()) {
+                        Some(Ok(Err(e))) => {
+                            end_all(&mut children);
+                            crate::fatal(&e);
+                        }
+                        Some(Ok(Ok(streams))) => control = streams,
+                        _ => {}
                     }
                 }
                 match poll_children(&spec, &nodes, &mut children, None) {
                     Ok(true) => return,
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),
+                    Err(
+                        e @ JobFailure::Node {
+                            peer_failed: true, ..
+                        },
+                    ) => {
+                        // Another node will report the real failure; wait for it.
+                        let _ = e;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
                     Err(e) => {
+                        // Node 0 (this process) hears it on its own control channel too.
+                        tell_lost(&mut control, &e);
+                        wait_a_moment(&mut children, Duration::from_secs(2));
                         end_all(&mut children);
                         crate::fatal(&e.to_string());
                     }
@@ -377,6 +402,28 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
         })
         .map_err(|e| JobFailure::Start(format!("launcher thread: {e}")))?;
     Ok(env)
+}
+
+/// Tells every node through its control channel which node failed and how.
+fn tell_lost(control: &mut [std::net::TcpStream], failure: &JobFailure) {
+    if let JobFailure::Node { node, how, .. } = failure {
+        let line = format!("DSM1 LOST {node} {how}\n");
+        for c in control.iter_mut() {
+            let _ = std::io::Write::write_all(c, line.as_bytes());
+        }
+    }
+}
+
+/// Gives the nodes `grace` to end on their own (after being told of a failure).
+fn wait_a_moment(children: &mut [Child], grace: Duration) {
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline
+        && children
+            .iter_mut()
+            .any(|c| matches!(c.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Ends every node still running: SIGTERM, then SIGKILL after a grace period.

@@ -76,7 +76,7 @@ pub(crate) fn fatal(msg: &str) -> ! {
 
 /// Exit status of a node that ends because another node failed (the launcher then names the
 /// node that failed first, not this one).
-pub const EXIT_PEER_FAILED: i32 = 3;
+pub const EXIT_PEER_FAILED: i32 = 86;
 
 pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     eprintln!("dsm node {}: error: {msg}", RANK.load(Ordering::Relaxed));
@@ -169,9 +169,12 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         what: "installing the fault handler",
         source,
     })?;
-    let transport = match &env {
-        Some(e) if size > 1 => Some(connect(e, &config)?),
-        _ => None,
+    let (transport, control) = match &env {
+        Some(e) if size > 1 => {
+            let (t, c) = connect(e, &config)?;
+            (Some(t), c)
+        }
+        _ => (None, None),
     };
     let mut core_cfg = CoreConfig::new(NodeId(rank), size);
     core_cfg.region_pages = (len / PAGE_SIZE) as u64;
@@ -182,13 +185,12 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         max_checking_pages: config.max_checking_pages,
     };
     let node = Node::new(core_cfg, region);
-    let service =
-        Service::new(node, transport, cookie, t0, stats && rank == 0).map_err(|source| {
-            InitError::Os {
-                what: "starting the service thread",
-                source,
-            }
-        })?;
+    let service = Service::new(node, transport, control, cookie, t0, stats && rank == 0).map_err(
+        |source| InitError::Os {
+            what: "starting the service thread",
+            source,
+        },
+    )?;
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || service.run())
@@ -206,7 +208,10 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     })
 }
 
-fn connect(env: &launch::JobEnv, config: &Config) -> Result<UdpTransport, InitError> {
+fn connect(
+    env: &launch::JobEnv,
+    config: &Config,
+) -> Result<(UdpTransport, Option<std::net::TcpStream>), InitError> {
     if config.comm_type != CommType::Udp {
         return Err(InitError::Job(format!(
             "comm_type = {}: this build has only the udp transport",
@@ -226,7 +231,8 @@ fn connect(env: &launch::JobEnv, config: &Config) -> Result<UdpTransport, InitEr
         what: "reading the socket address",
         source,
     })?;
-    let peers = launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+    let (peers, control) =
+        launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
     let rel = ReliableConfig {
         max_datagram_bytes: config.msg_buffer_size,
         window: config.msg_queue_size,
@@ -234,14 +240,8 @@ fn connect(env: &launch::JobEnv, config: &Config) -> Result<UdpTransport, InitEr
         heartbeat: Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000)),
         ..ReliableConfig::default()
     };
-    Ok(UdpTransport::new(
-        sock,
-        env.rank,
-        peers,
-        env.cookie,
-        rel,
-        Instant::now(),
-    ))
+    let t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
+    Ok((t, control))
 }
 
 /// A held lock; dropping it releases the lock.

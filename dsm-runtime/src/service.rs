@@ -61,12 +61,17 @@ pub(crate) struct Service {
     frame: Vec<u8>,
     /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
     pub rejected_frames: u64,
+    /// The launcher's control channel (which node was lost; closed when the launcher is gone).
+    control: Option<std::net::TcpStream>,
+    control_buf: Vec<u8>,
+    control_checked: Instant,
 }
 
 impl Service {
     pub fn new(
         node: Node<Region>,
         transport: Option<UdpTransport>,
+        control: Option<std::net::TcpStream>,
         cookie: u64,
         t0: Instant,
         print_stats: bool,
@@ -76,6 +81,9 @@ impl Service {
         epoll.add(evfd.as_raw_fd(), 0)?;
         if let Some(t) = &transport {
             epoll.add(t.fd(), 1)?;
+        }
+        if let Some(c) = &control {
+            epoll.add(c.as_raw_fd(), 2)?;
         }
         SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
         Ok(Service {
@@ -89,6 +97,9 @@ impl Service {
             exit_waiter: None,
             exit_done_at: None,
             frame: Vec::with_capacity(8192),
+            control,
+            control_buf: Vec::new(),
+            control_checked: Instant::now(),
             rejected_frames: 0,
         })
     }
@@ -112,6 +123,9 @@ impl Service {
             busy |= self.handle_transport_events();
             busy |= self.drain_core();
             self.handle_timers();
+            if self.control_checked.elapsed() > Duration::from_millis(10) {
+                self.check_control();
+            }
             if self.exit_finished() {
                 return;
             }
@@ -148,6 +162,47 @@ impl Service {
         }
         SLOTS.service_sleeping.store(false, Ordering::SeqCst);
         sys::eventfd_drain(self.evfd.as_raw_fd());
+        self.check_control();
+    }
+
+    /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
+    /// lost one; the channel closing means the launcher is gone.
+    fn check_control(&mut self) {
+        self.control_checked = Instant::now();
+        let Some(c) = &mut self.control else { return };
+        let mut buf = [0u8; 512];
+        loop {
+            match std::io::Read::read(c, &mut buf) {
+                Ok(0) => {
+                    if self.exit_done_at.is_none() {
+                        fatal(
+                            "the launcher is gone (its control connection closed); ending this node",
+                        );
+                    }
+                    self.control = None;
+                    return;
+                }
+                Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => fatal(&format!("the launcher's control connection failed: {e}")),
+            }
+        }
+        while let Some(end) = self.control_buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.control_buf.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let mut w = line.split_whitespace();
+            if let (Some("DSM1"), Some("LOST"), Some(node)) = (w.next(), w.next(), w.next()) {
+                let how: Vec<&str> = w.collect();
+                crate::fatal_with(
+                    &format!(
+                        "lost node {node}: it {} (reported by the launcher)",
+                        how.join(" ")
+                    ),
+                    crate::EXIT_PEER_FAILED,
+                );
+            }
+        }
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -234,10 +289,13 @@ impl Service {
                 }
                 Event::PeerLost { peer, silent_for } => {
                     if self.exit_done_at.is_none() {
-                        fatal(&format!(
-                            "lost node {peer}: no answer for {:.1} s (it died, stopped or is unreachable)",
-                            silent_for.as_secs_f64()
-                        ));
+                        crate::fatal_with(
+                            &format!(
+                                "lost node {peer}: no answer for {:.1} s (it died, stopped or is unreachable)",
+                                silent_for.as_secs_f64()
+                            ),
+                            crate::EXIT_PEER_FAILED,
+                        );
                     }
                 }
             }

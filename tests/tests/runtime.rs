@@ -96,7 +96,7 @@ fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("node 1") && err.contains("status 3"),
+        err.contains("node 1") && err.contains("status 7"),
         "{}",
         text(&out)
     );
@@ -197,4 +197,62 @@ fn count_probes(parent: &str) -> usize {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Kills node `victim` with SIGKILL a moment into a matmul; returns (output, seconds from the
+/// kill to dsmrun's exit, node processes left).
+fn kill_during_matmul(flags: &[&str], victim: usize) -> (std::process::Output, f64, usize) {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "3"])
+        .args(flags)
+        .arg(bin("matmul"))
+        .arg("2048");
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = child.id().to_string();
+    std::thread::sleep(Duration::from_millis(1500));
+    let nodes = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+    let pids: Vec<String> = String::from_utf8_lossy(&nodes.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(pids.len(), 3, "three nodes running");
+    let killed_at = std::time::Instant::now();
+    Command::new("kill")
+        .args(["-9", &pids[victim]])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = killed_at.elapsed().as_secs_f64();
+    let left = pids
+        .iter()
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        .count();
+    (out, took, left)
+}
+
+#[test]
+fn a_node_killed_mid_job_ends_the_job_within_ten_seconds_naming_it() {
+    for victim in [1, 0] {
+        let (out, took, left) = kill_during_matmul(&[], victim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(
+            err.contains(&format!(
+                "dsmrun: node {victim} (127.0.0.1) was killed by signal 9"
+            )),
+            "{}",
+            text(&out)
+        );
+        let survivors = err.matches(&format!("lost node {victim}")).count();
+        assert_eq!(
+            survivors,
+            2,
+            "both other nodes name the lost node:\n{}",
+            text(&out)
+        );
+        assert!(took < 10.0, "took {took:.1} s");
+        assert_eq!(left, 0, "no node left behind");
+    }
 }

@@ -266,7 +266,7 @@ fn main() {
         "fail-node-1" => {
             dsm.barrier();
             if dsm.id() == 1 {
-                std::process::exit(3);
+                std::process::exit(7);
             }
             dsm.barrier();
         }
