@@ -240,7 +240,11 @@ fn connect(
         heartbeat: Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000)),
         ..ReliableConfig::default()
     };
-    let t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
+    let mut t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
+    if let Ok(spec) = std::env::var("DSM_IMPAIR") {
+        let cfg = dsm_transport::impair::ImpairConfig::parse(&spec).map_err(InitError::Job)?;
+        t.impair(cfg, u64::from(env.rank));
+    }
     Ok((t, control))
 }
 

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use dsm_core::{Access, Effect, Node, NodeId, PageNum, Stats, Time, UsageError, WaiterId, codec};
+use dsm_core::{Access, Effect, Node, NodeId, PageNum, Time, UsageError, WaiterId, codec};
 use dsm_transport::reliable::Event;
 use dsm_transport::udp::UdpTransport;
 
@@ -328,7 +328,7 @@ impl Service {
                     if self.print_stats {
                         eprint!(
                             "{}",
-                            stats_table::render(&nodes, &self.transport_counters(&nodes))
+                            stats_table::render(&nodes, &self.transport_counters())
                         );
                     }
                 }
@@ -343,22 +343,28 @@ impl Service {
         any
     }
 
-    fn transport_counters(&self, _nodes: &[Stats]) -> Vec<(String, u64)> {
-        match &self.transport {
-            Some(t) => {
-                let r = t.reliable_stats();
-                vec![
-                    ("node 0 datagrams sent".into(), r.datagrams_sent),
-                    ("node 0 retransmissions".into(), r.retransmissions),
-                    ("node 0 duplicates dropped".into(), r.duplicates),
-                    (
-                        "node 0 rejected datagrams".into(),
-                        r.rejected + t.stats().unknown_source,
-                    ),
-                ]
-            }
-            None => Vec::new(),
+    /// Node 0's transport counters, for the statistics table.
+    fn transport_counters(&self) -> Vec<(String, u64)> {
+        let Some(t) = &self.transport else {
+            return Vec::new();
+        };
+        let r = t.reliable_stats();
+        let mut v = vec![
+            ("node 0 datagrams sent".into(), r.datagrams_sent),
+            ("node 0 retransmissions".into(), r.retransmissions),
+            ("node 0 duplicates dropped".into(), r.duplicates),
+            (
+                "node 0 rejected datagrams".into(),
+                r.rejected + t.stats().unknown_source,
+            ),
+            ("node 0 rejected frames".into(), self.rejected_frames),
+        ];
+        if let Some(i) = t.impair_stats() {
+            v.push(("node 0 impair: dropped".into(), i.dropped));
+            v.push(("node 0 impair: duplicated".into(), i.duplicated));
+            v.push(("node 0 impair: delayed".into(), i.delayed));
         }
+        v
     }
 
     fn handle_timers(&mut self) {

@@ -11,6 +11,8 @@
 //! - [`reliable`]: the sans-IO sequencing, acknowledgement, retransmission and fragmentation
 //!   machine, shared by UDP and (later) RDMA UD.
 //! - [`udp`]: one UDP socket per node driving [`reliable`].
+//! - [`impair`]: drops, duplicates and reorders datagrams by seed, for loss tests.
 
+pub mod impair;
 pub mod reliable;
 pub mod udp;

@@ -11,6 +11,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
+use crate::impair::{ImpairConfig, ImpairStats, Impairment};
 use crate::reliable::{Event, Reliable, ReliableConfig, ReliableStats};
 
 /// Socket buffer size asked of the kernel (it may grant less).
@@ -33,6 +34,8 @@ pub struct UdpTransport {
     rel: Reliable,
     buf: Vec<u8>,
     stats: UdpStats,
+    impair: Option<Impairment>,
+    batch: Vec<(u16, Vec<u8>)>,
 }
 
 /// Binds a non-blocking UDP socket with large buffers at `addr` (port 0: any free port).
@@ -83,7 +86,19 @@ impl UdpTransport {
             rel,
             buf: vec![0; max.max(2048)],
             stats: UdpStats::default(),
+            impair: None,
+            batch: Vec::new(),
         }
+    }
+
+    /// Mistreats outgoing datagrams from now on (see [`crate::impair`]).
+    pub fn impair(&mut self, cfg: ImpairConfig, salt: u64) {
+        self.impair = Some(Impairment::new(cfg, salt));
+    }
+
+    /// What the impairment did, if any.
+    pub fn impair_stats(&self) -> Option<&ImpairStats> {
+        self.impair.as_ref().map(Impairment::stats)
     }
 
     /// The descriptor to wait on for incoming datagrams.
@@ -134,7 +149,11 @@ impl UdpTransport {
 
     /// When [`UdpTransport::handle_timeout`] should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.rel.poll_timeout()
+        let held = self.impair.as_ref().and_then(Impairment::next_release);
+        match (self.rel.poll_timeout(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Retransmissions, heartbeats, peer-loss detection.
@@ -164,7 +183,18 @@ impl UdpTransport {
     }
 
     fn flush(&mut self) {
-        while let Some((to, d)) = self.rel.poll_transmit() {
+        let mut batch = std::mem::take(&mut self.batch);
+        match &mut self.impair {
+            None => batch.extend(std::iter::from_fn(|| self.rel.poll_transmit())),
+            Some(imp) => {
+                let now = Instant::now();
+                imp.release(now, &mut batch);
+                while let Some((to, d)) = self.rel.poll_transmit() {
+                    imp.outgoing(now, to, d, &mut batch);
+                }
+            }
+        }
+        for (to, d) in batch.drain(..) {
             let addr = self.peers[usize::from(to)];
             loop {
                 match self.sock.send_to(&d, addr) {
@@ -177,6 +207,7 @@ impl UdpTransport {
                 }
             }
         }
+        self.batch = batch;
     }
 }
 

@@ -193,3 +193,46 @@ fn matmul_is_exact_on_two_namespace_hosts_with_two_nodes_each() {
         text(&out)
     );
 }
+
+#[test]
+fn matmul_and_lu_are_exact_with_five_percent_kernel_udp_loss_between_hosts() {
+    let c = NetnsCluster::up(151 + (std::process::id() % 50), 3);
+    for h in 1..=3 {
+        let ns = format!("dsm{}h{h}", c.id);
+        let rules = "add table inet dsmloss\nadd chain inet dsmloss out { type filter hook output priority 0 ; }\nadd rule inet dsmloss out meta l4proto udp numgen random mod 100 < 5 counter drop\n";
+        let mut nft = Command::new("ip");
+        nft.args(["netns", "exec", &ns, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped());
+        let mut child = nft.spawn().expect("nft (install nftables)");
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), rules.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success(), "nft rules in {ns}");
+    }
+    let out = c.run(&[1, 2, 3], "matmul", &["256"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=256 nodes=3"),
+        "{}",
+        text(&out)
+    );
+    let out = c.run(&[1, 2, 3], "lu", &["128", "16"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=3"),
+        "{}",
+        text(&out)
+    );
+    // The kernel did drop datagrams.
+    let ns = format!("dsm{}h1", c.id);
+    let listed = Command::new("ip")
+        .args([
+            "netns", "exec", &ns, "nft", "list", "table", "inet", "dsmloss",
+        ])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&listed.stdout);
+    let dropped: u64 = rules
+        .split("packets ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(dropped > 0, "no packet dropped:\n{rules}");
+}
