@@ -74,12 +74,15 @@ pub struct ImpairStats {
     pub delayed: u64,
 }
 
+/// A held datagram: (release time, order of holding, destination, bytes).
+type Held = (Instant, u64, u16, Vec<u8>);
+
 /// The impairment state of one sender.
 #[derive(Debug)]
 pub struct Impairment {
     cfg: ImpairConfig,
     rng: u64,
-    held: BinaryHeap<Reverse<(Instant, u64, u16, Vec<u8>)>>,
+    held: BinaryHeap<Reverse<Held>>,
     order: u64,
     stats: ImpairStats,
 }
