@@ -59,7 +59,9 @@ use std::time::{Duration, Instant};
 pub use array::{Shared, SharedArray};
 pub use dsm_core::{AllocPolicy, MAX_NODES, NodeId, PAGE_SIZE, Stats, UsageError};
 use dsm_core::{CoreConfig, CvId, LockId, Node, Prefetch, WaiterId};
+use dsm_transport::Transport;
 use dsm_transport::reliable::ReliableConfig;
+use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
 use dsm_transport::udp::{self, UdpTransport};
 
 use crate::config::{CommType, Config};
@@ -208,44 +210,63 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     })
 }
 
-fn connect(
-    env: &launch::JobEnv,
-    config: &Config,
-) -> Result<(UdpTransport, Option<std::net::TcpStream>), InitError> {
-    if config.comm_type != CommType::Udp {
-        return Err(InitError::Job(format!(
-            "comm_type = {}: this build has only the udp transport",
-            config.comm_type.name()
-        )));
-    }
+type Connected = (Box<dyn Transport>, Option<std::net::TcpStream>);
+
+fn connect(env: &launch::JobEnv, config: &Config) -> Result<Connected, InitError> {
     let port = if config.base_port == 0 {
         0
     } else {
         config.base_port + env.rank
     };
-    let sock = udp::bind(SocketAddr::new(env.bind, port)).map_err(|source| InitError::Os {
-        what: "binding the UDP socket",
-        source,
-    })?;
-    let me = sock.local_addr().map_err(|source| InitError::Os {
-        what: "reading the socket address",
-        source,
-    })?;
-    let (peers, control) =
-        launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
-    let rel = ReliableConfig {
-        max_datagram_bytes: config.msg_buffer_size,
-        window: config.msg_queue_size,
-        peer_timeout: Duration::from_millis(config.peer_timeout_ms),
-        heartbeat: Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000)),
-        ..ReliableConfig::default()
-    };
-    let mut t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
-    if let Ok(spec) = std::env::var("DSM_IMPAIR") {
-        let cfg = dsm_transport::impair::ImpairConfig::parse(&spec).map_err(InitError::Job)?;
-        t.impair(cfg, u64::from(env.rank));
+    let os = |what| move |source| InitError::Os { what, source };
+    let peer_timeout = Duration::from_millis(config.peer_timeout_ms);
+    let heartbeat = Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000));
+    match config.comm_type {
+        CommType::Udp => {
+            let sock =
+                udp::bind(SocketAddr::new(env.bind, port)).map_err(os("binding the UDP socket"))?;
+            let me = sock
+                .local_addr()
+                .map_err(os("reading the socket address"))?;
+            let (peers, control) =
+                launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+            let rel = ReliableConfig {
+                max_datagram_bytes: config.msg_buffer_size,
+                window: config.msg_queue_size,
+                peer_timeout,
+                heartbeat,
+                ..ReliableConfig::default()
+            };
+            let mut t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
+            if let Ok(spec) = std::env::var("DSM_IMPAIR") {
+                let cfg =
+                    dsm_transport::impair::ImpairConfig::parse(&spec).map_err(InitError::Job)?;
+                t.impair(cfg, u64::from(env.rank));
+            }
+            Ok((Box::new(t), control))
+        }
+        CommType::Tcp => {
+            let listener = tcp::listen(SocketAddr::new(env.bind, port))
+                .map_err(os("binding the TCP listener"))?;
+            let me = listener
+                .local_addr()
+                .map_err(os("reading the listener address"))?;
+            let (peers, control) =
+                launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+            let cfg = TcpConfig {
+                heartbeat,
+                peer_timeout,
+                connect_timeout: Duration::from_secs(60),
+            };
+            let t = TcpTransport::establish(listener, env.rank, &peers, env.cookie, cfg)
+                .map_err(os("connecting to the other nodes over TCP"))?;
+            Ok((Box::new(t), control))
+        }
+        CommType::RdmaRc | CommType::RdmaUd => Err(InitError::Job(format!(
+            "comm_type = {}: this build has no RDMA; build with `cargo build --release --features rdma`",
+            config.comm_type.name()
+        ))),
     }
-    Ok((t, control))
 }
 
 /// A held lock; dropping it releases the lock.

@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dsm_core::{Access, Effect, Node, NodeId, PageNum, Time, UsageError, WaiterId, codec};
+use dsm_transport::Transport;
 use dsm_transport::reliable::Event;
-use dsm_transport::udp::UdpTransport;
 
 use crate::region::Region;
 use crate::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
@@ -50,7 +50,7 @@ const LINGER: Duration = Duration::from_secs(2);
 
 pub(crate) struct Service {
     pub node: Node<Region>,
-    pub transport: Option<UdpTransport>,
+    pub transport: Option<Box<dyn Transport>>,
     epoll: Epoll,
     evfd: OwnedFd,
     cookie: u64,
@@ -70,7 +70,7 @@ pub(crate) struct Service {
 impl Service {
     pub fn new(
         node: Node<Region>,
-        transport: Option<UdpTransport>,
+        transport: Option<Box<dyn Transport>>,
         control: Option<std::net::TcpStream>,
         cookie: u64,
         t0: Instant,
@@ -287,13 +287,29 @@ impl Service {
                         }
                     }
                 }
-                Event::PeerLost { peer, silent_for } => {
-                    if self.exit_done_at.is_none() {
-                        crate::fatal_with(
-                            &format!(
-                                "lost node {peer}: no answer for {:.1} s (it died, stopped or is unreachable)",
+                Event::PeerLost {
+                    peer,
+                    silent_for,
+                    cause,
+                } => {
+                    // A peer that exits right after the job's exit grant closes its connections:
+                    // let the grant (delivered just before) take effect first.
+                    self.drain_core();
+                    // In exit, a node other than node 0 closing its connections has its exit
+                    // grant, so ours is on its way from node 0: not a failure.
+                    let peer_done =
+                        self.exit_waiter.is_some() && peer != 0 && cause == "connection closed";
+                    if self.exit_done_at.is_none() && !peer_done {
+                        let what = if cause == "silent" {
+                            format!(
+                                "no answer for {:.1} s (it died, stopped or is unreachable)",
                                 silent_for.as_secs_f64()
-                            ),
+                            )
+                        } else {
+                            format!("{cause} (the node died or its host is unreachable)")
+                        };
+                        crate::fatal_with(
+                            &format!("lost node {peer}: {what}"),
                             crate::EXIT_PEER_FAILED,
                         );
                     }
@@ -348,22 +364,12 @@ impl Service {
         let Some(t) = &self.transport else {
             return Vec::new();
         };
-        let r = t.reliable_stats();
-        let mut v = vec![
-            ("node 0 datagrams sent".into(), r.datagrams_sent),
-            ("node 0 retransmissions".into(), r.retransmissions),
-            ("node 0 duplicates dropped".into(), r.duplicates),
-            (
-                "node 0 rejected datagrams".into(),
-                r.rejected + t.stats().unknown_source,
-            ),
-            ("node 0 rejected frames".into(), self.rejected_frames),
-        ];
-        if let Some(i) = t.impair_stats() {
-            v.push(("node 0 impair: dropped".into(), i.dropped));
-            v.push(("node 0 impair: duplicated".into(), i.duplicated));
-            v.push(("node 0 impair: delayed".into(), i.delayed));
-        }
+        let mut v: Vec<(String, u64)> = t
+            .counters()
+            .into_iter()
+            .map(|(k, v)| (format!("node 0 {} {k}", t.name()), v))
+            .collect();
+        v.push(("node 0 rejected frames".into(), self.rejected_frames));
         v
     }
 

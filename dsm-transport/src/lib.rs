@@ -1,18 +1,52 @@
 //! # dsm-transport: moving whole messages between the nodes of a job
 //!
-//! The contract every transport keeps: whole messages (any size up to the limit), delivered
-//! reliably and in order per peer, between the nodes of one job; a peer that stops answering is
-//! reported, never waited for forever.
+//! The contract every transport keeps ([`Transport`]): whole messages (any size up to the limit),
+//! delivered reliably and in order per peer, between the nodes of one job; a peer that stops
+//! answering is reported ([`reliable::Event::PeerLost`]), never waited for forever.
 //!
-//! Transports do not own a thread here: the runtime's service thread drives them (it waits on
-//! their file descriptors together with its fault requests, spins briefly, then blocks), so a
-//! page request and its reply cross no extra thread hand-off.
+//! Transports own no thread: the runtime's service thread drives them. It waits on
+//! [`Transport::fd`] together with its fault requests (spinning briefly first), so a page request
+//! and its reply cross no extra thread hand-off.
 //!
 //! - [`reliable`]: the sans-IO sequencing, acknowledgement, retransmission and fragmentation
 //!   machine, shared by UDP and (later) RDMA UD.
 //! - [`udp`]: one UDP socket per node driving [`reliable`].
+//! - [`tcp`]: one connection per pair of nodes, epoll, length-prefixed frames.
+//! - [`loopback`]: nodes in one process, for tests.
 //! - [`impair`]: drops, duplicates and reorders datagrams by seed, for loss tests.
 
+#![deny(unsafe_code)]
+
 pub mod impair;
+pub mod loopback;
 pub mod reliable;
+pub mod sys;
+pub mod tcp;
 pub mod udp;
+
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+pub use reliable::Event;
+
+/// What every transport offers the runtime.
+pub trait Transport: Send {
+    /// A short name (`udp`, `tcp`...).
+    fn name(&self) -> &'static str;
+    /// A descriptor that becomes readable when [`Transport::poll_recv`] has work.
+    fn fd(&self) -> RawFd;
+    /// Queues a whole message for node `to` and sends what can be sent now.
+    fn send(&mut self, now: Instant, to: u16, msg: &[u8]);
+    /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
+    fn poll_recv(&mut self, now: Instant) -> usize;
+    /// The next delivered message or lost peer.
+    fn poll_event(&mut self) -> Option<Event>;
+    /// When [`Transport::handle_timeout`] should next run.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Retransmissions, heartbeats, loss detection.
+    fn handle_timeout(&mut self, now: Instant);
+    /// Data queued or unacknowledged towards `to`.
+    fn pending(&self, to: u16) -> usize;
+    /// Named counters for the statistics table.
+    fn counters(&self) -> Vec<(&'static str, u64)>;
+}

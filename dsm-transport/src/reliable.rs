@@ -75,10 +75,12 @@ pub enum Event {
     },
     /// `peer` has not been heard from for `silent_for`.
     PeerLost {
-        /// The silent peer.
+        /// The lost peer.
         peer: u16,
-        /// How long it has been silent.
+        /// How long it had been silent.
         silent_for: Duration,
+        /// What gave it away: `"silent"` (no answer for the peer timeout), `"connection closed"`...
+        cause: &'static str,
     },
 }
 
@@ -458,6 +460,7 @@ impl Reliable {
                 self.events.push_back(Event::PeerLost {
                     peer: i as u16,
                     silent_for: silent,
+                    cause: "silent",
                 });
                 continue;
             }
@@ -777,7 +780,10 @@ mod tests {
             a.handle_timeout(now);
             while a.poll_transmit().is_some() {}
             while let Some(e) = a.poll_event() {
-                if let Event::PeerLost { peer, silent_for } = e {
+                if let Event::PeerLost {
+                    peer, silent_for, ..
+                } = e
+                {
                     lost.push((peer, silent_for));
                 }
             }

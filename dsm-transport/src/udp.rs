@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use crate::impair::{ImpairConfig, ImpairStats, Impairment};
 use crate::reliable::{Event, Reliable, ReliableConfig, ReliableStats};
+use crate::{Transport, sys};
 
 /// Socket buffer size asked of the kernel (it may grant less).
 const SOCKET_BUFFER_BYTES: libc::c_int = 8 << 20;
@@ -42,23 +43,7 @@ pub struct UdpTransport {
 pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(addr)?;
     sock.set_nonblocking(true)?;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        let v = SOCKET_BUFFER_BYTES;
-        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid, live c_int, on a
-        // socket descriptor we own for the duration of the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            log::debug!("setsockopt({opt}) failed: {}", io::Error::last_os_error());
-        }
-    }
+    sys::set_socket_buffers(sock.as_raw_fd(), SOCKET_BUFFER_BYTES);
     Ok(sock)
 }
 
@@ -264,5 +249,48 @@ mod tests {
         a.poll_recv(Instant::now());
         assert_eq!(a.stats().unknown_source, 1);
         assert!(a.poll_event().is_none());
+    }
+}
+
+impl Transport for UdpTransport {
+    fn name(&self) -> &'static str {
+        "udp"
+    }
+    fn fd(&self) -> RawFd {
+        UdpTransport::fd(self)
+    }
+    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        UdpTransport::send(self, now, to, msg);
+    }
+    fn poll_recv(&mut self, now: Instant) -> usize {
+        UdpTransport::poll_recv(self, now)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        UdpTransport::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        UdpTransport::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        UdpTransport::handle_timeout(self, now);
+    }
+    fn pending(&self, to: u16) -> usize {
+        UdpTransport::pending(self, to)
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let r = self.reliable_stats();
+        let mut v = vec![
+            ("datagrams sent", r.datagrams_sent),
+            ("datagrams received", r.datagrams_received),
+            ("retransmissions", r.retransmissions),
+            ("duplicates dropped", r.duplicates),
+            ("rejected datagrams", r.rejected + self.stats.unknown_source),
+        ];
+        if let Some(i) = self.impair_stats() {
+            v.push(("impair: dropped", i.dropped));
+            v.push(("impair: duplicated", i.duplicated));
+            v.push(("impair: delayed", i.delayed));
+        }
+        v
     }
 }

@@ -197,3 +197,12 @@ fn node_zero_prints_the_statistics_table_with_stats() {
         text(&out)
     );
 }
+
+#[test]
+fn every_rust_app_is_exact_over_tcp() {
+    for (app, args, want) in APPS {
+        for n in [2, 4] {
+            check(&dsmrun(n, &["--transport", "tcp"], app, args), want, n);
+        }
+    }
+}

@@ -151,21 +151,27 @@ fn libc_sigabrt() -> i32 {
 
 #[test]
 fn a_stopped_node_is_detected_after_the_peer_timeout_and_named() {
-    let started = std::time::Instant::now();
-    let out = dsmrun(
-        3,
-        &["--set", "peer_timeout_ms=1500"],
-        "probe",
-        &["stop-node-1"],
-    );
-    let waited = started.elapsed();
-    assert!(!out.status.success(), "{}", text(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("lost node 1"), "{}", text(&out));
-    assert!(
-        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(20),
-        "took {waited:?}"
-    );
+    for transport in ["udp", "tcp"] {
+        let started = std::time::Instant::now();
+        let out = dsmrun(
+            3,
+            &["--set", "peer_timeout_ms=1500", "--transport", transport],
+            "probe",
+            &["stop-node-1"],
+        );
+        let waited = started.elapsed();
+        assert!(!out.status.success(), "{transport}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("lost node 1: no answer for 1."),
+            "{transport}: {}",
+            text(&out)
+        );
+        assert!(
+            waited >= Duration::from_millis(1500) && waited < Duration::from_secs(20),
+            "{transport}: took {waited:?}"
+        );
+    }
 }
 
 #[test]
@@ -234,8 +240,8 @@ fn kill_during_matmul(flags: &[&str], victim: usize) -> (std::process::Output, f
 
 #[test]
 fn a_node_killed_mid_job_ends_the_job_within_ten_seconds_naming_it() {
-    for victim in [1, 0] {
-        let (out, took, left) = kill_during_matmul(&[], victim);
+    for (transport, victim) in [("udp", 1), ("udp", 0), ("tcp", 1), ("tcp", 2)] {
+        let (out, took, left) = kill_during_matmul(&["--transport", transport], victim);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         assert!(

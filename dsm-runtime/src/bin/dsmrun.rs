@@ -80,12 +80,7 @@ fn main() -> ExitCode {
         }
     }
     match cfg.comm_type {
-        CommType::Udp => {}
-        CommType::Tcp => {
-            return usage_error(
-                "--transport tcp: the TCP transport is not built yet in this version; use udp",
-            );
-        }
+        CommType::Udp | CommType::Tcp => {}
         CommType::RdmaRc | CommType::RdmaUd => {
             return usage_error(&format!(
                 "--transport {}: this dsmrun was built without RDMA; build with `cargo build --release --features rdma`",

@@ -1,0 +1,139 @@
+//! The few system calls the transports make beyond std: epoll, eventfd and writev. Every unsafe
+//! block of the crate is here.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// An epoll instance.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new epoll instance.
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain flags; a non-negative result is a descriptor we now own.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: ev is a live epoll_event; both descriptors are valid.
+        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Watches `fd` for input (and output if `write`), reporting `token`.
+    pub fn add(&self, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
+        let ev = libc::EPOLLIN as u32 | if write { libc::EPOLLOUT as u32 } else { 0 };
+        self.ctl(libc::EPOLL_CTL_ADD, fd, ev, token)
+    }
+
+    /// Changes whether `fd` is watched for output.
+    pub fn modify(&self, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
+        let ev = libc::EPOLLIN as u32 | if write { libc::EPOLLOUT as u32 } else { 0 };
+        self.ctl(libc::EPOLL_CTL_MOD, fd, ev, token)
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: RawFd) {
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
+    }
+
+    /// Ready tokens, waiting at most `timeout_ms` (0: do not wait).
+    pub fn ready(&self, timeout_ms: i32, out: &mut Vec<(u64, u32)>) -> io::Result<()> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: the buffer holds 64 events and we pass 64.
+        let n =
+            unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), 64, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        out.extend(events[..n as usize].iter().map(|e| (e.u64, e.events)));
+        Ok(())
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Writes `a` then `b` to `fd` in one call; returns the bytes written.
+pub fn writev2(fd: RawFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    let iov = [
+        libc::iovec {
+            iov_base: a.as_ptr() as *mut libc::c_void,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: both iovecs describe live slices for the duration of the call; writev only reads.
+    let n = unsafe { libc::writev(fd, iov.as_ptr(), 2) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// A non-blocking eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain flags; the result is a new descriptor.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd.
+pub fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Empties an eventfd.
+pub fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// Asks the kernel for `bytes` of receive and send buffer on a socket (it may grant less).
+pub fn set_socket_buffers(fd: RawFd, bytes: libc::c_int) {
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            log::debug!("setsockopt({opt}) failed: {}", io::Error::last_os_error());
+        }
+    }
+}

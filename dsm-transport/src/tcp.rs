@@ -1,0 +1,477 @@
+//! TCP: one connection per pair of nodes, driven through epoll.
+//!
+//! Setup needs no O(N^2) listening ports: every node listens on one port; node `i` connects to
+//! every node below it and accepts from every node above it, so two nodes never connect to each
+//! other at once. The first bytes on a connection are a hello (`DSMT`, version, job cookie, node
+//! id); a connection with a wrong cookie, an impossible id or a duplicate id is closed and
+//! counted. Frames are a u32 length and the message, written with one `writev` (no copy of page
+//! payloads on the fast path); what the kernel does not take at once is queued and written when
+//! the socket is writable. `TCP_NODELAY` is set. An empty frame is a heartbeat; a peer silent for
+//! the peer timeout, or whose connection closes, is reported lost.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::Transport;
+use crate::reliable::Event;
+use crate::sys::{self, Epoll};
+
+const HELLO_MAGIC: &[u8; 4] = b"DSMT";
+const HELLO_BYTES: usize = 4 + 1 + 8 + 2;
+const VERSION: u8 = 1;
+/// Largest frame accepted from a peer.
+pub const MAX_FRAME_BYTES: usize = 256 << 20;
+const LISTENER: u64 = u64::MAX;
+
+/// TCP settings.
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    /// Send a heartbeat to a peer we have sent nothing to for this long.
+    pub heartbeat: Duration,
+    /// A peer we hear nothing from for this long is lost.
+    pub peer_timeout: Duration,
+    /// How long to wait for every connection at start.
+    pub connect_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            heartbeat: Duration::from_millis(500),
+            peer_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    /// Bytes waiting to be written (a partial frame first).
+    out: VecDeque<u8>,
+    inbuf: Vec<u8>,
+    last_heard: Instant,
+    last_sent: Instant,
+    writing: bool,
+    lost: bool,
+}
+
+/// Counters of the TCP transport.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Frames sent.
+    pub frames_sent: u64,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Bytes that had to be queued because the socket was full.
+    pub queued_bytes: u64,
+    /// Connections refused (bad hello, stranger, duplicate).
+    pub rejected: u64,
+}
+
+/// One node's TCP endpoint.
+#[derive(Debug)]
+pub struct TcpTransport {
+    me: u16,
+    cookie: u64,
+    cfg: TcpConfig,
+    listener: TcpListener,
+    epoll: Epoll,
+    conns: Vec<Option<Conn>>,
+    events: VecDeque<Event>,
+    ready: Vec<(u64, u32)>,
+    stats: TcpStats,
+}
+
+fn hello(cookie: u64, me: u16) -> [u8; HELLO_BYTES] {
+    let mut h = [0u8; HELLO_BYTES];
+    h[..4].copy_from_slice(HELLO_MAGIC);
+    h[4] = VERSION;
+    h[5..13].copy_from_slice(&cookie.to_le_bytes());
+    h[13..15].copy_from_slice(&me.to_le_bytes());
+    h
+}
+
+/// The sender of a hello, if it is one for this job.
+fn parse_hello(h: &[u8; HELLO_BYTES], cookie: u64, nodes: usize) -> Option<u16> {
+    if &h[..4] != HELLO_MAGIC || h[4] != VERSION {
+        return None;
+    }
+    let c = u64::from_le_bytes(h[5..13].try_into().ok()?);
+    let from = u16::from_le_bytes([h[13], h[14]]);
+    (c == cookie && usize::from(from) < nodes).then_some(from)
+}
+
+/// Binds the listening socket a node advertises to the others.
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr)
+}
+
+impl TcpTransport {
+    /// Connects node `me` to every peer (`peers[i]` is node `i`'s listening address).
+    pub fn establish(
+        listener: TcpListener,
+        me: u16,
+        peers: &[SocketAddr],
+        cookie: u64,
+        cfg: TcpConfig,
+    ) -> io::Result<TcpTransport> {
+        let n = peers.len();
+        let deadline = Instant::now() + cfg.connect_timeout;
+        let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+        for (j, addr) in peers.iter().enumerate().take(usize::from(me)) {
+            let mut s = loop {
+                match TcpStream::connect_timeout(addr, Duration::from_secs(2)) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() < deadline => {
+                        log::debug!("connect to node {j} at {addr}: {e}; retrying");
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("connecting to node {j} at {addr}: {e}"),
+                        ));
+                    }
+                }
+            };
+            s.write_all(&hello(cookie, me))?;
+            conns[j] = Some(s);
+        }
+        let mut rejected = 0;
+        listener.set_nonblocking(true)?;
+        while conns
+            .iter()
+            .enumerate()
+            .any(|(j, c)| j > usize::from(me) && c.is_none())
+        {
+            if Instant::now() > deadline {
+                let missing: Vec<String> = (usize::from(me) + 1..n)
+                    .filter(|&j| conns[j].is_none())
+                    .map(|j| j.to_string())
+                    .collect();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("nodes {} did not connect", missing.join(", ")),
+                ));
+            }
+            let mut s = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            s.set_nonblocking(false)?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut h = [0u8; HELLO_BYTES];
+            match s
+                .read_exact(&mut h)
+                .ok()
+                .and_then(|()| parse_hello(&h, cookie, n))
+            {
+                Some(j) if j > me && conns[usize::from(j)].is_none() => {
+                    conns[usize::from(j)] = Some(s)
+                }
+                _ => rejected += 1,
+            }
+        }
+        let epoll = Epoll::new()?;
+        epoll.add(listener.as_raw_fd(), LISTENER, false)?;
+        let now = Instant::now();
+        let mut out = Vec::with_capacity(n);
+        for (j, c) in conns.into_iter().enumerate() {
+            match c {
+                Some(s) => {
+                    s.set_nodelay(true)?;
+                    s.set_nonblocking(true)?;
+                    s.set_read_timeout(None)?;
+                    epoll.add(s.as_raw_fd(), j as u64, false)?;
+                    out.push(Some(Conn {
+                        stream: s,
+                        out: VecDeque::new(),
+                        inbuf: Vec::new(),
+                        last_heard: now,
+                        last_sent: now,
+                        writing: false,
+                        lost: false,
+                    }));
+                }
+                None => out.push(None),
+            }
+        }
+        Ok(TcpTransport {
+            me,
+            cookie,
+            cfg,
+            listener,
+            epoll,
+            conns: out,
+            events: VecDeque::new(),
+            ready: Vec::new(),
+            stats: TcpStats {
+                rejected,
+                ..TcpStats::default()
+            },
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
+    }
+
+    fn lose(&mut self, j: usize, cause: &'static str, detail: String) {
+        if let Some(c) = &mut self.conns[j] {
+            if !c.lost {
+                c.lost = true;
+                self.epoll.delete(c.stream.as_raw_fd());
+                log::debug!("node {j}: {cause}: {detail}");
+                let silent_for = c.last_heard.elapsed();
+                self.events.push_back(Event::PeerLost {
+                    peer: j as u16,
+                    silent_for,
+                    cause,
+                });
+            }
+        }
+    }
+
+    /// Writes queued bytes of connection `j`; returns false if the connection failed.
+    fn drain_out(&mut self, j: usize) {
+        let Some(c) = &mut self.conns[j] else { return };
+        while !c.out.is_empty() {
+            let (a, b) = c.out.as_slices();
+            match sys::writev2(c.stream.as_raw_fd(), a, b) {
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.lose(j, "connection failed", format!("write: {e}")),
+            }
+        }
+        let want = !c.out.is_empty();
+        if want != c.writing {
+            c.writing = want;
+            let _ = self.epoll.modify(c.stream.as_raw_fd(), j as u64, want);
+        }
+    }
+
+    fn read_conn(&mut self, j: usize, now: Instant) {
+        let mut buf = [0u8; 64 * 1024];
+        let mut failed: Option<(&'static str, String)> = None;
+        {
+            let Some(c) = &mut self.conns[j] else { return };
+            loop {
+                match c.stream.read(&mut buf) {
+                    Ok(0) => {
+                        failed = Some(("connection closed", String::new()));
+                        break;
+                    }
+                    Ok(n) => {
+                        c.last_heard = now;
+                        c.inbuf.extend_from_slice(&buf[..n]);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        failed = Some(("connection failed", format!("read: {e}")));
+                        break;
+                    }
+                }
+            }
+            // Whole frames out of the buffer.
+            let mut at = 0;
+            while c.inbuf.len() - at >= 4 {
+                let len = u32::from_le_bytes([
+                    c.inbuf[at],
+                    c.inbuf[at + 1],
+                    c.inbuf[at + 2],
+                    c.inbuf[at + 3],
+                ]) as usize;
+                if len > MAX_FRAME_BYTES {
+                    failed = Some(("bad frame", format!("{len} bytes is over the limit")));
+                    break;
+                }
+                if c.inbuf.len() - at - 4 < len {
+                    break;
+                }
+                if len > 0 {
+                    let bytes = c.inbuf[at + 4..at + 4 + len].to_vec();
+                    self.events.push_back(Event::Message {
+                        from: j as u16,
+                        bytes,
+                    });
+                    self.stats.frames_received += 1;
+                }
+                at += 4 + len;
+            }
+            c.inbuf.drain(..at);
+        }
+        if let Some((cause, detail)) = failed {
+            self.lose(j, cause, detail);
+        }
+    }
+
+    fn accept_strangers(&mut self) {
+        loop {
+            match self.listener.accept() {
+                // Every peer is connected already: whoever this is does not belong.
+                Ok((s, from)) => {
+                    self.stats.rejected += 1;
+                    log::debug!("refused a connection from {from}");
+                    drop(s);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn write_frame(&mut self, to: usize, now: Instant, msg: &[u8]) {
+        let Some(c) = &mut self.conns[to] else { return };
+        if c.lost {
+            return;
+        }
+        c.last_sent = now;
+        let header = (msg.len() as u32).to_le_bytes();
+        if c.out.is_empty() {
+            match sys::writev2(c.stream.as_raw_fd(), &header, msg) {
+                Ok(n) if n == 4 + msg.len() => return,
+                Ok(n) => {
+                    // Queue what the kernel did not take.
+                    let rest = header.iter().chain(msg).skip(n).copied();
+                    c.out.extend(rest);
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    c.out.extend(header);
+                    c.out.extend(msg);
+                }
+                Err(e) => return self.lose(to, "connection failed", format!("write: {e}")),
+            }
+        } else {
+            c.out.extend(header);
+            c.out.extend(msg);
+        }
+        self.stats.queued_bytes += c.out.len() as u64;
+        self.drain_out(to);
+    }
+}
+
+impl Transport for TcpTransport {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        self.stats.frames_sent += 1;
+        self.write_frame(usize::from(to), now, msg);
+    }
+
+    fn poll_recv(&mut self, now: Instant) -> usize {
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        if let Err(e) = self.epoll.ready(0, &mut ready) {
+            log::warn!("epoll_wait: {e}");
+        }
+        let n = ready.len();
+        for &(token, ev) in &ready {
+            if token == LISTENER {
+                self.accept_strangers();
+                continue;
+            }
+            let j = token as usize;
+            if ev & libc::EPOLLOUT as u32 != 0 {
+                self.drain_out(j);
+            }
+            if ev & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                self.read_conn(j, now);
+            }
+        }
+        self.ready = ready;
+        n
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .iter()
+            .flatten()
+            .filter(|c| !c.lost)
+            .map(|c| (c.last_sent + self.cfg.heartbeat).min(c.last_heard + self.cfg.peer_timeout))
+            .min()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        for j in 0..self.conns.len() {
+            let Some(c) = &self.conns[j] else { continue };
+            if c.lost {
+                continue;
+            }
+            if now.saturating_duration_since(c.last_heard) >= self.cfg.peer_timeout {
+                let silent = now.saturating_duration_since(c.last_heard);
+                self.lose(j, "silent", format!("for {silent:?}"));
+            } else if now.saturating_duration_since(c.last_sent) >= self.cfg.heartbeat {
+                self.write_frame(j, now, &[]);
+            }
+        }
+    }
+
+    fn pending(&self, to: u16) -> usize {
+        self.conns[usize::from(to)]
+            .as_ref()
+            .map_or(0, |c| c.out.len())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("frames sent", self.stats.frames_sent),
+            ("frames received", self.stats.frames_received),
+            ("bytes queued (socket full)", self.stats.queued_bytes),
+            ("connections refused", self.stats.rejected),
+        ]
+    }
+}
+
+impl TcpTransport {
+    /// This node.
+    pub fn id(&self) -> u16 {
+        self.me
+    }
+
+    /// The job cookie.
+    pub fn cookie(&self) -> u64 {
+        self.cookie
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hellos_name_the_sender_and_check_the_cookie() {
+        let h = hello(7, 3);
+        assert_eq!(parse_hello(&h, 7, 4), Some(3));
+        assert_eq!(parse_hello(&h, 8, 4), None);
+        assert_eq!(parse_hello(&h, 7, 3), None);
+        let mut bad = h;
+        bad[0] = b'X';
+        assert_eq!(parse_hello(&bad, 7, 4), None);
+    }
+}
