@@ -196,6 +196,49 @@ impl UdpTransport {
     }
 }
 
+impl Transport for UdpTransport {
+    fn name(&self) -> &'static str {
+        "udp"
+    }
+    fn fd(&self) -> RawFd {
+        UdpTransport::fd(self)
+    }
+    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        UdpTransport::send(self, now, to, msg);
+    }
+    fn poll_recv(&mut self, now: Instant) -> usize {
+        UdpTransport::poll_recv(self, now)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        UdpTransport::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        UdpTransport::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        UdpTransport::handle_timeout(self, now);
+    }
+    fn pending(&self, to: u16) -> usize {
+        UdpTransport::pending(self, to)
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let r = self.reliable_stats();
+        let mut v = vec![
+            ("datagrams sent", r.datagrams_sent),
+            ("datagrams received", r.datagrams_received),
+            ("retransmissions", r.retransmissions),
+            ("duplicates dropped", r.duplicates),
+            ("rejected datagrams", r.rejected + self.stats.unknown_source),
+        ];
+        if let Some(i) = self.impair_stats() {
+            v.push(("impair: dropped", i.dropped));
+            v.push(("impair: duplicated", i.duplicated));
+            v.push(("impair: delayed", i.delayed));
+        }
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,48 +292,5 @@ mod tests {
         a.poll_recv(Instant::now());
         assert_eq!(a.stats().unknown_source, 1);
         assert!(a.poll_event().is_none());
-    }
-}
-
-impl Transport for UdpTransport {
-    fn name(&self) -> &'static str {
-        "udp"
-    }
-    fn fd(&self) -> RawFd {
-        UdpTransport::fd(self)
-    }
-    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
-        UdpTransport::send(self, now, to, msg);
-    }
-    fn poll_recv(&mut self, now: Instant) -> usize {
-        UdpTransport::poll_recv(self, now)
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        UdpTransport::poll_event(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        UdpTransport::poll_timeout(self)
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        UdpTransport::handle_timeout(self, now);
-    }
-    fn pending(&self, to: u16) -> usize {
-        UdpTransport::pending(self, to)
-    }
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let r = self.reliable_stats();
-        let mut v = vec![
-            ("datagrams sent", r.datagrams_sent),
-            ("datagrams received", r.datagrams_received),
-            ("retransmissions", r.retransmissions),
-            ("duplicates dropped", r.duplicates),
-            ("rejected datagrams", r.rejected + self.stats.unknown_source),
-        ];
-        if let Some(i) = self.impair_stats() {
-            v.push(("impair: dropped", i.dropped));
-            v.push(("impair: duplicated", i.duplicated));
-            v.push(("impair: delayed", i.delayed));
-        }
-        v
     }
 }
