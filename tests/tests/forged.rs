@@ -1,0 +1,138 @@
+//! Peers that do not belong: while a job runs, a stranger floods every node with forged frames
+//! (page requests and diffs that would overwrite memory, in every wrapping it could guess). They
+//! are dropped and counted, and the job's result stays exact.
+
+use std::io::Write;
+use std::net::{TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dsm_core::{Access, Msg, NodeId, PageDiff, PageNum, codec};
+use dsm_tests::{bin, run_with_deadline, text};
+
+/// Frames a forger would send: GETPs and DIFFs that would overwrite page 0.. with 0xFF.
+fn forged_frames() -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for page in 0..64u32 {
+        let mut runs = vec![0, 0, 0, 16];
+        runs.extend(std::iter::repeat_n(0xFF, 4096));
+        for cookie in [0u64, 1, 0xDEAD_BEEF] {
+            for msg in [
+                Msg::GetPage {
+                    access: Access::Write,
+                    pages: vec![PageNum(page)],
+                },
+                Msg::Diff {
+                    id: page,
+                    diffs: vec![PageDiff {
+                        page: PageNum(page),
+                        runs: runs.clone(),
+                    }],
+                },
+            ] {
+                let mut f = Vec::new();
+                codec::encode_frame(cookie, NodeId(1), &msg, &mut f);
+                frames.push(f);
+            }
+        }
+    }
+    frames
+}
+
+/// Wraps a frame as the UDP reliability layer would (header with a guessed cookie).
+fn as_datagram(frame: &[u8], seq: u32) -> Vec<u8> {
+    let mut d = vec![0x44, 0x55, 1, 1];
+    d.extend_from_slice(&0u64.to_le_bytes());
+    d.extend_from_slice(&1u16.to_le_bytes());
+    d.extend_from_slice(&seq.to_le_bytes());
+    d.extend_from_slice(&0u32.to_le_bytes());
+    d.extend_from_slice(frame);
+    d
+}
+
+fn run_under_attack(transport: &str, base: u16) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let frames = forged_frames();
+    let forger = {
+        let stop = stop.clone();
+        let transport = transport.to_string();
+        std::thread::spawn(move || {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for node in 0..3u16 {
+                    let target = ("127.0.0.1", base + node);
+                    if transport == "udp" {
+                        for (i, f) in frames.iter().enumerate() {
+                            let _ = sock.send_to(&as_datagram(f, i as u32), target);
+                            let _ = sock.send_to(f, target);
+                            sent += 2;
+                        }
+                    } else if let Ok(mut s) = TcpStream::connect(target) {
+                        let mut hello = b"DSMT\x01".to_vec();
+                        hello.extend_from_slice(&0u64.to_le_bytes());
+                        hello.extend_from_slice(&1u16.to_le_bytes());
+                        let _ = s.write_all(&hello);
+                        for f in &frames {
+                            let _ = s.write_all(&(f.len() as u32).to_le_bytes());
+                            let _ = s.write_all(f);
+                            sent += 1;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            sent
+        })
+    };
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "3",
+        "--stats",
+        "--transport",
+        transport,
+        "--set",
+        &format!("base_port={base}"),
+    ])
+    .arg(bin("matmul"))
+    .args(["512"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    stop.store(true, Ordering::Relaxed);
+    let sent = forger.join().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{transport}: {t}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=512 nodes=3"),
+        "{transport}: {t}"
+    );
+    assert!(sent > 0, "the forger sent nothing");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let counter = if transport == "udp" {
+        "udp rejected datagrams"
+    } else {
+        "tcp connections refused"
+    };
+    let rejected: u64 = err
+        .lines()
+        .find(|l| l.contains(counter))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        rejected > 0,
+        "{transport}: node 0 counted no rejected traffic:\n{t}"
+    );
+}
+
+#[test]
+fn forged_frames_over_udp_are_dropped_and_counted() {
+    run_under_attack("udp", 31000 + (std::process::id() % 1000) as u16 * 4);
+}
+
+#[test]
+fn forged_connections_over_tcp_are_refused_and_counted() {
+    run_under_attack("tcp", 36000 + (std::process::id() % 1000) as u16 * 4);
+}
