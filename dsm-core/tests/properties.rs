@@ -1,6 +1,6 @@
 //! The memory model, checked on random data-race-free programs.
 //!
-//! Each case is made from one seed: a cluster (1 to 8 nodes), an allocation with a random
+//! Each case is made from one seed: a cluster (1 to 16 nodes), an allocation with a random
 //! policy, a cache small enough to force evictions, prefetch on or off, and a program of phases
 //! separated by barriers. In each phase every shared word has a role: read-only, owned by one
 //! node, or protected by one lock (touched only inside that lock's critical sections, nested locks
@@ -36,7 +36,13 @@ struct Case {
 }
 
 fn make_case(rng: &mut Rng) -> Case {
-    let max_nodes = if rng.chance(20) { 8 } else { 5 };
+    let max_nodes = if rng.chance(10) {
+        16
+    } else if rng.chance(20) {
+        8
+    } else {
+        5
+    };
     let nodes = 1 + rng.below(max_nodes) as u16;
     let pages = 1 + rng.below(8);
     let per_page = 1 + rng.below(4);
