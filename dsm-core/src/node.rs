@@ -380,7 +380,7 @@ impl<M: PageMemory> Node<M> {
             }
             self.table.push(PageEntry::new(home, home == me));
         }
-        self.protect_pages(&home_pages, crate::types::Prot::Read);
+        self.protect_pages(&home_pages, crate::types::Prot::ReadWrite);
         let allocated = self.table.len();
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_requests)
             .into_iter()

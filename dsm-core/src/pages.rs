@@ -44,6 +44,8 @@ pub(crate) struct Fetch {
 #[derive(Debug)]
 pub(crate) struct PageEntry {
     pub home: NodeId,
+    /// At the home: some node has fetched a copy, so writes here must be tracked.
+    pub served: bool,
     pub frame: Frame,
     pub twin: Option<PageBuf>,
     pub fetch: Option<Fetch>,
@@ -56,11 +58,14 @@ impl PageEntry {
     pub fn new(home: NodeId, is_mine: bool) -> PageEntry {
         PageEntry {
             home,
+            // A home page nobody else has copied can be written freely: there is no copy to
+            // invalidate. It is write-protected (and its writes tracked) from its first serving.
             frame: if is_mine {
-                Frame::ReadOnly
+                Frame::ReadWrite
             } else {
                 Frame::Invalid
             },
+            served: false,
             twin: None,
             fetch: None,
             in_cache: false,
@@ -259,6 +264,26 @@ impl<M: PageMemory> Node<M> {
         }
         if pages.iter().any(|p| self.table[p.index()].home != me) {
             return Err(err("asks for a page not homed here"));
+        }
+        // First serving of a page written untracked so far: from now on writes here must fault
+        // (and be noticed), so protect it before the copy is taken.
+        let first: Vec<PageNum> = pages
+            .iter()
+            .copied()
+            .filter(|p| !self.table[p.index()].served)
+            .collect();
+        let untracked: Vec<PageNum> = first
+            .iter()
+            .copied()
+            .filter(|p| self.table[p.index()].frame == Frame::ReadWrite && !self.rw.contains(p))
+            .collect();
+        self.protect_pages(&untracked, Prot::Read);
+        for p in first {
+            let e = &mut self.table[p.index()];
+            e.served = true;
+            if untracked.contains(&p) {
+                e.frame = Frame::ReadOnly;
+            }
         }
         for page in pages {
             let mut data = PageBuf::zeroed();
