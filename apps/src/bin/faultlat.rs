@@ -2,9 +2,9 @@
 //!
 //! `dsmrun -n 2 --set prefetch=off target/release/faultlat [PAGES]`
 //!
-//! 1. The UDP round-trip floor: node 1 sends 64 bytes, node 0 answers 4 KiB + 64 bytes (the shape
-//!    of a page fetch), over plain sockets between the same two processes; both ends busy-polling,
-//!    then both ends blocking.
+//! 1. The network floors: node 1 sends 64 bytes, node 0 answers 4 KiB + 64 bytes (the shape of a
+//!    page fetch), over plain sockets between the same two processes: UDP with both ends
+//!    busy-polling, then both blocking; TCP (TCP_NODELAY) busy-polling.
 //! 2. Remote read faults: node 1 touches PAGES pages homed at node 0, one fault each.
 //! 3. Remote write faults (fetch and twin) on another PAGES pages.
 //! 4. Local write faults: node 0 writes its own read-only home pages.
@@ -106,6 +106,77 @@ fn udp_floor(dsm: &Dsm, addr: SharedArray<u64>, count: usize, busy: bool) -> Opt
     out
 }
 
+/// The same exchange over TCP (TCP_NODELAY, both ends busy-polling).
+fn tcp_floor(dsm: &Dsm, addr: SharedArray<u64>, count: usize) -> Option<Vec<f64>> {
+    use std::io::{Read, Write};
+    let bind_ip = std::env::var("DSM_BIND").unwrap_or_else(|_| "127.0.0.1".into());
+    let spin_read = |s: &mut std::net::TcpStream, buf: &mut [u8]| -> bool {
+        let mut got = 0;
+        while got < buf.len() {
+            match s.read(&mut buf[got..]) {
+                Ok(0) => return false,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    let spin_write = |s: &mut std::net::TcpStream, buf: &[u8]| -> bool {
+        let mut sent = 0;
+        while sent < buf.len() {
+            match s.write(&buf[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    let mut out = None;
+    if dsm.id() == 0 {
+        let l = std::net::TcpListener::bind((bind_ip.as_str(), 0)).expect("listen");
+        let local = l.local_addr().expect("addr");
+        if let SocketAddr::V4(a) = local {
+            addr.set(4, u64::from(u32::from(*a.ip())));
+        }
+        addr.set(5, u64::from(local.port()));
+        dsm.barrier();
+        let (mut s, _) = l.accept().expect("accept");
+        s.set_nodelay(true).expect("nodelay");
+        s.set_nonblocking(true).expect("nonblocking");
+        let pong = vec![7u8; PAGE_SIZE + 64];
+        let mut ping = [0u8; 64];
+        for _ in 0..count + 10 {
+            if !spin_read(&mut s, &mut ping) || !spin_write(&mut s, &pong) {
+                break;
+            }
+        }
+    } else {
+        dsm.barrier();
+        if dsm.id() == 1 {
+            let ip = std::net::Ipv4Addr::from(addr.get(4) as u32);
+            let mut s = std::net::TcpStream::connect((ip, addr.get(5) as u16)).expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            s.set_nonblocking(true).expect("nonblocking");
+            let mut pong = vec![0u8; PAGE_SIZE + 64];
+            let mut samples = Vec::with_capacity(count);
+            for i in 0..count + 10 {
+                let t = Instant::now();
+                if !spin_write(&mut s, &[1u8; 64]) || !spin_read(&mut s, &mut pong) {
+                    break;
+                }
+                if i >= 10 {
+                    samples.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            out = Some(samples);
+        }
+    }
+    dsm.barrier();
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let pages = arg_num(&args, 0, "pages", 2000);
@@ -121,7 +192,7 @@ fn main() {
         std::process::exit(2);
     }
     let me = dsm.id();
-    let addr: SharedArray<u64> = dsm.alloc(4, AllocPolicy::OnNode(NodeId(1))).expect("alloc");
+    let addr: SharedArray<u64> = dsm.alloc(6, AllocPolicy::OnNode(NodeId(1))).expect("alloc");
     let data: SharedArray<u64> = dsm
         .alloc(2 * pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
         .expect("alloc");
@@ -133,6 +204,7 @@ fn main() {
     dsm.barrier();
     let busy = udp_floor(&dsm, addr, 2000, true);
     let blocking = udp_floor(&dsm, addr, 2000, false);
+    let tcp = tcp_floor(&dsm, addr, 2000);
     dsm.start_stats();
     let mut rows = Vec::new();
     if me == 1 {
@@ -159,6 +231,13 @@ fn main() {
             summary(
                 "UDP round trip 64 B / 4 KiB, blocking",
                 blocking.unwrap_or_default(),
+            )
+            .0,
+        );
+        rows.push(
+            summary(
+                "TCP round trip 64 B / 4 KiB, busy-polling",
+                tcp.unwrap_or_default(),
             )
             .0,
         );
