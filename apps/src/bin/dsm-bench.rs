@@ -286,7 +286,7 @@ fn chart(prefix: &str, results: &[Outcome]) -> Result<(), String> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| "bad font file")?;
     // Bars: one group per app; one bar per (transport, nodes) with the first prefetch setting.
-    let pf = results.first().map_or(true, |r| r.cell.prefetch);
+    let pf = results.first().is_none_or(|r| r.cell.prefetch);
     let apps: Vec<String> =
         results
             .iter()
@@ -570,9 +570,9 @@ fn main() {
             ratio.map_or(String::new(), |x| format!("{x:.3}")),
             r.failures
         );
-        let _ = write!(
+        let _ = writeln!(
             json,
-            "  {{\"app\": \"{}\", \"args\": \"{}\", \"nodes\": {}, \"transport\": \"{}\", \"prefetch\": {}, \"median_s\": {med:.4}, \"min_s\": {min:.4}, \"max_s\": {max:.4}, \"compute_median_s\": {comp:.4}, \"getp_median\": {getp}, \"ratio_to_baseline\": {}, \"failures\": {}}}{}\n",
+            "  {{\"app\": \"{}\", \"args\": \"{}\", \"nodes\": {}, \"transport\": \"{}\", \"prefetch\": {}, \"median_s\": {med:.4}, \"min_s\": {min:.4}, \"max_s\": {max:.4}, \"compute_median_s\": {comp:.4}, \"getp_median\": {getp}, \"ratio_to_baseline\": {}, \"failures\": {}}}{}",
             r.cell.app,
             r.cell.args.join(" "),
             r.cell.nodes,
