@@ -134,7 +134,13 @@ impl Service {
                 last_busy = now;
                 continue;
             }
-            let spin = if self.node.awaiting_replies() {
+            // Spin only while one of our application threads is blocked on us: otherwise the
+            // CPU is better left to its computation (2 nodes on 2 CPUs: measured 0.71 s -> 0.44 s
+            // for sor 2048).
+            let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
+            let spin = if !blocked {
+                Duration::ZERO
+            } else if self.node.awaiting_replies() {
                 spin_awaiting
             } else {
                 spin_idle

@@ -53,6 +53,9 @@ pub(crate) struct Slots {
     pub eventfd: AtomicI32,
     /// The service thread is, or is about to be, asleep in epoll.
     pub service_sleeping: AtomicBool,
+    /// Application threads blocked in a request (the service thread spins only while some are:
+    /// otherwise its spinning would take the CPU from the application's computation).
+    pub blocked: AtomicU32,
 }
 
 pub(crate) static SLOTS: Slots = Slots {
@@ -60,6 +63,7 @@ pub(crate) static SLOTS: Slots = Slots {
     posted: AtomicU32::new(0),
     eventfd: AtomicI32::new(-1),
     service_sleeping: AtomicBool::new(false),
+    blocked: AtomicU32::new(0),
 };
 
 thread_local! {
@@ -94,6 +98,7 @@ pub(crate) static WAIT_SPIN_US: AtomicU32 = AtomicU32::new(0);
 /// result word. Async-signal-safe.
 pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
     let slot = &SLOTS.slots[i];
+    SLOTS.blocked.fetch_add(1, Ordering::SeqCst);
     slot.op.store(op, Ordering::Relaxed);
     slot.arg.store(arg, Ordering::Relaxed);
     slot.state.store(POSTED, Ordering::SeqCst);
@@ -120,6 +125,7 @@ pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
     }
     let r = slot.result.load(Ordering::Relaxed);
     slot.state.store(IDLE, Ordering::Release);
+    SLOTS.blocked.fetch_sub(1, Ordering::SeqCst);
     r
 }
 
