@@ -313,6 +313,12 @@ impl<M: PageMemory> Node<M> {
         self.frozen_stats = None;
     }
 
+    /// Records the transport's counters in this node's statistics (the core cannot see them).
+    pub fn note_transport(&mut self, retransmissions: u64, rejected_frames: u64) {
+        self.stats.retransmissions = retransmissions;
+        self.stats.rejected_frames = rejected_frames;
+    }
+
     /// Freezes the statistics reported at exit at their current values (JIAJIA's
     /// `jia_stopstat`); counting goes on for [`Node::stats`].
     pub fn freeze_stats(&mut self) {

@@ -110,6 +110,10 @@ stats! {
     cv_waits,
     /// Protection changes requested (each one mprotect call).
     protect_calls,
+    /// Datagrams or frames sent again by the transport (filled in by the runtime).
+    retransmissions,
+    /// Frames dropped as foreign, forged or malformed (filled in by the runtime).
+    rejected_frames,
 }
 
 impl Stats {
@@ -156,5 +160,34 @@ mod tests {
         t.add(&s);
         assert_eq!(t.getp_sent, 6);
         assert_eq!(t.msgs_sent[MsgKind::Diff.index()], 10);
+    }
+}
+
+impl Stats {
+    /// Every node's counters as JSON: `{"nodes": [{"node": 0, "getp_sent": 3, ...,
+    /// "msgs_sent": {"GETP": 3, ...}, ...}, ...]}`.
+    pub fn to_json(nodes: &[Stats]) -> String {
+        let mut out = String::from("{\"nodes\": [\n");
+        for (i, s) in nodes.iter().enumerate() {
+            out.push_str(&format!("  {{\"node\": {i}"));
+            for (name, v) in Stats::SCALAR_NAMES.iter().zip(s.scalars()) {
+                out.push_str(&format!(", \"{name}\": {v}"));
+            }
+            for (label, arr) in [
+                ("msgs_sent", &s.msgs_sent),
+                ("bytes_sent", &s.bytes_sent),
+                ("msgs_received", &s.msgs_received),
+                ("bytes_received", &s.bytes_received),
+            ] {
+                let kinds: Vec<String> = MsgKind::ALL
+                    .iter()
+                    .map(|k| format!("\"{}\": {}", k.jiajia_name(), arr[k.index()]))
+                    .collect();
+                out.push_str(&format!(", \"{label}\": {{{}}}", kinds.join(", ")));
+            }
+            out.push_str(if i + 1 < nodes.len() { "},\n" } else { "}\n" });
+        }
+        out.push_str("]}\n");
+        out
     }
 }

@@ -11,6 +11,7 @@
 //! | `DSM_BIND` | the IP address this node's socket binds to |
 //! | `DSM_CONFIG` | the resolved settings, `key=value;...` |
 //! | `DSM_STATS` | `1`: node 0 prints the statistics table at exit |
+//! | `DSM_STATS_JSON` | a file where node 0 writes every node's statistics as JSON at exit |
 //!
 //! Each node binds its socket, connects to the rendezvous, says `DSM1 HELLO <cookie> <rank>
 //! <addr>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1> ...`. A hello

@@ -27,6 +27,8 @@ pub struct JobSpec {
     pub config: Config,
     /// Node 0 prints the statistics table at exit.
     pub stats: bool,
+    /// Node 0 writes every node's statistics here as JSON at exit.
+    pub stats_json: Option<String>,
     /// Prefix each output line with `[node i]`.
     pub tag_output: bool,
     /// Give up if the nodes have not all joined after this long.
@@ -175,6 +177,10 @@ fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
         (
             "DSM_STATS".into(),
             if spec.stats { "1".into() } else { "0".into() },
+        ),
+        (
+            "DSM_STATS_JSON".into(),
+            spec.stats_json.clone().unwrap_or_default(),
         ),
     ]
 }

@@ -432,6 +432,7 @@ impl Dsm {
     /// Freezes the statistics node 0 reports at exit (`jia_stopstat`).
     pub fn stop_stats(&self) {
         self.call_or_die("jia_stopstat", |s, _| {
+            s.note_transport();
             s.node.freeze_stats();
             Ok(Some(0))
         });
@@ -442,6 +443,7 @@ impl Dsm {
         let out = std::sync::Arc::new(Mutex::new(Stats::default()));
         let o = out.clone();
         self.call_or_die("stats", move |s, _| {
+            s.note_transport();
             *o.lock().unwrap_or_else(|p| p.into_inner()) = s.node.stats().clone();
             Ok(Some(0))
         });
@@ -470,6 +472,7 @@ impl Dsm {
         self.call_or_die("jia_exit", |s, w| {
             let now = s.now();
             s.set_exit_waiter(w);
+            s.note_transport();
             s.node.exit(now, w).map(|()| None)
         });
         if let Some(h) = self

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use dsm_core::{Access, Effect, Node, NodeId, PageNum, Time, UsageError, WaiterId, codec};
+use dsm_core::{Access, Effect, Node, NodeId, PageNum, Stats, Time, UsageError, WaiterId, codec};
 use dsm_transport::Transport;
 use dsm_transport::reliable::Event;
 
@@ -65,6 +65,8 @@ pub(crate) struct Service {
     control: Option<std::net::TcpStream>,
     control_buf: Vec<u8>,
     control_checked: Instant,
+    /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`).
+    stats_json: Option<String>,
 }
 
 impl Service {
@@ -86,6 +88,7 @@ impl Service {
             epoll.add(c.as_raw_fd(), 2)?;
         }
         SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
+        let node_is_zero = node.id() == NodeId(0);
         Ok(Service {
             node,
             transport,
@@ -100,6 +103,9 @@ impl Service {
             control,
             control_buf: Vec::new(),
             control_checked: Instant::now(),
+            stats_json: std::env::var("DSM_STATS_JSON")
+                .ok()
+                .filter(|p| node_is_zero && !p.is_empty()),
             rejected_frames: 0,
         })
     }
@@ -263,6 +269,15 @@ impl Service {
         }
     }
 
+    /// Copies the transport's counters into the core's statistics.
+    pub fn note_transport(&mut self) {
+        let (r, j) = self
+            .transport
+            .as_ref()
+            .map_or((0, 0), |t| (t.retransmissions(), t.rejected()));
+        self.node.note_transport(r, j + self.rejected_frames);
+    }
+
     /// Marks the calling slot as the one waiting in exit (completed after the linger).
     pub fn set_exit_waiter(&mut self, slot: WaiterId) {
         self.exit_waiter = Some(slot.0 as usize);
@@ -347,6 +362,11 @@ impl Service {
                     }
                 }
                 Effect::JobStats { nodes } => {
+                    if let Some(path) = &self.stats_json {
+                        if let Err(e) = std::fs::write(path, Stats::to_json(&nodes)) {
+                            eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
+                        }
+                    }
                     if self.print_stats {
                         eprint!(
                             "{}",

@@ -21,6 +21,14 @@ pub fn render(nodes: &[Stats], extra: &[(String, u64)]) -> String {
             format!("bytes sent {name}"),
             nodes.iter().map(|s| s.bytes_sent[k.index()]).collect(),
         ));
+        rows.push((
+            format!("msgs received {name}"),
+            nodes.iter().map(|s| s.msgs_received[k.index()]).collect(),
+        ));
+        rows.push((
+            format!("bytes received {name}"),
+            nodes.iter().map(|s| s.bytes_received[k.index()]).collect(),
+        ));
     }
     rows.push((
         "msgs sent total".into(),

@@ -49,4 +49,12 @@ pub trait Transport: Send {
     fn pending(&self, to: u16) -> usize;
     /// Named counters for the statistics table.
     fn counters(&self) -> Vec<(&'static str, u64)>;
+    /// Messages or datagrams sent again (0 for transports that never retransmit themselves).
+    fn retransmissions(&self) -> u64 {
+        0
+    }
+    /// Traffic refused as foreign or forged.
+    fn rejected(&self) -> u64 {
+        0
+    }
 }

@@ -438,6 +438,10 @@ impl Transport for TcpTransport {
             .map_or(0, |c| c.out.len())
     }
 
+    fn rejected(&self) -> u64 {
+        self.stats.rejected
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("frames sent", self.stats.frames_sent),

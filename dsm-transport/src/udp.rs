@@ -200,6 +200,12 @@ impl Transport for UdpTransport {
     fn name(&self) -> &'static str {
         "udp"
     }
+    fn retransmissions(&self) -> u64 {
+        self.reliable_stats().retransmissions
+    }
+    fn rejected(&self) -> u64 {
+        self.reliable_stats().rejected + self.stats.unknown_source
+    }
     fn fd(&self) -> RawFd {
         UdpTransport::fd(self)
     }

@@ -69,6 +69,7 @@ fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
         hosts,
         config: cfg,
         stats: std::env::var("DSM_STATS").is_ok_and(|v| v == "1"),
+        stats_json: std::env::var("DSM_STATS_JSON").ok(),
         tag_output: false,
         join_timeout: std::time::Duration::from_secs(60),
     };

@@ -206,3 +206,26 @@ fn every_rust_app_is_exact_over_tcp() {
         }
     }
 }
+
+#[test]
+fn stats_json_holds_every_nodes_counters() {
+    let file = std::env::temp_dir().join(format!("dsm-stats-{}.json", std::process::id()));
+    let out = dsmrun(
+        3,
+        &["--stats-json", file.to_str().unwrap()],
+        "matmul",
+        &["128"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let json = std::fs::read_to_string(&file).expect("stats file written");
+    assert_eq!(json.matches("\"node\":").count(), 3, "{json}");
+    for key in [
+        "\"getp_sent\"",
+        "\"retransmissions\"",
+        "\"msgs_sent\": {\"GETP\"",
+        "\"bytes_received\"",
+    ] {
+        assert!(json.contains(key), "{key} missing: {json}");
+    }
+    let _ = std::fs::remove_file(file);
+}

@@ -38,6 +38,9 @@ struct Args {
     /// Node 0 prints the statistics table at exit.
     #[arg(long)]
     stats: bool,
+    /// Node 0 writes every node's statistics to FILE as JSON at exit.
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
     /// Prefix every output line with [node i].
     #[arg(long)]
     tag_output: bool,
@@ -166,6 +169,9 @@ fn main() -> ExitCode {
         hosts,
         config: cfg,
         stats: args.stats,
+        stats_json: args
+            .stats_json
+            .map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string()),
         tag_output: args.tag_output,
         join_timeout: Duration::from_secs(args.join_timeout),
     };
