@@ -141,28 +141,6 @@ impl Stats {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_round_trip() {
-        let mut s = Stats {
-            getp_sent: 3,
-            invalidations: 9,
-            ..Stats::default()
-        };
-        s.msgs_sent[MsgKind::Diff.index()] = 5;
-        s.bytes_received[MsgKind::ExitGrant.index()] = 7;
-        assert_eq!(Stats::from_counters(&s.to_counters()), Some(s.clone()));
-        assert_eq!(Stats::from_counters(&[1, 2, 3]), None);
-        let mut t = s.clone();
-        t.add(&s);
-        assert_eq!(t.getp_sent, 6);
-        assert_eq!(t.msgs_sent[MsgKind::Diff.index()], 10);
-    }
-}
-
 impl Stats {
     /// Every node's counters as JSON: `{"nodes": [{"node": 0, "getp_sent": 3, ...,
     /// "msgs_sent": {"GETP": 3, ...}, ...}, ...]}`.
@@ -189,5 +167,27 @@ impl Stats {
         }
         out.push_str("]}\n");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_round_trip() {
+        let mut s = Stats {
+            getp_sent: 3,
+            invalidations: 9,
+            ..Stats::default()
+        };
+        s.msgs_sent[MsgKind::Diff.index()] = 5;
+        s.bytes_received[MsgKind::ExitGrant.index()] = 7;
+        assert_eq!(Stats::from_counters(&s.to_counters()), Some(s.clone()));
+        assert_eq!(Stats::from_counters(&[1, 2, 3]), None);
+        let mut t = s.clone();
+        t.add(&s);
+        assert_eq!(t.getp_sent, 6);
+        assert_eq!(t.msgs_sent[MsgKind::Diff.index()], 10);
     }
 }
