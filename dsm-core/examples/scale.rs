@@ -14,17 +14,35 @@ fn measure(c: &mut Cluster, f: impl FnOnce(&mut Cluster)) -> (u64, u64) {
 }
 
 fn main() {
-    let max: u16 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1024);
+    let max: u16 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1024);
     println!(
         "{:>6} {:>14} {:>14} {:>12} {:>12} {:>12} {:>12} {:>16}",
-        "nodes", "barrier msgs", "barrier bytes", "lock msgs", "lock bytes", "fault msgs", "fault bytes", "writes+barrier B"
+        "nodes",
+        "barrier msgs",
+        "barrier bytes",
+        "lock msgs",
+        "lock bytes",
+        "fault msgs",
+        "fault bytes",
+        "writes+barrier B"
     );
     let mut n = 16u16;
     while n <= max {
         let mut c = Cluster::new(n, u64::from(n), |cfg| cfg.prefetch.enabled = false);
         let page = PAGE_SIZE as u64;
         // One page homed on every node, plus one page on node 0 for the fault.
-        let base = c.alloc(AllocPolicy::Cyclic { block_bytes: page, start: NodeId(0) }, u64::from(n) * page).unwrap();
+        let base = c
+            .alloc(
+                AllocPolicy::Cyclic {
+                    block_bytes: page,
+                    start: NodeId(0),
+                },
+                u64::from(n) * page,
+            )
+            .unwrap();
         let single = c.alloc(AllocPolicy::OnNode(NodeId(0)), page).unwrap();
         c.barrier().unwrap();
         let (bm, bb) = measure(&mut c, |c| c.push_all(Op::Barrier));
@@ -37,13 +55,23 @@ fn main() {
         // A barrier after every node wrote its neighbour's page: N diffs go home, and the
         // grant carries N write notices to every node.
         for k in 0..n {
-            c.push(k, 0, Op::Write(base.offset_by(u64::from((k + 1) % n) * page), 1));
+            c.push(
+                k,
+                0,
+                Op::Write(base.offset_by(u64::from((k + 1) % n) * page), 1),
+            );
         }
         c.run().unwrap();
         let (wm, wb) = measure(&mut c, |c| c.push_all(Op::Barrier));
-        println!("{n:>6} {bm:>14} {bb:>14} {lm:>12} {lb:>12} {fm:>12} {fb:>12} {wb:>16}  ({wm} msgs)");
+        println!(
+            "{n:>6} {bm:>14} {bb:>14} {lm:>12} {lb:>12} {fm:>12} {fb:>12} {wb:>16}  ({wm} msgs)"
+        );
         n *= 2;
     }
-    println!("(a barrier costs 2(N-1) messages; a lock and a fault cost the same at any size; after N");
-    println!(" remote writes the barrier also carries N diffs and N write notices in each of N grants)");
+    println!(
+        "(a barrier costs 2(N-1) messages; a lock and a fault cost the same at any size; after N"
+    );
+    println!(
+        " remote writes the barrier also carries N diffs and N write notices in each of N grants)"
+    );
 }
