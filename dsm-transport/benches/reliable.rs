@@ -4,7 +4,6 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use dsm_transport::Transport;
 use dsm_transport::reliable::{Event, Reliable, ReliableConfig};
 use dsm_transport::udp::{self, UdpTransport};
 
