@@ -221,6 +221,8 @@ pub struct Node<M: PageMemory> {
     /// The statistics frozen by `freeze_stats`, reported at exit instead of the live ones.
     pub(crate) frozen_stats: Option<Stats>,
     pub(crate) failed: bool,
+    /// The read-ahead window, in pages (grows while prefetched pages are used).
+    pub(crate) read_ahead_pages: usize,
     /// GETPs for pages past our allocations, answered when we allocate them.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
@@ -273,6 +275,7 @@ impl<M: PageMemory> Node<M> {
             frozen_stats: None,
             failed: false,
             early_requests: Vec::new(),
+            read_ahead_pages: 0,
             scratch: Box::new([0; PAGE_SIZE]),
         }
     }

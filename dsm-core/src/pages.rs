@@ -126,6 +126,7 @@ impl<M: PageMemory> Node<M> {
                 self.stats.prefetch_used += 1;
                 self.open_valid_page(page, access);
                 self.resume(waiter);
+                self.read_ahead(now, page);
             }
             (Frame::Invalid, _) => {
                 match access {
@@ -189,9 +190,26 @@ impl<M: PageMemory> Node<M> {
         });
         self.fetches.insert(page, now);
         self.stats.pages_fetched += 1;
+        self.read_ahead_pages = 0;
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         by_home.entry(home).or_default().push(page);
-        for candidate in self.prefetch_candidates(page) {
+        let candidates = self.prefetch_candidates(page);
+        self.add_prefetches(now, candidates, &mut by_home);
+        // The demand request first, then prefetches to other homes.
+        let demand = by_home.remove(&home).unwrap_or_default();
+        self.send_get_page(home, access, demand);
+        for (h, pages) in by_home {
+            self.send_get_page(h, Access::Read, pages);
+        }
+    }
+
+    fn add_prefetches(
+        &mut self,
+        now: Time,
+        pages: Vec<PageNum>,
+        by_home: &mut BTreeMap<NodeId, Vec<PageNum>>,
+    ) {
+        for candidate in pages {
             let e = &mut self.table[candidate.index()];
             e.fetch = Some(Fetch {
                 waiters: Vec::new(),
@@ -201,9 +219,23 @@ impl<M: PageMemory> Node<M> {
             self.fetches.insert(candidate, now);
             self.stats.prefetch_requested += 1;
         }
-        // The demand request first, then prefetches to other homes.
-        let demand = by_home.remove(&home).unwrap_or_default();
-        self.send_get_page(home, access, demand);
+    }
+
+    /// Read-ahead: the first touch of a prefetched page asks for the pages beyond the current
+    /// window (once half a window is free), so a thread walking through memory finds its next
+    /// pages already arrived instead of waiting for a GETP per window. While prefetched pages keep
+    /// being used the window doubles, up to 8 times `prefetch_pages`; a demand fault resets it.
+    fn read_ahead(&mut self, now: Time, page: PageNum) {
+        let pf = self.cfg.prefetch;
+        let window = self.read_ahead_pages.max(pf.prefetch_pages as usize);
+        let distance = (pf.max_checking_pages as usize).max(2 * window) as u32;
+        let candidates = self.candidates(page, window, distance);
+        if candidates.len() < (window / 2).max(1) {
+            return;
+        }
+        self.read_ahead_pages = (window * 2).min(8 * pf.prefetch_pages as usize);
+        let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
+        self.add_prefetches(now, candidates, &mut by_home);
         for (h, pages) in by_home {
             self.send_get_page(h, Access::Read, pages);
         }
@@ -218,15 +250,18 @@ impl<M: PageMemory> Node<M> {
     /// requested: at most `prefetch_pages`, and never more than half the cache.
     fn prefetch_candidates(&self, page: PageNum) -> Vec<PageNum> {
         let pf = self.cfg.prefetch;
-        if !pf.enabled {
+        self.candidates(page, pf.prefetch_pages as usize, pf.max_checking_pages)
+    }
+
+    /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page` (never
+    /// more than half the cache).
+    fn candidates(&self, page: PageNum, limit: usize, distance: u32) -> Vec<PageNum> {
+        if !self.cfg.prefetch.enabled {
             return Vec::new();
         }
-        let limit = (pf.prefetch_pages as usize)
-            .min(self.cfg.cache_pages / 2)
-            .min(MAX_GETP_PAGES - 1);
+        let limit = limit.min(self.cfg.cache_pages / 2).min(MAX_GETP_PAGES - 1);
         let me = self.cfg.node;
-        let end =
-            (u64::from(page.0) + 1 + u64::from(pf.max_checking_pages)).min(self.table.len() as u64);
+        let end = (u64::from(page.0) + 1 + u64::from(distance)).min(self.table.len() as u64);
         (u64::from(page.0) + 1..end)
             .map(|p| PageNum(p as u32))
             .filter(|p| {
