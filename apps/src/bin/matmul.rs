@@ -1,7 +1,8 @@
 //! Matrix multiply on the DSM: C = A x B, rows banded over the nodes.
 //!
-//! `matmul [N] [f64|f32]` (default 1024, f64). Each node initialises its band of A and B, a
-//! barrier, computes its band of C with the i-k-j kernel (the same code as a one-node run), a
+//! `matmul [N] [f64|f32] [blocked|ikj]` (default 1024, f64, blocked). Each node initialises its
+//! band of A and B, a barrier, computes its band of C with the chosen kernel (the same code as a
+//! one-node run: cache-blocked by default, or plain i-k-j), a
 //! barrier, then verifies its band exactly: the matrices hold small integers, so every product is
 //! an exact integer in f32 and f64; each node checks A(Br) = Cr for two random vectors r
 //! (Freivalds) in integer arithmetic, and 64 entries of its band directly. Node 0 prints one line:
@@ -74,6 +75,44 @@ fn kernel<T: Real>(
     }
 }
 
+/// The cache-blocked variant: C[rows][jj..jj+JB] += A[rows][kk..kk+KB] x B[kk..kk+KB][jj..jj+JB],
+/// so a 256 x 256 block of B (512 KiB) stays in L2 while every row of the band uses it. The i-k-j
+/// kernel streams all of B from memory for every row, and two nodes doing that on one machine
+/// share one memory bus (measured: no speedup at all at 2048).
+fn kernel_blocked<T: Real>(
+    a: SharedArray<T>,
+    b: SharedArray<T>,
+    c: SharedArray<T>,
+    n: usize,
+    rows: (usize, usize),
+) {
+    const JB: usize = 256;
+    const KB: usize = 256;
+    for i in rows.0..rows.1 {
+        // SAFETY: this node alone writes its band of C, and only this thread touches it.
+        unsafe { c.slice_mut(i * n..(i + 1) * n) }.fill(T::default());
+    }
+    for jj in (0..n).step_by(JB) {
+        let je = (jj + JB).min(n);
+        for kk in (0..n).step_by(KB) {
+            let ke = (kk + KB).min(n);
+            for i in rows.0..rows.1 {
+                // SAFETY: as in `kernel`: C's band is ours alone, A and B are read-only here.
+                let crow = unsafe { c.slice_mut(i * n + jj..i * n + je) };
+                // SAFETY: as above.
+                let arow = unsafe { a.slice(i * n + kk..i * n + ke) };
+                for (k, &aik) in (kk..ke).zip(arow) {
+                    // SAFETY: as above.
+                    let brow = unsafe { b.slice(k * n + jj..k * n + je) };
+                    for (cij, &bkj) in crow.iter_mut().zip(brow) {
+                        *cij = *cij + aik * bkj;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Checks this node's band exactly; returns the number of wrong entries found.
 fn verify<T: Real>(c: SharedArray<T>, n: usize, rows: (usize, usize), seed: u64) -> usize {
     let mut wrong = 0;
@@ -119,7 +158,7 @@ fn verify<T: Real>(c: SharedArray<T>, n: usize, rows: (usize, usize), seed: u64)
     wrong
 }
 
-fn run<T: Real>(dsm: &Dsm, n: usize) {
+fn run<T: Real>(dsm: &Dsm, n: usize, blocked: bool) {
     let (me, nodes) = (dsm.id(), dsm.nodes());
     let row_bytes = n * std::mem::size_of::<T>();
     let alloc = |what| {
@@ -137,7 +176,7 @@ fn run<T: Real>(dsm: &Dsm, n: usize) {
     dsm.barrier();
     dsm.start_stats();
     let t0 = dsm.clock();
-    if std::env::var_os("MATMUL_TRACE").is_some() && rows.1 > rows.0 {
+    if std::env::var_os("MATMUL_TRACE").is_some() && rows.1 > rows.0 && !blocked {
         // The first row touches all of B (fetching what is remote); the rest is compute.
         kernel(a, b, c, n, (rows.0, rows.0 + 1));
         let t1 = dsm.clock();
@@ -151,8 +190,20 @@ fn run<T: Real>(dsm: &Dsm, n: usize) {
             dsm.clock() - t2
         );
     } else {
-        kernel(a, b, c, n, rows);
+        if blocked {
+            kernel_blocked(a, b, c, n, rows);
+        } else {
+            kernel(a, b, c, n, rows);
+        }
+        let t1 = dsm.clock();
         dsm.barrier();
+        if std::env::var_os("MATMUL_TRACE").is_some() {
+            eprintln!(
+                "node {me}: kernel {:.3}s, barrier {:.3}s",
+                t1 - t0,
+                dsm.clock() - t1
+            );
+        }
     }
     let elapsed = dsm.clock() - t0;
     dsm.stop_stats();
@@ -167,9 +218,10 @@ fn run<T: Real>(dsm: &Dsm, n: usize) {
     if me == 0 {
         let gflops = 2.0 * (n as f64).powi(3) / elapsed / 1e9;
         println!(
-            "matmul {} {} n={n} nodes={nodes} kernel=ikj time={elapsed:.3}s gflops={gflops:.2}",
+            "matmul {} {} n={n} nodes={nodes} kernel={} time={elapsed:.3}s gflops={gflops:.2}",
             if ok { "OK" } else { "FAILED" },
-            T::NAME
+            T::NAME,
+            if blocked { "blocked" } else { "ikj" }
         );
         if !ok {
             dsm.error("matmul: wrong result");
@@ -181,17 +233,19 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n = arg_num(&args, 0, "matrix size", 1024);
     let ty = args.get(1).map_or("f64", String::as_str);
-    if n == 0 || !matches!(ty, "f64" | "f32") {
-        eprintln!("usage: matmul [N] [f64|f32]   (N > 0)");
+    let kernel_name = args.get(2).map_or("blocked", String::as_str);
+    if n == 0 || !matches!(ty, "f64" | "f32") || !matches!(kernel_name, "blocked" | "ikj") {
+        eprintln!("usage: matmul [N] [f64|f32] [blocked|ikj]   (N > 0)");
         std::process::exit(2);
     }
+    let blocked = kernel_name == "blocked";
     let dsm = dsm_runtime::init().unwrap_or_else(|e| {
         eprintln!("matmul: {e}");
         std::process::exit(2);
     });
     match ty {
-        "f32" => run::<f32>(&dsm, n),
-        _ => run::<f64>(&dsm, n),
+        "f32" => run::<f32>(&dsm, n, blocked),
+        _ => run::<f64>(&dsm, n, blocked),
     }
     dsm.exit();
 }
