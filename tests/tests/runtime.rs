@@ -212,7 +212,8 @@ fn kill_during_matmul(flags: &[&str], victim: usize) -> (std::process::Output, f
     cmd.args(["-n", "3"])
         .args(flags)
         .arg(bin("matmul"))
-        .arg("2048");
+        // The slow kernel, so the job is surely still running when the kill comes.
+        .args(["2048", "f64", "ikj"]);
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
