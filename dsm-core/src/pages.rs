@@ -221,13 +221,25 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Read-ahead: the first touch of a prefetched page asks for the pages beyond the current
-    /// window (once half a window is free), so a thread walking through memory finds its next
+    /// Read-ahead: the first touch of a prefetched page near the end of the pages already asked
+    /// for asks for the next window, so a thread walking through memory finds its next
     /// pages already arrived instead of waiting for a GETP per window. While prefetched pages keep
     /// being used the window doubles, up to 8 times `prefetch_pages`; a demand fault resets it.
     fn read_ahead(&mut self, now: Time, page: PageNum) {
         let pf = self.cfg.prefetch;
         let window = self.read_ahead_pages.max(pf.prefetch_pages as usize);
+        // Only near the end of what is already on its way (like the kernel's readahead marker):
+        // a thread that touches a few pages of a window and leaves (a boundary row) does not pull
+        // in more.
+        let ahead = (page.index() + 1..(page.index() + 1 + window).min(self.table.len()))
+            .filter(|&p| {
+                let e = &self.table[p];
+                e.frame == Frame::Prefetched || e.fetch.is_some()
+            })
+            .count();
+        if ahead >= (window / 2).max(1) {
+            return;
+        }
         let distance = (pf.max_checking_pages as usize).max(2 * window) as u32;
         let candidates = self.candidates(page, window, distance);
         if candidates.len() < (window / 2).max(1) {
