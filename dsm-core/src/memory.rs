@@ -20,6 +20,11 @@ pub trait PageMemory {
     fn protect(&mut self, first: PageNum, count: u32, prot: Prot);
     /// The page left this node's cache: its frame may be given back to the system.
     fn discard(&mut self, _page: PageNum) {}
+
+    /// `page` is a home page now read-only only so that writes to it are seen: the runtime may
+    /// open it for writing on a write fault by itself, and report the write later through
+    /// [`crate::Node::handle_home_write`]. Any later `protect` of the page withdraws this.
+    fn allow_home_write(&mut self, _page: PageNum) {}
 }
 
 /// A shared region in plain vectors, with the protection of each page recorded: what the
@@ -28,6 +33,11 @@ pub trait PageMemory {
 pub struct VecMemory {
     pages: Vec<Option<PageBuf>>,
     prot: Vec<Prot>,
+    /// Home pages the "runtime" may open for writing by itself (see
+    /// [`PageMemory::allow_home_write`]).
+    home_write: std::collections::BTreeSet<PageNum>,
+    /// Pages so opened, not yet reported to the node.
+    pub opened_home_writes: Vec<PageNum>,
     /// Number of `protect` calls (each one would be one mprotect syscall).
     pub protect_calls: u64,
 }
@@ -62,6 +72,19 @@ impl VecMemory {
         }
     }
 
+    /// A write fault the runtime handles by itself, as the real one does for home pages allowed by
+    /// [`PageMemory::allow_home_write`]: opens the page and remembers to report it. Returns
+    /// whether it did.
+    pub fn open_home_write(&mut self, page: PageNum) -> bool {
+        if !self.home_write.remove(&page) {
+            return false;
+        }
+        self.grow(page);
+        self.prot[page.index()] = Prot::ReadWrite;
+        self.opened_home_writes.push(page);
+        true
+    }
+
     /// Stores a little-endian u64 as the application would, ignoring protection.
     pub fn store_u64(&mut self, page: PageNum, offset: usize, value: u64) {
         self.write(page, offset, &value.to_le_bytes());
@@ -90,6 +113,7 @@ impl PageMemory for VecMemory {
         self.grow(PageNum(first.0 + count - 1));
         for p in first.0..first.0 + count {
             self.prot[p as usize] = prot;
+            self.home_write.remove(&PageNum(p));
         }
     }
 
@@ -97,5 +121,9 @@ impl PageMemory for VecMemory {
         if let Some(slot) = self.pages.get_mut(page.index()) {
             *slot = None;
         }
+    }
+
+    fn allow_home_write(&mut self, page: PageNum) {
+        self.home_write.insert(page);
     }
 }

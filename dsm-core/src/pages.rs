@@ -146,6 +146,24 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
+    /// The runtime opened home page `page` for writing by itself (see
+    /// [`PageMemory::allow_home_write`]): record the write as a write fault would have.
+    pub fn handle_home_write(&mut self, page: PageNum) {
+        let me = self.cfg.node;
+        let Some(e) = self.table.get_mut(page.index()) else {
+            return;
+        };
+        if e.home != me {
+            return;
+        }
+        if e.frame == Frame::ReadOnly {
+            e.frame = Frame::ReadWrite;
+            self.rw.insert(page);
+        }
+        self.mark_written(page);
+        self.stats.write_faults_local += 1;
+    }
+
     fn count_local_fault(&mut self, access: Access) {
         match access {
             Access::Read => self.stats.read_faults_local += 1,
@@ -325,6 +343,9 @@ impl<M: PageMemory> Node<M> {
             .filter(|p| self.table[p.index()].frame == Frame::ReadWrite && !self.rw.contains(p))
             .collect();
         self.protect_pages(&untracked, Prot::Read);
+        for &p in &untracked {
+            self.mem.allow_home_write(p);
+        }
         for p in first {
             let e = &mut self.table[p.index()];
             e.served = true;
@@ -598,6 +619,8 @@ impl<M: PageMemory> Node<M> {
             self.table[page.index()].frame = Frame::ReadOnly;
             if self.table[page.index()].home != me {
                 self.diff_page(page);
+            } else {
+                self.mem.allow_home_write(page);
             }
         }
         self.send_diffs(now);

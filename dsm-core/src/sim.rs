@@ -425,6 +425,11 @@ impl Cluster {
             }
             Op::Write(addr, value) => {
                 let page = addr.page();
+                if node.memory().prot(page) != Prot::ReadWrite
+                    && node.memory_mut().open_home_write(page)
+                {
+                    // The runtime's fast path: the page is open now, the node hears of it later.
+                }
                 if node.memory().prot(page) != Prot::ReadWrite {
                     node.handle_fault(now, page, Access::Write, waiter)
                         .map_err(usage)?;
@@ -437,6 +442,11 @@ impl Cluster {
                     self.reference.insert(addr.0, value);
                     blocked = None;
                 }
+            }
+            _ if !node.memory().opened_home_writes.is_empty() => {
+                // Like the service thread, report opened home pages before anything else.
+                Self::report_home_writes(node);
+                return Ok(());
             }
             Op::Lock(l) => node.acquire(now, l, waiter).map_err(usage)?,
             Op::Unlock(l) => node.release(now, l, waiter).map_err(usage)?,
@@ -540,10 +550,17 @@ impl Cluster {
                 kind: msg.kind(),
             });
         }
+        Self::report_home_writes(&mut self.nodes[to]);
         self.nodes[to]
             .handle_message(self.now, NodeId(key.0), msg)
             .map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
         self.after_input(to)
+    }
+
+    fn report_home_writes(node: &mut Node<VecMemory>) {
+        for page in std::mem::take(&mut node.memory_mut().opened_home_writes) {
+            node.handle_home_write(page);
+        }
     }
 
     // ----- blocking helpers for scenario tests: each runs the cluster until it is done -----
