@@ -40,6 +40,8 @@
 #[allow(unsafe_code)]
 mod array;
 pub mod config;
+#[allow(unsafe_code)]
+mod fastpath;
 pub mod launch;
 pub mod launcher;
 #[allow(unsafe_code)]

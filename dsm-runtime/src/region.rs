@@ -32,6 +32,10 @@ impl Region {
         let fd = sys::memfd("dsm-shared", len as u64)?;
         let app = sys::map_shared(&fd, len, Some(app_base), Protection::None)?;
         let service_base = sys::map_shared(&fd, len, None, Protection::ReadWrite)?;
+        // One state byte per page for the home-write fast path (zeroed, lazily backed).
+        let pages = len / PAGE_SIZE;
+        let state = sys::map_anonymous(pages)?;
+        crate::fastpath::init(state.cast(), pages);
         Ok(Region {
             app_base: app as usize,
             len,
@@ -84,11 +88,18 @@ impl PageMemory for Region {
             Prot::Read => Protection::Read,
             Prot::ReadWrite => Protection::ReadWrite,
         };
+        for page in first.index()..first.index() + count as usize {
+            crate::fastpath::withdraw(page);
+        }
         if let Err(e) = sys::mprotect(addr, len, p) {
             fatal(&format!(
                 "mprotect of {count} pages at {addr:#x} failed: {e} (for many scattered pages, raise vm.max_map_count)"
             ));
         }
+    }
+
+    fn allow_home_write(&mut self, page: PageNum) {
+        crate::fastpath::allow(page.index());
     }
 
     fn discard(&mut self, page: PageNum) {

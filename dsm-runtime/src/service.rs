@@ -122,6 +122,9 @@ impl Service {
         let spin_idle = env_us("DSM_SPIN_IDLE_US", SPIN_IDLE);
         let spin_awaiting = env_us("DSM_SPIN_AWAITING_US", SPIN_AWAITING);
         loop {
+            // Home pages opened by fault handlers first: a thread's writes are recorded before
+            // anything it asks next.
+            crate::fastpath::drain(|p| self.node.handle_home_write(PageNum(p as u32)));
             let mut busy = slots::take_posted(|i, op, arg| self.handle_request(i, op, arg));
             if let Some(t) = &mut self.transport {
                 busy |= t.poll_recv(Instant::now()) > 0;
@@ -228,6 +231,9 @@ impl Service {
     }
 
     fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
+        // The requesting thread's fast-path writes were queued before its request was posted:
+        // record them before acting on the request (a release must carry them).
+        crate::fastpath::drain(|p| self.node.handle_home_write(PageNum(p as u32)));
         let now = self.now();
         match op {
             OP_FAULT_READ | OP_FAULT_WRITE => {

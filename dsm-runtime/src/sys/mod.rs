@@ -208,3 +208,22 @@ pub fn write_stderr(msg: &[u8]) {
     // SAFETY: writes from a live byte slice to fd 2.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
+
+/// `bytes` of zeroed, private, lazily backed read-write memory that lives as long as the process.
+pub fn map_anonymous(bytes: usize) -> io::Result<*mut u8> {
+    // SAFETY: a fresh private anonymous mapping chosen by the kernel; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
