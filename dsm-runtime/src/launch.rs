@@ -293,7 +293,9 @@ pub fn rendezvous_file() -> std::path::PathBuf {
     format!(".dsm-rendezvous-{job}").into()
 }
 
-fn local_config() -> Result<(Config, bool), String> {
+/// The settings of a job started without a launcher: `./.jiaconf`, then `DSM_<KEY>` variables;
+/// and whether `DSM_STATS=1` asks for the statistics table.
+pub fn local_config() -> Result<(Config, bool), String> {
     let mut c = Config::default();
     c.apply_file(std::path::Path::new(".jiaconf"), false)
         .map_err(|e| e.to_string())?;

@@ -149,11 +149,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     let (rank, size, cookie, config, stats) = match &env {
         Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
         None => {
-            let mut c = Config::default();
-            c.apply_file(std::path::Path::new(".jiaconf"), false)
-                .map_err(|e| InitError::Job(e.to_string()))?;
-            c.apply_env().map_err(|e| InitError::Job(e.to_string()))?;
-            let stats = std::env::var("DSM_STATS").is_ok_and(|v| v == "1");
+            let (c, stats) = launch::local_config().map_err(InitError::Job)?;
             (0, 1, 0, c, stats)
         }
     };

@@ -17,7 +17,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong};
 use std::sync::OnceLock;
 
-use dsm_runtime::config::{self, Config};
+use dsm_runtime::config;
 use dsm_runtime::launcher::{self, JobSpec};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId};
 
@@ -57,10 +57,7 @@ fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
     if hosts.len() < 2 {
         return None;
     }
-    let mut cfg = Config::default();
-    cfg.apply_file(std::path::Path::new(".jiaconf"), false)
-        .and_then(|()| cfg.apply_env())
-        .unwrap_or_else(|e| die(&e.to_string()));
+    let (cfg, stats) = dsm_runtime::launch::local_config().unwrap_or_else(|e| die(&e));
     let program =
         std::env::current_exe().map_or_else(|_| argv[0].clone(), |p| p.display().to_string());
     let spec = JobSpec {
@@ -68,7 +65,7 @@ fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
         args: argv[1..].to_vec(),
         hosts,
         config: cfg,
-        stats: std::env::var("DSM_STATS").is_ok_and(|v| v == "1"),
+        stats,
         stats_json: std::env::var("DSM_STATS_JSON").ok(),
         tag_output: false,
         join_timeout: std::time::Duration::from_secs(60),
