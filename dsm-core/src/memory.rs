@@ -25,6 +25,11 @@ pub trait PageMemory {
     /// open it for writing on a write fault by itself, and report the write later through
     /// [`crate::Node::handle_home_write`]. Any later `protect` of the page withdraws this.
     fn allow_home_write(&mut self, _page: PageNum) {}
+
+    /// `page` holds valid prefetched bytes but is closed so its first touch is seen: the runtime
+    /// may open it for reading on a read fault by itself, and report that later through
+    /// [`crate::Node::handle_prefetch_opened`]. Any later `protect` of the page withdraws this.
+    fn allow_prefetch_open(&mut self, _page: PageNum) {}
 }
 
 /// A shared region in plain vectors, with the protection of each page recorded: what the
@@ -38,6 +43,10 @@ pub struct VecMemory {
     home_write: std::collections::BTreeSet<PageNum>,
     /// Pages so opened, not yet reported to the node.
     pub opened_home_writes: Vec<PageNum>,
+    /// Prefetched pages the "runtime" may open for reading by itself.
+    prefetch_open: std::collections::BTreeSet<PageNum>,
+    /// Pages so opened, not yet reported to the node.
+    pub opened_prefetches: Vec<PageNum>,
     /// Number of `protect` calls (each one would be one mprotect syscall).
     pub protect_calls: u64,
 }
@@ -85,6 +94,18 @@ impl VecMemory {
         true
     }
 
+    /// A read fault the runtime handles by itself on a prefetched page (see
+    /// [`PageMemory::allow_prefetch_open`]). Returns whether it did.
+    pub fn open_prefetched(&mut self, page: PageNum) -> bool {
+        if !self.prefetch_open.remove(&page) {
+            return false;
+        }
+        self.grow(page);
+        self.prot[page.index()] = Prot::Read;
+        self.opened_prefetches.push(page);
+        true
+    }
+
     /// Stores a little-endian u64 as the application would, ignoring protection.
     pub fn store_u64(&mut self, page: PageNum, offset: usize, value: u64) {
         self.write(page, offset, &value.to_le_bytes());
@@ -114,6 +135,7 @@ impl PageMemory for VecMemory {
         for p in first.0..first.0 + count {
             self.prot[p as usize] = prot;
             self.home_write.remove(&PageNum(p));
+            self.prefetch_open.remove(&PageNum(p));
         }
     }
 
@@ -125,5 +147,9 @@ impl PageMemory for VecMemory {
 
     fn allow_home_write(&mut self, page: PageNum) {
         self.home_write.insert(page);
+    }
+
+    fn allow_prefetch_open(&mut self, page: PageNum) {
+        self.prefetch_open.insert(page);
     }
 }

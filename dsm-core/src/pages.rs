@@ -164,6 +164,21 @@ impl<M: PageMemory> Node<M> {
         self.stats.write_faults_local += 1;
     }
 
+    /// The runtime opened prefetched page `page` for a reader by itself (see
+    /// [`PageMemory::allow_prefetch_open`]): count the use and read further ahead. If the page was
+    /// dropped meanwhile, the core closed it again and there is nothing to do.
+    pub fn handle_prefetch_opened(&mut self, now: Time, page: PageNum) {
+        let Some(e) = self.table.get_mut(page.index()) else { return };
+        if e.frame != Frame::Prefetched {
+            return;
+        }
+        e.frame = Frame::ReadOnly;
+        self.stats.prefetch_used += 1;
+        self.count_local_fault(Access::Read);
+        self.read_ahead(now, page);
+        self.drain_loopback(now);
+    }
+
     fn count_local_fault(&mut self, access: Access) {
         match access {
             Access::Read => self.stats.read_faults_local += 1,
@@ -404,6 +419,7 @@ impl<M: PageMemory> Node<M> {
         self.cache_insert(page);
         if fetch.waiters.is_empty() {
             self.table[page.index()].frame = Frame::Prefetched;
+            self.mem.allow_prefetch_open(page);
         } else {
             self.open_valid_page(page, Self::strongest(&fetch.waiters));
             for (w, _) in fetch.waiters {
@@ -453,7 +469,11 @@ impl<M: PageMemory> Node<M> {
         let frame = self.table[page.index()].frame;
         match frame {
             Frame::Invalid => {}
-            Frame::Prefetched => self.stats.prefetch_unused += 1,
+            Frame::Prefetched => {
+                // The runtime may have opened it for a reader an instant ago: close it for sure.
+                self.protect_pages(&[page], Prot::None);
+                self.stats.prefetch_unused += 1;
+            }
             Frame::ReadOnly => self.protect_pages(&[page], Prot::None),
             Frame::ReadWrite => {
                 self.protect_pages(&[page], Prot::None);
@@ -571,7 +591,6 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn invalidate(&mut self, now: Time, pages: impl IntoIterator<Item = PageNum>) {
         let me = self.cfg.node;
         let mut opened = Vec::new();
-        let mut dropped = Vec::new();
         for page in pages {
             let Some(e) = self.table.get_mut(page.index()) else {
                 continue;
@@ -586,7 +605,8 @@ impl<M: PageMemory> Node<M> {
                 Frame::Invalid => continue,
                 Frame::Prefetched => {
                     self.stats.prefetch_unused += 1;
-                    dropped.push(page);
+                    // Closed with the others: the runtime may have opened it for a reader.
+                    opened.push(page);
                 }
                 Frame::ReadOnly | Frame::ReadWrite => opened.push(page),
             }
@@ -600,7 +620,7 @@ impl<M: PageMemory> Node<M> {
                 self.diff_page(page);
             }
         }
-        for page in opened.into_iter().chain(dropped) {
+        for page in opened {
             let e = &mut self.table[page.index()];
             e.frame = Frame::Invalid;
             e.twin = None;

@@ -399,6 +399,9 @@ impl Cluster {
         match op {
             Op::Read(addr) => {
                 let page = addr.page();
+                if node.memory().prot(page) == Prot::None && node.memory_mut().open_prefetched(page) {
+                    // The runtime's fast path: the page is open now, the node hears of it later.
+                }
                 if node.memory().prot(page) == Prot::None {
                     node.handle_fault(now, page, Access::Read, waiter)
                         .map_err(usage)?;
@@ -408,6 +411,11 @@ impl Cluster {
                     });
                 } else {
                     let got = node.memory().load_u64(page, addr.offset());
+                    // The runtime reports a page it opened by itself soon, or later (when the
+                    // service thread next runs): both by seed.
+                    if !node.memory().opened_prefetches.is_empty() && self.rng.chance(50) {
+                        Self::report_home_writes(node, now);
+                    }
                     self.reads[n].push((addr, got));
                     if self.check_reference {
                         let expected = self.reference.get(&addr.0).copied().unwrap_or(0);
@@ -443,10 +451,10 @@ impl Cluster {
                     blocked = None;
                 }
             }
-            _ if !node.memory().opened_home_writes.is_empty() => {
-                // Like the service thread, report opened home pages before anything else.
-                Self::report_home_writes(node);
-                return Ok(());
+            _ if !node.memory().opened_home_writes.is_empty() || !node.memory().opened_prefetches.is_empty() => {
+                // Like the service thread, report opened pages before anything else.
+                Self::report_home_writes(node, now);
+                return self.after_input(n);
             }
             Op::Lock(l) => node.acquire(now, l, waiter).map_err(usage)?,
             Op::Unlock(l) => node.release(now, l, waiter).map_err(usage)?,
@@ -550,16 +558,19 @@ impl Cluster {
                 kind: msg.kind(),
             });
         }
-        Self::report_home_writes(&mut self.nodes[to]);
+        Self::report_home_writes(&mut self.nodes[to], self.now);
         self.nodes[to]
             .handle_message(self.now, NodeId(key.0), msg)
             .map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
         self.after_input(to)
     }
 
-    fn report_home_writes(node: &mut Node<VecMemory>) {
+    fn report_home_writes(node: &mut Node<VecMemory>, now: Time) {
         for page in std::mem::take(&mut node.memory_mut().opened_home_writes) {
             node.handle_home_write(page);
+        }
+        for page in std::mem::take(&mut node.memory_mut().opened_prefetches) {
+            node.handle_prefetch_opened(now, page);
         }
     }
 
