@@ -168,7 +168,9 @@ impl<M: PageMemory> Node<M> {
     /// [`PageMemory::allow_prefetch_open`]): count the use and read further ahead. If the page was
     /// dropped meanwhile, the core closed it again and there is nothing to do.
     pub fn handle_prefetch_opened(&mut self, now: Time, page: PageNum) {
-        let Some(e) = self.table.get_mut(page.index()) else { return };
+        let Some(e) = self.table.get_mut(page.index()) else {
+            return;
+        };
         if e.frame != Frame::Prefetched {
             return;
         }

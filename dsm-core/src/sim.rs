@@ -399,7 +399,8 @@ impl Cluster {
         match op {
             Op::Read(addr) => {
                 let page = addr.page();
-                if node.memory().prot(page) == Prot::None && node.memory_mut().open_prefetched(page) {
+                if node.memory().prot(page) == Prot::None && node.memory_mut().open_prefetched(page)
+                {
                     // The runtime's fast path: the page is open now, the node hears of it later.
                 }
                 if node.memory().prot(page) == Prot::None {
@@ -451,7 +452,9 @@ impl Cluster {
                     blocked = None;
                 }
             }
-            _ if !node.memory().opened_home_writes.is_empty() || !node.memory().opened_prefetches.is_empty() => {
+            _ if !node.memory().opened_home_writes.is_empty()
+                || !node.memory().opened_prefetches.is_empty() =>
+            {
                 // Like the service thread, report opened pages before anything else.
                 Self::report_home_writes(node, now);
                 return self.after_input(n);

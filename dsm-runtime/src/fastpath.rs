@@ -1,26 +1,46 @@
-//! The home-write fast path: a write fault on a home page that is read-only only so that writes
-//! to it are seen is resolved in the fault handler itself (mprotect to read-write) and reported to
-//! the service thread afterwards, without waking it or waiting for it.
+//! Fault fast paths: faults the fault handler resolves by itself with one mprotect, reported to
+//! the service thread afterwards, without waking the faulting thread's partner or waiting for it.
 //!
-//! Per page, one byte of state: 0 = not eligible, 1 = eligible (set by the core through
-//! `PageMemory::allow_home_write`), 2 = opened by a handler, not yet reported. A handler claims a
-//! page by 1 -> 2, opens it, and queues its number; the service thread takes the queue at the top
-//! of every loop iteration, before any request or message, so a thread's writes are always
-//! recorded before its next lock release or barrier. Any protection change by the core withdraws
-//! eligibility first. Atomics only: the handler side is async-signal-safe.
+//! - A write to a home page that is read-only only so that writes to it are seen
+//!   (`PageMemory::allow_home_write`): opened read-write.
+//! - A read of a prefetched page, valid but closed so its first touch is seen
+//!   (`PageMemory::allow_prefetch_open`): opened read-only.
+//!
+//! One byte of state per page: 0 none, 1 home-write allowed, 4 prefetch-open allowed, 2 and 5 a
+//! handler is opening it, 3 opened and queued for the service thread. A handler claims a page
+//! (1 -> 2 or 4 -> 5), mprotects, marks it 3 and queues it. Before the core changes a page's
+//! protection, `withdraw` takes the allowance back, waiting out an opening in progress so the
+//! core's mprotect always comes last. The service thread takes the queue before every request (so a
+//! thread's writes are recorded before its next release) and at every loop. The handler side uses
+//! atomics and syscalls only: async-signal-safe.
 
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const QUEUE: usize = 1024;
+const PREFETCH_BIT: u64 = 1 << 40;
+
+const NONE: u8 = 0;
+const HOME_WRITE: u8 = 1;
+const HOME_OPENING: u8 = 2;
+const OPENED: u8 = 3;
+const PREFETCH_OPEN: u8 = 4;
+const PREFETCH_OPENING: u8 = 5;
+
+/// What a fast-path fault did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Opened {
+    /// A home page opened for writing.
+    HomeWrite(usize),
+    /// A prefetched page opened for reading.
+    Prefetch(usize),
+}
 
 static STATE: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
 static PAGES: AtomicUsize = AtomicUsize::new(0);
 static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
 static PENDING: AtomicU32 = AtomicU32::new(0);
-/// Faults resolved here, for the statistics.
-pub(crate) static FAST_FAULTS: AtomicU64 = AtomicU64::new(0);
 
-/// Sets up the state of `pages` pages (the memory is zeroed: nothing eligible).
+/// Sets up the state of `pages` pages (the memory is zeroed: nothing allowed).
 pub(crate) fn init(state: *mut AtomicU8, pages: usize) {
     PAGES.store(pages, Ordering::SeqCst);
     STATE.store(state, Ordering::SeqCst);
@@ -36,42 +56,70 @@ fn state(page: usize) -> Option<&'static AtomicU8> {
     Some(unsafe { &*base.add(page) })
 }
 
-/// The core allows the fast path for `page`.
-pub(crate) fn allow(page: usize) {
+/// The core allows the home-write fast path for `page`.
+pub(crate) fn allow_home_write(page: usize) {
     if let Some(s) = state(page) {
-        s.store(1, Ordering::SeqCst);
+        s.store(HOME_WRITE, Ordering::SeqCst);
     }
 }
 
-/// The core changes the protection of `page`: no fast path for it until allowed again.
-pub(crate) fn withdraw(page: usize) {
+/// The core allows the prefetch-open fast path for `page`.
+pub(crate) fn allow_prefetch_open(page: usize) {
     if let Some(s) = state(page) {
-        if s.load(Ordering::Relaxed) == 1 {
-            let _ = s.compare_exchange(1, 0, Ordering::SeqCst, Ordering::Relaxed);
+        s.store(PREFETCH_OPEN, Ordering::SeqCst);
+    }
+}
+
+/// The core is about to change the protection of `page`: no fast path for it until allowed
+/// again, and no handler's mprotect after the core's.
+pub(crate) fn withdraw(page: usize) {
+    let Some(s) = state(page) else { return };
+    loop {
+        match s.load(Ordering::SeqCst) {
+            v @ (HOME_WRITE | PREFETCH_OPEN) => {
+                if s.compare_exchange(v, NONE, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+            // A handler is between its claim and its mprotect: a syscall away.
+            HOME_OPENING | PREFETCH_OPENING => crate::sys::sched_yield(),
+            _ => return,
         }
     }
 }
 
-/// In the fault handler: claims `page` for a write. True means: open it and call [`queue`].
-pub(crate) fn claim(page: usize) -> bool {
+/// In the fault handler: claims `page` for a write (`write`) or a read. True means: open it,
+/// then call [`opened`].
+pub(crate) fn claim(page: usize, write: bool) -> bool {
+    let (from, to) = if write {
+        (HOME_WRITE, HOME_OPENING)
+    } else {
+        (PREFETCH_OPEN, PREFETCH_OPENING)
+    };
     state(page).is_some_and(|s| {
-        s.compare_exchange(1, 2, Ordering::SeqCst, Ordering::Relaxed)
+        s.compare_exchange(from, to, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
     })
 }
 
-/// In the fault handler, after opening: tells the service thread. False if the queue is full (the
-/// caller then takes the slow path, which records the write too).
-pub(crate) fn queue(page: usize) -> bool {
+/// In the fault handler, after the mprotect: marks `page` opened and queues it for the service
+/// thread. False if the queue is full (the caller then takes the slow path, which does the same
+/// work again harmlessly).
+pub(crate) fn opened(page: usize, write: bool) -> bool {
+    if let Some(s) = state(page) {
+        s.store(OPENED, Ordering::SeqCst);
+    }
+    let value = (page as u64 + 1) | if write { 0 } else { PREFETCH_BIT };
     let start = page % QUEUE;
     for k in 0..QUEUE {
         let slot = &QUEUED[(start + k) % QUEUE];
         if slot
-            .compare_exchange(0, page as u64 + 1, Ordering::SeqCst, Ordering::Relaxed)
+            .compare_exchange(0, value, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
         {
             PENDING.fetch_add(1, Ordering::SeqCst);
-            FAST_FAULTS.fetch_add(1, Ordering::Relaxed);
             return true;
         }
     }
@@ -79,19 +127,24 @@ pub(crate) fn queue(page: usize) -> bool {
 }
 
 /// Service thread: reports every queued page.
-pub(crate) fn drain(mut report: impl FnMut(usize)) {
+pub(crate) fn drain(mut report: impl FnMut(Opened)) {
     if PENDING.load(Ordering::SeqCst) == 0 {
         return;
     }
     for slot in &QUEUED {
         let v = slot.swap(0, Ordering::SeqCst);
-        if v != 0 {
-            PENDING.fetch_sub(1, Ordering::SeqCst);
-            let page = (v - 1) as usize;
-            if let Some(s) = state(page) {
-                let _ = s.compare_exchange(2, 0, Ordering::SeqCst, Ordering::Relaxed);
-            }
-            report(page);
+        if v == 0 {
+            continue;
         }
+        PENDING.fetch_sub(1, Ordering::SeqCst);
+        let page = ((v & (PREFETCH_BIT - 1)) - 1) as usize;
+        if let Some(s) = state(page) {
+            let _ = s.compare_exchange(OPENED, NONE, Ordering::SeqCst, Ordering::Relaxed);
+        }
+        report(if v & PREFETCH_BIT != 0 {
+            Opened::Prefetch(page)
+        } else {
+            Opened::HomeWrite(page)
+        });
     }
 }

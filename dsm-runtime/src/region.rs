@@ -99,7 +99,11 @@ impl PageMemory for Region {
     }
 
     fn allow_home_write(&mut self, page: PageNum) {
-        crate::fastpath::allow(page.index());
+        crate::fastpath::allow_home_write(page.index());
+    }
+
+    fn allow_prefetch_open(&mut self, page: PageNum) {
+        crate::fastpath::allow_prefetch_open(page.index());
     }
 
     fn discard(&mut self, page: PageNum) {

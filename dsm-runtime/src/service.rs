@@ -127,7 +127,7 @@ impl Service {
         loop {
             // Home pages opened by fault handlers first: a thread's writes are recorded before
             // anything it asks next.
-            crate::fastpath::drain(|p| self.node.handle_home_write(PageNum(p as u32)));
+            self.drain_fast_faults();
             let mut busy = slots::take_posted(|i, op, arg| self.handle_request(i, op, arg));
             if let Some(t) = &mut self.transport {
                 busy |= t.poll_recv(Instant::now()) > 0;
@@ -237,7 +237,7 @@ impl Service {
         self.last_request = Instant::now();
         // The requesting thread's fast-path writes were queued before its request was posted:
         // record them before acting on the request (a release must carry them).
-        crate::fastpath::drain(|p| self.node.handle_home_write(PageNum(p as u32)));
+        self.drain_fast_faults();
         let now = self.now();
         match op {
             OP_FAULT_READ | OP_FAULT_WRITE => {
@@ -277,6 +277,18 @@ impl Service {
             }
             _ => slots::complete(slot, CALL_FAILED),
         }
+    }
+
+    /// Reports the faults fault handlers resolved by themselves.
+    fn drain_fast_faults(&mut self) {
+        let now = self.now();
+        let node = &mut self.node;
+        crate::fastpath::drain(|o| match o {
+            crate::fastpath::Opened::HomeWrite(p) => node.handle_home_write(PageNum(p as u32)),
+            crate::fastpath::Opened::Prefetch(p) => {
+                node.handle_prefetch_opened(now, PageNum(p as u32))
+            }
+        });
     }
 
     /// Copies the transport's counters into the core's statistics.

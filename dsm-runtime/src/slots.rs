@@ -89,6 +89,16 @@ pub(crate) fn my_slot() -> Option<usize> {
     None
 }
 
+/// Wakes the service thread if it sleeps (it has queued work). Async-signal-safe.
+pub(crate) fn wake_service() {
+    if SLOTS.service_sleeping.load(Ordering::SeqCst) {
+        let fd = SLOTS.eventfd.load(Ordering::Relaxed);
+        if fd >= 0 {
+            sys::eventfd_signal(fd);
+        }
+    }
+}
+
 /// How long a waiting application thread spins before it sleeps, in microseconds (set once at
 /// start from `DSM_WAIT_SPIN_US`). Zero by default: measured on 2 CPUs, a spinning application
 /// thread next to the spinning service threads of two nodes doubles the remote fault latency.

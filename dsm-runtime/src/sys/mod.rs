@@ -227,3 +227,9 @@ pub fn map_anonymous(bytes: usize) -> io::Result<*mut u8> {
     }
     Ok(p.cast())
 }
+
+/// Gives the CPU to another runnable thread, if any. Async-signal-safe.
+pub fn sched_yield() {
+    // SAFETY: no arguments, no memory touched.
+    unsafe { libc::sched_yield() };
+}

@@ -110,27 +110,26 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         _ => slots::OP_FAULT_WRITE,
     };
     let page = ((addr - start) / dsm_core::PAGE_SIZE) as u64;
-    // A write to a home page kept read-only only to see writes: open it here and tell the
-    // service thread later (no wake-up, no wait).
-    if op == slots::OP_FAULT_WRITE
-        && is_write(ctx) == Some(true)
-        && crate::fastpath::claim(page as usize)
-    {
-        let page_addr = start + page as usize * dsm_core::PAGE_SIZE;
-        if crate::sys::mprotect(
-            page_addr,
-            dsm_core::PAGE_SIZE,
-            crate::sys::Protection::ReadWrite,
-        )
-        .is_err()
-        {
-            write_stderr(b"dsm: fatal: mprotect failed in the fault handler\n");
-            std::process::abort();
+    // Fast paths: a write to a home page kept read-only only to see writes, or a read of a
+    // prefetched page: open it here and tell the service thread (no wait).
+    if let Some(write) = is_write(ctx) {
+        if crate::fastpath::claim(page as usize, write) {
+            let page_addr = start + page as usize * dsm_core::PAGE_SIZE;
+            let prot = if write {
+                crate::sys::Protection::ReadWrite
+            } else {
+                crate::sys::Protection::Read
+            };
+            if crate::sys::mprotect(page_addr, dsm_core::PAGE_SIZE, prot).is_err() {
+                write_stderr(b"dsm: fatal: mprotect failed in the fault handler\n");
+                std::process::abort();
+            }
+            if crate::fastpath::opened(page as usize, write) {
+                slots::wake_service();
+                return;
+            }
+            // Queue full: the slow path does the same work again (harmlessly) and reports it.
         }
-        if crate::fastpath::queue(page as usize) {
-            return;
-        }
-        // Queue full: the slow path records the write (the page is open already).
     }
     if slots::post_and_wait(slot, op, page) != FAULT_OK {
         // Not allocated: a wild access in the region. Behave as if we were not here.
