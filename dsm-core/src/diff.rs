@@ -15,37 +15,61 @@ pub const RUN_HEADER_BYTES: usize = 4;
 pub fn encode(twin: &[u8; PAGE_SIZE], current: &[u8; PAGE_SIZE], out: &mut Vec<u8>) -> usize {
     let mut runs = 0;
     let mut run_start: Option<usize> = None;
-    let mut i = 0;
-    while i < PAGE_SIZE {
-        let a = u64::from_ne_bytes(chunk(twin, i));
-        let b = u64::from_ne_bytes(chunk(current, i));
-        if a == b {
+    let mut close = |start: usize, end: usize, out: &mut Vec<u8>| {
+        push_run(out, current, start, end);
+        runs += 1;
+    };
+    for w in 0..PAGE_SIZE / 8 {
+        let base = w * 8;
+        let x = u64::from_ne_bytes(chunk(twin, base)) ^ u64::from_ne_bytes(chunk(current, base));
+        if x == 0 {
             if let Some(s) = run_start.take() {
-                push_run(out, current, s, i);
-                runs += 1;
+                close(s, base, out);
             }
-            i += 8;
             continue;
         }
-        for j in i..i + 8 {
-            let changed = twin[j] != current[j];
-            match (changed, run_start) {
-                (true, None) => run_start = Some(j),
-                (false, Some(s)) => {
-                    push_run(out, current, s, j);
-                    runs += 1;
-                    run_start = None;
+        let mut m = changed_bytes(x);
+        if m == 0xFF {
+            run_start.get_or_insert(base);
+            continue;
+        }
+        // A partial word: walk its runs of changed bytes.
+        let mut at = 0u32;
+        while at < 8 {
+            if m & 1 == 0 {
+                if let Some(s) = run_start.take() {
+                    close(s, base + at as usize, out);
                 }
-                _ => {}
+                let skip = if m == 0 { 8 - at } else { m.trailing_zeros() };
+                m = m.checked_shr(skip).unwrap_or(0);
+                at += skip;
+            } else {
+                run_start.get_or_insert(base + at as usize);
+                let len = m.trailing_ones();
+                m = m.checked_shr(len).unwrap_or(0);
+                at += len;
             }
         }
-        i += 8;
     }
     if let Some(s) = run_start {
-        push_run(out, current, s, PAGE_SIZE);
-        runs += 1;
+        close(s, PAGE_SIZE, out);
     }
     runs
+}
+
+/// One bit per byte of `x` that is not zero (bit i for byte i in memory order).
+fn changed_bytes(x: u64) -> u32 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // High bit of each byte set iff the byte is non-zero.
+    let t = (((x & LOW7).wrapping_add(LOW7)) | x) & HIGH;
+    // Gather the eight high bits into one byte (byte i of memory -> bit i).
+    let t = if cfg!(target_endian = "little") {
+        t
+    } else {
+        t.swap_bytes()
+    };
+    ((t >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32
 }
 
 fn chunk(page: &[u8; PAGE_SIZE], at: usize) -> [u8; 8] {
@@ -136,6 +160,23 @@ mod tests {
             *b = f(i);
         }
         p
+    }
+
+    #[test]
+    fn changed_bytes_marks_exactly_the_non_zero_bytes() {
+        for probe in [
+            0u64,
+            1,
+            0xff,
+            0x100,
+            0x8000_0000_0000_0000,
+            u64::MAX,
+            0x0100_0000_0000_0080,
+        ] {
+            let bytes = probe.to_ne_bytes();
+            let want: u32 = (0..8).filter(|&i| bytes[i] != 0).map(|i| 1 << i).sum();
+            assert_eq!(changed_bytes(probe), want, "{probe:#x}");
+        }
     }
 
     #[test]
