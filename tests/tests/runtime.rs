@@ -62,6 +62,17 @@ fn two_threads_per_node_fault_at_once() {
 }
 
 #[test]
+fn locked_reads_stay_exact_while_another_thread_faults_on_the_same_pages() {
+    for flags in [
+        &[][..],
+        &["--set", "prefetch=off"][..],
+        &["--set", "cache_pages=16"][..],
+    ] {
+        probe_ok(3, flags, "race", "race OK");
+    }
+}
+
+#[test]
 fn a_stack_overflow_in_the_app_is_still_reported() {
     let out = run_with_deadline(
         Command::new(bin("probe")).tap_arg("overflow"),

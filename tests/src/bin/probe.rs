@@ -231,6 +231,59 @@ fn threads(dsm: &Dsm) {
     }
 }
 
+/// Node 1 writes a round number into every page under lock 0; on the other nodes one thread reads
+/// all pages under the same lock and must see one round everywhere, while a second thread reads
+/// the same pages without the lock, so pages are fetched, prefetched and opened by the fault
+/// handler while acquires invalidate them.
+fn race(dsm: &Dsm) {
+    let pages = 64;
+    let a: SharedArray<u64> = dsm
+        .alloc(pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .unwrap();
+    dsm.barrier();
+    let rounds = 60;
+    if dsm.id() == 1 {
+        for r in 1..=rounds {
+            let _g = dsm.lock(0);
+            for p in 0..pages {
+                a.set(p * WORDS, r);
+            }
+        }
+    } else {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let bad = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut k = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    // Unsynchronised reads: values are not checked, only the traffic matters.
+                    std::hint::black_box(a.get((k % pages) * WORDS + 1));
+                    k = k.wrapping_mul(7).wrapping_add(13);
+                }
+            });
+            let mut last = 0;
+            for _ in 0..rounds {
+                let _g = dsm.lock(0);
+                let v = a.get(0);
+                if v < last || (0..pages).any(|p| a.get(p * WORDS) != v) {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+                last = v;
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        check(
+            dsm,
+            bad.load(Ordering::Relaxed) == 0,
+            "every locked read saw one round in every page",
+        );
+    }
+    dsm.barrier();
+    if dsm.id() == 0 {
+        println!("race OK");
+    }
+}
+
 #[allow(unconditional_recursion)]
 fn recurse(depth: u64, buf: &mut [u8; 1024]) -> u64 {
     let mut local = [depth as u8; 1024];
@@ -252,6 +305,7 @@ fn main() {
         "cv" => cv(&dsm),
         "evict" => evict(&dsm),
         "threads" => threads(&dsm),
+        "race" => race(&dsm),
         "overflow" => {
             let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
             a.set(0, 1);
