@@ -59,8 +59,10 @@ fn main() {
     dsm.barrier();
     dsm.start_stats();
     let t0 = dsm.clock();
+    let (mut in_sweeps, mut in_barriers) = (0.0, 0.0);
     for _ in 0..iters {
         for colour in 0..2 {
+            let t = dsm.clock();
             sweep(
                 &mut |i, j| g.get(i * w + j),
                 &mut |i, j, v| g.set(i * w + j, v),
@@ -68,10 +70,19 @@ fn main() {
                 n,
                 colour,
             );
+            let t1 = dsm.clock();
             dsm.barrier();
+            in_sweeps += t1 - t;
+            in_barriers += dsm.clock() - t1;
         }
     }
     let elapsed = dsm.clock() - t0;
+    if std::env::var_os("SOR_TRACE").is_some() {
+        eprintln!(
+            "node {}: sweeps {in_sweeps:.3}s, barriers {in_barriers:.3}s",
+            dsm.id()
+        );
+    }
     dsm.stop_stats();
     let mut ok = true;
     if dsm.id() == 0 {
