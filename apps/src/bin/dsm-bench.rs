@@ -240,6 +240,11 @@ fn floors() -> Vec<(String, f64)> {
                 ),
                 ("remote read fault (GETP)", "remote read fault, UDP (us)"),
                 ("local write fault", "local write fault (us)"),
+                (
+                    "lock acquire + release",
+                    "lock acquire + release, remote manager (us)",
+                ),
+                ("barrier, 2 nodes", "barrier, 2 nodes (us)"),
             ] {
                 if let Some(rest) = line.strip_prefix(prefix) {
                     if let Some(med) = rest.split_whitespace().next().and_then(|v| v.parse().ok()) {

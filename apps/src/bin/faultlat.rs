@@ -8,6 +8,7 @@
 //! 2. Remote read faults: node 1 touches PAGES pages homed at node 0, one fault each.
 //! 3. Remote write faults (fetch and twin) on another PAGES pages.
 //! 4. Local write faults: node 0 writes its own read-only home pages.
+//! 5. A lock acquire + release by the last node (manager: node 0), and a barrier of all nodes.
 //!
 //! Prints one table of medians and 99th percentiles, and the ratio of the remote read fault to the
 //! busy-polling floor.
@@ -275,6 +276,35 @@ fn main() {
         println!(
             "{}",
             summary("local write fault (home page, read-only)", local).0
+        );
+    }
+    dsm.barrier();
+    // Synchronisation: a lock managed by node 0, taken and released by the last node; then
+    // barriers across all nodes (run with -n 4 or -n 8 to see them grow).
+    let reps = 500;
+    if me == dsm.nodes() - 1 {
+        let mut lock = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            drop(dsm.lock(0));
+            lock.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "{}",
+            summary("lock acquire + release (manager on node 0)", lock).0
+        );
+    }
+    dsm.barrier();
+    let mut barrier = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        dsm.barrier();
+        barrier.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    if me == 0 {
+        println!(
+            "{}",
+            summary(&format!("barrier, {} nodes", dsm.nodes()), barrier).0
         );
     }
     dsm.barrier();
