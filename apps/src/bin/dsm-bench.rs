@@ -82,7 +82,11 @@ fn parse_apps(s: &str) -> Vec<(String, Vec<String>)> {
 
 fn options() -> Options {
     let mut o = Options {
-        apps: parse_apps("matmul,sor,lu,jacobi,pi,tsp,water,is,ep"),
+        // Sizes where the work is a few tenths of a second on one node (the apps' own defaults
+        // are smaller, for quick runs and tests).
+        apps: parse_apps(
+            "matmul:1024,sor:1024:100,lu:1024:64,jacobi:1024:100,pi,tsp,water:4096:4,is,ep",
+        ),
         nodes: vec![1, 2, 4],
         transports: vec!["udp".into(), "tcp".into()],
         prefetch: vec![true, false],
