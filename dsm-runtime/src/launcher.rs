@@ -21,6 +21,8 @@ pub struct JobSpec {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
+    /// The program's path on remote hosts, if not the same as here.
+    pub remote_program: Option<String>,
     /// One host per node (node i runs on `hosts[i]`).
     pub hosts: Vec<Host>,
     /// Resolved settings.
@@ -199,7 +201,10 @@ fn spawn_node(spec: &JobSpec, p: &Prepared, i: usize) -> Result<Child, JobFailur
         for (k, v) in &env {
             remote.push_str(&format!(" {k}={}", quote(v)));
         }
-        remote.push_str(&format!(" {}", quote(&spec.program)));
+        remote.push_str(&format!(
+            " {}",
+            quote(spec.remote_program.as_deref().unwrap_or(&spec.program))
+        ));
         for a in &spec.args {
             remote.push(' ');
             remote.push_str(&quote(a));

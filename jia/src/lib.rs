@@ -63,6 +63,7 @@ fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
     let spec = JobSpec {
         program,
         args: argv[1..].to_vec(),
+        remote_program: None,
         hosts,
         config: cfg,
         stats,

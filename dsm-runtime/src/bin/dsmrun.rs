@@ -41,6 +41,9 @@ struct Args {
     /// Node 0 writes every node's statistics to FILE as JSON at exit.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
+    /// The program's path on remote hosts (default: the same path as here).
+    #[arg(long, value_name = "PATH")]
+    remote_program: Option<String>,
     /// Prefix every output line with [node i].
     #[arg(long)]
     tag_output: bool,
@@ -166,6 +169,7 @@ fn main() -> ExitCode {
     let spec = JobSpec {
         program,
         args: command.collect(),
+        remote_program: args.remote_program,
         hosts,
         config: cfg,
         stats: args.stats,
