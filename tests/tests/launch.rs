@@ -143,6 +143,17 @@ impl NetnsCluster {
 
     /// Runs `program` with one node per entry of `hosts` (1-based host numbers).
     fn run(&self, hosts: &[usize], program: &str, args: &[&str]) -> std::process::Output {
+        self.run_with(hosts, &[], program, args)
+    }
+
+    /// [`NetnsCluster::run`] with extra dsmrun flags.
+    fn run_with(
+        &self,
+        hosts: &[usize],
+        flags: &[&str],
+        program: &str,
+        args: &[&str],
+    ) -> std::process::Output {
         let file = self.dir.join("jiahosts");
         let lines: Vec<String> = hosts.iter().map(|&h| self.addr(h)).collect();
         std::fs::write(&file, lines.join("\n") + "\n").unwrap();
@@ -150,6 +161,7 @@ impl NetnsCluster {
         let mut cmd = Command::new(bin("dsmrun"));
         cmd.arg("--hosts")
             .arg(&file)
+            .args(flags)
             .arg(bin(program))
             .args(args)
             .env("DSM_SSH", ssh.trim());
@@ -187,6 +199,21 @@ fn matmul_is_exact_on_two_namespace_hosts_with_two_nodes_each() {
         text(&out)
     );
     let out = c.run(&[1, 2], "lu", &["128", "16"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=2"),
+        "{}",
+        text(&out)
+    );
+    // The binary at another path on the remote hosts.
+    let elsewhere = c.dir.join("installed-lu");
+    std::fs::copy(bin("lu"), &elsewhere).unwrap();
+    let flag = elsewhere.display().to_string();
+    let out = c.run_with(&[1, 2], &["--remote-program", &flag], "lu", &["128", "16"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=2"),
+        "{}",
+        text(&out)
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=2"),
         "{}",
