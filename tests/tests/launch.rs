@@ -204,10 +204,21 @@ fn matmul_is_exact_on_two_namespace_hosts_with_two_nodes_each() {
         "{}",
         text(&out)
     );
-    // The binary at another path on the remote hosts.
-    let elsewhere = c.dir.join("installed-lu");
-    std::fs::copy(bin("lu"), &elsewhere).unwrap();
-    let flag = elsewhere.display().to_string();
+    // Another program path on the remote hosts: a wrapper that leaves a mark, then runs lu.
+    let marker = c.dir.join("remote-program-ran");
+    let wrapper = c.dir.join("installed-lu");
+    let script = format!(
+        "#!/bin/sh\ntouch '{}'\nexec '{}' \"$@\"\n",
+        marker.display(),
+        bin("lu").display()
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let flag = wrapper.display().to_string();
     let out = c.run_with(&[1, 2], &["--remote-program", &flag], "lu", &["128", "16"]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=2"),
@@ -215,9 +226,8 @@ fn matmul_is_exact_on_two_namespace_hosts_with_two_nodes_each() {
         text(&out)
     );
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("lu OK nodes=2"),
-        "{}",
-        text(&out)
+        marker.exists(),
+        "the remote node did not run the given program path"
     );
 }
 
