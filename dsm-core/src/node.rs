@@ -246,7 +246,7 @@ impl<M: PageMemory> Node<M> {
             cfg.node,
             cfg.nodes
         );
-        let mgr = Managers::new(cfg.node, cfg.nodes);
+        let mgr = Managers::new(cfg.nodes);
         Node {
             cfg,
             mem,
@@ -496,7 +496,7 @@ impl<M: PageMemory> Node<M> {
             Msg::GetPage { access, pages } => self.on_get_page(from, access, pages),
             Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, data),
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
-            Msg::DiffGrant { id } => self.on_diff_grant(now, from, id),
+            Msg::DiffGrant { id } => self.on_diff_grant(from, id),
             Msg::Acquire { lock, seen } => self.on_acquire(from, lock, seen),
             Msg::AcquireGrant {
                 lock,

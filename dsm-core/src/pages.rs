@@ -569,16 +569,11 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// DIFFGRANT: one batch is home; releases waiting for it may complete.
-    pub(crate) fn on_diff_grant(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        id: u32,
-    ) -> Result<(), ProtocolError> {
+    pub(crate) fn on_diff_grant(&mut self, from: NodeId, id: u32) -> Result<(), ProtocolError> {
         match self.diffs_out.get(&id) {
             Some(&(home, _)) if home == from => {
                 self.diffs_out.remove(&id);
-                self.complete_flushes(now);
+                self.complete_flushes();
                 Ok(())
             }
             _ => Err(ProtocolError {

@@ -128,7 +128,7 @@ pub(crate) struct Managers {
 }
 
 impl Managers {
-    pub fn new(_me: NodeId, nodes: u16) -> Managers {
+    pub fn new(nodes: u16) -> Managers {
         Managers {
             nodes,
             locks: BTreeMap::new(),
@@ -221,7 +221,7 @@ impl<M: PageMemory> Node<M> {
             notices,
             through: self.next_diff_id,
         });
-        self.complete_flushes(now);
+        self.complete_flushes();
         self.drain_loopback(now);
         Ok(())
     }
@@ -236,7 +236,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// Runs the releases whose diffs are all acknowledged, in order.
-    pub(crate) fn complete_flushes(&mut self, now: Time) {
+    pub(crate) fn complete_flushes(&mut self) {
         while let Some(front) = self.after_flush.front() {
             if self.diffs_out.range(..front.through()).next().is_some() {
                 break;
@@ -297,7 +297,6 @@ impl<M: PageMemory> Node<M> {
                 }
             }
         }
-        let _ = now;
     }
 
     pub(crate) fn on_acquire_grant(
@@ -433,7 +432,7 @@ impl<M: PageMemory> Node<M> {
             notices,
             through: self.next_diff_id,
         });
-        self.complete_flushes(now);
+        self.complete_flushes();
         self.drain_loopback(now);
         Ok(())
     }
@@ -459,7 +458,7 @@ impl<M: PageMemory> Node<M> {
         self.after_flush.push_back(AfterFlush::Exit {
             through: self.next_diff_id,
         });
-        self.complete_flushes(now);
+        self.complete_flushes();
         self.drain_loopback(now);
         Ok(())
     }
@@ -699,7 +698,7 @@ impl<M: PageMemory> Node<M> {
             notices,
             through: self.next_diff_id,
         });
-        self.complete_flushes(now);
+        self.complete_flushes();
         self.drain_loopback(now);
         Ok(())
     }

@@ -70,3 +70,17 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Every application with small arguments and the start of its result line: the table the
+/// application, TCP and loss tests run.
+pub const SMALL_APPS: &[(&str, &[&str], &str)] = &[
+    ("matmul", &["192", "f32"], "matmul OK f32 n=192"),
+    ("sor", &["96", "6"], "sor OK"),
+    ("lu", &["96", "16"], "lu OK"),
+    ("jacobi", &["96", "6"], "jacobi OK"),
+    ("pi", &["2000000"], "pi OK"),
+    ("tsp", &["9"], "tsp OK"),
+    ("water", &["256", "2"], "water OK"),
+    ("is", &["200000", "4096"], "is OK"),
+    ("ep", &["400000"], "ep OK"),
+];

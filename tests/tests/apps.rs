@@ -7,17 +7,7 @@ use std::time::Duration;
 use dsm_tests::{bin, bin_dir, dsmrun, run_with_deadline, text};
 
 /// (program, small arguments, the start of its result line)
-const APPS: &[(&str, &[&str], &str)] = &[
-    ("matmul", &["192", "f32"], "matmul OK f32 n=192"),
-    ("sor", &["96", "6"], "sor OK"),
-    ("lu", &["96", "16"], "lu OK"),
-    ("jacobi", &["96", "6"], "jacobi OK"),
-    ("pi", &["2000000"], "pi OK"),
-    ("tsp", &["9"], "tsp OK"),
-    ("water", &["256", "2"], "water OK"),
-    ("is", &["200000", "4096"], "is OK"),
-    ("ep", &["400000"], "ep OK"),
-];
+const APPS: &[(&str, &[&str], &str)] = dsm_tests::SMALL_APPS;
 
 fn check(out: &std::process::Output, want: &str, nodes: usize) {
     let t = text(out);

@@ -7,17 +7,7 @@ use std::time::Duration;
 
 use dsm_tests::{bin, run_with_deadline, text};
 
-const APPS: &[(&str, &[&str], &str)] = &[
-    ("matmul", &["192"], "matmul OK f64 n=192"),
-    ("sor", &["96", "6"], "sor OK"),
-    ("lu", &["96", "16"], "lu OK"),
-    ("jacobi", &["96", "6"], "jacobi OK"),
-    ("pi", &["2000000"], "pi OK"),
-    ("tsp", &["9"], "tsp OK"),
-    ("water", &["256", "2"], "water OK"),
-    ("is", &["200000", "4096"], "is OK"),
-    ("ep", &["400000"], "ep OK"),
-];
+const APPS: &[(&str, &[&str], &str)] = dsm_tests::SMALL_APPS;
 
 fn run(app: &str, args: &[&str], impair: &str, nodes: usize) -> std::process::Output {
     let mut cmd = Command::new(bin("dsmrun"));

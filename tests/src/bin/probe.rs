@@ -7,6 +7,16 @@ use dsm_runtime::{AllocPolicy, Dsm, NodeId, PAGE_SIZE, SharedArray};
 
 const WORDS: usize = PAGE_SIZE / 8;
 
+/// `pages` pages per node, node i's block homed at node i.
+fn blocks_per_node(dsm: &Dsm, pages: usize) -> SharedArray<u64> {
+    let policy = AllocPolicy::Cyclic {
+        block_bytes: (pages * PAGE_SIZE) as u64,
+        start: NodeId(0),
+    };
+    dsm.alloc(dsm.nodes() * pages * WORDS, policy)
+        .expect("allocate the blocks")
+}
+
 fn check(dsm: &Dsm, ok: bool, what: &str) {
     if !ok {
         dsm.error(&format!("check failed: {what}"));
@@ -17,15 +27,7 @@ fn check(dsm: &Dsm, ok: bool, what: &str) {
 fn faults(dsm: &Dsm) {
     let (me, n) = (dsm.id(), dsm.nodes());
     let pages = 4;
-    let a: SharedArray<u64> = dsm
-        .alloc(
-            n * pages * WORDS,
-            AllocPolicy::Cyclic {
-                block_bytes: (pages * PAGE_SIZE) as u64,
-                start: NodeId(0),
-            },
-        )
-        .unwrap();
+    let a = blocks_per_node(dsm, pages);
     for i in me * pages * WORDS..(me + 1) * pages * WORDS {
         a.set(i, (i * 3 + 1) as u64);
     }
@@ -139,15 +141,7 @@ fn cv(dsm: &Dsm) {
 fn evict(dsm: &Dsm) {
     let (me, n) = (dsm.id(), dsm.nodes());
     let pages = 64;
-    let a: SharedArray<u64> = dsm
-        .alloc(
-            n * pages * WORDS,
-            AllocPolicy::Cyclic {
-                block_bytes: (pages * PAGE_SIZE) as u64,
-                start: NodeId(0),
-            },
-        )
-        .unwrap();
+    let a = blocks_per_node(dsm, pages);
     for i in me * pages * WORDS..(me + 1) * pages * WORDS {
         a.set(i, i as u64);
     }
@@ -189,17 +183,9 @@ fn evict(dsm: &Dsm) {
 
 /// Two threads of each node fault on remote pages at once (same and different pages).
 fn threads(dsm: &Dsm) {
-    let (me, n) = (dsm.id(), dsm.nodes());
+    let me = dsm.id();
     let pages = 32;
-    let a: SharedArray<u64> = dsm
-        .alloc(
-            n * pages * WORDS,
-            AllocPolicy::Cyclic {
-                block_bytes: (pages * PAGE_SIZE) as u64,
-                start: NodeId(0),
-            },
-        )
-        .unwrap();
+    let a = blocks_per_node(dsm, pages);
     for i in me * pages * WORDS..(me + 1) * pages * WORDS {
         a.set(i, !(i as u64));
     }
