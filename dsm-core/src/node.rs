@@ -61,6 +61,10 @@ pub struct CoreConfig {
     pub prefetch: Prefetch,
     /// A page or diff request unanswered for this long ends the job (`None`: never).
     pub reply_timeout: Option<Duration>,
+    /// Peers may read this node's home pages without asking it (a one-sided RDMA READ in place of
+    /// a GETP): home pages are then write-tracked from their allocation, since the home no longer
+    /// learns when a copy leaves. Every node of a job must agree on it.
+    pub remote_reads: bool,
 }
 
 impl CoreConfig {
@@ -73,6 +77,7 @@ impl CoreConfig {
             cache_pages: 32 * 1024,
             prefetch: Prefetch::default(),
             reply_timeout: None,
+            remote_reads: false,
         }
     }
 }
@@ -290,7 +295,12 @@ impl<M: PageMemory> Node<M> {
         self.cfg.nodes
     }
 
-    /// The configuration.
+    /// Pages allocated so far (the page table's length).
+    pub fn pages_allocated(&self) -> usize {
+        self.table.len()
+    }
+
+    /// This node's configuration.
     pub fn config(&self) -> &CoreConfig {
         &self.cfg
     }
@@ -389,7 +399,18 @@ impl<M: PageMemory> Node<M> {
             }
             self.table.push(PageEntry::new(home, home == me));
         }
-        self.protect_pages(&home_pages, crate::types::Prot::ReadWrite);
+        if self.cfg.remote_reads {
+            // Copies may leave without a GETP: track writes here from the start.
+            self.protect_pages(&home_pages, crate::types::Prot::Read);
+            for &p in &home_pages {
+                let e = &mut self.table[p.index()];
+                e.served = true;
+                e.frame = crate::pages::Frame::ReadOnly;
+                self.mem.allow_home_write(p);
+            }
+        } else {
+            self.protect_pages(&home_pages, crate::types::Prot::ReadWrite);
+        }
         let allocated = self.table.len();
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_requests)
             .into_iter()

@@ -15,11 +15,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::alloc::AllocPolicy;
 use crate::codec;
-use crate::memory::VecMemory;
-use crate::msg::MsgKind;
+use crate::memory::{PageMemory, VecMemory};
+use crate::msg::{Msg, MsgKind};
 use crate::node::{CoreConfig, Effect, JobError, Node, UsageError};
 use crate::stats::Stats;
-use crate::types::{Access, CvId, GlobalAddr, LockId, NodeId, Prot, Time, WaiterId};
+use crate::types::{Access, CvId, GlobalAddr, LockId, NodeId, PageBuf, Prot, Time, WaiterId};
 
 /// Scheduling weight of a runnable thread against a link's speed.
 const THREAD_WEIGHT: u64 = 20;
@@ -177,7 +177,14 @@ pub struct Cluster {
     pub job_stats: Option<Vec<Stats>>,
     /// How many times each thread was resumed (for tests of waiting).
     pub resumes: u64,
+    /// Serve GETPs as one-sided reads (RDMA READ): the home's memory is read when the request
+    /// arrives, without its core, and the pages come back on a channel of their own (not behind
+    /// the home's other messages). Set it together with [`CoreConfig::remote_reads`].
+    pub one_sided_reads: bool,
 }
+
+/// Queue keys with this bit set in the sender carry one-sided read replies.
+const READ_CHANNEL: u16 = 0x8000;
 
 impl Cluster {
     /// A cluster of `n` nodes, each with one thread, configured by `configure` (called with the
@@ -210,6 +217,7 @@ impl Cluster {
             drop_per_mille: 0,
             job_stats: None,
             resumes: 0,
+            one_sided_reads: false,
         }
     }
 
@@ -487,20 +495,7 @@ impl Cluster {
                 codec::frame_len(&tx.msg),
                 "frame_len disagrees with encoding"
             );
-            let key = (n as u16, tx.to.0);
-            if !self.link_speed.contains_key(&key) {
-                let speed = if self.rng.chance(25) {
-                    1
-                } else {
-                    2 + self.rng.below(40)
-                };
-                self.link_speed.insert(key, speed);
-            }
-            let q = self.queues.entry(key).or_default();
-            if q.is_empty() {
-                self.active.push(key);
-            }
-            q.push_back(frame);
+            self.enqueue((n as u16, tx.to.0), frame);
         }
         while let Some(effect) = self.nodes[n].poll_effect() {
             match effect {
@@ -533,6 +528,22 @@ impl Cluster {
         Ok(())
     }
 
+    fn enqueue(&mut self, key: (u16, u16), frame: Vec<u8>) {
+        if !self.link_speed.contains_key(&key) {
+            let speed = if self.rng.chance(25) {
+                1
+            } else {
+                2 + self.rng.below(40)
+            };
+            self.link_speed.insert(key, speed);
+        }
+        let q = self.queues.entry(key).or_default();
+        if q.is_empty() {
+            self.active.push(key);
+        }
+        q.push_back(frame);
+    }
+
     fn deliver(&mut self, idx: usize) -> Result<(), SimError> {
         let key = self.active[idx];
         let q = self
@@ -550,20 +561,42 @@ impl Cluster {
         }
         let (header, msg) =
             codec::decode_frame(&frame).map_err(|e| SimError::Protocol(format!("decode: {e}")))?;
-        if header.cookie != self.cookie || header.from.0 != key.0 {
+        let from = key.0 & !READ_CHANNEL;
+        if header.cookie != self.cookie || header.from.0 != from {
             return Err(SimError::Protocol("frame header mangled".into()));
         }
         let to = usize::from(key.1);
+        if let (true, Msg::GetPage { pages, .. }) = (self.one_sided_reads, &msg) {
+            // The reader's NIC reads the home's memory; the home's core never sees the request.
+            // Pages the home has not allocated yet fall back to a GETP, as the runtime does when
+            // it does not know the home's memory key yet.
+            let home = &mut self.nodes[to];
+            if pages.iter().all(|p| p.index() < home.pages_allocated()) {
+                let mut replies = Vec::new();
+                for &page in pages {
+                    let mut data = PageBuf::zeroed();
+                    home.memory_mut().read(page, &mut data.0);
+                    let mut frame = Vec::new();
+                    let reply = Msg::GetPageGrant { page, data };
+                    codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);
+                    replies.push(frame);
+                }
+                for frame in replies {
+                    self.enqueue((key.1 | READ_CHANNEL, from), frame);
+                }
+                return Ok(());
+            }
+        }
         if let Some(trace) = &mut self.trace {
             trace.push(TraceEntry {
-                from: NodeId(key.0),
+                from: NodeId(from),
                 to: NodeId(key.1),
                 kind: msg.kind(),
             });
         }
         Self::report_home_writes(&mut self.nodes[to], self.now);
         self.nodes[to]
-            .handle_message(self.now, NodeId(key.0), msg)
+            .handle_message(self.now, NodeId(from), msg)
             .map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
         self.after_input(to)
     }

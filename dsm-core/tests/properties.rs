@@ -31,6 +31,8 @@ struct Case {
     locks: Vec<u16>,
     cache_pages: usize,
     prefetch: (bool, u32, u32),
+    /// Pages fetched by one-sided reads of the home's memory (RDMA READ) instead of GETPs.
+    one_sided: bool,
     policy: AllocPolicy,
     phases: usize,
 }
@@ -88,6 +90,7 @@ fn make_case(rng: &mut Rng) -> Case {
         ),
         policy,
         phases: 1 + rng.below(5) as usize,
+        one_sided: rng.chance(33),
     }
 }
 
@@ -101,7 +104,9 @@ fn run_case(seed: u64) -> Result<(u64, u64), String> {
         cfg.prefetch.enabled = pf_on;
         cfg.prefetch.prefetch_pages = pf_pages;
         cfg.prefetch.max_checking_pages = pf_check;
+        cfg.remote_reads = case.one_sided;
     });
+    c.one_sided_reads = case.one_sided;
     c.check_reference = true;
     c.alloc(case.policy.clone(), case.pages * PAGE_SIZE as u64)
         .map_err(|e| e.to_string())?;

@@ -688,3 +688,29 @@ fn a_page_request_that_arrives_before_the_home_allocated_waits_for_the_allocatio
     c.barrier().unwrap();
     assert_eq!(c.read_u64(0, x).unwrap(), 5);
 }
+
+#[test]
+fn with_one_sided_reads_a_home_write_after_a_copy_left_is_still_noticed() {
+    // The home never hears of a one-sided read, so its pages must be write-tracked from the
+    // start: node 1 reads x without a GETP reaching node 0, node 0 then writes x, and node 1
+    // must see the new value after the barrier.
+    for seed in 0..20 {
+        let mut c = Cluster::new(2, seed, |cfg| {
+            no_prefetch(cfg);
+            cfg.remote_reads = true;
+        });
+        c.one_sided_reads = true;
+        let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        c.write_u64(0, x, 1).unwrap();
+        c.barrier().unwrap();
+        assert_eq!(c.read_u64(1, x).unwrap(), 1, "seed {seed}");
+        assert_eq!(
+            c.node(0).stats().pages_served,
+            0,
+            "the home's core served nothing"
+        );
+        c.write_u64(0, x, 2).unwrap();
+        c.barrier().unwrap();
+        assert_eq!(c.read_u64(1, x).unwrap(), 2, "seed {seed}");
+    }
+}
