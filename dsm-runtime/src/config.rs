@@ -105,6 +105,14 @@ pub struct Config {
     pub peer_timeout_ms: u64,
     /// `base_port` (0: any).
     pub base_port: u16,
+    /// `rdma_device` (`None`: the first device).
+    pub rdma_device: Option<String>,
+    /// `rdma_port`.
+    pub rdma_port: u8,
+    /// `rdma_gid_index` (`None`: the first IPv4-mapped GID, else 0).
+    pub rdma_gid_index: Option<u8>,
+    /// `one_sided_reads`: on rdma-rc, read faults fetch pages with RDMA READ.
+    pub one_sided_reads: bool,
 }
 
 impl Default for Config {
@@ -121,6 +129,10 @@ impl Default for Config {
             region_gib: 64,
             peer_timeout_ms: 10_000,
             base_port: 0,
+            rdma_device: None,
+            rdma_port: 1,
+            rdma_gid_index: None,
+            one_sided_reads: true,
         }
     }
 }
@@ -142,10 +154,31 @@ pub const KEYS: &[(&str, &str)] = &[
     ("peer_timeout_ms", "100 to 3600000"),
     ("base_port", "0 (any free port) or 1024 to 65000"),
     (
+        "rdma_device",
+        "auto (the first device) or a device name such as rxe0 or mlx5_0",
+    ),
+    ("rdma_port", "1 to 255"),
+    (
+        "rdma_gid_index",
+        "auto (the first IPv4-mapped RoCE v2 GID, else 0) or 0 to 255",
+    ),
+    (
+        "one_sided_reads",
+        "on or off (rdma-rc: page reads by RDMA READ)",
+    ),
+    (
         "system_mode",
         "memory, compute or hybrid (accepted for JIAJIA compatibility, no effect)",
     ),
 ];
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "on" | "yes" | "true" | "1" => Some(true),
+        "off" | "no" | "false" | "0" => Some(false),
+        _ => None,
+    }
+}
 
 fn parse_num(v: &str) -> Option<u64> {
     let v = v.replace('_', "");
@@ -187,11 +220,25 @@ impl Config {
             }
             "msg_buffer_size" => self.msg_buffer_size = range(1024, 65_000)? as usize,
             "msg_queue_size" => self.msg_queue_size = range(1, 4096)? as usize,
-            "prefetch" => {
-                self.prefetch = match value {
-                    "on" | "yes" | "true" | "1" => true,
-                    "off" | "no" | "false" | "0" => false,
-                    _ => return Err(bad()),
+            "prefetch" => self.prefetch = parse_bool(value).ok_or_else(bad)?,
+            "one_sided_reads" => self.one_sided_reads = parse_bool(value).ok_or_else(bad)?,
+            "rdma_device" => {
+                let ok = !value.is_empty()
+                    && value.len() <= 64
+                    && value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if !ok {
+                    return Err(bad());
+                }
+                self.rdma_device = (value != "auto").then(|| value.to_string());
+            }
+            "rdma_port" => self.rdma_port = range(1, 255)? as u8,
+            "rdma_gid_index" => {
+                self.rdma_gid_index = if value == "auto" {
+                    None
+                } else {
+                    Some(range(0, 255)? as u8)
                 }
             }
             "prefetch_pages" => self.prefetch_pages = range(0, 255)? as u32,
@@ -278,6 +325,19 @@ impl Config {
             format!("region_gib={}", self.region_gib),
             format!("peer_timeout_ms={}", self.peer_timeout_ms),
             format!("base_port={}", self.base_port),
+            format!(
+                "rdma_device={}",
+                self.rdma_device.as_deref().unwrap_or("auto")
+            ),
+            format!("rdma_port={}", self.rdma_port),
+            format!(
+                "rdma_gid_index={}",
+                self.rdma_gid_index.map_or("auto".into(), |i| i.to_string())
+            ),
+            format!(
+                "one_sided_reads={}",
+                if self.one_sided_reads { "on" } else { "off" }
+            ),
         ]
         .join(";")
     }

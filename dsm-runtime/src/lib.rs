@@ -113,6 +113,9 @@ pub enum InitError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The transport asked for cannot run here (not built in, no RDMA device...).
+    #[error("{0}")]
+    Unavailable(String),
     /// A system call failed.
     #[error("{what}: {source}")]
     Os {
@@ -184,6 +187,9 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     let mut core_cfg = CoreConfig::new(NodeId(rank), size);
     core_cfg.region_pages = (len / PAGE_SIZE) as u64;
     core_cfg.cache_pages = config.cache_pages;
+    // One-sided page reads where the transport offers them (the core then tracks home writes
+    // from allocation on, since homes no longer see every copy leave).
+    core_cfg.remote_reads = config.one_sided_reads && config.comm_type == CommType::RdmaRc;
     core_cfg.prefetch = Prefetch {
         enabled: config.prefetch,
         prefetch_pages: config.prefetch_pages,
@@ -265,8 +271,58 @@ fn connect(env: &launch::JobEnv, config: &Config) -> Result<Connected, InitError
                 .map_err(os("connecting to the other nodes over TCP"))?;
             Ok((Box::new(t), control))
         }
-        CommType::RdmaRc | CommType::RdmaUd => Err(InitError::Job(format!(
-            "comm_type = {}: this build has no RDMA; build with `cargo build --release --features rdma`",
+        #[cfg(feature = "rdma")]
+        CommType::RdmaRc | CommType::RdmaUd => {
+            use dsm_transport::rdma::{RdmaConfig, rc::RcTransport, ud::UdTransport};
+            // The device before the rendezvous: a node without RDMA says so at once.
+            let name = config.comm_type.name();
+            dsm_transport::rdma::probe(name).map_err(|e| InitError::Unavailable(e.to_string()))?;
+            let listener = tcp::listen(SocketAddr::new(env.bind, port))
+                .map_err(os("binding the RDMA control listener"))?;
+            let me = listener
+                .local_addr()
+                .map_err(os("reading the listener address"))?;
+            let (peers, control) =
+                launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+            let cfg = RdmaConfig {
+                device: config.rdma_device.clone(),
+                port: config.rdma_port,
+                gid_index: config.rdma_gid_index,
+                tcp: TcpConfig {
+                    heartbeat,
+                    peer_timeout,
+                    connect_timeout: Duration::from_secs(60),
+                },
+            };
+            let unavailable = |e: dsm_transport::rdma::RdmaError| match e {
+                dsm_transport::rdma::RdmaError::Verbs { .. } => {
+                    InitError::Unavailable(e.to_string())
+                }
+                _ => InitError::Job(e.to_string()),
+            };
+            let t: Box<dyn Transport> = if config.comm_type == CommType::RdmaRc {
+                Box::new(
+                    RcTransport::establish(listener, env.rank, &peers, env.cookie, &cfg)
+                        .map_err(unavailable)?,
+                )
+            } else {
+                let rel = ReliableConfig {
+                    window: config.msg_queue_size,
+                    peer_timeout,
+                    heartbeat,
+                    ..ReliableConfig::default()
+                };
+                Box::new(
+                    UdTransport::establish(listener, env.rank, &peers, env.cookie, &cfg, rel)
+                        .map_err(unavailable)?,
+                )
+            };
+            log::debug!("{name} up");
+            Ok((t, control))
+        }
+        #[cfg(not(feature = "rdma"))]
+        CommType::RdmaRc | CommType::RdmaUd => Err(InitError::Unavailable(format!(
+            "comm_type = {}: this build has no RDMA; build with `cargo build --release --features dsm-runtime/rdma`",
             config.comm_type.name()
         ))),
     }
@@ -348,7 +404,7 @@ impl Dsm {
         policy: AllocPolicy,
     ) -> Result<SharedArray<T>, UsageError> {
         let bytes = (len * std::mem::size_of::<T>()).max(1) as u64;
-        let off = self.call(move |s, _| s.node.alloc(policy, bytes).map(|a| Some(a.0)))?;
+        let off = self.call(move |s, _| s.alloc(policy, bytes).map(Some))?;
         Ok(SharedArray::new((self.base + off as usize) as *mut T, len))
     }
 

@@ -44,6 +44,13 @@ impl Region {
         })
     }
 
+    /// The service view's address of region byte `off` (for registering home pages with an
+    /// RDMA device: the mapping lives as long as the process).
+    pub fn service_addr(&self, off: usize) -> *mut u8 {
+        assert!(off <= self.len, "offset {off} outside the region");
+        self.service_base.wrapping_add(off)
+    }
+
     fn page_ptr(&self, page: PageNum) -> *mut u8 {
         let off = page.index() * PAGE_SIZE;
         if off + PAGE_SIZE > self.len {

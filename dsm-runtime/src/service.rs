@@ -13,7 +13,10 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use dsm_core::{Access, Effect, Node, NodeId, PageNum, Stats, Time, UsageError, WaiterId, codec};
+use dsm_core::{
+    Access, AllocPolicy, Effect, Msg, Node, NodeId, PAGE_SIZE, PageBuf, PageNum, Stats, Time,
+    UsageError, WaiterId, codec,
+};
 use dsm_transport::Transport;
 use dsm_transport::reliable::Event;
 
@@ -330,6 +333,20 @@ impl Service {
                         }
                     }
                 }
+                Event::Read { from, token, bytes } => {
+                    // A one-sided read of consecutive pages from page `token`: handled as the
+                    // home's grants would be.
+                    let now = self.now();
+                    for (i, chunk) in bytes.chunks_exact(PAGE_SIZE).enumerate() {
+                        let mut data = PageBuf::zeroed();
+                        data.0.copy_from_slice(chunk);
+                        let page = PageNum(token as u32 + i as u32);
+                        let msg = Msg::GetPageGrant { page, data };
+                        if let Err(e) = self.node.handle_message(now, NodeId(from), msg) {
+                            fatal(&format!("one-sided read of {page} from node {from}: {e}"));
+                        }
+                    }
+                }
                 Event::PeerLost {
                     peer,
                     silent_for,
@@ -361,15 +378,87 @@ impl Service {
         }
     }
 
+    /// Allocates collectively; with one-sided reads, registers this node's home pages of the
+    /// allocation with the transport so peers can read them without asking.
+    pub fn alloc(&mut self, policy: AllocPolicy, bytes: u64) -> Result<u64, UsageError> {
+        let first_page = self.node.pages_allocated();
+        let addr = self.node.alloc(policy, bytes)?;
+        if self.node.config().remote_reads {
+            let me = self.node.id();
+            let homes: Vec<usize> = (first_page..self.node.pages_allocated())
+                .filter(|&p| self.node.home_of(PageNum(p as u32)) == Some(me))
+                .collect();
+            if let (Some(&lo), Some(&hi), Some(t)) =
+                (homes.first(), homes.last(), self.transport.as_mut())
+            {
+                // One registration from the first home page to the last: pages of other homes
+                // in between are pinned too but never read remotely.
+                let off = lo * PAGE_SIZE;
+                let len = (hi + 1 - lo) * PAGE_SIZE;
+                let ptr = self.node.memory().service_addr(off);
+                if let Err(e) = t.export(off as u64, ptr, len) {
+                    fatal(&format!(
+                        "registering {len} bytes of home pages for one-sided reads: {e} \
+                         (raise `ulimit -l`, or set one_sided_reads = off)"
+                    ));
+                }
+            }
+        }
+        Ok(addr.0)
+    }
+
+    /// Turns a GETP into one-sided reads of the home's memory, one per run of consecutive
+    /// pages; `false` (nothing issued) when the transport cannot take them all now.
+    fn read_one_sided(&mut self, home: NodeId, pages: &[PageNum]) -> bool {
+        let Some(t) = self.transport.as_mut() else {
+            return false;
+        };
+        let max_pages = (t.max_read() / PAGE_SIZE).max(1);
+        let mut runs: Vec<(PageNum, usize)> = Vec::new();
+        for &p in pages {
+            match runs.last_mut() {
+                Some((first, n)) if first.0 as usize + *n == p.0 as usize && *n < max_pages => {
+                    *n += 1
+                }
+                _ => runs.push((p, 1)),
+            }
+        }
+        let offset = |p: PageNum| p.index() as u64 * PAGE_SIZE as u64;
+        if !runs
+            .iter()
+            .all(|&(p, n)| t.can_read(home.0, offset(p), n * PAGE_SIZE))
+        {
+            return false;
+        }
+        let now = Instant::now();
+        for (p, n) in runs {
+            if !t.read(now, home.0, offset(p), n * PAGE_SIZE, u64::from(p.0)) {
+                fatal("the transport refused a one-sided read it had accepted");
+            }
+        }
+        true
+    }
+
     fn drain_core(&mut self) -> bool {
         let mut any = false;
+        let one_sided = self.node.config().remote_reads;
         while let Some(tx) = self.node.poll_transmit() {
             any = true;
+            if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
+                if self.read_one_sided(tx.to, pages) {
+                    continue;
+                }
+            }
             self.frame.clear();
             codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut self.frame);
             match &mut self.transport {
                 Some(t) => t.send(Instant::now(), tx.to.0, &self.frame),
                 None => fatal("a one-node job tried to send a message"),
+            }
+        }
+        if any {
+            if let Some(t) = &mut self.transport {
+                t.flush(Instant::now());
             }
         }
         while let Some(effect) = self.node.poll_effect() {

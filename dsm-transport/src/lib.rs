@@ -19,6 +19,8 @@
 
 pub mod impair;
 pub mod loopback;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod reliable;
 pub mod sys;
 pub mod tcp;
@@ -55,6 +57,33 @@ pub trait Transport: Send {
     }
     /// Traffic refused as foreign or forged.
     fn rejected(&self) -> u64 {
+        0
+    }
+    /// Hands what [`Transport::send`] queued to the network. Transports that batch (RDMA RC
+    /// posts one chained work-request list per peer) send here; others sent already.
+    fn flush(&mut self, _now: Instant) {}
+
+    // ----- one-sided reads: a capability, offered by RDMA RC -----
+
+    /// Makes region bytes `offset..offset + len`, mapped here at `addr`, readable by peers
+    /// without a message. `Ok(false)`: this transport has no one-sided reads. `addr..addr+len`
+    /// must stay mapped for the life of the transport.
+    fn export(&mut self, _offset: u64, _addr: *mut u8, _len: usize) -> std::io::Result<bool> {
+        Ok(false)
+    }
+    /// Whether [`Transport::read`] of `len` bytes at region `offset` from `from` would be taken
+    /// now (the peer exported them and a buffer is free).
+    fn can_read(&self, _from: u16, _offset: u64, _len: usize) -> bool {
+        false
+    }
+    /// Reads `len` bytes at region `offset` of node `from`'s memory without involving its
+    /// CPU; completes with [`Event::Read`] carrying `token`. `false`: not taken (ask with a
+    /// message instead).
+    fn read(&mut self, _now: Instant, _from: u16, _offset: u64, _len: usize, _token: u64) -> bool {
+        false
+    }
+    /// The longest single one-sided read.
+    fn max_read(&self) -> usize {
         0
     }
 }

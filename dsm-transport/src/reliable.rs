@@ -82,6 +82,15 @@ pub enum Event {
         /// What gave it away: `"silent"` (no answer for the peer timeout), `"connection closed"`...
         cause: &'static str,
     },
+    /// A one-sided read ([`crate::Transport::read`]) of `from`'s memory completed.
+    Read {
+        /// Whose memory was read.
+        from: u16,
+        /// The token given to the read.
+        token: u64,
+        /// The bytes read.
+        bytes: Vec<u8>,
+    },
 }
 
 /// Why a datagram was dropped.
@@ -650,7 +659,7 @@ mod tests {
                         assert_eq!(from, 0);
                         got.push(bytes);
                     }
-                    Event::PeerLost { .. } => panic!("peer lost on a link that delivers"),
+                    other => panic!("unexpected {other:?} on a link that delivers"),
                 }
             }
             while a.poll_event().is_some() {}

@@ -85,14 +85,8 @@ fn main() -> ExitCode {
             return usage_error(&e.to_string());
         }
     }
-    match cfg.comm_type {
-        CommType::Udp | CommType::Tcp => {}
-        CommType::RdmaRc | CommType::RdmaUd => {
-            return usage_error(&format!(
-                "--transport {}: this dsmrun was built without RDMA; build with `cargo build --release --features rdma`",
-                cfg.comm_type.name()
-            ));
-        }
+    if let Err(e) = transport_available(cfg.comm_type) {
+        return usage_error(&e);
     }
     let hosts: Vec<Host> = match &args.hosts {
         Some(path) => {
@@ -189,5 +183,22 @@ fn main() -> ExitCode {
             eprintln!("dsmrun: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Whether this build and this machine can run `comm_type`, checked before any node starts.
+/// (Checked here for local nodes; remote hosts check their own devices at start.)
+fn transport_available(comm_type: CommType) -> Result<(), String> {
+    match comm_type {
+        CommType::Udp | CommType::Tcp => Ok(()),
+        #[cfg(feature = "rdma")]
+        CommType::RdmaRc | CommType::RdmaUd => dsm_transport::rdma::probe(comm_type.name())
+            .map(|_| ())
+            .map_err(|e| format!("--transport {e}")),
+        #[cfg(not(feature = "rdma"))]
+        CommType::RdmaRc | CommType::RdmaUd => Err(format!(
+            "--transport {}: this dsmrun was built without RDMA; build with `cargo build --release --features dsm-runtime/rdma`",
+            comm_type.name()
+        )),
     }
 }
