@@ -226,10 +226,9 @@ impl RcTransport {
                 }
             }
         }
+        // Reported, not acted on: the runtime ends the job; the connection itself is only
+        // abandoned when the NIC says it is broken.
         while let Some(ev) = self.ctl.poll_lost() {
-            if let Event::PeerLost { peer, .. } = ev {
-                self.peers[usize::from(peer)].lost = true;
-            }
             self.events.push_back(ev);
         }
     }

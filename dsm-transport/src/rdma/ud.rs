@@ -28,9 +28,14 @@ use crate::sys::Epoll;
 const NAME: &str = "rdma-ud";
 /// Bytes of Global Routing Header the NIC puts before every received datagram.
 pub const GRH_BYTES: usize = 40;
-const RECV_BUFFERS: usize = 1024;
-const SEND_BUFFERS: usize = 1024;
-const SEND_DEPTH: usize = 1024;
+/// Receive buffers: room for a full window from every peer at once, within bounds.
+fn recv_buffers(peers: usize, window: usize) -> usize {
+    (window * peers.saturating_sub(1)).clamp(1024, 16 * 1024)
+}
+/// The send window in datagrams: at least 256 KiB in flight per peer (datagrams are only as large
+/// as the MTU, 1 KiB on Soft-RoCE over a 1500-byte link, so UDP's 64-datagram default is too
+/// small).
+const MIN_WINDOW_BYTES: usize = 256 * 1024;
 
 const KIND_SEND: u64 = 1;
 const KIND_RECV: u64 = 2;
@@ -77,16 +82,19 @@ impl UdTransport {
         };
         let dev = Device::open(cfg.device.as_deref(), cfg.port, cfg.gid_index).map_err(verbs)?;
         let mtu = dev.active_mtu();
-        let cq = CompletionQueue::new(&dev, RECV_BUFFERS + SEND_DEPTH + 64).map_err(verbs)?;
+        rel.window = rel.window.max(MIN_WINDOW_BYTES / mtu);
+        let recv_count = recv_buffers(peers.len(), rel.window);
+        let send_count = recv_count;
+        let cq = CompletionQueue::new(&dev, recv_count + send_count + 64).map_err(verbs)?;
         let mut qp =
-            QueuePair::new(&dev, QpType::Ud, &cq, None, SEND_DEPTH, RECV_BUFFERS).map_err(verbs)?;
-        let send_pool = BufferPool::new(&dev, SEND_BUFFERS, mtu).map_err(verbs)?;
-        let recv_pool = BufferPool::new(&dev, RECV_BUFFERS, mtu + GRH_BYTES).map_err(verbs)?;
+            QueuePair::new(&dev, QpType::Ud, &cq, None, send_count, recv_count).map_err(verbs)?;
+        let send_pool = BufferPool::new(&dev, send_count, mtu).map_err(verbs)?;
+        let recv_pool = BufferPool::new(&dev, recv_count, mtu + GRH_BYTES).map_err(verbs)?;
         // Q_Keys with the top bit set are privileged: keep it clear.
         let qkey = ((cookie ^ (cookie >> 32)) as u32) & 0x7fff_ffff;
         qp.ready_ud(qkey, (cookie as u32) & 0xff_ffff)
             .map_err(verbs)?;
-        let recvs: Vec<(u64, Buf<'_>)> = (0..RECV_BUFFERS)
+        let recvs: Vec<(u64, Buf<'_>)> = (0..recv_count)
             .map(|s| (wr_id(KIND_RECV, s), whole(&recv_pool, s)))
             .collect();
         qp.post_recv(&recvs).map_err(verbs)?;
@@ -247,7 +255,7 @@ impl UdTransport {
         let mut ops: Vec<(u64, SendOp<'_>)> = Vec::new();
         while let Some((to, d)) = self.rel.poll_transmit() {
             let slot = match self.free_send.pop() {
-                Some(s) if self.in_flight + ops.len() < SEND_DEPTH => s,
+                Some(s) if self.in_flight + ops.len() < self.send_pool.count() => s,
                 other => {
                     // No buffer: lost like a datagram the kernel refuses; sent again later.
                     if let Some(s) = other {

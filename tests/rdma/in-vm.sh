@@ -1,0 +1,105 @@
+#!/bin/sh
+# Runs inside the Soft-RoCE VM (../shared/rdma-vm/run.sh), from the repository root, with the
+# binaries of an RDMA build in $B (default target/rdma/release). Started by scripts/test-rdma.
+#
+#   in-vm.sh one          2 and 4 nodes in this VM over rxe0: apps exact on rdma-rc (one-sided
+#                         reads on and off) and rdma-ud; the transport conformance suite; a node
+#                         killed mid-job ends the job with an error naming it
+#   in-vm.sh pair JOBID   one node in each of two VMs (run with --pair): apps exact over the cable
+#
+# Every failure prints what ran and its output, and the script exits non-zero.
+B=${B:-target/rdma/release}
+mode=$1
+fails=0
+log=$(mktemp)
+
+check() { # check NAME EXPECTED-TEXT COMMAND... : the command exits 0 and prints EXPECTED-TEXT
+  name=$1 want=$2; shift 2
+  start=$(date +%s)
+  timeout 300 "$@" >"$log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ] && { [ -z "$want" ] || grep -q "$want" "$log"; }; then
+    echo "ok   $name (${took}s): $(grep "${want:-.}" "$log" | head -1)"
+  else
+    echo "FAIL $name (rc=$rc, ${took}s): $*"
+    sed 's/^/     | /' "$log" | tail -30
+    fails=$((fails + 1))
+  fi
+}
+
+newest() { # newest PREFIX: the newest process whose command line starts with PREFIX (no pgrep here)
+  for d in /proc/[0-9]*; do
+    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "^$1" && echo "${d#/proc/}"
+  done | sort -n | tail -1
+}
+
+apps() { # apps PREFIX RUNNER...
+  prefix=$1; shift
+  check "$prefix matmul" "matmul OK" "$@" "$B/matmul" 192 f64
+  check "$prefix sor" "sor OK" "$@" "$B/sor" 128 10
+  check "$prefix lu" "lu OK" "$@" "$B/lu" 128 16
+}
+
+case $mode in
+one)
+  for t in rdma-rc rdma-ud; do
+    apps "$t 2 nodes" "$B/dsmrun" -n 2 --transport $t
+  done
+  apps "rdma-rc 2 nodes, one-sided reads off" "$B/dsmrun" -n 2 --transport rdma-rc --set one_sided_reads=off
+  for t in rdma-rc rdma-ud; do
+    check "$t 4 nodes matmul" "matmul OK" "$B/dsmrun" -n 4 --transport $t "$B/matmul" 192 f64
+  done
+  check "rdma-rc C matmul on jia.h" "OK" "$B/dsmrun" -n 2 --transport rdma-rc "$B/c-matmul" 128
+  conf=$(ls -t "$B"/deps/conformance-* 2>/dev/null | grep -v '\.d$' | head -1)
+  if [ -n "$conf" ]; then
+    check "conformance suite (rdma-rc, rdma-ud)" "test result: ok" \
+      env DSM_TEST_RDMA=only "$conf" --test-threads 1
+  else
+    echo "FAIL conformance suite: no test binary under $B/deps"; fails=$((fails + 1))
+  fi
+  # kill -9 of node 1 in the middle of a job: dsmrun ends non-zero, naming node 1, in time.
+  for t in rdma-rc rdma-ud; do
+    start=$(date +%s)
+    timeout 60 "$B/dsmrun" -n 2 --transport $t "$B/probe" sleep 60 >"$log" 2>&1 &
+    runner=$!
+    sleep 3
+    victim=$(newest "$B/probe sleep")
+    [ -n "$victim" ] && kill -9 "$victim"
+    wait $runner; rc=$?
+    took=$(( $(date +%s) - start - 3 ))
+    if [ $rc -ne 0 ] && grep -q "node 1 .*killed" "$log" && [ $took -le 10 ]; then
+      echo "ok   $t kill -9 of node 1 detected (rc=$rc, ${took}s): $(grep 'node 1' "$log" | head -1)"
+    else
+      echo "FAIL $t kill -9 of node 1 (rc=$rc, ${took}s)"; sed 's/^/     | /' "$log" | tail -20
+      fails=$((fails + 1))
+    fi
+  done
+  ;;
+pair)
+  job=$2
+  # Ranks from the VM index (as srun would give them), rendezvous through a file in the shared
+  # folder, each node's control address on its cable interface.
+  for t in rdma-rc rdma-ud; do
+    for os in on off; do
+      [ $t = rdma-ud ] && [ $os = off ] && continue
+      # Only node 0 prints the result line; every node exits non-zero on a wrong result.
+      want=""; [ "$RDMA_VM_INDEX" = 0 ] && want=OK
+      for app in "matmul 192 f64" "sor 128 10" "lu 128 16"; do
+        name=${app%% *}
+        # A rendezvous file per run: rank 1 must never read the one of the run before.
+        export SLURM_PROCID=$RDMA_VM_INDEX SLURM_NTASKS=2 DSM_BIND=$RDMA_VM_IP \
+          DSM_COMM_TYPE=$t DSM_ONE_SIDED_READS=$os DSM_RENDEZVOUS_FILE=.dsm-rdma-pair-$job-$t-$os-$name
+        # shellcheck disable=SC2086
+        check "$t one-sided=$os pair $name" "$want" "$B/$name" ${app#* }
+        [ "$RDMA_VM_INDEX" = 0 ] && rm -f "$DSM_RENDEZVOUS_FILE"
+      done
+    done
+  done
+  ;;
+*)
+  echo "usage: in-vm.sh one | pair JOBID" >&2; exit 2;;
+esac
+rm -f "$log"
+[ $fails -eq 0 ] && echo "all RDMA checks passed ($mode)" || echo "$fails RDMA check(s) failed ($mode)"
+[ $fails -eq 0 ]
