@@ -312,3 +312,62 @@ pub struct RdmaStats {
     /// Receives from unknown QPs or malformed control messages.
     pub rejected: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_and_export_messages_round_trip() {
+        let ep = verbs::Endpoint {
+            gid: [7; 16],
+            qpn: 0x11_2233,
+            psn: 0xab_cdef,
+        };
+        assert_eq!(
+            decode_endpoint(&encode_endpoint(&ep, 1024)),
+            Some((ep, 1024))
+        );
+        let e = Export {
+            offset: 1 << 33,
+            len: 12 << 12,
+            addr: 0x7f00_dead_b000,
+            rkey: 0x1234,
+        };
+        assert_eq!(decode_export(&encode_export(&e)), Some(e));
+    }
+
+    #[test]
+    fn malformed_control_messages_are_refused_not_trusted() {
+        let ep = encode_endpoint(
+            &verbs::Endpoint {
+                gid: [1; 16],
+                qpn: 5,
+                psn: 6,
+            },
+            4096,
+        );
+        let ex = encode_export(&Export {
+            offset: 0,
+            len: 4096,
+            addr: 1,
+            rkey: 2,
+        });
+        for m in [&ep[..], &ex[..]] {
+            for cut in 0..m.len() {
+                assert_eq!(decode_endpoint(&m[..cut]), None);
+                assert_eq!(decode_export(&m[..cut]), None);
+            }
+        }
+        // The other tag, or a byte too many.
+        assert_eq!(decode_export(&ep), None);
+        assert_eq!(decode_endpoint(&ex), None);
+        let mut long = ex.clone();
+        long.push(0);
+        assert_eq!(decode_export(&long), None);
+        // A PSN is 24 bits whatever the peer sends.
+        let mut wide = ep.clone();
+        wide[21..25].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode_endpoint(&wide).unwrap().0.psn, 0xff_ffff);
+    }
+}
