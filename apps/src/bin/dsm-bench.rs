@@ -30,6 +30,16 @@ struct Cell {
     prefetch: bool,
 }
 
+impl Cell {
+    /// `app`, or `app:arg:arg` when arguments were given (two sizes of one app stay apart).
+    fn label(&self) -> String {
+        std::iter::once(self.app.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Outcome {
     cell: Cell,
@@ -284,28 +294,31 @@ fn baseline_of<'a>(o: &Options, cell: &Cell, all: &'a [Outcome]) -> Option<&'a O
 }
 
 fn chart(prefix: &str, results: &[Outcome]) -> Result<(), String> {
-    let font = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    ]
-    .iter()
-    .find_map(|p| std::fs::read(p).ok())
-    .ok_or("no DejaVuSans.ttf (apt-get install fonts-dejavu-core)")?;
+    // DSM_BENCH_FONT names another TrueType file (the RDMA VM has no fonts of its own).
+    let custom = std::env::var("DSM_BENCH_FONT").ok();
+    let font = custom
+        .iter()
+        .map(String::as_str)
+        .chain([
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        ])
+        .find_map(|p| std::fs::read(p).ok())
+        .ok_or("no DejaVuSans.ttf (apt-get install fonts-dejavu-core, or set DSM_BENCH_FONT)")?;
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| "bad font file")?;
     // Bars: one group per app; one bar per (transport, nodes) with the first prefetch setting.
     let pf = results.first().is_none_or(|r| r.cell.prefetch);
-    let apps: Vec<String> =
-        results
-            .iter()
-            .map(|r| r.cell.app.clone())
-            .fold(Vec::new(), |mut v, a| {
-                if !v.contains(&a) {
-                    v.push(a);
-                }
-                v
-            });
+    let apps: Vec<String> = results
+        .iter()
+        .map(|r| r.cell.label())
+        .fold(Vec::new(), |mut v, a| {
+            if !v.contains(&a) {
+                v.push(a);
+            }
+            v
+        });
     let series: Vec<(String, usize)> = results
         .iter()
         .filter(|r| r.cell.prefetch == pf)
@@ -320,7 +333,7 @@ fn chart(prefix: &str, results: &[Outcome]) -> Result<(), String> {
         results
             .iter()
             .find(|r| {
-                r.cell.app == app
+                r.cell.label() == app
                     && r.cell.transport == s.0
                     && r.cell.nodes == s.1
                     && r.cell.prefetch == pf
@@ -444,7 +457,7 @@ fn continue_line(done: usize, total: usize, cell: &Cell, k: usize, repeat: usize
     if k == 0 {
         eprintln!(
             "[{done}/{total}] {} n={} {} prefetch={} x{repeat}",
-            cell.app,
+            cell.label(),
             cell.nodes,
             cell.transport,
             if cell.prefetch { "on" } else { "off" }
@@ -530,7 +543,7 @@ fn main() {
         " ".repeat(40)
     );
     let header = format!(
-        "{:<8} {:>5} {:<5} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
+        "{:<16} {:>5} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
         "app",
         "nodes",
         "net",
@@ -559,8 +572,8 @@ fn main() {
         let ratio_s = ratio.map_or("-".to_string(), |x| format!("{x:.2}x"));
         let pf = if r.cell.prefetch { "on" } else { "off" };
         println!(
-            "{:<8} {:>5} {:<5} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
-            r.cell.app,
+            "{:<16} {:>5} {:<7} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
+            r.cell.label(),
             r.cell.nodes,
             r.cell.transport,
             pf,
