@@ -137,7 +137,12 @@ impl Service {
             }
             busy |= self.handle_transport_events();
             busy |= self.drain_core();
-            self.handle_timers();
+            // Timers may raise events (a peer found silent): handle them before sleeping, or a
+            // 2-node job with nothing else due would sleep on them.
+            if self.handle_timers() {
+                busy |= self.handle_transport_events();
+                busy |= self.drain_core();
+            }
             if self.control_checked.elapsed() > Duration::from_millis(10) {
                 self.check_control();
             }
@@ -510,19 +515,24 @@ impl Service {
         v
     }
 
-    fn handle_timers(&mut self) {
+    /// Runs what is due; returns whether anything was.
+    fn handle_timers(&mut self) -> bool {
         let now = Instant::now();
+        let mut ran = false;
         if let Some(t) = &mut self.transport {
             if t.poll_timeout().is_some_and(|d| d <= now) {
                 t.handle_timeout(now);
+                ran = true;
             }
         }
         if let Some(c) = self.node.poll_timeout() {
             let n = self.now();
             if c <= n {
                 self.node.handle_timeout(n);
+                ran = true;
             }
         }
+        ran
     }
 
     /// After exit: keep serving until our messages are acknowledged (or the linger ends).

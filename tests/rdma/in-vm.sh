@@ -4,7 +4,8 @@
 #
 #   in-vm.sh one          2 and 4 nodes in this VM over rxe0: apps exact on rdma-rc (one-sided
 #                         reads on and off) and rdma-ud; the transport conformance suite; a node
-#                         killed mid-job ends the job with an error naming it
+#                         killed (kill -9) or stopped (SIGSTOP) mid-job ends the job with an
+#                         error naming it
 #   in-vm.sh pair JOBID   one node in each of two VMs (run with --pair): apps exact over the cable
 #
 # Every failure prints what ran and its output, and the script exits non-zero.
@@ -26,6 +27,13 @@ check() { # check NAME EXPECTED-TEXT COMMAND... : the command exits 0 and prints
     sed 's/^/     | /' "$log" | tail -30
     fails=$((fails + 1))
   fi
+}
+
+running() { # running: wait (up to 60 s) until every node of the probe job has passed its barrier
+  i=0
+  while [ $i -lt 600 ] && ! grep -q 'probe: node . running' "$log"; do
+    sleep 0.1; i=$((i + 1))
+  done
 }
 
 newest() { # newest PREFIX: the newest process whose command line starts with PREFIX (no pgrep here)
@@ -63,15 +71,36 @@ one)
     start=$(date +%s)
     timeout 60 "$B/dsmrun" -n 2 --transport $t "$B/probe" sleep 60 >"$log" 2>&1 &
     runner=$!
-    sleep 3
+    running
+    start=$(date +%s)
     victim=$(newest "$B/probe sleep")
     [ -n "$victim" ] && kill -9 "$victim"
     wait $runner; rc=$?
-    took=$(( $(date +%s) - start - 3 ))
+    took=$(( $(date +%s) - start ))
     if [ $rc -ne 0 ] && grep -q "node 1 .*killed" "$log" && [ $took -le 10 ]; then
-      echo "ok   $t kill -9 of node 1 detected (rc=$rc, ${took}s): $(grep 'node 1' "$log" | head -1)"
+      echo "ok   $t kill -9 of node 1 detected (rc=$rc, ${took}s): $(grep 'node 1 .*killed' "$log" | head -1)"
     else
       echo "FAIL $t kill -9 of node 1 (rc=$rc, ${took}s)"; sed 's/^/     | /' "$log" | tail -20
+      fails=$((fails + 1))
+    fi
+  done
+  # SIGSTOP of node 1: its NIC still acknowledges RC traffic, so only the control mesh's
+  # heartbeats can tell; with peer_timeout_ms=2000 the job must end naming it within seconds.
+  for t in rdma-rc rdma-ud; do
+    start=$(date +%s)
+    timeout 60 "$B/dsmrun" -n 2 --transport $t --set peer_timeout_ms=2000 "$B/probe" sleep 60 >"$log" 2>&1 &
+    runner=$!
+    running
+    start=$(date +%s)
+    victim=$(newest "$B/probe sleep")
+    [ -n "$victim" ] && kill -STOP "$victim"
+    wait $runner; rc=$?
+    [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+    took=$(( $(date +%s) - start ))
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "lost node 1" "$log" && [ $took -le 10 ]; then
+      echo "ok   $t SIGSTOP of node 1 detected (rc=$rc, ${took}s): $(grep 'lost node 1' "$log" | head -1)"
+    else
+      echo "FAIL $t SIGSTOP of node 1 (rc=$rc, ${took}s)"; sed 's/^/     | /' "$log" | tail -20
       fails=$((fails + 1))
     fi
   done

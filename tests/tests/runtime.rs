@@ -162,10 +162,12 @@ fn libc_sigabrt() -> i32 {
 
 #[test]
 fn a_stopped_node_is_detected_after_the_peer_timeout_and_named() {
-    for transport in ["udp", "tcp"] {
+    // 2 nodes too: there the silent peer is the only one, so nothing else wakes the survivor
+    // after its heartbeat timer finds the silence (a hang found in the RDMA VM tests).
+    for (nodes, transport) in [(3, "udp"), (3, "tcp"), (2, "udp"), (2, "tcp")] {
         let started = std::time::Instant::now();
         let out = dsmrun(
-            3,
+            nodes,
             &["--set", "peer_timeout_ms=1500", "--transport", transport],
             "probe",
             &["stop-node-1"],

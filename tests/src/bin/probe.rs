@@ -336,6 +336,9 @@ fn main() {
         }
         "sleep" => {
             dsm.barrier();
+            // Tests wait for this line before they kill or stop a node mid-job.
+            println!("probe: node {} running", dsm.id());
+            let _ = std::io::Write::flush(&mut std::io::stdout());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
         "panic" => {
