@@ -120,7 +120,8 @@ pair)
         export SLURM_PROCID=$RDMA_VM_INDEX SLURM_NTASKS=2 DSM_BIND=$RDMA_VM_IP \
           DSM_COMM_TYPE=$t DSM_ONE_SIDED_READS=$os DSM_RENDEZVOUS_FILE=.dsm-rdma-pair-$job-$t-$os-$name
         # shellcheck disable=SC2086
-        check "$t one-sided=$os pair $name" "$want" "$B/$name" ${app#* }
+        label="$t one-sided=$os"; [ $t = rdma-ud ] && label=$t
+        check "$label pair $name" "$want" "$B/$name" ${app#* }
         [ "$RDMA_VM_INDEX" = 0 ] && rm -f "$DSM_RENDEZVOUS_FILE"
       done
     done
