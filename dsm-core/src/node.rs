@@ -21,7 +21,7 @@ use crate::pages::{Cache, PageEntry};
 use crate::stats::Stats;
 use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock, Managers};
 use crate::types::{
-    Access, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageNum,
+    Access, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
     PageState, Time, WaiterId,
 };
 
@@ -503,6 +503,37 @@ impl<M: PageMemory> Node<M> {
         self.stats.msgs_received[k] += 1;
         self.stats.bytes_received[k] += codec::frame_len(&msg) as u64;
         let result = self.dispatch(now, from, msg);
+        self.drain_loopback(now);
+        result
+    }
+
+    /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided
+    /// reads of the home's memory: it never went on the wire, so it leaves the message counts.
+    pub fn sent_as_reads(&mut self, msg: &Msg) {
+        let k = msg.kind().index();
+        self.stats.msgs_sent[k] = self.stats.msgs_sent[k].saturating_sub(1);
+        self.stats.bytes_sent[k] =
+            self.stats.bytes_sent[k].saturating_sub(codec::frame_len(msg) as u64);
+    }
+
+    /// A page read one-sided from `from`'s memory (see [`CoreConfig::remote_reads`]): handled as
+    /// the home's grant would be, counted as a read, not as a message.
+    pub fn handle_page_read(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        page: PageNum,
+        data: PageBuf,
+    ) -> Result<(), ProtocolError> {
+        if from.0 >= self.cfg.nodes || from == self.cfg.node {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::GetPageGrant,
+                why: "page read from a node outside the job or from this one",
+            });
+        }
+        self.stats.pages_read_one_sided += 1;
+        let result = self.on_page_grant(now, from, page, data);
         self.drain_loopback(now);
         result
     }

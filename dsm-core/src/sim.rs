@@ -584,6 +584,7 @@ impl Cluster {
                 for frame in replies {
                     self.enqueue((key.1 | READ_CHANNEL, from), frame);
                 }
+                self.nodes[usize::from(from)].sent_as_reads(&msg);
                 return Ok(());
             }
         }
@@ -595,9 +596,13 @@ impl Cluster {
             });
         }
         Self::report_home_writes(&mut self.nodes[to], self.now);
-        self.nodes[to]
-            .handle_message(self.now, NodeId(from), msg)
-            .map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
+        let result = match msg {
+            Msg::GetPageGrant { page, data } if key.0 & READ_CHANNEL != 0 => {
+                self.nodes[to].handle_page_read(self.now, NodeId(from), page, data)
+            }
+            msg => self.nodes[to].handle_message(self.now, NodeId(from), msg),
+        };
+        result.map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
         self.after_input(to)
     }
 

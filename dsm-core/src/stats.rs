@@ -70,12 +70,14 @@ stats! {
     write_faults_remote,
     /// Faults that joined a request already in flight for the same page.
     faults_joined,
-    /// GETP messages sent.
+    /// GETP requests made (as messages, or as one-sided reads where the transport offers them).
     getp_sent,
     /// Pages asked for on demand (the faulting page).
     pages_fetched,
     /// Pages served to other nodes as their home.
     pages_served,
+    /// Pages fetched by one-sided reads of their home's memory (RDMA READ), without a message.
+    pages_read_one_sided,
     /// Pages asked for as prefetches.
     prefetch_requested,
     /// Prefetched pages touched before leaving the cache.

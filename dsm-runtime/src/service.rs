@@ -346,8 +346,7 @@ impl Service {
                         let mut data = PageBuf::zeroed();
                         data.0.copy_from_slice(chunk);
                         let page = PageNum(token as u32 + i as u32);
-                        let msg = Msg::GetPageGrant { page, data };
-                        if let Err(e) = self.node.handle_message(now, NodeId(from), msg) {
+                        if let Err(e) = self.node.handle_page_read(now, NodeId(from), page, data) {
                             fatal(&format!("one-sided read of {page} from node {from}: {e}"));
                         }
                     }
@@ -451,6 +450,7 @@ impl Service {
             any = true;
             if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
                 if self.read_one_sided(tx.to, pages) {
+                    self.node.sent_as_reads(&tx.msg);
                     continue;
                 }
             }
