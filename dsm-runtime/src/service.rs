@@ -17,8 +17,8 @@ use dsm_core::{
     Access, AllocPolicy, Effect, Msg, Node, NodeId, PAGE_SIZE, PageBuf, PageNum, Stats, Time,
     UsageError, WaiterId, codec,
 };
-use dsm_transport::Transport;
 use dsm_transport::reliable::Event;
+use dsm_transport::{ReadRange, Transport};
 
 use crate::region::Region;
 use crate::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
@@ -55,6 +55,8 @@ pub(crate) struct Service {
     pub node: Node<Region>,
     pub transport: Option<Box<dyn Transport>>,
     epoll: Epoll,
+    /// What the last sleep woke for (only the wake-up matters).
+    ready: Vec<(u64, u32)>,
     evfd: OwnedFd,
     cookie: u64,
     t0: Instant,
@@ -85,12 +87,12 @@ impl Service {
     ) -> std::io::Result<Service> {
         let epoll = Epoll::new()?;
         let evfd = sys::eventfd()?;
-        epoll.add(evfd.as_raw_fd(), 0)?;
+        epoll.add(evfd.as_raw_fd(), 0, false)?;
         if let Some(t) = &transport {
-            epoll.add(t.fd(), 1)?;
+            epoll.add(t.fd(), 1, false)?;
         }
         if let Some(c) = &control {
-            epoll.add(c.as_raw_fd(), 2)?;
+            epoll.add(c.as_raw_fd(), 2, false)?;
         }
         SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
         let node_is_zero = node.id() == NodeId(0);
@@ -98,6 +100,7 @@ impl Service {
             node,
             transport,
             epoll,
+            ready: Vec::with_capacity(64),
             evfd,
             cookie,
             t0,
@@ -182,7 +185,8 @@ impl Service {
                 left.as_millis().min(60_000) as i32
                     + i32::from(left.subsec_nanos() % 1_000_000 != 0)
             });
-            if let Err(e) = self.epoll.wait(timeout_ms) {
+            self.ready.clear();
+            if let Err(e) = self.epoll.ready(timeout_ms, &mut self.ready) {
                 fatal(&format!("epoll_wait failed: {e}"));
             }
         }
@@ -427,20 +431,15 @@ impl Service {
                 _ => runs.push((p, 1)),
             }
         }
-        let offset = |p: PageNum| p.index() as u64 * PAGE_SIZE as u64;
-        if !runs
-            .iter()
-            .all(|&(p, n)| t.can_read(home.0, offset(p), n * PAGE_SIZE))
-        {
-            return false;
-        }
-        let now = Instant::now();
-        for (p, n) in runs {
-            if !t.read(now, home.0, offset(p), n * PAGE_SIZE, u64::from(p.0)) {
-                fatal("the transport refused a one-sided read it had accepted");
-            }
-        }
-        true
+        let ranges: Vec<ReadRange> = runs
+            .into_iter()
+            .map(|(p, n)| ReadRange {
+                offset: p.index() as u64 * PAGE_SIZE as u64,
+                len: n * PAGE_SIZE,
+                token: u64::from(p.0),
+            })
+            .collect();
+        t.read(Instant::now(), home.0, &ranges)
     }
 
     fn drain_core(&mut self) -> bool {

@@ -31,6 +31,17 @@ use std::time::Instant;
 
 pub use reliable::Event;
 
+/// One range of a one-sided read: `len` bytes at region `offset`, reported with `token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadRange {
+    /// Offset in the shared region.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: usize,
+    /// Handed back in [`Event::Read`].
+    pub token: u64,
+}
+
 /// What every transport offers the runtime.
 pub trait Transport: Send {
     /// A short name (`udp`, `tcp`...).
@@ -71,15 +82,15 @@ pub trait Transport: Send {
     fn export(&mut self, _offset: u64, _addr: *mut u8, _len: usize) -> std::io::Result<bool> {
         Ok(false)
     }
-    /// Whether [`Transport::read`] of `len` bytes at region `offset` from `from` would be taken
-    /// now (the peer exported them and a buffer is free).
+    /// Whether a [`Transport::read`] of `len` bytes at region `offset` from `from` would be
+    /// taken now (the peer exported them and a buffer is free).
     fn can_read(&self, _from: u16, _offset: u64, _len: usize) -> bool {
         false
     }
-    /// Reads `len` bytes at region `offset` of node `from`'s memory without involving its
-    /// CPU; completes with [`Event::Read`] carrying `token`. `false`: not taken (ask with a
-    /// message instead).
-    fn read(&mut self, _now: Instant, _from: u16, _offset: u64, _len: usize, _token: u64) -> bool {
+    /// Reads `ranges` of node `from`'s memory without involving its CPU, all or none; each
+    /// completes with an [`Event::Read`] carrying its token. `false`: none taken (the peer has
+    /// not exported them, or too few buffers are free): ask with a message instead.
+    fn read(&mut self, _now: Instant, _from: u16, _ranges: &[ReadRange]) -> bool {
         false
     }
     /// The longest single one-sided read.

@@ -105,7 +105,7 @@ pub fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Adds 1 to an eventfd.
+/// Adds 1 to an eventfd. Async-signal-safe (one `write`): the runtime's fault handler uses it.
 pub fn eventfd_signal(fd: RawFd) {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a live u64.

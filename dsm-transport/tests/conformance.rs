@@ -401,8 +401,17 @@ fn one_sided_reads_return_the_exported_bytes_and_unexported_ranges_are_refused()
     let t0 = job[0].as_mut().unwrap();
     assert!(!t0.can_read(1, base + 65536 - 100, 4096), "past the export");
     assert!(!t0.can_read(1, 0, 4096), "before the export");
-    assert!(t0.read(Instant::now(), 1, base + 4096, 8192, 7));
-    assert!(t0.read(Instant::now(), 1, base, 100, 8));
+    let range = |offset, len, token| dsm_transport::ReadRange { offset, len, token };
+    assert!(
+        !t0.read(
+            Instant::now(),
+            1,
+            &[range(base, 100, 9), range(0, 4096, 10)]
+        ),
+        "all or none: one range outside the export refuses the batch"
+    );
+    assert!(t0.read(Instant::now(), 1, &[range(base + 4096, 8192, 7)]));
+    assert!(t0.read(Instant::now(), 1, &[range(base, 100, 8)]));
     t0.flush(Instant::now());
     let seen = pump(
         &mut job,

@@ -5,7 +5,7 @@ pub mod floor;
 pub mod signals;
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::AtomicU32;
 
 /// Calls a libc function returning -1 on error, turning it into an `io::Result`.
@@ -108,72 +108,8 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// A non-blocking eventfd.
-pub fn eventfd() -> io::Result<OwnedFd> {
-    // Plain flags, no pointers.
-    let fd = syscall!(eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))?;
-    // SAFETY: eventfd just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Adds 1 to an eventfd. Async-signal-safe.
-pub fn eventfd_signal(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to a descriptor; an error (counter overflow, which
-    // cannot happen at our rates) is harmless because the reader only needs readiness.
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-}
-
-/// Empties an eventfd.
-pub fn eventfd_drain(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live u64; EAGAIN when empty is fine.
-    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-}
-
-/// An epoll instance.
-pub struct Epoll(OwnedFd);
-
-impl Epoll {
-    /// A new epoll instance.
-    pub fn new() -> io::Result<Epoll> {
-        // Plain flags.
-        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-        // SAFETY: epoll_create1 just returned this descriptor; nothing else owns it.
-        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    /// Watches `fd` for input, reporting `token`.
-    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: token,
-        };
-        // ev is a live epoll_event; both descriptors are valid.
-        syscall!(epoll_ctl(
-            self.0.as_raw_fd(),
-            libc::EPOLL_CTL_ADD,
-            fd,
-            &mut ev
-        ))?;
-        Ok(())
-    }
-
-    /// Waits up to `timeout_ms` (-1: forever) for input; returns how many descriptors are ready.
-    pub fn wait(&self, timeout_ms: i32) -> io::Result<usize> {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        // SAFETY: the buffer holds 8 events and we pass 8.
-        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), 8, timeout_ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(0);
-            }
-            return Err(e);
-        }
-        Ok(n as usize)
-    }
-}
+// The eventfd and epoll helpers are the transport crate's (one copy for both crates).
+pub use dsm_transport::sys::{Epoll, eventfd, eventfd_drain, eventfd_signal};
 
 /// Sleeps while `*word == expected` (or until woken). Async-signal-safe.
 pub fn futex_wait(word: &AtomicU32, expected: u32) {

@@ -276,22 +276,15 @@ pub(crate) fn combined_epoll(fds: &[std::os::fd::RawFd]) -> io::Result<Epoll> {
 
 /// Whether an RDMA transport can start here: the device list, or why not (for error messages
 /// before any node starts).
-pub fn probe(transport: &str) -> Result<Vec<String>, RdmaError> {
+pub fn probe(transport: &'static str) -> Result<Vec<String>, RdmaError> {
     match device_names() {
         Ok(v) if v.is_empty() => Err(RdmaError::Verbs {
-            transport: static_name(transport),
+            transport,
             source: VerbsError::NoDevice("ibv_get_device_list found no devices".into()),
         }),
         Ok(v) => Ok(v),
-        Err(source) => Err(RdmaError::Verbs {
-            transport: static_name(transport),
-            source,
-        }),
+        Err(source) => Err(RdmaError::Verbs { transport, source }),
     }
-}
-
-fn static_name(t: &str) -> &'static str {
-    if t == "rdma-ud" { "rdma-ud" } else { "rdma-rc" }
 }
 
 /// Counters shared by both RDMA transports.
@@ -305,8 +298,6 @@ pub struct RdmaStats {
     pub reads: u64,
     /// Bytes read one-sided.
     pub read_bytes: u64,
-    /// Completion events taken from the channel (times the CQ woke us).
-    pub cq_events: u64,
     /// Datagrams dropped for lack of a send buffer (UD; retransmitted later).
     pub send_failures: u64,
     /// Receives from unknown QPs or malformed control messages.

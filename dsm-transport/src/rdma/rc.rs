@@ -27,9 +27,9 @@ use super::{
     Control, Export, RdmaConfig, RdmaError, RdmaStats, TAG_ENDPOINT, TAG_EXPORT, TAG_READY,
     combined_epoll, decode_endpoint, decode_export, encode_endpoint, encode_export,
 };
-use crate::Transport;
 use crate::reliable::Event;
 use crate::sys::Epoll;
+use crate::{ReadRange, Transport};
 
 const NAME: &str = "rdma-rc";
 /// Bytes per send/receive buffer (a page grant and its header fit in one).
@@ -92,7 +92,6 @@ pub struct RcTransport {
     repost: Vec<usize>,
     events: VecDeque<Event>,
     completions: Vec<Completion>,
-    armed: bool,
     stats: RdmaStats,
 }
 
@@ -192,7 +191,6 @@ impl RcTransport {
             repost: Vec::new(),
             events: VecDeque::new(),
             completions: Vec::with_capacity(64),
-            armed: true,
             stats: RdmaStats::default(),
         })
     }
@@ -234,28 +232,16 @@ impl RcTransport {
     }
 
     fn handle_completions(&mut self, now: Instant) -> usize {
-        let mut handled = 0;
-        loop {
-            let mut done = std::mem::take(&mut self.completions);
-            let n = self.cq.poll(&mut done, 64);
-            for c in &done {
-                self.complete(now, c);
-            }
-            self.completions = done;
-            handled += n;
-            if n == 0 {
-                if self.armed {
-                    break;
-                }
-                // Re-arm, then look once more: a completion between the last poll and the arm
-                // would otherwise raise no event.
-                if let Err(e) = self.cq.arm() {
-                    log::warn!("{NAME}: {e}");
-                }
-                self.armed = true;
-            }
+        let mut done = std::mem::take(&mut self.completions);
+        if let Err(e) = self.cq.drain(&mut done) {
+            log::warn!("{NAME}: {e}");
         }
-        handled
+        for c in &done {
+            self.complete(now, c);
+        }
+        let n = done.len();
+        self.completions = done;
+        n
     }
 
     fn complete(&mut self, _now: Instant, c: &Completion) {
@@ -402,6 +388,13 @@ impl RcTransport {
     }
 }
 
+/// The export of `exports` that holds region bytes `offset..offset + len`.
+fn export_for(exports: &[Export], offset: u64, len: usize) -> Option<&Export> {
+    exports
+        .iter()
+        .find(|e| e.offset <= offset && offset + len as u64 <= e.offset + e.len)
+}
+
 fn recv_buf(pool: &BufferPool, slot: usize) -> Buf<'_> {
     Buf {
         pool,
@@ -438,12 +431,7 @@ impl Transport for RcTransport {
     }
 
     fn poll_recv(&mut self, now: Instant) -> usize {
-        let events = self.cq.take_events();
-        if events > 0 {
-            self.stats.cq_events += u64::from(events);
-            self.armed = false;
-        }
-        self.handle_control(now, events == 0);
+        self.handle_control(now, false);
         let n = self.handle_completions(now);
         self.repost_receives();
         self.flush();
@@ -477,7 +465,7 @@ impl Transport for RcTransport {
             ("doorbells", s.doorbells),
             ("one-sided reads", s.reads),
             ("one-sided read bytes", s.read_bytes),
-            ("completion events", s.cq_events),
+            ("completion events", self.cq.events()),
             ("rejected", s.rejected + self.ctl.rejected),
         ]
     }
@@ -503,36 +491,37 @@ impl Transport for RcTransport {
     }
 
     fn can_read(&self, from: u16, offset: u64, len: usize) -> bool {
-        let Some(p) = self.peers.get(usize::from(from)) else {
-            return false;
-        };
-        len <= READ_BYTES
-            && !p.lost
-            && self.free_read.len() > p.reads.len()
-            && p.exports
-                .iter()
-                .any(|e| e.offset <= offset && offset + len as u64 <= e.offset + e.len)
+        self.peers.get(usize::from(from)).is_some_and(|p| {
+            !p.lost
+                && len <= READ_BYTES
+                && !self.free_read.is_empty()
+                && export_for(&p.exports, offset, len).is_some()
+        })
     }
 
-    fn read(&mut self, _now: Instant, from: u16, offset: u64, len: usize, token: u64) -> bool {
-        if !self.can_read(from, offset, len) {
+    fn read(&mut self, _now: Instant, from: u16, ranges: &[ReadRange]) -> bool {
+        let Some(p) = self.peers.get_mut(usize::from(from)) else {
+            return false;
+        };
+        if p.lost || ranges.len() > self.free_read.len() {
             return false;
         }
-        let Some(slot) = self.free_read.pop() else {
-            return false;
-        };
-        let p = &mut self.peers[usize::from(from)];
-        let Some(e) = p
-            .exports
-            .iter()
-            .find(|e| e.offset <= offset && offset + len as u64 <= e.offset + e.len)
-        else {
-            self.free_read.push(slot);
-            return false;
-        };
-        p.reads
-            .push((slot, e.addr + (offset - e.offset), e.rkey, len));
-        self.reads.insert(slot, (from, token, len));
+        let mut targets = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match export_for(&p.exports, r.offset, r.len) {
+                Some(e) if r.len <= READ_BYTES => {
+                    targets.push((e.addr + (r.offset - e.offset), e.rkey));
+                }
+                _ => return false,
+            }
+        }
+        let slots = self
+            .free_read
+            .split_off(self.free_read.len() - ranges.len());
+        for ((r, (addr, rkey)), slot) in ranges.iter().zip(targets).zip(slots) {
+            p.reads.push((slot, addr, rkey, r.len));
+            self.reads.insert(slot, (from, r.token, r.len));
+        }
         true
     }
 

@@ -56,12 +56,10 @@ pub struct UdTransport {
     remote_qpn: Vec<u32>,
     qpn_peer: HashMap<u32, u16>,
     free_send: Vec<usize>,
-    in_flight: usize,
     repost: Vec<usize>,
     events: VecDeque<Event>,
     completions: Vec<Completion>,
     datagram: Vec<u8>,
-    armed: bool,
     stats: RdmaStats,
 }
 
@@ -161,12 +159,10 @@ impl UdTransport {
             qkey,
             remote_qpn,
             qpn_peer,
-            in_flight: 0,
             repost: Vec::new(),
             events: VecDeque::new(),
             completions: Vec::with_capacity(64),
             datagram: Vec::with_capacity(mtu),
-            armed: true,
             stats: RdmaStats::default(),
         })
     }
@@ -177,26 +173,16 @@ impl UdTransport {
     }
 
     fn handle_completions(&mut self, now: Instant) -> usize {
-        let mut handled = 0;
-        loop {
-            let mut done = std::mem::take(&mut self.completions);
-            let n = self.cq.poll(&mut done, 64);
-            for c in &done {
-                self.complete(now, c);
-            }
-            self.completions = done;
-            handled += n;
-            if n == 0 {
-                if self.armed {
-                    break;
-                }
-                if let Err(e) = self.cq.arm() {
-                    log::warn!("{NAME}: {e}");
-                }
-                self.armed = true;
-            }
+        let mut done = std::mem::take(&mut self.completions);
+        if let Err(e) = self.cq.drain(&mut done) {
+            log::warn!("{NAME}: {e}");
         }
-        handled
+        for c in &done {
+            self.complete(now, c);
+        }
+        let n = done.len();
+        self.completions = done;
+        n
     }
 
     fn complete(&mut self, now: Instant, c: &Completion) {
@@ -226,7 +212,6 @@ impl UdTransport {
             (KIND_RECV, _) => self.repost.push(slot),
             _ => {
                 self.free_send.push(slot);
-                self.in_flight = self.in_flight.saturating_sub(1);
                 if let Err(why) = c.status {
                     // A lost datagram: the reliable layer sends it again.
                     log::debug!("{NAME}: send failed: {why}");
@@ -254,16 +239,11 @@ impl UdTransport {
     fn flush(&mut self) {
         let mut ops: Vec<(u64, SendOp<'_>)> = Vec::new();
         while let Some((to, d)) = self.rel.poll_transmit() {
-            let slot = match self.free_send.pop() {
-                Some(s) if self.in_flight + ops.len() < self.send_pool.count() => s,
-                other => {
-                    // No buffer: lost like a datagram the kernel refuses; sent again later.
-                    if let Some(s) = other {
-                        self.free_send.push(s);
-                    }
-                    self.stats.send_failures += 1;
-                    continue;
-                }
+            // One buffer per send-queue entry: a free buffer is a free entry too.
+            let Some(slot) = self.free_send.pop() else {
+                // Lost like a datagram the kernel refuses; the reliable layer sends it again.
+                self.stats.send_failures += 1;
+                continue;
             };
             let Some(Some(ah)) = self.ahs.get(usize::from(to)) else {
                 self.free_send.push(slot);
@@ -286,7 +266,6 @@ impl UdTransport {
         if ops.is_empty() {
             return;
         }
-        self.in_flight += ops.len();
         self.stats.posted += ops.len() as u64;
         self.stats.doorbells += 1;
         if let Err(e) = self.qp.post_send(&ops) {
@@ -297,7 +276,6 @@ impl UdTransport {
                 .map(|(id, _)| (id & 0xffff_ffff) as usize)
                 .collect();
             drop(ops);
-            self.in_flight -= slots.len();
             self.free_send.extend(slots);
         }
     }
@@ -346,12 +324,7 @@ impl Transport for UdTransport {
     }
 
     fn poll_recv(&mut self, now: Instant) -> usize {
-        let events = self.cq.take_events();
-        if events > 0 {
-            self.stats.cq_events += u64::from(events);
-            self.armed = false;
-        }
-        self.handle_control(now, events == 0);
+        self.handle_control(now, false);
         let n = self.handle_completions(now);
         self.repost_receives();
         self.flush();
@@ -393,7 +366,7 @@ impl Transport for UdTransport {
             ("duplicates dropped", r.duplicates),
             ("work requests posted", s.posted),
             ("doorbells", s.doorbells),
-            ("completion events", s.cq_events),
+            ("completion events", self.cq.events()),
             ("no send buffer", s.send_failures),
             ("rejected", r.rejected + s.rejected + self.ctl.rejected),
         ]

@@ -444,8 +444,19 @@ pub struct CompletionQueue {
     channel: *mut sys::ibv_comp_channel,
     cq: *mut sys::ibv_cq,
     unacked: u32,
+    /// The CQ will raise an event on its next completion (no event taken since the last arm).
+    armed: bool,
+    /// When the channel was last read.
+    last_take: std::time::Instant,
+    /// Events taken from the channel in all.
+    events: u64,
     _dev: Arc<Device>,
 }
+
+/// While idle, the channel is still read this often: an event that raced a poll (its
+/// completion already taken) would otherwise leave the descriptor readable, and the service
+/// thread awake, until the next completion.
+const IDLE_TAKE_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
 // SAFETY: the CQ and channel may be used from any thread (one at a time: `&mut self`).
 unsafe impl Send for CompletionQueue {}
@@ -466,10 +477,13 @@ impl CompletionQueue {
             unsafe { sys::ibv_destroy_comp_channel(channel) };
             return Err(call("ibv_create_cq")(e));
         }
-        let q = CompletionQueue {
+        let mut q = CompletionQueue {
             channel,
             cq,
             unacked: 0,
+            armed: false,
+            last_take: std::time::Instant::now(),
+            events: 0,
             _dev: Arc::clone(dev),
         };
         // SAFETY: `channel` is valid; its fd belongs to it.
@@ -480,22 +494,53 @@ impl CompletionQueue {
         Ok(q)
     }
 
-    /// The descriptor that becomes readable when a completion arrives after [`Self::arm`].
+    /// The descriptor that becomes readable when a completion arrives while the CQ is armed.
     pub fn fd(&self) -> RawFd {
         // SAFETY: `channel` is valid for the queue's life.
         unsafe { (*self.channel).fd }
     }
 
+    /// Events taken from the channel so far (times a completion woke us).
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
     /// Asks for an event on the next completion.
-    pub fn arm(&self) -> Result<(), VerbsError> {
+    fn arm(&mut self) -> Result<(), VerbsError> {
         // SAFETY: `cq` is valid.
         check("ibv_req_notify_cq", unsafe {
             sys::ibv_req_notify_cq(self.cq, 0)
-        })
+        })?;
+        self.armed = true;
+        Ok(())
+    }
+
+    /// Every completion waiting, into `out` (cleared first); leaves the CQ armed, so the
+    /// descriptor wakes a sleeper on the next one. Idle calls make no system call (beyond one
+    /// channel read per [`IDLE_TAKE_EVERY`]): the service thread calls this on every spin.
+    pub fn drain(&mut self, out: &mut Vec<Completion>) -> Result<(), VerbsError> {
+        out.clear();
+        loop {
+            let before = out.len();
+            self.poll_more(out);
+            if out.len() == before && self.armed {
+                if self.last_take.elapsed() < IDLE_TAKE_EVERY || self.take_events() == 0 {
+                    return Ok(());
+                }
+                // An event was pending: the CQ is disarmed, arm it and look again.
+            } else {
+                // Completions came: their event (if any) is on the channel; take it, re-arm,
+                // then look again, since a completion between the last poll and the arm
+                // raises no event.
+                self.take_events();
+            }
+            self.arm()?;
+        }
     }
 
     /// Consumes pending channel events (non-blocking); returns how many there were.
-    pub fn take_events(&mut self) -> u32 {
+    fn take_events(&mut self) -> u32 {
+        self.last_take = std::time::Instant::now();
         let mut n = 0;
         loop {
             let mut cq = ptr::null_mut();
@@ -507,6 +552,10 @@ impl CompletionQueue {
             }
             n += 1;
         }
+        if n > 0 {
+            self.armed = false;
+            self.events += u64::from(n);
+        }
         self.unacked += n;
         if self.unacked >= 64 {
             // SAFETY: acknowledges events received on this CQ.
@@ -516,13 +565,12 @@ impl CompletionQueue {
         n
     }
 
-    /// Moves up to `out.capacity()` completions into `out` (cleared first).
-    pub fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        out.clear();
+    /// Appends the completions waiting now to `out`.
+    fn poll_more(&mut self, out: &mut Vec<Completion>) {
         // SAFETY: an all-zero ibv_wc is valid plain data.
         let mut wcs: [sys::ibv_wc; 32] = unsafe { std::mem::zeroed() };
-        while out.len() < max {
-            let want = (max - out.len()).min(wcs.len()) as i32;
+        loop {
+            let want = wcs.len() as i32;
             // SAFETY: `cq` is valid and `wcs` has room for `want` entries.
             let n = unsafe { sys::ibv_poll_cq(self.cq, want, wcs.as_mut_ptr()) };
             if n <= 0 {
@@ -551,11 +599,10 @@ impl CompletionQueue {
                     src_qp: wc.src_qp,
                 });
             }
-            if (n as usize) < want as usize {
+            if n < want {
                 break;
             }
         }
-        out.len()
     }
 }
 
