@@ -228,6 +228,9 @@ pub struct Node<M: PageMemory> {
     pub(crate) failed: bool,
     /// The read-ahead window, in pages (grows while prefetched pages are used).
     pub(crate) read_ahead_pages: usize,
+    /// The page after the last one the latest request or read-ahead asked for: a demand fault
+    /// there means a thread streams faster than the read-ahead, which then grows, not resets.
+    pub(crate) stream_next: Option<PageNum>,
     /// GETPs for pages past our allocations, answered when we allocate them.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
@@ -281,6 +284,7 @@ impl<M: PageMemory> Node<M> {
             failed: false,
             early_requests: Vec::new(),
             read_ahead_pages: 0,
+            stream_next: None,
             scratch: Box::new([0; PAGE_SIZE]),
         }
     }

@@ -17,6 +17,12 @@ use crate::node::{
 };
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, Time, WaiterId};
 
+/// How far the read-ahead window may grow, in multiples of `prefetch_pages` (8 pages by default:
+/// up to 64 pages, 256 KB, per request). A round trip to a home whose service thread must first
+/// be woken costs hundreds of microseconds on a busy machine: few large requests beat many small
+/// ones for a thread streaming through remote memory.
+pub(crate) const READ_AHEAD_GROWTH: usize = 8;
+
 /// What this node holds of a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
@@ -225,10 +231,21 @@ impl<M: PageMemory> Node<M> {
         });
         self.fetches.insert(page, now);
         self.stats.pages_fetched += 1;
-        self.read_ahead_pages = 0;
+        let pf = self.cfg.prefetch;
+        // A fault right after the last window: the thread outran the read-ahead; ask for a
+        // larger window at once (otherwise start again from `prefetch_pages`).
+        self.read_ahead_pages = if self.stream_next == Some(page) {
+            (self.read_ahead_pages.max(pf.prefetch_pages as usize) * 2)
+                .min(READ_AHEAD_GROWTH * pf.prefetch_pages as usize)
+        } else {
+            0
+        };
+        let limit = self.read_ahead_pages.max(pf.prefetch_pages as usize);
+        let distance = (pf.max_checking_pages as usize).max(2 * limit) as u32;
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         by_home.entry(home).or_default().push(page);
-        let candidates = self.prefetch_candidates(page);
+        let candidates = self.candidates(page, limit, distance);
+        self.stream_next = Some(PageNum(candidates.last().unwrap_or(&page).0 + 1));
         self.add_prefetches(now, candidates, &mut by_home);
         // The demand request first, then prefetches to other homes.
         let demand = by_home.remove(&home).unwrap_or_default();
@@ -259,7 +276,9 @@ impl<M: PageMemory> Node<M> {
     /// Read-ahead: the first touch of a prefetched page near the end of the pages already asked
     /// for asks for the next window, so a thread walking through memory finds its next
     /// pages already arrived instead of waiting for a GETP per window. While prefetched pages keep
-    /// being used the window doubles, up to 8 times `prefetch_pages`; a demand fault resets it.
+    /// being used the window doubles, up to [`READ_AHEAD_GROWTH`] times `prefetch_pages`; a
+    /// demand fault resets it, unless it falls right after the last window (the thread outran
+    /// the read-ahead: the window doubles then too).
     fn read_ahead(&mut self, now: Time, page: PageNum) {
         let pf = self.cfg.prefetch;
         let window = self.read_ahead_pages.max(pf.prefetch_pages as usize);
@@ -280,7 +299,8 @@ impl<M: PageMemory> Node<M> {
         if candidates.len() < (window / 2).max(1) {
             return;
         }
-        self.read_ahead_pages = (window * 2).min(8 * pf.prefetch_pages as usize);
+        self.read_ahead_pages = (window * 2).min(READ_AHEAD_GROWTH * pf.prefetch_pages as usize);
+        self.stream_next = candidates.last().map(|p| PageNum(p.0 + 1));
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         self.add_prefetches(now, candidates, &mut by_home);
         for (h, pages) in by_home {
@@ -291,13 +311,6 @@ impl<M: PageMemory> Node<M> {
     fn send_get_page(&mut self, home: NodeId, access: Access, pages: Vec<PageNum>) {
         self.stats.getp_sent += 1;
         self.send(home, Msg::GetPage { access, pages });
-    }
-
-    /// Pages after `page`, within `max_checking_pages`, that are remote, invalid and not already
-    /// requested: at most `prefetch_pages`, and never more than half the cache.
-    fn prefetch_candidates(&self, page: PageNum) -> Vec<PageNum> {
-        let pf = self.cfg.prefetch;
-        self.candidates(page, pf.prefetch_pages as usize, pf.max_checking_pages)
     }
 
     /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page` (never

@@ -32,10 +32,12 @@ fn main() {
             format!("reliable: send + deliver + ack, {size} B message"),
             bench(20_000, || {
                 let now = Instant::now();
-                a.send(now, 1, &msg);
+                a.send(1, &msg);
+                a.flush(now);
                 while let Some((_, d)) = a.poll_transmit() {
                     b.handle_datagram(now, 0, &d).unwrap();
                 }
+                b.flush(now);
                 while let Some(e) = b.poll_event() {
                     black_box(e);
                 }
@@ -61,9 +63,11 @@ fn main() {
     rows.push((
         "udp transport: 64 B request, 4 KiB reply (one thread)".into(),
         bench(2_000, || {
-            a.send(Instant::now(), 1, &[0u8; 64]);
+            a.send(1, &[0u8; 64]);
+            a.flush(Instant::now());
             black_box(wait(&mut b));
-            b.send(Instant::now(), 0, &page);
+            b.send(0, &page);
+            b.flush(Instant::now());
             black_box(wait(&mut a));
         }),
     ));

@@ -119,6 +119,23 @@ pub fn eventfd_drain(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
+/// The receive buffer the kernel granted a socket, as it reports it (twice what it counts).
+pub fn socket_receive_buffer(fd: RawFd) -> Option<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live c_int and updates `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && v > 0).then_some(v as usize)
+}
+
 /// Asks the kernel for `bytes` of receive and send buffer on a socket (it may grant less).
 pub fn set_socket_buffers(fd: RawFd, bytes: libc::c_int) {
     for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {

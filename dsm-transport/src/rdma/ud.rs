@@ -315,11 +315,12 @@ impl Transport for UdTransport {
         self.epoll.as_raw_fd()
     }
 
-    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
-        self.rel.send(now, to, msg);
+    fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
+        self.rel.send(to, msg);
     }
 
-    fn flush(&mut self, _now: Instant) {
+    fn flush(&mut self, now: Instant) {
+        self.rel.flush(now);
         UdTransport::flush(self);
     }
 
@@ -327,6 +328,8 @@ impl Transport for UdTransport {
         self.handle_control(now, false);
         let n = self.handle_completions(now);
         self.repost_receives();
+        // One acknowledgement per peer for the whole batch (and what the acks opened up).
+        self.rel.flush(now);
         self.flush();
         n
     }
