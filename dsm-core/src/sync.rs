@@ -210,7 +210,7 @@ impl<M: PageMemory> Node<M> {
         }
         self.locks[i].holder = None;
         self.locks[i].releasing = true;
-        self.flush_writes(now);
+        self.flush_writes(now, false);
         let sent = self.locks[i].sent;
         let notices = self.notices_after(sent);
         self.locks[i].sent = self.interval;
@@ -419,7 +419,7 @@ impl<M: PageMemory> Node<M> {
     /// every node after it.
     pub fn barrier(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Barrier)?;
-        self.flush_writes(now);
+        self.flush_writes(now, true);
         let notices: Vec<PageNum> = std::mem::take(&mut self.written).into_keys().collect();
         for l in &mut self.locks {
             l.sent = 0;
@@ -454,7 +454,7 @@ impl<M: PageMemory> Node<M> {
     /// [`Effect::JobStats`] with every node's statistics comes before the resume.
     pub fn exit(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Exit)?;
-        self.flush_writes(now);
+        self.flush_writes(now, false);
         self.after_flush.push_back(AfterFlush::Exit {
             through: self.next_diff_id,
         });
@@ -687,7 +687,7 @@ impl<M: PageMemory> Node<M> {
     /// Sets `cv` and wakes its waiters; a release: writes before it are visible to them.
     pub fn setcv(&mut self, now: Time, cv: CvId, waiter: WaiterId) -> Result<(), UsageError> {
         Self::check_cv(cv)?;
-        self.flush_writes(now);
+        self.flush_writes(now, false);
         let c = usize::from(cv.0);
         let notices = self.notices_after(self.cvs[c].sent);
         self.cvs[c].sent = self.interval;

@@ -58,6 +58,8 @@ fn env_us(name: &str, default: Duration) -> Duration {
 }
 /// How long a node that exited keeps serving so its last messages are acknowledged.
 const LINGER: Duration = Duration::from_secs(2);
+/// How long a node in exit waits for its grant after node 0 closed its connections.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 pub(crate) struct Service {
     pub node: Node<Region>,
@@ -82,6 +84,9 @@ pub(crate) struct Service {
     stats_json: Option<String>,
     /// When an application thread last asked something.
     last_request: Instant,
+    /// Node 0 closed its connections while we waited for our exit grant: when, and the error
+    /// to report if the grant does not arrive within [`EXIT_GRACE`].
+    lost_in_exit: Option<(Instant, String)>,
 }
 
 impl Service {
@@ -120,6 +125,7 @@ impl Service {
             control_buf: Vec::new(),
             control_checked: Instant::now(),
             last_request: Instant::now(),
+            lost_in_exit: None,
             stats_json: std::env::var("DSM_STATS_JSON")
                 .ok()
                 .filter(|p| node_is_zero && !p.is_empty()),
@@ -163,6 +169,11 @@ impl Service {
             }
             if self.exit_finished() {
                 return;
+            }
+            if let Some((at, msg)) = &self.lost_in_exit {
+                if at.elapsed() > EXIT_GRACE {
+                    crate::fatal_with(msg, crate::EXIT_PEER_FAILED);
+                }
             }
             let now = Instant::now();
             if busy {
@@ -259,7 +270,8 @@ impl Service {
             .poll_timeout()
             .map(|c| self.t0 + Duration::from_nanos(c.0));
         let e = self.exit_done_at.map(|d| d + LINGER);
-        [t, c, e].into_iter().flatten().min()
+        let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
+        [t, c, e, g].into_iter().flatten().min()
     }
 
     fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
@@ -382,8 +394,8 @@ impl Service {
                     self.drain_core();
                     // In exit, a node other than node 0 closing its connections has its exit
                     // grant, so ours is on its way from node 0: not a failure.
-                    let peer_done =
-                        self.exit_waiter.is_some() && peer != 0 && cause == "connection closed";
+                    let in_exit = self.exit_waiter.is_some() && cause == "connection closed";
+                    let peer_done = in_exit && peer != 0;
                     if self.exit_done_at.is_none() && !peer_done {
                         let what = if cause == "silent" {
                             format!(
@@ -393,10 +405,15 @@ impl Service {
                         } else {
                             format!("{cause} (the node died or its host is unreachable)")
                         };
-                        crate::fatal_with(
-                            &format!("lost node {peer}: {what}"),
-                            crate::EXIT_PEER_FAILED,
-                        );
+                        let msg = format!("lost node {peer}: {what}");
+                        if in_exit {
+                            // Node 0 closes its connections once it has sent every exit grant;
+                            // ours may still wait in a queue polled after the closing was seen
+                            // (RDMA: the completion queue). Fail only if it does not come.
+                            self.lost_in_exit.get_or_insert((Instant::now(), msg));
+                        } else {
+                            crate::fatal_with(&msg, crate::EXIT_PEER_FAILED);
+                        }
                     }
                 }
             }
