@@ -46,7 +46,7 @@ pub struct VecMemory {
     /// Prefetched pages the "runtime" may open for reading by itself.
     prefetch_open: std::collections::BTreeSet<PageNum>,
     /// Pages so opened, not yet reported to the node.
-    pub opened_prefetches: Vec<PageNum>,
+    pub opened_prefetches: Vec<(PageNum, bool)>,
     /// Number of `protect` calls (each one would be one mprotect syscall).
     pub protect_calls: u64,
 }
@@ -95,14 +95,23 @@ impl VecMemory {
     }
 
     /// A read fault the runtime handles by itself on a prefetched page (see
-    /// [`PageMemory::allow_prefetch_open`]). Returns whether it did.
+    /// [`PageMemory::allow_prefetch_open`]), opening the allowed pages right after it too (up to
+    /// 63), as the real one does. Returns whether it did.
     pub fn open_prefetched(&mut self, page: PageNum) -> bool {
         if !self.prefetch_open.remove(&page) {
             return false;
         }
         self.grow(page);
         self.prot[page.index()] = Prot::Read;
-        self.opened_prefetches.push(page);
+        self.opened_prefetches.push((page, true));
+        for k in 1..64 {
+            let next = PageNum(page.0 + k);
+            if !self.prefetch_open.remove(&next) {
+                break;
+            }
+            self.prot[next.index()] = Prot::Read;
+            self.opened_prefetches.push((next, false));
+        }
         true
     }
 

@@ -171,9 +171,11 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// The runtime opened prefetched page `page` for a reader by itself (see
-    /// [`PageMemory::allow_prefetch_open`]): count the use and read further ahead. If the page was
-    /// dropped meanwhile, the core closed it again and there is nothing to do.
-    pub fn handle_prefetch_opened(&mut self, now: Time, page: PageNum) {
+    /// [`PageMemory::allow_prefetch_open`]): count the use and read further ahead. `faulted`:
+    /// a read fault on this page did it (otherwise it was opened along with the faulting page
+    /// before it, and counts as used but not as a fault). If the page was dropped meanwhile, the
+    /// core closed it again and there is nothing to do.
+    pub fn handle_prefetch_opened(&mut self, now: Time, page: PageNum, faulted: bool) {
         let Some(e) = self.table.get_mut(page.index()) else {
             return;
         };
@@ -182,7 +184,9 @@ impl<M: PageMemory> Node<M> {
         }
         e.frame = Frame::ReadOnly;
         self.stats.prefetch_used += 1;
-        self.count_local_fault(Access::Read);
+        if faulted {
+            self.count_local_fault(Access::Read);
+        }
         self.read_ahead(now, page);
         self.drain_loopback(now);
     }

@@ -610,8 +610,8 @@ impl Cluster {
         for page in std::mem::take(&mut node.memory_mut().opened_home_writes) {
             node.handle_home_write(page);
         }
-        for page in std::mem::take(&mut node.memory_mut().opened_prefetches) {
-            node.handle_prefetch_opened(now, page);
+        for (page, faulted) in std::mem::take(&mut node.memory_mut().opened_prefetches) {
+            node.handle_prefetch_opened(now, page, faulted);
         }
     }
 

@@ -364,7 +364,8 @@ fn prefetch_brings_the_following_pages_in_one_request() {
     assert_eq!(s.prefetch_requested, 4);
     assert_eq!(s.prefetch_used, 4);
     assert_eq!(s.read_faults_remote, 1);
-    assert_eq!(s.read_faults_local, 4);
+    // The first touch of a prefetched page opens the three after it too: one fault, not four.
+    assert_eq!(s.read_faults_local, 1);
 }
 
 #[test]

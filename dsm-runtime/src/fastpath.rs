@@ -8,7 +8,9 @@
 //!
 //! One byte of state per page: 0 none, 1 home-write allowed, 4 prefetch-open allowed, 2 and 5 a
 //! handler is opening it, 3 opened and queued for the service thread. A handler claims a page
-//! (1 -> 2 or 4 -> 5), mprotects, marks it 3 and queues it. Before the core changes a page's
+//! (1 -> 2 or 4 -> 5), mprotects, marks it 3 and queues it. A read claims the prefetched pages
+//! right after the faulting one too (each 4 -> 5), opens the run with one mprotect and queues
+//! each page (those without a fault of their own marked as opened along). Before the core changes a page's
 //! protection, `withdraw` takes the allowance back, waiting out an opening in progress so the
 //! core's mprotect always comes last. The service thread takes the queue before every request (so a
 //! thread's writes are recorded before its next release) and at every loop. The handler side uses
@@ -18,6 +20,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, 
 
 const QUEUE: usize = 1024;
 const PREFETCH_BIT: u64 = 1 << 40;
+const ALONG_BIT: u64 = 1 << 41;
 
 const NONE: u8 = 0;
 const HOME_WRITE: u8 = 1;
@@ -33,6 +36,8 @@ pub(crate) enum Opened {
     HomeWrite(usize),
     /// A prefetched page opened for reading.
     Prefetch(usize),
+    /// A prefetched page opened along with the one before it (no fault of its own).
+    PrefetchAlong(usize),
 }
 
 static STATE: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
@@ -104,14 +109,40 @@ pub(crate) fn claim(page: usize, write: bool) -> bool {
     })
 }
 
+/// Most pages one read fault opens after the faulting one.
+const MAX_RUN: usize = 63;
+
+/// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
+/// after it, as many as the queue surely has room for (it may fill only with other threads'
+/// pages meanwhile, up to [`crate::slots::MAX_THREADS`] of them). Returns how many.
+pub(crate) fn claim_following(page: usize) -> usize {
+    let room = QUEUE
+        .saturating_sub(PENDING.load(Ordering::SeqCst) as usize)
+        .saturating_sub(crate::slots::MAX_THREADS + 1)
+        .min(MAX_RUN);
+    (1..=room).take_while(|&k| claim(page + k, false)).count()
+}
+
 /// In the fault handler, after the mprotect: marks `page` opened and queues it for the service
 /// thread. False if the queue is full (the caller then takes the slow path, which does the same
 /// work again harmlessly).
 pub(crate) fn opened(page: usize, write: bool) -> bool {
+    queue_opened(
+        page,
+        (page as u64 + 1) | if write { 0 } else { PREFETCH_BIT },
+    )
+}
+
+/// In the fault handler, after the mprotect: marks `page`, opened along with the faulting page
+/// before it (see [`claim_following`]), and queues it.
+pub(crate) fn opened_along(page: usize) -> bool {
+    queue_opened(page, (page as u64 + 1) | PREFETCH_BIT | ALONG_BIT)
+}
+
+fn queue_opened(page: usize, value: u64) -> bool {
     if let Some(s) = state(page) {
         s.store(OPENED, Ordering::SeqCst);
     }
-    let value = (page as u64 + 1) | if write { 0 } else { PREFETCH_BIT };
     let start = page % QUEUE;
     for k in 0..QUEUE {
         let slot = &QUEUED[(start + k) % QUEUE];
@@ -141,7 +172,9 @@ pub(crate) fn drain(mut report: impl FnMut(Opened)) {
         if let Some(s) = state(page) {
             let _ = s.compare_exchange(OPENED, NONE, Ordering::SeqCst, Ordering::Relaxed);
         }
-        report(if v & PREFETCH_BIT != 0 {
+        report(if v & ALONG_BIT != 0 {
+            Opened::PrefetchAlong(page)
+        } else if v & PREFETCH_BIT != 0 {
             Opened::Prefetch(page)
         } else {
             Opened::HomeWrite(page)

@@ -327,7 +327,10 @@ impl Service {
         crate::fastpath::drain(|o| match o {
             crate::fastpath::Opened::HomeWrite(p) => node.handle_home_write(PageNum(p as u32)),
             crate::fastpath::Opened::Prefetch(p) => {
-                node.handle_prefetch_opened(now, PageNum(p as u32))
+                node.handle_prefetch_opened(now, PageNum(p as u32), true)
+            }
+            crate::fastpath::Opened::PrefetchAlong(p) => {
+                node.handle_prefetch_opened(now, PageNum(p as u32), false)
             }
         });
     }

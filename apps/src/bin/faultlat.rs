@@ -7,8 +7,10 @@
 //!    busy-polling, then both blocking; TCP (TCP_NODELAY) busy-polling.
 //! 2. Remote read faults: node 1 touches PAGES pages homed at node 0, one fault each.
 //! 3. Remote write faults (fetch and twin) on another PAGES pages.
-//! 4. Local write faults: node 0 writes its own read-only home pages.
-//! 5. A lock acquire + release by the last node (manager: node 0), and a barrier of all nodes.
+//! 4. Remote read faults while the home computes (its service thread must be woken and get a
+//!    CPU from the computation): up to 500 more pages.
+//! 5. Local write faults: node 0 writes its own read-only home pages.
+//! 6. A lock acquire + release by the last node (manager: node 0), and a barrier of all nodes.
 //!
 //! Prints one table of medians and 99th percentiles, and the ratio of the remote read fault to the
 //! busy-polling floor.
@@ -193,12 +195,16 @@ fn main() {
         std::process::exit(2);
     }
     let me = dsm.id();
+    let busy_pages = pages.min(500);
     let addr: SharedArray<u64> = dsm.alloc(6, AllocPolicy::OnNode(NodeId(1))).expect("alloc");
     let data: SharedArray<u64> = dsm
-        .alloc(2 * pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .alloc(
+            (2 * pages + busy_pages) * WORDS,
+            AllocPolicy::OnNode(NodeId(0)),
+        )
         .expect("alloc");
     if me == 0 {
-        for p in 0..2 * pages {
+        for p in 0..2 * pages + busy_pages {
             data.set(p * WORDS, p as u64 + 1);
         }
     }
@@ -208,8 +214,8 @@ fn main() {
     let tcp = tcp_floor(&dsm, addr, 2000);
     dsm.start_stats();
     let mut rows = Vec::new();
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
     if me == 1 {
-        let mut reads = Vec::with_capacity(pages);
         let mut sum = 0;
         for p in 0..pages {
             let t = Instant::now();
@@ -217,12 +223,35 @@ fn main() {
             reads.push(t.elapsed().as_secs_f64() * 1e6);
         }
         assert_eq!(sum, (1..=pages as u64).sum::<u64>(), "values read");
-        let mut writes = Vec::with_capacity(pages);
         for p in pages..2 * pages {
             let t = Instant::now();
             data.set(p * WORDS + 1, 5);
             writes.push(t.elapsed().as_secs_f64() * 1e6);
         }
+    }
+    dsm.barrier();
+    // The home computes (2 s at most) while node 1 faults.
+    let mut busy_reads = Vec::new();
+    if me == 0 {
+        let end = Instant::now() + Duration::from_secs(2);
+        let mut x = 1.0f64;
+        while Instant::now() < end {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x * 1.000_000_1 + 1e-9);
+            }
+        }
+        std::hint::black_box(x);
+    } else if me == 1 {
+        // Let node 0 start computing.
+        std::thread::sleep(Duration::from_millis(20));
+        for p in 2 * pages..2 * pages + busy_pages {
+            let t = Instant::now();
+            std::hint::black_box(data.get(p * WORDS));
+            busy_reads.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    dsm.barrier();
+    if me == 1 {
         let (b, busy_med) = summary(
             "UDP round trip 64 B / 4 KiB, busy-polling",
             busy.unwrap_or_default(),
@@ -245,6 +274,7 @@ fn main() {
         let (r, read_med) = summary("remote read fault (GETP)", reads);
         rows.push(r);
         rows.push(summary("remote write fault (GETP + twin)", writes).0);
+        rows.push(summary("remote read fault, home computing", busy_reads).0);
         let s = dsm.stats();
         if s.prefetch_requested > 0 {
             eprintln!(

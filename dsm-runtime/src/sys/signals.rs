@@ -111,18 +111,29 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     };
     let page = ((addr - start) / dsm_core::PAGE_SIZE) as u64;
     // Fast paths: a write to a home page kept read-only only to see writes, or a read of a
-    // prefetched page: open it here and tell the service thread (no wait).
+    // prefetched page: open it here and tell the service thread (no wait). A read opens the
+    // prefetched pages that follow it too, in the same mprotect: a thread walking through a
+    // prefetched window takes one fault, not one per page.
     if let Some(write) = is_write(ctx) {
         if crate::fastpath::claim(page as usize, write) {
+            let run = if write {
+                1
+            } else {
+                1 + crate::fastpath::claim_following(page as usize)
+            };
             let page_addr = start + page as usize * dsm_core::PAGE_SIZE;
             let prot = if write {
                 crate::sys::Protection::ReadWrite
             } else {
                 crate::sys::Protection::Read
             };
-            if crate::sys::mprotect(page_addr, dsm_core::PAGE_SIZE, prot).is_err() {
+            if crate::sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot).is_err() {
                 write_stderr(b"dsm: fatal: mprotect failed in the fault handler\n");
                 std::process::abort();
+            }
+            // The pages after the first were claimed only if the queue had room for them.
+            for p in page as usize + 1..page as usize + run {
+                crate::fastpath::opened_along(p);
             }
             if crate::fastpath::opened(page as usize, write) {
                 slots::wake_service();
