@@ -23,6 +23,9 @@ use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot,
 /// ones for a thread streaming through remote memory.
 pub(crate) const READ_AHEAD_GROWTH: usize = 8;
 
+/// At most this many pages fetched again at a barrier (see `copies_in_use`).
+const REFETCH_MAX: usize = 256;
+
 /// What this node holds of a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
@@ -53,6 +56,12 @@ pub(crate) struct PageEntry {
     /// At the home: some node has fetched a copy, so writes here must be tracked.
     pub served: bool,
     pub frame: Frame,
+    /// A thread of this node faulted on this copy (it was not only prefetched): a barrier that
+    /// invalidates it fetches it again at once.
+    pub touched: bool,
+    /// Fetched again at a barrier because it was in use (not part of a stream: its first touch
+    /// does not read ahead).
+    pub refreshed: bool,
     pub twin: Option<PageBuf>,
     pub fetch: Option<Fetch>,
     pub in_cache: bool,
@@ -72,6 +81,8 @@ impl PageEntry {
                 Frame::Invalid
             },
             served: false,
+            touched: false,
+            refreshed: false,
             twin: None,
             fetch: None,
             in_cache: false,
@@ -113,6 +124,10 @@ impl<M: PageMemory> Node<M> {
             .get(page.index())
             .ok_or(UsageError::Unallocated { page })?;
         let is_home = entry.home == me;
+        if !is_home {
+            self.table[page.index()].touched = true;
+        }
+        let entry = &self.table[page.index()];
         match (entry.frame, access) {
             (Frame::ReadWrite, _) | (Frame::ReadOnly, Access::Read) => {
                 // Another thread made the page accessible between this fault and now.
@@ -132,7 +147,7 @@ impl<M: PageMemory> Node<M> {
                 self.stats.prefetch_used += 1;
                 self.open_valid_page(page, access);
                 self.resume(waiter);
-                self.read_ahead(now, page);
+                self.read_ahead_unless_refreshed(now, page);
             }
             (Frame::Invalid, _) => {
                 match access {
@@ -183,11 +198,12 @@ impl<M: PageMemory> Node<M> {
             return;
         }
         e.frame = Frame::ReadOnly;
+        e.touched |= faulted;
         self.stats.prefetch_used += 1;
         if faulted {
             self.count_local_fault(Access::Read);
         }
-        self.read_ahead(now, page);
+        self.read_ahead_unless_refreshed(now, page);
         self.drain_loopback(now);
     }
 
@@ -259,7 +275,7 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    fn add_prefetches(
+    pub(crate) fn add_prefetches(
         &mut self,
         now: Time,
         pages: Vec<PageNum>,
@@ -274,6 +290,12 @@ impl<M: PageMemory> Node<M> {
             by_home.entry(e.home).or_default().push(candidate);
             self.fetches.insert(candidate, now);
             self.stats.prefetch_requested += 1;
+        }
+    }
+
+    fn read_ahead_unless_refreshed(&mut self, now: Time, page: PageNum) {
+        if !std::mem::take(&mut self.table[page.index()].refreshed) {
+            self.read_ahead(now, page);
         }
     }
 
@@ -312,7 +334,7 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    fn send_get_page(&mut self, home: NodeId, access: Access, pages: Vec<PageNum>) {
+    pub(crate) fn send_get_page(&mut self, home: NodeId, access: Access, pages: Vec<PageNum>) {
         self.stats.getp_sent += 1;
         self.send(home, Msg::GetPage { access, pages });
     }
@@ -502,6 +524,8 @@ impl<M: PageMemory> Node<M> {
             }
         }
         self.table[page.index()].frame = Frame::Invalid;
+        self.table[page.index()].touched = false;
+        self.table[page.index()].refreshed = false;
         self.table[page.index()].twin = None;
         self.cache_remove(page);
         self.mem.discard(page);
@@ -601,6 +625,43 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// At a barrier: the pages among `pages` (about to be invalidated) whose copies were in use
+    /// here (opened for a reader or a writer since they arrived), to fetch again at once.
+    pub(crate) fn copies_in_use(&self, pages: &[PageNum]) -> Vec<PageNum> {
+        if !self.cfg.prefetch.enabled {
+            return Vec::new();
+        }
+        let me = self.cfg.node;
+        let limit = (self.cfg.cache_pages / 2).min(REFETCH_MAX);
+        pages
+            .iter()
+            .copied()
+            .filter(|p| {
+                self.table.get(p.index()).is_some_and(|e| {
+                    e.home != me
+                        && e.touched
+                        && matches!(e.frame, Frame::ReadOnly | Frame::ReadWrite)
+                        && e.fetch.is_none()
+                })
+            })
+            .take(limit)
+            .collect()
+    }
+
+    /// Fetches `pages` again as prefetches (no thread waits for them), one GETP per home.
+    pub(crate) fn refetch(&mut self, now: Time, pages: Vec<PageNum>) {
+        for p in &pages {
+            self.table[p.index()].refreshed = true;
+        }
+        let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
+        self.add_prefetches(now, pages, &mut by_home);
+        for (h, pages) in by_home {
+            for chunk in pages.chunks(MAX_GETP_PAGES) {
+                self.send_get_page(h, Access::Read, chunk.to_vec());
+            }
+        }
+    }
+
     /// Write notices: invalidate our copies of these pages (dirty ones send their diff first).
     pub(crate) fn invalidate(&mut self, now: Time, pages: impl IntoIterator<Item = PageNum>) {
         let me = self.cfg.node;
@@ -637,6 +698,8 @@ impl<M: PageMemory> Node<M> {
         for page in opened {
             let e = &mut self.table[page.index()];
             e.frame = Frame::Invalid;
+            e.touched = false;
+            e.refreshed = false;
             e.twin = None;
             self.cache_remove(page);
         }

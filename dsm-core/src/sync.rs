@@ -511,13 +511,19 @@ impl<M: PageMemory> Node<M> {
             });
         }
         let me = self.cfg.node;
-        self.invalidate(
-            now,
-            notices
-                .into_iter()
-                .filter(|n| n.writer != Some(me))
-                .map(|n| n.page),
-        );
+        let stale: Vec<PageNum> = notices
+            .into_iter()
+            .filter(|n| n.writer != Some(me))
+            .map(|n| n.page)
+            .collect();
+        // Copies this node was using are fetched again right away, while every node is at the
+        // barrier's edge with its service thread awake, rather than one fault at a time once
+        // the homes compute again (SOR's boundary rows, LU's panels).
+        let refetch = self.copies_in_use(&stale);
+        self.invalidate(now, stale);
+        if !refetch.is_empty() {
+            self.refetch(now, refetch);
+        }
         self.epoch += 1;
         let epoch = self.epoch;
         for m in self.mgr.locks.values_mut() {

@@ -388,6 +388,35 @@ fn touching_prefetched_pages_reads_further_ahead() {
 }
 
 #[test]
+fn a_barrier_fetches_again_the_copies_in_use_it_invalidates() {
+    for seed in 0..10 {
+        let mut c = Cluster::new(2, 40 + seed, |c| {
+            c.prefetch.prefetch_pages = 1;
+            c.prefetch.max_checking_pages = 1;
+        });
+        let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+        let y = x.offset_by(PAGE);
+        // Node 1 reads page x (and gets page y prefetched, untouched).
+        assert_eq!(c.read_u64(1, x).unwrap(), 0);
+        c.write_u64(0, x, 7).unwrap();
+        c.write_u64(0, y, 8).unwrap();
+        c.barrier().unwrap();
+        let before = c.node(1).stats().clone();
+        // x was in use: fetched again at the barrier, so this read asks nothing more.
+        assert_eq!(c.read_u64(1, x).unwrap(), 7, "seed {seed}");
+        let after = c.node(1).stats().clone();
+        assert_eq!(after.getp_sent, before.getp_sent, "seed {seed}: {after:?}");
+        // y was only prefetched, never touched: not fetched again.
+        assert_eq!(
+            c.node(1).page_state(y.page()),
+            PageState::Invalid,
+            "seed {seed}"
+        );
+        assert_eq!(c.read_u64(1, y).unwrap(), 8);
+    }
+}
+
+#[test]
 fn prefetch_crosses_homes_with_one_request_per_home() {
     let mut c = Cluster::new(3, 18, |c| {
         c.prefetch.prefetch_pages = 3;
