@@ -48,7 +48,8 @@ pub trait Transport: Send {
     fn name(&self) -> &'static str;
     /// A descriptor that becomes readable when [`Transport::poll_recv`] has work.
     fn fd(&self) -> RawFd;
-    /// Queues a whole message for node `to` and sends what can be sent now.
+    /// Queues a whole message for node `to`; [`Transport::flush`] (or the next
+    /// [`Transport::poll_recv`]) sends it. Call `flush` after a batch of sends.
     fn send(&mut self, now: Instant, to: u16, msg: &[u8]);
     /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
     fn poll_recv(&mut self, now: Instant) -> usize;
@@ -70,8 +71,9 @@ pub trait Transport: Send {
     fn rejected(&self) -> u64 {
         0
     }
-    /// Hands what [`Transport::send`] queued to the network. Transports that batch (RDMA RC
-    /// posts one chained work-request list per peer) send here; others sent already.
+    /// Hands what [`Transport::send`] queued to the network, batched: UDP and RDMA UD pack small
+    /// messages into shared datagrams, TCP writes each connection's frames with one writev,
+    /// RDMA RC posts one chained work-request list per peer.
     fn flush(&mut self, _now: Instant) {}
 
     // ----- one-sided reads: a capability, offered by RDMA RC -----
