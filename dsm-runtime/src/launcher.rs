@@ -107,7 +107,11 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-fn forward(stream: impl Read + Send + 'static, node: usize, to_stderr: bool) {
+fn forward(
+    stream: impl Read + Send + 'static,
+    node: usize,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
@@ -117,7 +121,7 @@ fn forward(stream: impl Read + Send + 'static, node: usize, to_stderr: bool) {
                 println!("[node {node}] {line}");
             }
         }
-    });
+    })
 }
 
 /// A job about to start: where each node runs, the rendezvous, the cookie.
@@ -187,7 +191,13 @@ fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
     ]
 }
 
-fn spawn_node(spec: &JobSpec, p: &Prepared, i: usize) -> Result<Child, JobFailure> {
+/// Starts node `i`; with tagged output, the threads forwarding its lines go to `forwarders`.
+fn spawn_node(
+    spec: &JobSpec,
+    p: &Prepared,
+    i: usize,
+    forwarders: &mut Vec<std::thread::JoinHandle<()>>,
+) -> Result<Child, JobFailure> {
     let env = node_env(spec, p, i);
     let mut cmd = if p.local[i] {
         let mut c = Command::new(&spec.program);
@@ -233,10 +243,10 @@ fn spawn_node(spec: &JobSpec, p: &Prepared, i: usize) -> Result<Child, JobFailur
     })?;
     if spec.tag_output {
         if let Some(o) = child.stdout.take() {
-            forward(o, i, false);
+            forwarders.push(forward(o, i, false));
         }
         if let Some(e) = child.stderr.take() {
-            forward(e, i, true);
+            forwarders.push(forward(e, i, true));
         }
     }
     Ok(child)
@@ -248,8 +258,9 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     let p = prepare(spec)?;
     let interrupted = signals::catch_interrupts();
     let mut children: Vec<Child> = Vec::with_capacity(n);
+    let mut forwarders = Vec::new();
     for i in 0..n {
-        match spawn_node(spec, &p, i) {
+        match spawn_node(spec, &p, i, &mut forwarders) {
             Ok(c) => children.push(c),
             Err(e) => {
                 end_all(&mut children);
@@ -266,6 +277,12 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
     let mut echo: Option<(JobFailure, Instant)> = None;
+    // Descriptors that become readable when a node ends: the loop sleeps on them rather than
+    // on a timer (none where the kernel lacks pidfd_open: then it looks every millisecond).
+    let exits: Vec<Option<std::os::fd::OwnedFd>> = children
+        .iter()
+        .map(|c| crate::sys::pidfd_open(c.id()).ok())
+        .collect();
     loop {
         if let Some((_, since)) = &echo {
             if since.elapsed() > Duration::from_secs(1) {
@@ -290,11 +307,13 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
         }
         match poll_children(spec, &nodes, &mut children, echo.as_ref().map(|(e, _)| e)) {
             Ok(true) if echo.is_none() => {
-                // Let the output threads print the last lines.
-                std::thread::sleep(Duration::from_millis(20));
+                // The output threads print the last lines (they end when the pipes close).
+                for f in forwarders {
+                    let _ = f.join();
+                }
                 return Ok(());
             }
-            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(_) => wait_for_an_exit(&mut children, &exits),
             Err(
                 e @ JobFailure::Node {
                     peer_failed: true, ..
@@ -311,6 +330,24 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 return Err(e);
             }
         }
+    }
+}
+
+/// Sleeps until a running child ends, at most 50 ms (the loop also watches the rendezvous and
+/// interrupts), or 1 ms where the kernel gave no exit descriptors.
+fn wait_for_an_exit(children: &mut [Child], exits: &[Option<std::os::fd::OwnedFd>]) {
+    use std::os::fd::AsFd;
+    let mut running = Vec::new();
+    for (c, fd) in children.iter_mut().zip(exits) {
+        if matches!(c.try_wait(), Ok(None)) {
+            match fd {
+                Some(fd) => running.push(fd.as_fd()),
+                None => return std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+    if !running.is_empty() {
+        crate::sys::wait_readable(&running, Duration::from_millis(50));
     }
 }
 
@@ -351,8 +388,10 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
     let n = spec.hosts.len();
     let p = prepare(spec)?;
     let mut children = Vec::with_capacity(n.saturating_sub(1));
+    // Output is never tagged here (the nodes share this process's terminal).
+    let mut forwarders = Vec::new();
     for i in 1..n {
-        match spawn_node(spec, &p, i) {
+        match spawn_node(spec, &p, i, &mut forwarders) {
             Ok(c) => children.push(c),
             Err(e) => {
                 end_all(&mut children);

@@ -212,3 +212,30 @@ pub fn request_short_slice(nanos: u64) -> bool {
     // SAFETY: sched_setattr reads `attr.size` bytes from a live, fully initialised struct.
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
 }
+
+/// A descriptor that becomes readable when process `pid` (our child) ends (`pidfd_open`,
+/// Linux 5.3).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (or a signal arrives).
+pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: std::time::Duration) {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `polls` holds `polls.len()` initialised pollfd structs for the call's duration.
+    unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+}
