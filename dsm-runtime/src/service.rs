@@ -44,11 +44,6 @@ const SPIN_IDLE: Duration = Duration::from_micros(100);
 /// idle can take long to wake (measured in the 2-CPU VM this was tuned on: 85-330 us for an idle
 /// virtual CPU, against 7 us for a whole UDP round trip between spinning threads).
 const SPIN_BLOCKED: Duration = Duration::from_millis(20);
-/// The time slice asked for the service thread (see [`sys::request_short_slice`]).
-const SERVICE_SLICE_NS: u64 = 100_000;
-/// After spinning this long, the loop yields the CPU at every pass: a thread of another process
-/// on the same CPU (another node of a job on one machine) runs first.
-const SPIN_ALONE: Duration = Duration::from_micros(50);
 
 fn env_us(name: &str, default: Duration) -> Duration {
     std::env::var(name)
@@ -141,10 +136,6 @@ impl Service {
     /// Runs until the node has exited.
     pub fn run(mut self) {
         slots::IS_SERVICE.with(|s| s.set(true));
-        // Woken by a message while the application computes, take the CPU at once.
-        if !sys::request_short_slice(SERVICE_SLICE_NS) {
-            log::debug!("the kernel refused a short time slice for the service thread");
-        }
         let mut last_busy = Instant::now();
         let spin_idle = env_us("DSM_SPIN_IDLE_US", SPIN_IDLE);
         let spin_blocked = env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED);
@@ -191,13 +182,12 @@ impl Service {
             } else {
                 Duration::ZERO
             };
-            let spun = now - last_busy;
-            if spun < spin {
-                if spun < SPIN_ALONE {
-                    std::hint::spin_loop();
-                } else {
-                    sys::sched_yield();
-                }
+            if now - last_busy < spin {
+                // Yield at every pass: a thread woken on this CPU (the application thread this
+                // loop just resumed, another node's thread on a shared machine) runs at once.
+                // Spinning without yielding left a resumed thread waiting 17 us in one run of
+                // two (remote read fault 45-55 us instead of 30-32, 2 nodes on 2 CPUs).
+                sys::sched_yield();
                 continue;
             }
             self.sleep();

@@ -180,39 +180,6 @@ pub fn sched_yield() {
     unsafe { libc::sched_yield() };
 }
 
-/// `struct sched_attr` of `sched_setattr(2)` (its first version, 48 bytes).
-#[repr(C)]
-struct SchedAttr {
-    size: u32,
-    policy: u32,
-    flags: u64,
-    nice: i32,
-    priority: u32,
-    runtime: u64,
-    deadline: u64,
-    period: u64,
-}
-
-/// Asks the scheduler for a short time slice for the calling thread (`sched_setattr`'s
-/// `sched_runtime` for a normal thread, Linux 6.12 and later; unprivileged). Under EEVDF a thread
-/// with a shorter slice has an earlier deadline, so when it wakes it preempts a thread computing
-/// on its CPU at once, instead of waiting out that thread's slice (0.75 ms or more). Returns
-/// whether the kernel took it (older kernels refuse or ignore it).
-pub fn request_short_slice(nanos: u64) -> bool {
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: 0,
-        nice: 0,
-        priority: 0,
-        runtime: nanos,
-        deadline: 0,
-        period: 0,
-    };
-    // SAFETY: sched_setattr reads `attr.size` bytes from a live, fully initialised struct.
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
-}
-
 /// A descriptor that becomes readable when process `pid` (our child) ends (`pidfd_open`,
 /// Linux 5.3).
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
