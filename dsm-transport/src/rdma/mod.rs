@@ -166,8 +166,11 @@ impl Control {
         self.tcp.fd()
     }
 
+    /// Sends a control message now (they are few: no batching).
     pub fn send(&mut self, to: u16, msg: &[u8]) {
-        self.tcp.send(Instant::now(), to, msg);
+        let now = Instant::now();
+        self.tcp.send(now, to, msg);
+        self.tcp.flush(now);
     }
 
     pub fn broadcast(&mut self, msg: &[u8]) {
