@@ -6,7 +6,8 @@
 //!           [--chart PREFIX] [--no-floors]
 //! ```
 //!
-//! Runs every combination through `dsmrun` (next to this binary), each `--repeat` times, and prints
+//! Runs every combination through `dsmrun` (next to this binary), `--repeat` rounds of every
+//! combination once (so load that drifts during the run slows every cell alike), and prints
 //! the median whole-job time (from `dsmrun` start to exit: start-up counts), its min and max, the
 //! median compute time the app reports, the GETP count, and the ratio of the median to the
 //! baseline cell (the same cell with the baseline's parameter changed; default: on 1 node). First
@@ -494,20 +495,27 @@ fn main() {
     let total = cells.len() * o.repeat;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let started = Instant::now();
-    let mut results: Vec<Outcome> = Vec::new();
-    let mut done = 0;
-    for cell in cells {
-        let mut r = Outcome {
+    let mut results: Vec<Outcome> = cells
+        .iter()
+        .map(|cell| Outcome {
             cell: cell.clone(),
             walls: Vec::new(),
             computes: Vec::new(),
             getps: Vec::new(),
             failures: 0,
-        };
-        for k in 0..o.repeat {
+        })
+        .collect();
+    let mut done = 0;
+    // Round by round (every cell once, then again): a machine whose load drifts during the run
+    // then slows every cell alike, and the ratios stay comparable.
+    for k in 0..o.repeat {
+        if !tty && k > 0 {
+            eprintln!("[{done}/{total}] round {}/{}", k + 1, o.repeat);
+        }
+        for (cell, r) in cells.iter().zip(results.iter_mut()) {
             done += 1;
             if !tty {
-                continue_line(done, total, &cell, k, o.repeat);
+                continue_line(done, total, cell, k, o.repeat);
             } else {
                 eprint!(
                     "\r[{done}/{total}] {} n={} {} prefetch={} run {}/{}  ({:.0} s)     ",
@@ -520,7 +528,7 @@ fn main() {
                     started.elapsed().as_secs_f64()
                 );
             }
-            match run_once(&cell) {
+            match run_once(cell) {
                 Ok((w, c, g)) => {
                     r.walls.push(w);
                     r.computes.push(c);
@@ -535,7 +543,6 @@ fn main() {
                 }
             }
         }
-        results.push(r);
     }
     eprintln!(
         "\rdsm-bench: {total} runs in {:.1} s{}",
