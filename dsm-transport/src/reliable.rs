@@ -431,30 +431,20 @@ impl Reliable {
         while peer.unacked.len() < self.cfg.window
             && (peer.unacked.is_empty() || peer.unacked_bytes < self.cfg.window_bytes)
         {
-            let Some((mut flags, mut payload)) = peer.queued.pop_front() else {
+            let Some((flags, payload)) = peer.queued.pop_front() else {
                 break;
             };
-            let whole = |f: u8, p: &[u8]| f & QUEUED_WHOLE != 0 && RECORD_HEADER + p.len() <= frag;
-            let first_whole = whole(flags, &payload);
-            flags &= !QUEUED_WHOLE;
-            if first_whole
-                && peer.queued.front().is_some_and(|(f, p)| {
-                    whole(*f, p) && 2 * RECORD_HEADER + payload.len() + p.len() <= frag
-                })
-            {
-                let mut packed = Vec::with_capacity(frag);
-                push_record(&mut packed, &payload);
-                while let Some((f, p)) = peer.queued.front() {
-                    if !whole(*f, p) || packed.len() + RECORD_HEADER + p.len() > frag {
-                        break;
+            let (flags, payload) = if flags & QUEUED_WHOLE == 0 {
+                (flags, payload)
+            } else {
+                match pack(&mut peer.queued, payload, frag) {
+                    Ok(packed) => {
+                        self.stats.packed += 1;
+                        (FLAG_DATA | FLAG_PACKED, packed)
                     }
-                    push_record(&mut packed, p);
-                    peer.queued.pop_front();
+                    Err(alone) => (FLAG_DATA, alone),
                 }
-                flags = FLAG_DATA | FLAG_PACKED;
-                payload = packed;
-                self.stats.packed += 1;
-            }
+            };
             let seq = peer.next_seq;
             peer.next_seq = peer.next_seq.wrapping_add(1);
             let dg = datagram(self.cookie, self.me, flags, seq, peer.expected, &payload);
@@ -586,6 +576,32 @@ fn update_rtt(peer: &mut Peer, sample: Duration, cfg: &ReliableConfig) {
     let srtt = peer.srtt.unwrap_or(sample);
     peer.rto =
         (srtt + (peer.rttvar * 4).max(Duration::from_micros(200))).clamp(cfg.min_rto, cfg.max_rto);
+}
+
+/// Packs `first` (a whole message) with the whole messages queued after it, while they fit in
+/// `frag` bytes; `Err(first)` when not even one more fits (it goes alone, unpacked).
+fn pack(
+    queued: &mut VecDeque<(u8, Vec<u8>)>,
+    first: Vec<u8>,
+    frag: usize,
+) -> Result<Vec<u8>, Vec<u8>> {
+    let fits = |used: usize, (flags, msg): &(u8, Vec<u8>)| {
+        flags & QUEUED_WHOLE != 0 && used + RECORD_HEADER + msg.len() <= frag
+    };
+    if !queued
+        .front()
+        .is_some_and(|next| fits(RECORD_HEADER + first.len(), next))
+    {
+        return Err(first);
+    }
+    let mut packed = Vec::with_capacity(frag);
+    push_record(&mut packed, &first);
+    while queued.front().is_some_and(|next| fits(packed.len(), next)) {
+        if let Some((_, msg)) = queued.pop_front() {
+            push_record(&mut packed, &msg);
+        }
+    }
+    Ok(packed)
 }
 
 fn push_record(packed: &mut Vec<u8>, msg: &[u8]) {
