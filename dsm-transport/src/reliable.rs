@@ -409,9 +409,9 @@ impl Reliable {
         if flags & FLAG_DATA != 0 {
             peer.ack_due = true;
             if seq == peer.expected {
-                deliver(peer, from, flags, payload.to_vec(), &mut self.events)?;
+                deliver(peer, from, flags, payload, &mut self.events)?;
                 while let Some((f, p)) = peer.out_of_order.remove(&peer.expected) {
-                    deliver(peer, from, f, p, &mut self.events)?;
+                    deliver(peer, from, f, &p, &mut self.events)?;
                 }
             } else if seq_lt(seq, peer.expected) || peer.out_of_order.contains_key(&seq) {
                 self.stats.duplicates += 1;
@@ -626,11 +626,12 @@ fn check_packed(mut p: &[u8]) -> Result<(), DatagramError> {
     Ok(())
 }
 
+/// Hands the in-order fragment `payload` on: copied once, into the message(s) it completes.
 fn deliver(
     peer: &mut Peer,
     from: u16,
     flags: u8,
-    payload: Vec<u8>,
+    payload: &[u8],
     events: &mut VecDeque<Event>,
 ) -> Result<(), DatagramError> {
     peer.expected = peer.expected.wrapping_add(1);
@@ -640,7 +641,7 @@ fn deliver(
             peer.partial.clear();
             return Err(DatagramError::Packing(0));
         }
-        let mut p = payload.as_slice();
+        let mut p = payload;
         while p.len() >= RECORD_HEADER {
             let len = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
             let Some(bytes) = p.get(RECORD_HEADER..RECORD_HEADER + len) else {
@@ -661,11 +662,11 @@ fn deliver(
     if peer.partial.is_empty() && flags & FLAG_MORE == 0 {
         events.push_back(Event::Message {
             from,
-            bytes: payload,
+            bytes: payload.to_vec(),
         });
         return Ok(());
     }
-    peer.partial.extend_from_slice(&payload);
+    peer.partial.extend_from_slice(payload);
     if flags & FLAG_MORE == 0 {
         events.push_back(Event::Message {
             from,
