@@ -359,11 +359,6 @@ impl<M: PageMemory> Node<M> {
             .map_or(PageState::Unmapped, |e| e.state())
     }
 
-    /// Whether a page or a diff acknowledgement is awaited (the runtime spins rather than sleeps).
-    pub fn awaiting_replies(&self) -> bool {
-        !self.fetches.is_empty() || !self.diffs_out.is_empty()
-    }
-
     /// Remote pages cached here now.
     pub fn cached_pages(&self) -> usize {
         self.cache.len
