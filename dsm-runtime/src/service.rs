@@ -475,6 +475,9 @@ impl Service {
         let mut fetching: Vec<PageNum> = Vec::new();
         while let Some(tx) = self.node.poll_transmit() {
             any = true;
+            if let Msg::GetPage { pages, .. } = &tx.msg {
+                fetching.extend_from_slice(pages);
+            }
             if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
                 if self.read_one_sided(tx.to, pages) {
                     self.node.sent_as_reads(&tx.msg);
@@ -487,16 +490,14 @@ impl Service {
                 Some(t) => t.send(Instant::now(), tx.to.0, &self.frame),
                 None => fatal("a one-node job tried to send a message"),
             }
-            if let Msg::GetPage { pages, .. } = &tx.msg {
-                fetching.extend_from_slice(pages);
-            }
         }
         if any {
             if let Some(t) = &mut self.transport {
                 t.flush(Instant::now());
             }
         }
-        // While the requests travel: back the pages they will fill with memory, by runs.
+        // While the requests (messages or one-sided reads) travel: back the pages they will fill
+        // with memory, by runs.
         let mut rest = fetching.as_slice();
         while let Some(&first) = rest.first() {
             let run = rest

@@ -346,7 +346,8 @@ impl Reliable {
         let ack = u32::from_le_bytes(d[18..22].try_into().unwrap_or_default());
         let payload = &d[HEADER_BYTES..];
         if flags & FLAG_PACKED != 0 {
-            check_packed(payload)?;
+            // Whole before anything is taken from it.
+            records(payload).try_for_each(|r| r.map(drop))?;
         }
         let window = self.cfg.window as u32;
         let peer = &mut self.peers[usize::from(from)];
@@ -609,21 +610,24 @@ fn push_record(packed: &mut Vec<u8>, msg: &[u8]) {
     packed.extend_from_slice(msg);
 }
 
-/// The records of a packed payload, if they add up to it exactly.
-fn check_packed(mut p: &[u8]) -> Result<(), DatagramError> {
-    let total = p.len();
-    while !p.is_empty() {
-        let at = total - p.len();
-        let len = p
+/// The records of a packed payload, in order; an error (with the byte offset) where one does not
+/// fit in what is left.
+fn records(payload: &[u8]) -> impl Iterator<Item = Result<&[u8], DatagramError>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = payload.get(at..).filter(|r| !r.is_empty())?;
+        let record = rest
             .get(..RECORD_HEADER)
             .map(|h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize)
-            .ok_or(DatagramError::Packing(at))?;
-        p = p
-            .get(RECORD_HEADER..)
-            .and_then(|r| r.get(len..))
-            .ok_or(DatagramError::Packing(at))?;
-    }
-    Ok(())
+            .and_then(|len| rest.get(RECORD_HEADER..RECORD_HEADER + len));
+        let Some(bytes) = record else {
+            let err = DatagramError::Packing(at);
+            at = payload.len();
+            return Some(Err(err));
+        };
+        at += RECORD_HEADER + bytes.len();
+        Some(Ok(bytes))
+    })
 }
 
 /// Hands the in-order fragment `payload` on: copied once, into the message(s) it completes.
@@ -641,17 +645,11 @@ fn deliver(
             peer.partial.clear();
             return Err(DatagramError::Packing(0));
         }
-        let mut p = payload;
-        while p.len() >= RECORD_HEADER {
-            let len = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
-            let Some(bytes) = p.get(RECORD_HEADER..RECORD_HEADER + len) else {
-                return Err(DatagramError::Packing(payload.len() - p.len()));
-            };
+        for bytes in records(payload) {
             events.push_back(Event::Message {
                 from,
-                bytes: bytes.to_vec(),
+                bytes: bytes?.to_vec(),
             });
-            p = &p[RECORD_HEADER + len..];
         }
         return Ok(());
     }
