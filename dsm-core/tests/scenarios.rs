@@ -417,6 +417,33 @@ fn a_barrier_fetches_again_the_copies_in_use_it_invalidates() {
 }
 
 #[test]
+fn copies_in_use_are_fetched_again_at_every_barrier() {
+    // A boundary exchange: node 1 reads two of node 0's pages after every barrier. Once they
+    // are in use, each barrier fetches both again, and no read waits for a GETP, even though
+    // the second page is now opened along with the first (not touched by a fault of its own).
+    for seed in 0..10 {
+        let mut c = Cluster::new(2, 60 + seed, |c| {
+            c.prefetch.prefetch_pages = 1;
+            c.prefetch.max_checking_pages = 1;
+        });
+        let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+        let y = x.offset_by(PAGE);
+        assert_eq!(c.read_u64(1, x).unwrap(), 0);
+        assert_eq!(c.read_u64(1, y).unwrap(), 0);
+        for round in 1..=4 {
+            c.write_u64(0, x, round).unwrap();
+            c.write_u64(0, y, 10 + round).unwrap();
+            c.barrier().unwrap();
+            let before = c.node(1).stats().getp_sent;
+            assert_eq!(c.read_u64(1, x).unwrap(), round, "seed {seed}");
+            assert_eq!(c.read_u64(1, y).unwrap(), 10 + round, "seed {seed}");
+            let s = c.node(1).stats();
+            assert_eq!(s.getp_sent, before, "seed {seed} round {round}: {s:?}");
+        }
+    }
+}
+
+#[test]
 fn prefetch_crosses_homes_with_one_request_per_home() {
     let mut c = Cluster::new(3, 18, |c| {
         c.prefetch.prefetch_pages = 3;
