@@ -37,13 +37,24 @@ pub(crate) static CALL_ERRORS: Mutex<BTreeMap<usize, UsageError>> = Mutex::new(B
 /// Result word of a call that failed (its error is in [`CALL_ERRORS`]).
 pub(crate) const CALL_FAILED: u64 = u64::MAX;
 
-/// How long the loop spins when idle before it sleeps, by default.
-const SPIN_IDLE: Duration = Duration::from_micros(100);
-/// How long it spins while an application thread is blocked on it (a fault, a lock, a barrier),
-/// by default. That thread computes nothing meanwhile, so the CPU is ours; and a CPU that goes
-/// idle can take long to wake (measured in the 2-CPU VM this was tuned on: 85-330 us for an idle
-/// virtual CPU, against 7 us for a whole UDP round trip between spinning threads).
-const SPIN_BLOCKED: Duration = Duration::from_millis(20);
+/// How long the loop spins, by default, while an application thread is blocked on it (a fault,
+/// a lock, a barrier) before it sleeps. A reply is usually tens of microseconds away (a remote
+/// fault is 30-40 us here), and a sleeping thread pays a wake-up: up to hundreds of
+/// microseconds when its CPU went idle (85-330 us for an idle virtual CPU in the 2-CPU VM this
+/// was tuned on). Longer spins cost more than they save where CPUs are shared: a spinning
+/// service thread (even one that yields) takes time from the computing threads of the other
+/// nodes, and its yields cost it its standing with the scheduler (see [`SERVICE_SLICE`]). sor
+/// 1024 x 100 on 2 nodes, 16 interleaved runs: compute median 0.47 s with 20 ms, 0.31 s with
+/// 200 us; matmul 1024 and lu 1024 unchanged.
+const SPIN_BLOCKED: Duration = Duration::from_micros(200);
+/// The time slice the service thread asks the scheduler for (`sched_setattr`; Linux 6.12 and
+/// later). Under EEVDF, `sched_yield` moves the yielding thread's deadline a whole slice ahead
+/// (1.4 ms by default here): after spinning, the service thread had lost so much standing that
+/// once preempted by a computing application thread it waited for that thread's slice to end,
+/// and a page request from another node waited with it (median 0.7-1.1 ms traced in sor).
+/// With a short slice each yield costs little, and a wake-up of the service thread preempts the
+/// computation it shares a CPU with.
+const SERVICE_SLICE: Duration = Duration::from_micros(100);
 
 fn env_us(name: &str, default: Duration) -> Duration {
     std::env::var(name)
@@ -77,8 +88,6 @@ pub(crate) struct Service {
     control_checked: Instant,
     /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`).
     stats_json: Option<String>,
-    /// When an application thread last asked something.
-    last_request: Instant,
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
     /// to report if the grant does not arrive within [`EXIT_GRACE`].
     lost_in_exit: Option<(Instant, String)>,
@@ -119,7 +128,6 @@ impl Service {
             control,
             control_buf: Vec::new(),
             control_checked: Instant::now(),
-            last_request: Instant::now(),
             lost_in_exit: None,
             stats_json: std::env::var("DSM_STATS_JSON")
                 .ok()
@@ -137,8 +145,13 @@ impl Service {
     pub fn run(mut self) {
         slots::IS_SERVICE.with(|s| s.set(true));
         let mut last_busy = Instant::now();
-        let spin_idle = env_us("DSM_SPIN_IDLE_US", SPIN_IDLE);
         let spin_blocked = env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED);
+        let slice = env_us("DSM_SERVICE_SLICE_US", SERVICE_SLICE);
+        if !slice.is_zero() {
+            if let Err(e) = sys::request_time_slice(slice) {
+                log::debug!("cannot ask for a {slice:?} time slice: {e}");
+            }
+        }
         loop {
             // Home pages opened by fault handlers first: a thread's writes are recorded before
             // anything it asks next.
@@ -171,18 +184,11 @@ impl Service {
                 last_busy = now;
                 continue;
             }
-            // Spin only while one of our application threads is blocked on us, or has just been
-            // (a thread that faulted tends to fault again within microseconds): otherwise the CPU
-            // is better left to its computation (2 nodes on 2 CPUs: 0.71 s -> 0.44 s for sor 2048).
+            // Spin only while one of our application threads is blocked on us: otherwise the CPU
+            // is better left to its computation, and a message wakes us (spinning 100 us after
+            // each request as well made sor 1024 x 100 on 2 nodes 0.47 s -> 0.40 s when removed).
             let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
-            let spin = if blocked {
-                spin_blocked
-            } else if now - self.last_request < spin_idle {
-                spin_idle
-            } else {
-                Duration::ZERO
-            };
-            if now - last_busy < spin {
+            if blocked && now - last_busy < spin_blocked {
                 // Yield at every pass: a thread woken on this CPU (the application thread this
                 // loop just resumed, another node's thread on a shared machine) runs at once.
                 // Spinning without yielding left a resumed thread waiting 17 us in one run of
@@ -265,7 +271,6 @@ impl Service {
     }
 
     fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
-        self.last_request = Instant::now();
         // The requesting thread's fast-path writes were queued before its request was posted:
         // record them before acting on the request (a release must carry them).
         self.drain_fast_faults();

@@ -54,7 +54,9 @@ pub(crate) struct Slots {
     /// The service thread is, or is about to be, asleep in epoll.
     pub service_sleeping: AtomicBool,
     /// Application threads blocked in a request (the service thread spins only while some are:
-    /// otherwise its spinning would take the CPU from the application's computation).
+    /// otherwise its spinning would take the CPU from the application's computation). Counted
+    /// down when the service completes the request, not when the thread wakes: the service
+    /// thread went on spinning for the thread it had just woken, on the CPU that thread needed.
     pub blocked: AtomicU32,
 }
 
@@ -135,13 +137,13 @@ pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
     }
     let r = slot.result.load(Ordering::Relaxed);
     slot.state.store(IDLE, Ordering::Release);
-    SLOTS.blocked.fetch_sub(1, Ordering::SeqCst);
     r
 }
 
 /// Service side: completes slot `i` with `result` and wakes its thread.
 pub(crate) fn complete(i: usize, result: u64) {
     let slot = &SLOTS.slots[i];
+    SLOTS.blocked.fetch_sub(1, Ordering::SeqCst);
     slot.result.store(result, Ordering::Relaxed);
     slot.state.store(DONE, Ordering::Release);
     sys::futex_wake(&slot.state);
