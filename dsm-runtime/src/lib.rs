@@ -88,7 +88,13 @@ pub(crate) fn fatal(msg: &str) -> ! {
 pub const EXIT_PEER_FAILED: i32 = 86;
 
 pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
-    eprintln!("dsm node {}: error: {msg}", RANK.load(Ordering::Relaxed));
+    // Not eprintln: it panics when standard error is gone, and this must end the process.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "dsm node {}: error: {msg}",
+        RANK.load(Ordering::Relaxed)
+    );
     std::process::exit(status);
 }
 
@@ -204,7 +210,14 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     )?;
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
-        .spawn(move || service.run())
+        .spawn(move || {
+            // A panic here would leave the application threads waiting for it forever: end the
+            // node, so the launcher and the other nodes see it fail (the panic hook has already
+            // printed where and why).
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service.run())).is_err() {
+                fatal("the service thread panicked (see above)");
+            }
+        })
         .map_err(|source| InitError::Os {
             what: "spawning the service thread",
             source,
