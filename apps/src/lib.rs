@@ -8,6 +8,19 @@ pub fn band(n: usize, me: usize, nodes: usize) -> (usize, usize) {
     (n * me / nodes, n * (me + 1) / nodes)
 }
 
+/// The rows `first..last`, the two boundary rows last. A stencil sweep that reads its
+/// neighbours' rows (which a barrier has just invalidated, and which are being fetched again
+/// meanwhile) computes its interior first, while they travel. For sweeps whose result does not
+/// depend on the order of their rows (Jacobi, one colour of red-black SOR).
+pub fn interior_first(first: usize, last: usize) -> impl Iterator<Item = usize> {
+    let interior = (first + 1)..last.saturating_sub(1).max(first + 1);
+    let edges = [
+        (first < last).then_some(first),
+        (last > first + 1).then(|| last - 1),
+    ];
+    interior.chain(edges.into_iter().flatten())
+}
+
 /// A cyclic allocation whose blocks are the nodes' bands of `rows` rows of `row_bytes` each.
 pub fn banded(rows: usize, row_bytes: usize, nodes: usize) -> AllocPolicy {
     AllocPolicy::Cyclic {
@@ -82,5 +95,26 @@ impl Gen {
     /// A number in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interior_first;
+
+    #[test]
+    fn interior_first_visits_every_row_once_boundaries_last() {
+        assert_eq!(interior_first(1, 6).collect::<Vec<_>>(), [2, 3, 4, 1, 5]);
+        assert_eq!(interior_first(3, 5).collect::<Vec<_>>(), [3, 4]);
+        assert_eq!(interior_first(3, 4).collect::<Vec<_>>(), [3]);
+        assert_eq!(interior_first(3, 3).count(), 0);
+        assert_eq!(interior_first(5, 2).count(), 0);
+        for first in 0..6 {
+            for last in 0..9 {
+                let mut v: Vec<usize> = interior_first(first, last).collect();
+                v.sort_unstable();
+                assert_eq!(v, (first..last).collect::<Vec<_>>(), "{first}..{last}");
+            }
+        }
     }
 }

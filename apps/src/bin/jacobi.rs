@@ -8,7 +8,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{arg_num, band, banded, init, report};
+use dsm_apps::{arg_num, band, banded, init, interior_first, report};
 use dsm_runtime::SharedArray;
 
 fn border(i: usize, j: usize, w: usize) -> f64 {
@@ -43,7 +43,7 @@ fn main() {
     let t0 = dsm.clock();
     for t in 0..iters {
         let (src, dst) = (grids[t % 2], grids[(t + 1) % 2]);
-        for i in rows.0.max(1)..rows.1.min(w - 1) {
+        for i in interior_first(rows.0.max(1), rows.1.min(w - 1)) {
             for j in 1..w - 1 {
                 let v = 0.25
                     * (src.get((i - 1) * w + j)

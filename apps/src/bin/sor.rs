@@ -1,7 +1,8 @@
 //! Red-black successive over-relaxation on an (N+2) x (N+2) grid with fixed borders.
 //!
 //! `sor [N] [ITERATIONS]` (default 512, 20). Rows are banded over the nodes; each half-sweep
-//! updates one colour from the other, with a barrier between. Red-black ordering makes the result
+//! updates one colour from the other, with a barrier between, its boundary rows last (they wait
+//! for the neighbours' fresh rows). Red-black ordering makes the result
 //! independent of the partition, so node 0 recomputes it sequentially and compares bit for bit.
 
 #![allow(
@@ -9,7 +10,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{arg_num, band, banded, init, report};
+use dsm_apps::{arg_num, band, banded, init, interior_first, report};
 use dsm_runtime::SharedArray;
 
 const OMEGA: f64 = 1.25;
@@ -29,7 +30,7 @@ fn sweep(
     n: usize,
     colour: usize,
 ) {
-    for i in rows.0.max(1)..rows.1.min(n + 1) {
+    for i in interior_first(rows.0.max(1), rows.1.min(n + 1)) {
         for j in 1..=n {
             if (i + j) % 2 == colour {
                 let v = g(i, j)
