@@ -8,6 +8,77 @@ pub fn band(n: usize, me: usize, nodes: usize) -> (usize, usize) {
     (n * me / nodes, n * (me + 1) / nodes)
 }
 
+/// Bands of rows, one per node, whose boundaries fall on page boundaries where that costs little
+/// balance, with the allocation that homes each band on its node. A page holding the end of one
+/// band and the start of the next is written by two nodes: a twin and a diff per interval, and a
+/// fetch before either may write it again (false sharing).
+pub struct Bands {
+    /// Node k's rows are `bounds[k]..bounds[k + 1]`.
+    bounds: Vec<usize>,
+    row_bytes: usize,
+}
+
+impl Bands {
+    /// `rows` rows of `row_bytes` bytes over `nodes` nodes. Each boundary moves to the nearest
+    /// row that starts a page if that is within 5% of a band (at least one row) of the even
+    /// split; otherwise it stays where the even split puts it.
+    pub fn page_aligned(rows: usize, row_bytes: usize, nodes: usize) -> Bands {
+        let page = dsm_runtime::PAGE_SIZE;
+        // Rows that start a page: every `step`-th one.
+        let step = page / gcd(row_bytes, page);
+        let slack = (rows / nodes / 20).max(1);
+        let mut bounds = vec![0];
+        for k in 1..nodes {
+            let even = rows * k / nodes;
+            let aligned = (even + step / 2) / step * step;
+            let b = if even.abs_diff(aligned) <= slack {
+                aligned
+            } else {
+                even
+            };
+            bounds.push(b.clamp(bounds[k - 1], rows));
+        }
+        bounds.push(rows);
+        Bands { bounds, row_bytes }
+    }
+
+    /// Node `node`'s rows, `(first, end)`.
+    pub fn of(&self, node: usize) -> (usize, usize) {
+        (self.bounds[node], self.bounds[node + 1])
+    }
+
+    /// The allocation that homes each node's band on it (`jia_alloc4`'s blocks, in whole pages:
+    /// a page a boundary falls inside goes to the band that starts in it). Bands too small to
+    /// own a page fall back to the cyclic split of [`banded`].
+    pub fn policy(&self) -> AllocPolicy {
+        let page = dsm_runtime::PAGE_SIZE;
+        let nodes = self.bounds.len() - 1;
+        let rows = self.bounds[nodes];
+        // The page each band starts in; the last band ends with the allocation's last page.
+        let start_page = |k: usize| {
+            if k == nodes {
+                (rows * self.row_bytes).div_ceil(page)
+            } else {
+                self.bounds[k] * self.row_bytes / page
+            }
+        };
+        let blocks_bytes: Vec<u64> = (0..nodes)
+            .map(|k| ((start_page(k + 1) - start_page(k)) * page) as u64)
+            .collect();
+        if blocks_bytes.contains(&0) {
+            return banded(rows, self.row_bytes, nodes);
+        }
+        AllocPolicy::Blocks {
+            blocks_bytes,
+            start: NodeId(0),
+        }
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// The rows `first..last`, the two boundary rows last. A stencil sweep that reads its
 /// neighbours' rows (which a barrier has just invalidated, and which are being fetched again
 /// meanwhile) computes its interior first, while they travel. For sweeps whose result does not
@@ -100,7 +171,44 @@ impl Gen {
 
 #[cfg(test)]
 mod tests {
-    use super::interior_first;
+    use super::{Bands, interior_first};
+    use dsm_runtime::{AllocPolicy, PAGE_SIZE};
+
+    #[test]
+    fn bands_start_on_pages_when_balance_allows() {
+        // sor 1024: rows of 1026 doubles (8208 bytes) start a page every 256 rows.
+        let b = Bands::page_aligned(1026, 8208, 2);
+        assert_eq!((b.of(0), b.of(1)), ((0, 512), (512, 1026)));
+        assert_eq!(512 * 8208 % PAGE_SIZE, 0);
+        let b = Bands::page_aligned(1026, 8208, 4);
+        assert_eq!(b.of(1), (256, 512));
+        assert_eq!(b.of(3), (768, 1026));
+        // Too coarse to align without losing balance: the even split.
+        let b = Bands::page_aligned(100, 8, 3);
+        assert_eq!((b.of(0), b.of(1), b.of(2)), ((0, 33), (33, 66), (66, 100)));
+        // Rows that are whole pages align everywhere.
+        let b = Bands::page_aligned(10, PAGE_SIZE, 3);
+        assert_eq!((b.of(0), b.of(1), b.of(2)), ((0, 3), (3, 6), (6, 10)));
+        match b.policy() {
+            AllocPolicy::Blocks { blocks_bytes, .. } => {
+                assert_eq!(blocks_bytes, [3, 3, 4].map(|r| (r * PAGE_SIZE) as u64))
+            }
+            p => panic!("{p:?}"),
+        }
+        // Bands within one page (here more nodes than rows): the cyclic split.
+        let b = Bands::page_aligned(2, 8, 4);
+        assert_eq!((0..4).map(|k| b.of(k).1 - b.of(k).0).sum::<usize>(), 2);
+        assert!(matches!(b.policy(), AllocPolicy::Cyclic { .. }));
+        // Unaligned boundaries: the page a boundary falls in goes to the later band.
+        let b = Bands::page_aligned(100, 3000, 2);
+        assert_eq!(b.of(1), (50, 100));
+        match b.policy() {
+            AllocPolicy::Blocks { blocks_bytes, .. } => {
+                assert_eq!(blocks_bytes, [36, 38].map(|p| (p * PAGE_SIZE) as u64))
+            }
+            p => panic!("{p:?}"),
+        }
+    }
 
     #[test]
     fn interior_first_visits_every_row_once_boundaries_last() {

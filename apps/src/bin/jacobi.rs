@@ -8,7 +8,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{arg_num, band, banded, init, interior_first, report};
+use dsm_apps::{Bands, arg_num, init, interior_first, report};
 use dsm_runtime::SharedArray;
 
 fn border(i: usize, j: usize, w: usize) -> f64 {
@@ -25,12 +25,13 @@ fn main() {
     let iters = arg_num(&args, 1, "iterations", 20);
     let dsm = init("jacobi");
     let w = n + 2;
-    let policy = banded(w, w * 8, dsm.nodes());
+    let bands = Bands::page_aligned(w, w * 8, dsm.nodes());
+    let policy = bands.policy();
     let grids: [SharedArray<f64>; 2] = [
         dsm.alloc(w * w, policy.clone()).expect("alloc"),
         dsm.alloc(w * w, policy).expect("alloc"),
     ];
-    let rows = band(w, dsm.id(), dsm.nodes());
+    let rows = bands.of(dsm.id());
     for g in &grids {
         for i in rows.0..rows.1 {
             for j in 0..w {

@@ -10,7 +10,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{arg_num, band, banded, init, interior_first, report};
+use dsm_apps::{Bands, arg_num, init, interior_first, report};
 use dsm_runtime::SharedArray;
 
 const OMEGA: f64 = 1.25;
@@ -48,10 +48,9 @@ fn main() {
     let iters = arg_num(&args, 1, "iterations", 20);
     let dsm = init("sor");
     let w = n + 2;
-    let g: SharedArray<f64> = dsm
-        .alloc(w * w, banded(w, w * 8, dsm.nodes()))
-        .expect("alloc grid");
-    let rows = band(w, dsm.id(), dsm.nodes());
+    let bands = Bands::page_aligned(w, w * 8, dsm.nodes());
+    let g: SharedArray<f64> = dsm.alloc(w * w, bands.policy()).expect("alloc grid");
+    let rows = bands.of(dsm.id());
     for i in rows.0..rows.1 {
         for j in 0..w {
             g.set(i * w + j, initial(i, j, n));
