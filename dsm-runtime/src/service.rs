@@ -157,11 +157,19 @@ impl Service {
             // anything it asks next.
             self.drain_fast_faults();
             let mut busy = slots::take_posted(|i, op, arg| self.handle_request(i, op, arg));
-            if let Some(t) = &mut self.transport {
-                busy |= t.poll_recv(Instant::now()) > 0;
-            }
+            let received = self
+                .transport
+                .as_mut()
+                .is_some_and(|t| t.poll_recv(Instant::now()) > 0);
+            busy |= received;
             busy |= self.handle_transport_events();
             busy |= self.drain_core();
+            if received {
+                // The acknowledgements of what arrived (already on the replies, if any).
+                if let Some(t) = &mut self.transport {
+                    t.flush(Instant::now());
+                }
+            }
             // Timers may raise events (a peer found silent): handle them before sleeping, or a
             // 2-node job with nothing else due would sleep on them.
             if self.handle_timers() {

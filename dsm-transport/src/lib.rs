@@ -52,6 +52,9 @@ pub trait Transport: Send {
     /// [`Transport::poll_recv`]) sends it. Call `flush` after a batch of sends.
     fn send(&mut self, now: Instant, to: u16, msg: &[u8]);
     /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
+    /// Acknowledgements of what it took in (UDP, RDMA UD) go out at the next
+    /// [`Transport::flush`], on the replies if there are any: call `flush` after handling the
+    /// events, whether or not anything was sent.
     fn poll_recv(&mut self, now: Instant) -> usize;
     /// The next delivered message or lost peer.
     fn poll_event(&mut self) -> Option<Event>;

@@ -134,8 +134,11 @@ impl UdpTransport {
                 }
             }
         }
-        // One acknowledgement per peer for the whole batch (and what the acks opened up).
-        self.flush(now);
+        // Fast retransmissions the acks called for go out now; the acknowledgements of this
+        // batch wait for the next flush, which the caller makes after handling the messages, so
+        // they ride on the replies (a pure ack sent here cost every remote fault a sendto on
+        // each side, before the reply).
+        self.transmit();
         n
     }
 
@@ -284,7 +287,9 @@ mod tests {
         loop {
             assert!(Instant::now() < deadline, "nothing arrived");
             t.poll_recv(Instant::now());
+            t.flush(Instant::now());
             other.poll_recv(Instant::now());
+            other.flush(Instant::now());
             if let Some(Event::Message { bytes, .. }) = t.poll_event() {
                 return bytes;
             }

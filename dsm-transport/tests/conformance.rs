@@ -160,6 +160,7 @@ fn pump(
             while let Some(e) = t.poll_event() {
                 seen[i].push(e);
             }
+            t.flush(now);
         }
         std::thread::yield_now();
     }
@@ -313,6 +314,7 @@ fn a_slow_receiver_gets_everything_once_it_reads() {
             // Only the sender runs while the receiver is busy elsewhere.
             let t = job[0].as_mut().unwrap();
             t.poll_recv(Instant::now());
+            t.flush(Instant::now());
         }
         std::thread::sleep(Duration::from_millis(200));
         let seen = pump(
@@ -389,6 +391,7 @@ fn one_sided_reads_return_the_exported_bytes_and_unexported_ranges_are_refused()
     loop {
         for t in job.iter_mut().flatten() {
             t.poll_recv(Instant::now());
+            t.flush(Instant::now());
         }
         if job[0].as_ref().unwrap().can_read(1, base, 4096) {
             break;

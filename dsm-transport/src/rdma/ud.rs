@@ -328,8 +328,8 @@ impl Transport for UdTransport {
         self.handle_control(now, false);
         let n = self.handle_completions(now);
         self.repost_receives();
-        // One acknowledgement per peer for the whole batch (and what the acks opened up).
-        self.rel.flush(now);
+        // As for UDP: the acknowledgements of this batch wait for the next flush, to ride on
+        // the replies; fast retransmissions go out now.
         self.flush();
         n
     }
