@@ -47,6 +47,13 @@ pub(crate) const CALL_FAILED: u64 = u64::MAX;
 /// 1024 x 100 on 2 nodes, 16 interleaved runs: compute median 0.47 s with 20 ms, 0.31 s with
 /// 200 us; matmul 1024 and lu 1024 unchanged.
 const SPIN_BLOCKED: Duration = Duration::from_micros(200);
+/// After resuming a thread, the loop spins this long (by default) for its next request, but only
+/// if the last request came this soon after its thread's resumption: a thread that faults page
+/// after page is served without a wake-up each time (faultlat's remote read fault: median 36-46
+/// us -> 27-36 us), while a thread that goes back to computing leaves its CPU alone (spinning
+/// after every request made sor 1024 x 100 on 2 nodes 0.47 s -> 0.40 s when removed: the
+/// spinning thread lost its standing with the scheduler, see [`SERVICE_SLICE`]).
+const SPIN_AGAIN: Duration = Duration::from_micros(100);
 /// The time slice the service thread asks the scheduler for (`sched_setattr`; Linux 6.12 and
 /// later). Under EEVDF, `sched_yield` moves the yielding thread's deadline a whole slice ahead
 /// (1.4 ms by default here): after spinning, the service thread had lost so much standing that
@@ -91,6 +98,10 @@ pub(crate) struct Service {
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
     /// to report if the grant does not arrive within [`EXIT_GRACE`].
     lost_in_exit: Option<(Instant, String)>,
+    /// When an application thread was last resumed (until its next request).
+    resumed_at: Option<Instant>,
+    /// How soon after its thread's resumption the last request came.
+    request_gap: Duration,
 }
 
 impl Service {
@@ -129,6 +140,8 @@ impl Service {
             control_buf: Vec::new(),
             control_checked: Instant::now(),
             lost_in_exit: None,
+            resumed_at: None,
+            request_gap: Duration::MAX,
             stats_json: std::env::var("DSM_STATS_JSON")
                 .ok()
                 .filter(|p| node_is_zero && !p.is_empty()),
@@ -146,6 +159,7 @@ impl Service {
         slots::IS_SERVICE.with(|s| s.set(true));
         let mut last_busy = Instant::now();
         let spin_blocked = env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED);
+        let spin_again = env_us("DSM_SPIN_AGAIN_US", SPIN_AGAIN);
         let slice = env_us("DSM_SERVICE_SLICE_US", SERVICE_SLICE);
         if !slice.is_zero() {
             if let Err(e) = sys::request_time_slice(slice) {
@@ -192,11 +206,13 @@ impl Service {
                 last_busy = now;
                 continue;
             }
-            // Spin only while one of our application threads is blocked on us: otherwise the CPU
-            // is better left to its computation, and a message wakes us (spinning 100 us after
-            // each request as well made sor 1024 x 100 on 2 nodes 0.47 s -> 0.40 s when removed).
+            // Spin while one of our application threads is blocked on us, or was just resumed
+            // and tends to ask again at once: otherwise the CPU is better left to its
+            // computation, and a message wakes us.
             let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
-            if blocked && now - last_busy < spin_blocked {
+            let asks_again = self.request_gap < spin_again
+                && self.resumed_at.is_some_and(|r| now - r < spin_again);
+            if (blocked && now - last_busy < spin_blocked) || asks_again {
                 // Yield at every pass: a thread woken on this CPU (the application thread this
                 // loop just resumed, another node's thread on a shared machine) runs at once.
                 // Spinning without yielding left a resumed thread waiting 17 us in one run of
@@ -279,6 +295,9 @@ impl Service {
     }
 
     fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
+        if let Some(r) = self.resumed_at.take() {
+            self.request_gap = r.elapsed();
+        }
         // The requesting thread's fast-path writes were queued before its request was posted:
         // record them before acting on the request (a release must carry them).
         self.drain_fast_faults();
@@ -530,6 +549,7 @@ impl Service {
                         self.exit_done_at = Some(Instant::now());
                     } else {
                         slots::complete(slot, 0);
+                        self.resumed_at = Some(Instant::now());
                     }
                 }
                 Effect::JobStats { nodes } => {
