@@ -62,6 +62,8 @@ pub(crate) struct PageEntry {
     /// Fetched again at a barrier because it was in use (not part of a stream: its first touch
     /// does not read ahead).
     pub refreshed: bool,
+    /// Barriers in a row that found this copy fetched again and not opened since.
+    pub unused_refetches: u8,
     pub twin: Option<PageBuf>,
     pub fetch: Option<Fetch>,
     pub in_cache: bool,
@@ -83,6 +85,7 @@ impl PageEntry {
             served: false,
             touched: false,
             refreshed: false,
+            unused_refetches: 0,
             twin: None,
             fetch: None,
             in_cache: false,
@@ -526,6 +529,7 @@ impl<M: PageMemory> Node<M> {
         self.table[page.index()].frame = Frame::Invalid;
         self.table[page.index()].touched = false;
         self.table[page.index()].refreshed = false;
+        self.table[page.index()].unused_refetches = 0;
         self.table[page.index()].twin = None;
         self.cache_remove(page);
         self.mem.discard(page);
@@ -626,7 +630,9 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// At a barrier: the pages among `pages` (about to be invalidated) whose copies were in use
-    /// here (opened for a reader or a writer since they arrived), to fetch again at once.
+    /// here (opened for a reader or a writer since they arrived), to fetch again at once. A copy
+    /// fetched again at the last barrier and not opened since is fetched once more (a page used
+    /// every other interval, as by one colour of red-black SOR); not after two such barriers.
     pub(crate) fn copies_in_use(&self, pages: &[PageNum]) -> Vec<PageNum> {
         if !self.cfg.prefetch.enabled {
             return Vec::new();
@@ -638,10 +644,12 @@ impl<M: PageMemory> Node<M> {
             .copied()
             .filter(|p| {
                 self.table.get(p.index()).is_some_and(|e| {
-                    e.home != me
-                        && e.touched
-                        && matches!(e.frame, Frame::ReadOnly | Frame::ReadWrite)
-                        && e.fetch.is_none()
+                    let in_use = match e.frame {
+                        Frame::ReadOnly | Frame::ReadWrite => true,
+                        Frame::Prefetched => e.refreshed && e.unused_refetches == 0,
+                        Frame::Invalid => false,
+                    };
+                    e.home != me && e.touched && in_use && e.fetch.is_none()
                 })
             })
             .take(limit)
@@ -685,11 +693,17 @@ impl<M: PageMemory> Node<M> {
             match e.frame {
                 Frame::Invalid => continue,
                 Frame::Prefetched => {
+                    if e.refreshed {
+                        e.unused_refetches = e.unused_refetches.saturating_add(1);
+                    }
                     self.stats.prefetch_unused += 1;
                     // Closed with the others: the runtime may have opened it for a reader.
                     opened.push(page);
                 }
-                Frame::ReadOnly | Frame::ReadWrite => opened.push(page),
+                Frame::ReadOnly | Frame::ReadWrite => {
+                    e.unused_refetches = 0;
+                    opened.push(page);
+                }
             }
             self.stats.invalidations += 1;
         }

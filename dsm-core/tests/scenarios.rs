@@ -444,6 +444,42 @@ fn copies_in_use_are_fetched_again_at_every_barrier() {
 }
 
 #[test]
+fn a_copy_used_every_other_interval_is_fetched_again_at_every_barrier() {
+    // Red-black SOR's pattern: one colour's half-sweep reads a page of the neighbour, the other
+    // does not. The refetch made at the barrier before an interval that leaves the page alone
+    // is kept for the interval after, which reads it without a GETP; a copy left unused twice
+    // in a row is no longer fetched.
+    for seed in 0..10 {
+        let mut c = Cluster::new(2, 80 + seed, |c| {
+            c.prefetch.prefetch_pages = 1;
+            c.prefetch.max_checking_pages = 1;
+        });
+        let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        assert_eq!(c.read_u64(1, x).unwrap(), 0);
+        for round in 1..=6 {
+            c.write_u64(0, x, round).unwrap();
+            c.barrier().unwrap();
+            if round % 2 == 0 {
+                let before = c.node(1).stats().getp_sent;
+                assert_eq!(c.read_u64(1, x).unwrap(), round, "seed {seed}");
+                let s = c.node(1).stats();
+                assert_eq!(s.getp_sent, before, "seed {seed} round {round}: {s:?}");
+            }
+        }
+        // Unused twice in a row: the barrier lets the copy go.
+        for round in 7..=9 {
+            c.write_u64(0, x, round).unwrap();
+            c.barrier().unwrap();
+        }
+        assert_eq!(c.node(1).page_state(x.page()), PageState::Invalid);
+        let fetched = c.node(1).stats().prefetch_requested;
+        c.write_u64(0, x, 10).unwrap();
+        c.barrier().unwrap();
+        assert_eq!(c.node(1).stats().prefetch_requested, fetched, "seed {seed}");
+    }
+}
+
+#[test]
 fn prefetch_crosses_homes_with_one_request_per_home() {
     let mut c = Cluster::new(3, 18, |c| {
         c.prefetch.prefetch_pages = 3;
