@@ -13,6 +13,12 @@ fn no_prefetch(c: &mut CoreConfig) {
     c.prefetch.enabled = false;
 }
 
+/// Prefetch one page ahead (the page after a fault), no further.
+fn one_page_ahead(c: &mut CoreConfig) {
+    c.prefetch.prefetch_pages = 1;
+    c.prefetch.max_checking_pages = 1;
+}
+
 /// A cluster of `n` nodes without prefetch and `pages` pages all homed on node 0.
 fn cluster_homed_on_0(n: u16, pages: u64, seed: u64) -> (Cluster, GlobalAddr) {
     let mut c = Cluster::new(n, seed, no_prefetch);
@@ -390,10 +396,7 @@ fn touching_prefetched_pages_reads_further_ahead() {
 #[test]
 fn a_barrier_fetches_again_the_copies_in_use_it_invalidates() {
     for seed in 0..10 {
-        let mut c = Cluster::new(2, 40 + seed, |c| {
-            c.prefetch.prefetch_pages = 1;
-            c.prefetch.max_checking_pages = 1;
-        });
+        let mut c = Cluster::new(2, 40 + seed, one_page_ahead);
         let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
         let y = x.offset_by(PAGE);
         // Node 1 reads page x (and gets page y prefetched, untouched).
@@ -422,10 +425,7 @@ fn copies_in_use_are_fetched_again_at_every_barrier() {
     // are in use, each barrier fetches both again, and no read waits for a GETP, even though
     // the second page is now opened along with the first (not touched by a fault of its own).
     for seed in 0..10 {
-        let mut c = Cluster::new(2, 60 + seed, |c| {
-            c.prefetch.prefetch_pages = 1;
-            c.prefetch.max_checking_pages = 1;
-        });
+        let mut c = Cluster::new(2, 60 + seed, one_page_ahead);
         let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
         let y = x.offset_by(PAGE);
         assert_eq!(c.read_u64(1, x).unwrap(), 0);
@@ -450,10 +450,7 @@ fn a_copy_used_every_other_interval_is_fetched_again_at_every_barrier() {
     // is kept for the interval after, which reads it without a GETP; a copy left unused twice
     // in a row is no longer fetched.
     for seed in 0..10 {
-        let mut c = Cluster::new(2, 80 + seed, |c| {
-            c.prefetch.prefetch_pages = 1;
-            c.prefetch.max_checking_pages = 1;
-        });
+        let mut c = Cluster::new(2, 80 + seed, one_page_ahead);
         let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
         assert_eq!(c.read_u64(1, x).unwrap(), 0);
         for round in 1..=6 {
