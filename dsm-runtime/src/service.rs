@@ -521,7 +521,9 @@ impl Service {
                 None => fatal("a one-node job tried to send a message"),
             }
         }
-        if any || std::mem::take(&mut self.acks_owed) {
+        if any {
+            // The acknowledgements owed ride on these messages.
+            self.acks_owed = false;
             if let Some(t) = &mut self.transport {
                 t.flush(Instant::now());
             }
@@ -569,6 +571,12 @@ impl Service {
                     }
                     _ => fatal(&error.to_string()),
                 },
+            }
+        }
+        // Pure acknowledgements last: after the threads they concern are running again.
+        if std::mem::take(&mut self.acks_owed) {
+            if let Some(t) = &mut self.transport {
+                t.flush(Instant::now());
             }
         }
         any
