@@ -336,6 +336,12 @@ impl<M: PageMemory> Node<M> {
         self.stats.rejected_frames = rejected_frames;
     }
 
+    /// The runtime's count of faults driven by their own thread, and of those handed back.
+    pub fn note_drives(&mut self, driven: u64, handed_back: u64) {
+        self.stats.faults_driven = driven;
+        self.stats.drives_handed_back = handed_back;
+    }
+
     /// Freezes the statistics reported at exit at their current values (JIAJIA's
     /// `jia_stopstat`); counting goes on for [`Node::stats`].
     pub fn freeze_stats(&mut self) {

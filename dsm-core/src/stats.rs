@@ -116,6 +116,12 @@ stats! {
     retransmissions,
     /// Frames dropped as foreign, forged or malformed (filled in by the runtime).
     rejected_frames,
+    /// Faults whose own thread drove the node until the page came, without a hand-off to the
+    /// service thread (filled in by the runtime).
+    faults_driven,
+    /// Of those, faults whose thread gave the wait back to the service thread (the reply was
+    /// slow to come; filled in by the runtime).
+    drives_handed_back,
 }
 
 impl Stats {

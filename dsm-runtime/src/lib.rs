@@ -179,6 +179,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         }
     })?;
     let base = region.app_base;
+    sys::altstack::ensure();
     sys::signals::install(base, len).map_err(|source| InitError::Os {
         what: "installing the fault handler",
         source,
@@ -214,7 +215,9 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
             // A panic here would leave the application threads waiting for it forever: end the
             // node, so the launcher and the other nodes see it fail (the panic hook has already
             // printed where and why).
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service.run())).is_err() {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service::run(service)))
+                .is_err()
+            {
                 fatal("the service thread panicked (see above)");
             }
         })
@@ -378,6 +381,9 @@ impl Dsm {
         &self,
         f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
     ) -> Result<u64, UsageError> {
+        // A thread that calls the DSM gets the signal stack its fault handler needs to drive
+        // the node itself.
+        sys::altstack::ensure();
         let Some(slot) = slots::my_slot() else {
             fatal(&format!(
                 "more than {} threads use the DSM",

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use dsm_core::{
@@ -22,7 +22,7 @@ use dsm_transport::{ReadRange, Transport};
 
 use crate::region::Region;
 use crate::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
-use crate::sys::{self, Epoll, signals};
+use crate::sys::{self, Epoll, altstack, signals};
 use crate::{fatal, stats_table};
 
 /// A request run on the service thread: `Ok(Some(v))` completes at once with `v`, `Ok(None)`
@@ -77,9 +77,15 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct Service {
     pub node: Node<Region>,
     pub transport: Option<Box<dyn Transport>>,
-    epoll: Epoll,
-    /// What the last sleep woke for (only the wake-up matters).
-    ready: Vec<(u64, u32)>,
+    /// What the service thread sleeps on: the request eventfd (token 0), the transport (1) and
+    /// the launcher's control channel (2).
+    epoll: Arc<Epoll>,
+    /// Whether `epoll` reports the transport (paused while a fault handler drives the node).
+    transport_watched: bool,
+    /// The slot of the fault handler driving the node now, if one is.
+    driver: Option<usize>,
+    /// How long a thread blocked on the node is waited for by spinning (`DSM_SPIN_BLOCKED_US`).
+    spin_blocked: Duration,
     evfd: OwnedFd,
     cookie: u64,
     t0: Instant,
@@ -130,8 +136,10 @@ impl Service {
         Ok(Service {
             node,
             transport,
-            epoll,
-            ready: Vec::with_capacity(64),
+            epoll: Arc::new(epoll),
+            transport_watched: true,
+            driver: None,
+            spin_blocked: env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED),
             evfd,
             cookie,
             t0,
@@ -158,87 +166,46 @@ impl Service {
         Time(self.t0.elapsed().as_nanos() as u64)
     }
 
-    /// Runs until the node has exited.
-    pub fn run(mut self) {
-        slots::IS_SERVICE.with(|s| s.set(true));
-        let mut last_busy = Instant::now();
-        let spin_blocked = env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED);
-        let spin_again = env_us("DSM_SPIN_AGAIN_US", SPIN_AGAIN);
-        let slice = env_us("DSM_SERVICE_SLICE_US", SERVICE_SLICE);
-        if !slice.is_zero() {
-            if let Err(e) = sys::request_time_slice(slice) {
-                log::debug!("cannot ask for a {slice:?} time slice: {e}");
-            }
+    /// One round of work: the fault handlers' fast-path reports, the posted requests (only the
+    /// faults, for a fault handler driving the node: calls run on the service thread), the
+    /// network, the core's messages and effects, the timers. Returns whether anything happened.
+    fn pass(&mut self, faults_only: bool) -> bool {
+        // Home pages opened by fault handlers first: a thread's writes are recorded before
+        // anything it asks next.
+        self.drain_fast_faults();
+        let mut busy =
+            slots::take_posted(faults_only, |i, op, arg| self.handle_request(i, op, arg));
+        if let Some(t) = &mut self.transport {
+            let received = t.poll_recv(Instant::now()) > 0;
+            self.acks_owed |= received;
+            busy |= received;
         }
-        loop {
-            // Home pages opened by fault handlers first: a thread's writes are recorded before
-            // anything it asks next.
-            self.drain_fast_faults();
-            let mut busy = slots::take_posted(|i, op, arg| self.handle_request(i, op, arg));
-            if let Some(t) = &mut self.transport {
-                let received = t.poll_recv(Instant::now()) > 0;
-                self.acks_owed |= received;
-                busy |= received;
-            }
+        busy |= self.handle_transport_events();
+        busy |= self.drain_core();
+        // Timers may raise events (a peer found silent): handle them before sleeping, or a
+        // 2-node job with nothing else due would sleep on them.
+        if self.handle_timers() {
             busy |= self.handle_transport_events();
             busy |= self.drain_core();
-            // Timers may raise events (a peer found silent): handle them before sleeping, or a
-            // 2-node job with nothing else due would sleep on them.
-            if self.handle_timers() {
-                busy |= self.handle_transport_events();
-                busy |= self.drain_core();
-            }
-            if self.control_checked.elapsed() > Duration::from_millis(10) {
-                self.check_control();
-            }
-            if self.exit_finished() {
-                return;
-            }
-            if let Some((at, msg)) = &self.lost_in_exit {
-                if at.elapsed() > EXIT_GRACE {
-                    crate::fatal_with(msg, crate::EXIT_PEER_FAILED);
-                }
-            }
-            let now = Instant::now();
-            if busy {
-                last_busy = now;
-                continue;
-            }
-            // Spin while one of our application threads is blocked on us, or was just resumed
-            // and tends to ask again at once: otherwise the CPU is better left to its
-            // computation, and a message wakes us.
-            let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
-            let asks_again = self.request_gap < spin_again
-                && self.resumed_at.is_some_and(|r| now - r < spin_again);
-            if (blocked && now - last_busy < spin_blocked) || asks_again {
-                // Yield at every pass: a thread woken on this CPU (the application thread this
-                // loop just resumed, another node's thread on a shared machine) runs at once.
-                // Spinning without yielding left a resumed thread waiting 17 us in one run of
-                // two (remote read fault 45-55 us instead of 30-32, 2 nodes on 2 CPUs).
-                sys::sched_yield();
-                continue;
-            }
-            self.sleep();
-            last_busy = Instant::now();
         }
+        busy
     }
 
-    fn sleep(&mut self) {
-        SLOTS.service_sleeping.store(true, Ordering::SeqCst);
-        if SLOTS.posted.load(Ordering::SeqCst) == 0 {
-            let timeout_ms = self.next_deadline().map_or(-1, |d| {
-                let left = d.saturating_duration_since(Instant::now());
-                left.as_millis().min(60_000) as i32
-                    + i32::from(left.subsec_nanos() % 1_000_000 != 0)
-            });
-            self.ready.clear();
-            if let Err(e) = self.epoll.ready(timeout_ms, &mut self.ready) {
-                fatal(&format!("epoll_wait failed: {e}"));
-            }
+    /// Whether `epoll` reports the transport (see [`drive_fault`]).
+    fn watch_transport(&mut self, on: bool) {
+        if self.transport_watched == on {
+            return;
         }
-        SLOTS.service_sleeping.store(false, Ordering::SeqCst);
-        sys::eventfd_drain(self.evfd.as_raw_fd());
-        self.check_control();
+        let Some(t) = &self.transport else { return };
+        let r = if on {
+            self.epoll.modify(t.fd(), 1, false)
+        } else {
+            self.epoll.pause(t.fd(), 1)
+        };
+        if let Err(e) = r {
+            fatal(&format!("epoll_ctl on the transport failed: {e}"));
+        }
+        self.transport_watched = on;
     }
 
     /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
@@ -293,8 +260,10 @@ impl Service {
     }
 
     fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
-        if let Some(r) = self.resumed_at.take() {
-            self.request_gap = r.elapsed();
+        if self.driver != Some(slot) {
+            if let Some(r) = self.resumed_at.take() {
+                self.request_gap = r.elapsed();
+            }
         }
         // The requesting thread's fast-path writes were queued before its request was posted:
         // record them before acting on the request (a release must carry them).
@@ -355,13 +324,17 @@ impl Service {
         });
     }
 
-    /// Copies the transport's counters into the core's statistics.
+    /// Copies the transport's counters and the count of driven faults into the core's statistics.
     pub fn note_transport(&mut self) {
         let (r, j) = self
             .transport
             .as_ref()
             .map_or((0, 0), |t| (t.retransmissions(), t.rejected()));
         self.node.note_transport(r, j + self.rejected_frames);
+        self.node.note_drives(
+            DRIVEN.load(Ordering::Relaxed),
+            HANDED_BACK.load(Ordering::Relaxed),
+        );
     }
 
     /// Marks the calling slot as the one waiting in exit (completed after the linger).
@@ -547,6 +520,9 @@ impl Service {
                     let slot = waiter.0 as usize;
                     if self.exit_waiter == Some(slot) {
                         self.exit_done_at = Some(Instant::now());
+                    } else if self.driver == Some(slot) {
+                        // The fault handler completing this is the thread it resumes.
+                        slots::complete_quietly(slot, 0);
                     } else {
                         slots::complete(slot, 0);
                         self.resumed_at = Some(Instant::now());
@@ -574,7 +550,10 @@ impl Service {
             }
         }
         // Pure acknowledgements last: after the threads they concern are running again.
-        if std::mem::take(&mut self.acks_owed) {
+        // A fault handler driving the node leaves them to the next message it sends (its next
+        // GETP) or to the service thread, which wakes within [`DRIVEN_NAP`] of a drive: a
+        // sendto here would delay the thread's return by its cost (3 us).
+        if self.driver.is_none() && std::mem::take(&mut self.acks_owed) {
             if let Some(t) = &mut self.transport {
                 t.flush(Instant::now());
             }
@@ -633,4 +612,206 @@ impl Service {
         }
         false
     }
+}
+
+/// The node's service state. The service thread holds it while it works and lets go of it while
+/// it spins or sleeps; a fault handler may then take it and drive the node itself
+/// ([`drive_fault`]).
+static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
+/// Whether fault handlers may drive the node (`DSM_DRIVE=0` turns it off).
+static DRIVE: AtomicBool = AtomicBool::new(true);
+/// Faults resolved by their own thread driving the node, and those it handed back.
+static DRIVEN: AtomicU64 = AtomicU64::new(0);
+static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
+/// The service thread sleeps [`DRIVEN_NAP`] at most: a handler that leaves acknowledgements owed
+/// need not wake it.
+static NAPPING: AtomicBool = AtomicBool::new(false);
+/// Alternate-stack room a fault handler needs to drive the node (the core and the transport
+/// run on it); measured use is under a tenth of this.
+const DRIVE_STACK: usize = 128 << 10;
+/// How long, in milliseconds, the service thread sleeps at most while a fault handler drives the
+/// node, and after one did: the handler wakes it when it leaves requests or its own wait behind,
+/// the re-watched transport does when a message comes, and this nap bounds how long the
+/// acknowledgements a handler left owed wait.
+const DRIVEN_NAP: i32 = 1;
+/// How long a driving fault handler polls for its reply before it starts yielding between polls.
+/// faultlat's remote read fault, 2 runs each: yielding at once 25.5-26.4 us, after 20 us
+/// 22.2-23.7 us, never 22.1-22.3 us (but never yielding would keep the CPU from a home's
+/// service thread that shares it).
+const DRIVE_SPIN_TIGHT: Duration = Duration::from_micros(20);
+
+fn lock_service() -> MutexGuard<'static, Option<Service>> {
+    SERVICE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The service thread: runs the node until it has exited.
+pub(crate) fn run(service: Service) {
+    slots::IS_SERVICE.with(|s| s.set(true));
+    if std::env::var("DSM_DRIVE").is_ok_and(|v| v == "0") {
+        DRIVE.store(false, Ordering::SeqCst);
+    }
+    let spin_again = env_us("DSM_SPIN_AGAIN_US", SPIN_AGAIN);
+    let slice = env_us("DSM_SERVICE_SLICE_US", SERVICE_SLICE);
+    if !slice.is_zero() {
+        if let Err(e) = sys::request_time_slice(slice) {
+            log::debug!("cannot ask for a {slice:?} time slice: {e}");
+        }
+    }
+    let epoll = service.epoll.clone();
+    let evfd = service.evfd.as_raw_fd();
+    *lock_service() = Some(service);
+    let mut ready = Vec::with_capacity(64);
+    let mut last_busy = Instant::now();
+    let mut woke_for_control = false;
+    let mut seen_driven = 0;
+    loop {
+        let mut guard = match SERVICE.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) if SLOTS.posted.load(Ordering::SeqCst) > 0 => {
+                // Requests wait (calls, which handlers do not run): take the state as soon as
+                // the handler driving the node lets go of it (handlers drive only while nothing
+                // is posted, so they do not take it back first).
+                lock_service()
+            }
+            Err(TryLockError::WouldBlock) => {
+                // A fault handler drives the node and watches the network meanwhile.
+                NAPPING.store(true, Ordering::SeqCst);
+                sleep(&epoll, evfd, &mut ready, DRIVEN_NAP);
+                last_busy = Instant::now();
+                continue;
+            }
+        };
+        let Some(s) = guard.as_mut() else { return };
+        let busy = s.pass(false);
+        if woke_for_control || s.control_checked.elapsed() > Duration::from_millis(10) {
+            s.check_control();
+        }
+        if s.exit_finished() {
+            // Closing the transport tells the other nodes this one is done.
+            drop(guard.take());
+            return;
+        }
+        if let Some((at, msg)) = &s.lost_in_exit {
+            if at.elapsed() > EXIT_GRACE {
+                crate::fatal_with(msg, crate::EXIT_PEER_FAILED);
+            }
+        }
+        let now = Instant::now();
+        if busy {
+            last_busy = now;
+            continue;
+        }
+        // Spin while one of our application threads is blocked on us, or was just resumed and
+        // tends to ask again at once: otherwise the CPU is better left to its computation, and a
+        // message wakes us.
+        let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
+        let asks_again =
+            s.request_gap < spin_again && s.resumed_at.is_some_and(|r| now - r < spin_again);
+        if (blocked && now - last_busy < s.spin_blocked) || asks_again {
+            drop(guard);
+            // Yield at every pass: a thread woken on this CPU (the application thread this loop
+            // just resumed, another node's thread on a shared machine) runs at once. Spinning
+            // without yielding left a resumed thread waiting 17 us in one run of two (remote
+            // read fault 45-55 us instead of 30-32, 2 nodes on 2 CPUs).
+            sys::sched_yield();
+            continue;
+        }
+        let mut timeout_ms = s.next_deadline().map_or(-1, |d| {
+            let left = d.saturating_duration_since(Instant::now());
+            left.as_millis().min(60_000) as i32 + i32::from(left.subsec_nanos() % 1_000_000 != 0)
+        });
+        // Fault handlers drove the node since we last looked: they may have left
+        // acknowledgements owed (within the peers' smallest retransmission timeout, 2 ms).
+        let driven = DRIVEN.load(Ordering::Relaxed);
+        if driven != seen_driven {
+            seen_driven = driven;
+            timeout_ms = if timeout_ms < 0 {
+                DRIVEN_NAP
+            } else {
+                timeout_ms.min(DRIVEN_NAP)
+            };
+        }
+        drop(guard);
+        NAPPING.store((0..=DRIVEN_NAP).contains(&timeout_ms), Ordering::SeqCst);
+        woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
+        last_busy = Instant::now();
+    }
+}
+
+/// Sleeps in `epoll` until a request, a message or the launcher wakes the service thread, or
+/// `timeout_ms` passes; returns whether the launcher's control channel is readable.
+fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
+    SLOTS.service_sleeping.store(true, Ordering::SeqCst);
+    ready.clear();
+    if SLOTS.posted.load(Ordering::SeqCst) == 0 {
+        if let Err(e) = epoll.ready(timeout_ms, ready) {
+            fatal(&format!("epoll_wait failed: {e}"));
+        }
+    }
+    SLOTS.service_sleeping.store(false, Ordering::SeqCst);
+    sys::eventfd_drain(evfd);
+    ready.iter().any(|&(token, _)| token == 2)
+}
+
+/// In the fault handler of the thread in `slot`: resolves its fault (`op` on `page`) by driving
+/// the node on this thread, if the service state is free. The thread hands its request to the
+/// core, sends the GETP, polls the transport and handles whatever comes (other nodes' requests
+/// too) until its page is in, then lets go. Against posting the fault to the service thread
+/// this saves two thread hand-offs per fault (a wake-up each way, with their context switches).
+///
+/// `None`: not driven (turned off, not enough alternate stack, the service thread or another
+/// handler holds the state, the node has exited): post the fault instead. After spinning as long
+/// as the service thread would ([`SPIN_BLOCKED`]), the handler hands the wait back to the
+/// service thread and sleeps on its slot.
+///
+/// Runs in a SIGSEGV handler and allocates: safe because this SIGSEGV is synchronous, raised by
+/// an access to the shared region, which the allocator and the runtime's locks never make; a
+/// second fault in the handler ends the process (SIGSEGV is blocked there).
+pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
+    if !DRIVE.load(Ordering::Relaxed) || altstack::room() < DRIVE_STACK {
+        return None;
+    }
+    let mut guard = SERVICE.try_lock().ok()?;
+    let s = guard.as_mut()?;
+    if s.exit_done_at.is_some() || SLOTS.posted.load(Ordering::SeqCst) > 0 {
+        // Requests are waiting for the service thread: queue behind them.
+        return None;
+    }
+    DRIVEN.fetch_add(1, Ordering::Relaxed);
+    slots::take_own(slot);
+    s.driver = Some(slot);
+    // Replies are read here: the service thread, asleep, need not wake for them.
+    s.watch_transport(false);
+    s.handle_request(slot, op, page);
+    let start = Instant::now();
+    loop {
+        s.pass(true);
+        let spun = start.elapsed();
+        if slots::is_done(slot) || spun >= s.spin_blocked {
+            break;
+        }
+        // A reply is due within microseconds: poll without giving the CPU away at first, then
+        // yield at every pass (the home's service thread may need this CPU to answer).
+        if spun >= DRIVE_SPIN_TIGHT {
+            sys::sched_yield();
+        }
+    }
+    s.driver = None;
+    s.watch_transport(true);
+    let handed_back = !slots::is_done(slot);
+    let work_left = handed_back
+        || SLOTS.posted.load(Ordering::SeqCst) > 0
+        || (s.acks_owed && !NAPPING.load(Ordering::SeqCst));
+    drop(guard);
+    if work_left {
+        // The service thread takes over what is left: a reply still to come, requests posted
+        // while we drove, acknowledgements owed while it sleeps long.
+        HANDED_BACK.fetch_add(u64::from(handed_back), Ordering::Relaxed);
+        let fd = SLOTS.eventfd.load(Ordering::Relaxed);
+        if fd >= 0 {
+            sys::eventfd_signal(fd);
+        }
+    }
+    Some(slots::wait_done(slot))
 }

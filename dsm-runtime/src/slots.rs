@@ -121,6 +121,13 @@ pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
             sys::eventfd_signal(fd);
         }
     }
+    wait_done(i)
+}
+
+/// Waits until slot `i` (posted, or taken by its own thread as the driver) is completed, then
+/// frees it for the next request; returns the result word. Async-signal-safe.
+pub(crate) fn wait_done(i: usize) -> u64 {
+    let slot = &SLOTS.slots[i];
     // Instant::now is clock_gettime through the vDSO: async-signal-safe.
     let start = Instant::now();
     let spin = Duration::from_micros(u64::from(WAIT_SPIN_US.load(Ordering::Relaxed)));
@@ -140,23 +147,43 @@ pub(crate) fn post_and_wait(i: usize, op: u32, arg: u64) -> u64 {
     r
 }
 
+/// A thread about to drive its own request (in slot `i`) on the node's service state: the slot
+/// counts as taken, and as blocked until completed. Async-signal-safe.
+pub(crate) fn take_own(i: usize) {
+    SLOTS.blocked.fetch_add(1, Ordering::SeqCst);
+    SLOTS.slots[i].state.store(TAKEN, Ordering::SeqCst);
+}
+
+/// Whether slot `i`'s request is completed.
+pub(crate) fn is_done(i: usize) -> bool {
+    SLOTS.slots[i].state.load(Ordering::Acquire) == DONE
+}
+
 /// Service side: completes slot `i` with `result` and wakes its thread.
 pub(crate) fn complete(i: usize, result: u64) {
+    complete_quietly(i, result);
+    sys::futex_wake(&SLOTS.slots[i].state);
+}
+
+/// Completes slot `i` without waking anyone: for the request of the thread that completes it
+/// (a fault handler driving the node), which is not asleep.
+pub(crate) fn complete_quietly(i: usize, result: u64) {
     let slot = &SLOTS.slots[i];
     SLOTS.blocked.fetch_sub(1, Ordering::SeqCst);
     slot.result.store(result, Ordering::Relaxed);
     slot.state.store(DONE, Ordering::Release);
-    sys::futex_wake(&slot.state);
 }
 
-/// Service side: takes every posted request, calling `f(slot, op, arg)` for each.
-pub(crate) fn take_posted(mut f: impl FnMut(usize, u32, u64)) -> bool {
+/// Service side: takes every posted request (only faults if `faults_only`), calling
+/// `f(slot, op, arg)` for each.
+pub(crate) fn take_posted(faults_only: bool, mut f: impl FnMut(usize, u32, u64)) -> bool {
     if SLOTS.posted.load(Ordering::SeqCst) == 0 {
         return false;
     }
     let mut any = false;
     for (i, slot) in SLOTS.slots.iter().enumerate() {
         if slot.state.load(Ordering::Acquire) == POSTED
+            && !(faults_only && slot.op.load(Ordering::Relaxed) == OP_CALL)
             && slot
                 .state
                 .compare_exchange(POSTED, TAKEN, Ordering::AcqRel, Ordering::Relaxed)

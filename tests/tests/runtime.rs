@@ -72,6 +72,57 @@ fn locked_reads_stay_exact_while_another_thread_faults_on_the_same_pages() {
     }
 }
 
+/// The `faults_driven` row of the statistics table: one value per node (none if all are zero).
+fn faults_driven(stderr: &str) -> Vec<u64> {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("faults_driven "))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn faults_are_exact_whether_their_thread_drives_the_node_or_posts_it_the_request() {
+    // By default a faulting thread drives the node itself when the service state is free (if it
+    // has called the DSM: the main thread here; the threads the other cases spawn post their
+    // faults); `DSM_DRIVE=0` posts every fault to the service thread. Both must give the same
+    // results, with several threads faulting at once too.
+    for (case, expect) in [
+        ("faults", "faults OK"),
+        ("threads", "threads OK"),
+        ("race", "race OK"),
+    ] {
+        for drive in ["1", "0"] {
+            let mut cmd = Command::new(bin("dsmrun"));
+            cmd.env("DSM_DRIVE", drive)
+                .args(["-n", "3", "--stats", "--set", "prefetch=off"])
+                .arg(bin("probe"))
+                .arg(case);
+            let out = run_with_deadline(cmd, Duration::from_secs(120));
+            let t = text(&out);
+            assert!(out.status.success(), "{case}, DSM_DRIVE={drive}:\n{t}");
+            assert!(String::from_utf8_lossy(&out.stdout).contains(expect), "{t}");
+            let driven = faults_driven(&String::from_utf8_lossy(&out.stderr));
+            if drive == "0" {
+                assert!(
+                    driven.is_empty(),
+                    "{case}: faults driven with DSM_DRIVE=0:\n{t}"
+                );
+            } else if case == "faults" {
+                assert!(
+                    driven.iter().sum::<u64>() > 0,
+                    "{case}: no fault was driven by its thread:\n{t}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_stack_overflow_in_the_app_is_still_reported() {
     let out = run_with_deadline(

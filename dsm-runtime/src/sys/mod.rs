@@ -1,6 +1,7 @@
 //! Thin wrappers over the system calls the runtime needs: memfd, mmap, mprotect, fallocate,
-//! eventfd, epoll and futex. Every unsafe block is here or in [`signals`], each with its reason.
+//! eventfd, epoll, futex and the alternate signal stack. Every unsafe block is here or in [`signals`], each with its reason.
 
+pub mod altstack;
 pub mod floor;
 pub mod signals;
 

@@ -5,11 +5,14 @@
 //! runtime gives every thread an alternate signal stack). `SA_NODEFER` is *not* set: a second fault
 //! while handling one is a bug, and the kernel then kills the process as it should.
 //!
-//! A fault inside the shared region is posted to the service thread through this thread's slot
-//! and the thread sleeps until the page is accessible; then the handler returns and the faulting
+//! A fault inside the shared region is resolved on this thread if the node's service state is
+//! free (`service::drive_fault`: the handler runs the protocol and the transport itself until the
+//! page is in); otherwise it is posted to the service thread through this thread's slot and the
+//! thread sleeps until the page is accessible. Then the handler returns and the faulting
 //! instruction runs again. A fault anywhere else goes to the handler that was installed before
 //! ours (Rust's stack-overflow reporter, or the default action, which ends the process as usual).
-//! The handler never allocates, locks, logs or touches the network.
+//! Only the driving path allocates, takes a lock (by `try_lock`) or touches the network; see
+//! `drive_fault` for why that is sound in this handler.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -142,7 +145,10 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             // Queue full: the slow path does the same work again (harmlessly) and reports it.
         }
     }
-    if slots::post_and_wait(slot, op, page) != FAULT_OK {
+    // Drive the node from here if we can (no hand-off to the service thread and back), else post.
+    let result = crate::service::drive_fault(slot, op, page)
+        .unwrap_or_else(|| slots::post_and_wait(slot, op, page));
+    if result != FAULT_OK {
         // Not allocated: a wild access in the region. Behave as if we were not here.
         chain(sig, info, ctx);
     }
