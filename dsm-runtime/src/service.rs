@@ -1,11 +1,16 @@
-//! The service thread: the one thread of a node that owns the protocol core and the transport.
+//! The service thread, and the node's service state it shares with driving fault handlers.
 //!
-//! Its loop joins the application's requests (faults and calls, through [`crate::slots`]), the
-//! network and the core: requests and messages go into the core, the core's messages go out
-//! through the transport, its effects come back as resumed threads. When nothing happens it spins
-//! for a bounded time (a reply is usually microseconds away), then sleeps in epoll on the
-//! transport's socket and the request eventfd, with the next timer as the timeout: two processes
-//! spinning on a 2-CPU machine would starve the kernel's own network work.
+//! The state (the protocol core and the transport, [`Service`]) lives behind a mutex. The service
+//! thread's loop holds it while it works: it joins the application's requests (faults and calls,
+//! through [`crate::slots`]), the network and the core: requests and messages go into the core,
+//! the core's messages go out through the transport, its effects come back as resumed threads.
+//! When nothing happens it lets go of the state and spins for a bounded time (a reply is usually
+//! microseconds away), then sleeps in epoll on the transport's socket and the request eventfd,
+//! with the next timer as the timeout: two processes spinning on a 2-CPU machine would starve the
+//! kernel's own network work.
+//!
+//! A faulting thread that finds the state free takes it and serves its own fault ([`drive_fault`]):
+//! the same work, on the thread that waits for it, without the two wake-ups of a hand-off.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};

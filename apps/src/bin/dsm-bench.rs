@@ -3,7 +3,7 @@
 //! ```text
 //! dsm-bench [--quick] [--apps matmul:1024,sor,lu] [--nodes 1,2,4] [--transports udp,tcp]
 //!           [--prefetch on,off] [--repeat 5] [--baseline nodes=1] [--csv F] [--json F]
-//!           [--chart PREFIX] [--no-floors]
+//!           [--chart PREFIX] [--no-floors] [--no-pairs]
 //! ```
 //!
 //! Runs every combination through `dsmrun` (next to this binary), `--repeat` rounds of every
@@ -12,8 +12,11 @@
 //! median compute time the app reports, the GETP count, and the ratio of the median to the
 //! baseline cell (the same cell with the baseline's parameter changed; default: on 1 node). First
 //! it measures the floors in the same run: the bare fault + mprotect cost, the UDP and TCP round
-//! trip of a page-shaped exchange, and the remote fault latency as a ratio to them. Writes CSV,
-//! JSON, and a chart (SVG and PNG) of time per app per transport.
+//! trip of a page-shaped exchange, and the remote fault latency as a ratio to them. With 1 and
+//! more nodes in the matrix, every round also runs two 1-node jobs of each app at once (row
+//! `2 jobs`): twice the time of one job alone over their time together is how much work the
+//! machine does in parallel right then, the ceiling of a 2-node ratio (`--no-pairs` leaves them
+//! out). Writes CSV, JSON, and a chart (SVG and PNG) of time per app per transport.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -29,6 +32,8 @@ struct Cell {
     nodes: usize,
     transport: String,
     prefetch: bool,
+    /// Two 1-node jobs of the app at once (the machine's parallel capacity for it), not a DSM job.
+    pair: bool,
 }
 
 impl Cell {
@@ -62,7 +67,7 @@ fn median(v: &[f64]) -> f64 {
 
 fn usage(msg: &str) -> ! {
     eprintln!(
-        "dsm-bench: {msg}\nusage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors]"
+        "dsm-bench: {msg}\nusage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors] [--no-pairs]"
     );
     std::process::exit(2)
 }
@@ -78,6 +83,7 @@ struct Options {
     json: Option<PathBuf>,
     chart: Option<String>,
     floors: bool,
+    pairs: bool,
 }
 
 fn parse_apps(s: &str) -> Vec<(String, Vec<String>)> {
@@ -107,6 +113,7 @@ fn options() -> Options {
         json: None,
         chart: Some("bench".into()),
         floors: true,
+        pairs: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -161,6 +168,7 @@ fn options() -> Options {
             "--chart" => o.chart = Some(val("--chart")),
             "--no-chart" => o.chart = None,
             "--no-floors" => o.floors = false,
+            "--no-pairs" => o.pairs = false,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown option `{other}`")),
         }
@@ -183,8 +191,28 @@ fn bin(name: &str) -> PathBuf {
     p
 }
 
-/// One run: whole-job wall seconds, the app's compute seconds, GETPs summed over nodes.
+/// One run: whole-job wall seconds, the app's compute seconds, GETPs summed over nodes. For a
+/// pair cell: two 1-node jobs started together; the later end and the slower compute.
 fn run_once(cell: &Cell) -> Result<(f64, f64, u64), String> {
+    if cell.pair {
+        let one = Cell {
+            pair: false,
+            ..cell.clone()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let other = s.spawn(|| run_job(&one));
+            (
+                run_job(&one),
+                other.join().unwrap_or(Err("panicked".into())),
+            )
+        });
+        let ((wa, ca, _), (wb, cb, _)) = (a?, b?);
+        return Ok((wa.max(wb), ca.max(cb), 0));
+    }
+    run_job(cell)
+}
+
+fn run_job(cell: &Cell) -> Result<(f64, f64, u64), String> {
     let mut cmd = Command::new(bin("dsmrun"));
     cmd.args([
         "-n",
@@ -286,6 +314,10 @@ fn floors() -> Vec<(String, f64)> {
 
 fn baseline_of<'a>(o: &Options, cell: &Cell, all: &'a [Outcome]) -> Option<&'a Outcome> {
     let mut b = cell.clone();
+    if cell.pair {
+        b.pair = false;
+        return all.iter().find(|x| x.cell == b);
+    }
     match o.baseline.0.as_str() {
         "nodes" => b.nodes = o.baseline.1.parse().ok()?,
         "transport" => b.transport = o.baseline.1.clone(),
@@ -487,9 +519,20 @@ fn main() {
                         nodes,
                         transport: t.clone(),
                         prefetch,
+                        pair: false,
                     });
                 }
             }
+        }
+        if o.pairs && o.nodes.contains(&1) && o.nodes.iter().any(|&n| n > 1) {
+            cells.push(Cell {
+                app: app.clone(),
+                args: args.clone(),
+                nodes: 1,
+                transport: o.transports[0].clone(),
+                prefetch: o.prefetch[0],
+                pair: true,
+            });
         }
     }
     let total = cells.len() * o.repeat;
@@ -550,7 +593,7 @@ fn main() {
         " ".repeat(40)
     );
     let header = format!(
-        "{:<16} {:>5} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
+        "{:<16} {:>6} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
         "app",
         "nodes",
         "net",
@@ -564,7 +607,7 @@ fn main() {
     );
     println!("{header}");
     let mut csv = String::from(
-        "app,args,nodes,transport,prefetch,median_s,min_s,max_s,compute_median_s,getp_median,ratio_to_baseline,failures\n",
+        "app,args,nodes,transport,prefetch,median_s,min_s,max_s,compute_median_s,getp_median,ratio_to_baseline,failures,jobs\n",
     );
     let mut json = String::from("[\n");
     for (i, r) in results.iter().enumerate() {
@@ -575,13 +618,20 @@ fn main() {
         let mut g = r.getps.clone();
         g.sort_unstable();
         let getp = g.get(g.len() / 2).copied().unwrap_or(0);
-        let ratio = baseline_of(&o, &r.cell, &results).map(|b| median(&b.walls) / med);
+        // A pair's ratio: the work of two jobs in the time they took together, against one alone.
+        let jobs = if r.cell.pair { 2.0 } else { 1.0 };
+        let ratio = baseline_of(&o, &r.cell, &results).map(|b| jobs * median(&b.walls) / med);
         let ratio_s = ratio.map_or("-".to_string(), |x| format!("{x:.2}x"));
         let pf = if r.cell.prefetch { "on" } else { "off" };
+        let nodes = if r.cell.pair {
+            "2 jobs".to_string()
+        } else {
+            r.cell.nodes.to_string()
+        };
         println!(
-            "{:<16} {:>5} {:<7} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
+            "{:<16} {:>6} {:<7} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
             r.cell.label(),
-            r.cell.nodes,
+            nodes,
             r.cell.transport,
             pf,
             if r.failures > 0 {
@@ -592,7 +642,7 @@ fn main() {
         );
         let _ = writeln!(
             csv,
-            "{},{},{},{},{pf},{med:.4},{min:.4},{max:.4},{comp:.4},{getp},{},{}",
+            "{},{},{},{},{pf},{med:.4},{min:.4},{max:.4},{comp:.4},{getp},{},{},{jobs}",
             r.cell.app,
             r.cell.args.join(" "),
             r.cell.nodes,
@@ -602,7 +652,7 @@ fn main() {
         );
         let _ = writeln!(
             json,
-            "  {{\"app\": \"{}\", \"args\": \"{}\", \"nodes\": {}, \"transport\": \"{}\", \"prefetch\": {}, \"median_s\": {med:.4}, \"min_s\": {min:.4}, \"max_s\": {max:.4}, \"compute_median_s\": {comp:.4}, \"getp_median\": {getp}, \"ratio_to_baseline\": {}, \"failures\": {}}}{}",
+            "  {{\"app\": \"{}\", \"args\": \"{}\", \"nodes\": {}, \"transport\": \"{}\", \"prefetch\": {}, \"median_s\": {med:.4}, \"min_s\": {min:.4}, \"max_s\": {max:.4}, \"compute_median_s\": {comp:.4}, \"getp_median\": {getp}, \"ratio_to_baseline\": {}, \"failures\": {}, \"jobs\": {jobs}}}{}",
             r.cell.app,
             r.cell.args.join(" "),
             r.cell.nodes,
@@ -618,6 +668,13 @@ fn main() {
         "(vs_base: the baseline cell's median over this one, baseline {}={}; >1 means faster)",
         o.baseline.0, o.baseline.1
     );
+    if results.iter().any(|r| r.cell.pair) {
+        println!(
+            "(2 jobs: two 1-node jobs at once; vs_base is twice one job's time alone over theirs \
+             together, the machine's parallel capacity for the app in this run: a 2-node ratio \
+             cannot exceed it)"
+        );
+    }
     let write = |p: &PathBuf, text: &str| {
         if let Err(e) = std::fs::write(p, text) {
             eprintln!("dsm-bench: writing {}: {e}", p.display());
@@ -630,7 +687,8 @@ fn main() {
         write(p, &json);
     }
     if let Some(prefix) = &o.chart {
-        if let Err(e) = chart(prefix, &results) {
+        let dsm: Vec<Outcome> = results.iter().filter(|r| !r.cell.pair).cloned().collect();
+        if let Err(e) = chart(prefix, &dsm) {
             eprintln!("dsm-bench: no chart: {e}");
         }
     }
