@@ -233,6 +233,9 @@ pub struct Node<M: PageMemory> {
     pub(crate) stream_next: Option<PageNum>,
     /// GETPs for pages past our allocations, answered when we allocate them.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
+    /// Home pages served untracked, whose write tracking starts once their grants are on the
+    /// way ([`Node::settle_serves`]), with the bytes sent.
+    pub(crate) unsettled: Vec<(PageNum, PageBuf)>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
 }
 
@@ -283,6 +286,7 @@ impl<M: PageMemory> Node<M> {
             frozen_stats: None,
             failed: false,
             early_requests: Vec::new(),
+            unsettled: Vec::new(),
             read_ahead_pages: 0,
             stream_next: None,
             scratch: Box::new([0; PAGE_SIZE]),

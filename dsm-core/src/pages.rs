@@ -389,36 +389,62 @@ impl<M: PageMemory> Node<M> {
         if pages.iter().any(|p| self.table[p.index()].home != me) {
             return Err(err("asks for a page not homed here"));
         }
-        // First serving of a page written untracked so far: from now on writes here must fault
-        // (and be noticed), so protect it before the copy is taken.
-        let first: Vec<PageNum> = pages
-            .iter()
-            .copied()
-            .filter(|p| !self.table[p.index()].served)
-            .collect();
-        let untracked: Vec<PageNum> = first
-            .iter()
-            .copied()
-            .filter(|p| self.table[p.index()].frame == Frame::ReadWrite && !self.rw.contains(p))
-            .collect();
-        self.protect_pages(&untracked, Prot::Read);
-        for &p in &untracked {
-            self.mem.allow_home_write(p);
-        }
-        for p in first {
-            let e = &mut self.table[p.index()];
-            e.served = true;
-            if untracked.contains(&p) {
-                e.frame = Frame::ReadOnly;
-            }
-        }
+        // First serving of a page written untracked so far: from now on writes here must be
+        // noticed. The page is protected once the grant is on its way (`settle_serves`), not
+        // before the copy is taken: the protection (with the TLB shootdown it takes while the
+        // application runs) is then off the requester's wait. A write in between is found by
+        // comparing the page with the bytes sent.
         for page in pages {
             let mut data = PageBuf::zeroed();
             self.mem.read(page, &mut data.0);
             self.stats.pages_served += 1;
+            let e = &mut self.table[page.index()];
+            if !e.served {
+                e.served = true;
+                if e.frame == Frame::ReadWrite && !self.rw.contains(&page) {
+                    self.unsettled.push((page, data.clone()));
+                }
+            }
             self.send(from, Msg::GetPageGrant { page, data });
         }
         Ok(())
+    }
+
+    /// Starts tracking the writes to the home pages served untracked since the last call: call
+    /// it once their grants are sent. Each page is protected (in ranges); one whose bytes differ
+    /// from those sent was written in between, and is recorded as written (its copies will be
+    /// invalidated at the next release) and left open. Runs by itself before anything that
+    /// needs the tracking (a release, a diff applied here).
+    pub fn settle_serves(&mut self) {
+        if self.unsettled.is_empty() {
+            return;
+        }
+        let mut unsettled = std::mem::take(&mut self.unsettled);
+        // Only pages still as they were served (served twice: the first bytes sent count).
+        let mut seen = std::collections::BTreeSet::new();
+        unsettled.retain(|(p, _)| {
+            let e = &self.table[p.index()];
+            seen.insert(*p) && e.served && e.frame == Frame::ReadWrite && !self.rw.contains(p)
+        });
+        let pages: Vec<PageNum> = unsettled.iter().map(|(p, _)| *p).collect();
+        self.protect_pages(&pages, Prot::Read);
+        let mut written = Vec::new();
+        for (page, sent) in &unsettled {
+            self.mem.read(*page, &mut self.scratch);
+            if *self.scratch == *sent.0 {
+                self.table[page.index()].frame = Frame::ReadOnly;
+                self.mem.allow_home_write(*page);
+            } else {
+                written.push(*page);
+            }
+        }
+        // Written between the copy and the protection: as if the write had come just after.
+        self.protect_pages(&written, Prot::ReadWrite);
+        for page in written {
+            self.rw.insert(page);
+            self.mark_written(page);
+            self.stats.home_writes_found_at_settle += 1;
+        }
     }
 
     /// GETPGRANT: install the page and resume its waiters.
@@ -590,6 +616,8 @@ impl<M: PageMemory> Node<M> {
         id: u32,
         diffs: Vec<PageDiff>,
     ) -> Result<(), ProtocolError> {
+        // A diff applied to a page served untracked would read as a write of ours.
+        self.settle_serves();
         let me = self.cfg.node;
         if diffs
             .iter()
@@ -735,6 +763,7 @@ impl<M: PageMemory> Node<M> {
     /// in. An iterative solver then takes no write fault per home page per iteration. Not with
     /// one-sided reads, where the home cannot see a copy being taken.
     pub(crate) fn flush_writes(&mut self, now: Time, barrier: bool) {
+        self.settle_serves();
         let me = self.cfg.node;
         let untrack = barrier && !self.cfg.remote_reads;
         let (open, pages): (Vec<PageNum>, Vec<PageNum>) = std::mem::take(&mut self.rw)

@@ -497,6 +497,12 @@ impl Cluster {
             );
             self.enqueue((n as u16, tx.to.0), frame);
         }
+        // The runtime starts tracking served home pages once their grants are sent, while the
+        // application runs on: here at once or after later steps (by seed), so threads write
+        // some of those pages in between.
+        if self.rng.chance(50) {
+            self.nodes[n].settle_serves();
+        }
         while let Some(effect) = self.nodes[n].poll_effect() {
             match effect {
                 Effect::Resume { waiter } => {

@@ -98,6 +98,9 @@ stats! {
     evictions,
     /// Dirty pages evicted (their diff went home first).
     dirty_evictions,
+    /// Home pages written between the copy served and the start of their tracking (found by
+    /// comparing: see `Node::settle_serves`), recorded as written like a write fault would.
+    home_writes_found_at_settle,
     /// Locks acquired.
     lock_acquires,
     /// Nanoseconds spent waiting for lock grants.
