@@ -642,11 +642,6 @@ const DRIVE_STACK: usize = 128 << 10;
 /// the re-watched transport does when a message comes, and this nap bounds how long the
 /// acknowledgements a handler left owed wait.
 const DRIVEN_NAP: i32 = 1;
-/// How long a driving fault handler polls for its reply before it starts yielding between polls.
-/// faultlat's remote read fault, 2 runs each: yielding at once 25.5-26.4 us, after 20 us
-/// 22.2-23.7 us, never 22.1-22.3 us (but never yielding would keep the CPU from a home's
-/// service thread that shares it).
-const DRIVE_SPIN_TIGHT: Duration = Duration::from_micros(20);
 
 fn lock_service() -> MutexGuard<'static, Option<Service>> {
     SERVICE.lock().unwrap_or_else(|p| p.into_inner())
@@ -795,15 +790,13 @@ pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
     let start = Instant::now();
     loop {
         s.pass(true);
-        let spun = start.elapsed();
-        if slots::is_done(slot) || spun >= s.spin_blocked {
+        if slots::is_done(slot) || start.elapsed() >= s.spin_blocked {
             break;
         }
-        // A reply is due within microseconds: poll without giving the CPU away at first, then
-        // yield at every pass (the home's service thread may need this CPU to answer).
-        if spun >= DRIVE_SPIN_TIGHT {
-            sys::sched_yield();
-        }
+        // Yield at every pass: the home's service thread, or another node's, may need this CPU.
+        // (Polling without yielding for the first 20 us made no difference alone, and next to a
+        // busy process it doubled the fault: 34-47 -> 48-58 us.)
+        sys::sched_yield();
     }
     s.driver = None;
     s.watch_transport(true);
