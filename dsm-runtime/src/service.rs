@@ -787,6 +787,8 @@ pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
     // Replies are read here: the service thread, asleep, need not wake for them.
     s.watch_transport(false);
     s.handle_request(slot, op, page);
+    // The GETP out first, then the polling.
+    s.drain_core();
     let start = Instant::now();
     loop {
         s.pass(true);
