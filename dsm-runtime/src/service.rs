@@ -626,6 +626,8 @@ impl Service {
 /// it spins or sleeps; a fault handler may then take it and drive the node itself
 /// ([`drive_fault`]).
 static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
+/// The node has left the job: nothing serves faults any more.
+pub(crate) static EXITED: AtomicBool = AtomicBool::new(false);
 /// Whether fault handlers may drive the node (`DSM_DRIVE=0` turns it off).
 static DRIVE: AtomicBool = AtomicBool::new(true);
 /// Faults resolved by their own thread driving the node, and those it handed back.
@@ -693,6 +695,7 @@ pub(crate) fn run(service: Service) {
         if s.exit_finished() {
             // Closing the transport tells the other nodes this one is done.
             drop(guard.take());
+            EXITED.store(true, Ordering::SeqCst);
             return;
         }
         if let Some((at, msg)) = &s.lost_in_exit {

@@ -153,6 +153,17 @@ fn a_touch_of_an_unallocated_page_in_the_region_is_a_segfault() {
 }
 
 #[test]
+fn a_page_touched_after_exit_ends_the_process_with_a_message_not_a_hang() {
+    let out = dsmrun(2, &[], "probe", &["touch-after-exit"]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("touched after this node left the job"),
+        "{t}"
+    );
+}
+
+#[test]
 fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
     let out = dsmrun(3, &[], "probe", &["fail-node-1"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

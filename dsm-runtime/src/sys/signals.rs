@@ -100,6 +100,14 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         write_stderr(b"dsm: fatal: the service thread faulted on shared memory (a runtime bug)\n");
         std::process::abort();
     }
+    if crate::service::EXITED.load(Ordering::SeqCst) {
+        // Waiting would hang: no service thread, no connection to the homes.
+        write_stderr(
+            b"dsm: fatal: a shared page not held here was touched after this node left the job \
+              (after jia_exit / Dsm::exit)\n",
+        );
+        std::process::abort();
+    }
     let Some(slot) = slots::my_slot() else {
         write_stderr(
             b"dsm: fatal: more threads use shared memory than the runtime has slots for\n",

@@ -298,6 +298,15 @@ fn main() {
             let mut buf = [0u8; 1024];
             println!("{}", recurse(0, &mut buf));
         }
+        "touch-after-exit" => {
+            let a = blocks_per_node(&dsm, 1);
+            dsm.barrier();
+            dsm.exit();
+            if dsm.id() == 1 {
+                // Node 0's block, never fetched here: nothing can serve it now.
+                println!("{}", a.get(0));
+            }
+        }
         "segv-outside" => {
             let p = std::hint::black_box(16usize) as *mut u64;
             // SAFETY: none: this deliberately writes to an unmapped address to check that a
