@@ -179,7 +179,6 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         }
     })?;
     let base = region.app_base;
-    sys::altstack::ensure();
     sys::signals::install(base, len).map_err(|source| InitError::Os {
         what: "installing the fault handler",
         source,
@@ -381,9 +380,6 @@ impl Dsm {
         &self,
         f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
     ) -> Result<u64, UsageError> {
-        // A thread that calls the DSM gets the signal stack its fault handler needs to drive
-        // the node itself.
-        sys::altstack::ensure();
         let Some(slot) = slots::my_slot() else {
             fatal(&format!(
                 "more than {} threads use the DSM",

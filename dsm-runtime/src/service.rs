@@ -27,7 +27,7 @@ use dsm_transport::{ReadRange, Transport};
 
 use crate::region::Region;
 use crate::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
-use crate::sys::{self, Epoll, altstack, signals};
+use crate::sys::{self, Epoll, signals, stack};
 use crate::{fatal, stats_table};
 
 /// A request run on the service thread: `Ok(Some(v))` completes at once with `v`, `Ok(None)`
@@ -636,11 +636,6 @@ static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
 /// The service thread sleeps [`DRIVEN_NAP`] at most: a handler that leaves acknowledgements owed
 /// need not wake it.
 static NAPPING: AtomicBool = AtomicBool::new(false);
-/// Alternate-stack room a fault handler needs to drive the node (the core and the transport
-/// run on it). Measured high-water mark of the 256 KiB stack after faultlat, matmul, sor and lu
-/// runs: 5.3-6.0 KiB, the kernel's signal frame included (Rust's own alternate stack, 8 KiB, is
-/// too tight to risk it).
-const DRIVE_STACK: usize = 128 << 10;
 /// How long, in milliseconds, the service thread sleeps at most while a fault handler drives the
 /// node, and after one did: the handler wakes it when it leaves requests or its own wait behind,
 /// the re-watched transport does when a message comes, and this nap bounds how long the
@@ -768,8 +763,9 @@ fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32)
 /// too) until its page is in, then lets go. Against posting the fault to the service thread
 /// this saves two thread hand-offs per fault (a wake-up each way, with their context switches).
 ///
-/// `None`: not driven (turned off, not enough alternate stack, the service thread or another
-/// handler holds the state, the node has exited): post the fault instead. After spinning as long
+/// `None`: not driven (turned off, no stack switch on this architecture, the service thread or
+/// another handler holds the state, requests are queued, the node has exited): post the fault
+/// instead. The drive runs on the slot's own stack ([`stack`]). After spinning as long
 /// as the service thread would ([`SPIN_BLOCKED`]), the handler hands the wait back to the
 /// service thread and sleeps on its slot.
 ///
@@ -777,15 +773,32 @@ fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32)
 /// an access to the shared region, which the allocator and the runtime's locks never make; a
 /// second fault in the handler ends the process (SIGSEGV is blocked there).
 pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
-    if !DRIVE.load(Ordering::Relaxed) || altstack::room() < DRIVE_STACK {
+    if !DRIVE.load(Ordering::Relaxed) || !stack::AVAILABLE {
         return None;
     }
-    let mut guard = SERVICE.try_lock().ok()?;
-    let s = guard.as_mut()?;
-    if s.exit_done_at.is_some() || SLOTS.posted.load(Ordering::SeqCst) > 0 {
-        // Requests are waiting for the service thread: queue behind them.
+    let guard = SERVICE.try_lock().ok()?;
+    let free = guard.as_ref().is_some_and(|s| s.exit_done_at.is_none());
+    // Requests waiting for the service thread: queue behind them.
+    if !free || SLOTS.posted.load(Ordering::SeqCst) > 0 {
         return None;
     }
+    // The handler's own stack is too small for this: run on the slot's.
+    let top = stack::top(slot)?;
+    let mut guard = Some(guard);
+    let mut result = None;
+    stack::run_on(top, &mut || {
+        if let Some(g) = guard.take() {
+            result = Some(drive(g, slot, op, page));
+        }
+    });
+    result
+}
+
+/// [`drive_fault`] once the state is ours, on the slot's stack.
+fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, page: u64) -> u64 {
+    let Some(s) = guard.as_mut() else {
+        return slots::post_and_wait(slot, op, page);
+    };
     DRIVEN.fetch_add(1, Ordering::Relaxed);
     slots::take_own(slot);
     s.driver = Some(slot);
@@ -821,5 +834,5 @@ pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
             sys::eventfd_signal(fd);
         }
     }
-    Some(slots::wait_done(slot))
+    slots::wait_done(slot)
 }

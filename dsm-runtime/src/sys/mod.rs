@@ -1,9 +1,10 @@
 //! Thin wrappers over the system calls the runtime needs: memfd, mmap, mprotect, fallocate,
-//! eventfd, epoll, futex and the alternate signal stack. Every unsafe block is here or in [`signals`], each with its reason.
+//! eventfd, epoll, futex, and the stacks fault handlers drive the node on ([`stack`]). Every unsafe
+//! block is here or in [`signals`], each with its reason.
 
-pub mod altstack;
 pub mod floor;
 pub mod signals;
+pub mod stack;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
