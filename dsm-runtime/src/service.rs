@@ -13,7 +13,7 @@
 //! the same work, on the thread that waits for it, without the two wake-ups of a hand-off.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -74,6 +74,9 @@ fn env_us(name: &str, default: Duration) -> Duration {
         .and_then(|v| v.parse().ok())
         .map_or(default, Duration::from_micros)
 }
+/// How long a node that saw a peer's connections close waits for the launcher to name the node
+/// that failed first (the launcher polls its children every 10 ms).
+const LAUNCHER_VERDICT: Duration = Duration::from_millis(300);
 /// How long a node that exited keeps serving so its last messages are acknowledged.
 const LINGER: Duration = Duration::from_secs(2);
 /// How long a node in exit waits for its grant after node 0 closed its connections.
@@ -253,6 +256,24 @@ impl Service {
         }
     }
 
+    /// A peer's connections closed: it died, or it ended because another node did (a node that
+    /// fails closes its connections). The launcher knows which node failed first and tells every
+    /// node (`DSM1 LOST`, which ends this one in [`Service::check_control`]): listen for it up
+    /// to `within`, so every survivor names the same node, the one that failed. (A node whose
+    /// fault handler was driving the node could see a second survivor's connections close
+    /// before the victim's.)
+    fn hear_launcher(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while let Some(c) = &self.control {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            sys::wait_readable(&[c.as_fd()], left.min(Duration::from_millis(10)));
+            self.check_control();
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         let t = self.transport.as_ref().and_then(|t| t.poll_timeout());
         let c = self
@@ -413,6 +434,9 @@ impl Service {
                             // (RDMA: the completion queue). Fail only if it does not come.
                             self.lost_in_exit.get_or_insert((Instant::now(), msg));
                         } else {
+                            if cause == "connection closed" {
+                                self.hear_launcher(LAUNCHER_VERDICT);
+                            }
                             crate::fatal_with(&msg, crate::EXIT_PEER_FAILED);
                         }
                     }
