@@ -420,11 +420,10 @@ impl<M: PageMemory> Node<M> {
             return;
         }
         let mut unsettled = std::mem::take(&mut self.unsettled);
-        // Only pages still as they were served (served twice: the first bytes sent count).
-        let mut seen = std::collections::BTreeSet::new();
+        // Only pages still as they were served (each is queued once, at its first serve).
         unsettled.retain(|(p, _)| {
             let e = &self.table[p.index()];
-            seen.insert(*p) && e.served && e.frame == Frame::ReadWrite && !self.rw.contains(p)
+            e.served && e.frame == Frame::ReadWrite && !self.rw.contains(p)
         });
         let pages: Vec<PageNum> = unsettled.iter().map(|(p, _)| *p).collect();
         self.protect_pages(&pages, Prot::Read);

@@ -703,14 +703,16 @@ pub(crate) fn run(service: Service) {
             Err(TryLockError::WouldBlock) => {
                 // A fault handler drives the node and watches the network meanwhile.
                 NAPPING.store(true, Ordering::SeqCst);
-                sleep(&epoll, evfd, &mut ready, DRIVEN_NAP);
+                woke_for_control |= sleep(&epoll, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
                 continue;
             }
         };
         let Some(s) = guard.as_mut() else { return };
         let busy = s.pass(false);
-        if woke_for_control || s.control_checked.elapsed() > Duration::from_millis(10) {
+        if std::mem::take(&mut woke_for_control)
+            || s.control_checked.elapsed() > Duration::from_millis(10)
+        {
             s.check_control();
         }
         if s.exit_finished() {
@@ -821,6 +823,8 @@ pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
 /// [`drive_fault`] once the state is ours, on the slot's stack.
 fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, page: u64) -> u64 {
     let Some(s) = guard.as_mut() else {
+        // (drive_fault saw the state there.) Let go of it before waiting on the service thread.
+        drop(guard);
         return slots::post_and_wait(slot, op, page);
     };
     DRIVEN.fetch_add(1, Ordering::Relaxed);

@@ -21,13 +21,18 @@ static TOPS: [AtomicUsize; MAX_THREADS] = [const { AtomicUsize::new(0) }; MAX_TH
 /// Whether this build can switch stacks (x86-64 only; elsewhere faults are posted).
 pub const AVAILABLE: bool = cfg!(target_arch = "x86_64");
 
+/// The top of a slot's stack (16-byte aligned), only made by [`top`]: [`run_on`] needs no
+/// caller's promise about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Top(usize);
+
 /// The top of slot `slot`'s stack, mapping it on first use; `None` if it cannot be mapped.
 /// Async-signal-safe (mmap and mprotect are system calls). Only the slot's thread calls it.
-pub fn top(slot: usize) -> Option<usize> {
+pub fn top(slot: usize) -> Option<Top> {
     let cell = TOPS.get(slot)?;
     let t = cell.load(Ordering::Acquire);
     if t != 0 {
-        return Some(t);
+        return Some(Top(t));
     }
     // SAFETY: sysconf reads a constant of the system.
     let guard = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
@@ -51,18 +56,18 @@ pub fn top(slot: usize) -> Option<usize> {
     unsafe { libc::mprotect(p, guard, libc::PROT_NONE) };
     let t = (p as usize + guard + SIZE) & !15;
     cell.store(t, Ordering::Release);
-    Some(t)
+    Some(Top(t))
 }
 
 /// Calls `f` on the stack whose top is `top` (from [`top`]), then returns to the caller's
 /// stack. A panic in `f` aborts the process (it cannot unwind across the switch).
-pub fn run_on(top: usize, f: &mut dyn FnMut()) {
+pub fn run_on(top: Top, f: &mut dyn FnMut()) {
     let mut f = f;
     let arg = &mut f as *mut &mut dyn FnMut() as *mut libc::c_void;
-    // SAFETY: `top` is the 16-byte-aligned top of a live mapping of SIZE bytes that only this
-    // thread uses while the call runs; `trampoline` has the C ABI and takes `arg`, a pointer to
+    // SAFETY: `top.0` is the 16-byte-aligned top of a live mapping of SIZE bytes (made by `top`,
+    // never unmapped) that only this thread uses while the call runs; `trampoline` has the C ABI and takes `arg`, a pointer to
     // a live `&mut dyn FnMut()` on the caller's stack, which stays valid across the call.
-    unsafe { switch_and_call(top, trampoline, arg) };
+    unsafe { switch_and_call(top.0, trampoline, arg) };
 }
 
 extern "C" fn trampoline(arg: *mut libc::c_void) {
@@ -122,9 +127,9 @@ mod tests {
             let buf = std::hint::black_box([7u64; 1024]);
             sum = buf.iter().sum();
         });
-        assert!(seen < t && seen > t - SIZE, "ran below the new top");
+        assert!(seen < t.0 && seen > t.0 - SIZE, "ran below the new top");
         assert!(
-            outer_addr >= t || outer_addr < t - SIZE,
+            outer_addr >= t.0 || outer_addr < t.0 - SIZE,
             "the test itself runs elsewhere"
         );
         assert_eq!(sum, 7 * 1024);
