@@ -682,8 +682,8 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// The access a waiter list needs: write if any waiter writes.
-    pub(crate) fn strongest(waiters: &[(WaiterId, Access)]) -> Access {
-        if waiters.iter().any(|&(_, a)| a == Access::Write) {
+    pub(crate) fn strongest(waiters: &[(WaiterId, Access, Time)]) -> Access {
+        if waiters.iter().any(|&(_, a, _)| a == Access::Write) {
             Access::Write
         } else {
             Access::Read

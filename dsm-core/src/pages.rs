@@ -43,8 +43,8 @@ pub(crate) enum Frame {
 /// A page request in flight.
 #[derive(Debug)]
 pub(crate) struct Fetch {
-    /// Threads waiting for the page (none for a prefetch).
-    pub waiters: Vec<(WaiterId, Access)>,
+    /// Threads waiting for the page (none for a prefetch), with what they asked for and when.
+    pub waiters: Vec<(WaiterId, Access, Time)>,
     /// A write notice arrived after the request left: the grant may predate that write.
     pub stale: bool,
 }
@@ -159,7 +159,7 @@ impl<M: PageMemory> Node<M> {
                 }
                 let entry = &mut self.table[page.index()];
                 if let Some(fetch) = &mut entry.fetch {
-                    fetch.waiters.push((waiter, access));
+                    fetch.waiters.push((waiter, access, now));
                     self.stats.faults_joined += 1;
                 } else {
                     self.request_pages(now, page, access, waiter);
@@ -249,7 +249,7 @@ impl<M: PageMemory> Node<M> {
     fn request_pages(&mut self, now: Time, page: PageNum, access: Access, waiter: WaiterId) {
         let home = self.table[page.index()].home;
         self.table[page.index()].fetch = Some(Fetch {
-            waiters: vec![(waiter, access)],
+            waiters: vec![(waiter, access, now)],
             stale: false,
         });
         self.fetches.insert(page, now);
@@ -491,7 +491,8 @@ impl<M: PageMemory> Node<M> {
             self.mem.allow_prefetch_open(page);
         } else {
             self.open_valid_page(page, Self::strongest(&fetch.waiters));
-            for (w, _) in fetch.waiters {
+            for (w, _, since) in fetch.waiters {
+                self.stats.fault_wait_ns += now.since(since);
                 self.resume(w);
             }
         }

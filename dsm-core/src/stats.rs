@@ -70,6 +70,9 @@ stats! {
     write_faults_remote,
     /// Faults that joined a request already in flight for the same page.
     faults_joined,
+    /// Nanoseconds remote faults waited for their page (from the fault, or from joining a request
+    /// already in flight, to the grant).
+    fault_wait_ns,
     /// GETP requests made (as messages, or as one-sided reads where the transport offers them).
     getp_sent,
     /// Pages asked for on demand (the faulting page).

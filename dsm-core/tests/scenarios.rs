@@ -43,6 +43,13 @@ fn read_fault_on_remote_page_fetches_from_home_in_one_round_trip() {
     );
     assert_eq!(c.node(1).page_state(x.page()), PageState::ReadOnly);
     assert_eq!(c.node(1).stats().read_faults_remote, 1);
+    // The wait spans the two deliveries (the simulator's clock moves 1 us per step).
+    let waited = c.node(1).stats().fault_wait_ns;
+    assert!(
+        (2_000..=c.now().0).contains(&waited),
+        "fault_wait_ns {waited}"
+    );
+    assert_eq!(c.node(0).stats().fault_wait_ns, 0);
 }
 
 #[test]
@@ -51,6 +58,7 @@ fn home_pages_are_readable_without_any_message() {
     c.trace = Some(Vec::new());
     assert_eq!(c.read_u64(0, x).unwrap(), 0);
     assert!(c.trace.as_ref().unwrap().is_empty());
+    assert_eq!(c.node(0).stats().fault_wait_ns, 0, "no remote wait");
 }
 
 #[test]
