@@ -204,6 +204,10 @@ struct Peer {
     rto: Duration,
     last_ack: u32,
     dup_acks: u32,
+    /// After a timeout: the first sequence number sent after it. An acknowledgement that leaves
+    /// an older datagram unacknowledged shows that datagram lost too (acknowledgements are
+    /// cumulative): it is resent at once.
+    recover: Option<u32>,
     lost: bool,
 }
 
@@ -244,6 +248,7 @@ impl Reliable {
                 rto: cfg.initial_rto,
                 last_ack: 0,
                 dup_acks: 0,
+                recover: None,
                 lost: false,
             })
             .collect();
@@ -378,6 +383,28 @@ impl Reliable {
         }
         if let Some(sample) = newest_sample {
             update_rtt(peer, sample, &self.cfg);
+        }
+        if let (true, Some(recover)) = (acked_any, peer.recover) {
+            match peer.unacked.front_mut() {
+                // A partial acknowledgement after a timeout: the receiver has everything before
+                // this datagram and not this one, sent before the timeout: lost, resend it now.
+                Some(u) if seq_lt(u.seq, recover) => {
+                    u.retransmitted = true;
+                    u.last_sent = now;
+                    let dg = datagram(
+                        self.cookie,
+                        self.me,
+                        u.flags,
+                        u.seq,
+                        peer.expected,
+                        &u.payload,
+                    );
+                    self.out.push_back((from, dg));
+                    self.stats.retransmissions += 1;
+                    peer.last_sent = now;
+                }
+                _ => peer.recover = None,
+            }
         }
         if acked_any {
             peer.dup_acks = 0;
@@ -533,7 +560,11 @@ impl Reliable {
             let peer = &mut self.peers[i];
             let rto = peer.rto;
             let mut resent = false;
-            for u in peer.unacked.iter_mut() {
+            // Only the oldest datagram is resent (as TCP does): the acknowledgement it brings
+            // back tells what else is missing (see `recover`). A timeout is more often a
+            // receiver late to acknowledge (descheduled on a busy machine) than a loss, and
+            // resending the whole window then sent every burst twice.
+            if let Some(u) = peer.unacked.front_mut() {
                 if now.saturating_duration_since(u.last_sent) >= rto {
                     u.retransmitted = true;
                     u.last_sent = now;
@@ -547,6 +578,7 @@ impl Reliable {
                     );
                     self.out.push_back((i as u16, dg));
                     self.stats.retransmissions += 1;
+                    peer.recover = Some(peer.next_seq);
                     resent = true;
                 }
             }
@@ -965,6 +997,91 @@ mod tests {
             "rto {rto:?} should follow a 200 us round trip"
         );
         assert!(rto >= ReliableConfig::default().min_rto);
+    }
+
+    /// A sender with a burst of `n` one-fragment messages in flight to a receiver, none of
+    /// them acknowledged yet; returns both ends, the datagrams and the time they were sent.
+    fn burst_in_flight(n: usize) -> (Reliable, Reliable, Vec<Vec<u8>>, Instant) {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig {
+            max_datagram_bytes: HEADER_BYTES + 1000,
+            ..Default::default()
+        };
+        let mut a = Reliable::new(0, 2, 1, cfg.clone(), t0);
+        let b = Reliable::new(1, 2, 1, cfg, t0);
+        for i in 0..n {
+            a.send(1, &vec![i as u8; 900]);
+            // One datagram each (not packed together).
+            a.flush(t0);
+        }
+        let sent: Vec<Vec<u8>> = std::iter::from_fn(|| a.poll_transmit().map(|(_, d)| d)).collect();
+        assert_eq!(sent.len(), n);
+        (a, b, sent, t0)
+    }
+
+    #[test]
+    fn a_timeout_resends_only_the_oldest_datagram_and_a_late_ack_ends_it() {
+        // The receiver got the whole burst but acknowledged late (descheduled): the timeout
+        // costs one datagram, not the burst.
+        let (mut a, mut b, sent, t0) = burst_in_flight(5);
+        for d in &sent {
+            b.handle_datagram(t0, 0, d).unwrap();
+        }
+        let now = a.poll_timeout().unwrap();
+        a.handle_timeout(now);
+        let resent: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+        assert_eq!(resent.len(), 1, "only the oldest datagram is resent");
+        assert_eq!(resent[0].1, sent[0]);
+        b.handle_datagram(now, 0, &resent[0].1).unwrap();
+        b.flush(now);
+        let (_, ack) = b.poll_transmit().unwrap();
+        a.handle_datagram(now, 1, &ack).unwrap();
+        a.flush(now);
+        assert!(a.poll_transmit().is_none(), "everything was acknowledged");
+        assert_eq!(a.stats().retransmissions, 1);
+        assert_eq!(a.peers[1].recover, None);
+    }
+
+    #[test]
+    fn a_partial_ack_after_a_timeout_resends_the_next_lost_datagram_at_once() {
+        // Datagrams 2 and 3 of 5 were lost: after the timeout, each acknowledgement that stops
+        // at a lost one has it resent without waiting for another timeout.
+        let (mut a, mut b, sent, t0) = burst_in_flight(5);
+        for d in [&sent[0], &sent[1], &sent[4]] {
+            b.handle_datagram(t0, 0, d).unwrap();
+        }
+        let mut now = a.poll_timeout().unwrap();
+        a.handle_timeout(now);
+        let mut delivered = Vec::new();
+        while let Some(e) = b.poll_event() {
+            if let Event::Message { bytes, .. } = e {
+                delivered.push(bytes[0]);
+            }
+        }
+        let mut resends = 0;
+        while let Some((_, d)) = a.poll_transmit() {
+            resends += 1;
+            now += Duration::from_micros(50);
+            b.handle_datagram(now, 0, &d).unwrap();
+            b.flush(now);
+            while let Some((_, ack)) = b.poll_transmit() {
+                a.handle_datagram(now, 1, &ack).unwrap();
+            }
+            a.flush(now);
+            while let Some(e) = b.poll_event() {
+                if let Event::Message { bytes, .. } = e {
+                    delivered.push(bytes[0]);
+                }
+            }
+        }
+        assert_eq!(delivered, vec![0, 1, 2, 3, 4]);
+        // The oldest (a spurious resend: the ack had not come back yet), then 2 and 3.
+        assert_eq!(resends, 3);
+        assert!(a.peers[1].unacked.is_empty());
+        assert!(
+            now < t0 + a.peers[1].rto * 2,
+            "recovered within one timeout, without waiting for more"
+        );
     }
 
     #[test]
