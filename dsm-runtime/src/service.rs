@@ -68,6 +68,14 @@ const SPIN_AGAIN: Duration = Duration::from_micros(100);
 /// computation it shares a CPU with.
 const SERVICE_SLICE: Duration = Duration::from_micros(100);
 
+/// How long a driving fault handler polls the transport before it sleeps on it (by default;
+/// `DSM_DRIVE_SPIN_US`): a page from an idle home comes in 15-20 us here.
+const DRIVE_SPIN: Duration = Duration::from_micros(30);
+/// How long a fault handler drives before it hands its wait back to the service thread (by
+/// default; `DSM_DRIVE_LIMIT_US`). Sleeping on the transport, it is woken by the reply as the
+/// service thread would be, so handing back earlier would only add a wake-up.
+const DRIVE_LIMIT: Duration = Duration::from_millis(2);
+
 fn env_us(name: &str, default: Duration) -> Duration {
     std::env::var(name)
         .ok()
@@ -94,6 +102,11 @@ pub(crate) struct Service {
     driver: Option<usize>,
     /// How long a thread blocked on the node is waited for by spinning (`DSM_SPIN_BLOCKED_US`).
     spin_blocked: Duration,
+    /// How long a driving fault handler polls before it sleeps on the transport
+    /// (`DSM_DRIVE_SPIN_US`), and how long it drives before handing its wait back to the service
+    /// thread (`DSM_DRIVE_LIMIT_US`).
+    drive_spin: Duration,
+    drive_limit: Duration,
     evfd: OwnedFd,
     cookie: u64,
     t0: Instant,
@@ -148,6 +161,8 @@ impl Service {
             transport_watched: true,
             driver: None,
             spin_blocked: env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED),
+            drive_spin: env_us("DSM_DRIVE_SPIN_US", DRIVE_SPIN),
+            drive_limit: env_us("DSM_DRIVE_LIMIT_US", DRIVE_LIMIT),
             evfd,
             cookie,
             t0,
@@ -791,8 +806,9 @@ fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32)
 ///
 /// `None`: not driven (turned off, no stack switch on this architecture, the service thread or
 /// another handler holds the state, requests are queued, the node has exited): post the fault
-/// instead. The drive runs on the slot's own stack ([`stack`]). After spinning as long
-/// as the service thread would ([`SPIN_BLOCKED`]), the handler hands the wait back to the
+/// instead. The drive runs on the slot's own stack ([`stack`]). The handler polls for
+/// [`DRIVE_SPIN`], then sleeps on the transport and the request eventfd (never yields: see
+/// `drive`); after [`DRIVE_LIMIT`], or when a call is posted, it hands the wait back to the
 /// service thread and sleeps on its slot.
 ///
 /// Runs in a SIGSEGV handler and allocates: safe because this SIGSEGV is synchronous, raised by
@@ -836,15 +852,34 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
     // The GETP out first, then the polling.
     s.drain_core();
     let start = Instant::now();
+    let evfd = s.evfd.as_raw_fd();
     loop {
         s.pass(true);
-        if slots::is_done(slot) || start.elapsed() >= s.spin_blocked {
+        let waited = start.elapsed();
+        if slots::is_done(slot)
+            || waited >= s.drive_limit
+            || SLOTS.posted.load(Ordering::SeqCst) > 0
+        {
             break;
         }
-        // Yield at every pass: the home's service thread, or another node's, may need this CPU.
-        // (Polling without yielding for the first 20 us made no difference alone, and next to a
-        // busy process it doubled the fault: 34-47 -> 48-58 us.)
-        sys::sched_yield();
+        if waited < s.drive_spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Then sleep until a message or a request comes (or a timer is due): the message wakes
+        // this thread, and the wake-up preempts whatever runs on its CPU. A thread that yields
+        // instead stays runnable: once another thread took its CPU it waited for that thread's
+        // whole time slice (1-3 ms), deaf meanwhile (the service thread does not read the
+        // transport while a handler drives): a sender resent its burst.
+        let Some(fd) = s.transport.as_ref().map(|t| t.fd()) else {
+            break;
+        };
+        let mut left = s.drive_limit - waited;
+        if let Some(d) = s.next_deadline() {
+            left = left.min(d.saturating_duration_since(Instant::now()));
+        }
+        sys::wait_readable_raw(&[fd, evfd], left);
+        sys::eventfd_drain(evfd);
     }
     s.driver = None;
     s.watch_transport(true);

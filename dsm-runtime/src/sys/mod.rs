@@ -209,6 +209,23 @@ pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: std::time::Du
     unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
 }
 
+/// Waits until one of the descriptors `fds` is readable or `timeout` passes (or a signal
+/// arrives), to the nanosecond (`ppoll`). Allocates nothing: async-signal-safe.
+pub fn wait_readable_raw(fds: &[i32; 2], timeout: std::time::Duration) {
+    let mut polls = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `polls` holds two initialised pollfd structs and `ts` a valid timespec for the
+    // call's duration; a null signal mask leaves the thread's mask as it is.
+    unsafe { libc::ppoll(polls.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+}
+
 /// Asks the scheduler for a time slice of `slice` for the calling thread, keeping its policy
 /// (`SCHED_OTHER`) and nice value (`sched_setattr` with `sched_runtime`; honoured by the EEVDF
 /// scheduler since Linux 6.12, 0.1 to 100 ms). A thread with a short slice that wakes up
