@@ -493,7 +493,7 @@ impl Dsm {
     /// Zeroes this node's statistics (`jia_startstat`).
     pub fn start_stats(&self) {
         self.call_or_die("jia_startstat", |s, _| {
-            s.node.reset_stats();
+            s.reset_stats();
             Ok(Some(0))
         });
     }

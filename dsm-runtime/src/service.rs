@@ -132,6 +132,8 @@ pub(crate) struct Service {
     /// Datagrams arrived since the last flush: their acknowledgements go out with the next one
     /// (on the replies, if there are any).
     acks_owed: bool,
+    /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
+    counted_from: [u64; 4],
 }
 
 impl Service {
@@ -176,6 +178,7 @@ impl Service {
             lost_in_exit: None,
             resumed_at: None,
             request_gap: Duration::MAX,
+            counted_from: [0; 4],
             acks_owed: false,
             stats_json: std::env::var("DSM_STATS_JSON")
                 .ok()
@@ -365,17 +368,35 @@ impl Service {
         });
     }
 
-    /// Copies the transport's counters and the count of driven faults into the core's statistics.
-    pub fn note_transport(&mut self) {
+    /// The runtime's own counters (retransmissions, rejected frames, driven faults, drives
+    /// handed back), counted since the process started.
+    fn runtime_counters(&self) -> [u64; 4] {
         let (r, j) = self
             .transport
             .as_ref()
             .map_or((0, 0), |t| (t.retransmissions(), t.rejected()));
-        self.node.note_transport(r, j + self.rejected_frames);
-        self.node.note_drives(
+        [
+            r,
+            j + self.rejected_frames,
             DRIVEN.load(Ordering::Relaxed),
             HANDED_BACK.load(Ordering::Relaxed),
-        );
+        ]
+    }
+
+    /// Zeroes this node's statistics (`jia_startstat`): the core's, and the runtime's counters
+    /// it reports from now on.
+    pub fn reset_stats(&mut self) {
+        self.node.reset_stats();
+        self.counted_from = self.runtime_counters();
+    }
+
+    /// Copies the transport's counters and the count of driven faults, since the statistics were
+    /// last zeroed, into the core's statistics.
+    pub fn note_transport(&mut self) {
+        let now = self.runtime_counters();
+        let [r, j, d, h] = std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
+        self.node.note_transport(r, j);
+        self.node.note_drives(d, h);
     }
 
     /// Marks the calling slot as the one waiting in exit (completed after the linger).

@@ -124,6 +124,17 @@ fn faults_are_exact_whether_their_thread_drives_the_node_or_posts_it_the_request
 }
 
 #[test]
+fn start_stats_zeroes_the_runtimes_counters_too() {
+    // Driven faults, hand-backs and retransmissions are counted by the runtime, not the core.
+    probe_ok(
+        2,
+        &["--set", "prefetch=off"],
+        "stats-reset",
+        "stats-reset OK",
+    );
+}
+
+#[test]
 fn a_stack_overflow_in_the_app_is_still_reported() {
     let out = run_with_deadline(
         Command::new(bin("probe")).tap_arg("overflow"),

@@ -278,6 +278,43 @@ fn recurse(depth: u64, buf: &mut [u8; 1024]) -> u64 {
     recurse(depth + 1, &mut local) + u64::from(local[5])
 }
 
+/// `start_stats` zeroes every counter, the runtime's (driven faults) as well as the core's.
+fn stats_reset(dsm: &Dsm) {
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let pages = 8;
+    let a = blocks_per_node(dsm, pages);
+    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
+        a.set(i, i as u64);
+    }
+    dsm.barrier();
+    let next = (me + 1) % n;
+    let mut sum = 0;
+    for p in 0..pages {
+        sum += a.get((next * pages + p) * WORDS);
+    }
+    let before = dsm.stats();
+    check(
+        dsm,
+        n == 1 || before.read_faults_remote > 0,
+        "remote faults before",
+    );
+    check(
+        dsm,
+        n == 1 || before.faults_driven > 0,
+        "driven faults before",
+    );
+    dsm.start_stats();
+    let after = dsm.stats();
+    check(
+        dsm,
+        after.read_faults_remote == 0 && after.faults_driven == 0 && after.drives_handed_back == 0,
+        &format!("counters after start_stats: {after:?}"),
+    );
+    check(dsm, sum > 0 || n == 1, "read the next node's pages");
+    dsm.barrier();
+    println!("stats-reset OK");
+}
+
 fn main() {
     let case = std::env::args().nth(1).unwrap_or_default();
     let dsm = dsm_runtime::init().unwrap_or_else(|e| {
@@ -286,6 +323,7 @@ fn main() {
     });
     match case.as_str() {
         "faults" => faults(&dsm),
+        "stats-reset" => stats_reset(&dsm),
         "diffs" => diffs(&dsm),
         "counter" => counter(&dsm),
         "cv" => cv(&dsm),
