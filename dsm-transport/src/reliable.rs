@@ -389,19 +389,8 @@ impl Reliable {
                 // A partial acknowledgement after a timeout: the receiver has everything before
                 // this datagram and not this one, sent before the timeout: lost, resend it now.
                 Some(u) if seq_lt(u.seq, recover) => {
-                    u.retransmitted = true;
-                    u.last_sent = now;
-                    let dg = datagram(
-                        self.cookie,
-                        self.me,
-                        u.flags,
-                        u.seq,
-                        peer.expected,
-                        &u.payload,
-                    );
-                    self.out.push_back((from, dg));
+                    resend_oldest(peer, self.cookie, self.me, from, now, &mut self.out);
                     self.stats.retransmissions += 1;
-                    peer.last_sent = now;
                 }
                 _ => peer.recover = None,
             }
@@ -414,23 +403,11 @@ impl Reliable {
             && flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP
         {
             peer.dup_acks += 1;
-            if peer.dup_acks == 3 {
-                if let Some(first) = peer.unacked.front_mut() {
-                    first.retransmitted = true;
-                    first.last_sent = now;
-                    let dg = datagram(
-                        self.cookie,
-                        self.me,
-                        first.flags,
-                        first.seq,
-                        peer.expected,
-                        &first.payload,
-                    );
-                    self.out.push_back((from, dg));
-                    self.stats.retransmissions += 1;
-                    self.stats.fast_retransmissions += 1;
-                    peer.last_sent = now;
-                }
+            if peer.dup_acks == 3
+                && resend_oldest(peer, self.cookie, self.me, from, now, &mut self.out)
+            {
+                self.stats.retransmissions += 1;
+                self.stats.fast_retransmissions += 1;
             }
         }
         // Data.
@@ -558,33 +535,20 @@ impl Reliable {
                 continue;
             }
             let peer = &mut self.peers[i];
-            let rto = peer.rto;
-            let mut resent = false;
             // Only the oldest datagram is resent (as TCP does): the acknowledgement it brings
             // back tells what else is missing (see `recover`). A timeout is more often a
             // receiver late to acknowledge (descheduled on a busy machine) than a loss, and
             // resending the whole window then sent every burst twice.
-            if let Some(u) = peer.unacked.front_mut() {
-                if now.saturating_duration_since(u.last_sent) >= rto {
-                    u.retransmitted = true;
-                    u.last_sent = now;
-                    let dg = datagram(
-                        self.cookie,
-                        self.me,
-                        u.flags,
-                        u.seq,
-                        peer.expected,
-                        &u.payload,
-                    );
-                    self.out.push_back((i as u16, dg));
-                    self.stats.retransmissions += 1;
-                    peer.recover = Some(peer.next_seq);
-                    resent = true;
-                }
-            }
+            let timed_out = peer
+                .unacked
+                .front()
+                .is_some_and(|u| now.saturating_duration_since(u.last_sent) >= peer.rto);
+            let resent = timed_out
+                && resend_oldest(peer, self.cookie, self.me, i as u16, now, &mut self.out);
             if resent {
+                self.stats.retransmissions += 1;
+                peer.recover = Some(peer.next_seq);
                 peer.rto = (peer.rto * 2).min(self.cfg.max_rto);
-                peer.last_sent = now;
                 peer.ack_due = false;
             } else if now.saturating_duration_since(peer.last_sent) >= self.cfg.heartbeat {
                 peer.ack_due = true;
@@ -592,6 +556,29 @@ impl Reliable {
             self.flush_peer(now, i as u16);
         }
     }
+}
+
+/// Resends `peer`'s oldest unacknowledged datagram (to node `to`) now; returns whether there was
+/// one. The caller counts it.
+fn resend_oldest(
+    peer: &mut Peer,
+    cookie: u64,
+    me: u16,
+    to: u16,
+    now: Instant,
+    out: &mut VecDeque<(u16, Vec<u8>)>,
+) -> bool {
+    let Some(u) = peer.unacked.front_mut() else {
+        return false;
+    };
+    u.retransmitted = true;
+    u.last_sent = now;
+    out.push_back((
+        to,
+        datagram(cookie, me, u.flags, u.seq, peer.expected, &u.payload),
+    ));
+    peer.last_sent = now;
+    true
 }
 
 fn update_rtt(peer: &mut Peer, sample: Duration, cfg: &ReliableConfig) {

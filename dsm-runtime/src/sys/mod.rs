@@ -196,34 +196,39 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 
 /// Waits until one of `fds` is readable or `timeout` passes (or a signal arrives).
 pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: std::time::Duration) {
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `polls` holds `polls.len()` initialised pollfd structs for the call's duration.
-    unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    let mut polls: Vec<libc::pollfd> = fds.iter().map(|fd| readable(fd.as_raw_fd())).collect();
+    poll_readable(&mut polls, timeout);
 }
 
-/// Waits until one of the descriptors `fds` is readable or `timeout` passes (or a signal
-/// arrives), to the nanosecond (`ppoll`). Allocates nothing: async-signal-safe.
-pub fn wait_readable_raw(fds: &[i32; 2], timeout: std::time::Duration) {
-    let mut polls = fds.map(|fd| libc::pollfd {
+/// [`wait_readable`] on raw descriptors, allocating nothing: async-signal-safe.
+pub fn wait_readable_raw<const N: usize>(fds: &[i32; N], timeout: std::time::Duration) {
+    poll_readable(&mut fds.map(readable), timeout);
+}
+
+fn readable(fd: i32) -> libc::pollfd {
+    libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
-    });
+    }
+}
+
+/// `ppoll` on `polls` for at most `timeout`, to the nanosecond.
+fn poll_readable(polls: &mut [libc::pollfd], timeout: std::time::Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
-    // SAFETY: `polls` holds two initialised pollfd structs and `ts` a valid timespec for the
-    // call's duration; a null signal mask leaves the thread's mask as it is.
-    unsafe { libc::ppoll(polls.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    // SAFETY: `polls` holds `polls.len()` initialised pollfd structs and `ts` a valid timespec
+    // for the call's duration; a null signal mask leaves the thread's mask as it is.
+    unsafe {
+        libc::ppoll(
+            polls.as_mut_ptr(),
+            polls.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
 }
 
 /// Asks the scheduler for a time slice of `slice` for the calling thread, keeping its policy
