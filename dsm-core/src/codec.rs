@@ -301,9 +301,14 @@ fn decode_payload(kind: MsgKind, r: &mut Reader<'_>) -> Result<Msg, DecodeError>
         }
         MsgKind::GetPageGrant => {
             let page = PageNum(r.u32()?);
-            let mut data = PageBuf::zeroed();
-            data.0.copy_from_slice(r.take(PAGE_SIZE)?);
-            Msg::GetPageGrant { page, data }
+            let bytes = r
+                .take(PAGE_SIZE)?
+                .try_into()
+                .expect("take gives PAGE_SIZE bytes");
+            Msg::GetPageGrant {
+                page,
+                data: PageBuf::copy_of(bytes),
+            }
         }
         MsgKind::Diff => {
             let id = r.u32()?;

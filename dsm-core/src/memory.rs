@@ -14,6 +14,12 @@ use crate::types::{PAGE_SIZE, PageBuf, PageNum, Prot};
 pub trait PageMemory {
     /// Copies the current bytes of `page` into `out`.
     fn read(&self, page: PageNum, out: &mut [u8; PAGE_SIZE]);
+    /// The current bytes of `page`, in a new buffer.
+    fn copy(&self, page: PageNum) -> PageBuf {
+        let mut data = PageBuf::zeroed();
+        self.read(page, &mut data.0);
+        data
+    }
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Sets the application's protection of `count` pages from `first`.

@@ -395,8 +395,7 @@ impl<M: PageMemory> Node<M> {
         // application runs) is then off the requester's wait. A write in between is found by
         // comparing the page with the bytes sent.
         for page in pages {
-            let mut data = PageBuf::zeroed();
-            self.mem.read(page, &mut data.0);
+            let data = self.mem.copy(page);
             self.stats.pages_served += 1;
             let e = &mut self.table[page.index()];
             if !e.served {

@@ -158,6 +158,12 @@ impl PageBuf {
     pub fn zeroed() -> PageBuf {
         PageBuf(Box::new([0; PAGE_SIZE]))
     }
+
+    /// A copy of `bytes` (one page), written straight into the new buffer (no zeroing first).
+    pub fn copy_of(bytes: &[u8; PAGE_SIZE]) -> PageBuf {
+        let b: Box<[u8]> = Box::from(&bytes[..]);
+        PageBuf(b.try_into().expect("a page's length"))
+    }
 }
 
 impl fmt::Debug for PageBuf {

@@ -9,7 +9,7 @@
 
 use std::os::fd::OwnedFd;
 
-use dsm_core::{PAGE_SIZE, PageMemory, PageNum, Prot};
+use dsm_core::{PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 
 use crate::fatal;
 use crate::sys::{self, Protection};
@@ -80,6 +80,18 @@ impl PageMemory for Region {
         // their view concurrently; those are plain byte copies of shared memory, as in any
         // mmap-based shared memory, and the protocol diffs only after downgrading the page.
         unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), PAGE_SIZE) };
+    }
+
+    fn copy(&self, page: PageNum) -> PageBuf {
+        // Straight into a new buffer: no zeroing first (a served page is copied at every GETP).
+        let src = self.page_ptr(page);
+        let mut buf = Box::<[u8; PAGE_SIZE]>::new_uninit();
+        // SAFETY: as in `read`; the destination is the new buffer's PAGE_SIZE bytes, all of which
+        // the copy initializes before `assume_init`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr().cast::<u8>(), PAGE_SIZE);
+            PageBuf(buf.assume_init())
+        }
     }
 
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]) {

@@ -96,7 +96,11 @@ pub(crate) struct Service {
     /// What the service thread sleeps on: the request eventfd (token 0), the transport (1) and
     /// the launcher's control channel (2).
     epoll: Arc<Epoll>,
-    /// Whether `epoll` reports the transport (paused while a fault handler drives the node).
+    /// What it sleeps on while a fault handler drives the node (and reads the transport): the
+    /// same without the transport.
+    quiet: Arc<Epoll>,
+    /// Whether `epoll` reports the transport (paused while a fault handler drives the node and
+    /// the service thread sleeps in `epoll`).
     transport_watched: bool,
     /// The slot of the fault handler driving the node now, if one is.
     driver: Option<usize>,
@@ -146,13 +150,16 @@ impl Service {
         print_stats: bool,
     ) -> std::io::Result<Service> {
         let epoll = Epoll::new()?;
+        let quiet = Epoll::new()?;
         let evfd = sys::eventfd()?;
         epoll.add(evfd.as_raw_fd(), 0, false)?;
+        quiet.add(evfd.as_raw_fd(), 0, false)?;
         if let Some(t) = &transport {
             epoll.add(t.fd(), 1, false)?;
         }
         if let Some(c) = &control {
             epoll.add(c.as_raw_fd(), 2, false)?;
+            quiet.add(c.as_raw_fd(), 2, false)?;
         }
         SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
         let node_is_zero = node.id() == NodeId(0);
@@ -160,6 +167,7 @@ impl Service {
             node,
             transport,
             epoll: Arc::new(epoll),
+            quiet: Arc::new(quiet),
             transport_watched: true,
             driver: None,
             spin_blocked: env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED),
@@ -434,8 +442,7 @@ impl Service {
                     // home's grants would be.
                     let now = self.now();
                     for (i, chunk) in bytes.chunks_exact(PAGE_SIZE).enumerate() {
-                        let mut data = PageBuf::zeroed();
-                        data.0.copy_from_slice(chunk);
+                        let data = PageBuf::copy_of(chunk.try_into().expect("a page's bytes"));
                         let page = PageNum(token as u32 + i as u32);
                         if let Err(e) = self.node.handle_page_read(now, NodeId(from), page, data) {
                             fatal(&format!("one-sided read of {page} from node {from}: {e}"));
@@ -696,6 +703,12 @@ static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
 /// The service thread sleeps [`DRIVEN_NAP`] at most: a handler that leaves acknowledgements owed
 /// need not wake it.
 static NAPPING: AtomicBool = AtomicBool::new(false);
+/// The service thread sleeps (or is about to) in the epoll that reports the transport. A fault
+/// handler that drives the node meanwhile pauses the transport there, or every message it reads
+/// itself would wake the service thread first. Otherwise it leaves the epoll alone (two
+/// `epoll_ctl` calls off each fault's wait): an awake service thread finds the state taken and
+/// sleeps without the transport.
+static SLEEPS_ON_TRANSPORT: AtomicBool = AtomicBool::new(false);
 /// How long, in milliseconds, the service thread sleeps at most while a fault handler drives the
 /// node, and after one did: the handler wakes it when it leaves requests or its own wait behind,
 /// the re-watched transport does when a message comes, and this nap bounds how long the
@@ -720,6 +733,7 @@ pub(crate) fn run(service: Service) {
         }
     }
     let epoll = service.epoll.clone();
+    let quiet = service.quiet.clone();
     let evfd = service.evfd.as_raw_fd();
     *lock_service() = Some(service);
     let mut ready = Vec::with_capacity(64);
@@ -739,7 +753,7 @@ pub(crate) fn run(service: Service) {
             Err(TryLockError::WouldBlock) => {
                 // A fault handler drives the node and watches the network meanwhile.
                 NAPPING.store(true, Ordering::SeqCst);
-                woke_for_control |= sleep(&epoll, evfd, &mut ready, DRIVEN_NAP);
+                woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
                 continue;
             }
@@ -797,9 +811,13 @@ pub(crate) fn run(service: Service) {
                 timeout_ms.min(DRIVEN_NAP)
             };
         }
+        // Set while the state is still ours: a handler that takes it next knows the transport
+        // would wake us.
+        SLEEPS_ON_TRANSPORT.store(true, Ordering::SeqCst);
         drop(guard);
         NAPPING.store((0..=DRIVEN_NAP).contains(&timeout_ms), Ordering::SeqCst);
         woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
+        SLEEPS_ON_TRANSPORT.store(false, Ordering::SeqCst);
         last_busy = Instant::now();
     }
 }
@@ -868,7 +886,9 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
     slots::take_own(slot);
     s.driver = Some(slot);
     // Replies are read here: the service thread, asleep, need not wake for them.
-    s.watch_transport(false);
+    if SLEEPS_ON_TRANSPORT.load(Ordering::SeqCst) {
+        s.watch_transport(false);
+    }
     s.handle_request(slot, op, page);
     // The GETP out first, then the polling.
     s.drain_core();
