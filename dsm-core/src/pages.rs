@@ -390,17 +390,35 @@ impl<M: PageMemory> Node<M> {
             return Err(err("asks for a page not homed here"));
         }
         // First serving of a page written untracked so far: from now on writes here must be
-        // noticed. The page is protected once the grant is on its way (`settle_serves`), not
-        // before the copy is taken: the protection (with the TLB shootdown it takes while the
-        // application runs) is then off the requester's wait. A write in between is found by
-        // comparing the page with the bytes sent.
+        // noticed. One page alone (a demand fault) is protected once its grant is on its way
+        // (`settle_serves`), not before the copy is taken: the protection (with the TLB
+        // shootdown it takes while the application runs) is then off the requester's wait, and
+        // a write in between is found by comparing the page with the bytes sent. A request for
+        // many pages (a read-ahead window) is limited by the copies, not by one protection: its
+        // untracked pages are protected first, in ranges, and need no second copy to compare.
+        let untracked: Vec<PageNum> = pages
+            .iter()
+            .copied()
+            .filter(|p| {
+                let e = &self.table[p.index()];
+                !e.served && e.frame == Frame::ReadWrite && !self.rw.contains(p)
+            })
+            .collect();
+        let protect_first = pages.len() > 1 && !untracked.is_empty();
+        if protect_first {
+            self.protect_pages(&untracked, Prot::Read);
+            for &page in &untracked {
+                self.table[page.index()].frame = Frame::ReadOnly;
+                self.mem.allow_home_write(page);
+            }
+        }
         for page in pages {
             let data = self.mem.copy(page);
             self.stats.pages_served += 1;
             let e = &mut self.table[page.index()];
             if !e.served {
                 e.served = true;
-                if e.frame == Frame::ReadWrite && !self.rw.contains(&page) {
+                if !protect_first && e.frame == Frame::ReadWrite && !self.rw.contains(&page) {
                     self.unsettled.push((page, data.clone()));
                 }
             }

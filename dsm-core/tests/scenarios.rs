@@ -172,6 +172,44 @@ fn a_home_write_between_serving_a_page_and_tracking_it_reaches_the_copy() {
 }
 
 #[test]
+fn a_read_ahead_window_is_protected_at_the_home_before_it_is_copied() {
+    // A GETP for several pages is served protect-first: the home's untracked pages are tracked
+    // before their bytes are copied, so a home write right after the grants is a tracked write
+    // (never one found by comparing at settle time, which the single-page path may need), and
+    // it invalidates the copy at the next barrier. By seed, the settle of a single-page serve
+    // would come before or after node 0's write.
+    for seed in 0..40 {
+        let mut c = Cluster::new(2, seed, |c| {
+            c.prefetch.prefetch_pages = 4;
+            c.prefetch.max_checking_pages = 4;
+        });
+        let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 5 * PAGE).unwrap();
+        for p in 0..5 {
+            c.write_u64(0, x.offset_by(p * PAGE), p + 1).unwrap(); // untracked
+        }
+        assert_eq!(c.read_u64(1, x).unwrap(), 1, "seed {seed}");
+        assert_eq!(c.node(1).stats().prefetch_requested, 4, "seed {seed}");
+        c.write_u64(0, x.offset_by(2 * PAGE), 30).unwrap();
+        c.barrier().unwrap();
+        assert_eq!(
+            c.read_u64(1, x.offset_by(2 * PAGE)).unwrap(),
+            30,
+            "seed {seed}"
+        );
+        assert_eq!(
+            c.read_u64(1, x.offset_by(3 * PAGE)).unwrap(),
+            4,
+            "seed {seed}"
+        );
+        assert_eq!(
+            c.node(0).stats().home_writes_found_at_settle,
+            0,
+            "seed {seed}: a write after a protect-first serve was found by comparing"
+        );
+    }
+}
+
+#[test]
 fn a_home_write_under_a_second_lock_reaches_a_node_holding_an_old_copy() {
     // Node 1's copy survives node 0's release of lock 1 (node 1 never acquires it); node 0's
     // later write under lock 2 reaches node 1 through lock 2.

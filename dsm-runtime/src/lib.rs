@@ -142,6 +142,10 @@ pub struct Dsm {
     service: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// Freed heap memory a node keeps rather than returning it to the kernel
+/// ([`sys::keep_freed_heap`]).
+const KEPT_HEAP_BYTES: usize = 64 << 20;
+
 /// Joins the job this process was launched into (by `dsmrun`), or makes a one-node job.
 pub fn init() -> Result<Dsm, InitError> {
     let env = launch::job_env().map_err(InitError::Job)?;
@@ -163,6 +167,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         }
     };
     RANK.store(u32::from(rank), Ordering::Relaxed);
+    sys::keep_freed_heap(KEPT_HEAP_BYTES);
     if let Some(us) = std::env::var("DSM_WAIT_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -176,6 +176,23 @@ pub fn map_anonymous(bytes: usize) -> io::Result<*mut u8> {
     Ok(p.cast())
 }
 
+/// Keeps up to `bytes` of freed heap memory in the process instead of giving it back to the
+/// kernel (glibc's `M_TRIM_THRESHOLD`; elsewhere nothing). A node's heap swings by megabytes
+/// with each burst of pages (buffers copied, sent, freed once acknowledged): trimmed, every burst
+/// took its memory back from the kernel a page fault and a zeroed page at a time.
+pub fn keep_freed_heap(bytes: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a tuning parameter of the allocator.
+    unsafe {
+        libc::mallopt(
+            libc::M_TRIM_THRESHOLD,
+            libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX),
+        );
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
+}
+
 /// Gives the CPU to another runnable thread, if any. Async-signal-safe.
 pub fn sched_yield() {
     // SAFETY: no arguments, no memory touched.

@@ -290,6 +290,9 @@ fn stats_reset(dsm: &Dsm) {
     let next = (me + 1) % n;
     let mut sum = 0;
     for p in 0..pages {
+        // A pause first: the service thread, which spins a while after a request (holding the
+        // node's state, so a fault handler could not drive), is asleep again.
+        std::thread::sleep(std::time::Duration::from_millis(2));
         sum += a.get((next * pages + p) * WORDS);
     }
     let before = dsm.stats();
