@@ -184,10 +184,12 @@ pub fn keep_freed_heap(bytes: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets a tuning parameter of the allocator.
     unsafe {
-        libc::mallopt(
-            libc::M_TRIM_THRESHOLD,
-            libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX),
-        );
+        let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, bytes);
+        // Setting one threshold fixes the other at its default (128 KiB), which glibc otherwise
+        // raises to the largest block freed so far: every large buffer would then be mapped and
+        // unmapped (faulted in, zeroed) anew. Keep the largest it would raise it to.
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     let _ = bytes;
