@@ -117,7 +117,6 @@ pub(crate) struct Service {
     print_stats: bool,
     exit_waiter: Option<usize>,
     exit_done_at: Option<Instant>,
-    frame: Vec<u8>,
     /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
     pub rejected_frames: u64,
     /// The launcher's control channel (which node was lost; closed when the launcher is gone).
@@ -176,7 +175,6 @@ impl Service {
             print_stats,
             exit_waiter: None,
             exit_done_at: None,
-            frame: Vec::with_capacity(8192),
             control,
             control_buf: Vec::new(),
             control_checked: Instant::now(),
@@ -576,10 +574,12 @@ impl Service {
                     continue;
                 }
             }
-            self.frame.clear();
-            codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut self.frame);
+            // Encoded into a buffer of its own, which the transport keeps (UDP and RDMA queue
+            // it without copying it again).
+            let mut frame = Vec::with_capacity(codec::frame_len(&tx.msg));
+            codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut frame);
             match &mut self.transport {
-                Some(t) => t.send(Instant::now(), tx.to.0, &self.frame),
+                Some(t) => t.send_owned(Instant::now(), tx.to.0, frame),
                 None => fatal("a one-node job tried to send a message"),
             }
         }

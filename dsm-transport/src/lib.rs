@@ -51,6 +51,11 @@ pub trait Transport: Send {
     /// Queues a whole message for node `to`; [`Transport::flush`] (or the next
     /// [`Transport::poll_recv`]) sends it. Call `flush` after a batch of sends.
     fn send(&mut self, now: Instant, to: u16, msg: &[u8]);
+    /// [`Transport::send`] of a message the caller gives away: transports that queue messages
+    /// keep it as it is, without a copy.
+    fn send_owned(&mut self, now: Instant, to: u16, msg: Vec<u8>) {
+        self.send(now, to, &msg);
+    }
     /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
     /// Acknowledgements of what it took in (UDP, RDMA UD) go out at the next
     /// [`Transport::flush`], on the replies if there are any: call `flush` after handling the

@@ -50,13 +50,17 @@ impl Transport for LoopbackTransport {
         self.inboxes[usize::from(self.me)].wake.as_raw_fd()
     }
 
-    fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
+    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        self.send_owned(now, to, msg.to_vec());
+    }
+
+    fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
         let inbox = &self.inboxes[usize::from(to)];
         inbox
             .queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push_back((self.me, msg.to_vec()));
+            .push_back((self.me, msg));
         sys::eventfd_signal(inbox.wake.as_raw_fd());
     }
 

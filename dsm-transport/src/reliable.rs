@@ -276,14 +276,12 @@ impl Reliable {
     /// Queues `msg` for `to`, cut into fragments; [`Reliable::flush`] sends what the window
     /// allows.
     pub fn send(&mut self, to: u16, msg: &[u8]) {
+        if msg.len() <= self.fragment_bytes() {
+            return self.send_owned(to, msg.to_vec());
+        }
         let frag = self.fragment_bytes();
         let peer = &mut self.peers[usize::from(to)];
         let mut chunks = msg.chunks(frag).peekable();
-        if msg.len() <= frag {
-            peer.queued
-                .push_back((FLAG_DATA | QUEUED_WHOLE, msg.to_vec()));
-            return;
-        }
         while let Some(chunk) = chunks.next() {
             let flags = if chunks.peek().is_some() {
                 FLAG_DATA | FLAG_MORE
@@ -292,6 +290,17 @@ impl Reliable {
             };
             peer.queued.push_back((flags, chunk.to_vec()));
         }
+    }
+
+    /// [`Reliable::send`] of a message the caller gives away: one that fits in a fragment is
+    /// queued as it is, without a copy.
+    pub fn send_owned(&mut self, to: u16, msg: Vec<u8>) {
+        if msg.len() > self.fragment_bytes() {
+            return self.send(to, &msg);
+        }
+        self.peers[usize::from(to)]
+            .queued
+            .push_back((FLAG_DATA | QUEUED_WHOLE, msg));
     }
 
     /// Moves queued fragments into datagrams as the windows allow, and acknowledges what was
@@ -750,8 +759,14 @@ mod tests {
         let mut now = t0;
         // In flight: (arrival time, to, datagram); arrival order is by time, so delays reorder.
         let mut wire: Vec<(Instant, u16, Vec<u8>)> = Vec::new();
-        for m in msgs {
-            a.send(1, m);
+        // Every other message given away (send_owned), the others lent (send): both paths carry
+        // whole and fragmented messages over the same link.
+        for (i, m) in msgs.iter().enumerate() {
+            if i % 2 == 0 {
+                a.send(1, m);
+            } else {
+                a.send_owned(1, m.clone());
+            }
         }
         let mut got = Vec::new();
         let mut steps = 0;

@@ -227,6 +227,9 @@ impl Transport for UdpTransport {
     fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
         UdpTransport::send(self, to, msg);
     }
+    fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
+        self.rel.send_owned(to, msg);
+    }
     fn flush(&mut self, now: Instant) {
         UdpTransport::flush(self, now);
     }

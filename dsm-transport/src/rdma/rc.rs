@@ -420,9 +420,12 @@ impl Transport for RcTransport {
         self.epoll.as_raw_fd()
     }
 
-    fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
+    fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
+        self.send_owned(now, to, msg.to_vec());
+    }
+    fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
         if let Some(p) = self.peers.get_mut(usize::from(to)) {
-            p.backlog.push_back(msg.to_vec());
+            p.backlog.push_back(msg);
         }
     }
 

@@ -318,6 +318,9 @@ impl Transport for UdTransport {
     fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
         self.rel.send(to, msg);
     }
+    fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
+        self.rel.send_owned(to, msg);
+    }
 
     fn flush(&mut self, now: Instant) {
         self.rel.flush(now);
