@@ -51,6 +51,7 @@ mod slots;
 mod stats_table;
 #[allow(unsafe_code)]
 mod sys;
+mod trace;
 
 /// Floors the DSM's costs are measured against (for benchmarks).
 pub mod floors {
@@ -168,6 +169,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
     };
     RANK.store(u32::from(rank), Ordering::Relaxed);
     sys::keep_freed_heap(KEPT_HEAP_BYTES);
+    trace::init();
     if let Some(us) = std::env::var("DSM_WAIT_SPIN_US")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -28,6 +28,7 @@ use dsm_transport::{ReadRange, Transport};
 use crate::region::Region;
 use crate::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
 use crate::sys::{self, Epoll, signals, stack};
+use crate::trace::{self, Step};
 use crate::{fatal, stats_table};
 
 /// A request run on the service thread: `Ok(Some(v))` completes at once with `v`, `Ok(None)`
@@ -440,9 +441,25 @@ impl Service {
                     let now = self.now();
                     match codec::decode_frame(&bytes) {
                         Ok((h, msg)) if h.cookie == self.cookie && h.from.0 == from => {
+                            let granted = match &msg {
+                                Msg::GetPage { pages, .. } => {
+                                    if let Some(p) = pages.first() {
+                                        trace::stamp(u64::from(p.0), Step::GetpIn);
+                                    }
+                                    None
+                                }
+                                Msg::GetPageGrant { page, .. } => {
+                                    trace::stamp(u64::from(page.0), Step::GrantIn);
+                                    Some(*page)
+                                }
+                                _ => None,
+                            };
                             if let Err(e) = self.node.handle_message(now, NodeId(from), msg) {
                                 self.rejected_frames += 1;
                                 log::warn!("{e}");
+                            }
+                            if let Some(p) = granted {
+                                trace::stamp(u64::from(p.0), Step::Installed);
                             }
                         }
                         Ok(_) => self.rejected_frames += 1,
@@ -563,8 +580,13 @@ impl Service {
         let mut any = false;
         let one_sided = self.node.config().remote_reads;
         let mut fetching: Vec<PageNum> = Vec::new();
+        // Grants sent, for the fault trace.
+        let mut granted: Vec<PageNum> = Vec::new();
         while let Some(tx) = self.node.poll_transmit() {
             any = true;
+            if let (true, Msg::GetPageGrant { page, .. }) = (trace::on(), &tx.msg) {
+                granted.push(*page);
+            }
             if let Msg::GetPage { pages, .. } = &tx.msg {
                 fetching.extend_from_slice(pages);
             }
@@ -588,6 +610,14 @@ impl Service {
             self.acks_owed = false;
             if let Some(t) = &mut self.transport {
                 t.flush(Instant::now());
+            }
+        }
+        if trace::on() {
+            for p in &fetching {
+                trace::stamp(u64::from(p.0), Step::GetpSent);
+            }
+            for p in &granted {
+                trace::stamp(u64::from(p.0), Step::GrantSent);
             }
         }
         // While the requests (messages or one-sided reads) travel: back the pages they will fill
@@ -795,6 +825,7 @@ pub(crate) fn run(service: Service) {
         }
         if s.exit_finished() {
             // Closing the transport tells the other nodes this one is done.
+            crate::trace::write(s.node.id().0);
             drop(guard.take());
             EXITED.store(true, Ordering::SeqCst);
             return;

@@ -349,3 +349,51 @@ fn a_node_killed_mid_job_ends_the_job_within_ten_seconds_naming_it() {
         assert_eq!(left, 0, "no node left behind");
     }
 }
+
+#[test]
+fn the_fault_trace_splits_remote_faults_into_their_steps() {
+    let dir = std::env::temp_dir().join(format!("dsm-fault-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fault_trace = |dir: &std::path::Path| {
+        let mut cmd = Command::new(bin("fault-trace"));
+        cmd.arg(dir);
+        run_with_deadline(cmd, Duration::from_secs(30))
+    };
+    // Nothing traced yet: a clear refusal, not an empty table.
+    let out = fault_trace(&dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("node file"), "{}", text(&out));
+
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "--set", "prefetch=off"])
+        .arg(bin("faultlat"))
+        .arg("200")
+        .env("DSM_FAULT_TRACE", &dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = fault_trace(&dir);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // faultlat's 200 read and 200 write faults at least, each joined with the home's stamps.
+    let faults: usize = stdout
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(faults >= 400, "{t}");
+    let median = |step: &str| -> f64 {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(step))
+            .and_then(|l| l[step.len()..].split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no `{step}` row:\n{t}"))
+    };
+    let total = median("in the fault handler");
+    let home = median("home: GETP read -> grant sent");
+    assert!(total > 0.0 && home > 0.0 && home < total, "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

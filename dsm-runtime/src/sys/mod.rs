@@ -195,6 +195,18 @@ pub fn keep_freed_heap(bytes: usize) {
     let _ = bytes;
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine (through the
+/// vDSO, async-signal-safe).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a live local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Gives the CPU to another runnable thread, if any. Async-signal-safe.
 pub fn sched_yield() {
     // SAFETY: no arguments, no memory touched.

@@ -154,8 +154,10 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         }
     }
     // Drive the node from here if we can (no hand-off to the service thread and back), else post.
+    crate::trace::stamp(page, crate::trace::Step::Fault);
     let result = crate::service::drive_fault(slot, op, page)
         .unwrap_or_else(|| slots::post_and_wait(slot, op, page));
+    crate::trace::stamp(page, crate::trace::Step::Resumed);
     if result != FAULT_OK {
         // Not allocated: a wild access in the region. Behave as if we were not here.
         chain(sig, info, ctx);

@@ -1,0 +1,154 @@
+//! fault-trace: where a remote page fault's time goes, from the stamps nodes write with
+//! `DSM_FAULT_TRACE=DIR` (see the runtime's `trace` module).
+//!
+//! ```sh
+//! mkdir -p /tmp/ft && DSM_FAULT_TRACE=/tmp/ft target/release/dsmrun -n 2 --set prefetch=off \
+//!     target/release/faultlat 2000 && target/release/fault-trace /tmp/ft
+//! ```
+//!
+//! Joins each requester's fault with the home's stamps for the same page (kept only where the
+//! steps come in order: with several requesters of one page the home stamps only the first) and
+//! prints the median, 10th and 90th percentile of each step, in microseconds.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Column indices of a row (after the page), as the runtime writes them.
+const FAULT: usize = 0;
+const GETP_SENT: usize = 1;
+const GETP_IN: usize = 2;
+const GRANT_SENT: usize = 3;
+const GRANT_IN: usize = 4;
+const INSTALLED: usize = 5;
+const RESUMED: usize = 6;
+const COLUMNS: usize = 7;
+
+type Rows = HashMap<u64, [u64; COLUMNS]>;
+
+fn read_node(path: &Path) -> Result<Rows, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut rows = Rows::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let bad = || {
+            format!(
+                "{}:{}: expected a page and {COLUMNS} stamps, got `{line}`",
+                path.display(),
+                i + 1
+            )
+        };
+        if fields.len() != COLUMNS + 1 {
+            return Err(bad());
+        }
+        let page = fields[0].parse().map_err(|_| bad())?;
+        let mut v = [0u64; COLUMNS];
+        for (slot, f) in v.iter_mut().zip(&fields[1..]) {
+            *slot = f.parse().map_err(|_| bad())?;
+        }
+        rows.insert(page, v);
+    }
+    Ok(rows)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let Some(dir) = std::env::args().nth(1) else {
+        eprintln!("usage: fault-trace DIR   (the DSM_FAULT_TRACE directory of a finished job)");
+        std::process::exit(2);
+    };
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+        eprintln!("fault-trace: cannot read {dir}: {e}");
+        std::process::exit(2);
+    });
+    let mut nodes: Vec<Rows> = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("fault-trace.") && name.ends_with(".tsv") {
+            match read_node(&entry.path()) {
+                Ok(rows) => nodes.push(rows),
+                Err(e) => {
+                    eprintln!("fault-trace: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
+    }
+    if nodes.len() < 2 {
+        eprintln!(
+            "fault-trace: {dir} holds {} node file(s) (fault-trace.<node>.tsv); a remote fault \
+             needs a requester's and a home's",
+            nodes.len()
+        );
+        std::process::exit(2);
+    }
+    // One requester's fault joined with the home's stamps: the step boundaries in order.
+    let mut faults: Vec<[u64; 8]> = Vec::new();
+    for (r, req) in nodes.iter().enumerate() {
+        for (page, v) in req {
+            if [FAULT, GETP_SENT, GRANT_IN, INSTALLED, RESUMED]
+                .iter()
+                .any(|&c| v[c] == 0)
+            {
+                continue;
+            }
+            let home = nodes.iter().enumerate().find_map(|(h, rows)| {
+                let hv = rows.get(page)?;
+                (h != r && hv[GETP_IN] != 0 && hv[GRANT_SENT] != 0).then_some(hv)
+            });
+            let Some(hv) = home else { continue };
+            let t = [
+                v[FAULT],
+                v[GETP_SENT],
+                hv[GETP_IN],
+                hv[GRANT_SENT],
+                v[GRANT_IN],
+                v[INSTALLED],
+                v[RESUMED],
+                0,
+            ];
+            if t[..7].windows(2).all(|w| w[0] <= w[1]) {
+                faults.push(t);
+            }
+        }
+    }
+    if faults.is_empty() {
+        eprintln!(
+            "fault-trace: no remote fault could be joined in {dir} (run with prefetch off, \
+             so each fault sends its own GETP, and fault on pages below the first 65536)"
+        );
+        std::process::exit(1);
+    }
+    let steps: [(&str, usize, usize); 7] = [
+        ("fault -> GETP sent (requester)", 0, 1),
+        ("GETP sent -> read at the home", 1, 2),
+        ("home: GETP read -> grant sent", 2, 3),
+        ("grant sent -> read at the requester", 3, 4),
+        ("grant read -> page installed", 4, 5),
+        ("installed -> handler returns", 5, 6),
+        ("in the fault handler", 0, 6),
+    ];
+    println!(
+        "{:<40} {:>8} {:>8} {:>8}   ({} faults, microseconds)",
+        "step",
+        "median",
+        "p10",
+        "p90",
+        faults.len()
+    );
+    for (name, a, b) in steps {
+        let mut d: Vec<f64> = faults
+            .iter()
+            .map(|t| (t[b] - t[a]) as f64 / 1000.0)
+            .collect();
+        d.sort_by(f64::total_cmp);
+        println!(
+            "{name:<40} {:>8.2} {:>8.2} {:>8.2}",
+            percentile(&d, 0.5),
+            percentile(&d, 0.1),
+            percentile(&d, 0.9)
+        );
+    }
+}
