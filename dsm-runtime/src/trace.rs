@@ -33,10 +33,12 @@ pub enum Step {
     Installed = 5,
     /// Requester: the fault handler returns.
     Resumed = 6,
+    /// Requester: the fault (stamped with [`Step::Fault`]) was a write.
+    Write = 7,
 }
 
 /// Column names, in [`Step`] order.
-pub const STEP_NAMES: [&str; 7] = [
+pub const STEP_NAMES: [&str; 8] = [
     "fault",
     "getp_sent",
     "getp_in",
@@ -44,11 +46,12 @@ pub const STEP_NAMES: [&str; 7] = [
     "grant_in",
     "installed",
     "resumed",
+    "write",
 ];
 
 struct Trace {
     dir: String,
-    stamps: Box<[[AtomicU64; 7]]>,
+    stamps: Box<[[AtomicU64; 8]]>,
 }
 
 static TRACE: OnceLock<Trace> = OnceLock::new();

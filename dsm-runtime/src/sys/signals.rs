@@ -155,6 +155,9 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     }
     // Drive the node from here if we can (no hand-off to the service thread and back), else post.
     crate::trace::stamp(page, crate::trace::Step::Fault);
+    if op == slots::OP_FAULT_WRITE {
+        crate::trace::stamp(page, crate::trace::Step::Write);
+    }
     let result = crate::service::drive_fault(slot, op, page)
         .unwrap_or_else(|| slots::post_and_wait(slot, op, page));
     crate::trace::stamp(page, crate::trace::Step::Resumed);
