@@ -361,6 +361,11 @@ impl<M: PageMemory> Node<M> {
             .collect()
     }
 
+    /// Whether writes to `page` (a home page) go unseen: writable, and not known as written.
+    fn writes_untracked(&self, page: PageNum) -> bool {
+        self.table[page.index()].frame == Frame::ReadWrite && !self.rw.contains(&page)
+    }
+
     /// GETP at the home: send each page.
     pub(crate) fn on_get_page(
         &mut self,
@@ -396,18 +401,18 @@ impl<M: PageMemory> Node<M> {
         // a write in between is found by comparing the page with the bytes sent. A request for
         // many pages (a read-ahead window) is limited by the copies, not by one protection: its
         // untracked pages are protected first, in ranges, and need no second copy to compare.
-        let untracked: Vec<PageNum> = pages
-            .iter()
-            .copied()
-            .filter(|p| {
-                let e = &self.table[p.index()];
-                !e.served && e.frame == Frame::ReadWrite && !self.rw.contains(p)
-            })
-            .collect();
-        let protect_first = pages.len() > 1 && !untracked.is_empty();
-        if protect_first {
-            self.protect_pages(&untracked, Prot::Read);
-            for &page in &untracked {
+        let protect_first: Vec<PageNum> = if pages.len() > 1 {
+            pages
+                .iter()
+                .copied()
+                .filter(|&p| !self.table[p.index()].served && self.writes_untracked(p))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !protect_first.is_empty() {
+            self.protect_pages(&protect_first, Prot::Read);
+            for &page in &protect_first {
                 self.table[page.index()].frame = Frame::ReadOnly;
                 self.mem.allow_home_write(page);
             }
@@ -415,12 +420,11 @@ impl<M: PageMemory> Node<M> {
         for page in pages {
             let data = self.mem.copy(page);
             self.stats.pages_served += 1;
-            let e = &mut self.table[page.index()];
-            if !e.served {
-                e.served = true;
-                if !protect_first && e.frame == Frame::ReadWrite && !self.rw.contains(&page) {
-                    self.unsettled.push((page, data.clone()));
-                }
+            // Still untracked at its first serve: protected once the grant is sent.
+            if !std::mem::replace(&mut self.table[page.index()].served, true)
+                && self.writes_untracked(page)
+            {
+                self.unsettled.push((page, data.clone()));
             }
             self.send(from, Msg::GetPageGrant { page, data });
         }
@@ -438,10 +442,7 @@ impl<M: PageMemory> Node<M> {
         }
         let mut unsettled = std::mem::take(&mut self.unsettled);
         // Only pages still as they were served (each is queued once, at its first serve).
-        unsettled.retain(|(p, _)| {
-            let e = &self.table[p.index()];
-            e.served && e.frame == Frame::ReadWrite && !self.rw.contains(p)
-        });
+        unsettled.retain(|(p, _)| self.table[p.index()].served && self.writes_untracked(*p));
         let pages: Vec<PageNum> = unsettled.iter().map(|(p, _)| *p).collect();
         self.protect_pages(&pages, Prot::Read);
         let mut written = Vec::new();

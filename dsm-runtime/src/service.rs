@@ -96,7 +96,7 @@ pub(crate) struct Service {
     pub transport: Option<Box<dyn Transport>>,
     /// What the service thread sleeps on: the request eventfd (token 0), the transport (1) and
     /// the launcher's control channel (2). The transport is in it only while the service thread
-    /// sleeps there ([`Service::register_transport`]).
+    /// sleeps there ([`Service::set_transport_watch`]).
     epoll: Arc<Epoll>,
     /// What it sleeps on while a fault handler drives the node (and reads the transport): the
     /// same without the transport.
@@ -221,41 +221,32 @@ impl Service {
         busy
     }
 
-    /// Whether `epoll` reports the transport, where it is registered (a fault handler driving
-    /// the node pauses it while the service thread sleeps there; see [`drive_fault`]).
-    fn watch_transport(&mut self, on: bool) {
+    /// Moves the transport to `to` in `epoll`. It is there only while the service thread
+    /// sleeps there: a socket in an epoll set has the set on its wait queue, and every datagram
+    /// that arrives then goes through the set's wake-up callback, which costs its sender 0.3 us
+    /// here (a loopback ping-pong, 5 interleaved runs each: sendto 1.7-2.1 us without, 2.1-2.4 us
+    /// with) even when nobody waits in the set. A fault handler driving the node pauses it while
+    /// the service thread sleeps there (see [`drive_fault`]); a transport not registered has
+    /// nothing to pause.
+    fn set_transport_watch(&mut self, to: Watch) {
         let Some(t) = &self.transport else { return };
-        let r = match (self.transport_watch, on) {
-            (Watch::Paused, true) => self.epoll.modify(t.fd(), 1, false),
-            (Watch::Watched, false) => self.epoll.pause(t.fd(), 1),
-            _ => return,
-        };
-        if let Err(e) = r {
-            fatal(&format!("epoll_ctl on the transport failed: {e}"));
-        }
-        self.transport_watch = if on { Watch::Watched } else { Watch::Paused };
-    }
-
-    /// Puts the transport in `epoll` (watched) or takes it out. It is there only while the
-    /// service thread sleeps: a socket in an epoll set has the set on its wait queue, and every
-    /// datagram that arrives then goes through the set's wake-up callback, which costs its
-    /// sender 0.3 us here (a loopback ping-pong, 5 interleaved runs each: sendto 1.7-2.1 us
-    /// without, 2.1-2.4 us with) even when nobody waits in the set.
-    fn register_transport(&mut self, on: bool) {
-        let Some(t) = &self.transport else { return };
-        let r = match (self.transport_watch, on) {
-            (Watch::Absent, true) => self.epoll.add(t.fd(), 1, false),
-            (Watch::Paused, true) => self.epoll.modify(t.fd(), 1, false),
-            (Watch::Watched | Watch::Paused, false) => {
+        let r = match (self.transport_watch, to) {
+            // Already there, or nothing registered to pause.
+            (Watch::Watched, Watch::Watched)
+            | (Watch::Paused, Watch::Paused)
+            | (Watch::Absent, Watch::Absent | Watch::Paused) => return,
+            (Watch::Absent, Watch::Watched) => self.epoll.add(t.fd(), 1, false),
+            (Watch::Paused, Watch::Watched) => self.epoll.modify(t.fd(), 1, false),
+            (Watch::Watched, Watch::Paused) => self.epoll.pause(t.fd(), 1),
+            (Watch::Watched | Watch::Paused, Watch::Absent) => {
                 self.epoll.delete(t.fd());
                 Ok(())
             }
-            _ => return,
         };
         if let Err(e) = r {
             fatal(&format!("epoll_ctl on the transport failed: {e}"));
         }
-        self.transport_watch = if on { Watch::Watched } else { Watch::Absent };
+        self.transport_watch = to;
     }
 
     /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
@@ -441,19 +432,7 @@ impl Service {
                     let now = self.now();
                     match codec::decode_frame(&bytes) {
                         Ok((h, msg)) if h.cookie == self.cookie && h.from.0 == from => {
-                            let granted = match &msg {
-                                Msg::GetPage { pages, .. } => {
-                                    if let Some(p) = pages.first() {
-                                        trace::stamp(u64::from(p.0), Step::GetpIn);
-                                    }
-                                    None
-                                }
-                                Msg::GetPageGrant { page, .. } => {
-                                    trace::stamp(u64::from(page.0), Step::GrantIn);
-                                    Some(*page)
-                                }
-                                _ => None,
-                            };
+                            let granted = trace::arrived(&msg);
                             if let Err(e) = self.node.handle_message(now, NodeId(from), msg) {
                                 self.rejected_frames += 1;
                                 log::warn!("{e}");
@@ -848,8 +827,8 @@ pub(crate) fn run(service: Service) {
             s.request_gap < spin_again && s.resumed_at.is_some_and(|r| now - r < spin_again);
         if (blocked && now - last_busy < s.spin_blocked) || asks_again {
             // Spinning, the service thread reads the transport itself: out of the epoll set
-            // (see `register_transport`) until it sleeps there again.
-            s.register_transport(false);
+            // (see `set_transport_watch`) until it sleeps there again.
+            s.set_transport_watch(Watch::Absent);
             drop(guard);
             // Yield at every pass: a thread woken on this CPU (the application thread this loop
             // just resumed, another node's thread on a shared machine) runs at once. Spinning
@@ -873,7 +852,7 @@ pub(crate) fn run(service: Service) {
                 timeout_ms.min(DRIVEN_NAP)
             };
         }
-        s.register_transport(true);
+        s.set_transport_watch(Watch::Watched);
         // Set while the state is still ours: a handler that takes it next knows the transport
         // would wake us.
         SLEEPS_ON_TRANSPORT.store(true, Ordering::SeqCst);
@@ -950,7 +929,7 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
     s.driver = Some(slot);
     // Replies are read here: the service thread, asleep, need not wake for them.
     if SLEEPS_ON_TRANSPORT.load(Ordering::SeqCst) {
-        s.watch_transport(false);
+        s.set_transport_watch(Watch::Paused);
     }
     s.handle_request(slot, op, page);
     // The GETP out first, then the polling.
@@ -986,7 +965,9 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
         sys::eventfd_drain(evfd);
     }
     s.driver = None;
-    s.watch_transport(true);
+    if s.transport_watch == Watch::Paused {
+        s.set_transport_watch(Watch::Watched);
+    }
     let handed_back = !slots::is_done(slot);
     let work_left = handed_back
         || SLOTS.posted.load(Ordering::SeqCst) > 0

@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dsm_core::{Msg, PageNum};
+
 use crate::sys;
 
 /// Pages traced (from page 0 of the region).
@@ -80,6 +82,26 @@ pub(crate) fn stamp(page: u64, step: Step) {
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
+    }
+}
+
+/// Stamps a GETP's or a grant's arrival; returns the granted page, to stamp once installed.
+pub(crate) fn arrived(msg: &Msg) -> Option<PageNum> {
+    if !on() {
+        return None;
+    }
+    match msg {
+        Msg::GetPage { pages, .. } => {
+            if let Some(p) = pages.first() {
+                stamp(u64::from(p.0), Step::GetpIn);
+            }
+            None
+        }
+        Msg::GetPageGrant { page, .. } => {
+            stamp(u64::from(page.0), Step::GrantIn);
+            Some(*page)
+        }
+        _ => None,
     }
 }
 

@@ -277,8 +277,25 @@ impl Reliable {
     /// allows.
     pub fn send(&mut self, to: u16, msg: &[u8]) {
         if msg.len() <= self.fragment_bytes() {
-            return self.send_owned(to, msg.to_vec());
+            self.send_owned(to, msg.to_vec());
+        } else {
+            self.queue_fragments(to, msg);
         }
+    }
+
+    /// [`Reliable::send`] of a message the caller gives away: one that fits in a fragment is
+    /// queued as it is, without a copy.
+    pub fn send_owned(&mut self, to: u16, msg: Vec<u8>) {
+        if msg.len() > self.fragment_bytes() {
+            return self.queue_fragments(to, &msg);
+        }
+        self.peers[usize::from(to)]
+            .queued
+            .push_back((FLAG_DATA | QUEUED_WHOLE, msg));
+    }
+
+    /// Queues a message larger than a fragment, cut into fragments.
+    fn queue_fragments(&mut self, to: u16, msg: &[u8]) {
         let frag = self.fragment_bytes();
         let peer = &mut self.peers[usize::from(to)];
         let mut chunks = msg.chunks(frag).peekable();
@@ -290,17 +307,6 @@ impl Reliable {
             };
             peer.queued.push_back((flags, chunk.to_vec()));
         }
-    }
-
-    /// [`Reliable::send`] of a message the caller gives away: one that fits in a fragment is
-    /// queued as it is, without a copy.
-    pub fn send_owned(&mut self, to: u16, msg: Vec<u8>) {
-        if msg.len() > self.fragment_bytes() {
-            return self.send(to, &msg);
-        }
-        self.peers[usize::from(to)]
-            .queued
-            .push_back((FLAG_DATA | QUEUED_WHOLE, msg));
     }
 
     /// Moves queued fragments into datagrams as the windows allow, and acknowledges what was

@@ -16,7 +16,18 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-/// Column indices of a row (after the page), as the runtime writes them.
+/// The columns this reads, by the names in the file's header (the runtime's steps); a row is
+/// kept in this order, whatever the file's.
+const COLUMN_NAMES: [&str; COLUMNS] = [
+    "fault",
+    "getp_sent",
+    "getp_in",
+    "grant_sent",
+    "grant_in",
+    "installed",
+    "resumed",
+    "write",
+];
 const FAULT: usize = 0;
 const GETP_SENT: usize = 1;
 const GETP_IN: usize = 2;
@@ -31,23 +42,37 @@ type Rows = HashMap<u64, [u64; COLUMNS]>;
 
 fn read_node(path: &Path) -> Result<Rows, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
+    // Where each column of COLUMN_NAMES is in the file.
+    let mut at = [0usize; COLUMNS];
+    for (slot, name) in at.iter_mut().zip(COLUMN_NAMES) {
+        *slot = header.iter().position(|h| *h == name).ok_or_else(|| {
+            format!(
+                "{}:1: no `{name}` column in the header `{}` (a trace of another version?)",
+                path.display(),
+                header.join(" ")
+            )
+        })?;
+    }
     let mut rows = Rows::new();
-    for (i, line) in text.lines().enumerate().skip(1) {
+    for (i, line) in lines.enumerate() {
         let fields: Vec<&str> = line.split('\t').collect();
         let bad = || {
             format!(
-                "{}:{}: expected a page and {COLUMNS} stamps, got `{line}`",
+                "{}:{}: expected {} tab-separated numbers, got `{line}`",
                 path.display(),
-                i + 1
+                i + 2,
+                header.len()
             )
         };
-        if fields.len() != COLUMNS + 1 {
+        if fields.len() != header.len() {
             return Err(bad());
         }
         let page = fields[0].parse().map_err(|_| bad())?;
         let mut v = [0u64; COLUMNS];
-        for (slot, f) in v.iter_mut().zip(&fields[1..]) {
-            *slot = f.parse().map_err(|_| bad())?;
+        for (slot, &col) in v.iter_mut().zip(&at) {
+            *slot = fields[col].parse().map_err(|_| bad())?;
         }
         rows.insert(page, v);
     }

@@ -17,6 +17,17 @@ fn blocks_per_node(dsm: &Dsm, pages: usize) -> SharedArray<u64> {
         .expect("allocate the blocks")
 }
 
+/// [`blocks_per_node`], each node's block filled with `value(word index)`, then a barrier.
+fn filled_blocks(dsm: &Dsm, pages: usize, value: impl Fn(usize) -> u64) -> SharedArray<u64> {
+    let a = blocks_per_node(dsm, pages);
+    let me = dsm.id();
+    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
+        a.set(i, value(i));
+    }
+    dsm.barrier();
+    a
+}
+
 fn check(dsm: &Dsm, ok: bool, what: &str) {
     if !ok {
         dsm.error(&format!("check failed: {what}"));
@@ -27,11 +38,7 @@ fn check(dsm: &Dsm, ok: bool, what: &str) {
 fn faults(dsm: &Dsm) {
     let (me, n) = (dsm.id(), dsm.nodes());
     let pages = 4;
-    let a = blocks_per_node(dsm, pages);
-    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
-        a.set(i, (i * 3 + 1) as u64);
-    }
-    dsm.barrier();
+    let a = filled_blocks(dsm, pages, |i| (i * 3 + 1) as u64);
     for i in 0..a.len() {
         check(dsm, a.get(i) == (i * 3 + 1) as u64, &format!("word {i}"));
     }
@@ -141,11 +148,7 @@ fn cv(dsm: &Dsm) {
 fn evict(dsm: &Dsm) {
     let (me, n) = (dsm.id(), dsm.nodes());
     let pages = 64;
-    let a = blocks_per_node(dsm, pages);
-    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
-        a.set(i, i as u64);
-    }
-    dsm.barrier();
+    let a = filled_blocks(dsm, pages, |i| i as u64);
     // Each node also writes one word in each page of the next node's block, under a lock.
     let next = (me + 1) % n;
     {
@@ -185,11 +188,7 @@ fn evict(dsm: &Dsm) {
 fn threads(dsm: &Dsm) {
     let me = dsm.id();
     let pages = 32;
-    let a = blocks_per_node(dsm, pages);
-    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
-        a.set(i, !(i as u64));
-    }
-    dsm.barrier();
+    let a = filled_blocks(dsm, pages, |i| !(i as u64));
     let bad = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for t in 0..2 {
@@ -282,11 +281,7 @@ fn recurse(depth: u64, buf: &mut [u8; 1024]) -> u64 {
 fn stats_reset(dsm: &Dsm) {
     let (me, n) = (dsm.id(), dsm.nodes());
     let pages = 8;
-    let a = blocks_per_node(dsm, pages);
-    for i in me * pages * WORDS..(me + 1) * pages * WORDS {
-        a.set(i, i as u64);
-    }
-    dsm.barrier();
+    let a = filled_blocks(dsm, pages, |i| i as u64);
     let next = (me + 1) % n;
     let mut sum = 0;
     for p in 0..pages {
