@@ -96,13 +96,13 @@ pub(crate) struct Service {
     pub transport: Option<Box<dyn Transport>>,
     /// What the service thread sleeps on: the request eventfd (token 0), the transport (1) and
     /// the launcher's control channel (2). The transport is in it only while the service thread
-    /// sleeps there ([`Service::set_transport_watch`]).
+    /// sleeps there ([`Service::set_transport_watched`]).
     epoll: Arc<Epoll>,
     /// What it sleeps on while a fault handler drives the node (and reads the transport): the
     /// same without the transport.
     quiet: Arc<Epoll>,
-    /// The transport's place in `epoll`.
-    transport_watch: Watch,
+    /// The transport is in `epoll`.
+    transport_watched: bool,
     /// The slot of the fault handler driving the node now, if one is.
     driver: Option<usize>,
     /// How long a thread blocked on the node is waited for by spinning (`DSM_SPIN_BLOCKED_US`).
@@ -165,7 +165,7 @@ impl Service {
             transport,
             epoll: Arc::new(epoll),
             quiet: Arc::new(quiet),
-            transport_watch: Watch::Absent,
+            transport_watched: false,
             driver: None,
             spin_blocked: env_us("DSM_SPIN_BLOCKED_US", SPIN_BLOCKED),
             drive_spin: env_us("DSM_DRIVE_SPIN_US", DRIVE_SPIN),
@@ -221,32 +221,25 @@ impl Service {
         busy
     }
 
-    /// Moves the transport to `to` in `epoll`. It is there only while the service thread
-    /// sleeps there: a socket in an epoll set has the set on its wait queue, and every datagram
-    /// that arrives then goes through the set's wake-up callback, which costs its sender 0.3 us
-    /// here (a loopback ping-pong, 5 interleaved runs each: sendto 1.7-2.1 us without, 2.1-2.4 us
-    /// with) even when nobody waits in the set. A fault handler driving the node pauses it while
-    /// the service thread sleeps there (see [`drive_fault`]); a transport not registered has
-    /// nothing to pause.
-    fn set_transport_watch(&mut self, to: Watch) {
+    /// Puts the transport in `epoll` or takes it out. It is there only while the service thread
+    /// sleeps there and no fault handler drives the node: a socket in an epoll set has the set on
+    /// its wait queue, and that costs every datagram the socket sends or receives a pass through
+    /// the set's callback (with interrupts off), even when nobody waits in the set and even for
+    /// events the set does not ask for. A loopback ping-pong, 5 interleaved runs each: sendto
+    /// 1.7-2.1 us without, 2.1-2.4 us with; perf of faultlat: 9-11% of both sides' `sendto` time.
+    fn set_transport_watched(&mut self, watched: bool) {
         let Some(t) = &self.transport else { return };
-        let r = match (self.transport_watch, to) {
-            // Already there, or nothing registered to pause.
-            (Watch::Watched, Watch::Watched)
-            | (Watch::Paused, Watch::Paused)
-            | (Watch::Absent, Watch::Absent | Watch::Paused) => return,
-            (Watch::Absent, Watch::Watched) => self.epoll.add(t.fd(), 1, false),
-            (Watch::Paused, Watch::Watched) => self.epoll.modify(t.fd(), 1, false),
-            (Watch::Watched, Watch::Paused) => self.epoll.pause(t.fd(), 1),
-            (Watch::Watched | Watch::Paused, Watch::Absent) => {
-                self.epoll.delete(t.fd());
-                Ok(())
-            }
-        };
-        if let Err(e) = r {
-            fatal(&format!("epoll_ctl on the transport failed: {e}"));
+        if self.transport_watched == watched {
+            return;
         }
-        self.transport_watch = to;
+        if watched {
+            if let Err(e) = self.epoll.add(t.fd(), 1, false) {
+                fatal(&format!("epoll_ctl on the transport failed: {e}"));
+            }
+        } else {
+            self.epoll.delete(t.fd());
+        }
+        self.transport_watched = watched;
     }
 
     /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
@@ -715,17 +708,6 @@ impl Service {
     }
 }
 
-/// Where the transport is in the service thread's epoll.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Watch {
-    /// Not registered (the service thread is awake, or asleep in the other set).
-    Absent,
-    /// Registered and reported.
-    Watched,
-    /// Registered, reported no more while a fault handler drives the node.
-    Paused,
-}
-
 /// The node's service state. The service thread holds it while it works and lets go of it while
 /// it spins or sleeps; a fault handler may then take it and drive the node itself
 /// ([`drive_fault`]).
@@ -741,10 +723,10 @@ static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
 /// need not wake it.
 static NAPPING: AtomicBool = AtomicBool::new(false);
 /// The service thread sleeps (or is about to) in the epoll that reports the transport. A fault
-/// handler that drives the node meanwhile pauses the transport there, or every message it reads
-/// itself would wake the service thread first. Otherwise it leaves the epoll alone (two
-/// `epoll_ctl` calls off each fault's wait): an awake service thread finds the state taken and
-/// sleeps without the transport.
+/// handler that drives the node takes the transport out of that epoll and, if this is still set
+/// when it is done, puts it back. Otherwise the transport stays out (no `epoll_ctl` on the
+/// fault's wait): an awake service thread finds the state taken and sleeps without the
+/// transport.
 static SLEEPS_ON_TRANSPORT: AtomicBool = AtomicBool::new(false);
 /// How long, in milliseconds, the service thread sleeps at most while a fault handler drives the
 /// node, and after one did: the handler wakes it when it leaves requests or its own wait behind,
@@ -827,8 +809,8 @@ pub(crate) fn run(service: Service) {
             s.request_gap < spin_again && s.resumed_at.is_some_and(|r| now - r < spin_again);
         if (blocked && now - last_busy < s.spin_blocked) || asks_again {
             // Spinning, the service thread reads the transport itself: out of the epoll set
-            // (see `set_transport_watch`) until it sleeps there again.
-            s.set_transport_watch(Watch::Absent);
+            // (see `set_transport_watched`) until it sleeps there again.
+            s.set_transport_watched(false);
             drop(guard);
             // Yield at every pass: a thread woken on this CPU (the application thread this loop
             // just resumed, another node's thread on a shared machine) runs at once. Spinning
@@ -852,7 +834,7 @@ pub(crate) fn run(service: Service) {
                 timeout_ms.min(DRIVEN_NAP)
             };
         }
-        s.set_transport_watch(Watch::Watched);
+        s.set_transport_watched(true);
         // Set while the state is still ours: a handler that takes it next knows the transport
         // would wake us.
         SLEEPS_ON_TRANSPORT.store(true, Ordering::SeqCst);
@@ -927,13 +909,12 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
     DRIVEN.fetch_add(1, Ordering::Relaxed);
     slots::take_own(slot);
     s.driver = Some(slot);
-    // Replies are read here: the service thread, asleep, need not wake for them.
-    if SLEEPS_ON_TRANSPORT.load(Ordering::SeqCst) {
-        s.set_transport_watch(Watch::Paused);
-    }
     s.handle_request(slot, op, page);
     // The GETP out first, then the polling.
     s.drain_core();
+    // Replies are read here: out of the service thread's epoll while this drives (a service
+    // thread asleep there need not wake for them, and no datagram pays for the registration).
+    s.set_transport_watched(false);
     let start = Instant::now();
     let evfd = s.evfd.as_raw_fd();
     loop {
@@ -965,8 +946,10 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
         sys::eventfd_drain(evfd);
     }
     s.driver = None;
-    if s.transport_watch == Watch::Paused {
-        s.set_transport_watch(Watch::Watched);
+    // Back in the epoll if the service thread still sleeps there (it may be waking, then it
+    // sleeps in `quiet` and sets it right when it next takes the state).
+    if SLEEPS_ON_TRANSPORT.load(Ordering::SeqCst) {
+        s.set_transport_watched(true);
     }
     let handed_back = !slots::is_done(slot);
     let work_left = handed_back

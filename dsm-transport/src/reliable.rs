@@ -312,11 +312,26 @@ impl Reliable {
     /// Moves queued fragments into datagrams as the windows allow, and acknowledges what was
     /// received since the last flush. Call after a batch of sends or received datagrams.
     pub fn flush(&mut self, now: Instant) {
+        self.flush_with(now, true);
+    }
+
+    /// [`Reliable::flush`], but acknowledgements that no data carries stay due: for a receiver
+    /// that has more datagrams to read, whose acknowledgement covers them all.
+    pub fn flush_data(&mut self, now: Instant) {
+        self.flush_with(now, false);
+    }
+
+    fn flush_with(&mut self, now: Instant, pure_acks: bool) {
         for p in 0..self.peers.len() {
             if p != usize::from(self.me) {
-                self.flush_peer(now, p as u16);
+                self.flush_peer(now, p as u16, pure_acks);
             }
         }
+    }
+
+    /// Whether an acknowledgement is due to some peer.
+    pub fn ack_due(&self) -> bool {
+        self.peers.iter().any(|p| p.ack_due)
     }
 
     /// Messages queued or in flight to `to` (for back-pressure).
@@ -445,7 +460,7 @@ impl Reliable {
 
     /// Moves queued fragments into the window, packing whole messages queued together, and
     /// emits a pure ack if one is due.
-    fn flush_peer(&mut self, now: Instant, to: u16) {
+    fn flush_peer(&mut self, now: Instant, to: u16, pure_acks: bool) {
         let frag = self.fragment_bytes();
         let peer = &mut self.peers[usize::from(to)];
         while peer.unacked.len() < self.cfg.window
@@ -480,7 +495,7 @@ impl Reliable {
             peer.ack_due = false;
             peer.last_sent = now;
         }
-        if peer.ack_due {
+        if peer.ack_due && pure_acks {
             peer.ack_due = false;
             let flags = if peer.out_of_order.is_empty() {
                 0
@@ -507,6 +522,11 @@ impl Reliable {
         let d = self.out.pop_front()?;
         self.stats.datagrams_sent += 1;
         Some(d)
+    }
+
+    /// Whether an event waits for [`Reliable::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// The next event.
@@ -568,7 +588,7 @@ impl Reliable {
             } else if now.saturating_duration_since(peer.last_sent) >= self.cfg.heartbeat {
                 peer.ack_due = true;
             }
-            self.flush_peer(now, i as u16);
+            self.flush_peer(now, i as u16, true);
         }
     }
 }

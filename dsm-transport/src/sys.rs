@@ -43,12 +43,6 @@ impl Epoll {
         self.ctl(libc::EPOLL_CTL_MOD, fd, ev, token)
     }
 
-    /// Keeps `fd` registered but reports nothing for it until [`Epoll::modify`] watches it again
-    /// (a thread that reads `fd` itself meanwhile does not wake the one sleeping in the epoll).
-    pub fn pause(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, 0, token)
-    }
-
     /// Stops watching `fd`.
     pub fn delete(&self, fd: RawFd) {
         let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
