@@ -124,7 +124,6 @@ impl UdpTransport {
         loop {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((len, src)) => {
-                    crate::probe(2);
                     n += 1;
                     match self.by_addr.get(&src) {
                         Some(&from) => {
@@ -224,10 +223,7 @@ impl UdpTransport {
         for (to, d) in batch.drain(..) {
             let addr = self.peers[usize::from(to)];
             loop {
-                crate::probe(0);
-                let r = self.sock.send_to(&d, addr);
-                crate::probe(1);
-                match r {
+                match self.sock.send_to(&d, addr) {
                     Ok(_) => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
@@ -379,7 +375,11 @@ mod tests {
             }
             assert!(b.poll_event().is_none());
             b.flush(Instant::now());
-            assert_eq!(b.reliable_stats().acks_sent, 0, "acknowledged before the burst was read");
+            assert_eq!(
+                b.reliable_stats().acks_sent,
+                0,
+                "acknowledged before the burst was read"
+            );
         }
         // The read that finds the socket empty acknowledges all five at once.
         assert_eq!(b.poll_recv(Instant::now()), 0);
