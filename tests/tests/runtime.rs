@@ -56,6 +56,22 @@ fn a_small_cache_evicts_and_stays_exact() {
 }
 
 #[test]
+fn a_finished_job_does_not_wait_out_the_exit_linger() {
+    // A node that has its exit grant acknowledges it before it closes its transport; otherwise
+    // node 0 keeps serving for its 2 s linger, waiting for that acknowledgement.
+    for transport in ["udp", "tcp"] {
+        let started = std::time::Instant::now();
+        let out = dsmrun(3, &["--transport", transport], "probe", &["faults"]);
+        let took = started.elapsed();
+        assert!(out.status.success(), "{transport}: {}", text(&out));
+        assert!(
+            took < Duration::from_millis(1900),
+            "{transport}: the job took {took:?}"
+        );
+    }
+}
+
+#[test]
 fn two_threads_per_node_fault_at_once() {
     probe_ok(2, &[], "threads", "threads OK");
     probe_ok(3, &["--set", "prefetch=off"], "threads", "threads OK");
