@@ -43,6 +43,10 @@ pub(crate) enum Opened {
 static STATE: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
 static PAGES: AtomicUsize = AtomicUsize::new(0);
 static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
+/// One bit per slot of [`QUEUED`], set once the slot is filled: [`drain`] reads 16 words to find
+/// the filled slots instead of swapping all 1,024 (20-25k cycles for each pass of the service
+/// loop while any page was queued).
+static FILLED: [AtomicU64; QUEUE / 64] = [const { AtomicU64::new(0) }; QUEUE / 64];
 static PENDING: AtomicU32 = AtomicU32::new(0);
 
 /// Sets up the state of `pages` pages (the memory is zeroed: nothing allowed).
@@ -145,12 +149,13 @@ fn queue_opened(page: usize, value: u64) -> bool {
     }
     let start = page % QUEUE;
     for k in 0..QUEUE {
-        let slot = &QUEUED[(start + k) % QUEUE];
-        if slot
+        let i = (start + k) % QUEUE;
+        if QUEUED[i]
             .compare_exchange(0, value, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
         {
             PENDING.fetch_add(1, Ordering::SeqCst);
+            FILLED[i / 64].fetch_or(1 << (i % 64), Ordering::SeqCst);
             return true;
         }
     }
@@ -162,8 +167,21 @@ pub(crate) fn drain(mut report: impl FnMut(Opened)) {
     if PENDING.load(Ordering::SeqCst) == 0 {
         return;
     }
-    for slot in &QUEUED {
-        let v = slot.swap(0, Ordering::SeqCst);
+    // A slot's bit is set after its value is stored, before the handler returns: a thread's
+    // queued pages are all found by a drain that follows its next request. A slot filled but
+    // not yet marked waits for the next drain.
+    let filled = FILLED.iter().enumerate().flat_map(|(w, word)| {
+        let mut bits = word.swap(0, Ordering::SeqCst);
+        std::iter::from_fn(move || {
+            let b = bits.trailing_zeros() as usize;
+            (bits != 0).then(|| {
+                bits &= bits - 1;
+                w * 64 + b
+            })
+        })
+    });
+    for i in filled {
+        let v = QUEUED[i].swap(0, Ordering::SeqCst);
         if v == 0 {
             continue;
         }
@@ -179,5 +197,50 @@ pub(crate) fn drain(mut report: impl FnMut(Opened)) {
         } else {
             Opened::HomeWrite(page)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The only test touching the queue (a process-wide static).
+    #[test]
+    fn every_queued_page_is_drained_once_whatever_its_slot() {
+        // 5 and 1029 start at the same slot; 1023 is the last slot, 64 and 63 sit either side
+        // of a word of the bitmap.
+        let pages = [5usize, 1029, 1023, 64, 63, 70_000];
+        for (k, &p) in pages.iter().enumerate() {
+            assert!(if k % 2 == 0 {
+                opened(p, true)
+            } else {
+                opened_along(p)
+            });
+        }
+        assert_eq!(PENDING.load(Ordering::SeqCst), pages.len() as u32);
+        let mut got = Vec::new();
+        drain(|o| got.push(o));
+        let mut want: Vec<Opened> = pages
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| {
+                if k % 2 == 0 {
+                    Opened::HomeWrite(p)
+                } else {
+                    Opened::PrefetchAlong(p)
+                }
+            })
+            .collect();
+        let key = |o: &Opened| match *o {
+            Opened::HomeWrite(p) | Opened::Prefetch(p) | Opened::PrefetchAlong(p) => p,
+        };
+        got.sort_by_key(key);
+        want.sort_by_key(key);
+        assert_eq!(got, want);
+        assert_eq!(PENDING.load(Ordering::SeqCst), 0);
+        assert!(FILLED.iter().all(|w| w.load(Ordering::SeqCst) == 0));
+        let mut again = Vec::new();
+        drain(|o| again.push(o));
+        assert!(again.is_empty());
     }
 }
