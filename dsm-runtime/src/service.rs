@@ -136,6 +136,10 @@ pub(crate) struct Service {
     /// Datagrams arrived since the last flush: their acknowledgements go out with the next one
     /// (on the replies, if there are any).
     acks_owed: bool,
+    /// The last read of the transport stopped at a message, so more may wait (UDP: see
+    /// [`Transport::unread`]). Pure acknowledgements wait until everything is read, to cover
+    /// it all.
+    unread: bool,
     /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
     counted_from: [u64; 4],
 }
@@ -184,6 +188,7 @@ impl Service {
             request_gap: Duration::MAX,
             counted_from: [0; 4],
             acks_owed: false,
+            unread: false,
             stats_json: std::env::var("DSM_STATS_JSON")
                 .ok()
                 .filter(|p| node_is_zero && !p.is_empty()),
@@ -208,6 +213,7 @@ impl Service {
         if let Some(t) = &mut self.transport {
             let received = t.poll_recv(Instant::now()) > 0;
             self.acks_owed |= received;
+            self.unread = t.unread();
             busy |= received;
         }
         busy |= self.handle_transport_events();
@@ -578,8 +584,9 @@ impl Service {
             }
         }
         if any {
-            // The acknowledgements owed ride on these messages.
-            self.acks_owed = false;
+            // The acknowledgements owed ride on these messages (those to other peers too, once
+            // everything is read).
+            self.acks_owed &= self.unread;
             if let Some(t) = &mut self.transport {
                 t.flush(Instant::now());
             }
@@ -647,7 +654,7 @@ impl Service {
         // A fault handler driving the node leaves them to the next message it sends (its next
         // GETP) or to the service thread, which wakes within [`DRIVEN_NAP`] of a drive: a
         // sendto here would delay the thread's return by its cost (3 us).
-        if self.driver.is_none() && std::mem::take(&mut self.acks_owed) {
+        if self.driver.is_none() && !self.unread && std::mem::take(&mut self.acks_owed) {
             if let Some(t) = &mut self.transport {
                 t.flush(Instant::now());
             }
@@ -930,11 +937,26 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
     let evfd = s.evfd.as_raw_fd();
     loop {
         s.pass(true);
+        if slots::is_done(slot) {
+            // Nothing left unread behind us: the service thread, napping without the
+            // transport, would not see it for up to [`DRIVEN_NAP`] (another node's GETP among
+            // it). The read that stopped at our grant is followed by one that finds the socket
+            // empty, as a rule; anything else is handled first.
+            while s.unread {
+                let Some(t) = &mut s.transport else { break };
+                let read = t.poll_recv(Instant::now());
+                s.unread = t.unread();
+                if read == 0 {
+                    break;
+                }
+                s.acks_owed = true;
+                s.handle_transport_events();
+                s.drain_core();
+            }
+            break;
+        }
         let waited = start.elapsed();
-        if slots::is_done(slot)
-            || waited >= s.drive_limit
-            || SLOTS.posted.load(Ordering::SeqCst) > 0
-        {
+        if waited >= s.drive_limit || SLOTS.posted.load(Ordering::SeqCst) > 0 {
             break;
         }
         if waited < s.drive_spin {

@@ -58,11 +58,18 @@ pub trait Transport: Send {
     }
     /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
     /// Acknowledgements of what it took in (UDP, RDMA UD) go out at the next
-    /// [`Transport::flush`], on the replies if there are any: call `flush` after handling the
-    /// events, whether or not anything was sent.
+    /// [`Transport::flush`], on the replies if there are any, and otherwise once everything
+    /// waiting is read (see [`Transport::unread`]): call `flush` after handling the events,
+    /// whether or not anything was sent.
     fn poll_recv(&mut self, now: Instant) -> usize;
     /// The next delivered message or lost peer.
     fn poll_event(&mut self) -> Option<Event>;
+    /// Whether the last [`Transport::poll_recv`] stopped at a message with more possibly
+    /// waiting (UDP stops there, so a message is handled and answered before the next read):
+    /// the caller reads again before it counts everything as read.
+    fn unread(&self) -> bool {
+        false
+    }
     /// When [`Transport::handle_timeout`] should next run.
     fn poll_timeout(&self) -> Option<Instant>;
     /// Retransmissions, heartbeats, loss detection.

@@ -329,11 +329,6 @@ impl Reliable {
         }
     }
 
-    /// Whether an acknowledgement is due to some peer.
-    pub fn ack_due(&self) -> bool {
-        self.peers.iter().any(|p| p.ack_due)
-    }
-
     /// Messages queued or in flight to `to` (for back-pressure).
     pub fn pending(&self, to: u16) -> usize {
         let p = &self.peers[usize::from(to)];

@@ -142,13 +142,9 @@ impl UdpTransport {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Everything read is handled (the caller handled each message before
-                    // reading on): the acknowledgements no reply carried go now, one per peer
-                    // for all the datagrams read since.
+                    // Everything is read: the next flush acknowledges it all, with one pure
+                    // acknowledgement per peer where no data carries it.
                     self.unread = false;
-                    if self.rel.ack_due() {
-                        self.rel.flush(now);
-                    }
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -264,6 +260,9 @@ impl Transport for UdpTransport {
     }
     fn poll_event(&mut self) -> Option<Event> {
         UdpTransport::poll_event(self)
+    }
+    fn unread(&self) -> bool {
+        self.unread
     }
     fn poll_timeout(&self) -> Option<Instant> {
         UdpTransport::poll_timeout(self)
@@ -381,8 +380,10 @@ mod tests {
                 "acknowledged before the burst was read"
             );
         }
-        // The read that finds the socket empty acknowledges all five at once.
+        // Once a read finds the socket empty, the next flush acknowledges all five at once.
         assert_eq!(b.poll_recv(Instant::now()), 0);
+        assert_eq!(b.reliable_stats().acks_sent, 0);
+        b.flush(Instant::now());
         assert_eq!(b.reliable_stats().acks_sent, 1);
         std::thread::sleep(Duration::from_millis(20));
         a.poll_recv(Instant::now());
