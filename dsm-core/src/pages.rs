@@ -265,10 +265,15 @@ impl<M: PageMemory> Node<M> {
         };
         let limit = self.read_ahead_pages.max(pf.prefetch_pages as usize);
         let distance = (pf.max_checking_pages as usize).max(2 * limit) as u32;
-        let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
-        by_home.entry(home).or_default().push(page);
         let candidates = self.candidates(page, limit, distance);
         self.stream_next = Some(PageNum(candidates.last().unwrap_or(&page).0 + 1));
+        if candidates.is_empty() {
+            // The demand page alone (prefetch off, or nothing to prefetch): no grouping by home.
+            self.send_get_page(home, access, vec![page]);
+            return;
+        }
+        let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
+        by_home.entry(home).or_default().push(page);
         self.add_prefetches(now, candidates, &mut by_home);
         // The demand request first, then prefetches to other homes.
         let demand = by_home.remove(&home).unwrap_or_default();

@@ -6,6 +6,7 @@
 //! like one lost on the wire.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -27,11 +28,27 @@ pub struct UdpStats {
     pub send_failures: u64,
 }
 
+/// A cheap hash for the peers' addresses, looked up for every datagram (the default SipHash
+/// guards against chosen keys; here a stranger's address only misses among the job's few).
+#[derive(Default, Clone, Copy)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// One node's UDP endpoint.
 pub struct UdpTransport {
     sock: UdpSocket,
     peers: Vec<SocketAddr>,
-    by_addr: HashMap<SocketAddr, u16>,
+    by_addr: HashMap<SocketAddr, u16, BuildHasherDefault<AddrHasher>>,
     rel: Reliable,
     buf: Vec<u8>,
     stats: UdpStats,
