@@ -223,7 +223,7 @@ pub struct Reliable {
     cookie: u64,
     cfg: ReliableConfig,
     peers: Vec<Peer>,
-    out: VecDeque<(u16, Vec<u8>)>,
+    out: VecDeque<Out>,
     events: VecDeque<Event>,
     stats: ReliableStats,
 }
@@ -414,7 +414,7 @@ impl Reliable {
                 // A partial acknowledgement after a timeout: the receiver has everything before
                 // this datagram and not this one, sent before the timeout: lost, resend it now.
                 Some(u) if seq_lt(u.seq, recover) => {
-                    resend_oldest(peer, self.cookie, self.me, from, now, &mut self.out);
+                    resend_oldest(peer, from, now, &mut self.out);
                     self.stats.retransmissions += 1;
                 }
                 _ => peer.recover = None,
@@ -428,9 +428,7 @@ impl Reliable {
             && flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP
         {
             peer.dup_acks += 1;
-            if peer.dup_acks == 3
-                && resend_oldest(peer, self.cookie, self.me, from, now, &mut self.out)
-            {
+            if peer.dup_acks == 3 && resend_oldest(peer, from, now, &mut self.out) {
                 self.stats.retransmissions += 1;
                 self.stats.fast_retransmissions += 1;
             }
@@ -477,8 +475,7 @@ impl Reliable {
             };
             let seq = peer.next_seq;
             peer.next_seq = peer.next_seq.wrapping_add(1);
-            let dg = datagram(self.cookie, self.me, flags, seq, peer.expected, &payload);
-            self.out.push_back((to, dg));
+            self.out.push_back(Out::Data { to, seq });
             peer.unacked_bytes += payload.len();
             peer.unacked.push_back(Unacked {
                 seq,
@@ -505,18 +502,61 @@ impl Reliable {
                 peer.expected,
                 &[],
             );
-            self.out.push_back((to, dg));
+            self.out.push_back(Out::Bytes { to, dg });
             self.stats.acks_sent += 1;
             peer.last_sent = now;
         }
     }
 
-    /// The next datagram to send, and to whom.
+    /// Hands every datagram due to `send(to, header, payload)`: a datagram is the two slices
+    /// one after the other. A data fragment's payload is lent from the retransmission queue (no
+    /// copy: a sender gathers the two, as `sendmsg` does); its header is built now, with the
+    /// latest acknowledgement.
+    pub fn transmit(&mut self, mut send: impl FnMut(u16, &[u8], &[u8])) {
+        while let Some(o) = self.out.pop_front() {
+            match o {
+                Out::Bytes { to, dg } => {
+                    self.stats.datagrams_sent += 1;
+                    send(to, &dg, &[]);
+                }
+                Out::Data { to, seq } => {
+                    // None: acknowledged before it went out (a retransmission made moot).
+                    if let Some((h, payload)) = self.data_datagram(to, seq) {
+                        send(to, &h, payload);
+                        self.stats.datagrams_sent += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next datagram to send, and to whom, as one buffer of its own (a copy: for callers
+    /// that keep datagrams, like the impairment layer and the tests; see
+    /// [`Reliable::transmit`]).
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
-        let d = self.out.pop_front()?;
-        self.stats.datagrams_sent += 1;
-        Some(d)
+        while let Some(o) = self.out.pop_front() {
+            let d = match o {
+                Out::Bytes { to, dg } => Some((to, dg)),
+                Out::Data { to, seq } => self
+                    .data_datagram(to, seq)
+                    .map(|(h, payload)| (to, [&h[..], payload].concat())),
+            };
+            if d.is_some() {
+                self.stats.datagrams_sent += 1;
+                return d;
+            }
+        }
+        None
+    }
+
+    /// The header and payload of data fragment `seq` to `to`, if it is still unacknowledged.
+    fn data_datagram(&self, to: u16, seq: u32) -> Option<([u8; HEADER_BYTES], &[u8])> {
+        let peer = &self.peers[usize::from(to)];
+        let first = peer.unacked.front()?.seq;
+        let u = peer.unacked.get(seq.wrapping_sub(first) as usize)?;
+        let h = header(self.cookie, self.me, u.flags, u.seq, peer.expected);
+        Some((h, &u.payload))
     }
 
     /// Whether an event waits for [`Reliable::poll_event`].
@@ -573,8 +613,7 @@ impl Reliable {
                 .unacked
                 .front()
                 .is_some_and(|u| now.saturating_duration_since(u.last_sent) >= peer.rto);
-            let resent = timed_out
-                && resend_oldest(peer, self.cookie, self.me, i as u16, now, &mut self.out);
+            let resent = timed_out && resend_oldest(peer, i as u16, now, &mut self.out);
             if resent {
                 self.stats.retransmissions += 1;
                 peer.recover = Some(peer.next_seq);
@@ -590,23 +629,13 @@ impl Reliable {
 
 /// Resends `peer`'s oldest unacknowledged datagram (to node `to`) now; returns whether there was
 /// one. The caller counts it.
-fn resend_oldest(
-    peer: &mut Peer,
-    cookie: u64,
-    me: u16,
-    to: u16,
-    now: Instant,
-    out: &mut VecDeque<(u16, Vec<u8>)>,
-) -> bool {
+fn resend_oldest(peer: &mut Peer, to: u16, now: Instant, out: &mut VecDeque<Out>) -> bool {
     let Some(u) = peer.unacked.front_mut() else {
         return false;
     };
     u.retransmitted = true;
     u.last_sent = now;
-    out.push_back((
-        to,
-        datagram(cookie, me, u.flags, u.seq, peer.expected, &u.payload),
-    ));
+    out.push_back(Out::Data { to, seq: u.seq });
     peer.last_sent = now;
     true
 }
@@ -723,17 +752,31 @@ fn deliver(
     Ok(())
 }
 
+/// A datagram's header.
+fn header(cookie: u64, me: u16, flags: u8, seq: u32, ack: u32) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+    h[2] = VERSION;
+    h[3] = flags;
+    h[4..12].copy_from_slice(&cookie.to_le_bytes());
+    h[12..14].copy_from_slice(&me.to_le_bytes());
+    h[14..18].copy_from_slice(&seq.to_le_bytes());
+    h[18..22].copy_from_slice(&ack.to_le_bytes());
+    h
+}
+
+/// A whole datagram in one buffer.
 fn datagram(cookie: u64, me: u16, flags: u8, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
-    let mut d = Vec::with_capacity(HEADER_BYTES + payload.len());
-    d.extend_from_slice(&MAGIC.to_le_bytes());
-    d.push(VERSION);
-    d.push(flags);
-    d.extend_from_slice(&cookie.to_le_bytes());
-    d.extend_from_slice(&me.to_le_bytes());
-    d.extend_from_slice(&seq.to_le_bytes());
-    d.extend_from_slice(&ack.to_le_bytes());
-    d.extend_from_slice(payload);
-    d
+    [&header(cookie, me, flags, seq, ack)[..], payload].concat()
+}
+
+/// A datagram due to be sent.
+#[derive(Debug)]
+enum Out {
+    /// A data fragment, still in its peer's retransmission queue.
+    Data { to: u16, seq: u32 },
+    /// A datagram of its own (a pure acknowledgement).
+    Bytes { to: u16, dg: Vec<u8> },
 }
 
 #[cfg(test)]

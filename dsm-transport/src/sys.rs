@@ -1,4 +1,4 @@
-//! The few system calls the transports make beyond std: epoll, eventfd and writev. Every unsafe
+//! The few system calls the transports make beyond std: epoll, eventfd, writev and sendmsg. Every unsafe
 //! block of the crate is here.
 
 #![allow(unsafe_code)]
@@ -167,4 +167,67 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Sends one datagram made of `head` then `body` to `to` (`sendmsg`: the kernel gathers them, no
+/// copy into one buffer first). Never blocks on a non-blocking socket.
+pub fn send_gathered(
+    fd: RawFd,
+    to: &std::net::SocketAddr,
+    head: &[u8],
+    body: &[u8],
+) -> io::Result<usize> {
+    // SAFETY: zeroed sockaddr_storage is valid plain data.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match to {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
+            unsafe { std::ptr::write((&raw mut storage).cast::<libc::sockaddr_in>(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and suitably aligned.
+            unsafe { std::ptr::write((&raw mut storage).cast::<libc::sockaddr_in6>(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    let mut iov = [head, body].map(|p| libc::iovec {
+        iov_base: p.as_ptr() as *mut libc::c_void,
+        iov_len: p.len(),
+    });
+    // SAFETY: zeroed msghdr is valid plain data; the fields set below point to live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&raw mut storage).cast();
+    msg.msg_namelen = len as libc::socklen_t;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: msg points to the address and iovecs above, all alive for the call; the
+        // kernel only reads the buffers.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }

@@ -222,28 +222,28 @@ impl UdpTransport {
     }
 
     fn transmit(&mut self) {
-        let mut batch = std::mem::take(&mut self.batch);
-        match &mut self.impair {
-            None => batch.extend(std::iter::from_fn(|| self.rel.poll_transmit())),
-            Some(imp) => {
-                let now = Instant::now();
-                imp.release(now, &mut batch);
-                while let Some((to, d)) = self.rel.poll_transmit() {
-                    imp.outgoing(now, to, d, &mut batch);
+        let Some(imp) = &mut self.impair else {
+            // Each datagram is gathered from its header and the payload kept for retransmission.
+            let (fd, peers, failures) = (self.sock.as_raw_fd(), &self.peers, &mut self.stats);
+            self.rel.transmit(|to, head, body| {
+                if sys::send_gathered(fd, &peers[usize::from(to)], head, body).is_err() {
+                    failures.send_failures += 1;
                 }
-            }
+            });
+            return;
+        };
+        // Impaired: datagrams of their own, which the impairment may hold back.
+        let mut batch = std::mem::take(&mut self.batch);
+        let now = Instant::now();
+        imp.release(now, &mut batch);
+        while let Some((to, d)) = self.rel.poll_transmit() {
+            imp.outgoing(now, to, d, &mut batch);
         }
         for (to, d) in batch.drain(..) {
-            let addr = self.peers[usize::from(to)];
-            loop {
-                match self.sock.send_to(&d, addr) {
-                    Ok(_) => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        self.stats.send_failures += 1;
-                        break;
-                    }
-                }
+            if sys::send_gathered(self.sock.as_raw_fd(), &self.peers[usize::from(to)], &d, &[])
+                .is_err()
+            {
+                self.stats.send_failures += 1;
             }
         }
         self.batch = batch;

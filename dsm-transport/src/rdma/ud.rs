@@ -238,31 +238,36 @@ impl UdTransport {
     /// Posts every datagram the reliable layer wants sent, as one chained list.
     fn flush(&mut self) {
         let mut ops: Vec<(u64, SendOp<'_>)> = Vec::new();
-        while let Some((to, d)) = self.rel.poll_transmit() {
+        let (pool, ahs, qpns, qkey) = (&self.send_pool, &self.ahs, &self.remote_qpn, self.qkey);
+        let (free, stats) = (&mut self.free_send, &mut self.stats);
+        // Header and payload straight into a registered buffer (the payload lent by the
+        // reliable layer's retransmission queue).
+        self.rel.transmit(|to, head, body| {
             // One buffer per send-queue entry: a free buffer is a free entry too.
-            let Some(slot) = self.free_send.pop() else {
+            let Some(slot) = free.pop() else {
                 // Lost like a datagram the kernel refuses; the reliable layer sends it again.
-                self.stats.send_failures += 1;
-                continue;
+                stats.send_failures += 1;
+                return;
             };
-            let Some(Some(ah)) = self.ahs.get(usize::from(to)) else {
-                self.free_send.push(slot);
-                continue;
+            let Some(Some(ah)) = ahs.get(usize::from(to)) else {
+                free.push(slot);
+                return;
             };
-            self.send_pool.write(slot, 0, &d);
+            pool.write(slot, 0, head);
+            pool.write(slot, head.len(), body);
             ops.push((
                 wr_id(KIND_SEND, slot),
                 SendOp::Send {
                     buf: Buf {
-                        pool: &self.send_pool,
+                        pool,
                         slot,
                         offset: 0,
-                        len: d.len(),
+                        len: head.len() + body.len(),
                     },
-                    ud: Some((ah, self.remote_qpn[usize::from(to)], self.qkey)),
+                    ud: Some((ah, qpns[usize::from(to)], qkey)),
                 },
             ));
-        }
+        });
         if ops.is_empty() {
             return;
         }
