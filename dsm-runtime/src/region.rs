@@ -118,7 +118,10 @@ impl PageMemory for Region {
         for page in first.index()..first.index() + count as usize {
             crate::fastpath::withdraw(page);
         }
-        if let Err(e) = sys::mprotect(addr, len, p) {
+        crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectStart);
+        let r = sys::mprotect(addr, len, p);
+        crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectEnd);
+        if let Err(e) = r {
             fatal(&format!(
                 "mprotect of {count} pages at {addr:#x} failed: {e} (for many scattered pages, raise vm.max_map_count)"
             ));

@@ -7,9 +7,12 @@
 //!
 //! The stamps are atomics in a table allocated at start: the fault handler may stamp.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use dsm_transport::probe::{self, Probe};
 
 use dsm_core::{Msg, PageNum};
 
@@ -37,10 +40,18 @@ pub enum Step {
     Resumed = 6,
     /// Requester: the fault (stamped with [`Step::Fault`]) was a write.
     Write = 7,
+    /// The first `sendto` a thread starts after it began the page's fault (requester: the
+    /// GETP, as a rule) or read its GETP (home: the grant, as a rule). UDP only.
+    SendStart = 8,
+    /// The `recvfrom` that brought the GETP (home) or the grant (requester) returned. UDP only.
+    Read = 9,
+    /// Requester: the `mprotect` that opens the page starts, and returns.
+    ProtectStart = 10,
+    ProtectEnd = 11,
 }
 
 /// Column names, in [`Step`] order.
-pub const STEP_NAMES: [&str; 8] = [
+pub const STEP_NAMES: [&str; STEPS] = [
     "fault",
     "getp_sent",
     "getp_in",
@@ -49,11 +60,24 @@ pub const STEP_NAMES: [&str; 8] = [
     "installed",
     "resumed",
     "write",
+    "send_start",
+    "read",
+    "protect_start",
+    "protect_end",
 ];
+const STEPS: usize = 12;
+
+thread_local! {
+    /// The page this thread works for: the one it faulted on, or whose GETP it read last (the
+    /// page the transport's reports are stamped for).
+    static PAGE: Cell<u64> = const { Cell::new(u64::MAX) };
+    /// When this thread's last datagram came in.
+    static RECEIVED: Cell<u64> = const { Cell::new(0) };
+}
 
 struct Trace {
     dir: String,
-    stamps: Box<[[AtomicU64; 8]]>,
+    stamps: Box<[[AtomicU64; STEPS]]>,
 }
 
 static TRACE: OnceLock<Trace> = OnceLock::new();
@@ -70,18 +94,37 @@ pub(crate) fn init() {
         .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
         .collect();
     let _ = TRACE.set(Trace { dir, stamps });
+    probe::set_hook(on_probe);
+}
+
+/// The transport's reports (UDP): a `sendto` starts, a datagram came in.
+fn on_probe(p: Probe) {
+    match p {
+        Probe::SendStart => stamp(PAGE.get(), Step::SendStart),
+        Probe::Received => RECEIVED.set(sys::monotonic_ns()),
+    }
+}
+
+/// A fault handler starts on `page`: stamps the fault, and makes it this thread's page.
+/// Async-signal-safe.
+pub(crate) fn fault(page: u64) {
+    if on() {
+        PAGE.set(page);
+        stamp(page, Step::Fault);
+    }
 }
 
 /// Stamps `step` for `page`, the first time only. Async-signal-safe.
 pub(crate) fn stamp(page: u64, step: Step) {
+    if on() {
+        stamp_at(page, step, sys::monotonic_ns());
+    }
+}
+
+fn stamp_at(page: u64, step: Step, ns: u64) {
     let Some(t) = TRACE.get() else { return };
     if let Some(row) = t.stamps.get(page as usize) {
-        let _ = row[step as usize].compare_exchange(
-            0,
-            sys::monotonic_ns(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        let _ = row[step as usize].compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -93,12 +136,17 @@ pub(crate) fn arrived(msg: &Msg) -> Option<PageNum> {
     match msg {
         Msg::GetPage { pages, .. } => {
             if let Some(p) = pages.first() {
-                stamp(u64::from(p.0), Step::GetpIn);
+                let p = u64::from(p.0);
+                PAGE.set(p);
+                stamp_at(p, Step::Read, RECEIVED.get());
+                stamp(p, Step::GetpIn);
             }
             None
         }
         Msg::GetPageGrant { page, .. } => {
-            stamp(u64::from(page.0), Step::GrantIn);
+            let p = u64::from(page.0);
+            stamp_at(p, Step::Read, RECEIVED.get());
+            stamp(p, Step::GrantIn);
             Some(*page)
         }
         _ => None,

@@ -19,6 +19,7 @@
 
 pub mod impair;
 pub mod loopback;
+pub mod probe;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod reliable;

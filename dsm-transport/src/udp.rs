@@ -13,6 +13,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use crate::impair::{ImpairConfig, ImpairStats, Impairment};
+use crate::probe::{self, Probe};
 use crate::reliable::{Event, Reliable, ReliableConfig, ReliableStats};
 use crate::{Transport, sys};
 
@@ -141,6 +142,7 @@ impl UdpTransport {
         loop {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((len, src)) => {
+                    probe::report(Probe::Received);
                     n += 1;
                     match self.by_addr.get(&src) {
                         Some(&from) => {
@@ -226,6 +228,7 @@ impl UdpTransport {
             // Each datagram is gathered from its header and the payload kept for retransmission.
             let (fd, peers, failures) = (self.sock.as_raw_fd(), &self.peers, &mut self.stats);
             self.rel.transmit(|to, head, body| {
+                probe::report(Probe::SendStart);
                 if sys::send_gathered(fd, &peers[usize::from(to)], head, body).is_err() {
                     failures.send_failures += 1;
                 }

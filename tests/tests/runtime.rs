@@ -416,5 +416,11 @@ fn the_fault_trace_splits_remote_faults_into_their_steps() {
     let total = median("in the fault handler");
     let home = median("home: GETP read -> grant sent");
     assert!(total > 0.0 && home > 0.0 && home < total, "{t}");
+    // The finer table (UDP): the read faults split around their system calls.
+    assert!(count("read faults, finer") >= 100, "{t}");
+    for step in ["GETP sendto", "grant sendto", "mprotect"] {
+        let v = median(step);
+        assert!(v > 0.0 && v < total, "{step}: {v}\n{t}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,14 +10,17 @@
 //! home's stamps fall inside the fault: with several requesters of one page the home stamps only
 //! the first) and
 //! prints the median, 10th and 90th percentile of each step, in microseconds, for read faults and
-//! for write faults (whose install includes the twin).
+//! for write faults (whose install includes the twin). Where the trace has them (UDP), a second
+//! table splits the steps around the system calls: each `sendto`, the `recvfrom` that brought
+//! the GETP or the grant, the `mprotect` that opens the page.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
 /// The columns this reads, by the names in the file's header (the runtime's steps); a row is
-/// kept in this order, whatever the file's.
+/// kept in this order, whatever the file's. The last [`OPTIONAL`] may be missing (older traces):
+/// they read as 0.
 const COLUMN_NAMES: [&str; COLUMNS] = [
     "fault",
     "getp_sent",
@@ -27,7 +30,12 @@ const COLUMN_NAMES: [&str; COLUMNS] = [
     "installed",
     "resumed",
     "write",
+    "send_start",
+    "read",
+    "protect_start",
+    "protect_end",
 ];
+const OPTIONAL: usize = 4;
 const FAULT: usize = 0;
 const GETP_SENT: usize = 1;
 const GETP_IN: usize = 2;
@@ -36,7 +44,11 @@ const GRANT_IN: usize = 4;
 const INSTALLED: usize = 5;
 const RESUMED: usize = 6;
 const WRITE: usize = 7;
-const COLUMNS: usize = 8;
+const SEND_START: usize = 8;
+const READ: usize = 9;
+const PROTECT_START: usize = 10;
+const PROTECT_END: usize = 11;
+const COLUMNS: usize = 12;
 
 type Rows = HashMap<u64, [u64; COLUMNS]>;
 
@@ -44,16 +56,17 @@ fn read_node(path: &Path) -> Result<Rows, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
-    // Where each column of COLUMN_NAMES is in the file.
-    let mut at = [0usize; COLUMNS];
-    for (slot, name) in at.iter_mut().zip(COLUMN_NAMES) {
-        *slot = header.iter().position(|h| *h == name).ok_or_else(|| {
-            format!(
+    // Where each column of COLUMN_NAMES is in the file (None: an optional one, absent).
+    let mut at = [None; COLUMNS];
+    for (i, (slot, name)) in at.iter_mut().zip(COLUMN_NAMES).enumerate() {
+        *slot = header.iter().position(|h| *h == name);
+        if slot.is_none() && i < COLUMNS - OPTIONAL {
+            return Err(format!(
                 "{}:1: no `{name}` column in the header `{}` (a trace of another version?)",
                 path.display(),
                 header.join(" ")
-            )
-        })?;
+            ));
+        }
     }
     let mut rows = Rows::new();
     for (i, line) in lines.enumerate() {
@@ -71,8 +84,10 @@ fn read_node(path: &Path) -> Result<Rows, String> {
         }
         let page = fields[0].parse().map_err(|_| bad())?;
         let mut v = [0u64; COLUMNS];
-        for (slot, &col) in v.iter_mut().zip(&at) {
-            *slot = fields[col].parse().map_err(|_| bad())?;
+        for (slot, col) in v.iter_mut().zip(at) {
+            if let Some(col) = col {
+                *slot = fields[col].parse().map_err(|_| bad())?;
+            }
         }
         rows.insert(page, v);
     }
@@ -116,6 +131,8 @@ fn main() {
     // One requester's fault joined with the home's stamps: the step boundaries in order, and
     // whether it was a write.
     let mut faults: Vec<([u64; 7], bool)> = Vec::new();
+    // The same faults' finer steps, where the trace has them (see `FINE`).
+    let mut fine: Vec<([u64; 13], bool)> = Vec::new();
     for (r, req) in nodes.iter().enumerate() {
         for (page, v) in req {
             if [FAULT, GETP_SENT, GRANT_IN, INSTALLED, RESUMED]
@@ -144,6 +161,24 @@ fn main() {
             let own = [t[0], t[1], t[4], t[5], t[6]];
             if own.windows(2).all(|w| w[0] <= w[1]) && t[0] <= t[2] && t[2] <= t[3] {
                 faults.push((t, v[WRITE] != 0));
+                let f = [
+                    v[FAULT],
+                    v[SEND_START],
+                    v[GETP_SENT],
+                    hv[READ],
+                    hv[GETP_IN],
+                    hv[SEND_START],
+                    hv[GRANT_SENT],
+                    v[READ],
+                    v[GRANT_IN],
+                    v[PROTECT_START],
+                    v[PROTECT_END],
+                    v[INSTALLED],
+                    v[RESUMED],
+                ];
+                if f.iter().all(|&x| x != 0) {
+                    fine.push((f, v[WRITE] != 0));
+                }
             }
         }
     }
@@ -161,21 +196,46 @@ fn main() {
             .map(|f| f.0)
             .collect();
         if !of_kind.is_empty() {
-            print_steps(kind, &of_kind);
+            print_steps(kind, &STEPS, &of_kind);
         }
+    }
+    let reads: Vec<[u64; 13]> = fine.iter().filter(|f| !f.1).map(|f| f.0).collect();
+    if !reads.is_empty() {
+        print_steps("read faults, finer", &FINE, &reads);
     }
 }
 
-fn print_steps(kind: &str, faults: &[[u64; 7]]) {
-    let steps: [(&str, usize, usize); 7] = [
-        ("fault -> GETP sent (requester)", 0, 1),
-        ("GETP sent -> read at the home", 1, 2),
-        ("home: GETP read -> grant sent", 2, 3),
-        ("grant sent -> read at the requester", 3, 4),
-        ("grant read -> page installed", 4, 5),
-        ("installed -> handler returns", 5, 6),
-        ("in the fault handler", 0, 6),
-    ];
+/// The joined stamps' steps: name, from, to (indices into a fault's stamps).
+const STEPS: [(&str, usize, usize); 7] = [
+    ("fault -> GETP sent (requester)", 0, 1),
+    ("GETP sent -> read at the home", 1, 2),
+    ("home: GETP read -> grant sent", 2, 3),
+    ("grant sent -> read at the requester", 3, 4),
+    ("grant read -> page installed", 4, 5),
+    ("installed -> handler returns", 5, 6),
+    ("in the fault handler", 0, 6),
+];
+
+/// The finer steps: fault, its `sendto` starts, returns, the home's `recvfrom` returns, GETP
+/// decoded, the grant's `sendto` starts, returns, the requester's `recvfrom` returns, grant
+/// decoded, `mprotect` starts, returns, installed, handler returns.
+const FINE: [(&str, usize, usize); 13] = [
+    ("fault -> GETP sendto starts", 0, 1),
+    ("GETP sendto", 1, 2),
+    ("-> home's recvfrom returns", 2, 3),
+    ("home: decoded", 3, 4),
+    ("home: served, encoded, queued", 4, 5),
+    ("grant sendto", 5, 6),
+    ("-> requester's recvfrom returns", 6, 7),
+    ("requester: decoded", 7, 8),
+    ("-> mprotect starts", 8, 9),
+    ("mprotect", 9, 10),
+    ("-> page installed", 10, 11),
+    ("-> handler returns", 11, 12),
+    ("in the fault handler", 0, 12),
+];
+
+fn print_steps<const N: usize>(kind: &str, steps: &[(&str, usize, usize)], faults: &[[u64; N]]) {
     // Written through a locked handle: a closed pipe (`| head`) ends the program quietly.
     let mut out = std::io::stdout().lock();
     let mut lines = vec![format!(
@@ -186,7 +246,7 @@ fn print_steps(kind: &str, faults: &[[u64; 7]]) {
         "p90",
         faults.len()
     )];
-    for (name, a, b) in steps {
+    for &(name, a, b) in steps {
         let mut d: Vec<f64> = faults
             .iter()
             .map(|t| (t[b] as f64 - t[a] as f64) / 1000.0)

@@ -154,7 +154,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         }
     }
     // Drive the node from here if we can (no hand-off to the service thread and back), else post.
-    crate::trace::stamp(page, crate::trace::Step::Fault);
+    crate::trace::fault(page);
     if op == slots::OP_FAULT_WRITE {
         crate::trace::stamp(page, crate::trace::Step::Write);
     }
