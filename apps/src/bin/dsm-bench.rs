@@ -10,9 +10,10 @@
 //! combination once (so load that drifts during the run slows every cell alike), and prints
 //! the median whole-job time (from `dsmrun` start to exit: start-up counts), its min and max, the
 //! median compute time the app reports, the GETP count, and the ratio of the median to the
-//! baseline cell (the same cell with the baseline's parameter changed; default: on 1 node). First
-//! it measures the floors in the same run: the bare fault + mprotect cost, the UDP and TCP round
-//! trip of a page-shaped exchange, and the remote fault latency as a ratio to them. With 1 and
+//! baseline cell (the same cell with the baseline's parameter changed; default: on 1 node). At
+//! the start of each round it samples the floors too, printed before the table: the bare fault +
+//! mprotect cost, the UDP and TCP round trip of a page-shaped exchange, and the remote fault
+//! latency as a ratio to them. With 1 and
 //! more nodes in the matrix, every round also runs two 1-node jobs of each app at once (row
 //! `2 jobs`): twice the time of one job alone over their time together is how much work the
 //! machine does in parallel right then, the ceiling of a 2-node ratio (`--no-pairs` leaves them
@@ -256,19 +257,26 @@ fn run_job(cell: &Cell) -> Result<(f64, f64, u64), String> {
 }
 
 /// faultlat runs the floors take their medians over: one run's median remote fault moves by
-/// 15-25% from run to run on these machines (the floors beside it less).
+/// 15-25% from run to run on these machines (the floors beside it less). They are spread over the
+/// rounds (see [`Floors`]).
 const FLOOR_RUNS: usize = 5;
 
-fn floors() -> Vec<(String, f64)> {
-    let mut rows = Vec::new();
-    // Each row's median over the runs, in the order the rows first appear. The bare fault is
-    // measured before each faultlat run too: one measurement alone caught this machine in a slow
-    // minute (4.2 us against 2.9-3.0 in every other run of the hour).
-    let mut runs: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut bare = Vec::new();
-    for _ in 0..FLOOR_RUNS {
+/// The floors' samples, taken a few at the start of each round rather than all at once: this
+/// machine has slow minutes (every step of a traced fault 1.3-1.5x its usual cost, the bare fault
+/// 3.9 us instead of 2.96), and five samples in a row can all fall in one.
+#[derive(Default)]
+struct Floors {
+    /// Bare fault + mprotect medians, one per sample.
+    bare: Vec<f64>,
+    /// faultlat's rows, each with its medians, in the order the rows first appear.
+    runs: Vec<(String, Vec<f64>)>,
+}
+
+impl Floors {
+    /// One sample: the bare fault, then a faultlat run.
+    fn sample(&mut self) {
         match dsm_runtime::floors::bare_fault_us(2000) {
-            Ok(v) => bare.push(median(&v)),
+            Ok(v) => self.bare.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: bare fault floor: {e}"),
         }
         let out = Command::new(bin("dsmrun"))
@@ -276,7 +284,7 @@ fn floors() -> Vec<(String, f64)> {
             .arg(bin("faultlat"))
             .arg("1000")
             .output();
-        let Ok(out) = out else { continue };
+        let Ok(out) = out else { return };
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             for (prefix, name) in [
                 (
@@ -306,30 +314,35 @@ fn floors() -> Vec<(String, f64)> {
                 else {
                     continue;
                 };
-                match runs.iter_mut().find(|r| r.0 == name) {
+                match self.runs.iter_mut().find(|r| r.0 == name) {
                     Some(r) => r.1.push(med),
-                    None => runs.push((name.to_string(), vec![med])),
+                    None => self.runs.push((name.to_string(), vec![med])),
                 }
             }
         }
     }
-    if !bare.is_empty() {
-        rows.push(("bare fault + mprotect (us)".to_string(), median(&bare)));
+
+    /// Each floor's median over the samples, and the remote fault's ratios to them.
+    fn rows(&self) -> Vec<(String, f64)> {
+        let mut rows = Vec::new();
+        if !self.bare.is_empty() {
+            rows.push(("bare fault + mprotect (us)".to_string(), median(&self.bare)));
+        }
+        rows.extend(self.runs.iter().map(|(name, v)| (name.clone(), median(v))));
+        let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
+        if let (Some(f), Some(u), Some(r)) = (
+            get("bare fault + mprotect (us)"),
+            get("UDP round trip, busy (us)"),
+            get("remote read fault, UDP (us)"),
+        ) {
+            rows.push(("remote fault / busy UDP round trip".into(), r / u));
+            rows.push((
+                "remote fault / (fault floor + busy UDP round trip)".into(),
+                r / (f + u),
+            ));
+        }
+        rows
     }
-    rows.extend(runs.into_iter().map(|(name, v)| (name, median(&v))));
-    let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
-    if let (Some(f), Some(u), Some(r)) = (
-        get("bare fault + mprotect (us)"),
-        get("UDP round trip, busy (us)"),
-        get("remote read fault, UDP (us)"),
-    ) {
-        rows.push(("remote fault / busy UDP round trip".into(), r / u));
-        rows.push((
-            "remote fault / (fault floor + busy UDP round trip)".into(),
-            r / (f + u),
-        ));
-    }
-    rows
 }
 
 fn baseline_of<'a>(o: &Options, cell: &Cell, all: &'a [Outcome]) -> Option<&'a Outcome> {
@@ -520,14 +533,9 @@ fn continue_line(done: usize, total: usize, cell: &Cell, k: usize, repeat: usize
 
 fn main() {
     let o = options();
-    if o.floors {
-        eprintln!("dsm-bench: measuring the floors...");
-        println!("{:<52} {:>10}", "floor", "median");
-        for (name, v) in floors() {
-            println!("{name:<52} {v:>10.2}");
-        }
-        println!();
-    }
+    let mut floors = Floors::default();
+    // Floor samples at the start of each round, FLOOR_RUNS at least in all.
+    let floor_samples = FLOOR_RUNS.div_ceil(o.repeat.max(1));
     let mut cells = Vec::new();
     for (app, args) in &o.apps {
         for &nodes in &o.nodes {
@@ -575,6 +583,20 @@ fn main() {
         if !tty && k > 0 {
             eprintln!("[{done}/{total}] round {}/{}", k + 1, o.repeat);
         }
+        if o.floors {
+            eprint!(
+                "{}[{done}/{total}] measuring the floors ({} of {})...",
+                if tty { "\r" } else { "" },
+                (k + 1) * floor_samples,
+                o.repeat.max(1) * floor_samples
+            );
+            for _ in 0..floor_samples {
+                floors.sample();
+            }
+            if !tty {
+                eprintln!();
+            }
+        }
         for (cell, r) in cells.iter().zip(results.iter_mut()) {
             done += 1;
             if !tty {
@@ -612,6 +634,13 @@ fn main() {
         started.elapsed().as_secs_f64(),
         " ".repeat(40)
     );
+    if o.floors {
+        println!("{:<52} {:>10}", "floor", "median");
+        for (name, v) in floors.rows() {
+            println!("{name:<52} {v:>10.2}");
+        }
+        println!();
+    }
     let header = format!(
         "{:<16} {:>6} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
         "app",
