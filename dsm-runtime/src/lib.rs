@@ -53,6 +53,11 @@ mod stats_table;
 mod sys;
 mod trace;
 
+/// The fault trace's file format (`DSM_FAULT_TRACE`): its columns, for the `fault-trace` tool.
+pub mod fault_trace {
+    pub use crate::trace::{STEP_NAMES, Step};
+}
+
 /// Floors the DSM's costs are measured against (for benchmarks).
 pub mod floors {
     pub use crate::sys::floor::bare_fault_us;

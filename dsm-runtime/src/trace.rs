@@ -45,8 +45,9 @@ pub enum Step {
     SendStart = 8,
     /// The `recvfrom` that brought the GETP (home) or the grant (requester) returned. UDP only.
     Read = 9,
-    /// Requester: the `mprotect` that opens the page starts, and returns.
+    /// Requester: the `mprotect` that opens the page starts.
     ProtectStart = 10,
+    /// Requester: that `mprotect` returns.
     ProtectEnd = 11,
 }
 

@@ -18,37 +18,26 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-/// The columns this reads, by the names in the file's header (the runtime's steps); a row is
-/// kept in this order, whatever the file's. The last [`OPTIONAL`] may be missing (older traces):
-/// they read as 0.
-const COLUMN_NAMES: [&str; COLUMNS] = [
-    "fault",
-    "getp_sent",
-    "getp_in",
-    "grant_sent",
-    "grant_in",
-    "installed",
-    "resumed",
-    "write",
-    "send_start",
-    "read",
-    "protect_start",
-    "protect_end",
-];
-const OPTIONAL: usize = 4;
-const FAULT: usize = 0;
-const GETP_SENT: usize = 1;
-const GETP_IN: usize = 2;
-const GRANT_SENT: usize = 3;
-const GRANT_IN: usize = 4;
-const INSTALLED: usize = 5;
-const RESUMED: usize = 6;
-const WRITE: usize = 7;
-const SEND_START: usize = 8;
-const READ: usize = 9;
-const PROTECT_START: usize = 10;
-const PROTECT_END: usize = 11;
-const COLUMNS: usize = 12;
+use dsm_runtime::fault_trace::{STEP_NAMES, Step};
+
+/// The columns this reads, by the runtime's names for them in the file's header (a row is kept
+/// in the runtime's step order, whatever the file's).
+const COLUMNS: usize = STEP_NAMES.len();
+/// Columns from this one on (the finer steps, UDP only) may be missing (older traces): they read
+/// as 0.
+const FIRST_OPTIONAL: usize = Step::SendStart as usize;
+const FAULT: usize = Step::Fault as usize;
+const GETP_SENT: usize = Step::GetpSent as usize;
+const GETP_IN: usize = Step::GetpIn as usize;
+const GRANT_SENT: usize = Step::GrantSent as usize;
+const GRANT_IN: usize = Step::GrantIn as usize;
+const INSTALLED: usize = Step::Installed as usize;
+const RESUMED: usize = Step::Resumed as usize;
+const WRITE: usize = Step::Write as usize;
+const SEND_START: usize = Step::SendStart as usize;
+const READ: usize = Step::Read as usize;
+const PROTECT_START: usize = Step::ProtectStart as usize;
+const PROTECT_END: usize = Step::ProtectEnd as usize;
 
 type Rows = HashMap<u64, [u64; COLUMNS]>;
 
@@ -56,11 +45,11 @@ fn read_node(path: &Path) -> Result<Rows, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
-    // Where each column of COLUMN_NAMES is in the file (None: an optional one, absent).
+    // Where each of the runtime's columns is in the file (None: an optional one, absent).
     let mut at = [None; COLUMNS];
-    for (i, (slot, name)) in at.iter_mut().zip(COLUMN_NAMES).enumerate() {
+    for (i, (slot, name)) in at.iter_mut().zip(STEP_NAMES).enumerate() {
         *slot = header.iter().position(|h| *h == name);
-        if slot.is_none() && i < COLUMNS - OPTIONAL {
+        if slot.is_none() && i < FIRST_OPTIONAL {
             return Err(format!(
                 "{}:1: no `{name}` column in the header `{}` (a trace of another version?)",
                 path.display(),
