@@ -60,7 +60,7 @@ pub mod fault_trace {
 
 /// Floors the DSM's costs are measured against (for benchmarks).
 pub mod floors {
-    pub use crate::sys::floor::bare_fault_us;
+    pub use crate::sys::floor::{bare_fault_us, minimal_remote_fault_us};
 }
 
 use std::net::SocketAddr;

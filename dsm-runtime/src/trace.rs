@@ -49,6 +49,9 @@ pub enum Step {
     ProtectStart = 10,
     /// Requester: that `mprotect` returns.
     ProtectEnd = 11,
+    /// Requester: the page is ready for its bytes (backed, mapped in the application's view;
+    /// see `Region::prepare`), done while its GETP travels.
+    Prepared = 12,
 }
 
 /// Column names, in [`Step`] order.
@@ -65,8 +68,9 @@ pub const STEP_NAMES: [&str; STEPS] = [
     "read",
     "protect_start",
     "protect_end",
+    "prepared",
 ];
-const STEPS: usize = 12;
+const STEPS: usize = 13;
 
 thread_local! {
     /// The page this thread works for: the one it faulted on, or whose GETP it read last (the

@@ -219,3 +219,36 @@ fn stats_json_holds_every_nodes_counters() {
     }
     let _ = std::fs::remove_file(file);
 }
+
+/// `dsm-bench --floors-only`: every floor measured, each a positive number, the minimal remote
+/// fault (a forked home over plain UDP) dearer than the bare fault and the round trip it is made
+/// of, and the ratios computed from them.
+#[test]
+fn dsm_bench_measures_the_floors() {
+    let mut cmd = Command::new(bin("dsm-bench"));
+    cmd.args(["--floors-only", "--repeat", "1"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row `{name}`:\n{t}"));
+        let v: f64 = line[name.len()..]
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("row `{name}` has no number:\n{t}"));
+        assert!(v.is_finite() && v > 0.0, "row `{name}` is {v}:\n{t}");
+        v
+    };
+    let bare = row("bare fault + mprotect (us)");
+    let minimal = row("minimal remote fault, plain UDP (us)");
+    let udp = row("UDP round trip, busy (us)");
+    let fault = row("remote read fault, UDP (us)");
+    assert!(minimal > bare && minimal > udp, "{t}");
+    let ratio = row("remote fault / minimal fault");
+    assert!((ratio - fault / minimal).abs() < 0.01, "{t}");
+    row("minimal fault / (fault floor + busy UDP round trip)");
+}

@@ -4,6 +4,7 @@
 //! dsm-bench [--quick] [--apps matmul:1024,sor,lu] [--nodes 1,2,4] [--transports udp,tcp]
 //!           [--prefetch on,off] [--repeat 5] [--baseline nodes=1] [--csv F] [--json F]
 //!           [--chart PREFIX] [--no-floors] [--no-pairs]
+//! dsm-bench --floors-only [--repeat 5]
 //! ```
 //!
 //! Runs every combination through `dsmrun` (next to this binary), `--repeat` rounds of every
@@ -68,7 +69,7 @@ fn median(v: &[f64]) -> f64 {
 
 fn usage(msg: &str) -> ! {
     eprintln!(
-        "dsm-bench: {msg}\nusage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors] [--no-pairs]"
+        "dsm-bench: {msg}\nusage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors] [--no-pairs]\n       dsm-bench --floors-only [--repeat N]"
     );
     std::process::exit(2)
 }
@@ -84,6 +85,8 @@ struct Options {
     json: Option<PathBuf>,
     chart: Option<String>,
     floors: bool,
+    /// Only the floors, `repeat` samples.
+    floors_only: bool,
     pairs: bool,
 }
 
@@ -114,6 +117,7 @@ fn options() -> Options {
         json: None,
         chart: Some("bench".into()),
         floors: true,
+        floors_only: false,
         pairs: true,
     };
     let mut args = std::env::args().skip(1);
@@ -169,10 +173,14 @@ fn options() -> Options {
             "--chart" => o.chart = Some(val("--chart")),
             "--no-chart" => o.chart = None,
             "--no-floors" => o.floors = false,
+            "--floors-only" => o.floors_only = true,
             "--no-pairs" => o.pairs = false,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown option `{other}`")),
         }
+    }
+    if o.floors_only && !o.floors {
+        usage("--floors-only and --no-floors leave nothing to run");
     }
     if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() {
         usage("nothing to run");
@@ -261,6 +269,9 @@ fn run_job(cell: &Cell) -> Result<(f64, f64, u64), String> {
 /// rounds (see [`Floors`]).
 const FLOOR_RUNS: usize = 5;
 
+/// The floor row of [`dsm_runtime::floors::minimal_remote_fault_us`].
+const MINIMAL_ROW: &str = "minimal remote fault, plain UDP (us)";
+
 /// The floors' samples, taken a few at the start of each round rather than all at once: this
 /// machine has slow minutes (every step of a traced fault 1.3-1.5x its usual cost, the bare fault
 /// 3.9 us instead of 2.96), and five samples in a row can all fall in one.
@@ -268,6 +279,8 @@ const FLOOR_RUNS: usize = 5;
 struct Floors {
     /// Bare fault + mprotect medians, one per sample.
     bare: Vec<f64>,
+    /// Minimal remote fault medians (plain UDP, no runtime), one per sample.
+    minimal: Vec<f64>,
     /// faultlat's rows, each with its medians, in the order the rows first appear.
     runs: Vec<(String, Vec<f64>)>,
 }
@@ -278,6 +291,10 @@ impl Floors {
         match dsm_runtime::floors::bare_fault_us(2000) {
             Ok(v) => self.bare.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: bare fault floor: {e}"),
+        }
+        match dsm_runtime::floors::minimal_remote_fault_us(2000) {
+            Ok(v) => self.minimal.push(median(&v)),
+            Err(e) => eprintln!("dsm-bench: minimal remote fault: {e}"),
         }
         let out = Command::new(bin("dsmrun"))
             .args(["-n", "2", "--set", "prefetch=off"])
@@ -328,8 +345,12 @@ impl Floors {
         if !self.bare.is_empty() {
             rows.push(("bare fault + mprotect (us)".to_string(), median(&self.bare)));
         }
+        if !self.minimal.is_empty() {
+            rows.push((MINIMAL_ROW.to_string(), median(&self.minimal)));
+        }
         rows.extend(self.runs.iter().map(|(name, v)| (name.clone(), median(v))));
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
+        let minimal = get(MINIMAL_ROW);
         if let (Some(f), Some(u), Some(r)) = (
             get("bare fault + mprotect (us)"),
             get("UDP round trip, busy (us)"),
@@ -340,6 +361,13 @@ impl Floors {
                 "remote fault / (fault floor + busy UDP round trip)".into(),
                 r / (f + u),
             ));
+            if let Some(m) = minimal {
+                rows.push((
+                    "minimal fault / (fault floor + busy UDP round trip)".into(),
+                    m / (f + u),
+                ));
+                rows.push(("remote fault / minimal fault".into(), r / m));
+            }
         }
         rows
     }
@@ -531,9 +559,25 @@ fn continue_line(done: usize, total: usize, cell: &Cell, k: usize, repeat: usize
     }
 }
 
+fn print_floors(floors: &Floors) {
+    println!("{:<52} {:>10}", "floor", "median");
+    for (name, v) in floors.rows() {
+        println!("{name:<52} {v:>10.2}");
+    }
+    println!();
+}
+
 fn main() {
     let o = options();
     let mut floors = Floors::default();
+    if o.floors_only {
+        for k in 0..o.repeat {
+            eprintln!("dsm-bench: floor sample {}/{}", k + 1, o.repeat);
+            floors.sample();
+        }
+        print_floors(&floors);
+        return;
+    }
     // Floor samples at the start of each round, FLOOR_RUNS at least in all.
     let floor_samples = FLOOR_RUNS.div_ceil(o.repeat.max(1));
     let mut cells = Vec::new();
@@ -635,11 +679,7 @@ fn main() {
         " ".repeat(40)
     );
     if o.floors {
-        println!("{:<52} {:>10}", "floor", "median");
-        for (name, v) in floors.rows() {
-            println!("{name:<52} {v:>10.2}");
-        }
-        println!();
+        print_floors(&floors);
     }
     let header = format!(
         "{:<16} {:>6} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",

@@ -38,6 +38,7 @@ const SEND_START: usize = Step::SendStart as usize;
 const READ: usize = Step::Read as usize;
 const PROTECT_START: usize = Step::ProtectStart as usize;
 const PROTECT_END: usize = Step::ProtectEnd as usize;
+const PREPARED: usize = Step::Prepared as usize;
 
 type Rows = HashMap<u64, [u64; COLUMNS]>;
 
@@ -122,6 +123,8 @@ fn main() {
     let mut faults: Vec<([u64; 7], bool)> = Vec::new();
     // The same faults' finer steps, where the trace has them (see `FINE`).
     let mut fine: Vec<([u64; 13], bool)> = Vec::new();
+    // Read faults' GETP sent -> page prepared, and whether the grant was read before that.
+    let mut prepared: Vec<(f64, bool)> = Vec::new();
     for (r, req) in nodes.iter().enumerate() {
         for (page, v) in req {
             if [FAULT, GETP_SENT, GRANT_IN, INSTALLED, RESUMED]
@@ -167,6 +170,12 @@ fn main() {
                 ];
                 if f.iter().all(|&x| x != 0) {
                     fine.push((f, v[WRITE] != 0));
+                    if v[PREPARED] != 0 && v[WRITE] == 0 {
+                        prepared.push((
+                            (v[PREPARED] as f64 - v[GETP_SENT] as f64) / 1000.0,
+                            v[READ] < v[PREPARED],
+                        ));
+                    }
                 }
             }
         }
@@ -191,6 +200,20 @@ fn main() {
     let reads: Vec<[u64; 13]> = fine.iter().filter(|f| !f.1).map(|f| f.0).collect();
     if !reads.is_empty() {
         print_steps("read faults, finer", &FINE, &reads);
+    }
+    if !prepared.is_empty() {
+        // Concurrent with the home's steps: off the fault's path unless the grant came first.
+        let late = prepared.iter().filter(|p| p.1).count();
+        let mut d: Vec<f64> = prepared.iter().map(|p| p.0).collect();
+        d.sort_by(f64::total_cmp);
+        println!(
+            "{:<40} {:>8.2} {:>8.2} {:>8.2}   (while the GETP travels; the grant came first in {:.1}%)",
+            "requester: GETP sent -> page prepared",
+            percentile(&d, 0.5),
+            percentile(&d, 0.1),
+            percentile(&d, 0.9),
+            100.0 * late as f64 / prepared.len() as f64
+        );
     }
 }
 

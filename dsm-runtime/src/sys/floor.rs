@@ -79,3 +79,309 @@ pub fn bare_fault_us(iterations: usize) -> std::io::Result<Vec<f64>> {
     PAGE.store(0, Ordering::SeqCst);
     Ok(samples)
 }
+
+/// The minimal remote read fault's shared state: the handler has only statics to go by.
+struct Minimal {
+    app: AtomicUsize,
+    service: AtomicUsize,
+    pages: AtomicUsize,
+    sock: std::sync::atomic::AtomicI32,
+    /// `/proc/self/mem` (-1: none), to map the page in the application view while the request
+    /// travels, as the runtime does.
+    mem: std::sync::atomic::AtomicI32,
+    /// The home's address (a `sockaddr_in`, IPv4 and port packed as in memory).
+    home_ip: std::sync::atomic::AtomicU32,
+    home_port: std::sync::atomic::AtomicU16,
+}
+
+static MINIMAL: Minimal = Minimal {
+    app: AtomicUsize::new(0),
+    service: AtomicUsize::new(0),
+    pages: AtomicUsize::new(0),
+    sock: std::sync::atomic::AtomicI32::new(-1),
+    mem: std::sync::atomic::AtomicI32::new(-1),
+    home_ip: std::sync::atomic::AtomicU32::new(0),
+    home_port: std::sync::atomic::AtomicU16::new(0),
+};
+
+/// A request: the page's number, then padding to the runtime's GETP size.
+const REQUEST: usize = 64;
+/// A reply: the page's number in a header of the runtime's size, then the page.
+const HEADER: usize = 64;
+const PAGE_BYTES: usize = 4096;
+
+fn sockaddr(ip: u32, port: u16) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain data; zero is a valid start.
+    let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    a.sin_family = libc::AF_INET as libc::sa_family_t;
+    a.sin_port = port.to_be();
+    a.sin_addr.s_addr = ip.to_be();
+    a
+}
+
+/// The handler of [`minimal_remote_fault_us`]: asks the home for the page, busy-polls for the
+/// reply, copies it in through the service view, opens the page for reading.
+extern "C" fn fetch_page(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let app = MINIMAL.app.load(Ordering::Relaxed);
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let pages = MINIMAL.pages.load(Ordering::Relaxed);
+    if app == 0 || addr < app || addr >= app + pages * PAGE_BYTES {
+        // Not ours: the default action, and the repeated fault kills the process.
+        // SAFETY: zeroed sigaction with SIG_DFL is a valid default disposition.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
+        }
+        return;
+    }
+    let index = (addr - app) / PAGE_BYTES;
+    let sock = MINIMAL.sock.load(Ordering::Relaxed);
+    let to = sockaddr(
+        MINIMAL.home_ip.load(Ordering::Relaxed),
+        MINIMAL.home_port.load(Ordering::Relaxed),
+    );
+    let mut request = [0u8; REQUEST];
+    request[..4].copy_from_slice(&(index as u32).to_le_bytes());
+    let mut reply = [0u8; HEADER + PAGE_BYTES];
+    let send = || {
+        // SAFETY: our own socket, a buffer of the given size, a valid address.
+        unsafe {
+            libc::sendto(
+                sock,
+                request.as_ptr().cast(),
+                REQUEST,
+                0,
+                (&raw const to).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        }
+    };
+    send();
+    let mem = MINIMAL.mem.load(Ordering::Relaxed);
+    if mem >= 0 {
+        // While the request travels: map the page in the application view, still closed (see
+        // the runtime's `Region::prepare`). A failure only leaves it to the retried access.
+        let mut byte = 0u8;
+        // SAFETY: reads one byte of our own address space into a local.
+        unsafe {
+            libc::pread(
+                mem,
+                (&raw mut byte).cast(),
+                1,
+                (app + index * PAGE_BYTES) as i64,
+            )
+        };
+    }
+    let asked = Instant::now();
+    let mut resent = 0;
+    loop {
+        // SAFETY: our own socket, a buffer of the given size.
+        let n = unsafe {
+            libc::recv(
+                sock,
+                reply.as_mut_ptr().cast(),
+                reply.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n == (HEADER + PAGE_BYTES) as isize && reply[..4] == (index as u32).to_le_bytes() {
+            break;
+        }
+        // A lost datagram (loopback drops only when a buffer is full) is asked for again; a
+        // home that does not answer ends the process with a message rather than a hang.
+        let waited = asked.elapsed().as_millis();
+        if waited > 100 * (resent + 1) {
+            resent += 1;
+            send();
+        }
+        if waited > 5_000 {
+            let msg = b"dsm-bench: the minimal remote fault's home does not answer\n";
+            // SAFETY: write(2) and _exit(2) are async-signal-safe.
+            unsafe {
+                libc::write(2, msg.as_ptr().cast(), msg.len());
+                libc::_exit(70);
+            }
+        }
+        std::hint::spin_loop();
+    }
+    // SAFETY: the copy writes one page of the service view (in bounds: `index < pages`), the
+    // mprotect opens one page of the application view. Both async-signal-safe.
+    unsafe {
+        let service = MINIMAL.service.load(Ordering::Relaxed) as *mut u8;
+        std::ptr::copy_nonoverlapping(
+            reply.as_ptr().add(HEADER),
+            service.add(index * PAGE_BYTES),
+            PAGE_BYTES,
+        );
+        libc::mprotect(
+            (app + index * PAGE_BYTES) as *mut libc::c_void,
+            PAGE_BYTES,
+            libc::PROT_READ,
+        );
+    }
+}
+
+/// The home of [`minimal_remote_fault_us`], in the forked child: answers each request with its
+/// page until told to stop (page number `u32::MAX`) or 5 s pass without one. Only system calls
+/// and copies into buffers allocated before the fork.
+fn minimal_home(sock: i32, requester: libc::sockaddr_in, data: &[u8], reply: &mut [u8]) -> ! {
+    let mut request = [0u8; REQUEST];
+    let mut idle_since = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        // SAFETY: our socket, a buffer of the given size.
+        let n = unsafe {
+            libc::recv(
+                sock,
+                request.as_mut_ptr().cast(),
+                REQUEST,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n != REQUEST as isize {
+            polls += 1;
+            if polls % 4096 == 0 && idle_since.elapsed().as_secs() >= 5 {
+                // SAFETY: ends the child without running the parent's destructors.
+                unsafe { libc::_exit(0) };
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        idle_since = Instant::now();
+        let index = u32::from_le_bytes(request[..4].try_into().unwrap_or([0xff; 4]));
+        if index == u32::MAX || (index as usize + 1) * PAGE_BYTES > data.len() {
+            // SAFETY: as above.
+            unsafe { libc::_exit(0) };
+        }
+        reply[..4].copy_from_slice(&index.to_le_bytes());
+        let page = &data[index as usize * PAGE_BYTES..(index as usize + 1) * PAGE_BYTES];
+        reply[HEADER..HEADER + PAGE_BYTES].copy_from_slice(page);
+        // SAFETY: our socket, a buffer of the given size, a valid address.
+        unsafe {
+            libc::sendto(
+                sock,
+                reply.as_ptr().cast(),
+                HEADER + PAGE_BYTES,
+                0,
+                (&raw const requester).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+    }
+}
+
+/// The least a remote read fault costs here, as one measurement: microseconds per fault,
+/// `pages` samples. A forked child is the home; this process reads `pages` fresh pages of a
+/// memfd mapped twice (as the runtime maps its region), and its SIGSEGV handler sends a 64-byte
+/// request over UDP (loopback), maps the page in the application view while the request
+/// travels (as the runtime's `Region::prepare` does: without it the retried access faults
+/// again to map the fresh page, 1.1 us more here), busy-polls for the 64-byte header + 4 KiB
+/// reply, copies the page in through the service view and opens it for reading. No protocol, no
+/// queues, no other thread: the bare fault and the busy UDP round trip composed, with what
+/// composing them costs (caches and the CPU the handler and the socket calls take from each
+/// other, the page's first mapping). Installs its own SIGSEGV handler for the duration: call it
+/// only in a process that is not a DSM node.
+pub fn minimal_remote_fault_us(pages: usize) -> std::io::Result<Vec<f64>> {
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+    const WARMUP: usize = 100;
+    let total = pages + WARMUP;
+    let requester = UdpSocket::bind("127.0.0.1:0")?;
+    let home = UdpSocket::bind("127.0.0.1:0")?;
+    let ip_port = |s: &UdpSocket| -> std::io::Result<(u32, u16)> {
+        match s.local_addr()? {
+            std::net::SocketAddr::V4(a) => Ok((u32::from(*a.ip()), a.port())),
+            std::net::SocketAddr::V6(_) => Err(std::io::Error::other("not IPv4")),
+        }
+    };
+    let (rip, rport) = ip_port(&requester)?;
+    let (hip, hport) = ip_port(&home)?;
+    // The home's pages, and its reply buffer: allocated (and touched) before the fork.
+    let data: Vec<u8> = (0..total * PAGE_BYTES)
+        .map(|i| (i / PAGE_BYTES) as u8 ^ 0x5a)
+        .collect();
+    let mut reply = vec![0u8; HEADER + PAGE_BYTES];
+    // SAFETY: the child runs only `minimal_home` (system calls and copies into memory it owns)
+    // and leaves with _exit; nothing in it allocates or takes a lock another thread could hold.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if child == 0 {
+        minimal_home(home.as_raw_fd(), sockaddr(rip, rport), &data, &mut reply);
+    }
+    drop(home);
+    let result = minimal_requester(&requester, (hip, hport), total, &data);
+    // Stop the home (it also stops by itself after 5 s without a request), and reap it.
+    let stop = [0xffu8; REQUEST];
+    let _ = requester.send_to(&stop, (std::net::Ipv4Addr::from(hip), hport));
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    result.map(|mut v| v.split_off(WARMUP))
+}
+
+fn minimal_requester(
+    sock: &std::net::UdpSocket,
+    home: (u32, u16),
+    total: usize,
+    data: &[u8],
+) -> std::io::Result<Vec<f64>> {
+    use std::os::fd::AsRawFd;
+    let len = total * PAGE_BYTES;
+    let fd = super::memfd("dsm-minimal-fault", len as u64)?;
+    let app = super::map_shared(&fd, len, None, super::Protection::None)?;
+    let service = super::map_shared(&fd, len, None, super::Protection::ReadWrite)?;
+    // Backed before the faults, as the runtime backs a page while its GETP travels.
+    super::populate_write(service, len);
+    MINIMAL.app.store(app as usize, Ordering::SeqCst);
+    MINIMAL.service.store(service as usize, Ordering::SeqCst);
+    MINIMAL.pages.store(total, Ordering::SeqCst);
+    MINIMAL.sock.store(sock.as_raw_fd(), Ordering::SeqCst);
+    let mem = std::fs::File::open("/proc/self/mem").ok();
+    MINIMAL
+        .mem
+        .store(mem.as_ref().map_or(-1, |f| f.as_raw_fd()), Ordering::SeqCst);
+    MINIMAL.home_ip.store(home.0, Ordering::SeqCst);
+    MINIMAL.home_port.store(home.1, Ordering::SeqCst);
+    // SAFETY: zeroed sigaction is valid plain data; `fetch_page` has the SA_SIGINFO signature.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = fetch_page as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGSEGV, &act, &mut old);
+    }
+    let mut samples = Vec::with_capacity(total);
+    let mut wrong = None;
+    for i in 0..total {
+        let t = Instant::now();
+        // SAFETY: page `i` of our application view: the first read faults and the handler
+        // fetches and opens it.
+        let byte = unsafe { std::ptr::read_volatile((app as *const u8).add(i * PAGE_BYTES)) };
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+        if byte != data[i * PAGE_BYTES] {
+            wrong = Some(i);
+        }
+    }
+    // SAFETY: restores the saved action.
+    unsafe { libc::sigaction(libc::SIGSEGV, &old, std::ptr::null_mut()) };
+    MINIMAL.app.store(0, Ordering::SeqCst);
+    MINIMAL.mem.store(-1, Ordering::SeqCst);
+    drop(mem);
+    // SAFETY: our own mappings, no references into them remain.
+    unsafe {
+        libc::munmap(app.cast(), len);
+        libc::munmap(service.cast(), len);
+    }
+    match wrong {
+        Some(i) => Err(std::io::Error::other(format!(
+            "minimal remote fault: page {i} came with the wrong bytes"
+        ))),
+        None => Ok(samples),
+    }
+}
