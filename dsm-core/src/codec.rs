@@ -22,6 +22,8 @@ pub const MAGIC: u16 = 0x4A44;
 pub const VERSION: u8 = 1;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
+/// The payload of a page grant: the page number, then the page.
+pub const GRANT_PAYLOAD_BYTES: usize = 4 + PAGE_SIZE;
 /// The longest error text carried by [`Msg::Error`].
 pub const MAX_ERROR_TEXT_BYTES: usize = 4096;
 
@@ -95,7 +97,7 @@ pub fn frame_len(msg: &Msg) -> usize {
 fn payload_len(msg: &Msg) -> usize {
     match msg {
         Msg::GetPage { pages, .. } => 1 + 4 + 4 * pages.len(),
-        Msg::GetPageGrant { .. } => 4 + PAGE_SIZE,
+        Msg::GetPageGrant { .. } => GRANT_PAYLOAD_BYTES,
         Msg::Diff { diffs, .. } => {
             4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
         }
@@ -253,8 +255,38 @@ pub fn decode_header(bytes: &[u8]) -> Result<(FrameHeader, MsgKind, usize), Deco
     Ok((FrameHeader { cookie, from }, kind, payload_len))
 }
 
+/// A decoded frame whose page, in a page grant, is still in the bytes it was decoded from: the
+/// receiver copies it once, into place ([`crate::Node::handle_frame`]), instead of into a
+/// [`PageBuf`] first. Every other message is a [`Msg`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A [`Msg::GetPageGrant`], borrowed.
+    Grant {
+        /// The page granted.
+        page: PageNum,
+        /// Its bytes.
+        data: &'a [u8; PAGE_SIZE],
+    },
+    /// Any other message.
+    Msg(Msg),
+}
+
 /// Decodes one whole frame.
 pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
+    let (header, frame) = decode_frame_ref(bytes)?;
+    let msg = match frame {
+        Frame::Grant { page, data } => Msg::GetPageGrant {
+            page,
+            data: PageBuf::copy_of(data),
+        },
+        Frame::Msg(m) => m,
+    };
+    Ok((header, msg))
+}
+
+/// Decodes one whole frame, leaving a grant's page in `bytes` (see [`Frame`]); rejects what
+/// [`decode_frame`] rejects.
+pub fn decode_frame_ref(bytes: &[u8]) -> Result<(FrameHeader, Frame<'_>), DecodeError> {
     let (header, kind, payload_len) = decode_header(bytes)?;
     let payload = &bytes[HEADER_BYTES..];
     if payload.len() < payload_len {
@@ -270,15 +302,15 @@ pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
         bytes: payload,
         at: 0,
     };
-    let msg = decode_payload(kind, &mut r)?;
+    let frame = decode_payload(kind, &mut r)?;
     if r.remaining() != 0 {
         return Err(DecodeError::Trailing(r.remaining()));
     }
-    Ok((header, msg))
+    Ok((header, frame))
 }
 
-fn decode_payload(kind: MsgKind, r: &mut Reader<'_>) -> Result<Msg, DecodeError> {
-    Ok(match kind {
+fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, DecodeError> {
+    Ok(Frame::Msg(match kind {
         MsgKind::GetPage => {
             let access = match r.u8()? {
                 0 => Access::Read,
@@ -301,14 +333,11 @@ fn decode_payload(kind: MsgKind, r: &mut Reader<'_>) -> Result<Msg, DecodeError>
         }
         MsgKind::GetPageGrant => {
             let page = PageNum(r.u32()?);
-            let bytes = r
+            let data = r
                 .take(PAGE_SIZE)?
                 .try_into()
                 .expect("take gives PAGE_SIZE bytes");
-            Msg::GetPageGrant {
-                page,
-                data: PageBuf::copy_of(bytes),
-            }
+            return Ok(Frame::Grant { page, data });
         }
         MsgKind::Diff => {
             let id = r.u32()?;
@@ -400,7 +429,7 @@ fn decode_payload(kind: MsgKind, r: &mut Reader<'_>) -> Result<Msg, DecodeError>
                 })?;
             Msg::Error { text }
         }
-    })
+    }))
 }
 
 struct Reader<'a> {

@@ -501,19 +501,46 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         msg: Msg,
     ) -> Result<(), ProtocolError> {
-        if from.0 >= self.cfg.nodes || from == self.cfg.node {
-            return Err(ProtocolError {
-                from,
-                kind: msg.kind(),
-                why: "sender is not another node of the job",
-            });
-        }
-        let k = msg.kind().index();
-        self.stats.msgs_received[k] += 1;
-        self.stats.bytes_received[k] += codec::frame_len(&msg) as u64;
+        self.received(from, msg.kind(), codec::frame_len(&msg))?;
         let result = self.dispatch(now, from, msg);
         self.drain_loopback(now);
         result
+    }
+
+    /// A frame arrived from `from`, decoded by [`codec::decode_frame_ref`]: a page grant is
+    /// installed straight from the received bytes (one copy of the page, into place), anything
+    /// else is handled as by [`Node::handle_message`].
+    pub fn handle_frame(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        frame: codec::Frame<'_>,
+    ) -> Result<(), ProtocolError> {
+        match frame {
+            codec::Frame::Msg(msg) => self.handle_message(now, from, msg),
+            codec::Frame::Grant { page, data } => {
+                let len = codec::HEADER_BYTES + codec::GRANT_PAYLOAD_BYTES;
+                self.received(from, MsgKind::GetPageGrant, len)?;
+                let result = self.on_page_grant(now, from, page, data);
+                self.drain_loopback(now);
+                result
+            }
+        }
+    }
+
+    /// Checks a message's sender and counts the message.
+    fn received(&mut self, from: NodeId, kind: MsgKind, bytes: usize) -> Result<(), ProtocolError> {
+        if from.0 >= self.cfg.nodes || from == self.cfg.node {
+            return Err(ProtocolError {
+                from,
+                kind,
+                why: "sender is not another node of the job",
+            });
+        }
+        let k = kind.index();
+        self.stats.msgs_received[k] += 1;
+        self.stats.bytes_received[k] += bytes as u64;
+        Ok(())
     }
 
     /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided
@@ -532,7 +559,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         page: PageNum,
-        data: PageBuf,
+        data: &[u8; PAGE_SIZE],
     ) -> Result<(), ProtocolError> {
         if from.0 >= self.cfg.nodes || from == self.cfg.node {
             return Err(ProtocolError {
@@ -555,7 +582,7 @@ impl<M: PageMemory> Node<M> {
     ) -> Result<(), ProtocolError> {
         match msg {
             Msg::GetPage { access, pages } => self.on_get_page(from, access, pages),
-            Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, data),
+            Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data.0),
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
             Msg::DiffGrant { id } => self.on_diff_grant(from, id),
             Msg::Acquire { lock, seen } => self.on_acquire(from, lock, seen),

@@ -475,7 +475,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         page: PageNum,
-        data: PageBuf,
+        data: &[u8; PAGE_SIZE],
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -507,7 +507,7 @@ impl<M: PageMemory> Node<M> {
             return Ok(());
         }
         self.make_room(now);
-        self.mem.write(page, 0, &data.0[..]);
+        self.mem.write(page, 0, data);
         self.cache_insert(page);
         if fetch.waiters.is_empty() {
             self.table[page.index()].frame = Frame::Prefetched;

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::alloc::AllocPolicy;
-use crate::codec;
+use crate::codec::{self, Frame};
 use crate::memory::{PageMemory, VecMemory};
 use crate::msg::{Msg, MsgKind};
 use crate::node::{CoreConfig, Effect, JobError, Node, UsageError};
@@ -565,14 +565,15 @@ impl Cluster {
         if self.drop_per_mille > 0 && self.rng.below(1000) < self.drop_per_mille {
             return Ok(());
         }
-        let (header, msg) =
-            codec::decode_frame(&frame).map_err(|e| SimError::Protocol(format!("decode: {e}")))?;
+        // Decoded as the runtime decodes: a grant's page stays in the frame's bytes.
+        let (header, msg) = codec::decode_frame_ref(&frame)
+            .map_err(|e| SimError::Protocol(format!("decode: {e}")))?;
         let from = key.0 & !READ_CHANNEL;
         if header.cookie != self.cookie || header.from.0 != from {
             return Err(SimError::Protocol("frame header mangled".into()));
         }
         let to = usize::from(key.1);
-        if let (true, Msg::GetPage { pages, .. }) = (self.one_sided_reads, &msg) {
+        if let (true, Frame::Msg(msg @ Msg::GetPage { pages, .. })) = (self.one_sided_reads, &msg) {
             // The reader's NIC reads the home's memory; the home's core never sees the request.
             // Pages the home has not allocated yet fall back to a GETP, as the runtime does when
             // it does not know the home's memory key yet.
@@ -590,7 +591,7 @@ impl Cluster {
                 for frame in replies {
                     self.enqueue((key.1 | READ_CHANNEL, from), frame);
                 }
-                self.nodes[usize::from(from)].sent_as_reads(&msg);
+                self.nodes[usize::from(from)].sent_as_reads(msg);
                 return Ok(());
             }
         }
@@ -598,15 +599,18 @@ impl Cluster {
             trace.push(TraceEntry {
                 from: NodeId(from),
                 to: NodeId(key.1),
-                kind: msg.kind(),
+                kind: match &msg {
+                    Frame::Grant { .. } => MsgKind::GetPageGrant,
+                    Frame::Msg(m) => m.kind(),
+                },
             });
         }
         Self::report_home_writes(&mut self.nodes[to], self.now);
         let result = match msg {
-            Msg::GetPageGrant { page, data } if key.0 & READ_CHANNEL != 0 => {
+            Frame::Grant { page, data } if key.0 & READ_CHANNEL != 0 => {
                 self.nodes[to].handle_page_read(self.now, NodeId(from), page, data)
             }
-            msg => self.nodes[to].handle_message(self.now, NodeId(from), msg),
+            msg => self.nodes[to].handle_frame(self.now, NodeId(from), msg),
         };
         result.map_err(|e| SimError::Protocol(format!("{} rejected: {e}", NodeId(key.1))))?;
         self.after_input(to)

@@ -3,7 +3,7 @@
 //!
 //! `DSM_FUZZ_FRAMES=N` feeds N frames instead of the default 1,000,000.
 
-use dsm_core::codec::{self, DecodeError, HEADER_BYTES};
+use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::sim::Rng;
 use dsm_core::{Access, CvId, LockId, Msg, NodeId, PageBuf, PageDiff, PageNum, WriteNotice, diff};
 use proptest::prelude::*;
@@ -141,6 +141,34 @@ fn every_message_kind_round_trips_and_frame_len_is_exact() {
             (header.cookie, header.from, &back),
             (cookie, NodeId(7), &msg)
         );
+    }
+}
+
+/// `decode_frame_ref` decodes what `decode_frame` does, a grant's page left in the frame.
+#[test]
+fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
+    let mut rng = Rng::new(2);
+    for i in 0..18 * 50 {
+        let msg = random_msg(&mut rng, i);
+        let frame = encode(5, 2, &msg);
+        let (header, back) = codec::decode_frame_ref(&frame).unwrap();
+        assert_eq!((header.cookie, header.from), (5, NodeId(2)));
+        match (&msg, back) {
+            (Msg::GetPageGrant { page, data }, Frame::Grant { page: p, data: d }) => {
+                assert_eq!((*page, &data.0[..]), (p, &d[..]));
+                assert!(std::ptr::eq(d.as_ptr(), frame[HEADER_BYTES + 4..].as_ptr()));
+                // A grant cut short or with bytes after it is refused, as by decode_frame.
+                assert!(matches!(
+                    codec::decode_frame_ref(&frame[..frame.len() - 1]),
+                    Err(DecodeError::Truncated { .. })
+                ));
+                let mut longer = frame.clone();
+                longer.push(1);
+                assert!(codec::decode_frame_ref(&longer).is_err());
+            }
+            (_, Frame::Msg(m)) => assert_eq!(m, msg),
+            (_, other) => panic!("{msg:?} decoded as {other:?}"),
+        }
     }
 }
 

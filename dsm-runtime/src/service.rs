@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use dsm_core::{
-    Access, AllocPolicy, Effect, Msg, Node, NodeId, PAGE_SIZE, PageBuf, PageNum, Stats, Time,
-    UsageError, WaiterId, codec,
+    Access, AllocPolicy, Effect, Msg, Node, NodeId, PAGE_SIZE, PageNum, Stats, Time, UsageError,
+    WaiterId, codec,
 };
 use dsm_transport::reliable::Event;
 use dsm_transport::{ReadRange, Transport};
@@ -429,10 +429,11 @@ impl Service {
             match ev {
                 Event::Message { from, bytes } => {
                     let now = self.now();
-                    match codec::decode_frame(&bytes) {
-                        Ok((h, msg)) if h.cookie == self.cookie && h.from.0 == from => {
-                            let granted = trace::arrived(&msg);
-                            if let Err(e) = self.node.handle_message(now, NodeId(from), msg) {
+                    // A grant's page is copied once, from these bytes into place.
+                    match codec::decode_frame_ref(&bytes) {
+                        Ok((h, frame)) if h.cookie == self.cookie && h.from.0 == from => {
+                            let granted = trace::arrived(&frame);
+                            if let Err(e) = self.node.handle_frame(now, NodeId(from), frame) {
                                 self.rejected_frames += 1;
                                 log::warn!("{e}");
                             }
@@ -452,7 +453,7 @@ impl Service {
                     // home's grants would be.
                     let now = self.now();
                     for (i, chunk) in bytes.chunks_exact(PAGE_SIZE).enumerate() {
-                        let data = PageBuf::copy_of(chunk.try_into().expect("a page's bytes"));
+                        let data = chunk.try_into().expect("a page's bytes");
                         let page = PageNum(token as u32 + i as u32);
                         if let Err(e) = self.node.handle_page_read(now, NodeId(from), page, data) {
                             fatal(&format!("one-sided read of {page} from node {from}: {e}"));

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dsm_transport::probe::{self, Probe};
 
+use dsm_core::codec::Frame;
 use dsm_core::{Msg, PageNum};
 
 use crate::sys;
@@ -134,12 +135,12 @@ fn stamp_at(page: u64, step: Step, ns: u64) {
 }
 
 /// Stamps a GETP's or a grant's arrival; returns the granted page, to stamp once installed.
-pub(crate) fn arrived(msg: &Msg) -> Option<PageNum> {
+pub(crate) fn arrived(frame: &Frame<'_>) -> Option<PageNum> {
     if !on() {
         return None;
     }
-    match msg {
-        Msg::GetPage { pages, .. } => {
+    match frame {
+        Frame::Msg(Msg::GetPage { pages, .. }) => {
             if let Some(p) = pages.first() {
                 let p = u64::from(p.0);
                 PAGE.set(p);
@@ -148,7 +149,7 @@ pub(crate) fn arrived(msg: &Msg) -> Option<PageNum> {
             }
             None
         }
-        Msg::GetPageGrant { page, .. } => {
+        Frame::Grant { page, .. } => {
             let p = u64::from(page.0);
             stamp_at(p, Step::Read, RECEIVED.get());
             stamp(p, Step::GrantIn);
