@@ -70,7 +70,7 @@ fn main() {
     }
     let grant = Msg::GetPageGrant {
         page: PageNum(5),
-        data: PageBuf::zeroed(),
+        data: PageBuf::zeroed().into(),
     };
     let acq = Msg::AcquireGrant {
         lock: LockId(3),

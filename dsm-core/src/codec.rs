@@ -12,6 +12,8 @@
 //! no trailing bytes, validates diffs, and returns a [`DecodeError`] on any malformed input. It
 //! never panics, whatever the bytes.
 
+use std::sync::Arc;
+
 use crate::diff;
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, PageBuf, PageNum};
@@ -277,7 +279,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
     let msg = match frame {
         Frame::Grant { page, data } => Msg::GetPageGrant {
             page,
-            data: PageBuf::copy_of(data),
+            data: Arc::new(PageBuf::copy_of(data)),
         },
         Frame::Msg(m) => m,
     };

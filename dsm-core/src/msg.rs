@@ -4,6 +4,8 @@
 //! locks and nodes by typed id; page bytes travel as [`PageBuf`] and diffs in their encoded form
 //! (see [`crate::diff`]).
 
+use std::sync::Arc;
+
 use crate::types::{Access, CvId, LockId, NodeId, PageBuf, PageNum};
 
 /// One page's diff, encoded as in [`crate::diff`].
@@ -39,8 +41,9 @@ pub enum Msg {
     GetPageGrant {
         /// The page.
         page: PageNum,
-        /// Its bytes at the home.
-        data: PageBuf,
+        /// Its bytes at the home, shared with the home's record of what it sent (a page served
+        /// before its writes were tracked is compared with them once the grant is out).
+        data: Arc<PageBuf>,
     },
     /// DIFF: apply these diffs (all for pages homed at the receiver), then acknowledge `id`.
     Diff {

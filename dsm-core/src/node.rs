@@ -11,6 +11,7 @@
 //! managers a node hosts are in [`crate::sync`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::alloc::{self, AllocError, AllocPolicy};
@@ -235,7 +236,7 @@ pub struct Node<M: PageMemory> {
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
     /// Home pages served untracked, whose write tracking starts once their grants are on the
     /// way ([`Node::settle_serves`]), with the bytes sent.
-    pub(crate) unsettled: Vec<(PageNum, PageBuf)>,
+    pub(crate) unsettled: Vec<(PageNum, Arc<PageBuf>)>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
 }
 

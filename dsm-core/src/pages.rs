@@ -8,6 +8,7 @@
 //! lands in the diff or faults again.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use crate::diff;
 use crate::memory::PageMemory;
@@ -423,13 +424,14 @@ impl<M: PageMemory> Node<M> {
             }
         }
         for page in pages {
-            let data = self.mem.copy(page);
+            let data = Arc::new(self.mem.copy(page));
             self.stats.pages_served += 1;
-            // Still untracked at its first serve: protected once the grant is sent.
+            // Still untracked at its first serve: protected once the grant is sent, and compared
+            // with the bytes sent (the grant's own buffer, shared: no copy).
             if !std::mem::replace(&mut self.table[page.index()].served, true)
                 && self.writes_untracked(page)
             {
-                self.unsettled.push((page, data.clone()));
+                self.unsettled.push((page, Arc::clone(&data)));
             }
             self.send(from, Msg::GetPageGrant { page, data });
         }

@@ -12,6 +12,7 @@
 //! The same seed gives the same run, message for message.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use crate::alloc::AllocPolicy;
 use crate::codec::{self, Frame};
@@ -584,7 +585,10 @@ impl Cluster {
                     let mut data = PageBuf::zeroed();
                     home.memory_mut().read(page, &mut data.0);
                     let mut frame = Vec::new();
-                    let reply = Msg::GetPageGrant { page, data };
+                    let reply = Msg::GetPageGrant {
+                        page,
+                        data: Arc::new(data),
+                    };
                     codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);
                     replies.push(frame);
                 }

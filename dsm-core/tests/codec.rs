@@ -36,7 +36,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             }
             Msg::GetPageGrant {
                 page: PageNum(rng.next_u64() as u32),
-                data,
+                data: data.into(),
             }
         }
         2 => {

@@ -714,7 +714,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         NodeId(0),
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: PageBuf::zeroed(),
+            data: PageBuf::zeroed().into(),
         },
     )
     .unwrap();
@@ -730,7 +730,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         NodeId(0),
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: fresh,
+            data: fresh.into(),
         },
     )
     .unwrap();
@@ -748,7 +748,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
     let bogus = [
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: PageBuf::zeroed(),
+            data: PageBuf::zeroed().into(),
         }, // not requested
         Msg::DiffGrant { id: 9 }, // nothing outstanding
         Msg::AcquireGrant {
