@@ -943,16 +943,9 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
             // transport, would not see it for up to [`DRIVEN_NAP`] (another node's GETP among
             // it). The read that stopped at our grant is followed by one that finds the socket
             // empty, as a rule; anything else is handled first.
+            // (A pass that reads nothing clears `unread`.)
             while s.unread {
-                let Some(t) = &mut s.transport else { break };
-                let read = t.poll_recv(Instant::now());
-                s.unread = t.unread();
-                if read == 0 {
-                    break;
-                }
-                s.acks_owed = true;
-                s.handle_transport_events();
-                s.drain_core();
+                s.pass(true);
             }
             break;
         }

@@ -1,5 +1,5 @@
-//! The few system calls the transports make beyond std: epoll, eventfd, writev and sendmsg. Every unsafe
-//! block of the crate is here.
+//! The few system calls the transports make beyond std: epoll, eventfd, writev and sendmsg.
+//! Every unsafe block of the crate is here.
 
 #![allow(unsafe_code)]
 

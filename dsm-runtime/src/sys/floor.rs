@@ -7,18 +7,42 @@ use std::time::Instant;
 
 static PAGE: AtomicUsize = AtomicUsize::new(0);
 
+/// An SA_SIGINFO signal handler.
+type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// Makes `handler` this process's SIGSEGV handler; returns the action it replaces.
+fn install_segv(handler: Handler) -> libc::sigaction {
+    // SAFETY: zeroed sigaction structs are valid plain data; `handler` has the SA_SIGINFO
+    // signature the flags announce; both pointers are to live structs.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as usize;
+        act.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGSEGV, &act, &mut old);
+        old
+    }
+}
+
+/// Puts back the SIGSEGV action `old` ([`install_segv`]'s), or the default one. Async-signal-safe.
+fn restore_segv(old: Option<&libc::sigaction>) {
+    // SAFETY: a saved action, or a zeroed sigaction with SIG_DFL (a valid default disposition);
+    // sigaction is async-signal-safe.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGSEGV, old.unwrap_or(&dfl), std::ptr::null_mut());
+    }
+}
+
 extern "C" fn open_page(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     let page = PAGE.load(Ordering::Relaxed);
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
     if page == 0 || addr & !4095 != page {
-        // Not our page: restore the default action; the fault repeats and kills the process.
-        // SAFETY: zeroed sigaction with SIG_DFL is a valid default disposition.
-        unsafe {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
-        }
+        // Not our page: the fault repeats under the default action and kills the process.
+        restore_segv(None);
         return;
     }
     // SAFETY: the page is our own anonymous mapping; mprotect is async-signal-safe.
@@ -50,16 +74,7 @@ pub fn bare_fault_us(iterations: usize) -> std::io::Result<Vec<f64>> {
         return Err(std::io::Error::last_os_error());
     }
     PAGE.store(p as usize, Ordering::SeqCst);
-    // SAFETY: zeroed sigaction is valid plain data; `open_page` has the SA_SIGINFO signature.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = open_page as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(libc::SIGSEGV, &act, &mut old);
-    }
+    let old = install_segv(open_page);
     let mut samples = Vec::with_capacity(iterations);
     for i in 0..iterations + 100 {
         // SAFETY: protects our own page.
@@ -71,11 +86,9 @@ pub fn bare_fault_us(iterations: usize) -> std::io::Result<Vec<f64>> {
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    // SAFETY: restores the saved action and unmaps our page.
-    unsafe {
-        libc::sigaction(libc::SIGSEGV, &old, std::ptr::null_mut());
-        libc::munmap(p, 4096);
-    }
+    restore_segv(Some(&old));
+    // SAFETY: unmaps our own page; nothing refers to it.
+    unsafe { libc::munmap(p, 4096) };
     PAGE.store(0, Ordering::SeqCst);
     Ok(samples)
 }
@@ -127,13 +140,8 @@ extern "C" fn fetch_page(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *m
     let addr = unsafe { (*info).si_addr() } as usize;
     let pages = MINIMAL.pages.load(Ordering::Relaxed);
     if app == 0 || addr < app || addr >= app + pages * PAGE_BYTES {
-        // Not ours: the default action, and the repeated fault kills the process.
-        // SAFETY: zeroed sigaction with SIG_DFL is a valid default disposition.
-        unsafe {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
-        }
+        // Not ours: the fault repeats under the default action and kills the process.
+        restore_segv(None);
         return;
     }
     let index = (addr - app) / PAGE_BYTES;
@@ -346,16 +354,7 @@ fn minimal_requester(
         .store(mem.as_ref().map_or(-1, |f| f.as_raw_fd()), Ordering::SeqCst);
     MINIMAL.home_ip.store(home.0, Ordering::SeqCst);
     MINIMAL.home_port.store(home.1, Ordering::SeqCst);
-    // SAFETY: zeroed sigaction is valid plain data; `fetch_page` has the SA_SIGINFO signature.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = fetch_page as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(libc::SIGSEGV, &act, &mut old);
-    }
+    let old = install_segv(fetch_page);
     let mut samples = Vec::with_capacity(total);
     let mut wrong = None;
     for i in 0..total {
@@ -368,8 +367,7 @@ fn minimal_requester(
             wrong = Some(i);
         }
     }
-    // SAFETY: restores the saved action.
-    unsafe { libc::sigaction(libc::SIGSEGV, &old, std::ptr::null_mut()) };
+    restore_segv(Some(&old));
     MINIMAL.app.store(0, Ordering::SeqCst);
     MINIMAL.mem.store(-1, Ordering::SeqCst);
     drop(mem);
