@@ -49,6 +49,11 @@ static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
 static FILLED: [AtomicU64; QUEUE / 64] = [const { AtomicU64::new(0) }; QUEUE / 64];
 static PENDING: AtomicU32 = AtomicU32::new(0);
 
+/// Whether fast-path faults wait for [`drain`].
+pub(crate) fn pending() -> bool {
+    PENDING.load(Ordering::Relaxed) > 0
+}
+
 /// Sets up the state of `pages` pages (the memory is zeroed: nothing allowed).
 pub(crate) fn init(state: *mut AtomicU8, pages: usize) {
     PAGES.store(pages, Ordering::SeqCst);

@@ -63,6 +63,13 @@ pub trait Transport: Send {
     /// waiting is read (see [`Transport::unread`]): call `flush` after handling the events,
     /// whether or not anything was sent.
     fn poll_recv(&mut self, now: Instant) -> usize;
+    /// Whether [`Transport::poll_recv`] has something to take in, found out cheaply, for a
+    /// caller that spins between its passes (UDP reads the next datagram ahead, TCP asks its
+    /// epoll; the next `poll_recv` takes what they found first). A transport that cannot tell
+    /// more cheaply than `poll_recv` says `true`.
+    fn poll_ready(&mut self) -> bool {
+        true
+    }
     /// The next delivered message or lost peer.
     fn poll_event(&mut self) -> Option<Event>;
     /// Whether the last [`Transport::poll_recv`] stopped at a message with more possibly

@@ -83,6 +83,8 @@ pub struct TcpTransport {
     conns: Vec<Option<Conn>>,
     events: VecDeque<Event>,
     ready: Vec<(u64, u32)>,
+    /// `ready` holds what [`Transport::poll_ready`] found, for the next `poll_recv`.
+    ready_ahead: bool,
     stats: TcpStats,
 }
 
@@ -213,6 +215,7 @@ impl TcpTransport {
             conns: out,
             events: VecDeque::new(),
             ready: Vec::new(),
+            ready_ahead: false,
             stats: TcpStats {
                 rejected,
                 ..TcpStats::default()
@@ -379,9 +382,11 @@ impl Transport for TcpTransport {
 
     fn poll_recv(&mut self, now: Instant) -> usize {
         let mut ready = std::mem::take(&mut self.ready);
-        ready.clear();
-        if let Err(e) = self.epoll.ready(0, &mut ready) {
-            log::warn!("epoll_wait: {e}");
+        if !std::mem::take(&mut self.ready_ahead) {
+            ready.clear();
+            if let Err(e) = self.epoll.ready(0, &mut ready) {
+                log::warn!("epoll_wait: {e}");
+            }
         }
         let n = ready.len();
         for &(token, ev) in &ready {
@@ -400,6 +405,17 @@ impl Transport for TcpTransport {
         self.ready = ready;
         self.write_queued();
         n
+    }
+
+    fn poll_ready(&mut self) -> bool {
+        if !self.ready_ahead {
+            self.ready.clear();
+            if let Err(e) = self.epoll.ready(0, &mut self.ready) {
+                log::warn!("epoll_wait: {e}");
+            }
+            self.ready_ahead = !self.ready.is_empty();
+        }
+        self.ready_ahead
     }
 
     fn poll_event(&mut self) -> Option<Event> {

@@ -57,6 +57,9 @@ pub struct UdpTransport {
     batch: Vec<(u16, Vec<u8>)>,
     /// The last [`UdpTransport::poll_recv`] stopped at a message, before the socket was empty.
     unread: bool,
+    /// A datagram [`UdpTransport::poll_ready`] read ahead (its bytes in `buf`): its length and
+    /// sender. [`UdpTransport::poll_recv`] takes it first.
+    ahead: Option<(usize, SocketAddr)>,
 }
 
 /// Binds a non-blocking UDP socket with large buffers at `addr` (port 0: any free port).
@@ -99,6 +102,7 @@ impl UdpTransport {
             impair: None,
             batch: Vec::new(),
             unread: false,
+            ahead: None,
         }
     }
 
@@ -140,9 +144,14 @@ impl UdpTransport {
     pub fn poll_recv(&mut self, now: Instant) -> usize {
         let mut n = 0;
         loop {
-            match self.sock.recv_from(&mut self.buf) {
-                Ok((len, src)) => {
+            let read = match self.ahead.take() {
+                Some(d) => Ok(d),
+                None => self.sock.recv_from(&mut self.buf).inspect(|_| {
                     probe::report(Probe::Received);
+                }),
+            };
+            match read {
+                Ok((len, src)) => {
                     n += 1;
                     match self.by_addr.get(&src) {
                         Some(&from) => {
@@ -181,6 +190,39 @@ impl UdpTransport {
         // before the reply).
         self.transmit();
         n
+    }
+
+    /// Whether a datagram waits: reads it ahead (one `recvfrom`, as the first of
+    /// [`UdpTransport::poll_recv`] would), for the next `poll_recv` to take first. A spinning
+    /// caller polls this between its passes, so a datagram is read as soon as it is in.
+    pub fn poll_ready(&mut self) -> bool {
+        if self.ahead.is_some() {
+            return true;
+        }
+        match self.sock.recv_from(&mut self.buf) {
+            Ok(d) => {
+                probe::report(Probe::Received);
+                self.ahead = Some(d);
+                true
+            }
+            // Everything is read (as when `poll_recv` finds the socket empty).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.unread = false;
+                false
+            }
+            // The error of an earlier send (ECONNREFUSED), which the read consumed: the peer's
+            // timeout will tell.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                false
+            }
+            // Anything else: `poll_recv` meets it again and reports it.
+            Err(_) => true,
+        }
     }
 
     /// The next delivered message or lost peer.
@@ -277,6 +319,9 @@ impl Transport for UdpTransport {
     }
     fn poll_recv(&mut self, now: Instant) -> usize {
         UdpTransport::poll_recv(self, now)
+    }
+    fn poll_ready(&mut self) -> bool {
+        UdpTransport::poll_ready(self)
     }
     fn poll_event(&mut self) -> Option<Event> {
         UdpTransport::poll_event(self)
@@ -408,6 +453,41 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         a.poll_recv(Instant::now());
         assert_eq!(a.pending(1), 0, "the one acknowledgement covers the burst");
+    }
+
+    #[test]
+    fn a_datagram_read_ahead_is_taken_first_and_an_empty_poll_counts_all_read() {
+        let (mut a, mut b) = pair();
+        assert!(!b.poll_ready(), "nothing sent yet");
+        // Too large to share a datagram.
+        a.send(1, &[1u8; 40_000]);
+        a.send(1, &[7u8; 40_000]);
+        a.flush(Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+        // Read ahead; asking again neither reads nor loses it.
+        assert!(b.poll_ready());
+        assert!(b.poll_ready());
+        assert_eq!(b.poll_recv(Instant::now()), 1);
+        match b.poll_event() {
+            Some(Event::Message { bytes, .. }) => assert_eq!(bytes, vec![1u8; 40_000]),
+            other => panic!("expected the first message, got {other:?}"),
+        }
+        assert!(b.unread(), "stopped at a message: more may wait");
+        assert!(b.poll_ready(), "the second datagram");
+        assert_eq!(b.poll_recv(Instant::now()), 1);
+        match b.poll_event() {
+            Some(Event::Message { bytes, .. }) => assert_eq!(bytes, vec![7u8; 40_000]),
+            other => panic!("expected the second message, got {other:?}"),
+        }
+        // A poll that finds the socket empty counts everything as read: the next flush
+        // acknowledges both with one pure acknowledgement.
+        assert!(!b.poll_ready());
+        assert!(!b.unread());
+        b.flush(Instant::now());
+        assert_eq!(b.reliable_stats().acks_sent, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        a.poll_recv(Instant::now());
+        assert_eq!(a.pending(1), 0);
     }
 
     #[test]

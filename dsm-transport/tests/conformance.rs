@@ -218,6 +218,57 @@ fn messages_arrive_in_order_per_peer() {
 }
 
 #[test]
+fn a_receiver_that_polls_for_readiness_first_gets_everything_in_order() {
+    for kind in kinds() {
+        let mut job = make(kind, 2);
+        let sent: Vec<Vec<u8>> = (0..2000)
+            .map(|i| numbered(i, (i as usize * 13) % 5000))
+            .collect();
+        for m in &sent {
+            job[0].as_mut().unwrap().send(Instant::now(), 1, m);
+        }
+        let start = Instant::now();
+        let (mut got, mut passes, mut idle_polls) = (Vec::new(), 0u64, 0u64);
+        while got.len() < sent.len() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{kind}: {} of {}",
+                got.len(),
+                sent.len()
+            );
+            let now = Instant::now();
+            let sender = job[0].as_mut().unwrap();
+            sender.poll_recv(now);
+            if sender.poll_timeout().is_some_and(|d| d <= now) {
+                sender.handle_timeout(now);
+            }
+            sender.flush(now);
+            // The receiver takes a pass only when a poll finds something (twice: the second
+            // must not lose what the first read ahead), or every 64 polls for its timers.
+            let r = job[1].as_mut().unwrap();
+            let ready = r.poll_ready() && r.poll_ready();
+            idle_polls += u64::from(!ready);
+            if ready || idle_polls % 64 == 0 {
+                passes += 1;
+                r.poll_recv(now);
+                if r.poll_timeout().is_some_and(|d| d <= now) {
+                    r.handle_timeout(now);
+                }
+                while let Some(e) = r.poll_event() {
+                    if let Event::Message { bytes, .. } = e {
+                        got.push(bytes);
+                    }
+                }
+                r.flush(now);
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, sent, "{kind}");
+        assert!(passes > 0, "{kind}");
+    }
+}
+
+#[test]
 fn large_messages_arrive_whole() {
     for kind in kinds() {
         let mut job = make(kind, 2);
