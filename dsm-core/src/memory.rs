@@ -27,6 +27,10 @@ pub trait PageMemory {
     /// The page left this node's cache: its frame may be given back to the system.
     fn discard(&mut self, _page: PageNum) {}
 
+    /// `page` will likely be read soon (served to a requester): its bytes may be brought into
+    /// the CPU's cache meanwhile. A hint: it changes no bytes and no protection.
+    fn warm(&self, _page: PageNum) {}
+
     /// `page` is a home page now read-only only so that writes to it are seen: the runtime may
     /// open it for writing on a write fault by itself, and report the write later through
     /// [`crate::Node::handle_home_write`]. Any later `protect` of the page withdraws this.
@@ -55,6 +59,8 @@ pub struct VecMemory {
     pub opened_prefetches: Vec<(PageNum, bool)>,
     /// Number of `protect` calls (each one would be one mprotect syscall).
     pub protect_calls: u64,
+    /// Pages hinted with [`PageMemory::warm`], in order.
+    pub warmed: std::cell::RefCell<Vec<PageNum>>,
 }
 
 impl VecMemory {
@@ -128,6 +134,10 @@ impl VecMemory {
 }
 
 impl PageMemory for VecMemory {
+    fn warm(&self, page: PageNum) {
+        self.warmed.borrow_mut().push(page);
+    }
+
     fn read(&self, page: PageNum, out: &mut [u8; PAGE_SIZE]) {
         match self.pages.get(page.index()) {
             Some(Some(buf)) => out.copy_from_slice(&buf.0[..]),

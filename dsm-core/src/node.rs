@@ -237,6 +237,10 @@ pub struct Node<M: PageMemory> {
     /// Home pages served untracked, whose write tracking starts once their grants are on the
     /// way ([`Node::settle_serves`]), with the bytes sent.
     pub(crate) unsettled: Vec<(PageNum, Arc<PageBuf>)>,
+    /// The last page this home served, and the page to warm once the grants are out (see
+    /// [`Node::warm_ahead`]).
+    pub(crate) last_served: Option<PageNum>,
+    pub(crate) to_warm: Option<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
 }
 
@@ -288,6 +292,8 @@ impl<M: PageMemory> Node<M> {
             failed: false,
             early_requests: Vec::new(),
             unsettled: Vec::new(),
+            last_served: None,
+            to_warm: None,
             read_ahead_pages: 0,
             stream_next: None,
             scratch: Box::new([0; PAGE_SIZE]),

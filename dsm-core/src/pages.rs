@@ -423,7 +423,12 @@ impl<M: PageMemory> Node<M> {
                 self.mem.allow_home_write(page);
             }
         }
-        for page in pages {
+        for (i, &page) in pages.iter().enumerate() {
+            // The next page of a read-ahead window comes into the cache while this one is
+            // copied (the CPU's own prefetchers stop at page boundaries).
+            if let Some(&next) = pages.get(i + 1) {
+                self.mem.warm(next);
+            }
             let data = Arc::new(self.mem.copy(page));
             self.stats.pages_served += 1;
             // Still untracked at its first serve: protected once the grant is sent, and compared
@@ -435,7 +440,31 @@ impl<M: PageMemory> Node<M> {
             }
             self.send(from, Msg::GetPageGrant { page, data });
         }
+        // A sequential reader (this request starts where the last one served ended) will ask
+        // for the page after these next: warmed once the grants are out.
+        let (Some(&first), Some(&last)) = (pages.first(), pages.last()) else {
+            return Ok(());
+        };
+        let next = PageNum(last.0.wrapping_add(1));
+        if self
+            .last_served
+            .is_some_and(|p| p.0.wrapping_add(1) == first.0)
+            && self.table.get(next.index()).is_some_and(|e| e.home == me)
+        {
+            self.to_warm = Some(next);
+        }
+        self.last_served = Some(last);
         Ok(())
+    }
+
+    /// Brings into the cache the page a sequential reader will ask for next (see
+    /// [`PageMemory::warm`]): call it once the grants are sent, off their path. A page from
+    /// memory takes 0.5 us to copy here, 0.1 us from the cache; faultlat's reads of pages the
+    /// home wrote long ago: 0.2-0.25 us less from GETP read to grant sent.
+    pub fn warm_ahead(&mut self) {
+        if let Some(page) = self.to_warm.take() {
+            self.mem.warm(page);
+        }
     }
 
     /// Starts tracking the writes to the home pages served untracked since the last call: call

@@ -504,6 +504,7 @@ impl Cluster {
         if self.rng.chance(50) {
             self.nodes[n].settle_serves();
         }
+        self.nodes[n].warm_ahead();
         while let Some(effect) = self.nodes[n].poll_effect() {
             match effect {
                 Effect::Resume { waiter } => {

@@ -53,6 +53,30 @@ fn read_fault_on_remote_page_fetches_from_home_in_one_round_trip() {
 }
 
 #[test]
+fn a_home_warms_the_page_a_sequential_reader_asks_for_next() {
+    let (mut c, x) = cluster_homed_on_0(2, 8, 3);
+    let warmed = |c: &Cluster| c.node(0).memory().warmed.borrow().clone();
+    let page = |i: u64| PageNum((x.page().0 as u64 + i) as u32);
+    c.read_u64(1, x).unwrap();
+    assert_eq!(warmed(&c), vec![], "one request is no sequence yet");
+    c.read_u64(1, x.offset_by(PAGE)).unwrap();
+    c.read_u64(1, x.offset_by(2 * PAGE)).unwrap();
+    assert_eq!(warmed(&c), vec![page(2), page(3)]);
+    // Not where the last request ended: nothing warmed. The last page has no page after it
+    // homed here: nothing either.
+    c.read_u64(1, x.offset_by(5 * PAGE)).unwrap();
+    c.read_u64(1, x.offset_by(7 * PAGE)).unwrap();
+    assert_eq!(warmed(&c), vec![page(2), page(3)]);
+    c.read_u64(1, x.offset_by(6 * PAGE)).unwrap();
+    c.read_u64(1, x.offset_by(7 * PAGE)).unwrap();
+    assert_eq!(
+        warmed(&c),
+        vec![page(2), page(3)],
+        "page 7 was served already"
+    );
+}
+
+#[test]
 fn home_pages_are_readable_without_any_message() {
     let (mut c, x) = cluster_homed_on_0(2, 1, 2);
     c.trace = Some(Vec::new());

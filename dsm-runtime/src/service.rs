@@ -666,6 +666,7 @@ impl Service {
         // The home pages served untracked are tracked from now on (their grants are sent): the
         // protection this takes was kept off the requesters' wait.
         self.node.settle_serves();
+        self.node.warm_ahead();
         // Pure acknowledgements last: after the threads they concern are running again.
         // A fault handler driving the node leaves them to the next message it sends (its next
         // GETP) or to the service thread, which wakes within [`DRIVEN_NAP`] of a drive: a
