@@ -169,18 +169,20 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends one datagram made of `head` then `body` to `to` (`sendmsg`: the kernel gathers them, no
-/// copy into one buffer first). Never blocks on a non-blocking socket.
+/// Sends one datagram made of `head` then `body` to `to`, or to the socket's connected peer if
+/// `to` is `None` (`sendmsg`: the kernel gathers them, no copy into one buffer first). Never
+/// blocks on a non-blocking socket.
 pub fn send_gathered(
     fd: RawFd,
-    to: &std::net::SocketAddr,
+    to: Option<&std::net::SocketAddr>,
     head: &[u8],
     body: &[u8],
 ) -> io::Result<usize> {
     // SAFETY: zeroed sockaddr_storage is valid plain data.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match to {
-        std::net::SocketAddr::V4(a) => {
+        None => 0,
+        Some(std::net::SocketAddr::V4(a)) => {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
@@ -193,7 +195,7 @@ pub fn send_gathered(
             unsafe { std::ptr::write((&raw mut storage).cast::<libc::sockaddr_in>(), sin) };
             std::mem::size_of::<libc::sockaddr_in>()
         }
-        std::net::SocketAddr::V6(a) => {
+        Some(std::net::SocketAddr::V6(a)) => {
             let sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
@@ -214,8 +216,10 @@ pub fn send_gathered(
     });
     // SAFETY: zeroed msghdr is valid plain data; the fields set below point to live buffers.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&raw mut storage).cast();
-    msg.msg_namelen = len as libc::socklen_t;
+    if len > 0 {
+        msg.msg_name = (&raw mut storage).cast();
+        msg.msg_namelen = len as libc::socklen_t;
+    }
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
     loop {

@@ -78,22 +78,27 @@ fn udp_floor(dsm: &Dsm, addr: SharedArray<u64>, count: usize, busy: bool) -> Opt
     let mut buf = vec![0u8; 8192];
     let mut out = None;
     match dsm.id() {
+        // Both ends connect their sockets, as the runtime's UDP transport does between two
+        // nodes (the kernel keeps the route instead of looking it up for every datagram).
         0 => {
             let pong = vec![7u8; PAGE_SIZE + 64];
-            for _ in 0..count + 10 {
+            for i in 0..count + 10 {
                 let Some((_, from)) = recv(&mut buf) else {
                     break;
                 };
-                let _ = sock.send_to(&pong, from);
+                if i == 0 {
+                    sock.connect(from).expect("connect");
+                }
+                let _ = sock.send(&pong);
             }
         }
         1 => {
-            let peer = peer_of(0);
+            sock.connect(peer_of(0)).expect("connect");
             let ping = [1u8; 64];
             let mut samples = Vec::with_capacity(count);
             for i in 0..count + 10 {
                 let t = Instant::now();
-                let _ = sock.send_to(&ping, peer);
+                let _ = sock.send(&ping);
                 if recv(&mut buf).is_none() {
                     break;
                 }

@@ -102,9 +102,6 @@ struct Minimal {
     /// `/proc/self/mem` (-1: none), to map the page in the application view while the request
     /// travels, as the runtime does.
     mem: std::sync::atomic::AtomicI32,
-    /// The home's address (a `sockaddr_in`, IPv4 and port packed as in memory).
-    home_ip: std::sync::atomic::AtomicU32,
-    home_port: std::sync::atomic::AtomicU16,
 }
 
 static MINIMAL: Minimal = Minimal {
@@ -113,8 +110,6 @@ static MINIMAL: Minimal = Minimal {
     pages: AtomicUsize::new(0),
     sock: std::sync::atomic::AtomicI32::new(-1),
     mem: std::sync::atomic::AtomicI32::new(-1),
-    home_ip: std::sync::atomic::AtomicU32::new(0),
-    home_port: std::sync::atomic::AtomicU16::new(0),
 };
 
 /// A request: the page's number, then padding to the runtime's GETP size.
@@ -122,15 +117,6 @@ const REQUEST: usize = 64;
 /// A reply: the page's number in a header of the runtime's size, then the page.
 const HEADER: usize = 64;
 const PAGE_BYTES: usize = 4096;
-
-fn sockaddr(ip: u32, port: u16) -> libc::sockaddr_in {
-    // SAFETY: sockaddr_in is plain data; zero is a valid start.
-    let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    a.sin_family = libc::AF_INET as libc::sa_family_t;
-    a.sin_port = port.to_be();
-    a.sin_addr.s_addr = ip.to_be();
-    a
-}
 
 /// The handler of [`minimal_remote_fault_us`]: asks the home for the page, busy-polls for the
 /// reply, copies it in through the service view, opens the page for reading.
@@ -146,25 +132,12 @@ extern "C" fn fetch_page(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *m
     }
     let index = (addr - app) / PAGE_BYTES;
     let sock = MINIMAL.sock.load(Ordering::Relaxed);
-    let to = sockaddr(
-        MINIMAL.home_ip.load(Ordering::Relaxed),
-        MINIMAL.home_port.load(Ordering::Relaxed),
-    );
     let mut request = [0u8; REQUEST];
     request[..4].copy_from_slice(&(index as u32).to_le_bytes());
     let mut reply = [0u8; HEADER + PAGE_BYTES];
     let send = || {
         // SAFETY: our own socket, a buffer of the given size, a valid address.
-        unsafe {
-            libc::sendto(
-                sock,
-                request.as_ptr().cast(),
-                REQUEST,
-                0,
-                (&raw const to).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        }
+        unsafe { libc::send(sock, request.as_ptr().cast(), REQUEST, 0) }
     };
     send();
     let mem = MINIMAL.mem.load(Ordering::Relaxed);
@@ -234,7 +207,7 @@ extern "C" fn fetch_page(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *m
 /// The home of [`minimal_remote_fault_us`], in the forked child: answers each request with its
 /// page until told to stop (page number `u32::MAX`) or 5 s pass without one. Only system calls
 /// and copies into buffers allocated before the fork.
-fn minimal_home(sock: i32, requester: libc::sockaddr_in, data: &[u8], reply: &mut [u8]) -> ! {
+fn minimal_home(sock: i32, data: &[u8], reply: &mut [u8]) -> ! {
     let mut request = [0u8; REQUEST];
     let mut idle_since = Instant::now();
     let mut polls = 0u32;
@@ -266,17 +239,8 @@ fn minimal_home(sock: i32, requester: libc::sockaddr_in, data: &[u8], reply: &mu
         reply[..4].copy_from_slice(&index.to_le_bytes());
         let page = &data[index as usize * PAGE_BYTES..(index as usize + 1) * PAGE_BYTES];
         reply[HEADER..HEADER + PAGE_BYTES].copy_from_slice(page);
-        // SAFETY: our socket, a buffer of the given size, a valid address.
-        unsafe {
-            libc::sendto(
-                sock,
-                reply.as_ptr().cast(),
-                HEADER + PAGE_BYTES,
-                0,
-                (&raw const requester).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
+        // SAFETY: our (connected) socket, a buffer of the given size.
+        unsafe { libc::send(sock, reply.as_ptr().cast(), HEADER + PAGE_BYTES, 0) };
     }
 }
 
@@ -298,14 +262,9 @@ pub fn minimal_remote_fault_us(pages: usize) -> std::io::Result<Vec<f64>> {
     let total = pages + WARMUP;
     let requester = UdpSocket::bind("127.0.0.1:0")?;
     let home = UdpSocket::bind("127.0.0.1:0")?;
-    let ip_port = |s: &UdpSocket| -> std::io::Result<(u32, u16)> {
-        match s.local_addr()? {
-            std::net::SocketAddr::V4(a) => Ok((u32::from(*a.ip()), a.port())),
-            std::net::SocketAddr::V6(_) => Err(std::io::Error::other("not IPv4")),
-        }
-    };
-    let (rip, rport) = ip_port(&requester)?;
-    let (hip, hport) = ip_port(&home)?;
+    // Connected to each other, as the runtime's UDP transport connects two nodes.
+    requester.connect(home.local_addr()?)?;
+    home.connect(requester.local_addr()?)?;
     // The home's pages, and its reply buffer: allocated (and touched) before the fork.
     let data: Vec<u8> = (0..total * PAGE_BYTES)
         .map(|i| (i / PAGE_BYTES) as u8 ^ 0x5a)
@@ -318,13 +277,13 @@ pub fn minimal_remote_fault_us(pages: usize) -> std::io::Result<Vec<f64>> {
         return Err(std::io::Error::last_os_error());
     }
     if child == 0 {
-        minimal_home(home.as_raw_fd(), sockaddr(rip, rport), &data, &mut reply);
+        minimal_home(home.as_raw_fd(), &data, &mut reply);
     }
     drop(home);
-    let result = minimal_requester(&requester, (hip, hport), total, &data);
+    let result = minimal_requester(&requester, total, &data);
     // Stop the home (it also stops by itself after 5 s without a request), and reap it.
     let stop = [0xffu8; REQUEST];
-    let _ = requester.send_to(&stop, (std::net::Ipv4Addr::from(hip), hport));
+    let _ = requester.send(&stop);
     let mut status = 0;
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(child, &mut status, 0) };
@@ -333,7 +292,6 @@ pub fn minimal_remote_fault_us(pages: usize) -> std::io::Result<Vec<f64>> {
 
 fn minimal_requester(
     sock: &std::net::UdpSocket,
-    home: (u32, u16),
     total: usize,
     data: &[u8],
 ) -> std::io::Result<Vec<f64>> {
@@ -352,8 +310,6 @@ fn minimal_requester(
     MINIMAL
         .mem
         .store(mem.as_ref().map_or(-1, |f| f.as_raw_fd()), Ordering::SeqCst);
-    MINIMAL.home_ip.store(home.0, Ordering::SeqCst);
-    MINIMAL.home_port.store(home.1, Ordering::SeqCst);
     let old = install_segv(fetch_page);
     let mut samples = Vec::with_capacity(total);
     let mut wrong = None;
