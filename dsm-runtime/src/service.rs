@@ -227,9 +227,10 @@ impl Service {
         busy
     }
 
-    /// Whether a pass would find work: a posted request, a fault handler's fast-path report,
-    /// something on the transport (read ahead: see [`Transport::poll_ready`]), or more to read
-    /// after the last pass. Cheap: spinning threads poll it between passes.
+    /// Whether a pass would find work: a posted request, a fault handler's fast-path report, or
+    /// something on the transport (read ahead: see [`Transport::poll_ready`]; a UDP poll that
+    /// finds the socket empty also clears `unread`). Cheap: spinning threads poll it between
+    /// passes.
     fn ready(&mut self) -> bool {
         if SLOTS.posted.load(Ordering::Relaxed) > 0 || crate::fastpath::pending() {
             return true;
