@@ -213,6 +213,38 @@ pub fn sched_yield() {
     unsafe { libc::sched_yield() };
 }
 
+/// The CPU the calling thread runs on (as of the call), if the kernel says.
+pub fn current_cpu() -> Option<i32> {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory.
+    let cpu = unsafe { libc::sched_getcpu() };
+    (cpu >= 0).then_some(cpu)
+}
+
+/// Moves the calling thread to another CPU it may run on (by taking its current CPU out of its
+/// affinity for a moment), then gives it back the affinity it had. Nothing if it may run on one
+/// CPU only or a call fails. Async-signal-safe (system calls only).
+pub fn move_off_this_cpu() {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls read and write only the sets
+    // passed with their size.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if cpu < 0 || libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return;
+        }
+        let mut elsewhere = allowed;
+        libc::CPU_CLR(cpu as usize, &mut elsewhere);
+        if libc::CPU_COUNT(&elsewhere) == 0 {
+            return;
+        }
+        // The thread leaves this CPU before the call returns; the second call frees it again.
+        if libc::sched_setaffinity(0, size, &elsewhere) == 0 {
+            libc::sched_setaffinity(0, size, &allowed);
+        }
+    }
+}
+
 /// A descriptor that becomes readable when process `pid` (our child) ends (`pidfd_open`,
 /// Linux 5.3).
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
