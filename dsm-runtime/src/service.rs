@@ -997,9 +997,9 @@ const IN_PLACE_BEFORE_MOVING: u8 = 2;
 /// one job can end up on one CPU: a node's service thread (the home's, spinning for requests)
 /// and another node's faulting thread, which spins for the home's reply that the home cannot
 /// send while the faulting thread holds the CPU. The reply comes only once the spin is over and
-/// the faulting thread sleeps, and it wakes the thread on the CPU it slept on, the home's (in a
-/// guest whose virtual CPUs share no cache, a woken thread stays on its waker's CPU); the
-/// scheduler leaves the two together while both run often (they are cache-hot). faultlat ran up
+/// the faulting thread sleeps, and it wakes the thread on the CPU it slept on, the home's (the
+/// waker's; traced with the other CPU idle); the scheduler leaves the two together while both
+/// run often (they are cache-hot). faultlat ran up
 /// to 1,000 faults in a row at 60 us this way instead of 10, in 2 runs of 10 (a sched_switch
 /// trace: the home's service thread preempted on the faulting thread's CPU at every fault, the
 /// other CPU idle). The sign: drives that sleep and are woken where they slept, twice in a row;
