@@ -508,10 +508,7 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         msg: Msg,
     ) -> Result<(), ProtocolError> {
-        self.received(from, msg.kind(), codec::frame_len(&msg))?;
-        let result = self.dispatch(now, from, msg);
-        self.drain_loopback(now);
-        result
+        self.handle_frame(now, from, codec::Frame::Msg(msg))
     }
 
     /// A frame arrived from `from`, decoded by [`codec::decode_frame_ref`]: a page grant is
@@ -523,20 +520,13 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         frame: codec::Frame<'_>,
     ) -> Result<(), ProtocolError> {
-        match frame {
-            codec::Frame::Msg(msg) => self.handle_message(now, from, msg),
-            codec::Frame::Grant { page, data } => {
-                let len = codec::HEADER_BYTES + codec::GRANT_PAYLOAD_BYTES;
-                self.received(from, MsgKind::GetPageGrant, len)?;
-                let result = self.on_page_grant(now, from, page, data);
-                self.drain_loopback(now);
-                result
-            }
-        }
-    }
-
-    /// Checks a message's sender and counts the message.
-    fn received(&mut self, from: NodeId, kind: MsgKind, bytes: usize) -> Result<(), ProtocolError> {
+        let (kind, bytes) = match &frame {
+            codec::Frame::Msg(msg) => (msg.kind(), codec::frame_len(msg)),
+            codec::Frame::Grant { .. } => (
+                MsgKind::GetPageGrant,
+                codec::HEADER_BYTES + codec::GRANT_PAYLOAD_BYTES,
+            ),
+        };
         if from.0 >= self.cfg.nodes || from == self.cfg.node {
             return Err(ProtocolError {
                 from,
@@ -544,10 +534,14 @@ impl<M: PageMemory> Node<M> {
                 why: "sender is not another node of the job",
             });
         }
-        let k = kind.index();
-        self.stats.msgs_received[k] += 1;
-        self.stats.bytes_received[k] += bytes as u64;
-        Ok(())
+        self.stats.msgs_received[kind.index()] += 1;
+        self.stats.bytes_received[kind.index()] += bytes as u64;
+        let result = match frame {
+            codec::Frame::Msg(msg) => self.dispatch(now, from, msg),
+            codec::Frame::Grant { page, data } => self.on_page_grant(now, from, page, data),
+        };
+        self.drain_loopback(now);
+        result
     }
 
     /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided

@@ -131,8 +131,6 @@ pub(crate) struct Service {
     lost_in_exit: Option<(Instant, String)>,
     /// When an application thread was last resumed from a call (until its next request).
     resumed_at: Option<Instant>,
-    /// The slots whose posted request is a fault (the others' are calls).
-    posted_faults: Vec<bool>,
     /// How soon after its thread's resumption the last request came.
     request_gap: Duration,
     /// Datagrams arrived since the last flush: their acknowledgements go out with the next one
@@ -187,7 +185,6 @@ impl Service {
             control_checked: Instant::now(),
             lost_in_exit: None,
             resumed_at: None,
-            posted_faults: vec![false; slots::MAX_THREADS],
             request_gap: Duration::MAX,
             counted_from: [0; 4],
             acks_owed: false,
@@ -346,9 +343,6 @@ impl Service {
         // record them before acting on the request (a release must carry them).
         self.drain_fast_faults();
         let now = self.now();
-        if let Some(f) = self.posted_faults.get_mut(slot) {
-            *f = matches!(op, OP_FAULT_READ | OP_FAULT_WRITE);
-        }
         match op {
             OP_FAULT_READ | OP_FAULT_WRITE => {
                 let access = if op == OP_FAULT_READ {
@@ -650,7 +644,7 @@ impl Service {
                         // resumed from a posted fault drives its next fault itself if it finds
                         // the state free, and a service thread spinning for it only stands in
                         // its way (see `take_state`).
-                        if !self.posted_faults.get(slot).copied().unwrap_or(false) {
+                        if slots::posted_call(slot) {
                             self.resumed_at = Some(Instant::now());
                         }
                     }
@@ -999,10 +993,9 @@ const IN_PLACE_BEFORE_MOVING: u8 = 2;
 /// send while the faulting thread holds the CPU. The reply comes only once the spin is over and
 /// the faulting thread sleeps, and it wakes the thread on the CPU it slept on, the home's (the
 /// waker's; traced with the other CPU idle); the scheduler leaves the two together while both
-/// run often (they are cache-hot). faultlat ran up
-/// to 1,000 faults in a row at 60 us this way instead of 10, in 2 runs of 10 (a sched_switch
-/// trace: the home's service thread preempted on the faulting thread's CPU at every fault, the
-/// other CPU idle). The sign: drives that sleep and are woken where they slept, twice in a row;
+/// run often (they are cache-hot). faultlat ran up to 1,000 faults in a row at 60 us this way
+/// instead of 10, in 2 runs of 10 (a sched_switch trace: the home's service thread preempted on
+/// the faulting thread's CPU at every fault, the other CPU idle). The sign: drives that sleep and are woken where they slept, twice in a row;
 /// then the thread moves itself to another CPU.
 fn note_wait_after_spin(slot: usize, slept_on: Option<i32>) {
     let Some(count) = WOKEN_IN_PLACE.get(slot) else {
@@ -1057,7 +1050,7 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
         return slots::post_and_wait(slot, op, page);
     };
     DRIVEN.fetch_add(1, Ordering::Relaxed);
-    slots::take_own(slot);
+    slots::take_own(slot, op);
     s.driver = Some(slot);
     s.handle_request(slot, op, page);
     // The GETP out first, then the polling.
@@ -1096,8 +1089,9 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
             std::hint::spin_loop();
             continue;
         }
+        // (Posted calls make `ready` say so: the pass above then hands the wait back.)
         let waited = start.elapsed();
-        if waited >= s.drive_limit || SLOTS.posted.load(Ordering::SeqCst) > 0 {
+        if waited >= s.drive_limit {
             break;
         }
         if waited < s.drive_spin {

@@ -147,11 +147,17 @@ pub(crate) fn wait_done(i: usize) -> u64 {
     r
 }
 
-/// A thread about to drive its own request (in slot `i`) on the node's service state: the slot
+/// A thread about to drive its own request (`op`, in slot `i`) on the node's service state: the slot
 /// counts as taken, and as blocked until completed. Async-signal-safe.
-pub(crate) fn take_own(i: usize) {
+pub(crate) fn take_own(i: usize, op: u32) {
+    SLOTS.slots[i].op.store(op, Ordering::Relaxed);
     SLOTS.blocked.fetch_add(1, Ordering::SeqCst);
     SLOTS.slots[i].state.store(TAKEN, Ordering::SeqCst);
+}
+
+/// Whether slot `i`'s request (posted or driven) is a call, not a fault.
+pub(crate) fn posted_call(i: usize) -> bool {
+    SLOTS.slots[i].op.load(Ordering::Relaxed) == OP_CALL
 }
 
 /// Whether slot `i`'s request is completed.

@@ -381,13 +381,10 @@ impl Transport for TcpTransport {
     }
 
     fn poll_recv(&mut self, now: Instant) -> usize {
-        let mut ready = std::mem::take(&mut self.ready);
         if !std::mem::take(&mut self.ready_ahead) {
-            ready.clear();
-            if let Err(e) = self.epoll.ready(0, &mut ready) {
-                log::warn!("epoll_wait: {e}");
-            }
+            self.poll_epoll();
         }
+        let ready = std::mem::take(&mut self.ready);
         let n = ready.len();
         for &(token, ev) in &ready {
             if token == LISTENER {
@@ -409,10 +406,7 @@ impl Transport for TcpTransport {
 
     fn poll_ready(&mut self) -> bool {
         if !self.ready_ahead {
-            self.ready.clear();
-            if let Err(e) = self.epoll.ready(0, &mut self.ready) {
-                log::warn!("epoll_wait: {e}");
-            }
+            self.poll_epoll();
             self.ready_ahead = !self.ready.is_empty();
         }
         self.ready_ahead
@@ -472,6 +466,14 @@ impl Transport for TcpTransport {
 }
 
 impl TcpTransport {
+    /// Fills `ready` with what the epoll reports now.
+    fn poll_epoll(&mut self) {
+        self.ready.clear();
+        if let Err(e) = self.epoll.ready(0, &mut self.ready) {
+            log::warn!("epoll_wait: {e}");
+        }
+    }
+
     /// This node.
     pub fn id(&self) -> u16 {
         self.me

@@ -158,9 +158,7 @@ impl UdpTransport {
         loop {
             let read = match self.ahead.take() {
                 Some(d) => Ok(d),
-                None => self.sock.recv_from(&mut self.buf).inspect(|_| {
-                    probe::report(Probe::Received);
-                }),
+                None => self.recv_datagram(),
             };
             match read {
                 Ok((len, src)) => {
@@ -211,9 +209,8 @@ impl UdpTransport {
         if self.ahead.is_some() {
             return true;
         }
-        match self.sock.recv_from(&mut self.buf) {
+        match self.recv_datagram() {
             Ok(d) => {
-                probe::report(Probe::Received);
                 self.ahead = Some(d);
                 true
             }
@@ -235,6 +232,15 @@ impl UdpTransport {
             // Anything else: `poll_recv` meets it again and reports it.
             Err(_) => true,
         }
+    }
+
+    /// Reads the next datagram into `buf`: its length and sender.
+    fn recv_datagram(&mut self) -> io::Result<(usize, SocketAddr)> {
+        let read = self.sock.recv_from(&mut self.buf);
+        if read.is_ok() {
+            probe::report(Probe::Received);
+        }
+        read
     }
 
     /// The next delivered message or lost peer.

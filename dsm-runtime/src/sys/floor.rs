@@ -136,7 +136,7 @@ extern "C" fn fetch_page(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *m
     request[..4].copy_from_slice(&(index as u32).to_le_bytes());
     let mut reply = [0u8; HEADER + PAGE_BYTES];
     let send = || {
-        // SAFETY: our own socket, a buffer of the given size, a valid address.
+        // SAFETY: our own (connected) socket, a buffer of the given size.
         unsafe { libc::send(sock, request.as_ptr().cast(), REQUEST, 0) }
     };
     send();

@@ -224,13 +224,13 @@ pub fn current_cpu() -> Option<i32> {
 /// affinity for a moment), then gives it back the affinity it had. Nothing if it may run on one
 /// CPU only or a call fails. Async-signal-safe (system calls only).
 pub fn move_off_this_cpu() {
+    let Some(cpu) = current_cpu() else { return };
     // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls read and write only the sets
     // passed with their size.
     unsafe {
-        let cpu = libc::sched_getcpu();
         let size = std::mem::size_of::<libc::cpu_set_t>();
         let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if cpu < 0 || libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
             return;
         }
         let mut elsewhere = allowed;
