@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use crate::diff;
+use crate::mailbox::{Channel, MAX_LETTER_BYTES};
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, PageBuf, PageNum};
 
@@ -117,6 +118,7 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Exit { stats } => 4 + 8 * stats.len(),
         Msg::ExitGrant => 0,
         Msg::Error { text } => 4 + text.len().min(MAX_ERROR_TEXT_BYTES),
+        Msg::Send { data, .. } => 1 + 4 + 4 + data.len(),
     }
 }
 
@@ -222,6 +224,12 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             let bytes = truncate_utf8(text, MAX_ERROR_TEXT_BYTES).as_bytes();
             out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
             out.extend_from_slice(bytes);
+        }
+        Msg::Send { channel, tag, data } => {
+            out.push(*channel as u8);
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            out.extend_from_slice(data);
         }
     }
 }
@@ -430,6 +438,23 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                     value: e.utf8_error().valid_up_to() as u64,
                 })?;
             Msg::Error { text }
+        }
+        MsgKind::Send => {
+            let code = r.u8()?;
+            let channel = Channel::from_code(code).ok_or(DecodeError::BadValue {
+                field: "letter channel",
+                value: code.into(),
+            })?;
+            let tag = r.u32()? as i32;
+            let len = r.u32()? as usize;
+            if len > MAX_LETTER_BYTES {
+                return Err(DecodeError::BadValue {
+                    field: "letter length",
+                    value: len as u64,
+                });
+            }
+            let data = r.take(len)?.to_vec();
+            Msg::Send { channel, tag, data }
         }
     }))
 }

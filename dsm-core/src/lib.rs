@@ -7,7 +7,7 @@
 //! - **Inputs** take the time as an argument: [`Node::handle_fault`], [`Node::handle_message`],
 //!   [`Node::handle_timeout`], and the application's calls [`Node::acquire`], [`Node::release`],
 //!   [`Node::barrier`], [`Node::wait`], [`Node::setcv`], [`Node::resetcv`], [`Node::waitcv`],
-//!   [`Node::exit`], [`Node::alloc`].
+//!   [`Node::exit`], [`Node::alloc`], [`Node::send_letter`], [`Node::receive`].
 //! - **Outputs** are polled: [`Node::poll_transmit`] (messages), [`Node::poll_effect`] (resume a
 //!   blocked thread, report statistics, end the job), [`Node::poll_timeout`].
 //! - **Memory** is reached through [`PageMemory`]: the runtime maps it onto its shared region,
@@ -30,6 +30,7 @@
 //! - [`types`]: ids, sizes, time. [`memory`]: the `PageMemory` trait.
 //! - [`node`]: the state machine's shell; [`pages`](crate::node) faults, fetches, the cache,
 //!   twins and diffs; `sync`: locks, barriers, condition variables and their managers.
+//! - [`mailbox`]: message passing beside shared memory (`jia_send`/`jia_recv`, collectives).
 //! - [`msg`], [`codec`], [`diff`]: messages and their wire form.
 //! - [`alloc`]: JIAJIA's allocation policies. [`stats`]: counters.
 //! - [`sim`]: the deterministic cluster simulator.
@@ -39,6 +40,7 @@
 pub mod alloc;
 pub mod codec;
 pub mod diff;
+pub mod mailbox;
 pub mod memory;
 pub mod msg;
 pub mod node;

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::mailbox::Channel;
 use crate::types::{Access, CvId, LockId, NodeId, PageBuf, PageNum};
 
 /// One page's diff, encoded as in [`crate::diff`].
@@ -148,6 +149,15 @@ pub enum Msg {
         /// What went wrong.
         text: String,
     },
+    /// SEND: a letter for the receiver's mailbox (`jia_send`, or a collective's step).
+    Send {
+        /// Whose traffic it is.
+        channel: Channel,
+        /// The sender's tag (a collective's sequence number on its channel).
+        tag: i32,
+        /// The bytes.
+        data: Vec<u8>,
+    },
 }
 
 /// The type of a message, for statistics and the wire header.
@@ -190,11 +200,13 @@ pub enum MsgKind {
     ExitGrant,
     /// [`Msg::Error`]
     Error,
+    /// [`Msg::Send`]
+    Send,
 }
 
 impl MsgKind {
     /// Every kind, in wire order.
-    pub const ALL: [MsgKind; 18] = [
+    pub const ALL: [MsgKind; 19] = [
         MsgKind::GetPage,
         MsgKind::GetPageGrant,
         MsgKind::Diff,
@@ -213,6 +225,7 @@ impl MsgKind {
         MsgKind::Exit,
         MsgKind::ExitGrant,
         MsgKind::Error,
+        MsgKind::Send,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -248,6 +261,7 @@ impl MsgKind {
             MsgKind::Exit => "JIAEXIT",
             MsgKind::ExitGrant => "EXITGRANT",
             MsgKind::Error => "ERRMSG",
+            MsgKind::Send => "SEND",
         }
     }
 }
@@ -274,6 +288,7 @@ impl Msg {
             Msg::Exit { .. } => MsgKind::Exit,
             Msg::ExitGrant => MsgKind::ExitGrant,
             Msg::Error { .. } => MsgKind::Error,
+            Msg::Send { .. } => MsgKind::Send,
         }
     }
 }

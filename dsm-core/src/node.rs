@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::alloc::{self, AllocError, AllocPolicy};
 use crate::codec;
+use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff};
 use crate::pages::{Cache, PageEntry};
@@ -168,6 +169,19 @@ pub enum UsageError {
     /// An allocation failed.
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// A letter addressed to, or expected from, a node outside the job.
+    #[error("node {node} is not in the job (0..{nodes})")]
+    BadNode {
+        /// The node named.
+        node: i64,
+        /// Nodes in the job.
+        nodes: u16,
+    },
+    /// A letter longer than a letter may be.
+    #[error(
+        "a message of {0} bytes is longer than the {MAX_LETTER_BYTES} bytes one message may carry"
+    )]
+    LetterTooLong(usize),
 }
 
 /// A message that breaks the protocol (from a buggy or hostile peer); it was ignored.
@@ -220,6 +234,7 @@ pub struct Node<M: PageMemory> {
     pub(crate) collective: Option<Collective>,
     pub(crate) wait_epoch: u32,
     pub(crate) mgr: Managers,
+    pub(crate) mailbox: Mailbox,
     pub(crate) transmits: VecDeque<Transmit>,
     pub(crate) effects: VecDeque<Effect>,
     pub(crate) loopback: VecDeque<Msg>,
@@ -284,6 +299,7 @@ impl<M: PageMemory> Node<M> {
             collective: None,
             wait_epoch: 0,
             mgr,
+            mailbox: Mailbox::default(),
             transmits: VecDeque::new(),
             effects: VecDeque::new(),
             loopback: VecDeque::new(),
@@ -617,6 +633,12 @@ impl<M: PageMemory> Node<M> {
             } => self.on_cv_grant(now, from, cv, counter, notices),
             Msg::Exit { stats } => self.on_exit(from, stats),
             Msg::ExitGrant => self.on_exit_grant(now, from),
+            Msg::Send { channel, tag, data } => {
+                if let Some(waiter) = self.mailbox.arrive(channel, Letter { from, tag, data }) {
+                    self.resume(waiter);
+                }
+                Ok(())
+            }
             Msg::Error { text } => {
                 self.effects.push_back(Effect::Abort {
                     error: JobError::Remote { from, text },
@@ -625,6 +647,66 @@ impl<M: PageMemory> Node<M> {
                 Ok(())
             }
         }
+    }
+
+    /// Sends a letter to node `to`'s mailbox (`jia_send`; to this node too). It does not block:
+    /// the letter waits at the receiver until a thread there receives it.
+    pub fn send_letter(
+        &mut self,
+        to: NodeId,
+        channel: Channel,
+        tag: i32,
+        data: Vec<u8>,
+    ) -> Result<(), UsageError> {
+        if to.0 >= self.cfg.nodes {
+            return Err(UsageError::BadNode {
+                node: to.0.into(),
+                nodes: self.cfg.nodes,
+            });
+        }
+        if data.len() > MAX_LETTER_BYTES {
+            return Err(UsageError::LetterTooLong(data.len()));
+        }
+        if to == self.cfg.node {
+            let letter = Letter {
+                from: to,
+                tag,
+                data,
+            };
+            if let Some(waiter) = self.mailbox.arrive(channel, letter) {
+                self.resume(waiter);
+            }
+        } else {
+            self.send(to, Msg::Send { channel, tag, data });
+        }
+        Ok(())
+    }
+
+    /// Receives the oldest letter `filter` accepts (`jia_recv`): `Some` at once if one is here;
+    /// otherwise `None`, and `waiter` is resumed when one comes, to take it with
+    /// [`Node::take_letter`].
+    pub fn receive(
+        &mut self,
+        filter: Filter,
+        waiter: WaiterId,
+    ) -> Result<Option<Letter>, UsageError> {
+        if let Some(n) = filter.from.filter(|n| n.0 >= self.cfg.nodes) {
+            return Err(UsageError::BadNode {
+                node: n.0.into(),
+                nodes: self.cfg.nodes,
+            });
+        }
+        Ok(self.mailbox.receive(waiter, filter))
+    }
+
+    /// The letter a receive that waited was resumed with.
+    pub fn take_letter(&mut self, waiter: WaiterId) -> Option<Letter> {
+        self.mailbox.take_delivered(waiter)
+    }
+
+    /// Letters received and not yet taken by a receive, and their bytes.
+    pub fn letters_held(&self) -> (usize, usize) {
+        (self.mailbox.held(), self.mailbox.held_bytes())
     }
 
     /// The application failed: tell every other node (JIAJIA's `jia_error`).

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::alloc::AllocPolicy;
 use crate::codec::{self, Frame};
+use crate::mailbox::{Channel, Filter, Letter};
 use crate::memory::{PageMemory, VecMemory};
 use crate::msg::{Msg, MsgKind};
 use crate::node::{CoreConfig, Effect, JobError, Node, UsageError};
@@ -48,6 +49,23 @@ pub enum Op {
     WaitCv(CvId),
     /// `jia_exit`.
     Exit,
+    /// `jia_send`: a letter to a node.
+    Send {
+        /// The receiver.
+        to: NodeId,
+        /// The tag.
+        tag: i32,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// `jia_recv`: the oldest letter the filter accepts (on the `Send` channel; waits for one).
+    /// What it received goes to [`Cluster::letters`].
+    Recv {
+        /// Only from this node (`None`: any).
+        from: Option<NodeId>,
+        /// Only with this tag (`None`: any).
+        tag: Option<i32>,
+    },
 }
 
 /// A deterministic pseudo-random generator (SplitMix64).
@@ -169,6 +187,8 @@ pub struct Cluster {
     pub violations: Vec<Violation>,
     /// Every value read, per node, in order.
     pub reads: Vec<Vec<(GlobalAddr, u64)>>,
+    /// Every letter received, per node, in the order its receives completed.
+    pub letters: Vec<Vec<Letter>>,
     /// Delivered messages, when tracing.
     pub trace: Option<Vec<TraceEntry>>,
     /// Per-mille chance that a delivered message is lost (to test timeouts; the protocol itself
@@ -214,6 +234,7 @@ impl Cluster {
             reference: BTreeMap::new(),
             violations: Vec::new(),
             reads: vec![Vec::new(); usize::from(n)],
+            letters: vec![Vec::new(); usize::from(n)],
             trace: None,
             drop_per_mille: 0,
             job_stats: None,
@@ -476,6 +497,22 @@ impl Cluster {
             Op::ResetCv(c) => node.resetcv(now, c, waiter).map_err(usage)?,
             Op::WaitCv(c) => node.waitcv(now, c, waiter).map_err(usage)?,
             Op::Exit => node.exit(now, waiter).map_err(usage)?,
+            Op::Send { to, tag, data } => {
+                node.send_letter(to, Channel::Send, tag, data)
+                    .map_err(usage)?;
+                blocked = None;
+            }
+            Op::Recv { from, tag } => {
+                let filter = Filter {
+                    channel: Channel::Send,
+                    from,
+                    tag,
+                };
+                if let Some(letter) = node.receive(filter, waiter).map_err(usage)? {
+                    self.letters[n].push(letter);
+                    blocked = None;
+                }
+            }
         }
         match blocked {
             None => {
@@ -512,8 +549,14 @@ impl Cluster {
                     let th = &mut self.threads[n][waiter.0 as usize];
                     match th.blocked.take() {
                         Some(b) if b.waiter == waiter => {
-                            if !b.retry {
-                                th.ops.pop_front();
+                            if !b.retry && matches!(th.ops.pop_front(), Some(Op::Recv { .. })) {
+                                let letter =
+                                    self.nodes[n].take_letter(waiter).ok_or_else(|| {
+                                        SimError::Protocol(format!(
+                                            "node {n}: receive resumed without a letter"
+                                        ))
+                                    })?;
+                                self.letters[n].push(letter);
                             }
                         }
                         other => {

@@ -4,6 +4,7 @@
 //! `DSM_FUZZ_FRAMES=N` feeds N frames instead of the default 1,000,000.
 
 use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
+use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{Access, CvId, LockId, Msg, NodeId, PageBuf, PageDiff, PageNum, WriteNotice, diff};
 use proptest::prelude::*;
@@ -18,7 +19,7 @@ fn pages(rng: &mut Rng) -> Vec<PageNum> {
 fn random_msg(rng: &mut Rng, i: u64) -> Msg {
     let lock = LockId(rng.below(64) as u16);
     let cv = CvId(rng.below(16) as u16);
-    match i % 18 {
+    match i % 19 {
         0 => Msg::GetPage {
             access: if rng.chance(50) {
                 Access::Read
@@ -116,6 +117,11 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             stats: (0..rng.below(10)).map(|_| rng.next_u64()).collect(),
         },
         16 => Msg::ExitGrant,
+        17 => Msg::Send {
+            channel: [Channel::Send, Channel::Bcast, Channel::Reduce][rng.below(3) as usize],
+            tag: rng.next_u64() as i32,
+            data: (0..rng.below(300)).map(|_| rng.next_u64() as u8).collect(),
+        },
         _ => Msg::Error {
             text: "node 3: jia_error: bad input é".repeat(rng.below(4) as usize),
         },
@@ -131,7 +137,7 @@ fn encode(cookie: u64, from: u16, msg: &Msg) -> Vec<u8> {
 #[test]
 fn every_message_kind_round_trips_and_frame_len_is_exact() {
     let mut rng = Rng::new(1);
-    for i in 0..18 * 200 {
+    for i in 0..19 * 200 {
         let msg = random_msg(&mut rng, i);
         let cookie = rng.next_u64();
         let frame = encode(cookie, 7, &msg);
@@ -148,7 +154,7 @@ fn every_message_kind_round_trips_and_frame_len_is_exact() {
 #[test]
 fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
     let mut rng = Rng::new(2);
-    for i in 0..18 * 50 {
+    for i in 0..19 * 50 {
         let msg = random_msg(&mut rng, i);
         let frame = encode(5, 2, &msg);
         let (header, back) = codec::decode_frame_ref(&frame).unwrap();
@@ -245,6 +251,35 @@ fn malformed_frames_are_errors_naming_the_fault() {
         })
     );
     // A count that promises more elements than the frame holds is refused before allocating.
+    // A letter on a channel that does not exist, or longer than a letter may be.
+    let letter = encode(
+        1,
+        0,
+        &Msg::Send {
+            channel: Channel::Send,
+            tag: -1,
+            data: vec![1, 2, 3],
+        },
+    );
+    let mut bad_channel = letter.clone();
+    bad_channel[HEADER_BYTES] = 3;
+    assert_eq!(
+        codec::decode_frame(&bad_channel),
+        Err(DecodeError::BadValue {
+            field: "letter channel",
+            value: 3
+        })
+    );
+    let mut too_long = letter.clone();
+    let at = HEADER_BYTES + 5;
+    too_long[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        codec::decode_frame(&too_long),
+        Err(DecodeError::BadValue {
+            field: "letter length",
+            ..
+        })
+    ));
     let mut huge = encode(
         1,
         0,
@@ -276,7 +311,7 @@ fn random_and_mutated_frames_never_panic_the_decoder() {
             0 => {
                 let mut f: Vec<u8> = (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect();
                 if rng.chance(50) && f.len() >= 4 {
-                    f[..4].copy_from_slice(&[0x44, 0x4A, 1, 1 + rng.below(18) as u8]);
+                    f[..4].copy_from_slice(&[0x44, 0x4A, 1, 1 + rng.below(19) as u8]);
                 }
                 f
             }

@@ -948,3 +948,137 @@ fn with_one_sided_reads_a_home_write_after_a_copy_left_is_still_noticed() {
         assert_eq!(c.read_u64(1, x).unwrap(), 2, "seed {seed}");
     }
 }
+
+// ----- message passing (jia_send / jia_recv) -----
+
+/// Every letter is received exactly once; letters from one sender with one tag arrive in the order
+/// sent, whatever the network's interleaving and whichever filters the receives use; a receive
+/// posted before its letter waits for it. Many seeds, 4 nodes, two threads each.
+#[test]
+fn letters_arrive_once_each_in_order_per_sender_and_tag_whatever_the_filters() {
+    use dsm_core::sim::Rng;
+    for seed in 0..200 {
+        let n = 4u16;
+        let mut c = Cluster::new(n, seed, no_prefetch);
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        // Letters per (sender, receiver): tags 0..3, payload = (sender, sequence number).
+        let per_pair = 6;
+        for from in 0..n {
+            for to in 0..n {
+                for k in 0..per_pair {
+                    let tag = (k % 3) as i32;
+                    c.push(
+                        from,
+                        0,
+                        Op::Send {
+                            to: NodeId(to),
+                            tag,
+                            data: vec![from as u8, k as u8],
+                        },
+                    );
+                }
+            }
+        }
+        // Each receiver takes n * per_pair letters with exact and wildcard filters, from a second
+        // thread, so receives are often posted before their letters are there.
+        for to in 0..n {
+            c.set_threads(to, 2);
+            // Filters that are always satisfiable in any order: first the exact ones (one per
+            // sender and tag, in a random order), then wildcards for the rest.
+            let mut exact = Vec::new();
+            for from in 0..n {
+                for tag in 0..3 {
+                    exact.push((from, tag));
+                }
+            }
+            for i in (1..exact.len()).rev() {
+                exact.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            let mut ops = Vec::new();
+            for &(from, tag) in &exact {
+                ops.push(Op::Recv {
+                    from: Some(NodeId(from)),
+                    tag: Some(tag),
+                });
+            }
+            // The rest with full wildcards (a narrower filter might find its letters taken).
+            for _ in exact.len()..usize::from(n) * per_pair {
+                ops.push(Op::Recv {
+                    from: None,
+                    tag: None,
+                });
+            }
+            for op in ops {
+                c.push(to, 1, op);
+            }
+        }
+        c.run().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        for to in 0..n {
+            let got = &c.letters[usize::from(to)];
+            assert_eq!(got.len(), usize::from(n) * per_pair, "seed {seed}");
+            // Once each.
+            let mut seen = std::collections::BTreeSet::new();
+            for l in got {
+                assert_eq!(l.data[0] as u16, l.from.0, "seed {seed}");
+                assert!(seen.insert((l.from, l.data[1])), "seed {seed}: twice");
+                assert_eq!(i32::from(l.data[1]) % 3, l.tag, "seed {seed}");
+            }
+            // In order per (sender, tag).
+            for from in 0..n {
+                for tag in 0..3 {
+                    let seq: Vec<u8> = got
+                        .iter()
+                        .filter(|l| l.from.0 == from && l.tag == tag)
+                        .map(|l| l.data[1])
+                        .collect();
+                    let mut sorted = seq.clone();
+                    sorted.sort_unstable();
+                    assert_eq!(seq, sorted, "seed {seed}: from {from} tag {tag}");
+                }
+            }
+        }
+        let sent = c.total_stats().msgs_sent[MsgKind::Send.index()];
+        // Letters to oneself never touch the network.
+        assert_eq!(sent, u64::from(n) * u64::from(n - 1) * per_pair as u64);
+    }
+}
+
+#[test]
+fn a_receive_nobody_answers_is_reported_stuck_and_a_bad_sender_is_refused() {
+    let mut c = Cluster::new(2, 1, no_prefetch);
+    c.push(
+        1,
+        0,
+        Op::Recv {
+            from: Some(NodeId(0)),
+            tag: Some(9),
+        },
+    );
+    c.push(
+        0,
+        0,
+        Op::Send {
+            to: NodeId(1),
+            tag: 8,
+            data: vec![1],
+        },
+    );
+    assert!(matches!(c.run(), Err(SimError::Stuck { .. })));
+    let mut c = Cluster::new(2, 1, no_prefetch);
+    c.push(
+        0,
+        0,
+        Op::Send {
+            to: NodeId(2),
+            tag: 0,
+            data: vec![],
+        },
+    );
+    assert!(matches!(
+        c.run(),
+        Err(SimError::Usage {
+            error: UsageError::BadNode { node: 2, nodes: 2 },
+            ..
+        })
+    ));
+}

@@ -172,6 +172,28 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// JIAJIA 3.0's `msg_buffer_size` is a number of message slots (16 in its own file), ours the
+/// bytes of a datagram (1024 and up): a value that can only be a slot count is JIAJIA's.
+const JIAJIA_SLOTS_BELOW: u64 = 1024;
+
+/// A `.jiaconf` line whose value has JIAJIA's meaning rather than ours: what to tell the user
+/// (the line is then left out). `None`: the line means here what it says.
+fn jiajia_meaning(key: &str, value: &str) -> Option<String> {
+    match key {
+        "msg_buffer_size" => parse_num(value)
+            .filter(|&n| (1..JIAJIA_SLOTS_BELOW).contains(&n))
+            .map(|n| {
+                format!(
+                    "msg_buffer_size = {n} read as JIAJIA 3.0's count of message slots, which has no \
+                     meaning here (ours is bytes per datagram, 1024 to 65000): ignored, datagrams stay \
+                     at {} bytes",
+                    Config::default().msg_buffer_size
+                )
+            }),
+        _ => None,
+    }
+}
+
 fn parse_bool(v: &str) -> Option<bool> {
     match v {
         "on" | "yes" | "true" | "1" => Some(true),
@@ -263,8 +285,14 @@ impl Config {
         Ok(())
     }
 
-    /// Applies a `.jiaconf` text read from `path`.
-    pub fn apply_file_text(&mut self, path: &str, text: &str) -> Result<(), ConfigError> {
+    /// Applies a `.jiaconf` text read from `path`. Returns notices for the user: a JIAJIA 3.0
+    /// file is accepted as it is, and where one of its keys means something else here (its
+    /// `msg_buffer_size` counts message slots, ours is bytes per datagram) the value is left
+    /// out with a notice naming the line.
+    pub fn apply_file_text(&mut self, path: &str, text: &str) -> Result<Vec<String>, ConfigError> {
+        let mut notices = Vec::new();
+        // A UTF-8 byte-order mark (some editors write one) is not part of the first key.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         for (i, raw) in text.lines().enumerate() {
             let origin = Origin::File {
                 path: path.to_owned(),
@@ -280,16 +308,26 @@ impl Config {
                     what: format!("`{line}` is not `key = value`"),
                 });
             };
-            self.set(k.trim(), v.trim(), &origin)?;
+            let (k, v) = (k.trim(), v.trim());
+            if let Some(n) = jiajia_meaning(k, v) {
+                notices.push(format!("{origin}: {n}"));
+                continue;
+            }
+            self.set(k, v, &origin)?;
         }
-        Ok(())
+        Ok(notices)
     }
 
-    /// Applies the `.jiaconf` at `path` if it exists.
-    pub fn apply_file(&mut self, path: &Path, must_exist: bool) -> Result<(), ConfigError> {
+    /// Applies the `.jiaconf` at `path` if it exists; returns its notices
+    /// ([`Config::apply_file_text`]).
+    pub fn apply_file(
+        &mut self,
+        path: &Path,
+        must_exist: bool,
+    ) -> Result<Vec<String>, ConfigError> {
         match std::fs::read_to_string(path) {
             Ok(text) => self.apply_file_text(&path.display().to_string(), &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => Ok(Vec::new()),
             Err(e) => Err(ConfigError {
                 origin: Origin::File {
                     path: path.display().to_string(),
@@ -435,6 +473,47 @@ mod tests {
             .apply_file_text(".jiaconf", text)
             .unwrap_err()
             .to_string()
+    }
+
+    /// JIAJIA 3.0's own `.jiaconf`, every key with its meaning there: accepted, the one key that
+    /// means something else here left out with a notice naming its line.
+    #[test]
+    fn a_jiajia_3_jiaconf_is_accepted_as_it_is() {
+        let text = "\u{feff}# JIAJIA 3.0 configuration\n\
+                    system_mode = hybrid\n\
+                    comm_type = tcp\n\
+                    global_start_addr = 0x400000000\n\
+                    msg_buffer_size = 16   # message slots\n\
+                    msg_queue_size = 32\n\
+                    prefetch = on\n\
+                    prefetch_pages = 4\n\
+                    max_checking_pages = 8\n";
+        let mut c = Config::default();
+        let notices = c.apply_file_text(".jiaconf", text).unwrap();
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(
+            notices[0].starts_with(".jiaconf:5: msg_buffer_size = 16 read as JIAJIA 3.0's count"),
+            "{}",
+            notices[0]
+        );
+        assert_eq!(c.comm_type, CommType::Tcp);
+        assert_eq!(c.global_start_addr, 0x4_0000_0000);
+        assert_eq!(c.msg_buffer_size, Config::default().msg_buffer_size);
+        assert_eq!(c.msg_queue_size, 32);
+        assert_eq!((c.prefetch_pages, c.max_checking_pages), (4, 8));
+        // Our strictness stays for everything else: a byte count out of range is still an error.
+        assert!(file_err("msg_buffer_size = 70000").contains(".jiaconf:1:"));
+        assert!(file_err("msg_buffer_size = 0").contains("allowed: bytes per datagram"));
+        // From the environment or the command line the key keeps its own meaning only.
+        assert!(
+            Config::default()
+                .set(
+                    "msg_buffer_size",
+                    "16",
+                    &Origin::Env("DSM_MSG_BUFFER_SIZE".into())
+                )
+                .is_err()
+        );
     }
 
     #[test]

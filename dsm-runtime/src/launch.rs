@@ -297,8 +297,12 @@ pub fn rendezvous_file() -> std::path::PathBuf {
 /// and whether `DSM_STATS=1` asks for the statistics table.
 pub fn local_config() -> Result<(Config, bool), String> {
     let mut c = Config::default();
-    c.apply_file(std::path::Path::new(".jiaconf"), false)
+    let notices = c
+        .apply_file(std::path::Path::new(".jiaconf"), false)
         .map_err(|e| e.to_string())?;
+    for n in notices {
+        eprintln!("dsm: notice: {n}");
+    }
     c.apply_env().map_err(|e| e.to_string())?;
     Ok((c, std::env::var("DSM_STATS").is_ok_and(|v| v == "1")))
 }

@@ -44,6 +44,7 @@ pub mod config;
 mod fastpath;
 pub mod launch;
 pub mod launcher;
+mod message;
 #[allow(unsafe_code)]
 mod region;
 mod service;
@@ -70,12 +71,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use array::{Shared, SharedArray};
+pub use dsm_core::mailbox::{Letter, MAX_LETTER_BYTES};
 pub use dsm_core::{AllocPolicy, MAX_NODES, NodeId, PAGE_SIZE, Stats, UsageError};
 use dsm_core::{CoreConfig, CvId, LockId, Node, Prefetch, WaiterId};
 use dsm_transport::Transport;
 use dsm_transport::reliable::ReliableConfig;
 use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
 use dsm_transport::udp::{self, UdpTransport};
+pub use message::{Received, ReduceOp, Reducible};
 
 use crate::config::{CommType, Config};
 use crate::region::Region;
@@ -146,6 +149,10 @@ pub struct Dsm {
     t0: Instant,
     exited: AtomicBool,
     service: Mutex<Option<JoinHandle<()>>>,
+    /// Sequence numbers of this node's broadcasts and reductions (collective: every node
+    /// counts the same calls), the tags their letters carry.
+    bcasts: AtomicU32,
+    reductions: AtomicU32,
 }
 
 /// Freed heap memory a node keeps rather than returning it to the kernel
@@ -243,6 +250,8 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         t0,
         exited: AtomicBool::new(false),
         service: Mutex::new(Some(handle)),
+        bcasts: AtomicU32::new(0),
+        reductions: AtomicU32::new(0),
     })
 }
 

@@ -24,17 +24,27 @@ extern "C" {
 #define Maxcvs 16           /* condition variables 0..15 */
 #define Pagesize 4096
 
-extern int jiapid;          /* this node's id, 0..jiahosts-1 (valid after jia_init) */
-extern int jiahosts;        /* number of nodes */
+/* This node's id, 0..hostc-1, and the number of nodes (valid after jia_init). JIAJIA 2.1's names
+ * are the variables; jiapid and jiahosts are macros for them, so both spellings work. */
+extern int jia_pid;
+extern int hostc;
+#define jiapid jia_pid
+#define jiahosts hostc
 
 void jia_init(int argc, char **argv);
 void jia_exit(void);
 
-unsigned long jia_alloc3(int totalsize, int blocksize, int starthost);
-unsigned long jia_alloc4(int totalsize, int *blocks, int n, int starthost);
-unsigned long jia_alloc2(int totalsize, int blocksize);
-unsigned long jia_alloc2p(int totalsize, int starthost);
-unsigned long jia_alloc(int totalsize);
+/* Allocation is collective: every node makes the same calls in the same order and gets the same
+ * address. Sizes are rounded up to pages. */
+unsigned long jia_alloc3(int totalsize, int blocksize, int starthost); /* blocks dealt in turn */
+unsigned long jia_alloc4(int totalsize, int *blocks, int n, int starthost); /* block sizes given */
+unsigned long jia_alloc2(int totalsize, int blocksize);      /* jia_alloc3(.., .., 0) */
+unsigned long jia_alloc2p(int totalsize, int starthost);     /* all homed on starthost */
+unsigned long jia_alloc(int totalsize);                      /* all on one node, in turn per call */
+unsigned long jia_alloc1(int totalsize);                     /* 2.1: all homed on node 0 */
+unsigned long jia_alloc_random(int totalsize);               /* 3.0: all on one node drawn at random */
+unsigned long jia_alloc_array(int totalsize, int *blocks, int n); /* 3.0: jia_alloc4(.., .., .., 0) */
+void jia_free(void *addr);                                   /* 3.0: accepted; memory is kept */
 
 void jia_lock(int lockid);
 void jia_unlock(int lockid);
@@ -44,9 +54,63 @@ void jia_setcv(int cvnum);
 void jia_resetcv(int cvnum);
 void jia_waitcv(int cvnum);
 
+/* Seconds since jia_init (or since the first jia_clock call, which may come before jia_init).
+ * JIAJIA 3.0 returns double, 2.1 float: compile a 2.1 program that declares jia_clock as float
+ * itself with -DJIA_FLOAT_CLOCK (the name is then bound to the library's float version). Either
+ * way `float t = jia_clock();` and `printf("%f", jia_clock())` work. */
+#ifdef JIA_FLOAT_CLOCK
+float jia_clock(void) __asm__("jia_clock_float");
+#else
 double jia_clock(void);
+#endif
 unsigned int jia_startstat(void);
 unsigned int jia_stopstat(void);
+
+/* Message passing (JIAJIA 2.1/3.0). jia_send returns at once; the message waits at the receiver.
+ * jia_recv waits for the oldest message from frompid with tag (either may be a wildcard),
+ * copies it into buf and returns its length; a message longer than len ends the job with a
+ * message. Messages carry bytes, not coherence: order shared-memory writes with a barrier, lock
+ * or condition variable. */
+#define MSG_PROC_ALL (-1)
+#define MSG_TAG_ALL (-1)
+void jia_send(char *buf, int len, int topid, int tag);
+int jia_recv(char *buf, int len, int frompid, int tag);
+/* Collectives: every node calls them, in the same order. jia_bcast copies root's len bytes into
+ * every node's buf; jia_reduce combines each node's cnt values at snd, in node order, into rcv
+ * at root. */
+#define SUM_INT 0
+#define MAX_INT 1
+#define MIN_INT 2
+#define SUM_FLOAT 10
+#define MAX_FLOAT 11
+#define MIN_FLOAT 12
+#define SUM_DOUBLE 20
+#define MAX_DOUBLE 21
+#define MIN_DOUBLE 22
+void jia_bcast(char *buf, int len, int root);
+void jia_reduce(char *snd, char *rcv, int cnt, int op, int root);
+
+/* JIAJIA's optional mechanisms. None is needed for correct runs here: jia_config(X, ON) is
+ * accepted and node 0 says once on stderr what was ignored; OFF is what happens anyway. */
+#ifndef ON
+#define OFF 0
+#define ON 1
+#endif
+#define HMIG 0              /* home migration: homes stay where allocation put them */
+#define ADWD 1              /* adaptive write detection: writes are detected per page */
+#define BROADCAST 2         /* broadcast barrier grants: they reach every node anyway */
+#define LOADBAL 3           /* load balancing: jia_divtask divides evenly */
+#define WVEC 4              /* write vectors: diffs are word-granular anyway */
+void jia_config(int feature, int on_off);
+/* JIAJIA 2.1's work division: on entry [*begin, *end] is the whole range (both included); on
+ * return this node's contiguous share, the last node taking the remainder. */
+void jia_divtask(int *begin, int *end);
+void jia_loadcheck(void);   /* does nothing: the division is static */
+
+/* Write-notice hints: empty, as in JIAJIA. */
+#define jia_wtnt(a, b)
+#define jia_wtntw(a)
+#define jia_wtntd(a)
 
 /* Ends the whole job: every node stops, dsmrun exits non-zero with the message. */
 void jia_error_message(const char *msg);
@@ -62,6 +126,57 @@ static inline void jia_error(char *fmt, ...)
     va_end(ap);
     jia_error_message(buf);
 }
+#define jia_errexit jia_error
+
+/* The ANL (SPLASH-2) macros, on JIAJIA's calls. Locks are handed out in turn from
+ * jia_lock_index, modulo Maxlocks. PAUSE flags are condition variables (PAUSE_SET sets, _ACCEPT
+ * and _POLL wait until set, _RESET clears), handed out in turn from jia_cv_index modulo Maxcvs.
+ * GETSUB hands out subscripts 0..max from a counter that must live in shared memory (declare it
+ * with GSDEC in the G_MALLOC'd global structure, as SPLASH programs do), under lock Maxlocks-1;
+ * once past max it returns -1 (the counter is not reset by itself: GSINIT it again). */
+extern int jia_lock_index;
+extern int jia_cv_index;
+#define LOCKDEC(x) int x;
+#define LOCKINIT(x) (x) = (jia_lock_index++) % Maxlocks;
+#define LOCK(x) jia_lock(x);
+#define UNLOCK(x) jia_unlock(x);
+#define ALOCKDEC(x, y) int x[y];
+#define ALOCKINIT(x, y)                                        \
+    {                                                          \
+        int jia_i_;                                            \
+        for (jia_i_ = 0; jia_i_ < (y); jia_i_++)               \
+            (x)[jia_i_] = (jia_lock_index++) % Maxlocks;       \
+    }
+#define ALOCK(x, y) jia_lock((x)[y]);
+#define AULOCK(x, y) jia_unlock((x)[y]);
+#define BARDEC(x) int x;
+#define BARINIT(x)
+#define BARRIER(x, y) jia_barrier();
+#define EXTERN_ENV
+#define MAIN_ENV
+#define MAIN_INITENV(x, y)
+#define MAIN_END
+#define WAIT_FOR_END(x) jia_barrier();
+#define PAUSEDEC(x) int x;
+#define PAUSEINIT(x) (x) = (jia_cv_index++) % Maxcvs;
+#define PAUSE_SET(x, y) jia_setcv(x);
+#define PAUSE_RESET(x) jia_resetcv(x);
+#define PAUSE_ACCEPT(x) jia_waitcv(x);
+#define PAUSE_POLL(x) jia_waitcv(x);
+#define GSDEC(x) int x;
+#define GSINIT(x) (x) = 0;
+#define GETSUB(x, y, z, zz)                                    \
+    {                                                          \
+        jia_lock(Maxlocks - 1);                                \
+        if ((x) <= (z))                                        \
+            (y) = (x)++;                                       \
+        else                                                   \
+            (y) = -1;                                          \
+        jia_unlock(Maxlocks - 1);                              \
+    }
+#define G_MALLOC(x) jia_alloc1((x));
+#define G2_MALLOC(x, y) jia_alloc2((x), (y));
+#define CLOCK(x) (x) = jia_clock();
 
 #ifdef __cplusplus
 }

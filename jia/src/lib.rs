@@ -5,8 +5,15 @@
 //!
 //! `jia_init` joins the job the program was started in: by `dsmrun`, by `srun` or `mpirun`, or,
 //! started directly with a `.jiahosts` in the working directory, by starting the other nodes
-//! itself (as JIAJIA does); with none of these it is a one-node job. `jiapid` and `jiahosts` are
-//! plain `int` globals set by `jia_init`.
+//! itself (as JIAJIA does); with none of these it is a one-node job. `jia_pid` and `hostc`
+//! (JIAJIA 2.1's names; `jia.h` makes `jiapid` and `jiahosts` macros for them) are plain `int`
+//! globals set by `jia_init`; `jiapid` and `jiahosts` are kept as symbols too, for binaries built
+//! against the earlier header.
+//!
+//! Besides shared memory, JIAJIA's message passing (`jia_send`, `jia_recv`, `jia_bcast`,
+//! `jia_reduce`) runs over the job's transport; the calls that steer features this runtime does
+//! not have (`jia_config`, `jia_loadcheck`, `jia_free`) are accepted, do what keeps the program
+//! right, and say once at node 0 what they ignored.
 //!
 //! Misuse that JIAJIA would silently get wrong (a lock number out of range, an allocation that
 //! does not fit) ends the job with a message instead.
@@ -14,12 +21,14 @@
 #![allow(unsafe_code)]
 #![allow(non_upper_case_globals)]
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use dsm_runtime::config;
 use dsm_runtime::launcher::{self, JobSpec};
-use dsm_runtime::{AllocPolicy, Dsm, NodeId};
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, ReduceOp, Reducible};
 
 static DSM: OnceLock<Dsm> = OnceLock::new();
 
@@ -29,6 +38,26 @@ pub static mut jiapid: c_int = 0;
 /// Nodes in the job (JIAJIA's `jiahosts`), set by `jia_init`.
 #[unsafe(no_mangle)]
 pub static mut jiahosts: c_int = 1;
+/// This node's id under JIAJIA 2.1's name (`jia.h` defines `jiapid` as `jia_pid`).
+#[unsafe(no_mangle)]
+pub static mut jia_pid: c_int = 0;
+/// Nodes in the job under JIAJIA 2.1's name (`jia.h` defines `jiahosts` as `hostc`).
+#[unsafe(no_mangle)]
+pub static mut hostc: c_int = 1;
+/// The next lock the ANL macros `LOCKINIT`/`ALOCKINIT` hand out (modulo `Maxlocks`).
+#[unsafe(no_mangle)]
+pub static mut jia_lock_index: c_int = 0;
+/// The next condition variable the ANL macro `PAUSEINIT` hands out (modulo `Maxcvs`).
+#[unsafe(no_mangle)]
+pub static mut jia_cv_index: c_int = 0;
+
+/// When `jia_clock` counts from: the first call of `jia_clock` or `jia_init`, whichever comes
+/// first (a SPLASH-style `CLOCK(start)` may come before `jia_init`).
+static CLOCK0: OnceLock<Instant> = OnceLock::new();
+
+fn clock0() -> Instant {
+    *CLOCK0.get_or_init(Instant::now)
+}
 
 fn die(msg: &str) -> ! {
     match DSM.get() {
@@ -97,6 +126,7 @@ pub unsafe extern "C" fn jia_init(argc: c_int, argv: *const *const c_char) {
     if DSM.get().is_some() {
         return;
     }
+    clock0();
     let result = match self_launch(&args) {
         Some(env) => dsm_runtime::init_job(Some(env)),
         None => dsm_runtime::init(),
@@ -107,8 +137,12 @@ pub unsafe extern "C" fn jia_init(argc: c_int, argv: *const *const c_char) {
     unsafe {
         jiapid = d.id() as c_int;
         jiahosts = d.nodes() as c_int;
+        jia_pid = d.id() as c_int;
+        hostc = d.nodes() as c_int;
     }
     let _ = DSM.set(d);
+    // Notices of calls made before jia_init (jia_config is often the first line of main).
+    print_notices();
 }
 
 /// `void jia_exit(void)`
@@ -252,10 +286,18 @@ pub extern "C" fn jia_waitcv(cv: c_int) {
     dsm().waitcv(id(cv, 16, "jia_waitcv"));
 }
 
-/// `double jia_clock(void)`: seconds since `jia_init`.
+/// `double jia_clock(void)`: seconds since `jia_init` (or since the first `jia_clock` call, if
+/// that came first; it works before `jia_init`, as JIAJIA's does). JIAJIA 3.0's return type.
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_clock() -> f64 {
-    dsm().clock()
+    clock0().elapsed().as_secs_f64()
+}
+
+/// JIAJIA 2.1's `float jia_clock(void)`: `jia.h` binds `jia_clock` to this symbol when the
+/// program is compiled with `-DJIA_FLOAT_CLOCK`.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_clock_float() -> f32 {
+    jia_clock() as f32
 }
 
 /// `unsigned int jia_startstat(void)`
@@ -287,4 +329,417 @@ pub unsafe extern "C" fn jia_error_message(msg: *const c_char) -> ! {
             .into_owned()
     };
     die(&text)
+}
+
+// ----- JIAJIA 2.1 and 3.0's wider interface -----
+
+/// `unsigned long jia_alloc1(int totalsize)`: JIAJIA 2.1, everything homed on node 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_alloc1(totalsize: c_int) -> c_ulong {
+    alloc(totalsize, AllocPolicy::OnNode(NodeId(0)))
+}
+
+/// How many `jia_alloc_random` calls this node made: the seed of the next one's home, so that
+/// every node (making the same calls, as allocation is collective) draws the same home.
+static RANDOM_ALLOCS: AtomicU32 = AtomicU32::new(0);
+
+/// `unsigned long jia_alloc_random(int totalsize)`: JIAJIA 3.0, the whole block homed on a node
+/// drawn at random (the same draw on every node: a hash of the call's sequence number).
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_alloc_random(totalsize: c_int) -> c_ulong {
+    let call = u64::from(RANDOM_ALLOCS.fetch_add(1, Ordering::Relaxed));
+    // SplitMix64's finaliser: a well-spread draw from a counter.
+    let mut z = call.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let home = (z % dsm().nodes() as u64) as u16;
+    alloc(totalsize, AllocPolicy::OnNode(NodeId(home)))
+}
+
+/// `unsigned long jia_alloc_array(int totalsize, int *blocks, int n)`: JIAJIA 3.0, block sizes
+/// from an array, dealt to the nodes in turn from node 0 (`jia_alloc4` with start host 0).
+///
+/// # Safety
+/// `blocks` must point to `n` ints.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jia_alloc_array(
+    totalsize: c_int,
+    blocks: *const c_int,
+    n: c_int,
+) -> c_ulong {
+    // SAFETY: the caller's promise is jia_alloc4's.
+    unsafe { jia_alloc4(totalsize, blocks, n, 0) }
+}
+
+/// `void jia_free(void *addr)`: JIAJIA 3.0. Shared memory is not reused within a job (every
+/// node would have to free the same block at the same point), so this checks the address and
+/// keeps the memory.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_free(addr: *mut c_void) {
+    if addr.is_null() {
+        return;
+    }
+    let d = dsm();
+    let a = addr as usize;
+    if a < d.region_start() {
+        die(&format!(
+            "jia_free({addr:p}): not an address of shared memory"
+        ));
+    }
+    notice(Notice::Free);
+}
+
+/// `jia_config` features (JIAJIA's numbering).
+const HMIG: c_int = 0;
+const ADWD: c_int = 1;
+const BROADCAST: c_int = 2;
+const LOADBAL: c_int = 3;
+const WVEC: c_int = 4;
+
+/// What node 0 says once about a call whose feature has no meaning here.
+#[derive(Clone, Copy)]
+#[repr(u32)]
+enum Notice {
+    HomeMigration = 1 << HMIG,
+    AdaptiveWrites = 1 << ADWD,
+    Broadcast = 1 << BROADCAST,
+    LoadBalance = 1 << LOADBAL,
+    WriteVector = 1 << WVEC,
+    Free = 1 << 8,
+}
+
+impl Notice {
+    const ALL: [Notice; 6] = [
+        Notice::HomeMigration,
+        Notice::AdaptiveWrites,
+        Notice::Broadcast,
+        Notice::LoadBalance,
+        Notice::WriteVector,
+        Notice::Free,
+    ];
+
+    fn text(self) -> &'static str {
+        match self {
+            Notice::HomeMigration => {
+                "jia_config(HMIG, ON) ignored: pages keep the home their allocation gave them"
+            }
+            Notice::AdaptiveWrites => {
+                "jia_config(ADWD, ON) ignored: writes are always detected per page, with twins"
+            }
+            Notice::Broadcast => {
+                "jia_config(BROADCAST, ON) ignored: barrier grants already go to every node"
+            }
+            Notice::LoadBalance => {
+                "jia_config(LOADBAL, ON) ignored: jia_divtask divides work evenly, jia_loadcheck does nothing"
+            }
+            Notice::WriteVector => "jia_config(WVEC, ON) ignored: diffs are always word-granular",
+            Notice::Free => "jia_free keeps the memory: shared memory is not reused within a job",
+        }
+    }
+}
+
+/// Notices asked for, and those already printed.
+static NOTICES_ASKED: AtomicU32 = AtomicU32::new(0);
+static NOTICES_PRINTED: AtomicU32 = AtomicU32::new(0);
+
+fn notice(n: Notice) {
+    NOTICES_ASKED.fetch_or(n as u32, Ordering::Relaxed);
+    print_notices();
+}
+
+/// Prints, at node 0 and once each, the notices asked for so far (none before `jia_init`: the
+/// node's id is not known yet).
+fn print_notices() {
+    let Some(d) = DSM.get() else {
+        return;
+    };
+    if d.id() != 0 {
+        return;
+    }
+    let asked = NOTICES_ASKED.load(Ordering::Relaxed);
+    let new = asked & !NOTICES_PRINTED.fetch_or(asked, Ordering::Relaxed);
+    for n in Notice::ALL {
+        if new & n as u32 != 0 {
+            eprintln!("jia: notice: {}", n.text());
+        }
+    }
+}
+
+/// `void jia_config(int feature, int on_off)`: JIAJIA's switches for its optional mechanisms.
+/// None of them is needed for a correct run here; turning one on is accepted and node 0 says
+/// once what was ignored. Turning one off is what this runtime does anyway.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_config(feature: c_int, on_off: c_int) {
+    let n = match feature {
+        HMIG => Notice::HomeMigration,
+        ADWD => Notice::AdaptiveWrites,
+        BROADCAST => Notice::Broadcast,
+        LOADBAL => Notice::LoadBalance,
+        WVEC => Notice::WriteVector,
+        _ => die(&format!(
+            "jia_config({feature}, {on_off}): unknown feature {feature} (HMIG 0, ADWD 1, BROADCAST 2, LOADBAL 3, WVEC 4)"
+        )),
+    };
+    match on_off {
+        0 => {}
+        1 => notice(n),
+        _ => die(&format!(
+            "jia_config({feature}, {on_off}): the second argument is ON (1) or OFF (0)"
+        )),
+    }
+}
+
+/// This node's contiguous share of `first..=last` among `nodes` (node `me`): an equal share each,
+/// the last node the remainder. `None` when the range is empty.
+fn share(first: i64, last: i64, me: i64, nodes: i64) -> Option<(i64, i64)> {
+    let count = last - first + 1;
+    if count <= 0 {
+        return None;
+    }
+    let each = count / nodes;
+    let begin = first + me * each;
+    let end = if me == nodes - 1 {
+        last
+    } else {
+        begin + each - 1
+    };
+    Some((begin, end))
+}
+
+/// `void jia_divtask(int *begin, int *end)`: JIAJIA 2.1's work division. On entry `*begin` and
+/// `*end` bound the whole iteration space (both included); on return, this node's contiguous
+/// share: `(end - begin + 1) / nodes` iterations each, the last node taking the remainder. A node
+/// whose share is empty gets `*begin > *end`.
+///
+/// # Safety
+/// `begin` and `end` must point to ints.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jia_divtask(begin: *mut c_int, end: *mut c_int) {
+    if begin.is_null() || end.is_null() {
+        die("jia_divtask: begin and end must point to ints");
+    }
+    let d = dsm();
+    // SAFETY: the caller passes pointers to two ints.
+    let (b, e) = unsafe { (i64::from(*begin), i64::from(*end)) };
+    let (nb, ne) = share(b, e, d.id() as i64, d.nodes() as i64).unwrap_or((e + 1, e));
+    // SAFETY: as above; the share lies within [b, e + 1], so it fits an int.
+    unsafe {
+        *begin = nb as c_int;
+        *end = ne as c_int;
+    }
+}
+
+/// `void jia_loadcheck(void)`: JIAJIA 2.1 measured each node's speed here to rebalance
+/// `jia_divtask`; the division here is static, so there is nothing to measure.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_loadcheck() {
+    let _ = dsm();
+}
+
+/// JIAJIA's wildcards for `jia_recv`: any sender, any tag.
+const MSG_PROC_ALL: c_int = -1;
+const MSG_TAG_ALL: c_int = -1;
+
+fn length(len: c_int, buf: *const c_char, what: &str) -> usize {
+    if len < 0 {
+        die(&format!("{what}: length {len} is negative"));
+    }
+    if len > 0 && buf.is_null() {
+        die(&format!("{what}: a null buffer of {len} bytes"));
+    }
+    len as usize
+}
+
+fn node_arg(n: c_int, what: &str, role: &str) -> usize {
+    let nodes = dsm().nodes();
+    if n < 0 || n as usize >= nodes {
+        die(&format!(
+            "{what}: {role} {n} is not a node of the job (0..{nodes})"
+        ));
+    }
+    n as usize
+}
+
+/// `void jia_send(char *buf, int len, int topid, int tag)`: sends `len` bytes to node `topid`
+/// with `tag`; returns at once (the message waits at the receiver for a `jia_recv`).
+///
+/// # Safety
+/// `buf` must hold `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jia_send(buf: *const c_char, len: c_int, topid: c_int, tag: c_int) {
+    let n = length(len, buf, "jia_send");
+    let to = node_arg(topid, "jia_send", "destination");
+    let data = if n == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller passes len readable bytes (a fault on shared memory is served here,
+        // in this thread, like any other access).
+        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }
+    };
+    dsm().send(to, tag, data);
+}
+
+/// `int jia_recv(char *buf, int len, int frompid, int tag)`: waits for the oldest message from
+/// `frompid` (`MSG_PROC_ALL`: any node) with `tag` (`MSG_TAG_ALL`: any tag), copies it into
+/// `buf`, and returns its length. A message longer than `len` ends the job with a message.
+///
+/// # Safety
+/// `buf` must have room for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jia_recv(
+    buf: *mut c_char,
+    len: c_int,
+    frompid: c_int,
+    tag: c_int,
+) -> c_int {
+    let n = length(len, buf, "jia_recv");
+    let from = (frompid != MSG_PROC_ALL).then(|| node_arg(frompid, "jia_recv", "source"));
+    let tag = (tag != MSG_TAG_ALL).then_some(tag);
+    let buf = if n == 0 {
+        &mut [][..]
+    } else {
+        // SAFETY: the caller passes room for len bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
+    };
+    dsm().recv_into(from, tag, buf).len as c_int
+}
+
+/// `void jia_bcast(char *buf, int len, int root)`: every node calls it; node `root`'s `len`
+/// bytes at `buf` are copied into every node's `buf`.
+///
+/// # Safety
+/// `buf` must hold `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jia_bcast(buf: *mut c_char, len: c_int, root: c_int) {
+    let n = length(len, buf, "jia_bcast");
+    let root = node_arg(root, "jia_bcast", "root");
+    let buf = if n == 0 {
+        &mut [][..]
+    } else {
+        // SAFETY: the caller passes len bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
+    };
+    dsm().bcast(root, buf);
+}
+
+/// `jia_reduce`'s operations (JIAJIA 2.1's numbering): the type and the combination.
+fn reduce_op(op: c_int) -> Option<(char, ReduceOp)> {
+    let how = match op % 10 {
+        0 => ReduceOp::Sum,
+        1 => ReduceOp::Max,
+        2 => ReduceOp::Min,
+        _ => return None,
+    };
+    let ty = match op / 10 {
+        0 => 'i',
+        1 => 'f',
+        2 => 'd',
+        _ => return None,
+    };
+    (op >= 0).then_some((ty, how))
+}
+
+/// Reduces `cnt` values of type `T` read from `snd` into `rcv` (at the root).
+///
+/// # Safety
+/// `snd` holds `cnt` values of `T`; at the root `rcv` has room for as many (no alignment needed).
+unsafe fn reduce_as<T: Reducible + Default>(
+    snd: *const c_char,
+    rcv: *mut c_char,
+    cnt: usize,
+    op: ReduceOp,
+    root: usize,
+) {
+    let bytes = cnt * T::BYTES;
+    // SAFETY: the caller passes cnt values at snd.
+    let input = unsafe { std::slice::from_raw_parts(snd.cast::<u8>(), bytes) };
+    let values: Vec<T> = input.chunks_exact(T::BYTES).map(T::get).collect();
+    let d = dsm();
+    let mut out = vec![T::default(); cnt];
+    d.reduce(&values, &mut out, op, root);
+    if d.id() == root {
+        let mut result = Vec::with_capacity(bytes);
+        for v in out {
+            v.put(&mut result);
+        }
+        // SAFETY: the caller passes room for cnt values at rcv on the root.
+        unsafe { std::ptr::copy_nonoverlapping(result.as_ptr(), rcv.cast::<u8>(), bytes) };
+    }
+}
+
+/// `void jia_reduce(char *snd, char *rcv, int cnt, int op, int root)`: every node calls it; the
+/// `cnt` values at each node's `snd` are combined element by element with `op` (`SUM_INT`,
+/// `MAX_FLOAT`, `MIN_DOUBLE`...: `jia.h`), in node order, into `rcv` at node `root`. Other nodes'
+/// `rcv` is not touched.
+///
+/// # Safety
+/// `snd` must hold `cnt` values of the operation's type, and `rcv` at the root room for as many.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jia_reduce(
+    snd: *const c_char,
+    rcv: *mut c_char,
+    cnt: c_int,
+    op: c_int,
+    root: c_int,
+) {
+    let Some((ty, how)) = reduce_op(op) else {
+        die(&format!(
+            "jia_reduce: unknown operation {op} (SUM/MAX/MIN: _INT 0-2, _FLOAT 10-12, _DOUBLE 20-22)"
+        ));
+    };
+    if cnt < 0 {
+        die(&format!("jia_reduce: count {cnt} is negative"));
+    }
+    let root = node_arg(root, "jia_reduce", "root");
+    if cnt > 0 && (snd.is_null() || (dsm().id() == root && rcv.is_null())) {
+        die("jia_reduce: a null buffer");
+    }
+    let cnt = cnt as usize;
+    // SAFETY: the caller's promise, for the type its operation names.
+    unsafe {
+        match ty {
+            'i' => reduce_as::<i32>(snd, rcv, cnt, how, root),
+            'f' => reduce_as::<f32>(snd, rcv, cnt, how, root),
+            _ => reduce_as::<f64>(snd, rcv, cnt, how, root),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divtask_shares_cover_the_range_once_with_the_remainder_last() {
+        for (first, last) in [(0, 99), (1, 10), (5, 5), (-3, 4), (0, 2)] {
+            for nodes in 1..=7 {
+                let mut covered = Vec::new();
+                for me in 0..nodes {
+                    if let Some((b, e)) = share(first, last, me, nodes) {
+                        covered.extend(b..=e);
+                        if me < nodes - 1 {
+                            assert_eq!(e - b + 1, (last - first + 1) / nodes);
+                        }
+                    }
+                }
+                assert_eq!(
+                    covered,
+                    (first..=last).collect::<Vec<_>>(),
+                    "{first}..={last} over {nodes}"
+                );
+            }
+        }
+        assert_eq!(share(3, 2, 0, 2), None);
+    }
+
+    #[test]
+    fn reduce_ops_are_jiajias_numbers() {
+        assert_eq!(reduce_op(0), Some(('i', ReduceOp::Sum)));
+        assert_eq!(reduce_op(11), Some(('f', ReduceOp::Max)));
+        assert_eq!(reduce_op(22), Some(('d', ReduceOp::Min)));
+        for bad in [-1, 3, 13, 30, 9] {
+            assert_eq!(reduce_op(bad), None, "{bad}");
+        }
+    }
 }

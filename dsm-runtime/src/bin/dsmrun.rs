@@ -68,7 +68,15 @@ fn main() -> ExitCode {
         Some(p) => cfg.apply_file(p, true),
         None => cfg.apply_file(std::path::Path::new(".jiaconf"), false),
     };
-    if let Err(e) = file_result.and_then(|()| cfg.apply_env()) {
+    match file_result {
+        Ok(notices) => {
+            for n in notices {
+                eprintln!("dsmrun: notice: {n}");
+            }
+        }
+        Err(e) => return usage_error(&e.to_string()),
+    }
+    if let Err(e) = cfg.apply_env() {
         return usage_error(&e.to_string());
     }
     for kv in &args.set {

@@ -1,0 +1,210 @@
+//! Message passing beside shared memory: JIAJIA's `jia_send`/`jia_recv`, and the channels its
+//! collectives (`jia_bcast`, `jia_reduce`) travel on.
+//!
+//! A letter goes from one node to another as one [`Msg::Send`](crate::msg::Msg::Send) and waits
+//! in the receiver's [`Mailbox`] until a thread asks for it. A receive names the sender and the
+//! tag it wants, either of which may be a wildcard; it takes the oldest letter that matches, so
+//! letters from one sender with one tag are received in the order they were sent (the transports
+//! keep each pair of nodes FIFO). Collectives use channels of their own, so a program's tags never
+//! meet them.
+//!
+//! Letters move data, not coherence: sending is not a release and receiving is not an acquire.
+//! Shared memory written before a send is seen by the receiver only after a synchronisation that
+//! orders it (a barrier, or a lock or condition variable), as in JIAJIA.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::types::{NodeId, WaiterId};
+
+/// The most bytes one letter carries.
+pub const MAX_LETTER_BYTES: usize = 64 << 20;
+
+/// Which traffic a letter belongs to: the program's own, or one of the collectives built on
+/// letters. Receives only ever match letters of their own channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Channel {
+    /// `jia_send`/`jia_recv`: tags are the program's.
+    Send = 0,
+    /// `jia_bcast`: the tag is the broadcast's sequence number.
+    Bcast = 1,
+    /// `jia_reduce`: the tag is the reduction's sequence number.
+    Reduce = 2,
+}
+
+impl Channel {
+    /// The channel with wire code `code`.
+    pub fn from_code(code: u8) -> Option<Channel> {
+        match code {
+            0 => Some(Channel::Send),
+            1 => Some(Channel::Bcast),
+            2 => Some(Channel::Reduce),
+            _ => None,
+        }
+    }
+}
+
+/// A received message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Letter {
+    /// The sender.
+    pub from: NodeId,
+    /// The sender's tag.
+    pub tag: i32,
+    /// The bytes sent.
+    pub data: Vec<u8>,
+}
+
+/// What a receive accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filter {
+    /// The channel.
+    pub channel: Channel,
+    /// Only letters from this node (`None`: any sender, JIAJIA's `MSG_PROC_ALL`).
+    pub from: Option<NodeId>,
+    /// Only letters with this tag (`None`: any tag, JIAJIA's `MSG_TAG_ALL`).
+    pub tag: Option<i32>,
+}
+
+impl Filter {
+    fn accepts(&self, channel: Channel, letter: &Letter) -> bool {
+        self.channel == channel
+            && self.from.is_none_or(|f| f == letter.from)
+            && self.tag.is_none_or(|t| t == letter.tag)
+    }
+}
+
+/// Letters received and not yet taken, and the threads waiting for one.
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    /// Unclaimed letters, oldest first.
+    inbox: VecDeque<(Channel, Letter)>,
+    /// Bytes held in `inbox`.
+    held_bytes: usize,
+    /// Threads blocked in a receive, in the order they asked.
+    waiting: Vec<(WaiterId, Filter)>,
+    /// Letters handed to a waiter that has not taken them yet (it is being resumed).
+    delivered: BTreeMap<WaiterId, Letter>,
+}
+
+impl Mailbox {
+    /// A thread asks for a letter: the oldest matching one if there is one; otherwise the thread
+    /// waits, and [`Mailbox::arrive`] hands it the next match.
+    pub fn receive(&mut self, waiter: WaiterId, filter: Filter) -> Option<Letter> {
+        if let Some(i) = self.inbox.iter().position(|(c, l)| filter.accepts(*c, l)) {
+            let (_, letter) = self.inbox.remove(i)?;
+            self.held_bytes -= letter.data.len();
+            return Some(letter);
+        }
+        self.waiting.push((waiter, filter));
+        None
+    }
+
+    /// A letter came in: returns the waiter it completes, if one was waiting for it (the letter is
+    /// then kept for [`Mailbox::take_delivered`]); otherwise it joins the inbox.
+    pub fn arrive(&mut self, channel: Channel, letter: Letter) -> Option<WaiterId> {
+        if let Some(i) = self
+            .waiting
+            .iter()
+            .position(|(_, f)| f.accepts(channel, &letter))
+        {
+            let (waiter, _) = self.waiting.remove(i);
+            self.delivered.insert(waiter, letter);
+            return Some(waiter);
+        }
+        self.held_bytes += letter.data.len();
+        self.inbox.push_back((channel, letter));
+        None
+    }
+
+    /// The letter handed to `waiter` while it waited.
+    pub fn take_delivered(&mut self, waiter: WaiterId) -> Option<Letter> {
+        self.delivered.remove(&waiter)
+    }
+
+    /// Letters waiting to be received.
+    pub fn held(&self) -> usize {
+        self.inbox.len()
+    }
+
+    /// Bytes of the letters waiting to be received.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// The receives blocked now, for diagnostics.
+    pub fn waiting(&self) -> impl Iterator<Item = &(WaiterId, Filter)> {
+        self.waiting.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letter(from: u16, tag: i32, byte: u8) -> Letter {
+        Letter {
+            from: NodeId(from),
+            tag,
+            data: vec![byte; 3],
+        }
+    }
+
+    fn any(channel: Channel) -> Filter {
+        Filter {
+            channel,
+            from: None,
+            tag: None,
+        }
+    }
+
+    #[test]
+    fn a_receive_takes_the_oldest_match_and_leaves_the_rest() {
+        let mut m = Mailbox::default();
+        assert_eq!(m.arrive(Channel::Send, letter(1, 5, 1)), None);
+        assert_eq!(m.arrive(Channel::Send, letter(2, 6, 2)), None);
+        assert_eq!(m.arrive(Channel::Send, letter(1, 6, 3)), None);
+        assert_eq!(m.held_bytes(), 9);
+        let by_tag = Filter {
+            tag: Some(6),
+            ..any(Channel::Send)
+        };
+        assert_eq!(m.receive(WaiterId(0), by_tag), Some(letter(2, 6, 2)));
+        let by_sender = Filter {
+            from: Some(NodeId(1)),
+            ..by_tag
+        };
+        assert_eq!(m.receive(WaiterId(0), by_sender), Some(letter(1, 6, 3)));
+        assert_eq!(
+            m.receive(WaiterId(0), any(Channel::Send)),
+            Some(letter(1, 5, 1))
+        );
+        assert_eq!((m.held(), m.held_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_waiting_receive_gets_the_first_letter_it_accepts() {
+        let mut m = Mailbox::default();
+        let from2 = Filter {
+            from: Some(NodeId(2)),
+            ..any(Channel::Send)
+        };
+        assert_eq!(m.receive(WaiterId(7), from2), None);
+        assert_eq!(m.arrive(Channel::Send, letter(1, 0, 1)), None);
+        assert_eq!(m.arrive(Channel::Bcast, letter(2, 0, 2)), None);
+        assert_eq!(m.arrive(Channel::Send, letter(2, 0, 3)), Some(WaiterId(7)));
+        assert_eq!(m.take_delivered(WaiterId(7)), Some(letter(2, 0, 3)));
+        assert_eq!(m.take_delivered(WaiterId(7)), None);
+        assert_eq!(m.held(), 2);
+    }
+
+    #[test]
+    fn channels_never_mix() {
+        let mut m = Mailbox::default();
+        m.arrive(Channel::Reduce, letter(1, 3, 1));
+        assert_eq!(m.receive(WaiterId(0), any(Channel::Send)), None);
+        assert_eq!(m.receive(WaiterId(1), any(Channel::Bcast)), None);
+        assert_eq!(m.arrive(Channel::Bcast, letter(1, 3, 2)), Some(WaiterId(1)));
+        assert_eq!(m.waiting().count(), 1);
+    }
+}

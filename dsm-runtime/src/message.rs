@@ -1,0 +1,288 @@
+//! Message passing beside shared memory: point-to-point letters (JIAJIA's `jia_send` and
+//! `jia_recv`), a broadcast (`jia_bcast`) and a reduction (`jia_reduce`).
+//!
+//! The letters are the protocol core's ([`dsm_core::mailbox`]): a send does not block (the letter
+//! waits in the receiver's mailbox), a receive takes the oldest letter that matches its sender and
+//! tag (either may be a wildcard) and waits for one if there is none. Letters move bytes, not
+//! coherence: order shared-memory writes before a letter with a barrier, lock or condition
+//! variable, as with any other data.
+//!
+//! The collectives travel on channels of their own, tagged with their sequence number, so a
+//! program's tags never meet them: every node must make the same collective calls in the same
+//! order, as with allocation. A broadcast is one letter from the root to each other node; a
+//! reduction one letter from each node to the root, which combines the contributions in node
+//! order (so a floating-point sum comes out the same in every run).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use dsm_core::NodeId;
+use dsm_core::mailbox::{Channel, Filter, Letter};
+
+use crate::Dsm;
+
+/// How [`Dsm::reduce`] combines the nodes' values, element by element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// The sum.
+    Sum,
+    /// The largest value.
+    Max,
+    /// The smallest value.
+    Min,
+}
+
+/// A value [`Dsm::reduce`] can combine: fixed-size, sent as its little-endian bytes.
+pub trait Reducible: Copy + Send + 'static {
+    /// Bytes of one value.
+    const BYTES: usize;
+    /// Appends the value's bytes.
+    fn put(self, out: &mut Vec<u8>);
+    /// The value from exactly [`Reducible::BYTES`] bytes.
+    fn get(bytes: &[u8]) -> Self;
+    /// `self` combined with `other`.
+    fn combine(self, other: Self, op: ReduceOp) -> Self;
+}
+
+macro_rules! reducible {
+    ($($t:ty: $sum:expr;)*) => {$(
+        impl Reducible for $t {
+            const BYTES: usize = std::mem::size_of::<$t>();
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn get(bytes: &[u8]) -> Self {
+                let mut b = [0; std::mem::size_of::<$t>()];
+                b.copy_from_slice(bytes);
+                <$t>::from_le_bytes(b)
+            }
+            fn combine(self, other: Self, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Sum => $sum(self, other),
+                    ReduceOp::Max => if other > self { other } else { self },
+                    ReduceOp::Min => if other < self { other } else { self },
+                }
+            }
+        }
+    )*};
+}
+
+// Integers wrap on overflow, as C's do on every machine we run on.
+reducible! {
+    i32: i32::wrapping_add;
+    i64: i64::wrapping_add;
+    u32: u32::wrapping_add;
+    u64: u64::wrapping_add;
+    f32: |a: f32, b: f32| a + b;
+    f64: |a: f64, b: f64| a + b;
+}
+
+/// What [`Dsm::recv_into`] received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The sender.
+    pub from: usize,
+    /// The sender's tag.
+    pub tag: i32,
+    /// Bytes received (the letter's length).
+    pub len: usize,
+}
+
+impl Dsm {
+    fn node_id(&self, n: usize, what: &str) -> NodeId {
+        if n >= self.nodes() {
+            crate::fatal(&format!(
+                "{what}: node {n} is not in the job (0..{})",
+                self.nodes()
+            ));
+        }
+        NodeId(n as u16)
+    }
+
+    fn post(&self, what: &'static str, to: NodeId, channel: Channel, tag: i32, data: Vec<u8>) {
+        self.call_or_die(what, move |s, _| {
+            s.node.send_letter(to, channel, tag, data).map(|()| Some(0))
+        });
+    }
+
+    fn take(&self, what: &'static str, filter: Filter) -> Letter {
+        let out: Arc<Mutex<Option<Letter>>> = Arc::default();
+        let o = out.clone();
+        self.call_or_die(what, move |s, w| {
+            let got = s.node.receive(filter, w)?;
+            let done = got.is_some();
+            *o.lock().unwrap_or_else(|p| p.into_inner()) = got;
+            Ok(done.then_some(0))
+        });
+        if let Some(l) = out.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return l;
+        }
+        // The receive waited: the letter that completed it is kept for this thread.
+        let o = out.clone();
+        self.call_or_die(what, move |s, w| {
+            *o.lock().unwrap_or_else(|p| p.into_inner()) = s.node.take_letter(w);
+            Ok(Some(0))
+        });
+        let letter = out.lock().unwrap_or_else(|p| p.into_inner()).take();
+        letter.unwrap_or_else(|| crate::fatal(&format!("{what}: resumed without a message")))
+    }
+
+    /// Sends `data` to node `to` with `tag` (`jia_send`). Does not wait for the receiver: the
+    /// message waits in `to`'s mailbox until a receive there takes it. A node may send to itself.
+    #[track_caller]
+    pub fn send(&self, to: usize, tag: i32, data: &[u8]) {
+        let to = self.node_id(to, "jia_send");
+        self.post("jia_send", to, Channel::Send, tag, data.to_vec());
+    }
+
+    /// Receives the oldest message from `from` with `tag` (`None`: any sender, any tag; JIAJIA's
+    /// `MSG_PROC_ALL`, `MSG_TAG_ALL`), waiting for one if none is here (`jia_recv`).
+    #[track_caller]
+    pub fn recv(&self, from: Option<usize>, tag: Option<i32>) -> Letter {
+        let from = from.map(|f| self.node_id(f, "jia_recv"));
+        self.take(
+            "jia_recv",
+            Filter {
+                channel: Channel::Send,
+                from,
+                tag,
+            },
+        )
+    }
+
+    /// [`Dsm::recv`] into `buf`. A message longer than `buf` ends the job with a message saying
+    /// so (nothing is cut silently).
+    #[track_caller]
+    pub fn recv_into(&self, from: Option<usize>, tag: Option<i32>, buf: &mut [u8]) -> Received {
+        let l = self.recv(from, tag);
+        if l.data.len() > buf.len() {
+            crate::fatal(&format!(
+                "jia_recv: the message from node {} with tag {} has {} bytes, more than the {} of the buffer",
+                l.from.0,
+                l.tag,
+                l.data.len(),
+                buf.len()
+            ));
+        }
+        buf[..l.data.len()].copy_from_slice(&l.data);
+        Received {
+            from: usize::from(l.from.0),
+            tag: l.tag,
+            len: l.data.len(),
+        }
+    }
+
+    /// Copies `buf` of node `root` into `buf` of every node (`jia_bcast`; collective: every node
+    /// calls it, with buffers of the same length).
+    #[track_caller]
+    pub fn bcast(&self, root: usize, buf: &mut [u8]) {
+        let root = self.node_id(root, "jia_bcast");
+        let seq = self.bcasts.fetch_add(1, Ordering::Relaxed) as i32;
+        if usize::from(root.0) == self.id() {
+            for n in (0..self.nodes()).filter(|&n| n != self.id()) {
+                self.post(
+                    "jia_bcast",
+                    NodeId(n as u16),
+                    Channel::Bcast,
+                    seq,
+                    buf.to_vec(),
+                );
+            }
+            return;
+        }
+        let l = self.take(
+            "jia_bcast",
+            Filter {
+                channel: Channel::Bcast,
+                from: Some(root),
+                tag: Some(seq),
+            },
+        );
+        if l.data.len() != buf.len() {
+            crate::fatal(&format!(
+                "jia_bcast: node {} broadcast {} bytes, and this node's buffer has {} (every node must pass the same length)",
+                root.0,
+                l.data.len(),
+                buf.len()
+            ));
+        }
+        buf.copy_from_slice(&l.data);
+    }
+
+    /// Combines every node's `send` element by element with `op` into `recv` at node `root`
+    /// (`jia_reduce`; collective: every node calls it with the same length). `recv` is written at
+    /// the root only, and must be as long as `send` there.
+    #[track_caller]
+    pub fn reduce<T: Reducible>(&self, send: &[T], recv: &mut [T], op: ReduceOp, root: usize) {
+        let root = self.node_id(root, "jia_reduce");
+        let seq = self.reductions.fetch_add(1, Ordering::Relaxed) as i32;
+        let mut bytes = Vec::with_capacity(send.len() * T::BYTES);
+        for &v in send {
+            v.put(&mut bytes);
+        }
+        if usize::from(root.0) != self.id() {
+            self.post("jia_reduce", root, Channel::Reduce, seq, bytes);
+            return;
+        }
+        if recv.len() < send.len() {
+            crate::fatal(&format!(
+                "jia_reduce: the result buffer holds {} values, fewer than the {} reduced",
+                recv.len(),
+                send.len()
+            ));
+        }
+        // The contributions in node order, the root's own among them.
+        let mut acc: Option<Vec<T>> = None;
+        for n in 0..self.nodes() {
+            let contribution = if n == self.id() {
+                bytes.clone()
+            } else {
+                let l = self.take(
+                    "jia_reduce",
+                    Filter {
+                        channel: Channel::Reduce,
+                        from: Some(NodeId(n as u16)),
+                        tag: Some(seq),
+                    },
+                );
+                if l.data.len() != bytes.len() {
+                    crate::fatal(&format!(
+                        "jia_reduce: node {n} reduced {} bytes, the root {} (every node must pass the same count)",
+                        l.data.len(),
+                        bytes.len()
+                    ));
+                }
+                l.data
+            };
+            let values = contribution.chunks_exact(T::BYTES).map(T::get);
+            acc = Some(match acc {
+                None => values.collect(),
+                Some(a) => a
+                    .into_iter()
+                    .zip(values)
+                    .map(|(x, y)| x.combine(y, op))
+                    .collect(),
+            });
+        }
+        recv[..send.len()].copy_from_slice(&acc.unwrap_or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_combine() {
+        let mut b = Vec::new();
+        (-7i32).put(&mut b);
+        2.5f64.put(&mut b);
+        assert_eq!(i32::get(&b[..4]), -7);
+        assert_eq!(f64::get(&b[4..]), 2.5);
+        assert_eq!(i32::MAX.combine(1, ReduceOp::Sum), i32::MIN);
+        assert_eq!(3i32.combine(-4, ReduceOp::Max), 3);
+        assert_eq!(3i32.combine(-4, ReduceOp::Min), -4);
+        assert_eq!(1.5f32.combine(2.0, ReduceOp::Sum), 3.5);
+        assert_eq!(1.5f64.combine(2.0, ReduceOp::Max), 2.0);
+    }
+}

@@ -1,0 +1,223 @@
+//! JIAJIA programs run unchanged: the C programs of `tests/c`, written against the whole of
+//! JIAJIA 2.1's and 3.0's interface (the ANL macros in SPLASH style, 2.1's names and float clock,
+//! message passing and collectives, 3.0's allocation calls and headers), compiled with the
+//! README's `cc` line and exact on 1, 2 and 4 nodes over UDP and TCP; JIAJIA 3.0's own
+//! `.jiaconf`; the once-only notices of the switches that mean nothing here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dsm_tests::{bin, bin_dir, run_with_deadline, text};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// `cc -O2 -Wall -Werror FLAGS tests/c/<name>.c -Ijia/include -Ltarget/... -ljia -lpthread -ldl
+/// -lm -Wl,-rpath,...`: the README's line, warnings as errors.
+fn compile(name: &str, flags: &[&str]) -> PathBuf {
+    let lib = bin_dir();
+    let out = std::env::temp_dir().join(format!("dsm-jiajia-{name}-{}", std::process::id()));
+    let r = Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(repo().join(format!("tests/c/{name}.c")))
+        .arg("-I")
+        .arg(repo().join("jia/include"))
+        .arg("-L")
+        .arg(&lib)
+        .args(["-ljia", "-lpthread", "-ldl", "-lm"])
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .expect("run cc");
+    assert!(r.status.success(), "cc {name}.c failed:\n{}", text(&r));
+    out
+}
+
+fn run(nodes: usize, transport: &str, program: &Path, args: &[&str], dir: Option<&Path>) -> Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg("-n")
+        .arg(nodes.to_string())
+        .args(["--transport", transport])
+        .arg(program)
+        .args(args);
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+fn assert_ok(out: &Output, want: &str, nodes: usize) {
+    let t = text(out);
+    assert!(out.status.success(), "{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(want) && stdout.contains(&format!("nodes={nodes}")),
+        "no `{want} ... nodes={nodes}`:\n{t}"
+    );
+}
+
+/// (program, extra cc flags, arguments, the start of its result line)
+const PROGRAMS: &[(&str, &[&str], &[&str], &str)] = &[
+    ("splash", &[], &["1500"], "c-splash OK tasks=1500"),
+    (
+        "jia21",
+        &["-DJIA_FLOAT_CLOCK"],
+        &["50000", "3"],
+        "c-jia21 OK n=50000",
+    ),
+    ("messages", &[], &["10"], "c-messages OK rounds=10"),
+];
+
+#[test]
+fn the_c_test_programs_are_exact_on_one_two_and_four_nodes_over_udp_and_tcp() {
+    for (name, flags, args, want) in PROGRAMS {
+        let exe = compile(name, flags);
+        for transport in ["udp", "tcp"] {
+            for n in [1, 2, 4] {
+                assert_ok(&run(n, transport, &exe, args, None), want, n);
+            }
+        }
+        let _ = std::fs::remove_file(exe);
+    }
+}
+
+/// A 2.1 program that declares `float jia_clock();` itself conflicts with 3.0's `double`: it
+/// compiles with `-DJIA_FLOAT_CLOCK`, and without it fails at compile time (not at run time).
+#[test]
+fn a_float_clock_program_needs_the_float_clock_switch() {
+    let lib = bin_dir();
+    let r = Command::new("cc")
+        .args(["-fsyntax-only", "-Wall"])
+        .arg(repo().join("tests/c/jia21.c"))
+        .arg("-I")
+        .arg(repo().join("jia/include"))
+        .arg("-L")
+        .arg(&lib)
+        .output()
+        .expect("run cc");
+    assert!(!r.status.success(), "{}", text(&r));
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("conflicting types for 'jia_clock'")
+            || String::from_utf8_lossy(&r.stderr)
+                .contains("conflicting types for \u{2018}jia_clock\u{2019}"),
+        "{}",
+        text(&r)
+    );
+}
+
+/// jia_config(X, ON) for a switch with no meaning here: node 0 says once per switch what was
+/// ignored (jia21 turns HMIG on twice), the other nodes say nothing, and the run is exact.
+#[test]
+fn ignored_switches_are_named_once_at_node_zero() {
+    let exe = compile("jia21", &["-DJIA_FLOAT_CLOCK"]);
+    let out = run(4, "udp", &exe, &["1000", "1"], None);
+    assert_ok(&out, "c-jia21 OK", 4);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for switch in ["HMIG", "LOADBAL", "BROADCAST", "WVEC"] {
+        let lines = err
+            .lines()
+            .filter(|l| l.starts_with(&format!("jia: notice: jia_config({switch}, ON) ignored")))
+            .count();
+        assert_eq!(lines, 1, "{switch}:\n{}", text(&out));
+    }
+    let _ = std::fs::remove_file(exe);
+}
+
+/// JIAJIA 3.0's own `.jiaconf`, every key in its format and meaning: the job runs (over the TCP
+/// it names), and the one key that means something else here is named with its file and line.
+#[test]
+fn a_jiajia_3_jiaconf_is_accepted() {
+    let dir = std::env::temp_dir().join(format!("dsm-jiaconf3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(".jiaconf"),
+        "# JIAJIA 3.0 configuration file\n\
+         system_mode = hybrid\n\
+         comm_type = tcp\n\
+         global_start_addr = 0x400000000\n\
+         msg_buffer_size = 16\n\
+         msg_queue_size = 32\n\
+         prefetch = on\n\
+         prefetch_pages = 2\n\
+         max_checking_pages = 8\n",
+    )
+    .unwrap();
+    let exe = compile("splash", &[]);
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "--stats"])
+        .arg(&exe)
+        .arg("500")
+        .current_dir(&dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert_ok(&out, "c-splash OK", 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("dsmrun: notice: .jiaconf:5: msg_buffer_size = 16 read as JIAJIA 3.0's count of message slots"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        err.contains("tcp frames sent"),
+        "the file's transport is used:\n{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(exe);
+}
+
+/// Misuse of message passing ends the job with a message naming the call, not a hang or a
+/// backtrace: a destination outside the job, a message longer than the receive buffer.
+#[test]
+fn message_misuse_ends_the_job_with_a_message() {
+    let src = std::env::temp_dir().join(format!("dsm-msg-misuse-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\n#include \"jia.h\"\n\
+         int main(int c, char **v) { char b[64] = {0}; jia_init(c, v);\n\
+         if (atoi(v[1]) == 0 && jiapid == 1) jia_send(b, 8, jiahosts, 0);\n\
+         if (atoi(v[1]) == 1) { if (jiapid == 0) jia_send(b, 64, 1, 3); else if (jiapid == 1) jia_recv(b, 16, 0, 3); }\n\
+         jia_barrier(); jia_exit(); return 0; }\n",
+    )
+    .unwrap();
+    let lib = bin_dir();
+    let exe = src.with_extension("");
+    let r = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(repo().join("jia/include"))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-ljia")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    for (case, want) in [
+        (
+            "0",
+            "jia_send: destination 2 is not a node of the job (0..2)",
+        ),
+        (
+            "1",
+            "jia_recv: the message from node 0 with tag 3 has 64 bytes, more than the 16 of the buffer",
+        ),
+    ] {
+        let out = run(2, "udp", &exe, &[case], None);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{}", text(&out));
+        assert!(!err.contains("panicked"), "{}", text(&out));
+        assert!(err.contains("dsmrun: node 1"), "{}", text(&out));
+    }
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}
