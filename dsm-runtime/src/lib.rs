@@ -148,6 +148,9 @@ pub struct Dsm {
     base: usize,
     t0: Instant,
     exited: AtomicBool,
+    /// `jia_exit` is done: the service thread is gone, and any further call ends the process
+    /// with a message instead of waiting forever for it.
+    left: AtomicBool,
     service: Mutex<Option<JoinHandle<()>>>,
     /// Sequence numbers of this node's broadcasts and reductions (collective: every node
     /// counts the same calls), the tags their letters carry.
@@ -249,6 +252,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         base,
         t0,
         exited: AtomicBool::new(false),
+        left: AtomicBool::new(false),
         service: Mutex::new(Some(handle)),
         bcasts: AtomicU32::new(0),
         reductions: AtomicU32::new(0),
@@ -399,8 +403,14 @@ impl Dsm {
 
     fn call(
         &self,
+        what: &str,
         f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
     ) -> Result<u64, UsageError> {
+        if self.left.load(Ordering::SeqCst) {
+            fatal(&format!(
+                "{what} after jia_exit: this node has left the job, nothing can answer it"
+            ));
+        }
         let Some(slot) = slots::my_slot() else {
             fatal(&format!(
                 "more than {} threads use the DSM",
@@ -422,14 +432,19 @@ impl Dsm {
         Ok(r)
     }
 
+    /// [`Dsm::call`], ending the process with a message that names the call, what was wrong
+    /// and the application's line that made it (a misuse, like unlocking a lock not held, is
+    /// the program's bug: the job cannot go on, and a backtrace would not say more).
+    #[track_caller]
     fn call_or_die(
         &self,
         what: &str,
         f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
     ) -> u64 {
-        match self.call(f) {
+        let at = std::panic::Location::caller();
+        match self.call(what, f) {
             Ok(v) => v,
-            Err(e) => panic!("{what}: {e}"),
+            Err(e) => fatal(&format!("{what}: {e} (at {at})")),
         }
     }
 
@@ -440,11 +455,12 @@ impl Dsm {
         policy: AllocPolicy,
     ) -> Result<SharedArray<T>, UsageError> {
         let bytes = (len * std::mem::size_of::<T>()).max(1) as u64;
-        let off = self.call(move |s, _| s.alloc(policy, bytes).map(Some))?;
+        let off = self.call("jia_alloc", move |s, _| s.alloc(policy, bytes).map(Some))?;
         Ok(SharedArray::new((self.base + off as usize) as *mut T, len))
     }
 
     /// Acquires lock `lock` (0..64) for this thread until the guard drops (`jia_lock`).
+    #[track_caller]
     pub fn lock(&self, lock: u16) -> LockGuard<'_> {
         let now_lock = LockId(lock);
         self.call_or_die("jia_lock", move |s, w| {
@@ -461,17 +477,27 @@ impl Dsm {
         });
     }
 
-    /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`].
-    pub fn lock_raw(&self, lock: u16) {
-        std::mem::forget(self.lock(lock));
+    /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`]. A lock
+    /// this thread holds or asks for already is an error.
+    pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
+        self.call("jia_lock", move |s, w| {
+            let now = s.now();
+            s.node.acquire(now, LockId(lock), w).map(|()| None)
+        })
+        .map(drop)
     }
 
-    /// `jia_unlock`.
-    pub fn unlock_raw(&self, lock: u16) {
-        self.unlock(lock);
+    /// `jia_unlock`: a lock this thread does not hold is an error.
+    pub fn unlock_raw(&self, lock: u16) -> Result<(), UsageError> {
+        self.call("jia_unlock", move |s, w| {
+            let now = s.now();
+            s.node.release(now, LockId(lock), w).map(|()| None)
+        })
+        .map(drop)
     }
 
     /// A barrier with coherence (`jia_barrier`).
+    #[track_caller]
     pub fn barrier(&self) {
         self.call_or_die("jia_barrier", |s, w| {
             let now = s.now();
@@ -480,6 +506,7 @@ impl Dsm {
     }
 
     /// A barrier without coherence (`jia_wait`).
+    #[track_caller]
     pub fn wait(&self) {
         self.call_or_die("jia_wait", |s, w| {
             let now = s.now();
@@ -488,6 +515,7 @@ impl Dsm {
     }
 
     /// Sets condition variable `cv` (0..16), a release (`jia_setcv`).
+    #[track_caller]
     pub fn setcv(&self, cv: u16) {
         self.call_or_die("jia_setcv", move |s, w| {
             let now = s.now();
@@ -496,6 +524,7 @@ impl Dsm {
     }
 
     /// Clears condition variable `cv` (`jia_resetcv`).
+    #[track_caller]
     pub fn resetcv(&self, cv: u16) {
         self.call_or_die("jia_resetcv", move |s, w| {
             let now = s.now();
@@ -504,6 +533,7 @@ impl Dsm {
     }
 
     /// Waits until condition variable `cv` is set, an acquire (`jia_waitcv`).
+    #[track_caller]
     pub fn waitcv(&self, cv: u16) {
         self.call_or_die("jia_waitcv", move |s, w| {
             let now = s.now();
@@ -544,13 +574,15 @@ impl Dsm {
     /// other nodes, exits with status 1.
     pub fn error(&self, msg: &str) -> ! {
         let text = msg.to_string();
-        let t = text.clone();
-        let _ = self.call(move |s, _| {
-            s.node.broadcast_error(&t);
-            Ok(Some(0))
-        });
-        // Give the service thread a moment to put the error on the wire.
-        std::thread::sleep(Duration::from_millis(100));
+        if !self.left.load(Ordering::SeqCst) {
+            let t = text.clone();
+            let _ = self.call("jia_error", move |s, _| {
+                s.node.broadcast_error(&t);
+                Ok(Some(0))
+            });
+            // Give the service thread a moment to put the error on the wire.
+            std::thread::sleep(Duration::from_millis(100));
+        }
         fatal(&text);
     }
 
@@ -573,6 +605,7 @@ impl Dsm {
         {
             let _ = h.join();
         }
+        self.left.store(true, Ordering::SeqCst);
     }
 }
 
@@ -583,7 +616,7 @@ impl Drop for Dsm {
         }
         if std::thread::panicking() {
             let text = format!("node {} panicked", self.rank);
-            let _ = self.call(move |s, _| {
+            let _ = self.call("jia_error", move |s, _| {
                 s.node.broadcast_error(&text);
                 Ok(Some(0))
             });

@@ -29,6 +29,9 @@ pub(crate) const OP_CALL: u32 = 3;
 
 pub(crate) struct Slot {
     pub state: AtomicU32,
+    /// The kernel id of the thread that holds the slot (0: none yet): a slot whose thread has
+    /// ended is taken over by the next thread that finds no free slot.
+    pub tid: AtomicI32,
     pub op: AtomicU32,
     pub arg: AtomicU64,
     pub result: AtomicU64,
@@ -38,6 +41,7 @@ impl Slot {
     const fn new() -> Slot {
         Slot {
             state: AtomicU32::new(FREE),
+            tid: AtomicI32::new(0),
             op: AtomicU32::new(0),
             arg: AtomicU64::new(0),
             result: AtomicU64::new(0),
@@ -73,19 +77,40 @@ thread_local! {
     pub(crate) static IS_SERVICE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// This thread's slot index, claiming a free slot on first use. Async-signal-safe.
+/// This thread's slot index, claiming a slot on first use: a free one, else one whose thread has
+/// ended (so a program may start any number of threads over its life, [`MAX_THREADS`] at a
+/// time). Async-signal-safe: atomics and two system calls that keep errno.
 pub(crate) fn my_slot() -> Option<usize> {
     let cur = MY_SLOT.with(|s| s.get());
     if cur != u32::MAX {
         return Some(cur as usize);
     }
+    let me = sys::gettid();
+    let claim = |i: usize| {
+        MY_SLOT.with(|c| c.set(i as u32));
+        Some(i)
+    };
     for (i, s) in SLOTS.slots.iter().enumerate() {
         if s.state
             .compare_exchange(FREE, IDLE, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            MY_SLOT.with(|c| c.set(i as u32));
-            return Some(i);
+            s.tid.store(me, Ordering::Release);
+            return claim(i);
+        }
+    }
+    // Every slot was claimed: take over one whose thread is gone. Such a slot is idle (its thread
+    // ended outside any request); the compare-exchange on its owner makes one thread win it.
+    for (i, s) in SLOTS.slots.iter().enumerate() {
+        let owner = s.tid.load(Ordering::Acquire);
+        if owner != 0
+            && s.state.load(Ordering::Acquire) == IDLE
+            && !sys::thread_exists(owner)
+            && s.tid
+                .compare_exchange(owner, me, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return claim(i);
         }
     }
     None

@@ -237,9 +237,9 @@ pub extern "C" fn jia_alloc(totalsize: c_int) -> c_ulong {
     alloc(totalsize, AllocPolicy::RoundRobin)
 }
 
-fn id(v: c_int, max: u16, what: &str) -> u16 {
-    if v < 0 || v >= c_int::from(max) {
-        die(&format!("{what}({v}): allowed 0..{max}"));
+fn id(v: c_int, count: u16, what: &str) -> u16 {
+    if v < 0 || v >= c_int::from(count) {
+        die(&format!("{what}({v}): allowed 0..{}", count - 1));
     }
     v as u16
 }
@@ -247,13 +247,19 @@ fn id(v: c_int, max: u16, what: &str) -> u16 {
 /// `void jia_lock(int lockid)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_lock(lockid: c_int) {
-    dsm().lock_raw(id(lockid, 64, "jia_lock"));
+    let l = id(lockid, 64, "jia_lock");
+    if let Err(e) = dsm().lock_raw(l) {
+        die(&format!("jia_lock({lockid}): {e}"));
+    }
 }
 
 /// `void jia_unlock(int lockid)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_unlock(lockid: c_int) {
-    dsm().unlock_raw(id(lockid, 64, "jia_unlock"));
+    let l = id(lockid, 64, "jia_unlock");
+    if let Err(e) = dsm().unlock_raw(l) {
+        die(&format!("jia_unlock({lockid}): {e}"));
+    }
 }
 
 /// `void jia_barrier(void)`

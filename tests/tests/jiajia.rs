@@ -172,10 +172,11 @@ fn a_jiajia_3_jiaconf_is_accepted() {
     let _ = std::fs::remove_file(exe);
 }
 
-/// Misuse of message passing ends the job with a message naming the call, not a hang or a
-/// backtrace: a destination outside the job, a message longer than the receive buffer.
+/// Misuse ends the job with a message naming the call and what was wrong, not a hang, a Rust
+/// backtrace or SIGABRT: a message to a node outside the job, a message longer than the receive
+/// buffer, lock 64, locking a lock twice, unlocking a lock not held, a barrier after jia_exit.
 #[test]
-fn message_misuse_ends_the_job_with_a_message() {
+fn misuse_ends_the_job_with_a_message() {
     let src = std::env::temp_dir().join(format!("dsm-msg-misuse-{}.c", std::process::id()));
     std::fs::write(
         &src,
@@ -183,7 +184,12 @@ fn message_misuse_ends_the_job_with_a_message() {
          int main(int c, char **v) { char b[64] = {0}; jia_init(c, v);\n\
          if (atoi(v[1]) == 0 && jiapid == 1) jia_send(b, 8, jiahosts, 0);\n\
          if (atoi(v[1]) == 1) { if (jiapid == 0) jia_send(b, 64, 1, 3); else if (jiapid == 1) jia_recv(b, 16, 0, 3); }\n\
-         jia_barrier(); jia_exit(); return 0; }\n",
+         if (atoi(v[1]) == 2 && jiapid == 1) jia_lock(64);\n\
+         if (atoi(v[1]) == 3 && jiapid == 1) { jia_lock(5); jia_lock(5); }\n\
+         if (atoi(v[1]) == 4 && jiapid == 1) jia_unlock(6);\n\
+         jia_barrier(); jia_exit();\n\
+         if (atoi(v[1]) == 5 && jiapid == 1) jia_barrier();\n\
+         return 0; }\n",
     )
     .unwrap();
     let lib = bin_dir();
@@ -215,7 +221,11 @@ fn message_misuse_ends_the_job_with_a_message() {
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{}", text(&out));
-        assert!(!err.contains("panicked"), "{}", text(&out));
+        assert!(
+            !err.contains("panicked") && !err.contains("backtrace"),
+            "{}",
+            text(&out)
+        );
         assert!(err.contains("dsmrun: node 1"), "{}", text(&out));
     }
     let _ = std::fs::remove_file(src);

@@ -34,6 +34,37 @@ fn a_lock_protected_counter_is_exact_on_four_nodes() {
     probe_ok(4, &[], "counter", "counter OK 800");
 }
 
+/// A call after `exit` ends the node with a message instead of waiting forever for a service
+/// thread that is gone; a misuse names the call, what was wrong and the program's own line.
+#[test]
+fn misuse_names_the_call_and_the_programs_line() {
+    for (case, want) in [
+        (
+            "barrier-after-exit",
+            "dsm node 1: error: jia_barrier after jia_exit: this node has left the job",
+        ),
+        (
+            "lock-twice",
+            "dsm node 1: error: jia_lock: lock 2 is already held or requested by this thread (at tests/src/bin/probe.rs:",
+        ),
+    ] {
+        let out = dsmrun(2, &[], "probe", &[case]);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{case}:\n{t}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{case}:\n{t}"
+        );
+        assert!(!t.contains("panicked"), "{case}:\n{t}");
+    }
+}
+
+#[test]
+fn threads_that_end_give_their_slot_to_the_next() {
+    // 400 threads over each node's life, more than its 256 slots.
+    probe_ok(2, &[], "many-threads", "many-threads OK 800");
+}
+
 #[test]
 fn a_condition_variable_carries_the_writes_before_setcv() {
     probe_ok(3, &[], "cv", "cv OK");

@@ -151,6 +151,29 @@ pub fn futex_wake(word: &AtomicU32) {
     };
 }
 
+/// This thread's kernel id. Async-signal-safe.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Whether thread `tid` of this process still exists (`tgkill` with signal 0 sends nothing; it
+/// only checks). A thread id can be reused by a later thread, so `true` is "maybe". Async-signal-
+/// safe.
+/// Keeps errno as it was (this may run in a signal handler).
+pub fn thread_exists(tid: i32) -> bool {
+    // SAFETY: __errno_location returns this thread's errno; tgkill with signal 0 is never
+    // delivered, the call only looks the thread up; errno is put back as it was.
+    unsafe {
+        let errno = libc::__errno_location();
+        let saved = *errno;
+        let r = libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0);
+        let gone = r != 0 && *errno == libc::ESRCH;
+        *errno = saved;
+        !gone
+    }
+}
+
 /// Writes `msg` to stderr with write(2). Async-signal-safe.
 pub fn write_stderr(msg: &[u8]) {
     // SAFETY: writes from a live byte slice to fd 2.

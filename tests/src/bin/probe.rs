@@ -216,6 +216,44 @@ fn threads(dsm: &Dsm) {
     }
 }
 
+/// 400 short-lived threads per node, two alive at a time, each faulting on remote pages and
+/// taking a lock: more threads over the node's life than it has slots, which are reused once
+/// their threads end. The lock-protected count must come out exact.
+fn many_threads(dsm: &Dsm) {
+    const THREADS: usize = 400;
+    let n = dsm.nodes();
+    let a = filled_blocks(dsm, 8, |i| i as u64);
+    let count: SharedArray<u64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    dsm.barrier();
+    let bad = AtomicUsize::new(0);
+    for round in 0..THREADS / 2 {
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let bad = &bad;
+                s.spawn(move || {
+                    let i = (round * 2 + t) * 97 % a.len();
+                    if a.get(i) != i as u64 {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _g = dsm.lock(3);
+                    count.set(0, count.get(0) + 1);
+                });
+            }
+        });
+    }
+    dsm.barrier();
+    let total = count.get(0);
+    check(
+        dsm,
+        bad.load(Ordering::Relaxed) == 0 && total == (THREADS * n) as u64,
+        &format!("{total} increments by {THREADS} threads on each of {n} nodes"),
+    );
+    dsm.barrier();
+    if dsm.id() == 0 {
+        println!("many-threads OK {total}");
+    }
+}
+
 /// Node 1 writes a round number into every page under lock 0; on the other nodes one thread reads
 /// all pages under the same lock and must see one round everywhere, while a second thread reads
 /// the same pages without the lock, so pages are fetched, prefetched and opened by the fault
@@ -327,6 +365,7 @@ fn main() {
         "cv" => cv(&dsm),
         "evict" => evict(&dsm),
         "threads" => threads(&dsm),
+        "many-threads" => many_threads(&dsm),
         "race" => race(&dsm),
         "overflow" => {
             let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
@@ -360,6 +399,21 @@ fn main() {
             unsafe {
                 p.write_volatile(1)
             };
+        }
+        "barrier-after-exit" => {
+            dsm.barrier();
+            dsm.exit();
+            if dsm.id() == 1 {
+                dsm.barrier();
+            }
+        }
+        "lock-twice" => {
+            dsm.barrier();
+            if dsm.id() == 1 {
+                let _first = dsm.lock(2);
+                let _second = dsm.lock(2);
+            }
+            dsm.barrier();
         }
         "fail-node-1" => {
             dsm.barrier();
