@@ -4,7 +4,7 @@
 //! A node that exits non-zero or dies ends the job: the launcher names it, ends the others and
 //! exits non-zero. An interrupt (Ctrl-C) ends every node.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
@@ -101,27 +101,55 @@ fn describe(status: ExitStatus) -> String {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!(
             "was killed by signal {s}{}",
-            if s == 9 { " (SIGKILL)" } else { "" }
+            match s {
+                9 => " (SIGKILL)",
+                13 => " (SIGPIPE: its output was closed)",
+                _ => "",
+            }
         ),
         _ => "ended abnormally".into(),
     }
 }
 
+/// Copies a node's output to ours, each line prefixed with `[node i] `. Bytes, not text: a line
+/// that is not UTF-8 passes as it is. When our side is closed (`dsmrun ... | head`), the rest is
+/// read and dropped, so the node never blocks on a full pipe or dies of SIGPIPE for it.
 fn forward(
     stream: impl Read + Send + 'static,
     node: usize,
     to_stderr: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if to_stderr {
-                eprintln!("[node {node}] {line}");
-            } else {
-                println!("[node {node}] {line}");
+        let prefix = format!("[node {node}] ");
+        let mut input = BufReader::new(stream);
+        let mut line = Vec::new();
+        let mut open = true;
+        loop {
+            line.clear();
+            match input.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if !line.ends_with(b"\n") {
+                line.push(b'\n');
+            }
+            if open {
+                open = if to_stderr {
+                    write_line(&mut std::io::stderr().lock(), &prefix, &line)
+                } else {
+                    write_line(&mut std::io::stdout().lock(), &prefix, &line)
+                };
             }
         }
     })
+}
+
+/// Writes one prefixed line; false once the other side is gone.
+fn write_line(out: &mut impl Write, prefix: &str, line: &[u8]) -> bool {
+    out.write_all(prefix.as_bytes())
+        .and_then(|()| out.write_all(line))
+        .and_then(|()| out.flush())
+        .is_ok()
 }
 
 /// A job about to start: where each node runs, the rendezvous, the cookie.
@@ -269,9 +297,10 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
         }
     }
     let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
-    let mut rv_thread = Some(std::thread::spawn(move || {
-        rv.serve(n as u16, cookie, timeout, true)
-    }));
+    // A one-node job has nobody to meet: its node never calls the rendezvous, and waiting for it
+    // would end every run longer than the join timeout.
+    let mut rv_thread =
+        (n > 1).then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true)));
     let mut control: Vec<std::net::TcpStream> = Vec::new();
     let nodes: Vec<usize> = (0..n).collect();
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the

@@ -183,6 +183,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         }
     };
     RANK.store(u32::from(rank), Ordering::Relaxed);
+    sys::signals::default_sigpipe();
     sys::keep_freed_heap(KEPT_HEAP_BYTES);
     trace::init();
     if let Some(us) = std::env::var("DSM_WAIT_SPIN_US")

@@ -273,3 +273,78 @@ fn matmul_and_lu_are_exact_with_five_percent_kernel_udp_loss_between_hosts() {
         .unwrap_or(0);
     assert!(dropped > 0, "no packet dropped:\n{rules}");
 }
+
+/// A one-node job never meets the rendezvous: it runs past the join timeout.
+#[test]
+fn a_one_node_job_runs_longer_than_the_join_timeout() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "1",
+        "--join-timeout",
+        "1",
+        "sh",
+        "-c",
+        "sleep 2; echo done",
+    ]);
+    let out = run_with_deadline(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "done\n",
+        "{}",
+        text(&out)
+    );
+}
+
+/// `--tag-output` forwards bytes: a line that is not UTF-8 passes as it is, and so does every
+/// line after it.
+#[test]
+fn tagged_output_forwards_lines_that_are_not_utf8() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "1",
+        "--tag-output",
+        "sh",
+        "-c",
+        "printf 'caf\\351 latin-1\\nnext line\\nno newline at the end'",
+    ]);
+    let out = run_with_deadline(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        out.stdout,
+        b"[node 0] caf\xe9 latin-1\n[node 0] next line\n[node 0] no newline at the end\n",
+        "{}",
+        text(&out)
+    );
+}
+
+/// `dsmrun --tag-output ... | head`: once the reader is gone the node's output is dropped, the
+/// node runs to its end, and dsmrun exits with its status, without a panic.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let mut child = Command::new(bin("dsmrun"))
+        .args([
+            "-n",
+            "1",
+            "--tag-output",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 20000 ]; do echo line $i; i=$((i+1)); done; echo finished >&2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one line, then close our end, as `head -1` does.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    let _ = std::io::Read::read(&mut stdout, &mut first);
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{err}", out.status);
+    assert!(err.contains("[node 0] finished"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

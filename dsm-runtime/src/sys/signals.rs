@@ -229,3 +229,11 @@ pub fn kill(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) takes plain integers; a stale pid at worst gets ESRCH.
     unsafe { libc::kill(pid as libc::pid_t, sig) };
 }
+
+/// Lets SIGPIPE end the process, as it does a C program: a node whose standard output is closed
+/// (`dsmrun ... | head`) then ends quietly by that signal, which the launcher reports, instead of
+/// failing its next print with a panic and a backtrace (Rust ignores SIGPIPE by default).
+pub fn default_sigpipe() {
+    // SAFETY: setting the default disposition of a plain signal.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
