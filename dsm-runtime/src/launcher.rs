@@ -302,6 +302,7 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     let mut rv_thread =
         (n > 1).then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true)));
     let mut control: Vec<std::net::TcpStream> = Vec::new();
+    let mut said_bye = vec![false; n];
     let nodes: Vec<usize> = (0..n).collect();
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
@@ -334,7 +335,14 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 _ => {}
             }
         }
-        match poll_children(spec, &nodes, &mut children, echo.as_ref().map(|(e, _)| e)) {
+        match poll_children(
+            spec,
+            &nodes,
+            &mut children,
+            echo.as_ref().map(|(e, _)| e),
+            &mut control,
+            &mut said_bye,
+        ) {
             Ok(true) if echo.is_none() => {
                 // The output threads print the last lines (they end when the pipes close).
                 for f in forwarders {
@@ -381,17 +389,35 @@ fn wait_for_an_exit(children: &mut [Child], exits: &[Option<std::os::fd::OwnedFd
 }
 
 /// Checks the children (node ids `nodes`): `Ok(true)` when all ended well, an error naming the
-/// first that failed.
+/// first that failed. With the nodes' control connections (`control`, in node order; empty
+/// before the rendezvous is done), a node that exits with status 0 must have said it left the job
+/// (`DSM1 BYE`): one that returned from main or called exit without jia_exit is named at once.
 fn poll_children(
     spec: &JobSpec,
     nodes: &[usize],
     children: &mut [Child],
     known: Option<&JobFailure>,
+    control: &mut [std::net::TcpStream],
+    said_bye: &mut [bool],
 ) -> Result<bool, JobFailure> {
     let mut all_done = true;
-    for (c, &i) in children.iter_mut().zip(nodes) {
+    for (k, (c, &i)) in children.iter_mut().zip(nodes).enumerate() {
         match c.try_wait() {
-            Ok(Some(status)) if status.success() => {}
+            Ok(Some(status)) if status.success() => {
+                if let (Some(stream), Some(said)) = (control.get_mut(k), said_bye.get_mut(k)) {
+                    *said = *said || said_goodbye(stream);
+                    if !*said {
+                        return Err(JobFailure::Node {
+                            node: i,
+                            host: spec.hosts[i].address.clone(),
+                            how: "exited with status 0 without leaving the job (the program \
+                                  returned from main or called exit before jia_exit)"
+                                .into(),
+                            peer_failed: false,
+                        });
+                    }
+                }
+            }
             // Once one echo of another node's failure is known, look past the others.
             Ok(Some(status))
                 if known.is_some() && status.code() == Some(crate::EXIT_PEER_FAILED) => {}
@@ -408,6 +434,31 @@ fn poll_children(
         }
     }
     Ok(all_done)
+}
+
+/// Whether a node that has ended wrote `DSM1 BYE` on its control connection (it does once its
+/// jia_exit is complete, before it ends: the words are there, or on their way from a remote
+/// host, by the time its exit is seen, else the read waits 0.5 s at most for them).
+fn said_goodbye(stream: &mut std::net::TcpStream) -> bool {
+    const BYE: &[u8] = b"DSM1 BYE\n";
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                seen.extend_from_slice(&buf[..n]);
+                if seen.windows(BYE.len()).any(|w| w == BYE) {
+                    return true;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    false
 }
 
 /// JIAJIA's way: this process becomes node 0 and starts the other nodes of `spec` itself (same
@@ -457,7 +508,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
                         _ => {}
                     }
                 }
-                match poll_children(&spec, &nodes, &mut children, None) {
+                match poll_children(&spec, &nodes, &mut children, None, &mut [], &mut []) {
                     Ok(true) => return,
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),
                     Err(

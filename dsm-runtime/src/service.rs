@@ -304,6 +304,17 @@ impl Service {
         }
     }
 
+    /// Tells the launcher this node left the job properly (`DSM1 BYE`): a node that exits without
+    /// it (the program returned from main, or called exit, without jia_exit) is named at once as
+    /// the one that failed, not a survivor left waiting for it.
+    fn say_goodbye(&mut self) {
+        if let Some(c) = &mut self.control {
+            // The socket is non-blocking; a few bytes always fit. A launcher already gone is
+            // found by check_control.
+            let _ = std::io::Write::write_all(c, b"DSM1 BYE\n");
+        }
+    }
+
     /// A peer's connections closed: it died, or it ended because another node did (a node that
     /// fails closes its connections). The launcher knows which node failed first and tells every
     /// node (`DSM1 LOST`, which ends this one in [`Service::check_control`]): listen for it up
@@ -635,6 +646,7 @@ impl Service {
                     let slot = waiter.0 as usize;
                     if self.exit_waiter == Some(slot) {
                         self.exit_done_at = Some(Instant::now());
+                        self.say_goodbye();
                     } else if self.driver == Some(slot) {
                         // The fault handler completing this is the thread it resumes.
                         slots::complete_quietly(slot, 0);

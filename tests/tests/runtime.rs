@@ -59,6 +59,46 @@ fn misuse_names_the_call_and_the_programs_line() {
     }
 }
 
+/// A node that ends with status 0 without leaving the job is the failing node, named at once,
+/// over UDP and TCP, not a survivor blamed after the peer timeout.
+#[test]
+fn a_node_that_exits_without_leaving_the_job_is_named_at_once() {
+    for transport in ["udp", "tcp"] {
+        let start = std::time::Instant::now();
+        let out = dsmrun(
+            3,
+            &["--transport", transport],
+            "probe",
+            &["exit-without-leaving"],
+        );
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{transport}:\n{t}");
+        assert!(
+            t.contains("dsmrun: node 2 (127.0.0.1) exited with status 0 without leaving the job"),
+            "{transport}:\n{t}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{transport}: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+/// A child forked from a node that touches a page its parent did not hold ends with a message
+/// (it must not drive the parent's protocol from a copy); the job goes on.
+#[test]
+fn a_forked_child_touching_shared_memory_ends_with_a_message() {
+    let out = dsmrun(2, &[], "probe", &["fork-and-touch"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("fork-and-touch OK"), "{t}");
+    assert!(
+        t.contains("dsm: fatal: a process forked from a DSM node touched a shared page"),
+        "{t}"
+    );
+}
+
 #[test]
 fn threads_that_end_give_their_slot_to_the_next() {
     // 400 threads over each node's life, more than its 256 slots.

@@ -51,6 +51,12 @@ pub fn install(start: usize, len: usize) -> std::io::Result<()> {
     let segv = replace(libc::SIGSEGV)?;
     let bus = replace(libc::SIGBUS)?;
     let _ = PREV.set(PrevActions { segv, bus });
+    // SAFETY: registers a child handler that only stores to an atomic (fork's child runs it
+    // before fork returns, where only async-signal-safe work is allowed).
+    let r = unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
+    if r != 0 {
+        return Err(std::io::Error::from_raw_os_error(r));
+    }
     Ok(())
 }
 
@@ -87,6 +93,13 @@ fn is_write(_ctx: *mut libc::c_void) -> Option<bool> {
     None
 }
 
+/// Set in a child forked from a node (`pthread_atfork`): its faults are not served.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn in_forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
@@ -98,6 +111,16 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     }
     if slots::IS_SERVICE.with(|s| s.get()) {
         write_stderr(b"dsm: fatal: the service thread faulted on shared memory (a runtime bug)\n");
+        std::process::abort();
+    }
+    if FORKED.load(Ordering::Relaxed) {
+        // The protocol's state was copied into this child, but the service thread, the
+        // connections and the homes' records of this node are the parent's: running it here
+        // would drive the parent's protocol from a stale copy and hang both.
+        write_stderr(
+            b"dsm: fatal: a process forked from a DSM node touched a shared page it does not hold: \
+              a forked child can read and write only what its parent held at the fork\n",
+        );
         std::process::abort();
     }
     if crate::service::EXITED.load(Ordering::SeqCst) {

@@ -415,6 +415,49 @@ fn main() {
             }
             dsm.barrier();
         }
+        "exit-without-leaving" => {
+            dsm.barrier();
+            if dsm.id() == 2 {
+                // As a C program that returns from main without jia_exit.
+                std::process::exit(0);
+            }
+            dsm.barrier();
+        }
+        "fork-and-touch" => {
+            let a = blocks_per_node(&dsm, 1);
+            dsm.barrier();
+            if dsm.id() == 1 {
+                // SAFETY: fork in a process with threads: the child only touches memory and
+                // exits (no locks, no allocation before it faults).
+                #[allow(unsafe_code)]
+                let pid = unsafe { c_fork() };
+                if pid == 0 {
+                    // Node 0's block, never fetched here: the child must not try to fetch it.
+                    std::hint::black_box(a.get(0));
+                    // SAFETY: _exit ends the child without the parent's atexit work.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        c_exit(0)
+                    };
+                }
+                let mut status = 0;
+                // SAFETY: waits for the child just forked.
+                #[allow(unsafe_code)]
+                unsafe {
+                    c_waitpid(pid, &mut status, 0)
+                };
+                // Killed by SIGABRT (6), after its message.
+                check(
+                    &dsm,
+                    status & 0x7f == 6,
+                    &format!("child status {status:#x}"),
+                );
+            }
+            dsm.barrier();
+            if dsm.id() == 0 {
+                println!("fork-and-touch OK");
+            }
+        }
         "fail-node-1" => {
             dsm.barrier();
             if dsm.id() == 1 {
@@ -459,6 +502,12 @@ fn main() {
 unsafe extern "C" {
     #[link_name = "raise"]
     fn c_raise(sig: i32) -> i32;
+    #[link_name = "fork"]
+    fn c_fork() -> i32;
+    #[link_name = "_exit"]
+    fn c_exit(status: i32) -> !;
+    #[link_name = "waitpid"]
+    fn c_waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
 }
 
 /// Stops this process as if by `kill -STOP`.
