@@ -342,7 +342,22 @@ fn a_closed_stdout_ends_quietly() {
     let mut first = [0u8; 16];
     let _ = std::io::Read::read(&mut stdout, &mut first);
     drop(stdout);
+    // A hang fails the test instead of the run: the job is killed after 60 s.
+    let pid = child.id().to_string();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finished = done.clone();
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if finished.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    });
     let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}\n{err}", out.status);
     assert!(err.contains("[node 0] finished"), "{err}");
