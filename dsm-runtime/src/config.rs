@@ -194,6 +194,53 @@ fn jiajia_meaning(key: &str, value: &str) -> Option<String> {
     }
 }
 
+/// `s` for an error message: whole if short, else its start and its length (a 10 MB value is not
+/// echoed back).
+fn shown(s: &str) -> String {
+    const MAX: usize = 60;
+    if s.len() <= MAX {
+        return s.to_owned();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &s[..end], s.len())
+}
+
+/// Reads a configuration or hosts file as text: a file that is not text (a NUL byte, or bytes
+/// that are not UTF-8) is refused naming the line and byte, and a UTF-8 byte-order mark is
+/// dropped.
+pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+    let name = path.display().to_string();
+    let at = |line| Origin::File {
+        path: name.clone(),
+        line,
+    };
+    let bytes = std::fs::read(path).map_err(|e| ConfigError {
+        origin: at(0),
+        what: format!("cannot read: {e}"),
+    })?;
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
+    let bad = match std::str::from_utf8(bytes) {
+        Ok(t) => t.bytes().position(|b| b == 0),
+        Err(e) => Some(e.valid_up_to()),
+    };
+    match bad {
+        None => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        Some(off) => {
+            let line = 1 + bytes[..off].iter().filter(|&&b| b == b'\n').count();
+            Err(ConfigError {
+                origin: at(line),
+                what: format!(
+                    "not a text file (byte {:#04x} at offset {off}): expected UTF-8 text lines",
+                    bytes[off]
+                ),
+            })
+        }
+    }
+}
+
 fn parse_bool(v: &str) -> Option<bool> {
     match v {
         "on" | "yes" | "true" | "1" => Some(true),
@@ -219,12 +266,16 @@ impl Config {
             let keys: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
             return Err(ConfigError {
                 origin: origin.clone(),
-                what: format!("unknown key `{key}`; known keys: {}", keys.join(", ")),
+                what: format!(
+                    "unknown key `{}`; known keys: {}",
+                    shown(key),
+                    keys.join(", ")
+                ),
             });
         };
         let bad = || ConfigError {
             origin: origin.clone(),
-            what: format!("{key} = {value}: allowed: {allowed}"),
+            what: format!("{key} = {}: allowed: {allowed}", shown(value)),
         };
         let range = |lo: u64, hi: u64| {
             parse_num(value)
@@ -305,7 +356,7 @@ impl Config {
             let Some((k, v)) = line.split_once('=') else {
                 return Err(ConfigError {
                     origin,
-                    what: format!("`{line}` is not `key = value`"),
+                    what: format!("`{}` is not `key = value`", shown(line)),
                 });
             };
             let (k, v) = (k.trim(), v.trim());
@@ -325,17 +376,11 @@ impl Config {
         path: &Path,
         must_exist: bool,
     ) -> Result<Vec<String>, ConfigError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => self.apply_file_text(&path.display().to_string(), &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => Ok(Vec::new()),
-            Err(e) => Err(ConfigError {
-                origin: Origin::File {
-                    path: path.display().to_string(),
-                    line: 0,
-                },
-                what: format!("cannot read: {e}"),
-            }),
+        if !must_exist && !path.exists() {
+            return Ok(Vec::new());
         }
+        let text = read_text(path)?;
+        self.apply_file_text(&path.display().to_string(), &text)
     }
 
     /// Applies `DSM_<KEY>` variables from the environment.
@@ -413,6 +458,7 @@ pub fn parse_hosts(
     mut warn: impl FnMut(String),
 ) -> Result<Vec<Host>, ConfigError> {
     let mut hosts = Vec::new();
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -431,7 +477,7 @@ pub fn parse_hosts(
             _ => {
                 return Err(ConfigError {
                     origin,
-                    what: format!("`{line}`: expected `address [user [password]]`"),
+                    what: format!("`{}`: expected `address [user [password]]`", shown(line)),
                 });
             }
         }
@@ -443,7 +489,20 @@ pub fn parse_hosts(
         {
             return Err(ConfigError {
                 origin,
-                what: format!("`{address}` is not a host name or address"),
+                what: format!("`{}` is not a host name or address", shown(address)),
+            });
+        }
+        if address
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_unspecified())
+        {
+            return Err(ConfigError {
+                origin,
+                what: format!(
+                    "`{address}` is the unspecified address, which no other node can reach: give \
+                     this host's name or one of its addresses"
+                ),
             });
         }
         hosts.push(Host {

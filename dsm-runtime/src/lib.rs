@@ -107,6 +107,21 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     std::process::exit(status);
 }
 
+/// Whether this machine can reserve the shared region `config` describes (`global_start_addr`,
+/// `region_gib`): the launcher's check before any node starts, with the message a node would
+/// give.
+pub fn check_region(config: &Config) -> Result<(), String> {
+    let len = (config.region_gib << 30) as usize;
+    sys::can_reserve(config.global_start_addr as usize, len).map_err(|source| {
+        InitError::Region {
+            addr: config.global_start_addr,
+            len_gib: config.region_gib,
+            source,
+        }
+        .to_string()
+    })
+}
+
 /// Why [`init`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {

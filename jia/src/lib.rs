@@ -80,7 +80,11 @@ fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
     {
         return None;
     }
-    let text = std::fs::read_to_string(".jiahosts").ok()?;
+    let path = std::path::Path::new(".jiahosts");
+    if !path.exists() {
+        return None;
+    }
+    let text = config::read_text(path).unwrap_or_else(|e| die(&e.to_string()));
     let hosts = config::parse_hosts(".jiahosts", &text, |w| eprintln!("jia: warning: {w}"))
         .unwrap_or_else(|e| die(&e.to_string()));
     if hosts.len() < 2 {

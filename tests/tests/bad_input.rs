@@ -166,6 +166,60 @@ const CASES: &[Case] = &[
         expect: &[".jiahosts:1:", "expected `address [user [password]]`"],
     },
     Case {
+        name: "unspecified address as a host",
+        jiaconf: None,
+        jiahosts: Some("127.0.0.1\n0.0.0.0\n"),
+        env: &[],
+        args: &["--hosts", ".jiahosts"],
+        expect: &[".jiahosts:2:", "`0.0.0.0` is the unspecified address"],
+    },
+    Case {
+        name: "bad impairment",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[("DSM_IMPAIR", "drop=lots")],
+        args: &["-n", "2"],
+        expect: &["environment variable DSM_IMPAIR", "drop=lots"],
+    },
+    Case {
+        name: "region that cannot be reserved",
+        jiaconf: Some("global_start_addr = 0x7e0000000000\nregion_gib = 16384\n"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[
+            "cannot reserve 16384 GiB of shared region at 0x7e0000000000",
+            "change global_start_addr or region_gib",
+        ],
+    },
+    Case {
+        name: "binary configuration",
+        jiaconf: Some("prefetch = on\n\u{7f}ELF\u{2}\u{1}\u{1}\0\0\0"),
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2"],
+        expect: &[".jiaconf:2:", "not a text file (byte 0x00 at offset 21)"],
+    },
+    Case {
+        name: "binary hosts",
+        jiaconf: None,
+        jiahosts: Some("127.0.0.1\0\n"),
+        env: &[],
+        args: &["--hosts", ".jiahosts"],
+        expect: &[".jiahosts:1:", "not a text file"],
+    },
+    Case {
+        name: "unwritable statistics file",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2", "--stats-json", "/nonexistent-dir/stats.json"],
+        expect: &[
+            "--stats-json /nonexistent-dir/stats.json",
+            "cannot be written",
+        ],
+    },
+    Case {
         name: "missing config",
         jiaconf: None,
         jiahosts: None,
@@ -247,6 +301,48 @@ fn a_base_port_in_use_is_refused_before_any_node_starts() {
         "{}",
         text(&out)
     );
+}
+
+/// A 10 MB value is named, not echoed back whole.
+#[test]
+fn a_huge_value_is_not_echoed_whole() {
+    let dir = std::env::temp_dir().join(format!("dsm-bad-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let value = "7".repeat(10 << 20);
+    std::fs::write(
+        dir.join(".jiaconf"),
+        format!("# big\ncache_pages = {value}\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.current_dir(&dir).args(["-n", "2", "true"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.len() < 400, "{} bytes of error", err.len());
+    assert!(err.contains(".jiaconf:2: cache_pages = 777"), "{err}");
+    assert!(err.contains("(10485760 bytes)"), "{err}");
+}
+
+/// A configuration and hosts file saved with a UTF-8 byte-order mark are read as without one.
+#[test]
+fn a_byte_order_mark_is_accepted() {
+    let c = Case {
+        name: "byte order mark",
+        jiaconf: Some("\u{feff}prefetch = off\n"),
+        jiahosts: Some("\u{feff}127.0.0.1\n127.0.0.1\n"),
+        env: &[],
+        args: &["--hosts", ".jiahosts"],
+        expect: &[],
+    };
+    let (out, started) = run_case(&c, &[]);
+    assert!(out.status.success() && started, "{}", text(&out));
 }
 
 #[test]

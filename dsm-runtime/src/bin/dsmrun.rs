@@ -98,9 +98,9 @@ fn main() -> ExitCode {
     }
     let hosts: Vec<Host> = match &args.hosts {
         Some(path) => {
-            let text = match std::fs::read_to_string(path) {
+            let text = match config::read_text(path) {
                 Ok(t) => t,
-                Err(e) => return usage_error(&format!("{}: {e}", path.display())),
+                Err(e) => return usage_error(&e.to_string()),
             };
             let list = match config::parse_hosts(&path.display().to_string(), &text, |w| {
                 eprintln!("dsmrun: warning: {w}")
@@ -166,6 +166,22 @@ fn main() -> ExitCode {
             }
         }
     }
+    if let Err(e) = dsm_runtime::check_region(&cfg) {
+        return usage_error(&e);
+    }
+    if let Ok(spec) = std::env::var("DSM_IMPAIR") {
+        if let Err(e) = dsm_transport::impair::ImpairConfig::parse(&spec) {
+            return usage_error(&format!("environment variable {e}"));
+        }
+    }
+    if let Some(path) = &args.stats_json {
+        if let Err(e) = writable(path) {
+            return usage_error(&format!(
+                "--stats-json {}: cannot be written ({e})",
+                path.display()
+            ));
+        }
+    }
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();
     let spec = JobSpec {
@@ -192,6 +208,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Whether `path` can be written, found by opening it (a file made for the check goes again): a
+/// statistics file that cannot be written is refused before the job runs, not after it.
+fn writable(path: &std::path::Path) -> std::io::Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// Whether this build and this machine can run `comm_type`, checked before any node starts.

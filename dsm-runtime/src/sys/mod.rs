@@ -89,6 +89,28 @@ pub fn map_shared(
     Ok(p.cast())
 }
 
+/// Whether `len` bytes at exactly `at` can be reserved in this process (a launcher's check of a
+/// region's settings before any node starts): reserves them without access and lets them go.
+pub fn can_reserve(at: usize, len: usize) -> io::Result<()> {
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is unmapped
+    // again at once and never used.
+    let p = unsafe { libc::mmap(at as *mut libc::c_void, len, libc::PROT_NONE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: p..p+len is the reservation just made.
+    unsafe { libc::munmap(p, len) };
+    if p as usize != at {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("address {at:#x} is taken"),
+        ));
+    }
+    Ok(())
+}
+
 /// Changes the protection of `len` bytes from `addr` (page aligned, inside our region).
 pub fn mprotect(addr: usize, len: usize, prot: Protection) -> io::Result<()> {
     // The range lies inside the application mapping of the region, which lives as long as the
