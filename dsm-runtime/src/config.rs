@@ -149,7 +149,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("prefetch", "on or off"),
     ("prefetch_pages", "0 to 255"),
     ("max_checking_pages", "0 to 4096"),
-    ("cache_pages", "1 to 16777216"),
+    (
+        "cache_pages",
+        "32 to 16777216 (one x86-64 instruction can touch 32 pages: fewer could evict a page an \
+         access needs while it faults on the next)",
+    ),
     ("region_gib", "1 to 16384"),
     ("peer_timeout_ms", "100 to 3600000"),
     ("base_port", "0 (any free port) or 1024 to 65000"),
@@ -171,6 +175,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "memory, compute or hybrid (accepted for JIAJIA compatibility, no effect)",
     ),
 ];
+
+/// The fewest remote pages a node may cache: what one x86-64 instruction can touch (an AVX-512
+/// gather of 16 elements, each straddling two pages). With fewer, caching the page an access
+/// faults on next can evict one the same access needs, and the access faults forever.
+pub const MIN_CACHE_PAGES: usize = 32;
 
 /// JIAJIA 3.0's `msg_buffer_size` is a number of message slots (16 in its own file), ours the
 /// bytes of a datagram (1024 and up): a value that can only be a slot count is JIAJIA's.
@@ -316,7 +325,7 @@ impl Config {
             }
             "prefetch_pages" => self.prefetch_pages = range(0, 255)? as u32,
             "max_checking_pages" => self.max_checking_pages = range(0, 4096)? as u32,
-            "cache_pages" => self.cache_pages = range(1, 1 << 24)? as usize,
+            "cache_pages" => self.cache_pages = range(MIN_CACHE_PAGES as u64, 1 << 24)? as usize,
             "region_gib" => self.region_gib = range(1, 16384)?,
             "peer_timeout_ms" => self.peer_timeout_ms = range(100, 3_600_000)?,
             "base_port" => {

@@ -35,7 +35,7 @@ fn apps_stay_exact_with_prefetch_off_and_a_tiny_cache() {
         check(
             &dsmrun(
                 3,
-                &["--set", "prefetch=off", "--set", "cache_pages=8"],
+                &["--set", "prefetch=off", "--set", "cache_pages=32"],
                 app,
                 args,
             ),

@@ -73,7 +73,7 @@ const CASES: &[Case] = &[
         expect: &[
             "environment variable DSM_CACHE_PAGES",
             "cache_pages = 0",
-            "1 to 16777216",
+            "32 to 16777216",
         ],
     },
     Case {
@@ -217,6 +217,18 @@ const CASES: &[Case] = &[
         expect: &[
             "--stats-json /nonexistent-dir/stats.json",
             "cannot be written",
+        ],
+    },
+    Case {
+        name: "a cache smaller than one instruction's pages",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2", "--set", "cache_pages=1"],
+        expect: &[
+            "cache_pages = 1",
+            "32 to 16777216",
+            "one x86-64 instruction can touch 32 pages",
         ],
     },
     Case {

