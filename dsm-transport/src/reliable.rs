@@ -143,6 +143,15 @@ pub enum DatagramError {
         /// The one expected.
         expected: u32,
     },
+    /// An acknowledgement of sequence numbers never sent (forged: it would drop messages still
+    /// in flight as if delivered).
+    #[error("acknowledgement up to {ack}, beyond the {sent} sequence numbers sent")]
+    ForgedAck {
+        /// The acknowledgement.
+        ack: u32,
+        /// The next sequence number to send.
+        sent: u32,
+    },
     /// A reassembled message beyond the size limit.
     #[error("message larger than {0} bytes")]
     TooLarge(usize),
@@ -168,6 +177,8 @@ pub struct ReliableStats {
     pub out_of_order: u64,
     /// Datagrams dropped as malformed or foreign.
     pub rejected: u64,
+    /// Of those, datagrams that acknowledged sequence numbers never sent.
+    pub forged_acks: u64,
     /// Pure acknowledgements sent.
     pub acks_sent: u64,
     /// Datagrams that carried more than one message.
@@ -343,8 +354,11 @@ impl Reliable {
         dgram: &[u8],
     ) -> Result<(), DatagramError> {
         let r = self.accept(now, from, dgram);
-        if r.is_err() {
+        if let Err(e) = &r {
             self.stats.rejected += 1;
+            if matches!(e, DatagramError::ForgedAck { .. }) {
+                self.stats.forged_acks += 1;
+            }
         } else {
             self.stats.datagrams_received += 1;
         }
@@ -389,6 +403,13 @@ impl Reliable {
                     expected: peer.expected,
                 });
             }
+        }
+        if seq_lt(peer.next_seq, ack) {
+            // Nothing that could have come from the peer: refused whole, before its data.
+            return Err(DatagramError::ForgedAck {
+                ack,
+                sent: peer.next_seq,
+            });
         }
         peer.last_heard = now;
         // Acknowledgement.
@@ -1213,6 +1234,21 @@ mod tests {
         ));
         assert_eq!(a.stats().rejected, 5);
         assert!(a.poll_event().is_none());
+        // An acknowledgement of what was never sent (the attack: messages in flight would be
+        // dropped as delivered, and the job would wait for them forever) is refused and counted.
+        a.send(1, b"in flight");
+        a.flush(t0);
+        while a.poll_transmit().is_some() {}
+        let forged = datagram(42, 1, 0, 0, 1_000, b"");
+        assert_eq!(
+            a.handle_datagram(t0, 1, &forged),
+            Err(DatagramError::ForgedAck {
+                ack: 1_000,
+                sent: 1
+            })
+        );
+        assert_eq!((a.stats().rejected, a.stats().forged_acks), (6, 1));
+        assert_eq!(a.pending(1), 1, "the message is still in flight");
         a.handle_datagram(t0, 1, &good).unwrap();
         assert_eq!(
             a.poll_event(),

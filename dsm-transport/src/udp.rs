@@ -367,6 +367,7 @@ impl Transport for UdpTransport {
             ("packed datagrams", r.packed),
             ("pure acks", r.acks_sent),
             ("rejected datagrams", r.rejected + self.stats.unknown_source),
+            ("forged acknowledgements", r.forged_acks),
         ];
         if let Some(i) = self.impair_stats() {
             v.push(("impair: dropped", i.dropped));
