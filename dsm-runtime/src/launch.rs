@@ -17,7 +17,7 @@
 //! <addr>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1> ...`. A hello
 //! with the wrong cookie, a rank out of range or twice is refused.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -181,11 +181,23 @@ impl Rendezvous {
         timeout: Duration,
         keep: bool,
     ) -> Result<Vec<TcpStream>, String> {
+        /// How long one connection may take to say its hello, from its accept.
+        const HELLO_WITHIN: Duration = Duration::from_secs(5);
+        /// The longest hello line.
+        const HELLO_BYTES: usize = 256;
+        struct Pending {
+            stream: TcpStream,
+            line: Vec<u8>,
+            since: Instant,
+        }
         let deadline = Instant::now() + timeout;
         self.listener
             .set_nonblocking(true)
             .map_err(|e| e.to_string())?;
         let mut joined: Vec<Option<(SocketAddr, TcpStream)>> = (0..size).map(|_| None).collect();
+        // Connections are served side by side, each with its own deadline: a stranger that
+        // connects and trickles bytes (or says nothing) delays nobody.
+        let mut pending: Vec<Pending> = Vec::new();
         while joined.iter().any(Option::is_none) {
             if Instant::now() > deadline {
                 let missing: Vec<String> = joined
@@ -199,45 +211,85 @@ impl Rendezvous {
                     missing.join(", ")
                 ));
             }
-            let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
+            let mut busy = false;
+            loop {
+                match self.listener.accept() {
+                    Ok((stream, _)) => {
+                        if stream.set_nonblocking(true).is_ok() {
+                            pending.push(Pending {
+                                stream,
+                                line: Vec::new(),
+                                since: Instant::now(),
+                            });
+                        }
+                        busy = true;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // A connection reset before it was accepted, descriptors short for a moment:
+                    // the service goes on.
+                    Err(_) => break,
                 }
-                Err(e) => return Err(format!("rendezvous accept failed: {e}")),
-            };
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-            let mut line = String::new();
-            let Ok(reader) = stream.try_clone() else {
-                continue;
-            };
-            if BufReader::new(reader)
-                .take(256)
-                .read_line(&mut line)
-                .is_err()
-            {
-                continue;
             }
-            let w: Vec<&str> = line.split_whitespace().collect();
-            let parsed = match w.as_slice() {
-                ["DSM1", "HELLO", c, r, a] => (|| {
-                    let c = u64::from_str_radix(c, 16).ok().filter(|&c| c == cookie)?;
-                    let r: u16 = r.parse().ok().filter(|&r| r < size)?;
-                    let a: SocketAddr = a.parse().ok()?;
-                    Some((c, r, a))
-                })(),
-                _ => None,
-            };
-            let mut s = stream;
-            match parsed {
-                Some((_, r, a)) if joined[usize::from(r)].is_none() => {
-                    joined[usize::from(r)] = Some((a, s))
+            let mut i = 0;
+            while i < pending.len() {
+                let p = &mut pending[i];
+                let mut buf = [0u8; 64];
+                let done = loop {
+                    match p.stream.read(&mut buf) {
+                        Ok(0) => break Some(false),
+                        Ok(n) => {
+                            busy = true;
+                            p.line.extend_from_slice(&buf[..n]);
+                            if p.line.contains(&b'\n') {
+                                break Some(true);
+                            }
+                            if p.line.len() > HELLO_BYTES {
+                                break Some(false);
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break None,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break Some(false),
+                    }
+                };
+                let done = match done {
+                    None if p.since.elapsed() > HELLO_WITHIN => Some(false),
+                    d => d,
+                };
+                let Some(complete) = done else {
+                    i += 1;
+                    continue;
+                };
+                let mut p = pending.swap_remove(i);
+                let end = p
+                    .line
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .unwrap_or(p.line.len());
+                let line = String::from_utf8_lossy(&p.line[..end]).into_owned();
+                let w: Vec<&str> = line.split_whitespace().collect();
+                let parsed = match (complete, w.as_slice()) {
+                    (true, ["DSM1", "HELLO", c, r, a]) => (|| {
+                        u64::from_str_radix(c, 16).ok().filter(|&c| c == cookie)?;
+                        let r: u16 = r.parse().ok().filter(|&r| r < size)?;
+                        let a: SocketAddr = a.parse().ok()?;
+                        Some((r, a))
+                    })(),
+                    _ => None,
+                };
+                match parsed {
+                    Some((r, a)) if joined[usize::from(r)].is_none() => {
+                        let _ = p.stream.set_nonblocking(false);
+                        joined[usize::from(r)] = Some((a, p.stream));
+                    }
+                    _ => {
+                        let _ = p.stream.write_all(b"DSM1 ERROR bad hello\n");
+                    }
                 }
-                _ => {
-                    let _ = writeln!(s, "DSM1 ERROR bad hello");
-                }
+            }
+            if !busy {
+                std::thread::sleep(Duration::from_millis(2));
             }
         }
         let list: Vec<String> = joined

@@ -21,6 +21,8 @@ use crate::sys::{self, Epoll};
 
 const HELLO_MAGIC: &[u8; 4] = b"DSMT";
 const HELLO_BYTES: usize = 4 + 1 + 8 + 2;
+/// How long a connection at start-up may take to send its hello, from its accept.
+const HELLO_WITHIN: Duration = Duration::from_secs(5);
 const VERSION: u8 = 1;
 /// Largest frame accepted from a peer.
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
@@ -145,6 +147,10 @@ impl TcpTransport {
         }
         let mut rejected = 0;
         listener.set_nonblocking(true)?;
+        // Connections from the nodes above are served side by side, each with its own deadline
+        // for its hello: a stranger that connects and says nothing (or trickles bytes) delays
+        // nobody and is dropped.
+        let mut pending: Vec<(TcpStream, Vec<u8>, Instant)> = Vec::new();
         while conns
             .iter()
             .enumerate()
@@ -160,26 +166,59 @@ impl TcpTransport {
                     format!("nodes {} did not connect", missing.join(", ")),
                 ));
             }
-            let mut s = match listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(1));
+            let mut busy = false;
+            loop {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(true)?;
+                        pending.push((s, Vec::with_capacity(HELLO_BYTES), Instant::now()));
+                        busy = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let mut i = 0;
+            while i < pending.len() {
+                let (s, h, since) = &mut pending[i];
+                let mut buf = [0u8; HELLO_BYTES];
+                let want = HELLO_BYTES - h.len();
+                let outcome = match s.read(&mut buf[..want]) {
+                    Ok(0) => Some(false),
+                    Ok(k) => {
+                        busy = true;
+                        h.extend_from_slice(&buf[..k]);
+                        (h.len() == HELLO_BYTES).then_some(true)
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        (since.elapsed() > HELLO_WITHIN).then_some(false)
+                    }
+                    Err(_) => Some(false),
+                };
+                let Some(complete) = outcome else {
+                    i += 1;
                     continue;
+                };
+                let (s, h, _) = pending.swap_remove(i);
+                let hello: Option<[u8; HELLO_BYTES]> = h.as_slice().try_into().ok();
+                match hello
+                    .filter(|_| complete)
+                    .and_then(|h| parse_hello(&h, cookie, n))
+                {
+                    Some(j) if j > me && conns[usize::from(j)].is_none() => {
+                        conns[usize::from(j)] = Some(s)
+                    }
+                    _ => rejected += 1,
                 }
-                Err(e) => return Err(e),
-            };
-            s.set_nonblocking(false)?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            let mut h = [0u8; HELLO_BYTES];
-            match s
-                .read_exact(&mut h)
-                .ok()
-                .and_then(|()| parse_hello(&h, cookie, n))
-            {
-                Some(j) if j > me && conns[usize::from(j)].is_none() => {
-                    conns[usize::from(j)] = Some(s)
-                }
-                _ => rejected += 1,
+            }
+            if !busy {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         let epoll = Epoll::new()?;

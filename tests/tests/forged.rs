@@ -139,3 +139,88 @@ fn forged_frames_over_udp_are_dropped_and_counted() {
 fn forged_connections_over_tcp_are_refused_and_counted() {
     run_under_attack("tcp", 24000 + (std::process::id() % 1000) as u16 * 4);
 }
+
+/// Strangers at start-up, as an unprivileged local user could be: one connection to the
+/// rendezvous that trickles a byte every 4 s, and connections to node 0's TCP listener that say
+/// nothing. Connections are served side by side with a deadline each: the job starts at once and
+/// ends exact (before, the rendezvous waited on the trickler and the job failed after 63 s, and
+/// one silent connection to node 0's listener ended the job with "lost node 0").
+#[test]
+fn strangers_at_start_up_delay_nobody() {
+    let base = 28000 + (std::process::id() % 1000) as u16 * 4;
+    let dir = std::env::temp_dir().join(format!("dsm-startup-strangers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rv_file = dir.join("rendezvous");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stranger = {
+        let (stop, rv_file) = (stop.clone(), rv_file.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            let mut trickler: Option<TcpStream> = None;
+            let mut last_byte = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                if trickler.is_none() {
+                    if let Some(addr) = std::fs::read_to_string(&rv_file)
+                        .ok()
+                        .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
+                    {
+                        trickler = TcpStream::connect(addr).ok();
+                        if let Some(t) = &mut trickler {
+                            let _ = t.write_all(b"D");
+                        }
+                    }
+                }
+                if let Some(t) = &mut trickler {
+                    if last_byte.elapsed() > Duration::from_secs(4) {
+                        let _ = t.write_all(b"S");
+                        last_byte = std::time::Instant::now();
+                    }
+                }
+                if held.len() < 4 {
+                    if let Ok(s) = TcpStream::connect(("127.0.0.1", base)) {
+                        held.push(s);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            trickler.is_some() && !held.is_empty()
+        })
+    };
+    // Each node publishes the rendezvous address for the stranger, then waits a moment, so the
+    // stranger's connections come first.
+    let script = format!(
+        "echo $DSM_RENDEZVOUS > {}; sleep 0.5; exec \"$0\" \"$@\"",
+        rv_file.display()
+    );
+    let start = std::time::Instant::now();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "3",
+        "--transport",
+        "tcp",
+        "--set",
+        &format!("base_port={base}"),
+        "sh",
+        "-c",
+        &script,
+    ])
+    .arg(bin("matmul"))
+    .arg("256");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let took = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let connected = stranger.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=256 nodes=3"),
+        "{t}"
+    );
+    assert!(connected, "the stranger never got in its connections");
+    assert!(
+        took < Duration::from_secs(20),
+        "the job took {took:?}:\n{t}"
+    );
+}
