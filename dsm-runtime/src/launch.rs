@@ -328,21 +328,122 @@ pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
     })
 }
 
+/// The job's id as its cluster launcher gives it (`DSM_JOB_ID` first): Slurm's job and step,
+/// Open MPI's PMIx namespace or job id, MPICH's (Hydra's) job id; `job` with none.
+pub fn cluster_job_id() -> String {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    var("DSM_JOB_ID")
+        .or_else(|| {
+            var("SLURM_JOB_ID").map(|j| format!("{j}.{}", var("SLURM_STEP_ID").unwrap_or_default()))
+        })
+        .or_else(|| var("PMIX_NAMESPACE"))
+        .or_else(|| var("OMPI_MCA_ess_base_jobid"))
+        .or_else(|| var("PMI_JOBID"))
+        .or_else(|| var("PMI_KVSNAME"))
+        .unwrap_or_else(|| "job".into())
+        // A file name part: keep it to characters that cannot climb out of the directory.
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// The file through which rank 0 publishes the rendezvous address and cookie to the other ranks
 /// (on a file system every rank sees, like the working directory of an `srun` job).
 pub fn rendezvous_file() -> std::path::PathBuf {
     if let Ok(f) = std::env::var("DSM_RENDEZVOUS_FILE") {
         return f.into();
     }
-    let job = std::env::var("DSM_JOB_ID")
-        .or_else(|_| {
-            std::env::var("SLURM_JOB_ID")
-                .map(|j| format!("{j}.{}", std::env::var("SLURM_STEP_ID").unwrap_or_default()))
-        })
-        .or_else(|_| std::env::var("OMPI_MCA_ess_base_jobid"))
-        .or_else(|_| std::env::var("PMI_JOBID"))
-        .unwrap_or_else(|_| "job".into());
-    format!(".dsm-rendezvous-{job}").into()
+    format!(".dsm-rendezvous-{}", cluster_job_id()).into()
+}
+
+/// Rank 0 publishes the rendezvous: the line goes to a new file of a name nobody else can guess
+/// (created exclusively, without following links, mode 0600), which then replaces `file` in one
+/// rename. Whatever stood at `file` (another user's file, a link to one of ours) is replaced, not
+/// written through.
+fn publish_rendezvous(file: &std::path::Path, line: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut nonce = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut nonce)?;
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(format!(
+        ".{}.{:016x}.tmp",
+        std::process::id(),
+        u64::from_le_bytes(nonce)
+    ));
+    let tmp = std::path::PathBuf::from(tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        // The mode whatever the umask.
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        f.write_all(line.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, file)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Reads a rendezvous file if it is this job's: a regular file (not a link) of this user's,
+/// readable by nobody else, written within the last 5 minutes, naming job `job`. Returns the
+/// rendezvous address and cookie, or why the file is not to be trusted.
+fn read_rendezvous(file: &std::path::Path, job: &str) -> Result<(SocketAddr, u64), String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    let me = crate::sys::euid();
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!(
+            "owned by uid {}, not by this job's user ({me})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "mode {:o}: others may read it",
+            meta.mode() & 0o777
+        ));
+    }
+    let fresh = meta
+        .modified()
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age < Duration::from_secs(300)));
+    if !fresh {
+        return Err("older than 5 minutes (a job before this one)".into());
+    }
+    let mut text = String::new();
+    (&f).take(512)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    let w: Vec<&str> = text.split_whitespace().collect();
+    match w.as_slice() {
+        ["DSM1", j, addr, cookie] if *j == job => {
+            match (addr.parse(), u64::from_str_radix(cookie, 16)) {
+                (Ok(a), Ok(c)) => Ok((a, c)),
+                _ => Err("malformed".into()),
+            }
+        }
+        ["DSM1", j, ..] => Err(format!("written for job {j}, not {job}")),
+        _ => Err("malformed".into()),
+    }
 }
 
 /// The settings of a job started without a launcher: `./.jiaconf`, then `DSM_<KEY>` variables;
@@ -409,28 +510,22 @@ fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         let rv = Rendezvous::bind(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
             .map_err(|e| format!("rendezvous: {e}"))?;
         let addr = SocketAddr::new(my_address(), rv.addr().map_err(|e| e.to_string())?.port());
+        let job = cluster_job_id();
+        publish_rendezvous(&file, &format!("DSM1 {job} {addr} {cookie:016x}\n"))
+            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+        let published = file.clone();
         std::thread::Builder::new()
             .name("dsm-rendezvous".into())
             .spawn(move || {
-                if let Err(e) = rv.serve(size, cookie, timeout, false) {
+                let served = rv.serve(size, cookie, timeout, false);
+                // Every rank has read it (or the job failed): it has served its purpose.
+                let _ = std::fs::remove_file(&published);
+                if let Err(e) = served {
                     eprintln!("dsm node 0: error: {e}");
                     std::process::exit(1);
                 }
             })
             .map_err(|e| e.to_string())?;
-        let tmp = file.with_extension("tmp");
-        let publish = || -> std::io::Result<()> {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            writeln!(f, "DSM1 {addr} {cookie:016x}")?;
-            std::fs::rename(&tmp, &file)
-        };
-        publish().map_err(|e| format!("writing {}: {e}", file.display()))?;
         (addr, cookie)
     } else {
         read_rendezvous_file(&file, timeout)?
@@ -447,32 +542,75 @@ fn cluster_job_env() -> Result<Option<JobEnv>, String> {
     }))
 }
 
-/// Waits for rank 0's rendezvous file (written within the last minutes) and parses it.
+/// Waits for rank 0's rendezvous file of this job ([`read_rendezvous`]) and parses it.
 fn read_rendezvous_file(
     file: &std::path::Path,
     timeout: Duration,
 ) -> Result<(SocketAddr, u64), String> {
     let deadline = Instant::now() + timeout;
+    let job = cluster_job_id();
     loop {
-        let fresh = std::fs::metadata(file)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age < Duration::from_secs(300)));
-        if fresh {
-            if let Ok(text) = std::fs::read_to_string(file) {
-                let w: Vec<&str> = text.split_whitespace().collect();
-                if let ["DSM1", addr, cookie] = w.as_slice() {
-                    if let (Ok(a), Ok(c)) = (addr.parse(), u64::from_str_radix(cookie, 16)) {
-                        return Ok((a, c));
-                    }
-                }
-            }
-        }
+        let why = match read_rendezvous(file, &job) {
+            Ok(found) => return Ok(found),
+            Err(why) => why,
+        };
         if Instant::now() > deadline {
             return Err(format!(
-                "rank 0 did not publish {} within {timeout:?}",
+                "rank 0 did not publish {} within {timeout:?} (the file there: {why})",
                 file.display()
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A rendezvous file is trusted only if it is this user's, private, a regular file, and
+    /// this job's; publishing replaces a link instead of writing through it.
+    #[test]
+    fn only_this_jobs_private_rendezvous_file_is_trusted() {
+        let dir = std::env::temp_dir().join(format!("dsm-rv-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(".dsm-rendezvous-j1");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, &file).unwrap();
+        assert!(
+            read_rendezvous(&file, "j1").is_err(),
+            "a link is not trusted"
+        );
+        publish_rendezvous(&file, "DSM1 j1 127.0.0.1:5000 00000000000000ab\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let mode = std::fs::symlink_metadata(&file)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(
+            read_rendezvous(&file, "j1"),
+            Ok(("127.0.0.1:5000".parse().unwrap(), 0xab))
+        );
+        let other_job = read_rendezvous(&file, "j2").unwrap_err();
+        assert!(
+            other_job.contains("written for job j1, not j2"),
+            "{other_job}"
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = read_rendezvous(&file, "j1").unwrap_err();
+        assert!(open.contains("mode 644"), "{open}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if crate::sys::euid() == 0 {
+            // As root, hand the file to another user: no longer the job owner's.
+            std::os::unix::fs::chown(&file, Some(65534), None).unwrap();
+            let foreign = read_rendezvous(&file, "j1").unwrap_err();
+            assert!(foreign.contains("owned by uid 65534"), "{foreign}");
+        }
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 2, "no temporary file left: {left:?}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -14,12 +14,26 @@ fn launch_like(
     program: &str,
     args: &[&str],
 ) -> Vec<std::process::Output> {
+    launch_like_in(|_| {}, |_| {}, size, vars, program, args)
+}
+
+/// [`launch_like`] in a fresh directory made ready by `prepare`, looked at by `after` once every
+/// rank has ended. No rendezvous file may be left behind.
+fn launch_like_in(
+    prepare: impl Fn(&std::path::Path),
+    after: impl Fn(&std::path::Path),
+    size: usize,
+    vars: impl Fn(usize) -> Vec<(String, String)>,
+    program: &str,
+    args: &[&str],
+) -> Vec<std::process::Output> {
     let dir = std::env::temp_dir().join(format!(
         "dsm-cluster-{}-{}",
         std::process::id(),
         vars(0)[0].0
     ));
     std::fs::create_dir_all(&dir).unwrap();
+    prepare(&dir);
     let children: Vec<_> = (0..size)
         .map(|r| {
             let mut c = Command::new(bin(program));
@@ -46,8 +60,55 @@ fn launch_like(
             waiter.join().unwrap()
         })
         .collect();
+    after(&dir);
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".dsm-rendezvous"))
+        .collect();
     let _ = std::fs::remove_dir_all(dir);
+    assert!(left.is_empty(), "rendezvous files left behind: {left:?}");
     outs
+}
+
+/// The rendezvous file under attack, as another local user could prepare it: the file's name is
+/// a link to a file of the job owner's, and the temporary name rank 0 once used is a
+/// world-readable file of someone else's. Rank 0 writes neither (its temporary file is new and
+/// private, and replaces the link), the job runs, and nothing is left behind.
+#[test]
+fn the_rendezvous_file_is_private_new_and_removed() {
+    let job = format!("attack{}", std::process::id());
+    let victim = std::env::temp_dir().join(format!("dsm-victim-{}", std::process::id()));
+    std::fs::write(&victim, "precious\n").unwrap();
+    let name = format!(".dsm-rendezvous-{job}.0");
+    let outs = launch_like_in(
+        |dir| {
+            std::os::unix::fs::symlink(&victim, dir.join(&name)).unwrap();
+            std::fs::write(dir.join(format!("{name}.tmp")), "someone else's\n").unwrap();
+        },
+        |dir| {
+            // The stranger's file is untouched; take it away before the no-leftovers check.
+            let tmp = dir.join(format!("{name}.tmp"));
+            assert_eq!(std::fs::read_to_string(&tmp).unwrap(), "someone else's\n");
+            std::fs::remove_file(tmp).unwrap();
+        },
+        2,
+        |r| {
+            vec![
+                ("DSM_TEST_ATTACK".into(), "1".into()),
+                ("SLURM_PROCID".into(), r.to_string()),
+                ("SLURM_NTASKS".into(), "2".into()),
+                ("SLURM_JOB_ID".into(), job.clone()),
+                ("SLURM_STEP_ID".into(), "0".into()),
+            ]
+        },
+        "matmul",
+        &["96"],
+    );
+    all_ok(&outs, "matmul OK f64 n=96 nodes=2");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let _ = std::fs::remove_file(victim);
 }
 
 fn all_ok(outs: &[std::process::Output], want: &str) {

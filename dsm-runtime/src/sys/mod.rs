@@ -173,6 +173,12 @@ pub fn futex_wake(word: &AtomicU32) {
     };
 }
 
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// This thread's kernel id. Async-signal-safe.
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
