@@ -235,18 +235,38 @@ fn spawn_node(
         let cwd = std::env::current_dir()
             .map_err(|e| JobFailure::Start(format!("current directory: {e}")))?;
         let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
-        let mut remote = format!("cd {} && exec env", quote(&cwd.display().to_string()));
-        for (k, v) in &env {
-            remote.push_str(&format!(" {k}={}", quote(v)));
+        // The cookie is the job's secret: it never goes on a command line, which every user of
+        // the remote host can read (ps). It goes first on ssh's standard input, and the remote
+        // shell reads it into the node's environment (nobody else's to read).
+        let mut script = format!(
+            "cd {} && IFS= read -r DSM_COOKIE && export DSM_COOKIE && exec env",
+            quote(&cwd.display().to_string())
+        );
+        for (k, v) in env.iter().filter(|(k, _)| k != "DSM_COOKIE") {
+            script.push_str(&format!(" {k}={}", quote(v)));
         }
-        remote.push_str(&format!(
+        // What a local node inherits, a remote one gets too: RUST_LOG and every DSM_ variable
+        // of ours that the job's own do not replace (DSM_SSH is for this side).
+        let ours: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        for (k, v) in std::env::vars() {
+            if (k == "RUST_LOG" || k.starts_with("DSM_"))
+                && k != "DSM_SSH"
+                && !ours.contains(&k.as_str())
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                script.push_str(&format!(" {k}={}", quote(&v)));
+            }
+        }
+        script.push_str(&format!(
             " {}",
             quote(spec.remote_program.as_deref().unwrap_or(&spec.program))
         ));
         for a in &spec.args {
-            remote.push(' ');
-            remote.push_str(&quote(a));
+            script.push(' ');
+            script.push_str(&quote(a));
         }
+        // Run by sh whatever the user's login shell is.
+        let remote = format!("exec sh -c {}", quote(&script));
         // DSM_SSH replaces the ssh command (e.g. to give a key or a port).
         let ssh = std::env::var("DSM_SSH").unwrap_or_else(|_| "ssh -o BatchMode=yes".into());
         let mut words = ssh.split_whitespace();
@@ -261,6 +281,9 @@ fn spawn_node(
     if spec.tag_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
+    if !p.local[i] {
+        cmd.stdin(Stdio::piped());
+    }
     let mut child = cmd.spawn().map_err(|e| {
         let what = if p.local[i] {
             spec.program.clone()
@@ -269,6 +292,10 @@ fn spawn_node(
         };
         JobFailure::Start(format!("cannot start node {i} ({what}): {e}"))
     })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // The cookie line, then end of input (the node's standard input is empty).
+        let _ = writeln!(stdin, "{:016x}", p.cookie);
+    }
     if spec.tag_output {
         if let Some(o) = child.stdout.take() {
             forwarders.push(forward(o, i, false));

@@ -237,15 +237,70 @@ impl Drop for NetnsCluster {
     }
 }
 
+/// Four hosts over ssh; the ssh command lines (what `ps` shows every user of a remote host)
+/// carry no job cookie.
 #[test]
 fn matmul_is_exact_on_four_namespace_hosts_over_ssh() {
     let c = NetnsCluster::up(41 + (std::process::id() % 50), 4);
-    let out = c.run(&[1, 2, 3, 4], "matmul", &["256"]);
+    // ssh through a wrapper that records its arguments.
+    let log = c.dir.join("ssh-argv.log");
+    let wrapper = c.dir.join("ssh-logged");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\nexec \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let ssh = std::fs::read_to_string(c.dir.join("ssh")).unwrap();
+    std::fs::write(
+        c.dir.join("ssh"),
+        format!("{} {}", wrapper.display(), ssh.trim()),
+    )
+    .unwrap();
+    // DSM_ variables reach remote nodes as they reach local ones: DSM_IMPAIR (read by the
+    // nodes only) makes node 0, on a remote host, drop datagrams.
+    let file = c.dir.join("jiahosts");
+    let hosts: Vec<String> = (1..=4).map(|h| c.addr(h)).collect();
+    std::fs::write(&file, hosts.join("\n") + "\n").unwrap();
+    let ssh = std::fs::read_to_string(c.dir.join("ssh")).unwrap();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg("--hosts")
+        .arg(&file)
+        .arg("--stats")
+        .arg(bin("matmul"))
+        .arg("256")
+        .env("DSM_SSH", ssh.trim())
+        .env("DSM_IMPAIR", "drop=2,seed=5");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let dropped: u64 = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find(|l| l.contains("impair: dropped"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        dropped > 0,
+        "DSM_IMPAIR did not reach node 0:\n{}",
+        text(&out)
+    );
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=256 nodes=4"),
         "{}",
         text(&out)
+    );
+    let argv = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(argv.lines().count(), 4, "one ssh per node:\n{argv}");
+    assert!(
+        argv.contains("DSM_RANK=") && !argv.contains("DSM_COOKIE="),
+        "the cookie is on the ssh command line:\n{argv}"
     );
 }
 
