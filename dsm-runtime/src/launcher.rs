@@ -329,7 +329,7 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     let mut rv_thread =
         (n > 1).then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true)));
     let mut control: Vec<std::net::TcpStream> = Vec::new();
-    let mut said_bye = vec![false; n];
+    let mut words = LastWords::new(n);
     let nodes: Vec<usize> = (0..n).collect();
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
@@ -368,7 +368,7 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
             &mut children,
             echo.as_ref().map(|(e, _)| e),
             &mut control,
-            &mut said_bye,
+            &mut words,
         ) {
             Ok(true) if echo.is_none() => {
                 // The output threads print the last lines (they end when the pipes close).
@@ -380,9 +380,20 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
             Ok(_) => wait_for_an_exit(&mut children, &exits),
             Err(
                 e @ JobFailure::Node {
-                    peer_failed: true, ..
+                    peer_failed: true,
+                    node,
+                    ..
                 },
             ) => {
+                // A node that ended because it lost another says which: name that one (a node
+                // stopped with SIGSTOP never ends by itself, and its survivors end first).
+                if let Some(f) = first_failure(spec, &mut children, &mut control, &mut words, node)
+                {
+                    tell_lost(&mut control, &f);
+                    wait_a_moment(&mut children, Duration::from_secs(2));
+                    end_all(&mut children);
+                    return Err(f);
+                }
                 if echo.is_none() {
                     echo = Some((e, Instant::now()));
                 }
@@ -425,24 +436,21 @@ fn poll_children(
     children: &mut [Child],
     known: Option<&JobFailure>,
     control: &mut [std::net::TcpStream],
-    said_bye: &mut [bool],
+    words: &mut LastWords,
 ) -> Result<bool, JobFailure> {
     let mut all_done = true;
     for (k, (c, &i)) in children.iter_mut().zip(nodes).enumerate() {
         match c.try_wait() {
             Ok(Some(status)) if status.success() => {
-                if let (Some(stream), Some(said)) = (control.get_mut(k), said_bye.get_mut(k)) {
-                    *said = *said || said_goodbye(stream);
-                    if !*said {
-                        return Err(JobFailure::Node {
-                            node: i,
-                            host: spec.hosts[i].address.clone(),
-                            how: "exited with status 0 without leaving the job (the program \
-                                  returned from main or called exit before jia_exit)"
-                                .into(),
-                            peer_failed: false,
-                        });
-                    }
+                if k < control.len() && !words.said_goodbye(control, k) {
+                    return Err(JobFailure::Node {
+                        node: i,
+                        host: spec.hosts[i].address.clone(),
+                        how: "exited with status 0 without leaving the job (the program \
+                              returned from main or called exit before jia_exit)"
+                            .into(),
+                        peer_failed: false,
+                    });
                 }
             }
             // Once one echo of another node's failure is known, look past the others.
@@ -463,29 +471,93 @@ fn poll_children(
     Ok(all_done)
 }
 
-/// Whether a node that has ended wrote `DSM1 BYE` on its control connection (it does once its
-/// jia_exit is complete, before it ends: the words are there, or on their way from a remote
-/// host, by the time its exit is seen, else the read waits 0.5 s at most for them).
-fn said_goodbye(stream: &mut std::net::TcpStream) -> bool {
-    const BYE: &[u8] = b"DSM1 BYE\n";
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 64];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                seen.extend_from_slice(&buf[..n]);
-                if seen.windows(BYE.len()).any(|w| w == BYE) {
-                    return true;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
+/// What ended nodes said last on their control connections, read once each: `DSM1 BYE` (it left
+/// the job properly, once its jia_exit was complete) or `DSM1 BLAME <node> <why>` (it ends because
+/// it lost that node). A node writes them before it ends, so they are there, or on their way from
+/// a remote host, by the time its exit is seen; the read waits 0.5 s at most for them.
+struct LastWords {
+    heard: Vec<Option<Vec<String>>>,
+}
+
+impl LastWords {
+    fn new(n: usize) -> LastWords {
+        LastWords {
+            heard: vec![None; n],
         }
     }
-    false
+
+    /// Node `k`'s last lines (`None`: no control connection to read).
+    fn of(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<&[String]> {
+        let stream = control.get_mut(k)?;
+        let slot = self.heard.get_mut(k)?;
+        if slot.is_none() {
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 256];
+            while seen.len() < 4096 {
+                match stream.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let text = String::from_utf8_lossy(&seen);
+            *slot = Some(text.lines().map(str::to_owned).collect());
+        }
+        slot.as_deref()
+    }
+
+    fn said_goodbye(&mut self, control: &mut [std::net::TcpStream], k: usize) -> bool {
+        self.of(control, k)
+            .is_some_and(|l| l.iter().any(|l| l == "DSM1 BYE"))
+    }
+
+    /// The node `k` blamed for its end, and why.
+    fn blamed(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<(usize, String)> {
+        self.of(control, k)?.iter().find_map(|l| {
+            let rest = l.strip_prefix("DSM1 BLAME ")?;
+            let (node, why) = rest.split_once(' ')?;
+            Some((node.parse().ok()?, why.to_owned()))
+        })
+    }
+}
+
+/// The node at the start of a chain of blame: node `first` ended because it lost another, which
+/// may itself have ended for losing a third... The node found at the end (one that did not end
+/// for another's sake: it was stopped, died, or its host is gone) is the one that failed.
+fn first_failure(
+    spec: &JobSpec,
+    children: &mut [Child],
+    control: &mut [std::net::TcpStream],
+    words: &mut LastWords,
+    first: usize,
+) -> Option<JobFailure> {
+    let (mut node, mut why) = words.blamed(control, first)?;
+    let mut reporter = first;
+    let mut seen = vec![first];
+    while node < children.len() && !seen.contains(&node) {
+        let ended_for_another = matches!(
+            children[node].try_wait(),
+            Ok(Some(s)) if s.code() == Some(crate::EXIT_PEER_FAILED)
+        );
+        let Some((next, next_why)) = ended_for_another
+            .then(|| words.blamed(control, node))
+            .flatten()
+        else {
+            break;
+        };
+        seen.push(node);
+        reporter = node;
+        (node, why) = (next, next_why);
+    }
+    (node < spec.hosts.len()).then(|| JobFailure::Node {
+        node,
+        host: spec.hosts[node].address.clone(),
+        how: format!("was lost: {why}, reported by node {reporter}"),
+        peer_failed: false,
+    })
 }
 
 /// JIAJIA's way: this process becomes node 0 and starts the other nodes of `spec` itself (same
@@ -535,7 +607,14 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
                         _ => {}
                     }
                 }
-                match poll_children(&spec, &nodes, &mut children, None, &mut [], &mut []) {
+                match poll_children(
+                    &spec,
+                    &nodes,
+                    &mut children,
+                    None,
+                    &mut [],
+                    &mut LastWords::new(0),
+                ) {
                     Ok(true) => return,
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),
                     Err(

@@ -21,7 +21,10 @@ fn repo() -> PathBuf {
 /// -lm -Wl,-rpath,...`: the README's line, warnings as errors.
 fn compile(name: &str, flags: &[&str]) -> PathBuf {
     let lib = bin_dir();
-    let out = std::env::temp_dir().join(format!("dsm-jiajia-{name}-{}", std::process::id()));
+    // A name of its own per compilation: tests run in parallel and remove their binaries.
+    static COMPILED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = COMPILED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("dsm-jiajia-{name}-{}-{k}", std::process::id()));
     let r = Command::new("cc")
         .args(["-O2", "-Wall", "-Werror"])
         .args(flags)

@@ -340,6 +340,14 @@ fn a_stopped_node_is_detected_after_the_peer_timeout_and_named() {
             "{transport}: {}",
             text(&out)
         );
+        // dsmrun's verdict, its last line, names the stopped node, not a survivor.
+        let last = err.trim_end().lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("dsmrun: node 1 (127.0.0.1) was lost: no answer for")
+                && last.contains("reported by node"),
+            "{transport}: last line `{last}`:\n{}",
+            text(&out)
+        );
         assert!(
             waited >= Duration::from_millis(1500) && waited < Duration::from_secs(20),
             "{transport}: took {waited:?}"
