@@ -70,6 +70,8 @@ pub(crate) struct PageEntry {
     pub in_cache: bool,
     /// Which cache insertion is current (older queue entries for this page are stale).
     pub cache_gen: u32,
+    /// The barrier epoch in which this copy was last evicted (`u32::MAX`: never).
+    pub evicted_in: u32,
 }
 
 impl PageEntry {
@@ -91,6 +93,7 @@ impl PageEntry {
             fetch: None,
             in_cache: false,
             cache_gen: 0,
+            evicted_in: u32::MAX,
         }
     }
 
@@ -154,6 +157,9 @@ impl<M: PageMemory> Node<M> {
                 self.read_ahead_unless_refreshed(now, page);
             }
             (Frame::Invalid, _) => {
+                if entry.evicted_in == self.epoch {
+                    self.stats.refetched_after_eviction += 1;
+                }
                 match access {
                     Access::Read => self.stats.read_faults_remote += 1,
                     Access::Write => self.stats.write_faults_remote += 1,
@@ -611,6 +617,7 @@ impl<M: PageMemory> Node<M> {
         self.table[page.index()].refreshed = false;
         self.table[page.index()].unused_refetches = 0;
         self.table[page.index()].twin = None;
+        self.table[page.index()].evicted_in = self.epoch;
         self.cache_remove(page);
         self.mem.discard(page);
         self.stats.evictions += 1;

@@ -101,6 +101,9 @@ stats! {
     evictions,
     /// Dirty pages evicted (their diff went home first).
     dirty_evictions,
+    /// Pages faulted on again in the barrier epoch that evicted them: the cache is too small
+    /// for what the program touches between barriers (each such page is fetched twice or more).
+    refetched_after_eviction,
     /// Home pages written between the copy served and the start of their tracking (found by
     /// comparing: see `Node::settle_serves`), recorded as written like a write fault would.
     home_writes_found_at_settle,

@@ -124,6 +124,8 @@ pub(crate) struct Service {
     control: Option<std::net::TcpStream>,
     control_buf: Vec<u8>,
     control_checked: Instant,
+    /// The cache-too-small warning was given (once per node).
+    warned_thrashing: bool,
     /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`).
     stats_json: Option<String>,
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
@@ -183,6 +185,7 @@ impl Service {
             control,
             control_buf: Vec::new(),
             control_checked: Instant::now(),
+            warned_thrashing: false,
             lost_in_exit: None,
             resumed_at: None,
             request_gap: Duration::MAX,
@@ -312,6 +315,44 @@ impl Service {
             // The socket is non-blocking; a few bytes always fit. A launcher already gone is
             // found by check_control.
             let _ = std::io::Write::write_all(c, b"DSM1 BYE\n");
+        }
+    }
+
+    /// Warns once, on this node's standard error, when its page cache thrashes: as many pages
+    /// faulted on again in the barrier epoch that evicted them as the cache holds. Such a job
+    /// fetches its pages over and over and may run many times slower than with a larger cache,
+    /// with no other sign. (Service thread only: it prints.)
+    fn warn_if_thrashing(&mut self) {
+        if self.warned_thrashing {
+            return;
+        }
+        let again = self.node.stats().refetched_after_eviction;
+        let cache = self.node.config().cache_pages;
+        if again < cache.max(1024) as u64 {
+            return;
+        }
+        self.warned_thrashing = true;
+        // What the program allocated: a cache as large as every page it can touch never evicts.
+        let allocated = self.node.pages_allocated();
+        let suggest = allocated.clamp(cache * 2, 1 << 24);
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "dsm node {}: warning: the page cache is too small for this program: {again} pages \
+             were fetched again in the barrier epoch that evicted them (cache_pages = {cache}, \
+             pages of 4 KiB); the job may run many times slower. Raise it: --set \
+             cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf)",
+            self.node.id().0,
+        );
+    }
+
+    /// Tells the launcher which node this one ends for (`DSM1 BLAME <node> <why>`): a node that
+    /// stops answering (SIGSTOP, a dead host) never ends by itself, and its survivors end first;
+    /// the launcher follows the blame to it.
+    fn blame(&mut self, peer: u16, why: &str) {
+        if let Some(c) = &mut self.control {
+            let line = format!("DSM1 BLAME {peer} {}\n", why.replace('\n', " "));
+            let _ = std::io::Write::write_all(c, line.as_bytes());
         }
     }
 
@@ -518,6 +559,7 @@ impl Service {
                             if cause == "connection closed" {
                                 self.hear_launcher(LAUNCHER_VERDICT);
                             }
+                            self.blame(peer, &what);
                             crate::fatal_with(&msg, crate::EXIT_PEER_FAILED);
                         }
                     }
@@ -864,6 +906,7 @@ pub(crate) fn run(service: Service) {
             || s.control_checked.elapsed() > Duration::from_millis(10)
         {
             s.check_control();
+            s.warn_if_thrashing();
         }
         if s.exit_finished() {
             // What came last (the exit grant) is acknowledged before the transport closes, or

@@ -99,6 +99,33 @@ fn a_forked_child_touching_shared_memory_ends_with_a_message() {
     );
 }
 
+/// A cache far too small for what the program touches between barriers: each node says so once,
+/// with the setting to change; with the default cache, nothing is said.
+#[test]
+fn a_thrashing_cache_is_named_once_with_the_setting_to_change() {
+    let warning = "warning: the page cache is too small for this program";
+    let out = dsmrun(
+        2,
+        &["--set", "cache_pages=32", "--set", "prefetch=off"],
+        "matmul",
+        &["256"],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(warning)).collect();
+    assert!(
+        (1..=2).contains(&lines.len()) && lines.iter().all(|l| l.contains("--set cache_pages=")),
+        "{t}"
+    );
+    let out = dsmrun(2, &[], "matmul", &["256"]);
+    assert!(
+        out.status.success() && !text(&out).contains(warning),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn threads_that_end_give_their_slot_to_the_next() {
     // 400 threads over each node's life, more than its 256 slots.
