@@ -20,7 +20,7 @@ use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
 use crate::node::{Effect, JobError, Node, ProtocolError, UsageError};
 use crate::stats::Stats;
-use crate::types::{CvId, LockId, MAX_CVS, NodeId, PageNum, Time, WaiterId};
+use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// A lock as seen by this node's threads.
 #[derive(Default, Debug)]
@@ -171,6 +171,14 @@ fn record_notices(
 
 impl<M: PageMemory> Node<M> {
     // ----- locks, the caller's side -----
+
+    /// The locks a thread of this node holds now.
+    pub fn locks_held(&self) -> Vec<LockId> {
+        (0..MAX_LOCKS)
+            .filter(|&l| self.locks[usize::from(l)].holder.is_some())
+            .map(LockId)
+            .collect()
+    }
 
     /// The waiter asks for `lock`; it is resumed when the lock is its own.
     pub fn acquire(&mut self, now: Time, lock: LockId, waiter: WaiterId) -> Result<(), UsageError> {

@@ -114,4 +114,79 @@ impl<T: Shared> SharedArray<T> {
     pub fn as_ptr(&self) -> *mut T {
         self.ptr
     }
+
+    /// Fills elements `range` with the bytes `r` gives (their in-memory form), up to the range's
+    /// end or `r`'s; returns the bytes read. This is the safe way to read a file or a socket into
+    /// shared memory: the kernel cannot fetch a page this node does not hold (a `read` straight
+    /// into one fails with `EFAULT`), so the bytes go through a private buffer and are stored as
+    /// the program's own writes. The caller must be the range's only writer until its next
+    /// release, as for any write.
+    pub fn read_from(
+        &self,
+        range: std::ops::Range<usize>,
+        r: &mut impl std::io::Read,
+    ) -> std::io::Result<usize> {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "range {range:?} out of {}",
+            self.len
+        );
+        let size = std::mem::size_of::<T>();
+        let (start, total) = (range.start * size, range.len() * size);
+        let mut buf = vec![0u8; total.min(1 << 16)];
+        let mut done = 0;
+        while done < total {
+            let want = (total - done).min(buf.len());
+            let n = match r.read(&mut buf[..want]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            // SAFETY: `start + done + n <= total` bytes past the range's start stay in the
+            // array (checked above); T is plain data (Shared), so any bytes are a valid value.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    buf.as_ptr(),
+                    self.ptr.cast::<u8>().add(start + done),
+                    n,
+                );
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Writes elements `range` (their in-memory form) to `w`: the safe way to write shared
+    /// memory to a file or a socket (see [`SharedArray::read_from`]).
+    pub fn write_to(
+        &self,
+        range: std::ops::Range<usize>,
+        w: &mut impl std::io::Write,
+    ) -> std::io::Result<()> {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "range {range:?} out of {}",
+            self.len
+        );
+        let size = std::mem::size_of::<T>();
+        let (start, total) = (range.start * size, range.len() * size);
+        let mut buf = vec![0u8; total.min(1 << 16)];
+        let mut done = 0;
+        while done < total {
+            let n = (total - done).min(buf.len());
+            // SAFETY: in bounds (checked above); the copy reads shared memory as the program's
+            // own loads would (a page not held here faults and is fetched).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.cast::<u8>().add(start + done),
+                    buf.as_mut_ptr(),
+                    n,
+                );
+            }
+            w.write_all(&buf[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
 }

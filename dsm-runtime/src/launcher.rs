@@ -55,6 +55,9 @@ pub enum JobFailure {
         /// It ended because another node failed.
         peer_failed: bool,
     },
+    /// Every node waits for another and nothing is on its way: the job can never go on.
+    #[error("the job cannot go on, every node waits for another and nothing is on its way: {0}")]
+    Stuck(String),
     /// The launcher was interrupted.
     #[error("interrupted by signal {0}; all nodes ended")]
     Interrupted(i32),
@@ -329,7 +332,7 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     let mut rv_thread =
         (n > 1).then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true)));
     let mut control: Vec<std::net::TcpStream> = Vec::new();
-    let mut words = LastWords::new(n);
+    let mut words = Heard::new(n);
     let nodes: Vec<usize> = (0..n).collect();
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
@@ -361,6 +364,11 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 Some(Ok(Ok(streams))) => control = streams,
                 _ => {}
             }
+        }
+        words.poll(&mut control);
+        if let Some(what) = words.stuck(&mut children) {
+            end_all(&mut children);
+            return Err(JobFailure::Stuck(what));
         }
         match poll_children(
             spec,
@@ -436,7 +444,7 @@ fn poll_children(
     children: &mut [Child],
     known: Option<&JobFailure>,
     control: &mut [std::net::TcpStream],
-    words: &mut LastWords,
+    words: &mut Heard,
 ) -> Result<bool, JobFailure> {
     let mut all_done = true;
     for (k, (c, &i)) in children.iter_mut().zip(nodes).enumerate() {
@@ -471,42 +479,108 @@ fn poll_children(
     Ok(all_done)
 }
 
-/// What ended nodes said last on their control connections, read once each: `DSM1 BYE` (it left
-/// the job properly, once its jia_exit was complete) or `DSM1 BLAME <node> <why>` (it ends because
-/// it lost that node). A node writes them before it ends, so they are there, or on their way from
-/// a remote host, by the time its exit is seen; the read waits 0.5 s at most for them.
-struct LastWords {
-    heard: Vec<Option<Vec<String>>>,
+/// What the nodes say on their control connections: while they run, whether they wait
+/// (`DSM1 WAIT <in flight> <received> <what>`, `DSM1 RUN`: see `crate::progress`); last, when
+/// they end, `DSM1 BYE` (the node left the job properly, once its jia_exit was complete) or
+/// `DSM1 BLAME <node> <why>` (it ends because it lost that node). A node writes its last words
+/// before it ends, so they are there, or on their way from a remote host, by the time its exit is
+/// seen; reading them waits 0.5 s at most.
+struct Heard {
+    /// Lines other than WAIT/RUN, per node.
+    lines: Vec<Vec<String>>,
+    /// Bytes of an unfinished line, per node.
+    partial: Vec<Vec<u8>>,
+    /// The node's connection was read to its end.
+    drained: Vec<bool>,
+    /// Per node, its last WAIT report: (in flight, received, what).
+    waiting: Vec<Option<(u64, u64, String)>>,
+    /// When any node's report last changed.
+    changed: Instant,
 }
 
-impl LastWords {
-    fn new(n: usize) -> LastWords {
-        LastWords {
-            heard: vec![None; n],
+/// How long every node must wait, with nothing in flight and nothing received anywhere, before
+/// the job is declared unable to go on (a few retransmission timeouts: a reply that was lost is
+/// in flight, counted, until it arrives).
+const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
+
+impl Heard {
+    fn new(n: usize) -> Heard {
+        Heard {
+            lines: vec![Vec::new(); n],
+            partial: vec![Vec::new(); n],
+            drained: vec![false; n],
+            waiting: vec![None; n],
+            changed: Instant::now(),
         }
     }
 
-    /// Node `k`'s last lines (`None`: no control connection to read).
-    fn of(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<&[String]> {
-        let stream = control.get_mut(k)?;
-        let slot = self.heard.get_mut(k)?;
-        if slot.is_none() {
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-            let mut seen = Vec::new();
-            let mut buf = [0u8; 256];
-            while seen.len() < 4096 {
+    fn take_lines(&mut self, k: usize, bytes: &[u8]) {
+        self.partial[k].extend_from_slice(bytes);
+        while let Some(end) = self.partial[k].iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial[k].drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            let mut w = line.splitn(5, ' ');
+            match (w.next(), w.next()) {
+                (Some("DSM1"), Some("WAIT")) => {
+                    let num = |v: Option<&str>| v.and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+                    let (flight, received) = (num(w.next()), num(w.next()));
+                    let report = Some((flight, received, w.next().unwrap_or("").to_owned()));
+                    if self.waiting[k] != report {
+                        self.waiting[k] = report;
+                        self.changed = Instant::now();
+                    }
+                }
+                (Some("DSM1"), Some("RUN")) => {
+                    self.waiting[k] = None;
+                    self.changed = Instant::now();
+                }
+                _ => self.lines[k].push(line),
+            }
+        }
+    }
+
+    /// Reads what the nodes said since the last look, without waiting.
+    fn poll(&mut self, control: &mut [std::net::TcpStream]) {
+        for (k, stream) in control.iter_mut().enumerate().take(self.lines.len()) {
+            if self.drained[k] {
+                continue;
+            }
+            let _ = stream.set_nonblocking(true);
+            let mut buf = [0u8; 1024];
+            loop {
                 match stream.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    Ok(0) => {
+                        self.drained[k] = true;
+                        break;
+                    }
+                    Ok(n) => self.take_lines(k, &buf[..n]),
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(_) => break,
                 }
             }
-            let text = String::from_utf8_lossy(&seen);
-            *slot = Some(text.lines().map(str::to_owned).collect());
         }
-        slot.as_deref()
+    }
+
+    /// Node `k`'s lines, read to the end of its connection (`None`: no connection to read).
+    fn of(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<&[String]> {
+        let stream = control.get_mut(k)?;
+        if k >= self.lines.len() {
+            return None;
+        }
+        if !self.drained[k] {
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut buf = [0u8; 1024];
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(n) if n > 0 && self.lines[k].len() < 64 => self.take_lines(k, &buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    _ => break,
+                }
+            }
+            self.drained[k] = true;
+        }
+        Some(&self.lines[k])
     }
 
     fn said_goodbye(&mut self, control: &mut [std::net::TcpStream], k: usize) -> bool {
@@ -522,6 +596,26 @@ impl LastWords {
             Some((node.parse().ok()?, why.to_owned()))
         })
     }
+
+    /// Whether the job can no longer go on: every node still running waits, none has anything
+    /// in flight, and no report changed for [`NO_PROGRESS_FOR`]. Returns what each node waits
+    /// for.
+    fn stuck(&self, children: &mut [Child]) -> Option<String> {
+        if self.changed.elapsed() < NO_PROGRESS_FOR {
+            return None;
+        }
+        let mut what = Vec::new();
+        for (k, c) in children.iter_mut().enumerate() {
+            if !matches!(c.try_wait(), Ok(None)) {
+                continue;
+            }
+            match self.waiting.get(k)? {
+                Some((0, _, w)) => what.push(format!("node {k} {w}")),
+                _ => return None,
+            }
+        }
+        (!what.is_empty()).then(|| what.join("; "))
+    }
 }
 
 /// The node at the start of a chain of blame: node `first` ended because it lost another, which
@@ -531,7 +625,7 @@ fn first_failure(
     spec: &JobSpec,
     children: &mut [Child],
     control: &mut [std::net::TcpStream],
-    words: &mut LastWords,
+    words: &mut Heard,
     first: usize,
 ) -> Option<JobFailure> {
     let (mut node, mut why) = words.blamed(control, first)?;
@@ -613,7 +707,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
                     &mut children,
                     None,
                     &mut [],
-                    &mut LastWords::new(0),
+                    &mut Heard::new(0),
                 ) {
                     Ok(true) => return,
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),

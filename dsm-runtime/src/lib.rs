@@ -45,6 +45,7 @@ mod fastpath;
 pub mod launch;
 pub mod launcher;
 mod message;
+mod progress;
 #[allow(unsafe_code)]
 mod region;
 mod service;
@@ -120,6 +121,29 @@ pub fn check_region(config: &Config) -> Result<(), String> {
         }
         .to_string()
     })
+}
+
+/// Makes `len` bytes at `ptr` ready for a system call that reads them (`write`, `send`...) or,
+/// with `kernel_writes`, writes them (`read`, `recv`...), if any of them is shared memory: each
+/// page is brought in with that access, as the program's own access would. Returns whether the
+/// buffer touches shared memory.
+///
+/// The kernel does not fault on the program's behalf: a system call that meets a shared page
+/// this node does not hold fails with `EFAULT` (and `fread`/`fwrite` then come back short), so
+/// such a buffer must be made ready first. `libjia` does it for `read`, `write`, `pread`,
+/// `pwrite`, `fread` and `fwrite`; Rust programs can use [`SharedArray::read_from`] and
+/// [`SharedArray::write_to`], or call this before their own system call. A page can be taken
+/// away again by this node's next acquire (or by the cache making room), so make it ready right
+/// before the call, and retry a call that fails with `EFAULT`.
+pub fn prepare_for_io(ptr: *const u8, len: usize, kernel_writes: bool) -> bool {
+    let (start, end) = sys::signals::region();
+    let (lo, hi) = (ptr as usize, (ptr as usize).saturating_add(len));
+    let (lo, hi) = (lo.max(start), hi.min(end));
+    if lo >= hi {
+        return false;
+    }
+    sys::touch_pages(lo, hi, kernel_writes);
+    true
 }
 
 /// Why [`init`] failed.
@@ -479,6 +503,7 @@ impl Dsm {
     #[track_caller]
     pub fn lock(&self, lock: u16) -> LockGuard<'_> {
         let now_lock = LockId(lock);
+        let _w = progress::waiting(format!("jia_lock({lock})"));
         self.call_or_die("jia_lock", move |s, w| {
             let now = s.now();
             s.node.acquire(now, now_lock, w).map(|()| None)
@@ -496,6 +521,7 @@ impl Dsm {
     /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`]. A lock
     /// this thread holds or asks for already is an error.
     pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
+        let _w = progress::waiting(format!("jia_lock({lock})"));
         self.call("jia_lock", move |s, w| {
             let now = s.now();
             s.node.acquire(now, LockId(lock), w).map(|()| None)
@@ -515,6 +541,7 @@ impl Dsm {
     /// A barrier with coherence (`jia_barrier`).
     #[track_caller]
     pub fn barrier(&self) {
+        let _w = progress::waiting("jia_barrier");
         self.call_or_die("jia_barrier", |s, w| {
             let now = s.now();
             s.node.barrier(now, w).map(|()| None)
@@ -524,6 +551,7 @@ impl Dsm {
     /// A barrier without coherence (`jia_wait`).
     #[track_caller]
     pub fn wait(&self) {
+        let _w = progress::waiting("jia_wait");
         self.call_or_die("jia_wait", |s, w| {
             let now = s.now();
             s.node.wait(now, w).map(|()| None)
@@ -551,6 +579,7 @@ impl Dsm {
     /// Waits until condition variable `cv` is set, an acquire (`jia_waitcv`).
     #[track_caller]
     pub fn waitcv(&self, cv: u16) {
+        let _w = progress::waiting(format!("jia_waitcv({cv})"));
         self.call_or_die("jia_waitcv", move |s, w| {
             let now = s.now();
             s.node.waitcv(now, CvId(cv), w).map(|()| None)
@@ -607,6 +636,7 @@ impl Dsm {
         if self.exited.swap(true, Ordering::SeqCst) {
             return;
         }
+        let _w = progress::waiting("jia_exit");
         self.call_or_die("jia_exit", |s, w| {
             let now = s.now();
             s.set_exit_waiter(w);

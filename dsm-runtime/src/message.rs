@@ -106,6 +106,12 @@ impl Dsm {
     }
 
     fn take(&self, what: &'static str, filter: Filter) -> Letter {
+        let any = |v: Option<String>| v.unwrap_or_else(|| "any".into());
+        let _w = crate::progress::waiting(format!(
+            "{what} (a message from node {}, tag {})",
+            any(filter.from.map(|n| n.0.to_string())),
+            any(filter.tag.map(|t| t.to_string()))
+        ));
         let out: Arc<Mutex<Option<Letter>>> = Arc::default();
         let o = out.clone();
         self.call_or_die(what, move |s, w| {

@@ -126,6 +126,9 @@ pub(crate) struct Service {
     control_checked: Instant,
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
+    /// When this node last told the launcher whether it waits, and whether it did.
+    progress_reported: Instant,
+    reported_waiting: bool,
     /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`).
     stats_json: Option<String>,
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
@@ -186,6 +189,8 @@ impl Service {
             control_buf: Vec::new(),
             control_checked: Instant::now(),
             warned_thrashing: false,
+            progress_reported: Instant::now(),
+            reported_waiting: false,
             lost_in_exit: None,
             resumed_at: None,
             request_gap: Duration::MAX,
@@ -344,6 +349,44 @@ impl Service {
              cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf)",
             self.node.id().0,
         );
+    }
+
+    /// Tells the launcher, every 250 ms while this node waits (every thread that uses the DSM is
+    /// in a call that waits for other nodes: see [`crate::progress`]), what it waits for, the
+    /// locks it holds, the messages it still has on their way and those it has received:
+    /// `DSM1 WAIT <in flight> <received> <what>`; and `DSM1 RUN` once it goes on. The launcher
+    /// ends a job whose every node waits with nothing in flight and nothing received for a while.
+    fn report_progress(&mut self) {
+        if self.control.is_none() || self.progress_reported.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.progress_reported = Instant::now();
+        let line = match crate::progress::node_waits() {
+            Some(what) => {
+                let held = self.node.locks_held();
+                let held = if held.is_empty() {
+                    String::new()
+                } else {
+                    let l: Vec<String> = held.iter().map(|l| l.0.to_string()).collect();
+                    format!(", holding lock {}", l.join(", "))
+                };
+                let in_flight: usize = match &self.transport {
+                    Some(t) => (0..self.node.nodes()).map(|p| t.pending(p)).sum(),
+                    None => 0,
+                };
+                let received: u64 = self.node.stats().msgs_received.iter().sum();
+                self.reported_waiting = true;
+                format!("DSM1 WAIT {in_flight} {received} waits in {what}{held}\n")
+            }
+            None if self.reported_waiting => {
+                self.reported_waiting = false;
+                "DSM1 RUN\n".to_string()
+            }
+            None => return,
+        };
+        if let Some(c) = &mut self.control {
+            let _ = std::io::Write::write_all(c, line.as_bytes());
+        }
     }
 
     /// Tells the launcher which node this one ends for (`DSM1 BLAME <node> <why>`): a node that
@@ -907,6 +950,7 @@ pub(crate) fn run(service: Service) {
         {
             s.check_control();
             s.warn_if_thrashing();
+            s.report_progress();
         }
         if s.exit_finished() {
             // What came last (the exit grant) is acknowledged before the transport closes, or

@@ -753,3 +753,140 @@ mod tests {
         }
     }
 }
+
+// ----- system calls on shared memory -----
+//
+// The kernel does not fault on a program's behalf: `read` into (or `write` from) a shared page
+// this node does not hold fails with EFAULT, and `fread`/`fwrite` come back short, silently
+// losing data (a JIAJIA program that reads its input into shared memory on node 0). These
+// definitions take the place of the C library's for programs linked with libjia: the buffer's
+// shared pages are brought in first with the access the call makes, a call that still meets
+// EFAULT (a page taken away meanwhile) is retried, and the C library does the rest. A buffer
+// outside shared memory costs one range check. Other calls (recv, send, memcpy-free kernel
+// copies such as sendfile or io_uring) are not covered: see the README.
+
+unsafe extern "C" {
+    fn __read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
+    fn __write(fd: c_int, buf: *const c_void, n: usize) -> isize;
+    fn __pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize;
+    fn __pwrite64(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize;
+    fn _IO_fread(ptr: *mut c_void, size: usize, n: usize, f: *mut libc::FILE) -> usize;
+    fn _IO_fwrite(ptr: *const c_void, size: usize, n: usize, f: *mut libc::FILE) -> usize;
+}
+
+/// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
+/// memory (a few times: each retry fetches the pages again). Async-signal-safe for buffers
+/// outside shared memory (the runtime's own reads of its sockets pass here).
+fn on_shared(
+    ptr: *const c_void,
+    len: usize,
+    kernel_writes: bool,
+    call: impl Fn() -> isize,
+) -> isize {
+    if !dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) {
+        return call();
+    }
+    let mut r = call();
+    for _ in 0..4 {
+        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
+            break;
+        }
+        dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes);
+        r = call();
+    }
+    r
+}
+
+/// `ssize_t read(int fd, void *buf, size_t n)`, with `buf` in shared memory made ready first.
+///
+/// # Safety
+/// As the C library's `read`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
+    // SAFETY: the C library's read with the caller's arguments.
+    on_shared(buf, n, true, || unsafe { __read(fd, buf, n) })
+}
+
+/// `ssize_t write(int fd, const void *buf, size_t n)`, with `buf` in shared memory made ready.
+///
+/// # Safety
+/// As the C library's `write`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
+    // SAFETY: the C library's write with the caller's arguments.
+    on_shared(buf, n, false, || unsafe { __write(fd, buf, n) })
+}
+
+/// `pread` (and `pread64`), with `buf` in shared memory made ready first.
+///
+/// # Safety
+/// As the C library's `pread`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
+    // SAFETY: the C library's pread with the caller's arguments.
+    on_shared(buf, n, true, || unsafe { __pread64(fd, buf, n, off) })
+}
+
+/// `pread64`: [`pread`].
+///
+/// # Safety
+/// As the C library's `pread64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
+    // SAFETY: as pread.
+    unsafe { pread(fd, buf, n, off) }
+}
+
+/// `pwrite` (and `pwrite64`), with `buf` in shared memory made ready first.
+///
+/// # Safety
+/// As the C library's `pwrite`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
+    // SAFETY: the C library's pwrite with the caller's arguments.
+    on_shared(buf, n, false, || unsafe { __pwrite64(fd, buf, n, off) })
+}
+
+/// `pwrite64`: [`pwrite`].
+///
+/// # Safety
+/// As the C library's `pwrite64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
+    // SAFETY: as pwrite.
+    unsafe { pwrite(fd, buf, n, off) }
+}
+
+/// `size_t fread(void *ptr, size_t size, size_t n, FILE *f)`, with `ptr` in shared memory made
+/// ready first (the C library reads large requests straight into it).
+///
+/// # Safety
+/// As the C library's `fread`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fread(
+    ptr: *mut c_void,
+    size: usize,
+    n: usize,
+    f: *mut libc::FILE,
+) -> usize {
+    dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), true);
+    // SAFETY: the C library's fread with the caller's arguments.
+    unsafe { _IO_fread(ptr, size, n, f) }
+}
+
+/// `size_t fwrite(const void *ptr, size_t size, size_t n, FILE *f)`, with `ptr` in shared
+/// memory made ready first.
+///
+/// # Safety
+/// As the C library's `fwrite`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fwrite(
+    ptr: *const c_void,
+    size: usize,
+    n: usize,
+    f: *mut libc::FILE,
+) -> usize {
+    dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), false);
+    // SAFETY: the C library's fwrite with the caller's arguments.
+    unsafe { _IO_fwrite(ptr, size, n, f) }
+}

@@ -126,6 +126,67 @@ fn a_thrashing_cache_is_named_once_with_the_setting_to_change() {
     );
 }
 
+/// Mismatched synchronisation ends the job with a message saying what each node waits for,
+/// instead of hanging: a barrier against an exit, an exit while holding a lock another node
+/// wants, a condition variable nobody sets, a message nobody sends.
+#[test]
+fn a_job_that_cannot_go_on_ends_naming_what_each_node_waits_for() {
+    for (case, nodes, transport, want) in [
+        (
+            "stuck-barrier-vs-exit",
+            3,
+            "udp",
+            &["node 0 waits in jia_barrier", "node 1 waits in jia_exit"][..],
+        ),
+        (
+            "stuck-exit-holding-lock",
+            2,
+            "tcp",
+            &[
+                "node 0 waits in jia_exit, holding lock 3",
+                "node 1 waits in jia_lock(3)",
+            ],
+        ),
+        (
+            "stuck-waitcv",
+            2,
+            "udp",
+            &["node 1 waits in jia_waitcv(5)", "node 0 waits in jia_exit"],
+        ),
+        (
+            "stuck-recv",
+            2,
+            "udp",
+            &["node 0 waits in jia_recv (a message from node 1, tag 42)"],
+        ),
+    ] {
+        let start = std::time::Instant::now();
+        let out = dsmrun(nodes, &["--transport", transport], "probe", &[case]);
+        let took = start.elapsed();
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{case}:\n{t}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.trim_end().lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("dsmrun: the job cannot go on, every node waits"),
+            "{case}: last line `{last}`:\n{t}"
+        );
+        for w in want {
+            assert!(last.contains(w), "{case}: no `{w}` in `{last}`");
+        }
+        assert!(took < Duration::from_secs(15), "{case}: took {took:?}");
+    }
+}
+
+/// `SharedArray::read_from`/`write_to`: a file into shared memory this node does not hold, and
+/// back, exact at the home.
+#[test]
+fn files_read_into_and_written_from_shared_memory() {
+    for n in [1, 2, 3] {
+        probe_ok(n, &[], "file-io", "file-io OK");
+    }
+}
+
 #[test]
 fn threads_that_end_give_their_slot_to_the_next() {
     // 400 threads over each node's life, more than its 256 slots.

@@ -111,6 +111,35 @@ pub fn can_reserve(at: usize, len: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Touches one byte of every page of `[start, end)` (addresses of the shared region's
+/// application view, which is always mapped), as the access a system call is about to make: a
+/// read, or, with `write`, an atomic compare-and-swap of the byte with itself (a write that
+/// changes nothing, whatever other threads of this node write meanwhile; an atomic add of zero
+/// would not do: the compiler turns it into a fenced load). A page not held here faults and is
+/// fetched, as for any access of the program's.
+pub fn touch_pages(start: usize, end: usize, write: bool) {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let page = dsm_core::PAGE_SIZE;
+    let mut at = start;
+    while at < end {
+        if write {
+            // SAFETY: `at` lies in the region's mapping, which lives as long as the process; an
+            // atomic byte may alias any byte, and swapping a value for itself leaves it as it is.
+            let byte = unsafe { AtomicU8::from_ptr(at as *mut u8) };
+            let mut v = byte.load(Ordering::Relaxed);
+            while let Err(now) =
+                byte.compare_exchange_weak(v, v, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                v = now;
+            }
+        } else {
+            // SAFETY: as above: a read of a mapped byte.
+            unsafe { std::ptr::read_volatile(at as *const u8) };
+        }
+        at = (at / page + 1) * page;
+    }
+}
+
 /// Changes the protection of `len` bytes from `addr` (page aligned, inside our region).
 pub fn mprotect(addr: usize, len: usize, prot: Protection) -> io::Result<()> {
     // The range lies inside the application mapping of the region, which lives as long as the

@@ -23,6 +23,14 @@ use crate::sys::write_stderr;
 static REGION_START: AtomicUsize = AtomicUsize::new(0);
 static REGION_END: AtomicUsize = AtomicUsize::new(0);
 
+/// The shared region's application view, `[start, end)` (empty before `install`).
+pub fn region() -> (usize, usize) {
+    (
+        REGION_START.load(Ordering::Relaxed),
+        REGION_END.load(Ordering::Relaxed),
+    )
+}
+
 struct PrevActions {
     segv: libc::sigaction,
     bus: libc::sigaction,

@@ -458,6 +458,75 @@ fn main() {
                 println!("fork-and-touch OK");
             }
         }
+        // A file read into shared memory this node does not hold, and written back from it.
+        "file-io" => {
+            let n = dsm.nodes();
+            let words = 64 * 1024;
+            let a: SharedArray<u64> = dsm
+                .alloc(words, AllocPolicy::OnNode(NodeId((n - 1) as u16)))
+                .unwrap();
+            dsm.barrier();
+            if dsm.id() == 0 {
+                let path =
+                    std::env::temp_dir().join(format!("dsm-probe-io-{}", std::process::id()));
+                let bytes: Vec<u8> = (0..words * 8).map(|i| (i % 253) as u8).collect();
+                std::fs::write(&path, &bytes).unwrap();
+                let mut f = std::fs::File::open(&path).unwrap();
+                let got = a.read_from(0..words, &mut f).unwrap();
+                check(
+                    &dsm,
+                    got == words * 8,
+                    &format!("read_from read {got} bytes"),
+                );
+                let mut back = Vec::new();
+                a.write_to(0..words, &mut back).unwrap();
+                check(&dsm, back == bytes, "write_to gave the bytes read");
+                let _ = std::fs::remove_file(path);
+            }
+            dsm.barrier();
+            if dsm.id() == n - 1 {
+                let ok = (0..words).all(|w| {
+                    a.get(w)
+                        .to_le_bytes()
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &b)| b == ((w * 8 + k) % 253) as u8)
+                });
+                check(&dsm, ok, "the file's bytes at the home");
+            }
+            dsm.barrier();
+            if dsm.id() == 0 {
+                println!("file-io OK");
+            }
+        }
+        // Mismatched synchronisation: the job can never go on.
+        "stuck-barrier-vs-exit" => {
+            dsm.barrier();
+            if dsm.id() != 1 {
+                dsm.barrier();
+            }
+        }
+        "stuck-exit-holding-lock" => {
+            dsm.barrier();
+            if dsm.id() == 0 {
+                dsm.lock_raw(3).expect("lock 3");
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let _g = dsm.lock(3);
+            }
+        }
+        "stuck-waitcv" => {
+            dsm.barrier();
+            if dsm.id() == 1 {
+                dsm.waitcv(5);
+            }
+        }
+        "stuck-recv" => {
+            dsm.barrier();
+            if dsm.id() == 0 {
+                let _ = dsm.recv(Some(1), Some(42));
+            }
+        }
         "fail-node-1" => {
             dsm.barrier();
             if dsm.id() == 1 {
