@@ -34,8 +34,12 @@ pub const HEADER_BYTES: usize = 22;
 
 const FLAG_DATA: u8 = 1;
 const FLAG_MORE: u8 = 2;
-/// On an ack: the receiver holds fragments beyond a gap (a duplicate ack that means loss).
+/// On an ack: the receiver holds fragments beyond a gap (a duplicate ack that means loss). A
+/// pure acknowledgement with this flag carries [`SACK_BYTES`] of selective acknowledgement: bit
+/// `i` set when fragment `ack + 1 + i` is held.
 const FLAG_GAP: u8 = 4;
+/// Bytes of a selective acknowledgement: 64 fragments past the cumulative one.
+const SACK_BYTES: usize = 8;
 /// The payload is several whole messages, each as `len u32` + bytes.
 const FLAG_PACKED: u8 = 8;
 /// Bytes of a packed record's length.
@@ -171,6 +175,8 @@ pub struct ReliableStats {
     pub retransmissions: u64,
     /// Fast retransmissions (three duplicate acks).
     pub fast_retransmissions: u64,
+    /// Retransmissions of holes a selective acknowledgement showed.
+    pub sack_retransmissions: u64,
     /// Duplicate fragments received and dropped.
     pub duplicates: u64,
     /// Fragments received ahead of a gap and held.
@@ -195,6 +201,8 @@ struct Unacked {
     payload: Vec<u8>,
     last_sent: Instant,
     retransmitted: bool,
+    /// The receiver holds it (selective acknowledgement): never resent.
+    sacked: bool,
 }
 
 #[derive(Debug)]
@@ -208,6 +216,9 @@ struct Peer {
     out_of_order: BTreeMap<u32, (u8, Vec<u8>)>,
     partial: Vec<u8>,
     ack_due: bool,
+    /// Fragments came out of order: a pure acknowledgement telling which are held is due, even
+    /// if data carries the cumulative one.
+    sack_due: bool,
     last_heard: Instant,
     last_sent: Instant,
     srtt: Option<Duration>,
@@ -252,6 +263,7 @@ impl Reliable {
                 out_of_order: BTreeMap::new(),
                 partial: Vec::new(),
                 ack_due: false,
+                sack_due: false,
                 last_heard: now,
                 last_sent: now,
                 srtt: None,
@@ -413,8 +425,13 @@ impl Reliable {
         }
         peer.last_heard = now;
         // Acknowledgement.
+        // A round-trip sample comes from a fragment acknowledged for the first time, never sent
+        // twice (Karn's rule), and not held at the receiver behind a hole that a retransmission
+        // just filled (or already acknowledged selectively): its acknowledgement waited for the
+        // repair, and such samples once made the timeout a second at 20% loss.
         let mut newest_sample = None;
         let mut acked_any = false;
+        let mut repaired = false;
         while let Some(front) = peer.unacked.front() {
             if !seq_lt(front.seq, ack) {
                 break;
@@ -422,8 +439,54 @@ impl Reliable {
             if let Some(u) = peer.unacked.pop_front() {
                 acked_any = true;
                 peer.unacked_bytes -= u.payload.len();
-                if !u.retransmitted {
+                repaired |= u.retransmitted;
+                if !u.retransmitted && !u.sacked && !repaired {
                     newest_sample = Some(now.saturating_duration_since(u.last_sent));
+                }
+            }
+        }
+        // Selective acknowledgement: what the receiver holds beyond the gap is never resent, and
+        // every hole below the highest fragment held is resent at once (once per round trip):
+        // a window's losses are recovered in one round trip, not one timeout each.
+        let sack = (flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP && payload.len() == SACK_BYTES)
+            .then(|| u64::from_le_bytes(payload.try_into().unwrap_or_default()));
+        if let Some(bits) = sack {
+            let mut highest = None;
+            for u in peer.unacked.iter_mut() {
+                let off = u.seq.wrapping_sub(ack).wrapping_sub(1);
+                if off < 64 && bits & (1 << off) != 0 {
+                    if !u.sacked && !u.retransmitted {
+                        newest_sample = Some(now.saturating_duration_since(u.last_sent));
+                    }
+                    u.sacked = true;
+                    highest = Some(u.seq);
+                }
+            }
+            if let Some(sample) = newest_sample.take() {
+                update_rtt(peer, sample, &self.cfg);
+            }
+            if let Some(highest) = highest {
+                // A hole is taken for lost once a later fragment arrived and its own send is a
+                // round trip and two deviations old (a fragment merely reordered has arrived by
+                // then).
+                let round_trip = peer
+                    .srtt
+                    .map_or(self.cfg.min_rto, |srtt| srtt + peer.rttvar * 2);
+                for u in peer.unacked.iter_mut() {
+                    if !seq_lt(u.seq, highest) {
+                        break;
+                    }
+                    if !u.sacked && now.saturating_duration_since(u.last_sent) >= round_trip {
+                        u.retransmitted = true;
+                        u.last_sent = now;
+                        self.out.push_back(Out::Data {
+                            to: from,
+                            seq: u.seq,
+                        });
+                        peer.last_sent = now;
+                        self.stats.retransmissions += 1;
+                        self.stats.sack_retransmissions += 1;
+                    }
                 }
             }
         }
@@ -442,9 +505,14 @@ impl Reliable {
             }
         }
         if acked_any {
+            // The peer is getting our data again: the back-off of earlier timeouts ends (as
+            // TCP's does when new data is acknowledged), or every hole behind a repaired one
+            // waited out a doubled timeout.
+            reset_rto(peer, &self.cfg);
             peer.dup_acks = 0;
             peer.last_ack = ack;
         } else if ack == peer.last_ack
+            && sack.is_none()
             && !peer.unacked.is_empty()
             && flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP
         {
@@ -467,6 +535,9 @@ impl Reliable {
             } else {
                 self.stats.out_of_order += 1;
                 peer.out_of_order.insert(seq, (flags, payload.to_vec()));
+            }
+            if !peer.out_of_order.is_empty() {
+                peer.sack_due = true;
             }
         }
         Ok(())
@@ -504,16 +575,25 @@ impl Reliable {
                 payload,
                 last_sent: now,
                 retransmitted: false,
+                sacked: false,
             });
             peer.ack_due = false;
             peer.last_sent = now;
         }
-        if peer.ack_due && pure_acks {
+        if (peer.ack_due || peer.sack_due) && pure_acks {
             peer.ack_due = false;
-            let flags = if peer.out_of_order.is_empty() {
-                0
+            peer.sack_due = false;
+            let (flags, sack) = if peer.out_of_order.is_empty() {
+                (0, Vec::new())
             } else {
-                FLAG_GAP
+                let mut bits = 0u64;
+                for &s in peer.out_of_order.keys() {
+                    let off = s.wrapping_sub(peer.expected).wrapping_sub(1);
+                    if off < 64 {
+                        bits |= 1 << off;
+                    }
+                }
+                (FLAG_GAP, bits.to_le_bytes().to_vec())
             };
             let dg = datagram(
                 self.cookie,
@@ -521,7 +601,7 @@ impl Reliable {
                 flags,
                 peer.next_seq,
                 peer.expected,
-                &[],
+                &sack,
             );
             self.out.push_back(Out::Bytes { to, dg });
             self.stats.acks_sent += 1;
@@ -637,6 +717,27 @@ impl Reliable {
             let resent = timed_out && resend_oldest(peer, i as u16, now, &mut self.out);
             if resent {
                 self.stats.retransmissions += 1;
+                // The holes the receiver's selective acknowledgements showed behind the oldest
+                // go with it: they are as lost, and waiting for one timeout each is what made a
+                // lossy job crawl.
+                let highest = peer.unacked.iter().rev().find(|u| u.sacked).map(|u| u.seq);
+                if let Some(highest) = highest {
+                    for u in peer.unacked.iter_mut().skip(1) {
+                        if !seq_lt(u.seq, highest) {
+                            break;
+                        }
+                        if !u.sacked {
+                            u.retransmitted = true;
+                            u.last_sent = now;
+                            self.out.push_back(Out::Data {
+                                to: i as u16,
+                                seq: u.seq,
+                            });
+                            self.stats.retransmissions += 1;
+                            self.stats.sack_retransmissions += 1;
+                        }
+                    }
+                }
                 peer.recover = Some(peer.next_seq);
                 peer.rto = (peer.rto * 2).min(self.cfg.max_rto);
                 peer.ack_due = false;
@@ -673,9 +774,15 @@ fn update_rtt(peer: &mut Peer, sample: Duration, cfg: &ReliableConfig) {
             peer.srtt = Some((srtt * 7 + sample) / 8);
         }
     }
-    let srtt = peer.srtt.unwrap_or(sample);
-    peer.rto =
-        (srtt + (peer.rttvar * 4).max(Duration::from_micros(200))).clamp(cfg.min_rto, cfg.max_rto);
+    reset_rto(peer, cfg);
+}
+
+/// The retransmission timeout from the round-trip estimates, without back-off.
+fn reset_rto(peer: &mut Peer, cfg: &ReliableConfig) {
+    if let Some(srtt) = peer.srtt {
+        peer.rto = (srtt + (peer.rttvar * 4).max(Duration::from_micros(200)))
+            .clamp(cfg.min_rto, cfg.max_rto);
+    }
 }
 
 /// Packs `first` (a whole message) with the whole messages queued after it, while they fit in
@@ -972,6 +1079,35 @@ mod tests {
             assert!(
                 stats.retransmissions > 0,
                 "seed {seed}: losses must cause retransmissions"
+            );
+        }
+    }
+
+    /// Heavy loss: selective acknowledgements recover a window's holes in one round trip each,
+    /// so a 20% loss costs a bounded multiple of a clean run's time, not one timeout per loss.
+    #[test]
+    fn heavy_loss_is_recovered_by_selective_acknowledgements() {
+        let msgs = messages(300, 20_000, 7);
+        let clean = Link {
+            drop_pct: 0,
+            dup_pct: 0,
+            max_delay_us: 50,
+        };
+        let (_, _, clean_time) = run(7, clean, &msgs, 1000);
+        for seed in 0..10 {
+            let link = Link {
+                drop_pct: 20,
+                dup_pct: 0,
+                max_delay_us: 50,
+            };
+            let (got, stats, took) = run(seed, link, &msgs, 1000);
+            assert_eq!(got, msgs, "seed {seed}");
+            assert!(stats.sack_retransmissions > 0, "seed {seed}: {stats:?}");
+            // 0.7-1.8 s here (a clean run: 28 ms); before selective acknowledgements and clean
+            // round-trip samples, 260-300 s (the timeout stuck at its 1 s ceiling).
+            assert!(
+                took < clean_time * 100,
+                "seed {seed}: {took:?} against {clean_time:?} clean: {stats:?}"
             );
         }
     }

@@ -363,6 +363,10 @@ impl Transport for UdpTransport {
             ("datagrams sent", r.datagrams_sent),
             ("datagrams received", r.datagrams_received),
             ("retransmissions", r.retransmissions),
+            (
+                "retransmissions from selective acks",
+                r.sack_retransmissions,
+            ),
             ("duplicates dropped", r.duplicates),
             ("packed datagrams", r.packed),
             ("pure acks", r.acks_sent),
