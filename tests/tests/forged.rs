@@ -224,3 +224,169 @@ fn strangers_at_start_up_delay_nobody() {
         "the job took {took:?}:\n{t}"
     );
 }
+
+/// The cookie of a running node, read from its environment (as root may), and its pid: the
+/// node whose parent is `launcher` and whose rank is `rank`.
+fn node_cookie(launcher: u32, rank: u16) -> Option<u64> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(launcher) {
+            continue;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let vars: Vec<String> = env
+            .split(|&b| b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        if !vars.iter().any(|v| *v == format!("DSM_RANK={rank}")) {
+            continue;
+        }
+        let cookie = vars.iter().find_map(|v| v.strip_prefix("DSM_COOKIE="))?;
+        return u64::from_str_radix(cookie, 16).ok();
+    }
+    None
+}
+
+/// One UDP datagram from `src_port` to `dst_port` on 127.0.0.1, its source forged, through a
+/// raw socket (root only).
+struct Spoofer(i32);
+
+impl Spoofer {
+    fn new() -> Spoofer {
+        // SAFETY: socket(2) with constant arguments.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        Spoofer(fd)
+    }
+
+    fn send(&self, src_port: u16, dst_port: u16, payload: &[u8]) {
+        let mut p = vec![0x45u8, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+        p.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 1]);
+        p.extend_from_slice(&src_port.to_be_bytes());
+        p.extend_from_slice(&dst_port.to_be_bytes());
+        p.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(payload);
+        let total = p.len() as u16;
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        let to = libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: dst_port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: sendto from a live buffer to a sockaddr_in of the size given.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::sendto(
+                self.0,
+                p.as_ptr().cast(),
+                p.len(),
+                0,
+                (&to as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        };
+    }
+}
+
+impl Drop for Spoofer {
+    fn drop(&mut self) {
+        // SAFETY: closes the socket this value owns.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(self.0)
+        };
+    }
+}
+
+/// An attacker with the cookie who can forge a peer's source address (root on a host of the
+/// job) acknowledges, as node 1, sequence numbers node 0 never sent, all through a lossy job:
+/// the acknowledgements are refused and counted, nothing in flight is dropped as delivered, and
+/// the job ends exact (before, such an acknowledgement dropped node 0's unacknowledged messages
+/// and a lossy job hung for good).
+#[test]
+fn forged_acknowledgements_from_a_spoofed_peer_are_refused() {
+    let base = 30000 + (std::process::id() % 1000) as u16 * 2;
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "--stats", "--set", &format!("base_port={base}")])
+        .arg(bin("matmul"))
+        .arg("512")
+        .env("DSM_IMPAIR", "drop=5,seed=11")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let launcher = child.id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let spoofer = Spoofer::new();
+            let mut sent = 0u64;
+            let mut cookie = None;
+            while !stop.load(Ordering::Relaxed) {
+                cookie = cookie.or_else(|| node_cookie(launcher, 0));
+                if let Some(c) = cookie {
+                    // A pure acknowledgement from "node 1" of 2^30 sequence numbers.
+                    let mut d = vec![0x44, 0x55, 1, 0];
+                    d.extend_from_slice(&c.to_le_bytes());
+                    d.extend_from_slice(&1u16.to_le_bytes());
+                    d.extend_from_slice(&0u32.to_le_bytes());
+                    d.extend_from_slice(&(1u32 << 30).to_le_bytes());
+                    spoofer.send(base + 1, base, &d);
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            sent
+        })
+    };
+    let out = run_until(child, Duration::from_secs(120));
+    stop.store(true, Ordering::Relaxed);
+    let sent = attacker.join().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=512 nodes=2"),
+        "{t}"
+    );
+    assert!(sent > 0, "the attacker never found the cookie");
+    let forged: u64 = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find(|l| l.contains("node 0 udp forged acknowledgements"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        forged > 0,
+        "node 0 counted no forged acknowledgement ({sent} sent):\n{t}"
+    );
+}
+
+/// Waits for `child` at most `limit`, then kills it and fails.
+fn run_until(child: std::process::Child, limit: Duration) -> std::process::Output {
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    let start = std::time::Instant::now();
+    while !waiter.is_finished() {
+        if start.elapsed() > limit {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let out = waiter.join().unwrap();
+            panic!("still running after {limit:?}; killed:\n{}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    waiter.join().unwrap()
+}
