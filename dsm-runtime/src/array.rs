@@ -85,11 +85,7 @@ impl<T: Shared> SharedArray<T> {
     /// may write them without synchronisation ordering the write before this read (the program
     /// must be data-race free).
     pub unsafe fn slice(&self, range: std::ops::Range<usize>) -> &[T] {
-        assert!(
-            range.start <= range.end && range.end <= self.len,
-            "range {range:?} out of {}",
-            self.len
-        );
+        self.check(&range);
         // SAFETY: in bounds (checked); aliasing is the caller's promise.
         unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }
     }
@@ -101,13 +97,19 @@ impl<T: Shared> SharedArray<T> {
     /// program must be data-race free across nodes.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
+        self.check(&range);
+        // SAFETY: in bounds (checked); exclusivity is the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
+    }
+
+    /// Panics unless `range` lies within the array.
+    #[track_caller]
+    fn check(&self, range: &std::ops::Range<usize>) {
         assert!(
             range.start <= range.end && range.end <= self.len,
             "range {range:?} out of {}",
             self.len
         );
-        // SAFETY: in bounds (checked); exclusivity is the caller's promise.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
     }
 
     /// The first element's address.
@@ -126,11 +128,7 @@ impl<T: Shared> SharedArray<T> {
         range: std::ops::Range<usize>,
         r: &mut impl std::io::Read,
     ) -> std::io::Result<usize> {
-        assert!(
-            range.start <= range.end && range.end <= self.len,
-            "range {range:?} out of {}",
-            self.len
-        );
+        self.check(&range);
         let size = std::mem::size_of::<T>();
         let (start, total) = (range.start * size, range.len() * size);
         let mut buf = vec![0u8; total.min(1 << 16)];
@@ -164,11 +162,7 @@ impl<T: Shared> SharedArray<T> {
         range: std::ops::Range<usize>,
         w: &mut impl std::io::Write,
     ) -> std::io::Result<()> {
-        assert!(
-            range.start <= range.end && range.end <= self.len,
-            "range {range:?} out of {}",
-            self.len
-        );
+        self.check(&range);
         let size = std::mem::size_of::<T>();
         let (start, total) = (range.start * size, range.len() * size);
         let mut buf = vec![0u8; total.min(1 << 16)];

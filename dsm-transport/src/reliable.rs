@@ -472,22 +472,9 @@ impl Reliable {
                 let round_trip = peer
                     .srtt
                     .map_or(self.cfg.min_rto, |srtt| srtt + peer.rttvar * 2);
-                for u in peer.unacked.iter_mut() {
-                    if !seq_lt(u.seq, highest) {
-                        break;
-                    }
-                    if !u.sacked && now.saturating_duration_since(u.last_sent) >= round_trip {
-                        u.retransmitted = true;
-                        u.last_sent = now;
-                        self.out.push_back(Out::Data {
-                            to: from,
-                            seq: u.seq,
-                        });
-                        peer.last_sent = now;
-                        self.stats.retransmissions += 1;
-                        self.stats.sack_retransmissions += 1;
-                    }
-                }
+                let n = resend_holes(peer, from, now, highest, round_trip, &mut self.out);
+                self.stats.retransmissions += n;
+                self.stats.sack_retransmissions += n;
             }
         }
         if let Some(sample) = newest_sample {
@@ -722,21 +709,17 @@ impl Reliable {
                 // lossy job crawl.
                 let highest = peer.unacked.iter().rev().find(|u| u.sacked).map(|u| u.seq);
                 if let Some(highest) = highest {
-                    for u in peer.unacked.iter_mut().skip(1) {
-                        if !seq_lt(u.seq, highest) {
-                            break;
-                        }
-                        if !u.sacked {
-                            u.retransmitted = true;
-                            u.last_sent = now;
-                            self.out.push_back(Out::Data {
-                                to: i as u16,
-                                seq: u.seq,
-                            });
-                            self.stats.retransmissions += 1;
-                            self.stats.sack_retransmissions += 1;
-                        }
-                    }
+                    // Every other hole, whatever its age (the oldest, just resent, is 0 ns old).
+                    let n = resend_holes(
+                        peer,
+                        i as u16,
+                        now,
+                        highest,
+                        Duration::from_nanos(1),
+                        &mut self.out,
+                    );
+                    self.stats.retransmissions += n;
+                    self.stats.sack_retransmissions += n;
                 }
                 peer.recover = Some(peer.next_seq);
                 peer.rto = (peer.rto * 2).min(self.cfg.max_rto);
@@ -760,6 +743,33 @@ fn resend_oldest(peer: &mut Peer, to: u16, now: Instant, out: &mut VecDeque<Out>
     out.push_back(Out::Data { to, seq: u.seq });
     peer.last_sent = now;
     true
+}
+
+/// Resends the fragments to `to` below `highest` that the receiver does not hold (holes its
+/// selective acknowledgements showed) and that were last sent at least `min_age` ago; returns
+/// how many. The caller counts them.
+fn resend_holes(
+    peer: &mut Peer,
+    to: u16,
+    now: Instant,
+    highest: u32,
+    min_age: Duration,
+    out: &mut VecDeque<Out>,
+) -> u64 {
+    let mut n = 0;
+    for u in peer.unacked.iter_mut() {
+        if !seq_lt(u.seq, highest) {
+            break;
+        }
+        if !u.sacked && now.saturating_duration_since(u.last_sent) >= min_age {
+            u.retransmitted = true;
+            u.last_sent = now;
+            out.push_back(Out::Data { to, seq: u.seq });
+            peer.last_sent = now;
+            n += 1;
+        }
+    }
+    n
 }
 
 fn update_rtt(peer: &mut Peer, sample: Duration, cfg: &ReliableConfig) {

@@ -61,6 +61,35 @@ pub fn dsmrun(nodes: usize, flags: &[&str], program: &str, args: &[&str]) -> Out
     run_with_deadline(cmd, Duration::from_secs(120))
 }
 
+/// Compiles the C program `src` against `jia.h` and `libjia.so` into `out` (with `flags`), as the
+/// README says; panics with the compiler's words if it fails.
+pub fn compile_jia_c(src: &std::path::Path, out: &std::path::Path, flags: &[&str]) {
+    let lib = bin_dir();
+    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .join("jia/include");
+    let r = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .arg("-I")
+        .arg(include)
+        .arg("-L")
+        .arg(&lib)
+        .args(["-ljia", "-lpthread", "-ldl", "-lm"])
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .expect("run cc");
+    assert!(
+        r.status.success(),
+        "cc {} failed:\n{}",
+        src.display(),
+        text(&r)
+    );
+}
+
 /// Stdout and stderr as text, for assertion messages.
 pub fn text(out: &Output) -> String {
     format!(

@@ -149,20 +149,7 @@ fn jia_error_ends_the_whole_job_and_names_the_node() {
     )
     .unwrap();
     let exe = src.with_extension("");
-    let lib = bin_dir();
-    let r = Command::new("cc")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg("-I")
-        .arg(repo().join("jia/include"))
-        .arg("-L")
-        .arg(&lib)
-        .arg("-ljia")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", text(&r));
+    dsm_tests::compile_jia_c(&src, &exe, &[]);
     let out = dsmrun_path(4, &exe, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -21,26 +21,13 @@ fn repo() -> PathBuf {
 /// `cc -O2 -Wall -Werror FLAGS tests/c/<name>.c -Ijia/include -Ltarget/... -ljia -lpthread -ldl
 /// -lm -Wl,-rpath,...`: the README's line, warnings as errors.
 fn compile(name: &str, flags: &[&str]) -> PathBuf {
-    let lib = bin_dir();
     // A name of its own per compilation: tests run in parallel and remove their binaries.
     static COMPILED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = COMPILED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = std::env::temp_dir().join(format!("dsm-jiajia-{name}-{}-{k}", std::process::id()));
-    let r = Command::new("cc")
-        .args(["-O2", "-Wall", "-Werror"])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(repo().join(format!("tests/c/{name}.c")))
-        .arg("-I")
-        .arg(repo().join("jia/include"))
-        .arg("-L")
-        .arg(&lib)
-        .args(["-ljia", "-lpthread", "-ldl", "-lm"])
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .output()
-        .expect("run cc");
-    assert!(r.status.success(), "cc {name}.c failed:\n{}", text(&r));
+    let mut all = vec!["-O2", "-Wall", "-Werror"];
+    all.extend_from_slice(flags);
+    dsm_tests::compile_jia_c(&repo().join(format!("tests/c/{name}.c")), &out, &all);
     out
 }
 
@@ -197,21 +184,8 @@ fn misuse_ends_the_job_with_a_message() {
          return 0; }\n",
     )
     .unwrap();
-    let lib = bin_dir();
     let exe = src.with_extension("");
-    let r = Command::new("cc")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg("-I")
-        .arg(repo().join("jia/include"))
-        .arg("-L")
-        .arg(&lib)
-        .arg("-ljia")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", text(&r));
+    dsm_tests::compile_jia_c(&src, &exe, &[]);
     for (case, want) in [
         (
             "0",
