@@ -477,7 +477,39 @@ pub fn parse_hosts(
             path: path.to_owned(),
             line: i + 1,
         };
-        let fields: Vec<&str> = line.split_whitespace().collect();
+        // Open MPI's hostfile words: `slots=N` runs N nodes there, `max_slots=M` is accepted.
+        let mut slots = 1;
+        let mut fields: Vec<&str> = Vec::new();
+        for word in line.split_whitespace() {
+            match word.split_once('=') {
+                Some(("slots", n)) => {
+                    slots = match n.parse::<usize>() {
+                        Ok(n) if (1..=usize::from(dsm_core::MAX_NODES)).contains(&n) => n,
+                        _ => {
+                            return Err(ConfigError {
+                                origin,
+                                what: format!(
+                                    "`{}`: allowed: 1 to {}",
+                                    shown(word),
+                                    dsm_core::MAX_NODES
+                                ),
+                            });
+                        }
+                    }
+                }
+                Some(("max_slots", n)) if n.parse::<usize>().is_ok() => {}
+                Some(_) => {
+                    return Err(ConfigError {
+                        origin,
+                        what: format!(
+                            "`{}`: the words a host line may carry are slots=N and max_slots=N",
+                            shown(word)
+                        ),
+                    });
+                }
+                None => fields.push(word),
+            }
+        }
         match fields.len() {
             1 | 2 => {}
             3 => warn(format!(
@@ -514,11 +546,13 @@ pub fn parse_hosts(
                 ),
             });
         }
-        hosts.push(Host {
-            address: address.to_owned(),
-            user: fields.get(1).map(|u| (*u).to_owned()),
-            line: i + 1,
-        });
+        for _ in 0..slots {
+            hosts.push(Host {
+                address: address.to_owned(),
+                user: fields.get(1).map(|u| (*u).to_owned()),
+                line: i + 1,
+            });
+        }
     }
     if hosts.is_empty() {
         return Err(ConfigError {
@@ -623,6 +657,29 @@ mod tests {
         c.set("cache_pages", "0x100", &Origin::Flag("-c".into()))
             .unwrap();
         assert_eq!(Config::from_wire(&c.to_wire()).unwrap(), c);
+    }
+
+    #[test]
+    fn hosts_files_accept_open_mpi_slots() {
+        let hosts = parse_hosts(
+            "hostfile",
+            "node1 slots=3\nnode2 slots=2 max_slots=4\nnode3\n",
+            |_| {},
+        )
+        .unwrap();
+        let names: Vec<&str> = hosts.iter().map(|h| h.address.as_str()).collect();
+        assert_eq!(
+            names,
+            ["node1", "node1", "node1", "node2", "node2", "node3"]
+        );
+        let e = parse_hosts("hostfile", "node1 slots=0\n", |_| {}).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("hostfile:1: `slots=0`: allowed: 1 to"),
+            "{e}"
+        );
+        let e = parse_hosts("hostfile", "node1 cpus=2\n", |_| {}).unwrap_err();
+        assert!(e.to_string().contains("slots=N and max_slots=N"), "{e}");
     }
 
     #[test]

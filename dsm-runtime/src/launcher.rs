@@ -35,6 +35,8 @@ pub struct JobSpec {
     pub tag_output: bool,
     /// Give up if the nodes have not all joined after this long.
     pub join_timeout: Duration,
+    /// Variables set for every node (`dsmrun -x`), beyond what it inherits.
+    pub env: Vec<(String, String)>,
 }
 
 /// How a job ended badly.
@@ -204,7 +206,8 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
 }
 
 fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
-    vec![
+    let mut env = spec.env.clone();
+    env.extend([
         ("DSM_RANK".into(), i.to_string()),
         ("DSM_SIZE".into(), spec.hosts.len().to_string()),
         ("DSM_COOKIE".into(), format!("{:016x}", p.cookie)),
@@ -219,7 +222,8 @@ fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
             "DSM_STATS_JSON".into(),
             spec.stats_json.clone().unwrap_or_default(),
         ),
-    ]
+    ]);
+    env
 }
 
 /// Starts node `i`; with tagged output, the threads forwarding its lines go to `forwarders`.
@@ -284,8 +288,12 @@ fn spawn_node(
     if spec.tag_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
+    // Standard input goes to node 0 only, as mpirun's and srun's do; the others read nothing.
+    // A remote node's comes through ssh, after the cookie line.
     if !p.local[i] {
         cmd.stdin(Stdio::piped());
+    } else if i != 0 {
+        cmd.stdin(Stdio::null());
     }
     let mut child = cmd.spawn().map_err(|e| {
         let what = if p.local[i] {
@@ -296,8 +304,13 @@ fn spawn_node(
         JobFailure::Start(format!("cannot start node {i} ({what}): {e}"))
     })?;
     if let Some(mut stdin) = child.stdin.take() {
-        // The cookie line, then end of input (the node's standard input is empty).
+        // The cookie line; then, for node 0, our standard input; for the others, its end.
         let _ = writeln!(stdin, "{:016x}", p.cookie);
+        if i == 0 {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut stdin);
+            });
+        }
     }
     if spec.tag_output {
         if let Some(o) = child.stdout.take() {

@@ -103,6 +103,7 @@ fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
         stats_json: std::env::var("DSM_STATS_JSON").ok(),
         tag_output: false,
         join_timeout: std::time::Duration::from_secs(60),
+        env: Vec::new(),
     };
     Some(launcher::start_as_node0(&spec).unwrap_or_else(|e| die(&e.to_string())))
 }

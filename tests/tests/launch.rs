@@ -458,13 +458,85 @@ fn a_closed_stdout_ends_quietly() {
     let mut first = [0u8; 16];
     let _ = std::io::Read::read(&mut stdout, &mut first);
     drop(stdout);
-    // A hang fails the test instead of the run: the job is killed after 60 s.
+    let out = wait_or_kill(child, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{err}", out.status);
+    assert!(err.contains("[node 0] finished"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// mpirun's spellings: `-np N`, `--hostfile` with Open MPI's `host slots=N` lines, `-x VAR` and
+/// `-x VAR=value`; standard input reaches node 0 only (the others read nothing).
+#[test]
+fn mpirun_spellings_and_stdin_to_node_zero() {
+    let dir = std::env::temp_dir().join(format!("dsm-mpirun-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hostfile = dir.join("hostfile");
+    std::fs::write(&hostfile, "127.0.0.1 slots=2 max_slots=8\nlocalhost\n").unwrap();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg("-np")
+        .arg("3")
+        .arg("--hostfile")
+        .arg(&hostfile)
+        .arg(bin("matmul"))
+        .arg("64");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("matmul OK f64 n=64 nodes=3"),
+        "{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "1",
+        "-x",
+        "DSM_TEST_A=one two",
+        "-x",
+        "DSM_TEST_B",
+        "sh",
+        "-c",
+    ])
+    .arg("echo \"$DSM_TEST_A|$DSM_TEST_B\"")
+    .env("DSM_TEST_B", "from here");
+    let out = run_with_deadline(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one two|from here\n");
+
+    let mut child = Command::new(bin("dsmrun"))
+        .args(["-n", "3"])
+        .arg(bin("probe"))
+        .arg("stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"the input\n").unwrap();
+    }
+    let out = wait_or_kill(child, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("stdin OK the input"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Waits for `child`'s output, killing it after `limit` (a hang fails the test, not the run).
+fn wait_or_kill(child: std::process::Child, limit: Duration) -> std::process::Output {
     let pid = child.id().to_string();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let finished = done.clone();
     std::thread::spawn(move || {
         let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
+        while start.elapsed() < limit {
             if finished.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
             }
@@ -474,8 +546,5 @@ fn a_closed_stdout_ends_quietly() {
     });
     let out = child.wait_with_output().unwrap();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}\n{err}", out.status);
-    assert!(err.contains("[node 0] finished"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    out
 }

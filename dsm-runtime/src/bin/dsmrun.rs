@@ -20,12 +20,16 @@ use dsm_runtime::launcher::{self, JobSpec};
     trailing_var_arg = true
 )]
 struct Args {
-    /// Number of nodes (default: one per line of the hosts file, or 2).
-    #[arg(short = 'n', long = "nodes")]
+    /// Number of nodes (default: one per line of the hosts file, or 2). `-np N` works too.
+    #[arg(short = 'n', long = "nodes", alias = "np")]
     nodes: Option<usize>,
-    /// Hosts file (JIAJIA's .jiahosts); without it every node runs on this machine.
-    #[arg(long)]
+    /// Hosts file (JIAJIA's .jiahosts, or Open MPI's `host slots=N` lines); without it every
+    /// node runs on this machine.
+    #[arg(long, alias = "hostfile")]
     hosts: Option<PathBuf>,
+    /// Pass VAR (its value here) or VAR=VALUE to every node's environment (repeatable).
+    #[arg(short = 'x', value_name = "VAR[=VALUE]")]
+    export: Vec<String>,
     /// Transport: udp, tcp, rdma-rc, rdma-ud (overrides comm_type).
     #[arg(long)]
     transport: Option<String>,
@@ -60,8 +64,49 @@ fn usage_error(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Open MPI's `-np N` (one dash, two letters) as `--nodes N`, among dsmrun's own options only
+/// (before the program: its own arguments are left as they are).
+fn mpirun_spelling(args: impl Iterator<Item = String>) -> Vec<String> {
+    const TAKE_VALUE: [&str; 12] = [
+        "-n",
+        "--nodes",
+        "-np",
+        "--np",
+        "--hosts",
+        "--hostfile",
+        "--transport",
+        "--config",
+        "--set",
+        "--stats-json",
+        "--remote-program",
+        "--join-timeout",
+    ];
+    let mut out = Vec::new();
+    let mut in_options = true;
+    let mut value_next = false;
+    for (k, a) in args.enumerate() {
+        if k == 0 || !in_options {
+            out.push(a);
+            continue;
+        }
+        if value_next {
+            value_next = false;
+        } else if a == "-np" || a == "-x" || TAKE_VALUE.contains(&a.as_str()) {
+            value_next = true;
+        } else if !a.starts_with('-') {
+            in_options = false;
+        }
+        out.push(if in_options && a == "-np" {
+            "--nodes".into()
+        } else {
+            a
+        });
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse_from(mpirun_spelling(std::env::args()));
     // Settings: defaults < .jiaconf < environment < command line.
     let mut cfg = Config::default();
     let file_result = match &args.config {
@@ -182,6 +227,24 @@ fn main() -> ExitCode {
             ));
         }
     }
+    let mut env = Vec::new();
+    for x in &args.export {
+        let (k, v) = match x.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => match std::env::var(x) {
+                Ok(v) => (x.clone(), v),
+                Err(_) => {
+                    return usage_error(&format!(
+                        "-x {x}: {x} is not set here (give -x {x}=VALUE)"
+                    ));
+                }
+            },
+        };
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return usage_error(&format!("-x {x}: `{k}` is not a variable name"));
+        }
+        env.push((k, v));
+    }
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();
     let spec = JobSpec {
@@ -196,6 +259,7 @@ fn main() -> ExitCode {
             .map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string()),
         tag_output: args.tag_output,
         join_timeout: Duration::from_secs(args.join_timeout),
+        env,
     };
     match launcher::run(&spec) {
         Ok(()) => ExitCode::SUCCESS,

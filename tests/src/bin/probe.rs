@@ -499,6 +499,22 @@ fn main() {
                 println!("file-io OK");
             }
         }
+        // Standard input reaches node 0 only.
+        "stdin" => {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text);
+            if dsm.id() != 0 {
+                check(
+                    &dsm,
+                    text.is_empty(),
+                    &format!("node {} read {text:?}", dsm.id()),
+                );
+            }
+            dsm.barrier();
+            if dsm.id() == 0 {
+                println!("stdin OK {}", text.trim());
+            }
+        }
         // Mismatched synchronisation: the job can never go on.
         "stuck-barrier-vs-exit" => {
             dsm.barrier();
