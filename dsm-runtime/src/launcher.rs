@@ -56,6 +56,9 @@ pub enum JobFailure {
         how: String,
         /// It ended because another node failed.
         peer_failed: bool,
+        /// dsmrun's exit status for it: the node's own status, 128 + the signal that ended
+        /// it, or 1 when it did not end by itself (lost, stopped).
+        code: u8,
     },
     /// Every node waits for another and nothing is on its way: the job can never go on.
     #[error("the job cannot go on, every node waits for another and nothing is on its way: {0}")]
@@ -63,6 +66,32 @@ pub enum JobFailure {
     /// The launcher was interrupted.
     #[error("interrupted by signal {0}; all nodes ended")]
     Interrupted(i32),
+}
+
+impl JobFailure {
+    /// The launcher's exit status for this failure, as mpirun's and srun's: a failing node's
+    /// own status (128 + signal for a signal), 128 + signal when the launcher was interrupted
+    /// (130 for Ctrl-C), 1 when the job could not go on or a node was lost, 2 when it could not
+    /// start.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            JobFailure::Start(_) => 2,
+            JobFailure::Node { code, .. } => *code,
+            JobFailure::Stuck(_) => 1,
+            JobFailure::Interrupted(sig) => (128 + sig).clamp(1, 255) as u8,
+        }
+    }
+}
+
+/// dsmrun's exit status for a node that ended with `status` (and failed).
+fn status_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) if c == crate::EXIT_PEER_FAILED => 1,
+        (Some(c), _) => (c & 0xff) as u8,
+        (None, Some(s)) => (128 + s).clamp(1, 255) as u8,
+        _ => 1,
+    }
 }
 
 /// Whether `host` names an address of this machine (so its nodes start as local processes).
@@ -471,6 +500,7 @@ fn poll_children(
                               returned from main or called exit before jia_exit)"
                             .into(),
                         peer_failed: false,
+                        code: 1,
                     });
                 }
             }
@@ -483,6 +513,7 @@ fn poll_children(
                     host: spec.hosts[i].address.clone(),
                     how: describe(status),
                     peer_failed: status.code() == Some(crate::EXIT_PEER_FAILED),
+                    code: status_code(status),
                 });
             }
             Ok(None) => all_done = false,
@@ -664,6 +695,7 @@ fn first_failure(
         host: spec.hosts[node].address.clone(),
         how: format!("was lost: {why}, reported by node {reporter}"),
         peer_failed: false,
+        code: 1,
     })
 }
 

@@ -17,6 +17,10 @@ use dsm_runtime::launcher::{self, JobSpec};
     name = "dsmrun",
     version,
     about = "Run a DSM program on several nodes",
+    after_help = "Exit status: 0 when every node left the job; a failing node's own status, or \
+                  128 + the signal that ended it (137 for SIGKILL); 128 + signal when dsmrun is \
+                  interrupted (130 for Ctrl-C); 1 when the job cannot go on or a node was lost; \
+                  2 for bad options or configuration, or a job that could not start.",
     trailing_var_arg = true
 )]
 struct Args {
@@ -269,7 +273,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("dsmrun: {e}");
-            ExitCode::from(1)
+            ExitCode::from(e.exit_code())
         }
     }
 }
