@@ -226,6 +226,10 @@ struct Peer {
     rto: Duration,
     last_ack: u32,
     dup_acks: u32,
+    /// When a fragment to this peer was last sent again (timeout or selective acknowledgement):
+    /// a fragment sent before then may have waited at the receiver behind the hole, so its
+    /// acknowledgement gives no round-trip sample.
+    last_resend: Option<Instant>,
     /// After a timeout: the first sequence number sent after it. An acknowledgement that leaves
     /// an older datagram unacknowledged shows that datagram lost too (acknowledgements are
     /// cumulative): it is resent at once.
@@ -272,6 +276,7 @@ impl Reliable {
                 last_ack: 0,
                 dup_acks: 0,
                 recover: None,
+                last_resend: None,
                 lost: false,
             })
             .collect();
@@ -426,12 +431,14 @@ impl Reliable {
         peer.last_heard = now;
         // Acknowledgement.
         // A round-trip sample comes from a fragment acknowledged for the first time, never sent
-        // twice (Karn's rule), and not held at the receiver behind a hole that a retransmission
-        // just filled (or already acknowledged selectively): its acknowledgement waited for the
-        // repair, and such samples once made the timeout a second at 20% loss.
+        // twice (Karn's rule), and sent after the last resend to this peer: one sent before may
+        // have waited at the receiver behind a hole until its repair, and such samples once made
+        // the timeout a second at 20% loss.
         let mut newest_sample = None;
         let mut acked_any = false;
-        let mut repaired = false;
+        let clean = |u: &Unacked, last_resend: Option<Instant>| {
+            !u.retransmitted && last_resend.is_none_or(|r| u.last_sent > r)
+        };
         while let Some(front) = peer.unacked.front() {
             if !seq_lt(front.seq, ack) {
                 break;
@@ -439,8 +446,7 @@ impl Reliable {
             if let Some(u) = peer.unacked.pop_front() {
                 acked_any = true;
                 peer.unacked_bytes -= u.payload.len();
-                repaired |= u.retransmitted;
-                if !u.retransmitted && !u.sacked && !repaired {
+                if !u.sacked && clean(&u, peer.last_resend) {
                     newest_sample = Some(now.saturating_duration_since(u.last_sent));
                 }
             }
@@ -455,7 +461,7 @@ impl Reliable {
             for u in peer.unacked.iter_mut() {
                 let off = u.seq.wrapping_sub(ack).wrapping_sub(1);
                 if off < 64 && bits & (1 << off) != 0 {
-                    if !u.sacked && !u.retransmitted {
+                    if !u.sacked && clean(u, peer.last_resend) {
                         newest_sample = Some(now.saturating_duration_since(u.last_sent));
                     }
                     u.sacked = true;
@@ -742,6 +748,7 @@ fn resend_oldest(peer: &mut Peer, to: u16, now: Instant, out: &mut VecDeque<Out>
     u.last_sent = now;
     out.push_back(Out::Data { to, seq: u.seq });
     peer.last_sent = now;
+    peer.last_resend = Some(now);
     true
 }
 
@@ -766,6 +773,7 @@ fn resend_holes(
             u.last_sent = now;
             out.push_back(Out::Data { to, seq: u.seq });
             peer.last_sent = now;
+            peer.last_resend = Some(now);
             n += 1;
         }
     }
