@@ -116,6 +116,33 @@ pub fn all_ok(dsm: &Dsm, ok: bool) -> bool {
     }
 }
 
+/// The program's command line: its positional arguments (`(NAME, help)`, all optional), with
+/// `--help` and `--version`, and a usage error (exit 2) for anything else. Returns the
+/// arguments given, in order, for [`arg_num`] and friends.
+pub fn args(
+    name: &'static str,
+    about: &'static str,
+    positional: &[(&'static str, &'static str)],
+) -> Vec<String> {
+    let mut cmd = clap::Command::new(name)
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(about)
+        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.");
+    for (i, (arg, help)) in positional.iter().enumerate() {
+        cmd = cmd.arg(
+            clap::Arg::new(*arg)
+                .help(*help)
+                .index(i + 1)
+                .required(false),
+        );
+    }
+    let m = cmd.get_matches();
+    positional
+        .iter()
+        .map_while(|(arg, _)| m.get_one::<String>(arg).cloned())
+        .collect()
+}
+
 /// Parses the positional argument `i` as a number, with a default; exits with a usage message
 /// on a bad value.
 pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {

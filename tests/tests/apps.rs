@@ -239,3 +239,45 @@ fn dsm_bench_measures_the_floors() {
     assert!((ratio - fault / minimal).abs() < 0.01, "{t}");
     row("minimal fault / (fault floor + busy UDP round trip)");
 }
+
+/// Every binary answers `--help` (usage, status 0) and `--version`, and refuses an unknown option
+/// with status 2: `matmul --help` prints usage, not an error.
+#[test]
+fn every_binary_has_help_and_version() {
+    for b in [
+        "dsmrun",
+        "dsm-bench",
+        "fault-trace",
+        "faultlat",
+        "matmul",
+        "sor",
+        "lu",
+        "jacobi",
+        "pi",
+        "tsp",
+        "water",
+        "is",
+        "ep",
+    ] {
+        let out = Command::new(bin(b)).arg("--help").output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && help.to_lowercase().contains("usage"),
+            "{b} --help:\n{}",
+            text(&out)
+        );
+        let out = Command::new(bin(b)).arg("--version").output().unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("0.1"),
+            "{b} --version:\n{}",
+            text(&out)
+        );
+        if b != "dsmrun" {
+            let out = Command::new(bin(b))
+                .arg("--no-such-option")
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(2), "{b}:\n{}", text(&out));
+        }
+    }
+}

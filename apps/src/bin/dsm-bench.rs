@@ -67,10 +67,10 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+const USAGE: &str = "usage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors] [--no-pairs]\n       dsm-bench --floors-only [--repeat N]\n       dsm-bench --help | --version";
+
 fn usage(msg: &str) -> ! {
-    eprintln!(
-        "dsm-bench: {msg}\nusage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors] [--no-pairs]\n       dsm-bench --floors-only [--repeat N]"
-    );
+    eprintln!("dsm-bench: {msg}\n{USAGE}");
     std::process::exit(2)
 }
 
@@ -175,7 +175,16 @@ fn options() -> Options {
             "--no-floors" => o.floors = false,
             "--floors-only" => o.floors_only = true,
             "--no-pairs" => o.pairs = false,
-            "-h" | "--help" => usage("help"),
+            "-h" | "--help" => {
+                println!(
+                    "dsm-bench: the DSM's costs against the floors, and every app's time per node count, transport and prefetch\n\n{USAGE}"
+                );
+                std::process::exit(0)
+            }
+            "-V" | "--version" => {
+                println!("dsm-bench {}", env!("CARGO_PKG_VERSION"));
+                std::process::exit(0)
+            }
             other => usage(&format!("unknown option `{other}`")),
         }
     }

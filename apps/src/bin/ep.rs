@@ -38,7 +38,11 @@ fn ep(from: usize, to: usize) -> ([u64; BINS], f64, f64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "ep",
+        "Gaussian pairs counted by annulus; node 0 recomputes",
+        &[("PAIRS", "pairs (default 8388608)")],
+    );
     let n = arg_num(&args, 0, "pairs", 1 << 23);
     let dsm = init("ep");
     let (me, nodes) = (dsm.id(), dsm.nodes());

@@ -89,7 +89,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let Some(dir) = std::env::args().nth(1) else {
+    let args = dsm_apps::args(
+        "fault-trace",
+        "A remote fault step by step, from the stamps of DSM_FAULT_TRACE",
+        &[("DIR", "the DSM_FAULT_TRACE directory of a finished job")],
+    );
+    let Some(dir) = args.first().cloned() else {
         eprintln!("usage: fault-trace DIR   (the DSM_FAULT_TRACE directory of a finished job)");
         std::process::exit(2);
     };

@@ -186,7 +186,11 @@ fn tcp_floor(dsm: &Dsm, addr: SharedArray<u64>, count: usize) -> Option<Vec<f64>
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "faultlat",
+        "Fault, lock and barrier latency next to the floors",
+        &[("PAGES", "pages faulted per node (default 2000)")],
+    );
     let pages = arg_num(&args, 0, "pages", 2000);
     let dsm = dsm_runtime::init().unwrap_or_else(|e| {
         eprintln!("faultlat: {e}");

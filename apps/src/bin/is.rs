@@ -14,7 +14,14 @@ fn key(i: usize, max: usize) -> u32 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "is",
+        "Integer sort by counting; checks sorted and the same multiset",
+        &[
+            ("KEYS", "keys (default 4194304)"),
+            ("MAX_KEY", "largest key (default 65536)"),
+        ],
+    );
     let n = arg_num(&args, 0, "keys", 1 << 22);
     let max = arg_num(&args, 1, "max key", 1 << 16).max(1);
     let dsm = init("is");

@@ -20,7 +20,14 @@ fn border(i: usize, j: usize, w: usize) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "jacobi",
+        "Jacobi iteration on two grids; node 0 recomputes and compares bit for bit",
+        &[
+            ("N", "grid size (default 512)"),
+            ("ITERS", "iterations (default 20)"),
+        ],
+    );
     let n = arg_num(&args, 0, "grid size", 512);
     let iters = arg_num(&args, 1, "iterations", 20);
     let dsm = init("jacobi");

@@ -62,7 +62,14 @@ fn factor_step(
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "lu",
+        "Blocked LU decomposition, block rows cyclic; node 0 recomputes",
+        &[
+            ("N", "matrix size (default 512)"),
+            ("BLOCK", "block size (default 32)"),
+        ],
+    );
     let n = arg_num(&args, 0, "matrix size", 512);
     let b = arg_num(&args, 1, "block size", 32).max(1);
     let dsm = init("lu");

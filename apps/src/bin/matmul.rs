@@ -230,7 +230,15 @@ fn run<T: Real>(dsm: &Dsm, n: usize, blocked: bool) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "matmul",
+        "C = A x B with rows banded over the nodes; checks the product exactly",
+        &[
+            ("N", "matrix size (default 1024)"),
+            ("TYPE", "f64 or f32 (default f64)"),
+            ("KERNEL", "blocked or ikj (default blocked)"),
+        ],
+    );
     let n = arg_num(&args, 0, "matrix size", 1024);
     let ty = args.get(1).map_or("f64", String::as_str);
     let kernel_name = args.get(2).map_or("blocked", String::as_str);

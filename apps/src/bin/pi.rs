@@ -18,7 +18,11 @@ fn partial(n: usize, from: usize, to: usize) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "pi",
+        "Pi by the midpoint rule, a lock-protected sum",
+        &[("INTERVALS", "intervals (default 50000000)")],
+    );
     let n = arg_num(&args, 0, "intervals", 50_000_000).max(1);
     let dsm = init("pi");
     let (me, nodes) = (dsm.id(), dsm.nodes());

@@ -107,7 +107,11 @@ fn solve_shared(dsm: &Dsm, d: &[u64], n: usize, queue: SharedArray<u64>, best: S
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "tsp",
+        "Travelling salesman by branch and bound, a lock-protected queue; node 0 checks alone",
+        &[("CITIES", "cities, 4 to 16 (default 12)")],
+    );
     let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
     let dsm = init("tsp");
     let d = distances(n);

@@ -48,7 +48,14 @@ fn force(i: usize, n: usize, pos: &dyn Fn(usize, usize) -> f64) -> [f64; 3] {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = dsm_apps::args(
+        "water",
+        "N-body steps: forces from all, move own; node 0 recomputes",
+        &[
+            ("MOLECULES", "molecules (default 2048)"),
+            ("STEPS", "steps (default 6)"),
+        ],
+    );
     let n = arg_num(&args, 0, "molecules", 2048);
     let steps = arg_num(&args, 1, "steps", 6);
     let dsm = init("water");
