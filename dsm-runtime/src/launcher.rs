@@ -699,6 +699,43 @@ fn first_failure(
     })
 }
 
+/// A program started directly (no dsmrun, srun or mpirun) in a directory with a `.jiahosts` of
+/// two hosts or more: the job it starts itself, as JIAJIA does (this process becomes node 0 and
+/// starts the others, locally or over ssh, with the same program and arguments). `Ok(None)`:
+/// no such file, or a launcher started this process.
+pub fn job_from_jiahosts() -> Result<Option<crate::launch::JobEnv>, String> {
+    if std::env::var_os("DSM_RANK").is_some() || crate::launch::cluster_rank_size().is_some() {
+        return Ok(None);
+    }
+    let path = std::path::Path::new(".jiahosts");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = crate::config::read_text(path).map_err(|e| e.to_string())?;
+    let hosts = crate::config::parse_hosts(".jiahosts", &text, |w| eprintln!("dsm: warning: {w}"))
+        .map_err(|e| e.to_string())?;
+    if hosts.len() < 2 {
+        return Ok(None);
+    }
+    let (config, stats) = crate::launch::local_config()?;
+    let mut argv = std::env::args();
+    let argv0 = argv.next().unwrap_or_default();
+    let program = std::env::current_exe().map_or(argv0, |p| p.display().to_string());
+    let spec = JobSpec {
+        program,
+        args: argv.collect(),
+        remote_program: None,
+        hosts,
+        config,
+        stats,
+        stats_json: std::env::var("DSM_STATS_JSON").ok(),
+        tag_output: false,
+        join_timeout: Duration::from_secs(60),
+        env: Vec::new(),
+    };
+    start_as_node0(&spec).map(Some).map_err(|e| e.to_string())
+}
+
 /// JIAJIA's way: this process becomes node 0 and starts the other nodes of `spec` itself (same
 /// program, same arguments). Returns node 0's job; a watcher thread ends this process, and the
 /// others, if another node fails.

@@ -202,8 +202,15 @@ pub struct Dsm {
 const KEPT_HEAP_BYTES: usize = 64 << 20;
 
 /// Joins the job this process was launched into (by `dsmrun`), or makes a one-node job.
+///
+/// Started directly (no dsmrun, srun or mpirun) in a directory with a `.jiahosts` of two hosts or
+/// more, the process becomes node 0 of the job that file describes and starts the other nodes
+/// itself, as `jia_init` does and as `dsmrun` would with that file.
 pub fn init() -> Result<Dsm, InitError> {
-    let env = launch::job_env().map_err(InitError::Job)?;
+    let env = match launch::job_env().map_err(InitError::Job)? {
+        Some(env) => Some(env),
+        None => launcher::job_from_jiahosts().map_err(InitError::Job)?,
+    };
     init_job(env)
 }
 

@@ -26,8 +26,6 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use dsm_runtime::config;
-use dsm_runtime::launcher::{self, JobSpec};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, ReduceOp, Reducible};
 
 static DSM: OnceLock<Dsm> = OnceLock::new();
@@ -74,68 +72,20 @@ fn dsm() -> &'static Dsm {
         .unwrap_or_else(|| die("jia_init must be called before any other jia_ function"))
 }
 
-/// The job to start ourselves from `.jiahosts`, if there is one and no launcher started us.
-fn self_launch(argv: &[String]) -> Option<dsm_runtime::launch::JobEnv> {
-    if std::env::var_os("DSM_RANK").is_some() || dsm_runtime::launch::cluster_rank_size().is_some()
-    {
-        return None;
-    }
-    let path = std::path::Path::new(".jiahosts");
-    if !path.exists() {
-        return None;
-    }
-    let text = config::read_text(path).unwrap_or_else(|e| die(&e.to_string()));
-    let hosts = config::parse_hosts(".jiahosts", &text, |w| eprintln!("jia: warning: {w}"))
-        .unwrap_or_else(|e| die(&e.to_string()));
-    if hosts.len() < 2 {
-        return None;
-    }
-    let (cfg, stats) = dsm_runtime::launch::local_config().unwrap_or_else(|e| die(&e));
-    let program =
-        std::env::current_exe().map_or_else(|_| argv[0].clone(), |p| p.display().to_string());
-    let spec = JobSpec {
-        program,
-        args: argv[1..].to_vec(),
-        remote_program: None,
-        hosts,
-        config: cfg,
-        stats,
-        stats_json: std::env::var("DSM_STATS_JSON").ok(),
-        tag_output: false,
-        join_timeout: std::time::Duration::from_secs(60),
-        env: Vec::new(),
-    };
-    Some(launcher::start_as_node0(&spec).unwrap_or_else(|e| die(&e.to_string())))
-}
-
-/// `void jia_init(int argc, char **argv)`
+/// `void jia_init(int argc, char **argv)`: joins the job the program was started in. Started
+/// directly with a `.jiahosts`, the other nodes are started with this process's own command line
+/// (`argc`/`argv` as `main` received them; JIAJIA's programs pass them unchanged).
 ///
 /// # Safety
-/// `argv` must hold `argc` valid C strings (as `main` receives them), or be null.
+/// None beyond the C signature: the arguments are not read.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_init(argc: c_int, argv: *const *const c_char) {
-    let mut args = Vec::new();
-    if !argv.is_null() {
-        for i in 0..argc.max(0) as usize {
-            // SAFETY: the caller passes argc valid, NUL-terminated strings.
-            let p = unsafe { *argv.add(i) };
-            if !p.is_null() {
-                // SAFETY: as above.
-                args.push(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
-            }
-        }
-    }
-    if args.is_empty() {
-        args.push("jia-program".into());
-    }
+pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     if DSM.get().is_some() {
         return;
     }
     clock0();
-    let result = match self_launch(&args) {
-        Some(env) => dsm_runtime::init_job(Some(env)),
-        None => dsm_runtime::init(),
-    };
+    // The launcher's job, or (started directly with a .jiahosts) the job this process starts.
+    let result = dsm_runtime::init();
     let d = result.unwrap_or_else(|e| die(&e.to_string()));
     // SAFETY: written once here, before the program reads them (JIAJIA's contract: after
     // jia_init).

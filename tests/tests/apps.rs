@@ -281,3 +281,27 @@ fn every_binary_has_help_and_version() {
         }
     }
 }
+
+/// A `.jiahosts` in the working directory means the same job to every entry point: dsmrun
+/// (which says it uses it), a Rust program started directly, and (above) a C program started
+/// directly.
+#[test]
+fn a_jiahosts_here_is_the_job_for_dsmrun_and_for_a_rust_program_started_directly() {
+    let dir = std::env::temp_dir().join(format!("dsm-jiahosts-here-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(".jiahosts"), "127.0.0.1\nlocalhost\nlocalhost\n").unwrap();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg(bin("matmul")).arg("96").current_dir(&dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    check(&out, "matmul OK f64 n=96", 3);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("dsmrun: 3 nodes on the hosts of .jiahosts"),
+        "{}",
+        text(&out)
+    );
+    let mut cmd = Command::new(bin("matmul"));
+    cmd.arg("96").current_dir(&dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    check(&out, "matmul OK f64 n=96", 3);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -27,8 +27,8 @@ struct Args {
     /// Number of nodes (default: one per line of the hosts file, or 2). `-np N` works too.
     #[arg(short = 'n', long = "nodes", alias = "np")]
     nodes: Option<usize>,
-    /// Hosts file (JIAJIA's .jiahosts, or Open MPI's `host slots=N` lines); without it every
-    /// node runs on this machine.
+    /// Hosts file (JIAJIA's .jiahosts, or Open MPI's `host slots=N` lines); without it, the
+    /// .jiahosts of the working directory if there is one, else every node on this machine.
     #[arg(long, alias = "hostfile")]
     hosts: Option<PathBuf>,
     /// Pass VAR (its value here) or VAR=VALUE to every node's environment (repeatable).
@@ -145,7 +145,13 @@ fn main() -> ExitCode {
     if let Err(e) = transport_available(cfg.comm_type) {
         return usage_error(&e);
     }
-    let hosts: Vec<Host> = match &args.hosts {
+    // A .jiahosts in the working directory is the job's hosts, as for a program started
+    // directly (jia_init, dsm_runtime::init): the same file means the same job everywhere.
+    let hosts_file = args.hosts.clone().or_else(|| {
+        let here = PathBuf::from(".jiahosts");
+        here.exists().then_some(here)
+    });
+    let hosts: Vec<Host> = match &hosts_file {
         Some(path) => {
             let text = match config::read_text(path) {
                 Ok(t) => t,
@@ -186,8 +192,7 @@ fn main() -> ExitCode {
         ));
     }
     // Check what can be checked before any node starts.
-    let hosts_name = args
-        .hosts
+    let hosts_name = hosts_file
         .as_ref()
         .map_or("(local)".to_string(), |p| p.display().to_string());
     for h in &hosts {
@@ -265,6 +270,13 @@ fn main() -> ExitCode {
         join_timeout: Duration::from_secs(args.join_timeout),
         env,
     };
+    if let Some(f) = &hosts_file {
+        eprintln!(
+            "dsmrun: {} nodes on the hosts of {}",
+            spec.hosts.len(),
+            f.display()
+        );
+    }
     match launcher::run(&spec) {
         Ok(()) => ExitCode::SUCCESS,
         Err(launcher::JobFailure::Start(msg)) => {
