@@ -37,6 +37,9 @@ unsafe impl<T: Shared> Send for SharedArray<T> {}
 // SAFETY: as above.
 unsafe impl<T: Shared> Sync for SharedArray<T> {}
 
+/// The private buffer [`SharedArray::read_from`] and [`SharedArray::write_to`] go through.
+const IO_BOUNCE_BYTES: usize = 1 << 16;
+
 impl<T: Shared> SharedArray<T> {
     pub(crate) fn new(ptr: *mut T, len: usize) -> SharedArray<T> {
         SharedArray {
@@ -112,6 +115,14 @@ impl<T: Shared> SharedArray<T> {
         );
     }
 
+    /// Elements `range` (checked) as a byte offset from the first element and a byte count.
+    #[track_caller]
+    fn byte_range(&self, range: &std::ops::Range<usize>) -> (usize, usize) {
+        self.check(range);
+        let size = std::mem::size_of::<T>();
+        (range.start * size, range.len() * size)
+    }
+
     /// The first element's address.
     pub fn as_ptr(&self) -> *mut T {
         self.ptr
@@ -128,10 +139,8 @@ impl<T: Shared> SharedArray<T> {
         range: std::ops::Range<usize>,
         r: &mut impl std::io::Read,
     ) -> std::io::Result<usize> {
-        self.check(&range);
-        let size = std::mem::size_of::<T>();
-        let (start, total) = (range.start * size, range.len() * size);
-        let mut buf = vec![0u8; total.min(1 << 16)];
+        let (start, total) = self.byte_range(&range);
+        let mut buf = vec![0u8; total.min(IO_BOUNCE_BYTES)];
         let mut done = 0;
         while done < total {
             let want = (total - done).min(buf.len());
@@ -162,10 +171,8 @@ impl<T: Shared> SharedArray<T> {
         range: std::ops::Range<usize>,
         w: &mut impl std::io::Write,
     ) -> std::io::Result<()> {
-        self.check(&range);
-        let size = std::mem::size_of::<T>();
-        let (start, total) = (range.start * size, range.len() * size);
-        let mut buf = vec![0u8; total.min(1 << 16)];
+        let (start, total) = self.byte_range(&range);
+        let mut buf = vec![0u8; total.min(IO_BOUNCE_BYTES)];
         let mut done = 0;
         while done < total {
             let n = (total - done).min(buf.len());

@@ -328,6 +328,21 @@ pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
     })
 }
 
+/// 64 unpredictable bits (from `/dev/urandom`; without it, time and pid, still enough to keep jobs
+/// apart), odd so that it is never 0: a job's cookie, a private file's name.
+pub(crate) fn random_cookie() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(&mut b).is_ok() {
+            return u64::from_le_bytes(b) | 1;
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) | 1
+}
+
 /// The job's id as its cluster launcher gives it (`DSM_JOB_ID` first): Slurm's job and step,
 /// Open MPI's PMIx namespace or job id, MPICH's (Hydra's) job id; `job` with none.
 pub fn cluster_job_id() -> String {
@@ -368,13 +383,11 @@ pub fn rendezvous_file() -> std::path::PathBuf {
 /// written through.
 fn publish_rendezvous(file: &std::path::Path, line: &str) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut nonce = [0u8; 8];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut nonce)?;
     let mut tmp = file.as_os_str().to_owned();
     tmp.push(format!(
         ".{}.{:016x}.tmp",
         std::process::id(),
-        u64::from_le_bytes(nonce)
+        random_cookie()
     ));
     let tmp = std::path::PathBuf::from(tmp);
     let written = (|| {
@@ -502,11 +515,7 @@ fn cluster_job_env() -> Result<Option<JobEnv>, String> {
     let file = rendezvous_file();
     let timeout = Duration::from_secs(120);
     let (rendezvous, cookie) = if rank == 0 {
-        let mut cookie_bytes = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut cookie_bytes))
-            .map_err(|e| format!("reading /dev/urandom: {e}"))?;
-        let cookie = u64::from_le_bytes(cookie_bytes) | 1;
+        let cookie = random_cookie();
         let rv = Rendezvous::bind(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
             .map_err(|e| format!("rendezvous: {e}"))?;
         let addr = SocketAddr::new(my_address(), rv.addr().map_err(|e| e.to_string())?.port());

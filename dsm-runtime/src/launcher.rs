@@ -114,20 +114,6 @@ pub fn resolve(host: &str) -> Result<IpAddr, String> {
         .ok_or_else(|| format!("host `{host}` has no IPv4 address"))
 }
 
-fn random_cookie() -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        if f.read_exact(&mut b).is_ok() {
-            return u64::from_le_bytes(b) | 1;
-        }
-    }
-    // No /dev/urandom: time and pid, still unpredictable enough to keep jobs apart.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) | 1
-}
-
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -230,7 +216,7 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
         binds,
         rv,
         rv_addr: SocketAddr::new(rv_advertise, port),
-        cookie: random_cookie(),
+        cookie: crate::launch::random_cookie(),
     })
 }
 

@@ -506,23 +506,21 @@ impl Dsm {
         Ok(SharedArray::new((self.base + off as usize) as *mut T, len))
     }
 
-    /// Acquires lock `lock` (0..64) for this thread until the guard drops (`jia_lock`).
+    /// Acquires lock `lock` (0..64) for this thread until the guard drops (`jia_lock`). A lock
+    /// this thread holds already ends the node, naming the caller's line.
     #[track_caller]
     pub fn lock(&self, lock: u16) -> LockGuard<'_> {
-        let now_lock = LockId(lock);
-        let _w = progress::waiting(format!("jia_lock({lock})"));
-        self.call_or_die("jia_lock", move |s, w| {
-            let now = s.now();
-            s.node.acquire(now, now_lock, w).map(|()| None)
-        });
+        let at = std::panic::Location::caller();
+        if let Err(e) = self.lock_raw(lock) {
+            fatal(&format!("jia_lock: {e} (at {at})"));
+        }
         LockGuard { dsm: self, lock }
     }
 
     fn unlock(&self, lock: u16) {
-        self.call_or_die("jia_unlock", move |s, w| {
-            let now = s.now();
-            s.node.release(now, LockId(lock), w).map(|()| None)
-        });
+        if let Err(e) = self.unlock_raw(lock) {
+            fatal(&format!("jia_unlock: {e}"));
+        }
     }
 
     /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`]. A lock
