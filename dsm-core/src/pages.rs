@@ -113,7 +113,15 @@ pub(crate) struct Cache {
     pub fifo: VecDeque<(PageNum, u32)>,
     /// Pages currently cached.
     pub len: usize,
+    /// The pages threads faulted on most recently (not those prefetched with them): kept when
+    /// room is made, so that the pages one access needs (an unaligned load across two pages, a
+    /// gather) are never evicted to fetch each other, however many pages their read-ahead brings.
+    pub faulted: VecDeque<PageNum>,
 }
+
+/// Demand-faulted pages kept from eviction at most (and never more than half the cache): what
+/// one x86-64 instruction can touch.
+const KEPT_FAULTED: usize = 32;
 
 impl<M: PageMemory> Node<M> {
     /// An application thread faulted on `page` with `access`. The thread is resumed by an
@@ -159,6 +167,13 @@ impl<M: PageMemory> Node<M> {
             (Frame::Invalid, _) => {
                 if entry.evicted_in == self.epoch {
                     self.stats.refetched_after_eviction += 1;
+                }
+                let keep = KEPT_FAULTED.min(self.cfg.cache_pages / 2);
+                if keep > 0 && !self.cache.faulted.contains(&page) {
+                    if self.cache.faulted.len() >= keep {
+                        self.cache.faulted.pop_front();
+                    }
+                    self.cache.faulted.push_back(page);
                 }
                 match access {
                     Access::Read => self.stats.read_faults_remote += 1,
@@ -581,16 +596,25 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Evicts the oldest cached pages until one more fits.
+    /// Evicts the oldest cached pages until one more fits, passing over the pages threads
+    /// faulted on last (they go to the back of the queue: at most half the cache, so room is
+    /// always found).
     fn make_room(&mut self, now: Time) {
+        let mut passed = 0;
         while self.cache.len >= self.cfg.cache_pages.max(1) {
             let Some((page, generation)) = self.cache.fifo.pop_front() else {
                 break;
             };
             let e = &self.table[page.index()];
-            if e.in_cache && e.cache_gen == generation {
-                self.evict(page);
+            if !(e.in_cache && e.cache_gen == generation) {
+                continue;
             }
+            if passed < self.cache.fifo.len() && self.cache.faulted.contains(&page) {
+                self.cache.fifo.push_back((page, generation));
+                passed += 1;
+                continue;
+            }
+            self.evict(page);
         }
         self.send_diffs(now);
     }

@@ -1082,3 +1082,24 @@ fn a_receive_nobody_answers_is_reported_stuck_and_a_bad_sender_is_refused() {
         })
     ));
 }
+
+/// The pages threads faulted on last are kept when the cache makes room, however many pages
+/// read-ahead brings with the next fault: the pages one access needs (an unaligned load across
+/// two pages) are never evicted to fetch each other.
+#[test]
+fn a_faulted_page_is_not_evicted_by_the_next_faults_read_ahead() {
+    let mut c = Cluster::new(2, 3, |cfg| {
+        cfg.cache_pages = 4;
+        cfg.prefetch.prefetch_pages = 2;
+        cfg.prefetch.max_checking_pages = 2;
+    });
+    let base = c.alloc(AllocPolicy::OnNode(NodeId(0)), 16 * PAGE).unwrap();
+    c.read_u64(1, base).unwrap();
+    c.read_u64(1, GlobalAddr(base.0 + 8 * PAGE)).unwrap();
+    assert!(c.node(1).stats().evictions > 0, "the cache made room");
+    assert_eq!(c.node(1).page_state(base.page()), PageState::ReadOnly);
+    assert_eq!(
+        c.node(1).page_state(GlobalAddr(base.0 + 8 * PAGE).page()),
+        PageState::ReadOnly
+    );
+}
