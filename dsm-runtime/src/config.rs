@@ -113,6 +113,45 @@ pub struct Config {
     pub rdma_gid_index: Option<u8>,
     /// `one_sided_reads`: on rdma-rc, read faults fetch pages with RDMA READ.
     pub one_sided_reads: bool,
+    /// How the runtime waits: spins, slices, and whether fault handlers drive the node.
+    pub tuning: Tuning,
+}
+
+/// How the runtime waits (keys of their own in `.jiaconf`, `DSM_<KEY>` in the environment). The
+/// defaults were measured on 2 CPUs shared by two nodes (see `docs/design.md`, "Waiting"); a
+/// machine with a CPU per thread may gain from longer spins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// `spin_blocked_us`: how long the service thread spins while an application thread is
+    /// blocked on it, before it sleeps.
+    pub spin_blocked_us: u32,
+    /// `spin_again_us`: how long it spins after resuming a thread that tends to ask again at once.
+    pub spin_again_us: u32,
+    /// `service_slice_us`: the time slice the service thread asks the scheduler for (0: keep the
+    /// default).
+    pub service_slice_us: u32,
+    /// `wait_spin_us`: how long a blocked application thread spins before it sleeps.
+    pub wait_spin_us: u32,
+    /// `drive`: fault handlers may run the node themselves when it is free.
+    pub drive: bool,
+    /// `drive_spin_us`: how long a driving handler polls before it sleeps on the transport.
+    pub drive_spin_us: u32,
+    /// `drive_limit_us`: how long a handler drives before handing its wait to the service thread.
+    pub drive_limit_us: u32,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            spin_blocked_us: 200,
+            spin_again_us: 100,
+            service_slice_us: 100,
+            wait_spin_us: 0,
+            drive: true,
+            drive_spin_us: 30,
+            drive_limit_us: 2000,
+        }
+    }
 }
 
 impl Default for Config {
@@ -133,6 +172,7 @@ impl Default for Config {
             rdma_port: 1,
             rdma_gid_index: None,
             one_sided_reads: true,
+            tuning: Tuning::default(),
         }
     }
 }
@@ -174,6 +214,19 @@ pub const KEYS: &[(&str, &str)] = &[
         "system_mode",
         "memory, compute or hybrid (accepted for JIAJIA compatibility, no effect)",
     ),
+    ("spin_blocked_us", "0 to 100000"),
+    ("spin_again_us", "0 to 100000"),
+    (
+        "service_slice_us",
+        "0 (the scheduler's default) or 50 to 100000",
+    ),
+    ("wait_spin_us", "0 to 100000"),
+    (
+        "drive",
+        "on or off (fault handlers run the node themselves)",
+    ),
+    ("drive_spin_us", "0 to 100000"),
+    ("drive_limit_us", "0 to 1000000"),
 ];
 
 /// The fewest remote pages a node may cache: what one x86-64 instruction can touch (an AVX-512
@@ -335,6 +388,19 @@ impl Config {
                 }
                 self.base_port = p as u16;
             }
+            "spin_blocked_us" => self.tuning.spin_blocked_us = range(0, 100_000)? as u32,
+            "spin_again_us" => self.tuning.spin_again_us = range(0, 100_000)? as u32,
+            "service_slice_us" => {
+                let us = range(0, 100_000)?;
+                if us != 0 && us < 50 {
+                    return Err(bad());
+                }
+                self.tuning.service_slice_us = us as u32;
+            }
+            "wait_spin_us" => self.tuning.wait_spin_us = range(0, 100_000)? as u32,
+            "drive" => self.tuning.drive = parse_bool(value).ok_or_else(bad)?,
+            "drive_spin_us" => self.tuning.drive_spin_us = range(0, 100_000)? as u32,
+            "drive_limit_us" => self.tuning.drive_limit_us = range(0, 1_000_000)? as u32,
             "system_mode" => {
                 if !matches!(value, "memory" | "compute" | "hybrid") {
                     return Err(bad());
@@ -430,6 +496,13 @@ impl Config {
                 "one_sided_reads={}",
                 if self.one_sided_reads { "on" } else { "off" }
             ),
+            format!("spin_blocked_us={}", self.tuning.spin_blocked_us),
+            format!("spin_again_us={}", self.tuning.spin_again_us),
+            format!("service_slice_us={}", self.tuning.service_slice_us),
+            format!("wait_spin_us={}", self.tuning.wait_spin_us),
+            format!("drive={}", if self.tuning.drive { "on" } else { "off" }),
+            format!("drive_spin_us={}", self.tuning.drive_spin_us),
+            format!("drive_limit_us={}", self.tuning.drive_limit_us),
         ]
         .join(";")
     }

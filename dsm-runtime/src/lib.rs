@@ -41,15 +41,15 @@
 mod array;
 pub mod config;
 #[allow(unsafe_code)]
-mod fastpath;
+mod fault;
 pub mod launch;
 pub mod launcher;
+pub mod logging;
 mod message;
 mod progress;
 #[allow(unsafe_code)]
 mod region;
 mod service;
-mod slots;
 mod stats_table;
 #[allow(unsafe_code)]
 mod sys;
@@ -98,14 +98,30 @@ pub(crate) fn fatal(msg: &str) -> ! {
 pub const EXIT_PEER_FAILED: i32 = 86;
 
 pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
+    let rank = RANK.load(Ordering::Relaxed);
+    if fault::in_signal_context() {
+        // No exit from signal context (see `fault`): the message by write(2), then abort.
+        let mut digits = [0u8; 5];
+        let rank = decimal(rank as u16, &mut digits);
+        sys::signals::die(&[b"dsm node ", rank, b": error: ", msg.as_bytes(), b"\n"]);
+    }
     // Not eprintln: it panics when standard error is gone, and this must end the process.
     use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "dsm node {}: error: {msg}",
-        RANK.load(Ordering::Relaxed)
-    );
+    let _ = writeln!(std::io::stderr(), "dsm node {rank}: error: {msg}");
     std::process::exit(status);
+}
+
+/// `n` in decimal, written into `buf` without allocating (for signal context).
+fn decimal(mut n: u16, buf: &mut [u8; 5]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
 }
 
 /// Whether this machine can reserve the shared region `config` describes (`global_start_addr`,
@@ -136,7 +152,7 @@ pub fn check_region(config: &Config) -> Result<(), String> {
 /// away again by this node's next acquire (or by the cache making room), so make it ready right
 /// before the call, and retry a call that fails with `EFAULT`.
 pub fn prepare_for_io(ptr: *const u8, len: usize, kernel_writes: bool) -> bool {
-    let (start, end) = sys::signals::region();
+    let (start, end) = fault::region();
     let (lo, hi) = (ptr as usize, (ptr as usize).saturating_add(len));
     let (lo, hi) = (lo.max(start), hi.min(end));
     if lo >= hi {
@@ -229,15 +245,11 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         }
     };
     RANK.store(u32::from(rank), Ordering::Relaxed);
+    logging::init_node(rank);
     sys::signals::default_sigpipe();
     sys::keep_freed_heap(KEPT_HEAP_BYTES);
     trace::init();
-    if let Some(us) = std::env::var("DSM_WAIT_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        slots::WAIT_SPIN_US.store(us, Ordering::Relaxed);
-    }
+    fault::slots::WAIT_SPIN_US.store(config.tuning.wait_spin_us, Ordering::Relaxed);
     let t0 = Instant::now();
     let len = (config.region_gib << 30) as usize;
     let region = Region::map(config.global_start_addr as usize, len).map_err(|source| {
@@ -248,7 +260,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         }
     })?;
     let base = region.app_base;
-    sys::signals::install(base, len).map_err(|source| InitError::Os {
+    fault::install(base, len).map_err(|source| InitError::Os {
         what: "installing the fault handler",
         source,
     })?;
@@ -271,12 +283,19 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
         max_checking_pages: config.max_checking_pages,
     };
     let node = Node::new(core_cfg, region);
-    let service = Service::new(node, transport, control, cookie, t0, stats && rank == 0).map_err(
-        |source| InitError::Os {
-            what: "starting the service thread",
-            source,
-        },
-    )?;
+    let service = Service::new(
+        node,
+        transport,
+        control,
+        cookie,
+        t0,
+        stats && rank == 0,
+        config.tuning,
+    )
+    .map_err(|source| InitError::Os {
+        what: "starting the service thread",
+        source,
+    })?;
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {
@@ -458,17 +477,17 @@ impl Dsm {
                 "{what} after jia_exit: this node has left the job, nothing can answer it"
             ));
         }
-        let Some(slot) = slots::my_slot() else {
+        let Some(slot) = fault::slots::my_slot() else {
             fatal(&format!(
                 "more than {} threads use the DSM",
-                slots::MAX_THREADS
+                fault::slots::MAX_THREADS
             ));
         };
         CALLS
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(slot, Box::new(f));
-        let r = slots::post_and_wait(slot, slots::OP_CALL, 0);
+        let r = fault::slots::post_and_wait(slot, fault::slots::OP_CALL, 0);
         if r == CALL_FAILED {
             let e = CALL_ERRORS
                 .lock()

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
-use crate::slots::{self, SLOTS};
+use crate::fault::slots::{self, SLOTS};
 use crate::sys;
 
 /// What each slot's thread waits for, while it is in a waiting call.

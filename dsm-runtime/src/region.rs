@@ -54,7 +54,7 @@ impl Region {
         // One state byte per page for the home-write fast path (zeroed, lazily backed).
         let pages = len / PAGE_SIZE;
         let state = sys::map_anonymous(pages)?;
-        crate::fastpath::init(state.cast(), pages);
+        crate::fault::fastpath::init(state.cast(), pages);
         let mem = File::open("/proc/self/mem")
             .inspect_err(|e| {
                 log::debug!("cannot open /proc/self/mem ({e}): first touches of fetched pages take a page-table fault");
@@ -198,7 +198,7 @@ impl PageMemory for Region {
             Prot::ReadWrite => Protection::ReadWrite,
         };
         for page in first.index()..first.index() + count as usize {
-            crate::fastpath::withdraw(page);
+            crate::fault::fastpath::withdraw(page);
         }
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectStart);
         let r = sys::mprotect(addr, len, p);
@@ -211,11 +211,11 @@ impl PageMemory for Region {
     }
 
     fn allow_home_write(&mut self, page: PageNum) {
-        crate::fastpath::allow_home_write(page.index());
+        crate::fault::fastpath::allow_home_write(page.index());
     }
 
     fn allow_prefetch_open(&mut self, page: PageNum) {
-        crate::fastpath::allow_prefetch_open(page.index());
+        crate::fault::fastpath::allow_prefetch_open(page.index());
     }
 
     fn discard(&mut self, page: PageNum) {

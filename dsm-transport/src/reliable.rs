@@ -100,8 +100,8 @@ pub enum Event {
         peer: u16,
         /// How long it had been silent.
         silent_for: Duration,
-        /// What gave it away: `"silent"` (no answer for the peer timeout), `"connection closed"`...
-        cause: &'static str,
+        /// What gave it away.
+        cause: LostCause,
     },
     /// A one-sided read ([`crate::Transport::read`]) of `from`'s memory completed.
     Read {
@@ -112,6 +112,33 @@ pub enum Event {
         /// The bytes read.
         bytes: Vec<u8>,
     },
+}
+
+/// What showed that a peer was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostCause {
+    /// No answer for the peer timeout.
+    Silent,
+    /// Its connection was closed in order (the process ended, or closed it on leaving).
+    ConnectionClosed,
+    /// Its connection failed (reset, a read or write error).
+    ConnectionFailed,
+    /// It sent a frame that cannot be one (TCP: a length over the limit).
+    BadFrame,
+    /// An RDMA work request or receive on its queue pair failed.
+    RdmaBroken,
+}
+
+impl std::fmt::Display for LostCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostCause::Silent => "silent",
+            LostCause::ConnectionClosed => "connection closed",
+            LostCause::ConnectionFailed => "connection failed",
+            LostCause::BadFrame => "bad frame",
+            LostCause::RdmaBroken => "RDMA connection broken",
+        })
+    }
 }
 
 /// Why a datagram was dropped.
@@ -694,7 +721,7 @@ impl Reliable {
                 self.events.push_back(Event::PeerLost {
                     peer: i as u16,
                     silent_for: silent,
-                    cause: "silent",
+                    cause: LostCause::Silent,
                 });
                 continue;
             }

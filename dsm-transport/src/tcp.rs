@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::Transport;
-use crate::reliable::Event;
+use crate::reliable::{Event, LostCause};
 use crate::sys::{self, Epoll};
 
 const HELLO_MAGIC: &[u8; 4] = b"DSMT";
@@ -267,7 +267,7 @@ impl TcpTransport {
         &self.stats
     }
 
-    fn lose(&mut self, j: usize, cause: &'static str, detail: String) {
+    fn lose(&mut self, j: usize, cause: LostCause, detail: String) {
         if let Some(c) = &mut self.conns[j] {
             if !c.lost {
                 c.lost = true;
@@ -294,7 +294,7 @@ impl TcpTransport {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return self.lose(j, "connection failed", format!("write: {e}")),
+                Err(e) => return self.lose(j, LostCause::ConnectionFailed, format!("write: {e}")),
             }
         }
         let want = !c.out.is_empty();
@@ -306,13 +306,13 @@ impl TcpTransport {
 
     fn read_conn(&mut self, j: usize, now: Instant) {
         let mut buf = [0u8; 64 * 1024];
-        let mut failed: Option<(&'static str, String)> = None;
+        let mut failed: Option<(LostCause, String)> = None;
         {
             let Some(c) = &mut self.conns[j] else { return };
             loop {
                 match c.stream.read(&mut buf) {
                     Ok(0) => {
-                        failed = Some(("connection closed", String::new()));
+                        failed = Some((LostCause::ConnectionClosed, String::new()));
                         break;
                     }
                     Ok(n) => {
@@ -322,7 +322,7 @@ impl TcpTransport {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        failed = Some(("connection failed", format!("read: {e}")));
+                        failed = Some((LostCause::ConnectionFailed, format!("read: {e}")));
                         break;
                     }
                 }
@@ -337,7 +337,10 @@ impl TcpTransport {
                     c.inbuf[at + 3],
                 ]) as usize;
                 if len > MAX_FRAME_BYTES {
-                    failed = Some(("bad frame", format!("{len} bytes is over the limit")));
+                    failed = Some((
+                        LostCause::BadFrame,
+                        format!("{len} bytes is over the limit"),
+                    ));
                     break;
                 }
                 if c.inbuf.len() - at - 4 < len {
@@ -472,7 +475,7 @@ impl Transport for TcpTransport {
             }
             if now.saturating_duration_since(c.last_heard) >= self.cfg.peer_timeout {
                 let silent = now.saturating_duration_since(c.last_heard);
-                self.lose(j, "silent", format!("for {silent:?}"));
+                self.lose(j, LostCause::Silent, format!("for {silent:?}"));
             } else if now.saturating_duration_since(c.last_sent) >= self.cfg.heartbeat {
                 self.write_frame(j, now, &[]);
             }

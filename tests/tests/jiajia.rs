@@ -1,7 +1,7 @@
 //! JIAJIA programs run unchanged: the C programs of `tests/c`, written against the whole of
 //! JIAJIA 2.1's and 3.0's interface (the ANL macros in SPLASH style, 2.1's names and float clock,
 //! message passing and collectives, 3.0's allocation calls and headers, system calls on shared
-//! memory), compiled with the
+//! memory, threads the program starts itself that fault with errno set), compiled with the
 //! README's `cc` line and exact on 1, 2 and 4 nodes over UDP and TCP; JIAJIA 3.0's own
 //! `.jiaconf`; the once-only notices of the switches that mean nothing here.
 
@@ -65,6 +65,7 @@ const PROGRAMS: &[(&str, &[&str], &[&str], &str)] = &[
     ),
     ("messages", &[], &["10"], "c-messages OK rounds=10"),
     ("io", &[], &["256"], "c-io OK kib=256"),
+    ("threads", &[], &["16"], "c-threads OK pages=16"),
 ];
 
 #[test]

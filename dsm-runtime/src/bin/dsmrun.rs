@@ -111,6 +111,7 @@ fn mpirun_spelling(args: impl Iterator<Item = String>) -> Vec<String> {
 
 fn main() -> ExitCode {
     let args = Args::parse_from(mpirun_spelling(std::env::args()));
+    dsm_runtime::logging::init_launcher();
     // Settings: defaults < .jiaconf < environment < command line.
     let mut cfg = Config::default();
     let file_result = match &args.config {

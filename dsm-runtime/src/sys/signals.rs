@@ -1,74 +1,26 @@
-//! The SIGSEGV/SIGBUS handler: classify, post, wait.
-//!
-//! Installed once with `SA_SIGINFO` (we need the faulting address and the register context) and
-//! `SA_ONSTACK` (a stack overflow must still find a stack to run the chained handler on: Rust's
-//! runtime gives every thread an alternate signal stack). `SA_NODEFER` is *not* set: a second fault
-//! while handling one is a bug, and the kernel then kills the process as it should.
-//!
-//! A fault inside the shared region is resolved on this thread if the node's service state is
-//! free (`service::drive_fault`: the handler runs the protocol and the transport itself until the
-//! page is in); otherwise it is posted to the service thread through this thread's slot and the
-//! thread sleeps until the page is accessible. Then the handler returns and the faulting
-//! instruction runs again. A fault anywhere else goes to the handler that was installed before
-//! ours (Rust's stack-overflow reporter, or the default action, which ends the process as usual).
-//! Only the driving path allocates, takes a lock (by `try_lock`) or touches the network; see
-//! `drive_fault` for why that is sound in this handler.
+//! Signals, thinly: installing a SIGSEGV/SIGBUS handler and chaining to the one it replaced,
+//! reading the fault's address and access from its context, errno, and the launcher's
+//! interrupt flag. What the DSM's handler does lives in `crate::fault`; nothing here knows of it.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use crate::slots;
-use crate::sys::write_stderr;
+/// The signature of an `SA_SIGINFO` handler.
+pub type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
-static REGION_START: AtomicUsize = AtomicUsize::new(0);
-static REGION_END: AtomicUsize = AtomicUsize::new(0);
-
-/// The shared region's application view, `[start, end)` (empty before `install`).
-pub fn region() -> (usize, usize) {
-    (
-        REGION_START.load(Ordering::Relaxed),
-        REGION_END.load(Ordering::Relaxed),
-    )
-}
-
-struct PrevActions {
-    segv: libc::sigaction,
-    bus: libc::sigaction,
-}
+/// A handler that was installed before ours, to chain to.
+#[derive(Clone, Copy)]
+pub struct Previous(libc::sigaction);
 
 // SAFETY: a sigaction is plain data (a function pointer, flags and a mask); it is written once
 // before any handler can read it and only read afterwards.
-unsafe impl Sync for PrevActions {}
+unsafe impl Sync for Previous {}
 // SAFETY: as above, plain data.
-unsafe impl Send for PrevActions {}
+unsafe impl Send for Previous {}
 
-static PREV: OnceLock<PrevActions> = OnceLock::new();
-
-/// Result word of a completed fault: the page is accessible.
-pub(crate) const FAULT_OK: u64 = 0;
-/// Result word of a completed fault: the address is not allocated; behave like a plain segfault.
-pub(crate) const FAULT_UNALLOCATED: u64 = 1;
-
-/// Installs the handler for faults in `[start, start + len)`. Idempotent for the process.
-pub fn install(start: usize, len: usize) -> std::io::Result<()> {
-    REGION_START.store(start, Ordering::SeqCst);
-    REGION_END.store(start + len, Ordering::SeqCst);
-    if PREV.get().is_some() {
-        return Ok(());
-    }
-    let segv = replace(libc::SIGSEGV)?;
-    let bus = replace(libc::SIGBUS)?;
-    let _ = PREV.set(PrevActions { segv, bus });
-    // SAFETY: registers a child handler that only stores to an atomic (fork's child runs it
-    // before fork returns, where only async-signal-safe work is allowed).
-    let r = unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
-    if r != 0 {
-        return Err(std::io::Error::from_raw_os_error(r));
-    }
-    Ok(())
-}
-
-fn replace(sig: libc::c_int) -> std::io::Result<libc::sigaction> {
+/// Installs `handler` for `sig` with `SA_SIGINFO | SA_ONSTACK` and an empty mask (the signal
+/// itself stays blocked while it runs: a second fault in the handler is a bug, and the kernel
+/// then ends the process); returns the action it replaced.
+pub fn install(sig: libc::c_int, handler: Handler) -> std::io::Result<Previous> {
     // SAFETY: sigaction structs are plain data; zeroed is a valid starting value.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
     new.sa_sigaction = handler as *const () as usize;
@@ -81,141 +33,27 @@ fn replace(sig: libc::c_int) -> std::io::Result<libc::sigaction> {
     if unsafe { libc::sigaction(sig, &new, &mut old) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(old)
+    Ok(Previous(old))
 }
 
-/// Whether the faulting access was a write, from the x86-64 page-fault error code.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-fn is_write(ctx: *mut libc::c_void) -> Option<bool> {
-    if ctx.is_null() {
-        return None;
-    }
-    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t as the third argument.
-    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
-    let err = uc.uc_mcontext.gregs[libc::REG_ERR as usize];
-    Some(err & 2 != 0)
-}
-
-#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-fn is_write(_ctx: *mut libc::c_void) -> Option<bool> {
-    None
-}
-
-/// Set in a child forked from a node (`pthread_atfork`): its faults are not served.
-static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn in_forked_child() {
-    FORKED.store(true, Ordering::Relaxed);
-}
-
-extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    let start = REGION_START.load(Ordering::Relaxed);
-    let end = REGION_END.load(Ordering::Relaxed);
-    if addr < start || addr >= end {
-        chain(sig, info, ctx);
-        return;
-    }
-    if slots::IS_SERVICE.with(|s| s.get()) {
-        write_stderr(b"dsm: fatal: the service thread faulted on shared memory (a runtime bug)\n");
-        std::process::abort();
-    }
-    if FORKED.load(Ordering::Relaxed) {
-        // The protocol's state was copied into this child, but the service thread, the
-        // connections and the homes' records of this node are the parent's: running it here
-        // would drive the parent's protocol from a stale copy and hang both.
-        write_stderr(
-            b"dsm: fatal: a process forked from a DSM node touched a shared page it does not hold: \
-              a forked child can read and write only what its parent held at the fork\n",
-        );
-        std::process::abort();
-    }
-    if crate::service::EXITED.load(Ordering::SeqCst) {
-        // Waiting would hang: no service thread, no connection to the homes.
-        write_stderr(
-            b"dsm: fatal: a shared page not held here was touched after this node left the job \
-              (after jia_exit / Dsm::exit)\n",
-        );
-        std::process::abort();
-    }
-    let Some(slot) = slots::my_slot() else {
-        write_stderr(
-            b"dsm: fatal: more threads use shared memory than the runtime has slots for\n",
-        );
-        std::process::abort();
-    };
-    // Without the error code (other architectures), ask for write access: always correct, at
-    // worst a twin made early.
-    let op = match is_write(ctx) {
-        Some(false) => slots::OP_FAULT_READ,
-        _ => slots::OP_FAULT_WRITE,
-    };
-    let page = ((addr - start) / dsm_core::PAGE_SIZE) as u64;
-    // Fast paths: a write to a home page kept read-only only to see writes, or a read of a
-    // prefetched page: open it here and tell the service thread (no wait). A read opens the
-    // prefetched pages that follow it too, in the same mprotect: a thread walking through a
-    // prefetched window takes one fault, not one per page.
-    if let Some(write) = is_write(ctx) {
-        if crate::fastpath::claim(page as usize, write) {
-            let run = if write {
-                1
-            } else {
-                1 + crate::fastpath::claim_following(page as usize)
-            };
-            let page_addr = start + page as usize * dsm_core::PAGE_SIZE;
-            let prot = if write {
-                crate::sys::Protection::ReadWrite
-            } else {
-                crate::sys::Protection::Read
-            };
-            if crate::sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot).is_err() {
-                write_stderr(b"dsm: fatal: mprotect failed in the fault handler\n");
-                std::process::abort();
-            }
-            // The pages after the first were claimed only if the queue had room for them.
-            for p in page as usize + 1..page as usize + run {
-                crate::fastpath::opened_along(p);
-            }
-            if crate::fastpath::opened(page as usize, write) {
-                slots::wake_service();
-                return;
-            }
-            // Queue full: the slow path does the same work again (harmlessly) and reports it.
-        }
-    }
-    // Drive the node from here if we can (no hand-off to the service thread and back), else post.
-    crate::trace::fault(page);
-    if op == slots::OP_FAULT_WRITE {
-        crate::trace::stamp(page, crate::trace::Step::Write);
-    }
-    let result = crate::service::drive_fault(slot, op, page)
-        .unwrap_or_else(|| slots::post_and_wait(slot, op, page));
-    crate::trace::stamp(page, crate::trace::Step::Resumed);
-    if result != FAULT_OK {
-        // Not allocated: a wild access in the region. Behave as if we were not here.
-        chain(sig, info, ctx);
-    }
-}
-
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let Some(prev) = PREV.get() else {
+/// Passes a signal on to `prev` (the handler installed before ours), or, if that was the default
+/// action or ignoring, restores the default and returns: the access faults again and the kernel
+/// ends the process the usual way (core dump included). Async-signal-safe.
+pub fn chain(
+    prev: Option<&Previous>,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
+    let Some(Previous(prev)) = prev else {
         return reset_default(sig);
-    };
-    let prev = if sig == libc::SIGBUS {
-        &prev.bus
-    } else {
-        &prev.segv
     };
     let h = prev.sa_sigaction;
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // Restore the default action and return: the access faults again and the kernel ends the
-        // process the usual way (core dump included).
         reset_default(sig);
     } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this signature.
-        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-            unsafe { std::mem::transmute(h) };
+        let f: Handler = unsafe { std::mem::transmute(h) };
         f(sig, info, ctx);
     } else {
         // SAFETY: the previous handler was installed without SA_SIGINFO: a one-argument handler.
@@ -231,6 +69,63 @@ fn reset_default(sig: libc::c_int) {
         dfl.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(sig, &dfl, std::ptr::null_mut());
     }
+}
+
+/// The faulting address of a SIGSEGV/SIGBUS.
+pub fn fault_addr(info: *mut libc::siginfo_t) -> usize {
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+    unsafe { (*info).si_addr() as usize }
+}
+
+/// Whether the faulting access was a write, from the x86-64 page-fault error code.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub fn fault_is_write(ctx: *mut libc::c_void) -> Option<bool> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t as the third argument.
+    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+    let err = uc.uc_mcontext.gregs[libc::REG_ERR as usize];
+    Some(err & 2 != 0)
+}
+
+/// Whether the faulting access was a write: not known on this architecture.
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+pub fn fault_is_write(_ctx: *mut libc::c_void) -> Option<bool> {
+    None
+}
+
+/// This thread's errno. Async-signal-safe.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets this thread's errno. Async-signal-safe.
+pub fn set_errno(value: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// Writes `parts` to standard error with write(2), then aborts: the way out of signal context
+/// (no atexit handlers, no stdio flushing, no lock). Async-signal-safe.
+pub fn die(parts: &[&[u8]]) -> ! {
+    for p in parts {
+        super::write_stderr(p);
+    }
+    // SAFETY: abort(3) is async-signal-safe and does not return.
+    unsafe { libc::abort() }
+}
+
+/// Calls `child` in the child of every later fork, before fork returns there (only
+/// async-signal-safe work is allowed in it).
+pub fn at_fork_child(child: extern "C" fn()) -> std::io::Result<()> {
+    // SAFETY: registers a child handler; the caller's `child` keeps to the rule above.
+    let r = unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    if r != 0 {
+        return Err(std::io::Error::from_raw_os_error(r));
+    }
+    Ok(())
 }
 
 static INTERRUPTED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);

@@ -1,46 +1,53 @@
-//! Stacks for fault handlers that drive the node (`service::drive_fault`).
+//! Stacks of our own: a mapped stack with a guard page, a call on it, and alternate signal
+//! stacks for threads that have none.
 //!
-//! The fault handler runs on the thread's alternate signal stack (`SA_ONSTACK`, so a stack
-//! overflow can still be reported), which Rust makes 8 KiB: enough to post a fault and wait, too
-//! tight to run the protocol core and the transport (a drive's high-water mark, the kernel's
-//! signal frame included, measured 5.3-6.0 KiB after faultlat, matmul, sor and lu). So each
-//! slot gets a stack of its own, [`SIZE`] bytes with a guard page below, mapped on its first
-//! drive and kept (slots outlive threads), and the handler calls the drive on it ([`run_on`]).
-//! Works for every thread that touches shared memory, whether it called the DSM or not.
+//! The fault handler runs on the thread's alternate signal stack when it has one (`SA_ONSTACK`:
+//! Rust gives its threads 8 KiB ones so a stack overflow can still be reported; threads a C
+//! program starts have none until [`ensure_signal_stack`] gives them one). That is enough to post
+//! a fault and wait, too tight to run the protocol core and the transport (a drive's high-water
+//! mark, the kernel's signal frame included, measured 5.3-6.0 KiB after faultlat, matmul, sor and
+//! lu). So a driving handler calls the drive on a stack of [`SIZE`] bytes ([`map`], [`run_on`]).
+//! Every function here is async-signal-safe (system calls and plain stores).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::slots::MAX_THREADS;
-
-/// Size of a slot's drive stack (lazily backed: only touched pages cost memory).
+/// Size of a drive stack (lazily backed: only touched pages cost memory).
 pub const SIZE: usize = 256 << 10;
 
-/// Top (highest address, 16-byte aligned) of each slot's stack; 0: not mapped yet.
-static TOPS: [AtomicUsize; MAX_THREADS] = [const { AtomicUsize::new(0) }; MAX_THREADS];
+/// Size of an alternate signal stack given to a thread that had none.
+pub const SIGNAL_STACK_SIZE: usize = 64 << 10;
 
 /// Whether this build can switch stacks (x86-64 only; elsewhere faults are posted).
 pub const AVAILABLE: bool = cfg!(target_arch = "x86_64");
 
-/// The top of a slot's stack (16-byte aligned), only made by [`top`]: [`run_on`] needs no
+/// The top of a mapped stack (16-byte aligned), only made by [`map`] and [`kept`]: [`run_on`] needs no
 /// caller's promise about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Top(usize);
 
-/// The top of slot `slot`'s stack, mapping it on first use; `None` if it cannot be mapped.
-/// Async-signal-safe (mmap and mprotect are system calls). Only the slot's thread calls it.
-pub fn top(slot: usize) -> Option<Top> {
-    let cell = TOPS.get(slot)?;
+/// The stack kept in `cell` (0: none yet), mapping one of `size` bytes into it on first use;
+/// `None` if it cannot be mapped. For stacks kept per slot: only the slot's thread calls it.
+/// Async-signal-safe.
+pub fn kept(cell: &AtomicUsize, size: usize) -> Option<Top> {
     let t = cell.load(Ordering::Acquire);
     if t != 0 {
         return Some(Top(t));
     }
+    let top = map(size)?;
+    cell.store(top.0, Ordering::Release);
+    Some(top)
+}
+
+/// Maps a stack of `size` bytes with a guard page below; `None` if it cannot be mapped. Kept for
+/// the life of the process. Async-signal-safe (mmap and mprotect are system calls).
+pub fn map(size: usize) -> Option<Top> {
     // SAFETY: sysconf reads a constant of the system.
     let guard = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     // SAFETY: a fresh private anonymous mapping chosen by the kernel; nothing else refers to it.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            SIZE + guard,
+            size + guard,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
             -1,
@@ -50,22 +57,54 @@ pub fn top(slot: usize) -> Option<Top> {
     if p == libc::MAP_FAILED {
         return None;
     }
-    // SAFETY: the lowest page of the mapping just made: an overflow of the drive's stack faults
-    // on it (inside the handler, where SIGSEGV is blocked: the kernel ends the process) instead
-    // of running into other memory.
+    // SAFETY: the lowest page of the mapping just made: an overflow of the stack faults on it
+    // (inside the handler, where SIGSEGV is blocked: the kernel ends the process) instead of
+    // running into other memory.
     unsafe { libc::mprotect(p, guard, libc::PROT_NONE) };
-    let t = (p as usize + guard + SIZE) & !15;
-    cell.store(t, Ordering::Release);
-    Some(Top(t))
+    Some(Top((p as usize + guard + size) & !15))
 }
 
-/// Calls `f` on the stack whose top is `top` (from [`top`]), then returns to the caller's
+/// Gives the calling thread an alternate signal stack if it has none (a thread a C program
+/// started): the one kept in `cell` (mapped for an earlier thread of the slot, which has ended),
+/// or one of [`SIGNAL_STACK_SIZE`] bytes mapped into it; returns whether it gave one. Called from
+/// a signal handler with its context `ctx`: `rt_sigreturn` puts back the signal stack saved in
+/// the context, so the new one is written there (and set now for the rest of the handler).
+/// Async-signal-safe.
+pub fn ensure_signal_stack(cell: &AtomicUsize, ctx: *mut libc::c_void) -> bool {
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t as the third
+    // argument, which the handler may change: sigreturn restores from it.
+    let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
+    if uc.uc_stack.ss_flags & libc::SS_DISABLE == 0 {
+        return false;
+    }
+    let Some(top) = kept(cell, SIGNAL_STACK_SIZE) else {
+        return false;
+    };
+    let new = libc::stack_t {
+        ss_sp: (top.0 - SIGNAL_STACK_SIZE) as *mut libc::c_void,
+        ss_flags: 0,
+        ss_size: SIGNAL_STACK_SIZE,
+    };
+    // SAFETY: `new` describes SIGNAL_STACK_SIZE bytes below `top`, a live mapping never unmapped
+    // and used by no other thread while this one lives; the handler does not run on an
+    // alternate stack now (the context says the thread had none), so changing it is allowed.
+    if unsafe { libc::sigaltstack(&new, std::ptr::null_mut()) } != 0 {
+        return false;
+    }
+    uc.uc_stack = new;
+    true
+}
+
+/// Calls `f` on the stack whose top is `top` (from [`map`]), then returns to the caller's
 /// stack. A panic in `f` aborts the process (it cannot unwind across the switch).
 pub fn run_on(top: Top, f: &mut dyn FnMut()) {
     let mut f = f;
     let arg = &mut f as *mut &mut dyn FnMut() as *mut libc::c_void;
-    // SAFETY: `top.0` is the 16-byte-aligned top of a live mapping of SIZE bytes (made by `top`,
-    // never unmapped) that only this thread uses while the call runs; `trampoline` has the C ABI and takes `arg`, a pointer to
+    // SAFETY: `top.0` is the 16-byte-aligned top of a live mapping (made by `map`, never
+    // unmapped) that only this thread uses while the call runs; `trampoline` has the C ABI and takes `arg`, a pointer to
     // a live `&mut dyn FnMut()` on the caller's stack, which stays valid across the call.
     unsafe { switch_and_call(top.0, trampoline, arg) };
 }
@@ -113,9 +152,7 @@ mod tests {
 
     #[test]
     fn a_closure_runs_on_the_slot_stack_and_comes_back() {
-        let slot = MAX_THREADS - 1;
-        let t = top(slot).expect("map a stack");
-        assert_eq!(top(slot), Some(t), "mapped once");
+        let t = map(SIZE).expect("map a stack");
         let outer = 0u8;
         let outer_addr = &outer as *const u8 as usize;
         let mut seen = 0usize;

@@ -27,7 +27,7 @@ use super::{
     Control, Export, RdmaConfig, RdmaError, RdmaStats, TAG_ENDPOINT, TAG_EXPORT, TAG_READY,
     combined_epoll, decode_endpoint, decode_export, encode_endpoint, encode_export,
 };
-use crate::reliable::Event;
+use crate::reliable::{Event, LostCause};
 use crate::sys::Epoll;
 use crate::{ReadRange, Transport};
 
@@ -200,7 +200,7 @@ impl RcTransport {
         &self.stats
     }
 
-    fn lose(&mut self, peer: u16, cause: &'static str) {
+    fn lose(&mut self, peer: u16, cause: LostCause) {
         if let Some(p) = self.peers.get_mut(usize::from(peer)) {
             if !p.lost {
                 p.lost = true;
@@ -255,7 +255,7 @@ impl RcTransport {
                 };
                 if let Err(why) = c.status {
                     log::debug!("{NAME}: receive from node {from} failed: {why}");
-                    self.lose(from, "RDMA connection broken");
+                    self.lose(from, LostCause::RdmaBroken);
                     return;
                 }
                 let len = c.byte_len as usize;
@@ -290,7 +290,7 @@ impl RcTransport {
                 }
                 if let Err(why) = c.status {
                     log::debug!("{NAME}: work request to node {peer} failed: {why}");
-                    self.lose(peer, "RDMA connection broken");
+                    self.lose(peer, LostCause::RdmaBroken);
                 }
             }
             _ => self.stats.rejected += 1,
@@ -383,7 +383,7 @@ impl RcTransport {
         if let Err(e) = qp.post_send(&ops) {
             log::warn!("{NAME}: posting to node {p}: {e}");
             drop(ops);
-            self.lose(p as u16, "RDMA connection broken");
+            self.lose(p as u16, LostCause::RdmaBroken);
         }
     }
 }

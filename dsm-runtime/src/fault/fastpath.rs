@@ -123,11 +123,11 @@ const MAX_RUN: usize = 63;
 
 /// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
 /// after it, as many as the queue surely has room for (it may fill only with other threads'
-/// pages meanwhile, up to [`crate::slots::MAX_THREADS`] of them). Returns how many.
+/// pages meanwhile, up to [`crate::fault::slots::MAX_THREADS`] of them). Returns how many.
 pub(crate) fn claim_following(page: usize) -> usize {
     let room = QUEUE
         .saturating_sub(PENDING.load(Ordering::SeqCst) as usize)
-        .saturating_sub(crate::slots::MAX_THREADS + 1)
+        .saturating_sub(crate::fault::slots::MAX_THREADS + 1)
         .min(MAX_RUN);
     (1..=room).take_while(|&k| claim(page + k, false)).count()
 }

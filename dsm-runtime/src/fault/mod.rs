@@ -1,0 +1,254 @@
+//! The fault path: everything that runs in signal context.
+//!
+//! A thread that touches a shared page it does not hold takes a SIGSEGV (SIGBUS for a page of the
+//! memory file not yet backed). [`handler`] classifies the fault and does one of three things:
+//!
+//! 1. **Not ours** (outside the shared region, or an address nothing was allocated at): chain to
+//!    the handler installed before ours (Rust's stack-overflow reporter, or the default action).
+//! 2. **Resolve** at once ([`fastpath`]): a write to a home page kept read-only only to see
+//!    writes, or a read of a prefetched page. The handler opens the page (`mprotect`), queues a
+//!    report for the service thread, and returns.
+//! 3. **Drive** ([`drive`]) or **post** ([`slots`]): if the node's service state is free, the
+//!    handler runs the node itself on a stack of its own until its page is in (sends the GETP,
+//!    polls the transport, handles whatever comes); otherwise it posts the fault in its slot and
+//!    sleeps on a futex until the service thread completes it.
+//!
+//! # The contract of signal context
+//!
+//! What runs from [`handler`] (this module, and `Service::pass` when a handler drives) keeps to
+//! these rules, which make running it in a SIGSEGV handler sound:
+//!
+//! - **Synchronous only.** The signal is raised by the faulting instruction itself, an access to
+//!   the shared region. The allocator, the runtime's locks and the standard library never touch
+//!   that region, so the handler never interrupts them half-way: it may allocate and take the
+//!   service state's mutex (by `try_lock` only, never waiting on it). An asynchronous signal
+//!   never enters here: faults outside the region are chained before anything else runs.
+//! - **No exit.** `std::process::exit` runs atexit handlers and flushes stdio, whose lock the
+//!   interrupted code may hold. A fatal error in signal context (`crate::fatal_with`) writes its
+//!   message with `write(2)` and calls `abort()`: the launcher reports the node's signal and the
+//!   message above it.
+//! - **No logging, no file I/O.** The logger defers records made in signal context to the service
+//!   thread ([`crate::logging`]); effects that write files (the job's statistics) and the launcher
+//!   exchanges that follow a lost peer are left to the service thread (`Service::deferred`): the
+//!   handler hands its wait back when it meets one.
+//! - **No unbounded wait.** The handler waits for the state at most `HANDOFF_WAIT`, drives at most
+//!   `drive_limit_us`, and otherwise sleeps on its slot's futex, which the service thread always
+//!   completes or ends the node (a job that cannot progress is ended by the launcher).
+//! - **errno kept.** [`SignalContext`] saves errno on entry and restores it on the way out: the
+//!   handler's own system calls (`recvfrom` leaves `EAGAIN`) must not show through in the code it
+//!   interrupted, which may be between a failing call and its read of errno.
+//! - **SIGSEGV blocked only while handling** (the kernel's default for a handler without
+//!   `SA_NODEFER`): a fault inside the handler is a runtime bug and ends the process.
+//!
+//! Threads that have no alternate signal stack (those a C program starts) are given one on their
+//! first fault, so every thread that uses shared memory has one, as Rust's own threads do.
+//!
+//! The Go-style alternative, rewriting the saved context so the handler returns into an ordinary
+//! function that does the work, would leave signal context at once; it needs a trampoline that
+//! saves and restores the whole register and vector state per architecture, and is not done (see
+//! `docs/design.md`, "The fault path").
+
+pub(crate) mod drive;
+pub(crate) mod fastpath;
+pub(crate) mod slots;
+#[cfg(test)]
+mod model;
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::sys::signals::{self, Previous};
+use crate::sys::{self, Protection, stack};
+
+static REGION_START: AtomicUsize = AtomicUsize::new(0);
+static REGION_END: AtomicUsize = AtomicUsize::new(0);
+
+/// The handlers ours replaced: SIGSEGV's and SIGBUS's.
+static PREV: OnceLock<[Previous; 2]> = OnceLock::new();
+
+/// Set in a child forked from a node (`pthread_atfork`): its faults are not served.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// The node has left the job: nothing serves faults any more.
+pub(crate) static EXITED: AtomicBool = AtomicBool::new(false);
+
+/// Result word of a completed fault: the page is accessible.
+pub(crate) const FAULT_OK: u64 = 0;
+/// Result word of a completed fault: the address is not allocated; behave like a plain segfault.
+pub(crate) const FAULT_UNALLOCATED: u64 = 1;
+
+thread_local! {
+    /// This thread runs the fault handler now (const-initialised: reading it is async-signal-safe).
+    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+    /// This thread's alternate signal stack has been checked (and given if it had none).
+    static SIGNAL_STACK_CHECKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Alternate signal stacks given to threads that had none, by slot: a thread that takes over an
+/// ended thread's slot reuses its stack.
+static SIGNAL_STACKS: [AtomicUsize; slots::MAX_THREADS] =
+    [const { AtomicUsize::new(0) }; slots::MAX_THREADS];
+
+/// Whether the calling thread is in the fault handler: code that may be reached from there asks
+/// this before it exits, logs or writes a file (see the module's contract).
+pub(crate) fn in_signal_context() -> bool {
+    IN_HANDLER.with(Cell::get)
+}
+
+/// The handler's stay on a thread: marks the thread as in signal context and keeps its errno.
+struct SignalContext {
+    errno: i32,
+}
+
+impl SignalContext {
+    fn enter() -> SignalContext {
+        IN_HANDLER.with(|h| h.set(true));
+        SignalContext {
+            errno: signals::errno(),
+        }
+    }
+}
+
+impl Drop for SignalContext {
+    fn drop(&mut self) {
+        IN_HANDLER.with(|h| h.set(false));
+        signals::set_errno(self.errno);
+    }
+}
+
+/// The shared region's application view, `[start, end)` (empty before `install`).
+pub(crate) fn region() -> (usize, usize) {
+    (
+        REGION_START.load(Ordering::Relaxed),
+        REGION_END.load(Ordering::Relaxed),
+    )
+}
+
+/// Installs the handler for faults in `[start, start + len)`. Idempotent for the process.
+pub(crate) fn install(start: usize, len: usize) -> std::io::Result<()> {
+    REGION_START.store(start, Ordering::SeqCst);
+    REGION_END.store(start + len, Ordering::SeqCst);
+    if PREV.get().is_some() {
+        return Ok(());
+    }
+    let segv = signals::install(libc::SIGSEGV, handler)?;
+    let bus = signals::install(libc::SIGBUS, handler)?;
+    let _ = PREV.set([segv, bus]);
+    signals::at_fork_child(in_forked_child)
+}
+
+extern "C" fn in_forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Ends the process from signal context: the message, then `abort()`.
+fn die(why: &str) -> ! {
+    signals::die(&[b"dsm: fatal: ", why.as_bytes(), b"\n"])
+}
+
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let prev = PREV
+        .get()
+        .map(|[segv, bus]| if sig == libc::SIGBUS { bus } else { segv });
+    signals::chain(prev, sig, info, ctx);
+}
+
+/// The SIGSEGV/SIGBUS handler. Signal context: see the module's contract.
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let addr = signals::fault_addr(info);
+    let (start, end) = region();
+    if addr < start || addr >= end {
+        return chain(sig, info, ctx);
+    }
+    let _context = SignalContext::enter();
+    if slots::IS_SERVICE.with(Cell::get) {
+        die("the service thread faulted on shared memory (a runtime bug)");
+    }
+    if FORKED.load(Ordering::Relaxed) {
+        // The protocol's state was copied into this child, but the service thread, the
+        // connections and the homes' records of this node are the parent's: running it here
+        // would drive the parent's protocol from a stale copy and hang both.
+        die(
+            "a process forked from a DSM node touched a shared page it does not hold: a forked \
+             child can read and write only what its parent held at the fork",
+        );
+    }
+    if EXITED.load(Ordering::SeqCst) {
+        // Waiting would hang: no service thread, no connection to the homes.
+        die(
+            "a shared page not held here was touched after this node left the job (after \
+             jia_exit / Dsm::exit)",
+        );
+    }
+    let Some(slot) = slots::my_slot() else {
+        die("more threads use shared memory than the runtime has slots for");
+    };
+    give_signal_stack(slot, ctx);
+    let write = signals::fault_is_write(ctx);
+    let page = (addr - start) / dsm_core::PAGE_SIZE;
+    if let Some(write) = write {
+        if resolve(start, page, write) {
+            return;
+        }
+    }
+    // Without the error code (other architectures), ask for write access: always correct, at
+    // worst a twin made early.
+    let op = match write {
+        Some(false) => slots::OP_FAULT_READ,
+        _ => slots::OP_FAULT_WRITE,
+    };
+    crate::trace::fault(page as u64);
+    if op == slots::OP_FAULT_WRITE {
+        crate::trace::stamp(page as u64, crate::trace::Step::Write);
+    }
+    let result = drive::drive_fault(slot, op, page as u64)
+        .unwrap_or_else(|| slots::post_and_wait(slot, op, page as u64));
+    crate::trace::stamp(page as u64, crate::trace::Step::Resumed);
+    if result != FAULT_OK {
+        // Not allocated: a wild access in the region. Behave as if we were not here.
+        chain(sig, info, ctx);
+    }
+}
+
+/// The fast paths: a write to a home page kept read-only only to see writes, or a read of a
+/// prefetched page. Opens it here and tells the service thread (no wait); returns whether it
+/// did. A read opens the prefetched pages that follow it too, in the same mprotect: a thread
+/// walking through a prefetched window takes one fault, not one per page.
+fn resolve(start: usize, page: usize, write: bool) -> bool {
+    if !fastpath::claim(page, write) {
+        return false;
+    }
+    let run = if write {
+        1
+    } else {
+        1 + fastpath::claim_following(page)
+    };
+    let page_addr = start + page * dsm_core::PAGE_SIZE;
+    let prot = if write {
+        Protection::ReadWrite
+    } else {
+        Protection::Read
+    };
+    if sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot).is_err() {
+        die("mprotect failed in the fault handler");
+    }
+    // The pages after the first were claimed only if the queue had room for them.
+    for p in page + 1..page + run {
+        fastpath::opened_along(p);
+    }
+    if fastpath::opened(page, write) {
+        slots::wake_service();
+        return true;
+    }
+    // Queue full: the slow path does the same work again (harmlessly) and reports it.
+    false
+}
+
+/// Gives this thread an alternate signal stack on its first fault if it has none.
+fn give_signal_stack(slot: usize, ctx: *mut libc::c_void) {
+    if SIGNAL_STACK_CHECKED.with(|c| c.replace(true)) {
+        return;
+    }
+    stack::ensure_signal_stack(&SIGNAL_STACKS[slot], ctx);
+}

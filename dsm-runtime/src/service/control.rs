@@ -1,0 +1,156 @@
+//! The launcher's control channel, seen from a node: `DSM1 LOST` in, `BYE`, `WAIT`/`RUN` and
+//! `BLAME` out (the launcher's side is `crate::launcher::monitor`), and the node's own warnings.
+//! Service thread only: these print and wait on a socket (never in signal context).
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use super::Service;
+use crate::{fatal, sys};
+
+impl Service {
+    /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
+    /// lost one; the channel closing means the launcher is gone.
+    pub(super) fn check_control(&mut self) {
+        self.control_checked = Instant::now();
+        let Some(c) = &mut self.control else { return };
+        let mut buf = [0u8; 512];
+        loop {
+            match std::io::Read::read(c, &mut buf) {
+                Ok(0) => {
+                    if self.exit_done_at.is_none() {
+                        fatal(
+                            "the launcher is gone (its control connection closed); ending this node",
+                        );
+                    }
+                    self.control = None;
+                    return;
+                }
+                Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => fatal(&format!("the launcher's control connection failed: {e}")),
+            }
+        }
+        while let Some(end) = self.control_buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.control_buf.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let mut w = line.split_whitespace();
+            if let (Some("DSM1"), Some("LOST"), Some(node)) = (w.next(), w.next(), w.next()) {
+                let how: Vec<&str> = w.collect();
+                crate::fatal_with(
+                    &format!(
+                        "lost node {node}: it {} (reported by the launcher)",
+                        how.join(" ")
+                    ),
+                    crate::EXIT_PEER_FAILED,
+                );
+            }
+        }
+    }
+
+    /// Tells the launcher this node left the job properly (`DSM1 BYE`): a node that exits without
+    /// it (the program returned from main, or called exit, without jia_exit) is named at once as
+    /// the one that failed, not a survivor left waiting for it.
+    pub(super) fn say_goodbye(&mut self) {
+        if let Some(c) = &mut self.control {
+            // The socket is non-blocking; a few bytes always fit. A launcher already gone is
+            // found by check_control.
+            let _ = std::io::Write::write_all(c, b"DSM1 BYE\n");
+        }
+    }
+
+    /// Warns once, on this node's standard error, when its page cache thrashes: as many pages
+    /// faulted on again in the barrier epoch that evicted them as the cache holds. Such a job
+    /// fetches its pages over and over and may run many times slower than with a larger cache,
+    /// with no other sign. (Service thread only: it prints.)
+    pub(super) fn warn_if_thrashing(&mut self) {
+        if self.warned_thrashing {
+            return;
+        }
+        let again = self.node.stats().refetched_after_eviction;
+        let cache = self.node.config().cache_pages;
+        if again < cache.max(1024) as u64 {
+            return;
+        }
+        self.warned_thrashing = true;
+        // What the program allocated: a cache as large as every page it can touch never evicts.
+        let allocated = self.node.pages_allocated();
+        let suggest = allocated.clamp(cache * 2, 1 << 24);
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "dsm node {}: warning: the page cache is too small for this program: {again} pages \
+             were fetched again in the barrier epoch that evicted them (cache_pages = {cache}, \
+             pages of 4 KiB); the job may run many times slower. Raise it: --set \
+             cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf)",
+            self.node.id().0,
+        );
+    }
+
+    /// Tells the launcher, every 250 ms while this node waits (every thread that uses the DSM is
+    /// in a call that waits for other nodes: see [`crate::progress`]), what it waits for, the
+    /// locks it holds, the messages it still has on their way and those it has received:
+    /// `DSM1 WAIT <in flight> <received> <what>`; and `DSM1 RUN` once it goes on. The launcher
+    /// ends a job whose every node waits with nothing in flight and nothing received for a while.
+    pub(super) fn report_progress(&mut self) {
+        if self.control.is_none() || self.progress_reported.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.progress_reported = Instant::now();
+        let line = match crate::progress::node_waits() {
+            Some(what) => {
+                let held = self.node.locks_held();
+                let held = if held.is_empty() {
+                    String::new()
+                } else {
+                    let l: Vec<String> = held.iter().map(|l| l.0.to_string()).collect();
+                    format!(", holding lock {}", l.join(", "))
+                };
+                let in_flight: usize = match &self.transport {
+                    Some(t) => (0..self.node.nodes()).map(|p| t.pending(p)).sum(),
+                    None => 0,
+                };
+                let received: u64 = self.node.stats().msgs_received.iter().sum();
+                self.reported_waiting = true;
+                format!("DSM1 WAIT {in_flight} {received} waits in {what}{held}\n")
+            }
+            None if self.reported_waiting => {
+                self.reported_waiting = false;
+                "DSM1 RUN\n".to_string()
+            }
+            None => return,
+        };
+        if let Some(c) = &mut self.control {
+            let _ = std::io::Write::write_all(c, line.as_bytes());
+        }
+    }
+
+    /// Tells the launcher which node this one ends for (`DSM1 BLAME <node> <why>`): a node that
+    /// stops answering (SIGSTOP, a dead host) never ends by itself, and its survivors end first;
+    /// the launcher follows the blame to it.
+    pub(super) fn blame(&mut self, peer: u16, why: &str) {
+        if let Some(c) = &mut self.control {
+            let line = format!("DSM1 BLAME {peer} {}\n", why.replace('\n', " "));
+            let _ = std::io::Write::write_all(c, line.as_bytes());
+        }
+    }
+
+    /// A peer's connections closed: it died, or it ended because another node did (a node that
+    /// fails closes its connections). The launcher knows which node failed first and tells every
+    /// node (`DSM1 LOST`, which ends this one in [`Service::check_control`]): listen for it up
+    /// to `within`, so every survivor names the same node, the one that failed. (A node whose
+    /// fault handler was driving the node could see a second survivor's connections close
+    /// before the victim's.)
+    pub(super) fn hear_launcher(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while let Some(c) = &self.control {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            sys::wait_readable(&[c.as_fd()], left.min(Duration::from_millis(10)));
+            self.check_control();
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The core's output applied: messages encoded and sent (or turned into one-sided reads), memory
+//! prepared for the pages on their way, effects carried out (threads resumed, the job's
+//! statistics written, the node ended).
+
+use std::time::Instant;
+
+use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, Stats, codec};
+use dsm_transport::ReadRange;
+
+use super::Service;
+use crate::fault::{self, slots};
+use crate::trace::{self, Step};
+use crate::{fatal, stats_table};
+
+impl Service {
+    /// Turns a GETP into one-sided reads of the home's memory, one per run of consecutive
+    /// pages; `false` (nothing issued) when the transport cannot take them all now.
+    pub(super) fn read_one_sided(&mut self, home: NodeId, pages: &[PageNum]) -> bool {
+        let Some(t) = self.transport.as_mut() else {
+            return false;
+        };
+        let max_pages = (t.max_read() / PAGE_SIZE).max(1);
+        let mut runs: Vec<(PageNum, usize)> = Vec::new();
+        for &p in pages {
+            match runs.last_mut() {
+                Some((first, n)) if first.0 as usize + *n == p.0 as usize && *n < max_pages => {
+                    *n += 1
+                }
+                _ => runs.push((p, 1)),
+            }
+        }
+        let ranges: Vec<ReadRange> = runs
+            .into_iter()
+            .map(|(p, n)| ReadRange {
+                offset: p.index() as u64 * PAGE_SIZE as u64,
+                len: n * PAGE_SIZE,
+                token: u64::from(p.0),
+            })
+            .collect();
+        t.read(Instant::now(), home.0, &ranges)
+    }
+
+    pub(crate) fn drain_core(&mut self) -> bool {
+        let mut any = false;
+        let one_sided = self.node.config().remote_reads;
+        let mut fetching: Vec<PageNum> = Vec::new();
+        // Grants sent, for the fault trace.
+        let mut granted: Vec<PageNum> = Vec::new();
+        while let Some(tx) = self.node.poll_transmit() {
+            any = true;
+            if let (true, Msg::GetPageGrant { page, .. }) = (trace::on(), &tx.msg) {
+                granted.push(*page);
+            }
+            if let Msg::GetPage { pages, .. } = &tx.msg {
+                fetching.extend_from_slice(pages);
+            }
+            if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
+                if self.read_one_sided(tx.to, pages) {
+                    self.node.sent_as_reads(&tx.msg);
+                    continue;
+                }
+            }
+            // Encoded into a buffer of its own, which the transport keeps (UDP and RDMA queue
+            // it without copying it again).
+            let mut frame = Vec::with_capacity(codec::frame_len(&tx.msg));
+            codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut frame);
+            match &mut self.transport {
+                Some(t) => t.send_owned(Instant::now(), tx.to.0, frame),
+                None => fatal("a one-node job tried to send a message"),
+            }
+        }
+        if any {
+            // The acknowledgements owed ride on these messages (those to other peers too, once
+            // everything is read).
+            self.acks_owed &= self.unread;
+            if let Some(t) = &mut self.transport {
+                t.flush(Instant::now());
+            }
+        }
+        if trace::on() {
+            for p in &fetching {
+                trace::stamp(u64::from(p.0), Step::GetpSent);
+            }
+            for p in &granted {
+                trace::stamp(u64::from(p.0), Step::GrantSent);
+            }
+        }
+        // While the requests (messages or one-sided reads) travel: back the pages they will fill
+        // with memory, by runs.
+        let mut rest = fetching.as_slice();
+        while let Some(&first) = rest.first() {
+            let run = rest
+                .iter()
+                .enumerate()
+                .take_while(|&(i, p)| p.0 == first.0 + i as u32)
+                .count();
+            self.node.memory().prepare(first, run);
+            rest = &rest[run..];
+        }
+        while let Some(effect) = self.node.poll_effect() {
+            any = true;
+            match effect {
+                Effect::Resume { waiter } => {
+                    let slot = waiter.0 as usize;
+                    if self.exit_waiter == Some(slot) {
+                        self.exit_done_at = Some(Instant::now());
+                        self.say_goodbye();
+                    } else if self.driver == Some(slot) {
+                        // The fault handler completing this is the thread it resumes.
+                        slots::complete_quietly(slot, 0);
+                    } else {
+                        slots::complete(slot, 0);
+                        // A thread resumed from a call may ask again at once (see `run`); one
+                        // resumed from a posted fault drives its next fault itself if it finds
+                        // the state free, and a service thread spinning for it only stands in
+                        // its way (see `take_state`).
+                        if slots::posted_call(slot) {
+                            self.resumed_at = Some(Instant::now());
+                        }
+                    }
+                }
+                Effect::JobStats { nodes } => {
+                    if fault::in_signal_context() {
+                        // Writes a file and prints: the service thread's work.
+                        self.deferred.push(super::Deferred::JobStats(nodes));
+                    } else {
+                        self.report_job_stats(&nodes);
+                    }
+                }
+                Effect::Abort { error } => match error {
+                    dsm_core::JobError::Remote { .. } => {
+                        crate::fatal_with(&error.to_string(), crate::EXIT_PEER_FAILED)
+                    }
+                    _ => fatal(&error.to_string()),
+                },
+            }
+        }
+        // The home pages served untracked are tracked from now on (their grants are sent): the
+        // protection this takes was kept off the requesters' wait.
+        self.node.settle_serves();
+        self.node.warm_ahead();
+        // Pure acknowledgements last: after the threads they concern are running again.
+        // A fault handler driving the node leaves them to the next message it sends (its next
+        // GETP) or to the service thread, which wakes within [`DRIVEN_NAP`] of a drive: a
+        // sendto here would delay the thread's return by its cost (3 us).
+        if self.driver.is_none() && !self.unread && std::mem::take(&mut self.acks_owed) {
+            if let Some(t) = &mut self.transport {
+                t.flush(Instant::now());
+            }
+        }
+        any
+    }
+
+    /// Writes the job's statistics where asked (`--stats-json`) and prints their table
+    /// (`--stats`). Service thread only.
+    pub(super) fn report_job_stats(&self, nodes: &[Stats]) {
+        if let Some(path) = &self.stats_json {
+            if let Err(e) = std::fs::write(path, Stats::to_json(nodes)) {
+                eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
+            }
+        }
+        if self.print_stats {
+            eprint!("{}", stats_table::render(nodes, &self.transport_counters()));
+        }
+    }
+
+    /// Node 0's transport counters, for the statistics table.
+    fn transport_counters(&self) -> Vec<(String, u64)> {
+        let Some(t) = &self.transport else {
+            return Vec::new();
+        };
+        let mut v: Vec<(String, u64)> = t
+            .counters()
+            .into_iter()
+            .map(|(k, v)| (format!("node 0 {} {k}", t.name()), v))
+            .collect();
+        v.push(("node 0 rejected frames".into(), self.rejected_frames));
+        v
+    }
+}

@@ -1,0 +1,598 @@
+//! The node's service state ([`Service`]: the protocol core and the transport) and the thread
+//! that runs it.
+//!
+//! The state lives behind a mutex ([`SERVICE`]). The service thread ([`run`]) holds it while it
+//! works: it joins the application's requests (faults and calls, through
+//! [`crate::fault::slots`]), the network and the core: requests and messages go into the core,
+//! the core's messages go out through the transport ([`effects`]), its effects come back as
+//! resumed threads. When nothing happens it lets go of the state and spins for a bounded time,
+//! then sleeps in epoll on the transport, the request eventfd and the launcher's channel
+//! ([`control`]).
+//!
+//! A faulting thread that finds the state free takes it and serves its own fault
+//! ([`crate::fault::drive`]): the same [`Service::pass`], in signal context. What must not run
+//! there (printing, files, the launcher exchange after a lost peer) is left in
+//! [`Service::deferred`] for the service thread.
+
+mod control;
+mod effects;
+mod run;
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use dsm_core::{
+    Access, AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Stats, Time, UsageError, WaiterId, codec,
+};
+use dsm_transport::Transport;
+use dsm_transport::reliable::{Event, LostCause};
+
+pub(crate) use self::run::run;
+use crate::config::Tuning;
+use crate::fatal;
+use crate::fault::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
+use crate::fault::{self, fastpath};
+use crate::region::Region;
+use crate::sys::{self, Epoll};
+use crate::trace::{self, Step};
+
+/// A request run on the service thread: `Ok(Some(v))` completes at once with `v`, `Ok(None)`
+/// waits for the core to resume the caller.
+pub(crate) type CallFn =
+    Box<dyn FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send>;
+
+/// Calls waiting to be taken, by slot.
+pub(crate) static CALLS: Mutex<BTreeMap<usize, CallFn>> = Mutex::new(BTreeMap::new());
+/// Errors of completed calls, by slot.
+pub(crate) static CALL_ERRORS: Mutex<BTreeMap<usize, UsageError>> = Mutex::new(BTreeMap::new());
+/// Result word of a call that failed (its error is in [`CALL_ERRORS`]).
+pub(crate) const CALL_FAILED: u64 = u64::MAX;
+
+/// How long a node that saw a peer's connections close waits for the launcher to name the node
+/// that failed first (the launcher polls its children every 10 ms).
+const LAUNCHER_VERDICT: Duration = Duration::from_millis(300);
+/// How long a node that exited keeps serving so its last messages are acknowledged.
+const LINGER: Duration = Duration::from_secs(2);
+/// How long a node in exit waits for its grant after node 0 closed its connections.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// Work met in signal context and left to the service thread.
+pub(crate) enum Deferred {
+    /// The job's statistics, to write and print (`Effect::JobStats`).
+    JobStats(Vec<Stats>),
+    /// A peer was lost: the launcher is asked which node failed first, then this node ends.
+    PeerLost {
+        peer: u16,
+        silent_for: Duration,
+        cause: LostCause,
+    },
+}
+
+pub(crate) struct Service {
+    pub node: Node<Region>,
+    pub transport: Option<Box<dyn Transport>>,
+    /// What the service thread sleeps on: the request eventfd (token 0), the transport (1) and
+    /// the launcher's control channel (2). The transport is in it only while the service thread
+    /// sleeps there ([`Service::set_transport_watched`]).
+    epoll: Arc<Epoll>,
+    /// What it sleeps on while a fault handler drives the node (and reads the transport): the
+    /// same without the transport.
+    quiet: Arc<Epoll>,
+    /// The transport is in `epoll`.
+    pub(crate) transport_watched: bool,
+    /// The slot of the fault handler driving the node now, if one is.
+    pub(crate) driver: Option<usize>,
+    /// How it waits (`spin_*`, `drive_*` in the configuration).
+    pub(crate) tuning: Tuning,
+    /// What a fault handler driving the node left for the service thread (see the module doc).
+    pub(crate) deferred: Vec<Deferred>,
+    pub(crate) evfd: OwnedFd,
+    cookie: u64,
+    t0: Instant,
+    print_stats: bool,
+    exit_waiter: Option<usize>,
+    pub(crate) exit_done_at: Option<Instant>,
+    /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
+    pub rejected_frames: u64,
+    /// The launcher's control channel (which node was lost; closed when the launcher is gone).
+    control: Option<std::net::TcpStream>,
+    control_buf: Vec<u8>,
+    control_checked: Instant,
+    /// The cache-too-small warning was given (once per node).
+    warned_thrashing: bool,
+    /// When this node last told the launcher whether it waits, and whether it did.
+    progress_reported: Instant,
+    reported_waiting: bool,
+    /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`).
+    stats_json: Option<String>,
+    /// Node 0 closed its connections while we waited for our exit grant: when, and the error
+    /// to report if the grant does not arrive within [`EXIT_GRACE`].
+    lost_in_exit: Option<(Instant, String)>,
+    /// When an application thread was last resumed from a call (until its next request).
+    resumed_at: Option<Instant>,
+    /// How soon after its thread's resumption the last request came.
+    request_gap: Duration,
+    /// Datagrams arrived since the last flush: their acknowledgements go out with the next one
+    /// (on the replies, if there are any).
+    pub(crate) acks_owed: bool,
+    /// The last read of the transport stopped at a message, so more may wait (UDP: see
+    /// [`Transport::unread`]). Pure acknowledgements wait until everything is read, to cover
+    /// it all.
+    pub(crate) unread: bool,
+    /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
+    counted_from: [u64; 4],
+}
+
+impl Service {
+    pub fn new(
+        node: Node<Region>,
+        transport: Option<Box<dyn Transport>>,
+        control: Option<std::net::TcpStream>,
+        cookie: u64,
+        t0: Instant,
+        print_stats: bool,
+        tuning: Tuning,
+    ) -> std::io::Result<Service> {
+        let epoll = Epoll::new()?;
+        let quiet = Epoll::new()?;
+        let evfd = sys::eventfd()?;
+        epoll.add(evfd.as_raw_fd(), 0, false)?;
+        quiet.add(evfd.as_raw_fd(), 0, false)?;
+        if let Some(c) = &control {
+            epoll.add(c.as_raw_fd(), 2, false)?;
+            quiet.add(c.as_raw_fd(), 2, false)?;
+        }
+        SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
+        let node_is_zero = node.id() == NodeId(0);
+        Ok(Service {
+            node,
+            transport,
+            epoll: Arc::new(epoll),
+            quiet: Arc::new(quiet),
+            transport_watched: false,
+            driver: None,
+            tuning,
+            deferred: Vec::new(),
+            evfd,
+            cookie,
+            t0,
+            print_stats,
+            exit_waiter: None,
+            exit_done_at: None,
+            control,
+            control_buf: Vec::new(),
+            control_checked: Instant::now(),
+            warned_thrashing: false,
+            progress_reported: Instant::now(),
+            reported_waiting: false,
+            lost_in_exit: None,
+            resumed_at: None,
+            request_gap: Duration::MAX,
+            counted_from: [0; 4],
+            acks_owed: false,
+            unread: false,
+            stats_json: std::env::var("DSM_STATS_JSON")
+                .ok()
+                .filter(|p| node_is_zero && !p.is_empty()),
+            rejected_frames: 0,
+        })
+    }
+
+    /// The core's clock.
+    pub fn now(&self) -> Time {
+        Time(self.t0.elapsed().as_nanos() as u64)
+    }
+
+    /// One round of work: the fault handlers' fast-path reports, the posted requests (only the
+    /// faults, for a fault handler driving the node: calls run on the service thread), the
+    /// network, the core's messages and effects, the timers. Returns whether anything happened.
+    pub(crate) fn pass(&mut self, faults_only: bool) -> bool {
+        if !fault::in_signal_context() {
+            crate::logging::write_deferred();
+            if !self.deferred.is_empty() {
+                self.run_deferred();
+            }
+        }
+        // Home pages opened by fault handlers first: a thread's writes are recorded before
+        // anything it asks next.
+        self.drain_fast_faults();
+        let mut busy =
+            slots::take_posted(faults_only, |i, op, arg| self.handle_request(i, op, arg));
+        if let Some(t) = &mut self.transport {
+            let received = t.poll_recv(Instant::now()) > 0;
+            self.acks_owed |= received;
+            self.unread = t.unread();
+            busy |= received;
+        }
+        busy |= self.handle_transport_events();
+        busy |= self.drain_core();
+        // Timers may raise events (a peer found silent): handle them before sleeping, or a
+        // 2-node job with nothing else due would sleep on them.
+        if self.handle_timers() {
+            busy |= self.handle_transport_events();
+            busy |= self.drain_core();
+        }
+        busy
+    }
+
+    /// Whether a pass would find work: a posted request, a fault handler's fast-path report, or
+    /// something on the transport (read ahead: see [`Transport::poll_ready`]; a UDP poll that
+    /// finds the socket empty also clears `unread`). Cheap: spinning threads poll it between
+    /// passes.
+    pub(crate) fn ready(&mut self) -> bool {
+        if SLOTS.posted.load(Ordering::Relaxed) > 0 || fastpath::pending() {
+            return true;
+        }
+        let Some(t) = &mut self.transport else {
+            return false;
+        };
+        let ready = t.poll_ready();
+        self.unread = t.unread();
+        ready
+    }
+
+    /// Puts the transport in `epoll` or takes it out. It is there only while the service thread
+    /// sleeps there and no fault handler drives the node: a socket in an epoll set has the set on
+    /// its wait queue, and that costs every datagram the socket sends or receives a pass through
+    /// the set's callback (with interrupts off), even when nobody waits in the set and even for
+    /// events the set does not ask for. A loopback ping-pong, 5 interleaved runs each: sendto
+    /// 1.7-2.1 us without, 2.1-2.4 us with; perf of faultlat: 9-11% of both sides' `sendto` time.
+    pub(crate) fn set_transport_watched(&mut self, watched: bool) {
+        let Some(t) = &self.transport else { return };
+        if self.transport_watched == watched {
+            return;
+        }
+        if watched {
+            if let Err(e) = self.epoll.add(t.fd(), 1, false) {
+                fatal(&format!("epoll_ctl on the transport failed: {e}"));
+            }
+        } else {
+            self.epoll.delete(t.fd());
+        }
+        self.transport_watched = watched;
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let t = self.transport.as_ref().and_then(|t| t.poll_timeout());
+        let c = self
+            .node
+            .poll_timeout()
+            .map(|c| self.t0 + Duration::from_nanos(c.0));
+        let e = self.exit_done_at.map(|d| d + LINGER);
+        let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
+        [t, c, e, g].into_iter().flatten().min()
+    }
+
+    pub(crate) fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
+        if self.driver != Some(slot) {
+            if let Some(r) = self.resumed_at.take() {
+                self.request_gap = r.elapsed();
+            }
+        }
+        // The requesting thread's fast-path writes were queued before its request was posted:
+        // record them before acting on the request (a release must carry them).
+        self.drain_fast_faults();
+        let now = self.now();
+        match op {
+            OP_FAULT_READ | OP_FAULT_WRITE => {
+                let access = if op == OP_FAULT_READ {
+                    Access::Read
+                } else {
+                    Access::Write
+                };
+                let page = PageNum(arg.min(u64::from(u32::MAX)) as u32);
+                if self
+                    .node
+                    .handle_fault(now, page, access, WaiterId(slot as u64))
+                    .is_err()
+                {
+                    slots::complete(slot, fault::FAULT_UNALLOCATED);
+                }
+            }
+            OP_CALL => {
+                let call = CALLS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&slot);
+                let Some(call) = call else {
+                    return slots::complete(slot, CALL_FAILED);
+                };
+                match call(self, WaiterId(slot as u64)) {
+                    Ok(Some(v)) => slots::complete(slot, v),
+                    Ok(None) => {}
+                    Err(e) => {
+                        CALL_ERRORS
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(slot, e);
+                        slots::complete(slot, CALL_FAILED);
+                    }
+                }
+            }
+            _ => slots::complete(slot, CALL_FAILED),
+        }
+    }
+
+    /// Reports the faults fault handlers resolved by themselves.
+    pub(super) fn drain_fast_faults(&mut self) {
+        let now = self.now();
+        let node = &mut self.node;
+        fastpath::drain(|o| match o {
+            fastpath::Opened::HomeWrite(p) => node.handle_home_write(PageNum(p as u32)),
+            fastpath::Opened::Prefetch(p) => {
+                node.handle_prefetch_opened(now, PageNum(p as u32), true)
+            }
+            fastpath::Opened::PrefetchAlong(p) => {
+                node.handle_prefetch_opened(now, PageNum(p as u32), false)
+            }
+        });
+    }
+
+    /// The runtime's own counters (retransmissions, rejected frames, driven faults, drives
+    /// handed back), counted since the process started.
+    fn runtime_counters(&self) -> [u64; 4] {
+        let (r, j) = self
+            .transport
+            .as_ref()
+            .map_or((0, 0), |t| (t.retransmissions(), t.rejected()));
+        [
+            r,
+            j + self.rejected_frames,
+            DRIVEN.load(Ordering::Relaxed),
+            HANDED_BACK.load(Ordering::Relaxed),
+        ]
+    }
+
+    /// Zeroes this node's statistics (`jia_startstat`): the core's, and the runtime's counters
+    /// it reports from now on.
+    pub fn reset_stats(&mut self) {
+        self.node.reset_stats();
+        self.counted_from = self.runtime_counters();
+    }
+
+    /// Copies the transport's counters and the count of driven faults, since the statistics were
+    /// last zeroed, into the core's statistics.
+    pub fn note_transport(&mut self) {
+        let now = self.runtime_counters();
+        let [r, j, d, h] = std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
+        self.node.note_transport(r, j);
+        self.node.note_drives(d, h);
+    }
+
+    /// Marks the calling slot as the one waiting in exit (completed after the linger).
+    pub fn set_exit_waiter(&mut self, slot: WaiterId) {
+        self.exit_waiter = Some(slot.0 as usize);
+    }
+
+    fn handle_transport_events(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let Some(t) = &mut self.transport else {
+                return any;
+            };
+            let Some(ev) = t.poll_event() else { return any };
+            any = true;
+            match ev {
+                Event::Message { from, bytes } => {
+                    let now = self.now();
+                    // A grant's page is copied once, from these bytes into place.
+                    match codec::decode_frame_ref(&bytes) {
+                        Ok((h, frame)) if h.cookie == self.cookie && h.from.0 == from => {
+                            let granted = trace::arrived(&frame);
+                            if let Err(e) = self.node.handle_frame(now, NodeId(from), frame) {
+                                self.rejected_frames += 1;
+                                log::warn!("{e}");
+                            }
+                            if let Some(p) = granted {
+                                trace::stamp(u64::from(p.0), Step::Installed);
+                            }
+                        }
+                        Ok(_) => self.rejected_frames += 1,
+                        Err(e) => {
+                            self.rejected_frames += 1;
+                            log::warn!("undecodable frame from node {from}: {e}");
+                        }
+                    }
+                }
+                Event::Read { from, token, bytes } => {
+                    // A one-sided read of consecutive pages from page `token`: handled as the
+                    // home's grants would be.
+                    let now = self.now();
+                    for (i, chunk) in bytes.chunks_exact(PAGE_SIZE).enumerate() {
+                        let data = chunk.try_into().expect("a page's bytes");
+                        let page = PageNum(token as u32 + i as u32);
+                        if let Err(e) = self.node.handle_page_read(now, NodeId(from), page, data) {
+                            fatal(&format!("one-sided read of {page} from node {from}: {e}"));
+                        }
+                    }
+                }
+                Event::PeerLost {
+                    peer,
+                    silent_for,
+                    cause,
+                } => {
+                    let lost = Deferred::PeerLost {
+                        peer,
+                        silent_for,
+                        cause,
+                    };
+                    if fault::in_signal_context() {
+                        // Asks the launcher and waits for it: the service thread's work. The
+                        // driving handler sees it queued and hands its wait back.
+                        self.deferred.push(lost);
+                        return true;
+                    }
+                    self.handle_deferred(lost);
+                }
+            }
+        }
+    }
+
+    /// Does what a driving fault handler left (service thread only).
+    fn run_deferred(&mut self) {
+        for work in std::mem::take(&mut self.deferred) {
+            self.handle_deferred(work);
+        }
+    }
+
+    fn handle_deferred(&mut self, work: Deferred) {
+        match work {
+            Deferred::JobStats(nodes) => self.report_job_stats(&nodes),
+            Deferred::PeerLost {
+                peer,
+                silent_for,
+                cause,
+            } => self.handle_peer_lost(peer, silent_for, cause),
+        }
+    }
+
+    /// A peer is gone: unless this node is done with it, end naming it (after hearing from the
+    /// launcher which node failed first). Service thread only.
+    fn handle_peer_lost(&mut self, peer: u16, silent_for: Duration, cause: LostCause) {
+        // A peer that exits right after the job's exit grant closes its connections: let the
+        // grant (delivered just before) take effect first.
+        self.drain_core();
+        // In exit, a node other than node 0 closing its connections has its exit grant, so ours
+        // is on its way from node 0: not a failure.
+        let in_exit = self.exit_waiter.is_some() && cause == LostCause::ConnectionClosed;
+        let peer_done = in_exit && peer != 0;
+        if self.exit_done_at.is_some() || peer_done {
+            return;
+        }
+        let what = if cause == LostCause::Silent {
+            format!(
+                "no answer for {:.1} s (it died, stopped or is unreachable)",
+                silent_for.as_secs_f64()
+            )
+        } else {
+            format!("{cause} (the node died or its host is unreachable)")
+        };
+        let msg = format!("lost node {peer}: {what}");
+        if in_exit {
+            // Node 0 closes its connections once it has sent every exit grant; ours may still
+            // wait in a queue polled after the closing was seen (RDMA: the completion queue).
+            // Fail only if it does not come.
+            self.lost_in_exit.get_or_insert((Instant::now(), msg));
+        } else {
+            if cause == LostCause::ConnectionClosed {
+                self.hear_launcher(LAUNCHER_VERDICT);
+            }
+            self.blame(peer, &what);
+            crate::fatal_with(&msg, crate::EXIT_PEER_FAILED);
+        }
+    }
+
+    /// Allocates collectively; with one-sided reads, registers this node's home pages of the
+    /// allocation with the transport so peers can read them without asking.
+    pub fn alloc(&mut self, policy: AllocPolicy, bytes: u64) -> Result<u64, UsageError> {
+        let first_page = self.node.pages_allocated();
+        let addr = self.node.alloc(policy, bytes)?;
+        if self.node.config().remote_reads {
+            let me = self.node.id();
+            let homes: Vec<usize> = (first_page..self.node.pages_allocated())
+                .filter(|&p| self.node.home_of(PageNum(p as u32)) == Some(me))
+                .collect();
+            if let (Some(&lo), Some(&hi), Some(t)) =
+                (homes.first(), homes.last(), self.transport.as_mut())
+            {
+                // One registration from the first home page to the last: pages of other homes
+                // in between are pinned too but never read remotely.
+                let off = lo * PAGE_SIZE;
+                let len = (hi + 1 - lo) * PAGE_SIZE;
+                let ptr = self.node.memory().service_addr(off);
+                if let Err(e) = t.export(off as u64, ptr, len) {
+                    fatal(&format!(
+                        "registering {len} bytes of home pages for one-sided reads: {e} \
+                         (raise `ulimit -l`, or set one_sided_reads = off)"
+                    ));
+                }
+            }
+        }
+        Ok(addr.0)
+    }
+
+    /// Runs what is due; returns whether anything was.
+    fn handle_timers(&mut self) -> bool {
+        let now = Instant::now();
+        let mut ran = false;
+        if let Some(t) = &mut self.transport {
+            if t.poll_timeout().is_some_and(|d| d <= now) {
+                t.handle_timeout(now);
+                ran = true;
+            }
+        }
+        if let Some(c) = self.node.poll_timeout() {
+            let n = self.now();
+            if c <= n {
+                self.node.handle_timeout(n);
+                ran = true;
+            }
+        }
+        ran
+    }
+
+    /// After exit: keep serving until our messages are acknowledged (or the linger ends).
+    fn exit_finished(&mut self) -> bool {
+        let Some(done) = self.exit_done_at else {
+            return false;
+        };
+        let idle = self
+            .transport
+            .as_ref()
+            .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
+        if idle || done.elapsed() > LINGER {
+            if let Some(slot) = self.exit_waiter.take() {
+                slots::complete(slot, 0);
+            }
+            return true;
+        }
+        false
+    }
+}
+
+// ---- Between the service thread and driving fault handlers ----
+
+/// The node's service state. The service thread holds it while it works and lets go of it while
+/// it spins or sleeps; a fault handler may then take it and drive the node itself
+/// ([`crate::fault::drive`]).
+pub(crate) static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
+/// Fault handlers waiting for the state to drive the node (see `take_state`): the service
+/// thread does not take it meanwhile.
+pub(crate) static HANDLERS_WAITING: AtomicU32 = AtomicU32::new(0);
+/// How long a fault handler waits for the state before it posts its fault instead: many of the
+/// spinning service thread's polls, a few of its passes.
+pub(crate) const HANDOFF_WAIT: Duration = Duration::from_micros(20);
+/// Faults resolved by their own thread driving the node, and those it handed back.
+pub(crate) static DRIVEN: AtomicU64 = AtomicU64::new(0);
+pub(crate) static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
+/// The service thread sleeps [`DRIVEN_NAP`] at most: a handler that leaves acknowledgements owed
+/// need not wake it.
+pub(crate) static NAPPING: AtomicBool = AtomicBool::new(false);
+/// The service thread sleeps (or is about to) in the epoll that reports the transport. A fault
+/// handler that drives the node takes the transport out of that epoll and, if this is still set
+/// when it is done, puts it back. Otherwise the transport stays out (no `epoll_ctl` on the
+/// fault's wait): an awake service thread finds the state taken and sleeps without the
+/// transport.
+pub(crate) static SLEEPS_ON_TRANSPORT: AtomicBool = AtomicBool::new(false);
+/// How long, in milliseconds, the service thread sleeps at most while a fault handler drives the
+/// node, and after one did: the handler wakes it when it leaves requests or its own wait behind,
+/// the re-watched transport does when a message comes, and this nap bounds how long the
+/// acknowledgements a handler left owed wait.
+pub(crate) const DRIVEN_NAP: i32 = 1;
+
+/// A spinning thread (the service thread, a driving fault handler) runs a full pass at least
+/// every this many polls of [`Service::ready`] (for the timers, the launcher's channel and the
+/// clock). A poll is a `recvfrom` and two loads (0.15-0.2 us here), a full pass 3-4 times that
+/// with its clock reads and timer checks: polling between passes reads a message about 0.15 us
+/// sooner on each side of a remote fault (fault trace: GETP sent -> read at the home 0.52 ->
+/// 0.37 us, grant sent -> read 0.7 -> 0.6 us).
+pub(crate) const POLLS_PER_PASS: u32 = 16;
+/// A driving fault handler reads the clock every this many polls (to know when to sleep).
+pub(crate) const POLLS_PER_CLOCK: u32 = 8;
+
+pub(crate) fn lock_service() -> MutexGuard<'static, Option<Service>> {
+    SERVICE.lock().unwrap_or_else(|p| p.into_inner())
+}

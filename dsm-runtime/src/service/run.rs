@@ -1,0 +1,197 @@
+//! The service thread's loop: a pass when there is work; otherwise spin for a bounded time while
+//! an application thread waits on the node, then sleep in epoll.
+//!
+//! Why it waits as it does (each a key of [`crate::config::Tuning`]):
+//!
+//! - `spin_blocked_us`: while an application thread is blocked on the node (a fault, a lock, a
+//!   barrier), the loop spins this long before it sleeps. A reply is usually tens of
+//!   microseconds away, and a sleeping thread pays a wake-up (up to hundreds of microseconds when
+//!   its CPU went idle). Longer spins cost more than they save where CPUs are shared: a spinning
+//!   service thread takes time from the computing threads of the other nodes, and its yields
+//!   cost it its standing with the scheduler.
+//! - `spin_again_us`: after resuming a thread, the loop spins this long for its next request,
+//!   but only if that thread's last request came this soon after its resumption: a thread that
+//!   faults page after page is served without a wake-up each time, while a thread that goes back
+//!   to computing leaves its CPU alone.
+//! - `service_slice_us`: the time slice the service thread asks the scheduler for
+//!   (`sched_setattr`, Linux 6.12 and later). Under EEVDF, `sched_yield` moves the yielding
+//!   thread's deadline a whole slice ahead: after spinning, a service thread preempted by a
+//!   computing thread waited for that thread's slice to end, and a page request from another
+//!   node waited with it. With a short slice each yield costs little, and a wake-up of the
+//!   service thread preempts the computation it shares a CPU with.
+//!
+//! Measurements behind the defaults: `docs/perf/`.
+
+use std::os::fd::AsRawFd;
+use std::sync::TryLockError;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{
+    DRIVEN, DRIVEN_NAP, EXIT_GRACE, HANDLERS_WAITING, NAPPING, POLLS_PER_PASS, SERVICE,
+    SLEEPS_ON_TRANSPORT, Service, lock_service,
+};
+use crate::fatal;
+use crate::fault::slots::{self, SLOTS};
+use crate::fault::{self, drive};
+use crate::sys::{self, Epoll};
+
+/// The spinning service thread yields every this many polls (see the yield in [`run`]): a thread
+/// woken on its CPU waits a microsecond at most, and the yields (0.2 us each) do not slow the
+/// polling.
+const POLLS_PER_YIELD: u32 = 4;
+
+/// The service thread: runs the node until it has exited.
+pub(crate) fn run(service: Service) {
+    slots::IS_SERVICE.with(|s| s.set(true));
+    let tuning = service.tuning;
+    drive::DRIVE.store(tuning.drive, Ordering::SeqCst);
+    let spin_again = Duration::from_micros(u64::from(tuning.spin_again_us));
+    let spin_blocked = Duration::from_micros(u64::from(tuning.spin_blocked_us));
+    let slice = Duration::from_micros(u64::from(tuning.service_slice_us));
+    if !slice.is_zero() {
+        if let Err(e) = sys::request_time_slice(slice) {
+            log::debug!("cannot ask for a {slice:?} time slice: {e}");
+        }
+    }
+    let epoll = service.epoll.clone();
+    let quiet = service.quiet.clone();
+    let evfd = service.evfd.as_raw_fd();
+    *lock_service() = Some(service);
+    let mut ready = Vec::with_capacity(64);
+    let mut last_busy = Instant::now();
+    let mut woke_for_control = false;
+    let mut seen_driven = 0;
+    // Polls since the last full pass while spinning (0: not spinning, a full pass is next).
+    let mut polls = 0u32;
+    loop {
+        // A fault handler waits for the state (see `take_state`): leave it to it, and the CPU
+        // too if it shares ours.
+        if HANDLERS_WAITING.load(Ordering::Acquire) > 0 {
+            sys::sched_yield();
+            continue;
+        }
+        let mut guard = match SERVICE.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) if SLOTS.posted.load(Ordering::SeqCst) > 0 => {
+                // Requests wait (calls, which handlers do not run): take the state as soon as
+                // the handler driving the node lets go of it (handlers drive only while nothing
+                // is posted, so they do not take it back first).
+                lock_service()
+            }
+            Err(TryLockError::WouldBlock) => {
+                // A fault handler drives the node and watches the network meanwhile.
+                NAPPING.store(true, Ordering::SeqCst);
+                woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
+                last_busy = Instant::now();
+                continue;
+            }
+        };
+        let Some(s) = guard.as_mut() else { return };
+        // Spinning (see below): between full passes, only poll for work.
+        if (1..POLLS_PER_PASS).contains(&polls) && !s.ready() {
+            polls += 1;
+            drop(guard);
+            if polls % POLLS_PER_YIELD == 0 {
+                sys::sched_yield();
+            }
+            continue;
+        }
+        polls = 0;
+        let busy = s.pass(false);
+        if std::mem::take(&mut woke_for_control)
+            || s.control_checked.elapsed() > Duration::from_millis(10)
+        {
+            s.check_control();
+            s.warn_if_thrashing();
+            s.report_progress();
+        }
+        if s.exit_finished() {
+            // What came last (the exit grant) is acknowledged before the transport closes, or
+            // its sender waits out its linger for the acknowledgement: a read that finds the
+            // socket empty sends the acknowledgements no reply carried (UDP, RDMA UD).
+            if let Some(t) = &mut s.transport {
+                for _ in 0..64 {
+                    if t.poll_recv(Instant::now()) == 0 {
+                        break;
+                    }
+                }
+                t.flush(Instant::now());
+            }
+            // Closing the transport tells the other nodes this one is done.
+            crate::trace::write(s.node.id().0);
+            drop(guard.take());
+            fault::EXITED.store(true, Ordering::SeqCst);
+            return;
+        }
+        if let Some((at, msg)) = &s.lost_in_exit {
+            if at.elapsed() > EXIT_GRACE {
+                crate::fatal_with(msg, crate::EXIT_PEER_FAILED);
+            }
+        }
+        let now = Instant::now();
+        if busy {
+            last_busy = now;
+            continue;
+        }
+        // Spin while one of our application threads is blocked on us, or was just resumed and
+        // tends to ask again at once: otherwise the CPU is better left to its computation, and a
+        // message wakes us.
+        let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
+        let asks_again =
+            s.request_gap < spin_again && s.resumed_at.is_some_and(|r| now - r < spin_again);
+        if (blocked && now - last_busy < spin_blocked) || asks_again {
+            // Spinning, the service thread reads the transport itself: out of the epoll set
+            // (see `set_transport_watched`) until it sleeps there again.
+            s.set_transport_watched(false);
+            drop(guard);
+            // Yield at every pass: a thread woken on this CPU (the application thread this loop
+            // just resumed, another node's thread on a shared machine) runs at once. Spinning
+            // without yielding left a resumed thread waiting 17 us in one run of two (remote
+            // read fault 45-55 us instead of 30-32, 2 nodes on 2 CPUs).
+            sys::sched_yield();
+            polls = 1;
+            continue;
+        }
+        let mut timeout_ms = s.next_deadline().map_or(-1, |d| {
+            let left = d.saturating_duration_since(Instant::now());
+            left.as_millis().min(60_000) as i32 + i32::from(left.subsec_nanos() % 1_000_000 != 0)
+        });
+        // Fault handlers drove the node since we last looked: they may have left
+        // acknowledgements owed (within the peers' smallest retransmission timeout, 2 ms).
+        let driven = DRIVEN.load(Ordering::Relaxed);
+        if driven != seen_driven {
+            seen_driven = driven;
+            timeout_ms = if timeout_ms < 0 {
+                DRIVEN_NAP
+            } else {
+                timeout_ms.min(DRIVEN_NAP)
+            };
+        }
+        s.set_transport_watched(true);
+        // Set while the state is still ours: a handler that takes it next knows the transport
+        // would wake us.
+        SLEEPS_ON_TRANSPORT.store(true, Ordering::SeqCst);
+        drop(guard);
+        NAPPING.store((0..=DRIVEN_NAP).contains(&timeout_ms), Ordering::SeqCst);
+        woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
+        SLEEPS_ON_TRANSPORT.store(false, Ordering::SeqCst);
+        last_busy = Instant::now();
+    }
+}
+
+/// Sleeps in `epoll` until a request, a message or the launcher wakes the service thread, or
+/// `timeout_ms` passes; returns whether the launcher's control channel is readable.
+fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
+    SLOTS.service_sleeping.store(true, Ordering::SeqCst);
+    ready.clear();
+    if SLOTS.posted.load(Ordering::SeqCst) == 0 {
+        if let Err(e) = epoll.ready(timeout_ms, ready) {
+            fatal(&format!("epoll_wait failed: {e}"));
+        }
+    }
+    SLOTS.service_sleeping.store(false, Ordering::SeqCst);
+    sys::eventfd_drain(evfd);
+    ready.iter().any(|&(token, _)| token == 2)
+}
