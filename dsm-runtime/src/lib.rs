@@ -42,8 +42,7 @@ mod array;
 pub mod config;
 #[allow(unsafe_code)]
 mod fault;
-pub mod launch;
-pub mod launcher;
+pub mod job;
 pub mod logging;
 mod message;
 mod progress;
@@ -58,11 +57,6 @@ mod trace;
 /// The fault trace's file format (`DSM_FAULT_TRACE`): its columns, for the `fault-trace` tool.
 pub mod fault_trace {
     pub use crate::trace::{STEP_NAMES, Step};
-}
-
-/// Floors the DSM's costs are measured against (for benchmarks).
-pub mod floors {
-    pub use crate::sys::floor::{bare_fault_us, minimal_remote_fault_us};
 }
 
 use std::net::SocketAddr;
@@ -223,9 +217,9 @@ const KEPT_HEAP_BYTES: usize = 64 << 20;
 /// more, the process becomes node 0 of the job that file describes and starts the other nodes
 /// itself, as `jia_init` does and as `dsmrun` would with that file.
 pub fn init() -> Result<Dsm, InitError> {
-    let env = match launch::job_env().map_err(InitError::Job)? {
+    let env = match job::node::job_env().map_err(InitError::Job)? {
         Some(env) => Some(env),
-        None => launcher::job_from_jiahosts().map_err(InitError::Job)?,
+        None => job::launcher::job_from_jiahosts().map_err(InitError::Job)?,
     };
     init_job(env)
 }
@@ -233,14 +227,14 @@ pub fn init() -> Result<Dsm, InitError> {
 /// Joins the job described by `env` (`None`: a one-node job). [`init`] reads `env` from the
 /// launcher's environment; a program that launches its own job (like `jia_init` with a
 /// `.jiahosts`) builds it.
-pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
+pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     if INITIALISED.swap(true, Ordering::SeqCst) {
         return Err(InitError::Twice);
     }
     let (rank, size, cookie, config, stats) = match &env {
         Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
         None => {
-            let (c, stats) = launch::local_config().map_err(InitError::Job)?;
+            let (c, stats) = job::node::local_config().map_err(InitError::Job)?;
             (0, 1, 0, c, stats)
         }
     };
@@ -327,7 +321,7 @@ pub fn init_job(env: Option<launch::JobEnv>) -> Result<Dsm, InitError> {
 
 type Connected = (Box<dyn Transport>, Option<std::net::TcpStream>);
 
-fn connect(env: &launch::JobEnv, config: &Config) -> Result<Connected, InitError> {
+fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
     let port = if config.base_port == 0 {
         0
     } else {
@@ -344,7 +338,7 @@ fn connect(env: &launch::JobEnv, config: &Config) -> Result<Connected, InitError
                 .local_addr()
                 .map_err(os("reading the socket address"))?;
             let (peers, control) =
-                launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+                job::node::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
             let rel = ReliableConfig {
                 max_datagram_bytes: config.msg_buffer_size,
                 window: config.msg_queue_size,
@@ -367,7 +361,7 @@ fn connect(env: &launch::JobEnv, config: &Config) -> Result<Connected, InitError
                 .local_addr()
                 .map_err(os("reading the listener address"))?;
             let (peers, control) =
-                launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+                job::node::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
             let cfg = TcpConfig {
                 heartbeat,
                 peer_timeout,
@@ -389,7 +383,7 @@ fn connect(env: &launch::JobEnv, config: &Config) -> Result<Connected, InitError
                 .local_addr()
                 .map_err(os("reading the listener address"))?;
             let (peers, control) =
-                launch::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+                job::node::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
             let cfg = RdmaConfig {
                 device: config.rdma_device.clone(),
                 port: config.rdma_port,

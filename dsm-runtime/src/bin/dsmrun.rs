@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use dsm_runtime::config::{self, CommType, Config, Host, Origin};
-use dsm_runtime::launcher::{self, JobSpec};
+use dsm_runtime::job::JobSpec;
+use dsm_runtime::job::launcher;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -50,9 +50,9 @@
 
 pub(crate) mod drive;
 pub(crate) mod fastpath;
-pub(crate) mod slots;
 #[cfg(test)]
 mod model;
+pub(crate) mod slots;
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -251,4 +251,58 @@ fn give_signal_stack(slot: usize, ctx: *mut libc::c_void) {
         return;
     }
     stack::ensure_signal_stack(&SIGNAL_STACKS[slot], ctx);
+}
+
+#[cfg(test)]
+mod contract {
+    /// What the contract forbids in signal context, as it would be spelled in the source.
+    const FORBIDDEN: &[(&str, &str)] = &[
+        (
+            "process::exit",
+            "exit from signal context (use die: write + abort)",
+        ),
+        ("println!", "printing"),
+        ("eprint", "printing"),
+        ("log::", "logging"),
+        ("std::fs", "file I/O"),
+        (
+            ".lock()",
+            "a blocking lock (take the service state by try_lock only)",
+        ),
+        ("lock_service", "a blocking lock on the service state"),
+        ("thread::sleep", "an unbounded or blind wait"),
+    ];
+
+    /// Keeps the module's contract: none of the fault path's own files spells a forbidden call
+    /// outside its tests and comments. (What the drive reaches in `Service::pass` checks
+    /// `in_signal_context` instead; `tests/c/threads.c` checks errno and the signal stacks.)
+    #[test]
+    fn the_fault_path_spells_no_exit_logging_file_io_or_blocking_lock() {
+        let files = [
+            ("mod.rs", include_str!("mod.rs")),
+            ("drive.rs", include_str!("drive.rs")),
+            ("fastpath.rs", include_str!("fastpath.rs")),
+            ("slots.rs", include_str!("slots.rs")),
+        ];
+        for (name, text) in files {
+            // Up to the test module at the end (`mod model;` near the top is not one).
+            let end = ["#[cfg(test)]\nmod contract", "#[cfg(test)]\nmod tests"]
+                .iter()
+                .filter_map(|m| text.find(m))
+                .min()
+                .unwrap_or(text.len());
+            let code = &text[..end];
+            assert!(code.len() > 1000, "fault/{name}: too little code read");
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or(line);
+                for (pattern, what) in FORBIDDEN {
+                    assert!(
+                        !line.contains(pattern),
+                        "fault/{name}:{}: {what} in signal context: {line}",
+                        n + 1
+                    );
+                }
+            }
+        }
+    }
 }

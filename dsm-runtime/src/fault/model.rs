@@ -259,7 +259,11 @@ fn the_search_finds_the_lost_wake_up_of_a_broken_hand_off() {
         app_skips_wake: true,
     };
     assert!(find_hang(Request::Posted, &both).0.is_some());
-    assert!(find_hang(Request::DrivenHandedBack, &broken_app).0.is_some());
+    assert!(
+        find_hang(Request::DrivenHandedBack, &broken_app)
+            .0
+            .is_some()
+    );
     // The service's check of `posted` is what saves a request posted before it set the flag.
     assert!(find_hang(Request::Posted, &broken_service).0.is_some());
 }

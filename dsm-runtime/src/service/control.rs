@@ -1,5 +1,5 @@
 //! The launcher's control channel, seen from a node: `DSM1 LOST` in, `BYE`, `WAIT`/`RUN` and
-//! `BLAME` out (the launcher's side is `crate::launcher::monitor`), and the node's own warnings.
+//! `BLAME` out (the launcher's side is `crate::job::launcher`), and the node's own warnings.
 //! Service thread only: these print and wait on a socket (never in signal context).
 
 use std::os::fd::AsFd;

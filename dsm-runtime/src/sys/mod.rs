@@ -2,7 +2,6 @@
 //! eventfd, epoll, futex, and the stacks fault handlers drive the node on ([`stack`]). Every unsafe
 //! block is here or in [`signals`], each with its reason.
 
-pub mod floor;
 pub mod signals;
 pub mod stack;
 

@@ -10,8 +10,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::node::{JobEnv, random_cookie};
+use super::rendezvous::Rendezvous;
 use crate::config::{Config, Host};
-use crate::launch::Rendezvous;
 use crate::sys::signals;
 
 /// What to run, where.
@@ -201,7 +202,7 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
             .zip(&local)
             .find(|(_, l)| !**l)
             .map_or(binds[0], |(a, _)| *a);
-        let mine = crate::launch::route_to(remote)
+        let mine = super::node::route_to(remote)
             .ok_or_else(|| JobFailure::Start(format!("no route to host {remote}")))?;
         (IpAddr::V4(Ipv4Addr::UNSPECIFIED), mine)
     };
@@ -216,7 +217,7 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
         binds,
         rv,
         rv_addr: SocketAddr::new(rv_advertise, port),
-        cookie: crate::launch::random_cookie(),
+        cookie: random_cookie(),
     })
 }
 
@@ -689,8 +690,8 @@ fn first_failure(
 /// two hosts or more: the job it starts itself, as JIAJIA does (this process becomes node 0 and
 /// starts the others, locally or over ssh, with the same program and arguments). `Ok(None)`:
 /// no such file, or a launcher started this process.
-pub fn job_from_jiahosts() -> Result<Option<crate::launch::JobEnv>, String> {
-    if std::env::var_os("DSM_RANK").is_some() || crate::launch::cluster_rank_size().is_some() {
+pub fn job_from_jiahosts() -> Result<Option<JobEnv>, String> {
+    if std::env::var_os("DSM_RANK").is_some() || super::cluster::cluster_rank_size().is_some() {
         return Ok(None);
     }
     let path = std::path::Path::new(".jiahosts");
@@ -703,7 +704,7 @@ pub fn job_from_jiahosts() -> Result<Option<crate::launch::JobEnv>, String> {
     if hosts.len() < 2 {
         return Ok(None);
     }
-    let (config, stats) = crate::launch::local_config()?;
+    let (config, stats) = super::node::local_config()?;
     let mut argv = std::env::args();
     let argv0 = argv.next().unwrap_or_default();
     let program = std::env::current_exe().map_or(argv0, |p| p.display().to_string());
@@ -725,7 +726,7 @@ pub fn job_from_jiahosts() -> Result<Option<crate::launch::JobEnv>, String> {
 /// JIAJIA's way: this process becomes node 0 and starts the other nodes of `spec` itself (same
 /// program, same arguments). Returns node 0's job; a watcher thread ends this process, and the
 /// others, if another node fails.
-pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailure> {
+pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     let n = spec.hosts.len();
     let p = prepare(spec)?;
     let mut children = Vec::with_capacity(n.saturating_sub(1));
@@ -740,7 +741,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<crate::launch::JobEnv, JobFailur
             }
         }
     }
-    let env = crate::launch::JobEnv {
+    let env = JobEnv {
         rank: 0,
         size: n as u16,
         cookie: p.cookie,

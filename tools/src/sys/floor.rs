@@ -297,9 +297,9 @@ fn minimal_requester(
 ) -> std::io::Result<Vec<f64>> {
     use std::os::fd::AsRawFd;
     let len = total * PAGE_BYTES;
-    let fd = super::memfd("dsm-minimal-fault", len as u64)?;
-    let app = super::map_shared(&fd, len, None, super::Protection::None)?;
-    let service = super::map_shared(&fd, len, None, super::Protection::ReadWrite)?;
+    let fd = super::memfd(c"dsm-minimal-fault", len as u64)?;
+    let app = super::map_shared(&fd, len, libc::PROT_NONE)?;
+    let service = super::map_shared(&fd, len, libc::PROT_READ | libc::PROT_WRITE)?;
     // Backed before the faults, as the runtime backs a page while its GETP travels.
     super::populate_write(service, len);
     MINIMAL.app.store(app as usize, Ordering::SeqCst);

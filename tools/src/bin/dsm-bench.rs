@@ -278,7 +278,7 @@ fn run_job(cell: &Cell) -> Result<(f64, f64, u64), String> {
 /// rounds (see [`Floors`]).
 const FLOOR_RUNS: usize = 5;
 
-/// The floor row of [`dsm_runtime::floors::minimal_remote_fault_us`].
+/// The floor row of [`dsm_tools::floors::minimal_remote_fault_us`].
 const MINIMAL_ROW: &str = "minimal remote fault, plain UDP (us)";
 
 /// The floors' samples, taken a few at the start of each round rather than all at once: this
@@ -297,11 +297,11 @@ struct Floors {
 impl Floors {
     /// One sample: the bare fault, then a faultlat run.
     fn sample(&mut self) {
-        match dsm_runtime::floors::bare_fault_us(2000) {
+        match dsm_tools::floors::bare_fault_us(2000) {
             Ok(v) => self.bare.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: bare fault floor: {e}"),
         }
-        match dsm_runtime::floors::minimal_remote_fault_us(2000) {
+        match dsm_tools::floors::minimal_remote_fault_us(2000) {
             Ok(v) => self.minimal.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: minimal remote fault: {e}"),
         }

@@ -1,0 +1,107 @@
+//! Jobs started by a cluster launcher (Slurm's `srun`, Open MPI's or MPICH's `mpirun`): each rank
+//! learns its rank and size from the launcher's variables; rank 0 starts the rendezvous and
+//! publishes it in a file (see [`super::rendezvous`]), the others read it there.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::node::{JobEnv, local_config, my_address, random_cookie, route_to};
+use super::rendezvous::{Rendezvous, publish_rendezvous, read_rendezvous_file, rendezvous_file};
+
+/// Rank and size given by a cluster launcher: Slurm's `srun`, Open MPI's or MPICH's `mpirun`.
+pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
+    const PAIRS: [(&str, &str, &str); 3] = [
+        ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "mpirun (Open MPI)",
+        ),
+        ("PMI_RANK", "PMI_SIZE", "mpirun (PMI)"),
+    ];
+    PAIRS.iter().find_map(|(r, s, who)| {
+        let rank = std::env::var(r).ok()?.parse().ok()?;
+        let size = std::env::var(s).ok()?.parse().ok()?;
+        Some((rank, size, *who))
+    })
+}
+
+/// The job's id as its cluster launcher gives it (`DSM_JOB_ID` first): Slurm's job and step,
+/// Open MPI's PMIx namespace or job id, MPICH's (Hydra's) job id; `job` with none.
+pub fn cluster_job_id() -> String {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    var("DSM_JOB_ID")
+        .or_else(|| {
+            var("SLURM_JOB_ID").map(|j| format!("{j}.{}", var("SLURM_STEP_ID").unwrap_or_default()))
+        })
+        .or_else(|| var("PMIX_NAMESPACE"))
+        .or_else(|| var("OMPI_MCA_ess_base_jobid"))
+        .or_else(|| var("PMI_JOBID"))
+        .or_else(|| var("PMI_KVSNAME"))
+        .unwrap_or_else(|| "job".into())
+        // A file name part: keep it to characters that cannot climb out of the directory.
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A job started by a cluster launcher: rank 0 runs the rendezvous and publishes it in
+/// [`rendezvous_file`]; the other ranks read it.
+pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
+    let Some((rank, size, who)) = cluster_rank_size() else {
+        return Ok(None);
+    };
+    if size <= 1 {
+        return Ok(None);
+    }
+    if rank >= size || size > dsm_core::MAX_NODES {
+        return Err(format!(
+            "{who} gave rank {rank} of {size}: need rank < size <= {}",
+            dsm_core::MAX_NODES
+        ));
+    }
+    let (config, stats) = local_config()?;
+    let file = rendezvous_file();
+    let timeout = Duration::from_secs(120);
+    let (rendezvous, cookie) = if rank == 0 {
+        let cookie = random_cookie();
+        let rv = Rendezvous::bind(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+            .map_err(|e| format!("rendezvous: {e}"))?;
+        let addr = SocketAddr::new(my_address(), rv.addr().map_err(|e| e.to_string())?.port());
+        let job = cluster_job_id();
+        publish_rendezvous(&file, &format!("DSM1 {job} {addr} {cookie:016x}\n"))
+            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+        let published = file.clone();
+        std::thread::Builder::new()
+            .name("dsm-rendezvous".into())
+            .spawn(move || {
+                let served = rv.serve(size, cookie, timeout, false);
+                // Every rank has read it (or the job failed): it has served its purpose.
+                let _ = std::fs::remove_file(&published);
+                if let Err(e) = served {
+                    eprintln!("dsm node 0: error: {e}");
+                    std::process::exit(1);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        (addr, cookie)
+    } else {
+        read_rendezvous_file(&file, timeout)?
+    };
+    let bind = route_to(rendezvous.ip()).unwrap_or_else(my_address);
+    Ok(Some(JobEnv {
+        rank,
+        size,
+        cookie,
+        rendezvous,
+        bind,
+        config,
+        stats,
+    }))
+}

@@ -1,0 +1,203 @@
+//! How a node learns its job: rank, size, cookie and the peers' addresses.
+//!
+//! The launcher (`dsmrun`, or `jia_init` starting a job itself) runs a small TCP *rendezvous*
+//! service and starts every node with these environment variables:
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `DSM_RANK`, `DSM_SIZE` | this node's id and the number of nodes |
+//! | `DSM_COOKIE` | the job's random cookie (hex); never printed or logged |
+//! | `DSM_RENDEZVOUS` | `ip:port` of the rendezvous service |
+//! | `DSM_BIND` | the IP address this node's socket binds to |
+//! | `DSM_CONFIG` | the resolved settings, `key=value;...` |
+//! | `DSM_STATS` | `1`: node 0 prints the statistics table at exit |
+//! | `DSM_STATS_JSON` | a file where node 0 writes every node's statistics as JSON at exit |
+//!
+//! Each node binds its socket, connects to the rendezvous, says `DSM1 HELLO <cookie> <rank>
+//! <addr>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1> ...`. A hello
+//! with the wrong cookie, a rank out of range or twice is refused.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::Duration;
+
+use crate::config::Config;
+
+/// What a launched node is told.
+#[derive(Clone, Debug)]
+pub struct JobEnv {
+    /// This node.
+    pub rank: u16,
+    /// Nodes in the job.
+    pub size: u16,
+    /// The job's cookie.
+    pub cookie: u64,
+    /// The rendezvous service.
+    pub rendezvous: SocketAddr,
+    /// Where to bind.
+    pub bind: IpAddr,
+    /// Settings.
+    pub config: Config,
+    /// Print statistics at exit.
+    pub stats: bool,
+}
+
+fn var(name: &str) -> Result<String, String> {
+    std::env::var(name)
+        .map_err(|_| format!("{name} is not set (a node must be started by dsmrun or jia_init)"))
+}
+
+/// Reads the job from the environment; `Ok(None)` when the process was not launched as a node.
+pub fn job_env() -> Result<Option<JobEnv>, String> {
+    if std::env::var_os("DSM_RANK").is_none() {
+        return super::cluster::cluster_job_env();
+    }
+    let num = |name: &str| -> Result<u16, String> {
+        let v = var(name)?;
+        v.parse().map_err(|_| format!("{name}={v} is not a number"))
+    };
+    let rank = num("DSM_RANK")?;
+    let size = num("DSM_SIZE")?;
+    if size == 0 || rank >= size || size > dsm_core::MAX_NODES {
+        return Err(format!(
+            "DSM_RANK={rank} DSM_SIZE={size}: need 0 <= rank < size <= {}",
+            dsm_core::MAX_NODES
+        ));
+    }
+    let cookie = u64::from_str_radix(&var("DSM_COOKIE")?, 16)
+        .map_err(|_| "DSM_COOKIE is not hex".to_string())?;
+    let rv = var("DSM_RENDEZVOUS")?;
+    let rendezvous = rv
+        .parse()
+        .map_err(|_| format!("DSM_RENDEZVOUS={rv} is not ip:port"))?;
+    let b = var("DSM_BIND")?;
+    let bind = b
+        .parse()
+        .map_err(|_| format!("DSM_BIND={b} is not an IP address"))?;
+    let config = Config::from_wire(&std::env::var("DSM_CONFIG").unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    let stats = std::env::var("DSM_STATS").is_ok_and(|v| v == "1");
+    Ok(Some(JobEnv {
+        rank,
+        size,
+        cookie,
+        rendezvous,
+        bind,
+        config,
+        stats,
+    }))
+}
+
+/// A node joins the job: sends its address, receives everyone's, and the launcher's control
+/// channel if it keeps one.
+pub fn join(
+    env: &JobEnv,
+    my_addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(Vec<SocketAddr>, Option<TcpStream>), String> {
+    let fail = |e: std::io::Error| format!("rendezvous with {} failed: {e}", env.rendezvous);
+    let stream = TcpStream::connect_timeout(&env.rendezvous, timeout).map_err(fail)?;
+    stream.set_read_timeout(Some(timeout)).map_err(fail)?;
+    let mut w = stream.try_clone().map_err(fail)?;
+    writeln!(w, "DSM1 HELLO {:016x} {} {}", env.cookie, env.rank, my_addr).map_err(fail)?;
+    // Byte by byte: the stream outlives this function as the control channel, so nothing past
+    // the line may be buffered away.
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut reader = &stream;
+    while line.len() < 1 << 20 {
+        match reader.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => line.push(byte[0]),
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let mut words = line.split_whitespace();
+    let first = words.next();
+    let second = words.next();
+    let keep = second == Some("KEEP");
+    match (first, second) {
+        (Some("DSM1"), Some("PEERS" | "KEEP")) => {
+            let peers: Result<Vec<SocketAddr>, _> = words.map(str::parse).collect();
+            let peers = peers.map_err(|_| format!("bad peer list from the rendezvous: {line}"))?;
+            if peers.len() != usize::from(env.size) {
+                return Err(format!(
+                    "the rendezvous sent {} peers for a job of {}",
+                    peers.len(),
+                    env.size
+                ));
+            }
+            let control = if keep {
+                stream.set_read_timeout(None).map_err(fail)?;
+                stream.set_nonblocking(true).map_err(fail)?;
+                Some(stream)
+            } else {
+                None
+            };
+            Ok((peers, control))
+        }
+        (Some("DSM1"), Some("ERROR")) => Err(format!(
+            "the rendezvous refused node {}: {}",
+            env.rank,
+            words.collect::<Vec<_>>().join(" ")
+        )),
+        _ => Err(format!(
+            "no answer from the rendezvous {} within {timeout:?}",
+            env.rendezvous
+        )),
+    }
+}
+
+/// The settings of a job started without a launcher: `./.jiaconf`, then `DSM_<KEY>` variables;
+/// and whether `DSM_STATS=1` asks for the statistics table.
+pub fn local_config() -> Result<(Config, bool), String> {
+    let mut c = Config::default();
+    let notices = c
+        .apply_file(std::path::Path::new(".jiaconf"), false)
+        .map_err(|e| e.to_string())?;
+    for n in notices {
+        eprintln!("dsm: notice: {n}");
+    }
+    c.apply_env().map_err(|e| e.to_string())?;
+    Ok((c, std::env::var("DSM_STATS").is_ok_and(|v| v == "1")))
+}
+
+/// This machine's address as others see it: `DSM_BIND`, else the host name's first non-loopback
+/// IPv4 address, else loopback.
+pub(crate) fn my_address() -> IpAddr {
+    if let Some(ip) = std::env::var("DSM_BIND").ok().and_then(|b| b.parse().ok()) {
+        return ip;
+    }
+    use std::net::ToSocketAddrs;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    (host, 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(|a| a.is_ipv4() && !a.ip().is_loopback()))
+        .map_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), |a| a.ip())
+}
+
+/// The IP address of this machine that routes to `to`.
+pub fn route_to(to: IpAddr) -> Option<IpAddr> {
+    let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    s.connect((to, 9)).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
+/// 64 unpredictable bits (from `/dev/urandom`; without it, time and pid, still enough to keep jobs
+/// apart), odd so that it is never 0: a job's cookie, a private file's name.
+pub(crate) fn random_cookie() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(&mut b).is_ok() {
+            return u64::from_le_bytes(b) | 1;
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) | 1
+}

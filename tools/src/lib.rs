@@ -1,0 +1,11 @@
+//! Tools to measure and diagnose the DSM, kept out of the runtime and the apps: the floors its
+//! costs are measured against ([`floors`]), and the binaries `dsm-bench`, `faultlat` and
+//! `fault-trace`.
+
+mod sys;
+
+/// Floors the DSM's costs are measured against: the bare cost of a fault, and the smallest
+/// remote fault two processes can make over UDP loopback.
+pub mod floors {
+    pub use crate::sys::floor::{bare_fault_us, minimal_remote_fault_us};
+}
