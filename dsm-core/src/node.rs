@@ -105,6 +105,8 @@ pub enum Effect {
     JobStats {
         /// One entry per node.
         nodes: Vec<Stats>,
+        /// Each node's runtime counters as it gave them ([`Node::note_runtime_counters`]).
+        runtime: Vec<Vec<u64>>,
     },
     /// The job cannot go on: end this node with an error.
     Abort {
@@ -203,6 +205,9 @@ pub const MAX_EARLY_REQUESTS: usize = 4096;
 /// Diff bytes per DIFF message at most; larger flushes are split.
 pub const MAX_DIFF_MSG_BYTES: usize = 256 * 1024;
 
+/// The most runtime counters a node reports at exit ([`Node::note_runtime_counters`]).
+pub const MAX_RUNTIME_COUNTERS: usize = 64;
+
 /// One node's protocol state machine.
 pub struct Node<M: PageMemory> {
     pub(crate) cfg: CoreConfig,
@@ -240,7 +245,9 @@ pub struct Node<M: PageMemory> {
     pub(crate) loopback: VecDeque<Msg>,
     pub(crate) stats: Stats,
     /// The statistics frozen by `freeze_stats`, reported at exit instead of the live ones.
-    pub(crate) frozen_stats: Option<Stats>,
+    pub(crate) frozen_stats: Option<(Stats, Vec<u64>)>,
+    /// The runtime's own counters, reported at exit beside the core's (opaque to the core).
+    pub(crate) runtime_counters: Vec<u64>,
     pub(crate) failed: bool,
     /// The read-ahead window, in pages (grows while prefetched pages are used).
     pub(crate) read_ahead_pages: usize,
@@ -305,6 +312,7 @@ impl<M: PageMemory> Node<M> {
             loopback: VecDeque::new(),
             stats: Stats::default(),
             frozen_stats: None,
+            runtime_counters: Vec::new(),
             failed: false,
             early_requests: Vec::new(),
             unsettled: Vec::new(),
@@ -357,22 +365,18 @@ impl<M: PageMemory> Node<M> {
         self.frozen_stats = None;
     }
 
-    /// Records the transport's counters in this node's statistics (the core cannot see them).
-    pub fn note_transport(&mut self, retransmissions: u64, rejected_frames: u64) {
-        self.stats.retransmissions = retransmissions;
-        self.stats.rejected_frames = rejected_frames;
-    }
-
-    /// The runtime's count of faults driven by their own thread, and of those handed back.
-    pub fn note_drives(&mut self, driven: u64, handed_back: u64) {
-        self.stats.faults_driven = driven;
-        self.stats.drives_handed_back = handed_back;
+    /// The runtime's own counters now (the transport's retransmissions, driven faults...), sent
+    /// to node 0 at exit beside the core's statistics and handed back in [`Effect::JobStats`];
+    /// the core does not read them. At most [`MAX_RUNTIME_COUNTERS`].
+    pub fn note_runtime_counters(&mut self, counters: Vec<u64>) {
+        self.runtime_counters = counters;
+        self.runtime_counters.truncate(MAX_RUNTIME_COUNTERS);
     }
 
     /// Freezes the statistics reported at exit at their current values (JIAJIA's
     /// `jia_stopstat`); counting goes on for [`Node::stats`].
     pub fn freeze_stats(&mut self) {
-        self.frozen_stats = Some(self.stats.clone());
+        self.frozen_stats = Some((self.stats.clone(), self.runtime_counters.clone()));
     }
 
     /// Pages allocated so far.

@@ -567,7 +567,7 @@ impl Cluster {
                         }
                     }
                 }
-                Effect::JobStats { nodes } => self.job_stats = Some(nodes),
+                Effect::JobStats { nodes, .. } => self.job_stats = Some(nodes),
                 Effect::Abort { error } => {
                     return Err(SimError::Aborted {
                         node: NodeId(n as u16),

@@ -2,6 +2,9 @@
 //!
 //! Every counter is a `u64` so a node's statistics travel to node 0 as a plain list of numbers
 //! ([`Stats::to_counters`]) inside the exit message, and node 0 can print one column per node.
+//! These are the protocol's counters only; the runtime's own (the transport's retransmissions,
+//! driven faults...) travel beside them as numbers the core does not read
+//! ([`crate::Node::note_runtime_counters`]).
 
 use crate::msg::MsgKind;
 
@@ -39,10 +42,12 @@ macro_rules! stats {
                 v
             }
 
+            /// How many numbers [`Stats::to_counters`] gives.
+            pub const COUNTERS: usize = Self::SCALAR_NAMES.len() + 4 * MsgKind::COUNT;
+
             /// The inverse of [`Stats::to_counters`]; `None` if the length is wrong.
             pub fn from_counters(c: &[u64]) -> Option<Stats> {
-                let n = Self::SCALAR_NAMES.len();
-                if c.len() != n + 4 * MsgKind::COUNT {
+                if c.len() != Self::COUNTERS {
                     return None;
                 }
                 let mut it = c.iter().copied();
@@ -121,16 +126,6 @@ stats! {
     cv_waits,
     /// Protection changes requested (each one mprotect call).
     protect_calls,
-    /// Datagrams or frames sent again by the transport (filled in by the runtime).
-    retransmissions,
-    /// Frames dropped as foreign, forged or malformed (filled in by the runtime).
-    rejected_frames,
-    /// Faults whose own thread drove the node until the page came, without a hand-off to the
-    /// service thread (filled in by the runtime).
-    faults_driven,
-    /// Of those, faults whose thread gave the wait back to the service thread (the reply was
-    /// slow to come; filled in by the runtime).
-    drives_handed_back,
 }
 
 impl Stats {
@@ -155,35 +150,6 @@ impl Stats {
         if let Some(s) = Stats::from_counters(&sum) {
             *self = s;
         }
-    }
-}
-
-impl Stats {
-    /// Every node's counters as JSON: `{"nodes": [{"node": 0, "getp_sent": 3, ...,
-    /// "msgs_sent": {"GETP": 3, ...}, ...}, ...]}`.
-    pub fn to_json(nodes: &[Stats]) -> String {
-        let mut out = String::from("{\"nodes\": [\n");
-        for (i, s) in nodes.iter().enumerate() {
-            out.push_str(&format!("  {{\"node\": {i}"));
-            for (name, v) in Stats::SCALAR_NAMES.iter().zip(s.scalars()) {
-                out.push_str(&format!(", \"{name}\": {v}"));
-            }
-            for (label, arr) in [
-                ("msgs_sent", &s.msgs_sent),
-                ("bytes_sent", &s.bytes_sent),
-                ("msgs_received", &s.msgs_received),
-                ("bytes_received", &s.bytes_received),
-            ] {
-                let kinds: Vec<String> = MsgKind::ALL
-                    .iter()
-                    .map(|k| format!("\"{}\": {}", k.jiajia_name(), arr[k.index()]))
-                    .collect();
-                out.push_str(&format!(", \"{label}\": {{{}}}", kinds.join(", ")));
-            }
-            out.push_str(if i + 1 < nodes.len() { "},\n" } else { "}\n" });
-        }
-        out.push_str("]}\n");
-        out
     }
 }
 

@@ -296,11 +296,12 @@ impl<M: PageMemory> Node<M> {
                     self.resume(waiter);
                 }
                 AfterFlush::Exit { .. } => {
-                    let stats = self
-                        .frozen_stats
-                        .as_ref()
-                        .unwrap_or(&self.stats)
-                        .to_counters();
+                    let (core, runtime) = match &self.frozen_stats {
+                        Some((s, r)) => (s, r),
+                        None => (&self.stats, &self.runtime_counters),
+                    };
+                    let mut stats = core.to_counters();
+                    stats.extend_from_slice(runtime);
                     self.send(NodeId(0), Msg::Exit { stats });
                 }
             }
@@ -662,7 +663,8 @@ impl<M: PageMemory> Node<M> {
 
     pub(crate) fn on_exit(&mut self, from: NodeId, stats: Vec<u64>) -> Result<(), ProtocolError> {
         self.check_master(from, MsgKind::Exit)?;
-        if Stats::from_counters(&stats).is_none() {
+        let runtime = stats.len().saturating_sub(Stats::COUNTERS);
+        if stats.len() < Stats::COUNTERS || runtime > crate::node::MAX_RUNTIME_COUNTERS {
             return Err(ProtocolError {
                 from,
                 kind: MsgKind::Exit,
@@ -678,11 +680,14 @@ impl<M: PageMemory> Node<M> {
             });
         }
         if m.exit_stats.len() == usize::from(m.nodes) {
-            let nodes = std::mem::take(&mut m.exit_stats)
+            let (nodes, runtime) = std::mem::take(&mut m.exit_stats)
                 .into_values()
-                .map(|c| Stats::from_counters(&c).unwrap_or_default())
-                .collect();
-            self.effects.push_back(Effect::JobStats { nodes });
+                .map(|mut c| {
+                    let runtime = c.split_off(Stats::COUNTERS);
+                    (Stats::from_counters(&c).unwrap_or_default(), runtime)
+                })
+                .unzip();
+            self.effects.push_back(Effect::JobStats { nodes, runtime });
             self.broadcast(Msg::ExitGrant);
         }
         Ok(())

@@ -49,7 +49,7 @@ mod progress;
 #[allow(unsafe_code)]
 mod region;
 mod service;
-mod stats_table;
+mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod trace;
@@ -74,6 +74,7 @@ use dsm_transport::reliable::ReliableConfig;
 use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
 use dsm_transport::udp::{self, UdpTransport};
 pub use message::{Received, ReduceOp, Reducible};
+pub use stats::{NodeStats, RuntimeStats};
 
 use crate::config::{CommType, Config};
 use crate::region::Region;
@@ -615,19 +616,22 @@ impl Dsm {
     /// Freezes the statistics node 0 reports at exit (`jia_stopstat`).
     pub fn stop_stats(&self) {
         self.call_or_die("jia_stopstat", |s, _| {
-            s.note_transport();
+            s.runtime_stats();
             s.node.freeze_stats();
             Ok(Some(0))
         });
     }
 
     /// This node's statistics now.
-    pub fn stats(&self) -> Stats {
-        let out = std::sync::Arc::new(Mutex::new(Stats::default()));
+    pub fn stats(&self) -> NodeStats {
+        let out = std::sync::Arc::new(Mutex::new(NodeStats::default()));
         let o = out.clone();
         self.call_or_die("stats", move |s, _| {
-            s.note_transport();
-            *o.lock().unwrap_or_else(|p| p.into_inner()) = s.node.stats().clone();
+            let runtime = s.runtime_stats();
+            *o.lock().unwrap_or_else(|p| p.into_inner()) = NodeStats {
+                core: s.node.stats().clone(),
+                runtime,
+            };
             Ok(Some(0))
         });
         out.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -658,7 +662,7 @@ impl Dsm {
         self.call_or_die("jia_exit", |s, w| {
             let now = s.now();
             s.set_exit_waiter(w);
-            s.note_transport();
+            s.runtime_stats();
             s.node.exit(now, w).map(|()| None)
         });
         if let Some(h) = self

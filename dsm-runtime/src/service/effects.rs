@@ -4,13 +4,14 @@
 
 use std::time::Instant;
 
-use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, Stats, codec};
+use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, codec};
 use dsm_transport::ReadRange;
 
 use super::Service;
+use crate::fatal;
 use crate::fault::{self, slots};
+use crate::stats::{self, NodeStats, RuntimeStats};
 use crate::trace::{self, Step};
-use crate::{fatal, stats_table};
 
 impl Service {
     /// Turns a GETP into one-sided reads of the home's memory, one per run of consecutive
@@ -119,7 +120,15 @@ impl Service {
                         }
                     }
                 }
-                Effect::JobStats { nodes } => {
+                Effect::JobStats { nodes, runtime } => {
+                    let nodes: Vec<NodeStats> = nodes
+                        .into_iter()
+                        .zip(runtime)
+                        .map(|(core, r)| NodeStats {
+                            core,
+                            runtime: RuntimeStats::from_counters(&r),
+                        })
+                        .collect();
                     if fault::in_signal_context() {
                         // Writes a file and prints: the service thread's work.
                         self.deferred.push(super::Deferred::JobStats(nodes));
@@ -153,14 +162,14 @@ impl Service {
 
     /// Writes the job's statistics where asked (`--stats-json`) and prints their table
     /// (`--stats`). Service thread only.
-    pub(super) fn report_job_stats(&self, nodes: &[Stats]) {
+    pub(super) fn report_job_stats(&self, nodes: &[NodeStats]) {
         if let Some(path) = &self.stats_json {
-            if let Err(e) = std::fs::write(path, Stats::to_json(nodes)) {
+            if let Err(e) = std::fs::write(path, stats::to_json(nodes)) {
                 eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
             }
         }
         if self.print_stats {
-            eprint!("{}", stats_table::render(nodes, &self.transport_counters()));
+            eprint!("{}", stats::render(nodes, &self.transport_counters()));
         }
     }
 

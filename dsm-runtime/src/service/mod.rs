@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use dsm_core::{
-    Access, AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Stats, Time, UsageError, WaiterId, codec,
+    Access, AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Time, UsageError, WaiterId, codec,
 };
 use dsm_transport::Transport;
 use dsm_transport::reliable::{Event, LostCause};
@@ -36,6 +36,7 @@ use crate::fatal;
 use crate::fault::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
 use crate::fault::{self, fastpath};
 use crate::region::Region;
+use crate::stats::{NodeStats, RuntimeStats};
 use crate::sys::{self, Epoll};
 use crate::trace::{self, Step};
 
@@ -62,7 +63,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// Work met in signal context and left to the service thread.
 pub(crate) enum Deferred {
     /// The job's statistics, to write and print (`Effect::JobStats`).
-    JobStats(Vec<Stats>),
+    JobStats(Vec<NodeStats>),
     /// A peer was lost: the launcher is asked which node failed first, then this node ends.
     PeerLost {
         peer: u16,
@@ -353,13 +354,19 @@ impl Service {
         self.counted_from = self.runtime_counters();
     }
 
-    /// Copies the transport's counters and the count of driven faults, since the statistics were
-    /// last zeroed, into the core's statistics.
-    pub fn note_transport(&mut self) {
+    /// The runtime's counters since the statistics were last zeroed; also handed to the core,
+    /// which sends them to node 0 at exit beside its own.
+    pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
         let [r, j, d, h] = std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
-        self.node.note_transport(r, j);
-        self.node.note_drives(d, h);
+        let stats = RuntimeStats {
+            retransmissions: r,
+            rejected_frames: j,
+            faults_driven: d,
+            drives_handed_back: h,
+        };
+        self.node.note_runtime_counters(stats.to_counters());
+        stats
     }
 
     /// Marks the calling slot as the one waiting in exit (completed after the linger).

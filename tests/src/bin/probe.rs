@@ -55,7 +55,7 @@ fn faults(dsm: &Dsm) {
             &format!("word {i} after rewrite"),
         );
     }
-    let s = dsm.stats();
+    let s = dsm.stats().core;
     check(
         dsm,
         n == 1 || s.read_faults_remote > 0,
@@ -91,7 +91,7 @@ fn diffs(dsm: &Dsm) {
     if me == 0 {
         check(
             dsm,
-            dsm.stats().diffs_applied >= (n - 1) as u64,
+            dsm.stats().core.diffs_applied >= (n - 1) as u64,
             "one diff per writer applied at the home",
         );
         println!("diffs OK");
@@ -176,7 +176,7 @@ fn evict(dsm: &Dsm) {
             );
         }
     }
-    let s = dsm.stats();
+    let s = dsm.stats().core;
     check(dsm, n == 1 || s.evictions > 0, "a small cache evicts");
     if me == 0 {
         println!("evict OK evictions={}", s.evictions);
@@ -331,19 +331,21 @@ fn stats_reset(dsm: &Dsm) {
     let before = dsm.stats();
     check(
         dsm,
-        n == 1 || before.read_faults_remote > 0,
+        n == 1 || before.core.read_faults_remote > 0,
         "remote faults before",
     );
     check(
         dsm,
-        n == 1 || before.faults_driven > 0,
+        n == 1 || before.runtime.faults_driven > 0,
         "driven faults before",
     );
     dsm.start_stats();
     let after = dsm.stats();
     check(
         dsm,
-        after.read_faults_remote == 0 && after.faults_driven == 0 && after.drives_handed_back == 0,
+        after.core.read_faults_remote == 0
+            && after.runtime.faults_driven == 0
+            && after.runtime.drives_handed_back == 0,
         &format!("counters after start_stats: {after:?}"),
     );
     check(dsm, sum > 0 || n == 1, "read the next node's pages");

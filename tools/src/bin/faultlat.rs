@@ -284,7 +284,7 @@ fn main() {
         rows.push(r);
         rows.push(summary("remote write fault (GETP + twin)", writes).0);
         rows.push(summary("remote read fault, home computing", busy_reads).0);
-        let s = dsm.stats();
+        let s = dsm.stats().core;
         if s.prefetch_requested > 0 {
             eprintln!(
                 "faultlat: prefetch is on; run with --set prefetch=off for one fetch per fault"
