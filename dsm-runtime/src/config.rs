@@ -507,6 +507,15 @@ impl Config {
         .join(";")
     }
 
+    /// Every setting as `(key, value)`, as `.jiaconf` spells them.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        self.to_wire()
+            .split(';')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     /// The inverse of [`Config::to_wire`].
     pub fn from_wire(s: &str) -> Result<Config, ConfigError> {
         let mut c = Config::default();

@@ -49,7 +49,7 @@ mod progress;
 #[allow(unsafe_code)]
 mod region;
 mod service;
-mod stats;
+pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod trace;
@@ -291,6 +291,26 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         what: "starting the service thread",
         source,
     })?;
+    let mut service = service;
+    if rank == 0 {
+        let mut argv = std::env::args();
+        service.stats_meta = stats::JobMeta {
+            launcher: match job::cluster::cluster_rank_size() {
+                _ if std::env::var_os("DSM_RANK").is_some() => "dsmrun",
+                Some((_, _, who)) => who,
+                None => "dsm_runtime::init",
+            }
+            .to_string(),
+            program: argv.next().unwrap_or_default(),
+            arguments: argv.collect(),
+            nodes: usize::from(size),
+            transport: config.comm_type.name().to_string(),
+            settings: config.settings(),
+            start: std::time::SystemTime::now(),
+            wall: Duration::ZERO,
+            exit_status: None,
+        };
+    }
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {

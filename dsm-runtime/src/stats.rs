@@ -19,6 +19,8 @@ pub struct RuntimeStats {
     /// Of those, faults whose thread gave the wait back to the service thread (the reply was
     /// slow to come).
     pub drives_handed_back: u64,
+    /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
+    pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
@@ -30,9 +32,9 @@ impl RuntimeStats {
         "drives_handed_back",
     ];
 
-    /// The counters as numbers (what travels to node 0 beside the core's).
-    pub fn to_counters(&self) -> Vec<u64> {
-        vec![
+    /// The counters named in [`RuntimeStats::NAMES`], in that order.
+    pub fn named(&self) -> [u64; 4] {
+        [
             self.retransmissions,
             self.rejected_frames,
             self.faults_driven,
@@ -40,15 +42,28 @@ impl RuntimeStats {
         ]
     }
 
-    /// The inverse of [`RuntimeStats::to_counters`]; missing numbers are 0 (a node of another
-    /// build), extra ones ignored.
-    pub fn from_counters(c: &[u64]) -> RuntimeStats {
+    /// The counters as numbers (what travels to node 0 beside the core's): the named ones, then
+    /// the transport's values.
+    pub fn to_counters(&self) -> Vec<u64> {
+        let mut v = self.named().to_vec();
+        v.extend(self.transport.iter().map(|(_, x)| *x));
+        v
+    }
+
+    /// The inverse of [`RuntimeStats::to_counters`], with the transport's counter names (every
+    /// node of a job runs the same transport); missing numbers are 0, extra ones ignored.
+    pub fn from_counters(c: &[u64], transport_names: &[String]) -> RuntimeStats {
         let at = |i: usize| c.get(i).copied().unwrap_or(0);
         RuntimeStats {
             retransmissions: at(0),
             rejected_frames: at(1),
             faults_driven: at(2),
             drives_handed_back: at(3),
+            transport: transport_names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (name.clone(), at(RuntimeStats::NAMES.len() + i)))
+                .collect(),
         }
     }
 }
@@ -69,7 +84,7 @@ pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
     for (i, name) in Stats::SCALAR_NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), scalars.iter().map(|s| s[i]).collect()));
     }
-    let runtime: Vec<Vec<u64>> = nodes.iter().map(|n| n.runtime.to_counters()).collect();
+    let runtime: Vec<[u64; 4]> = nodes.iter().map(|n| n.runtime.named()).collect();
     for (i, name) in RuntimeStats::NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), runtime.iter().map(|s| s[i]).collect()));
     }
@@ -129,9 +144,16 @@ pub fn node_json(node: usize, n: &NodeStats) -> serde_json::Value {
     for (name, v) in Stats::SCALAR_NAMES.iter().zip(n.core.scalars()) {
         o.insert((*name).into(), v.into());
     }
-    for (name, v) in RuntimeStats::NAMES.iter().zip(n.runtime.to_counters()) {
+    for (name, v) in RuntimeStats::NAMES.iter().zip(n.runtime.named()) {
         o.insert((*name).into(), v.into());
     }
+    let transport: serde_json::Map<String, serde_json::Value> = n
+        .runtime
+        .transport
+        .iter()
+        .map(|(k, v)| (k.clone(), (*v).into()))
+        .collect();
+    o.insert("transport".into(), transport.into());
     for (label, arr) in [
         ("msgs_sent", &n.core.msgs_sent),
         ("bytes_sent", &n.core.bytes_sent),
@@ -147,15 +169,127 @@ pub fn node_json(node: usize, n: &NodeStats) -> serde_json::Value {
     o.into()
 }
 
-/// Every node's counters: `{"nodes": [node_json(0), node_json(1), ...]}`.
-pub fn to_json(nodes: &[NodeStats]) -> String {
-    let nodes: Vec<serde_json::Value> = nodes
+/// What a statistics file says of the job besides its counters.
+#[derive(Clone, Debug)]
+pub struct JobMeta {
+    /// Who started the job: `dsmrun`, `srun`, `mpirun`, `jia_init`...
+    pub launcher: String,
+    /// The program, as started.
+    pub program: String,
+    /// Its arguments.
+    pub arguments: Vec<String>,
+    /// Nodes in the job.
+    pub nodes: usize,
+    /// `comm_type`.
+    pub transport: String,
+    /// Every setting, `key -> value` (as `.jiaconf` spells them).
+    pub settings: Vec<(String, String)>,
+    /// When the job started.
+    pub start: std::time::SystemTime,
+    /// From start to end.
+    pub wall: std::time::Duration,
+    /// The launcher's exit status (`None` where nobody knows it: a node writes the file).
+    pub exit_status: Option<i32>,
+}
+
+impl Default for JobMeta {
+    fn default() -> Self {
+        JobMeta {
+            launcher: String::new(),
+            program: String::new(),
+            arguments: Vec::new(),
+            nodes: 0,
+            transport: String::new(),
+            settings: Vec::new(),
+            start: std::time::UNIX_EPOCH,
+            wall: std::time::Duration::ZERO,
+            exit_status: None,
+        }
+    }
+}
+
+/// The statistics file: `{"job": {metadata}, "nodes": [node_json(0), ...]}`.
+pub fn job_json(meta: &JobMeta, nodes: serde_json::Value) -> String {
+    let settings: serde_json::Map<String, serde_json::Value> = meta
+        .settings
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
+    let job = serde_json::json!({
+        "launcher": meta.launcher,
+        "program": meta.program,
+        "arguments": meta.arguments,
+        "nodes": meta.nodes,
+        "transport": meta.transport,
+        "settings": settings,
+        "start_time": rfc3339(meta.start),
+        "wall_time_s": meta.wall.as_secs_f64(),
+        "exit_status": meta.exit_status,
+    });
+    let mut text = serde_json::to_string_pretty(&serde_json::json!({ "job": job, "nodes": nodes }))
+        .unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Every node's counters, as a JSON array of [`node_json`].
+pub fn nodes_json(nodes: &[NodeStats]) -> serde_json::Value {
+    nodes
         .iter()
         .enumerate()
         .map(|(i, n)| node_json(i, n))
-        .collect();
-    let mut text =
-        serde_json::to_string_pretty(&serde_json::json!({ "nodes": nodes })).unwrap_or_default();
-    text.push('\n');
-    text
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// `t` as an RFC 3339 UTC time, to the second (`2026-11-24T12:00:00Z`).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_in_rfc3339() {
+        let at = |s: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(at(1_795_521_600)), "2026-11-24T12:00:00Z");
+    }
+
+    #[test]
+    fn runtime_counters_round_trip_with_the_transports_names() {
+        let r = RuntimeStats {
+            retransmissions: 1,
+            rejected_frames: 2,
+            faults_driven: 3,
+            drives_handed_back: 4,
+            transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
+        };
+        let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(RuntimeStats::from_counters(&r.to_counters(), &names), r);
+        let short = RuntimeStats::from_counters(&[1], &names);
+        assert_eq!((short.retransmissions, short.transport[1].1), (1, 0));
+    }
 }

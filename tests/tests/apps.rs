@@ -185,7 +185,7 @@ fn every_rust_app_is_exact_over_tcp() {
 }
 
 #[test]
-fn stats_json_holds_every_nodes_counters() {
+fn stats_json_holds_the_jobs_metadata_and_every_nodes_counters() {
     let file = std::env::temp_dir().join(format!("dsm-stats-{}.json", std::process::id()));
     let out = dsmrun(
         3,

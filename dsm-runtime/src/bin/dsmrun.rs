@@ -279,16 +279,54 @@ fn main() -> ExitCode {
             f.display()
         );
     }
-    match launcher::run(&spec) {
-        Ok(()) => ExitCode::SUCCESS,
+    let start = std::time::SystemTime::now();
+    let started = std::time::Instant::now();
+    let end = launcher::run(&spec);
+    let code = match &end.result {
+        Ok(()) => 0,
         Err(launcher::JobFailure::Start(msg)) => {
             eprintln!("dsmrun: {msg}");
-            ExitCode::from(2)
+            2
         }
         Err(e) => {
             eprintln!("dsmrun: {e}");
-            ExitCode::from(e.exit_code())
+            e.exit_code()
         }
+    };
+    if let Some(path) = &spec.stats_json {
+        write_stats(path, &spec, &end, start, started.elapsed(), code);
+    }
+    ExitCode::from(code)
+}
+
+/// Writes the statistics file: the job's metadata and node 0's report of every node's counters
+/// (`"nodes": null` when the job ended before node 0 could make it).
+fn write_stats(
+    path: &str,
+    spec: &JobSpec,
+    end: &launcher::JobEnd,
+    start: std::time::SystemTime,
+    wall: Duration,
+    code: u8,
+) {
+    let nodes = end
+        .node_stats
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let meta = dsm_runtime::stats::JobMeta {
+        launcher: "dsmrun".into(),
+        program: spec.program.clone(),
+        arguments: spec.args.clone(),
+        nodes: spec.hosts.len(),
+        transport: spec.config.comm_type.name().into(),
+        settings: spec.config.settings(),
+        start,
+        wall,
+        exit_status: Some(i32::from(code)),
+    };
+    if let Err(e) = std::fs::write(path, dsm_runtime::stats::job_json(&meta, nodes)) {
+        eprintln!("dsmrun: cannot write statistics to {path}: {e}");
     }
 }
 

@@ -339,8 +339,34 @@ fn spawn_node(
     Ok(child)
 }
 
+/// How a job ended, and what node 0 reported.
+#[derive(Debug)]
+pub struct JobEnd {
+    /// Whether every node succeeded, or who failed first and how.
+    pub result: Result<(), JobFailure>,
+    /// Every node's statistics as node 0 sent them at exit (a JSON array), if it was asked to
+    /// (`DSM_STATS_JSON`) and got that far.
+    pub node_stats: Option<String>,
+}
+
 /// Runs the job to its end.
-pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
+pub fn run(spec: &JobSpec) -> JobEnd {
+    let mut control: Vec<std::net::TcpStream> = Vec::new();
+    let mut words = Heard::new(spec.hosts.len());
+    let result = run_watched(spec, &mut control, &mut words);
+    let node_stats = words.of(&mut control, 0).and_then(|lines| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix("DSM1 STATS ").map(str::to_owned))
+    });
+    JobEnd { result, node_stats }
+}
+
+fn run_watched(
+    spec: &JobSpec,
+    control: &mut Vec<std::net::TcpStream>,
+    words: &mut Heard,
+) -> Result<(), JobFailure> {
     let n = spec.hosts.len();
     let p = prepare(spec)?;
     let interrupted = signals::catch_interrupts();
@@ -360,8 +386,6 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
     // would end every run longer than the join timeout.
     let mut rv_thread =
         (n > 1).then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true)));
-    let mut control: Vec<std::net::TcpStream> = Vec::new();
-    let mut words = Heard::new(n);
     let nodes: Vec<usize> = (0..n).collect();
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
@@ -390,11 +414,11 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                     end_all(&mut children);
                     return Err(JobFailure::Start(e));
                 }
-                Some(Ok(Ok(streams))) => control = streams,
+                Some(Ok(Ok(streams))) => *control = streams,
                 _ => {}
             }
         }
-        words.poll(&mut control);
+        words.poll(control);
         if let Some(what) = words.stuck(&mut children) {
             end_all(&mut children);
             return Err(JobFailure::Stuck(what));
@@ -404,8 +428,8 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
             &nodes,
             &mut children,
             echo.as_ref().map(|(e, _)| e),
-            &mut control,
-            &mut words,
+            control,
+            words,
         ) {
             Ok(true) if echo.is_none() => {
                 // The output threads print the last lines (they end when the pipes close).
@@ -424,9 +448,8 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
             ) => {
                 // A node that ended because it lost another says which: name that one (a node
                 // stopped with SIGSTOP never ends by itself, and its survivors end first).
-                if let Some(f) = first_failure(spec, &mut children, &mut control, &mut words, node)
-                {
-                    tell_lost(&mut control, &f);
+                if let Some(f) = first_failure(spec, &mut children, control, words, node) {
+                    tell_lost(control, &f);
                     wait_a_moment(&mut children, Duration::from_secs(2));
                     end_all(&mut children);
                     return Err(f);
@@ -436,7 +459,7 @@ pub fn run(spec: &JobSpec) -> Result<(), JobFailure> {
                 }
             }
             Err(e) => {
-                tell_lost(&mut control, &e);
+                tell_lost(control, &e);
                 wait_a_moment(&mut children, Duration::from_secs(2));
                 end_all(&mut children);
                 return Err(e);

@@ -121,12 +121,18 @@ impl Service {
                     }
                 }
                 Effect::JobStats { nodes, runtime } => {
+                    // Every node runs this node's transport: its counters have these names.
+                    let names: Vec<String> = self
+                        .transport_counters_now()
+                        .into_iter()
+                        .map(|(k, _)| k)
+                        .collect();
                     let nodes: Vec<NodeStats> = nodes
                         .into_iter()
                         .zip(runtime)
                         .map(|(core, r)| NodeStats {
                             core,
-                            runtime: RuntimeStats::from_counters(&r),
+                            runtime: RuntimeStats::from_counters(&r, &names),
                         })
                         .collect();
                     if fault::in_signal_context() {
@@ -162,10 +168,21 @@ impl Service {
 
     /// Writes the job's statistics where asked (`--stats-json`) and prints their table
     /// (`--stats`). Service thread only.
-    pub(super) fn report_job_stats(&self, nodes: &[NodeStats]) {
+    pub(super) fn report_job_stats(&mut self, nodes: &[NodeStats]) {
         if let Some(path) = &self.stats_json {
-            if let Err(e) = std::fs::write(path, stats::to_json(nodes)) {
-                eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
+            let json = stats::nodes_json(nodes);
+            if let Some(c) = &mut self.control {
+                // One line; the launcher adds the job's metadata and exit status.
+                let line = format!("DSM1 STATS {json}\n");
+                let _ = c.set_nonblocking(false);
+                let _ = std::io::Write::write_all(c, line.as_bytes());
+                let _ = c.set_nonblocking(true);
+            } else {
+                let mut meta = self.stats_meta.clone();
+                meta.wall = self.t0.elapsed();
+                if let Err(e) = std::fs::write(path, stats::job_json(&meta, json)) {
+                    eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
+                }
             }
         }
         if self.print_stats {

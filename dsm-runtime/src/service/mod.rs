@@ -107,8 +107,14 @@ pub(crate) struct Service {
     /// When this node last told the launcher whether it waits, and whether it did.
     progress_reported: Instant,
     reported_waiting: bool,
-    /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`).
+    /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`): sent to
+    /// the launcher on its control channel if there is one (it adds what it knows of the job),
+    /// else written there with what this node knows.
     stats_json: Option<String>,
+    /// What node 0 writes of the job beside the counters, when it writes the file itself.
+    pub(crate) stats_meta: crate::stats::JobMeta,
+    /// The transport's counters when the statistics were last zeroed.
+    transport_from: Vec<(String, u64)>,
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
     /// to report if the grant does not arrive within [`EXIT_GRACE`].
     lost_in_exit: Option<(Instant, String)>,
@@ -179,6 +185,8 @@ impl Service {
                 .ok()
                 .filter(|p| node_is_zero && !p.is_empty()),
             rejected_frames: 0,
+            stats_meta: crate::stats::JobMeta::default(),
+            transport_from: Vec::new(),
         })
     }
 
@@ -352,6 +360,17 @@ impl Service {
     pub fn reset_stats(&mut self) {
         self.node.reset_stats();
         self.counted_from = self.runtime_counters();
+        self.transport_from = self.transport_counters_now();
+    }
+
+    /// The transport's own counters now, by name.
+    fn transport_counters_now(&self) -> Vec<(String, u64)> {
+        self.transport.as_ref().map_or_else(Vec::new, |t| {
+            t.counters()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+        })
     }
 
     /// The runtime's counters since the statistics were last zeroed; also handed to the core,
@@ -359,11 +378,21 @@ impl Service {
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
         let [r, j, d, h] = std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
+        let transport = self
+            .transport_counters_now()
+            .into_iter()
+            .map(|(k, v)| {
+                let from = self.transport_from.iter().find(|(f, _)| *f == k);
+                let v = v.saturating_sub(from.map_or(0, |(_, x)| *x));
+                (k, v)
+            })
+            .collect();
         let stats = RuntimeStats {
             retransmissions: r,
             rejected_frames: j,
             faults_driven: d,
             drives_handed_back: h,
+            transport,
         };
         self.node.note_runtime_counters(stats.to_counters());
         stats
