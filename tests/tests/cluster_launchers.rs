@@ -1,0 +1,188 @@
+//! Real cluster launchers, not emulated: a one-machine Slurm cluster (munged, slurmctld, slurmd
+//! from Debian's packages, started by `tests/slurm/cluster.sh`) runs DSM programs with `srun`,
+//! `salloc` and `sbatch`; Open MPI's `mpirun` runs them too. Every result is exact, and the
+//! rendezvous file is gone after each job. Needs root and the packages `slurm-wlm`, `munge` and
+//! `openmpi-bin` (`./scripts/test` installs them as root); without them the test says what is
+//! missing and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dsm_tests::{bin, run_with_deadline, text};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A fresh working directory (where the rendezvous file goes).
+fn workdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dsm-launchers-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("make a working directory");
+    d
+}
+
+fn run_in(dir: &Path, program: &str, args: &[&str], slurm_conf: Option<&str>) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(dir);
+    if let Some(c) = slurm_conf {
+        cmd.env("SLURM_CONF", c);
+    }
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+fn assert_exact(out: &Output, want: &str, what: &str, dir: &Path) {
+    let t = text(out);
+    assert!(out.status.success(), "{what}: {t}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(want),
+        "{what}: no `{want}`:\n{t}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .expect("read the working directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".dsm-rendezvous"))
+        .collect();
+    assert!(left.is_empty(), "{what}: rendezvous files left: {left:?}");
+}
+
+struct Slurm {
+    conf: String,
+}
+
+impl Slurm {
+    fn start() -> Slurm {
+        let script = repo().join("tests/slurm/cluster.sh");
+        let out = run_with_deadline(
+            {
+                let mut c = Command::new(&script);
+                c.arg("start");
+                c
+            },
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "start the Slurm cluster: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let conf = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("export SLURM_CONF="))
+            .expect("the cluster's SLURM_CONF")
+            .to_string();
+        Slurm { conf }
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("tests/slurm/cluster.sh"))
+            .arg("stop")
+            .output();
+    }
+}
+
+#[test]
+fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
+    // Root: the effective user id, from /proc.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")));
+    let missing: Vec<&str> = [
+        ("srun", "slurm-wlm"),
+        ("slurmctld", "slurm-wlm"),
+        ("munged", "munge"),
+        ("mpirun", "openmpi-bin"),
+    ]
+    .iter()
+    .filter(|(c, _)| !have(c))
+    .map(|(_, p)| *p)
+    .collect();
+    if !root || !missing.is_empty() {
+        eprintln!(
+            "skipping the real Slurm and Open MPI test: it needs root and {missing:?} \
+             (apt-get install slurm-wlm munge openmpi-bin)"
+        );
+        return;
+    }
+    let matmul = bin("matmul").display().to_string();
+    let lu = bin("lu").display().to_string();
+
+    let slurm = Slurm::start();
+    let conf = Some(slurm.conf.as_str());
+
+    let d = workdir("srun");
+    let out = run_in(&d, "srun", &["-n", "4", &matmul, "256"], conf);
+    assert_exact(&out, "matmul OK f64 n=256 nodes=4", "srun -n 4", &d);
+
+    let d = workdir("salloc");
+    let out = run_in(&d, "salloc", &["-n", "4", "srun", &lu, "128", "16"], conf);
+    assert_exact(&out, "lu OK nodes=4 n=128", "salloc -n 4 srun", &d);
+
+    let d = workdir("sbatch");
+    let script = d.join("job.sh");
+    let result = d.join("job.out");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n#SBATCH -n 3\n#SBATCH -o {}\nsrun {matmul} 192\n",
+            result.display()
+        ),
+    )
+    .expect("write the job script");
+    let out = run_in(&d, "sbatch", &["--wait", script.to_str().unwrap()], conf);
+    assert!(out.status.success(), "sbatch --wait: {}", text(&out));
+    let printed = std::fs::read_to_string(&result).expect("the job's output file");
+    assert!(
+        printed.contains("matmul OK f64 n=192 nodes=3"),
+        "sbatch job printed:\n{printed}"
+    );
+    let _ = std::fs::remove_file(&script);
+    let _ = std::fs::remove_file(&result);
+    assert_exact(&out, "Submitted batch job", "sbatch", &d);
+    drop(slurm);
+
+    // Open MPI as root: --allow-run-as-root, and --oversubscribe for more ranks than cores.
+    let d = workdir("mpirun");
+    let out = run_in(
+        &d,
+        "mpirun",
+        &[
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "4",
+            &matmul,
+            "256",
+        ],
+        None,
+    );
+    assert_exact(&out, "matmul OK f64 n=256 nodes=4", "mpirun -np 4", &d);
+    // A C program on jia.h, the same way.
+    let exe = d.join("messages");
+    dsm_tests::compile_jia_c(&repo().join("tests/c/messages.c"), &exe, &["-O2"]);
+    let out = run_in(
+        &d,
+        "mpirun",
+        &[
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "3",
+            exe.to_str().unwrap(),
+            "10",
+        ],
+        None,
+    );
+    let _ = std::fs::remove_file(&exe);
+    assert_exact(&out, "c-messages OK rounds=10", "mpirun -np 3 (C)", &d);
+}
