@@ -59,7 +59,8 @@ impl<T: Shared> SharedArray<T> {
         self.len == 0
     }
 
-    /// Element `i`.
+    /// Element `i`. Panics (naming the caller's line) if `i` is out of the array.
+    #[track_caller]
     pub fn get(&self, i: usize) -> T {
         assert!(
             i < self.len,
@@ -70,7 +71,8 @@ impl<T: Shared> SharedArray<T> {
         unsafe { self.ptr.add(i).read() }
     }
 
-    /// Sets element `i`.
+    /// Sets element `i`. Panics (naming the caller's line) if `i` is out of the array.
+    #[track_caller]
     pub fn set(&self, i: usize, v: T) {
         assert!(
             i < self.len,
@@ -87,6 +89,7 @@ impl<T: Shared> SharedArray<T> {
     /// No thread of this node may write these elements while the slice lives, and no other node
     /// may write them without synchronisation ordering the write before this read (the program
     /// must be data-race free).
+    #[track_caller]
     pub unsafe fn slice(&self, range: std::ops::Range<usize>) -> &[T] {
         self.check(&range);
         // SAFETY: in bounds (checked); aliasing is the caller's promise.
@@ -99,6 +102,7 @@ impl<T: Shared> SharedArray<T> {
     /// No other thread of this node may access these elements while the slice lives, and the
     /// program must be data-race free across nodes.
     #[allow(clippy::mut_from_ref)]
+    #[track_caller]
     pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
         self.check(&range);
         // SAFETY: in bounds (checked); exclusivity is the caller's promise.

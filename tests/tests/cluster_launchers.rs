@@ -73,7 +73,11 @@ impl Slurm {
             },
             Duration::from_secs(60),
         );
-        assert!(out.status.success(), "start the Slurm cluster: {}", text(&out));
+        assert!(
+            out.status.success(),
+            "start the Slurm cluster: {}",
+            text(&out)
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let conf = stdout
             .lines()
@@ -95,8 +99,10 @@ impl Drop for Slurm {
 #[test]
 fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     // Root: the effective user id, from /proc.
-    let root = std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")));
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    });
     let missing: Vec<&str> = [
         ("srun", "slurm-wlm"),
         ("slurmctld", "slurm-wlm"),

@@ -548,3 +548,33 @@ fn wait_or_kill(child: std::process::Child, limit: Duration) -> std::process::Ou
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     out
 }
+
+/// `--output-filename DIR`: each node's standard output and error in `DIR/1/rank.N/`, as Open
+/// MPI lays them out; nothing of the nodes' on dsmrun's own output.
+#[test]
+fn output_filename_gives_each_node_files_of_its_own() {
+    let dir = std::env::temp_dir().join(format!("dsm-output-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dsm_tests::dsmrun(
+        3,
+        &["--output-filename", dir.to_str().unwrap()],
+        "matmul",
+        &["128"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("matmul OK"),
+        "the result went to dsmrun's output: {}",
+        text(&out)
+    );
+    let read = |rank: usize, which: &str| {
+        std::fs::read_to_string(dir.join(format!("1/rank.{rank}/{which}")))
+            .unwrap_or_else(|e| panic!("rank {rank} {which}: {e}"))
+    };
+    assert!(read(0, "stdout").contains("matmul OK f64 n=128 nodes=3"));
+    for rank in 1..3 {
+        assert_eq!(read(rank, "stdout"), "", "rank {rank} printed");
+        let _ = read(rank, "stderr");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -371,6 +371,26 @@ fn a_panic_on_one_node_ends_every_node() {
 }
 
 #[test]
+fn an_out_of_bounds_index_names_the_node_and_the_programs_own_line() {
+    let out = dsmrun(2, &[], "probe", &["out-of-bounds"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("panicked"))
+        .unwrap_or_else(|| panic!("no panic line:\n{}", text(&out)));
+    assert!(line.starts_with("dsm node 1: panicked at "), "{line}");
+    assert!(
+        line.contains("src/bin/probe.rs:"),
+        "not the program's line: {line}"
+    );
+    assert!(
+        line.contains("index 8 out of a shared array of 8"),
+        "{line}"
+    );
+}
+
+#[test]
 fn matmul_is_exact_on_one_two_and_four_nodes() {
     for n in [1, 2, 4] {
         for ty in ["f64", "f32"] {

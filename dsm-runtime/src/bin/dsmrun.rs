@@ -56,6 +56,9 @@ struct Args {
     /// Prefix every output line with [node i].
     #[arg(long)]
     tag_output: bool,
+    /// Write each node's output to DIR/1/rank.N/stdout and stderr (as Open MPI's option does).
+    #[arg(long, value_name = "DIR")]
+    output_filename: Option<PathBuf>,
     /// Seconds to wait for every node to join.
     #[arg(long, default_value_t = 60)]
     join_timeout: u64,
@@ -269,6 +272,9 @@ fn main() -> ExitCode {
             .stats_json
             .map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string()),
         tag_output: args.tag_output,
+        output_dir: args
+            .output_filename
+            .map(|p| std::path::absolute(&p).unwrap_or(p)),
         join_timeout: Duration::from_secs(args.join_timeout),
         env,
     };

@@ -34,6 +34,9 @@ pub struct JobSpec {
     pub stats_json: Option<String>,
     /// Prefix each output line with `[node i]`.
     pub tag_output: bool,
+    /// Each node's standard output and error go to `DIR/1/rank.N/stdout` and `stderr` (Open
+    /// MPI's `--output-filename` layout) instead of ours.
+    pub output_dir: Option<std::path::PathBuf>,
     /// Give up if the nodes have not all joined after this long.
     pub join_timeout: Duration,
     /// Variables set for every node (`dsmrun -x`), beyond what it inherits.
@@ -301,7 +304,20 @@ fn spawn_node(
         c.arg(&spec.hosts[i].address).arg(remote);
         c
     };
-    if spec.tag_output {
+    if let Some(dir) = &spec.output_dir {
+        let rank_dir = dir.join("1").join(format!("rank.{i}"));
+        let open = |name: &str| {
+            std::fs::create_dir_all(&rank_dir)
+                .and_then(|()| std::fs::File::create(rank_dir.join(name)))
+                .map_err(|e| {
+                    JobFailure::Start(format!(
+                        "--output-filename: cannot write {}: {e}",
+                        rank_dir.join(name).display()
+                    ))
+                })
+        };
+        cmd.stdout(open("stdout")?).stderr(open("stderr")?);
+    } else if spec.tag_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     // Standard input goes to node 0 only, as mpirun's and srun's do; the others read nothing.
@@ -740,6 +756,7 @@ pub fn job_from_jiahosts() -> Result<Option<JobEnv>, String> {
         stats,
         stats_json: std::env::var("DSM_STATS_JSON").ok(),
         tag_output: false,
+        output_dir: None,
         join_timeout: Duration::from_secs(60),
         env: Vec::new(),
     };

@@ -570,6 +570,16 @@ fn main() {
             let _ = std::io::Write::flush(&mut std::io::stdout());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
+        "out-of-bounds" => {
+            let a = dsm
+                .alloc::<u64>(8, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            if dsm.id() == 1 {
+                println!("{}", a.get(8));
+            }
+            dsm.barrier();
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
