@@ -248,6 +248,85 @@ fn dsm_bench_measures_the_floors() {
     row("minimal fault / (fault floor + busy UDP round trip)");
 }
 
+/// `dsm-bench --json/--csv/--chart`: every run's raw samples and every floor sample in the files,
+/// with the machine, date and commit; the chart's two files.
+#[test]
+fn dsm_bench_writes_every_sample_and_the_chart() {
+    let dir = std::env::temp_dir().join(format!("dsm-bench-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, csv, chart) = (dir.join("b.json"), dir.join("b.csv"), dir.join("chart"));
+    let mut cmd = Command::new(bin("dsm-bench"));
+    cmd.args([
+        "--apps",
+        "pi:2000000,matmul:256",
+        "--nodes",
+        "1,2",
+        "--transports",
+        "udp",
+        "--prefetch",
+        "on",
+        "--repeat",
+        "2",
+    ])
+    .arg("--json")
+    .arg(&json)
+    .arg("--csv")
+    .arg(&csv)
+    .arg("--chart")
+    .arg(&chart);
+    let out = run_with_deadline(cmd, Duration::from_secs(300));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).unwrap();
+    for key in ["date", "commit", "machine", "kernel"] {
+        assert!(v[key].as_str().is_some_and(|s| !s.is_empty()), "{key}: {v}");
+    }
+    let cells = v["cells"].as_array().expect("cells");
+    // 2 apps x 2 node counts, and a pair per app.
+    assert_eq!(cells.len(), 6, "{v}");
+    for c in cells {
+        assert_eq!(c["wall_s"].as_array().map(Vec::len), Some(2), "{c}");
+        assert_eq!(c["compute_s"].as_array().map(Vec::len), Some(2), "{c}");
+        let walls: Vec<f64> = c["wall_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x.as_f64())
+            .collect();
+        let med = c["median_s"].as_f64().unwrap();
+        assert!(
+            walls.iter().all(|&w| w > 0.0) && walls.contains(&med),
+            "{c}"
+        );
+    }
+    let floors = v["floors"]["samples"].as_array().expect("floor samples");
+    let bare = floors
+        .iter()
+        .find(|f| f["name"] == "bare fault + mprotect (us)")
+        .expect("bare fault samples");
+    assert!(
+        bare["samples"].as_array().is_some_and(|s| s.len() >= 5),
+        "{bare}"
+    );
+    let csv = std::fs::read_to_string(&csv).expect("csv written");
+    assert_eq!(
+        csv.lines().filter(|l| l.starts_with("run,")).count(),
+        12,
+        "{csv}"
+    );
+    assert!(csv.lines().any(|l| l.starts_with("floor,")), "{csv}");
+    for ext in ["svg", "png"] {
+        let f = dir.join(format!("chart.{ext}"));
+        assert!(
+            std::fs::metadata(&f).is_ok_and(|m| m.len() > 1000),
+            "{}",
+            f.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every binary answers `--help` (usage, status 0) and `--version`, and refuses an unknown option
 /// with status 2: `matmul --help` prints usage, not an error.
 #[test]

@@ -21,7 +21,7 @@
 //! out). Writes CSV, JSON, and a chart (SVG and PNG) of time per app per transport.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -67,10 +67,67 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-const USAGE: &str = "usage: dsm-bench [--quick] [--apps A[:ARG..],..] [--nodes 1,2,4] [--transports udp,tcp] [--prefetch on,off] [--repeat N] [--baseline KEY=VALUE] [--csv F] [--json F] [--chart PREFIX] [--no-floors] [--no-pairs]\n       dsm-bench --floors-only [--repeat N]\n       dsm-bench --help | --version";
+/// The command line (clap): what to run and where the results go.
+#[derive(clap::Parser)]
+#[command(
+    name = "dsm-bench",
+    version,
+    about = "The DSM's costs against the machine's floors, and every app's time per node count, transport and prefetch setting",
+    after_help = "Runs every cell of the matrix once per round, --repeat rounds, through dsmrun (next to this \
+                  binary). Prints the floors, then per cell the median whole-job time, its min and max, the \
+                  median compute time the app reports, the GETPs and the ratio to the baseline cell. --json \
+                  and --csv hold every run's raw samples and every floor sample.\n\n\
+                  Exit status: 0, or 1 if a run failed, 2 for bad options."
+)]
+struct Args {
+    /// A quick matrix: matmul 1024, sor and lu 512 on 1 and 2 nodes, prefetch on, 3 rounds
+    /// (options given with it win).
+    #[arg(long)]
+    quick: bool,
+    /// Apps and their arguments, e.g. matmul:2048,sor:1024:100,lu.
+    #[arg(long, value_name = "APP[:ARG..],..")]
+    apps: Option<String>,
+    /// Node counts.
+    #[arg(long, value_delimiter = ',', value_name = "N,..")]
+    nodes: Option<Vec<usize>>,
+    /// Transports.
+    #[arg(long, value_delimiter = ',', value_name = "T,..",
+          value_parser = ["udp", "tcp", "rdma-rc", "rdma-ud"])]
+    transports: Option<Vec<String>>,
+    /// Prefetch settings.
+    #[arg(long, value_delimiter = ',', value_name = "on,off", value_parser = ["on", "off"])]
+    prefetch: Option<Vec<String>>,
+    /// Rounds (each cell runs once per round) [default: 5].
+    #[arg(long, value_name = "N")]
+    repeat: Option<usize>,
+    /// The cell each ratio is taken against: nodes=N, transport=T or prefetch=on|off.
+    #[arg(long, value_name = "KEY=VALUE", default_value = "nodes=1")]
+    baseline: String,
+    /// Every run's samples and the floors as CSV.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Every run's samples, the floors and the machine as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// The chart's files: PREFIX.svg and PREFIX.png.
+    #[arg(long, value_name = "PREFIX", default_value = "bench")]
+    chart: String,
+    /// No chart.
+    #[arg(long)]
+    no_chart: bool,
+    /// Leave out the floors.
+    #[arg(long)]
+    no_floors: bool,
+    /// Only the floors, --repeat samples.
+    #[arg(long, conflicts_with = "no_floors")]
+    floors_only: bool,
+    /// Leave out the "2 jobs" rows (two 1-node jobs at once: the machine's ceiling).
+    #[arg(long)]
+    no_pairs: bool,
+}
 
 fn usage(msg: &str) -> ! {
-    eprintln!("dsm-bench: {msg}\n{USAGE}");
+    eprintln!("dsm-bench: {msg} (see dsm-bench --help)");
     std::process::exit(2)
 }
 
@@ -102,6 +159,7 @@ fn parse_apps(s: &str) -> Vec<(String, Vec<String>)> {
 }
 
 fn options() -> Options {
+    let a = <Args as clap::Parser>::parse();
     let mut o = Options {
         // Sizes where the work is a few tenths of a second on one node (the apps' own defaults
         // are smaller, for quick runs and tests).
@@ -113,86 +171,44 @@ fn options() -> Options {
         prefetch: vec![true, false],
         repeat: 5,
         baseline: ("nodes".into(), "1".into()),
-        csv: None,
-        json: None,
-        chart: Some("bench".into()),
-        floors: true,
-        floors_only: false,
-        pairs: true,
+        csv: a.csv,
+        json: a.json,
+        chart: (!a.no_chart).then_some(a.chart),
+        floors: !a.no_floors,
+        floors_only: a.floors_only,
+        pairs: !a.no_pairs,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| {
-            args.next()
-                .unwrap_or_else(|| usage(&format!("{name} needs a value")))
-        };
-        match a.as_str() {
-            "--quick" => {
-                o.apps = parse_apps("matmul:1024,sor:512:20,lu:512:32");
-                o.nodes = vec![1, 2];
-                o.prefetch = vec![true];
-                o.repeat = 3;
-            }
-            "--apps" => o.apps = parse_apps(&val("--apps")),
-            "--nodes" => {
-                o.nodes = val("--nodes")
-                    .split(',')
-                    .map(|n| n.parse().unwrap_or_else(|_| usage("--nodes: numbers")))
-                    .collect()
-            }
-            "--transports" => {
-                o.transports = val("--transports").split(',').map(str::to_string).collect()
-            }
-            "--prefetch" => {
-                o.prefetch = val("--prefetch")
-                    .split(',')
-                    .map(|p| match p {
-                        "on" => true,
-                        "off" => false,
-                        _ => usage("--prefetch: on,off"),
-                    })
-                    .collect()
-            }
-            "--repeat" => {
-                o.repeat = val("--repeat")
-                    .parse()
-                    .unwrap_or_else(|_| usage("--repeat: a number"))
-            }
-            "--baseline" => {
-                let b = val("--baseline");
-                let (k, v) = b
-                    .split_once('=')
-                    .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch)"));
-                if !matches!(k, "nodes" | "transport" | "prefetch") {
-                    usage("--baseline: the key is nodes, transport or prefetch");
-                }
-                o.baseline = (k.into(), v.into());
-            }
-            "--csv" => o.csv = Some(val("--csv").into()),
-            "--json" => o.json = Some(val("--json").into()),
-            "--chart" => o.chart = Some(val("--chart")),
-            "--no-chart" => o.chart = None,
-            "--no-floors" => o.floors = false,
-            "--floors-only" => o.floors_only = true,
-            "--no-pairs" => o.pairs = false,
-            "-h" | "--help" => {
-                println!(
-                    "dsm-bench: the DSM's costs against the floors, and every app's time per node count, transport and prefetch\n\n{USAGE}"
-                );
-                std::process::exit(0)
-            }
-            "-V" | "--version" => {
-                println!("dsm-bench {}", env!("CARGO_PKG_VERSION"));
-                std::process::exit(0)
-            }
-            other => usage(&format!("unknown option `{other}`")),
-        }
+    if a.quick {
+        o.apps = parse_apps("matmul:1024,sor:512:20,lu:512:32");
+        o.nodes = vec![1, 2];
+        o.prefetch = vec![true];
+        o.repeat = 3;
     }
-    if o.floors_only && !o.floors {
-        usage("--floors-only and --no-floors leave nothing to run");
+    if let Some(apps) = &a.apps {
+        o.apps = parse_apps(apps);
     }
-    if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() {
-        usage("nothing to run");
+    if let Some(n) = a.nodes {
+        o.nodes = n;
+    }
+    if let Some(t) = a.transports {
+        o.transports = t;
+    }
+    if let Some(p) = a.prefetch {
+        o.prefetch = p.iter().map(|p| p == "on").collect();
+    }
+    if let Some(r) = a.repeat {
+        o.repeat = r;
+    }
+    let (k, v) = a
+        .baseline
+        .split_once('=')
+        .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch)"));
+    if !matches!(k, "nodes" | "transport" | "prefetch") {
+        usage("--baseline: the key is nodes, transport or prefetch");
+    }
+    o.baseline = (k.into(), v.into());
+    if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() || o.nodes.contains(&0) {
+        usage("nothing to run (--repeat, --apps and --nodes need at least one, nodes above 0)");
     }
     o
 }
@@ -396,7 +412,172 @@ fn baseline_of<'a>(o: &Options, cell: &Cell, all: &'a [Outcome]) -> Option<&'a O
     all.iter().find(|x| x.cell == b)
 }
 
-fn chart(prefix: &str, results: &[Outcome]) -> Result<(), String> {
+/// One cell's figures from its samples.
+struct Summary {
+    median_s: f64,
+    min_s: f64,
+    max_s: f64,
+    compute_median_s: f64,
+    getp_median: u64,
+    /// The baseline's median over this cell's (times `jobs` for a pair).
+    ratio: Option<f64>,
+    /// 2 for a pair of 1-node jobs run at once, else 1.
+    jobs: f64,
+}
+
+/// Where and when the run was: for the files and the chart's corner.
+struct RunInfo {
+    date: String,
+    commit: String,
+    machine: String,
+    cpus: usize,
+    kernel: String,
+    command: Vec<String>,
+}
+
+impl RunInfo {
+    fn now() -> RunInfo {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let model = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let host = read("/proc/sys/kernel/hostname").trim().to_string();
+        // The commit of the checkout this binary was built in (target/release/.. is inside it).
+        let dir = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        let commit = Command::new("git")
+            .arg("-C")
+            .arg(&dir)
+            .args(["describe", "--always", "--dirty"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        RunInfo {
+            date: dsm_runtime::stats::rfc3339(std::time::SystemTime::now()),
+            commit,
+            machine: format!("{host}: {cpus} CPUs, {model}"),
+            cpus,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            command: std::env::args().collect(),
+        }
+    }
+}
+
+/// The run as JSON: the machine, every floor sample, every cell's every run.
+fn to_json(
+    o: &Options,
+    run: &RunInfo,
+    floors: &Floors,
+    results: &[Outcome],
+    summaries: &[Summary],
+) -> String {
+    use serde_json::json;
+    let mut floor_samples = vec![
+        json!({"name": "bare fault + mprotect (us)", "samples": floors.bare}),
+        json!({"name": MINIMAL_ROW, "samples": floors.minimal}),
+    ];
+    floor_samples.extend(
+        floors
+            .runs
+            .iter()
+            .map(|(name, v)| json!({"name": name, "samples": v})),
+    );
+    let medians: Vec<serde_json::Value> = floors
+        .rows()
+        .into_iter()
+        .map(|(name, v)| json!({"name": name, "value": v}))
+        .collect();
+    let cells: Vec<serde_json::Value> = results
+        .iter()
+        .zip(summaries)
+        .map(|(r, m)| {
+            json!({
+                "app": r.cell.app,
+                "args": r.cell.args,
+                "nodes": r.cell.nodes,
+                "transport": r.cell.transport,
+                "prefetch": r.cell.prefetch,
+                "jobs": m.jobs,
+                "wall_s": r.walls,
+                "compute_s": r.computes,
+                "getp": r.getps,
+                "failures": r.failures,
+                "median_s": m.median_s,
+                "min_s": m.min_s,
+                "max_s": m.max_s,
+                "compute_median_s": m.compute_median_s,
+                "getp_median": m.getp_median,
+                "ratio_to_baseline": m.ratio,
+            })
+        })
+        .collect();
+    let doc = json!({
+        "date": run.date,
+        "commit": run.commit,
+        "machine": run.machine,
+        "cpus": run.cpus,
+        "kernel": run.kernel,
+        "command": run.command,
+        "repeat": o.repeat,
+        "baseline": format!("{}={}", o.baseline.0, o.baseline.1),
+        "floors": {"samples": floor_samples, "medians": medians},
+        "cells": cells,
+    });
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// The run as CSV, one row per sample: every run of every cell (`kind` run), then every floor
+/// sample (`kind` floor, its median over one sample in `value`).
+fn to_csv(floors: &Floors, results: &[Outcome]) -> String {
+    let mut csv = String::from(
+        "kind,app,args,nodes,transport,prefetch,jobs,run,wall_s,compute_s,getp,floor,value\n",
+    );
+    for r in results {
+        let jobs = if r.cell.pair { 2 } else { 1 };
+        for (i, ((w, c), g)) in r.walls.iter().zip(&r.computes).zip(&r.getps).enumerate() {
+            let _ = writeln!(
+                csv,
+                "run,{},{},{},{},{},{jobs},{},{w:.4},{c:.4},{g},,",
+                r.cell.app,
+                r.cell.args.join(" "),
+                r.cell.nodes,
+                r.cell.transport,
+                if r.cell.prefetch { "on" } else { "off" },
+                i + 1
+            );
+        }
+    }
+    let mut floor_rows: Vec<(&str, &[f64])> = vec![
+        ("bare fault + mprotect (us)", &floors.bare),
+        (MINIMAL_ROW, &floors.minimal),
+    ];
+    floor_rows.extend(floors.runs.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
+    for (name, samples) in floor_rows {
+        for (i, v) in samples.iter().enumerate() {
+            let _ = writeln!(csv, "floor,,,,,,,{},,,,\"{name}\",{v:.3}", i + 1);
+        }
+    }
+    csv
+}
+
+fn chart(
+    prefix: &str,
+    o: &Options,
+    run: &RunInfo,
+    results: &[Outcome],
+    summaries: &[Summary],
+) -> Result<(), String> {
     // DSM_BENCH_FONT names another TrueType file (the RDMA VM has no fonts of its own).
     let custom = std::env::var("DSM_BENCH_FONT").ok();
     let font = custom
@@ -411,133 +592,217 @@ fn chart(prefix: &str, results: &[Outcome]) -> Result<(), String> {
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| "bad font file")?;
-    // Bars: one group per app; one bar per (transport, nodes) with the first prefetch setting.
-    let pf = results.first().is_none_or(|r| r.cell.prefetch);
-    let apps: Vec<String> = results
+    // One panel per app (its own time axis: apps differ by 10x), one bar per (transport, nodes)
+    // with the first prefetch setting; then the speed-ups.
+    let dsm: Vec<(&Outcome, &Summary)> = results
         .iter()
-        .map(|r| r.cell.label())
-        .fold(Vec::new(), |mut v, a| {
-            if !v.contains(&a) {
-                v.push(a);
-            }
-            v
-        });
-    let series: Vec<(String, usize)> = results
-        .iter()
-        .filter(|r| r.cell.prefetch == pf)
-        .map(|r| (r.cell.transport.clone(), r.cell.nodes))
-        .fold(Vec::new(), |mut v, s| {
-            if !v.contains(&s) {
-                v.push(s);
-            }
-            v
-        });
-    let time = |app: &str, s: &(String, usize)| {
-        results
-            .iter()
-            .find(|r| {
+        .zip(summaries)
+        .filter(|(r, _)| !r.cell.pair)
+        .collect();
+    let pf = dsm.first().is_none_or(|(r, _)| r.cell.prefetch);
+    let mut apps: Vec<String> = Vec::new();
+    let mut series: Vec<(String, usize)> = Vec::new();
+    for (r, _) in dsm.iter().filter(|(r, _)| r.cell.prefetch == pf) {
+        if !apps.contains(&r.cell.label()) {
+            apps.push(r.cell.label());
+        }
+        let sr = (r.cell.transport.clone(), r.cell.nodes);
+        if !series.contains(&sr) {
+            series.push(sr);
+        }
+    }
+    let bar = |app: &str, sr: &(String, usize)| {
+        dsm.iter()
+            .find(|(r, _)| {
                 r.cell.label() == app
-                    && r.cell.transport == s.0
-                    && r.cell.nodes == s.1
+                    && r.cell.transport == sr.0
+                    && r.cell.nodes == sr.1
                     && r.cell.prefetch == pf
             })
-            .map(|r| median(&r.walls))
+            .filter(|(r, _)| !r.walls.is_empty())
+            .map(|(_, m)| Bar {
+                median: m.median_s,
+                min: m.min_s,
+                max: m.max_s,
+                ratio: m.ratio,
+            })
     };
-    let ymax = results
-        .iter()
-        .map(|r| median(&r.walls))
-        .fold(0.0f64, f64::max)
-        * 1.15;
+    let ceiling = |app: &str| {
+        results
+            .iter()
+            .zip(summaries)
+            .find(|(r, _)| r.cell.pair && r.cell.label() == app)
+            .and_then(|(_, m)| m.ratio)
+    };
     let data = ChartData {
         title: format!(
-            "DSM job time per app (median, whole job, prefetch {})",
+            "DSM job time per app: median of {} runs, bars from min to max (whole job, prefetch {})",
+            o.repeat,
             if pf { "on" } else { "off" }
         ),
-        times: apps
+        speedup_title: format!(
+            "speed-up: the baseline's median over the cell's ({}={}); black: two 1-node jobs at once, the machine's ceiling",
+            o.baseline.0, o.baseline.1
+        ),
+        footer: format!("{} | {} | commit {}", run.machine, run.date, run.commit),
+        bars: apps
             .iter()
-            .map(|a| series.iter().map(|sr| time(a, sr)).collect())
+            .map(|a| series.iter().map(|sr| bar(a, sr)).collect())
             .collect(),
+        ceilings: apps.iter().map(|a| ceiling(a)).collect(),
         labels: series
             .iter()
             .map(|sr| format!("{} {} node{}", sr.0, sr.1, if sr.1 == 1 { "" } else { "s" }))
             .collect(),
-        apps: apps.clone(),
-        ymax,
+        apps,
     };
+    let cols = data.apps.len().clamp(1, 4);
+    let rows = data.apps.len().div_ceil(cols).max(1);
+    let size = (1200, 60 + rows as u32 * 240 + 320 + 30);
     let svg = format!("{prefix}.svg");
     let png = format!("{prefix}.png");
     draw(
-        SVGBackend::new(&svg, (1000, 560)).into_drawing_area(),
+        SVGBackend::new(&svg, size).into_drawing_area(),
         &data,
+        rows,
+        cols,
     )
     .map_err(|e| e.to_string())?;
     draw(
-        BitMapBackend::new(&png, (1000, 560)).into_drawing_area(),
+        BitMapBackend::new(&png, size).into_drawing_area(),
         &data,
+        rows,
+        cols,
     )
     .map_err(|e| e.to_string())?;
     eprintln!("dsm-bench: chart written to {svg} and {png}");
     Ok(())
 }
 
+/// One bar: a cell's median, min and max time, and its speed-up.
+#[derive(Clone, Copy)]
+struct Bar {
+    median: f64,
+    min: f64,
+    max: f64,
+    ratio: Option<f64>,
+}
+
 struct ChartData {
     title: String,
+    speedup_title: String,
+    footer: String,
     apps: Vec<String>,
     labels: Vec<String>,
-    /// times[app][series]
-    times: Vec<Vec<Option<f64>>>,
-    ymax: f64,
+    /// bars[app][series]
+    bars: Vec<Vec<Option<Bar>>>,
+    /// The "2 jobs" ratio per app: the ceiling of a 2-node speed-up on this machine.
+    ceilings: Vec<Option<f64>>,
 }
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
 
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     d: &ChartData,
+    rows: usize,
+    cols: usize,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     DB::ErrorType: 'static,
 {
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
-    ];
     root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(&d.title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..d.apps.len() as f64, 0f64..d.ymax.max(0.01))?;
+    let (title, rest) = root.split_vertically(50);
+    title.draw_text(
+        &d.title,
+        &("sans-serif", 20).into_font().color(&BLACK),
+        (15, 15),
+    )?;
+    let (grid, rest) = rest.split_vertically(rows as u32 * 240);
+    let (speed, foot) = rest.split_vertically(320);
+    let n = d.labels.len().max(1) as f64;
+    for (ai, area) in grid.split_evenly((rows, cols)).iter().enumerate() {
+        let Some(app) = d.apps.get(ai) else { break };
+        let row = &d.bars[ai];
+        let ymax = row.iter().flatten().map(|b| b.max).fold(0.0f64, f64::max) * 1.15;
+        let mut c = ChartBuilder::on(area)
+            .caption(app, ("sans-serif", 16))
+            .margin(8)
+            .x_label_area_size(8)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0f64..n, 0f64..ymax.max(1e-3))?;
+        c.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("seconds")
+            .y_labels(5)
+            .draw()?;
+        for (si, b) in row.iter().enumerate() {
+            let Some(b) = b else { continue };
+            let color = COLORS[si % COLORS.len()];
+            let x = si as f64;
+            c.draw_series([Rectangle::new(
+                [(x + 0.12, 0.0), (x + 0.88, b.median)],
+                color.filled(),
+            )])?;
+            // The min-max bar, with caps.
+            let mid = x + 0.5;
+            c.draw_series([
+                PathElement::new(vec![(mid, b.min), (mid, b.max)], BLACK.stroke_width(2)),
+                PathElement::new(vec![(mid - 0.15, b.min), (mid + 0.15, b.min)], BLACK),
+                PathElement::new(vec![(mid - 0.15, b.max), (mid + 0.15, b.max)], BLACK),
+            ])?;
+        }
+    }
+    // Speed-ups: one group per app, one bar per series; the ceiling as a black line.
+    let rmax = d
+        .bars
+        .iter()
+        .flatten()
+        .flatten()
+        .filter_map(|b| b.ratio)
+        .chain(d.ceilings.iter().flatten().copied())
+        .fold(1.0f64, f64::max)
+        * 1.7; // room for the legend above the bars and lines
+    let mut c = ChartBuilder::on(&speed)
+        .caption(&d.speedup_title, ("sans-serif", 15))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..d.apps.len().max(1) as f64, 0f64..rmax)?;
     c.configure_mesh()
         .disable_x_mesh()
         .x_labels(d.apps.len() * 2 + 1)
         .x_label_formatter(&|x| {
-            let f = x.fract();
-            if (f - 0.5).abs() < 0.01 {
+            if (x.fract() - 0.5).abs() < 0.01 {
                 d.apps.get(x.floor() as usize).cloned().unwrap_or_default()
             } else {
                 String::new()
             }
         })
-        .y_desc("seconds")
+        .y_desc("x baseline")
         .draw()?;
-    let w = 0.8 / d.labels.len().max(1) as f64;
+    let w = 0.8 / n;
     for (si, label) in d.labels.iter().enumerate() {
-        let color = colors[si % colors.len()];
+        let color = COLORS[si % COLORS.len()];
         let bars: Vec<Rectangle<(f64, f64)>> = d
-            .times
+            .bars
             .iter()
             .enumerate()
             .filter_map(|(ai, row)| {
-                let t = row.get(si).copied().flatten()?;
+                let r = row.get(si).copied().flatten()?.ratio?;
                 let x0 = ai as f64 + 0.1 + si as f64 * w;
                 Some(Rectangle::new(
-                    [(x0, 0.0), (x0 + w * 0.9, t)],
+                    [(x0, 0.0), (x0 + w * 0.9, r)],
                     color.filled(),
                 ))
             })
@@ -546,11 +811,37 @@ where
             .label(label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
+    let lines: Vec<PathElement<(f64, f64)>> = d
+        .ceilings
+        .iter()
+        .enumerate()
+        .filter_map(|(ai, c)| {
+            let c = (*c)?;
+            Some(PathElement::new(
+                vec![(ai as f64 + 0.05, c), (ai as f64 + 0.95, c)],
+                BLACK.stroke_width(3),
+            ))
+        })
+        .collect();
+    if !lines.is_empty() {
+        c.draw_series(lines)?
+            .label("2 jobs at once (ceiling)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK.stroke_width(3)));
+    }
+    c.draw_series([PathElement::new(
+        vec![(0.0, 1.0), (d.apps.len() as f64, 1.0)],
+        BLACK.mix(0.4),
+    )])?;
     c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
+    foot.draw_text(
+        &d.footer,
+        &("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
+        (15, 8),
+    )?;
     root.present()?;
     Ok(())
 }
@@ -585,6 +876,13 @@ fn main() {
             floors.sample();
         }
         print_floors(&floors);
+        let run = RunInfo::now();
+        if let Some(p) = &o.csv {
+            let _ = std::fs::write(p, to_csv(&floors, &[]));
+        }
+        if let Some(p) = &o.json {
+            let _ = std::fs::write(p, to_json(&o, &run, &floors, &[], &[]));
+        }
         return;
     }
     // Floor samples at the start of each round, FLOOR_RUNS at least in all.
@@ -704,11 +1002,8 @@ fn main() {
         "vs_base"
     );
     println!("{header}");
-    let mut csv = String::from(
-        "app,args,nodes,transport,prefetch,median_s,min_s,max_s,compute_median_s,getp_median,ratio_to_baseline,failures,jobs\n",
-    );
-    let mut json = String::from("[\n");
-    for (i, r) in results.iter().enumerate() {
+    let mut summaries = Vec::new();
+    for r in &results {
         let med = median(&r.walls);
         let min = r.walls.iter().copied().fold(f64::INFINITY, f64::min);
         let max = r.walls.iter().copied().fold(0.0, f64::max);
@@ -738,30 +1033,16 @@ fn main() {
                 String::new()
             }
         );
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{pf},{med:.4},{min:.4},{max:.4},{comp:.4},{getp},{},{},{jobs}",
-            r.cell.app,
-            r.cell.args.join(" "),
-            r.cell.nodes,
-            r.cell.transport,
-            ratio.map_or(String::new(), |x| format!("{x:.3}")),
-            r.failures
-        );
-        let _ = writeln!(
-            json,
-            "  {{\"app\": \"{}\", \"args\": \"{}\", \"nodes\": {}, \"transport\": \"{}\", \"prefetch\": {}, \"median_s\": {med:.4}, \"min_s\": {min:.4}, \"max_s\": {max:.4}, \"compute_median_s\": {comp:.4}, \"getp_median\": {getp}, \"ratio_to_baseline\": {}, \"failures\": {}, \"jobs\": {jobs}}}{}",
-            r.cell.app,
-            r.cell.args.join(" "),
-            r.cell.nodes,
-            r.cell.transport,
-            r.cell.prefetch,
-            ratio.map_or("null".to_string(), |x| format!("{x:.3}")),
-            r.failures,
-            if i + 1 < results.len() { "," } else { "" }
-        );
+        summaries.push(Summary {
+            median_s: med,
+            min_s: min,
+            max_s: max,
+            compute_median_s: comp,
+            getp_median: getp,
+            ratio,
+            jobs,
+        });
     }
-    json.push_str("]\n");
     println!(
         "(vs_base: the baseline cell's median over this one, baseline {}={}; >1 means faster)",
         o.baseline.0, o.baseline.1
@@ -778,15 +1059,15 @@ fn main() {
             eprintln!("dsm-bench: writing {}: {e}", p.display());
         }
     };
+    let run = RunInfo::now();
     if let Some(p) = &o.csv {
-        write(p, &csv);
+        write(p, &to_csv(&floors, &results));
     }
     if let Some(p) = &o.json {
-        write(p, &json);
+        write(p, &to_json(&o, &run, &floors, &results, &summaries));
     }
     if let Some(prefix) = &o.chart {
-        let dsm: Vec<Outcome> = results.iter().filter(|r| !r.cell.pair).cloned().collect();
-        if let Err(e) = chart(prefix, &dsm) {
+        if let Err(e) = chart(prefix, &o, &run, &results, &summaries) {
             eprintln!("dsm-bench: no chart: {e}");
         }
     }
