@@ -339,6 +339,12 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
             exit_status: None,
         };
     }
+    log::info!(
+        "node {rank} of {size} joined over {} ({} GiB region at {:#x})",
+        config.comm_type.name(),
+        config.region_gib,
+        config.global_start_addr
+    );
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {

@@ -370,6 +370,40 @@ fn a_panic_on_one_node_ends_every_node() {
     assert!(err.contains("deliberate panic on node 1"), "{}", text(&out));
 }
 
+/// The logger: `RUST_LOG` reaches every node and dsmrun, each line says who wrote it; without
+/// it only warnings and errors print.
+#[test]
+fn rust_log_is_honoured_by_every_node_and_dsmrun_with_the_writer_named() {
+    let run = |rust_log: Option<&str>| {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["-n", "3"]).arg(bin("matmul")).arg("128");
+        match rust_log {
+            Some(v) => cmd.env("RUST_LOG", v),
+            None => cmd.env_remove("RUST_LOG"),
+        };
+        run_with_deadline(cmd, Duration::from_secs(60))
+    };
+    let out = run(Some("info"));
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for k in 0..3 {
+        assert!(
+            err.contains(&format!(
+                "dsm node {k}: info: node {k} of 3 joined over udp"
+            )),
+            "node {k}'s info line:\n{err}"
+        );
+    }
+    assert!(err.contains("dsmrun: info: starting 3 nodes"), "{err}");
+    let out = run(None);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("info:"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn an_out_of_bounds_index_names_the_node_and_the_programs_own_line() {
     let out = dsmrun(2, &[], "probe", &["out-of-bounds"]);

@@ -385,6 +385,12 @@ fn run_watched(
 ) -> Result<(), JobFailure> {
     let n = spec.hosts.len();
     let p = prepare(spec)?;
+    log::info!(
+        "starting {n} node{} of {} over {}",
+        if n == 1 { "" } else { "s" },
+        spec.program,
+        spec.config.comm_type.name()
+    );
     let interrupted = signals::catch_interrupts();
     let mut children: Vec<Child> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
