@@ -41,6 +41,7 @@ pub mod alloc;
 pub mod codec;
 pub mod diff;
 pub mod mailbox;
+mod manager;
 pub mod memory;
 pub mod msg;
 pub mod node;

@@ -17,11 +17,12 @@ use std::time::Duration;
 use crate::alloc::{self, AllocError, AllocPolicy};
 use crate::codec;
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
+use crate::manager::{Managed, Managers, Outbox};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff};
 use crate::pages::{Cache, PageEntry};
 use crate::stats::Stats;
-use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock, Managers};
+use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock};
 use crate::types::{
     Access, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
     PageState, Time, WaiterId,
@@ -284,7 +285,7 @@ impl<M: PageMemory> Node<M> {
             cfg.node,
             cfg.nodes
         );
-        let mgr = Managers::new(cfg.nodes);
+        let mgr = Managers::new(cfg.node, cfg.nodes);
         Node {
             cfg,
             mem,
@@ -606,7 +607,7 @@ impl<M: PageMemory> Node<M> {
             Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data.0),
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
             Msg::DiffGrant { id } => self.on_diff_grant(from, id),
-            Msg::Acquire { lock, seen } => self.on_acquire(from, lock, seen),
+            Msg::Acquire { lock, seen } => self.managed(|m, o| m.on_acquire(from, lock, seen, o)),
             Msg::AcquireGrant {
                 lock,
                 counter,
@@ -616,26 +617,32 @@ impl<M: PageMemory> Node<M> {
                 lock,
                 epoch,
                 notices,
-            } => self.on_release(from, lock, epoch, notices),
+            } => {
+                let node_epoch = self.epoch;
+                self.managed(|m, o| m.on_release(from, lock, epoch, notices, node_epoch, o))
+            }
             Msg::Barrier {
                 epoch,
                 alloc_digest,
                 notices,
-            } => self.on_barrier(from, epoch, alloc_digest, notices),
+            } => self.managed(|m, o| m.on_barrier(from, epoch, alloc_digest, notices, o)),
             Msg::BarrierGrant { epoch, notices } => {
                 self.on_barrier_grant(now, from, epoch, notices)
             }
-            Msg::Wait { epoch } => self.on_wait(from, epoch),
+            Msg::Wait { epoch } => self.managed(|m, o| m.on_wait(from, epoch, o)),
             Msg::WaitGrant { epoch } => self.on_wait_grant(now, from, epoch),
-            Msg::SetCv { cv, notices } => self.on_set_cv(from, cv, notices),
-            Msg::ResetCv { cv } => self.on_reset_cv(from, cv),
-            Msg::WaitCv { cv, seen } => self.on_wait_cv(from, cv, seen),
+            Msg::SetCv { cv, notices } => {
+                let node_epoch = self.epoch;
+                self.managed(|m, o| m.on_set_cv(from, cv, notices, node_epoch, o))
+            }
+            Msg::ResetCv { cv } => self.managed(|m, _| m.on_reset_cv(from, cv)),
+            Msg::WaitCv { cv, seen } => self.managed(|m, o| m.on_wait_cv(from, cv, seen, o)),
             Msg::CvGrant {
                 cv,
                 counter,
                 notices,
             } => self.on_cv_grant(now, from, cv, counter, notices),
-            Msg::Exit { stats } => self.on_exit(from, stats),
+            Msg::Exit { stats } => self.managed(|m, o| m.on_exit(from, stats, o)),
             Msg::ExitGrant => self.on_exit_grant(now, from),
             Msg::Send { channel, tag, data } => {
                 if let Some(waiter) = self.mailbox.arrive(channel, Letter { from, tag, data }) {
@@ -651,6 +658,33 @@ impl<M: PageMemory> Node<M> {
                 Ok(())
             }
         }
+    }
+
+    /// Runs a manager's handler ([`crate::manager`]) and carries out what it says: its messages
+    /// go out in order, then its event.
+    fn managed(
+        &mut self,
+        handle: impl FnOnce(&mut Managers, &mut Outbox) -> Result<Managed, ProtocolError>,
+    ) -> Result<(), ProtocolError> {
+        let mut out = Outbox::new();
+        let managed = handle(&mut self.mgr, &mut out)?;
+        for (to, msg) in out {
+            self.send(to, msg);
+        }
+        match managed {
+            Managed::Done => {}
+            Managed::AllocMismatch { node } => {
+                let error = JobError::AllocMismatch { node };
+                self.broadcast_error(&error.to_string());
+                self.abort(error);
+            }
+            // Before the exit grant this node sent itself is delivered (drain_loopback): the
+            // statistics come before the resume.
+            Managed::JobStats { nodes, runtime } => {
+                self.effects.push_back(Effect::JobStats { nodes, runtime })
+            }
+        }
+        Ok(())
     }
 
     /// Sends a letter to node `to`'s mailbox (`jia_send`; to this node too). It does not block:
@@ -788,7 +822,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     pub(crate) fn manager_of(&self, id: u16) -> NodeId {
-        NodeId(id % self.cfg.nodes)
+        self.mgr.manager_of(id)
     }
 
     pub(crate) fn mark_written(&mut self, page: PageNum) {

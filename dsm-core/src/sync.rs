@@ -11,15 +11,15 @@
 //!   already hold the released writes.
 //!
 //! Lock `l` and condition variable `c` are managed by node `l % nodes` and `c % nodes`; barriers,
-//! waits and exit by node 0. A lock costs three messages (acquire, grant, release) whatever the job
-//! size; a barrier costs 2(N-1).
+//! waits and exit by node 0 ([`crate::manager`]: the managers are a structure of their own). A
+//! lock costs three messages (acquire, grant, release) whatever the job size; a barrier costs
+//! 2(N-1). This module is the caller's side.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
-use crate::node::{Effect, JobError, Node, ProtocolError, UsageError};
-use crate::stats::Stats;
+use crate::node::{Node, ProtocolError, UsageError};
 use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// A lock as seen by this node's threads.
@@ -90,82 +90,6 @@ impl AfterFlush {
             | AfterFlush::SetCv { through, .. }
             | AfterFlush::Exit { through } => *through,
         }
-    }
-}
-
-/// Write notices kept by a lock or condition-variable manager: page -> (release counter, epoch).
-type Notices = BTreeMap<PageNum, (u32, u32)>;
-
-#[derive(Default, Debug)]
-struct LockMgr {
-    holder: Option<NodeId>,
-    queue: VecDeque<(NodeId, u32)>,
-    counter: u32,
-    notices: Notices,
-}
-
-#[derive(Default, Debug)]
-struct CvMgr {
-    set: bool,
-    counter: u32,
-    notices: Notices,
-    waiters: Vec<(NodeId, u32)>,
-}
-
-/// The locks, condition variables and (at node 0) barriers this node manages.
-#[derive(Debug)]
-pub(crate) struct Managers {
-    nodes: u16,
-    locks: BTreeMap<LockId, LockMgr>,
-    cvs: BTreeMap<CvId, CvMgr>,
-    barrier_arrived: BTreeSet<NodeId>,
-    barrier_notices: BTreeMap<PageNum, Option<NodeId>>,
-    barrier_digest: Option<u64>,
-    barrier_epoch: u32,
-    wait_arrived: BTreeSet<NodeId>,
-    wait_epoch: u32,
-    exit_stats: BTreeMap<NodeId, Vec<u64>>,
-}
-
-impl Managers {
-    pub fn new(nodes: u16) -> Managers {
-        Managers {
-            nodes,
-            locks: BTreeMap::new(),
-            cvs: BTreeMap::new(),
-            barrier_arrived: BTreeSet::new(),
-            barrier_notices: BTreeMap::new(),
-            barrier_digest: None,
-            barrier_epoch: 0,
-            wait_arrived: BTreeSet::new(),
-            wait_epoch: 0,
-            exit_stats: BTreeMap::new(),
-        }
-    }
-}
-
-fn notices_since(notices: &Notices, seen: u32) -> Vec<PageNum> {
-    notices
-        .iter()
-        .filter(|&(_, &(c, _))| c > seen)
-        .map(|(&p, _)| p)
-        .collect()
-}
-
-/// Records a release's notices, unless they predate the current epoch (the barrier that ended
-/// that epoch already invalidated those pages everywhere).
-fn record_notices(
-    map: &mut Notices,
-    pages: Vec<PageNum>,
-    counter: u32,
-    epoch: u32,
-    node_epoch: u32,
-) {
-    if epoch < node_epoch {
-        return;
-    }
-    for p in pages {
-        map.insert(p, (counter, epoch));
     }
 }
 
@@ -337,74 +261,6 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    // ----- locks, the manager's side -----
-
-    pub(crate) fn on_acquire(
-        &mut self,
-        from: NodeId,
-        lock: LockId,
-        seen: u32,
-    ) -> Result<(), ProtocolError> {
-        if self.manager_of(lock.0) != self.cfg.node {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::Acquire,
-                why: "lock not managed here",
-            });
-        }
-        let m = self.mgr.locks.entry(lock).or_default();
-        if m.holder.is_none() {
-            self.grant_lock(lock, from, seen);
-        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, _)| n == from) {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::Acquire,
-                why: "node already holds or awaits the lock",
-            });
-        } else {
-            m.queue.push_back((from, seen));
-        }
-        Ok(())
-    }
-
-    fn grant_lock(&mut self, lock: LockId, to: NodeId, seen: u32) {
-        let m = self.mgr.locks.entry(lock).or_default();
-        m.holder = Some(to);
-        let msg = Msg::AcquireGrant {
-            lock,
-            counter: m.counter,
-            notices: notices_since(&m.notices, seen),
-        };
-        self.send(to, msg);
-    }
-
-    pub(crate) fn on_release(
-        &mut self,
-        from: NodeId,
-        lock: LockId,
-        epoch: u32,
-        notices: Vec<PageNum>,
-    ) -> Result<(), ProtocolError> {
-        let node_epoch = self.epoch;
-        let m = match self.mgr.locks.get_mut(&lock) {
-            Some(m) if m.holder == Some(from) => m,
-            _ => {
-                return Err(ProtocolError {
-                    from,
-                    kind: MsgKind::Release,
-                    why: "lock not held by that node",
-                });
-            }
-        };
-        m.counter += 1;
-        record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
-        m.holder = None;
-        if let Some((next, seen)) = m.queue.pop_front() {
-            self.grant_lock(lock, next, seen);
-        }
-        Ok(())
-    }
-
     // ----- barrier, wait, exit: the caller's side -----
 
     fn start_collective(
@@ -534,13 +390,7 @@ impl<M: PageMemory> Node<M> {
             self.refetch(now, refetch);
         }
         self.epoch += 1;
-        let epoch = self.epoch;
-        for m in self.mgr.locks.values_mut() {
-            m.notices.retain(|_, &mut (_, e)| e >= epoch);
-        }
-        for m in self.mgr.cvs.values_mut() {
-            m.notices.retain(|_, &mut (_, e)| e >= epoch);
-        }
+        self.mgr.forget_before(self.epoch);
         self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::BarrierGrant)
     }
 
@@ -565,132 +415,6 @@ impl<M: PageMemory> Node<M> {
 
     pub(crate) fn on_exit_grant(&mut self, now: Time, from: NodeId) -> Result<(), ProtocolError> {
         self.finish_collective(now, from, CollectiveKind::Exit, MsgKind::ExitGrant)
-    }
-
-    // ----- barrier, wait, exit: node 0's side -----
-
-    fn check_master(&self, from: NodeId, kind: MsgKind) -> Result<(), ProtocolError> {
-        if self.cfg.node != NodeId(0) {
-            return Err(ProtocolError {
-                from,
-                kind,
-                why: "only node 0 manages barriers",
-            });
-        }
-        Ok(())
-    }
-
-    fn broadcast(&mut self, msg: Msg) {
-        for n in 0..self.cfg.nodes {
-            self.send(NodeId(n), msg.clone());
-        }
-    }
-
-    pub(crate) fn on_barrier(
-        &mut self,
-        from: NodeId,
-        epoch: u32,
-        digest: u64,
-        notices: Vec<PageNum>,
-    ) -> Result<(), ProtocolError> {
-        self.check_master(from, MsgKind::Barrier)?;
-        let m = &mut self.mgr;
-        if epoch != m.barrier_epoch || m.barrier_arrived.contains(&from) {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::Barrier,
-                why: "wrong barrier epoch or arrived twice",
-            });
-        }
-        match m.barrier_digest {
-            Some(d) if d != digest => {
-                let node = if from == NodeId(0) { NodeId(1) } else { from };
-                let error = JobError::AllocMismatch { node };
-                self.broadcast_error(&error.to_string());
-                self.abort(error);
-                return Ok(());
-            }
-            _ => m.barrier_digest = Some(digest),
-        }
-        m.barrier_arrived.insert(from);
-        for p in notices {
-            m.barrier_notices
-                .entry(p)
-                .and_modify(|w| {
-                    if *w != Some(from) {
-                        *w = None;
-                    }
-                })
-                .or_insert(Some(from));
-        }
-        if m.barrier_arrived.len() == usize::from(m.nodes) {
-            let notices = std::mem::take(&mut m.barrier_notices)
-                .into_iter()
-                .map(|(page, writer)| WriteNotice { page, writer })
-                .collect();
-            m.barrier_arrived.clear();
-            m.barrier_digest = None;
-            let grant = Msg::BarrierGrant {
-                epoch: m.barrier_epoch,
-                notices,
-            };
-            m.barrier_epoch += 1;
-            self.broadcast(grant);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn on_wait(&mut self, from: NodeId, epoch: u32) -> Result<(), ProtocolError> {
-        self.check_master(from, MsgKind::Wait)?;
-        let m = &mut self.mgr;
-        if epoch != m.wait_epoch || !m.wait_arrived.insert(from) {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::Wait,
-                why: "wrong wait epoch or arrived twice",
-            });
-        }
-        if m.wait_arrived.len() == usize::from(m.nodes) {
-            m.wait_arrived.clear();
-            let grant = Msg::WaitGrant {
-                epoch: m.wait_epoch,
-            };
-            m.wait_epoch += 1;
-            self.broadcast(grant);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn on_exit(&mut self, from: NodeId, stats: Vec<u64>) -> Result<(), ProtocolError> {
-        self.check_master(from, MsgKind::Exit)?;
-        let runtime = stats.len().saturating_sub(Stats::COUNTERS);
-        if stats.len() < Stats::COUNTERS || runtime > crate::node::MAX_RUNTIME_COUNTERS {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::Exit,
-                why: "statistics of the wrong length",
-            });
-        }
-        let m = &mut self.mgr;
-        if m.exit_stats.insert(from, stats).is_some() {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::Exit,
-                why: "exited twice",
-            });
-        }
-        if m.exit_stats.len() == usize::from(m.nodes) {
-            let (nodes, runtime) = std::mem::take(&mut m.exit_stats)
-                .into_values()
-                .map(|mut c| {
-                    let runtime = c.split_off(Stats::COUNTERS);
-                    (Stats::from_counters(&c).unwrap_or_default(), runtime)
-                })
-                .unzip();
-            self.effects.push_back(Effect::JobStats { nodes, runtime });
-            self.broadcast(Msg::ExitGrant);
-        }
-        Ok(())
     }
 
     // ----- condition variables -----
@@ -743,86 +467,6 @@ impl<M: PageMemory> Node<M> {
             self.send(manager, Msg::WaitCv { cv, seen });
         }
         self.drain_loopback(now);
-        Ok(())
-    }
-
-    fn cv_manager(
-        &mut self,
-        from: NodeId,
-        cv: CvId,
-        kind: MsgKind,
-    ) -> Result<&mut CvMgr, ProtocolError> {
-        if self.manager_of(cv.0) != self.cfg.node {
-            return Err(ProtocolError {
-                from,
-                kind,
-                why: "condition variable not managed here",
-            });
-        }
-        Ok(self.mgr.cvs.entry(cv).or_default())
-    }
-
-    pub(crate) fn on_set_cv(
-        &mut self,
-        from: NodeId,
-        cv: CvId,
-        notices: Vec<PageNum>,
-    ) -> Result<(), ProtocolError> {
-        let epoch = self.epoch;
-        let m = self.cv_manager(from, cv, MsgKind::SetCv)?;
-        m.set = true;
-        m.counter += 1;
-        let counter = m.counter;
-        record_notices(&mut m.notices, notices, counter, epoch, epoch);
-        let waiters = std::mem::take(&mut m.waiters);
-        let grants: Vec<_> = waiters
-            .into_iter()
-            .map(|(n, seen)| {
-                (
-                    n,
-                    Msg::CvGrant {
-                        cv,
-                        counter,
-                        notices: notices_since(&m.notices, seen),
-                    },
-                )
-            })
-            .collect();
-        for (n, g) in grants {
-            self.send(n, g);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn on_reset_cv(&mut self, from: NodeId, cv: CvId) -> Result<(), ProtocolError> {
-        self.cv_manager(from, cv, MsgKind::ResetCv)?.set = false;
-        Ok(())
-    }
-
-    pub(crate) fn on_wait_cv(
-        &mut self,
-        from: NodeId,
-        cv: CvId,
-        seen: u32,
-    ) -> Result<(), ProtocolError> {
-        let m = self.cv_manager(from, cv, MsgKind::WaitCv)?;
-        if m.waiters.iter().any(|&(n, _)| n == from) {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::WaitCv,
-                why: "node already waits",
-            });
-        }
-        if m.set {
-            let grant = Msg::CvGrant {
-                cv,
-                counter: m.counter,
-                notices: notices_since(&m.notices, seen),
-            };
-            self.send(from, grant);
-        } else {
-            m.waiters.push((from, seen));
-        }
         Ok(())
     }
 

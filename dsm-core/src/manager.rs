@@ -1,0 +1,437 @@
+//! The synchronisation managers a node hosts: lock `l` and condition variable `c` at node
+//! `l % nodes` and `c % nodes`, barriers, waits and exit at node 0.
+//!
+//! A manager is a structure of its own with a narrow interface: a request from a node goes in,
+//! the messages to send come out (into an [`Outbox`] of `(to, message)`), and the few events the
+//! node must act on come back as a [`Managed`] value. It never touches pages, the page table or
+//! this node's own threads: the caller's side of locks and barriers is in [`crate::sync`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::msg::{Msg, MsgKind, WriteNotice};
+use crate::node::{MAX_RUNTIME_COUNTERS, ProtocolError};
+use crate::stats::Stats;
+use crate::types::{CvId, LockId, NodeId, PageNum};
+
+/// Messages a manager sends, in order.
+pub(crate) type Outbox = Vec<(NodeId, Msg)>;
+
+/// What the node must do beyond sending the outbox.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Managed {
+    /// Nothing more.
+    Done,
+    /// Nodes allocated differently (their barrier digests differ): the job must end, naming
+    /// `node`.
+    AllocMismatch { node: NodeId },
+    /// Every node has exited: their statistics, in node order (the core's, then the runtime's
+    /// opaque counters).
+    JobStats {
+        nodes: Vec<Stats>,
+        runtime: Vec<Vec<u64>>,
+    },
+}
+
+/// Write notices kept by a lock or condition-variable manager: page -> (release counter, epoch).
+type Notices = BTreeMap<PageNum, (u32, u32)>;
+
+#[derive(Default, Debug)]
+struct LockMgr {
+    holder: Option<NodeId>,
+    queue: VecDeque<(NodeId, u32)>,
+    counter: u32,
+    notices: Notices,
+}
+
+#[derive(Default, Debug)]
+struct CvMgr {
+    set: bool,
+    counter: u32,
+    notices: Notices,
+    waiters: Vec<(NodeId, u32)>,
+}
+
+/// The locks, condition variables and (at node 0) barriers, waits and exit this node manages.
+#[derive(Debug)]
+pub(crate) struct Managers {
+    me: NodeId,
+    nodes: u16,
+    locks: BTreeMap<LockId, LockMgr>,
+    cvs: BTreeMap<CvId, CvMgr>,
+    barrier_arrived: BTreeSet<NodeId>,
+    barrier_notices: BTreeMap<PageNum, Option<NodeId>>,
+    barrier_digest: Option<u64>,
+    barrier_epoch: u32,
+    wait_arrived: BTreeSet<NodeId>,
+    wait_epoch: u32,
+    exit_stats: BTreeMap<NodeId, Vec<u64>>,
+}
+
+fn notices_since(notices: &Notices, seen: u32) -> Vec<PageNum> {
+    notices
+        .iter()
+        .filter(|&(_, &(c, _))| c > seen)
+        .map(|(&p, _)| p)
+        .collect()
+}
+
+/// Records a release's notices, unless they predate the current epoch (the barrier that ended
+/// that epoch already invalidated those pages everywhere).
+fn record_notices(
+    map: &mut Notices,
+    pages: Vec<PageNum>,
+    counter: u32,
+    epoch: u32,
+    node_epoch: u32,
+) {
+    if epoch < node_epoch {
+        return;
+    }
+    for p in pages {
+        map.insert(p, (counter, epoch));
+    }
+}
+
+fn refuse(from: NodeId, kind: MsgKind, why: &'static str) -> ProtocolError {
+    ProtocolError { from, kind, why }
+}
+
+impl Managers {
+    /// The managers of node `me` in a job of `nodes`.
+    pub fn new(me: NodeId, nodes: u16) -> Managers {
+        Managers {
+            me,
+            nodes,
+            locks: BTreeMap::new(),
+            cvs: BTreeMap::new(),
+            barrier_arrived: BTreeSet::new(),
+            barrier_notices: BTreeMap::new(),
+            barrier_digest: None,
+            barrier_epoch: 0,
+            wait_arrived: BTreeSet::new(),
+            wait_epoch: 0,
+            exit_stats: BTreeMap::new(),
+        }
+    }
+
+    /// The node that manages lock or condition variable `id`.
+    pub fn manager_of(&self, id: u16) -> NodeId {
+        NodeId(id % self.nodes)
+    }
+
+    fn broadcast(&self, msg: &Msg, out: &mut Outbox) {
+        out.extend((0..self.nodes).map(|n| (NodeId(n), msg.clone())));
+    }
+
+    fn check_master(&self, from: NodeId, kind: MsgKind) -> Result<(), ProtocolError> {
+        if self.me != NodeId(0) {
+            return Err(refuse(from, kind, "only node 0 manages barriers"));
+        }
+        Ok(())
+    }
+
+    /// A barrier ended: notices from before `epoch` are known everywhere.
+    pub fn forget_before(&mut self, epoch: u32) {
+        for m in self.locks.values_mut() {
+            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+        }
+        for m in self.cvs.values_mut() {
+            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+        }
+    }
+
+    // ----- locks -----
+
+    /// `from` asks for `lock`, having seen its notices up to `seen`.
+    pub fn on_acquire(
+        &mut self,
+        from: NodeId,
+        lock: LockId,
+        seen: u32,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        if self.manager_of(lock.0) != self.me {
+            return Err(refuse(from, MsgKind::Acquire, "lock not managed here"));
+        }
+        let m = self.locks.entry(lock).or_default();
+        if m.holder.is_none() {
+            Self::grant_lock(m, lock, from, seen, out);
+        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, _)| n == from) {
+            return Err(refuse(
+                from,
+                MsgKind::Acquire,
+                "node already holds or awaits the lock",
+            ));
+        } else {
+            m.queue.push_back((from, seen));
+        }
+        Ok(Managed::Done)
+    }
+
+    fn grant_lock(m: &mut LockMgr, lock: LockId, to: NodeId, seen: u32, out: &mut Outbox) {
+        m.holder = Some(to);
+        let msg = Msg::AcquireGrant {
+            lock,
+            counter: m.counter,
+            notices: notices_since(&m.notices, seen),
+        };
+        out.push((to, msg));
+    }
+
+    /// `from` releases `lock` with the pages it wrote (in barrier epoch `epoch`; this node is in
+    /// `node_epoch`).
+    pub fn on_release(
+        &mut self,
+        from: NodeId,
+        lock: LockId,
+        epoch: u32,
+        notices: Vec<PageNum>,
+        node_epoch: u32,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        let m = match self.locks.get_mut(&lock) {
+            Some(m) if m.holder == Some(from) => m,
+            _ => return Err(refuse(from, MsgKind::Release, "lock not held by that node")),
+        };
+        m.counter += 1;
+        record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
+        m.holder = None;
+        if let Some((next, seen)) = m.queue.pop_front() {
+            Self::grant_lock(m, lock, next, seen, out);
+        }
+        Ok(Managed::Done)
+    }
+
+    // ----- barriers, waits, exit (node 0) -----
+
+    /// `from` reached barrier `epoch` with its allocation digest and the pages it wrote.
+    pub fn on_barrier(
+        &mut self,
+        from: NodeId,
+        epoch: u32,
+        digest: u64,
+        notices: Vec<PageNum>,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        self.check_master(from, MsgKind::Barrier)?;
+        if epoch != self.barrier_epoch || self.barrier_arrived.contains(&from) {
+            return Err(refuse(
+                from,
+                MsgKind::Barrier,
+                "wrong barrier epoch or arrived twice",
+            ));
+        }
+        match self.barrier_digest {
+            Some(d) if d != digest => {
+                let node = if from == NodeId(0) { NodeId(1) } else { from };
+                return Ok(Managed::AllocMismatch { node });
+            }
+            _ => self.barrier_digest = Some(digest),
+        }
+        self.barrier_arrived.insert(from);
+        for p in notices {
+            self.barrier_notices
+                .entry(p)
+                .and_modify(|w| {
+                    if *w != Some(from) {
+                        *w = None;
+                    }
+                })
+                .or_insert(Some(from));
+        }
+        if self.barrier_arrived.len() == usize::from(self.nodes) {
+            let notices = std::mem::take(&mut self.barrier_notices)
+                .into_iter()
+                .map(|(page, writer)| WriteNotice { page, writer })
+                .collect();
+            self.barrier_arrived.clear();
+            self.barrier_digest = None;
+            let grant = Msg::BarrierGrant {
+                epoch: self.barrier_epoch,
+                notices,
+            };
+            self.barrier_epoch += 1;
+            self.broadcast(&grant, out);
+        }
+        Ok(Managed::Done)
+    }
+
+    /// `from` reached wait `epoch` (`jia_wait`).
+    pub fn on_wait(
+        &mut self,
+        from: NodeId,
+        epoch: u32,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        self.check_master(from, MsgKind::Wait)?;
+        if epoch != self.wait_epoch || !self.wait_arrived.insert(from) {
+            return Err(refuse(
+                from,
+                MsgKind::Wait,
+                "wrong wait epoch or arrived twice",
+            ));
+        }
+        if self.wait_arrived.len() == usize::from(self.nodes) {
+            self.wait_arrived.clear();
+            let grant = Msg::WaitGrant {
+                epoch: self.wait_epoch,
+            };
+            self.wait_epoch += 1;
+            self.broadcast(&grant, out);
+        }
+        Ok(Managed::Done)
+    }
+
+    /// `from` exits with its statistics (the core's counters, then the runtime's).
+    pub fn on_exit(
+        &mut self,
+        from: NodeId,
+        stats: Vec<u64>,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        self.check_master(from, MsgKind::Exit)?;
+        let runtime = stats.len().saturating_sub(Stats::COUNTERS);
+        if stats.len() < Stats::COUNTERS || runtime > MAX_RUNTIME_COUNTERS {
+            return Err(refuse(
+                from,
+                MsgKind::Exit,
+                "statistics of the wrong length",
+            ));
+        }
+        if self.exit_stats.insert(from, stats).is_some() {
+            return Err(refuse(from, MsgKind::Exit, "exited twice"));
+        }
+        if self.exit_stats.len() < usize::from(self.nodes) {
+            return Ok(Managed::Done);
+        }
+        let (nodes, runtime) = std::mem::take(&mut self.exit_stats)
+            .into_values()
+            .map(|mut c| {
+                let runtime = c.split_off(Stats::COUNTERS);
+                (Stats::from_counters(&c).unwrap_or_default(), runtime)
+            })
+            .unzip();
+        self.broadcast(&Msg::ExitGrant, out);
+        Ok(Managed::JobStats { nodes, runtime })
+    }
+
+    // ----- condition variables -----
+
+    fn cv(&mut self, from: NodeId, cv: CvId, kind: MsgKind) -> Result<&mut CvMgr, ProtocolError> {
+        if self.manager_of(cv.0) != self.me {
+            return Err(refuse(from, kind, "condition variable not managed here"));
+        }
+        Ok(self.cvs.entry(cv).or_default())
+    }
+
+    /// `from` sets `cv` with the pages it wrote: every waiter is granted.
+    pub fn on_set_cv(
+        &mut self,
+        from: NodeId,
+        cv: CvId,
+        notices: Vec<PageNum>,
+        node_epoch: u32,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        let m = self.cv(from, cv, MsgKind::SetCv)?;
+        m.set = true;
+        m.counter += 1;
+        let counter = m.counter;
+        record_notices(&mut m.notices, notices, counter, node_epoch, node_epoch);
+        for (n, seen) in std::mem::take(&mut m.waiters) {
+            let grant = Msg::CvGrant {
+                cv,
+                counter,
+                notices: notices_since(&m.notices, seen),
+            };
+            out.push((n, grant));
+        }
+        Ok(Managed::Done)
+    }
+
+    /// `from` resets `cv`.
+    pub fn on_reset_cv(&mut self, from: NodeId, cv: CvId) -> Result<Managed, ProtocolError> {
+        self.cv(from, cv, MsgKind::ResetCv)?.set = false;
+        Ok(Managed::Done)
+    }
+
+    /// `from` waits on `cv`, having seen its notices up to `seen`.
+    pub fn on_wait_cv(
+        &mut self,
+        from: NodeId,
+        cv: CvId,
+        seen: u32,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        let m = self.cv(from, cv, MsgKind::WaitCv)?;
+        if m.waiters.iter().any(|&(n, _)| n == from) {
+            return Err(refuse(from, MsgKind::WaitCv, "node already waits"));
+        }
+        if m.set {
+            let grant = Msg::CvGrant {
+                cv,
+                counter: m.counter,
+                notices: notices_since(&m.notices, seen),
+            };
+            out.push((from, grant));
+        } else {
+            m.waiters.push((from, seen));
+        }
+        Ok(Managed::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_goes_to_the_waiters_in_order_with_the_notices_they_have_not_seen() {
+        let mut m = Managers::new(NodeId(1), 3);
+        let l = LockId(4); // 4 % 3 = 1: managed here
+        let mut out = Outbox::new();
+        m.on_acquire(NodeId(0), l, 0, &mut out).unwrap();
+        m.on_acquire(NodeId(2), l, 0, &mut out).unwrap();
+        assert_eq!(out.len(), 1, "one grant, to the first asker: {out:?}");
+        out.clear();
+        m.on_release(NodeId(0), l, 0, vec![PageNum(7)], 0, &mut out)
+            .unwrap();
+        assert_eq!(
+            out,
+            vec![(
+                NodeId(2),
+                Msg::AcquireGrant {
+                    lock: l,
+                    counter: 1,
+                    notices: vec![PageNum(7)]
+                }
+            )]
+        );
+        assert!(m.on_release(NodeId(0), l, 0, vec![], 0, &mut out).is_err());
+        assert!(m.on_acquire(NodeId(0), LockId(3), 0, &mut out).is_err());
+    }
+
+    #[test]
+    fn a_barrier_grants_everyone_once_all_arrived_and_catches_mismatched_allocations() {
+        let mut m = Managers::new(NodeId(0), 2);
+        let mut out = Outbox::new();
+        m.on_barrier(NodeId(0), 0, 9, vec![PageNum(1)], &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        m.on_barrier(NodeId(1), 0, 9, vec![PageNum(1), PageNum(2)], &mut out)
+            .unwrap();
+        assert_eq!(out.len(), 2, "a grant to each node");
+        let Msg::BarrierGrant { notices, .. } = &out[0].1 else {
+            panic!("{out:?}")
+        };
+        // Page 1 written by both: no single writer.
+        assert_eq!(notices[0].writer, None);
+        assert_eq!(notices[1].writer, Some(NodeId(1)));
+        out.clear();
+        m.on_barrier(NodeId(0), 1, 9, vec![], &mut out).unwrap();
+        assert_eq!(
+            m.on_barrier(NodeId(1), 1, 10, vec![], &mut out),
+            Ok(Managed::AllocMismatch { node: NodeId(1) })
+        );
+    }
+}
