@@ -49,6 +49,7 @@ mod pages;
 pub mod sim;
 pub mod stats;
 mod sync;
+mod table;
 pub mod types;
 
 pub use alloc::{AllocError, AllocPolicy};

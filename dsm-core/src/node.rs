@@ -14,15 +14,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::alloc::{self, AllocError, AllocPolicy};
+use crate::alloc::{AllocError, AllocPolicy};
 use crate::codec;
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{Managed, Managers, Outbox};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff};
-use crate::pages::{Cache, PageEntry};
 use crate::stats::Stats;
 use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock};
+use crate::table::PageTable;
 use crate::types::{
     Access, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
     PageState, Time, WaiterId,
@@ -213,11 +213,8 @@ pub const MAX_RUNTIME_COUNTERS: usize = 64;
 pub struct Node<M: PageMemory> {
     pub(crate) cfg: CoreConfig,
     pub(crate) mem: M,
-    /// One entry per allocated page.
-    pub(crate) table: Vec<PageEntry>,
-    pub(crate) cache: Cache,
-    pub(crate) alloc_round_robin: u64,
-    pub(crate) alloc_digest: u64,
+    /// The page table and the cache of remote pages.
+    pub(crate) table: PageTable,
     /// Pages currently read-write here (home or cached): downgraded at the next release.
     pub(crate) rw: BTreeSet<PageNum>,
     /// Pages written since the last barrier, with the interval of their last write fault.
@@ -286,13 +283,11 @@ impl<M: PageMemory> Node<M> {
             cfg.nodes
         );
         let mgr = Managers::new(cfg.node, cfg.nodes);
+        let table = PageTable::new(cfg.cache_pages);
         Node {
             cfg,
             mem,
-            table: Vec::new(),
-            cache: Cache::default(),
-            alloc_round_robin: 0,
-            alloc_digest: 0,
+            table,
             rw: BTreeSet::new(),
             written: BTreeMap::new(),
             interval: 1,
@@ -387,19 +382,17 @@ impl<M: PageMemory> Node<M> {
 
     /// The home of `page`, if allocated.
     pub fn home_of(&self, page: PageNum) -> Option<NodeId> {
-        self.table.get(page.index()).map(|e| e.home)
+        self.table.home_of(page)
     }
 
     /// The state of `page` here.
     pub fn page_state(&self, page: PageNum) -> PageState {
-        self.table
-            .get(page.index())
-            .map_or(PageState::Unmapped, |e| e.state())
+        self.table.state(page)
     }
 
     /// Remote pages cached here now.
     pub fn cached_pages(&self) -> usize {
-        self.cache.len
+        self.table.cached()
     }
 
     /// Allocates `size_bytes` (rounded up to pages) collectively: every node must make the same
@@ -409,40 +402,20 @@ impl<M: PageMemory> Node<M> {
         policy: AllocPolicy,
         size_bytes: u64,
     ) -> Result<GlobalAddr, UsageError> {
-        if size_bytes == 0 {
-            return Err(AllocError::Empty.into());
-        }
-        let count = alloc::pages_for(size_bytes);
-        let used = self.table.len() as u64;
-        let left = self.cfg.region_pages.saturating_sub(used);
-        if count > left {
-            return Err(AllocError::OutOfSpace {
-                asked_bytes: count * PAGE_SIZE as u64,
-                left_bytes: left * PAGE_SIZE as u64,
-            }
-            .into());
-        }
-        let homes = alloc::homes(&policy, count, self.cfg.nodes, self.alloc_round_robin)?;
-        if policy == AllocPolicy::RoundRobin {
-            self.alloc_round_robin += 1;
-        }
-        let first = PageNum(used as u32);
-        self.alloc_digest = alloc::digest(self.alloc_digest, first, count, &homes);
-        let me = self.cfg.node;
-        let mut home_pages = Vec::new();
-        for (i, home) in homes.into_iter().enumerate() {
-            if home == me {
-                home_pages.push(PageNum(first.0 + i as u32));
-            }
-            self.table.push(PageEntry::new(home, home == me));
-        }
+        let (first, home_pages) = self.table.alloc(
+            policy,
+            size_bytes,
+            self.cfg.region_pages,
+            self.cfg.node,
+            self.cfg.nodes,
+        )?;
         if self.cfg.remote_reads {
             // Copies may leave without a GETP: track writes here from the start.
             self.protect_pages(&home_pages, crate::types::Prot::Read);
             for &p in &home_pages {
                 let e = &mut self.table[p.index()];
                 e.served = true;
-                e.frame = crate::pages::Frame::ReadOnly;
+                e.frame = crate::table::Frame::ReadOnly;
                 self.mem.allow_home_write(p);
             }
         } else {

@@ -7,7 +7,7 @@
 //! is downgraded first and diffed against its twin second, so a store racing the release either
 //! lands in the diff or faults again.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::diff;
@@ -16,7 +16,8 @@ use crate::msg::{Msg, MsgKind, PageDiff};
 use crate::node::{
     MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES, Node, ProtocolError, UsageError,
 };
-use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, Time, WaiterId};
+use crate::table::{Fetch, Frame};
+use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 
 /// How far the read-ahead window may grow, in multiples of `prefetch_pages` (8 pages by default:
 /// up to 64 pages, 256 KB, per request). A round trip to a home whose service thread must first
@@ -26,102 +27,6 @@ pub(crate) const READ_AHEAD_GROWTH: usize = 8;
 
 /// At most this many pages fetched again at a barrier (see `copies_in_use`).
 const REFETCH_MAX: usize = 256;
-
-/// What this node holds of a page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Frame {
-    /// No valid copy.
-    Invalid,
-    /// A valid copy arrived by prefetch and has not been touched (the application's view is
-    /// still protected, so the first touch is seen and counted).
-    Prefetched,
-    /// Valid, readable.
-    ReadOnly,
-    /// Valid, writable, written in the current interval.
-    ReadWrite,
-}
-
-/// A page request in flight.
-#[derive(Debug)]
-pub(crate) struct Fetch {
-    /// Threads waiting for the page (none for a prefetch), with what they asked for and when.
-    pub waiters: Vec<(WaiterId, Access, Time)>,
-    /// A write notice arrived after the request left: the grant may predate that write.
-    pub stale: bool,
-}
-
-/// One page's entry in the node's page table.
-#[derive(Debug)]
-pub(crate) struct PageEntry {
-    pub home: NodeId,
-    /// At the home: some node has fetched a copy, so writes here must be tracked.
-    pub served: bool,
-    pub frame: Frame,
-    /// A thread of this node faulted on this copy (it was not only prefetched): a barrier that
-    /// invalidates it fetches it again at once.
-    pub touched: bool,
-    /// Fetched again at a barrier because it was in use (not part of a stream: its first touch
-    /// does not read ahead).
-    pub refreshed: bool,
-    /// Barriers in a row that found this copy fetched again and not opened since.
-    pub unused_refetches: u8,
-    pub twin: Option<PageBuf>,
-    pub fetch: Option<Fetch>,
-    pub in_cache: bool,
-    /// Which cache insertion is current (older queue entries for this page are stale).
-    pub cache_gen: u32,
-    /// The barrier epoch in which this copy was last evicted (`u32::MAX`: never).
-    pub evicted_in: u32,
-}
-
-impl PageEntry {
-    pub fn new(home: NodeId, is_mine: bool) -> PageEntry {
-        PageEntry {
-            home,
-            // A home page nobody else has copied can be written freely: there is no copy to
-            // invalidate. It is write-protected (and its writes tracked) from its first serving.
-            frame: if is_mine {
-                Frame::ReadWrite
-            } else {
-                Frame::Invalid
-            },
-            served: false,
-            touched: false,
-            refreshed: false,
-            unused_refetches: 0,
-            twin: None,
-            fetch: None,
-            in_cache: false,
-            cache_gen: 0,
-            evicted_in: u32::MAX,
-        }
-    }
-
-    pub fn state(&self) -> PageState {
-        match self.frame {
-            Frame::Invalid | Frame::Prefetched => PageState::Invalid,
-            Frame::ReadOnly => PageState::ReadOnly,
-            Frame::ReadWrite => PageState::ReadWrite,
-        }
-    }
-}
-
-/// The bounded cache of remote pages: first in, first out.
-#[derive(Default, Debug)]
-pub(crate) struct Cache {
-    /// Insertion order, with the generation of each insertion.
-    pub fifo: VecDeque<(PageNum, u32)>,
-    /// Pages currently cached.
-    pub len: usize,
-    /// The pages threads faulted on most recently (not those prefetched with them): kept when
-    /// room is made, so that the pages one access needs (an unaligned load across two pages, a
-    /// gather) are never evicted to fetch each other, however many pages their read-ahead brings.
-    pub faulted: VecDeque<PageNum>,
-}
-
-/// Demand-faulted pages kept from eviction at most (and never more than half the cache): what
-/// one x86-64 instruction can touch.
-const KEPT_FAULTED: usize = 32;
 
 impl<M: PageMemory> Node<M> {
     /// An application thread faulted on `page` with `access`. The thread is resumed by an
@@ -168,13 +73,7 @@ impl<M: PageMemory> Node<M> {
                 if entry.evicted_in == self.epoch {
                     self.stats.refetched_after_eviction += 1;
                 }
-                let keep = KEPT_FAULTED.min(self.cfg.cache_pages / 2);
-                if keep > 0 && !self.cache.faulted.contains(&page) {
-                    if self.cache.faulted.len() >= keep {
-                        self.cache.faulted.pop_front();
-                    }
-                    self.cache.faulted.push_back(page);
-                }
+                self.table.note_faulted(page);
                 match access {
                     Access::Read => self.stats.read_faults_remote += 1,
                     Access::Write => self.stats.write_faults_remote += 1,
@@ -560,7 +459,7 @@ impl<M: PageMemory> Node<M> {
         }
         self.make_room(now);
         self.mem.write(page, 0, data);
-        self.cache_insert(page);
+        self.table.cache_insert(page);
         if fetch.waiters.is_empty() {
             self.table[page.index()].frame = Frame::Prefetched;
             self.mem.allow_prefetch_open(page);
@@ -574,46 +473,9 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    fn cache_insert(&mut self, page: PageNum) {
-        let e = &mut self.table[page.index()];
-        e.in_cache = true;
-        e.cache_gen = e.cache_gen.wrapping_add(1);
-        self.cache.fifo.push_back((page, e.cache_gen));
-        self.cache.len += 1;
-        if self.cache.fifo.len() > 2 * self.cfg.cache_pages + 64 {
-            let table = &self.table;
-            self.cache
-                .fifo
-                .retain(|&(p, g)| table[p.index()].in_cache && table[p.index()].cache_gen == g);
-        }
-    }
-
-    fn cache_remove(&mut self, page: PageNum) {
-        let e = &mut self.table[page.index()];
-        if e.in_cache {
-            e.in_cache = false;
-            self.cache.len -= 1;
-        }
-    }
-
-    /// Evicts the oldest cached pages until one more fits, passing over the pages threads
-    /// faulted on last (they go to the back of the queue: at most half the cache, so room is
-    /// always found).
+    /// Evicts cached pages until one more fits (the page table chooses them).
     fn make_room(&mut self, now: Time) {
-        let mut passed = 0;
-        while self.cache.len >= self.cfg.cache_pages.max(1) {
-            let Some((page, generation)) = self.cache.fifo.pop_front() else {
-                break;
-            };
-            let e = &self.table[page.index()];
-            if !(e.in_cache && e.cache_gen == generation) {
-                continue;
-            }
-            if passed < self.cache.fifo.len() && self.cache.faulted.contains(&page) {
-                self.cache.fifo.push_back((page, generation));
-                passed += 1;
-                continue;
-            }
+        while let Some(page) = self.table.victim() {
             self.evict(page);
         }
         self.send_diffs(now);
@@ -642,7 +504,7 @@ impl<M: PageMemory> Node<M> {
         self.table[page.index()].unused_refetches = 0;
         self.table[page.index()].twin = None;
         self.table[page.index()].evicted_in = self.epoch;
-        self.cache_remove(page);
+        self.table.cache_remove(page);
         self.mem.discard(page);
         self.stats.evictions += 1;
     }
@@ -834,7 +696,7 @@ impl<M: PageMemory> Node<M> {
             e.touched = false;
             e.refreshed = false;
             e.twin = None;
-            self.cache_remove(page);
+            self.table.cache_remove(page);
         }
         self.send_diffs(now);
     }

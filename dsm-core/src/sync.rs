@@ -204,7 +204,7 @@ impl<M: PageMemory> Node<M> {
                 AfterFlush::Barrier { notices, .. } => {
                     let msg = Msg::Barrier {
                         epoch: self.epoch,
-                        alloc_digest: self.alloc_digest,
+                        alloc_digest: self.table.digest(),
                         notices,
                     };
                     self.send(NodeId(0), msg);

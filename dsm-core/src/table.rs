@@ -1,0 +1,333 @@
+//! The page table: one entry per allocated page (its home, what this node holds of it, its twin,
+//! its fetch in flight), the bounded cache of remote pages, and the allocation bookkeeping every
+//! node keeps alike. A structure of its own with a narrow interface: entries by page, allocation,
+//! and the cache's insert, remove and choice of the next page to evict. What to do on a fault, a
+//! grant or a write notice is the protocol's business ([`crate::pages`]).
+
+use std::collections::VecDeque;
+use std::ops::{Index, IndexMut};
+
+use crate::alloc::{self, AllocError, AllocPolicy};
+use crate::node::UsageError;
+use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Time, WaiterId};
+
+/// What this node holds of a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// No valid copy.
+    Invalid,
+    /// A valid copy arrived by prefetch and has not been touched (the application's view is
+    /// still protected, so the first touch is seen and counted).
+    Prefetched,
+    /// Valid, readable.
+    ReadOnly,
+    /// Valid, writable, written in the current interval.
+    ReadWrite,
+}
+
+/// A page request in flight.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    /// Threads waiting for the page (none for a prefetch), with what they asked for and when.
+    pub waiters: Vec<(WaiterId, Access, Time)>,
+    /// A write notice arrived after the request left: the grant may predate that write.
+    pub stale: bool,
+}
+
+/// One page's entry in the node's page table.
+#[derive(Debug)]
+pub(crate) struct PageEntry {
+    pub home: NodeId,
+    /// At the home: some node has fetched a copy, so writes here must be tracked.
+    pub served: bool,
+    pub frame: Frame,
+    /// A thread of this node faulted on this copy (it was not only prefetched): a barrier that
+    /// invalidates it fetches it again at once.
+    pub touched: bool,
+    /// Fetched again at a barrier because it was in use (not part of a stream: its first touch
+    /// does not read ahead).
+    pub refreshed: bool,
+    /// Barriers in a row that found this copy fetched again and not opened since.
+    pub unused_refetches: u8,
+    pub twin: Option<PageBuf>,
+    pub fetch: Option<Fetch>,
+    pub in_cache: bool,
+    /// Which cache insertion is current (older queue entries for this page are stale).
+    pub cache_gen: u32,
+    /// The barrier epoch in which this copy was last evicted (`u32::MAX`: never).
+    pub evicted_in: u32,
+}
+
+impl PageEntry {
+    pub fn new(home: NodeId, is_mine: bool) -> PageEntry {
+        PageEntry {
+            home,
+            // A home page nobody else has copied can be written freely: there is no copy to
+            // invalidate. It is write-protected (and its writes tracked) from its first serving.
+            frame: if is_mine {
+                Frame::ReadWrite
+            } else {
+                Frame::Invalid
+            },
+            served: false,
+            touched: false,
+            refreshed: false,
+            unused_refetches: 0,
+            twin: None,
+            fetch: None,
+            in_cache: false,
+            cache_gen: 0,
+            evicted_in: u32::MAX,
+        }
+    }
+
+    pub fn state(&self) -> PageState {
+        match self.frame {
+            Frame::Invalid | Frame::Prefetched => PageState::Invalid,
+            Frame::ReadOnly => PageState::ReadOnly,
+            Frame::ReadWrite => PageState::ReadWrite,
+        }
+    }
+}
+
+/// Demand-faulted pages kept from eviction at most (and never more than half the cache): what
+/// one x86-64 instruction can touch.
+const KEPT_FAULTED: usize = 32;
+
+/// The page table and the cache of remote pages.
+#[derive(Debug)]
+pub(crate) struct PageTable {
+    entries: Vec<PageEntry>,
+    /// Remote pages cached at most.
+    capacity: usize,
+    /// Cache insertion order, with the generation of each insertion (stale entries are skipped).
+    fifo: VecDeque<(PageNum, u32)>,
+    /// Pages currently cached.
+    cached: usize,
+    /// The pages threads faulted on most recently (not those prefetched with them): kept when
+    /// room is made, so that the pages one access needs (an unaligned load across two pages, a
+    /// gather) are never evicted to fetch each other, however many pages their read-ahead brings.
+    faulted: VecDeque<PageNum>,
+    /// `RoundRobin` allocations so far (each takes the next home).
+    round_robin: u64,
+    /// A digest of every allocation, compared at barriers.
+    digest: u64,
+}
+
+impl PageTable {
+    /// An empty table whose cache holds `capacity` remote pages at most.
+    pub fn new(capacity: usize) -> PageTable {
+        PageTable {
+            entries: Vec::new(),
+            capacity: capacity.max(1),
+            fifo: VecDeque::new(),
+            cached: 0,
+            faulted: VecDeque::new(),
+            round_robin: 0,
+            digest: 0,
+        }
+    }
+
+    /// Pages allocated.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// `page`'s entry, if allocated.
+    pub fn get(&self, page: usize) -> Option<&PageEntry> {
+        self.entries.get(page)
+    }
+
+    /// `page`'s entry, if allocated.
+    pub fn get_mut(&mut self, page: usize) -> Option<&mut PageEntry> {
+        self.entries.get_mut(page)
+    }
+
+    /// The home of `page`, if allocated.
+    pub fn home_of(&self, page: PageNum) -> Option<NodeId> {
+        self.get(page.index()).map(|e| e.home)
+    }
+
+    /// The state of `page` here.
+    pub fn state(&self, page: PageNum) -> PageState {
+        self.get(page.index())
+            .map_or(PageState::Unmapped, PageEntry::state)
+    }
+
+    /// The digest of every allocation so far (equal on every node of a correct program).
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    /// Allocates `size_bytes` (rounded up to pages) under `policy` in a region of `region_pages`
+    /// for node `me` of `nodes`; returns the first page and the pages homed at `me`.
+    pub fn alloc(
+        &mut self,
+        policy: AllocPolicy,
+        size_bytes: u64,
+        region_pages: u64,
+        me: NodeId,
+        nodes: u16,
+    ) -> Result<(PageNum, Vec<PageNum>), UsageError> {
+        if size_bytes == 0 {
+            return Err(AllocError::Empty.into());
+        }
+        let count = alloc::pages_for(size_bytes);
+        let used = self.entries.len() as u64;
+        let left = region_pages.saturating_sub(used);
+        if count > left {
+            return Err(AllocError::OutOfSpace {
+                asked_bytes: count * PAGE_SIZE as u64,
+                left_bytes: left * PAGE_SIZE as u64,
+            }
+            .into());
+        }
+        let homes = alloc::homes(&policy, count, nodes, self.round_robin)?;
+        if policy == AllocPolicy::RoundRobin {
+            self.round_robin += 1;
+        }
+        let first = PageNum(used as u32);
+        self.digest = alloc::digest(self.digest, first, count, &homes);
+        let mut home_pages = Vec::new();
+        for (i, home) in homes.into_iter().enumerate() {
+            if home == me {
+                home_pages.push(PageNum(first.0 + i as u32));
+            }
+            self.entries.push(PageEntry::new(home, home == me));
+        }
+        Ok((first, home_pages))
+    }
+
+    // ----- the cache of remote pages -----
+
+    /// Remote pages cached now.
+    pub fn cached(&self) -> usize {
+        self.cached
+    }
+
+    /// A thread faulted on `page` (not a prefetch): keep it when room is made.
+    pub fn note_faulted(&mut self, page: PageNum) {
+        let keep = KEPT_FAULTED.min(self.capacity / 2);
+        if keep > 0 && !self.faulted.contains(&page) {
+            if self.faulted.len() >= keep {
+                self.faulted.pop_front();
+            }
+            self.faulted.push_back(page);
+        }
+    }
+
+    /// `page` is cached from now on (the newest).
+    pub fn cache_insert(&mut self, page: PageNum) {
+        let e = &mut self.entries[page.index()];
+        e.in_cache = true;
+        e.cache_gen = e.cache_gen.wrapping_add(1);
+        self.fifo.push_back((page, e.cache_gen));
+        self.cached += 1;
+        if self.fifo.len() > 2 * self.capacity + 64 {
+            let entries = &self.entries;
+            self.fifo
+                .retain(|&(p, g)| entries[p.index()].in_cache && entries[p.index()].cache_gen == g);
+        }
+    }
+
+    /// `page` left the cache.
+    pub fn cache_remove(&mut self, page: PageNum) {
+        let e = &mut self.entries[page.index()];
+        if e.in_cache {
+            e.in_cache = false;
+            self.cached -= 1;
+        }
+    }
+
+    /// The next page to evict for one more to fit, if the cache is full: the oldest, passing
+    /// over the pages threads faulted on last (they go to the back of the queue: at most half
+    /// the cache, so one is always found). The caller evicts it (and calls
+    /// [`PageTable::cache_remove`]) before asking again.
+    pub fn victim(&mut self) -> Option<PageNum> {
+        let mut passed = 0;
+        while self.cached >= self.capacity {
+            let (page, generation) = self.fifo.pop_front()?;
+            let e = &self.entries[page.index()];
+            if !(e.in_cache && e.cache_gen == generation) {
+                continue;
+            }
+            if passed < self.fifo.len() && self.faulted.contains(&page) {
+                self.fifo.push_back((page, generation));
+                passed += 1;
+                continue;
+            }
+            return Some(page);
+        }
+        None
+    }
+}
+
+impl Index<usize> for PageTable {
+    type Output = PageEntry;
+
+    fn index(&self, page: usize) -> &PageEntry {
+        &self.entries[page]
+    }
+}
+
+impl IndexMut<usize> for PageTable {
+    fn index_mut(&mut self, page: usize) -> &mut PageEntry {
+        &mut self.entries[page]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_deals_homes_and_every_node_computes_the_same_digest() {
+        let mut a = PageTable::new(8);
+        let mut b = PageTable::new(8);
+        let policy = AllocPolicy::Cyclic {
+            block_bytes: PAGE_SIZE as u64,
+            start: NodeId(0),
+        };
+        let (first, mine) = a
+            .alloc(policy.clone(), 4 * PAGE_SIZE as u64, 100, NodeId(1), 2)
+            .unwrap();
+        b.alloc(policy.clone(), 4 * PAGE_SIZE as u64, 100, NodeId(0), 2)
+            .unwrap();
+        assert_eq!((first, mine), (PageNum(0), vec![PageNum(1), PageNum(3)]));
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a.home_of(PageNum(2)), Some(NodeId(0)));
+        assert_eq!(a.state(PageNum(1)), PageState::ReadWrite);
+        assert_eq!(a.state(PageNum(2)), PageState::Invalid);
+        assert_eq!(a.state(PageNum(9)), PageState::Unmapped);
+        assert!(
+            a.alloc(policy, 97 * PAGE_SIZE as u64, 100, NodeId(1), 2)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_cache_evicts_the_oldest_but_passes_over_the_pages_just_faulted_on() {
+        let mut t = PageTable::new(4);
+        t.alloc(
+            AllocPolicy::OnNode(NodeId(1)),
+            8 * PAGE_SIZE as u64,
+            100,
+            NodeId(0),
+            2,
+        )
+        .unwrap();
+        for p in 0..4 {
+            t.cache_insert(PageNum(p));
+        }
+        t.note_faulted(PageNum(0));
+        t.note_faulted(PageNum(1));
+        // Full: the oldest not faulted on last goes first.
+        let v = t.victim();
+        assert_eq!(v, Some(PageNum(2)));
+        t.cache_remove(PageNum(2));
+        assert_eq!(t.victim(), None, "room for one more");
+        t.cache_insert(PageNum(5));
+        assert_eq!(t.victim(), Some(PageNum(3)));
+        assert_eq!(t.cached(), 4);
+    }
+}
