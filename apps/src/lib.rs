@@ -1,6 +1,8 @@
 //! Shared helpers of the DSM application programs (`src/bin/*`): argument parsing, result lines,
 //! and the job-wide verdict.
 
+pub mod sys;
+
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
 
 /// Rows `[start, end)` of `n` that node `me` of `nodes` owns (bands as even as possible).
@@ -141,6 +143,40 @@ pub fn args(
         .iter()
         .map_while(|(arg, _)| m.get_one::<String>(arg).cloned())
         .collect()
+}
+
+/// [`args`] with a `--no-check` flag: returns the positional arguments and whether to check the
+/// result (not with `--no-check`: timing runs leave the check out, and check in runs of their
+/// own).
+pub fn args_with_check(
+    name: &'static str,
+    about: &'static str,
+    positional: &[(&'static str, &'static str)],
+) -> (Vec<String>, bool) {
+    let mut cmd = clap::Command::new(name)
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(about)
+        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.")
+        .arg(
+            clap::Arg::new("no-check")
+                .long("no-check")
+                .action(clap::ArgAction::SetTrue)
+                .help("Skip the self-check (for timing runs); the result line says UNCHECKED"),
+        );
+    for (i, (arg, help)) in positional.iter().enumerate() {
+        cmd = cmd.arg(
+            clap::Arg::new(*arg)
+                .help(*help)
+                .index(i + 1)
+                .required(false),
+        );
+    }
+    let m = cmd.get_matches();
+    let given = positional
+        .iter()
+        .map_while(|(arg, _)| m.get_one::<String>(arg).cloned())
+        .collect();
+    (given, !m.get_flag("no-check"))
 }
 
 /// Parses the positional argument `i` as a number, with a default; exits with a usage message

@@ -12,7 +12,7 @@
 
 use std::io::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use log::{Level, Log, Metadata, Record};
 
@@ -23,6 +23,8 @@ static QUEUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 const QUEUED_MAX: usize = 64;
 /// Records from signal context that found the queue busy or full.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Some record is queued (spares the service thread's every pass a lock).
+static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 
 struct Logger {
     filter: env_logger::Logger,
@@ -56,7 +58,10 @@ impl Log for Logger {
         );
         if fault::in_signal_context() {
             match QUEUED.try_lock() {
-                Ok(mut q) if q.len() < QUEUED_MAX => q.push(line),
+                Ok(mut q) if q.len() < QUEUED_MAX => {
+                    q.push(line);
+                    ANY_QUEUED.store(true, Ordering::Release);
+                }
                 _ => {
                     DROPPED.fetch_add(1, Ordering::Relaxed);
                 }
@@ -100,9 +105,16 @@ pub fn init_launcher() {
 
 /// Writes the records queued from signal context. Service thread only.
 pub(crate) fn write_deferred() {
+    if !ANY_QUEUED.swap(false, Ordering::Acquire) {
+        return;
+    }
     let lines = match QUEUED.try_lock() {
-        Ok(mut q) if !q.is_empty() => std::mem::take(&mut *q),
-        _ => return,
+        Ok(mut q) => std::mem::take(&mut *q),
+        Err(_) => {
+            // A handler is queueing right now: look again on the next pass.
+            ANY_QUEUED.store(true, Ordering::Release);
+            return;
+        }
     };
     let mut err = std::io::stderr().lock();
     for l in lines {

@@ -437,6 +437,32 @@ fn matmul_is_exact_on_one_two_and_four_nodes() {
     }
 }
 
+/// Every kernel (the GEMM library's, the simple blocked and i-k-j loops) gives the exact product
+/// on 2 and 3 nodes (bands that do not fall on page boundaries); `--no-check` says it did not
+/// check.
+#[test]
+fn every_matmul_kernel_is_exact_and_no_check_says_unchecked() {
+    for kernel in ["gemm", "blocked", "ikj"] {
+        for n in [2, 3] {
+            let out = dsmrun(n, &[], "matmul", &["300", "f64", kernel]);
+            let want = format!("matmul OK f64 n=300 nodes={n} kernel={kernel}");
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains(&want),
+                "{want}: {}",
+                text(&out)
+            );
+        }
+    }
+    let out = dsmrun(2, &[], "matmul", &["--no-check", "256"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("matmul UNCHECKED f64 n=256 nodes=2 kernel=gemm"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn matmul_1024_is_exact_on_two_nodes() {
     let out = dsmrun(2, &[], "matmul", &["1024"]);
