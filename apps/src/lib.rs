@@ -3,7 +3,17 @@
 
 pub mod sys;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
+
+/// The program checks its result (not with `--no-check`).
+static CHECK: AtomicBool = AtomicBool::new(true);
+
+/// Whether this run checks its result (`--no-check` turns it off: see [`args_with_check`]).
+pub fn checking() -> bool {
+    CHECK.load(Ordering::Relaxed)
+}
 
 /// Rows `[start, end)` of `n` that node `me` of `nodes` owns (bands as even as possible).
 pub fn band(n: usize, me: usize, nodes: usize) -> (usize, usize) {
@@ -176,7 +186,9 @@ pub fn args_with_check(
         .iter()
         .map_while(|(arg, _)| m.get_one::<String>(arg).cloned())
         .collect();
-    (given, !m.get_flag("no-check"))
+    let check = !m.get_flag("no-check");
+    CHECK.store(check, Ordering::Relaxed);
+    (given, check)
 }
 
 /// Parses the positional argument `i` as a number, with a default; exits with a usage message
@@ -191,14 +203,19 @@ pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {
     }
 }
 
-/// Prints the result line at node 0 (`NAME OK key=value...` or `NAME FAILED ...`) from every
-/// node's verdict, and ends the job with an error if any node's part is wrong.
+/// Prints the result line at node 0 (`NAME OK key=value...`, `NAME FAILED ...`, or `NAME
+/// UNCHECKED ...` with `--no-check`) from every node's verdict, and ends the job with an error if
+/// any node's part is wrong.
 pub fn report(dsm: &Dsm, name: &str, ok: bool, details: &str) {
     let all = all_ok(dsm, ok);
     if dsm.id() == 0 {
         println!(
             "{name} {} nodes={} {details}",
-            if all { "OK" } else { "FAILED" },
+            match (checking(), all) {
+                (false, _) => "UNCHECKED",
+                (true, true) => "OK",
+                (true, false) => "FAILED",
+            },
             dsm.nodes()
         );
         if !all {

@@ -38,7 +38,7 @@ fn ep(from: usize, to: usize) -> ([u64; BINS], f64, f64) {
 }
 
 fn main() {
-    let args = dsm_apps::args(
+    let (args, check) = dsm_apps::args_with_check(
         "ep",
         "Gaussian pairs counted by annulus; node 0 recomputes",
         &[("PAIRS", "pairs (default 8388608)")],
@@ -63,7 +63,7 @@ fn main() {
     dsm.barrier();
     let elapsed = dsm.clock() - t0;
     let mut ok = true;
-    if me == 0 {
+    if check && me == 0 {
         let (q, sx, sy) = ep(0, n);
         ok = (0..BINS).all(|b| totals.get(b) == q[b] as f64)
             && (totals.get(BINS) - sx).abs() < 1e-9 * sx.abs().max(1.0)

@@ -20,7 +20,7 @@ fn border(i: usize, j: usize, w: usize) -> f64 {
 }
 
 fn main() {
-    let args = dsm_apps::args(
+    let (args, check) = dsm_apps::args_with_check(
         "jacobi",
         "Jacobi iteration on two grids; node 0 recomputes and compares bit for bit",
         &[
@@ -52,13 +52,19 @@ fn main() {
     for t in 0..iters {
         let (src, dst) = (grids[t % 2], grids[(t + 1) % 2]);
         for i in interior_first(rows.0.max(1), rows.1.min(w - 1)) {
+            // SAFETY: this node alone writes row i of `dst` (its band) and only this thread
+            // touches it; `src` is only read until the barrier ends the step.
+            let (up, mid, down, out) = unsafe {
+                (
+                    src.slice((i - 1) * w..i * w),
+                    src.slice(i * w..(i + 1) * w),
+                    src.slice((i + 1) * w..(i + 2) * w),
+                    dst.slice_mut(i * w..(i + 1) * w),
+                )
+            };
+            // The same arithmetic, in the same order, as node 0's check: vectorisable.
             for j in 1..w - 1 {
-                let v = 0.25
-                    * (src.get((i - 1) * w + j)
-                        + src.get((i + 1) * w + j)
-                        + src.get(i * w + j - 1)
-                        + src.get(i * w + j + 1));
-                dst.set(i * w + j, v);
+                out[j] = 0.25 * (up[j] + down[j] + mid[j - 1] + mid[j + 1]);
             }
         }
         dsm.barrier();
@@ -66,7 +72,7 @@ fn main() {
     let elapsed = dsm.clock() - t0;
     dsm.stop_stats();
     let mut ok = true;
-    if dsm.id() == 0 {
+    if check && dsm.id() == 0 {
         let mut s: [Vec<f64>; 2] = [
             (0..w * w).map(|k| border(k / w, k % w, w)).collect(),
             (0..w * w).map(|k| border(k / w, k % w, w)).collect(),

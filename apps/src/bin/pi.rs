@@ -18,7 +18,7 @@ fn partial(n: usize, from: usize, to: usize) -> f64 {
 }
 
 fn main() {
-    let args = dsm_apps::args(
+    let (args, check) = dsm_apps::args_with_check(
         "pi",
         "Pi by the midpoint rule, a lock-protected sum",
         &[("INTERVALS", "intervals (default 50000000)")],
@@ -45,8 +45,8 @@ fn main() {
     // rounding over n terms.
     let nf = n as f64;
     let bound = 1.0 / (3.0 * nf * nf) + nf * 4.0 * f64::EPSILON + 1e-12;
-    let mut ok = (got - std::f64::consts::PI).abs() < bound;
-    if me == 0 {
+    let mut ok = !check || (got - std::f64::consts::PI).abs() < bound;
+    if check && me == 0 {
         let seq: f64 = (0..nodes * chunks)
             .map(|k| partial(n, n * k / (nodes * chunks), n * (k + 1) / (nodes * chunks)))
             .sum();

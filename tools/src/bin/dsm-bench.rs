@@ -73,7 +73,8 @@ fn median(v: &[f64]) -> f64 {
     name = "dsm-bench",
     version,
     about = "The DSM's costs against the machine's floors, and every app's time per node count, transport and prefetch setting",
-    after_help = "Runs every cell of the matrix once per round, --repeat rounds, through dsmrun (next to this \
+    after_help = "Checks every cell once with the app's self-check, then runs every cell of the matrix once \
+                  per round without it (--no-check), --repeat rounds, through dsmrun (next to this \
                   binary). Prints the floors, then per cell the median whole-job time, its min and max, the \
                   median compute time the app reports, the GETPs and the ratio to the baseline cell. --json \
                   and --csv hold every run's raw samples and every floor sample.\n\n\
@@ -228,25 +229,31 @@ fn bin(name: &str) -> PathBuf {
 /// One run: whole-job wall seconds, the app's compute seconds, GETPs summed over nodes. For a
 /// pair cell: two 1-node jobs started together; the later end and the slower compute.
 fn run_once(cell: &Cell) -> Result<(f64, f64, u64), String> {
+    run_timed(cell, false)
+}
+
+/// One run of `cell`; the timed runs leave the app's self-check out (`--no-check`: node 0's
+/// sequential recomputation is not what is measured), and `checked` runs keep it.
+fn run_timed(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     if cell.pair {
         let one = Cell {
             pair: false,
             ..cell.clone()
         };
         let (a, b) = std::thread::scope(|s| {
-            let other = s.spawn(|| run_job(&one));
+            let other = s.spawn(|| run_job(&one, checked));
             (
-                run_job(&one),
+                run_job(&one, checked),
                 other.join().unwrap_or(Err("panicked".into())),
             )
         });
         let ((wa, ca, _), (wb, cb, _)) = (a?, b?);
         return Ok((wa.max(wb), ca.max(cb), 0));
     }
-    run_job(cell)
+    run_job(cell, checked)
 }
 
-fn run_job(cell: &Cell) -> Result<(f64, f64, u64), String> {
+fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     let mut cmd = Command::new(bin("dsmrun"));
     cmd.args([
         "-n",
@@ -261,13 +268,15 @@ fn run_job(cell: &Cell) -> Result<(f64, f64, u64), String> {
         if cell.prefetch { "on" } else { "off" }
     ))
     .arg(bin(&cell.app))
+    .args((!checked).then_some("--no-check"))
     .args(&cell.args);
     let t = Instant::now();
     let out = cmd.output().map_err(|e| e.to_string())?;
     let wall = t.elapsed().as_secs_f64();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() || !stdout.contains(" OK ") {
+    let verdict = if checked { " OK " } else { " UNCHECKED " };
+    if !out.status.success() || !stdout.contains(verdict) {
         return Err(format!("{}{}", stdout, stderr.lines().last().unwrap_or("")));
     }
     let compute = stdout
@@ -927,6 +936,32 @@ fn main() {
             failures: 0,
         })
         .collect();
+    // Correctness first, in runs of their own: each DSM cell once with the app's self-check (the
+    // timed runs below leave it out).
+    for (cell, r) in cells
+        .iter()
+        .zip(results.iter_mut())
+        .filter(|(c, _)| !c.pair)
+    {
+        eprint!(
+            "{}checking {} n={} {} prefetch={}...",
+            if tty { "\r" } else { "" },
+            cell.label(),
+            cell.nodes,
+            cell.transport,
+            if cell.prefetch { "on" } else { "off" }
+        );
+        if let Err(e) = run_timed(cell, true) {
+            r.failures += 1;
+            eprintln!(
+                "\ndsm-bench: {} n={} {} is wrong or failed: {e}",
+                cell.app, cell.nodes, cell.transport
+            );
+        }
+        if !tty {
+            eprintln!();
+        }
+    }
     let mut done = 0;
     // Round by round (every cell once, then again): a machine whose load drifts during the run
     // then slows every cell alike, and the ratios stay comparable.
