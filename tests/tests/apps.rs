@@ -327,6 +327,68 @@ fn dsm_bench_writes_every_sample_and_the_chart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The MPI yardstick (bench/mpi, built here by scripts/build-mpi): `dsm-bench --mpi` runs matmul
+/// and sor under mpirun beside the DSM, each checked once and timed without the check. Needs
+/// mpicc, mpirun and libclang (`./scripts/test` installs them as root); without them the test
+/// says what is missing and passes.
+#[test]
+fn mpi_yardstick_runs_beside_the_dsm_in_dsm_bench() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let have = |c: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("mpicc") || !have("mpirun") {
+        eprintln!(
+            "skipping the MPI yardstick: it needs libopenmpi-dev, openmpi-bin and libclang-dev"
+        );
+        return;
+    }
+    let mut build = Command::new(repo.join("scripts/build-mpi"));
+    build.current_dir(repo);
+    let out = run_with_deadline(build, Duration::from_secs(600));
+    assert!(out.status.success(), "scripts/build-mpi: {}", text(&out));
+    let json = std::env::temp_dir().join(format!("dsm-bench-mpi-{}.json", std::process::id()));
+    let mut cmd = Command::new(bin("dsm-bench"));
+    cmd.args([
+        "--apps",
+        "matmul:256,sor:128:4",
+        "--nodes",
+        "1,2",
+        "--transports",
+        "udp",
+        "--prefetch",
+        "on",
+        "--repeat",
+        "1",
+        "--no-floors",
+        "--no-chart",
+        "--no-pairs",
+        "--mpi",
+        "--json",
+    ])
+    .arg(&json);
+    let out = run_with_deadline(cmd, Duration::from_secs(300));
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).unwrap();
+    let mpi: Vec<&serde_json::Value> = v["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["transport"] == "mpi")
+        .collect();
+    assert_eq!(mpi.len(), 4, "matmul and sor on 1 and 2 ranks: {v}");
+    for c in mpi {
+        assert_eq!(c["failures"], 0, "{c}");
+        assert!(c["compute_s"][0].as_f64().is_some_and(|t| t >= 0.0), "{c}");
+        assert!(c["wall_s"][0].as_f64().is_some_and(|t| t > 0.0), "{c}");
+    }
+    let _ = std::fs::remove_file(json);
+}
+
 /// Every binary answers `--help` (usage, status 0) and `--version`, and refuses an unknown option
 /// with status 2: `matmul --help` prints usage, not an error.
 #[test]

@@ -125,6 +125,10 @@ struct Args {
     /// Leave out the "2 jobs" rows (two 1-node jobs at once: the machine's ceiling).
     #[arg(long)]
     no_pairs: bool,
+    /// Also run the MPI versions of matmul and sor (the yardstick, bench/mpi: build it with
+    /// scripts/build-mpi) under mpirun, as transport `mpi`, beside the DSM in the same rounds.
+    #[arg(long)]
+    mpi: bool,
 }
 
 fn usage(msg: &str) -> ! {
@@ -146,6 +150,7 @@ struct Options {
     /// Only the floors, `repeat` samples.
     floors_only: bool,
     pairs: bool,
+    mpi: bool,
 }
 
 fn parse_apps(s: &str) -> Vec<(String, Vec<String>)> {
@@ -178,6 +183,7 @@ fn options() -> Options {
         floors: !a.no_floors,
         floors_only: a.floors_only,
         pairs: !a.no_pairs,
+        mpi: a.mpi,
     };
     if a.quick {
         o.apps = parse_apps("matmul:1024,sor:512:20,lu:512:32");
@@ -253,7 +259,62 @@ fn run_timed(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     run_job(cell, checked)
 }
 
+/// The apps that have an MPI version in bench/mpi (`APP-mpi`).
+const MPI_APPS: [&str; 2] = ["matmul", "sor"];
+
+/// Where the MPI versions are: `DSM_MPI_BIN`, else bench/mpi/target/release of the checkout this
+/// binary was built in.
+fn mpi_bin(app: &str) -> PathBuf {
+    let dir = std::env::var_os("DSM_MPI_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            bin("dsmrun")
+                .parent()
+                .and_then(Path::parent)
+                .and_then(Path::parent)
+                .map_or_else(PathBuf::new, |root| root.join("bench/mpi/target/release"))
+        });
+    dir.join(format!("{app}-mpi"))
+}
+
+/// `mpirun -np N APP-mpi ARGS` (as root, Open MPI wants --allow-run-as-root).
+fn mpi_command(cell: &Cell, checked: bool) -> Command {
+    let mut cmd = Command::new("mpirun");
+    if std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    }) {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.args(["--oversubscribe", "-np", &cell.nodes.to_string()])
+        .arg(mpi_bin(&cell.app))
+        .args((!checked).then_some("--no-check"))
+        .args(&cell.args);
+    cmd
+}
+
 fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
+    if cell.transport == "mpi" {
+        let t = Instant::now();
+        let out = mpi_command(cell, checked)
+            .output()
+            .map_err(|e| format!("mpirun: {e}"))?;
+        let wall = t.elapsed().as_secs_f64();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let verdict = if checked { " OK " } else { " UNCHECKED " };
+        if !out.status.success() || !stdout.contains(verdict) {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("{stdout}{}", stderr.lines().last().unwrap_or("")));
+        }
+        let compute = stdout
+            .split_whitespace()
+            .find_map(|w| {
+                w.strip_prefix("time=")
+                    .and_then(|v| v.trim_end_matches('s').parse().ok())
+            })
+            .unwrap_or(f64::NAN);
+        return Ok((wall, compute, 0));
+    }
     let mut cmd = Command::new(bin("dsmrun"));
     cmd.args([
         "-n",
@@ -878,6 +939,22 @@ fn print_floors(floors: &Floors) {
 
 fn main() {
     let o = options();
+    if o.mpi {
+        let missing: Vec<String> = o
+            .apps
+            .iter()
+            .filter(|(a, _)| MPI_APPS.contains(&a.as_str()))
+            .map(|(a, _)| mpi_bin(a))
+            .filter(|p| !p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            usage(&format!(
+                "--mpi: no {} (build them with scripts/build-mpi, or set DSM_MPI_BIN)",
+                missing.join(", ")
+            ));
+        }
+    }
     let mut floors = Floors::default();
     if o.floors_only {
         for k in 0..o.repeat {
@@ -910,6 +987,18 @@ fn main() {
                         pair: false,
                     });
                 }
+            }
+        }
+        if o.mpi && MPI_APPS.contains(&app.as_str()) {
+            for &nodes in &o.nodes {
+                cells.push(Cell {
+                    app: app.clone(),
+                    args: args.clone(),
+                    nodes,
+                    transport: "mpi".into(),
+                    prefetch: o.prefetch[0],
+                    pair: false,
+                });
             }
         }
         if o.pairs && o.nodes.contains(&1) && o.nodes.iter().any(|&n| n > 1) {
