@@ -136,6 +136,36 @@ pub fn args(
     about: &'static str,
     positional: &[(&'static str, &'static str)],
 ) -> Vec<String> {
+    let m = command(name, about, positional).get_matches();
+    given(&m, positional)
+}
+
+/// [`args`] with a `--no-check` flag: returns the positional arguments and whether to check the
+/// result (not with `--no-check`: timing runs leave the check out, and check in runs of their
+/// own).
+pub fn args_with_check(
+    name: &'static str,
+    about: &'static str,
+    positional: &[(&'static str, &'static str)],
+) -> (Vec<String>, bool) {
+    let m = command(name, about, positional)
+        .arg(
+            clap::Arg::new("no-check")
+                .long("no-check")
+                .action(clap::ArgAction::SetTrue)
+                .help("Skip the self-check (for timing runs); the result line says UNCHECKED"),
+        )
+        .get_matches();
+    let check = !m.get_flag("no-check");
+    CHECK.store(check, Ordering::Relaxed);
+    (given(&m, positional), check)
+}
+
+fn command(
+    name: &'static str,
+    about: &'static str,
+    positional: &[(&'static str, &'static str)],
+) -> clap::Command {
     let mut cmd = clap::Command::new(name)
         .version(env!("CARGO_PKG_VERSION"))
         .about(about)
@@ -148,47 +178,14 @@ pub fn args(
                 .required(false),
         );
     }
-    let m = cmd.get_matches();
+    cmd
+}
+
+fn given(m: &clap::ArgMatches, positional: &[(&'static str, &'static str)]) -> Vec<String> {
     positional
         .iter()
         .map_while(|(arg, _)| m.get_one::<String>(arg).cloned())
         .collect()
-}
-
-/// [`args`] with a `--no-check` flag: returns the positional arguments and whether to check the
-/// result (not with `--no-check`: timing runs leave the check out, and check in runs of their
-/// own).
-pub fn args_with_check(
-    name: &'static str,
-    about: &'static str,
-    positional: &[(&'static str, &'static str)],
-) -> (Vec<String>, bool) {
-    let mut cmd = clap::Command::new(name)
-        .version(env!("CARGO_PKG_VERSION"))
-        .about(about)
-        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.")
-        .arg(
-            clap::Arg::new("no-check")
-                .long("no-check")
-                .action(clap::ArgAction::SetTrue)
-                .help("Skip the self-check (for timing runs); the result line says UNCHECKED"),
-        );
-    for (i, (arg, help)) in positional.iter().enumerate() {
-        cmd = cmd.arg(
-            clap::Arg::new(*arg)
-                .help(*help)
-                .index(i + 1)
-                .required(false),
-        );
-    }
-    let m = cmd.get_matches();
-    let given = positional
-        .iter()
-        .map_while(|(arg, _)| m.get_one::<String>(arg).cloned())
-        .collect();
-    let check = !m.get_flag("no-check");
-    CHECK.store(check, Ordering::Relaxed);
-    (given, check)
 }
 
 /// Parses the positional argument `i` as a number, with a default; exits with a usage message

@@ -293,6 +293,17 @@ fn mpi_command(cell: &Cell, checked: bool) -> Command {
     cmd
 }
 
+/// The compute time a program reports on its result line (`time=0.123s`).
+fn reported_time(stdout: &str) -> f64 {
+    stdout
+        .split_whitespace()
+        .find_map(|w| {
+            w.strip_prefix("time=")
+                .and_then(|v| v.trim_end_matches('s').parse().ok())
+        })
+        .unwrap_or(f64::NAN)
+}
+
 fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     if cell.transport == "mpi" {
         let t = Instant::now();
@@ -340,13 +351,7 @@ fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     if !out.status.success() || !stdout.contains(verdict) {
         return Err(format!("{}{}", stdout, stderr.lines().last().unwrap_or("")));
     }
-    let compute = stdout
-        .split_whitespace()
-        .find_map(|w| {
-            w.strip_prefix("time=")
-                .and_then(|v| v.trim_end_matches('s').parse().ok())
-        })
-        .unwrap_or(f64::NAN);
+    let compute = reported_time(&stdout);
     let getp = stderr
         .lines()
         .find(|l| l.starts_with("getp_sent"))
