@@ -40,6 +40,7 @@
 pub mod alloc;
 pub mod codec;
 pub mod diff;
+mod hooks;
 pub mod mailbox;
 mod manager;
 pub mod memory;

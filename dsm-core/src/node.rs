@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::alloc::{AllocError, AllocPolicy};
 use crate::codec;
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
-use crate::manager::{Managed, Managers, Outbox};
+use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff};
 use crate::stats::Stats;
@@ -206,6 +206,48 @@ pub const MAX_EARLY_REQUESTS: usize = 4096;
 /// Diff bytes per DIFF message at most; larger flushes are split.
 pub const MAX_DIFF_MSG_BYTES: usize = 256 * 1024;
 
+/// What a node has to send and do: messages for other nodes, effects for the runtime, and
+/// messages to itself (delivered before the input that made them returns).
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    pub transmits: VecDeque<Transmit>,
+    pub effects: VecDeque<Effect>,
+    pub loopback: VecDeque<Msg>,
+}
+
+/// Diffs on their way to their homes, and the releases waiting for them.
+#[derive(Debug, Default)]
+pub(crate) struct Flush {
+    /// Diffs being gathered for each home before they are sent.
+    pub diff_batch: BTreeMap<NodeId, Vec<PageDiff>>,
+    pub next_diff_id: u32,
+    /// Diff batches sent and not yet acknowledged: id -> (home, sent at).
+    pub diffs_out: BTreeMap<u32, (NodeId, Time)>,
+    /// Releases, barriers... waiting for their diffs to be acknowledged, in order.
+    pub after_flush: VecDeque<AfterFlush>,
+}
+
+/// The caller's side of synchronisation: this node's threads' locks and condition variables, and
+/// the barrier, wait or exit it is in.
+#[derive(Debug)]
+pub(crate) struct SyncState {
+    pub locks: Vec<LocalLock>,
+    pub cvs: Vec<LocalCv>,
+    pub collective: Option<Collective>,
+    pub wait_epoch: u32,
+}
+
+impl SyncState {
+    fn new() -> SyncState {
+        SyncState {
+            locks: (0..MAX_LOCKS).map(|_| LocalLock::default()).collect(),
+            cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
+            collective: None,
+            wait_epoch: 0,
+        }
+    }
+}
+
 /// The most runtime counters a node reports at exit ([`Node::note_runtime_counters`]).
 pub const MAX_RUNTIME_COUNTERS: usize = 64;
 
@@ -225,22 +267,15 @@ pub struct Node<M: PageMemory> {
     pub(crate) epoch: u32,
     /// Outstanding page requests and when they were sent.
     pub(crate) fetches: BTreeMap<PageNum, Time>,
-    /// Diffs being gathered for each home before they are sent.
-    pub(crate) diff_batch: BTreeMap<NodeId, Vec<PageDiff>>,
-    pub(crate) next_diff_id: u32,
-    /// Diff batches sent and not yet acknowledged: id -> (home, sent at).
-    pub(crate) diffs_out: BTreeMap<u32, (NodeId, Time)>,
-    /// Releases, barriers... waiting for their diffs to be acknowledged, in order.
-    pub(crate) after_flush: VecDeque<AfterFlush>,
-    pub(crate) locks: Vec<LocalLock>,
-    pub(crate) cvs: Vec<LocalCv>,
-    pub(crate) collective: Option<Collective>,
-    pub(crate) wait_epoch: u32,
+    /// Diffs on their way to their homes, and what waits for them.
+    pub(crate) flush: Flush,
+    /// This node's threads' locks, condition variables and collective call.
+    pub(crate) sync: SyncState,
+    /// The synchronisation this node manages.
     pub(crate) mgr: Managers,
     pub(crate) mailbox: Mailbox,
-    pub(crate) transmits: VecDeque<Transmit>,
-    pub(crate) effects: VecDeque<Effect>,
-    pub(crate) loopback: VecDeque<Msg>,
+    /// What goes out: messages, effects, messages to this node itself.
+    pub(crate) out: Outbox,
     pub(crate) stats: Stats,
     /// The statistics frozen by `freeze_stats`, reported at exit instead of the live ones.
     pub(crate) frozen_stats: Option<(Stats, Vec<u64>)>,
@@ -293,19 +328,11 @@ impl<M: PageMemory> Node<M> {
             interval: 1,
             epoch: 0,
             fetches: BTreeMap::new(),
-            diff_batch: BTreeMap::new(),
-            next_diff_id: 0,
-            diffs_out: BTreeMap::new(),
-            after_flush: VecDeque::new(),
-            locks: (0..MAX_LOCKS).map(|_| LocalLock::default()).collect(),
-            cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
-            collective: None,
-            wait_epoch: 0,
+            flush: Flush::default(),
+            sync: SyncState::new(),
             mgr,
             mailbox: Mailbox::default(),
-            transmits: VecDeque::new(),
-            effects: VecDeque::new(),
-            loopback: VecDeque::new(),
+            out: Outbox::default(),
             stats: Stats::default(),
             frozen_stats: None,
             runtime_counters: Vec::new(),
@@ -359,14 +386,6 @@ impl<M: PageMemory> Node<M> {
     pub fn reset_stats(&mut self) {
         self.stats = Stats::default();
         self.frozen_stats = None;
-    }
-
-    /// The runtime's own counters now (the transport's retransmissions, driven faults...), sent
-    /// to node 0 at exit beside the core's statistics and handed back in [`Effect::JobStats`];
-    /// the core does not read them. At most [`MAX_RUNTIME_COUNTERS`].
-    pub fn note_runtime_counters(&mut self, counters: Vec<u64>) {
-        self.runtime_counters = counters;
-        self.runtime_counters.truncate(MAX_RUNTIME_COUNTERS);
     }
 
     /// Freezes the statistics reported at exit at their current values (JIAJIA's
@@ -437,13 +456,13 @@ impl<M: PageMemory> Node<M> {
     /// Drains the next message to send.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        self.out.transmits.pop_front()
     }
 
     /// Drains the next effect to apply, in the order they must be applied.
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        self.effects.pop_front()
+        self.out.effects.pop_front()
     }
 
     /// When [`Node::handle_timeout`] should next be called.
@@ -454,7 +473,7 @@ impl<M: PageMemory> Node<M> {
             return None;
         }
         let oldest_fetch = self.fetches.values().min().copied();
-        let oldest_diff = self.diffs_out.values().map(|&(_, t)| t).min();
+        let oldest_diff = self.flush.diffs_out.values().map(|&(_, t)| t).min();
         let oldest = match (oldest_fetch, oldest_diff) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
@@ -485,7 +504,12 @@ impl<M: PageMemory> Node<M> {
             });
             return;
         }
-        let diff = self.diffs_out.values().find(|&&(_, t)| late(t)).copied();
+        let diff = self
+            .flush
+            .diffs_out
+            .values()
+            .find(|&&(_, t)| late(t))
+            .copied();
         if let Some((peer, sent)) = diff {
             self.abort(JobError::NoReply {
                 peer,
@@ -534,37 +558,6 @@ impl<M: PageMemory> Node<M> {
             codec::Frame::Msg(msg) => self.dispatch(now, from, msg),
             codec::Frame::Grant { page, data } => self.on_page_grant(now, from, page, data),
         };
-        self.drain_loopback(now);
-        result
-    }
-
-    /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided
-    /// reads of the home's memory: it never went on the wire, so it leaves the message counts.
-    pub fn sent_as_reads(&mut self, msg: &Msg) {
-        let k = msg.kind().index();
-        self.stats.msgs_sent[k] = self.stats.msgs_sent[k].saturating_sub(1);
-        self.stats.bytes_sent[k] =
-            self.stats.bytes_sent[k].saturating_sub(codec::frame_len(msg) as u64);
-    }
-
-    /// A page read one-sided from `from`'s memory (see [`CoreConfig::remote_reads`]): handled as
-    /// the home's grant would be, counted as a read, not as a message.
-    pub fn handle_page_read(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        page: PageNum,
-        data: &[u8; PAGE_SIZE],
-    ) -> Result<(), ProtocolError> {
-        if from.0 >= self.cfg.nodes || from == self.cfg.node {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::GetPageGrant,
-                why: "page read from a node outside the job or from this one",
-            });
-        }
-        self.stats.pages_read_one_sided += 1;
-        let result = self.on_page_grant(now, from, page, data);
         self.drain_loopback(now);
         result
     }
@@ -624,7 +617,7 @@ impl<M: PageMemory> Node<M> {
                 Ok(())
             }
             Msg::Error { text } => {
-                self.effects.push_back(Effect::Abort {
+                self.out.effects.push_back(Effect::Abort {
                     error: JobError::Remote { from, text },
                 });
                 self.failed = true;
@@ -637,9 +630,9 @@ impl<M: PageMemory> Node<M> {
     /// go out in order, then its event.
     fn managed(
         &mut self,
-        handle: impl FnOnce(&mut Managers, &mut Outbox) -> Result<Managed, ProtocolError>,
+        handle: impl FnOnce(&mut Managers, &mut manager::Outbox) -> Result<Managed, ProtocolError>,
     ) -> Result<(), ProtocolError> {
-        let mut out = Outbox::new();
+        let mut out = manager::Outbox::new();
         let managed = handle(&mut self.mgr, &mut out)?;
         for (to, msg) in out {
             self.send(to, msg);
@@ -653,9 +646,10 @@ impl<M: PageMemory> Node<M> {
             }
             // Before the exit grant this node sent itself is delivered (drain_loopback): the
             // statistics come before the resume.
-            Managed::JobStats { nodes, runtime } => {
-                self.effects.push_back(Effect::JobStats { nodes, runtime })
-            }
+            Managed::JobStats { nodes, runtime } => self
+                .out
+                .effects
+                .push_back(Effect::JobStats { nodes, runtime }),
         }
         Ok(())
     }
@@ -737,28 +731,28 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn abort(&mut self, error: JobError) {
         if !self.failed {
             self.failed = true;
-            self.effects.push_back(Effect::Abort { error });
+            self.out.effects.push_back(Effect::Abort { error });
         }
     }
 
     pub(crate) fn resume(&mut self, waiter: WaiterId) {
-        self.effects.push_back(Effect::Resume { waiter });
+        self.out.effects.push_back(Effect::Resume { waiter });
     }
 
     pub(crate) fn send(&mut self, to: NodeId, msg: Msg) {
         if to == self.cfg.node {
-            self.loopback.push_back(msg);
+            self.out.loopback.push_back(msg);
             return;
         }
         let k = msg.kind().index();
         self.stats.msgs_sent[k] += 1;
         self.stats.bytes_sent[k] += codec::frame_len(&msg) as u64;
-        self.transmits.push_back(Transmit { to, msg });
+        self.out.transmits.push_back(Transmit { to, msg });
     }
 
     /// Delivers the messages this node sent to itself (a lock it manages, its own barrier...).
     pub(crate) fn drain_loopback(&mut self, now: Time) {
-        while let Some(msg) = self.loopback.pop_front() {
+        while let Some(msg) = self.out.loopback.pop_front() {
             let me = self.cfg.node;
             if let Err(e) = self.dispatch(now, me, msg) {
                 // A message to ourselves that breaks the protocol is a bug in this crate.

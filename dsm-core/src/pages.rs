@@ -91,47 +91,7 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// The runtime opened home page `page` for writing by itself (see
-    /// [`PageMemory::allow_home_write`]): record the write as a write fault would have.
-    pub fn handle_home_write(&mut self, page: PageNum) {
-        let me = self.cfg.node;
-        let Some(e) = self.table.get_mut(page.index()) else {
-            return;
-        };
-        if e.home != me {
-            return;
-        }
-        if e.frame == Frame::ReadOnly {
-            e.frame = Frame::ReadWrite;
-            self.rw.insert(page);
-        }
-        self.mark_written(page);
-        self.stats.write_faults_local += 1;
-    }
-
-    /// The runtime opened prefetched page `page` for a reader by itself (see
-    /// [`PageMemory::allow_prefetch_open`]): count the use and read further ahead. `faulted`:
-    /// a read fault on this page did it (otherwise it was opened along with the faulting page
-    /// before it, and counts as used but not as a fault). If the page was dropped meanwhile, the
-    /// core closed it again and there is nothing to do.
-    pub fn handle_prefetch_opened(&mut self, now: Time, page: PageNum, faulted: bool) {
-        let Some(e) = self.table.get_mut(page.index()) else {
-            return;
-        };
-        if e.frame != Frame::Prefetched {
-            return;
-        }
-        e.frame = Frame::ReadOnly;
-        e.touched |= faulted;
-        self.stats.prefetch_used += 1;
-        if faulted {
-            self.count_local_fault(Access::Read);
-        }
-        self.read_ahead_unless_refreshed(now, page);
-        self.drain_loopback(now);
-    }
-
-    fn count_local_fault(&mut self, access: Access) {
+    pub(crate) fn count_local_fault(&mut self, access: Access) {
         match access {
             Access::Read => self.stats.read_faults_local += 1,
             Access::Write => self.stats.write_faults_local += 1,
@@ -222,7 +182,7 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    fn read_ahead_unless_refreshed(&mut self, now: Time, page: PageNum) {
+    pub(crate) fn read_ahead_unless_refreshed(&mut self, now: Time, page: PageNum) {
         if !std::mem::take(&mut self.table[page.index()].refreshed) {
             self.read_ahead(now, page);
         }
@@ -288,7 +248,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// Whether writes to `page` (a home page) go unseen: writable, and not known as written.
-    fn writes_untracked(&self, page: PageNum) -> bool {
+    pub(crate) fn writes_untracked(&self, page: PageNum) -> bool {
         self.table[page.index()].frame == Frame::ReadWrite && !self.rw.contains(&page)
     }
 
@@ -375,49 +335,6 @@ impl<M: PageMemory> Node<M> {
         }
         self.last_served = Some(last);
         Ok(())
-    }
-
-    /// Brings into the cache the page a sequential reader will ask for next (see
-    /// [`PageMemory::warm`]): call it once the grants are sent, off their path. A page from
-    /// memory takes 0.5 us to copy here, 0.1 us from the cache; faultlat's reads of pages the
-    /// home wrote long ago: 0.2-0.25 us less from GETP read to grant sent.
-    pub fn warm_ahead(&mut self) {
-        if let Some(page) = self.to_warm.take() {
-            self.mem.warm(page);
-        }
-    }
-
-    /// Starts tracking the writes to the home pages served untracked since the last call: call
-    /// it once their grants are sent. Each page is protected (in ranges); one whose bytes differ
-    /// from those sent was written in between, and is recorded as written (its copies will be
-    /// invalidated at the next release) and left open. Runs by itself before anything that
-    /// needs the tracking (a release, a diff applied here).
-    pub fn settle_serves(&mut self) {
-        if self.unsettled.is_empty() {
-            return;
-        }
-        let mut unsettled = std::mem::take(&mut self.unsettled);
-        // Only pages still as they were served (each is queued once, at its first serve).
-        unsettled.retain(|(p, _)| self.table[p.index()].served && self.writes_untracked(*p));
-        let pages: Vec<PageNum> = unsettled.iter().map(|(p, _)| *p).collect();
-        self.protect_pages(&pages, Prot::Read);
-        let mut written = Vec::new();
-        for (page, sent) in &unsettled {
-            self.mem.read(*page, &mut self.scratch);
-            if *self.scratch == *sent.0 {
-                self.table[page.index()].frame = Frame::ReadOnly;
-                self.mem.allow_home_write(*page);
-            } else {
-                written.push(*page);
-            }
-        }
-        // Written between the copy and the protection: as if the write had come just after.
-        self.protect_pages(&written, Prot::ReadWrite);
-        for page in written {
-            self.rw.insert(page);
-            self.mark_written(page);
-            self.stats.home_writes_found_at_settle += 1;
-        }
     }
 
     /// GETPGRANT: install the page and resume its waiters.
@@ -522,7 +439,8 @@ impl<M: PageMemory> Node<M> {
         if diff::encode(&twin.0, &self.scratch, &mut runs) > 0 {
             self.stats.diffs_sent += 1;
             self.stats.diff_bytes_sent += runs.len() as u64;
-            self.diff_batch
+            self.flush
+                .diff_batch
                 .entry(home)
                 .or_default()
                 .push(PageDiff { page, runs });
@@ -531,7 +449,7 @@ impl<M: PageMemory> Node<M> {
 
     /// Sends the gathered diffs, one DIFF message per home (split when large).
     pub(crate) fn send_diffs(&mut self, now: Time) {
-        let batch = std::mem::take(&mut self.diff_batch);
+        let batch = std::mem::take(&mut self.flush.diff_batch);
         for (home, diffs) in batch {
             let mut msg_diffs = Vec::new();
             let mut bytes = 0;
@@ -550,9 +468,9 @@ impl<M: PageMemory> Node<M> {
     }
 
     fn send_diff_msg(&mut self, now: Time, home: NodeId, diffs: Vec<PageDiff>) {
-        let id = self.next_diff_id;
-        self.next_diff_id = self.next_diff_id.wrapping_add(1);
-        self.diffs_out.insert(id, (home, now));
+        let id = self.flush.next_diff_id;
+        self.flush.next_diff_id = self.flush.next_diff_id.wrapping_add(1);
+        self.flush.diffs_out.insert(id, (home, now));
         self.send(home, Msg::Diff { id, diffs });
     }
 
@@ -590,9 +508,9 @@ impl<M: PageMemory> Node<M> {
 
     /// DIFFGRANT: one batch is home; releases waiting for it may complete.
     pub(crate) fn on_diff_grant(&mut self, from: NodeId, id: u32) -> Result<(), ProtocolError> {
-        match self.diffs_out.get(&id) {
+        match self.flush.diffs_out.get(&id) {
             Some(&(home, _)) if home == from => {
-                self.diffs_out.remove(&id);
+                self.flush.diffs_out.remove(&id);
                 self.complete_flushes();
                 Ok(())
             }

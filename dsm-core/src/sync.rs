@@ -99,7 +99,7 @@ impl<M: PageMemory> Node<M> {
     /// The locks a thread of this node holds now.
     pub fn locks_held(&self) -> Vec<LockId> {
         (0..MAX_LOCKS)
-            .filter(|&l| self.locks[usize::from(l)].holder.is_some())
+            .filter(|&l| self.sync.locks[usize::from(l)].holder.is_some())
             .map(LockId)
             .collect()
     }
@@ -107,7 +107,7 @@ impl<M: PageMemory> Node<M> {
     /// The waiter asks for `lock`; it is resumed when the lock is its own.
     pub fn acquire(&mut self, now: Time, lock: LockId, waiter: WaiterId) -> Result<(), UsageError> {
         Self::check_lock(lock)?;
-        let l = &mut self.locks[usize::from(lock.0)];
+        let l = &mut self.sync.locks[usize::from(lock.0)];
         let mine = |w: WaiterId| w == waiter;
         if l.holder.is_some_and(mine)
             || l.acquiring.is_some_and(|(w, _)| mine(w))
@@ -125,7 +125,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     fn start_acquire(&mut self, lock: LockId, waiter: WaiterId, since: Time) {
-        let l = &mut self.locks[usize::from(lock.0)];
+        let l = &mut self.sync.locks[usize::from(lock.0)];
         l.acquiring = Some((waiter, since));
         let seen = l.seen;
         let manager = self.manager_of(lock.0);
@@ -137,21 +137,21 @@ impl<M: PageMemory> Node<M> {
     pub fn release(&mut self, now: Time, lock: LockId, waiter: WaiterId) -> Result<(), UsageError> {
         Self::check_lock(lock)?;
         let i = usize::from(lock.0);
-        if self.locks[i].holder != Some(waiter) {
+        if self.sync.locks[i].holder != Some(waiter) {
             return Err(UsageError::LockNotHeld(lock));
         }
-        self.locks[i].holder = None;
-        self.locks[i].releasing = true;
+        self.sync.locks[i].holder = None;
+        self.sync.locks[i].releasing = true;
         self.flush_writes(now, false);
-        let sent = self.locks[i].sent;
+        let sent = self.sync.locks[i].sent;
         let notices = self.notices_after(sent);
-        self.locks[i].sent = self.interval;
+        self.sync.locks[i].sent = self.interval;
         self.interval += 1;
-        self.after_flush.push_back(AfterFlush::Release {
+        self.flush.after_flush.push_back(AfterFlush::Release {
             lock,
             waiter,
             notices,
-            through: self.next_diff_id,
+            through: self.flush.next_diff_id,
         });
         self.complete_flushes();
         self.drain_loopback(now);
@@ -169,11 +169,17 @@ impl<M: PageMemory> Node<M> {
 
     /// Runs the releases whose diffs are all acknowledged, in order.
     pub(crate) fn complete_flushes(&mut self) {
-        while let Some(front) = self.after_flush.front() {
-            if self.diffs_out.range(..front.through()).next().is_some() {
+        while let Some(front) = self.flush.after_flush.front() {
+            if self
+                .flush
+                .diffs_out
+                .range(..front.through())
+                .next()
+                .is_some()
+            {
                 break;
             }
-            let Some(done) = self.after_flush.pop_front() else {
+            let Some(done) = self.flush.after_flush.pop_front() else {
                 break;
             };
             match done {
@@ -193,7 +199,7 @@ impl<M: PageMemory> Node<M> {
                             notices,
                         },
                     );
-                    let l = &mut self.locks[usize::from(lock.0)];
+                    let l = &mut self.sync.locks[usize::from(lock.0)];
                     l.releasing = false;
                     let next = l.queue.pop_front();
                     self.resume(waiter);
@@ -241,7 +247,7 @@ impl<M: PageMemory> Node<M> {
         notices: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         let i = usize::from(lock.0);
-        if from != self.manager_of(lock.0) || self.locks[i].acquiring.is_none() {
+        if from != self.manager_of(lock.0) || self.sync.locks[i].acquiring.is_none() {
             return Err(ProtocolError {
                 from,
                 kind: MsgKind::AcquireGrant,
@@ -249,7 +255,7 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.invalidate(now, notices);
-        let l = &mut self.locks[i];
+        let l = &mut self.sync.locks[i];
         let Some((waiter, since)) = l.acquiring.take() else {
             return Ok(());
         };
@@ -269,10 +275,10 @@ impl<M: PageMemory> Node<M> {
         waiter: WaiterId,
         kind: CollectiveKind,
     ) -> Result<(), UsageError> {
-        if self.collective.is_some() {
+        if self.sync.collective.is_some() {
             return Err(UsageError::CollectiveBusy);
         }
-        self.collective = Some(Collective {
+        self.sync.collective = Some(Collective {
             waiter,
             since: now,
             kind,
@@ -286,16 +292,16 @@ impl<M: PageMemory> Node<M> {
         self.start_collective(now, waiter, CollectiveKind::Barrier)?;
         self.flush_writes(now, true);
         let notices: Vec<PageNum> = std::mem::take(&mut self.written).into_keys().collect();
-        for l in &mut self.locks {
+        for l in &mut self.sync.locks {
             l.sent = 0;
         }
-        for c in &mut self.cvs {
+        for c in &mut self.sync.cvs {
             c.sent = 0;
         }
         self.interval += 1;
-        self.after_flush.push_back(AfterFlush::Barrier {
+        self.flush.after_flush.push_back(AfterFlush::Barrier {
             notices,
-            through: self.next_diff_id,
+            through: self.flush.next_diff_id,
         });
         self.complete_flushes();
         self.drain_loopback(now);
@@ -308,7 +314,7 @@ impl<M: PageMemory> Node<M> {
         self.send(
             NodeId(0),
             Msg::Wait {
-                epoch: self.wait_epoch,
+                epoch: self.sync.wait_epoch,
             },
         );
         self.drain_loopback(now);
@@ -320,8 +326,8 @@ impl<M: PageMemory> Node<M> {
     pub fn exit(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Exit)?;
         self.flush_writes(now, false);
-        self.after_flush.push_back(AfterFlush::Exit {
-            through: self.next_diff_id,
+        self.flush.after_flush.push_back(AfterFlush::Exit {
+            through: self.flush.next_diff_id,
         });
         self.complete_flushes();
         self.drain_loopback(now);
@@ -335,7 +341,7 @@ impl<M: PageMemory> Node<M> {
         kind: CollectiveKind,
         msg: MsgKind,
     ) -> Result<(), ProtocolError> {
-        match &self.collective {
+        match &self.sync.collective {
             Some(c) if c.kind == kind && from == NodeId(0) => {}
             _ => {
                 return Err(ProtocolError {
@@ -345,7 +351,7 @@ impl<M: PageMemory> Node<M> {
                 });
             }
         }
-        let Some(c) = self.collective.take() else {
+        let Some(c) = self.sync.collective.take() else {
             return Ok(());
         };
         if kind == CollectiveKind::Barrier {
@@ -365,6 +371,7 @@ impl<M: PageMemory> Node<M> {
     ) -> Result<(), ProtocolError> {
         if epoch != self.epoch
             || !self
+                .sync
                 .collective
                 .as_ref()
                 .is_some_and(|c| c.kind == CollectiveKind::Barrier)
@@ -400,7 +407,7 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         epoch: u32,
     ) -> Result<(), ProtocolError> {
-        if epoch != self.wait_epoch {
+        if epoch != self.sync.wait_epoch {
             return Err(ProtocolError {
                 from,
                 kind: MsgKind::WaitGrant,
@@ -408,7 +415,7 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.finish_collective(now, from, CollectiveKind::Wait, MsgKind::WaitGrant)?;
-        self.wait_epoch += 1;
+        self.sync.wait_epoch += 1;
         self.stats.waits += 1;
         Ok(())
     }
@@ -432,14 +439,14 @@ impl<M: PageMemory> Node<M> {
         Self::check_cv(cv)?;
         self.flush_writes(now, false);
         let c = usize::from(cv.0);
-        let notices = self.notices_after(self.cvs[c].sent);
-        self.cvs[c].sent = self.interval;
+        let notices = self.notices_after(self.sync.cvs[c].sent);
+        self.sync.cvs[c].sent = self.interval;
         self.interval += 1;
-        self.after_flush.push_back(AfterFlush::SetCv {
+        self.flush.after_flush.push_back(AfterFlush::SetCv {
             cv,
             waiter,
             notices,
-            through: self.next_diff_id,
+            through: self.flush.next_diff_id,
         });
         self.complete_flushes();
         self.drain_loopback(now);
@@ -459,7 +466,7 @@ impl<M: PageMemory> Node<M> {
     /// Waits until `cv` is set; an acquire: sees the writes before the set.
     pub fn waitcv(&mut self, now: Time, cv: CvId, waiter: WaiterId) -> Result<(), UsageError> {
         Self::check_cv(cv)?;
-        let c = &mut self.cvs[usize::from(cv.0)];
+        let c = &mut self.sync.cvs[usize::from(cv.0)];
         c.waiting.push(waiter);
         if c.waiting.len() == 1 {
             let seen = c.seen;
@@ -479,7 +486,7 @@ impl<M: PageMemory> Node<M> {
         notices: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         let c = usize::from(cv.0);
-        if from != self.manager_of(cv.0) || self.cvs[c].waiting.is_empty() {
+        if from != self.manager_of(cv.0) || self.sync.cvs[c].waiting.is_empty() {
             return Err(ProtocolError {
                 from,
                 kind: MsgKind::CvGrant,
@@ -487,8 +494,8 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.invalidate(now, notices);
-        self.cvs[c].seen = counter;
-        for w in std::mem::take(&mut self.cvs[c].waiting) {
+        self.sync.cvs[c].seen = counter;
+        for w in std::mem::take(&mut self.sync.cvs[c].waiting) {
             self.stats.cv_waits += 1;
             self.resume(w);
         }
