@@ -127,6 +127,17 @@ fn kernel_gemm<T: Real>(
     rows: (usize, usize),
 ) {
     let m = rows.1 - rows.0;
+    {
+        // B in order first, a word per page: its remote pages come in one stream (read-ahead
+        // grows its windows) instead of faults scattered through the library's packing of B's
+        // panels. 2 nodes, 5 interleaved runs: 4096 1.465 -> 1.422 s, 2048 0.225 -> 0.216 s.
+        let step = dsm_runtime::PAGE_SIZE / std::mem::size_of::<T>();
+        let mut sink = T::default();
+        for i in (0..n * n).step_by(step) {
+            sink = sink + b.get(i);
+        }
+        std::hint::black_box(sink);
+    }
     // SAFETY: this node alone writes its band of C, and only this thread touches it; A and B are
     // only read between the two barriers.
     let (ab, bb, cb) = unsafe {
