@@ -61,6 +61,54 @@ fn factor_step(
     }
 }
 
+/// `row -= l * pivot_row`, element by element (vectorisable).
+fn eliminate(row: &mut [f64], pivot_row: &[f64], l: f64) {
+    for (x, &p) in row.iter_mut().zip(pivot_row) {
+        *x -= l * p;
+    }
+}
+
+/// [`factor_step`] on the shared matrix, row slices instead of an access per element: the same
+/// arithmetic in the same order.
+fn factor_step_shared(
+    a: SharedArray<f64>,
+    n: usize,
+    b: usize,
+    k: usize,
+    diag_mine: bool,
+    row_mine: &dyn Fn(usize) -> bool,
+    phase: u8,
+) {
+    let k0 = k * b;
+    let k1 = (k0 + b).min(n);
+    let rows = |i: usize, p: usize| {
+        // SAFETY: row i is this node's (the diagonal block's rows in phase 0, its own rows in
+        // phase 1) and only this thread touches it; the pivot row p < i is only read in this
+        // phase (written in phase 0 by its owner, separated by a barrier).
+        unsafe { (a.slice_mut(i * n..(i + 1) * n), a.slice(p * n..(p + 1) * n)) }
+    };
+    if phase == 0 && diag_mine {
+        for p in k0..k1 {
+            for i in p + 1..k1 {
+                let (row, pivot) = rows(i, p);
+                let l = row[p] / pivot[p];
+                row[p] = l;
+                eliminate(&mut row[p + 1..], &pivot[p + 1..], l);
+            }
+        }
+    }
+    if phase == 1 {
+        for i in (k1..n).filter(|&i| row_mine(i)) {
+            for p in k0..k1 {
+                let (row, pivot) = rows(i, p);
+                let l = row[p] / pivot[p];
+                row[p] = l;
+                eliminate(&mut row[p + 1..], &pivot[p + 1..], l);
+            }
+        }
+    }
+}
+
 fn main() {
     let (args, check) = dsm_apps::args_with_check(
         "lu",
@@ -94,34 +142,11 @@ fn main() {
     dsm.start_stats();
     let t0 = dsm.clock();
     let blocks = n.div_ceil(b);
-    let mut acc = |idx: usize, v: Option<f64>| match v {
-        Some(v) => {
-            a.set(idx, v);
-            v
-        }
-        None => a.get(idx),
-    };
     for k in 0..blocks {
-        factor_step(
-            n,
-            b,
-            k,
-            &mut acc,
-            owner(k * b) == me,
-            &|i| owner(i) == me,
-            0,
-        );
-        dsm.barrier();
-        factor_step(
-            n,
-            b,
-            k,
-            &mut acc,
-            owner(k * b) == me,
-            &|i| owner(i) == me,
-            1,
-        );
-        dsm.barrier();
+        for phase in [0, 1] {
+            factor_step_shared(a, n, b, k, owner(k * b) == me, &|i| owner(i) == me, phase);
+            dsm.barrier();
+        }
     }
     let elapsed = dsm.clock() - t0;
     dsm.stop_stats();
