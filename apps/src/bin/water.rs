@@ -30,14 +30,15 @@ fn start(n: usize) -> Vec<f64> {
 }
 
 /// Acceleration of molecule `i` from the positions `pos(j, axis)`.
-fn force(i: usize, n: usize, pos: &dyn Fn(usize, usize) -> f64) -> [f64; 3] {
+/// The force on molecule `i` from all the others; `m` holds x y z vx vy vz per molecule.
+fn force(i: usize, n: usize, m: &[f64]) -> [f64; 3] {
     let mut f = [0.0; 3];
-    let p = [pos(i, 0), pos(i, 1), pos(i, 2)];
-    for j in 0..n {
+    let p = [m[i * 6], m[i * 6 + 1], m[i * 6 + 2]];
+    for (j, q) in m.chunks_exact(6).take(n).enumerate() {
         if j == i {
             continue;
         }
-        let d = [pos(j, 0) - p[0], pos(j, 1) - p[1], pos(j, 2) - p[2]];
+        let d = [q[0] - p[0], q[1] - p[1], q[2] - p[2]];
         let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] + 0.01;
         let inv = 1.0 / (r2 * r2.sqrt());
         for a in 0..3 {
@@ -70,9 +71,10 @@ fn main() {
     dsm.start_stats();
     let t0 = dsm.clock();
     for _ in 0..steps {
-        let acc: Vec<[f64; 3]> = (mine.0..mine.1)
-            .map(|i| force(i, n, &|j, a| m.get(j * 6 + a)))
-            .collect();
+        // SAFETY: every node only reads the molecules until the barrier below (each moves its own
+        // after it).
+        let all = unsafe { m.slice(0..n * 6) };
+        let acc: Vec<[f64; 3]> = (mine.0..mine.1).map(|i| force(i, n, all)).collect();
         dsm.barrier();
         for (i, f) in (mine.0..mine.1).zip(acc) {
             for a in 0..3 {
@@ -89,7 +91,7 @@ fn main() {
     if check && dsm.id() == 0 {
         let mut s = s0;
         for _ in 0..steps {
-            let acc: Vec<[f64; 3]> = (0..n).map(|i| force(i, n, &|j, a| s[j * 6 + a])).collect();
+            let acc: Vec<[f64; 3]> = (0..n).map(|i| force(i, n, &s)).collect();
             for (i, f) in acc.into_iter().enumerate() {
                 for a in 0..3 {
                     let v = s[i * 6 + 3 + a] + DT * f[a];
