@@ -148,17 +148,37 @@ pub fn args_with_check(
     about: &'static str,
     positional: &[(&'static str, &'static str)],
 ) -> (Vec<String>, bool) {
-    let m = command(name, about, positional)
-        .arg(
-            clap::Arg::new("no-check")
-                .long("no-check")
+    let (args, check, _) = args_with_flags(name, about, positional, &[]);
+    (args, check)
+}
+
+/// [`args_with_check`] with flags of the program's own (`(long name, help)`): returns whether
+/// each was given, in order, too.
+pub fn args_with_flags(
+    name: &'static str,
+    about: &'static str,
+    positional: &[(&'static str, &'static str)],
+    flags: &[(&'static str, &'static str)],
+) -> (Vec<String>, bool, Vec<bool>) {
+    let mut cmd = command(name, about, positional).arg(
+        clap::Arg::new("no-check")
+            .long("no-check")
+            .action(clap::ArgAction::SetTrue)
+            .help("Skip the self-check (for timing runs); the result line says UNCHECKED"),
+    );
+    for &(flag, help) in flags {
+        cmd = cmd.arg(
+            clap::Arg::new(flag)
+                .long(flag)
                 .action(clap::ArgAction::SetTrue)
-                .help("Skip the self-check (for timing runs); the result line says UNCHECKED"),
-        )
-        .get_matches();
+                .help(help),
+        );
+    }
+    let m = cmd.get_matches();
     let check = !m.get_flag("no-check");
     CHECK.store(check, Ordering::Relaxed);
-    (given(&m, positional), check)
+    let given_flags = flags.iter().map(|(f, _)| m.get_flag(f)).collect();
+    (given(&m, positional), check, given_flags)
 }
 
 fn command(

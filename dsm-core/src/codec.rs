@@ -22,7 +22,7 @@ use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant: the page number, then the page.
@@ -108,9 +108,14 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Acquire { .. } => 2 + 4,
         Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Release { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
-        Msg::Barrier { notices, .. } => 4 + 8 + 4 + 4 * notices.len(),
-        Msg::BarrierGrant { notices, .. } => 4 + 4 + 6 * notices.len(),
-        Msg::Wait { .. } | Msg::WaitGrant { .. } => 4,
+        Msg::Barrier {
+            notices, claims, ..
+        } => 4 + 8 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
+        Msg::BarrierGrant { notices, .. } => 4 + 4 + 7 * notices.len(),
+        Msg::Wait { .. }
+        | Msg::WaitGrant { .. }
+        | Msg::Migrated { .. }
+        | Msg::MigrateGrant { .. } => 4,
         Msg::SetCv { notices, .. } => 2 + 4 + 4 * notices.len(),
         Msg::ResetCv { .. } => 2,
         Msg::WaitCv { .. } => 2 + 4,
@@ -178,10 +183,12 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             epoch,
             alloc_digest,
             notices,
+            claims,
         } => {
             out.extend_from_slice(&epoch.to_le_bytes());
             out.extend_from_slice(&alloc_digest.to_le_bytes());
             put_pages(out, notices);
+            put_pages(out, claims);
         }
         Msg::BarrierGrant { epoch, notices } => {
             out.extend_from_slice(&epoch.to_le_bytes());
@@ -190,11 +197,13 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
                 out.extend_from_slice(&n.page.0.to_le_bytes());
                 let w = n.writer.map_or(NO_WRITER, |w| w.0);
                 out.extend_from_slice(&w.to_le_bytes());
+                out.push(u8::from(n.moves));
             }
         }
-        Msg::Wait { epoch } | Msg::WaitGrant { epoch } => {
-            out.extend_from_slice(&epoch.to_le_bytes())
-        }
+        Msg::Wait { epoch }
+        | Msg::WaitGrant { epoch }
+        | Msg::Migrated { epoch }
+        | Msg::MigrateGrant { epoch } => out.extend_from_slice(&epoch.to_le_bytes()),
         Msg::SetCv { cv, notices } => {
             out.extend_from_slice(&cv.0.to_le_bytes());
             put_pages(out, notices);
@@ -384,21 +393,36 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             epoch: r.u32()?,
             alloc_digest: r.u64()?,
             notices: r.pages()?,
+            claims: r.pages()?,
         },
         MsgKind::BarrierGrant => {
             let epoch = r.u32()?;
-            let n = r.count(6)?;
+            let n = r.count(7)?;
             let mut notices = Vec::with_capacity(n);
             for _ in 0..n {
                 let page = PageNum(r.u32()?);
                 let w = r.u16()?;
+                let writer = (w != NO_WRITER).then_some(NodeId(w));
+                let moves = match r.u8()? {
+                    0 => false,
+                    1 if writer.is_some() => true,
+                    v => {
+                        return Err(DecodeError::BadValue {
+                            field: "write notice's move flag",
+                            value: v.into(),
+                        });
+                    }
+                };
                 notices.push(WriteNotice {
                     page,
-                    writer: (w != NO_WRITER).then_some(NodeId(w)),
+                    writer,
+                    moves,
                 });
             }
             Msg::BarrierGrant { epoch, notices }
         }
+        MsgKind::Migrated => Msg::Migrated { epoch: r.u32()? },
+        MsgKind::MigrateGrant => Msg::MigrateGrant { epoch: r.u32()? },
         MsgKind::Wait => Msg::Wait { epoch: r.u32()? },
         MsgKind::WaitGrant => Msg::WaitGrant { epoch: r.u32()? },
         MsgKind::SetCv => Msg::SetCv {

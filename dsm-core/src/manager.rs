@@ -60,6 +60,10 @@ pub(crate) struct Managers {
     cvs: BTreeMap<CvId, CvMgr>,
     barrier_arrived: BTreeSet<NodeId>,
     barrier_notices: BTreeMap<PageNum, Option<NodeId>>,
+    /// Pages offered for home migration in this barrier, by the node that offered them.
+    barrier_claims: BTreeMap<PageNum, NodeId>,
+    /// The barrier whose grant moved homes, and the nodes that have applied the moves.
+    migrating: Option<(u32, BTreeSet<NodeId>)>,
     barrier_digest: Option<u64>,
     barrier_epoch: u32,
     wait_arrived: BTreeSet<NodeId>,
@@ -106,6 +110,8 @@ impl Managers {
             cvs: BTreeMap::new(),
             barrier_arrived: BTreeSet::new(),
             barrier_notices: BTreeMap::new(),
+            barrier_claims: BTreeMap::new(),
+            migrating: None,
             barrier_digest: None,
             barrier_epoch: 0,
             wait_arrived: BTreeSet::new(),
@@ -204,16 +210,27 @@ impl Managers {
 
     // ----- barriers, waits, exit (node 0) -----
 
-    /// `from` reached barrier `epoch` with its allocation digest and the pages it wrote.
+    /// `from` reached barrier `epoch` with its allocation digest, the pages it wrote, and those
+    /// of them it offers to become the home of (`claims`, see [`Msg::Barrier`]). Once every
+    /// node has arrived, a page whose only writer claimed it moves to that writer: the grant
+    /// says so, and the barrier then takes a second round ([`Managers::on_migrated`]).
     pub fn on_barrier(
         &mut self,
         from: NodeId,
         epoch: u32,
         digest: u64,
         notices: Vec<PageNum>,
+        claims: Vec<PageNum>,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         self.check_master(from, MsgKind::Barrier)?;
+        if self.migrating.is_some() {
+            return Err(refuse(
+                from,
+                MsgKind::Barrier,
+                "arrived while the last barrier's home moves are unfinished",
+            ));
+        }
         if epoch != self.barrier_epoch || self.barrier_arrived.contains(&from) {
             return Err(refuse(
                 from,
@@ -239,11 +256,22 @@ impl Managers {
                 })
                 .or_insert(Some(from));
         }
+        for p in claims {
+            self.barrier_claims.insert(p, from);
+        }
         if self.barrier_arrived.len() == usize::from(self.nodes) {
-            let notices = std::mem::take(&mut self.barrier_notices)
+            let claims = std::mem::take(&mut self.barrier_claims);
+            let notices: Vec<WriteNotice> = std::mem::take(&mut self.barrier_notices)
                 .into_iter()
-                .map(|(page, writer)| WriteNotice { page, writer })
+                .map(|(page, writer)| WriteNotice {
+                    page,
+                    writer,
+                    moves: writer.is_some() && claims.get(&page).copied() == writer,
+                })
                 .collect();
+            if notices.iter().any(|n| n.moves) {
+                self.migrating = Some((self.barrier_epoch, BTreeSet::new()));
+            }
             self.barrier_arrived.clear();
             self.barrier_digest = None;
             let grant = Msg::BarrierGrant {
@@ -252,6 +280,33 @@ impl Managers {
             };
             self.barrier_epoch += 1;
             self.broadcast(&grant, out);
+        }
+        Ok(Managed::Done)
+    }
+
+    /// `from` applied the home moves of barrier `epoch`'s grant. Once every node has, the
+    /// barrier ends: no node sends a page request or a diff under the new homes before every
+    /// node knows them.
+    pub fn on_migrated(
+        &mut self,
+        from: NodeId,
+        epoch: u32,
+        out: &mut Outbox,
+    ) -> Result<Managed, ProtocolError> {
+        self.check_master(from, MsgKind::Migrated)?;
+        let Some((e, applied)) = &mut self.migrating else {
+            return Err(refuse(from, MsgKind::Migrated, "no home moves in progress"));
+        };
+        if *e != epoch || !applied.insert(from) {
+            return Err(refuse(
+                from,
+                MsgKind::Migrated,
+                "wrong barrier epoch or applied twice",
+            ));
+        }
+        if applied.len() == usize::from(self.nodes) {
+            self.migrating = None;
+            self.broadcast(&Msg::MigrateGrant { epoch }, out);
         }
         Ok(Managed::Done)
     }
@@ -415,11 +470,18 @@ mod tests {
     fn a_barrier_grants_everyone_once_all_arrived_and_catches_mismatched_allocations() {
         let mut m = Managers::new(NodeId(0), 2);
         let mut out = Outbox::new();
-        m.on_barrier(NodeId(0), 0, 9, vec![PageNum(1)], &mut out)
+        m.on_barrier(NodeId(0), 0, 9, vec![PageNum(1)], vec![], &mut out)
             .unwrap();
         assert!(out.is_empty());
-        m.on_barrier(NodeId(1), 0, 9, vec![PageNum(1), PageNum(2)], &mut out)
-            .unwrap();
+        m.on_barrier(
+            NodeId(1),
+            0,
+            9,
+            vec![PageNum(1), PageNum(2)],
+            vec![],
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out.len(), 2, "a grant to each node");
         let Msg::BarrierGrant { notices, .. } = &out[0].1 else {
             panic!("{out:?}")
@@ -427,11 +489,45 @@ mod tests {
         // Page 1 written by both: no single writer.
         assert_eq!(notices[0].writer, None);
         assert_eq!(notices[1].writer, Some(NodeId(1)));
+        assert!(notices.iter().all(|n| !n.moves), "nothing claimed");
         out.clear();
-        m.on_barrier(NodeId(0), 1, 9, vec![], &mut out).unwrap();
+        m.on_barrier(NodeId(0), 1, 9, vec![], vec![], &mut out)
+            .unwrap();
         assert_eq!(
-            m.on_barrier(NodeId(1), 1, 10, vec![], &mut out),
+            m.on_barrier(NodeId(1), 1, 10, vec![], vec![], &mut out),
             Ok(Managed::AllocMismatch { node: NodeId(1) })
         );
+    }
+
+    #[test]
+    fn a_page_moves_only_to_its_only_writer_that_claimed_it_and_the_barrier_takes_a_second_round() {
+        let mut m = Managers::new(NodeId(0), 2);
+        let mut out = Outbox::new();
+        // Page 1: node 1 alone wrote it and claims it. Page 2: both wrote it, node 1 claims it.
+        // Page 3: node 0 alone wrote it and does not claim it (its home, or no copy).
+        let (p1, p2, p3) = (PageNum(1), PageNum(2), PageNum(3));
+        m.on_barrier(NodeId(0), 0, 9, vec![p2, p3], vec![], &mut out)
+            .unwrap();
+        m.on_barrier(NodeId(1), 0, 9, vec![p1, p2], vec![p1, p2], &mut out)
+            .unwrap();
+        let Msg::BarrierGrant { notices, .. } = &out[0].1 else {
+            panic!("{out:?}")
+        };
+        let moves: Vec<(PageNum, bool)> = notices.iter().map(|n| (n.page, n.moves)).collect();
+        assert_eq!(moves, vec![(p1, true), (p2, false), (p3, false)]);
+        out.clear();
+        // No next barrier until every node has applied the moves.
+        assert!(
+            m.on_barrier(NodeId(0), 1, 9, vec![], vec![], &mut out)
+                .is_err()
+        );
+        m.on_migrated(NodeId(1), 0, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(m.on_migrated(NodeId(1), 0, &mut out).is_err(), "twice");
+        m.on_migrated(NodeId(0), 0, &mut out).unwrap();
+        assert_eq!(out.len(), 2, "a grant to each node: {out:?}");
+        assert_eq!(out[0].1, Msg::MigrateGrant { epoch: 0 });
+        out.clear();
+        assert!(m.on_migrated(NodeId(0), 0, &mut out).is_err(), "over");
     }
 }

@@ -18,13 +18,16 @@ pub struct PageDiff {
     pub runs: Vec<u8>,
 }
 
-/// A write notice in a barrier grant: the page, and who wrote it in the closing epoch.
+/// A write notice in a barrier grant: the page, who wrote it in the closing epoch, and whether
+/// its home moves to that writer (home migration, see [`crate::pages`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteNotice {
     /// The page written.
     pub page: PageNum,
     /// Its only writer, or `None` if several nodes wrote it.
     pub writer: Option<NodeId>,
+    /// The page's home becomes `writer` (only with a writer that claimed it).
+    pub moves: bool,
 }
 
 /// A protocol message.
@@ -91,6 +94,9 @@ pub enum Msg {
         alloc_digest: u64,
         /// Write notices.
         notices: Vec<PageNum>,
+        /// The pages among `notices` homed elsewhere whose valid copy the sender holds: it
+        /// offers to become their home if it turns out their only writer (home migration).
+        claims: Vec<PageNum>,
     },
     /// BARRGRANT: everyone reached barrier `epoch`; invalidate the pages others wrote.
     BarrierGrant {
@@ -98,6 +104,17 @@ pub enum Msg {
         epoch: u32,
         /// Every page written in the epoch, with its writer.
         notices: Vec<WriteNotice>,
+    },
+    /// MIGRATED: the sender applied the home moves of barrier `epoch`'s grant; it sends no page
+    /// request or diff until every node has (a second round, only for barriers that move homes).
+    Migrated {
+        /// The barrier's epoch.
+        epoch: u32,
+    },
+    /// MIGRGRANT: every node applied the home moves of barrier `epoch`: the barrier is over.
+    MigrateGrant {
+        /// The barrier's epoch.
+        epoch: u32,
     },
     /// WAIT: a barrier without coherence.
     Wait {
@@ -202,11 +219,15 @@ pub enum MsgKind {
     Error,
     /// [`Msg::Send`]
     Send,
+    /// [`Msg::Migrated`]
+    Migrated,
+    /// [`Msg::MigrateGrant`]
+    MigrateGrant,
 }
 
 impl MsgKind {
     /// Every kind, in wire order.
-    pub const ALL: [MsgKind; 19] = [
+    pub const ALL: [MsgKind; 21] = [
         MsgKind::GetPage,
         MsgKind::GetPageGrant,
         MsgKind::Diff,
@@ -226,6 +247,8 @@ impl MsgKind {
         MsgKind::ExitGrant,
         MsgKind::Error,
         MsgKind::Send,
+        MsgKind::Migrated,
+        MsgKind::MigrateGrant,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -262,6 +285,8 @@ impl MsgKind {
             MsgKind::ExitGrant => "EXITGRANT",
             MsgKind::Error => "ERRMSG",
             MsgKind::Send => "SEND",
+            MsgKind::Migrated => "MIGRATED",
+            MsgKind::MigrateGrant => "MIGRGRANT",
         }
     }
 }
@@ -289,6 +314,8 @@ impl Msg {
             Msg::ExitGrant => MsgKind::ExitGrant,
             Msg::Error { .. } => MsgKind::Error,
             Msg::Send { .. } => MsgKind::Send,
+            Msg::Migrated { .. } => MsgKind::Migrated,
+            Msg::MigrateGrant { .. } => MsgKind::MigrateGrant,
         }
     }
 }

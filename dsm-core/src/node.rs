@@ -68,6 +68,11 @@ pub struct CoreConfig {
     /// a GETP): home pages are then write-tracked from their allocation, since the home no longer
     /// learns when a copy leaves. Every node of a job must agree on it.
     pub remote_reads: bool,
+    /// Home migration (JIAJIA 2.1's `HMIG`): at a barrier, a page written in the closing epoch
+    /// by one node only, which holds a valid copy, gets that node as its new home. Off with
+    /// `remote_reads`. Nodes need not agree: a node with it off claims no page, so none moves to
+    /// it.
+    pub home_migration: bool,
 }
 
 impl CoreConfig {
@@ -81,7 +86,13 @@ impl CoreConfig {
             prefetch: Prefetch::default(),
             reply_timeout: None,
             remote_reads: false,
+            home_migration: false,
         }
+    }
+
+    /// Whether this node offers to become the home of the pages it alone writes.
+    pub fn migrates_homes(&self) -> bool {
+        self.home_migration && !self.remote_reads
     }
 }
 
@@ -134,6 +145,17 @@ pub enum JobError {
     AllocMismatch {
         /// The node that differs.
         node: NodeId,
+    },
+    /// Home migration met a write it cannot carry: a thread of this node wrote a page and sent
+    /// its diff while another thread was in a barrier whose grant moved that page.
+    #[error(
+        "{page} was written by one thread while another was in the barrier that moved its home \
+         (home migration needs no shared writes during a barrier: turn it off with \
+         home_migration = false)"
+    )]
+    WrittenDuringMigration {
+        /// The page.
+        page: PageNum,
     },
     /// Another node's application failed.
     #[error("{from} failed: {text}")]
@@ -235,6 +257,15 @@ pub(crate) struct SyncState {
     pub cvs: Vec<LocalCv>,
     pub collective: Option<Collective>,
     pub wait_epoch: u32,
+    /// From a barrier grant that moves homes to the barrier's end, page requests and diffs
+    /// wait here (in order): one must reach the home its sender's table names only once that
+    /// node knows it is the home.
+    pub page_traffic_held: Option<Vec<(NodeId, Msg)>>,
+    /// Between this node's barrier message and the grant: the pages it diffed meanwhile (by
+    /// another thread; checked against the grant's home moves).
+    pub diffed_in_barrier: Option<BTreeSet<PageNum>>,
+    /// The barrier (epoch) whose home moves this node applied, waiting for every node's.
+    pub migrating: Option<u32>,
 }
 
 impl SyncState {
@@ -244,6 +275,9 @@ impl SyncState {
             cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
             collective: None,
             wait_epoch: 0,
+            page_traffic_held: None,
+            diffed_in_barrier: None,
+            migrating: None,
         }
     }
 }
@@ -296,6 +330,9 @@ pub struct Node<M: PageMemory> {
     /// [`Node::warm_ahead`]).
     pub(crate) last_served: Option<PageNum>,
     pub(crate) to_warm: Option<PageNum>,
+    /// Pages this node offered at its last barrier to become the home of, with their bytes
+    /// kept if the copy was dropped before the grant said whether they move.
+    pub(crate) claims: BTreeMap<PageNum, Option<PageBuf>>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
 }
 
@@ -341,6 +378,7 @@ impl<M: PageMemory> Node<M> {
             unsettled: Vec::new(),
             last_served: None,
             to_warm: None,
+            claims: BTreeMap::new(),
             read_ahead_pages: 0,
             stream_next: None,
             scratch: Box::new([0; PAGE_SIZE]),
@@ -365,6 +403,12 @@ impl<M: PageMemory> Node<M> {
     /// This node's configuration.
     pub fn config(&self) -> &CoreConfig {
         &self.cfg
+    }
+
+    /// Turns home migration on or off for this node's next barriers (see
+    /// [`CoreConfig::home_migration`]).
+    pub fn set_home_migration(&mut self, on: bool) {
+        self.cfg.home_migration = on;
     }
 
     /// The page memory.
@@ -496,7 +540,8 @@ impl<M: PageMemory> Node<M> {
             .find(|&(_, &t)| late(t))
             .map(|(&p, &t)| (p, t));
         if let Some((page, sent)) = fetch {
-            let peer = self.table[page.index()].home;
+            let e = &self.table[page.index()];
+            let peer = e.fetch.as_ref().map_or(e.home, |f| f.asked);
             self.abort(JobError::NoReply {
                 peer,
                 what: "GETP",
@@ -591,10 +636,13 @@ impl<M: PageMemory> Node<M> {
                 epoch,
                 alloc_digest,
                 notices,
-            } => self.managed(|m, o| m.on_barrier(from, epoch, alloc_digest, notices, o)),
+                claims,
+            } => self.managed(|m, o| m.on_barrier(from, epoch, alloc_digest, notices, claims, o)),
             Msg::BarrierGrant { epoch, notices } => {
                 self.on_barrier_grant(now, from, epoch, notices)
             }
+            Msg::Migrated { epoch } => self.managed(|m, o| m.on_migrated(from, epoch, o)),
+            Msg::MigrateGrant { epoch } => self.on_migrate_grant(now, from, epoch),
             Msg::Wait { epoch } => self.managed(|m, o| m.on_wait(from, epoch, o)),
             Msg::WaitGrant { epoch } => self.on_wait_grant(now, from, epoch),
             Msg::SetCv { cv, notices } => {
@@ -742,6 +790,12 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn send(&mut self, to: NodeId, msg: Msg) {
         if to == self.cfg.node {
             self.out.loopback.push_back(msg);
+            return;
+        }
+        if let Some(held) = &mut self.sync.page_traffic_held
+            && matches!(msg, Msg::GetPage { .. } | Msg::Diff { .. })
+        {
+            held.push((to, msg));
             return;
         }
         let k = msg.kind().index();

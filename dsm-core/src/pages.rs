@@ -132,6 +132,7 @@ impl<M: PageMemory> Node<M> {
         self.table[page.index()].fetch = Some(Fetch {
             waiters: vec![(waiter, access, now)],
             stale: false,
+            asked: home,
         });
         self.fetches.insert(page, now);
         self.stats.pages_fetched += 1;
@@ -175,6 +176,7 @@ impl<M: PageMemory> Node<M> {
             e.fetch = Some(Fetch {
                 waiters: Vec::new(),
                 stale: false,
+                asked: e.home,
             });
             by_home.entry(e.home).or_default().push(candidate);
             self.fetches.insert(candidate, now);
@@ -277,7 +279,12 @@ impl<M: PageMemory> Node<M> {
             self.early_requests.push((from, access, pages));
             return Ok(());
         }
-        if pages.iter().any(|p| self.table[p.index()].home != me) {
+        // A page whose home moved away from here is asked for by a node that sent the request
+        // before it knew (its request will be answered stale: the move came with a write notice).
+        if pages.iter().any(|p| {
+            let e = &self.table[p.index()];
+            e.home != me && !e.moved_away
+        }) {
             return Err(err("asks for a page not homed here"));
         }
         // First serving of a page written untracked so far: from now on writes here must be
@@ -291,7 +298,10 @@ impl<M: PageMemory> Node<M> {
             pages
                 .iter()
                 .copied()
-                .filter(|&p| !self.table[p.index()].served && self.writes_untracked(p))
+                .filter(|&p| {
+                    let e = &self.table[p.index()];
+                    e.home == me && !e.served && self.writes_untracked(p)
+                })
                 .collect()
         } else {
             Vec::new()
@@ -313,7 +323,8 @@ impl<M: PageMemory> Node<M> {
             self.stats.pages_served += 1;
             // Still untracked at its first serve: protected once the grant is sent, and compared
             // with the bytes sent (the grant's own buffer, shared: no copy).
-            if !std::mem::replace(&mut self.table[page.index()].served, true)
+            if self.table[page.index()].home == me
+                && !std::mem::replace(&mut self.table[page.index()].served, true)
                 && self.writes_untracked(page)
             {
                 self.unsettled.push((page, Arc::clone(&data)));
@@ -354,23 +365,28 @@ impl<M: PageMemory> Node<M> {
             .table
             .get_mut(page.index())
             .ok_or(err("page not allocated"))?;
-        if entry.home != from {
-            return Err(err("sender is not the page's home"));
+        // The node asked, which was the home when the request left (homes move at barriers).
+        if entry.fetch.as_ref().is_none_or(|f| f.asked != from) {
+            return Err(err("page was not requested from that node"));
         }
-        let fetch = entry.fetch.take().ok_or(err("page was not requested"))?;
+        let Some(fetch) = entry.fetch.take() else {
+            return Ok(());
+        };
         self.fetches.remove(&page);
         if fetch.stale {
             if fetch.waiters.is_empty() {
                 self.stats.prefetch_unused += 1;
             } else {
-                // The copy may predate a write we were notified of: ask again.
+                // The copy may predate a write we were notified of: ask again, of the home now.
                 let access = Self::strongest(&fetch.waiters);
+                let home = entry.home;
                 entry.fetch = Some(Fetch {
                     waiters: fetch.waiters,
                     stale: false,
+                    asked: home,
                 });
                 self.fetches.insert(page, now);
-                self.send_get_page(from, access, vec![page]);
+                self.send_get_page(home, access, vec![page]);
             }
             return Ok(());
         }
@@ -399,6 +415,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     fn evict(&mut self, page: PageNum) {
+        self.keep_claimed_bytes(page);
         let frame = self.table[page.index()].frame;
         match frame {
             Frame::Invalid => {}
@@ -468,6 +485,9 @@ impl<M: PageMemory> Node<M> {
     }
 
     fn send_diff_msg(&mut self, now: Time, home: NodeId, diffs: Vec<PageDiff>) {
+        if let Some(pages) = &mut self.sync.diffed_in_barrier {
+            pages.extend(diffs.iter().map(|d| d.page));
+        }
         let id = self.flush.next_diff_id;
         self.flush.next_diff_id = self.flush.next_diff_id.wrapping_add(1);
         self.flush.diffs_out.insert(id, (home, now));
@@ -603,6 +623,9 @@ impl<M: PageMemory> Node<M> {
         // Protect first, then diff: a racing store either made it into the page or faults.
         self.protect_pages(&opened, Prot::None);
         for &page in &opened {
+            self.keep_claimed_bytes(page);
+        }
+        for &page in &opened {
             if self.table[page.index()].frame == Frame::ReadWrite {
                 self.rw.remove(&page);
                 self.diff_page(page);
@@ -647,6 +670,135 @@ impl<M: PageMemory> Node<M> {
             }
         }
         self.send_diffs(now);
+    }
+
+    // ----- home migration -----
+
+    /// At a barrier, with home migration on: the pages written in the closing epoch, homed
+    /// elsewhere, whose copy here is valid. This node offers to become their home; the grant
+    /// says which move (those it alone wrote). Their bytes are kept from now until the grant if
+    /// the copy is dropped meanwhile (see `keep_claimed_bytes`).
+    pub(crate) fn claim_homes(&mut self, written: &[PageNum]) -> Vec<PageNum> {
+        self.claims.clear();
+        if !self.cfg.migrates_homes() {
+            return Vec::new();
+        }
+        let me = self.cfg.node;
+        let claims: Vec<PageNum> = written
+            .iter()
+            .copied()
+            .filter(|p| {
+                let e = &self.table[p.index()];
+                e.home != me
+                    && e.fetch.is_none()
+                    && matches!(e.frame, Frame::ReadOnly | Frame::ReadWrite)
+            })
+            .collect();
+        self.claims = claims.iter().map(|&p| (p, None)).collect();
+        claims
+    }
+
+    /// A copy is about to be dropped: if this node claimed the page at its barrier and the
+    /// grant has not come yet, its bytes are kept (they are the page's last bytes if it moves
+    /// here: only this node wrote it, and every write is in it).
+    fn keep_claimed_bytes(&mut self, page: PageNum) {
+        if let Some(kept @ None) = self.claims.get_mut(&page)
+            && self.table[page.index()].frame != Frame::Invalid
+        {
+            *kept = Some(self.mem.copy(page));
+        }
+    }
+
+    /// Applies the home moves of a barrier grant (every node applies the same, in the same
+    /// order, so every table agrees). Returns whether any page moved.
+    pub(crate) fn apply_moves(&mut self, notices: &[crate::msg::WriteNotice]) -> bool {
+        let me = self.cfg.node;
+        let mut moved = false;
+        for n in notices.iter().filter(|n| n.moves) {
+            let (Some(to), Some(e)) = (n.writer, self.table.get_mut(n.page.index())) else {
+                continue;
+            };
+            if e.home == to {
+                continue;
+            }
+            moved = true;
+            if to == me {
+                self.become_home(n.page);
+                continue;
+            }
+            if e.home == me {
+                // Dropped as any copy by the notice that comes with the move.
+                e.moved_away = true;
+                e.served = false;
+            }
+            e.home = to;
+        }
+        self.claims.clear();
+        moved
+    }
+
+    /// `page`, which this node alone wrote in the closing epoch, is homed here from now on.
+    /// Every other copy is being dropped by the same grant, so it is writable untracked, as a
+    /// freshly allocated home page is.
+    fn become_home(&mut self, page: PageNum) {
+        let me = self.cfg.node;
+        let kept = self.claims.remove(&page).flatten();
+        let e = &mut self.table[page.index()];
+        e.home = me;
+        e.moved_away = false;
+        // A request still out for the page (the copy was dropped after the claim): its answer
+        // is absorbed as a stale prefetch; its waiters go on now.
+        let waiters = e.fetch.as_mut().map_or_else(Vec::new, |f| {
+            f.stale = true;
+            std::mem::take(&mut f.waiters)
+        });
+        let valid = matches!(e.frame, Frame::ReadOnly | Frame::ReadWrite);
+        e.twin = None;
+        e.touched = false;
+        e.refreshed = false;
+        e.unused_refetches = 0;
+        e.served = false;
+        e.frame = Frame::ReadWrite;
+        self.table.cache_remove(page);
+        // The copy here if still valid (another thread of this node may have written it since),
+        // else the bytes kept when it was dropped.
+        match (valid, kept) {
+            (true, _) => {}
+            (false, Some(bytes)) => self.mem.write(page, 0, &bytes.0[..]),
+            (false, None) => debug_assert!(false, "{page} moved here without its bytes"),
+        }
+        self.protect_pages(&[page], Prot::ReadWrite);
+        self.stats.homes_moved_here += 1;
+        for (w, _, _) in waiters {
+            self.resume(w);
+        }
+    }
+
+    /// Every node knows the new homes: the page requests and diffs held since the grant that
+    /// moved them go out (they were made under the new homes), their clocks started now (the
+    /// reply timeout counts from here).
+    pub(crate) fn release_page_traffic(&mut self, now: Time) {
+        let Some(held) = self.sync.page_traffic_held.take() else {
+            return;
+        };
+        for (to, msg) in held {
+            match &msg {
+                Msg::GetPage { pages, .. } => {
+                    for p in pages {
+                        if let Some(t) = self.fetches.get_mut(p) {
+                            *t = now;
+                        }
+                    }
+                }
+                Msg::Diff { id, .. } => {
+                    if let Some(d) = self.flush.diffs_out.get_mut(id) {
+                        d.1 = now;
+                    }
+                }
+                _ => {}
+            }
+            self.send(to, msg);
+        }
     }
 }
 

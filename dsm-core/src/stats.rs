@@ -84,6 +84,8 @@ stats! {
     pages_fetched,
     /// Pages served to other nodes as their home.
     pages_served,
+    /// Pages whose home moved to this node at a barrier (home migration).
+    homes_moved_here,
     /// Pages fetched by one-sided reads of their home's memory (RDMA READ), without a message.
     pages_read_one_sided,
     /// Pages asked for as prefetches.

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
-use crate::node::{Node, ProtocolError, UsageError};
+use crate::node::{JobError, Node, ProtocolError, UsageError};
 use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// A lock as seen by this node's threads.
@@ -69,6 +69,7 @@ pub(crate) enum AfterFlush {
     },
     Barrier {
         notices: Vec<PageNum>,
+        claims: Vec<PageNum>,
         through: u32,
     },
     SetCv {
@@ -207,13 +208,17 @@ impl<M: PageMemory> Node<M> {
                         self.start_acquire(lock, w, since);
                     }
                 }
-                AfterFlush::Barrier { notices, .. } => {
+                AfterFlush::Barrier {
+                    notices, claims, ..
+                } => {
                     let msg = Msg::Barrier {
                         epoch: self.epoch,
                         alloc_digest: self.table.digest(),
                         notices,
+                        claims,
                     };
                     self.send(NodeId(0), msg);
+                    self.sync.diffed_in_barrier = Some(Default::default());
                 }
                 AfterFlush::SetCv {
                     cv,
@@ -292,6 +297,7 @@ impl<M: PageMemory> Node<M> {
         self.start_collective(now, waiter, CollectiveKind::Barrier)?;
         self.flush_writes(now, true);
         let notices: Vec<PageNum> = std::mem::take(&mut self.written).into_keys().collect();
+        let claims = self.claim_homes(&notices);
         for l in &mut self.sync.locks {
             l.sent = 0;
         }
@@ -301,6 +307,7 @@ impl<M: PageMemory> Node<M> {
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Barrier {
             notices,
+            claims,
             through: self.flush.next_diff_id,
         });
         self.complete_flushes();
@@ -383,6 +390,20 @@ impl<M: PageMemory> Node<M> {
             });
         }
         let me = self.cfg.node;
+        // A page that moves must not have been diffed by this node during the barrier (by
+        // another of its threads, to the old home): that write would miss the new home.
+        let diffed = self.sync.diffed_in_barrier.take().unwrap_or_default();
+        if let Some(n) = notices.iter().find(|n| n.moves && diffed.contains(&n.page)) {
+            self.abort(JobError::WrittenDuringMigration { page: n.page });
+            return Ok(());
+        }
+        // Homes move first (a page leaving this node is then dropped as any copy is).
+        let moved = self.apply_moves(&notices);
+        if moved {
+            // Until every node knows the new homes, page requests and diffs (made under them
+            // from now on) wait.
+            self.sync.page_traffic_held = Some(Vec::new());
+        }
         let stale: Vec<PageNum> = notices
             .into_iter()
             .filter(|n| n.writer != Some(me))
@@ -393,12 +414,39 @@ impl<M: PageMemory> Node<M> {
         // the homes compute again (SOR's boundary rows, LU's panels).
         let refetch = self.copies_in_use(&stale);
         self.invalidate(now, stale);
+        self.epoch += 1;
+        self.mgr.forget_before(self.epoch);
+        if moved {
+            // A second round: every node tells node 0 it has applied the moves.
+            self.sync.migrating = Some(epoch);
+            self.send(NodeId(0), Msg::Migrated { epoch });
+        }
         if !refetch.is_empty() {
             self.refetch(now, refetch);
         }
-        self.epoch += 1;
-        self.mgr.forget_before(self.epoch);
+        if moved {
+            return Ok(());
+        }
         self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::BarrierGrant)
+    }
+
+    /// MIGRGRANT: every node applied the home moves of the barrier this node is in: it ends.
+    pub(crate) fn on_migrate_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: u32,
+    ) -> Result<(), ProtocolError> {
+        if self.sync.migrating != Some(epoch) || from != NodeId(0) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::MigrateGrant,
+                why: "no home moves of that barrier in progress",
+            });
+        }
+        self.sync.migrating = None;
+        self.release_page_traffic(now);
+        self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::MigrateGrant)
     }
 
     pub(crate) fn on_wait_grant(

@@ -32,12 +32,17 @@ pub(crate) struct Fetch {
     pub waiters: Vec<(WaiterId, Access, Time)>,
     /// A write notice arrived after the request left: the grant may predate that write.
     pub stale: bool,
+    /// The node asked (the page's home when the request left; homes move at barriers).
+    pub asked: NodeId,
 }
 
 /// One page's entry in the node's page table.
 #[derive(Debug)]
 pub(crate) struct PageEntry {
     pub home: NodeId,
+    /// The page's home moved away from this node: a request for it sent before its sender knew
+    /// is answered with the bytes held here (see `Node::on_get_page`).
+    pub moved_away: bool,
     /// At the home: some node has fetched a copy, so writes here must be tracked.
     pub served: bool,
     pub frame: Frame,
@@ -62,6 +67,7 @@ impl PageEntry {
     pub fn new(home: NodeId, is_mine: bool) -> PageEntry {
         PageEntry {
             home,
+            moved_away: false,
             // A home page nobody else has copied can be written freely: there is no copy to
             // invalidate. It is write-protected (and its writes tracked) from its first serving.
             frame: if is_mine {

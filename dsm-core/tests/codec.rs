@@ -19,7 +19,7 @@ fn pages(rng: &mut Rng) -> Vec<PageNum> {
 fn random_msg(rng: &mut Rng, i: u64) -> Msg {
     let lock = LockId(rng.below(64) as u16);
     let cv = CvId(rng.below(16) as u16);
-    match i % 19 {
+    match i % 21 {
         0 => Msg::GetPage {
             access: if rng.chance(50) {
                 Access::Read
@@ -82,14 +82,19 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             epoch: rng.next_u64() as u32,
             alloc_digest: rng.next_u64(),
             notices: pages(rng),
+            claims: pages(rng),
         },
         8 => Msg::BarrierGrant {
             epoch: rng.next_u64() as u32,
             notices: pages(rng)
                 .into_iter()
-                .map(|page| WriteNotice {
-                    page,
-                    writer: rng.chance(50).then(|| NodeId(rng.below(1000) as u16)),
+                .map(|page| {
+                    let writer = rng.chance(50).then(|| NodeId(rng.below(1000) as u16));
+                    WriteNotice {
+                        page,
+                        writer,
+                        moves: writer.is_some() && rng.chance(50),
+                    }
                 })
                 .collect(),
         },
@@ -117,6 +122,12 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             stats: (0..rng.below(10)).map(|_| rng.next_u64()).collect(),
         },
         16 => Msg::ExitGrant,
+        18 => Msg::Migrated {
+            epoch: rng.next_u64() as u32,
+        },
+        19 => Msg::MigrateGrant {
+            epoch: rng.next_u64() as u32,
+        },
         17 => Msg::Send {
             channel: [Channel::Send, Channel::Bcast, Channel::Reduce][rng.below(3) as usize],
             tag: rng.next_u64() as i32,
@@ -137,7 +148,7 @@ fn encode(cookie: u64, from: u16, msg: &Msg) -> Vec<u8> {
 #[test]
 fn every_message_kind_round_trips_and_frame_len_is_exact() {
     let mut rng = Rng::new(1);
-    for i in 0..19 * 200 {
+    for i in 0..21 * 200 {
         let msg = random_msg(&mut rng, i);
         let cookie = rng.next_u64();
         let frame = encode(cookie, 7, &msg);
@@ -154,7 +165,7 @@ fn every_message_kind_round_trips_and_frame_len_is_exact() {
 #[test]
 fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
     let mut rng = Rng::new(2);
-    for i in 0..19 * 50 {
+    for i in 0..21 * 50 {
         let msg = random_msg(&mut rng, i);
         let frame = encode(5, 2, &msg);
         let (header, back) = codec::decode_frame_ref(&frame).unwrap();
@@ -311,7 +322,7 @@ fn random_and_mutated_frames_never_panic_the_decoder() {
             0 => {
                 let mut f: Vec<u8> = (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect();
                 if rng.chance(50) && f.len() >= 4 {
-                    f[..4].copy_from_slice(&[0x44, 0x4A, 1, 1 + rng.below(19) as u8]);
+                    f[..4].copy_from_slice(&[0x44, 0x4A, codec::VERSION, 1 + rng.below(21) as u8]);
                 }
                 f
             }

@@ -33,6 +33,8 @@ struct Case {
     prefetch: (bool, u32, u32),
     /// Pages fetched by one-sided reads of the home's memory (RDMA READ) instead of GETPs.
     one_sided: bool,
+    /// Home migration on (a page written by one node only between barriers moves there).
+    migrate: bool,
     policy: AllocPolicy,
     phases: usize,
 }
@@ -91,11 +93,12 @@ fn make_case(rng: &mut Rng) -> Case {
         policy,
         phases: 1 + rng.below(5) as usize,
         one_sided: rng.chance(33),
+        migrate: rng.chance(50),
     }
 }
 
 /// Builds and runs one case; returns a description of the first failure.
-fn run_case(seed: u64) -> Result<(u64, u64), String> {
+fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
     let mut rng = Rng::new(seed);
     let case = make_case(&mut rng);
     let (pf_on, pf_pages, pf_check) = case.prefetch;
@@ -105,6 +108,7 @@ fn run_case(seed: u64) -> Result<(u64, u64), String> {
         cfg.prefetch.prefetch_pages = pf_pages;
         cfg.prefetch.max_checking_pages = pf_check;
         cfg.remote_reads = case.one_sided;
+        cfg.home_migration = case.migrate;
     });
     c.one_sided_reads = case.one_sided;
     c.check_reference = true;
@@ -112,13 +116,21 @@ fn run_case(seed: u64) -> Result<(u64, u64), String> {
         .map_err(|e| e.to_string())?;
     let mut value = seed << 16;
     for _ in 0..case.phases {
+        // Some phases give each page one owner (a band per node, as most programs do: the case
+        // home migration is for); the others mix roles word by word.
+        let page_owners: Option<Vec<u16>> = rng.chance(40).then(|| {
+            (0..case.pages)
+                .map(|_| rng.below(u64::from(case.nodes)) as u16)
+                .collect()
+        });
         let roles: Vec<Role> = case
             .words
             .iter()
-            .map(|_| match rng.below(3) {
-                0 => Role::ReadOnly,
-                1 => Role::Owned(rng.below(u64::from(case.nodes)) as u16),
-                _ => Role::Locked(case.locks[rng.below(case.locks.len() as u64) as usize]),
+            .map(|w| match (&page_owners, rng.below(3)) {
+                (Some(owners), _) => Role::Owned(owners[(w.0 / PAGE_SIZE as u64) as usize]),
+                (None, 0) => Role::ReadOnly,
+                (None, 1) => Role::Owned(rng.below(u64::from(case.nodes)) as u16),
+                (None, _) => Role::Locked(case.locks[rng.below(case.locks.len() as u64) as usize]),
             })
             .collect();
         for n in 0..case.nodes {
@@ -192,7 +204,8 @@ fn run_case(seed: u64) -> Result<(u64, u64), String> {
         ));
     }
     let reads: u64 = c.reads.iter().map(|r| r.len() as u64).sum();
-    Ok((reads, c.total_stats().evictions))
+    let stats = c.total_stats();
+    Ok((reads, stats.evictions, stats.homes_moved_here))
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -218,26 +231,27 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
         }
     };
     let started = Instant::now();
-    let (mut reads, mut evictions) = (0, 0);
+    let (mut reads, mut evictions, mut moved) = (0, 0, 0);
     for &seed in &seeds {
         match run_case(seed) {
-            Ok((r, e)) => {
+            Ok((r, e, m)) => {
                 reads += r;
                 evictions += e;
+                moved += m;
             }
             Err(e) => panic!("case with seed {seed} failed (reproduce: DSM_SIM_SEED={seed}): {e}"),
         }
     }
     eprintln!(
-        "{} cases, {reads} checked reads, {evictions} evictions in {:.2?}",
+        "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved in {:.2?}",
         seeds.len(),
         started.elapsed()
     );
     // The generator must actually exercise the protocol, not produce empty programs.
     if seeds.len() >= 100 {
         assert!(
-            reads > 10 * seeds.len() as u64 && evictions > 0,
-            "{reads} reads, {evictions} evictions"
+            reads > 10 * seeds.len() as u64 && evictions > 0 && moved > 0,
+            "{reads} reads, {evictions} evictions, {moved} homes moved"
         );
     }
 }

@@ -1103,3 +1103,90 @@ fn a_faulted_page_is_not_evicted_by_the_next_faults_read_ahead() {
         PageState::ReadOnly
     );
 }
+
+/// Home migration: every page allocated on node 0, each node writing its own band between
+/// barriers (the JIAJIA program that allocates everything with `jia_alloc`). The first barrier
+/// moves each band's pages to their writer; from then on the bands are written at home: no
+/// twin, no diff, no write notice for anybody else to act on.
+#[test]
+fn a_page_written_by_one_node_alone_moves_there_at_the_barrier_and_costs_no_diff_after() {
+    let bands = 2u64;
+    let mut c = Cluster::new(3, 7, |cfg| {
+        no_prefetch(cfg);
+        cfg.home_migration = true;
+    });
+    let base = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), 3 * bands * PAGE)
+        .unwrap();
+    let word = |n: u16, i: u64| base.offset_by((u64::from(n) * bands + i) * PAGE + 8 * i);
+    for round in 1..=3u64 {
+        for n in 0..3u16 {
+            for i in 0..bands {
+                c.push(n, 0, Op::Write(word(n, i), round * 100 + u64::from(n)));
+            }
+        }
+        c.trace = Some(Vec::new());
+        c.barrier().unwrap();
+        let trace = kinds(c.trace.as_ref().unwrap());
+        let migrations = trace
+            .iter()
+            .filter(|t| t.2 == MsgKind::MigrateGrant)
+            .count();
+        if round == 1 {
+            // Node 0 grants itself by loopback: two on the wire.
+            assert_eq!(migrations, 2, "a second round at the first barrier");
+        } else {
+            assert_eq!(migrations, 0, "nothing moves any more: {trace:?}");
+        }
+        for n in 0..3u16 {
+            for i in 0..bands {
+                let page = word(n, i).page();
+                for m in 0..3 {
+                    assert_eq!(c.node(m).home_of(page), Some(NodeId(n)), "{page} at {m}");
+                }
+            }
+        }
+    }
+    let diffs_before = c.total_stats().diffs_sent;
+    for n in 0..3u16 {
+        for i in 0..bands {
+            c.push(n, 0, Op::Write(word(n, i), 1000 + u64::from(n)));
+        }
+    }
+    c.barrier().unwrap();
+    assert_eq!(
+        c.total_stats().diffs_sent,
+        diffs_before,
+        "bands written at home"
+    );
+    assert_eq!(c.node(1).stats().homes_moved_here, bands);
+    assert_eq!(c.node(0).stats().homes_moved_here, 0);
+    // Everyone reads everyone's band: the last values, from the new homes.
+    for m in 0..3u16 {
+        for n in 0..3u16 {
+            for i in 0..bands {
+                assert_eq!(c.read_u64(m, word(n, i)).unwrap(), 1000 + u64::from(n));
+            }
+        }
+    }
+}
+
+/// A page two nodes write in the same epoch stays where it is.
+#[test]
+fn a_page_written_by_two_nodes_does_not_move() {
+    let mut c = Cluster::new(2, 9, |cfg| {
+        no_prefetch(cfg);
+        cfg.home_migration = true;
+    });
+    let base = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+    // Node 1 holds a copy first: from then on the home's writes are tracked (before any copy
+    // exists they are not, and the page would move to node 1 with them in its bytes).
+    c.read_u64(1, base).unwrap();
+    c.barrier().unwrap();
+    c.push(0, 0, Op::Write(base, 1));
+    c.push(1, 0, Op::Write(base.offset_by(8), 2));
+    c.barrier().unwrap();
+    assert_eq!(c.node(1).home_of(base.page()), Some(NodeId(0)));
+    assert_eq!(c.read_u64(1, base).unwrap(), 1);
+    assert_eq!(c.read_u64(0, base.offset_by(8)).unwrap(), 2);
+}

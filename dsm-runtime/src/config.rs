@@ -113,6 +113,9 @@ pub struct Config {
     pub rdma_gid_index: Option<u8>,
     /// `one_sided_reads`: on rdma-rc, read faults fetch pages with RDMA READ.
     pub one_sided_reads: bool,
+    /// `home_migration`: a page written by one node alone between two barriers moves its home
+    /// there (JIAJIA 2.1's `jia_config(HMIG, ON)`).
+    pub home_migration: bool,
     /// How the runtime waits: spins, slices, and whether fault handlers drive the node.
     pub tuning: Tuning,
 }
@@ -172,10 +175,14 @@ impl Default for Config {
             rdma_port: 1,
             rdma_gid_index: None,
             one_sided_reads: true,
+            home_migration: HOME_MIGRATION_DEFAULT,
             tuning: Tuning::default(),
         }
     }
 }
+
+/// Whether home migration is on when nothing says otherwise.
+pub const HOME_MIGRATION_DEFAULT: bool = true;
 
 /// Every key, with what it allows (for error messages and `--help`).
 pub const KEYS: &[(&str, &str)] = &[
@@ -209,6 +216,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "one_sided_reads",
         "on or off (rdma-rc: page reads by RDMA READ)",
+    ),
+    (
+        "home_migration",
+        "on or off (a page one node alone writes between barriers moves there)",
     ),
     (
         "system_mode",
@@ -357,6 +368,7 @@ impl Config {
             "msg_queue_size" => self.msg_queue_size = range(1, 4096)? as usize,
             "prefetch" => self.prefetch = parse_bool(value).ok_or_else(bad)?,
             "one_sided_reads" => self.one_sided_reads = parse_bool(value).ok_or_else(bad)?,
+            "home_migration" => self.home_migration = parse_bool(value).ok_or_else(bad)?,
             "rdma_device" => {
                 let ok = !value.is_empty()
                     && value.len() <= 64
@@ -495,6 +507,10 @@ impl Config {
             format!(
                 "one_sided_reads={}",
                 if self.one_sided_reads { "on" } else { "off" }
+            ),
+            format!(
+                "home_migration={}",
+                if self.home_migration { "on" } else { "off" }
             ),
             format!("spin_blocked_us={}", self.tuning.spin_blocked_us),
             format!("spin_again_us={}", self.tuning.spin_again_us),

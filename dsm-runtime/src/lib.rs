@@ -300,6 +300,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     // One-sided page reads where the transport offers them (the core then tracks home writes
     // from allocation on, since homes no longer see every copy leave).
     core_cfg.remote_reads = config.one_sided_reads && config.comm_type == CommType::RdmaRc;
+    core_cfg.home_migration = config.home_migration;
     core_cfg.prefetch = Prefetch {
         enabled: config.prefetch,
         prefetch_pages: config.prefetch_pages,
@@ -663,6 +664,17 @@ impl Dsm {
     pub fn start_stats(&self) {
         self.call_or_die("jia_startstat", |s, _| {
             s.reset_stats();
+            Ok(Some(0))
+        });
+    }
+
+    /// Turns home migration on or off from this node's next barrier on (`jia_config(HMIG,
+    /// ON/OFF)`; the `home_migration` key sets it for the whole job). Every node should make the
+    /// same call between the same barriers: a node with it off offers no page, so none moves
+    /// to it.
+    pub fn set_home_migration(&self, on: bool) {
+        self.call_or_die("jia_config(HMIG)", move |s, _| {
+            s.set_home_migration(on);
             Ok(Some(0))
         });
     }

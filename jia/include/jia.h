@@ -90,13 +90,15 @@ int jia_recv(char *buf, int len, int frompid, int tag);
 void jia_bcast(char *buf, int len, int root);
 void jia_reduce(char *snd, char *rcv, int cnt, int op, int root);
 
-/* JIAJIA's optional mechanisms. None is needed for correct runs here: jia_config(X, ON) is
- * accepted and node 0 says once on stderr what was ignored; OFF is what happens anyway. */
+/* JIAJIA's optional mechanisms. HMIG turns home migration on or off (on by default here, also
+ * the home_migration key of .jiaconf). The others are not needed for correct runs here:
+ * jia_config(X, ON) is accepted and node 0 says once on stderr what was ignored; OFF is what
+ * happens anyway. */
 #ifndef ON
 #define OFF 0
 #define ON 1
 #endif
-#define HMIG 0              /* home migration: homes stay where allocation put them */
+#define HMIG 0              /* home migration: a page one node alone writes moves there (on by default) */
 #define ADWD 1              /* adaptive write detection: writes are detected per page */
 #define BROADCAST 2         /* broadcast barrier grants: they reach every node anyway */
 #define LOADBAL 3           /* load balancing: jia_divtask divides evenly */

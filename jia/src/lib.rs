@@ -23,7 +23,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::time::Instant;
 
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, ReduceOp, Reducible};
@@ -96,7 +96,8 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
         hostc = d.nodes() as c_int;
     }
     let _ = DSM.set(d);
-    // Notices of calls made before jia_init (jia_config is often the first line of main).
+    // Calls made before jia_init (jia_config is often the first line of main).
+    apply_home_migration_asked();
     print_notices();
 }
 
@@ -362,7 +363,6 @@ const WVEC: c_int = 4;
 #[derive(Clone, Copy)]
 #[repr(u32)]
 enum Notice {
-    HomeMigration = 1 << HMIG,
     AdaptiveWrites = 1 << ADWD,
     Broadcast = 1 << BROADCAST,
     LoadBalance = 1 << LOADBAL,
@@ -371,8 +371,7 @@ enum Notice {
 }
 
 impl Notice {
-    const ALL: [Notice; 6] = [
-        Notice::HomeMigration,
+    const ALL: [Notice; 5] = [
         Notice::AdaptiveWrites,
         Notice::Broadcast,
         Notice::LoadBalance,
@@ -382,9 +381,6 @@ impl Notice {
 
     fn text(self) -> &'static str {
         match self {
-            Notice::HomeMigration => {
-                "jia_config(HMIG, ON) ignored: pages keep the home their allocation gave them"
-            }
             Notice::AdaptiveWrites => {
                 "jia_config(ADWD, ON) ignored: writes are always detected per page, with twins"
             }
@@ -427,13 +423,40 @@ fn print_notices() {
     }
 }
 
+/// Home migration asked for by `jia_config` before `jia_init` (-1: nothing asked), applied
+/// by `jia_init`.
+static HMIG_ASKED: AtomicI32 = AtomicI32::new(-1);
+
+/// Applies a `jia_config(HMIG, ...)` made before `jia_init`.
+fn apply_home_migration_asked() {
+    match HMIG_ASKED.load(Ordering::Relaxed) {
+        0 => dsm().set_home_migration(false),
+        1 => dsm().set_home_migration(true),
+        _ => {}
+    }
+}
+
 /// `void jia_config(int feature, int on_off)`: JIAJIA's switches for its optional mechanisms.
-/// None of them is needed for a correct run here; turning one on is accepted and node 0 says
-/// once what was ignored. Turning one off is what this runtime does anyway.
+/// `HMIG` turns home migration on or off (as JIAJIA 2.1's did: a page one node alone writes
+/// between barriers moves its home there; on by default here, see `home_migration` in
+/// `.jiaconf`). The others are not needed for a correct run here; turning one on is accepted
+/// and node 0 says once what was ignored. Turning one off is what this runtime does anyway.
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_config(feature: c_int, on_off: c_int) {
+    if !(0..=1).contains(&on_off) {
+        die(&format!(
+            "jia_config({feature}, {on_off}): the second argument is ON (1) or OFF (0)"
+        ));
+    }
+    if feature == HMIG {
+        if DSM.get().is_some() {
+            dsm().set_home_migration(on_off == 1);
+        } else {
+            HMIG_ASKED.store(on_off, Ordering::Relaxed);
+        }
+        return;
+    }
     let n = match feature {
-        HMIG => Notice::HomeMigration,
         ADWD => Notice::AdaptiveWrites,
         BROADCAST => Notice::Broadcast,
         LOADBAL => Notice::LoadBalance,

@@ -23,7 +23,7 @@ int main(int argc, char **argv)
     jia_config(LOADBAL, ON);
     jia_config(BROADCAST, ON);
     jia_config(WVEC, ON);
-    jia_config(HMIG, ON);      /* said once only */
+    jia_config(LOADBAL, ON);   /* said once only */
 
     v = (int *)jia_alloc1(n * sizeof(int));
     partial = (long *)jia_alloc1(hostc * sizeof(long));

@@ -454,3 +454,39 @@ fn a_jiahosts_here_is_the_job_for_dsmrun_and_for_a_rust_program_started_directly
     check(&out, "matmul OK f64 n=96", 3);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Home migration end to end: jacobi with both grids on node 0 (`--on-node-0`) on 3 nodes is
+/// exact with migration on (the default) and off. Off, every step sends the bands back to node 0
+/// as diffs; on, the bands' pages moved to their writers at the first barrier (before the
+/// statistics start), so only the pages two bands share are diffed.
+#[test]
+fn home_migration_moves_the_bands_of_a_program_that_allocates_on_node_0() {
+    let mut diffs = Vec::new();
+    for setting in ["home_migration=on", "home_migration=off"] {
+        let file =
+            std::env::temp_dir().join(format!("dsm-hmig-{}-{setting}.json", std::process::id()));
+        let opts = ["--stats-json", file.to_str().unwrap(), "--set", setting];
+        let out = dsmrun(3, &opts, "jacobi", &["--on-node-0", "200", "6"]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("jacobi OK nodes=3"),
+            "{}",
+            text(&out)
+        );
+        let json = std::fs::read_to_string(&file).expect("stats file written");
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        let sent: u64 = v["nodes"]
+            .as_array()
+            .expect("a nodes array")
+            .iter()
+            .map(|n| n["diffs_sent"].as_u64().expect("diffs_sent"))
+            .sum();
+        diffs.push(sent);
+        let _ = std::fs::remove_file(file);
+    }
+    // 3 bands of 13 pages and 2 grids, 6 steps: off, about 13 pages x 2 nodes x 6 steps.
+    assert!(
+        diffs[1] > 100 && diffs[0] * 5 < diffs[1],
+        "diffs sent with migration on, off: {diffs:?}"
+    );
+}

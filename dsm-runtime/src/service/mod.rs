@@ -355,6 +355,11 @@ impl Service {
         ]
     }
 
+    /// Turns home migration on or off from the next barrier on (`jia_config(HMIG, ...)`).
+    pub fn set_home_migration(&mut self, on: bool) {
+        self.node.set_home_migration(on);
+    }
+
     /// Zeroes this node's statistics (`jia_startstat`): the core's, and the runtime's counters
     /// it reports from now on.
     pub fn reset_stats(&mut self) {
