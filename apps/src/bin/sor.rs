@@ -51,6 +51,20 @@ fn sweep_shared(g: SharedArray<f64>, w: usize, rows: (usize, usize), n: usize, c
     }
 }
 
+/// The total of `times` (seconds) and their 10th, 50th and 90th percentiles and maximum (us).
+fn spread(times: &mut [f64]) -> String {
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] * 1e6;
+    format!(
+        "{:.3}s (us: p10 {:.0}, p50 {:.0}, p90 {:.0}, max {:.0})",
+        times.iter().sum::<f64>(),
+        at(0.1),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
+}
+
 /// The sequential reference (node 0's check), cell by cell.
 fn sweep(
     g: &mut dyn FnMut(usize, usize) -> f64,
@@ -95,22 +109,25 @@ fn main() {
     dsm.barrier();
     dsm.start_stats();
     let t0 = dsm.clock();
-    let (mut in_sweeps, mut in_barriers) = (0.0, 0.0);
+    // Every half-sweep's and barrier's time, for SOR_TRACE.
+    let (mut sweeps, mut barriers) = (Vec::new(), Vec::new());
     for _ in 0..iters {
         for colour in 0..2 {
             let t = dsm.clock();
             sweep_shared(g, w, rows, n, colour);
             let t1 = dsm.clock();
             dsm.barrier();
-            in_sweeps += t1 - t;
-            in_barriers += dsm.clock() - t1;
+            sweeps.push(t1 - t);
+            barriers.push(dsm.clock() - t1);
         }
     }
     let elapsed = dsm.clock() - t0;
     if std::env::var_os("SOR_TRACE").is_some() {
         eprintln!(
-            "node {}: sweeps {in_sweeps:.3}s, barriers {in_barriers:.3}s",
-            dsm.id()
+            "node {}: sweeps {}; barriers {}",
+            dsm.id(),
+            spread(&mut sweeps),
+            spread(&mut barriers)
         );
     }
     dsm.stop_stats();
