@@ -859,7 +859,13 @@ where
         .x_labels(d.apps.len() * 2 + 1)
         .x_label_formatter(&|x| {
             if (x.fract() - 0.5).abs() < 0.01 {
-                d.apps.get(x.floor() as usize).cloned().unwrap_or_default()
+                // The panels above carry the whole name; here a long one would run into its
+                // neighbours.
+                let name = d.apps.get(x.floor() as usize).cloned().unwrap_or_default();
+                match name.char_indices().nth(14) {
+                    Some((cut, _)) => format!("{}…", &name[..cut]),
+                    None => name,
+                }
             } else {
                 String::new()
             }
