@@ -106,7 +106,9 @@ fn payload_len(msg: &Msg) -> usize {
         }
         Msg::DiffGrant { .. } => 4,
         Msg::Acquire { .. } => 2 + 4,
-        Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::AcquireGrant { notices, pages, .. } => {
+            2 + 4 + 4 + 4 * notices.len() + 4 + pages.len() * (4 + PAGE_SIZE)
+        }
         Msg::Release { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Barrier {
             notices, claims, ..
@@ -165,10 +167,16 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             lock,
             counter,
             notices,
+            pages,
         } => {
             out.extend_from_slice(&lock.0.to_le_bytes());
             out.extend_from_slice(&counter.to_le_bytes());
             put_pages(out, notices);
+            out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+            for (page, data) in pages {
+                out.extend_from_slice(&page.0.to_le_bytes());
+                out.extend_from_slice(&data.0[..]);
+            }
         }
         Msg::Release {
             lock,
@@ -379,11 +387,27 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             lock: r.lock()?,
             seen: r.u32()?,
         },
-        MsgKind::AcquireGrant => Msg::AcquireGrant {
-            lock: r.lock()?,
-            counter: r.u32()?,
-            notices: r.pages()?,
-        },
+        MsgKind::AcquireGrant => {
+            let lock = r.lock()?;
+            let counter = r.u32()?;
+            let notices = r.pages()?;
+            let n = r.count(4 + PAGE_SIZE)?;
+            let mut pages = Vec::with_capacity(n);
+            for _ in 0..n {
+                let page = PageNum(r.u32()?);
+                let data: &[u8; PAGE_SIZE] = r
+                    .take(PAGE_SIZE)?
+                    .try_into()
+                    .expect("take gives PAGE_SIZE bytes");
+                pages.push((page, Arc::new(PageBuf::copy_of(data))));
+            }
+            Msg::AcquireGrant {
+                lock,
+                counter,
+                notices,
+                pages,
+            }
+        }
         MsgKind::Release => Msg::Release {
             lock: r.lock()?,
             epoch: r.u32()?,

@@ -68,8 +68,16 @@ fn prefixes(n: usize) -> Vec<[usize; 3]> {
     v
 }
 
-fn solve_shared(dsm: &Dsm, d: &[u64], n: usize, queue: SharedArray<u64>, best: SharedArray<u64>) {
+/// This node's part of the search; returns the partial tours it examined (for `TSP_TRACE`).
+fn solve_shared(
+    dsm: &Dsm,
+    d: &[u64],
+    n: usize,
+    queue: SharedArray<u64>,
+    best: SharedArray<u64>,
+) -> u64 {
     let work = prefixes(n);
+    let mut examined = 0u64;
     loop {
         let next = {
             let _g = dsm.lock(1);
@@ -78,7 +86,7 @@ fn solve_shared(dsm: &Dsm, d: &[u64], n: usize, queue: SharedArray<u64>, best: S
             i as usize
         };
         if next >= work.len() {
-            return;
+            return examined;
         }
         let p = work[next];
         let mut used = vec![false; n];
@@ -93,6 +101,7 @@ fn solve_shared(dsm: &Dsm, d: &[u64], n: usize, queue: SharedArray<u64>, best: S
             best.get(0)
         };
         let mut bound = |v: Option<u64>| {
+            examined += u64::from(v.is_none());
             if let Some(v) = v {
                 if v < local {
                     let _g = dsm.lock(2);
@@ -115,14 +124,20 @@ fn main() {
     let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
     let dsm = init("tsp");
     let d = distances(n);
-    let queue: SharedArray<u64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
-    let best: SharedArray<u64> = dsm.alloc(1, AllocPolicy::RoundRobin).expect("alloc");
+    // Each shared word lives at the node that manages its lock (lock l at node l % nodes): a
+    // lock's grant then carries the word's page, and its holder does not fetch it on first touch.
+    let manager = |lock: usize| AllocPolicy::OnNode(NodeId((lock % dsm.nodes()) as u16));
+    let queue: SharedArray<u64> = dsm.alloc(1, manager(1)).expect("alloc");
+    let best: SharedArray<u64> = dsm.alloc(1, manager(2)).expect("alloc");
     if dsm.id() == 0 {
         best.set(0, u64::MAX);
     }
     dsm.barrier();
     let t0 = dsm.clock();
-    solve_shared(&dsm, &d, n, queue, best);
+    let examined = solve_shared(&dsm, &d, n, queue, best);
+    if std::env::var_os("TSP_TRACE").is_some() {
+        eprintln!("node {}: {examined} partial tours examined", dsm.id());
+    }
     dsm.barrier();
     let elapsed = dsm.clock() - t0;
     let found = best.get(0);
