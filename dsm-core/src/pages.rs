@@ -579,15 +579,25 @@ impl<M: PageMemory> Node<M> {
         // A diff applied to a page served untracked would read as a write of ours.
         self.settle_serves();
         let me = self.cfg.node;
-        if diffs
-            .iter()
-            .any(|d| self.table.get(d.page.index()).is_none_or(|e| e.home != me))
-        {
+        let homed = |e: &crate::table::PageEntry| e.home == me;
+        if diffs.iter().any(|d| {
+            self.table
+                .get(d.page.index())
+                .is_none_or(|e| !homed(e) && !e.moved_away)
+        }) {
             return Err(ProtocolError {
                 from,
                 kind: MsgKind::Diff,
                 why: "diff for a page not homed here",
             });
+        }
+        if diffs.iter().any(|d| !homed(&self.table[d.page.index()])) {
+            // A page that moved away at the last barrier: this diff left its sender during that
+            // barrier (earlier ones were acknowledged before its barrier message, later ones go
+            // to the new home), written by another of its threads. The sender ends the job at
+            // the barrier's grant (`WrittenDuringMigration`); no acknowledgement, so no release
+            // completes without the write.
+            return Ok(());
         }
         for d in &diffs {
             for run in diff::runs(&d.runs) {

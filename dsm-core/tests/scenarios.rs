@@ -1231,3 +1231,45 @@ fn a_lock_grant_carries_the_pages_homed_at_its_manager() {
     assert_eq!(getps, 0, "the page came with the grant");
     c.unlock(1, 0).unwrap();
 }
+
+/// Home migration and a second thread: node 1 alone writes a page homed at node 0, then one of
+/// its threads enters the barrier while another writes the page under a lock. Where that write's
+/// diff left during the barrier (to the old home) and the page moves, the job ends naming the
+/// page; everywhere else the run is exact. Over many interleavings, both happen.
+#[test]
+fn a_write_diffed_during_a_barrier_that_moves_its_page_ends_the_job_instead_of_being_lost() {
+    let (mut ended, mut exact) = (0, 0);
+    for seed in 0..300 {
+        let mut c = Cluster::new(2, seed, |cfg| {
+            no_prefetch(cfg);
+            cfg.home_migration = true;
+        });
+        let p = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        c.set_threads(1, 2);
+        c.push(1, 0, Op::Write(p, 1));
+        c.push(1, 0, Op::Barrier);
+        c.push(1, 1, Op::Lock(LockId(5)));
+        c.push(1, 1, Op::Write(p.offset_by(8), 2));
+        c.push(1, 1, Op::Unlock(LockId(5)));
+        c.push(0, 0, Op::Barrier);
+        match c.run() {
+            Ok(()) => {
+                // The lock's write reached whichever node is the home now: everyone reads it
+                // after the next barrier.
+                c.barrier().unwrap();
+                assert_eq!(c.read_u64(0, p.offset_by(8)).unwrap(), 2, "seed {seed}");
+                assert_eq!(c.read_u64(0, p).unwrap(), 1, "seed {seed}");
+                exact += 1;
+            }
+            Err(SimError::Aborted {
+                node,
+                error: JobError::WrittenDuringMigration { page },
+            }) => {
+                assert_eq!((node, page), (NodeId(1), p.page()), "seed {seed}");
+                ended += 1;
+            }
+            Err(e) => panic!("seed {seed}: {e}"),
+        }
+    }
+    assert!(ended > 0 && exact > 0, "ended {ended}, exact {exact}");
+}
