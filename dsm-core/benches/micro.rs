@@ -76,7 +76,6 @@ fn main() {
         lock: LockId(3),
         counter: 9,
         notices: (0..32).map(PageNum).collect(),
-        pages: vec![],
     };
     for (name, m) in [
         ("GETPGRANT (4 KiB)", &grant),

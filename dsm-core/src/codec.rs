@@ -22,7 +22,7 @@ use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 2;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant: the page number, then the page.
@@ -106,9 +106,7 @@ fn payload_len(msg: &Msg) -> usize {
         }
         Msg::DiffGrant { .. } => 4,
         Msg::Acquire { .. } => 2 + 4,
-        Msg::AcquireGrant { notices, pages, .. } => {
-            2 + 4 + 4 + 4 * notices.len() + 4 + pages.len() * (4 + PAGE_SIZE)
-        }
+        Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Release { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Barrier {
             notices, claims, ..
@@ -167,16 +165,10 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             lock,
             counter,
             notices,
-            pages,
         } => {
             out.extend_from_slice(&lock.0.to_le_bytes());
             out.extend_from_slice(&counter.to_le_bytes());
             put_pages(out, notices);
-            out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
-            for (page, data) in pages {
-                out.extend_from_slice(&page.0.to_le_bytes());
-                out.extend_from_slice(&data.0[..]);
-            }
         }
         Msg::Release {
             lock,
@@ -387,27 +379,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             lock: r.lock()?,
             seen: r.u32()?,
         },
-        MsgKind::AcquireGrant => {
-            let lock = r.lock()?;
-            let counter = r.u32()?;
-            let notices = r.pages()?;
-            let n = r.count(4 + PAGE_SIZE)?;
-            let mut pages = Vec::with_capacity(n);
-            for _ in 0..n {
-                let page = PageNum(r.u32()?);
-                let data: &[u8; PAGE_SIZE] = r
-                    .take(PAGE_SIZE)?
-                    .try_into()
-                    .expect("take gives PAGE_SIZE bytes");
-                pages.push((page, Arc::new(PageBuf::copy_of(data))));
-            }
-            Msg::AcquireGrant {
-                lock,
-                counter,
-                notices,
-                pages,
-            }
-        }
+        MsgKind::AcquireGrant => Msg::AcquireGrant {
+            lock: r.lock()?,
+            counter: r.u32()?,
+            notices: r.pages()?,
+        },
         MsgKind::Release => Msg::Release {
             lock: r.lock()?,
             epoch: r.u32()?,

@@ -176,12 +176,10 @@ impl Managers {
 
     fn grant_lock(m: &mut LockMgr, lock: LockId, to: NodeId, seen: u32, out: &mut Outbox) {
         m.holder = Some(to);
-        // The node attaches the bytes of pages homed here (see `Node::managed`).
         let msg = Msg::AcquireGrant {
             lock,
             counter: m.counter,
             notices: notices_since(&m.notices, seen),
-            pages: Vec::new(),
         };
         out.push((to, msg));
     }
@@ -460,8 +458,7 @@ mod tests {
                 Msg::AcquireGrant {
                     lock: l,
                     counter: 1,
-                    notices: vec![PageNum(7)],
-                    pages: vec![],
+                    notices: vec![PageNum(7)]
                 }
             )]
         );

@@ -76,9 +76,6 @@ pub enum Msg {
         counter: u32,
         /// Pages written in releases newer than the acquirer's `seen`.
         notices: Vec<PageNum>,
-        /// The current bytes of those of `notices` homed at the sender (the lock's manager), a
-        /// few at most: the acquirer installs them instead of fetching each on its next touch.
-        pages: Vec<(PageNum, Arc<PageBuf>)>,
     },
     /// REL: the sender releases `lock`; these pages were written since its last release of it.
     Release {

@@ -623,8 +623,7 @@ impl<M: PageMemory> Node<M> {
                 lock,
                 counter,
                 notices,
-                pages,
-            } => self.on_acquire_grant(now, from, lock, counter, notices, pages),
+            } => self.on_acquire_grant(now, from, lock, counter, notices),
             Msg::Release {
                 lock,
                 epoch,
@@ -683,12 +682,7 @@ impl<M: PageMemory> Node<M> {
     ) -> Result<(), ProtocolError> {
         let mut out = manager::Outbox::new();
         let managed = handle(&mut self.mgr, &mut out)?;
-        for (to, mut msg) in out {
-            if let Msg::AcquireGrant { notices, pages, .. } = &mut msg
-                && to != self.cfg.node
-            {
-                *pages = self.carry_home_pages(notices);
-            }
+        for (to, msg) in out {
             self.send(to, msg);
         }
         match managed {

@@ -28,9 +28,6 @@ pub(crate) const READ_AHEAD_GROWTH: usize = 8;
 /// At most this many pages fetched again at a barrier (see `copies_in_use`).
 const REFETCH_MAX: usize = 256;
 
-/// At most this many pages travel with one lock grant (see `carry_home_pages`).
-pub(crate) const MAX_GRANT_PAGES: usize = 8;
-
 impl<M: PageMemory> Node<M> {
     /// An application thread faulted on `page` with `access`. The thread is resumed by an
     /// [`crate::Effect::Resume`] once the page is accessible.
@@ -393,12 +390,13 @@ impl<M: PageMemory> Node<M> {
             }
             return Ok(());
         }
+        self.make_room(now);
+        self.mem.write(page, 0, data);
+        self.table.cache_insert(page);
         if fetch.waiters.is_empty() {
-            self.install_closed(now, page, data);
+            self.table[page.index()].frame = Frame::Prefetched;
+            self.mem.allow_prefetch_open(page);
         } else {
-            self.make_room(now);
-            self.mem.write(page, 0, data);
-            self.table.cache_insert(page);
             self.open_valid_page(page, Self::strongest(&fetch.waiters));
             for (w, _, since) in fetch.waiters {
                 self.stats.fault_wait_ns += now.since(since);
@@ -406,79 +404,6 @@ impl<M: PageMemory> Node<M> {
             }
         }
         Ok(())
-    }
-
-    /// Installs valid bytes of a remote page that no thread waits for, closed so that its first
-    /// touch is seen (a prefetch's grant, or a page that came with a lock grant).
-    fn install_closed(&mut self, now: Time, page: PageNum, data: &[u8; PAGE_SIZE]) {
-        self.make_room(now);
-        self.mem.write(page, 0, data);
-        self.table.cache_insert(page);
-        self.table[page.index()].frame = Frame::Prefetched;
-        self.mem.allow_prefetch_open(page);
-    }
-
-    /// At the manager of a lock, granting it to another node: the bytes of the noticed pages
-    /// homed here (at most [`MAX_GRANT_PAGES`]), to travel with the grant. They are the home's
-    /// bytes now, which hold every write released before the grant (a release's diffs are home
-    /// before its release message leaves), so the acquirer may install them in place of its
-    /// invalidated copies. A copy leaves: the page's writes are tracked from now on, as at a
-    /// GETP.
-    pub(crate) fn carry_home_pages(&mut self, notices: &[PageNum]) -> Vec<(PageNum, Arc<PageBuf>)> {
-        let me = self.cfg.node;
-        let pages: Vec<PageNum> = notices
-            .iter()
-            .copied()
-            .filter(|p| self.table.get(p.index()).is_some_and(|e| e.home == me))
-            .take(MAX_GRANT_PAGES)
-            .collect();
-        let untracked: Vec<PageNum> = pages
-            .iter()
-            .copied()
-            .filter(|&p| self.writes_untracked(p))
-            .collect();
-        self.protect_pages(&untracked, Prot::Read);
-        for &p in &untracked {
-            self.table[p.index()].frame = Frame::ReadOnly;
-            self.mem.allow_home_write(p);
-        }
-        pages
-            .into_iter()
-            .map(|p| {
-                self.table[p.index()].served = true;
-                self.stats.pages_served += 1;
-                (p, Arc::new(self.mem.copy(p)))
-            })
-            .collect()
-    }
-
-    /// At the acquirer: the pages that came with a lock grant from `from`, their home, are
-    /// installed where the grant's notices just dropped a clean copy or there was none, and no
-    /// request for them is out (its answer could be older). A copy this node had written is
-    /// not replaced: its diff left for the home only now, after those bytes were taken. Nor is
-    /// anything while a diff of this node is unacknowledged (another thread's release): the
-    /// bytes may predate it, and this node's threads must read their own writes.
-    pub(crate) fn install_granted_pages(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        pages: Vec<(PageNum, Arc<PageBuf>)>,
-        written_here: &[PageNum],
-    ) {
-        if !self.flush.diffs_out.is_empty() {
-            return;
-        }
-        for (page, data) in pages {
-            let e = &self.table[page.index()];
-            if e.home == from
-                && e.frame == Frame::Invalid
-                && e.fetch.is_none()
-                && !written_here.contains(&page)
-            {
-                self.install_closed(now, page, &data.0);
-                self.stats.pages_with_grants += 1;
-            }
-        }
     }
 
     /// Evicts cached pages until one more fits (the page table chooses them).

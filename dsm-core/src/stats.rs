@@ -86,9 +86,6 @@ stats! {
     pages_served,
     /// Pages whose home moved to this node at a barrier (home migration).
     homes_moved_here,
-    /// Pages that came with a lock grant from their home (the lock's manager) and were
-    /// installed, instead of being fetched on their next touch.
-    pages_with_grants,
     /// Pages fetched by one-sided reads of their home's memory (RDMA READ), without a message.
     pages_read_one_sided,
     /// Pages asked for as prefetches.

@@ -17,13 +17,10 @@
 
 use std::collections::VecDeque;
 
-use std::sync::Arc;
-
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
 use crate::node::{JobError, Node, ProtocolError, UsageError};
-use crate::pages::MAX_GRANT_PAGES;
-use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageBuf, PageNum, Time, WaiterId};
+use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// A lock as seen by this node's threads.
 #[derive(Default, Debug)]
@@ -253,33 +250,16 @@ impl<M: PageMemory> Node<M> {
         lock: LockId,
         counter: u32,
         notices: Vec<PageNum>,
-        pages: Vec<(PageNum, Arc<PageBuf>)>,
     ) -> Result<(), ProtocolError> {
         let i = usize::from(lock.0);
-        let refuse = |why| ProtocolError {
-            from,
-            kind: MsgKind::AcquireGrant,
-            why,
-        };
         if from != self.manager_of(lock.0) || self.sync.locks[i].acquiring.is_none() {
-            return Err(refuse("lock was not requested from that node"));
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::AcquireGrant,
+                why: "lock was not requested from that node",
+            });
         }
-        if pages.len() > MAX_GRANT_PAGES
-            || pages.iter().any(|(p, _)| {
-                !notices.contains(p) || self.table.get(p.index()).is_none_or(|e| e.home != from)
-            })
-        {
-            return Err(refuse(
-                "carries a page it has no notice for, or not homed there",
-            ));
-        }
-        let written_here: Vec<PageNum> = pages
-            .iter()
-            .map(|&(p, _)| p)
-            .filter(|p| self.rw.contains(p))
-            .collect();
         self.invalidate(now, notices);
-        self.install_granted_pages(now, from, pages, &written_here);
         let l = &mut self.sync.locks[i];
         let Some((waiter, since)) = l.acquiring.take() else {
             return Ok(());

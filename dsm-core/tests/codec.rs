@@ -6,9 +6,7 @@
 use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
-use dsm_core::{
-    Access, CvId, LockId, Msg, NodeId, PAGE_SIZE, PageBuf, PageDiff, PageNum, WriteNotice, diff,
-};
+use dsm_core::{Access, CvId, LockId, Msg, NodeId, PageBuf, PageDiff, PageNum, WriteNotice, diff};
 use proptest::prelude::*;
 
 fn pages(rng: &mut Rng) -> Vec<PageNum> {
@@ -74,13 +72,6 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             lock,
             counter: rng.next_u64() as u32,
             notices: pages(rng),
-            pages: (0..rng.below(3))
-                .map(|_| {
-                    let mut data = PageBuf::zeroed();
-                    data.0[rng.below(PAGE_SIZE as u64) as usize] = rng.next_u64() as u8;
-                    (PageNum(rng.next_u64() as u32), data.into())
-                })
-                .collect(),
         },
         6 => Msg::Release {
             lock,
@@ -204,9 +195,8 @@ fn small_messages_carry_only_their_payload() {
         lock: LockId(1),
         counter: 0,
         notices: vec![],
-        pages: vec![],
     };
-    assert_eq!(codec::frame_len(&grant), HEADER_BYTES + 14);
+    assert_eq!(codec::frame_len(&grant), HEADER_BYTES + 10);
     assert_eq!(
         codec::frame_len(&Msg::DiffGrant { id: 1 }),
         HEADER_BYTES + 4

@@ -729,7 +729,6 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
             lock: LockId(0),
             counter: 1,
             notices: vec![PageNum(0)],
-            pages: vec![],
         },
     )
     .unwrap();
@@ -780,7 +779,6 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
             lock: LockId(0),
             counter: 1,
             notices: vec![],
-            pages: vec![],
         }, // not requested
         Msg::BarrierGrant {
             epoch: 0,
@@ -1191,45 +1189,6 @@ fn a_page_written_by_two_nodes_does_not_move() {
     assert_eq!(c.node(1).home_of(base.page()), Some(NodeId(0)));
     assert_eq!(c.read_u64(1, base).unwrap(), 1);
     assert_eq!(c.read_u64(0, base.offset_by(8)).unwrap(), 2);
-}
-
-/// A lock's grant carries the noticed pages homed at the lock's manager: the acquirer reads
-/// what the last holder wrote without a GETP. A page homed elsewhere is fetched as before.
-#[test]
-fn a_lock_grant_carries_the_pages_homed_at_its_manager() {
-    let mut c = Cluster::new(2, 11, no_prefetch);
-    // Page 0 at node 0 (lock 0's manager), page 1 at node 1.
-    let base = c
-        .alloc(
-            AllocPolicy::Cyclic {
-                block_bytes: PAGE,
-                start: NodeId(0),
-            },
-            2 * PAGE,
-        )
-        .unwrap();
-    let (at_manager, elsewhere) = (base, base.offset_by(PAGE));
-    // Node 1 holds copies of both first, so the grant's notices drop them.
-    c.read_u64(1, at_manager).unwrap();
-    c.lock(0, 0).unwrap();
-    c.write_u64(0, at_manager, 7).unwrap();
-    c.write_u64(0, elsewhere, 8).unwrap();
-    c.unlock(0, 0).unwrap();
-    c.trace = Some(Vec::new());
-    c.lock(1, 0).unwrap();
-    assert_eq!(c.node(1).stats().pages_with_grants, 1);
-    assert_eq!(c.read_u64(1, at_manager).unwrap(), 7);
-    assert_eq!(
-        c.read_u64(1, elsewhere).unwrap(),
-        8,
-        "homed here: node 1's own"
-    );
-    let getps = kinds(c.trace.as_ref().unwrap())
-        .into_iter()
-        .filter(|k| k.2 == MsgKind::GetPage)
-        .count();
-    assert_eq!(getps, 0, "the page came with the grant");
-    c.unlock(1, 0).unwrap();
 }
 
 /// Home migration and a second thread: node 1 alone writes a page homed at node 0, then one of

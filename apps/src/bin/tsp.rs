@@ -124,11 +124,8 @@ fn main() {
     let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
     let dsm = init("tsp");
     let d = distances(n);
-    // Each shared word lives at the node that manages its lock (lock l at node l % nodes): a
-    // lock's grant then carries the word's page, and its holder does not fetch it on first touch.
-    let manager = |lock: usize| AllocPolicy::OnNode(NodeId((lock % dsm.nodes()) as u16));
-    let queue: SharedArray<u64> = dsm.alloc(1, manager(1)).expect("alloc");
-    let best: SharedArray<u64> = dsm.alloc(1, manager(2)).expect("alloc");
+    let queue: SharedArray<u64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    let best: SharedArray<u64> = dsm.alloc(1, AllocPolicy::RoundRobin).expect("alloc");
     if dsm.id() == 0 {
         best.set(0, u64::MAX);
     }
