@@ -191,7 +191,11 @@ impl<M: PageMemory> Node<M> {
                     ..
                 } => {
                     let manager = self.manager_of(lock.0);
-                    let epoch = self.epoch;
+                    // Between this node's barrier message and the grant (another thread is in
+                    // the barrier), its writes are no longer in the barrier's notices: they
+                    // belong to the next epoch, and the manager must keep them past this
+                    // barrier (it drops notices of epochs the barrier has covered).
+                    let epoch = self.epoch + u32::from(self.sync.diffed_in_barrier.is_some());
                     self.send(
                         manager,
                         Msg::Release {
