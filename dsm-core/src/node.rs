@@ -266,6 +266,11 @@ pub(crate) struct SyncState {
     pub diffed_in_barrier: Option<BTreeSet<PageNum>>,
     /// The barrier (epoch) whose home moves this node applied, waiting for every node's.
     pub migrating: Option<u32>,
+    /// From this node's barrier call to its grant: the pages written before the call (the
+    /// barrier's notices), with the interval of their last write. Until the grant has reached
+    /// the other nodes those pages are not invalidated there, so a lock released meanwhile (by
+    /// another thread) still names those of them written since its last release.
+    pub barrier_written: Option<BTreeMap<PageNum, u32>>,
 }
 
 impl SyncState {
@@ -278,6 +283,7 @@ impl SyncState {
             page_traffic_held: None,
             diffed_in_barrier: None,
             migrating: None,
+            barrier_written: None,
         }
     }
 }

@@ -160,12 +160,18 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// Pages written in intervals after `interval`.
+    /// (During a barrier, those it took for its notices too: see `SyncState::barrier_written`.)
     fn notices_after(&self, interval: u32) -> Vec<PageNum> {
-        self.written
+        let mut pages: Vec<PageNum> = self
+            .written
             .iter()
+            .chain(self.sync.barrier_written.iter().flatten())
             .filter(|&(_, &s)| s > interval)
             .map(|(&p, _)| p)
-            .collect()
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        pages
     }
 
     /// Runs the releases whose diffs are all acknowledged, in order.
@@ -191,11 +197,11 @@ impl<M: PageMemory> Node<M> {
                     ..
                 } => {
                     let manager = self.manager_of(lock.0);
-                    // Between this node's barrier message and the grant (another thread is in
-                    // the barrier), its writes are no longer in the barrier's notices: they
-                    // belong to the next epoch, and the manager must keep them past this
-                    // barrier (it drops notices of epochs the barrier has covered).
-                    let epoch = self.epoch + u32::from(self.sync.diffed_in_barrier.is_some());
+                    // Between this node's barrier call and the grant (another thread is in the
+                    // barrier), writes are no longer in the barrier's notices: they belong to
+                    // the next epoch, and the manager must keep them past this barrier (it
+                    // drops notices of epochs the barrier has covered).
+                    let epoch = self.epoch + u32::from(self.sync.barrier_written.is_some());
                     self.send(
                         manager,
                         Msg::Release {
@@ -300,14 +306,12 @@ impl<M: PageMemory> Node<M> {
     pub fn barrier(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Barrier)?;
         self.flush_writes(now, true);
-        let notices: Vec<PageNum> = std::mem::take(&mut self.written).into_keys().collect();
+        let written = std::mem::take(&mut self.written);
+        let notices: Vec<PageNum> = written.keys().copied().collect();
         let claims = self.claim_homes(&notices);
-        for l in &mut self.sync.locks {
-            l.sent = 0;
-        }
-        for c in &mut self.sync.cvs {
-            c.sent = 0;
-        }
+        // The locks' and condition variables' records of what they carried are reset at the
+        // grant, when these pages are invalidated everywhere.
+        self.sync.barrier_written = Some(written);
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Barrier {
             notices,
@@ -394,6 +398,15 @@ impl<M: PageMemory> Node<M> {
             });
         }
         let me = self.cfg.node;
+        // The barrier's notices reach every node with this grant: the records of what each
+        // lock and condition variable carried start again.
+        self.sync.barrier_written = None;
+        for l in &mut self.sync.locks {
+            l.sent = 0;
+        }
+        for c in &mut self.sync.cvs {
+            c.sent = 0;
+        }
         // A page that moves must not have been diffed by this node during the barrier (by
         // another of its threads, to the old home): that write would miss the new home.
         let diffed = self.sync.diffed_in_barrier.take().unwrap_or_default();

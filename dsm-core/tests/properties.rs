@@ -10,9 +10,8 @@
 //!
 //! `DSM_SIM_SECOND_THREAD=1` gives a quarter of the cases a second thread per node, reading and
 //! writing every third word under a lock of its own while the first runs the phases and their
-//! barriers. Known to fail: such a thread's writes racing its node's barrier are not always
-//! seen (`DSM_SIM_SECOND_THREAD=1 DSM_SIM_SEED=1592590443`: one-sided reads, no migration), an
-//! open bug.
+//! barriers. Known to fail still (an open bug): `DSM_SIM_SECOND_THREAD=1 DSM_SIM_SEED=1592590540`
+//! (5 nodes, home migration on) reads an older value under the second threads' lock.
 //!
 //! `DSM_SIM_CASES=N` runs N cases (default 1000); `DSM_SIM_SEED=S` runs the one case with seed S
 //! (a failure prints it). `DSM_SIM_BASE` moves the whole range of seeds.
@@ -105,9 +104,8 @@ fn make_case(rng: &mut Rng) -> Case {
         phases: 1 + rng.below(5) as usize,
         one_sided: rng.chance(33),
         migrate: rng.chance(50),
-        // Opt-in (`DSM_SIM_SECOND_THREAD=1`): such programs still find stale reads, with and
-        // without home migration (a second thread's lock-protected writes racing its node's
-        // barrier; see the module doc).
+        // Opt-in (`DSM_SIM_SECOND_THREAD=1`): such programs still find a stale read (see the
+        // module doc).
         second_thread: nodes >= 2 && rng.chance(25) && second_threads_asked(),
     }
 }
