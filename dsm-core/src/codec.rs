@@ -22,7 +22,7 @@ use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant: the page number, then the page.
@@ -105,7 +105,7 @@ fn payload_len(msg: &Msg) -> usize {
             4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
         }
         Msg::DiffGrant { .. } => 4,
-        Msg::Acquire { .. } => 2 + 4,
+        Msg::Acquire { .. } => 2 + 4 + 4,
         Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Release { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Barrier {
@@ -157,9 +157,10 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             }
         }
         Msg::DiffGrant { id } => out.extend_from_slice(&id.to_le_bytes()),
-        Msg::Acquire { lock, seen } => {
+        Msg::Acquire { lock, seen, epoch } => {
             out.extend_from_slice(&lock.0.to_le_bytes());
             out.extend_from_slice(&seen.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
         }
         Msg::AcquireGrant {
             lock,
@@ -378,6 +379,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         MsgKind::Acquire => Msg::Acquire {
             lock: r.lock()?,
             seen: r.u32()?,
+            epoch: r.u32()?,
         },
         MsgKind::AcquireGrant => Msg::AcquireGrant {
             lock: r.lock()?,

@@ -38,7 +38,8 @@ type Notices = BTreeMap<PageNum, (u32, u32)>;
 #[derive(Default, Debug)]
 struct LockMgr {
     holder: Option<NodeId>,
-    queue: VecDeque<(NodeId, u32)>,
+    /// Waiting nodes, with their `seen` and epoch.
+    queue: VecDeque<(NodeId, u32, u32)>,
     counter: u32,
     notices: Notices,
 }
@@ -71,16 +72,20 @@ pub(crate) struct Managers {
     exit_stats: BTreeMap<NodeId, Vec<u64>>,
 }
 
-fn notices_since(notices: &Notices, seen: u32) -> Vec<PageNum> {
+/// The notices released after `seen` of writes from epoch `epoch` on (earlier ones were
+/// invalidated at the acquirer by the barriers that ended their epochs).
+fn notices_since(notices: &Notices, seen: u32, epoch: u32) -> Vec<PageNum> {
     notices
         .iter()
-        .filter(|&(_, &(c, _))| c > seen)
+        .filter(|&(_, &(c, e))| c > seen && e >= epoch)
         .map(|(&p, _)| p)
         .collect()
 }
 
-/// Records a release's notices, unless they predate the current epoch (the barrier that ended
-/// that epoch already invalidated those pages everywhere).
+/// Records a release's notices, unless they predate the last epoch: a barrier invalidates the
+/// pages written in its epoch everywhere, but a node may still wait for that barrier's grant
+/// (one thread in it) while another of its threads acquires a lock, so notices are kept one
+/// barrier longer (every node has had a grant once the next barrier completes).
 fn record_notices(
     map: &mut Notices,
     pages: Vec<PageNum>,
@@ -88,7 +93,7 @@ fn record_notices(
     epoch: u32,
     node_epoch: u32,
 ) {
-    if epoch < node_epoch {
+    if epoch.saturating_add(1) < node_epoch {
         return;
     }
     for p in pages {
@@ -148,12 +153,13 @@ impl Managers {
 
     // ----- locks -----
 
-    /// `from` asks for `lock`, having seen its notices up to `seen`.
+    /// `from`, in barrier epoch `epoch`, asks for `lock`, having seen its notices up to `seen`.
     pub fn on_acquire(
         &mut self,
         from: NodeId,
         lock: LockId,
         seen: u32,
+        epoch: u32,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         if self.manager_of(lock.0) != self.me {
@@ -161,25 +167,32 @@ impl Managers {
         }
         let m = self.locks.entry(lock).or_default();
         if m.holder.is_none() {
-            Self::grant_lock(m, lock, from, seen, out);
-        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, _)| n == from) {
+            Self::grant_lock(m, lock, from, seen, epoch, out);
+        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, _, _)| n == from) {
             return Err(refuse(
                 from,
                 MsgKind::Acquire,
                 "node already holds or awaits the lock",
             ));
         } else {
-            m.queue.push_back((from, seen));
+            m.queue.push_back((from, seen, epoch));
         }
         Ok(Managed::Done)
     }
 
-    fn grant_lock(m: &mut LockMgr, lock: LockId, to: NodeId, seen: u32, out: &mut Outbox) {
+    fn grant_lock(
+        m: &mut LockMgr,
+        lock: LockId,
+        to: NodeId,
+        seen: u32,
+        epoch: u32,
+        out: &mut Outbox,
+    ) {
         m.holder = Some(to);
         let msg = Msg::AcquireGrant {
             lock,
             counter: m.counter,
-            notices: notices_since(&m.notices, seen),
+            notices: notices_since(&m.notices, seen, epoch),
         };
         out.push((to, msg));
     }
@@ -202,8 +215,8 @@ impl Managers {
         m.counter += 1;
         record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
         m.holder = None;
-        if let Some((next, seen)) = m.queue.pop_front() {
-            Self::grant_lock(m, lock, next, seen, out);
+        if let Some((next, seen, epoch)) = m.queue.pop_front() {
+            Self::grant_lock(m, lock, next, seen, epoch, out);
         }
         Ok(Managed::Done)
     }
@@ -397,7 +410,7 @@ impl Managers {
             let grant = Msg::CvGrant {
                 cv,
                 counter,
-                notices: notices_since(&m.notices, seen),
+                notices: notices_since(&m.notices, seen, 0),
             };
             out.push((n, grant));
         }
@@ -426,7 +439,7 @@ impl Managers {
             let grant = Msg::CvGrant {
                 cv,
                 counter: m.counter,
-                notices: notices_since(&m.notices, seen),
+                notices: notices_since(&m.notices, seen, 0),
             };
             out.push((from, grant));
         } else {
@@ -445,8 +458,8 @@ mod tests {
         let mut m = Managers::new(NodeId(1), 3);
         let l = LockId(4); // 4 % 3 = 1: managed here
         let mut out = Outbox::new();
-        m.on_acquire(NodeId(0), l, 0, &mut out).unwrap();
-        m.on_acquire(NodeId(2), l, 0, &mut out).unwrap();
+        m.on_acquire(NodeId(0), l, 0, 0, &mut out).unwrap();
+        m.on_acquire(NodeId(2), l, 0, 0, &mut out).unwrap();
         assert_eq!(out.len(), 1, "one grant, to the first asker: {out:?}");
         out.clear();
         m.on_release(NodeId(0), l, 0, vec![PageNum(7)], 0, &mut out)
@@ -463,7 +476,7 @@ mod tests {
             )]
         );
         assert!(m.on_release(NodeId(0), l, 0, vec![], 0, &mut out).is_err());
-        assert!(m.on_acquire(NodeId(0), LockId(3), 0, &mut out).is_err());
+        assert!(m.on_acquire(NodeId(0), LockId(3), 0, 0, &mut out).is_err());
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub enum Msg {
         lock: LockId,
         /// The lock's release counter at the sender's last acquire.
         seen: u32,
+        /// The sender's barrier epoch: notices of writes from earlier epochs were invalidated
+        /// by the barriers that ended them (the manager keeps them one barrier longer, for a
+        /// node whose other thread is still in that barrier).
+        epoch: u32,
     },
     /// ACQGRANT: the lock is the receiver's; invalidate the pages written under it since `seen`.
     AcquireGrant {

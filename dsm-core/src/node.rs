@@ -624,7 +624,9 @@ impl<M: PageMemory> Node<M> {
             Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data.0),
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
             Msg::DiffGrant { id } => self.on_diff_grant(from, id),
-            Msg::Acquire { lock, seen } => self.managed(|m, o| m.on_acquire(from, lock, seen, o)),
+            Msg::Acquire { lock, seen, epoch } => {
+                self.managed(|m, o| m.on_acquire(from, lock, seen, epoch, o))
+            }
             Msg::AcquireGrant {
                 lock,
                 counter,

@@ -130,7 +130,8 @@ impl<M: PageMemory> Node<M> {
         l.acquiring = Some((waiter, since));
         let seen = l.seen;
         let manager = self.manager_of(lock.0);
-        self.send(manager, Msg::Acquire { lock, seen });
+        let epoch = self.epoch;
+        self.send(manager, Msg::Acquire { lock, seen, epoch });
     }
 
     /// The waiter releases `lock`: its writes go home, then the lock goes back to its manager.
@@ -432,7 +433,8 @@ impl<M: PageMemory> Node<M> {
         let refetch = self.copies_in_use(&stale);
         self.invalidate(now, stale);
         self.epoch += 1;
-        self.mgr.forget_before(self.epoch);
+        // Kept one barrier longer: see `manager::record_notices`.
+        self.mgr.forget_before(self.epoch - 1);
         if moved {
             // A second round: every node tells node 0 it has applied the moves.
             self.sync.migrating = Some(epoch);

@@ -67,6 +67,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         4 => Msg::Acquire {
             lock,
             seen: rng.next_u64() as u32,
+            epoch: rng.next_u64() as u32,
         },
         5 => Msg::AcquireGrant {
             lock,
@@ -216,6 +217,7 @@ fn malformed_frames_are_errors_naming_the_fault() {
         &Msg::Acquire {
             lock: LockId(3),
             seen: 0,
+            epoch: 0,
         },
     );
     let mut bad_magic = good.clone();
@@ -252,6 +254,7 @@ fn malformed_frames_are_errors_naming_the_fault() {
         &Msg::Acquire {
             lock: LockId(64),
             seen: 0,
+            epoch: 0,
         },
     );
     assert_eq!(
