@@ -410,8 +410,17 @@ impl<M: PageMemory> Node<M> {
         }
         // A page that moves must not have been diffed by this node during the barrier (by
         // another of its threads, to the old home): that write would miss the new home.
+        // Nor written here, at its home, since this node's barrier call (such a write is in no
+        // diff and would stay behind; earlier home writes would make this node a writer, and a
+        // page with two writers does not move).
         let diffed = self.sync.diffed_in_barrier.take().unwrap_or_default();
-        if let Some(n) = notices.iter().find(|n| n.moves && diffed.contains(&n.page)) {
+        let written_at_old_home = |p: PageNum| {
+            self.table.get(p.index()).is_some_and(|e| e.home == me) && self.written.contains_key(&p)
+        };
+        if let Some(n) = notices
+            .iter()
+            .find(|n| n.moves && (diffed.contains(&n.page) || written_at_old_home(n.page)))
+        {
             self.abort(JobError::WrittenDuringMigration { page: n.page });
             return Ok(());
         }

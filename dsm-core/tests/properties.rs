@@ -10,10 +10,10 @@
 //!
 //! `DSM_SIM_SECOND_THREAD=1` gives a quarter of the cases a second thread per node, reading and
 //! writing every third word under a lock of its own while the first runs the phases and their
-//! barriers. Known to fail still (open bugs): `DSM_SIM_SECOND_THREAD=1 DSM_SIM_SEED=1592590540`
-//! (home migration moves a page away from a node whose second thread wrote it, untracked,
-//! during the barrier) and, with migration off in every case, seed 1592597930: the first
-//! 7,000-odd cases pass.
+//! barriers. A write to a page that moves during such a barrier ends the job naming it (an
+//! accepted outcome here). Known to fail still (an open bug): `DSM_SIM_SECOND_THREAD=1
+//! DSM_SIM_SEED=1592597930` reads a stale value under the second threads' lock; the 7,000-odd
+//! cases before it pass.
 //!
 //! `DSM_SIM_CASES=N` runs N cases (default 1000); `DSM_SIM_SEED=S` runs the one case with seed S
 //! (a failure prints it). `DSM_SIM_BASE` moves the whole range of seeds.
