@@ -107,7 +107,9 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::DiffGrant { .. } => 4,
         Msg::Acquire { .. } => 2 + 4 + 4,
         Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
-        Msg::Release { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::Release {
+            notices, earlier, ..
+        } => 2 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
         Msg::Barrier {
             notices, claims, ..
         } => 4 + 8 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
@@ -175,10 +177,12 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             lock,
             epoch,
             notices,
+            earlier,
         } => {
             out.extend_from_slice(&lock.0.to_le_bytes());
             out.extend_from_slice(&epoch.to_le_bytes());
             put_pages(out, notices);
+            put_pages(out, earlier);
         }
         Msg::Barrier {
             epoch,
@@ -390,6 +394,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             lock: r.lock()?,
             epoch: r.u32()?,
             notices: r.pages()?,
+            earlier: r.pages()?,
         },
         MsgKind::Barrier => Msg::Barrier {
             epoch: r.u32()?,

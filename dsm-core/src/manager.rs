@@ -97,7 +97,14 @@ fn record_notices(
         return;
     }
     for p in pages {
-        map.insert(p, (counter, epoch));
+        // The latest release's counter; the newest epoch any release of the page carried (an
+        // older tag must not hide a newer write from an acquirer of that epoch).
+        map.entry(p)
+            .and_modify(|(c, e)| {
+                *c = counter;
+                *e = (*e).max(epoch);
+            })
+            .or_insert((counter, epoch));
     }
 }
 
@@ -197,14 +204,15 @@ impl Managers {
         out.push((to, msg));
     }
 
-    /// `from` releases `lock` with the pages it wrote (in barrier epoch `epoch`; this node is in
-    /// `node_epoch`).
+    /// `from` releases `lock` with the pages it wrote: in barrier epoch `epoch`, and in the epoch
+    /// before (`earlier`: its last barrier took those; see [`Msg::Release`]). This node is in
+    /// `node_epoch`.
     pub fn on_release(
         &mut self,
         from: NodeId,
         lock: LockId,
         epoch: u32,
-        notices: Vec<PageNum>,
+        (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
         node_epoch: u32,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
@@ -213,6 +221,9 @@ impl Managers {
             _ => return Err(refuse(from, MsgKind::Release, "lock not held by that node")),
         };
         m.counter += 1;
+        if let Some(before) = epoch.checked_sub(1) {
+            record_notices(&mut m.notices, earlier, m.counter, before, node_epoch);
+        }
         record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
         m.holder = None;
         if let Some((next, seen, epoch)) = m.queue.pop_front() {
@@ -462,7 +473,7 @@ mod tests {
         m.on_acquire(NodeId(2), l, 0, 0, &mut out).unwrap();
         assert_eq!(out.len(), 1, "one grant, to the first asker: {out:?}");
         out.clear();
-        m.on_release(NodeId(0), l, 0, vec![PageNum(7)], 0, &mut out)
+        m.on_release(NodeId(0), l, 0, (vec![PageNum(7)], vec![]), 0, &mut out)
             .unwrap();
         assert_eq!(
             out,
@@ -475,7 +486,10 @@ mod tests {
                 }
             )]
         );
-        assert!(m.on_release(NodeId(0), l, 0, vec![], 0, &mut out).is_err());
+        assert!(
+            m.on_release(NodeId(0), l, 0, (vec![], vec![]), 0, &mut out)
+                .is_err()
+        );
         assert!(m.on_acquire(NodeId(0), LockId(3), 0, 0, &mut out).is_err());
     }
 

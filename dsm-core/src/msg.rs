@@ -89,6 +89,9 @@ pub enum Msg {
         epoch: u32,
         /// Write notices.
         notices: Vec<PageNum>,
+        /// Write notices of the epoch before `epoch` (pages the sender's last barrier took for
+        /// its own notices; a node may not have had that barrier's grant yet).
+        earlier: Vec<PageNum>,
     },
     /// BARR: the sender reached barrier `epoch`; these pages it wrote in the epoch.
     Barrier {

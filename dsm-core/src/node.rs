@@ -266,11 +266,14 @@ pub(crate) struct SyncState {
     pub diffed_in_barrier: Option<BTreeSet<PageNum>>,
     /// The barrier (epoch) whose home moves this node applied, waiting for every node's.
     pub migrating: Option<u32>,
-    /// From this node's barrier call to its grant: the pages written before the call (the
-    /// barrier's notices), with the interval of their last write. Until the grant has reached
-    /// the other nodes those pages are not invalidated there, so a lock released meanwhile (by
-    /// another thread) still names those of them written since its last release.
+    /// From this node's last barrier call to its next: the pages written before it (that
+    /// barrier's notices), with the interval of their last write. Until that barrier's grant has
+    /// reached every node those pages are not invalidated everywhere, so a lock released
+    /// meanwhile (by another thread) still names those written since its last release, as
+    /// notices of the barrier's epoch (`Msg::Release::earlier`).
     pub barrier_written: Option<BTreeMap<PageNum, u32>>,
+    /// Between this node's barrier call and the grant.
+    pub awaiting_grant: bool,
 }
 
 impl SyncState {
@@ -284,6 +287,7 @@ impl SyncState {
             diffed_in_barrier: None,
             migrating: None,
             barrier_written: None,
+            awaiting_grant: false,
         }
     }
 }
@@ -636,9 +640,12 @@ impl<M: PageMemory> Node<M> {
                 lock,
                 epoch,
                 notices,
+                earlier,
             } => {
                 let node_epoch = self.epoch;
-                self.managed(|m, o| m.on_release(from, lock, epoch, notices, node_epoch, o))
+                self.managed(|m, o| {
+                    m.on_release(from, lock, epoch, (notices, earlier), node_epoch, o)
+                })
             }
             Msg::Barrier {
                 epoch,

@@ -15,7 +15,7 @@
 //! lock costs three messages (acquire, grant, release) whatever the job size; a barrier costs
 //! 2(N-1). This module is the caller's side.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
@@ -65,6 +65,7 @@ pub(crate) enum AfterFlush {
         lock: LockId,
         waiter: WaiterId,
         notices: Vec<PageNum>,
+        earlier: Vec<PageNum>,
         through: u32,
     },
     Barrier {
@@ -146,13 +147,25 @@ impl<M: PageMemory> Node<M> {
         self.sync.locks[i].releasing = true;
         self.flush_writes(now, false);
         let sent = self.sync.locks[i].sent;
-        let notices = self.notices_after(sent);
+        let after = |m: &BTreeMap<PageNum, u32>| -> Vec<PageNum> {
+            m.iter()
+                .filter(|&(_, &s)| s > sent)
+                .map(|(&p, _)| p)
+                .collect()
+        };
+        let notices = after(&self.written);
+        let earlier = self
+            .sync
+            .barrier_written
+            .as_ref()
+            .map_or_else(Vec::new, after);
         self.sync.locks[i].sent = self.interval;
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Release {
             lock,
             waiter,
             notices,
+            earlier,
             through: self.flush.next_diff_id,
         });
         self.complete_flushes();
@@ -195,6 +208,7 @@ impl<M: PageMemory> Node<M> {
                     lock,
                     waiter,
                     notices,
+                    earlier,
                     ..
                 } => {
                     let manager = self.manager_of(lock.0);
@@ -202,13 +216,14 @@ impl<M: PageMemory> Node<M> {
                     // barrier), writes are no longer in the barrier's notices: they belong to
                     // the next epoch, and the manager must keep them past this barrier (it
                     // drops notices of epochs the barrier has covered).
-                    let epoch = self.epoch + u32::from(self.sync.barrier_written.is_some());
+                    let epoch = self.epoch + u32::from(self.sync.awaiting_grant);
                     self.send(
                         manager,
                         Msg::Release {
                             lock,
                             epoch,
                             notices,
+                            earlier,
                         },
                     );
                     let l = &mut self.sync.locks[usize::from(lock.0)];
@@ -313,6 +328,7 @@ impl<M: PageMemory> Node<M> {
         // The locks' and condition variables' records of what they carried are reset at the
         // grant, when these pages are invalidated everywhere.
         self.sync.barrier_written = Some(written);
+        self.sync.awaiting_grant = true;
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Barrier {
             notices,
@@ -401,7 +417,7 @@ impl<M: PageMemory> Node<M> {
         let me = self.cfg.node;
         // The barrier's notices reach every node with this grant: the records of what each
         // lock and condition variable carried start again.
-        self.sync.barrier_written = None;
+        self.sync.awaiting_grant = false;
         for l in &mut self.sync.locks {
             l.sent = 0;
         }

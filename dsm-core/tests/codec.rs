@@ -78,6 +78,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             lock,
             epoch: rng.next_u64() as u32,
             notices: pages(rng),
+            earlier: pages(rng),
         },
         7 => Msg::Barrier {
             epoch: rng.next_u64() as u32,
@@ -301,6 +302,7 @@ fn malformed_frames_are_errors_naming_the_fault() {
             lock: LockId(0),
             epoch: 0,
             notices: vec![],
+            earlier: vec![],
         },
     );
     let at = HEADER_BYTES + 6;

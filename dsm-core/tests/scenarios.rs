@@ -792,6 +792,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
             lock: LockId(1),
             epoch: 0,
             notices: vec![],
+            earlier: vec![],
         }, // lock 1 not managed here
     ];
     for m in bogus {
@@ -823,7 +824,8 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
             Msg::Release {
                 lock: LockId(0),
                 epoch: 0,
-                notices: vec![]
+                notices: vec![],
+                earlier: vec![],
             }
         )
         .is_err()
