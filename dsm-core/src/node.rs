@@ -343,6 +343,9 @@ pub struct Node<M: PageMemory> {
     /// Pages this node offered at its last barrier to become the home of, with their bytes
     /// kept if the copy was dropped before the grant said whether they move.
     pub(crate) claims: BTreeMap<PageNum, Option<PageBuf>>,
+    /// Claimed pages invalidated by a lock's or condition variable's grant before the barrier's
+    /// grant: written elsewhere since, so the claimed bytes are not the page's last.
+    pub(crate) claims_overtaken: BTreeSet<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
 }
 
@@ -389,6 +392,7 @@ impl<M: PageMemory> Node<M> {
             last_served: None,
             to_warm: None,
             claims: BTreeMap::new(),
+            claims_overtaken: BTreeSet::new(),
             read_ahead_pages: 0,
             stream_next: None,
             scratch: Box::new([0; PAGE_SIZE]),

@@ -604,6 +604,11 @@ impl<M: PageMemory> Node<M> {
         let me = self.cfg.node;
         let mut opened = Vec::new();
         for page in pages {
+            // A claimed page named by a lock's or condition variable's grant: another node
+            // wrote it since (in the next epoch): it must not move here (see the grant).
+            if self.claims.contains_key(&page) {
+                self.claims_overtaken.insert(page);
+            }
             let Some(e) = self.table.get_mut(page.index()) else {
                 continue;
             };
@@ -690,6 +695,7 @@ impl<M: PageMemory> Node<M> {
     /// the copy is dropped meanwhile (see `keep_claimed_bytes`).
     pub(crate) fn claim_homes(&mut self, written: &[PageNum]) -> Vec<PageNum> {
         self.claims.clear();
+        self.claims_overtaken.clear();
         if !self.cfg.migrates_homes() {
             return Vec::new();
         }

@@ -433,10 +433,15 @@ impl<M: PageMemory> Node<M> {
         let written_at_old_home = |p: PageNum| {
             self.table.get(p.index()).is_some_and(|e| e.home == me) && self.written.contains_key(&p)
         };
-        if let Some(n) = notices
-            .iter()
-            .find(|n| n.moves && (diffed.contains(&n.page) || written_at_old_home(n.page)))
-        {
+        // Nor, moving here, overtaken: named by a lock's grant since this node claimed it
+        // (another node wrote it during the barrier, and its diff went to the old home).
+        let overtaken = std::mem::take(&mut self.claims_overtaken);
+        if let Some(n) = notices.iter().find(|n| {
+            n.moves
+                && (diffed.contains(&n.page)
+                    || written_at_old_home(n.page)
+                    || (n.writer == Some(me) && overtaken.contains(&n.page)))
+        }) {
             self.abort(JobError::WrittenDuringMigration { page: n.page });
             return Ok(());
         }
