@@ -261,9 +261,9 @@ pub(crate) struct SyncState {
     /// wait here (in order): one must reach the home its sender's table names only once that
     /// node knows it is the home.
     pub page_traffic_held: Option<Vec<(NodeId, Msg)>>,
-    /// Between this node's barrier message and the grant: the pages it diffed meanwhile (by
-    /// another thread; checked against the grant's home moves).
-    pub diffed_in_barrier: Option<BTreeSet<PageNum>>,
+    /// Between this node's barrier call and the grant (`awaiting_grant`): the pages it diffed
+    /// meanwhile (by another thread; checked against the grant's home moves).
+    pub diffed_in_barrier: BTreeSet<PageNum>,
     /// The barrier (epoch) whose home moves this node applied, waiting for every node's.
     pub migrating: Option<u32>,
     /// From this node's last barrier call to its next: the pages written before it (that
@@ -284,7 +284,7 @@ impl SyncState {
             collective: None,
             wait_epoch: 0,
             page_traffic_held: None,
-            diffed_in_barrier: None,
+            diffed_in_barrier: BTreeSet::new(),
             migrating: None,
             barrier_written: None,
             awaiting_grant: false,

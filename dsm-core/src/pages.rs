@@ -485,8 +485,10 @@ impl<M: PageMemory> Node<M> {
     }
 
     fn send_diff_msg(&mut self, now: Time, home: NodeId, diffs: Vec<PageDiff>) {
-        if let Some(pages) = &mut self.sync.diffed_in_barrier {
-            pages.extend(diffs.iter().map(|d| d.page));
+        if self.sync.awaiting_grant {
+            self.sync
+                .diffed_in_barrier
+                .extend(diffs.iter().map(|d| d.page));
         }
         let id = self.flush.next_diff_id;
         self.flush.next_diff_id = self.flush.next_diff_id.wrapping_add(1);
@@ -518,8 +520,8 @@ impl<M: PageMemory> Node<M> {
         }
         if diffs.iter().any(|d| !homed(&self.table[d.page.index()])) {
             // A page that moved away at the last barrier: this diff left its sender during that
-            // barrier (earlier ones were acknowledged before its barrier message, later ones go
-            // to the new home), written by another of its threads. The sender ends the job at
+            // barrier, after its barrier call (the barrier's own diffs were acknowledged before
+            // its barrier message, later ones go to the new home), written by another thread. The sender ends the job at
             // the barrier's grant (`WrittenDuringMigration`); no acknowledgement, so no release
             // completes without the write.
             return Ok(());

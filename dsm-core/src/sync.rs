@@ -95,6 +95,15 @@ impl AfterFlush {
     }
 }
 
+/// The pages of `written` (page -> interval of its last write) written after `interval`.
+fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum> {
+    written
+        .iter()
+        .filter(|&(_, &s)| s > interval)
+        .map(|(&p, _)| p)
+        .collect()
+}
+
 impl<M: PageMemory> Node<M> {
     // ----- locks, the caller's side -----
 
@@ -147,18 +156,12 @@ impl<M: PageMemory> Node<M> {
         self.sync.locks[i].releasing = true;
         self.flush_writes(now, false);
         let sent = self.sync.locks[i].sent;
-        let after = |m: &BTreeMap<PageNum, u32>| -> Vec<PageNum> {
-            m.iter()
-                .filter(|&(_, &s)| s > sent)
-                .map(|(&p, _)| p)
-                .collect()
-        };
-        let notices = after(&self.written);
+        let notices = written_after(&self.written, sent);
         let earlier = self
             .sync
             .barrier_written
             .as_ref()
-            .map_or_else(Vec::new, after);
+            .map_or_else(Vec::new, |m| written_after(m, sent));
         self.sync.locks[i].sent = self.interval;
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Release {
@@ -176,15 +179,12 @@ impl<M: PageMemory> Node<M> {
     /// Pages written in intervals after `interval`.
     /// (During a barrier, those it took for its notices too: see `SyncState::barrier_written`.)
     fn notices_after(&self, interval: u32) -> Vec<PageNum> {
-        let mut pages: Vec<PageNum> = self
-            .written
-            .iter()
-            .chain(self.sync.barrier_written.iter().flatten())
-            .filter(|&(_, &s)| s > interval)
-            .map(|(&p, _)| p)
-            .collect();
-        pages.sort_unstable();
-        pages.dedup();
+        let mut pages = written_after(&self.written, interval);
+        if let Some(m) = &self.sync.barrier_written {
+            pages.extend(written_after(m, interval));
+            pages.sort_unstable();
+            pages.dedup();
+        }
         pages
     }
 
@@ -244,7 +244,6 @@ impl<M: PageMemory> Node<M> {
                         claims,
                     };
                     self.send(NodeId(0), msg);
-                    self.sync.diffed_in_barrier = Some(Default::default());
                 }
                 AfterFlush::SetCv {
                     cv,
@@ -429,7 +428,7 @@ impl<M: PageMemory> Node<M> {
         // Nor written here, at its home, since this node's barrier call (such a write is in no
         // diff and would stay behind; earlier home writes would make this node a writer, and a
         // page with two writers does not move).
-        let diffed = self.sync.diffed_in_barrier.take().unwrap_or_default();
+        let diffed = std::mem::take(&mut self.sync.diffed_in_barrier);
         let written_at_old_home = |p: PageNum| {
             self.table.get(p.index()).is_some_and(|e| e.home == me) && self.written.contains_key(&p)
         };
