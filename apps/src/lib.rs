@@ -266,6 +266,20 @@ impl Gen {
     }
 }
 
+/// The total of `times` (seconds) and their 10th, 50th and 90th percentiles and maximum (us).
+pub fn spread(times: &mut [f64]) -> String {
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] * 1e6;
+    format!(
+        "{:.3}s (us: p10 {:.0}, p50 {:.0}, p90 {:.0}, max {:.0})",
+        times.iter().sum::<f64>(),
+        at(0.1),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Bands, interior_first};

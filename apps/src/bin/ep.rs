@@ -19,7 +19,8 @@ fn ep(from: usize, to: usize) -> ([u64; BINS], f64, f64) {
     let mut q = [0u64; BINS];
     let (mut sx, mut sy) = (0.0, 0.0);
     for i in from..to {
-        let mut g = Gen(0xE9_0000_0000 + i as u64 * 0x9E37_79B9_7F4A_7C15 % 0xFFFF_FFFF + 1);
+        let mut g =
+            Gen(0xE9_0000_0000 + (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % 0xFFFF_FFFF + 1);
         let x = 2.0 * g.unit() - 1.0;
         let y = 2.0 * g.unit() - 1.0;
         let t = x * x + y * y;

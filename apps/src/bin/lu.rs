@@ -1,12 +1,14 @@
 //! Blocked LU factorisation (no pivoting) of a diagonally dominant N x N matrix.
 //!
 //! `lu [N] [BLOCK]` (default 512, 32). Block rows are dealt to the nodes cyclically (and homed
-//! there). For each diagonal block: its owner factors it and its row panel, a barrier, then every
-//! node updates its own block rows below (column panel and trailing matrix), a barrier. Every
-//! element sees its updates in the same order as the sequential algorithm, so node 0 recomputes
-//! sequentially and the results agree to rounding (checked to 1e-9, relative).
+//! there). For each diagonal block, every node updates its own block rows below it (column panel
+//! and trailing matrix) with the block's factored rows, then a barrier; the owner of the next
+//! block updates that block first and factors it and its row panel at once (look-ahead), so the
+//! next step can start at the barrier. Every element sees its updates in the same order as the
+//! sequential algorithm, so node 0 recomputes sequentially and the results agree to rounding
+//! (checked to 1e-9, relative).
 
-use dsm_apps::{Gen, arg_num, init, report};
+use dsm_apps::{Gen, arg_num, init, report, spread};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 fn matrix(n: usize) -> Vec<f64> {
@@ -68,43 +70,48 @@ fn eliminate(row: &mut [f64], pivot_row: &[f64], l: f64) {
     }
 }
 
-/// [`factor_step`] on the shared matrix, row slices instead of an access per element: the same
-/// arithmetic in the same order.
-fn factor_step_shared(
+/// Eliminates column `p` of row `i` of the shared matrix with pivot row `p`: the multiplier goes
+/// into the column, the rest of the row loses its multiple of the pivot row.
+///
+/// # Safety
+/// Row `i` is this node's and only this thread touches it in the current phase; row `p` is only
+/// read in it (written by its owner before the barrier that began the phase).
+unsafe fn eliminate_shared(a: SharedArray<f64>, n: usize, i: usize, p: usize) {
+    // SAFETY: the caller's contract.
+    let (row, pivot) = unsafe { (a.slice_mut(i * n..(i + 1) * n), a.slice(p * n..(p + 1) * n)) };
+    let l = row[p] / pivot[p];
+    row[p] = l;
+    eliminate(&mut row[p + 1..], &pivot[p + 1..], l);
+}
+
+/// Phase 0 of step `k` on the shared matrix ([`factor_step`]'s arithmetic in its order, row slices
+/// instead of an access per element): factor the diagonal block and its row panel. Only the
+/// block's owner calls it; nobody else touches these rows until the next barrier.
+fn factor_panel(a: SharedArray<f64>, n: usize, b: usize, k: usize) {
+    let (k0, k1) = (k * b, (k * b + b).min(n));
+    for p in k0..k1 {
+        for i in p + 1..k1 {
+            // SAFETY: rows k0..k1 are this node's block; no other node reads them in this phase.
+            unsafe { eliminate_shared(a, n, i, p) };
+        }
+    }
+}
+
+/// Phase 1 of step `k` for the rows `rows` (this node's, below the block): eliminate with the
+/// block's pivot rows.
+fn update_rows(
     a: SharedArray<f64>,
     n: usize,
     b: usize,
     k: usize,
-    diag_mine: bool,
-    row_mine: &dyn Fn(usize) -> bool,
-    phase: u8,
+    rows: impl Iterator<Item = usize>,
 ) {
-    let k0 = k * b;
-    let k1 = (k0 + b).min(n);
-    let rows = |i: usize, p: usize| {
-        // SAFETY: row i is this node's (the diagonal block's rows in phase 0, its own rows in
-        // phase 1) and only this thread touches it; the pivot row p < i is only read in this
-        // phase (written in phase 0 by its owner, separated by a barrier).
-        unsafe { (a.slice_mut(i * n..(i + 1) * n), a.slice(p * n..(p + 1) * n)) }
-    };
-    if phase == 0 && diag_mine {
+    let (k0, k1) = (k * b, (k * b + b).min(n));
+    for i in rows {
         for p in k0..k1 {
-            for i in p + 1..k1 {
-                let (row, pivot) = rows(i, p);
-                let l = row[p] / pivot[p];
-                row[p] = l;
-                eliminate(&mut row[p + 1..], &pivot[p + 1..], l);
-            }
-        }
-    }
-    if phase == 1 {
-        for i in (k1..n).filter(|&i| row_mine(i)) {
-            for p in k0..k1 {
-                let (row, pivot) = rows(i, p);
-                let l = row[p] / pivot[p];
-                row[p] = l;
-                eliminate(&mut row[p + 1..], &pivot[p + 1..], l);
-            }
+            // SAFETY: row i is this node's, below block k; the pivot rows of block k were factored
+            // before the last barrier and are only read until the next.
+            unsafe { eliminate_shared(a, n, i, p) };
         }
     }
 }
@@ -142,13 +149,37 @@ fn main() {
     dsm.start_stats();
     let t0 = dsm.clock();
     let blocks = n.div_ceil(b);
-    for k in 0..blocks {
-        for phase in [0, 1] {
-            factor_step_shared(a, n, b, k, owner(k * b) == me, &|i| owner(i) == me, phase);
-            dsm.barrier();
+    // With look-ahead: in step k the owner of block k + 1 updates that block first and factors
+    // it at once, so its panel is ready at the step's barrier and the other nodes never wait for
+    // a panel alone (one barrier per step). Each element still sees its updates in the
+    // sequential order.
+    if owner(0) == me {
+        factor_panel(a, n, b, 0);
+    }
+    dsm.barrier();
+    // Every step's computing and barrier time, for LU_TRACE.
+    let (mut steps, mut barriers) = (Vec::new(), Vec::new());
+    for k in 0..blocks.saturating_sub(1) {
+        let t = dsm.clock();
+        let next = (k + 1) * b..((k + 2) * b).min(n);
+        if owner(next.start) == me {
+            update_rows(a, n, b, k, next.clone());
+            factor_panel(a, n, b, k + 1);
         }
+        update_rows(a, n, b, k, (next.end..n).filter(|&i| owner(i) == me));
+        let t1 = dsm.clock();
+        dsm.barrier();
+        steps.push(t1 - t);
+        barriers.push(dsm.clock() - t1);
     }
     let elapsed = dsm.clock() - t0;
+    if std::env::var_os("LU_TRACE").is_some() {
+        eprintln!(
+            "node {me}: steps {}; barriers {}",
+            spread(&mut steps),
+            spread(&mut barriers)
+        );
+    }
     dsm.stop_stats();
     let mut ok = true;
     if check && me == 0 {

@@ -10,7 +10,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Bands, arg_num, init, interior_first, report};
+use dsm_apps::{Bands, arg_num, init, interior_first, report, spread};
 use dsm_runtime::SharedArray;
 
 const OMEGA: f64 = 1.25;
@@ -49,20 +49,6 @@ fn sweep_shared(g: SharedArray<f64>, w: usize, rows: (usize, usize), n: usize, c
         };
         sweep_row(up, row, down, i, n, colour);
     }
-}
-
-/// The total of `times` (seconds) and their 10th, 50th and 90th percentiles and maximum (us).
-fn spread(times: &mut [f64]) -> String {
-    times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] * 1e6;
-    format!(
-        "{:.3}s (us: p10 {:.0}, p50 {:.0}, p90 {:.0}, max {:.0})",
-        times.iter().sum::<f64>(),
-        at(0.1),
-        at(0.5),
-        at(0.9),
-        at(1.0)
-    )
 }
 
 /// The sequential reference (node 0's check), cell by cell.

@@ -2,7 +2,8 @@
 //! both protected by locks.
 //!
 //! `tsp [CITIES]` (default 12). The queue holds every tour prefix of length 3 from city 0; nodes
-//! take prefixes under lock 1, search below them, and lower the shared bound under lock 2.
+//! take prefixes and the current bound under one lock, search below them, and lower the shared
+//! bound under the same lock.
 //! Node 0 then solves the same instance alone and compares the optimal length.
 
 #![allow(
@@ -68,22 +69,25 @@ fn prefixes(n: usize) -> Vec<[usize; 3]> {
     v
 }
 
+/// The shared state: the next task's index and the best tour length known, in one page and
+/// under one lock (lock 0, whose manager is node 0, where the page lives): a node takes its next
+/// task and the current bound in one critical section.
+const NEXT: usize = 0;
+const BEST: usize = 1;
+const LOCK: u16 = 0;
+
 /// This node's part of the search; returns the partial tours it examined (for `TSP_TRACE`).
-fn solve_shared(
-    dsm: &Dsm,
-    d: &[u64],
-    n: usize,
-    queue: SharedArray<u64>,
-    best: SharedArray<u64>,
-) -> u64 {
+fn solve_shared(dsm: &Dsm, d: &[u64], n: usize, state: SharedArray<u64>) -> u64 {
     let work = prefixes(n);
     let mut examined = 0u64;
     loop {
-        let next = {
-            let _g = dsm.lock(1);
-            let i = queue.get(0);
-            queue.set(0, i + 1);
-            i as usize
+        // The next task and, with it, the bound: a local copy, lowered in the shared state under
+        // the same lock when this node finds a shorter tour.
+        let (next, mut local) = {
+            let _g = dsm.lock(LOCK);
+            let i = state.get(NEXT);
+            state.set(NEXT, i + 1);
+            (i as usize, state.get(BEST))
         };
         if next >= work.len() {
             return examined;
@@ -95,18 +99,13 @@ fn solve_shared(
         }
         let mut path = p.to_vec();
         let len = d[p[1]] + d[p[1] * n + p[2]];
-        // A local copy of the bound, refreshed from and published to the shared one under lock 2.
-        let mut local = {
-            let _g = dsm.lock(2);
-            best.get(0)
-        };
         let mut bound = |v: Option<u64>| {
             examined += u64::from(v.is_none());
             if let Some(v) = v {
                 if v < local {
-                    let _g = dsm.lock(2);
-                    local = v.min(best.get(0));
-                    best.set(0, local);
+                    let _g = dsm.lock(LOCK);
+                    local = v.min(state.get(BEST));
+                    state.set(BEST, local);
                 }
             }
             local
@@ -124,20 +123,19 @@ fn main() {
     let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
     let dsm = init("tsp");
     let d = distances(n);
-    let queue: SharedArray<u64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
-    let best: SharedArray<u64> = dsm.alloc(1, AllocPolicy::RoundRobin).expect("alloc");
+    let state: SharedArray<u64> = dsm.alloc(2, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
     if dsm.id() == 0 {
-        best.set(0, u64::MAX);
+        state.set(BEST, u64::MAX);
     }
     dsm.barrier();
     let t0 = dsm.clock();
-    let examined = solve_shared(&dsm, &d, n, queue, best);
+    let examined = solve_shared(&dsm, &d, n, state);
     if std::env::var_os("TSP_TRACE").is_some() {
         eprintln!("node {}: {examined} partial tours examined", dsm.id());
     }
     dsm.barrier();
     let elapsed = dsm.clock() - t0;
-    let found = best.get(0);
+    let found = state.get(BEST);
     let mut ok = true;
     if check && dsm.id() == 0 {
         let mut seq = u64::MAX;
