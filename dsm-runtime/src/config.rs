@@ -147,7 +147,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             spin_blocked_us: 200,
-            spin_again_us: 100,
+            spin_again_us: 0,
             service_slice_us: 100,
             wait_spin_us: 0,
             drive: true,

@@ -519,7 +519,7 @@ impl Dsm {
 
     fn call(
         &self,
-        what: &str,
+        what: &'static str,
         f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
     ) -> Result<u64, UsageError> {
         if self.left.load(Ordering::SeqCst) {
@@ -536,7 +536,7 @@ impl Dsm {
         CALLS
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(slot, Box::new(f));
+            .insert(slot, (what, Box::new(f)));
         let r = fault::slots::post_and_wait(slot, fault::slots::OP_CALL, 0);
         if r == CALL_FAILED {
             let e = CALL_ERRORS
@@ -554,7 +554,7 @@ impl Dsm {
     #[track_caller]
     fn call_or_die(
         &self,
-        what: &str,
+        what: &'static str,
         f: impl FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send + 'static,
     ) -> u64 {
         let at = std::panic::Location::caller();

@@ -116,7 +116,9 @@ impl Service {
                         // the state free, and a service thread spinning for it only stands in
                         // its way (see `take_state`).
                         if slots::posted_call(slot) {
-                            self.resumed_at = Some(Instant::now());
+                            if let Some(call) = self.calls_taken.remove(&slot) {
+                                self.resumed = Some((Instant::now(), call));
+                            }
                         }
                     }
                 }

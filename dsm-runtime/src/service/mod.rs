@@ -45,8 +45,9 @@ use crate::trace::{self, Step};
 pub(crate) type CallFn =
     Box<dyn FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send>;
 
-/// Calls waiting to be taken, by slot.
-pub(crate) static CALLS: Mutex<BTreeMap<usize, CallFn>> = Mutex::new(BTreeMap::new());
+/// Calls waiting to be taken, by slot, with the name of each (`jia_lock`...).
+pub(crate) static CALLS: Mutex<BTreeMap<usize, (&'static str, CallFn)>> =
+    Mutex::new(BTreeMap::new());
 /// Errors of completed calls, by slot.
 pub(crate) static CALL_ERRORS: Mutex<BTreeMap<usize, UsageError>> = Mutex::new(BTreeMap::new());
 /// Result word of a call that failed (its error is in [`CALL_ERRORS`]).
@@ -118,10 +119,15 @@ pub(crate) struct Service {
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
     /// to report if the grant does not arrive within [`EXIT_GRACE`].
     lost_in_exit: Option<(Instant, String)>,
-    /// When an application thread was last resumed from a call (until its next request).
-    resumed_at: Option<Instant>,
-    /// How soon after its thread's resumption the last request came.
-    request_gap: Duration,
+    /// The call each waiting thread made, by slot (taken when it is resumed).
+    calls_taken: BTreeMap<usize, &'static str>,
+    /// When an application thread was last resumed from a call, and which call (until the next
+    /// request).
+    resumed: Option<(Instant, &'static str)>,
+    /// How soon a thread asked again the last time it was resumed from each call: a thread
+    /// resumed from `jia_lock` tends to ask again at once (its release), one resumed from
+    /// `jia_unlock` or `jia_barrier` goes back to computing.
+    gaps_after: BTreeMap<&'static str, Duration>,
     /// Datagrams arrived since the last flush: their acknowledgements go out with the next one
     /// (on the replies, if there are any).
     pub(crate) acks_owed: bool,
@@ -176,8 +182,9 @@ impl Service {
             progress_reported: Instant::now(),
             reported_waiting: false,
             lost_in_exit: None,
-            resumed_at: None,
-            request_gap: Duration::MAX,
+            calls_taken: BTreeMap::new(),
+            resumed: None,
+            gaps_after: BTreeMap::new(),
             counted_from: [0; 4],
             acks_owed: false,
             unread: false,
@@ -264,6 +271,14 @@ impl Service {
         self.transport_watched = watched;
     }
 
+    /// Whether a thread was resumed from a call less than `within` ago, and asked again sooner
+    /// than that the last time it was resumed from the same call: worth spinning for.
+    pub(crate) fn asks_again_within(&self, now: Instant, within: Duration) -> bool {
+        self.resumed.is_some_and(|(at, call)| {
+            now - at < within && self.gaps_after.get(call).is_some_and(|&gap| gap < within)
+        })
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let t = self.transport.as_ref().and_then(|t| t.poll_timeout());
         let c = self
@@ -277,8 +292,8 @@ impl Service {
 
     pub(crate) fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
         if self.driver != Some(slot) {
-            if let Some(r) = self.resumed_at.take() {
-                self.request_gap = r.elapsed();
+            if let Some((at, call)) = self.resumed.take() {
+                self.gaps_after.insert(call, at.elapsed());
             }
         }
         // The requesting thread's fast-path writes were queued before its request was posted:
@@ -306,9 +321,10 @@ impl Service {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&slot);
-                let Some(call) = call else {
+                let Some((what, call)) = call else {
                     return slots::complete(slot, CALL_FAILED);
                 };
+                self.calls_taken.insert(slot, what);
                 match call(self, WaiterId(slot as u64)) {
                     Ok(Some(v)) => slots::complete(slot, v),
                     Ok(None) => {}

@@ -139,8 +139,7 @@ pub(crate) fn run(service: Service) {
         // tends to ask again at once: otherwise the CPU is better left to its computation, and a
         // message wakes us.
         let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
-        let asks_again =
-            s.request_gap < spin_again && s.resumed_at.is_some_and(|r| now - r < spin_again);
+        let asks_again = s.asks_again_within(now, spin_again);
         if (blocked && now - last_busy < spin_blocked) || asks_again {
             // Spinning, the service thread reads the transport itself: out of the epoll set
             // (see `set_transport_watched`) until it sleeps there again.
