@@ -116,6 +116,9 @@ pub struct Config {
     /// `home_migration`: a page written by one node alone between two barriers moves its home
     /// there (JIAJIA 2.1's `jia_config(HMIG, ON)`).
     pub home_migration: bool,
+    /// `bind_to`: `core` pins each node dsmrun starts to a CPU of its own when a host runs
+    /// between 2 and as many nodes as it has CPUs (`none`: the scheduler places them).
+    pub bind_to_core: bool,
     /// How the runtime waits: spins, slices, and whether fault handlers drive the node.
     pub tuning: Tuning,
 }
@@ -176,6 +179,7 @@ impl Default for Config {
             rdma_gid_index: None,
             one_sided_reads: true,
             home_migration: HOME_MIGRATION_DEFAULT,
+            bind_to_core: true,
             tuning: Tuning::default(),
         }
     }
@@ -220,6 +224,11 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "home_migration",
         "on or off (a page one node alone writes between barriers moves there)",
+    ),
+    (
+        "bind_to",
+        "core or none (core: each node dsmrun starts on a host gets a CPU of its own, when they \
+         fit)",
     ),
     (
         "system_mode",
@@ -369,6 +378,13 @@ impl Config {
             "prefetch" => self.prefetch = parse_bool(value).ok_or_else(bad)?,
             "one_sided_reads" => self.one_sided_reads = parse_bool(value).ok_or_else(bad)?,
             "home_migration" => self.home_migration = parse_bool(value).ok_or_else(bad)?,
+            "bind_to" => {
+                self.bind_to_core = match value {
+                    "core" => true,
+                    "none" => false,
+                    _ => return Err(bad()),
+                }
+            }
             "rdma_device" => {
                 let ok = !value.is_empty()
                     && value.len() <= 64
@@ -511,6 +527,10 @@ impl Config {
             format!(
                 "home_migration={}",
                 if self.home_migration { "on" } else { "off" }
+            ),
+            format!(
+                "bind_to={}",
+                if self.bind_to_core { "core" } else { "none" }
             ),
             format!("spin_blocked_us={}", self.tuning.spin_blocked_us),
             format!("spin_again_us={}", self.tuning.spin_again_us),

@@ -268,6 +268,11 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     };
     RANK.store(u32::from(rank), Ordering::Relaxed);
     logging::init_node(rank);
+    if let Some(on_host) = env.as_ref().and_then(|e| e.on_host) {
+        if config.bind_to_core {
+            bind_to_core(on_host);
+        }
+    }
     name_panics_by_node();
     sys::signals::default_sigpipe();
     sys::keep_freed_heap(KEPT_HEAP_BYTES);
@@ -373,6 +378,33 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         bcasts: AtomicU32::new(0),
         reductions: AtomicU32::new(0),
     })
+}
+
+/// `bind_to = core`: node `index` of the `count` its launcher started on this host runs on the
+/// `index`-th CPU it may use, when there are 2 to as many nodes as CPUs (one node alone, or more
+/// nodes than CPUs, are left to the scheduler). The service thread, started later, inherits it.
+/// Nodes that roam share CPUs after wake-ups now and then (up to milliseconds, until the
+/// scheduler spreads them again); bound, they do not.
+fn bind_to_core((index, count): (usize, usize)) {
+    let cpus = match sys::allowed_cpus() {
+        Ok(c) => c,
+        Err(e) => {
+            return log::warn!("bind_to=core: cannot read this process's CPUs ({e}): not bound");
+        }
+    };
+    if count < 2 || count > cpus.len() {
+        return log::debug!(
+            "bind_to=core: {count} node(s) on this host, {} CPU(s) allowed: not bound",
+            cpus.len()
+        );
+    }
+    match sys::bind_to_cpu(cpus[index]) {
+        Ok(()) => log::debug!("bound to CPU {}", cpus[index]),
+        Err(e) => log::warn!(
+            "bind_to=core: cannot bind to CPU {} ({e}): not bound",
+            cpus[index]
+        ),
+    }
 }
 
 type Connected = (Box<dyn Transport>, Option<std::net::TcpStream>);

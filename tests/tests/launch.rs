@@ -578,3 +578,57 @@ fn output_filename_gives_each_node_files_of_its_own() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bind_to`: 2 nodes on a machine with 2 CPUs or more run on a CPU each (every thread of a
+/// node); with `--bind-to none`, or more nodes than CPUs, they may run anywhere.
+#[test]
+fn nodes_get_a_cpu_each_when_they_fit() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let everywhere = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains(" cpus "))
+            .map(|l| l.split_once(" cpus ").unwrap().1.to_string())
+            .collect()
+    };
+    let run = |extra: &[&str], nodes: &str| {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["-n", nodes])
+            .args(extra)
+            .arg(bin("probe"))
+            .arg("cpus");
+        let out = run_with_deadline(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "{}", text(&out));
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    };
+    let bound = run(&[], "2");
+    let got = everywhere(&bound);
+    assert_eq!(got.len(), 2, "{bound}");
+    if cpus >= 2 {
+        for g in &got {
+            let (main, service) = g.split_once(' ').unwrap();
+            let main = main.trim_start_matches("main=");
+            assert!(main.parse::<usize>().is_ok(), "one CPU each: {bound}");
+            assert_eq!(service, format!("all={main}"), "every thread: {bound}");
+        }
+        assert_ne!(got[0], got[1], "different CPUs: {bound}");
+    }
+    let free = run(&["--bind-to", "none"], "2");
+    let got = everywhere(&free);
+    assert_eq!(got.len(), 2, "{free}");
+    assert_eq!(got[0], got[1], "the same CPUs as the launcher: {free}");
+    if cpus >= 2 {
+        assert!(got[0].contains('-') || got[0].contains(','), "{free}");
+    }
+    let crowded = run(&[], &(cpus + 1).to_string());
+    let got = everywhere(&crowded);
+    assert_eq!(got.len(), cpus + 1, "{crowded}");
+    assert!(
+        got.iter().all(|g| g == &got[0]),
+        "more nodes than CPUs: none bound: {crowded}"
+    );
+}

@@ -38,6 +38,10 @@ struct Args {
     /// Transport: udp, tcp, rdma-rc, rdma-ud (overrides comm_type).
     #[arg(long)]
     transport: Option<String>,
+    /// core: each node started on a host runs on a CPU of its own, when 2 to as many nodes as
+    /// CPUs share the host; none: the scheduler places them (overrides bind_to; default core).
+    #[arg(long, value_name = "core|none")]
+    bind_to: Option<String>,
     /// Configuration file (default: .jiaconf in the working directory, if present).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -75,7 +79,7 @@ fn usage_error(msg: &str) -> ExitCode {
 /// Open MPI's `-np N` (one dash, two letters) as `--nodes N`, among dsmrun's own options only
 /// (before the program: its own arguments are left as they are).
 fn mpirun_spelling(args: impl Iterator<Item = String>) -> Vec<String> {
-    const TAKE_VALUE: [&str; 12] = [
+    const TAKE_VALUE: [&str; 13] = [
         "-n",
         "--nodes",
         "-np",
@@ -83,6 +87,7 @@ fn mpirun_spelling(args: impl Iterator<Item = String>) -> Vec<String> {
         "--hosts",
         "--hostfile",
         "--transport",
+        "--bind-to",
         "--config",
         "--set",
         "--stats-json",
@@ -144,6 +149,11 @@ fn main() -> ExitCode {
     }
     if let Some(t) = &args.transport {
         if let Err(e) = cfg.set("comm_type", t, &Origin::Flag("--transport".into())) {
+            return usage_error(&e.to_string());
+        }
+    }
+    if let Some(b) = &args.bind_to {
+        if let Err(e) = cfg.set("bind_to", b, &Origin::Flag("--bind-to".into())) {
             return usage_error(&e.to_string());
         }
     }

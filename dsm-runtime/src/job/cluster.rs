@@ -103,5 +103,6 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         bind,
         config,
         stats,
+        on_host: None,
     }))
 }

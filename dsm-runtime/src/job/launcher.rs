@@ -224,9 +224,22 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
     })
 }
 
+/// Node `i`'s place among the nodes on its host: (its index among them, how many there are).
+/// Nodes on this machine share it; remote ones share theirs by the name in the hosts file.
+fn on_host(spec: &JobSpec, p: &Prepared, i: usize) -> (usize, usize) {
+    let same = |j: usize| {
+        p.local[j] == p.local[i] && (p.local[i] || spec.hosts[j].address == spec.hosts[i].address)
+    };
+    let before = (0..i).filter(|&j| same(j)).count();
+    (before, (0..spec.hosts.len()).filter(|&j| same(j)).count())
+}
+
 fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
     let mut env = spec.env.clone();
+    let (local_rank, local_size) = on_host(spec, p, i);
     env.extend([
+        ("DSM_LOCAL_RANK".into(), local_rank.to_string()),
+        ("DSM_LOCAL_SIZE".into(), local_size.to_string()),
         ("DSM_RANK".into(), i.to_string()),
         ("DSM_SIZE".into(), spec.hosts.len().to_string()),
         ("DSM_COOKIE".into(), format!("{:016x}", p.cookie)),
@@ -795,6 +808,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
         bind: p.binds[0],
         config: spec.config.clone(),
         stats: spec.stats,
+        on_host: Some(on_host(spec, &p, 0)),
     };
     let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
     let spec = spec.clone();

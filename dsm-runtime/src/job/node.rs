@@ -12,6 +12,7 @@
 //! | `DSM_CONFIG` | the resolved settings, `key=value;...` |
 //! | `DSM_STATS` | `1`: node 0 prints the statistics table at exit |
 //! | `DSM_STATS_JSON` | a file where node 0 writes every node's statistics as JSON at exit |
+//! | `DSM_LOCAL_RANK`, `DSM_LOCAL_SIZE` | this node's index among the nodes on its host, and their number (for `bind_to`) |
 //!
 //! Each node binds its socket, connects to the rendezvous, says `DSM1 HELLO <cookie> <rank>
 //! <addr>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1> ...`. A hello
@@ -40,6 +41,9 @@ pub struct JobEnv {
     pub config: Config,
     /// Print statistics at exit.
     pub stats: bool,
+    /// This node's index among the nodes its launcher started on its host, and their number
+    /// (`None`: another launcher, such as Slurm or mpirun, placed it and binds it if asked).
+    pub on_host: Option<(usize, usize)>,
 }
 
 fn var(name: &str) -> Result<String, String> {
@@ -77,6 +81,20 @@ pub fn job_env() -> Result<Option<JobEnv>, String> {
     let config = Config::from_wire(&std::env::var("DSM_CONFIG").unwrap_or_default())
         .map_err(|e| e.to_string())?;
     let stats = std::env::var("DSM_STATS").is_ok_and(|v| v == "1");
+    let on_host = match (
+        std::env::var("DSM_LOCAL_RANK"),
+        std::env::var("DSM_LOCAL_SIZE"),
+    ) {
+        (Ok(r), Ok(s)) => match (r.parse::<usize>(), s.parse::<usize>()) {
+            (Ok(r), Ok(s)) if r < s => Some((r, s)),
+            _ => {
+                return Err(format!(
+                    "DSM_LOCAL_RANK={r} DSM_LOCAL_SIZE={s}: need 0 <= rank < size"
+                ));
+            }
+        },
+        _ => None,
+    };
     Ok(Some(JobEnv {
         rank,
         size,
@@ -85,6 +103,7 @@ pub fn job_env() -> Result<Option<JobEnv>, String> {
         bind,
         config,
         stats,
+        on_host,
     }))
 }
 

@@ -324,6 +324,41 @@ pub fn move_off_this_cpu() {
     }
 }
 
+/// The CPUs the calling thread may run on, in order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most `size`
+    // bytes into it, and CPU_ISSET reads it.
+    unsafe {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
+/// Lets the calling thread, and the threads it starts from now on, run on `cpu` only.
+pub fn bind_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::other(format!("no CPU {cpu}")));
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (cpu is below
+    // CPU_SETSIZE), and sched_setaffinity reads `size` bytes of it.
+    let rc = unsafe {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size, &set)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A descriptor that becomes readable when process `pid` (our child) ends (`pidfd_open`,
 /// Linux 5.3).
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {

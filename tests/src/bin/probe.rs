@@ -353,6 +353,35 @@ fn stats_reset(dsm: &Dsm) {
     println!("stats-reset OK");
 }
 
+/// `Cpus_allowed_list` of a status file under /proc.
+fn allowed_list(status: &std::path::Path) -> String {
+    std::fs::read_to_string(status)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map_or_else(|| "?".into(), |v| v.trim().to_string())
+}
+
+/// Prints the CPUs this node's main thread and its other threads (the service thread) may run
+/// on (`bind_to`).
+fn cpus(dsm: &Dsm) {
+    let main = allowed_list(std::path::Path::new("/proc/thread-self/status"));
+    let mut others: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| allowed_list(&t.path().join("status")))
+        .collect();
+    others.sort();
+    others.dedup();
+    println!(
+        "node {} cpus main={main} all={}",
+        dsm.id(),
+        others.join("/")
+    );
+    dsm.barrier();
+}
+
 fn main() {
     let case = std::env::args().nth(1).unwrap_or_default();
     let dsm = dsm_runtime::init().unwrap_or_else(|e| {
@@ -364,6 +393,7 @@ fn main() {
         "stats-reset" => stats_reset(&dsm),
         "diffs" => diffs(&dsm),
         "counter" => counter(&dsm),
+        "cpus" => cpus(&dsm),
         "cv" => cv(&dsm),
         "evict" => evict(&dsm),
         "threads" => threads(&dsm),
