@@ -116,6 +116,43 @@ fn update_rows(
     }
 }
 
+/// Condition variables that say a block's panel is factored, instead of a barrier per step.
+/// Panel j's variable is managed by its owner (j % nodes), so the owner's clearing of it, a
+/// message to itself, is done before its next barrier; a variable serves again `reuse` panels
+/// later, and a barrier every `group` steps (half of that) puts every wait on a panel before its
+/// variable is cleared, and every clearing before the next wait on it.
+struct PanelSignals {
+    nodes: usize,
+    per_node: usize,
+    group: usize,
+}
+
+impl PanelSignals {
+    /// Condition variables a program may use (`jia_setcv`'s 0..16).
+    const CVS: usize = 16;
+
+    /// `None` for one node (nothing to wait for) or more nodes than variables (a barrier per
+    /// step then).
+    fn new(nodes: usize) -> Option<Self> {
+        let per_node = Self::CVS / nodes;
+        (nodes > 1 && per_node >= 1).then(|| Self {
+            nodes,
+            per_node,
+            group: (nodes * per_node / 2).max(1),
+        })
+    }
+
+    /// Panel j's variable: one of its owner's (managed there).
+    fn cv(&self, j: usize) -> u16 {
+        (j % self.nodes + self.nodes * ((j / self.nodes) % self.per_node)) as u16
+    }
+
+    /// Whether step k ends a group (a barrier after it).
+    fn group_ends(&self, k: usize) -> bool {
+        (k + 1) % self.group == 0
+    }
+}
+
 fn main() {
     let (args, check) = dsm_apps::args_with_check(
         "lu",
@@ -150,34 +187,60 @@ fn main() {
     let t0 = dsm.clock();
     let blocks = n.div_ceil(b);
     // With look-ahead: in step k the owner of block k + 1 updates that block first and factors
-    // it at once, so its panel is ready at the step's barrier and the other nodes never wait for
-    // a panel alone (one barrier per step). Each element still sees its updates in the
+    // it at once, then says so on a condition variable; a node waits for a block's panel only
+    // when it needs it, and runs ahead while the other nodes finish their updates (a barrier
+    // every few steps recycles the variables). Each element still sees its updates in the
     // sequential order.
+    let signals = PanelSignals::new(nodes);
     if owner(0) == me {
         factor_panel(a, n, b, 0);
     }
-    dsm.barrier();
-    // Every step's computing and barrier time, for LU_TRACE.
-    let (mut steps, mut barriers) = (Vec::new(), Vec::new());
+    match &signals {
+        Some(s) if owner(0) == me => dsm.setcv(s.cv(0)),
+        Some(_) => {}
+        None => dsm.barrier(),
+    }
+    // Every step's computing time and time waiting (for panels and barriers), for LU_TRACE.
+    let (mut steps, mut waits) = (Vec::new(), Vec::new());
     for k in 0..blocks.saturating_sub(1) {
         let t = dsm.clock();
+        if let Some(s) = &signals {
+            if owner(k * b) != me {
+                dsm.waitcv(s.cv(k));
+            }
+        }
+        let t1 = dsm.clock();
         let next = (k + 1) * b..((k + 2) * b).min(n);
         if owner(next.start) == me {
             update_rows(a, n, b, k, next.clone());
             factor_panel(a, n, b, k + 1);
+            if let Some(s) = &signals {
+                dsm.setcv(s.cv(k + 1));
+            }
         }
         update_rows(a, n, b, k, (next.end..n).filter(|&i| owner(i) == me));
-        let t1 = dsm.clock();
-        dsm.barrier();
-        steps.push(t1 - t);
-        barriers.push(dsm.clock() - t1);
+        let t2 = dsm.clock();
+        match &signals {
+            Some(s) if s.group_ends(k) => {
+                dsm.barrier();
+                // Every wait on the group's panels is over: clear their variables for reuse.
+                for j in (k + 1 - s.group..=k).filter(|&j| owner(j * b) == me) {
+                    dsm.resetcv(s.cv(j));
+                }
+            }
+            Some(_) => {}
+            None => dsm.barrier(),
+        }
+        steps.push(t2 - t1);
+        waits.push(t1 - t + dsm.clock() - t2);
     }
+    dsm.barrier();
     let elapsed = dsm.clock() - t0;
     if std::env::var_os("LU_TRACE").is_some() {
         eprintln!(
-            "node {me}: steps {}; barriers {}",
+            "node {me}: steps {}; waits {}",
             spread(&mut steps),
-            spread(&mut barriers)
+            spread(&mut waits)
         );
     }
     dsm.stop_stats();
