@@ -264,8 +264,16 @@ pub(crate) struct SyncState {
     /// Between this node's barrier call and the grant (`awaiting_grant`): the pages it diffed
     /// meanwhile (by another thread; checked against the grant's home moves).
     pub diffed_in_barrier: BTreeSet<PageNum>,
+    /// With home migration, since this node's last barrier grant: the pages homed here that
+    /// diffs from other nodes changed, with their senders (checked against the next grant's
+    /// home moves: see `on_barrier_grant`).
+    pub diffed_here: BTreeSet<(PageNum, NodeId)>,
     /// The barrier (epoch) whose home moves this node applied, waiting for every node's.
     pub migrating: Option<u32>,
+    /// Pages that barrier moved here, closed until every node has applied the moves (a write
+    /// another node made during the barrier may yet end the job from the old home), with the
+    /// faults waiting for them.
+    pub moved_here: BTreeMap<PageNum, Vec<(WaiterId, Access, Time)>>,
     /// From this node's last barrier call to its next: the pages written before it (that
     /// barrier's notices), with the interval of their last write. Until that barrier's grant has
     /// reached every node those pages are not invalidated everywhere, so a lock released
@@ -285,7 +293,9 @@ impl SyncState {
             wait_epoch: 0,
             page_traffic_held: None,
             diffed_in_barrier: BTreeSet::new(),
+            diffed_here: BTreeSet::new(),
             migrating: None,
+            moved_here: BTreeMap::new(),
             barrier_written: None,
             awaiting_grant: false,
         }

@@ -43,6 +43,11 @@ impl<M: PageMemory> Node<M> {
             .table
             .get(page.index())
             .ok_or(UsageError::Unallocated { page })?;
+        if let Some(waiting) = self.sync.moved_here.get_mut(&page) {
+            // Homed here by the barrier in progress: open once every node has applied its moves.
+            waiting.push((waiter, access, now));
+            return Ok(());
+        }
         let is_home = entry.home == me;
         if !is_home {
             self.table[page.index()].touched = true;
@@ -533,6 +538,9 @@ impl<M: PageMemory> Node<M> {
                 self.mem.write(d.page, offset, bytes);
             }
             self.stats.diffs_applied += 1;
+            if self.cfg.migrates_homes() {
+                self.sync.diffed_here.insert((d.page, from));
+            }
         }
         self.send(from, Msg::DiffGrant { id });
         Ok(())
@@ -785,7 +793,11 @@ impl<M: PageMemory> Node<M> {
             (false, Some(bytes)) => self.mem.write(page, 0, &bytes.0[..]),
             (false, None) => debug_assert!(false, "{page} moved here without its bytes"),
         }
-        self.protect_pages(&[page], Prot::ReadWrite);
+        // Closed until the barrier's second round ends (`on_migrate_grant`): another node's
+        // write during the barrier, applied at the old home, ends the job from there, and no
+        // thread here must read this copy without it meanwhile.
+        self.protect_pages(&[page], Prot::None);
+        self.sync.moved_here.insert(page, Vec::new());
         self.stats.homes_moved_here += 1;
         for (w, _, _) in waiters {
             self.resume(w);

@@ -435,11 +435,22 @@ impl<M: PageMemory> Node<M> {
         // Nor, moving here, overtaken: named by a lock's grant since this node claimed it
         // (another node wrote it during the barrier, and its diff went to the old home).
         let overtaken = std::mem::take(&mut self.claims_overtaken);
+        // Nor, moving away from here, changed by another node's diff in this epoch: a node that
+        // wrote the page before its barrier call named it in its barrier message (two writers:
+        // the page would not move), so that write was made during the barrier, by another
+        // thread, and its bytes are here but not at the new home.
+        let diffed_here = std::mem::take(&mut self.sync.diffed_here);
+        let diffed_by_another = |n: &crate::msg::WriteNotice| {
+            diffed_here
+                .range((n.page, NodeId(0))..=(n.page, NodeId(u16::MAX)))
+                .any(|&(_, from)| Some(from) != n.writer)
+        };
         if let Some(n) = notices.iter().find(|n| {
             n.moves
                 && (diffed.contains(&n.page)
                     || written_at_old_home(n.page)
-                    || (n.writer == Some(me) && overtaken.contains(&n.page)))
+                    || (n.writer == Some(me) && overtaken.contains(&n.page))
+                    || diffed_by_another(n))
         }) {
             self.abort(JobError::WrittenDuringMigration { page: n.page });
             return Ok(());
@@ -493,6 +504,18 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.sync.migrating = None;
+        // Opened as their frames say: a page served meanwhile (to a node whose own grant came
+        // first) is read-only already, its writes tracked from then on.
+        let moved_here = std::mem::take(&mut self.sync.moved_here);
+        let (writable, readable): (Vec<PageNum>, Vec<PageNum>) = moved_here
+            .keys()
+            .partition(|p| self.table[p.index()].frame == crate::table::Frame::ReadWrite);
+        self.protect_pages(&writable, crate::types::Prot::ReadWrite);
+        self.protect_pages(&readable, crate::types::Prot::Read);
+        for (w, access, _) in moved_here.into_values().flatten() {
+            self.count_local_fault(access);
+            self.resume(w);
+        }
         self.release_page_traffic(now);
         self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::MigrateGrant)
     }
