@@ -273,7 +273,7 @@ pub(crate) struct SyncState {
     /// Pages that barrier moved here, closed until every node has applied the moves (a write
     /// another node made during the barrier may yet end the job from the old home), with the
     /// faults waiting for them.
-    pub moved_here: BTreeMap<PageNum, Vec<(WaiterId, Access, Time)>>,
+    pub moved_here: BTreeMap<PageNum, Vec<(WaiterId, Access)>>,
     /// From this node's last barrier call to its next: the pages written before it (that
     /// barrier's notices), with the interval of their last write. Until that barrier's grant has
     /// reached every node those pages are not invalidated everywhere, so a lock released

@@ -45,7 +45,7 @@ impl<M: PageMemory> Node<M> {
             .ok_or(UsageError::Unallocated { page })?;
         if let Some(waiting) = self.sync.moved_here.get_mut(&page) {
             // Homed here by the barrier in progress: open once every node has applied its moves.
-            waiting.push((waiter, access, now));
+            waiting.push((waiter, access));
             return Ok(());
         }
         let is_home = entry.home == me;
@@ -526,9 +526,9 @@ impl<M: PageMemory> Node<M> {
         if diffs.iter().any(|d| !homed(&self.table[d.page.index()])) {
             // A page that moved away at the last barrier: this diff left its sender during that
             // barrier, after its barrier call (the barrier's own diffs were acknowledged before
-            // its barrier message, later ones go to the new home), written by another thread. The sender ends the job at
-            // the barrier's grant (`WrittenDuringMigration`); no acknowledgement, so no release
-            // completes without the write.
+            // its barrier message, later ones go to the new home), written by another thread.
+            // The sender ends the job at the barrier's grant (`WrittenDuringMigration`); no
+            // acknowledgement, so no release completes without the write.
             return Ok(());
         }
         for d in &diffs {

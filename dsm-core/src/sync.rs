@@ -512,7 +512,7 @@ impl<M: PageMemory> Node<M> {
             .partition(|p| self.table[p.index()].frame == crate::table::Frame::ReadWrite);
         self.protect_pages(&writable, crate::types::Prot::ReadWrite);
         self.protect_pages(&readable, crate::types::Prot::Read);
-        for (w, access, _) in moved_here.into_values().flatten() {
+        for (w, access) in moved_here.into_values().flatten() {
             self.count_local_fault(access);
             self.resume(w);
         }

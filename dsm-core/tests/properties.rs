@@ -115,6 +115,16 @@ fn second_threads_asked() -> bool {
     std::env::var("DSM_SIM_SECOND_THREAD").map_or(true, |v| v != "0")
 }
 
+/// A read of `addr`, or (as often) a write of the next value to it.
+fn read_or_write(rng: &mut Rng, addr: GlobalAddr, value: &mut u64) -> Op {
+    *value += 1;
+    if rng.chance(50) {
+        Op::Read(addr)
+    } else {
+        Op::Write(addr, *value)
+    }
+}
+
 /// The lock of the second threads' words.
 const SECOND_THREAD_LOCK: u16 = 63;
 
@@ -149,13 +159,7 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
             c.push(n, 1, Op::Lock(lock));
             for _ in 0..1 + rng.below(3) {
                 let addr = second[rng.below(second.len() as u64) as usize];
-                value += 1;
-                let op = if rng.chance(50) {
-                    Op::Read(addr)
-                } else {
-                    Op::Write(addr, value)
-                };
-                c.push(n, 1, op);
+                c.push(n, 1, read_or_write(&mut rng, addr, &mut value));
             }
             c.push(n, 1, Op::Unlock(lock));
         }
@@ -208,22 +212,10 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
                     match roles[w] {
                         Role::ReadOnly => c.push(n, 0, Op::Read(addr)),
                         Role::Owned(o) if o == n => {
-                            value += 1;
-                            let op = if rng.chance(50) {
-                                Op::Read(addr)
-                            } else {
-                                Op::Write(addr, value)
-                            };
-                            c.push(n, 0, op);
+                            c.push(n, 0, read_or_write(&mut rng, addr, &mut value));
                         }
                         Role::Locked(l) if held.contains(&l) => {
-                            value += 1;
-                            let op = if rng.chance(50) {
-                                Op::Read(addr)
-                            } else {
-                                Op::Write(addr, value)
-                            };
-                            c.push(n, 0, op);
+                            c.push(n, 0, read_or_write(&mut rng, addr, &mut value));
                         }
                         _ => {}
                     }

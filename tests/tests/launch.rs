@@ -610,10 +610,10 @@ fn nodes_get_a_cpu_each_when_they_fit() {
     assert_eq!(got.len(), 2, "{bound}");
     if cpus >= 2 {
         for g in &got {
-            let (main, service) = g.split_once(' ').unwrap();
+            let (main, all) = g.split_once(' ').unwrap();
             let main = main.trim_start_matches("main=");
             assert!(main.parse::<usize>().is_ok(), "one CPU each: {bound}");
-            assert_eq!(service, format!("all={main}"), "every thread: {bound}");
+            assert_eq!(all, format!("all={main}"), "every thread: {bound}");
         }
         assert_ne!(got[0], got[1], "different CPUs: {bound}");
     }

@@ -2,11 +2,12 @@
 //!
 //! `lu [N] [BLOCK]` (default 512, 32). Block rows are dealt to the nodes cyclically (and homed
 //! there). For each diagonal block, every node updates its own block rows below it (column panel
-//! and trailing matrix) with the block's factored rows, then a barrier; the owner of the next
-//! block updates that block first and factors it and its row panel at once (look-ahead), so the
-//! next step can start at the barrier. Every element sees its updates in the same order as the
-//! sequential algorithm, so node 0 recomputes sequentially and the results agree to rounding
-//! (checked to 1e-9, relative).
+//! and trailing matrix) with the block's factored rows; the owner of the next block updates that
+//! block first and factors it and its row panel at once (look-ahead), then signals it on a
+//! condition variable, which the other nodes wait for before they use it (a barrier every few
+//! steps recycles the variables; with one node, or more than 16, a barrier per step). Every
+//! element sees its updates in the same order as the sequential algorithm, so node 0 recomputes
+//! sequentially and the results agree to rounding (checked to 1e-9, relative).
 
 use dsm_apps::{Gen, arg_num, init, report, spread};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
@@ -75,7 +76,7 @@ fn eliminate(row: &mut [f64], pivot_row: &[f64], l: f64) {
 ///
 /// # Safety
 /// Row `i` is this node's and only this thread touches it in the current phase; row `p` is only
-/// read in it (written by its owner before the barrier that began the phase).
+/// read in it (written by its owner before the signal or barrier this node waited for).
 unsafe fn eliminate_shared(a: SharedArray<f64>, n: usize, i: usize, p: usize) {
     // SAFETY: the caller's contract.
     let (row, pivot) = unsafe { (a.slice_mut(i * n..(i + 1) * n), a.slice(p * n..(p + 1) * n)) };
@@ -86,12 +87,13 @@ unsafe fn eliminate_shared(a: SharedArray<f64>, n: usize, i: usize, p: usize) {
 
 /// Phase 0 of step `k` on the shared matrix ([`factor_step`]'s arithmetic in its order, row slices
 /// instead of an access per element): factor the diagonal block and its row panel. Only the
-/// block's owner calls it; nobody else touches these rows until the next barrier.
+/// block's owner calls it; nobody else reads these rows before it signals the panel.
 fn factor_panel(a: SharedArray<f64>, n: usize, b: usize, k: usize) {
     let (k0, k1) = (k * b, (k * b + b).min(n));
     for p in k0..k1 {
         for i in p + 1..k1 {
-            // SAFETY: rows k0..k1 are this node's block; no other node reads them in this phase.
+            // SAFETY: rows k0..k1 are this node's block; no other node reads them before the
+            // panel's signal.
             unsafe { eliminate_shared(a, n, i, p) };
         }
     }
@@ -110,7 +112,7 @@ fn update_rows(
     for i in rows {
         for p in k0..k1 {
             // SAFETY: row i is this node's, below block k; the pivot rows of block k were factored
-            // before the last barrier and are only read until the next.
+            // before the signal (or barrier) this node waited for, and are never written again.
             unsafe { eliminate_shared(a, n, i, p) };
         }
     }

@@ -324,10 +324,12 @@ impl Service {
                 let Some((what, call)) = call else {
                     return slots::complete(slot, CALL_FAILED);
                 };
-                self.calls_taken.insert(slot, what);
                 match call(self, WaiterId(slot as u64)) {
                     Ok(Some(v)) => slots::complete(slot, v),
-                    Ok(None) => {}
+                    // Completed later, by a resume effect (see `gaps_after`).
+                    Ok(None) => {
+                        self.calls_taken.insert(slot, what);
+                    }
                     Err(e) => {
                         CALL_ERRORS
                             .lock()
