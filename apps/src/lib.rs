@@ -1,7 +1,10 @@
 //! Shared helpers of the DSM application programs (`src/bin/*`): argument parsing, result lines,
 //! and the job-wide verdict.
 
+pub mod kernels;
 pub mod sys;
+
+pub use kernels::interior_first;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -89,19 +92,6 @@ impl Bands {
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-/// The rows `first..last`, the two boundary rows last. A stencil sweep that reads its
-/// neighbours' rows (which a barrier has just invalidated, and which are being fetched again
-/// meanwhile) computes its interior first, while they travel. For sweeps whose result does not
-/// depend on the order of their rows (Jacobi, one colour of red-black SOR).
-pub fn interior_first(first: usize, last: usize) -> impl Iterator<Item = usize> {
-    let interior = (first + 1)..last.saturating_sub(1).max(first + 1);
-    let edges = [
-        (first < last).then_some(first),
-        (last > first + 1).then(|| last - 1),
-    ];
-    interior.chain(edges.into_iter().flatten())
 }
 
 /// A cyclic allocation whose blocks are the nodes' bands of `rows` rows of `row_bytes` each.

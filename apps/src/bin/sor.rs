@@ -10,27 +10,15 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
+use dsm_apps::kernels::{SOR_OMEGA as OMEGA, sor_row};
 use dsm_apps::{Bands, arg_num, init, interior_first, report, spread};
 use dsm_runtime::SharedArray;
-
-const OMEGA: f64 = 1.25;
 
 fn initial(i: usize, j: usize, n: usize) -> f64 {
     if i == 0 || j == 0 || i == n + 1 || j == n + 1 {
         ((i * 3 + j * 7) % 11) as f64
     } else {
         0.0
-    }
-}
-
-/// One row's half-sweep, in place: the cells of `colour` from their four neighbours (the row's
-/// own neighbours are of the other colour, untouched in this half-sweep). The same arithmetic,
-/// in the same order, as [`sweep`]: the results are bit for bit the same.
-fn sweep_row(up: &[f64], row: &mut [f64], down: &[f64], i: usize, n: usize, colour: usize) {
-    let first = if (i + 1) % 2 == colour { 1 } else { 2 };
-    for j in (first..=n).step_by(2) {
-        let v = row[j] + OMEGA * ((up[j] + down[j] + row[j - 1] + row[j + 1]) / 4.0 - row[j]);
-        row[j] = v;
     }
 }
 
@@ -47,7 +35,7 @@ fn sweep_shared(g: SharedArray<f64>, w: usize, rows: (usize, usize), n: usize, c
                 g.slice((i + 1) * w..(i + 2) * w),
             )
         };
-        sweep_row(up, row, down, i, n, colour);
+        sor_row(up, row, down, i, n, colour);
     }
 }
 

@@ -1,6 +1,10 @@
 //! What the MPI programs share with each other and with the DSM apps: bands, the matrices'
 //! values, the result line.
 
+/// The DSM apps' kernels, from their own source.
+#[path = "../../../apps/src/kernels.rs"]
+pub mod kernels;
+
 /// Rows `[start, end)` of `n` that rank `me` of `ranks` owns (the DSM apps' `band`).
 pub fn band(n: usize, me: usize, ranks: usize) -> (usize, usize) {
     (n * me / ranks, n * (me + 1) / ranks)

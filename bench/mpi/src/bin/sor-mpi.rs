@@ -1,6 +1,6 @@
 //! sor with MPI: red-black SOR on an (N+2) x (N+2) grid with fixed borders, rows banded over the
 //! ranks as the DSM's sor bands them (even split, boundaries moved to page-aligned rows when
-//! close), the same row kernel and the same order (interior rows, then the band's edge rows).
+//! close), the same row kernel (the DSM apps' source) and the same order (interior rows, then the band's edge rows).
 //! Between half-sweeps each rank swaps its edge rows with its neighbours (what the DSM's barrier
 //! and faults do). The check (not with `--no-check`): rank 0 gathers the grid and compares it bit
 //! for bit with a sequential run. Rank 0 prints `sor-mpi OK ranks=2 n=1024 iterations=100
@@ -9,9 +9,9 @@
 use mpi::point_to_point as p2p;
 use mpi::traits::*;
 
+use dsm_mpi_yardstick::kernels::{interior_first, sor_row};
 use dsm_mpi_yardstick::{Args, verdict};
 
-const OMEGA: f64 = 1.25;
 const PAGE: usize = 4096;
 
 fn initial(i: usize, j: usize, n: usize) -> f64 {
@@ -45,32 +45,13 @@ fn bands(rows: usize, row_bytes: usize, ranks: usize) -> Vec<usize> {
     b
 }
 
-/// Interior rows first, the edge rows last (the DSM apps' `interior_first`).
-fn interior_first(first: usize, last: usize) -> impl Iterator<Item = usize> {
-    let interior = (first + 1)..last.saturating_sub(1).max(first + 1);
-    let edges = [
-        (first < last).then_some(first),
-        (last > first + 1).then(|| last - 1),
-    ];
-    interior.chain(edges.into_iter().flatten())
-}
-
-/// The DSM sor's row kernel.
-fn sweep_row(up: &[f64], row: &mut [f64], down: &[f64], i: usize, n: usize, colour: usize) {
-    let first = if (i + 1) % 2 == colour { 1 } else { 2 };
-    for j in (first..=n).step_by(2) {
-        let v = row[j] + OMEGA * ((up[j] + down[j] + row[j - 1] + row[j + 1]) / 4.0 - row[j]);
-        row[j] = v;
-    }
-}
-
 /// Half-sweeps of `colour` over rows `[lo, hi)` of `g`, a block of rows starting at `base`.
 fn sweep(g: &mut [f64], base: usize, w: usize, lo: usize, hi: usize, n: usize, colour: usize) {
     for i in interior_first(lo.max(1), hi.min(n + 1)) {
         let r = i - base;
         let (above, rest) = g.split_at_mut(r * w);
         let (row, below) = rest.split_at_mut(w);
-        sweep_row(&above[(r - 1) * w..], row, &below[..w], i, n, colour);
+        sor_row(&above[(r - 1) * w..], row, &below[..w], i, n, colour);
     }
 }
 
@@ -93,9 +74,13 @@ fn main() {
     let down = (me + 1 < ranks && hi > lo).then(|| me + 1);
     world.barrier();
     let t0 = mpi::time();
+    // Every half-sweep's time, for SOR_TRACE (as the DSM's sor).
+    let mut sweeps = Vec::with_capacity(2 * iters);
     for _ in 0..iters {
         for colour in 0..2 {
+            let t = mpi::time();
             sweep(&mut g, base, w, lo, hi, n, colour);
+            sweeps.push(mpi::time() - t);
             // Edge rows to the neighbours, halo rows from them.
             if let Some(u) = up {
                 let peer = world.process_at_rank(u as i32);
@@ -112,6 +97,17 @@ fn main() {
     }
     world.barrier();
     let elapsed = mpi::time() - t0;
+    if std::env::var_os("SOR_TRACE").is_some() && !sweeps.is_empty() {
+        let total: f64 = sweeps.iter().sum();
+        sweeps.sort_by(f64::total_cmp);
+        let us = |q: usize| sweeps[(sweeps.len() - 1) * q / 100] * 1e6;
+        eprintln!(
+            "rank {me}: sweeps {total:.3}s (us: p10 {:.0}, p50 {:.0}, p90 {:.0})",
+            us(10),
+            us(50),
+            us(90)
+        );
+    }
     let mut ok = true;
     if args.check {
         // Rank 0 gathers every band and compares with a sequential run.
