@@ -5,24 +5,55 @@
 /// `matrixmultiply` (chosen over `gemm` 0.18 by measurement on this machine, single-threaded:
 /// 39-45 against 49-52 GFLOP/s at n = 1024, 42-44 both at 2048, and 2 crates against 47).
 pub trait Gemm: Sized {
-    /// `c = a x b` (row-major); panics if a slice is shorter than its matrix.
-    fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
+    /// `c = a x b`, or `c += a x b` if `accumulate`, for row-major `a` (`m x k`, rows `lda`
+    /// apart: a block of columns of a wider matrix), `b` (`k x n`) and `c` (`m x n`); panics if
+    /// a slice is shorter than its matrix or `lda < k`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "BLAS's shape: dimensions, operands, a stride"
+    )]
+    fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[Self],
+        lda: usize,
+        b: &[Self],
+        c: &mut [Self],
+        accumulate: bool,
+    );
 }
 
 macro_rules! gemm_for {
     ($t:ty, $f:path) => {
         impl Gemm for $t {
-            fn gemm(m: usize, k: usize, n: usize, a: &[$t], b: &[$t], c: &mut [$t]) {
-                assert!(
-                    a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
-                    "gemm: slices shorter than their matrices"
-                );
+            #[allow(
+                clippy::too_many_arguments,
+                reason = "BLAS's shape: dimensions, operands, a stride"
+            )]
+            fn gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: &[$t],
+                lda: usize,
+                b: &[$t],
+                c: &mut [$t],
+                accumulate: bool,
+            ) {
                 if m == 0 || n == 0 {
                     return;
                 }
-                // SAFETY: the three pointers are valid for the row-major m x k, k x n and m x n
-                // matrices with these strides (checked above); `c` is borrowed mutably, so it
-                // overlaps neither `a` nor `b`.
+                assert!(
+                    lda >= k
+                        && a.len() >= (m - 1) * lda + k
+                        && b.len() >= k * n
+                        && c.len() >= m * n,
+                    "gemm: slices shorter than their matrices"
+                );
+                // SAFETY: the three pointers are valid for the row-major m x k (rows lda apart),
+                // k x n and m x n matrices with these strides (checked above); `c` is borrowed
+                // mutably, so it overlaps neither `a` nor `b`.
                 unsafe {
                     $f(
                         m,
@@ -30,12 +61,12 @@ macro_rules! gemm_for {
                         n,
                         1.0,
                         a.as_ptr(),
-                        k as isize,
+                        lda as isize,
                         1,
                         b.as_ptr(),
                         n as isize,
                         1,
-                        0.0,
+                        if accumulate { 1.0 } else { 0.0 },
                         c.as_mut_ptr(),
                         n as isize,
                         1,
@@ -59,12 +90,24 @@ mod tests {
         let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 - 3.0).collect();
         let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 - 2.0).collect();
         let mut c = vec![9.0; m * n];
-        f64::gemm(m, k, n, &a, &b, &mut c);
+        f64::gemm(m, k, n, &a, k, &b, &mut c, false);
+        let want = |i: usize, j: usize, l: std::ops::Range<usize>| -> f64 {
+            l.map(|l| a[i * k + l] * b[l * n + j]).sum()
+        };
         for i in 0..m {
             for j in 0..n {
-                let want: f64 = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
-                assert_eq!(c[i * n + j], want);
+                assert_eq!(c[i * n + j], want(i, j, 0..k));
             }
         }
+        // In two parts: columns 0..1 of a with row 0 of b, then the rest accumulated.
+        let mut d = vec![9.0; m * n];
+        f64::gemm(m, 1, n, &a, k, &b, &mut d, false);
+        for i in 0..m {
+            for j in 0..n {
+                assert_eq!(d[i * n + j], want(i, j, 0..1));
+            }
+        }
+        f64::gemm(m, k - 1, n, &a[1..], k, &b[n..], &mut d, true);
+        assert_eq!(c, d);
     }
 }
