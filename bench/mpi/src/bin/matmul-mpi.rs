@@ -3,8 +3,8 @@
 //! computes its band of C with the same GEMM kernel (matrixmultiply). The gather comes before
 //! the product, as most MPI programs have it: the DSM app multiplies with its own rows of B
 //! while the rest arrive, which with MPI would take a non-blocking gather and polling (Open
-//! MPI progresses it only inside MPI calls). The check: 64 entries of
-//! each band, exactly (the matrices hold small integers). Rank 0 prints
+//! MPI progresses it only inside MPI calls). The check: 64 entries of each band, exactly (the
+//! matrices hold small integers). Rank 0 prints
 //! `matmul-mpi OK f64 n=1024 ranks=2 time=0.05s gflops=40.1`; `time` runs from the first barrier
 //! (B's exchange included) to the last, as the DSM app's.
 
