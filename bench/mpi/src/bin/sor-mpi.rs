@@ -2,9 +2,9 @@
 //! ranks as the DSM's sor bands them (even split, boundaries moved to page-aligned rows when
 //! close), the same row kernel (the DSM apps' source) and the same order (interior rows, then
 //! the band's edge rows). Between half-sweeps each rank swaps its edge rows with its neighbours
-//! (what the DSM's barrier and faults do). The check (not with `--no-check`): rank 0 gathers the grid and compares it bit
-//! for bit with a sequential run. Rank 0 prints `sor-mpi OK ranks=2 n=1024 iterations=100
-//! time=0.20s`.
+//! (what the DSM's barrier and faults do). The check (not with `--no-check`): rank 0 gathers the
+//! grid and compares it bit for bit with a sequential run. Rank 0 prints `sor-mpi OK ranks=2
+//! n=1024 iterations=100 time=0.20s`.
 
 use mpi::point_to_point as p2p;
 use mpi::traits::*;
