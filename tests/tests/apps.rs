@@ -217,7 +217,8 @@ fn stats_json_holds_the_jobs_metadata_and_every_nodes_counters() {
 
 /// `dsm-bench --floors-only`: every floor measured, each a positive number, the minimal remote
 /// fault (a forked home over plain UDP) dearer than the bare fault and the round trip it is made
-/// of, and the ratios computed from them.
+/// of, backing a fresh page cheaper than the minimal fault (which does not pay it), and the
+/// ratios computed from them.
 #[test]
 fn dsm_bench_measures_the_floors() {
     let mut cmd = Command::new(bin("dsm-bench"));
@@ -243,6 +244,7 @@ fn dsm_bench_measures_the_floors() {
     let udp = row("UDP round trip, busy (us)");
     let fault = row("remote read fault, UDP (us)");
     assert!(minimal > bare && minimal > udp, "{t}");
+    assert!(row("back a fresh page, memfd (us)") < minimal, "{t}");
     let ratio = row("remote fault / minimal fault");
     assert!((ratio - fault / minimal).abs() < 0.01, "{t}");
     row("minimal fault / (fault floor + busy UDP round trip)");

@@ -4,8 +4,8 @@
 
 mod sys;
 
-/// Floors the DSM's costs are measured against: the bare cost of a fault, and the smallest
-/// remote fault two processes can make over UDP loopback.
+/// Floors the DSM's costs are measured against: the bare cost of a fault, the smallest remote
+/// fault two processes can make over UDP loopback, and the cost of backing a fresh page.
 pub mod floors {
-    pub use crate::sys::floor::{bare_fault_us, minimal_remote_fault_us};
+    pub use crate::sys::floor::{backing_page_us, bare_fault_us, minimal_remote_fault_us};
 }

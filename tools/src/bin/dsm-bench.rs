@@ -13,8 +13,8 @@
 //! median compute time the app reports, the GETP count, and the ratio of the median to the
 //! baseline cell (the same cell with the baseline's parameter changed; default: on 1 node). At
 //! the start of each round it samples the floors too, printed before the table: the bare fault +
-//! mprotect cost, the UDP and TCP round trip of a page-shaped exchange, and the remote fault
-//! latency as a ratio to them. With 1 and
+//! mprotect cost, the cost of backing a fresh page with memory, the UDP and TCP round trip of a
+//! page-shaped exchange, and the remote fault latency as a ratio to them. With 1 and
 //! more nodes in the matrix, every round also runs two 1-node jobs of each app at once (row
 //! `2 jobs`): twice the time of one job alone over their time together is how much work the
 //! machine does in parallel right then, the ceiling of a 2-node ratio (`--no-pairs` leaves them
@@ -381,6 +381,8 @@ struct Floors {
     bare: Vec<f64>,
     /// Minimal remote fault medians (plain UDP, no runtime), one per sample.
     minimal: Vec<f64>,
+    /// Backing a fresh page with memory, medians, one per sample.
+    backing: Vec<f64>,
     /// faultlat's rows, each with its medians, in the order the rows first appear.
     runs: Vec<(String, Vec<f64>)>,
 }
@@ -395,6 +397,10 @@ impl Floors {
         match dsm_tools::floors::minimal_remote_fault_us(2000) {
             Ok(v) => self.minimal.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: minimal remote fault: {e}"),
+        }
+        match dsm_tools::floors::backing_page_us(2000) {
+            Ok(v) => self.backing.push(median(&v)),
+            Err(e) => eprintln!("dsm-bench: backing a fresh page: {e}"),
         }
         let out = Command::new(bin("dsmrun"))
             .args(["-n", "2", "--set", "prefetch=off"])
@@ -447,6 +453,12 @@ impl Floors {
         }
         if !self.minimal.is_empty() {
             rows.push((MINIMAL_ROW.to_string(), median(&self.minimal)));
+        }
+        if !self.backing.is_empty() {
+            rows.push((
+                "back a fresh page, memfd (us)".to_string(),
+                median(&self.backing),
+            ));
         }
         rows.extend(self.runs.iter().map(|(name, v)| (name.clone(), median(v))));
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);

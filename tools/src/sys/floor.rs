@@ -339,3 +339,27 @@ fn minimal_requester(
         None => Ok(samples),
     }
 }
+
+/// Microseconds to back one fresh page of a memory file with memory (`MADV_POPULATE_WRITE` on a
+/// shared mapping, one page per call), `pages` samples: what a node pays for each page it
+/// receives for the first time, before the bytes are copied in. The minimal remote fault backs
+/// its pages before it starts the clock; the runtime backs a page while its GETP travels, and a
+/// transfer's CPU time is mostly this where it is slow (a VM whose guest returns freed memory
+/// to the host).
+pub fn backing_page_us(pages: usize) -> std::io::Result<Vec<f64>> {
+    const WARMUP: usize = 100;
+    let total = pages + WARMUP;
+    let len = total * PAGE_BYTES;
+    let fd = super::memfd(c"dsm-backing-floor", len as u64)?;
+    let view = super::map_shared(&fd, len, libc::PROT_READ | libc::PROT_WRITE)?;
+    let mut samples = Vec::with_capacity(total);
+    for i in 0..total {
+        let t = Instant::now();
+        // In bounds: `i < total`, the mapping's length in pages.
+        super::populate_write(view.wrapping_add(i * PAGE_BYTES), PAGE_BYTES);
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    // SAFETY: our own mapping; no references into it remain.
+    unsafe { libc::munmap(view.cast(), len) };
+    Ok(samples.split_off(WARMUP))
+}
