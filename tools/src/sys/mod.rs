@@ -42,10 +42,14 @@ fn map_shared(fd: &OwnedFd, size: usize, prot: libc::c_int) -> io::Result<*mut u
     Ok(p.cast())
 }
 
-/// Backs `len` bytes at `addr` (one of our mappings) with memory now.
-fn populate_write(addr: *mut u8, len: usize) {
+/// Backs `len` bytes at `addr` (one of our mappings) with memory now (`MADV_POPULATE_WRITE`,
+/// Linux 5.14: an error before).
+fn populate_write(addr: *mut u8, len: usize) -> io::Result<()> {
     const MADV_POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: the caller passes a range inside one of our live mappings; populating does not
     // change its contents.
-    unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) };
+    if unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
