@@ -235,15 +235,18 @@ impl<M: PageMemory> Node<M> {
         self.send(home, Msg::GetPage { access, pages });
     }
 
-    /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page` (never
-    /// more than half the cache).
+    /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page` and in
+    /// its allocation (never more than half the cache). A reader at the end of one array says
+    /// nothing about the next one: lu's panels, one allocation per block row, fetched 40% more
+    /// pages than they read when prefetch ran on into the following block rows.
     fn candidates(&self, page: PageNum, limit: usize, distance: u32) -> Vec<PageNum> {
         if !self.cfg.prefetch.enabled {
             return Vec::new();
         }
         let limit = limit.min(self.cfg.cache_pages / 2).min(MAX_GETP_PAGES - 1);
         let me = self.cfg.node;
-        let end = (u64::from(page.0) + 1 + u64::from(distance)).min(self.table.len() as u64);
+        let end =
+            (u64::from(page.0) + 1 + u64::from(distance)).min(self.table.allocation_end(page));
         (u64::from(page.0) + 1..end)
             .map(|p| PageNum(p as u32))
             .filter(|p| {

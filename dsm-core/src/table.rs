@@ -116,6 +116,9 @@ pub(crate) struct PageTable {
     faulted: VecDeque<PageNum>,
     /// `RoundRobin` allocations so far (each takes the next home).
     round_robin: u64,
+    /// The first page of every allocation, in order: prefetch stops at the end of the
+    /// allocation it starts in.
+    alloc_starts: Vec<u32>,
     /// A digest of every allocation, compared at barriers.
     digest: u64,
 }
@@ -130,6 +133,7 @@ impl PageTable {
             cached: 0,
             faulted: VecDeque::new(),
             round_robin: 0,
+            alloc_starts: Vec::new(),
             digest: 0,
         }
     }
@@ -193,6 +197,7 @@ impl PageTable {
             self.round_robin += 1;
         }
         let first = PageNum(used as u32);
+        self.alloc_starts.push(first.0);
         self.digest = alloc::digest(self.digest, first, count, &homes);
         let mut home_pages = Vec::new();
         for (i, home) in homes.into_iter().enumerate() {
@@ -202,6 +207,15 @@ impl PageTable {
             self.entries.push(PageEntry::new(home, home == me));
         }
         Ok((first, home_pages))
+    }
+
+    /// One past the last page of the allocation `page` is in (the table's end for a page past
+    /// every allocation).
+    pub fn allocation_end(&self, page: PageNum) -> u64 {
+        let next = self.alloc_starts.partition_point(|&first| first <= page.0);
+        self.alloc_starts
+            .get(next)
+            .map_or(self.entries.len() as u64, |&first| u64::from(first))
     }
 
     // ----- the cache of remote pages -----

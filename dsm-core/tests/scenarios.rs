@@ -581,23 +581,41 @@ fn prefetch_crosses_homes_with_one_request_per_home() {
         c.prefetch.prefetch_pages = 3;
         c.prefetch.max_checking_pages = 3;
     });
-    // Pages homed 0, 2, 0, 2 (node 1 homes none of them).
+    // Pages homed 0, 1, 2, 0, 1, 2: node 1 reads page 0, and page 0's neighbours homed 0 and 2
+    // come with it (its own are never asked for).
     let x = c
         .alloc(
-            AllocPolicy::Blocks {
-                blocks_bytes: vec![PAGE],
+            AllocPolicy::Cyclic {
+                block_bytes: PAGE,
                 start: NodeId(0),
             },
-            PAGE,
+            6 * PAGE,
         )
         .unwrap();
-    let _ = c.alloc(AllocPolicy::OnNode(NodeId(2)), PAGE).unwrap();
-    let _ = c.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
-    let _ = c.alloc(AllocPolicy::OnNode(NodeId(2)), PAGE).unwrap();
     c.read_u64(1, x).unwrap();
     let s = c.node(1).stats();
     assert_eq!(s.getp_sent, 2);
     assert_eq!(s.prefetch_requested, 3);
+}
+
+#[test]
+fn prefetch_stays_within_the_allocation() {
+    let mut c = Cluster::new(2, 19, |c| {
+        c.prefetch.prefetch_pages = 8;
+        c.prefetch.max_checking_pages = 8;
+    });
+    // Two arrays on node 0, one after the other: reading the end of the first brings nothing of
+    // the second.
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 4 * PAGE).unwrap();
+    let y = c.alloc(AllocPolicy::OnNode(NodeId(0)), 8 * PAGE).unwrap();
+    c.read_u64(1, x.offset_by(PAGE)).unwrap();
+    let s = c.node(1).stats();
+    assert_eq!((s.getp_sent, s.prefetch_requested), (1, 2), "{s:?}");
+    assert_eq!(c.node(1).page_state(y.page()), PageState::Invalid);
+    // Within the second, prefetch runs as far as it is allowed to.
+    c.read_u64(1, y).unwrap();
+    let s = c.node(1).stats();
+    assert_eq!((s.getp_sent, s.prefetch_requested), (2, 9), "{s:?}");
 }
 
 #[test]
