@@ -561,6 +561,19 @@ impl Config {
                 origin: origin.clone(),
                 what: format!("`{kv}` is not key=value"),
             })?;
+            if !KEYS.iter().any(|&(known, _)| known == k) {
+                // Only a launcher sets DSM_CONFIG, and it passes every key it knows.
+                return Err(ConfigError {
+                    origin,
+                    what: format!(
+                        "the launcher passed setting `{}`, which this program does not know: \
+                         it was built with an older dsm-runtime ({} here) than the dsmrun that \
+                         started it; rebuild the program, or start it with its own dsmrun",
+                        shown(k),
+                        env!("CARGO_PKG_VERSION")
+                    ),
+                });
+            }
             c.set(k, v, &origin)?;
         }
         Ok(c)
@@ -763,6 +776,15 @@ mod tests {
         assert!(file_err("global_start_addr = 0x1001").contains("page-aligned"));
         assert!(file_err("comm_type = carrier-pigeon").contains("udp, tcp, rdma-rc, rdma-ud"));
         assert!(file_err("just words").contains("is not `key = value`"));
+    }
+
+    #[test]
+    fn a_setting_from_a_newer_launcher_is_named_as_version_skew() {
+        let e = Config::from_wire("prefetch=on;shiny_new_key=7")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`shiny_new_key`"), "{e}");
+        assert!(e.contains("older dsm-runtime"), "{e}");
     }
 
     #[test]
