@@ -91,7 +91,6 @@ fn owner_of_block(block: usize, nodes: usize) -> usize {
 /// factored columns left of k0 of every pivot row after the first, and ran on into the next
 /// block rows: for 2048 / 64 on 2 nodes, 3,800-4,400 pages served per node for 2,500 read
 /// (`dsmrun --stats`).
-#[derive(Clone)]
 struct Matrix {
     n: usize,
     b: usize,
@@ -186,7 +185,7 @@ impl Matrix {
 unsafe fn eliminate_shared(a: &Matrix, i: usize, p: usize) {
     // SAFETY: the caller's contract (row p, at or below row i's block row start: its right part).
     let ((left, right), pivot) = unsafe { (a.split_mut(i), a.right(p, p)) };
-    let m0 = a.n - right.len();
+    let m0 = i / a.b * a.b;
     if p >= m0 {
         // The pivot row is in row i's block row: all of it right of m0.
         let row = &mut right[p - m0..];
