@@ -47,6 +47,16 @@ pub enum AllocError {
         /// Bytes left.
         left_bytes: u64,
     },
+    /// More bytes than an address holds (elements times element size overflows).
+    #[error(
+        "allocation of {elements} elements of {element_bytes} bytes each overflows the address space"
+    )]
+    Overflow {
+        /// Elements asked.
+        elements: u64,
+        /// Bytes of one element.
+        element_bytes: u64,
+    },
     /// A node id past the job.
     #[error("start host {node} is not in the job (0..{nodes})")]
     BadHost {

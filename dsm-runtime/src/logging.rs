@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use log::{Level, Log, Metadata, Record};
 
-use crate::fault;
+use crate::door::context::in_signal_context;
 
 /// Records queued from signal context, at most [`QUEUED_MAX`].
 static QUEUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -56,7 +56,7 @@ impl Log for Logger {
             level_word(record.level()),
             record.args()
         );
-        if fault::in_signal_context() {
+        if in_signal_context() {
             match QUEUED.try_lock() {
                 Ok(mut q) if q.len() < QUEUED_MAX => {
                     q.push(line);

@@ -14,12 +14,13 @@
 //! order (so a floating-point sum comes out the same in every run).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 
 use dsm_core::NodeId;
 use dsm_core::mailbox::{Channel, Filter, Letter};
 
 use crate::Dsm;
+use crate::door::end::fatal;
+use crate::door::request::{Call, Reply};
 
 /// How [`Dsm::reduce`] combines the nodes' values, element by element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +92,7 @@ pub struct Received {
 impl Dsm {
     fn node_id(&self, n: usize, what: &str) -> NodeId {
         if n >= self.nodes() {
-            crate::fatal(&format!(
+            fatal(&format!(
                 "{what}: node {n} is not in the job (0..{})",
                 self.nodes()
             ));
@@ -99,38 +100,32 @@ impl Dsm {
         NodeId(n as u16)
     }
 
-    fn post(&self, what: &'static str, to: NodeId, channel: Channel, tag: i32, data: Vec<u8>) {
-        self.call_or_die(what, move |s, _| {
-            s.node.send_letter(to, channel, tag, data).map(|()| Some(0))
+    #[track_caller]
+    fn post(&self, to: NodeId, channel: Channel, tag: i32, data: Vec<u8>) {
+        self.call_or_die(Call::Send {
+            to,
+            channel,
+            tag,
+            data,
         });
     }
 
-    fn take(&self, what: &'static str, filter: Filter) -> Letter {
+    #[track_caller]
+    fn take(&self, filter: Filter) -> Letter {
         let any = |v: Option<String>| v.unwrap_or_else(|| "any".into());
+        let call = Call::Receive(filter);
+        let what = call.name();
         let _w = crate::progress::waiting(format!(
             "{what} (a message from node {}, tag {})",
             any(filter.from.map(|n| n.0.to_string())),
             any(filter.tag.map(|t| t.to_string()))
         ));
-        let out: Arc<Mutex<Option<Letter>>> = Arc::default();
-        let o = out.clone();
-        self.call_or_die(what, move |s, w| {
-            let got = s.node.receive(filter, w)?;
-            let done = got.is_some();
-            *o.lock().unwrap_or_else(|p| p.into_inner()) = got;
-            Ok(done.then_some(0))
-        });
-        if let Some(l) = out.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            return l;
+        match self.call_or_die(call) {
+            Reply::Letter(l) => l,
+            other => fatal(&format!(
+                "{what}: unexpected answer {other:?} (a runtime bug)"
+            )),
         }
-        // The receive waited: the letter that completed it is kept for this thread.
-        let o = out.clone();
-        self.call_or_die(what, move |s, w| {
-            *o.lock().unwrap_or_else(|p| p.into_inner()) = s.node.take_letter(w);
-            Ok(Some(0))
-        });
-        let letter = out.lock().unwrap_or_else(|p| p.into_inner()).take();
-        letter.unwrap_or_else(|| crate::fatal(&format!("{what}: resumed without a message")))
     }
 
     /// Sends `data` to node `to` with `tag` (`jia_send`). Does not wait for the receiver: the
@@ -138,7 +133,7 @@ impl Dsm {
     #[track_caller]
     pub fn send(&self, to: usize, tag: i32, data: &[u8]) {
         let to = self.node_id(to, "jia_send");
-        self.post("jia_send", to, Channel::Send, tag, data.to_vec());
+        self.post(to, Channel::Send, tag, data.to_vec());
     }
 
     /// Receives the oldest message from `from` with `tag` (`None`: any sender, any tag; JIAJIA's
@@ -146,14 +141,11 @@ impl Dsm {
     #[track_caller]
     pub fn recv(&self, from: Option<usize>, tag: Option<i32>) -> Letter {
         let from = from.map(|f| self.node_id(f, "jia_recv"));
-        self.take(
-            "jia_recv",
-            Filter {
-                channel: Channel::Send,
-                from,
-                tag,
-            },
-        )
+        self.take(Filter {
+            channel: Channel::Send,
+            from,
+            tag,
+        })
     }
 
     /// [`Dsm::recv`] into `buf`. A message longer than `buf` ends the job with a message saying
@@ -162,7 +154,7 @@ impl Dsm {
     pub fn recv_into(&self, from: Option<usize>, tag: Option<i32>, buf: &mut [u8]) -> Received {
         let l = self.recv(from, tag);
         if l.data.len() > buf.len() {
-            crate::fatal(&format!(
+            fatal(&format!(
                 "jia_recv: the message from node {} with tag {} has {} bytes, more than the {} of the buffer",
                 l.from.0,
                 l.tag,
@@ -186,26 +178,17 @@ impl Dsm {
         let seq = self.bcasts.fetch_add(1, Ordering::Relaxed) as i32;
         if usize::from(root.0) == self.id() {
             for n in (0..self.nodes()).filter(|&n| n != self.id()) {
-                self.post(
-                    "jia_bcast",
-                    NodeId(n as u16),
-                    Channel::Bcast,
-                    seq,
-                    buf.to_vec(),
-                );
+                self.post(NodeId(n as u16), Channel::Bcast, seq, buf.to_vec());
             }
             return;
         }
-        let l = self.take(
-            "jia_bcast",
-            Filter {
-                channel: Channel::Bcast,
-                from: Some(root),
-                tag: Some(seq),
-            },
-        );
+        let l = self.take(Filter {
+            channel: Channel::Bcast,
+            from: Some(root),
+            tag: Some(seq),
+        });
         if l.data.len() != buf.len() {
-            crate::fatal(&format!(
+            fatal(&format!(
                 "jia_bcast: node {} broadcast {} bytes, and this node's buffer has {} (every node must pass the same length)",
                 root.0,
                 l.data.len(),
@@ -227,11 +210,11 @@ impl Dsm {
             v.put(&mut bytes);
         }
         if usize::from(root.0) != self.id() {
-            self.post("jia_reduce", root, Channel::Reduce, seq, bytes);
+            self.post(root, Channel::Reduce, seq, bytes);
             return;
         }
         if recv.len() < send.len() {
-            crate::fatal(&format!(
+            fatal(&format!(
                 "jia_reduce: the result buffer holds {} values, fewer than the {} reduced",
                 recv.len(),
                 send.len()
@@ -243,16 +226,13 @@ impl Dsm {
             let contribution = if n == self.id() {
                 bytes.clone()
             } else {
-                let l = self.take(
-                    "jia_reduce",
-                    Filter {
-                        channel: Channel::Reduce,
-                        from: Some(NodeId(n as u16)),
-                        tag: Some(seq),
-                    },
-                );
+                let l = self.take(Filter {
+                    channel: Channel::Reduce,
+                    from: Some(NodeId(n as u16)),
+                    tag: Some(seq),
+                });
                 if l.data.len() != bytes.len() {
-                    crate::fatal(&format!(
+                    fatal(&format!(
                         "jia_reduce: node {n} reduced {} bytes, the root {} (every node must pass the same count)",
                         l.data.len(),
                         bytes.len()

@@ -15,9 +15,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 
-use crate::fault::slots::{self, SLOTS};
+use crate::door::slots::Use;
+use crate::door::{self, SLOTS};
 use crate::sys;
 
 /// What each slot's thread waits for, while it is in a waiting call.
@@ -39,7 +39,7 @@ impl Drop for Waiting {
 
 /// Registers the calling thread as waiting for `what` (e.g. `jia_lock(3)`) until the guard drops.
 pub(crate) fn waiting(what: impl Into<String>) -> Waiting {
-    let slot = slots::my_slot();
+    let slot = door::my_slot();
     if let Some(s) = slot {
         WAITS
             .lock()
@@ -54,12 +54,11 @@ pub(crate) fn waiting(what: impl Into<String>) -> Waiting {
 pub(crate) fn node_waits() -> Option<String> {
     let waits = WAITS.lock().unwrap_or_else(|p| p.into_inner());
     let mut what = Vec::new();
-    for (i, s) in SLOTS.slots.iter().enumerate() {
-        let tid = s.tid.load(Ordering::Acquire);
-        if s.state.load(Ordering::Acquire) == slots::FREE || tid == 0 || !sys::thread_exists(tid) {
-            continue;
+    for (i, u) in SLOTS.uses() {
+        match u {
+            Use::Held { tid } if sys::thread_exists(tid) => what.push(waits.get(&i)?.clone()),
+            _ => {}
         }
-        what.push(waits.get(&i)?.clone());
     }
     (!what.is_empty()).then(|| what.join(", "))
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use dsm_core::{PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 
-use crate::fatal;
+use crate::door::end::fatal;
 use crate::sys::{self, Protection};
 
 /// The region of one node.
@@ -53,8 +53,7 @@ impl Region {
         let service_base = sys::map_shared(&fd, len, None, Protection::ReadWrite)?;
         // One state byte per page for the home-write fast path (zeroed, lazily backed).
         let pages = len / PAGE_SIZE;
-        let state = sys::map_anonymous(pages)?;
-        crate::fault::fastpath::init(state.cast(), pages);
+        crate::door::fastpath::init(sys::atomic_bytes(pages)?);
         let mem = File::open("/proc/self/mem")
             .inspect_err(|e| {
                 log::debug!("cannot open /proc/self/mem ({e}): first touches of fetched pages take a page-table fault");
@@ -198,7 +197,7 @@ impl PageMemory for Region {
             Prot::ReadWrite => Protection::ReadWrite,
         };
         for page in first.index()..first.index() + count as usize {
-            crate::fault::fastpath::withdraw(page);
+            crate::door::fastpath::withdraw(page);
         }
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectStart);
         let r = sys::mprotect(addr, len, p);
@@ -211,11 +210,11 @@ impl PageMemory for Region {
     }
 
     fn allow_home_write(&mut self, page: PageNum) {
-        crate::fault::fastpath::allow_home_write(page.index());
+        crate::door::fastpath::allow_home_write(page.index());
     }
 
     fn allow_prefetch_open(&mut self, page: PageNum) {
-        crate::fault::fastpath::allow_prefetch_open(page.index());
+        crate::door::fastpath::allow_prefetch_open(page.index());
     }
 
     fn discard(&mut self, page: PageNum) {

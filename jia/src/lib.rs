@@ -757,7 +757,9 @@ fn on_shared(
     kernel_writes: bool,
     call: impl Fn() -> isize,
 ) -> isize {
-    if !dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) {
+    // SAFETY: the buffer is about to be handed to the kernel by the C program's own call: its
+    // threads do not write it meanwhile (that would race with the kernel's access anyway).
+    if !unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) } {
         return call();
     }
     let mut r = call();
@@ -765,7 +767,8 @@ fn on_shared(
         if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
             break;
         }
-        dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes);
+        // SAFETY: as above.
+        unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) };
         r = call();
     }
     r
@@ -843,7 +846,9 @@ pub unsafe extern "C" fn fread(
     n: usize,
     f: *mut libc::FILE,
 ) -> usize {
-    dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), true);
+    // SAFETY: the buffer is the kernel's (through fread) for the call: the program's threads do
+    // not write it meanwhile.
+    unsafe { dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), true) };
     // SAFETY: the C library's fread with the caller's arguments.
     unsafe { _IO_fread(ptr, size, n, f) }
 }
@@ -860,7 +865,8 @@ pub unsafe extern "C" fn fwrite(
     n: usize,
     f: *mut libc::FILE,
 ) -> usize {
-    dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), false);
+    // SAFETY: as in fread; nothing is written here (a read touch).
+    unsafe { dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), false) };
     // SAFETY: the C library's fwrite with the caller's arguments.
     unsafe { _IO_fwrite(ptr, size, n, f) }
 }

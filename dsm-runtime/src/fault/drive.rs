@@ -3,23 +3,18 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use super::slots::{self, SLOTS};
-use crate::service::{
-    DRIVEN, HANDED_BACK, HANDLERS_WAITING, HANDOFF_WAIT, NAPPING, POLLS_PER_CLOCK, POLLS_PER_PASS,
-    SERVICE, SLEEPS_ON_TRANSPORT, Service,
-};
+use crate::door::flags::{DRIVE, DRIVEN, HANDED_BACK, NAPPING, SLEEPS_ON_TRANSPORT};
+use crate::door::request::{Fault, FaultOutcome};
+use crate::door::state::Held;
+use crate::door::{MAX_THREADS, SLOTS};
+use crate::service::{POLLS_PER_CLOCK, POLLS_PER_PASS, STATE, Service};
 use crate::sys::{self, stack};
-
-/// Whether fault handlers may drive the node (the `drive` key).
-pub(crate) static DRIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Each slot's drive stack (0: not mapped yet), mapped on its first drive and kept: slots outlive
 /// threads.
-static STACKS: [AtomicUsize; slots::MAX_THREADS] =
-    [const { AtomicUsize::new(0) }; slots::MAX_THREADS];
+static STACKS: [AtomicUsize; MAX_THREADS] = [const { AtomicUsize::new(0) }; MAX_THREADS];
 
 /// In the fault handler of the thread in `slot`: resolves its fault (`op` on `page`) by driving
 /// the node on this thread, if the service state is free. The thread hands its request to the
@@ -35,14 +30,14 @@ static STACKS: [AtomicUsize; slots::MAX_THREADS] =
 /// service thread and sleeps on its slot.
 ///
 /// Runs in a SIGSEGV handler and allocates: sound under the contract of [`crate::fault`].
-pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
+pub(crate) fn drive_fault(slot: usize, fault: Fault) -> Option<FaultOutcome> {
     if !DRIVE.load(Ordering::Relaxed) || !stack::AVAILABLE {
         return None;
     }
-    let guard = take_state()?;
-    let free = guard.as_ref().is_some_and(|s| s.exit_done_at.is_none());
+    let guard = STATE.take_for_own()?;
+    let free = guard.as_ref().is_some_and(Service::takes_own_requests);
     // Requests waiting for the service thread: queue behind them.
-    if !free || SLOTS.posted.load(Ordering::SeqCst) > 0 {
+    if !free || SLOTS.posted() > 0 {
         return None;
     }
     // The handler's own stack is too small for this: run on the slot's.
@@ -51,7 +46,7 @@ pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
     let mut result = None;
     stack::run_on(top, &mut || {
         if let Some(g) = guard.take() {
-            result = Some(drive(g, slot, op, page));
+            result = Some(drive(g, slot, fault));
         }
     });
     result
@@ -59,8 +54,7 @@ pub(crate) fn drive_fault(slot: usize, op: u32, page: u64) -> Option<u64> {
 
 /// Per slot: drives in a row that slept for their reply and were woken on the CPU they slept on
 /// (see [`note_wait_after_spin`]).
-static WOKEN_IN_PLACE: [AtomicU8; slots::MAX_THREADS] =
-    [const { AtomicU8::new(0) }; slots::MAX_THREADS];
+static WOKEN_IN_PLACE: [AtomicU8; MAX_THREADS] = [const { AtomicU8::new(0) }; MAX_THREADS];
 /// After this many such drives in a row the handler moves to another CPU.
 const IN_PLACE_BEFORE_MOVING: u8 = 2;
 
@@ -88,48 +82,17 @@ fn note_wait_after_spin(slot: usize, slept_on: Option<i32>) {
     }
 }
 
-/// The node's state for a fault handler to drive with, if it is free or soon free. Held, it is
-/// most often the spinning service thread's for one of its polls (0.2 us): the handler asks it to
-/// let go (the service thread takes the state again only once no handler waits) and waits up to
-/// [`HANDOFF_WAIT`]. Without this the handler posted its fault whenever it met one of those polls
-/// and slept on its slot; the service thread, having resumed it, kept spinning for its next
-/// request, and so met the next fault too: faultlat ran 800 faults in a row at 60 us (posted,
-/// both service threads sharing one CPU), 2 runs in 10, before a fault found the state free and
-/// the faults went back to 9.5 us (driven). Async-signal-safe (atomics and the clock).
-fn take_state() -> Option<MutexGuard<'static, Option<Service>>> {
-    match SERVICE.try_lock() {
-        Ok(g) => return Some(g),
-        Err(TryLockError::Poisoned(_)) => return None,
-        Err(TryLockError::WouldBlock) => {}
-    }
-    HANDLERS_WAITING.fetch_add(1, Ordering::SeqCst);
-    let start = Instant::now();
-    let got = loop {
-        match SERVICE.try_lock() {
-            Ok(g) => break Some(g),
-            Err(TryLockError::Poisoned(_)) => break None,
-            // Another handler drives, or the service thread is at long work: post instead.
-            Err(TryLockError::WouldBlock) if start.elapsed() >= HANDOFF_WAIT => break None,
-            // The holder may be the service thread, preempted on this CPU by this thread: let
-            // it run to let go.
-            Err(TryLockError::WouldBlock) => sys::sched_yield(),
-        }
-    };
-    HANDLERS_WAITING.fetch_sub(1, Ordering::SeqCst);
-    got
-}
-
 /// [`drive_fault`] once the state is ours, on the slot's stack.
-fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, page: u64) -> u64 {
+fn drive(mut guard: Held<'static, Service>, slot: usize, fault: Fault) -> FaultOutcome {
     let Some(s) = guard.as_mut() else {
         // (drive_fault saw the state there.) Let go of it before waiting on the service thread.
         drop(guard);
-        return slots::post_and_wait(slot, op, page);
+        return SLOTS.post_fault(slot, fault);
     };
     DRIVEN.fetch_add(1, Ordering::Relaxed);
-    slots::take_own(slot, op);
+    SLOTS.take_own(slot, false);
     s.driver = Some(slot);
-    s.handle_request(slot, op, page);
+    s.handle_fault(slot, fault);
     // The GETP out first, then the polling.
     s.drain_core();
     // Replies are read here: out of the service thread's epoll while this drives (a service
@@ -147,7 +110,7 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
         if polls == 0 || polls >= POLLS_PER_PASS || s.ready() {
             s.pass(true);
             polls = 0;
-            if slots::is_done(slot) {
+            if SLOTS.is_done(slot) {
                 // Nothing left unread behind us: the service thread, napping without the
                 // transport, would not see it for up to [`DRIVEN_NAP`] (another node's GETP
                 // among it). The read that stopped at our grant is followed by one that finds
@@ -160,7 +123,7 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
             }
             // Calls were posted (handlers do not run them), or work was met that is not for
             // signal context: hand the wait back.
-            if SLOTS.posted.load(Ordering::SeqCst) > 0 || !s.deferred.is_empty() {
+            if SLOTS.posted() > 0 || !s.deferred.is_empty() {
                 break;
             }
         }
@@ -203,23 +166,21 @@ fn drive(mut guard: MutexGuard<'static, Option<Service>>, slot: usize, op: u32, 
     if SLEEPS_ON_TRANSPORT.load(Ordering::SeqCst) {
         s.set_transport_watched(true);
     }
-    let handed_back = !slots::is_done(slot);
+    let handed_back = !SLOTS.is_done(slot);
     if !handed_back {
         note_wait_after_spin(slot, slept_on);
     }
     let work_left = handed_back
         || !s.deferred.is_empty()
-        || SLOTS.posted.load(Ordering::SeqCst) > 0
+        || SLOTS.posted() > 0
         || (s.acks_owed && !NAPPING.load(Ordering::SeqCst));
     drop(guard);
     if work_left {
         // The service thread takes over what is left: a reply still to come, requests posted
         // while we drove, acknowledgements owed while it sleeps long.
         HANDED_BACK.fetch_add(u64::from(handed_back), Ordering::Relaxed);
-        let fd = SLOTS.eventfd.load(Ordering::Relaxed);
-        if fd >= 0 {
-            sys::eventfd_signal(fd);
-        }
+        SLOTS.nudge_service();
     }
-    slots::wait_done(slot)
+    SLOTS.wait(slot);
+    SLOTS.finish_fault(slot)
 }

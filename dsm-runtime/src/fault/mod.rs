@@ -8,15 +8,16 @@
 //! 2. **Resolve** at once ([`fastpath`]): a write to a home page kept read-only only to see
 //!    writes, or a read of a prefetched page. The handler opens the page (`mprotect`), queues a
 //!    report for the service thread, and returns.
-//! 3. **Drive** ([`drive`]) or **post** ([`slots`]): if the node's service state is free, the
+//! 3. **Drive** ([`drive`]) or **post** (the door's slots): if the node's service state is free, the
 //!    handler runs the node itself on a stack of its own until its page is in (sends the GETP,
 //!    polls the transport, handles whatever comes); otherwise it posts the fault in its slot and
 //!    sleeps on a futex until the service thread completes it.
 //!
 //! # The contract of signal context
 //!
-//! What runs from [`handler`] (this module, and `Service::pass` when a handler drives) keeps to
-//! these rules, which make running it in a SIGSEGV handler sound:
+//! Everything in this module runs in signal context. What runs from [`handler`] (this module,
+//! the door, and the core work of `service` when a handler drives) keeps to these rules, which
+//! make running it in a SIGSEGV handler sound:
 //!
 //! - **Synchronous only.** The signal is raised by the faulting instruction itself, an access to
 //!   the shared region. The allocator, the runtime's locks and the standard library never touch
@@ -24,13 +25,14 @@
 //!   service state's mutex (by `try_lock` only, never waiting on it). An asynchronous signal
 //!   never enters here: faults outside the region are chained before anything else runs.
 //! - **No exit.** `std::process::exit` runs atexit handlers and flushes stdio, whose lock the
-//!   interrupted code may hold. A fatal error in signal context (`crate::fatal_with`) writes its
-//!   message with `write(2)` and calls `abort()`: the launcher reports the node's signal and the
-//!   message above it.
+//!   interrupted code may hold. A fatal error in signal context (`door::end`) writes its
+//!   message with one `write(2)` and leaves with `_exit` and the status it chose: the launcher
+//!   sees that status (86 for a node that ends because another failed), never a signal.
 //! - **No logging, no file I/O.** The logger defers records made in signal context to the service
 //!   thread ([`crate::logging`]); effects that write files (the job's statistics) and the launcher
-//!   exchanges that follow a lost peer are left to the service thread (`Service::deferred`): the
-//!   handler hands its wait back when it meets one.
+//!   exchanges that follow a lost peer are always left to the service thread
+//!   (`Service::deferred`), wherever the core work runs: a driving handler hands its wait back
+//!   when it meets one.
 //! - **No unbounded wait.** The handler waits for the state at most `HANDOFF_WAIT`, drives at most
 //!   `drive_limit_us`, and otherwise sleeps on its slot's futex, which the service thread always
 //!   completes or ends the node (a job that cannot progress is ended by the launcher).
@@ -49,15 +51,16 @@
 //! `docs/design.md`, "The fault path").
 
 pub(crate) mod drive;
-pub(crate) mod fastpath;
-#[cfg(test)]
-mod model;
-pub(crate) mod slots;
 
-use std::cell::Cell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use dsm_core::Access;
+
+use crate::door::context::{self, SignalContext};
+use crate::door::end::die;
+use crate::door::request::{Fault, FaultOutcome};
+use crate::door::{self, SLOTS, fastpath, flags};
 use crate::sys::signals::{self, Previous};
 use crate::sys::{self, Protection, stack};
 
@@ -67,54 +70,14 @@ static REGION_END: AtomicUsize = AtomicUsize::new(0);
 /// The handlers ours replaced: SIGSEGV's and SIGBUS's.
 static PREV: OnceLock<[Previous; 2]> = OnceLock::new();
 
-/// Set in a child forked from a node (`pthread_atfork`): its faults are not served.
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-/// The node has left the job: nothing serves faults any more.
-pub(crate) static EXITED: AtomicBool = AtomicBool::new(false);
-
-/// Result word of a completed fault: the page is accessible.
-pub(crate) const FAULT_OK: u64 = 0;
-/// Result word of a completed fault: the address is not allocated; behave like a plain segfault.
-pub(crate) const FAULT_UNALLOCATED: u64 = 1;
-
-thread_local! {
-    /// This thread runs the fault handler now (const-initialised: reading it is async-signal-safe).
-    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
-    /// This thread's alternate signal stack has been checked (and given if it had none).
-    static SIGNAL_STACK_CHECKED: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Alternate signal stacks given to threads that had none, by slot: a thread that takes over an
 /// ended thread's slot reuses its stack.
-static SIGNAL_STACKS: [AtomicUsize; slots::MAX_THREADS] =
-    [const { AtomicUsize::new(0) }; slots::MAX_THREADS];
+static SIGNAL_STACKS: [AtomicUsize; door::MAX_THREADS] =
+    [const { AtomicUsize::new(0) }; door::MAX_THREADS];
 
-/// Whether the calling thread is in the fault handler: code that may be reached from there asks
-/// this before it exits, logs or writes a file (see the module's contract).
-pub(crate) fn in_signal_context() -> bool {
-    IN_HANDLER.with(Cell::get)
-}
-
-/// The handler's stay on a thread: marks the thread as in signal context and keeps its errno.
-struct SignalContext {
-    errno: i32,
-}
-
-impl SignalContext {
-    fn enter() -> SignalContext {
-        IN_HANDLER.with(|h| h.set(true));
-        SignalContext {
-            errno: signals::errno(),
-        }
-    }
-}
-
-impl Drop for SignalContext {
-    fn drop(&mut self) {
-        IN_HANDLER.with(|h| h.set(false));
-        signals::set_errno(self.errno);
-    }
+std::thread_local! {
+    /// This thread's alternate signal stack has been checked (and given if it had none).
+    static SIGNAL_STACK_CHECKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The shared region's application view, `[start, end)` (empty before `install`).
@@ -139,12 +102,7 @@ pub(crate) fn install(start: usize, len: usize) -> std::io::Result<()> {
 }
 
 extern "C" fn in_forked_child() {
-    FORKED.store(true, Ordering::Relaxed);
-}
-
-/// Ends the process from signal context: the message, then `abort()`.
-fn die(why: &str) -> ! {
-    signals::die(&[b"dsm: fatal: ", why.as_bytes(), b"\n"])
+    flags::FORKED.store(true, Ordering::Relaxed);
 }
 
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -162,27 +120,35 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         return chain(sig, info, ctx);
     }
     let _context = SignalContext::enter();
-    if slots::IS_SERVICE.with(Cell::get) {
-        die("the service thread faulted on shared memory (a runtime bug)");
+    if context::is_service_thread() {
+        die(
+            "the service thread faulted on shared memory (a runtime bug)",
+            1,
+        );
     }
-    if FORKED.load(Ordering::Relaxed) {
+    if flags::FORKED.load(Ordering::Relaxed) {
         // The protocol's state was copied into this child, but the service thread, the
         // connections and the homes' records of this node are the parent's: running it here
         // would drive the parent's protocol from a stale copy and hang both.
         die(
             "a process forked from a DSM node touched a shared page it does not hold: a forked \
              child can read and write only what its parent held at the fork",
+            1,
         );
     }
-    if EXITED.load(Ordering::SeqCst) {
+    if flags::EXITED.load(Ordering::SeqCst) {
         // Waiting would hang: no service thread, no connection to the homes.
         die(
             "a shared page not held here was touched after this node left the job (after \
              jia_exit / Dsm::exit)",
+            1,
         );
     }
-    let Some(slot) = slots::my_slot() else {
-        die("more threads use shared memory than the runtime has slots for");
+    let Some(slot) = door::my_slot() else {
+        die(
+            "more threads use shared memory than the runtime has slots for",
+            1,
+        );
     };
     give_signal_stack(slot, ctx);
     let write = signals::fault_is_write(ctx);
@@ -194,18 +160,20 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     }
     // Without the error code (other architectures), ask for write access: always correct, at
     // worst a twin made early.
-    let op = match write {
-        Some(false) => slots::OP_FAULT_READ,
-        _ => slots::OP_FAULT_WRITE,
+    let fault = Fault {
+        page: page as u32,
+        access: match write {
+            Some(false) => Access::Read,
+            _ => Access::Write,
+        },
     };
     crate::trace::fault(page as u64);
-    if op == slots::OP_FAULT_WRITE {
+    if fault.access == Access::Write {
         crate::trace::stamp(page as u64, crate::trace::Step::Write);
     }
-    let result = drive::drive_fault(slot, op, page as u64)
-        .unwrap_or_else(|| slots::post_and_wait(slot, op, page as u64));
+    let outcome = drive::drive_fault(slot, fault).unwrap_or_else(|| SLOTS.post_fault(slot, fault));
     crate::trace::stamp(page as u64, crate::trace::Step::Resumed);
-    if result != FAULT_OK {
+    if outcome == FaultOutcome::Unallocated {
         // Not allocated: a wild access in the region. Behave as if we were not here.
         chain(sig, info, ctx);
     }
@@ -231,14 +199,14 @@ fn resolve(start: usize, page: usize, write: bool) -> bool {
         Protection::Read
     };
     if sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot).is_err() {
-        die("mprotect failed in the fault handler");
+        die("mprotect failed in the fault handler", 1);
     }
     // The pages after the first were claimed only if the queue had room for them.
     for p in page + 1..page + run {
         fastpath::opened_along(p);
     }
     if fastpath::opened(page, write) {
-        slots::wake_service();
+        SLOTS.wake_service();
         return true;
     }
     // Queue full: the slow path does the same work again (harmlessly) and reports it.
@@ -259,7 +227,11 @@ mod contract {
     const FORBIDDEN: &[(&str, &str)] = &[
         (
             "process::exit",
-            "exit from signal context (use die: write + abort)",
+            "exit from signal context (use door::end::die: write, then _exit)",
+        ),
+        (
+            "abort()",
+            "abort: the launcher would see a signal, not the node's status",
         ),
         ("println!", "printing"),
         ("eprint", "printing"),
@@ -273,16 +245,21 @@ mod contract {
         ("thread::sleep", "an unbounded or blind wait"),
     ];
 
-    /// Keeps the module's contract: none of the fault path's own files spells a forbidden call
-    /// outside its tests and comments. (What the drive reaches in `Service::pass` checks
-    /// `in_signal_context` instead; `tests/c/threads.c` checks errno and the signal stacks.)
+    /// Keeps the module's contract: none of the fault path's own files, nor the door's that it
+    /// uses, spells a forbidden call outside its tests and comments. Not scanned: `door/end.rs`
+    /// (the one exit, which picks `_exit` in signal context), `door/state.rs` (its blocking
+    /// `lock` is the service thread's), and the core work a drive reaches in `service`, which
+    /// defers what signal context must not do to the service thread and logs through the logger
+    /// (which queues records made here). `tests/c/threads.c` checks errno and the signal stacks.
     #[test]
     fn the_fault_path_spells_no_exit_logging_file_io_or_blocking_lock() {
         let files = [
             ("mod.rs", include_str!("mod.rs")),
             ("drive.rs", include_str!("drive.rs")),
-            ("fastpath.rs", include_str!("fastpath.rs")),
-            ("slots.rs", include_str!("slots.rs")),
+            ("door/fastpath.rs", include_str!("../door/fastpath.rs")),
+            ("door/slots.rs", include_str!("../door/slots.rs")),
+            ("door/context.rs", include_str!("../door/context.rs")),
+            ("door/mod.rs", include_str!("../door/mod.rs")),
         ];
         for (name, text) in files {
             // Up to the test module at the end (`mod model;` near the top is not one).
@@ -292,13 +269,13 @@ mod contract {
                 .min()
                 .unwrap_or(text.len());
             let code = &text[..end];
-            assert!(code.len() > 1000, "fault/{name}: too little code read");
+            assert!(code.len() > 1000, "{name}: too little code read");
             for (n, line) in code.lines().enumerate() {
                 let line = line.split("//").next().unwrap_or(line);
                 for (pattern, what) in FORBIDDEN {
                     assert!(
                         !line.contains(pattern),
-                        "fault/{name}:{}: {what} in signal context: {line}",
+                        "{name}:{}: {what} in signal context: {line}",
                         n + 1
                     );
                 }

@@ -824,7 +824,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
                     match rv_thread.take().map(|t| t.join()) {
                         Some(Ok(Err(e))) => {
                             end_all(&mut children);
-                            crate::fatal(&e);
+                            crate::door::end::fatal(&e);
                         }
                         Some(Ok(Ok(streams))) => control = streams,
                         _ => {}
@@ -854,7 +854,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
                         tell_lost(&mut control, &e);
                         wait_a_moment(&mut children, Duration::from_secs(2));
                         end_all(&mut children);
-                        crate::fatal(&e.to_string());
+                        crate::door::end::fatal(&e.to_string());
                     }
                 }
             }

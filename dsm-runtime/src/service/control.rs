@@ -6,7 +6,8 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::Service;
-use crate::{fatal, sys};
+use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
+use crate::sys;
 
 impl Service {
     /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
@@ -38,12 +39,12 @@ impl Service {
             let mut w = line.split_whitespace();
             if let (Some("DSM1"), Some("LOST"), Some(node)) = (w.next(), w.next(), w.next()) {
                 let how: Vec<&str> = w.collect();
-                crate::fatal_with(
+                fatal_with(
                     &format!(
                         "lost node {node}: it {} (reported by the launcher)",
                         how.join(" ")
                     ),
-                    crate::EXIT_PEER_FAILED,
+                    EXIT_PEER_FAILED,
                 );
             }
         }

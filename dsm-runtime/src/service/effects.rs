@@ -8,8 +8,9 @@ use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, codec};
 use dsm_transport::ReadRange;
 
 use super::Service;
-use crate::fatal;
-use crate::fault::{self, slots};
+use crate::door::SLOTS;
+use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
+use crate::door::request::FaultOutcome;
 use crate::stats::{self, NodeStats, RuntimeStats};
 use crate::trace::{self, Step};
 
@@ -58,6 +59,7 @@ impl Service {
             if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
                 if self.read_one_sided(tx.to, pages) {
                     self.node.sent_as_reads(&tx.msg);
+                    self.frames_sent += 1;
                     continue;
                 }
             }
@@ -65,6 +67,7 @@ impl Service {
             // it without copying it again).
             let mut frame = Vec::with_capacity(codec::frame_len(&tx.msg));
             codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut frame);
+            self.frames_sent += 1;
             match &mut self.transport {
                 Some(t) => t.send_owned(Instant::now(), tx.to.0, frame),
                 None => fatal("a one-node job tried to send a message"),
@@ -103,23 +106,20 @@ impl Service {
             match effect {
                 Effect::Resume { waiter } => {
                     let slot = waiter.0 as usize;
+                    // The thread completing its own request (a driving fault handler, a call
+                    // run inline) is not asleep: no wake-up.
+                    let wake = self.driver != Some(slot);
                     if self.exit_waiter == Some(slot) {
                         self.exit_done_at = Some(Instant::now());
                         self.say_goodbye();
-                    } else if self.driver == Some(slot) {
-                        // The fault handler completing this is the thread it resumes.
-                        slots::complete_quietly(slot, 0);
+                    } else if SLOTS.is_call(slot) {
+                        let reply = self.resumed_call(slot);
+                        SLOTS.complete_call(slot, reply, wake);
                     } else {
-                        slots::complete(slot, 0);
-                        // A thread resumed from a call may ask again at once (see `run`); one
-                        // resumed from a posted fault drives its next fault itself if it finds
-                        // the state free, and a service thread spinning for it only stands in
-                        // its way (see `take_state`).
-                        if slots::posted_call(slot) {
-                            if let Some(call) = self.calls_taken.remove(&slot) {
-                                self.resumed = Some((Instant::now(), call));
-                            }
-                        }
+                        // A thread resumed from a posted fault drives its next fault itself if it
+                        // finds the state free, and a service thread spinning for it only stands
+                        // in its way (see `door::state`): no prediction is kept for it.
+                        SLOTS.complete_fault(slot, FaultOutcome::Open, wake);
                     }
                 }
                 Effect::JobStats { nodes, runtime } => {
@@ -137,16 +137,15 @@ impl Service {
                             runtime: RuntimeStats::from_counters(&r, &names),
                         })
                         .collect();
-                    if fault::in_signal_context() {
-                        // Writes a file and prints: the service thread's work.
-                        self.deferred.push(super::Deferred::JobStats(nodes));
-                    } else {
-                        self.report_job_stats(&nodes);
-                    }
+                    // Writes a file and prints: the service thread's work, on its next pass.
+                    self.deferred.push(super::Deferred::JobStats(nodes));
+                    SLOTS.nudge_service();
                 }
+                // From any context: in a driving fault handler the node leaves by `_exit` with the
+                // same status (`door::end`), so the launcher still names the node that failed.
                 Effect::Abort { error } => match error {
                     dsm_core::JobError::Remote { .. } => {
-                        crate::fatal_with(&error.to_string(), crate::EXIT_PEER_FAILED)
+                        fatal_with(&error.to_string(), EXIT_PEER_FAILED)
                     }
                     _ => fatal(&error.to_string()),
                 },

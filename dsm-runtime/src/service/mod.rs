@@ -1,57 +1,50 @@
 //! The node's service state ([`Service`]: the protocol core and the transport) and the thread
 //! that runs it.
 //!
-//! The state lives behind a mutex ([`SERVICE`]). The service thread ([`run`]) holds it while it
-//! works: it joins the application's requests (faults and calls, through
-//! [`crate::fault::slots`]), the network and the core: requests and messages go into the core,
-//! the core's messages go out through the transport ([`effects`]), its effects come back as
-//! resumed threads. When nothing happens it lets go of the state and spins for a bounded time,
-//! then sleeps in epoll on the transport, the request eventfd and the launcher's channel
-//! ([`control`]).
+//! The state lives behind the door's lock ([`STATE`]). The service thread ([`run`]) holds it
+//! while it works: it joins the application's requests (faults and calls, through the door's
+//! slots), the network and the core: requests and messages go into the core, the core's messages
+//! go out through the transport ([`effects`]), its effects come back as completed requests. When
+//! nothing happens it lets go of the state and spins for a bounded time, then sleeps in epoll on
+//! the transport, the request eventfd and the launcher's channel ([`control`]).
 //!
-//! A faulting thread that finds the state free takes it and serves its own fault
-//! ([`crate::fault::drive`]): the same [`Service::pass`], in signal context. What must not run
-//! there (printing, files, the launcher exchange after a lost peer) is left in
-//! [`Service::deferred`] for the service thread.
+//! Where this runs: `run.rs` and `control.rs` on the service thread only. The core work (this
+//! file, `effects.rs`, `calls.rs`) runs on whichever thread holds the state: the service thread,
+//! a fault handler driving its fault ([`crate::fault::drive`], signal context), or an
+//! application thread running its own call ([`crate::call`]). So it keeps to the contract of
+//! signal context: what must not run there (printing, files, the launcher exchange after a lost
+//! peer) is always left in [`Service::deferred`] for the service thread, wherever it is met.
 
+mod calls;
 mod control;
 mod effects;
 mod run;
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use dsm_core::{
-    Access, AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Time, UsageError, WaiterId, codec,
-};
+use dsm_core::{AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Time, UsageError, WaiterId, codec};
 use dsm_transport::Transport;
 use dsm_transport::reliable::{Event, LostCause};
 
+pub(crate) use self::calls::Pending;
 pub(crate) use self::run::run;
 use crate::config::Tuning;
-use crate::fatal;
-use crate::fault::slots::{self, OP_CALL, OP_FAULT_READ, OP_FAULT_WRITE, SLOTS};
-use crate::fault::{self, fastpath};
+use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
+use crate::door::flags::{DRIVEN, HANDED_BACK};
+use crate::door::request::{Fault, FaultOutcome, Request};
+use crate::door::state::NodeState;
+use crate::door::{SLOTS, fastpath};
 use crate::region::Region;
 use crate::stats::{NodeStats, RuntimeStats};
 use crate::sys::{self, Epoll};
 use crate::trace::{self, Step};
 
-/// A request run on the service thread: `Ok(Some(v))` completes at once with `v`, `Ok(None)`
-/// waits for the core to resume the caller.
-pub(crate) type CallFn =
-    Box<dyn FnOnce(&mut Service, WaiterId) -> Result<Option<u64>, UsageError> + Send>;
-
-/// Calls waiting to be taken, by slot, with the name of each (`jia_lock`...).
-pub(crate) static CALLS: Mutex<BTreeMap<usize, (&'static str, CallFn)>> =
-    Mutex::new(BTreeMap::new());
-/// Errors of completed calls, by slot.
-pub(crate) static CALL_ERRORS: Mutex<BTreeMap<usize, UsageError>> = Mutex::new(BTreeMap::new());
-/// Result word of a call that failed (its error is in [`CALL_ERRORS`]).
-pub(crate) const CALL_FAILED: u64 = u64::MAX;
+/// The node's state, behind the door's lock.
+pub(crate) static STATE: NodeState<Service> = NodeState::new();
 
 /// How long a node that saw a peer's connections close waits for the launcher to name the node
 /// that failed first (the launcher polls its children every 10 ms).
@@ -60,6 +53,9 @@ const LAUNCHER_VERDICT: Duration = Duration::from_millis(300);
 const LINGER: Duration = Duration::from_secs(2);
 /// How long a node in exit waits for its grant after node 0 closed its connections.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long `jia_error` waits for every node to acknowledge its error message before its node
+/// ends anyway.
+const ERROR_GRACE: Duration = Duration::from_secs(1);
 
 /// Work met in signal context and left to the service thread.
 pub(crate) enum Deferred {
@@ -99,6 +95,8 @@ pub(crate) struct Service {
     pub(crate) exit_done_at: Option<Instant>,
     /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
     pub rejected_frames: u64,
+    /// Frames handed to the transport (and one-sided reads issued), since the node started.
+    pub(crate) frames_sent: u64,
     /// The launcher's control channel (which node was lost; closed when the launcher is gone).
     control: Option<std::net::TcpStream>,
     control_buf: Vec<u8>,
@@ -120,7 +118,9 @@ pub(crate) struct Service {
     /// to report if the grant does not arrive within [`EXIT_GRACE`].
     lost_in_exit: Option<(Instant, String)>,
     /// The call each waiting thread made, by slot (taken when it is resumed).
-    calls_taken: BTreeMap<usize, &'static str>,
+    pending: BTreeMap<usize, Pending>,
+    /// The thread waiting in `jia_error` for its message to be acknowledged, and since when.
+    error_waiter: Option<(usize, Instant)>,
     /// When an application thread was last resumed from a call, and which call (until the next
     /// request).
     resumed: Option<(Instant, &'static str)>,
@@ -158,7 +158,7 @@ impl Service {
             epoll.add(c.as_raw_fd(), 2, false)?;
             quiet.add(c.as_raw_fd(), 2, false)?;
         }
-        SLOTS.eventfd.store(evfd.as_raw_fd(), Ordering::SeqCst);
+        SLOTS.set_eventfd(evfd.as_raw_fd());
         let node_is_zero = node.id() == NodeId(0);
         Ok(Service {
             node,
@@ -182,7 +182,8 @@ impl Service {
             progress_reported: Instant::now(),
             reported_waiting: false,
             lost_in_exit: None,
-            calls_taken: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            error_waiter: None,
             resumed: None,
             gaps_after: BTreeMap::new(),
             counted_from: [0; 4],
@@ -192,6 +193,7 @@ impl Service {
                 .ok()
                 .filter(|p| node_is_zero && !p.is_empty()),
             rejected_frames: 0,
+            frames_sent: 0,
             stats_meta: crate::stats::JobMeta::default(),
             transport_from: Vec::new(),
         })
@@ -202,21 +204,19 @@ impl Service {
         Time(self.t0.elapsed().as_nanos() as u64)
     }
 
+    /// Whether a thread may run its own request on the state (not once the node has exited).
+    pub(crate) fn takes_own_requests(&self) -> bool {
+        self.exit_done_at.is_none()
+    }
+
     /// One round of work: the fault handlers' fast-path reports, the posted requests (only the
     /// faults, for a fault handler driving the node: calls run on the service thread), the
     /// network, the core's messages and effects, the timers. Returns whether anything happened.
     pub(crate) fn pass(&mut self, faults_only: bool) -> bool {
-        if !fault::in_signal_context() {
-            crate::logging::write_deferred();
-            if !self.deferred.is_empty() {
-                self.run_deferred();
-            }
-        }
         // Home pages opened by fault handlers first: a thread's writes are recorded before
         // anything it asks next.
         self.drain_fast_faults();
-        let mut busy =
-            slots::take_posted(faults_only, |i, op, arg| self.handle_request(i, op, arg));
+        let mut busy = SLOTS.take_posted(faults_only, |i, r| self.handle_request(i, r));
         if let Some(t) = &mut self.transport {
             let received = t.poll_recv(Instant::now()) > 0;
             self.acks_owed |= received;
@@ -239,7 +239,7 @@ impl Service {
     /// finds the socket empty also clears `unread`). Cheap: spinning threads poll it between
     /// passes.
     pub(crate) fn ready(&mut self) -> bool {
-        if SLOTS.posted.load(Ordering::Relaxed) > 0 || fastpath::pending() {
+        if SLOTS.posted() > 0 || fastpath::pending() {
             return true;
         }
         let Some(t) = &mut self.transport else {
@@ -287,59 +287,41 @@ impl Service {
             .map(|c| self.t0 + Duration::from_nanos(c.0));
         let e = self.exit_done_at.map(|d| d + LINGER);
         let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
-        [t, c, e, g].into_iter().flatten().min()
+        let r = self.error_waiter.map(|(_, at)| at + ERROR_GRACE);
+        [t, c, e, g, r].into_iter().flatten().min()
     }
 
-    pub(crate) fn handle_request(&mut self, slot: usize, op: u32, arg: u64) {
+    /// Takes a thread's request (posted, or its own on the state).
+    pub(crate) fn handle_request(&mut self, slot: usize, request: Request) {
+        match request {
+            Request::Fault(f) => self.handle_fault(slot, f),
+            Request::Call(c) => self.handle_call(slot, c),
+        }
+    }
+
+    /// A fault: the core fetches or opens the page, and completes the slot when it is in.
+    pub(crate) fn handle_fault(&mut self, slot: usize, fault: Fault) {
+        self.note_request(slot);
+        // The requesting thread's fast-path writes were queued before its request: record them
+        // before acting on the request (a release must carry them).
+        self.drain_fast_faults();
+        let now = self.now();
+        let waiter = WaiterId(slot as u64);
+        if self
+            .node
+            .handle_fault(now, PageNum(fault.page), fault.access, waiter)
+            .is_err()
+        {
+            SLOTS.complete_fault(slot, FaultOutcome::Unallocated, self.driver != Some(slot));
+        }
+    }
+
+    /// For the service thread's prediction: how soon a resumed thread asked again.
+    fn note_request(&mut self, slot: usize) {
         if self.driver != Some(slot) {
             if let Some((at, call)) = self.resumed.take() {
                 self.gaps_after.insert(call, at.elapsed());
             }
-        }
-        // The requesting thread's fast-path writes were queued before its request was posted:
-        // record them before acting on the request (a release must carry them).
-        self.drain_fast_faults();
-        let now = self.now();
-        match op {
-            OP_FAULT_READ | OP_FAULT_WRITE => {
-                let access = if op == OP_FAULT_READ {
-                    Access::Read
-                } else {
-                    Access::Write
-                };
-                let page = PageNum(arg.min(u64::from(u32::MAX)) as u32);
-                if self
-                    .node
-                    .handle_fault(now, page, access, WaiterId(slot as u64))
-                    .is_err()
-                {
-                    slots::complete(slot, fault::FAULT_UNALLOCATED);
-                }
-            }
-            OP_CALL => {
-                let call = CALLS
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&slot);
-                let Some((what, call)) = call else {
-                    return slots::complete(slot, CALL_FAILED);
-                };
-                match call(self, WaiterId(slot as u64)) {
-                    Ok(Some(v)) => slots::complete(slot, v),
-                    // Completed later, by a resume effect (see `gaps_after`).
-                    Ok(None) => {
-                        self.calls_taken.insert(slot, what);
-                    }
-                    Err(e) => {
-                        CALL_ERRORS
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(slot, e);
-                        slots::complete(slot, CALL_FAILED);
-                    }
-                }
-            }
-            _ => slots::complete(slot, CALL_FAILED),
         }
     }
 
@@ -473,25 +455,22 @@ impl Service {
                     silent_for,
                     cause,
                 } => {
-                    let lost = Deferred::PeerLost {
+                    // Asks the launcher and waits for it: the service thread's work, on its next
+                    // pass (a driving handler sees it queued and hands its wait back).
+                    self.deferred.push(Deferred::PeerLost {
                         peer,
                         silent_for,
                         cause,
-                    };
-                    if fault::in_signal_context() {
-                        // Asks the launcher and waits for it: the service thread's work. The
-                        // driving handler sees it queued and hands its wait back.
-                        self.deferred.push(lost);
-                        return true;
-                    }
-                    self.handle_deferred(lost);
+                    });
+                    SLOTS.nudge_service();
+                    return true;
                 }
             }
         }
     }
 
-    /// Does what a driving fault handler left (service thread only).
-    fn run_deferred(&mut self) {
+    /// Does what the core work left for the service thread (service thread only).
+    pub(super) fn run_deferred(&mut self) {
         for work in std::mem::take(&mut self.deferred) {
             self.handle_deferred(work);
         }
@@ -540,7 +519,7 @@ impl Service {
                 self.hear_launcher(LAUNCHER_VERDICT);
             }
             self.blame(peer, &what);
-            crate::fatal_with(&msg, crate::EXIT_PEER_FAILED);
+            fatal_with(&msg, EXIT_PEER_FAILED);
         }
     }
 
@@ -604,43 +583,29 @@ impl Service {
             .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
         if idle || done.elapsed() > LINGER {
             if let Some(slot) = self.exit_waiter.take() {
-                slots::complete(slot, 0);
+                SLOTS.complete_call(slot, Ok(crate::door::request::Reply::Done), true);
             }
             return true;
         }
         false
     }
+
+    /// `jia_error`'s wait: its message is acknowledged by every node (or [`ERROR_GRACE`]
+    /// passed): the thread may end the node.
+    fn error_sent(&mut self) {
+        let Some((slot, since)) = self.error_waiter else {
+            return;
+        };
+        let acked = self
+            .transport
+            .as_ref()
+            .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
+        if acked || since.elapsed() > ERROR_GRACE {
+            self.error_waiter = None;
+            SLOTS.complete_call(slot, Ok(crate::door::request::Reply::Done), true);
+        }
+    }
 }
-
-// ---- Between the service thread and driving fault handlers ----
-
-/// The node's service state. The service thread holds it while it works and lets go of it while
-/// it spins or sleeps; a fault handler may then take it and drive the node itself
-/// ([`crate::fault::drive`]).
-pub(crate) static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
-/// Fault handlers waiting for the state to drive the node (see `take_state`): the service
-/// thread does not take it meanwhile.
-pub(crate) static HANDLERS_WAITING: AtomicU32 = AtomicU32::new(0);
-/// How long a fault handler waits for the state before it posts its fault instead: many of the
-/// spinning service thread's polls, a few of its passes.
-pub(crate) const HANDOFF_WAIT: Duration = Duration::from_micros(20);
-/// Faults resolved by their own thread driving the node, and those it handed back.
-pub(crate) static DRIVEN: AtomicU64 = AtomicU64::new(0);
-pub(crate) static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
-/// The service thread sleeps [`DRIVEN_NAP`] at most: a handler that leaves acknowledgements owed
-/// need not wake it.
-pub(crate) static NAPPING: AtomicBool = AtomicBool::new(false);
-/// The service thread sleeps (or is about to) in the epoll that reports the transport. A fault
-/// handler that drives the node takes the transport out of that epoll and, if this is still set
-/// when it is done, puts it back. Otherwise the transport stays out (no `epoll_ctl` on the
-/// fault's wait): an awake service thread finds the state taken and sleeps without the
-/// transport.
-pub(crate) static SLEEPS_ON_TRANSPORT: AtomicBool = AtomicBool::new(false);
-/// How long, in milliseconds, the service thread sleeps at most while a fault handler drives the
-/// node, and after one did: the handler wakes it when it leaves requests or its own wait behind,
-/// the re-watched transport does when a message comes, and this nap bounds how long the
-/// acknowledgements a handler left owed wait.
-pub(crate) const DRIVEN_NAP: i32 = 1;
 
 /// A spinning thread (the service thread, a driving fault handler) runs a full pass at least
 /// every this many polls of [`Service::ready`] (for the timers, the launcher's channel and the
@@ -651,7 +616,3 @@ pub(crate) const DRIVEN_NAP: i32 = 1;
 pub(crate) const POLLS_PER_PASS: u32 = 16;
 /// A driving fault handler reads the clock every this many polls (to know when to sleep).
 pub(crate) const POLLS_PER_CLOCK: u32 = 8;
-
-pub(crate) fn lock_service() -> MutexGuard<'static, Option<Service>> {
-    SERVICE.lock().unwrap_or_else(|p| p.into_inner())
-}

@@ -26,17 +26,13 @@
 //! Measurements behind the defaults: `docs/perf/`.
 
 use std::os::fd::AsRawFd;
-use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{
-    DRIVEN, DRIVEN_NAP, EXIT_GRACE, HANDLERS_WAITING, NAPPING, POLLS_PER_PASS, SERVICE,
-    SLEEPS_ON_TRANSPORT, Service, lock_service,
-};
-use crate::fatal;
-use crate::fault::slots::{self, SLOTS};
-use crate::fault::{self, drive};
+use super::{EXIT_GRACE, POLLS_PER_PASS, STATE, Service};
+use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
+use crate::door::flags::{DRIVE, DRIVEN, DRIVEN_NAP, EXITED, NAPPING, SLEEPS_ON_TRANSPORT};
+use crate::door::{SLOTS, context};
 use crate::sys::{self, Epoll};
 
 /// The spinning service thread yields every this many polls (see the yield in [`run`]): a thread
@@ -46,9 +42,9 @@ const POLLS_PER_YIELD: u32 = 4;
 
 /// The service thread: runs the node until it has exited.
 pub(crate) fn run(service: Service) {
-    slots::IS_SERVICE.with(|s| s.set(true));
+    context::mark_service_thread();
     let tuning = service.tuning;
-    drive::DRIVE.store(tuning.drive, Ordering::SeqCst);
+    DRIVE.store(tuning.drive, Ordering::SeqCst);
     let spin_again = Duration::from_micros(u64::from(tuning.spin_again_us));
     let spin_blocked = Duration::from_micros(u64::from(tuning.spin_blocked_us));
     let slice = Duration::from_micros(u64::from(tuning.service_slice_us));
@@ -60,7 +56,7 @@ pub(crate) fn run(service: Service) {
     let epoll = service.epoll.clone();
     let quiet = service.quiet.clone();
     let evfd = service.evfd.as_raw_fd();
-    *lock_service() = Some(service);
+    *STATE.lock() = Some(service);
     let mut ready = Vec::with_capacity(64);
     let mut last_busy = Instant::now();
     let mut woke_for_control = false;
@@ -68,23 +64,21 @@ pub(crate) fn run(service: Service) {
     // Polls since the last full pass while spinning (0: not spinning, a full pass is next).
     let mut polls = 0u32;
     loop {
-        // A fault handler waits for the state (see `take_state`): leave it to it, and the CPU
-        // too if it shares ours.
-        if HANDLERS_WAITING.load(Ordering::Acquire) > 0 {
+        // A thread waits for the state to run its own request (`door::state`): leave it to it,
+        // and the CPU too if it shares ours.
+        if STATE.wanted() {
             sys::sched_yield();
             continue;
         }
-        let mut guard = match SERVICE.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) if SLOTS.posted.load(Ordering::SeqCst) > 0 => {
-                // Requests wait (calls, which handlers do not run): take the state as soon as
-                // the handler driving the node lets go of it (handlers drive only while nothing
-                // is posted, so they do not take it back first).
-                lock_service()
-            }
-            Err(TryLockError::WouldBlock) => {
-                // A fault handler drives the node and watches the network meanwhile.
+        let mut guard = match STATE.try_lock() {
+            Some(g) => g,
+            // Requests wait (calls, which handlers do not run): take the state as soon as the
+            // thread holding it lets go of it (threads run their own requests only while
+            // nothing is posted, so they do not take it back first).
+            None if SLOTS.posted() > 0 => STATE.lock(),
+            None => {
+                // A fault handler drives the node and watches the network meanwhile (or a
+                // thread runs its call).
                 NAPPING.store(true, Ordering::SeqCst);
                 woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
@@ -92,6 +86,11 @@ pub(crate) fn run(service: Service) {
             }
         };
         let Some(s) = guard.as_mut() else { return };
+        // What the core work left for this thread (wherever it ran), before anything else.
+        crate::logging::write_deferred();
+        if !s.deferred.is_empty() {
+            s.run_deferred();
+        }
         // Spinning (see below): between full passes, only poll for work.
         if (1..POLLS_PER_PASS).contains(&polls) && !s.ready() {
             polls += 1;
@@ -110,6 +109,7 @@ pub(crate) fn run(service: Service) {
             s.warn_if_thrashing();
             s.report_progress();
         }
+        s.error_sent();
         if s.exit_finished() {
             // What came last (the exit grant) is acknowledged before the transport closes, or
             // its sender waits out its linger for the acknowledgement: a read that finds the
@@ -125,12 +125,12 @@ pub(crate) fn run(service: Service) {
             // Closing the transport tells the other nodes this one is done.
             crate::trace::write(s.node.id().0);
             drop(guard.take());
-            fault::EXITED.store(true, Ordering::SeqCst);
+            EXITED.store(true, Ordering::SeqCst);
             return;
         }
         if let Some((at, msg)) = &s.lost_in_exit {
             if at.elapsed() > EXIT_GRACE {
-                crate::fatal_with(msg, crate::EXIT_PEER_FAILED);
+                fatal_with(msg, EXIT_PEER_FAILED);
             }
         }
         let now = Instant::now();
@@ -141,7 +141,7 @@ pub(crate) fn run(service: Service) {
         // Spin while one of our application threads is blocked on us, or was just resumed and
         // tends to ask again at once: otherwise the CPU is better left to its computation, and a
         // message wakes us.
-        let blocked = SLOTS.blocked.load(Ordering::Relaxed) > 0;
+        let blocked = SLOTS.blocked() > 0;
         let asks_again = s.asks_again_within(now, spin_again);
         if (blocked && now - last_busy < spin_blocked) || asks_again {
             // Spinning, the service thread reads the transport itself: out of the epoll set
@@ -186,14 +186,10 @@ pub(crate) fn run(service: Service) {
 /// Sleeps in `epoll` until a request, a message or the launcher wakes the service thread, or
 /// `timeout_ms` passes; returns whether the launcher's control channel is readable.
 fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
-    SLOTS.service_sleeping.store(true, Ordering::SeqCst);
     ready.clear();
-    if SLOTS.posted.load(Ordering::SeqCst) == 0 {
-        if let Err(e) = epoll.ready(timeout_ms, ready) {
-            fatal(&format!("epoll_wait failed: {e}"));
-        }
+    if let Some(Err(e)) = SLOTS.service_sleep(|| epoll.ready(timeout_ms, ready)) {
+        fatal(&format!("epoll_wait failed: {e}"));
     }
-    SLOTS.service_sleeping.store(false, Ordering::SeqCst);
     sys::eventfd_drain(evfd);
     ready.iter().any(|&(token, _)| token == 2)
 }

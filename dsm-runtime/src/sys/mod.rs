@@ -116,14 +116,19 @@ pub fn can_reserve(at: usize, len: usize) -> io::Result<()> {
 /// changes nothing, whatever other threads of this node write meanwhile; an atomic add of zero
 /// would not do: the compiler turns it into a fenced load). A page not held here faults and is
 /// fetched, as for any access of the program's.
-pub fn touch_pages(start: usize, end: usize, write: bool) {
+///
+/// # Safety
+///
+/// `[start, end)` lies in a live mapping, and with `write` no other thread writes the touched
+/// bytes (the first of each page) non-atomically meanwhile.
+pub unsafe fn touch_pages(start: usize, end: usize, write: bool) {
     use std::sync::atomic::{AtomicU8, Ordering};
     let page = dsm_core::PAGE_SIZE;
     let mut at = start;
     while at < end {
         if write {
-            // SAFETY: `at` lies in the region's mapping, which lives as long as the process; an
-            // atomic byte may alias any byte, and swapping a value for itself leaves it as it is.
+            // SAFETY: `at` lies in a live mapping and nobody writes the byte non-atomically (the
+            // caller's promise); swapping a value for itself leaves it as it is.
             let byte = unsafe { AtomicU8::from_ptr(at as *mut u8) };
             let mut v = byte.load(Ordering::Relaxed);
             while let Err(now) =
@@ -132,7 +137,7 @@ pub fn touch_pages(start: usize, end: usize, write: bool) {
                 v = now;
             }
         } else {
-            // SAFETY: as above: a read of a mapped byte.
+            // SAFETY: a read of a byte of a live mapping (the caller's promise).
             unsafe { std::ptr::read_volatile(at as *const u8) };
         }
         at = (at / page + 1) * page;
@@ -253,6 +258,16 @@ pub fn map_anonymous(bytes: usize) -> io::Result<*mut u8> {
         return Err(io::Error::last_os_error());
     }
     Ok(p.cast())
+}
+
+/// `n` zeroed atomic bytes, lazily backed, that live as long as the process (one per page of the
+/// shared region for the fault handler's fast paths: gigabytes of region, megabytes here, backed
+/// only where touched).
+pub fn atomic_bytes(n: usize) -> io::Result<&'static [std::sync::atomic::AtomicU8]> {
+    let p = map_anonymous(n)?;
+    // SAFETY: `p` is a fresh mapping of at least `n` zeroed bytes, never unmapped, which nothing
+    // else refers to; AtomicU8 has the size and alignment of u8 and zero is a valid value.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU8>(), n) })
 }
 
 /// Keeps up to `bytes` of freed heap memory in the process instead of giving it back to the

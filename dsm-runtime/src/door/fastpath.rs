@@ -16,7 +16,8 @@
 //! thread's writes are recorded before its next release) and at every loop. The handler side uses
 //! atomics and syscalls only: async-signal-safe.
 
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 const QUEUE: usize = 1024;
 const PREFETCH_BIT: u64 = 1 << 40;
@@ -40,8 +41,8 @@ pub(crate) enum Opened {
     PrefetchAlong(usize),
 }
 
-static STATE: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
-static PAGES: AtomicUsize = AtomicUsize::new(0);
+/// One byte per page of the region (`OnceLock::get` is an atomic load: async-signal-safe).
+static STATE: OnceLock<&'static [AtomicU8]> = OnceLock::new();
 static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
 /// One bit per slot of [`QUEUED`], set once the slot is filled: [`drain`] reads 16 words to find
 /// the filled slots instead of swapping all 1,024 (20-25k cycles for each pass of the service
@@ -54,20 +55,13 @@ pub(crate) fn pending() -> bool {
     PENDING.load(Ordering::Relaxed) > 0
 }
 
-/// Sets up the state of `pages` pages (the memory is zeroed: nothing allowed).
-pub(crate) fn init(state: *mut AtomicU8, pages: usize) {
-    PAGES.store(pages, Ordering::SeqCst);
-    STATE.store(state, Ordering::SeqCst);
+/// Sets up the state of the region's pages, one byte each (zeroed: nothing allowed).
+pub(crate) fn init(state: &'static [AtomicU8]) {
+    let _ = STATE.set(state);
 }
 
 fn state(page: usize) -> Option<&'static AtomicU8> {
-    let base = STATE.load(Ordering::Acquire);
-    if base.is_null() || page >= PAGES.load(Ordering::Relaxed) {
-        return None;
-    }
-    // SAFETY: `base` points to `PAGES` AtomicU8s in a mapping that lives as long as the process
-    // (set once by `init`); `page` is in bounds.
-    Some(unsafe { &*base.add(page) })
+    STATE.get()?.get(page)
 }
 
 /// The core allows the home-write fast path for `page`.
@@ -123,11 +117,11 @@ const MAX_RUN: usize = 63;
 
 /// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
 /// after it, as many as the queue surely has room for (it may fill only with other threads'
-/// pages meanwhile, up to [`crate::fault::slots::MAX_THREADS`] of them). Returns how many.
+/// pages meanwhile, up to [`super::slots::MAX_THREADS`] of them). Returns how many.
 pub(crate) fn claim_following(page: usize) -> usize {
     let room = QUEUE
         .saturating_sub(PENDING.load(Ordering::SeqCst) as usize)
-        .saturating_sub(crate::fault::slots::MAX_THREADS + 1)
+        .saturating_sub(super::slots::MAX_THREADS + 1)
         .min(MAX_RUN);
     (1..=room).take_while(|&k| claim(page + k, false)).count()
 }

@@ -1,0 +1,661 @@
+//! The Rust API: [`init`] makes the process a node of its job; [`Dsm`] is its membership (calls
+//! of JIAJIA's interface: allocation, locks, barriers, condition variables, statistics, exit);
+//! [`LockGuard`] a held lock. Application threads only: a call goes through the door
+//! ([`crate::call`]).
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dsm_core::{
+    AllocPolicy, CoreConfig, CvId, LockId, Node, NodeId, PAGE_SIZE, Prefetch, UsageError,
+};
+use dsm_transport::Transport;
+use dsm_transport::reliable::ReliableConfig;
+use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
+use dsm_transport::udp::{self, UdpTransport};
+
+use crate::array::{Shared, SharedArray};
+use crate::config::{CommType, Config};
+use crate::door::SLOTS;
+use crate::door::end::fatal;
+use crate::door::request::{Call, CallResult, Reply};
+use crate::region::Region;
+use crate::service::Service;
+use crate::stats::NodeStats;
+use crate::{call, door, fault, job, logging, progress, service, stats, sys, trace};
+
+static INITIALISED: AtomicBool = AtomicBool::new(false);
+
+/// Makes a panic's message name the node and the application's line (`dsm node 1: panicked at
+/// src/main.rs:12:5: index 9 out of a shared array of 8`), written with one write(2) (no stdio
+/// lock: the panic may come from anywhere). With `RUST_BACKTRACE` set, the standard report (and
+/// its backtrace) follows.
+fn name_panics_by_node() {
+    let standard = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(a panic without a message)");
+        let at = info.location().map_or(String::new(), |l| {
+            format!(" at {}:{}:{}", l.file(), l.line(), l.column())
+        });
+        let line = format!("dsm node {}: panicked{at}: {msg}\n", door::end::rank());
+        sys::write_stderr(line.as_bytes());
+        if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+            standard(info);
+        }
+    }));
+}
+
+/// Whether this machine can reserve the shared region `config` describes (`global_start_addr`,
+/// `region_gib`): the launcher's check before any node starts, with the message a node would
+/// give.
+pub fn check_region(config: &Config) -> Result<(), String> {
+    let len = (config.region_gib << 30) as usize;
+    sys::can_reserve(config.global_start_addr as usize, len).map_err(|source| {
+        InitError::Region {
+            addr: config.global_start_addr,
+            len_gib: config.region_gib,
+            source,
+        }
+        .to_string()
+    })
+}
+
+/// Makes `len` bytes at `ptr` ready for a system call that reads them (`write`, `send`...) or,
+/// with `kernel_writes`, writes them (`read`, `recv`...), if any of them is shared memory: each
+/// page is brought in with that access, as the program's own access would. Returns whether the
+/// buffer touches shared memory.
+///
+/// The kernel does not fault on the program's behalf: a system call that meets a shared page
+/// this node does not hold fails with `EFAULT` (and `fread`/`fwrite` then come back short), so
+/// such a buffer must be made ready first. `libjia` does it for `read`, `write`, `pread`,
+/// `pwrite`, `fread` and `fwrite`; Rust programs can use [`SharedArray::read_from`] and
+/// [`SharedArray::write_to`], or call this before their own system call. A page can be taken
+/// away again by this node's next acquire (or by the cache making room), so make it ready right
+/// before the call, and retry a call that fails with `EFAULT`.
+///
+/// # Safety
+///
+/// With `kernel_writes`, each page is touched by an atomic compare-and-swap of one of its bytes
+/// with itself: no thread of this node may write that byte non-atomically meanwhile (the program
+/// is about to hand the buffer to the kernel, so it must not be writing it anyway). `ptr` need
+/// not be valid: only the part of the range inside the shared region is touched.
+#[allow(unsafe_code)]
+pub unsafe fn prepare_for_io(ptr: *const u8, len: usize, kernel_writes: bool) -> bool {
+    let (start, end) = fault::region();
+    let (lo, hi) = (ptr as usize, (ptr as usize).saturating_add(len));
+    let (lo, hi) = (lo.max(start), hi.min(end));
+    if lo >= hi {
+        return false;
+    }
+    // SAFETY: the range lies in the shared region's application view (clamped above), which is
+    // always mapped; no other thread writes the touched bytes non-atomically: the caller's
+    // promise.
+    unsafe { sys::touch_pages(lo, hi, kernel_writes) };
+    true
+}
+
+/// Why [`init`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The process was already initialised.
+    #[error("init was already called in this process")]
+    Twice,
+    /// The launch environment or the configuration is wrong.
+    #[error("{0}")]
+    Job(String),
+    /// The shared region could not be reserved.
+    #[error(
+        "cannot reserve {len_gib} GiB of shared region at {addr:#x}: {source} (change global_start_addr or region_gib)"
+    )]
+    Region {
+        /// Where.
+        addr: u64,
+        /// How much.
+        len_gib: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The transport asked for cannot run here (not built in, no RDMA device...).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// This process's membership of a DSM job.
+pub struct Dsm {
+    rank: u16,
+    size: u16,
+    base: usize,
+    t0: Instant,
+    exited: AtomicBool,
+    /// `jia_exit` is done: the service thread is gone, and any further call ends the process
+    /// with a message instead of waiting forever for it.
+    left: AtomicBool,
+    service: Mutex<Option<JoinHandle<()>>>,
+    /// Sequence numbers of this node's broadcasts and reductions (collective: every node
+    /// counts the same calls), the tags their letters carry.
+    pub(crate) bcasts: AtomicU32,
+    pub(crate) reductions: AtomicU32,
+}
+
+/// Freed heap memory a node keeps rather than returning it to the kernel
+/// ([`sys::keep_freed_heap`]).
+const KEPT_HEAP_BYTES: usize = 64 << 20;
+
+/// Joins the job this process was launched into (by `dsmrun`), or makes a one-node job.
+///
+/// Started directly (no dsmrun, srun or mpirun) in a directory with a `.jiahosts` of two hosts or
+/// more, the process becomes node 0 of the job that file describes and starts the other nodes
+/// itself, as `jia_init` does and as `dsmrun` would with that file.
+pub fn init() -> Result<Dsm, InitError> {
+    let env = match job::node::job_env().map_err(InitError::Job)? {
+        Some(env) => Some(env),
+        None => job::launcher::job_from_jiahosts().map_err(InitError::Job)?,
+    };
+    init_job(env)
+}
+
+/// Joins the job described by `env` (`None`: a one-node job). [`init`] reads `env` from the
+/// launcher's environment; a program that launches its own job (like `jia_init` with a
+/// `.jiahosts`) builds it.
+pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
+    if INITIALISED.swap(true, Ordering::SeqCst) {
+        return Err(InitError::Twice);
+    }
+    let (rank, size, cookie, config, stats) = match &env {
+        Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
+        None => {
+            let (c, stats) = job::node::local_config().map_err(InitError::Job)?;
+            (0, 1, 0, c, stats)
+        }
+    };
+    door::end::set_rank(rank);
+    logging::init_node(rank);
+    if let Some(on_host) = env.as_ref().and_then(|e| e.on_host) {
+        if config.bind_to_core {
+            bind_to_core(on_host);
+        }
+    }
+    name_panics_by_node();
+    sys::signals::default_sigpipe();
+    sys::keep_freed_heap(KEPT_HEAP_BYTES);
+    trace::init();
+    SLOTS.set_wait_spin_us(config.tuning.wait_spin_us);
+    let t0 = Instant::now();
+    let len = (config.region_gib << 30) as usize;
+    let region = Region::map(config.global_start_addr as usize, len).map_err(|source| {
+        InitError::Region {
+            addr: config.global_start_addr,
+            len_gib: config.region_gib,
+            source,
+        }
+    })?;
+    let base = region.app_base;
+    fault::install(base, len).map_err(|source| InitError::Os {
+        what: "installing the fault handler",
+        source,
+    })?;
+    let (transport, control) = match &env {
+        Some(e) if size > 1 => {
+            let (t, c) = connect(e, &config)?;
+            (Some(t), c)
+        }
+        _ => (None, None),
+    };
+    let mut core_cfg = CoreConfig::new(NodeId(rank), size);
+    core_cfg.region_pages = (len / PAGE_SIZE) as u64;
+    core_cfg.cache_pages = config.cache_pages;
+    // One-sided page reads where the transport offers them (the core then tracks home writes
+    // from allocation on, since homes no longer see every copy leave).
+    core_cfg.remote_reads = config.one_sided_reads && config.comm_type == CommType::RdmaRc;
+    core_cfg.home_migration = config.home_migration;
+    core_cfg.prefetch = Prefetch {
+        enabled: config.prefetch,
+        prefetch_pages: config.prefetch_pages,
+        max_checking_pages: config.max_checking_pages,
+    };
+    let node = Node::new(core_cfg, region);
+    let service = Service::new(
+        node,
+        transport,
+        control,
+        cookie,
+        t0,
+        stats && rank == 0,
+        config.tuning,
+    )
+    .map_err(|source| InitError::Os {
+        what: "starting the service thread",
+        source,
+    })?;
+    let mut service = service;
+    if rank == 0 {
+        let mut argv = std::env::args();
+        service.stats_meta = stats::JobMeta {
+            launcher: match job::cluster::cluster_rank_size() {
+                _ if std::env::var_os("DSM_RANK").is_some() => "dsmrun",
+                Some((_, _, who)) => who,
+                None => "dsm_runtime::init",
+            }
+            .to_string(),
+            program: argv.next().unwrap_or_default(),
+            arguments: argv.collect(),
+            nodes: usize::from(size),
+            transport: config.comm_type.name().to_string(),
+            settings: config.settings(),
+            start: std::time::SystemTime::now(),
+            wall: Duration::ZERO,
+            exit_status: None,
+        };
+    }
+    log::info!(
+        "node {rank} of {size} joined over {} ({} GiB region at {:#x})",
+        config.comm_type.name(),
+        config.region_gib,
+        config.global_start_addr
+    );
+    let handle = std::thread::Builder::new()
+        .name("dsm-service".into())
+        .spawn(move || {
+            // A panic here would leave the application threads waiting for it forever: end the
+            // node, so the launcher and the other nodes see it fail (the panic hook has already
+            // printed where and why).
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service::run(service)))
+                .is_err()
+            {
+                fatal("the service thread panicked (see above)");
+            }
+        })
+        .map_err(|source| InitError::Os {
+            what: "spawning the service thread",
+            source,
+        })?;
+    Ok(Dsm {
+        rank,
+        size,
+        base,
+        t0,
+        exited: AtomicBool::new(false),
+        left: AtomicBool::new(false),
+        service: Mutex::new(Some(handle)),
+        bcasts: AtomicU32::new(0),
+        reductions: AtomicU32::new(0),
+    })
+}
+
+/// `bind_to = core`: node `index` of the `count` its launcher started on this host runs on the
+/// `index`-th CPU it may use, when there are 2 to as many nodes as CPUs (one node alone, or more
+/// nodes than CPUs, are left to the scheduler). The service thread, started later, inherits it.
+/// Nodes that roam share CPUs after wake-ups now and then (up to milliseconds, until the
+/// scheduler spreads them again); bound, they do not.
+fn bind_to_core((index, count): (usize, usize)) {
+    let cpus = match sys::allowed_cpus() {
+        Ok(c) => c,
+        Err(e) => {
+            return log::warn!("bind_to=core: cannot read this process's CPUs ({e}): not bound");
+        }
+    };
+    if count < 2 || count > cpus.len() {
+        return log::debug!(
+            "bind_to=core: {count} node(s) on this host, {} CPU(s) allowed: not bound",
+            cpus.len()
+        );
+    }
+    match sys::bind_to_cpu(cpus[index]) {
+        Ok(()) => log::debug!("bound to CPU {}", cpus[index]),
+        Err(e) => log::warn!(
+            "bind_to=core: cannot bind to CPU {} ({e}): not bound",
+            cpus[index]
+        ),
+    }
+}
+
+type Connected = (Box<dyn Transport>, Option<std::net::TcpStream>);
+
+fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
+    let port = if config.base_port == 0 {
+        0
+    } else {
+        config.base_port + env.rank
+    };
+    let os = |what| move |source| InitError::Os { what, source };
+    let peer_timeout = Duration::from_millis(config.peer_timeout_ms);
+    let heartbeat = Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000));
+    match config.comm_type {
+        CommType::Udp => {
+            let sock =
+                udp::bind(SocketAddr::new(env.bind, port)).map_err(os("binding the UDP socket"))?;
+            let me = sock
+                .local_addr()
+                .map_err(os("reading the socket address"))?;
+            let (peers, control) =
+                job::node::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+            let rel = ReliableConfig {
+                max_datagram_bytes: config.msg_buffer_size,
+                window: config.msg_queue_size,
+                peer_timeout,
+                heartbeat,
+                ..ReliableConfig::default()
+            };
+            let mut t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
+            if let Ok(spec) = std::env::var("DSM_IMPAIR") {
+                let cfg =
+                    dsm_transport::impair::ImpairConfig::parse(&spec).map_err(InitError::Job)?;
+                t.impair(cfg, u64::from(env.rank));
+            }
+            Ok((Box::new(t), control))
+        }
+        CommType::Tcp => {
+            let listener = tcp::listen(SocketAddr::new(env.bind, port))
+                .map_err(os("binding the TCP listener"))?;
+            let me = listener
+                .local_addr()
+                .map_err(os("reading the listener address"))?;
+            let (peers, control) =
+                job::node::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+            let cfg = TcpConfig {
+                heartbeat,
+                peer_timeout,
+                connect_timeout: Duration::from_secs(60),
+            };
+            let t = TcpTransport::establish(listener, env.rank, &peers, env.cookie, cfg)
+                .map_err(os("connecting to the other nodes over TCP"))?;
+            Ok((Box::new(t), control))
+        }
+        #[cfg(feature = "rdma")]
+        CommType::RdmaRc | CommType::RdmaUd => {
+            use dsm_transport::rdma::{RdmaConfig, rc::RcTransport, ud::UdTransport};
+            // The device before the rendezvous: a node without RDMA says so at once.
+            let name = config.comm_type.name();
+            dsm_transport::rdma::probe(name).map_err(|e| InitError::Unavailable(e.to_string()))?;
+            let listener = tcp::listen(SocketAddr::new(env.bind, port))
+                .map_err(os("binding the RDMA control listener"))?;
+            let me = listener
+                .local_addr()
+                .map_err(os("reading the listener address"))?;
+            let (peers, control) =
+                job::node::join(env, me, Duration::from_secs(60)).map_err(InitError::Job)?;
+            let cfg = RdmaConfig {
+                device: config.rdma_device.clone(),
+                port: config.rdma_port,
+                gid_index: config.rdma_gid_index,
+                tcp: TcpConfig {
+                    heartbeat,
+                    peer_timeout,
+                    connect_timeout: Duration::from_secs(60),
+                },
+            };
+            let unavailable = |e: dsm_transport::rdma::RdmaError| match e {
+                dsm_transport::rdma::RdmaError::Verbs { .. } => {
+                    InitError::Unavailable(e.to_string())
+                }
+                _ => InitError::Job(e.to_string()),
+            };
+            let t: Box<dyn Transport> = if config.comm_type == CommType::RdmaRc {
+                Box::new(
+                    RcTransport::establish(listener, env.rank, &peers, env.cookie, &cfg)
+                        .map_err(unavailable)?,
+                )
+            } else {
+                let rel = ReliableConfig {
+                    window: config.msg_queue_size,
+                    peer_timeout,
+                    heartbeat,
+                    ..ReliableConfig::default()
+                };
+                Box::new(
+                    UdTransport::establish(listener, env.rank, &peers, env.cookie, &cfg, rel)
+                        .map_err(unavailable)?,
+                )
+            };
+            log::debug!("{name} up");
+            Ok((t, control))
+        }
+        #[cfg(not(feature = "rdma"))]
+        CommType::RdmaRc | CommType::RdmaUd => Err(InitError::Unavailable(format!(
+            "comm_type = {}: this build has no RDMA; build with `cargo build --release --features dsm-runtime/rdma`",
+            config.comm_type.name()
+        ))),
+    }
+}
+
+/// A held lock; dropping it releases the lock (on the thread that took it: a guard cannot move
+/// to another thread, since the lock is the taking thread's).
+#[must_use = "the lock is released when the guard drops: bind it with `let _guard = ...`"]
+pub struct LockGuard<'a> {
+    dsm: &'a Dsm,
+    lock: u16,
+    /// Not `Send`: the lock is held by the thread that took it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        self.dsm.unlock(self.lock);
+    }
+}
+
+impl Dsm {
+    /// This node's id (JIAJIA's `jiapid`).
+    pub fn id(&self) -> usize {
+        usize::from(self.rank)
+    }
+
+    /// Nodes in the job (JIAJIA's `jiahosts`).
+    pub fn nodes(&self) -> usize {
+        usize::from(self.size)
+    }
+
+    /// Seconds since this node started (JIAJIA's `jia_clock`).
+    pub fn clock(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// The shared region's first address.
+    pub fn region_start(&self) -> usize {
+        self.base
+    }
+
+    /// Runs `c` on the node for the calling thread (see [`call`]).
+    fn call(&self, c: Call) -> CallResult {
+        if self.left.load(Ordering::SeqCst) {
+            fatal(&format!(
+                "{} after jia_exit: this node has left the job, nothing can answer it",
+                c.name()
+            ));
+        }
+        call::call(c)
+    }
+
+    /// [`Dsm::call`], ending the process with a message that names the call, what was wrong
+    /// and the application's line that made it (a misuse, like unlocking a lock not held, is
+    /// the program's bug: the job cannot go on, and a backtrace would not say more).
+    #[track_caller]
+    pub(crate) fn call_or_die(&self, c: Call) -> Reply {
+        let at = std::panic::Location::caller();
+        let what = c.name();
+        match self.call(c) {
+            Ok(r) => r,
+            Err(e) => fatal(&format!("{what}: {e} (at {at})")),
+        }
+    }
+
+    /// Allocates `len` elements collectively with `policy` (every node makes the same call).
+    /// An array larger than the address space is refused (`UsageError::Alloc`), as is one larger
+    /// than the shared region.
+    pub fn alloc<T: Shared>(
+        &self,
+        len: usize,
+        policy: AllocPolicy,
+    ) -> Result<SharedArray<T>, UsageError> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .and_then(|b| u64::try_from(b.max(1)).ok())
+            .ok_or(UsageError::Alloc(dsm_core::AllocError::Overflow {
+                elements: len as u64,
+                element_bytes: std::mem::size_of::<T>() as u64,
+            }))?;
+        match self.call(Call::Alloc { policy, bytes })? {
+            Reply::Allocated(off) => {
+                Ok(SharedArray::new((self.base + off as usize) as *mut T, len))
+            }
+            other => unexpected("jia_alloc", &other),
+        }
+    }
+
+    /// Acquires lock `lock` (0..64) for this thread until the guard drops (`jia_lock`). A lock
+    /// this thread holds already ends the node, naming the caller's line.
+    #[track_caller]
+    pub fn lock(&self, lock: u16) -> LockGuard<'_> {
+        let at = std::panic::Location::caller();
+        if let Err(e) = self.lock_raw(lock) {
+            fatal(&format!("jia_lock: {e} (at {at})"));
+        }
+        LockGuard {
+            dsm: self,
+            lock,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    fn unlock(&self, lock: u16) {
+        if let Err(e) = self.unlock_raw(lock) {
+            fatal(&format!("jia_unlock: {e}"));
+        }
+    }
+
+    /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`]. A lock
+    /// this thread holds or asks for already is an error.
+    pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
+        let _w = progress::waiting(format!("jia_lock({lock})"));
+        self.call(Call::Lock(LockId(lock))).map(drop)
+    }
+
+    /// `jia_unlock`: a lock this thread does not hold is an error.
+    pub fn unlock_raw(&self, lock: u16) -> Result<(), UsageError> {
+        self.call(Call::Unlock(LockId(lock))).map(drop)
+    }
+
+    /// A barrier with coherence (`jia_barrier`).
+    #[track_caller]
+    pub fn barrier(&self) {
+        let _w = progress::waiting("jia_barrier");
+        self.call_or_die(Call::Barrier);
+    }
+
+    /// A barrier without coherence (`jia_wait`).
+    #[track_caller]
+    pub fn wait(&self) {
+        let _w = progress::waiting("jia_wait");
+        self.call_or_die(Call::Wait);
+    }
+
+    /// Sets condition variable `cv` (0..16), a release (`jia_setcv`).
+    #[track_caller]
+    pub fn setcv(&self, cv: u16) {
+        self.call_or_die(Call::SetCv(CvId(cv)));
+    }
+
+    /// Clears condition variable `cv` (`jia_resetcv`).
+    #[track_caller]
+    pub fn resetcv(&self, cv: u16) {
+        self.call_or_die(Call::ResetCv(CvId(cv)));
+    }
+
+    /// Waits until condition variable `cv` is set, an acquire (`jia_waitcv`).
+    #[track_caller]
+    pub fn waitcv(&self, cv: u16) {
+        let _w = progress::waiting(format!("jia_waitcv({cv})"));
+        self.call_or_die(Call::WaitCv(CvId(cv)));
+    }
+
+    /// Zeroes this node's statistics (`jia_startstat`).
+    pub fn start_stats(&self) {
+        self.call_or_die(Call::StartStats);
+    }
+
+    /// Turns home migration on or off from this node's next barrier on (`jia_config(HMIG,
+    /// ON/OFF)`; the `home_migration` key sets it for the whole job). Every node should make the
+    /// same call between the same barriers: a node with it off offers no page, so none moves
+    /// to it.
+    pub fn set_home_migration(&self, on: bool) {
+        self.call_or_die(Call::HomeMigration(on));
+    }
+
+    /// Freezes the statistics node 0 reports at exit (`jia_stopstat`).
+    pub fn stop_stats(&self) {
+        self.call_or_die(Call::StopStats);
+    }
+
+    /// This node's statistics now.
+    pub fn stats(&self) -> NodeStats {
+        match self.call_or_die(Call::Stats) {
+            Reply::Stats(s) => *s,
+            other => unexpected("stats", &other),
+        }
+    }
+
+    /// Ends the job with an error seen by every node (`jia_error`): prints `msg`, tells the
+    /// other nodes (waiting until they have the message, a second at most), exits with
+    /// status 1.
+    pub fn error(&self, msg: &str) -> ! {
+        if !self.left.load(Ordering::SeqCst) {
+            let _ = self.call(Call::Error(msg.to_string()));
+        }
+        fatal(msg);
+    }
+
+    /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
+    pub fn exit(&self) {
+        if self.exited.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let _w = progress::waiting("jia_exit");
+        self.call_or_die(Call::Exit);
+        if let Some(h) = self
+            .service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+        self.left.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A reply of the wrong kind: a runtime bug.
+fn unexpected(what: &str, reply: &Reply) -> ! {
+    fatal(&format!(
+        "{what}: unexpected answer {reply:?} (a runtime bug)"
+    ))
+}
+
+impl Drop for Dsm {
+    fn drop(&mut self) {
+        if self.exited.load(Ordering::SeqCst) {
+            return;
+        }
+        if std::thread::panicking() {
+            let text = format!("node {} panicked", self.rank);
+            let _ = self.call(Call::Error(text));
+        } else {
+            self.exit();
+        }
+    }
+}

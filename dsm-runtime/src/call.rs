@@ -1,0 +1,66 @@
+//! The API's calls, from the calling thread's side of the door. Application threads only: never
+//! in signal context, never on the service thread.
+//!
+//! A call runs on the node's state by the calling thread itself when the state is free (or soon
+//! free: `door::state`) and nothing is queued before it: if the core answers at once (a lock
+//! this node manages and nobody holds, a `setcv` nobody waits for, a statistics snapshot), the
+//! call returns with no other thread involved and no system call. Otherwise the thread hands
+//! its wait to the service thread (waking it when it sent a message, left work, or is still
+//! waiting) and sleeps on its slot. When the state is busy the call is posted in the slot, as
+//! faults are.
+
+use std::sync::atomic::Ordering;
+
+use crate::door::end::fatal;
+use crate::door::flags::{DRIVE, NAPPING};
+use crate::door::request::{Call, CallResult};
+use crate::door::state::Held;
+use crate::door::{self, MAX_THREADS, SLOTS};
+use crate::service::{STATE, Service};
+
+/// Runs `call` for the calling thread and returns the node's answer.
+pub(crate) fn call(call: Call) -> CallResult {
+    let Some(slot) = door::my_slot() else {
+        fatal(&format!(
+            "{}: more than {MAX_THREADS} threads use the DSM at once",
+            call.name()
+        ));
+    };
+    if DRIVE.load(Ordering::Relaxed) && SLOTS.posted() == 0 {
+        if let Some(guard) = STATE.take_for_own() {
+            // Requests posted meanwhile go first (the service thread takes them in order).
+            if guard.as_ref().is_some_and(Service::takes_own_requests) && SLOTS.posted() == 0 {
+                return run_own(guard, slot, call);
+            }
+        }
+    }
+    SLOTS.post_call(slot, call)
+}
+
+/// [`call`] on the state, held.
+fn run_own(mut guard: Held<'static, Service>, slot: usize, call: Call) -> CallResult {
+    let Some(s) = guard.as_mut() else {
+        drop(guard);
+        return SLOTS.post_call(slot, call);
+    };
+    SLOTS.take_own(slot, true);
+    s.driver = Some(slot);
+    let sent_before = s.frames_sent;
+    s.handle_call(slot, call);
+    s.drain_core();
+    s.driver = None;
+    // The service thread takes over what is left: the rest of the wait, messages sent (their
+    // retransmission timers are its), work deferred to it, requests posted meanwhile,
+    // acknowledgements owed while it sleeps long.
+    let work_left = !SLOTS.is_done(slot)
+        || s.frames_sent != sent_before
+        || !s.deferred.is_empty()
+        || SLOTS.posted() > 0
+        || (s.acks_owed && !NAPPING.load(Ordering::SeqCst));
+    drop(guard);
+    if work_left {
+        SLOTS.nudge_service();
+    }
+    SLOTS.wait(slot);
+    SLOTS.finish_call(slot)
+}

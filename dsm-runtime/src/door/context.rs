@@ -1,0 +1,66 @@
+//! Where code runs. Each module of the runtime runs in one context, and its doc says which:
+//!
+//! | context | modules |
+//! |---|---|
+//! | signal context (a SIGSEGV/SIGBUS handler) | `fault` |
+//! | the service thread | `service::run`, `service::control` |
+//! | the thread that holds the node's state (the service thread, a driving fault handler, an application thread running its own call) | `service` (its core work: `mod.rs`, `effects.rs`, `calls.rs`) |
+//! | application threads, outside any handler | the API (`lib.rs`, `array`, `message`, `call`), `progress` |
+//! | any (async-signal-safe) | `door` |
+//!
+//! Two things may be reached from every context and ask at run time where they are: the end of
+//! a node ([`super::end`]: `exit` or `_exit`) and the logger (a record made in signal context is
+//! queued for the service thread). Nothing else does: the core work defers what signal context
+//! must not do (files, printing, the launcher exchange after a lost peer) to the service thread
+//! always, wherever it runs.
+
+use std::cell::Cell;
+
+use crate::sys::signals;
+
+thread_local! {
+    /// This thread runs the fault handler now (const-initialised: reading it is
+    /// async-signal-safe).
+    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+    /// This thread is the node's service thread.
+    static IS_SERVICE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is in the fault handler.
+pub(crate) fn in_signal_context() -> bool {
+    IN_HANDLER.with(Cell::get)
+}
+
+/// Marks the calling thread as the service thread (it must never fault on shared memory).
+pub(crate) fn mark_service_thread() {
+    IS_SERVICE.with(|s| s.set(true));
+}
+
+/// Whether the calling thread is the service thread.
+pub(crate) fn is_service_thread() -> bool {
+    IS_SERVICE.with(Cell::get)
+}
+
+/// The fault handler's stay on a thread: marks the thread as in signal context and keeps its
+/// errno (the handler's own system calls, a `recvfrom` that leaves `EAGAIN`, must not show
+/// through in the code it interrupted, which may be between a failing call and its read of
+/// errno).
+pub(crate) struct SignalContext {
+    errno: i32,
+}
+
+impl SignalContext {
+    pub(crate) fn enter() -> SignalContext {
+        IN_HANDLER.with(|h| h.set(true));
+        SignalContext {
+            errno: signals::errno(),
+        }
+    }
+}
+
+impl Drop for SignalContext {
+    fn drop(&mut self) {
+        IN_HANDLER.with(|h| h.set(false));
+        signals::set_errno(self.errno);
+    }
+}

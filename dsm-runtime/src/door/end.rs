@@ -1,0 +1,123 @@
+//! How a node ends: a message on standard error written with one `write(2)` (whole, whatever
+//! other threads and nodes print), then the exit status. From an ordinary thread the process
+//! exits (`exit`: atexit handlers run, C's stdio is flushed); from signal context it leaves with
+//! `_exit` and the same status (async-signal-safe: the interrupted code may hold stdio's locks).
+//! So the launcher always sees the status the node chose, never a signal the runtime raised:
+//! a node that ends because another failed says [`EXIT_PEER_FAILED`] wherever its threads were,
+//! and the launcher names the node that failed first.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::context::in_signal_context;
+use crate::sys;
+
+/// Exit status of a node that ends because another node failed (the launcher then names the
+/// node that failed first, not this one).
+pub const EXIT_PEER_FAILED: i32 = 86;
+
+/// This node's id, for its messages.
+static RANK: AtomicU32 = AtomicU32::new(0);
+
+pub(crate) fn set_rank(rank: u16) {
+    RANK.store(u32::from(rank), Ordering::Relaxed);
+}
+
+pub(crate) fn rank() -> u16 {
+    RANK.load(Ordering::Relaxed) as u16
+}
+
+/// Ends the node with `dsm node N: error: MSG` and status 1.
+pub(crate) fn fatal(msg: &str) -> ! {
+    fatal_with(msg, 1)
+}
+
+/// Ends the node with `dsm node N: error: MSG` and `status`, from any context.
+pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
+    if in_signal_context() {
+        die(msg, status);
+    }
+    let line = format!("dsm node {}: error: {msg}\n", rank());
+    sys::write_stderr(line.as_bytes());
+    std::process::exit(status);
+}
+
+/// Ends the node from any context without allocating or locking: `dsm node N: error: MSG` by
+/// one `write(2)` (cut at 1 KiB), then `_exit(status)`. Async-signal-safe.
+pub(crate) fn die(msg: &str, status: i32) -> ! {
+    let mut line = Line::default();
+    line.push(b"dsm node ");
+    line.push_decimal(rank());
+    line.push(b": error: ");
+    line.push(msg.as_bytes());
+    line.push(b"\n");
+    sys::write_stderr(line.bytes());
+    sys::signals::exit_now(status)
+}
+
+/// A line built without allocating, for signal context.
+struct Line {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl Default for Line {
+    fn default() -> Line {
+        Line {
+            buf: [0; 1024],
+            len: 0,
+        }
+    }
+}
+
+impl Line {
+    /// Appends `b`, cut to what fits with room for the final newline.
+    fn push(&mut self, b: &[u8]) {
+        let room = self.buf.len() - 1 - self.len;
+        let b = if b == b"\n" {
+            b
+        } else {
+            &b[..b.len().min(room)]
+        };
+        let end = (self.len + b.len()).min(self.buf.len());
+        self.buf[self.len..end].copy_from_slice(&b[..end - self.len]);
+        self.len = end;
+    }
+
+    fn push_decimal(&mut self, n: u16) {
+        let mut digits = [0u8; 5];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Line;
+
+    #[test]
+    fn a_line_is_whole_and_ends_with_its_newline_however_long_the_message() {
+        let mut l = Line::default();
+        l.push(b"dsm node ");
+        l.push_decimal(0);
+        l.push_decimal(65_535);
+        l.push(b": ");
+        assert_eq!(l.bytes(), b"dsm node 065535: ");
+        l.push(&[b'x'; 5000]);
+        l.push(b"\n");
+        assert_eq!(l.bytes().len(), 1024);
+        assert_eq!(l.bytes().last(), Some(&b'\n'));
+    }
+}

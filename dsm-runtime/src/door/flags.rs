@@ -1,0 +1,35 @@
+//! The node's flags that application threads, their fault handlers and the service thread read
+//! and set without holding the node's state. Atomics only: async-signal-safe.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// Whether fault handlers may drive the node (the `drive` key), and application threads run
+/// their calls on the node's state themselves.
+pub(crate) static DRIVE: AtomicBool = AtomicBool::new(true);
+
+/// Set in a child forked from a node (`pthread_atfork`): its faults are not served.
+pub(crate) static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// The node has left the job: nothing serves faults any more.
+pub(crate) static EXITED: AtomicBool = AtomicBool::new(false);
+
+/// Faults resolved by their own thread driving the node, and those it handed back.
+pub(crate) static DRIVEN: AtomicU64 = AtomicU64::new(0);
+pub(crate) static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
+
+/// The service thread sleeps [`DRIVEN_NAP`] at most: a thread that leaves acknowledgements owed
+/// need not wake it.
+pub(crate) static NAPPING: AtomicBool = AtomicBool::new(false);
+
+/// The service thread sleeps (or is about to) in the epoll that reports the transport. A fault
+/// handler that drives the node takes the transport out of that epoll and, if this is still set
+/// when it is done, puts it back. Otherwise the transport stays out (no `epoll_ctl` on the
+/// fault's wait): an awake service thread finds the state taken and sleeps without the
+/// transport.
+pub(crate) static SLEEPS_ON_TRANSPORT: AtomicBool = AtomicBool::new(false);
+
+/// How long, in milliseconds, the service thread sleeps at most while another thread holds the
+/// node's state, and after a fault handler drove it: the handler wakes it when it leaves
+/// requests or its own wait behind, the re-watched transport does when a message comes, and
+/// this nap bounds how long the acknowledgements a handler left owed wait.
+pub(crate) const DRIVEN_NAP: i32 = 1;
