@@ -32,7 +32,7 @@
 //! dsm.exit();
 //! ```
 //!
-//! Modules: [`config`] (`.jiaconf`, `.jiahosts`), [`launch`] (how nodes find each other); the
+//! Modules: [`config`] (`.jiaconf`, `.jiahosts`), [`job`] (how nodes find each other); the
 //! fault handler, memory mapping and service thread are private.
 
 #![deny(unsafe_code)]

@@ -517,7 +517,7 @@ impl CompletionQueue {
 
     /// Every completion waiting, into `out` (cleared first); leaves the CQ armed, so the
     /// descriptor wakes a sleeper on the next one. Idle calls make no system call (beyond one
-    /// channel read per [`IDLE_TAKE_EVERY`]): the service thread calls this on every spin.
+    /// channel read per `IDLE_TAKE_EVERY`): the service thread calls this on every spin.
     pub fn drain(&mut self, out: &mut Vec<Completion>) -> Result<(), VerbsError> {
         out.clear();
         loop {
