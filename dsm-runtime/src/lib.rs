@@ -45,6 +45,8 @@ mod fault;
 pub mod job;
 pub mod logging;
 mod message;
+#[cfg(doctest)]
+mod misuse;
 mod progress;
 #[allow(unsafe_code)]
 mod region;
@@ -517,9 +519,11 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
 }
 
 /// A held lock; dropping it releases the lock.
+#[must_use = "the lock is released when the guard drops: bind it with `let _guard = ...`"]
 pub struct LockGuard<'a> {
     dsm: &'a Dsm,
     lock: u16,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for LockGuard<'_> {
@@ -615,7 +619,11 @@ impl Dsm {
         if let Err(e) = self.lock_raw(lock) {
             fatal(&format!("jia_lock: {e} (at {at})"));
         }
-        LockGuard { dsm: self, lock }
+        LockGuard {
+            dsm: self,
+            lock,
+            _not_send: std::marker::PhantomData,
+        }
     }
 
     fn unlock(&self, lock: u16) {
