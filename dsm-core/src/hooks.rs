@@ -106,8 +106,8 @@ impl<M: PageMemory> Node<M> {
             self.stats.bytes_sent[k].saturating_sub(codec::frame_len(msg) as u64);
     }
 
-    /// A page read one-sided from `from`'s memory (see [`CoreConfig::remote_reads`]): handled as
-    /// the home's grant would be, counted as a read, not as a message.
+    /// A page read one-sided from `from`'s memory (see [`crate::CoreConfig::remote_reads`]):
+    /// handled as the home's grant would be, counted as a read, not as a message.
     pub fn handle_page_read(
         &mut self,
         now: Time,
@@ -129,8 +129,9 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// The runtime's own counters now (the transport's retransmissions, driven faults...), sent
-    /// to node 0 at exit beside the core's statistics and handed back in [`Effect::JobStats`];
-    /// the core does not read them. At most [`MAX_RUNTIME_COUNTERS`].
+    /// to node 0 at exit beside the core's statistics and handed back in
+    /// [`crate::Effect::JobStats`]; the core does not read them. At most
+    /// [`MAX_RUNTIME_COUNTERS`].
     pub fn note_runtime_counters(&mut self, counters: Vec<u64>) {
         self.runtime_counters = counters;
         self.runtime_counters.truncate(MAX_RUNTIME_COUNTERS);

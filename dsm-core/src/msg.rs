@@ -19,7 +19,7 @@ pub struct PageDiff {
 }
 
 /// A write notice in a barrier grant: the page, who wrote it in the closing epoch, and whether
-/// its home moves to that writer (home migration, see [`crate::pages`]).
+/// its home moves to that writer (home migration, see the core's `pages.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteNotice {
     /// The page written.

@@ -7,8 +7,8 @@
 //! [`Node::handle_timeout`]. Page bytes and protections are reached through [`PageMemory`].
 //!
 //! The page side of the protocol (faults, fetches, the cache, twins and diffs) is in
-//! [`crate::pages`]; the synchronisation side (locks, barriers, condition variables, exit) and the
-//! managers a node hosts are in [`crate::sync`].
+//! `pages.rs`; the synchronisation side (locks, barriers, condition variables, exit) and the
+//! managers a node hosts are in `sync.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;

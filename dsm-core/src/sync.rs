@@ -353,7 +353,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// Leave the job (`jia_exit`): flush, then wait for every node. At node 0 an
-    /// [`Effect::JobStats`] with every node's statistics comes before the resume.
+    /// [`crate::Effect::JobStats`] with every node's statistics comes before the resume.
     pub fn exit(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Exit)?;
         self.flush_writes(now, false);

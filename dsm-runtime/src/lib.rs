@@ -32,7 +32,7 @@
 //! dsm.exit();
 //! ```
 //!
-//! Modules: [`config`] (`.jiaconf`, `.jiahosts`), [`launch`] (how nodes find each other); the
+//! Modules: [`config`] (`.jiaconf`, `.jiahosts`), [`job`] (how nodes find each other); the
 //! fault handler, memory mapping and service thread are private.
 
 #![deny(unsafe_code)]
@@ -59,6 +59,8 @@ pub mod job;
 pub mod logging;
 #[cfg(not(dsm_loom))]
 mod message;
+#[cfg(doctest)]
+mod misuse;
 #[cfg(not(dsm_loom))]
 mod progress;
 #[cfg(not(dsm_loom))]

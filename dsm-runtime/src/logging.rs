@@ -4,7 +4,7 @@
 //!
 //! A record made in signal context (a fault handler driving the node reaches the transport,
 //! which logs) is not written there: it is queued, without waiting, for the service thread,
-//! which writes it on its next pass ([`write_deferred`]). A record that finds the queue busy or
+//! which writes it on its next pass (`write_deferred`). A record that finds the queue busy or
 //! full is counted and the count reported with the next written record.
 //!
 //! A Rust program that installs a logger of its own before `dsm_runtime::init` keeps it; it then

@@ -102,9 +102,21 @@ pub trait Transport: Send {
     // ----- one-sided reads: a capability, offered by RDMA RC -----
 
     /// Makes region bytes `offset..offset + len`, mapped here at `addr`, readable by peers
-    /// without a message. `Ok(false)`: this transport has no one-sided reads. `addr..addr+len`
-    /// must stay mapped for the life of the transport.
-    fn export(&mut self, _offset: u64, _addr: *mut u8, _len: usize) -> std::io::Result<bool> {
+    /// without a message. `Ok(false)`: this transport has no one-sided reads.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be memory of this process, valid and mapped (readable and
+    /// writable) for `len` bytes, and stay so, not unmapped or remapped, for as long as the
+    /// transport lives (the registration is held until it drops). The device reads it on
+    /// behalf of peers at any time, without synchronising with this process's threads: peers
+    /// see the bytes as they are at that moment, and must be allowed to.
+    #[allow(unsafe_code)]
+    unsafe fn export(
+        &mut self,
+        _offset: u64,
+        _addr: *mut u8,
+        _len: usize,
+    ) -> std::io::Result<bool> {
         Ok(false)
     }
     /// Whether a [`Transport::read`] of `len` bytes at region `offset` from `from` would be

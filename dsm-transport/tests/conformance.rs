@@ -416,17 +416,21 @@ fn one_sided_reads_return_the_exported_bytes_and_unexported_ranges_are_refused()
     if !kinds().contains(&"rdma-rc") {
         return;
     }
-    let mut job = make("rdma-rc", 2);
-    // Node 1 exports 64 KiB as region bytes 1 MiB.., node 0 reads pieces of it.
+    // Node 1 exports 64 KiB as region bytes 1 MiB.., node 0 reads pieces of it. The memory is
+    // made before the transports, so that it outlives them even when an assertion fails.
     let mut memory: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut job = make("rdma-rc", 2);
     let base = 1u64 << 20;
-    assert!(
+    // SAFETY: `memory` is a live allocation of `memory.len()` bytes, dropped after the
+    // transports (declared before them, and dropped after them below), never reallocated; the
+    // test only reads it meanwhile.
+    let exported = unsafe {
         job[1]
             .as_mut()
             .unwrap()
             .export(base, memory.as_mut_ptr(), memory.len())
-            .unwrap()
-    );
+    };
+    assert!(exported.unwrap());
     // The export is announced over the control mesh: wait until node 0 accepts a read.
     let start = Instant::now();
     loop {

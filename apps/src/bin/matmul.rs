@@ -54,7 +54,7 @@ fn b_val(k: usize, j: usize) -> i64 {
     ((k * 3 + j * 5) % 5) as i64 - 2
 }
 
-/// C[rows] = A[rows] x B, i-k-j order: the inner loop streams a row of B into a row of C.
+/// `C[rows] = A[rows] x B`, i-k-j order: the inner loop streams a row of B into a row of C.
 fn kernel<T: Real>(
     a: SharedArray<T>,
     b: SharedArray<T>,
@@ -79,10 +79,11 @@ fn kernel<T: Real>(
     }
 }
 
-/// The cache-blocked variant: C[rows][jj..jj+JB] += A[rows][kk..kk+KB] x B[kk..kk+KB][jj..jj+JB],
-/// so a 256 x 256 block of B (512 KiB) stays in L2 while every row of the band uses it. The i-k-j
-/// kernel streams all of B from memory for every row, and two nodes doing that on one machine
-/// share one memory bus (measured: no speedup at all at 2048).
+/// The cache-blocked variant:
+/// `C[rows][jj..jj+JB] += A[rows][kk..kk+KB] x B[kk..kk+KB][jj..jj+JB]`, so a 256 x 256 block of
+/// B (512 KiB) stays in L2 while every row of the band uses it. The i-k-j kernel streams all of B
+/// from memory for every row, and two nodes doing that on one machine share one memory bus
+/// (measured: no speedup at all at 2048).
 fn kernel_blocked<T: Real>(
     a: SharedArray<T>,
     b: SharedArray<T>,
@@ -120,8 +121,9 @@ fn kernel_blocked<T: Real>(
 /// The band with a GEMM library. B's rows homed here (the band's own rows, `rows`) first, while
 /// a second thread reads the other nodes' rows of B in order, a word per page (their pages come
 /// in one stream of faults, read-ahead growing its windows, instead of faults scattered through
-/// the library's packing); then those rows, accumulated: C[rows] = A[rows][:, rows] x B[rows] +
-/// the rest. Small integers: every order of the sums gives the same, exact, result.
+/// the library's packing); then those rows, accumulated:
+/// `C[rows] = A[rows][:, rows] x B[rows] + the rest`. Small integers: every order of the sums
+/// gives the same, exact, result.
 fn kernel_gemm<T: Real>(
     a: SharedArray<T>,
     b: SharedArray<T>,

@@ -541,7 +541,13 @@ impl Service {
                 let off = lo * PAGE_SIZE;
                 let len = (hi + 1 - lo) * PAGE_SIZE;
                 let ptr = self.node.memory().service_addr(off);
-                if let Err(e) = t.export(off as u64, ptr, len) {
+                // SAFETY: `off..off + len` lies in the region (its pages are allocated); the
+                // service view maps it read and write for the life of the process, never
+                // unmapped or remapped, so it outlives the transport; peers read only home pages
+                // there, which the protocol serves them anyway.
+                #[allow(unsafe_code)]
+                let exported = unsafe { t.export(off as u64, ptr, len) };
+                if let Err(e) = exported {
                     fatal(&format!(
                         "registering {len} bytes of home pages for one-sided reads: {e} \
                          (raise `ulimit -l`, or set one_sided_reads = off)"

@@ -477,10 +477,12 @@ impl Transport for RcTransport {
         self.stats.rejected + self.ctl.rejected
     }
 
-    fn export(&mut self, offset: u64, addr: *mut u8, len: usize) -> std::io::Result<bool> {
-        let mr = self
-            .dev
-            .register_external(addr, len)
+    #[allow(unsafe_code)]
+    unsafe fn export(&mut self, offset: u64, addr: *mut u8, len: usize) -> std::io::Result<bool> {
+        // SAFETY: the caller's promise (`Transport::export`): the memory is valid and stays
+        // mapped while the transport lives, which holds the registration (`exports`) until it
+        // drops; peers may read it.
+        let mr = unsafe { self.dev.register_external(addr, len) }
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let e = Export {
             offset,

@@ -242,9 +242,18 @@ impl Device {
         self.active_mtu
     }
 
-    /// Registers `len` bytes at `addr` (memory the caller keeps mapped as long as the region
-    /// lives) for one-sided remote reads.
-    pub fn register_external(
+    /// Registers `len` bytes at `addr` for one-sided remote reads (and local writes by the
+    /// device through the registration's local key, as the buffer pools' receives do).
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be memory of this process, valid and mapped (readable and
+    /// writable) for `len` bytes, and stay so, not unmapped or remapped, for as long as the
+    /// returned [`MemoryRegion`] lives: the device keeps using the pages pinned now. Peers
+    /// holding its key read it at any time, without synchronising with this process's
+    /// threads, so it must hold nothing they may not see; and any work request that names its
+    /// local key as a destination lets the device write it, which must then not alias a Rust
+    /// reference.
+    pub unsafe fn register_external(
         self: &Arc<Self>,
         addr: *mut u8,
         len: usize,
@@ -346,7 +355,10 @@ impl BufferPool {
             count,
             mr: None,
         };
-        pool.mr = Some(dev.register_external(pool.base, len)?);
+        // SAFETY: the pool's own mapping of `len` bytes, read and write, unmapped only by
+        // `drop` after the registration is dropped; its buffers are moved in and out by copies,
+        // never referenced, so the device's reads and writes alias no Rust reference.
+        pool.mr = Some(unsafe { dev.register_external(pool.base, len) }?);
         Ok(pool)
     }
 
@@ -517,7 +529,7 @@ impl CompletionQueue {
 
     /// Every completion waiting, into `out` (cleared first); leaves the CQ armed, so the
     /// descriptor wakes a sleeper on the next one. Idle calls make no system call (beyond one
-    /// channel read per [`IDLE_TAKE_EVERY`]): the service thread calls this on every spin.
+    /// channel read per `IDLE_TAKE_EVERY`): the service thread calls this on every spin.
     pub fn drain(&mut self, out: &mut Vec<Completion>) -> Result<(), VerbsError> {
         out.clear();
         loop {

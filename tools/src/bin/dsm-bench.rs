@@ -781,7 +781,7 @@ struct ChartData {
     footer: String,
     apps: Vec<String>,
     labels: Vec<String>,
-    /// bars[app][series]
+    /// `bars[app][series]`
     bars: Vec<Vec<Option<Bar>>>,
     /// The "2 jobs" ratio per app: the ceiling of a 2-node speed-up on this machine.
     ceilings: Vec<Option<f64>>,
