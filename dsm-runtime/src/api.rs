@@ -611,7 +611,7 @@ impl Dsm {
     }
 
     /// Ends the job with an error seen by every node (`jia_error`): prints `msg`, tells the
-    /// other nodes (waiting until they have the message, a second at most), exits with
+    /// other nodes (waiting until they have the message, half a second at most), exits with
     /// status 1.
     pub fn error(&self, msg: &str) -> ! {
         if !self.left.load(Ordering::SeqCst) {

@@ -362,6 +362,30 @@ fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
     );
 }
 
+/// A node ending with `jia_error` while another faults on its pages is the node named, with its
+/// status, every time: the other node learns of the error inside its fault handler (driving the
+/// node) and ends with the status that says so (86), not by a signal the launcher would blame.
+#[test]
+fn an_error_is_named_with_its_status_while_another_node_faults_on_its_pages() {
+    for run in 0..20 {
+        let out = dsmrun(
+            2,
+            &["--set", "prefetch=off"],
+            "probe",
+            &["error-while-read"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "run {run}: {}", text(&out));
+        assert!(
+            err.contains("dsmrun: node 0 (127.0.0.1) exited with status 1")
+                && err.contains("deliberate error on node 0")
+                && !err.contains("signal"),
+            "run {run}: {}",
+            text(&out)
+        );
+    }
+}
+
 #[test]
 fn a_panic_on_one_node_ends_every_node() {
     let out = dsmrun(3, &[], "probe", &["panic"]);

@@ -145,6 +145,17 @@ impl Service {
                 // same status (`door::end`), so the launcher still names the node that failed.
                 Effect::Abort { error } => match error {
                     dsm_core::JobError::Remote { .. } => {
+                        // Acknowledge the error first: its sender waits for every node to have
+                        // it before it ends (`jia_error`), and ends sooner. (A read that finds
+                        // the socket empty lets the acknowledgements go: UDP, RDMA UD.)
+                        if let Some(t) = &mut self.transport {
+                            for _ in 0..64 {
+                                if t.poll_recv(Instant::now()) == 0 {
+                                    break;
+                                }
+                            }
+                            t.flush(Instant::now());
+                        }
                         fatal_with(&error.to_string(), EXIT_PEER_FAILED)
                     }
                     _ => fatal(&error.to_string()),

@@ -54,8 +54,9 @@ const LINGER: Duration = Duration::from_secs(2);
 /// How long a node in exit waits for its grant after node 0 closed its connections.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// How long `jia_error` waits for every node to acknowledge its error message before its node
-/// ends anyway.
-const ERROR_GRACE: Duration = Duration::from_secs(1);
+/// ends anyway: well within the second the launcher waits for the node that failed first after
+/// another ended because of it.
+const ERROR_GRACE: Duration = Duration::from_millis(500);
 
 /// Work met in signal context and left to the service thread.
 pub(crate) enum Deferred {

@@ -610,6 +610,25 @@ fn main() {
             }
             dsm.barrier();
         }
+        "error-while-read" => {
+            // Node 0 ends the job with jia_error while node 1 streams reads of node 0's pages
+            // (one fault each with prefetch off): node 1 learns of the error in a fault.
+            let pages = 32_768;
+            let a = dsm
+                .alloc::<u64>(pages * 512, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            if dsm.id() == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                dsm.error("deliberate error on node 0");
+            }
+            let mut sum = 0;
+            for p in 0..pages {
+                sum += a.get(p * 512);
+            }
+            println!("node {} read every page (sum {sum}): too late", dsm.id());
+            dsm.barrier();
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
