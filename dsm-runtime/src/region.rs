@@ -101,7 +101,9 @@ impl Region {
     }
 
     fn back_and_map(&self, first: PageNum, count: usize) {
-        sys::populate_write(self.page_ptr(first), count * PAGE_SIZE);
+        // SAFETY: the pages lie in the service view, a shared mapping that lives as long as the
+        // process (`page_ptr` checks the first; `count` pages follow it inside the region).
+        unsafe { sys::populate_write(self.page_ptr(first), count * PAGE_SIZE) };
         let Some(mem) = &self.mem else { return };
         if !self.premap.load(Ordering::Relaxed) {
             return;
@@ -200,7 +202,9 @@ impl PageMemory for Region {
             crate::door::fastpath::withdraw(page);
         }
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectStart);
-        let r = sys::mprotect(addr, len, p);
+        // SAFETY: the range lies in the application view (checked above), into which the runtime
+        // holds no reference.
+        let r = unsafe { sys::mprotect(addr, len, p) };
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectEnd);
         if let Err(e) = r {
             fatal(&format!(

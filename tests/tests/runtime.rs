@@ -362,6 +362,23 @@ fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
     );
 }
 
+/// An allocation whose byte count overflows is refused with an error naming it (it was accepted
+/// over one page, and a store into it overwrote another array).
+#[test]
+fn an_allocation_whose_size_overflows_is_refused() {
+    let out = dsmrun(1, &[], "probe", &["alloc-overflow"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "refused: allocation of 2305843009213693953 elements of 8 bytes each overflows the \
+             address space"
+        ) && stdout.contains("first array [0] = 7"),
+        "{t}"
+    );
+}
+
 /// A node ending with `jia_error` while another faults on its pages is the node named, with its
 /// status, every time: the other node learns of the error inside its fault handler (driving the
 /// node) and ends with the status that says so (86), not by a signal the launcher would blame.

@@ -105,19 +105,27 @@ extern "C" fn in_forked_child() {
     flags::FORKED.store(true, Ordering::Relaxed);
 }
 
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+/// Passes the signal on to the handler installed before ours.
+///
+/// # Safety
+///
+/// Called from the handler with its own arguments.
+unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let prev = PREV
         .get()
         .map(|[segv, bus]| if sig == libc::SIGBUS { bus } else { segv });
-    signals::chain(prev, sig, info, ctx);
+    // SAFETY: the caller's promise.
+    unsafe { signals::chain(prev, sig, info, ctx) };
 }
 
 /// The SIGSEGV/SIGBUS handler. Signal context: see the module's contract.
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let addr = signals::fault_addr(info);
+    // SAFETY: the kernel's siginfo, as passed to this SA_SIGINFO handler.
+    let addr = unsafe { signals::fault_addr(info) };
     let (start, end) = region();
     if addr < start || addr >= end {
-        return chain(sig, info, ctx);
+        // SAFETY: this handler's own arguments.
+        return unsafe { chain(sig, info, ctx) };
     }
     let _context = SignalContext::enter();
     if context::is_service_thread() {
@@ -151,7 +159,8 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         );
     };
     give_signal_stack(slot, ctx);
-    let write = signals::fault_is_write(ctx);
+    // SAFETY: the kernel's context, as passed to this SA_SIGINFO handler.
+    let write = unsafe { signals::fault_is_write(ctx) };
     let page = (addr - start) / dsm_core::PAGE_SIZE;
     if let Some(write) = write {
         if resolve(start, page, write) {
@@ -175,7 +184,8 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     crate::trace::stamp(page as u64, crate::trace::Step::Resumed);
     if outcome == FaultOutcome::Unallocated {
         // Not allocated: a wild access in the region. Behave as if we were not here.
-        chain(sig, info, ctx);
+        // SAFETY: this handler's own arguments.
+        unsafe { chain(sig, info, ctx) };
     }
 }
 
@@ -198,7 +208,9 @@ fn resolve(start: usize, page: usize, write: bool) -> bool {
     } else {
         Protection::Read
     };
-    if sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot).is_err() {
+    // SAFETY: the run lies in the application view of the shared region (the fast-path table
+    // holds only its pages), into which the runtime holds no reference.
+    if unsafe { sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot) }.is_err() {
         die("mprotect failed in the fault handler", 1);
     }
     // The pages after the first were claimed only if the queue had room for them.
@@ -218,7 +230,8 @@ fn give_signal_stack(slot: usize, ctx: *mut libc::c_void) {
     if SIGNAL_STACK_CHECKED.with(|c| c.replace(true)) {
         return;
     }
-    stack::ensure_signal_stack(&SIGNAL_STACKS[slot], ctx);
+    // SAFETY: `ctx` is the handler's context, as the kernel passed it.
+    unsafe { stack::ensure_signal_stack(&SIGNAL_STACKS[slot], ctx) };
 }
 
 #[cfg(test)]

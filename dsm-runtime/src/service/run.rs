@@ -109,6 +109,11 @@ pub(crate) fn run(service: Service) {
             s.warn_if_thrashing();
             s.report_progress();
         }
+        // What the pass left for this thread (the job's statistics at exit among it), before
+        // the node may leave.
+        if !s.deferred.is_empty() {
+            s.run_deferred();
+        }
         s.error_sent();
         if s.exit_finished() {
             // What came last (the exit grant) is acknowledged before the transport closes, or

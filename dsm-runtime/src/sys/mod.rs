@@ -144,11 +144,15 @@ pub unsafe fn touch_pages(start: usize, end: usize, write: bool) {
     }
 }
 
-/// Changes the protection of `len` bytes from `addr` (page aligned, inside our region).
-pub fn mprotect(addr: usize, len: usize, prot: Protection) -> io::Result<()> {
-    // The range lies inside the application mapping of the region, which lives as long as the
-    // process; changing its protection cannot invalidate Rust references (none are held by the
-    // runtime into it).
+/// Changes the protection of `len` bytes from `addr` (page aligned).
+///
+/// # Safety
+///
+/// The range lies in a mapping of ours that no Rust reference points into while the protection
+/// forbids its access (the shared region's application view: the runtime holds none; the
+/// program's own accesses fault and are served).
+pub unsafe fn mprotect(addr: usize, len: usize, prot: Protection) -> io::Result<()> {
+    // The caller's promise above.
     syscall!(mprotect(addr as *mut libc::c_void, len, prot.bits()))?;
     Ok(())
 }
@@ -168,10 +172,14 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
 /// Backs `len` bytes at `addr` of a shared mapping with memory now, writable
 /// (`MADV_POPULATE_WRITE`, Linux 5.14): one call instead of a page fault per page at first
 /// write. Best effort: an older kernel's refusal changes nothing but the cost.
-pub fn populate_write(addr: *mut u8, len: usize) {
+///
+/// # Safety
+///
+/// `[addr, addr + len)` lies in a live shared mapping of ours (populating a shared mapping does
+/// not change its contents; a private one it could replace with zeroed copies).
+pub unsafe fn populate_write(addr: *mut u8, len: usize) {
     const MADV_POPULATE_WRITE: libc::c_int = 23;
-    // SAFETY: the caller passes a range inside one of our live mappings; populating does not
-    // change its contents.
+    // SAFETY: the caller's promise above.
     unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) };
 }
 

@@ -39,7 +39,11 @@ pub fn install(sig: libc::c_int, handler: Handler) -> std::io::Result<Previous> 
 /// Passes a signal on to `prev` (the handler installed before ours), or, if that was the default
 /// action or ignoring, restores the default and returns: the access faults again and the kernel
 /// ends the process the usual way (core dump included). Async-signal-safe.
-pub fn chain(
+///
+/// # Safety
+///
+/// Called from a SIGSEGV/SIGBUS handler with the `info` and `ctx` the kernel passed it.
+pub unsafe fn chain(
     prev: Option<&Previous>,
     sig: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -72,14 +76,22 @@ fn reset_default(sig: libc::c_int) {
 }
 
 /// The faulting address of a SIGSEGV/SIGBUS.
-pub fn fault_addr(info: *mut libc::siginfo_t) -> usize {
+///
+/// # Safety
+///
+/// `info` is what the kernel passed to an `SA_SIGINFO` handler.
+pub unsafe fn fault_addr(info: *mut libc::siginfo_t) -> usize {
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     unsafe { (*info).si_addr() as usize }
 }
 
 /// Whether the faulting access was a write, from the x86-64 page-fault error code.
+///
+/// # Safety
+///
+/// `ctx` is null or what the kernel passed to an `SA_SIGINFO` handler.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub fn fault_is_write(ctx: *mut libc::c_void) -> Option<bool> {
+pub unsafe fn fault_is_write(ctx: *mut libc::c_void) -> Option<bool> {
     if ctx.is_null() {
         return None;
     }
@@ -90,8 +102,12 @@ pub fn fault_is_write(ctx: *mut libc::c_void) -> Option<bool> {
 }
 
 /// Whether the faulting access was a write: not known on this architecture.
+///
+/// # Safety
+///
+/// None needed; `unsafe` as on x86-64.
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-pub fn fault_is_write(_ctx: *mut libc::c_void) -> Option<bool> {
+pub unsafe fn fault_is_write(_ctx: *mut libc::c_void) -> Option<bool> {
     None
 }
 

@@ -70,7 +70,11 @@ pub fn map(size: usize) -> Option<Top> {
 /// a signal handler with its context `ctx`: `rt_sigreturn` puts back the signal stack saved in
 /// the context, so the new one is written there (and set now for the rest of the handler).
 /// Async-signal-safe.
-pub fn ensure_signal_stack(cell: &AtomicUsize, ctx: *mut libc::c_void) -> bool {
+///
+/// # Safety
+///
+/// `ctx` is null or what the kernel passed to the running `SA_SIGINFO` handler.
+pub unsafe fn ensure_signal_stack(cell: &AtomicUsize, ctx: *mut libc::c_void) -> bool {
     if ctx.is_null() {
         return false;
     }

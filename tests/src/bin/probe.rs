@@ -610,6 +610,19 @@ fn main() {
             }
             dsm.barrier();
         }
+        "alloc-overflow" => {
+            // len * size_of::<u64>() overflows: refused, and the array before it keeps its value.
+            let a = dsm
+                .alloc::<u64>(512, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            a.set(0, 7);
+            match dsm.alloc::<u64>((1 << 61) + 1, AllocPolicy::OnNode(NodeId(0))) {
+                Ok(b) => println!("accepted an array of {} elements", b.len()),
+                Err(e) => println!("refused: {e}"),
+            }
+            dsm.barrier();
+            println!("first array [0] = {}", a.get(0));
+        }
         "error-while-read" => {
             // Node 0 ends the job with jia_error while node 1 streams reads of node 0's pages
             // (one fault each with prefetch off): node 1 learns of the error in a fault.
