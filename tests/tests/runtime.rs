@@ -94,7 +94,7 @@ fn a_forked_child_touching_shared_memory_ends_with_a_message() {
     assert!(out.status.success(), "{t}");
     assert!(t.contains("fork-and-touch OK"), "{t}");
     assert!(
-        t.contains("dsm: fatal: a process forked from a DSM node touched a shared page"),
+        t.contains("dsm node 1: error: a process forked from a DSM node touched a shared page"),
         "{t}"
     );
 }
