@@ -362,6 +362,35 @@ fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
     );
 }
 
+/// Lines printed at once by several nodes reach dsmrun's output whole (each node writes every
+/// line in three pieces), every line of every node, whatever the interleaving of the nodes.
+#[test]
+fn output_of_nodes_printing_at_once_stays_in_whole_lines() {
+    let pad = "x".repeat(300);
+    for run in 0..20 {
+        let out = dsmrun(4, &[], "probe", &["print-lines"]);
+        let t = text(&out);
+        assert!(out.status.success(), "run {run}: {t}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut seen = [0usize; 4];
+        for line in stdout.lines() {
+            let mut w = line.splitn(5, ' ');
+            let (Some("node"), Some(n), Some("line"), Some(_), Some(rest)) =
+                (w.next(), w.next(), w.next(), w.next(), w.next())
+            else {
+                panic!("run {run}: a line not whole: {line:?}");
+            };
+            assert_eq!(
+                rest,
+                format!("{pad} end"),
+                "run {run}: a line not whole: {line:?}"
+            );
+            seen[n.parse::<usize>().expect("a node id")] += 1;
+        }
+        assert_eq!(seen, [200; 4], "run {run}: every line of every node");
+    }
+}
+
 /// An allocation whose byte count overflows is refused with an error naming it (it was accepted
 /// over one page, and a store into it overwrote another array).
 #[test]

@@ -135,21 +135,28 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Copies a node's output to ours, each line prefixed with `[node i] `. Bytes, not text: a line
-/// that is not UTF-8 passes as it is. When our side is closed (`dsmrun ... | head`), the rest is
-/// read and dropped, so the node never blocks on a full pipe or dies of SIGPIPE for it.
+/// Copies a node's output to ours by whole lines, in the order they were completed, as mpirun
+/// does: lines of different nodes never mix, whatever they print at once. With `tag`, each line
+/// is prefixed with `[node i] `. Bytes, not text: a line that is not UTF-8 passes as it is; a
+/// last line without its newline gets one. When our side is closed (`dsmrun ... | head`), the
+/// rest is read and dropped, so the node never blocks on a full pipe or dies of SIGPIPE for it.
 fn forward(
     stream: impl Read + Send + 'static,
     node: usize,
     to_stderr: bool,
+    tag: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let prefix = format!("[node {node}] ");
+        let prefix = if tag {
+            format!("[node {node}] ")
+        } else {
+            String::new()
+        };
         let mut input = BufReader::new(stream);
-        let mut line = Vec::new();
+        let mut line = prefix.clone().into_bytes();
         let mut open = true;
         loop {
-            line.clear();
+            line.truncate(prefix.len());
             match input.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
@@ -159,21 +166,33 @@ fn forward(
             }
             if open {
                 open = if to_stderr {
-                    write_line(&mut std::io::stderr().lock(), &prefix, &line)
+                    write_line(&mut std::io::stderr().lock(), &line)
                 } else {
-                    write_line(&mut std::io::stdout().lock(), &prefix, &line)
+                    write_line(&mut std::io::stdout().lock(), &line)
                 };
             }
         }
     })
 }
 
-/// Writes one prefixed line; false once the other side is gone.
-fn write_line(out: &mut impl Write, prefix: &str, line: &[u8]) -> bool {
-    out.write_all(prefix.as_bytes())
-        .and_then(|()| out.write_all(line))
-        .and_then(|()| out.flush())
-        .is_ok()
+/// Writes one line with one write (a line longer than a pipe's atomic size may take several,
+/// under our lock); false once the other side is gone.
+fn write_line(out: &mut impl Write, line: &[u8]) -> bool {
+    out.write_all(line).and_then(|()| out.flush()).is_ok()
+}
+
+/// Waits for the forwarding threads to print the nodes' last lines (their pipes close when the
+/// nodes end), a few seconds at most: a process the program started may hold a pipe open.
+fn finish_forwarding(forwarders: Vec<std::thread::JoinHandle<()>>) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    for f in forwarders {
+        while !f.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if f.is_finished() {
+            let _ = f.join();
+        }
+    }
 }
 
 /// A job about to start: where each node runs, the rendezvous, the cookie.
@@ -258,11 +277,13 @@ fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
     env
 }
 
-/// Starts node `i`; with tagged output, the threads forwarding its lines go to `forwarders`.
+/// Starts node `i`; the threads forwarding its output by lines go to `forwarders` (unless it
+/// goes to files, `--output-filename`, or `forward` is off: the nodes then share our terminal).
 fn spawn_node(
     spec: &JobSpec,
     p: &Prepared,
     i: usize,
+    forward_output: bool,
     forwarders: &mut Vec<std::thread::JoinHandle<()>>,
 ) -> Result<Child, JobFailure> {
     let env = node_env(spec, p, i);
@@ -330,7 +351,7 @@ fn spawn_node(
                 })
         };
         cmd.stdout(open("stdout")?).stderr(open("stderr")?);
-    } else if spec.tag_output {
+    } else if forward_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     // Standard input goes to node 0 only, as mpirun's and srun's do; the others read nothing.
@@ -357,13 +378,11 @@ fn spawn_node(
             });
         }
     }
-    if spec.tag_output {
-        if let Some(o) = child.stdout.take() {
-            forwarders.push(forward(o, i, false));
-        }
-        if let Some(e) = child.stderr.take() {
-            forwarders.push(forward(e, i, true));
-        }
+    if let Some(o) = child.stdout.take() {
+        forwarders.push(forward(o, i, false, spec.tag_output));
+    }
+    if let Some(e) = child.stderr.take() {
+        forwarders.push(forward(e, i, true, spec.tag_output));
     }
     Ok(child)
 }
@@ -382,7 +401,10 @@ pub struct JobEnd {
 pub fn run(spec: &JobSpec) -> JobEnd {
     let mut control: Vec<std::net::TcpStream> = Vec::new();
     let mut words = Heard::new(spec.hosts.len());
-    let result = run_watched(spec, &mut control, &mut words);
+    let mut forwarders = Vec::new();
+    let result = run_watched(spec, &mut control, &mut words, &mut forwarders);
+    // The nodes' last lines (a failing node's message among them) before dsmrun's verdict.
+    finish_forwarding(forwarders);
     let node_stats = words.of(&mut control, 0).and_then(|lines| {
         lines
             .iter()
@@ -395,6 +417,7 @@ fn run_watched(
     spec: &JobSpec,
     control: &mut Vec<std::net::TcpStream>,
     words: &mut Heard,
+    forwarders: &mut Vec<std::thread::JoinHandle<()>>,
 ) -> Result<(), JobFailure> {
     let n = spec.hosts.len();
     let p = prepare(spec)?;
@@ -406,9 +429,8 @@ fn run_watched(
     );
     let interrupted = signals::catch_interrupts();
     let mut children: Vec<Child> = Vec::with_capacity(n);
-    let mut forwarders = Vec::new();
     for i in 0..n {
-        match spawn_node(spec, &p, i, &mut forwarders) {
+        match spawn_node(spec, &p, i, true, forwarders) {
             Ok(c) => children.push(c),
             Err(e) => {
                 end_all(&mut children);
@@ -466,13 +488,7 @@ fn run_watched(
             control,
             words,
         ) {
-            Ok(true) if echo.is_none() => {
-                // The output threads print the last lines (they end when the pipes close).
-                for f in forwarders {
-                    let _ = f.join();
-                }
-                return Ok(());
-            }
+            Ok(true) if echo.is_none() => return Ok(()),
             Ok(_) => wait_for_an_exit(&mut children, &exits),
             Err(
                 e @ JobFailure::Node {
@@ -789,10 +805,11 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     let n = spec.hosts.len();
     let p = prepare(spec)?;
     let mut children = Vec::with_capacity(n.saturating_sub(1));
-    // Output is never tagged here (the nodes share this process's terminal).
+    // Output is not forwarded here: the nodes share this process's terminal (node 0's own output
+    // could not be kept apart from the forwarded lines anyway).
     let mut forwarders = Vec::new();
     for i in 1..n {
-        match spawn_node(spec, &p, i, &mut forwarders) {
+        match spawn_node(spec, &p, i, false, &mut forwarders) {
             Ok(c) => children.push(c),
             Err(e) => {
                 end_all(&mut children);

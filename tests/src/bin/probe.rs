@@ -606,6 +606,25 @@ fn main() {
             }
             dsm.barrier();
         }
+        "print-lines" => {
+            // Every node prints 200 long lines, each in three writes: lines of different nodes
+            // must still reach dsmrun's output whole.
+            use std::io::Write as _;
+            dsm.barrier();
+            let pad = "x".repeat(300);
+            for k in 0..200 {
+                for piece in [
+                    format!("node {} line {k} ", dsm.id()),
+                    pad.clone(),
+                    " end\n".into(),
+                ] {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(piece.as_bytes());
+                    let _ = out.flush();
+                }
+            }
+            dsm.barrier();
+        }
         "alloc-overflow" => {
             // len * size_of::<u64>() overflows: refused, and the array before it keeps its value.
             let a = dsm
