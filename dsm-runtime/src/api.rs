@@ -186,6 +186,13 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     };
     door::end::set_rank(rank);
     logging::init_node(rank);
+    // dsmrun has named the unknown DSM_* variables already; under srun, mpirun or alone, node 0
+    // does.
+    if rank == 0 && std::env::var_os("DSM_RANK").is_none() {
+        for w in crate::config::unknown_env_vars() {
+            log::warn!("{w}");
+        }
+    }
     if let Some(on_host) = env.as_ref().and_then(|e| e.on_host) {
         if config.bind_to_core {
             bind_to_core(on_host);

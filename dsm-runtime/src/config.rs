@@ -697,8 +697,118 @@ pub fn parse_hosts(
     Ok(hosts)
 }
 
+/// The environment variables the runtime, its launcher and its tools read besides the settings'
+/// `DSM_<KEY>`: what each is for.
+pub const OTHER_VARIABLES: &[(&str, &str)] = &[
+    ("DSM_RANK", "a node's id, set by dsmrun"),
+    ("DSM_SIZE", "the job's node count, set by dsmrun"),
+    ("DSM_COOKIE", "the job's cookie, set by dsmrun"),
+    ("DSM_RENDEZVOUS", "the job's rendezvous, set by dsmrun"),
+    (
+        "DSM_RENDEZVOUS_FILE",
+        "where rank 0 publishes the rendezvous under srun or mpirun",
+    ),
+    ("DSM_JOB_ID", "the job id naming the rendezvous file"),
+    ("DSM_CONFIG", "the settings a launcher hands its nodes"),
+    ("DSM_BIND", "the address a node binds"),
+    (
+        "DSM_LOCAL_RANK",
+        "a node's index among those of its host, set by dsmrun",
+    ),
+    (
+        "DSM_LOCAL_SIZE",
+        "the nodes on a node's host, set by dsmrun",
+    ),
+    ("DSM_STATS", "print the statistics table (dsmrun --stats)"),
+    (
+        "DSM_STATS_JSON",
+        "write every node's statistics as JSON (dsmrun --stats-json)",
+    ),
+    ("DSM_SSH", "the command that reaches remote hosts"),
+    ("DSM_IMPAIR", "fault injection on the UDP layer"),
+    ("DSM_FAULT_TRACE", "the fault trace's directory"),
+    ("DSM_SIM_CASES", "the simulator's random programs (tests)"),
+    ("DSM_SIM_SEED", "one simulator case (tests)"),
+    ("DSM_SIM_BASE", "the simulator's first seed (tests)"),
+    (
+        "DSM_SIM_SECOND_THREAD",
+        "the simulator's threaded cases (tests)",
+    ),
+    ("DSM_FUZZ_FRAMES", "frames fed to the decoder (tests)"),
+    ("DSM_BENCH_FONT", "dsm-bench's chart font"),
+    ("DSM_MPI_BIN", "dsm-bench's MPI programs"),
+    ("DSM_TEST_RDMA", "the RDMA tests (scripts/test-rdma)"),
+];
+
+/// The `DSM_*` variables of the environment that are neither a setting nor one of
+/// [`OTHER_VARIABLES`], each with the nearest known name: a typo (`DSM_PREFTECH=off`) would
+/// otherwise be ignored without a word.
+pub fn unknown_env_vars() -> Vec<String> {
+    let known: Vec<String> = KEYS
+        .iter()
+        .map(|(k, _)| format!("DSM_{}", k.to_uppercase()))
+        .chain(OTHER_VARIABLES.iter().map(|(v, _)| v.to_string()))
+        .collect();
+    let mut unknown: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("DSM_") && !known.contains(k))
+        .collect();
+    unknown.sort();
+    unknown
+        .into_iter()
+        .map(|var| {
+            let nearest = known
+                .iter()
+                .min_by_key(|k| edit_distance(k, &var))
+                .filter(|k| edit_distance(k, &var) <= 3);
+            match nearest {
+                Some(k) => format!(
+                    "{var} is not a setting or a variable of the runtime (did you mean {k}?): ignored"
+                ),
+                None => format!(
+                    "{var} is not a setting or a variable of the runtime (settings: DSM_ and a key of .jiaconf.example in upper case): ignored"
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Edits (insert, delete, substitute, swap two neighbours) between `a` and `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_typo_is_one_edit_from_its_variable() {
+        assert_eq!(super::edit_distance("DSM_PREFETCH", "DSM_PREFTECH"), 1);
+        assert_eq!(super::edit_distance("DSM_PREFETCH", "DSM_PREFETCH"), 0);
+        assert_eq!(super::edit_distance("DSM_CACHE_PAGES", "DSM_CACHEPAGES"), 1);
+        assert!(super::edit_distance("DSM_PREFETCH", "DSM_BIND") > 3);
+    }
+
     use super::*;
 
     fn file_err(text: &str) -> String {

@@ -371,3 +371,30 @@ fn a_good_configuration_does_start_the_nodes() {
     let (out, started) = run_case(&c, &[]);
     assert!(out.status.success() && started, "{}", text(&out));
 }
+
+/// A `DSM_*` variable that is no setting (a typo) is named with the nearest one, by dsmrun and by
+/// a node started without it; a job runs as before.
+#[test]
+fn a_mistyped_dsm_variable_is_named_with_the_nearest_setting() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2"])
+        .arg(bin("matmul"))
+        .arg("64")
+        .env("DSM_PREFTECH", "off");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = "DSM_PREFTECH is not a setting or a variable of the runtime (did you mean DSM_PREFETCH?): ignored";
+    assert_eq!(err.matches(want).count(), 1, "said once, by dsmrun:\n{t}");
+    assert!(err.contains(&format!("dsmrun: warning: {want}")), "{t}");
+    let mut alone = Command::new(bin("matmul"));
+    alone.arg("64").env("DSM_PREFTECH", "off");
+    let out = run_with_deadline(alone, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("dsm node 0: warning: {want}")),
+        "{t}"
+    );
+}

@@ -121,6 +121,9 @@ fn mpirun_spelling(args: impl Iterator<Item = String>) -> Vec<String> {
 fn main() -> ExitCode {
     let args = Args::parse_from(mpirun_spelling(std::env::args()));
     dsm_runtime::logging::init_launcher();
+    for w in config::unknown_env_vars() {
+        log::warn!("{w}");
+    }
     // Settings: defaults < .jiaconf < environment < command line.
     let mut cfg = Config::default();
     let file_result = match &args.config {
