@@ -398,3 +398,43 @@ fn a_mistyped_dsm_variable_is_named_with_the_nearest_setting() {
         "{t}"
     );
 }
+
+/// A program that never calls jia_init runs, and dsmrun says that it never joined the job.
+#[test]
+fn a_program_that_never_joins_is_named_as_such() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "/bin/true"]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("never called jia_init"),
+        "{t}"
+    );
+}
+
+/// More nodes than this machine's CPUs: said once; so many that starved nodes would time each
+/// other out: refused before anything starts, with the setting that allows more.
+#[test]
+fn oversubscription_is_said_and_too_much_of_it_refused() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", &(cpus + 1).to_string()])
+        .arg(bin("matmul"))
+        .arg("64");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("they share CPUs").count(), 1, "{t}");
+    let many = (cpus * 128 + 1).to_string();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", &many]).arg(bin("matmul")).arg("64");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("raise peer_timeout_ms to"),
+        "{t}"
+    );
+}

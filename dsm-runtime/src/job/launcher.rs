@@ -206,6 +206,10 @@ struct Prepared {
 
 fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
     let local: Vec<bool> = spec.hosts.iter().map(|h| is_local(&h.address)).collect();
+    check_local_load(
+        local.iter().filter(|&&l| l).count(),
+        spec.config.peer_timeout_ms,
+    )?;
     let binds: Vec<IpAddr> = spec
         .hosts
         .iter()
@@ -241,6 +245,35 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
         rv_addr: SocketAddr::new(rv_advertise, port),
         cookie: random_cookie(),
     })
+}
+
+/// Nodes one CPU carries, at the default `peer_timeout_ms` (10 s), before starved nodes miss
+/// each other's heartbeats: 256 nodes on 2 CPUs ran; 500 failed after 19 s, every node blaming
+/// others that "died or are unreachable" (they were only waiting for a CPU).
+const NODES_PER_CPU_AT_DEFAULT_TIMEOUT: u64 = 128;
+
+/// More nodes on this machine than its CPUs: said once (they share CPUs, and each node's service
+/// thread spins while its threads wait, so the job runs slower than on fewer nodes); so many
+/// that they would time each other out: refused up front, with the setting that allows more.
+fn check_local_load(nodes: usize, peer_timeout_ms: u64) -> Result<(), JobFailure> {
+    let cpus = crate::sys::allowed_cpus().map_or(1, |c| c.len().max(1));
+    if nodes <= cpus {
+        return Ok(());
+    }
+    let limit = (cpus as u64 * NODES_PER_CPU_AT_DEFAULT_TIMEOUT * peer_timeout_ms / 10_000).max(1);
+    if nodes as u64 > limit {
+        let need = (nodes as u64 * 10_000).div_ceil(cpus as u64 * NODES_PER_CPU_AT_DEFAULT_TIMEOUT);
+        return Err(JobFailure::Start(format!(
+            "{nodes} nodes on this machine, which has {cpus} CPU(s): at peer_timeout_ms = \
+             {peer_timeout_ms} at most {limit} fit before starved nodes take each other for dead \
+             (raise peer_timeout_ms to {need} or more, or run fewer nodes)"
+        )));
+    }
+    log::warn!(
+        "{nodes} nodes on this machine, which has {cpus} CPU(s): they share CPUs, and the job runs \
+         slower than on {cpus} node(s) or fewer"
+    );
+    Ok(())
 }
 
 /// Node `i`'s place among the nodes on its host: (its index among them, how many there are).
@@ -488,7 +521,18 @@ fn run_watched(
             control,
             words,
         ) {
-            Ok(true) if echo.is_none() => return Ok(()),
+            Ok(true) if echo.is_none() => {
+                // Every node ended well, but the rendezvous still waits: some never joined (a
+                // program that never calls jia_init ran as separate processes).
+                if rv_thread.as_ref().is_some_and(|t| !t.is_finished()) {
+                    log::warn!(
+                        "the {n} processes ended with status 0, but not all of them joined the \
+                         job: the program never called jia_init (dsm_runtime::init), so they ran \
+                         as separate processes, not as one DSM job"
+                    );
+                }
+                return Ok(());
+            }
             Ok(_) => wait_for_an_exit(&mut children, &exits),
             Err(
                 e @ JobFailure::Node {
