@@ -2,6 +2,8 @@
 # A one-machine Slurm cluster for the tests: munged, slurmctld and slurmd on this host, with
 # node slots to spare (config_overrides: the node says it has 8 CPUs whatever it has), its own
 # configuration, spool and state under /tmp/dsm-slurm (the system's /etc/slurm is not touched).
+# `stop` ends what `start` started (munged only if it was not running before) and removes the
+# directory.
 #
 #   tests/slurm/cluster.sh start   prints `export SLURM_CONF=...` for the clients
 #   tests/slurm/cluster.sh stop
@@ -16,7 +18,12 @@ stop() {
     for p in slurmd slurmctld; do
         [ -f "$dir/$p.pid" ] && kill "$(cat "$dir/$p.pid")" 2>/dev/null || true
     done
+    # munged too, if this script started it (one already running is the system's).
+    if [ -f "$dir/munged.ours" ]; then
+        pkill -x -u munge munged 2>/dev/null || true
+    fi
     sleep 0.5
+    rm -rf "$dir"
 }
 
 case "${1:-}" in
@@ -30,6 +37,7 @@ start)
     chown munge:munge /run/munge
     if ! pgrep -x munged >/dev/null; then
         runuser -u munge -- munged
+        touch "$dir/munged.ours"
     fi
     cat >"$conf" <<CONF
 ClusterName=dsmtest
