@@ -113,3 +113,32 @@ pub const SMALL_APPS: &[(&str, &[&str], &str)] = &[
     ("is", &["200000", "4096"], "is OK"),
     ("ep", &["400000"], "ep OK"),
 ];
+
+/// A run of `n` consecutive ports in `[from, to)` free on 127.0.0.1 for both UDP and TCP now,
+/// for a job's `base_port`: tried from a point that differs between runs, so two test runs at
+/// once (or a port some other program holds) do not meet. Below Linux's ephemeral range
+/// (32768-60999) for the callers that need it: there, a connect to a port nobody listens on yet
+/// can take that very port.
+pub fn free_ports(n: u16, from: u16, to: u16) -> u16 {
+    use std::net::{TcpListener, UdpSocket};
+    let span = u32::from(to - from - n);
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for k in 0..span {
+        let base = from + ((seed.wrapping_mul(2_654_435_761).wrapping_add(k * 7)) % span) as u16;
+        let held: Option<Vec<(TcpListener, UdpSocket)>> = (base..base + n)
+            .map(|p| {
+                Some((
+                    TcpListener::bind(("127.0.0.1", p)).ok()?,
+                    UdpSocket::bind(("127.0.0.1", p)).ok()?,
+                ))
+            })
+            .collect();
+        if held.is_some() {
+            return base;
+        }
+    }
+    panic!("no {n} free ports in {from}..{to}");
+}

@@ -127,17 +127,17 @@ fn run_under_attack(transport: &str, base: u16) {
     );
 }
 
-// Fixed ports below Linux's ephemeral range (32768-60999): there, the forger's own connects to a
-// port nobody listens on yet can take that very port (a TCP self-connect) and dsmrun then finds it
-// in use, as a CI run once did.
+// Ports below Linux's ephemeral range (32768-60999): there, the forger's own connects to a port
+// nobody listens on yet can take that very port (a TCP self-connect) and dsmrun then finds it in
+// use, as a CI run once did.
 #[test]
 fn forged_frames_over_udp_are_dropped_and_counted() {
-    run_under_attack("udp", 20000 + (std::process::id() % 1000) as u16 * 4);
+    run_under_attack("udp", dsm_tests::free_ports(4, 20000, 32000));
 }
 
 #[test]
 fn forged_connections_over_tcp_are_refused_and_counted() {
-    run_under_attack("tcp", 24000 + (std::process::id() % 1000) as u16 * 4);
+    run_under_attack("tcp", dsm_tests::free_ports(4, 20000, 32000));
 }
 
 /// Strangers at start-up, as an unprivileged local user could be: one connection to the
@@ -147,7 +147,7 @@ fn forged_connections_over_tcp_are_refused_and_counted() {
 /// one silent connection to node 0's listener ended the job with "lost node 0").
 #[test]
 fn strangers_at_start_up_delay_nobody() {
-    let base = 28000 + (std::process::id() % 1000) as u16 * 4;
+    let base = dsm_tests::free_ports(4, 20000, 32000);
     let dir = std::env::temp_dir().join(format!("dsm-startup-strangers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let rv_file = dir.join("rendezvous");
@@ -317,7 +317,7 @@ impl Drop for Spoofer {
 /// and a lossy job hung for good).
 #[test]
 fn forged_acknowledgements_from_a_spoofed_peer_are_refused() {
-    let base = 30000 + (std::process::id() % 1000) as u16 * 2;
+    let base = dsm_tests::free_ports(2, 20000, 32000);
     let mut cmd = Command::new(bin("dsmrun"));
     cmd.args(["-n", "2", "--stats", "--set", &format!("base_port={base}")])
         .arg(bin("matmul"))

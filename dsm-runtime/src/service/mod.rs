@@ -589,6 +589,11 @@ impl Service {
             .as_ref()
             .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
         if idle || done.elapsed() > LINGER {
+            if idle {
+                log::debug!("left the job: every node acknowledged its last messages");
+            } else {
+                log::debug!("left the job: the exit linger ran out, messages unacknowledged");
+            }
             if let Some(slot) = self.exit_waiter.take() {
                 SLOTS.complete_call(slot, Ok(crate::door::request::Reply::Done), true);
             }
