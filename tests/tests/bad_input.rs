@@ -438,3 +438,26 @@ fn oversubscription_is_said_and_too_much_of_it_refused() {
         "{t}"
     );
 }
+
+/// Nodes that take long to join are named while dsmrun waits for them (a host that does not
+/// answer ssh gave half a minute of silence before).
+#[test]
+fn nodes_slow_to_join_are_named_while_dsmrun_waits() {
+    let probe = bin("probe").display().to_string();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "2",
+        "/bin/sh",
+        "-c",
+        &format!("sleep 7; exec {probe} faults"),
+    ]);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("dsmrun: warning: waiting for nodes 0, 1 to join the job"),
+        "{t}"
+    );
+}

@@ -57,7 +57,23 @@ impl Rendezvous {
         // Connections are served side by side, each with its own deadline: a stranger that
         // connects and trickles bytes (or says nothing) delays nobody.
         let mut pending: Vec<Pending> = Vec::new();
+        let started = Instant::now();
+        // While nodes are missing, say which, after a few seconds and then every ten: a host
+        // that does not answer ssh would otherwise give half a minute of silence.
+        let mut next_notice = started + Duration::from_secs(5);
         while joined.iter().any(Option::is_none) {
+            if Instant::now() > next_notice {
+                next_notice += Duration::from_secs(10);
+                let missing: Vec<usize> =
+                    (0..joined.len()).filter(|&i| joined[i].is_none()).collect();
+                log::warn!(
+                    "waiting for {} to join the job ({:.0} s of the {} s allowed): {}",
+                    node_list(&missing),
+                    started.elapsed().as_secs_f64(),
+                    timeout.as_secs(),
+                    "its host may not answer (ssh), or its program has not called jia_init yet"
+                );
+            }
             if Instant::now() > deadline {
                 let missing: Vec<String> = joined
                     .iter()
@@ -279,6 +295,17 @@ pub(crate) fn read_rendezvous_file(
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `node 3`, `nodes 1, 2, 5`, `nodes 0, 1, ... and 490 more`.
+fn node_list(nodes: &[usize]) -> String {
+    let shown: Vec<String> = nodes.iter().take(8).map(usize::to_string).collect();
+    let more = nodes.len().saturating_sub(8);
+    match (nodes.len(), more) {
+        (1, _) => format!("node {}", shown[0]),
+        (_, 0) => format!("nodes {}", shown.join(", ")),
+        _ => format!("nodes {} and {more} more", shown.join(", ")),
     }
 }
 
