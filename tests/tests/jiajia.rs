@@ -169,7 +169,9 @@ fn a_jiajia_3_jiaconf_is_accepted() {
 
 /// Misuse ends the job with a message naming the call and what was wrong, not a hang, a Rust
 /// backtrace or SIGABRT: a message to a node outside the job, a message longer than the receive
-/// buffer, lock 64, locking a lock twice, unlocking a lock not held, a barrier after jia_exit.
+/// buffer, lock 64, locking a lock twice, unlocking a lock not held, a barrier after jia_exit;
+/// and JIAJIA 2.1's assert(0, msg) ends it the same way. Ranges are written as a C user reads
+/// them ("nodes 0 to 1", both ends included), not as Rust's `0..2`.
 #[test]
 fn misuse_ends_the_job_with_a_message() {
     let src = std::env::temp_dir().join(format!("dsm-msg-misuse-{}.c", std::process::id()));
@@ -182,6 +184,7 @@ fn misuse_ends_the_job_with_a_message() {
          if (atoi(v[1]) == 2 && jiapid == 1) jia_lock(64);\n\
          if (atoi(v[1]) == 3 && jiapid == 1) { jia_lock(5); jia_lock(5); }\n\
          if (atoi(v[1]) == 4 && jiapid == 1) jia_unlock(6);\n\
+         if (atoi(v[1]) == 6 && jiapid == 1) assert(0, \"deliberate\");\n\
          jia_barrier(); jia_exit();\n\
          if (atoi(v[1]) == 5 && jiapid == 1) jia_barrier();\n\
          return 0; }\n",
@@ -192,12 +195,14 @@ fn misuse_ends_the_job_with_a_message() {
     for (case, want) in [
         (
             "0",
-            "jia_send: destination 2 is not a node of the job (0..2)",
+            "jia_send: destination 2 is not a node of the job (nodes 0 to 1)",
         ),
         (
             "1",
             "jia_recv: the message from node 0 with tag 3 has 64 bytes, more than the 16 of the buffer",
         ),
+        ("2", "dsm node 1: error: jia_lock(64): allowed 0 to 63"),
+        ("6", "dsm node 1: error: assertion failed: deliberate"),
     ] {
         let out = run(2, "udp", &exe, &[case], None);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
