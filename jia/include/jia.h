@@ -1,9 +1,9 @@
 /*
  * jia.h: JIAJIA's C interface on the dsm runtime.
  *
- * Build:  cc prog.c -I<repo>/jia/include -L<repo>/target/release -ljia -lpthread -ldl -lm
- *         (add -Wl,-rpath,<repo>/target/release to use libjia.so without LD_LIBRARY_PATH, or
- *          link -l:libjia.a for a static binary of the library)
+ * Build:  <repo>/target/release/dsmcc prog.c -o prog   (from any directory; dsmcc --show prints
+ *         the cc line it runs: -I<repo>/jia/include -L<repo>/target/release -ljia -lpthread -ldl
+ *         -lm -Wl,-rpath,<repo>/target/release, all absolute; --static-jia links libjia.a)
  * Run:    dsmrun -n 4 ./prog ARGS      or   ./prog with a .jiahosts in the working directory
  *
  * Memory model: writes become visible to another node when it acquires a lock the writer

@@ -1,7 +1,8 @@
 //! # jia: JIAJIA's C interface on the DSM runtime
 //!
 //! Built as `libjia.a` and `libjia.so`, with `include/jia.h`, so that JIAJIA programs compile and
-//! run unchanged: `cc prog.c -Ijia/include -Ltarget/release -ljia -lpthread -ldl -lm`.
+//! run unchanged: `target/release/dsmcc prog.c -o prog` (the `dsmcc` binary of this crate adds
+//! the header and library by absolute path, so it works from any directory).
 //!
 //! `jia_init` joins the job the program was started in: by `dsmrun`, by `srun` or `mpirun`, or,
 //! started directly with a `.jiahosts` in the working directory, by starting the other nodes
