@@ -58,7 +58,7 @@ pub enum AllocError {
         element_bytes: u64,
     },
     /// A node id past the job.
-    #[error("start host {node} is not in the job (0..{nodes})")]
+    #[error("start host {node} is not in the job (nodes 0 to {last})", last = .nodes.saturating_sub(1))]
     BadHost {
         /// The id given.
         node: u16,
@@ -195,6 +195,11 @@ mod tests {
         assert_eq!(
             homes(&AllocPolicy::OnNode(NodeId(3)), 1, 3, 0),
             Err(AllocError::BadHost { node: 3, nodes: 3 })
+        );
+        // Ranges as a C user reads them: both ends included.
+        assert_eq!(
+            AllocError::BadHost { node: 3, nodes: 3 }.to_string(),
+            "start host 3 is not in the job (nodes 0 to 2)"
         );
         let p = AllocPolicy::Blocks {
             blocks_bytes: vec![0],

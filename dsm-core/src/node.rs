@@ -177,10 +177,10 @@ pub enum UsageError {
         page: PageNum,
     },
     /// A lock number out of range.
-    #[error("lock {0} is out of range (locks are 0..{MAX_LOCKS})")]
+    #[error("lock {0} is out of range (locks are 0 to {last})", last = MAX_LOCKS - 1)]
     BadLock(u16),
     /// A condition variable out of range.
-    #[error("condition variable {0} is out of range (0..{MAX_CVS})")]
+    #[error("condition variable {0} is out of range (condition variables are 0 to {last})", last = MAX_CVS - 1)]
     BadCv(u16),
     /// Acquiring a lock the same waiter holds or waits for.
     #[error("{0} is already held or requested by this thread")]
@@ -195,7 +195,7 @@ pub enum UsageError {
     #[error(transparent)]
     Alloc(#[from] AllocError),
     /// A letter addressed to, or expected from, a node outside the job.
-    #[error("node {node} is not in the job (0..{nodes})")]
+    #[error("node {node} is not in the job (nodes 0 to {last})", last = .nodes.saturating_sub(1))]
     BadNode {
         /// The node named.
         node: i64,
@@ -886,5 +886,32 @@ impl<M: PageMemory> Node<M> {
         } else {
             Access::Read
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UsageError;
+
+    /// Ranges are written as a C user reads them, both ends included: not `(0..2)`, which reads
+    /// as including node 2.
+    #[test]
+    fn out_of_range_messages_name_the_last_valid_number() {
+        assert_eq!(
+            UsageError::BadNode { node: 5, nodes: 2 }.to_string(),
+            "node 5 is not in the job (nodes 0 to 1)"
+        );
+        assert_eq!(
+            UsageError::BadNode { node: 1, nodes: 1 }.to_string(),
+            "node 1 is not in the job (nodes 0 to 0)"
+        );
+        assert_eq!(
+            UsageError::BadLock(64).to_string(),
+            "lock 64 is out of range (locks are 0 to 63)"
+        );
+        assert_eq!(
+            UsageError::BadCv(16).to_string(),
+            "condition variable 16 is out of range (condition variables are 0 to 15)"
+        );
     }
 }

@@ -93,8 +93,8 @@ impl Dsm {
     fn node_id(&self, n: usize, what: &str) -> NodeId {
         if n >= self.nodes() {
             fatal(&format!(
-                "{what}: node {n} is not in the job (0..{})",
-                self.nodes()
+                "{what}: node {n} is not in the job (nodes 0 to {})",
+                self.nodes() - 1
             ));
         }
         NodeId(n as u16)

@@ -1,9 +1,9 @@
 /*
  * jia.h: JIAJIA's C interface on the dsm runtime.
  *
- * Build:  cc prog.c -I<repo>/jia/include -L<repo>/target/release -ljia -lpthread -ldl -lm
- *         (add -Wl,-rpath,<repo>/target/release to use libjia.so without LD_LIBRARY_PATH, or
- *          link -l:libjia.a for a static binary of the library)
+ * Build:  <repo>/target/release/dsmcc prog.c -o prog   (from any directory; dsmcc --show prints
+ *         the cc line it runs: -I<repo>/jia/include -L<repo>/target/release -ljia -lpthread -ldl
+ *         -lm -Wl,-rpath,<repo>/target/release, all absolute; --static-jia links libjia.a)
  * Run:    dsmrun -n 4 ./prog ARGS      or   ./prog with a .jiahosts in the working directory
  *
  * Memory model: writes become visible to another node when it acquires a lock the writer
@@ -20,11 +20,11 @@ extern "C" {
 #endif
 
 #define Maxhosts 4096       /* nodes per job */
-#define Maxlocks 64         /* locks 0..63 */
-#define Maxcvs 16           /* condition variables 0..15 */
+#define Maxlocks 64         /* locks 0 to 63 */
+#define Maxcvs 16           /* condition variables 0 to 15 */
 #define Pagesize 4096
 
-/* This node's id, 0..hostc-1, and the number of nodes (valid after jia_init). JIAJIA 2.1's names
+/* This node's id, 0 to hostc-1, and the number of nodes (valid after jia_init). JIAJIA 2.1's names
  * are the variables; jiapid and jiahosts are macros for them, so both spellings work. */
 extern int jia_pid;
 extern int hostc;
@@ -63,6 +63,10 @@ float jia_clock(void) __asm__("jia_clock_float");
 #else
 double jia_clock(void);
 #endif
+/* JIAJIA 3.0's (declared in its tools.h): nanoseconds since the Unix epoch, from the real-time
+ * clock, as 3.0's library returns them. The difference of two calls divided by 1e6 is
+ * milliseconds. */
+unsigned long jia_current_time(void);
 unsigned int jia_startstat(void);
 unsigned int jia_stopstat(void);
 
@@ -129,6 +133,13 @@ static inline void jia_error(char *fmt, ...)
     jia_error_message(buf);
 }
 #define jia_errexit jia_error
+
+/* JIAJIA 2.1's assert(cond, msg), a function its library exported: when cond is 0 the whole job
+ * ends as with jia_error, the message ("assertion failed: msg") naming the node. C's <assert.h>
+ * defines a one-argument macro of the same name; the name is in parentheses here so that the
+ * macro, if defined, is not expanded. Without <assert.h>, assert(cond, "msg") calls this
+ * function; with it, assert(x) is C's macro and (assert)(cond, "msg") this function. */
+void (assert)(int cond, char *msg);
 
 /* The ANL (SPLASH-2) macros, on JIAJIA's calls. Locks are handed out in turn from
  * jia_lock_index, modulo Maxlocks. PAUSE flags are condition variables (PAUSE_SET sets, _ACCEPT

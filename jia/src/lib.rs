@@ -1,7 +1,8 @@
 //! # jia: JIAJIA's C interface on the DSM runtime
 //!
 //! Built as `libjia.a` and `libjia.so`, with `include/jia.h`, so that JIAJIA programs compile and
-//! run unchanged: `cc prog.c -Ijia/include -Ltarget/release -ljia -lpthread -ldl -lm`.
+//! run unchanged: `target/release/dsmcc prog.c -o prog` (the `dsmcc` binary of this crate adds
+//! the header and library by absolute path, so it works from any directory).
 //!
 //! `jia_init` joins the job the program was started in: by `dsmrun`, by `srun` or `mpirun`, or,
 //! started directly with a `.jiahosts` in the working directory, by starting the other nodes
@@ -120,8 +121,8 @@ fn alloc(total: c_int, policy: AllocPolicy) -> c_ulong {
 fn host(h: c_int, what: &str) -> NodeId {
     if h < 0 || h >= dsm().nodes() as c_int {
         die(&format!(
-            "{what}: start host {h} is not in the job (0..{})",
-            dsm().nodes()
+            "{what}: start host {h} is not in the job (nodes 0 to {})",
+            dsm().nodes() - 1
         ));
     }
     NodeId(h as u16)
@@ -195,7 +196,7 @@ pub extern "C" fn jia_alloc(totalsize: c_int) -> c_ulong {
 
 fn id(v: c_int, count: u16, what: &str) -> u16 {
     if v < 0 || v >= c_int::from(count) {
-        die(&format!("{what}({v}): allowed 0..{}", count - 1));
+        die(&format!("{what}({v}): allowed 0 to {}", count - 1));
     }
     v as u16
 }
@@ -262,6 +263,21 @@ pub extern "C" fn jia_clock_float() -> f32 {
     jia_clock() as f32
 }
 
+/// `unsigned long jia_current_time(void)`: nanoseconds since the Unix epoch, from the real-time
+/// clock (`CLOCK_REALTIME`). This is what JIAJIA 3.0's library returns under this name (its
+/// `tools.h` declares it `unsigned long`; its comment says milliseconds, its code returns
+/// `tv_sec * 1e9 + tv_nsec`), and what its programs expect: `mpitest` takes the difference of
+/// two calls and divides by 10^6 to print milliseconds. Since the epoch rather than since
+/// `jia_init`, so that readings on different nodes compare (as far as the hosts' clocks agree).
+/// JIAJIA 2.1 counted milliseconds since the first call; its programs did not use it.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_current_time() -> c_ulong {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    since.as_nanos() as c_ulong
+}
+
 /// `unsigned int jia_startstat(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_startstat() -> c_uint {
@@ -291,6 +307,30 @@ pub unsafe extern "C" fn jia_error_message(msg: *const c_char) -> ! {
             .into_owned()
     };
     die(&text)
+}
+
+/// JIAJIA 2.1's `void assert(int cond, char *msg)`, which its library exported and programs
+/// (`water`) call with two arguments: when `cond` is 0 the whole job ends as with `jia_error`,
+/// with `assertion failed: MSG` naming this node. Not C's one-argument `assert` macro: `jia.h`
+/// declares it as `void (assert)(int, char *)`, which the macro does not expand, so a program
+/// with `<assert.h>` has both (`(assert)(cond, msg)` calls this one).
+///
+/// # Safety
+/// `msg` must be null or a valid C string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn assert(cond: c_int, msg: *const c_char) {
+    if cond != 0 {
+        return;
+    }
+    let text = if msg.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string.
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    die(&format!("assertion failed: {text}"))
 }
 
 // ----- JIAJIA 2.1 and 3.0's wider interface -----
@@ -539,7 +579,8 @@ fn node_arg(n: c_int, what: &str, role: &str) -> usize {
     let nodes = dsm().nodes();
     if n < 0 || n as usize >= nodes {
         die(&format!(
-            "{what}: {role} {n} is not a node of the job (0..{nodes})"
+            "{what}: {role} {n} is not a node of the job (nodes 0 to {})",
+            nodes - 1
         ));
     }
     n as usize

@@ -2,7 +2,9 @@
  * (homed on the last node) with read, pread and fread, and writes shared pages it does not hold
  * to files with write, pwrite and fwrite; every byte is checked, on another node and in the
  * files. Without libjia's help the kernel fails these calls with EFAULT (fread and fwrite come
- * back short) and the data is lost. Usage: io [KIB] */
+ * back short) and the data is lost. It includes <assert.h> beside jia.h: C's assert macro and
+ * JIAJIA 2.1's assert function, called as (assert)(cond, msg), both work. Usage: io [KIB] */
+#include <assert.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,8 @@ int main(int argc, char **argv)
         /* Into shared memory this node does not hold. */
         fd = open(path, O_RDONLY);
         CHECK(fd >= 0, "open %s", path);
+        assert(fd >= 0);                     /* C's macro */
+        (assert)(fd >= 0, "open failed");    /* JIAJIA 2.1's function */
         CHECK(read(fd, in_read, n) == n, "read into shared memory came back short");
         CHECK(pread(fd, in_pread, n, 0) == n, "pread into shared memory came back short");
         close(fd);

@@ -1,7 +1,8 @@
 /* jia21.c: a program written against JIAJIA 2.1's interface: jia_pid and hostc (and the
  * jiapid/jiahosts macros), a float jia_clock declared by the program itself (compile with
  * -DJIA_FLOAT_CLOCK), jia_alloc1, jia_divtask and jia_loadcheck, every jia_config switch, the
- * write-notice hints, and jia_errexit. It sums a vector split by jia_divtask and checks every
+ * write-notice hints, jia_errexit, and the library's two-argument assert(cond, msg) (no
+ * <assert.h> here, as in 2.1's water). It sums a vector split by jia_divtask and checks every
  * node's share and the total exactly. Usage: jia21 [N] [ROUNDS] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,8 @@ int main(int argc, char **argv)
     float t0, t1;
 
     jia_init(argc, argv);
-    if (n < 1 || rounds < 1) jia_errexit("usage: jia21 [N>0] [ROUNDS>0]");
+    assert(1, "never");
+    assert(n >= 1 && rounds >= 1, "usage: jia21 [N>0] [ROUNDS>0]");
     jia_config(HMIG, ON);
     jia_config(LOADBAL, ON);
     jia_config(BROADCAST, ON);
@@ -51,6 +53,7 @@ int main(int argc, char **argv)
             s += v[i];
             v[i] += 1;
         }
+        assert(s >= 0, "a negative partial sum");
         partial[jia_pid] = s;
         jia_barrier();
         if (jiapid == 0) {

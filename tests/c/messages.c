@@ -1,11 +1,13 @@
 /* messages.c: JIAJIA's message passing beside shared memory, and JIAJIA 3.0's allocation calls:
  * jia_send/jia_recv (exact sender and tag, and the MSG_PROC_ALL/MSG_TAG_ALL wildcards; to itself;
  * from and into shared memory), jia_bcast, jia_reduce with all nine operations and two roots,
- * jia_alloc_random, jia_alloc_array, jia_free. Every result is checked exactly on every node.
+ * jia_alloc_random, jia_alloc_array, jia_free; jia_current_time (3.0's tools.h: nanoseconds
+ * since the epoch, timed as 3.0's mpitest does). Every result is checked exactly on every node.
  * Usage: messages [ROUNDS] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "tools.h"   /* JIAJIA 3.0's internal header, for the public interface: here jia.h */
 
 #define CHECK(cond, ...) do { if (!(cond)) jia_error(__VA_ARGS__); } while (0)
@@ -98,6 +100,8 @@ int main(int argc, char **argv)
     int rounds = argc > 1 ? atoi(argv[1]) : 20, r, i, blocks[2] = {4096, 8192};
     int *random_block, *arrayed, *inbox;
     double t0, t1;
+    unsigned long ns0, ns1;
+    time_t s0;
 
     jia_init(argc, argv);
     CHECK(rounds > 0, "usage: messages [ROUNDS>0]");
@@ -110,6 +114,8 @@ int main(int argc, char **argv)
     for (i = 0; i < 4096; i++) CHECK(random_block[i] == i * 3, "jia_alloc_random: [%d]", i);
     for (i = 0; i < 8192; i++) CHECK(arrayed[i] == (i ^ 0x55), "jia_alloc_array: [%d]", i);
 
+    s0 = time(NULL);
+    ns0 = jia_current_time();
     t0 = jia_clock();
     for (r = 0; r < rounds; r++) {
         ring(r);
@@ -130,10 +136,17 @@ int main(int argc, char **argv)
                   "shared-memory letter to node %d, word %d", node, i % 100);
         }
     t1 = jia_clock();
+    ns1 = jia_current_time();
+    /* Nanoseconds since the epoch: the seconds agree with time(), the interval with jia_clock's. */
+    CHECK(ns0 / 1000000000UL >= (unsigned long)s0 && ns0 / 1000000000UL <= (unsigned long)s0 + 1,
+          "jia_current_time() = %lu, time() = %ld", ns0, (long)s0);
+    CHECK(ns1 >= ns0 && (ns1 - ns0) / 1e9 > t1 - t0 - 1.0 && (ns1 - ns0) / 1e9 < t1 - t0 + 1.0,
+          "jia_current_time: %lu ns between two calls %.6f s apart", ns1 - ns0, t1 - t0);
     jia_free(random_block);
     jia_free(arrayed);
     if (jiapid == 0)
-        printf("c-messages OK rounds=%d nodes=%d time=%.3fs\n", rounds, jiahosts, t1 - t0);
+        printf("c-messages OK rounds=%d nodes=%d time=%.3fs (%.3f ms by jia_current_time)\n",
+               rounds, jiahosts, t1 - t0, (ns1 - ns0) / 1000000.0);
     jia_exit();
     return 0;
 }

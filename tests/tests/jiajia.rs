@@ -169,7 +169,9 @@ fn a_jiajia_3_jiaconf_is_accepted() {
 
 /// Misuse ends the job with a message naming the call and what was wrong, not a hang, a Rust
 /// backtrace or SIGABRT: a message to a node outside the job, a message longer than the receive
-/// buffer, lock 64, locking a lock twice, unlocking a lock not held, a barrier after jia_exit.
+/// buffer, lock 64, locking a lock twice, unlocking a lock not held, a barrier after jia_exit;
+/// and JIAJIA 2.1's assert(0, msg) ends it the same way. Ranges are written as a C user reads
+/// them ("nodes 0 to 1", both ends included), not as Rust's `0..2`.
 #[test]
 fn misuse_ends_the_job_with_a_message() {
     let src = std::env::temp_dir().join(format!("dsm-msg-misuse-{}.c", std::process::id()));
@@ -182,6 +184,7 @@ fn misuse_ends_the_job_with_a_message() {
          if (atoi(v[1]) == 2 && jiapid == 1) jia_lock(64);\n\
          if (atoi(v[1]) == 3 && jiapid == 1) { jia_lock(5); jia_lock(5); }\n\
          if (atoi(v[1]) == 4 && jiapid == 1) jia_unlock(6);\n\
+         if (atoi(v[1]) == 6 && jiapid == 1) assert(0, \"deliberate\");\n\
          jia_barrier(); jia_exit();\n\
          if (atoi(v[1]) == 5 && jiapid == 1) jia_barrier();\n\
          return 0; }\n",
@@ -192,12 +195,14 @@ fn misuse_ends_the_job_with_a_message() {
     for (case, want) in [
         (
             "0",
-            "jia_send: destination 2 is not a node of the job (0..2)",
+            "jia_send: destination 2 is not a node of the job (nodes 0 to 1)",
         ),
         (
             "1",
             "jia_recv: the message from node 0 with tag 3 has 64 bytes, more than the 16 of the buffer",
         ),
+        ("2", "dsm node 1: error: jia_lock(64): allowed 0 to 63"),
+        ("6", "dsm node 1: error: assertion failed: deliberate"),
     ] {
         let out = run(2, "udp", &exe, &[case], None);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -212,4 +217,72 @@ fn misuse_ends_the_job_with_a_message() {
     }
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(exe);
+}
+
+/// `dsmcc` (target/release/dsmcc, beside dsmrun and libjia) builds a program from a directory
+/// outside the checkout, as a user's own project would: compile (`-c`, with warnings as errors)
+/// and link as two steps, as `make CC=dsmcc` does, then `dsmrun -n 2 ./prog` there. Its `--show`
+/// names the header and library by absolute path; `--help` says how to use it.
+#[test]
+fn dsmcc_builds_a_program_from_any_directory() {
+    let dir = std::env::temp_dir().join(format!("dsm-dsmcc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(
+        !dir.starts_with(repo()),
+        "{} is in the checkout",
+        dir.display()
+    );
+    std::fs::write(
+        dir.join("prog.c"),
+        "#include <stdio.h>\n#include <jia.h>\n\
+         int main(int argc, char **argv) {\n\
+           int i, n = 4096, *a; long sum = 0;\n\
+           jia_init(argc, argv);\n\
+           a = (int *)jia_alloc3(n * sizeof(int), 4096, 0);\n\
+           for (i = jiapid; i < n; i += jiahosts) a[i] = i;\n\
+           jia_barrier();\n\
+           if (jiapid == 0) {\n\
+             for (i = 0; i < n; i++) sum += a[i];\n\
+             if (sum != (long)n * (n - 1) / 2) jia_error(\"sum %ld\", sum);\n\
+             printf(\"c-dsmcc OK sum=%ld nodes=%d\\n\", sum, jiahosts);\n\
+           }\n\
+           jia_exit();\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let dsmcc = |args: &[&str]| {
+        let mut cmd = Command::new(bin("dsmcc"));
+        cmd.args(args)
+            .current_dir(&dir)
+            .env_remove("LD_LIBRARY_PATH");
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        assert!(out.status.success(), "dsmcc {args:?}: {}", text(&out));
+        out
+    };
+    let help = dsmcc(&["--help"]);
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("usage: dsmcc"),
+        "{}",
+        text(&help)
+    );
+    let shown = dsmcc(&["--show", "prog.c", "-o", "prog"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    for want in [
+        format!("-I{}", repo().join("jia/include").display()),
+        format!("-L{}", bin_dir().display()),
+        format!("-Wl,-rpath,{}", bin_dir().display()),
+    ] {
+        assert!(shown.contains(&want), "no {want} in: {shown}");
+    }
+    dsmcc(&["-O2", "-Wall", "-Werror", "-c", "prog.c", "-o", "prog.o"]);
+    dsmcc(&["prog.o", "-o", "prog"]);
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "./prog"])
+        .current_dir(&dir)
+        .env_remove("LD_LIBRARY_PATH");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert_ok(&out, "c-dsmcc OK sum=8386560", 2);
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,0 +1,121 @@
+//! `dsmcc`: the C compiler for JIAJIA programs, as `mpicc` is for MPI ones. From any directory,
+//!
+//! ```sh
+//! /path/to/dsm/target/release/dsmcc prog.c -o prog
+//! ```
+//!
+//! runs `cc` with every argument given, plus this checkout's `jia.h` and the `libjia` beside
+//! `dsmcc`, all by absolute path:
+//!
+//! ```sh
+//! cc -I<checkout>/jia/include prog.c -o prog -L<dir> -ljia -lpthread -ldl -lm -Wl,-rpath,<dir>
+//! ```
+//!
+//! where `<dir>` is the directory `dsmcc` is in (`target/release`, holding `libjia.so`,
+//! `libjia.a` and `dsmrun`; found through symbolic links) and `<checkout>` the checkout it was
+//! built from. The rpath lets the program find `libjia.so` without `LD_LIBRARY_PATH`.
+//! With `-c`, `-S`, `-E`, `-M`, `-MM` or `-fsyntax-only` nothing is linked and only `-I` is
+//! added, so `make CC=dsmcc` works.
+//!
+//! Options of its own (taken out before `cc` sees the rest): `--show` prints the command instead
+//! of running it; `--static-jia` links `libjia.a` instead of `libjia.so` (the program then runs
+//! without the library beside it); `dsmcc --help` alone says this. Everything else, `--version`
+//! included (build systems ask the compiler its version), goes to the compiler: `cc`, or the
+//! one `DSMCC_CC` names.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, exit};
+
+/// `jia.h`, `setting.h` and `tools.h`, in the checkout this was built from.
+const INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+
+/// Arguments after which the compiler does not link.
+const NO_LINK: &[&str] = &["-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"];
+
+fn fail(msg: &str) -> ! {
+    eprintln!("dsmcc: {msg}");
+    exit(1)
+}
+
+fn usage() -> String {
+    format!(
+        "usage: dsmcc [--show] [--static-jia] CC-ARGS...   (e.g. dsmcc prog.c -o prog)\n\
+         Runs ${{DSMCC_CC:-cc}} CC-ARGS with -I{INCLUDE} and, when linking, libjia from the\n\
+         directory dsmcc is in, with an rpath to it. --show prints the command instead;\n\
+         --static-jia links libjia.a. Other arguments, --version included, go to the compiler."
+    )
+}
+
+/// The directory holding `dsmcc`, `libjia.so` and `libjia.a`.
+fn lib_dir() -> PathBuf {
+    let exe =
+        std::env::current_exe().unwrap_or_else(|e| fail(&format!("cannot find its own path: {e}")));
+    let exe = exe.canonicalize().unwrap_or(exe);
+    exe.parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| fail(&format!("{} has no directory", exe.display())))
+}
+
+fn main() {
+    let mut show = false;
+    let mut static_jia = false;
+    let mut args: Vec<OsString> = Vec::new();
+    for a in std::env::args_os().skip(1) {
+        match a.to_str() {
+            Some("--show") => show = true,
+            Some("--static-jia") => static_jia = true,
+            _ => args.push(a),
+        }
+    }
+    if args.is_empty() {
+        eprintln!("{}", usage());
+        exit(2);
+    }
+    if args.len() == 1 && args[0] == "--help" {
+        println!("{}", usage());
+        return;
+    }
+    if !Path::new(INCLUDE).join("jia.h").exists() {
+        fail(&format!(
+            "{INCLUDE}/jia.h is missing: the checkout dsmcc was built from has moved; build it again \
+             (cargo build --release) where it is now"
+        ));
+    }
+    let links = !args.iter().any(|a| NO_LINK.iter().any(|n| a == n));
+    let cc = std::env::var_os("DSMCC_CC").unwrap_or_else(|| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.arg(format!("-I{INCLUDE}")).args(&args);
+    if links {
+        let dir = lib_dir();
+        let lib = dir.join(if static_jia { "libjia.a" } else { "libjia.so" });
+        if !lib.exists() {
+            fail(&format!(
+                "{} is missing: build it with cargo build --release -p jia",
+                lib.display()
+            ));
+        }
+        cmd.arg(format!("-L{}", dir.display()));
+        if static_jia {
+            // The Rust standard library's needs, which a static archive does not record.
+            cmd.args(["-l:libjia.a", "-lgcc_s", "-lutil", "-lrt"]);
+        } else {
+            cmd.arg("-ljia");
+        }
+        cmd.args(["-lpthread", "-ldl", "-lm"]);
+        if !static_jia {
+            cmd.arg(format!("-Wl,-rpath,{}", dir.display()));
+        }
+    }
+    if show {
+        let words: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        println!("{}", words.join(" "));
+        return;
+    }
+    let err = cmd.exec();
+    fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))
+}
