@@ -202,6 +202,18 @@ fn misuse_ends_the_job_with_a_message() {
             "jia_recv: the message from node 0 with tag 3 has 64 bytes, more than the 16 of the buffer",
         ),
         ("2", "dsm node 1: error: jia_lock(64): allowed 0 to 63"),
+        (
+            "3",
+            "dsm node 1: error: jia_lock(5): lock 5 is already held or requested by this thread",
+        ),
+        (
+            "4",
+            "dsm node 1: error: jia_unlock(6): lock 6 is not held by this thread",
+        ),
+        (
+            "5",
+            "dsm node 1: error: jia_barrier after jia_exit: this node has left the job",
+        ),
         ("6", "dsm node 1: error: assertion failed: deliberate"),
     ] {
         let out = run(2, "udp", &exe, &[case], None);
