@@ -94,6 +94,16 @@ pub fn writev2(fd: RawFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Bytes in a TCP socket's kernel send queue that the peer has not acknowledged yet, sent or
+/// not (`SIOCOUTQ`); 0 if the kernel does not say.
+pub fn tcp_unacknowledged(fd: RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int into `n`, a live local; a bad descriptor only
+    // fails the call.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    if r < 0 { 0 } else { n.max(0) as usize }
+}
+
 /// A non-blocking eventfd.
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: plain flags; the result is a new descriptor.

@@ -401,6 +401,82 @@ fn output_of_nodes_printing_at_once_stays_in_whole_lines() {
     }
 }
 
+/// A node that crashes after the others waited in a barrier for longer than the launcher's
+/// no-progress window is named with its signal, not taken for a deadlock (the watch asked "is
+/// everyone stuck?" before "has anyone ended?"), on UDP and TCP.
+#[test]
+fn a_crash_after_a_long_wait_is_the_crash_not_a_deadlock() {
+    for transport in ["udp", "tcp"] {
+        let out = dsmrun(
+            3,
+            &["--transport", transport],
+            "probe",
+            &["crash-node-1-late"],
+        );
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(139), "{transport}: {t}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("dsmrun: node 1 (127.0.0.1) was killed by signal 11")
+                && !err.contains("cannot go on"),
+            "{transport}: {t}"
+        );
+    }
+}
+
+/// A node stopped (SIGSTOP) for 5 s, less than `peer_timeout_ms` (10 s), while the others wait
+/// for it: the job goes on to its end on every transport. A deadlock verdict needs a fresh report
+/// from every node, and a stopped node sends none (TCP's verdict came after 3 s).
+#[test]
+fn a_node_stopped_for_less_than_the_peer_timeout_is_survived() {
+    use std::io::BufRead as _;
+    for transport in ["udp", "tcp"] {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["-n", "2", "--transport", transport])
+            .arg(bin("probe"))
+            .arg("run-on")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id().to_string();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let mut seen = String::new();
+        while !line.contains("probe: node 1 running") {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "{transport}: ended before node 1 ran: {seen}"
+            );
+            seen.push_str(&line);
+        }
+        let nodes = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+        let node1 = String::from_utf8_lossy(&nodes.stdout)
+            .lines()
+            .nth(1)
+            .expect("node 1's process")
+            .to_owned();
+        Command::new("kill")
+            .args(["-STOP", &node1])
+            .status()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+        Command::new("kill")
+            .args(["-CONT", &node1])
+            .status()
+            .unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && rest.contains("run-on OK"),
+            "{transport}: {:?}\nstdout: {seen}{rest}\nstderr: {err}",
+            out.status
+        );
+    }
+}
+
 /// An allocation whose byte count overflows is refused with an error naming it (it was accepted
 /// over one page, and a store into it overwrote another array).
 #[test]

@@ -645,7 +645,13 @@ struct Heard {
     waiting: Vec<Option<(u64, u64, String)>>,
     /// When any node's report last changed.
     changed: Instant,
+    /// When each node last reported (a waiting node reports every 250 ms).
+    reported: Vec<Instant>,
 }
+
+/// A waiting node's report older than this is stale: the node is stopped, starved or cut off
+/// (it reports every 250 ms while it waits), and its wait says nothing of now.
+const REPORT_FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// How long every node must wait, with nothing in flight and nothing received anywhere, before
 /// the job is declared unable to go on (a few retransmission timeouts: a reply that was lost is
@@ -660,6 +666,7 @@ impl Heard {
             drained: vec![false; n],
             waiting: vec![None; n],
             changed: Instant::now(),
+            reported: vec![Instant::now(); n],
         }
     }
 
@@ -674,6 +681,7 @@ impl Heard {
                     let num = |v: Option<&str>| v.and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
                     let (flight, received) = (num(w.next()), num(w.next()));
                     let report = Some((flight, received, w.next().unwrap_or("").to_owned()));
+                    self.reported[k] = Instant::now();
                     if self.waiting[k] != report {
                         self.waiting[k] = report;
                         self.changed = Instant::now();
@@ -755,8 +763,17 @@ impl Heard {
         }
         let mut what = Vec::new();
         for (k, c) in children.iter_mut().enumerate() {
-            if !matches!(c.try_wait(), Ok(None)) {
-                continue;
+            match c.try_wait() {
+                Ok(None) => {}
+                // A node that ended well (it left the job) may be what the others wait for.
+                Ok(Some(s)) if s.success() => continue,
+                // One that failed is the story, not the others' wait: it is named as such.
+                _ => return None,
+            }
+            // Every verdict rests on every running node's fresh word: a stopped node's last
+            // report may be seconds old.
+            if self.reported.get(k)?.elapsed() > REPORT_FRESH_FOR {
+                return None;
             }
             match self.waiting.get(k)? {
                 Some((0, _, w)) => what.push(format!("node {k} {w}")),

@@ -606,6 +606,36 @@ fn main() {
             }
             dsm.barrier();
         }
+        "crash-node-1-late" => {
+            // Node 1 computes while the others wait 4 s in a barrier, then crashes (SIGSEGV).
+            dsm.barrier();
+            if dsm.id() == 1 {
+                std::thread::sleep(std::time::Duration::from_secs(4));
+                // SAFETY: none: a deliberate read of address 0, which the kernel answers with
+                // SIGSEGV (not ours: outside the shared region, so the default action ends us).
+                #[allow(unsafe_code)]
+                unsafe {
+                    std::ptr::read_volatile(std::ptr::null::<u8>())
+                };
+            }
+            dsm.barrier();
+        }
+        "run-on" => {
+            // Tests stop and continue a node after this line; the job then goes on to its end.
+            dsm.barrier();
+            println!("probe: node {} running", dsm.id());
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            // The others wait in the barrier (and say so) while node 0 computes a second.
+            if dsm.id() == 0 {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            for _ in 0..20 {
+                dsm.barrier();
+            }
+            if dsm.id() == 0 {
+                println!("run-on OK");
+            }
+        }
         "print-lines" => {
             // Every node prints 200 long lines, each in three writes: lines of different nodes
             // must still reach dsmrun's output whole.
