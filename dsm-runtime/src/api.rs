@@ -136,7 +136,55 @@ pub enum InitError {
     },
 }
 
-/// This process's membership of a DSM job.
+/// This process's membership of a DSM job: JIAJIA's calls (allocation, locks, barriers,
+/// condition variables, messages, statistics, exit). [`init`] makes it; outside a launcher the
+/// process is a one-node job.
+///
+/// # Nodes
+///
+/// Nodes are numbered `0..nodes()`, as `usize`: [`Dsm::id`] and [`Dsm::nodes`] return one, and
+/// [`Dsm::send`], [`Dsm::recv`], [`Dsm::bcast`] and [`Dsm::reduce`] take one (naming a node outside
+/// the job ends the job with a message). [`AllocPolicy`] takes a [`NodeId`], and a received
+/// [`Letter`](crate::Letter) names its sender by one: `NodeId` is the protocol core's type
+/// (`dsm-core`), a `u16` as on the wire, where a job has at most [`MAX_NODES`](crate::MAX_NODES)
+/// nodes. So node `n` is `NodeId(n as u16)` (which cannot truncate, since `n < nodes()`), and
+/// `NodeId(k)` is node `usize::from(k)`.
+///
+/// # Memory model
+///
+/// Home-based lazy release consistency, as in JIAJIA. Every page has a home node that holds its
+/// master copy; each node works on its own copies and brings them up to date only when it
+/// synchronises:
+///
+/// - a *release* (unlock, that is dropping a [`LockGuard`]; [`Dsm::setcv`]; [`Dsm::barrier`];
+///   [`Dsm::exit`]) sends the writes this node made since its last release to the pages'
+///   homes before it completes;
+/// - an *acquire* ([`Dsm::lock`], [`Dsm::waitcv`], [`Dsm::barrier`]) invalidates this node's
+///   copies of the pages written before the releases it synchronises with, so that the next
+///   access fetches them from their homes.
+///
+/// So a write made before a release is seen by a node after its next acquire of the same lock
+/// or condition variable, or after the next barrier (a barrier is both, on every node). A lock
+/// carries only the writes made by its holders (scope consistency): protect each shared
+/// variable with one lock, or separate its writes from its reads by barriers. Between
+/// synchronisations a read may see an old value (this node's copy) or, if its page is fetched
+/// meanwhile, a newer one: nothing is promised before the acquire. [`Dsm::wait`] is a barrier
+/// without coherence, and messages ([`Dsm::send`], [`Dsm::bcast`], [`Dsm::reduce`]) move
+/// bytes, not coherence. Threads of one node share its copies, as the threads of any process
+/// share its memory.
+///
+/// Several nodes may write different bytes of one page between synchronisations: their
+/// changed bytes are merged at the home. A data race (two nodes writing the same bytes between
+/// synchronisations, or one writing bytes another reads) is not undefined behaviour through
+/// [`SharedArray::get`] and [`SharedArray::set`], but its result is unspecified: a reader gets
+/// the old value or the new, and after the next barrier each byte holds one of the values
+/// written to it, in no promised order, so an element two nodes wrote can end up with bytes
+/// of each. Through [`SharedArray::slice`], [`SharedArray::slice_mut`] or a pointer, a data
+/// race is undefined behaviour, as anywhere in Rust.
+///
+/// Each synchronisation call has an example: [`Dsm::lock`], [`Dsm::barrier`], [`Dsm::setcv`]
+/// (with [`Dsm::waitcv`]), [`Dsm::send`] (with [`Dsm::recv`]). Run as they are, they are
+/// one-node jobs; under `dsmrun -n 4` the same code runs on four nodes.
 pub struct Dsm {
     rank: u16,
     size: u16,
@@ -527,6 +575,24 @@ impl Dsm {
 
     /// Acquires lock `lock` (0..64) for this thread until the guard drops (`jia_lock`). A lock
     /// this thread holds already ends the node, naming the caller's line.
+    ///
+    /// An acquire: the holder sees every write made under this lock by its earlier holders.
+    /// Dropping the guard unlocks it (`jia_unlock`), a release. Bind the guard (`let _guard`):
+    /// `let _ = dsm.lock(..)` would drop it, and unlock, at once.
+    ///
+    /// ```
+    /// use dsm_runtime::{AllocPolicy, NodeId};
+    ///
+    /// let dsm = dsm_runtime::init().expect("join the job");
+    /// let count = dsm.alloc::<u64>(1, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    /// {
+    ///     let _guard = dsm.lock(3); // acquire: sees the increments made under lock 3
+    ///     count.set(0, count.get(0) + 1);
+    /// } // the guard drops: unlock, a release
+    /// dsm.barrier(); // every node sees every increment
+    /// assert_eq!(count.get(0), dsm.nodes() as u64);
+    /// dsm.exit();
+    /// ```
     #[track_caller]
     pub fn lock(&self, lock: u16) -> LockGuard<'_> {
         let at = std::panic::Location::caller();
@@ -558,21 +624,54 @@ impl Dsm {
         self.call(Call::Unlock(LockId(lock))).map(drop)
     }
 
-    /// A barrier with coherence (`jia_barrier`).
+    /// A barrier with coherence (`jia_barrier`): every node waits until all have arrived. A
+    /// release and then an acquire on every node: after it, each node sees every write any node
+    /// made before it.
+    ///
+    /// ```
+    /// use dsm_runtime::{AllocPolicy, NodeId};
+    ///
+    /// let dsm = dsm_runtime::init().expect("join the job");
+    /// let (me, n) = (dsm.id(), dsm.nodes());
+    /// let a = dsm.alloc::<u32>(n, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    /// a.set(me, 10 * me as u32); // each node writes its own element
+    /// dsm.barrier();
+    /// assert!((0..n).all(|i| a.get(i) == 10 * i as u32)); // and reads everybody's
+    /// dsm.exit();
+    /// ```
     #[track_caller]
     pub fn barrier(&self) {
         let _w = progress::waiting("jia_barrier");
         self.call_or_die(Call::Barrier);
     }
 
-    /// A barrier without coherence (`jia_wait`).
+    /// A barrier without coherence (`jia_wait`): every node waits until all have arrived, and
+    /// no write travels (neither a release nor an acquire).
     #[track_caller]
     pub fn wait(&self) {
         let _w = progress::waiting("jia_wait");
         self.call_or_die(Call::Wait);
     }
 
-    /// Sets condition variable `cv` (0..16), a release (`jia_setcv`).
+    /// Sets condition variable `cv` (0..16), a release (`jia_setcv`): the writes this node
+    /// made before it are seen by the nodes whose [`Dsm::waitcv`] it ends. It stays set until
+    /// [`Dsm::resetcv`].
+    ///
+    /// ```
+    /// use dsm_runtime::{AllocPolicy, NodeId};
+    ///
+    /// let dsm = dsm_runtime::init().expect("join the job");
+    /// let data = dsm.alloc::<f64>(512, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    /// if dsm.id() == 0 {
+    ///     for i in 0..data.len() {
+    ///         data.set(i, i as f64);
+    ///     }
+    ///     dsm.setcv(1); // release: node 0's writes go to their homes first
+    /// }
+    /// dsm.waitcv(1); // acquire: waits until cv 1 is set, then sees the writes before it
+    /// assert_eq!(data.get(511), 511.0);
+    /// dsm.exit();
+    /// ```
     #[track_caller]
     pub fn setcv(&self, cv: u16) {
         self.call_or_die(Call::SetCv(CvId(cv)));
@@ -584,7 +683,8 @@ impl Dsm {
         self.call_or_die(Call::ResetCv(CvId(cv)));
     }
 
-    /// Waits until condition variable `cv` is set, an acquire (`jia_waitcv`).
+    /// Waits until condition variable `cv` is set, an acquire (`jia_waitcv`): then this node
+    /// sees the writes made before the [`Dsm::setcv`] (example there).
     #[track_caller]
     pub fn waitcv(&self, cv: u16) {
         let _w = progress::waiting(format!("jia_waitcv({cv})"));

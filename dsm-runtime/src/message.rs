@@ -130,6 +130,23 @@ impl Dsm {
 
     /// Sends `data` to node `to` with `tag` (`jia_send`). Does not wait for the receiver: the
     /// message waits in `to`'s mailbox until a receive there takes it. A node may send to itself.
+    ///
+    /// Messages move bytes, not coherence: a receiver is not promised the sender's writes to
+    /// shared memory (order those with a barrier, a lock or a condition variable).
+    ///
+    /// ```
+    /// let dsm = dsm_runtime::init().expect("join the job");
+    /// // Every node sends its id to node 0 (bytes, tag 7); node 0 takes one letter from each.
+    /// dsm.send(0, 7, &(dsm.id() as u32).to_le_bytes());
+    /// if dsm.id() == 0 {
+    ///     for _ in 0..dsm.nodes() {
+    ///         let letter = dsm.recv(None, Some(7)); // any sender, tag 7; waits for one
+    ///         let from = usize::from(letter.from.0); // a NodeId
+    ///         assert_eq!(letter.data, (from as u32).to_le_bytes());
+    ///     }
+    /// }
+    /// dsm.exit();
+    /// ```
     #[track_caller]
     pub fn send(&self, to: usize, tag: i32, data: &[u8]) {
         let to = self.node_id(to, "jia_send");
@@ -137,7 +154,9 @@ impl Dsm {
     }
 
     /// Receives the oldest message from `from` with `tag` (`None`: any sender, any tag; JIAJIA's
-    /// `MSG_PROC_ALL`, `MSG_TAG_ALL`), waiting for one if none is here (`jia_recv`).
+    /// `MSG_PROC_ALL`, `MSG_TAG_ALL`), waiting for one if none is here (`jia_recv`). The
+    /// letter's `from` is a [`NodeId`]: node `usize::from(letter.from.0)`. Example:
+    /// [`Dsm::send`].
     #[track_caller]
     pub fn recv(&self, from: Option<usize>, tag: Option<i32>) -> Letter {
         let from = from.map(|f| self.node_id(f, "jia_recv"));

@@ -86,7 +86,7 @@ impl Region {
     /// `mprotect` that opens the page turns it readable, so the thread's retried access finds
     /// it mapped instead of faulting again. The kernel maps the neighbours of the page read that
     /// are in memory and as inaccessible (fault-around), so one read per 16 pages is enough.
-    /// faultlat's remote read fault, paired runs: see docs/perf/2026-11-24-readme-figures.md. Best effort: where the read
+    /// faultlat's remote read fault, paired runs: see docs/perf/2026-11-23-fault-path.md. Best effort: where the read
     /// fails, the pages are mapped at their first touch, as without it.
     pub fn prepare(&self, first: PageNum, count: usize) {
         if first.index() + count > self.len / PAGE_SIZE {

@@ -77,7 +77,108 @@ pub struct NodeStats {
     pub runtime: RuntimeStats,
 }
 
-/// Renders the table (counters that are zero on every node are left out).
+/// The legend printed under the table: a row label, the rows it stands for (a name ending in
+/// `*` stands for every row it begins), and what they count. A line is printed when one of its
+/// rows is.
+const LEGEND: &[(&str, &[&str], &str)] = &[
+    (
+        "read/write_faults_*",
+        &[
+            "read_faults_local",
+            "read_faults_remote",
+            "write_faults_local",
+            "write_faults_remote",
+        ],
+        "_local: resolved on this node; _remote: the page fetched from its home",
+    ),
+    (
+        "faults_joined",
+        &["faults_joined"],
+        "faults that joined a fetch already in flight for their page",
+    ),
+    (
+        "*_wait_ns",
+        &["fault_wait_ns", "lock_wait_ns", "barrier_wait_ns"],
+        "ns waited: remote faults for their pages, locks for grants, barriers",
+    ),
+    (
+        "getp_sent, pages_*",
+        &[
+            "getp_sent",
+            "pages_fetched",
+            "pages_served",
+            "pages_read_one_sided",
+        ],
+        "page requests; pages fetched on demand, served as home, read by RDMA",
+    ),
+    (
+        "prefetch_*",
+        &["prefetch_requested", "prefetch_used", "prefetch_unused"],
+        "pages asked for ahead of a fault; of them, touched / dropped untouched",
+    ),
+    (
+        "homes_moved_here",
+        &["homes_moved_here"],
+        "pages whose home moved to this node at a barrier (home migration)",
+    ),
+    (
+        "twins, diff*",
+        &["twins", "diffs_sent", "diff_bytes_sent", "diffs_applied"],
+        "twins made; diffs sent to homes (diff_bytes_sent: bytes), applied here",
+    ),
+    (
+        "home_writes_found_at_settle",
+        &["home_writes_found_at_settle"],
+        "home pages written between being served and being tracked",
+    ),
+    (
+        "invalidations .. refetched",
+        &[
+            "invalidations",
+            "evictions",
+            "dirty_evictions",
+            "refetched_after_eviction",
+        ],
+        "copies invalidated by notices; evicted (dirty ones; faulted on again)",
+    ),
+    (
+        "lock_acquires .. cv_waits",
+        &["lock_acquires", "barriers", "waits", "cv_waits"],
+        "locks acquired, barriers passed, jia_wait calls, waitcv calls",
+    ),
+    ("protect_calls", &["protect_calls"], "mprotect calls"),
+    (
+        "retransmissions, rejected_*",
+        &["retransmissions", "rejected_frames"],
+        "datagrams or frames resent; frames dropped: foreign, forged, malformed",
+    ),
+    (
+        "faults_driven, drives_*",
+        &["faults_driven", "drives_handed_back"],
+        "faults their own thread drove; of them, handed to the service thread",
+    ),
+    (
+        "msgs/bytes sent/received",
+        &["msgs *", "bytes *"],
+        "messages and their bytes (whole frames) per message kind, and in all",
+    ),
+    (
+        "node 0 ...",
+        &["node 0 *"],
+        "node 0's transport counters and rejected frames, since its start",
+    ),
+];
+
+/// Whether the legend's `names` stand for row `row`.
+fn legend_covers(names: &[&str], row: &str) -> bool {
+    names.iter().any(|n| match n.strip_suffix('*') {
+        Some(prefix) => row.starts_with(prefix),
+        None => *n == row,
+    })
+}
+
+/// Renders the table (counters that are zero on every node are left out), then a legend of the
+/// rows it printed: what each counts, and in which unit.
 pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
     let mut rows: Vec<(String, Vec<u64>)> = Vec::new();
     let scalars: Vec<Vec<u64>> = nodes.iter().map(|n| n.core.scalars()).collect();
@@ -123,15 +224,26 @@ pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
         let _ = write!(out, " {:>12}", format!("node {n}"));
     }
     out.push('\n');
+    let mut printed: Vec<String> = Vec::new();
     for (name, vals) in rows.into_iter().filter(|(_, v)| v.iter().any(|&x| x != 0)) {
         let _ = write!(out, "{name:<28}");
         for v in vals {
             let _ = write!(out, " {v:>12}");
         }
         out.push('\n');
+        printed.push(name);
     }
     for (name, v) in extra {
         let _ = writeln!(out, "{name:<28} {v:>12}");
+        printed.push(name.clone());
+    }
+    out.push_str(
+        "legend: per node since the start or jia_startstat; _ns: nanoseconds; bytes: bytes; else counts\n",
+    );
+    for (label, names, text) in LEGEND {
+        if printed.iter().any(|row| legend_covers(names, row)) {
+            let _ = writeln!(out, "  {label:<27} {text}");
+        }
     }
     out
 }
@@ -276,6 +388,48 @@ mod tests {
         assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(at(1_795_521_600)), "2026-11-24T12:00:00Z");
+    }
+
+    #[test]
+    fn the_legend_explains_every_row_the_table_can_print() {
+        let mut rows: Vec<String> = Stats::SCALAR_NAMES
+            .iter()
+            .chain(RuntimeStats::NAMES.iter())
+            .map(|n| n.to_string())
+            .collect();
+        for k in MsgKind::ALL {
+            let name = k.jiajia_name();
+            for what in ["msgs sent", "bytes sent", "msgs received", "bytes received"] {
+                rows.push(format!("{what} {name}"));
+            }
+        }
+        rows.extend(["msgs sent total".into(), "bytes sent total".into()]);
+        rows.push("node 0 udp datagrams sent".into());
+        for row in &rows {
+            let lines = LEGEND
+                .iter()
+                .filter(|(_, names, _)| legend_covers(names, row));
+            assert_eq!(lines.count(), 1, "{row}: one legend line");
+        }
+    }
+
+    #[test]
+    fn the_table_ends_with_the_legend_of_the_rows_it_printed() {
+        let mut a = NodeStats::default();
+        a.core.getp_sent = 3;
+        a.core.lock_wait_ns = 1500;
+        a.runtime.faults_driven = 2;
+        let table = render(&[a, NodeStats::default()], &[]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("statistics") && lines[0].ends_with("node 1"));
+        assert!(lines.iter().any(|l| l.starts_with("getp_sent ")));
+        let legend = lines.iter().position(|l| l.starts_with("legend:")).unwrap();
+        let explained: Vec<&str> = lines[legend + 1..]
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(explained, ["*_wait_ns", "getp_sent,", "faults_driven,"]);
+        assert!(table.lines().all(|l| l.len() <= 100), "{table}");
     }
 
     #[test]

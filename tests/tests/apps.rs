@@ -168,9 +168,10 @@ fn node_zero_prints_the_statistics_table_with_stats() {
     let out = dsmrun(2, &["--stats"], "matmul", &["128"]);
     assert!(out.status.success(), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
+    let row = |name: &str| err.lines().any(|l| l.starts_with(name));
     assert!(
-        err.contains("statistics") && err.contains("node 1") && err.contains("getp_sent"),
-        "{}",
+        row("statistics ") && err.contains("node 1") && row("getp_sent ") && row("legend: "),
+        "the table, a row of counters, the legend:\n{}",
         text(&out)
     );
 }
