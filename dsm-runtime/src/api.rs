@@ -727,6 +727,15 @@ impl Dsm {
         fatal(msg);
     }
 
+    /// What a process that leaves `main` (or calls `exit`) without `jia_exit` does, as in
+    /// JIAJIA: it leaves the job as `jia_exit` would (libjia calls this from an `atexit`
+    /// handler). Nothing if the node has left already or is ending with an error.
+    pub fn exit_at_process_end(&self) {
+        if !door::end::ending() {
+            self.exit();
+        }
+    }
+
     /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
     pub fn exit(&self) {
         if self.exited.swap(true, Ordering::SeqCst) {

@@ -84,6 +84,11 @@ pub trait Transport: Send {
     fn handle_timeout(&mut self, now: Instant);
     /// Data queued or unacknowledged towards `to`.
     fn pending(&self, to: u16) -> usize;
+    /// Data on its way to `to`: [`Transport::pending`], and where the transport knows of them,
+    /// bytes the kernel holds that the peer has not acknowledged (TCP).
+    fn in_flight(&self, to: u16) -> usize {
+        self.pending(to)
+    }
     /// Named counters for the statistics table.
     fn counters(&self) -> Vec<(&'static str, u64)>;
     /// Messages or datagrams sent again (0 for transports that never retransmit themselves).

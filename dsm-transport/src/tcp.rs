@@ -487,11 +487,16 @@ impl Transport for TcpTransport {
         self.write_queued();
     }
 
+    fn pending(&self, to: u16) -> usize {
+        self.conns[usize::from(to)]
+            .as_ref()
+            .map_or(0, |c| c.out.len())
+    }
+
     /// Bytes queued here and those in the kernel's send queue the peer has not acknowledged: a
     /// frame written to the socket is still on its way until the peer's kernel has it (a peer
-    /// cut off or stopped for a while leaves them there, and the launcher must not take the job
-    /// for one that cannot go on).
-    fn pending(&self, to: u16) -> usize {
+    /// cut off for a while leaves them there).
+    fn in_flight(&self, to: u16) -> usize {
         self.conns[usize::from(to)].as_ref().map_or(0, |c| {
             c.out.len() + crate::sys::tcp_unacknowledged(c.stream.as_raw_fd())
         })

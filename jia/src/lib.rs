@@ -97,9 +97,20 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
         hostc = d.nodes() as c_int;
     }
     let _ = DSM.set(d);
+    // Leaving main (or calling exit) without jia_exit leaves the job, as in JIAJIA; C's stdio is
+    // flushed after the handler, so nothing printed is lost.
+    // SAFETY: registers a plain extern "C" function with no arguments.
+    unsafe { libc::atexit(exit_at_process_end) };
     // Calls made before jia_init (jia_config is often the first line of main).
     apply_home_migration_asked();
     print_notices();
+}
+
+/// The `atexit` handler: `jia_exit` for a program that did not call it.
+extern "C" fn exit_at_process_end() {
+    if let Some(d) = DSM.get() {
+        d.exit_at_process_end();
+    }
 }
 
 /// `void jia_exit(void)`

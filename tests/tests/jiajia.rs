@@ -298,3 +298,36 @@ fn dsmcc_builds_a_program_from_any_directory() {
     assert_ok(&out, "c-dsmcc OK sum=8386560", 2);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A C program that returns from `main` without `jia_exit` (JIAJIA 2.1's own `pi` does) leaves
+/// the job as JIAJIA's did: status 0, and what node 0 printed (buffered: its output is a pipe)
+/// is never lost. 20 runs on 2 and on 4 nodes.
+#[test]
+fn returning_from_main_without_jia_exit_leaves_the_job() {
+    let src = std::env::temp_dir().join(format!("dsm-noexit-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include \"jia.h\"\n\
+         int main(int c, char **v) { jia_init(c, v); int *a = (int *)jia_alloc(4096);\n\
+         if (jiapid == 0) a[0] = 41;\n jia_barrier();\n\
+         if (jiapid == 0) printf(\"noexit result %d nodes %d\\n\", a[0] + 1, jiahosts);\n\
+         return 0; }\n",
+    )
+    .unwrap();
+    let exe = src.with_extension("");
+    dsm_tests::compile_jia_c(&src, &exe, &[]);
+    for nodes in [2, 4] {
+        for run_no in 0..20 {
+            let out = run(nodes, "udp", &exe, &[], None);
+            let t = text(&out);
+            assert!(out.status.success(), "{nodes} nodes, run {run_no}: {t}");
+            assert!(
+                String::from_utf8_lossy(&out.stdout)
+                    .contains(&format!("noexit result 42 nodes {nodes}")),
+                "{nodes} nodes, run {run_no}: {t}"
+            );
+        }
+    }
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}

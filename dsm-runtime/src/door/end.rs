@@ -6,7 +6,7 @@
 //! a node that ends because another failed says [`EXIT_PEER_FAILED`] wherever its threads were,
 //! and the launcher names the node that failed first.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::context::in_signal_context;
 use crate::sys;
@@ -17,6 +17,14 @@ pub const EXIT_PEER_FAILED: i32 = 86;
 
 /// This node's id, for its messages.
 static RANK: AtomicU32 = AtomicU32::new(0);
+
+/// The node is ending with an error (exit handlers must not start leaving the job meanwhile).
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the node is ending with an error.
+pub(crate) fn ending() -> bool {
+    ENDING.load(Ordering::SeqCst)
+}
 
 pub(crate) fn set_rank(rank: u16) {
     RANK.store(u32::from(rank), Ordering::Relaxed);
@@ -36,6 +44,7 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     if in_signal_context() {
         die(msg, status);
     }
+    ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
     std::process::exit(status);

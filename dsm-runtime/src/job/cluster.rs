@@ -85,8 +85,7 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
                 // Every rank has read it (or the job failed): it has served its purpose.
                 let _ = std::fs::remove_file(&published);
                 if let Err(e) = served {
-                    eprintln!("dsm node 0: error: {e}");
-                    std::process::exit(1);
+                    crate::door::end::fatal(&e);
                 }
             })
             .map_err(|e| e.to_string())?;

@@ -75,15 +75,14 @@ impl Rendezvous {
                 );
             }
             if Instant::now() > deadline {
-                let missing: Vec<String> = joined
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, j)| j.is_none())
-                    .map(|(i, _)| i.to_string())
-                    .collect();
+                let missing: Vec<usize> =
+                    (0..joined.len()).filter(|&i| joined[i].is_none()).collect();
                 return Err(format!(
-                    "nodes {} did not join within {timeout:?}",
-                    missing.join(", ")
+                    "{} did not join within {} s: its host did not start it (ssh), or its \
+                     program did not call jia_init in that time (dsmrun --join-timeout SECONDS \
+                     waits longer)",
+                    node_list(&missing),
+                    timeout.as_secs()
                 ));
             }
             let mut busy = false;

@@ -108,10 +108,14 @@ impl Service {
                     let l: Vec<String> = held.iter().map(|l| l.0.to_string()).collect();
                     format!(", holding lock {}", l.join(", "))
                 };
-                let in_flight: usize = match &self.transport {
-                    Some(t) => (0..self.node.nodes()).map(|p| t.pending(p)).sum(),
+                // On its way in two samples in a row (250 ms apart): a TCP acknowledgement the
+                // peer delays (up to 200 ms) does not count, bytes a cut-off peer never
+                // acknowledges do.
+                let now: usize = match &self.transport {
+                    Some(t) => (0..self.node.nodes()).map(|p| t.in_flight(p)).sum(),
                     None => 0,
                 };
+                let in_flight = now.min(std::mem::replace(&mut self.in_flight_sampled, now));
                 let received: u64 = self.node.stats().msgs_received.iter().sum();
                 self.reported_waiting = true;
                 format!("DSM1 WAIT {in_flight} {received} waits in {what}{held}\n")

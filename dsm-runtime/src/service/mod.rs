@@ -106,6 +106,8 @@ pub(crate) struct Service {
     warned_thrashing: bool,
     /// When this node last told the launcher whether it waits, and whether it did.
     progress_reported: Instant,
+    /// What was on its way at the last report (see `report_progress`).
+    in_flight_sampled: usize,
     reported_waiting: bool,
     /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`): sent to
     /// the launcher on its control channel if there is one (it adds what it knows of the job),
@@ -181,6 +183,7 @@ impl Service {
             control_checked: Instant::now(),
             warned_thrashing: false,
             progress_reported: Instant::now(),
+            in_flight_sampled: 0,
             reported_waiting: false,
             lost_in_exit: None,
             pending: BTreeMap::new(),
