@@ -812,7 +812,30 @@ fn first_failure(
         reporter = node;
         (node, why) = (next, next_why);
     }
-    (node < spec.hosts.len()).then(|| JobFailure::Node {
+    if node >= spec.hosts.len() {
+        return None;
+    }
+    // The node blamed may have died a moment ago and not be reaped yet (a survivor's word can
+    // come first): how it ended says more than the survivor's "connection failed".
+    let deadline = Instant::now() + Duration::from_millis(500);
+    loop {
+        match children[node].try_wait() {
+            Ok(Some(status))
+                if !status.success() && status.code() != Some(crate::EXIT_PEER_FAILED) =>
+            {
+                return Some(JobFailure::Node {
+                    node,
+                    host: spec.hosts[node].address.clone(),
+                    how: describe(status),
+                    peer_failed: false,
+                    code: status_code(status),
+                });
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => break,
+        }
+    }
+    Some(JobFailure::Node {
         node,
         host: spec.hosts[node].address.clone(),
         how: format!("was lost: {why}, reported by node {reporter}"),

@@ -498,8 +498,13 @@ impl Service {
         // grant (delivered just before) take effect first.
         self.drain_core();
         // In exit, a node other than node 0 closing its connections has its exit grant, so ours
-        // is on its way from node 0: not a failure.
-        let in_exit = self.exit_waiter.is_some() && cause == LostCause::ConnectionClosed;
+        // is on its way from node 0: not a failure. (A close with bytes still unread, which many
+        // nodes make likely, reaches us as a reset: the same end.)
+        let in_exit = self.exit_waiter.is_some()
+            && matches!(
+                cause,
+                LostCause::ConnectionClosed | LostCause::ConnectionFailed
+            );
         let peer_done = in_exit && peer != 0;
         if self.exit_done_at.is_some() || peer_done {
             return;
