@@ -380,6 +380,33 @@ fn bind_to_core((index, count): (usize, usize)) {
     }
 }
 
+/// A node's socket could not be bound: which node, which address and port, and (for a port set
+/// by `base_port`) what to change.
+fn bind_failed<'a>(
+    what: &'static str,
+    env: &'a job::JobEnv,
+    port: u16,
+) -> impl FnOnce(std::io::Error) -> InitError + 'a {
+    move |e| {
+        let hint = if port == 0 {
+            String::new()
+        } else if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(
+                " (base_port = {}: another job or program holds port {port}; give another \
+                 base_port, or 0 for any free port)",
+                env.config.base_port
+            )
+        } else {
+            format!(" (base_port = {})", env.config.base_port)
+        };
+        InitError::Job(format!(
+            "node {}: binding the {what} to {}: {e}{hint}",
+            env.rank,
+            SocketAddr::new(env.bind, port)
+        ))
+    }
+}
+
 type Connected = (Box<dyn Transport>, Option<std::net::TcpStream>);
 
 fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
@@ -393,8 +420,11 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
     let heartbeat = Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000));
     match config.comm_type {
         CommType::Udp => {
-            let sock =
-                udp::bind(SocketAddr::new(env.bind, port)).map_err(os("binding the UDP socket"))?;
+            let sock = udp::bind(SocketAddr::new(env.bind, port)).map_err(bind_failed(
+                "UDP socket",
+                env,
+                port,
+            ))?;
             let me = sock
                 .local_addr()
                 .map_err(os("reading the socket address"))?;
@@ -416,8 +446,11 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
             Ok((Box::new(t), control))
         }
         CommType::Tcp => {
-            let listener = tcp::listen(SocketAddr::new(env.bind, port))
-                .map_err(os("binding the TCP listener"))?;
+            let listener = tcp::listen(SocketAddr::new(env.bind, port)).map_err(bind_failed(
+                "TCP listener",
+                env,
+                port,
+            ))?;
             let me = listener
                 .local_addr()
                 .map_err(os("reading the listener address"))?;
@@ -438,8 +471,11 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
             // The device before the rendezvous: a node without RDMA says so at once.
             let name = config.comm_type.name();
             dsm_transport::rdma::probe(name).map_err(|e| InitError::Unavailable(e.to_string()))?;
-            let listener = tcp::listen(SocketAddr::new(env.bind, port))
-                .map_err(os("binding the RDMA control listener"))?;
+            let listener = tcp::listen(SocketAddr::new(env.bind, port)).map_err(bind_failed(
+                "RDMA control listener",
+                env,
+                port,
+            ))?;
             let me = listener
                 .local_addr()
                 .map_err(os("reading the listener address"))?;

@@ -664,16 +664,12 @@ pub fn parse_hosts(
                 what: format!("`{}` is not a host name or address", shown(address)),
             });
         }
-        if address
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|a| a.is_unspecified())
-        {
+        if let Some(why) = not_a_host(address) {
             return Err(ConfigError {
                 origin,
                 what: format!(
-                    "`{address}` is the unspecified address, which no other node can reach: give \
-                     this host's name or one of its addresses"
+                    "`{address}` is {why}, which names no one host: give the host's name or one \
+                     of its addresses"
                 ),
             });
         }
@@ -695,6 +691,21 @@ pub fn parse_hosts(
         });
     }
     Ok(hosts)
+}
+
+/// Why `address` (a literal IP address) cannot be a host of a job: the unspecified address,
+/// a broadcast or multicast address (a node would send to many hosts, or to none that answers).
+fn not_a_host(address: &str) -> Option<&'static str> {
+    use std::net::IpAddr;
+    let ip: IpAddr = address.trim_matches(['[', ']']).parse().ok()?;
+    match ip {
+        _ if ip.is_unspecified() => Some("the unspecified address"),
+        _ if ip.is_multicast() => Some("a multicast address"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
+        // The loopback network's broadcast (127.0.0.0/8).
+        IpAddr::V4(v4) if v4.octets() == [127, 255, 255, 255] => Some("a broadcast address"),
+        _ => None,
+    }
 }
 
 /// The environment variables the runtime, its launcher and its tools read besides the settings'
