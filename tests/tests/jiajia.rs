@@ -331,3 +331,48 @@ fn returning_from_main_without_jia_exit_leaves_the_job() {
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(exe);
 }
+
+/// Every node makes the same bad call at once: the job ends naming a node, its status and the
+/// call, each message a whole line (before, every node ended "because another node failed" and
+/// dsmrun named neither the call nor the node that made it). 5 runs each on 2 and 3 nodes.
+#[test]
+fn the_same_bad_call_on_every_node_names_a_node_and_the_call() {
+    let src = std::env::temp_dir().join(format!("dsm-allbad-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include \"jia.h\"\nint main(int c, char **v) { jia_init(c, v); jia_barrier();\n\
+         jia_lock(64); jia_exit(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = src.with_extension("");
+    dsm_tests::compile_jia_c(&src, &exe, &[]);
+    for nodes in [2, 3] {
+        for run_no in 0..5 {
+            let out = run(nodes, "udp", &exe, &[], None);
+            let t = text(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{nodes} nodes, run {run_no}: {t}"
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err.trim_end().lines().last().unwrap_or_default();
+            assert!(
+                last.starts_with("dsmrun: node ") && last.ends_with("exited with status 1"),
+                "{nodes} nodes, run {run_no}: last line `{last}`:\n{t}"
+            );
+            assert!(
+                err.contains("jia_lock(64): allowed 0 to 63"),
+                "{nodes} nodes, run {run_no}: {t}"
+            );
+            for line in err.lines() {
+                assert!(
+                    line.starts_with("dsm node ") || line.starts_with("dsmrun: "),
+                    "{nodes} nodes, run {run_no}: a line not whole: {line:?}\n{t}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}

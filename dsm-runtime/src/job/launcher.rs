@@ -835,10 +835,14 @@ fn first_failure(
             _ => break,
         }
     }
+    let how = match why.strip_prefix("error: ") {
+        Some(text) => format!("ended the job with an error: {text} (reported by node {reporter})"),
+        None => format!("was lost: {why}, reported by node {reporter}"),
+    };
     Some(JobFailure::Node {
         node,
         host: spec.hosts[node].address.clone(),
-        how: format!("was lost: {why}, reported by node {reporter}"),
+        how,
         peer_failed: false,
         code: 1,
     })

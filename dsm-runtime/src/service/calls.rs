@@ -96,6 +96,7 @@ impl Service {
             }
             Call::Error(text) => {
                 self.node.broadcast_error(&text);
+                self.own_error = true;
                 // Answered once every node acknowledged it (`error_sent`).
                 self.error_waiter = Some((slot, Instant::now()));
                 Ok(None)

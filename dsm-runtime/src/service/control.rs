@@ -133,7 +133,8 @@ impl Service {
 
     /// Tells the launcher which node this one ends for (`DSM1 BLAME <node> <why>`): a node that
     /// stops answering (SIGSTOP, a dead host) never ends by itself, and its survivors end first;
-    /// the launcher follows the blame to it.
+    /// the launcher follows the blame to it. One non-blocking write: also for the core work
+    /// (another node's error met in signal context).
     pub(super) fn blame(&mut self, peer: u16, why: &str) {
         if let Some(c) = &mut self.control {
             let line = format!("DSM1 BLAME {peer} {}\n", why.replace('\n', " "));

@@ -143,8 +143,17 @@ impl Service {
                 }
                 // From any context: in a driving fault handler the node leaves by `_exit` with the
                 // same status (`door::end`), so the launcher still names the node that failed.
+                // A node already ending with its own error (it waits for its message to be
+                // acknowledged) ends with it: every node making the same bad call at once must
+                // not take each other's word and all end "because another failed".
+                Effect::Abort {
+                    error: dsm_core::JobError::Remote { .. },
+                } if self.own_error => {}
                 Effect::Abort { error } => match error {
-                    dsm_core::JobError::Remote { .. } => {
+                    dsm_core::JobError::Remote { from, ref text } => {
+                        // The launcher names the node that erred, with its message, even when
+                        // every node ends for another's error (all made the same bad call).
+                        self.blame(from.0, &format!("error: {text}"));
                         // Acknowledge the error first: its sender waits for every node to have
                         // it before it ends (`jia_error`), and ends sooner. (A read that finds
                         // the socket empty lets the acknowledgements go: UDP, RDMA UD.)

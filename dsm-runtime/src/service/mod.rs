@@ -124,6 +124,9 @@ pub(crate) struct Service {
     pending: BTreeMap<usize, Pending>,
     /// The thread waiting in `jia_error` for its message to be acknowledged, and since when.
     error_waiter: Option<(usize, Instant)>,
+    /// This node is ending with its own error (`jia_error`): another node's error does not end
+    /// it first, whatever comes before its thread exits.
+    pub(crate) own_error: bool,
     /// When an application thread was last resumed from a call, and which call (until the next
     /// request).
     resumed: Option<(Instant, &'static str)>,
@@ -188,6 +191,7 @@ impl Service {
             lost_in_exit: None,
             pending: BTreeMap::new(),
             error_waiter: None,
+            own_error: false,
             resumed: None,
             gaps_after: BTreeMap::new(),
             counted_from: [0; 4],
