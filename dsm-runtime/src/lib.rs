@@ -74,6 +74,13 @@ mod sys;
 #[cfg(not(dsm_loom))]
 mod trace;
 
+/// Files at paths the user names (statistics, output, traces), made only as this user's own:
+/// never through a symbolic link, never over another user's file.
+#[cfg(not(dsm_loom))]
+pub mod files {
+    pub use crate::sys::{check_own_file, create_own_file, make_own_dir};
+}
+
 /// The fault trace's file format (`DSM_FAULT_TRACE`): its columns, for the `fault-trace` tool.
 #[cfg(not(dsm_loom))]
 pub mod fault_trace {

@@ -247,7 +247,7 @@ fn main() -> ExitCode {
         }
     }
     if let Some(path) = &args.stats_json {
-        if let Err(e) = writable(path) {
+        if let Err(e) = dsm_runtime::files::check_own_file(path) {
             return usage_error(&format!(
                 "--stats-json {}: cannot be written ({e})",
                 path.display()
@@ -344,23 +344,16 @@ fn write_stats(
         wall,
         exit_status: Some(i32::from(code)),
     };
-    if let Err(e) = std::fs::write(path, dsm_runtime::stats::job_json(&meta, nodes)) {
+    let written =
+        dsm_runtime::files::create_own_file(std::path::Path::new(path)).and_then(|mut f| {
+            std::io::Write::write_all(
+                &mut f,
+                dsm_runtime::stats::job_json(&meta, nodes).as_bytes(),
+            )
+        });
+    if let Err(e) = written {
         eprintln!("dsmrun: cannot write statistics to {path}: {e}");
     }
-}
-
-/// Whether `path` can be written, found by opening it (a file made for the check goes again): a
-/// statistics file that cannot be written is refused before the job runs, not after it.
-fn writable(path: &std::path::Path) -> std::io::Result<()> {
-    let existed = path.exists();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)?;
-    if !existed {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
 }
 
 /// Whether this build and this machine can run `comm_type`, checked before any node starts.

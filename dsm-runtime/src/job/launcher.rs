@@ -374,8 +374,13 @@ fn spawn_node(
     if let Some(dir) = &spec.output_dir {
         let rank_dir = dir.join("1").join(format!("rank.{i}"));
         let open = |name: &str| {
-            std::fs::create_dir_all(&rank_dir)
-                .and_then(|()| std::fs::File::create(rank_dir.join(name)))
+            // Each directory and file as this user's own: a link planted under a shared
+            // directory cannot redirect them.
+            std::fs::create_dir_all(dir)
+                .and_then(|()| crate::sys::make_own_dir(dir))
+                .and_then(|()| crate::sys::make_own_dir(&dir.join("1")))
+                .and_then(|()| crate::sys::make_own_dir(&rank_dir))
+                .and_then(|()| crate::sys::create_own_file(&rank_dir.join(name)))
                 .map_err(|e| {
                     JobFailure::Start(format!(
                         "--output-filename: cannot write {}: {e}",

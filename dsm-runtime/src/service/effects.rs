@@ -201,7 +201,11 @@ impl Service {
             } else {
                 let mut meta = self.stats_meta.clone();
                 meta.wall = self.t0.elapsed();
-                if let Err(e) = std::fs::write(path, stats::job_json(&meta, json)) {
+                let written =
+                    crate::sys::create_own_file(std::path::Path::new(path)).and_then(|mut f| {
+                        std::io::Write::write_all(&mut f, stats::job_json(&meta, json).as_bytes())
+                    });
+                if let Err(e) = written {
                     eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
                 }
             }

@@ -278,6 +278,92 @@ pub fn atomic_bytes(n: usize) -> io::Result<&'static [std::sync::atomic::AtomicU
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU8>(), n) })
 }
 
+/// Opens `path` for writing from its start, creating it (mode 0644, less the umask) if it is
+/// not there, but only as a file of this user's: not through a symbolic link (`O_NOFOLLOW`), not
+/// a file another user owns, not anything but a regular file. A file of ours that was there is
+/// emptied. This is how the runtime writes files at paths the user names (statistics, output,
+/// traces), so that a link another user planted in a shared directory (`/tmp`) cannot make it
+/// overwrite a file there.
+pub fn create_own_file(path: &std::path::Path) -> io::Result<std::fs::File> {
+    let f = open_own_file(path)?;
+    f.set_len(0)?;
+    Ok(f)
+}
+
+/// Whether [`create_own_file`] would open `path`, without changing a file that is there (one
+/// made for the check goes again).
+pub fn check_own_file(path: &std::path::Path) -> io::Result<()> {
+    let existed = std::fs::symlink_metadata(path).is_ok();
+    open_own_file(path)?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+fn open_own_file(path: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::other("it is a symbolic link: refused")
+            } else {
+                e
+            }
+        })?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file: refused"));
+    }
+    if meta.uid() != euid() {
+        return Err(io::Error::other(format!(
+            "owned by uid {}, not by this user ({}): refused",
+            meta.uid(),
+            euid()
+        )));
+    }
+    Ok(f)
+}
+
+/// Makes directory `path` if it is not there (mode 0755, less the umask), and checks that it
+/// is a directory of this user's, not a symbolic link: the same rule as [`create_own_file`],
+/// for each directory the runtime makes under a path the user names.
+pub fn make_own_dir(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o755).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Err(io::Error::other(format!(
+            "{} is a symbolic link: refused",
+            path.display()
+        )));
+    }
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            path.display()
+        )));
+    }
+    if meta.uid() != euid() {
+        return Err(io::Error::other(format!(
+            "{} is owned by uid {}, not by this user ({}): refused",
+            path.display(),
+            meta.uid(),
+            euid()
+        )));
+    }
+    Ok(())
+}
+
 /// Keeps up to `bytes` of freed heap memory in the process instead of giving it back to the
 /// kernel (glibc's `M_TRIM_THRESHOLD`; elsewhere nothing). A node's heap swings by megabytes
 /// with each burst of pages (buffers copied, sent, freed once acknowledged): trimmed, every burst
