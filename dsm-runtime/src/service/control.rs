@@ -69,9 +69,14 @@ impl Service {
         if self.warned_thrashing {
             return;
         }
-        let again = self.node.stats().refetched_after_eviction;
+        // Refetches after eviction dominate: at least 64 pages, and a quarter of the remote
+        // faults or more (whatever the cache's size: 32 pages and matmul 256 ran 15-30 times
+        // slower with 255 refetches, under the old threshold of 1,024).
+        let stats = self.node.stats();
+        let again = stats.refetched_after_eviction;
+        let faults = stats.read_faults_remote + stats.write_faults_remote;
         let cache = self.node.config().cache_pages;
-        if again < cache.max(1024) as u64 {
+        if again < 64 || again * 4 < faults {
             return;
         }
         self.warned_thrashing = true;
