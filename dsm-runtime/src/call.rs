@@ -14,7 +14,6 @@ use std::sync::atomic::Ordering;
 use crate::door::end::fatal;
 use crate::door::flags::{DRIVE, NAPPING};
 use crate::door::request::{Call, CallResult};
-use crate::door::state::Held;
 use crate::door::{self, MAX_THREADS, SLOTS};
 use crate::service::{STATE, Service};
 
@@ -27,22 +26,28 @@ pub(crate) fn call(call: Call) -> CallResult {
         ));
     };
     if DRIVE.load(Ordering::Relaxed) && SLOTS.posted() == 0 {
-        if let Some(guard) = STATE.take_for_own() {
+        if let Some(mut guard) = STATE.take_for_own() {
             // Requests posted meanwhile go first (the service thread takes them in order).
-            if guard.as_ref().is_some_and(Service::takes_own_requests) && SLOTS.posted() == 0 {
-                return run_own(guard, slot, call);
+            if let Some(s) = guard.as_mut().filter(|s| s.takes_own_requests())
+                && SLOTS.posted() == 0
+            {
+                let work_left = run_own(s, slot, call);
+                // The state goes back before the service thread is woken for what is left (it
+                // would find the state taken and nap), and before the wait.
+                drop(guard);
+                if work_left {
+                    SLOTS.nudge_service();
+                }
+                SLOTS.wait(slot);
+                return SLOTS.finish_call(slot);
             }
         }
     }
     SLOTS.post_call(slot, call)
 }
 
-/// [`call`] on the state, held.
-fn run_own(mut guard: Held<'static, Service>, slot: usize, call: Call) -> CallResult {
-    let Some(s) = guard.as_mut() else {
-        drop(guard);
-        return SLOTS.post_call(slot, call);
-    };
+/// [`call`] on the state, held; returns whether anything is left for the service thread.
+fn run_own(s: &mut Service, slot: usize, call: Call) -> bool {
     SLOTS.take_own(slot, true);
     s.driver = Some(slot);
     let sent_before = s.frames_sent;
@@ -52,15 +57,9 @@ fn run_own(mut guard: Held<'static, Service>, slot: usize, call: Call) -> CallRe
     // The service thread takes over what is left: the rest of the wait, messages sent (their
     // retransmission timers are its), work deferred to it, requests posted meanwhile,
     // acknowledgements owed while it sleeps long.
-    let work_left = !SLOTS.is_done(slot)
+    !SLOTS.is_done(slot)
         || s.frames_sent != sent_before
         || !s.deferred.is_empty()
         || SLOTS.posted() > 0
-        || (s.acks_owed && !NAPPING.load(Ordering::SeqCst));
-    drop(guard);
-    if work_left {
-        SLOTS.nudge_service();
-    }
-    SLOTS.wait(slot);
-    SLOTS.finish_call(slot)
+        || (s.acks_owed && !NAPPING.load(Ordering::SeqCst))
 }

@@ -770,8 +770,10 @@ pub fn unknown_env_vars() -> Vec<String> {
         .map(|var| {
             let nearest = known
                 .iter()
-                .min_by_key(|k| edit_distance(k, &var))
-                .filter(|k| edit_distance(k, &var) <= 3);
+                .map(|k| (edit_distance(k, &var), k))
+                .min()
+                .filter(|&(d, _)| d <= 3)
+                .map(|(_, k)| k);
             match nearest {
                 Some(k) => format!(
                     "{var} is not a setting or a variable of the runtime (did you mean {k}?): ignored"

@@ -78,7 +78,7 @@ mod trace;
 /// never through a symbolic link, never over another user's file.
 #[cfg(not(dsm_loom))]
 pub mod files {
-    pub use crate::sys::{check_own_file, create_own_file, make_own_dir};
+    pub use crate::sys::{check_own_file, create_own_file, make_own_dir, write_own_file};
 }
 
 /// The fault trace's file format (`DSM_FAULT_TRACE`): its columns, for the `fault-trace` tool.

@@ -179,8 +179,7 @@ pub(crate) fn write(node: u16) {
         }
     }
     let path = format!("{}/fault-trace.{node}.tsv", t.dir);
-    let written = crate::sys::create_own_file(std::path::Path::new(&path))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, out.as_bytes()));
+    let written = crate::sys::write_own_file(std::path::Path::new(&path), out.as_bytes());
     if let Err(e) = written {
         eprintln!("dsm node {node}: cannot write the fault trace to {path}: {e}");
     }

@@ -344,13 +344,10 @@ fn write_stats(
         wall,
         exit_status: Some(i32::from(code)),
     };
-    let written =
-        dsm_runtime::files::create_own_file(std::path::Path::new(path)).and_then(|mut f| {
-            std::io::Write::write_all(
-                &mut f,
-                dsm_runtime::stats::job_json(&meta, nodes).as_bytes(),
-            )
-        });
+    let written = dsm_runtime::files::write_own_file(
+        std::path::Path::new(path),
+        dsm_runtime::stats::job_json(&meta, nodes).as_bytes(),
+    );
     if let Err(e) = written {
         eprintln!("dsmrun: cannot write statistics to {path}: {e}");
     }

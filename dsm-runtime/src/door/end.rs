@@ -58,8 +58,7 @@ pub(crate) fn die(msg: &str, status: i32) -> ! {
     line.push_decimal(rank());
     line.push(b": error: ");
     line.push(msg.as_bytes());
-    line.push(b"\n");
-    sys::write_stderr(line.bytes());
+    sys::write_stderr(line.ended());
     sys::signals::exit_now(status)
 }
 
@@ -81,15 +80,9 @@ impl Default for Line {
 impl Line {
     /// Appends `b`, cut to what fits with room for the final newline.
     fn push(&mut self, b: &[u8]) {
-        let room = self.buf.len() - 1 - self.len;
-        let b = if b == b"\n" {
-            b
-        } else {
-            &b[..b.len().min(room)]
-        };
-        let end = (self.len + b.len()).min(self.buf.len());
-        self.buf[self.len..end].copy_from_slice(&b[..end - self.len]);
-        self.len = end;
+        let n = b.len().min(self.buf.len() - 1 - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
     }
 
     fn push_decimal(&mut self, n: u16) {
@@ -107,8 +100,10 @@ impl Line {
         self.push(&digits[at..]);
     }
 
-    fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
+    /// The line with its newline.
+    fn ended(&mut self) -> &[u8] {
+        self.buf[self.len] = b'\n';
+        &self.buf[..=self.len]
     }
 }
 
@@ -123,10 +118,9 @@ mod tests {
         l.push_decimal(0);
         l.push_decimal(65_535);
         l.push(b": ");
-        assert_eq!(l.bytes(), b"dsm node 065535: ");
+        assert_eq!(l.ended(), b"dsm node 065535: \n");
         l.push(&[b'x'; 5000]);
-        l.push(b"\n");
-        assert_eq!(l.bytes().len(), 1024);
-        assert_eq!(l.bytes().last(), Some(&b'\n'));
+        assert_eq!(l.ended().len(), 1024);
+        assert_eq!(l.ended().last(), Some(&b'\n'));
     }
 }

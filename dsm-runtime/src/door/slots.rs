@@ -65,9 +65,10 @@ pub(crate) struct Slot {
     reply: Mutex<Option<CallResult>>,
 }
 
-impl Slot {
-    #[cfg(not(dsm_loom))]
-    const fn new() -> Slot {
+/// The body of `Slot::new`, for both builds: `const` with the standard primitives, not with
+/// loom's (whose constructors are not).
+macro_rules! new_slot {
+    () => {
         Slot {
             state: AtomicU32::new(FREE),
             tid: AtomicI32::new(0),
@@ -77,19 +78,34 @@ impl Slot {
             call: Mutex::new(None),
             reply: Mutex::new(None),
         }
+    };
+}
+
+/// The body of `Slots::new`, for both builds (as [`new_slot`]), with the loom build's extra
+/// fields.
+macro_rules! new_slots {
+    ($slots:expr $(, $extra:ident)*) => {
+        Slots {
+            slots: $slots,
+            posted: AtomicU32::new(0),
+            service_sleeping: AtomicBool::new(false),
+            wakeup: Wakeup::new(),
+            blocked: AtomicU32::new(0),
+            wait_spin_us: AtomicU32::new(0),
+            $($extra,)*
+        }
+    };
+}
+
+impl Slot {
+    #[cfg(not(dsm_loom))]
+    const fn new() -> Slot {
+        new_slot!()
     }
 
     #[cfg(dsm_loom)]
     fn new() -> Slot {
-        Slot {
-            state: AtomicU32::new(FREE),
-            tid: AtomicI32::new(0),
-            kind: AtomicU32::new(KIND_FAULT),
-            fault: AtomicU64::new(0),
-            outcome: AtomicU32::new(0),
-            call: Mutex::new(None),
-            reply: Mutex::new(None),
-        }
+        new_slot!()
     }
 }
 
@@ -142,27 +158,12 @@ fn broken(what: &str) -> ! {
 impl<const N: usize> Slots<N> {
     #[cfg(not(dsm_loom))]
     pub(crate) const fn new() -> Self {
-        Slots {
-            slots: [const { Slot::new() }; N],
-            posted: AtomicU32::new(0),
-            service_sleeping: AtomicBool::new(false),
-            wakeup: Wakeup::new(),
-            blocked: AtomicU32::new(0),
-            wait_spin_us: AtomicU32::new(0),
-        }
+        new_slots!([const { Slot::new() }; N])
     }
 
     #[cfg(dsm_loom)]
     pub(crate) fn new(flaw: Flaw) -> Self {
-        Slots {
-            slots: std::array::from_fn(|_| Slot::new()),
-            posted: AtomicU32::new(0),
-            service_sleeping: AtomicBool::new(false),
-            wakeup: Wakeup::new(),
-            blocked: AtomicU32::new(0),
-            wait_spin_us: AtomicU32::new(0),
-            flaw,
-        }
+        new_slots!(std::array::from_fn(|_| Slot::new()), flaw)
     }
 
     // ---- Holding a slot ----

@@ -58,30 +58,29 @@ impl Rendezvous {
         // connects and trickles bytes (or says nothing) delays nobody.
         let mut pending: Vec<Pending> = Vec::new();
         let started = Instant::now();
+        let missing = |joined: &[Option<(SocketAddr, TcpStream)>]| -> Vec<usize> {
+            (0..joined.len()).filter(|&i| joined[i].is_none()).collect()
+        };
         // While nodes are missing, say which, after a few seconds and then every ten: a host
         // that does not answer ssh would otherwise give half a minute of silence.
         let mut next_notice = started + Duration::from_secs(5);
         while joined.iter().any(Option::is_none) {
             if Instant::now() > next_notice {
                 next_notice += Duration::from_secs(10);
-                let missing: Vec<usize> =
-                    (0..joined.len()).filter(|&i| joined[i].is_none()).collect();
                 log::warn!(
                     "waiting for {} to join the job ({:.0} s of the {} s allowed): {}",
-                    node_list(&missing),
+                    node_list(&missing(&joined)),
                     started.elapsed().as_secs_f64(),
                     timeout.as_secs(),
                     "its host may not answer (ssh), or its program has not called jia_init yet"
                 );
             }
             if Instant::now() > deadline {
-                let missing: Vec<usize> =
-                    (0..joined.len()).filter(|&i| joined[i].is_none()).collect();
                 return Err(format!(
                     "{} did not join within {} s: its host did not start it (ssh), or its \
                      program did not call jia_init in that time (dsmrun --join-timeout SECONDS \
                      waits longer)",
-                    node_list(&missing),
+                    node_list(&missing(&joined)),
                     timeout.as_secs()
                 ));
             }

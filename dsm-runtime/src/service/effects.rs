@@ -155,16 +155,8 @@ impl Service {
                         // every node ends for another's error (all made the same bad call).
                         self.blame(from.0, &format!("error: {text}"));
                         // Acknowledge the error first: its sender waits for every node to have
-                        // it before it ends (`jia_error`), and ends sooner. (A read that finds
-                        // the socket empty lets the acknowledgements go: UDP, RDMA UD.)
-                        if let Some(t) = &mut self.transport {
-                            for _ in 0..64 {
-                                if t.poll_recv(Instant::now()) == 0 {
-                                    break;
-                                }
-                            }
-                            t.flush(Instant::now());
-                        }
+                        // it before it ends (`jia_error`), and ends sooner.
+                        self.acknowledge_what_came();
                         fatal_with(&error.to_string(), EXIT_PEER_FAILED)
                     }
                     _ => fatal(&error.to_string()),
@@ -201,10 +193,10 @@ impl Service {
             } else {
                 let mut meta = self.stats_meta.clone();
                 meta.wall = self.t0.elapsed();
-                let written =
-                    crate::sys::create_own_file(std::path::Path::new(path)).and_then(|mut f| {
-                        std::io::Write::write_all(&mut f, stats::job_json(&meta, json).as_bytes())
-                    });
+                let written = crate::sys::write_own_file(
+                    std::path::Path::new(path),
+                    stats::job_json(&meta, json).as_bytes(),
+                );
                 if let Err(e) = written {
                     eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
                 }

@@ -596,10 +596,7 @@ impl Service {
         let Some(done) = self.exit_done_at else {
             return false;
         };
-        let idle = self
-            .transport
-            .as_ref()
-            .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
+        let idle = self.all_acknowledged();
         if idle || done.elapsed() > LINGER {
             if idle {
                 log::debug!("left the job: every node acknowledged its last messages");
@@ -614,16 +611,34 @@ impl Service {
         false
     }
 
+    /// Whether every peer has acknowledged everything this node sent it.
+    fn all_acknowledged(&self) -> bool {
+        self.transport
+            .as_ref()
+            .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0))
+    }
+
+    /// Reads what waits on the transport (up to 64 reads) and flushes: a read that finds the
+    /// socket empty lets the acknowledgements no reply carried go (UDP, RDMA UD). For a node
+    /// about to close its transport or end.
+    pub(crate) fn acknowledge_what_came(&mut self) {
+        if let Some(t) = &mut self.transport {
+            for _ in 0..64 {
+                if t.poll_recv(Instant::now()) == 0 {
+                    break;
+                }
+            }
+            t.flush(Instant::now());
+        }
+    }
+
     /// `jia_error`'s wait: its message is acknowledged by every node (or [`ERROR_GRACE`]
     /// passed): the thread may end the node.
     fn error_sent(&mut self) {
         let Some((slot, since)) = self.error_waiter else {
             return;
         };
-        let acked = self
-            .transport
-            .as_ref()
-            .is_none_or(|t| (0..self.node.nodes()).all(|p| t.pending(p) == 0));
+        let acked = self.all_acknowledged();
         if acked || since.elapsed() > ERROR_GRACE {
             self.error_waiter = None;
             SLOTS.complete_call(slot, Ok(crate::door::request::Reply::Done), true);

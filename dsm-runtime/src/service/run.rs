@@ -117,16 +117,8 @@ pub(crate) fn run(service: Service) {
         s.error_sent();
         if s.exit_finished() {
             // What came last (the exit grant) is acknowledged before the transport closes, or
-            // its sender waits out its linger for the acknowledgement: a read that finds the
-            // socket empty sends the acknowledgements no reply carried (UDP, RDMA UD).
-            if let Some(t) = &mut s.transport {
-                for _ in 0..64 {
-                    if t.poll_recv(Instant::now()) == 0 {
-                        break;
-                    }
-                }
-                t.flush(Instant::now());
-            }
+            // its sender waits out its linger for the acknowledgement.
+            s.acknowledge_what_came();
             // Closing the transport tells the other nodes this one is done.
             crate::trace::write(s.node.id().0);
             drop(guard.take());

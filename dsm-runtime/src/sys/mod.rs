@@ -290,6 +290,11 @@ pub fn create_own_file(path: &std::path::Path) -> io::Result<std::fs::File> {
     Ok(f)
 }
 
+/// Writes `bytes` to `path` through [`create_own_file`].
+pub fn write_own_file(path: &std::path::Path, bytes: &[u8]) -> io::Result<()> {
+    std::io::Write::write_all(&mut create_own_file(path)?, bytes)
+}
+
 /// Whether [`create_own_file`] would open `path`, without changing a file that is there (one
 /// made for the check goes again).
 pub fn check_own_file(path: &std::path::Path) -> io::Result<()> {
