@@ -407,7 +407,7 @@ fn bind_failed<'a>(
     }
 }
 
-type Connected = (Box<dyn Transport>, Option<std::net::TcpStream>);
+type Connected = (Box<dyn Transport>, Option<job::node::Control>);
 
 fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
     let port = if config.base_port == 0 {

@@ -62,6 +62,16 @@ fn assert_exact(out: &Output, want: &str, what: &str, dir: &Path) {
     assert!(left.is_empty(), "{what}: rendezvous files left: {left:?}");
 }
 
+/// A job that cannot go on ended by its rank 0, which says what every node waits for.
+fn assert_stuck(out: &Output, what: &str) {
+    let t = text(out);
+    assert!(!out.status.success(), "{what}: {t}");
+    assert!(
+        t.contains("the job cannot go on, every node waits for another"),
+        "{what}: rank 0 names the wait:\n{t}"
+    );
+}
+
 struct Slurm {
     conf: String,
 }
@@ -134,6 +144,17 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     let out = run_in(&d, "srun", &["-n", "4", &matmul, "256"], conf);
     assert_exact(&out, "matmul OK f64 n=256 nodes=4", "srun -n 4", &d);
 
+    // Mismatched synchronisation: srun cannot see a node that waits forever; rank 0 watches.
+    let probe = bin("probe").display().to_string();
+    let d = workdir("srun-stuck");
+    let out = run_in(
+        &d,
+        "srun",
+        &["-n", "2", &probe, "stuck-barrier-vs-exit"],
+        conf,
+    );
+    assert_stuck(&out, "srun -n 2");
+
     let d = workdir("salloc");
     let out = run_in(&d, "salloc", &["-n", "4", "srun", &lu, "128", "16"], conf);
     assert_exact(&out, "lu OK nodes=4 n=128", "salloc -n 4 srun", &d);
@@ -177,6 +198,21 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
         None,
     );
     assert_exact(&out, "matmul OK f64 n=256 nodes=4", "mpirun -np 4", &d);
+    let d = workdir("mpirun-stuck");
+    let out = run_in(
+        &d,
+        "mpirun",
+        &[
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "2",
+            &probe,
+            "stuck-exit-holding-lock",
+        ],
+        None,
+    );
+    assert_stuck(&out, "mpirun -np 2");
     // A C program on jia.h, the same way.
     let exe = d.join("messages");
     dsm_tests::compile_jia_c(&repo().join("tests/c/messages.c"), &exe, &["-O2"]);
@@ -196,7 +232,14 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     let _ = std::fs::remove_file(&exe);
     assert_exact(&out, "c-messages OK rounds=10", "mpirun -np 3 (C)", &d);
     // Nothing left behind (a failed run keeps its directory, named in its message).
-    for name in ["srun", "salloc", "sbatch", "mpirun"] {
+    for name in [
+        "srun",
+        "srun-stuck",
+        "salloc",
+        "sbatch",
+        "mpirun",
+        "mpirun-stuck",
+    ] {
         let _ = std::fs::remove_dir_all(workdir_path(name));
     }
 }

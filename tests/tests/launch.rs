@@ -14,28 +14,32 @@ fn launch_like(
     program: &str,
     args: &[&str],
 ) -> Vec<std::process::Output> {
-    launch_like_in(|_| {}, |_| {}, size, vars, program, args)
+    launch_like_in(|_| {}, |_| {}, Duration::ZERO, size, vars, program, args)
 }
 
 /// [`launch_like`] in a fresh directory made ready by `prepare`, looked at by `after` once every
-/// rank has ended. No rendezvous file may be left behind.
+/// rank has ended, with rank 0 started `rank0_after` the others. No rendezvous file may be left
+/// behind.
 fn launch_like_in(
     prepare: impl Fn(&std::path::Path),
     after: impl Fn(&std::path::Path),
+    rank0_after: Duration,
     size: usize,
     vars: impl Fn(usize) -> Vec<(String, String)>,
     program: &str,
     args: &[&str],
 ) -> Vec<std::process::Output> {
-    let dir = std::env::temp_dir().join(format!(
-        "dsm-cluster-{}-{}",
-        std::process::id(),
-        vars(0)[0].0
-    ));
+    let (var, value) = &vars(0)[0];
+    let dir =
+        std::env::temp_dir().join(format!("dsm-cluster-{}-{var}-{value}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     prepare(&dir);
-    let children: Vec<_> = (0..size)
+    let mut children: Vec<_> = (0..size)
+        .rev()
         .map(|r| {
+            if r == 0 {
+                std::thread::sleep(rank0_after);
+            }
             let mut c = Command::new(bin(program));
             c.args(args)
                 .current_dir(&dir)
@@ -45,6 +49,7 @@ fn launch_like_in(
             c.spawn().unwrap()
         })
         .collect();
+    children.reverse();
     let outs = children
         .into_iter()
         .map(|c| {
@@ -93,6 +98,7 @@ fn the_rendezvous_file_is_private_new_and_removed() {
             assert_eq!(std::fs::read_to_string(&tmp).unwrap(), "someone else's\n");
             std::fs::remove_file(tmp).unwrap();
         },
+        Duration::ZERO,
         2,
         |r| {
             vec![
@@ -120,6 +126,94 @@ fn all_ok(outs: &[std::process::Output], want: &str) {
         "{}",
         text(&outs[0])
     );
+}
+
+/// The variables of `mpirun` (PMI) for rank `r` of `size`, with no job id (the rendezvous file
+/// then has the default name), in a directory of the test's own (`case`).
+fn pmi(case: &str, r: usize, size: usize) -> Vec<(String, String)> {
+    vec![
+        ("TEST_CASE".into(), case.into()),
+        ("PMI_RANK".into(), r.to_string()),
+        ("PMI_SIZE".into(), size.to_string()),
+    ]
+}
+
+/// Mismatched synchronisation under a cluster launcher, which cannot see a node that waits
+/// forever: rank 0 watches, as dsmrun does, and ends the job within seconds, saying what every
+/// node waits for (it hung forever before).
+#[test]
+fn mismatched_synchronisation_under_a_cluster_launcher_is_named_by_rank_0() {
+    for (case, says) in [
+        (
+            "stuck-barrier-vs-exit",
+            "node 0 waits in jia_barrier; node 1 waits in jia_exit",
+        ),
+        (
+            "stuck-exit-holding-lock",
+            "node 0 waits in jia_exit, holding lock 3; node 1 waits in jia_lock(3)",
+        ),
+    ] {
+        let start = std::time::Instant::now();
+        let outs = launch_like_in(
+            |_| {},
+            |_| {},
+            Duration::ZERO,
+            2,
+            |r| pmi(case, r, 2),
+            "probe",
+            &[case],
+        );
+        let all: String = outs.iter().map(text).collect();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{case}: ended only after {:?} (killed by the test):\n{all}",
+            start.elapsed()
+        );
+        for (r, o) in outs.iter().enumerate() {
+            assert_eq!(o.status.code(), Some(1), "{case}: rank {r}:\n{all}");
+        }
+        let rank0 = String::from_utf8_lossy(&outs[0].stderr);
+        assert!(
+            rank0.contains("the job cannot go on") && rank0.contains(says),
+            "{case}: rank 0 says what every node waits for:\n{all}"
+        );
+    }
+}
+
+/// A rendezvous file an earlier job left behind (its rank 0 killed before everyone joined), of
+/// the same default name, fresh: a rank that reads it before this job's rank 0 replaces it finds
+/// its address refusing and waits for the new one (it failed at once with "Connection refused").
+#[test]
+fn a_rendezvous_file_left_by_an_earlier_job_is_waited_past() {
+    let outs = launch_like_in(
+        |dir| {
+            use std::os::unix::fs::OpenOptionsExt;
+            // An address that refuses: a port bound a moment ago and closed.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join(".dsm-rendezvous-job"))
+                .unwrap();
+            std::io::Write::write_all(
+                &mut f,
+                format!("DSM1 job 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
+            )
+            .unwrap();
+        },
+        |_| {},
+        Duration::from_millis(1500),
+        2,
+        |r| pmi("stale", r, 2),
+        "pi",
+        &["100000"],
+    );
+    all_ok(&outs, "pi OK nodes=2");
 }
 
 #[test]
@@ -631,4 +725,60 @@ fn nodes_get_a_cpu_each_when_they_fit() {
         got.iter().all(|g| g == &got[0]),
         "more nodes than CPUs: none bound: {crowded}"
     );
+}
+
+/// A program started directly with a `.jiahosts` (JIAJIA's way) ends as under dsmrun: the same
+/// status for each way a job can end, and the failing node named (a crash and `exit(3)` gave 86,
+/// and a mismatched barrier hung).
+#[test]
+fn a_job_started_from_a_jiahosts_ends_with_the_status_dsmrun_gives() {
+    let dir = std::env::temp_dir().join(format!("dsm-jiahosts-ends-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let probe = bin("probe");
+    for (case, nodes, status, says) in [
+        ("counter", 2, 0, "counter OK"),
+        ("fail-node-1", 2, 7, "node 1: it exited with status 7"),
+        (
+            "crash-node-1-late",
+            2,
+            139,
+            "node 1: it was killed by signal 11",
+        ),
+        (
+            "exit-without-leaving",
+            3,
+            1,
+            "node 2: it exited with status 0 without leaving the job",
+        ),
+        (
+            "stuck-barrier-vs-exit",
+            2,
+            1,
+            "node 0 waits in jia_barrier; node 1 waits in jia_exit",
+        ),
+    ] {
+        std::fs::write(dir.join(".jiahosts"), "127.0.0.1\n".repeat(nodes)).unwrap();
+        let mut cmd = Command::new(&probe);
+        cmd.arg(case).current_dir(&dir);
+        let out = run_with_deadline(cmd, Duration::from_secs(90));
+        assert_eq!(
+            out.status.code(),
+            Some(status),
+            "{case} from .jiahosts:\n{}",
+            text(&out)
+        );
+        assert!(
+            text(&out).contains(says),
+            "{case} from .jiahosts: no `{says}`:\n{}",
+            text(&out)
+        );
+        let under_dsmrun = dsm_tests::dsmrun(nodes, &[], "probe", &[case]);
+        assert_eq!(
+            under_dsmrun.status.code(),
+            Some(status),
+            "{case} under dsmrun:\n{}",
+            text(&under_dsmrun)
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -6,7 +6,7 @@
 //! a node that ends because another failed says [`EXIT_PEER_FAILED`] wherever its threads were,
 //! and the launcher names the node that failed first.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use super::context::in_signal_context;
 use crate::sys;
@@ -20,6 +20,26 @@ static RANK: AtomicU32 = AtomicU32::new(0);
 
 /// The node is ending with an error (exit handlers must not start leaving the job meanwhile).
 static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// The status this process ends with when it ends because another node failed: [`EXIT_PEER_FAILED`],
+/// except in a node 0 that started its job itself (`.jiahosts`), which is also the job's launcher:
+/// it ends with the failing node's status, as dsmrun would.
+static PEER_FAILED_STATUS: AtomicI32 = AtomicI32::new(EXIT_PEER_FAILED);
+
+/// From now on, ending because another node failed ends this process with `status` (the job's
+/// launcher is in this process, and `status` is its verdict).
+pub(crate) fn end_peer_failure_with(status: i32) {
+    PEER_FAILED_STATUS.store(status, Ordering::SeqCst);
+}
+
+/// `status`, or the verdict that replaces [`EXIT_PEER_FAILED`] in a self-launched node 0.
+fn final_status(status: i32) -> i32 {
+    if status == EXIT_PEER_FAILED {
+        PEER_FAILED_STATUS.load(Ordering::SeqCst)
+    } else {
+        status
+    }
+}
 
 /// Whether the node is ending with an error.
 pub(crate) fn ending() -> bool {
@@ -47,7 +67,7 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
-    std::process::exit(status);
+    std::process::exit(final_status(status));
 }
 
 /// Ends the node from any context without allocating or locking: `dsm node N: error: MSG` by
@@ -59,7 +79,7 @@ pub(crate) fn die(msg: &str, status: i32) -> ! {
     line.push(b": error: ");
     line.push(msg.as_bytes());
     sys::write_stderr(line.ended());
-    sys::signals::exit_now(status)
+    sys::signals::exit_now(final_status(status))
 }
 
 /// A line built without allocating, for signal context.

@@ -2,11 +2,13 @@
 //! learns its rank and size from the launcher's variables; rank 0 starts the rendezvous and
 //! publishes it in a file (see [`super::rendezvous`]), the others read it there.
 
-use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use super::node::{JobEnv, local_config, my_address, random_cookie, route_to};
-use super::rendezvous::{Rendezvous, publish_rendezvous, read_rendezvous_file, rendezvous_file};
+use super::rendezvous::{
+    Keep, Rendezvous, publish_rendezvous, read_rendezvous_file, rendezvous_file,
+};
 
 /// Rank and size given by a cluster launcher: Slurm's `srun`, Open MPI's or MPICH's `mpirun`.
 pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
@@ -81,17 +83,18 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         std::thread::Builder::new()
             .name("dsm-rendezvous".into())
             .spawn(move || {
-                let served = rv.serve(size, cookie, timeout, false);
+                let served = rv.serve(size, cookie, timeout, Keep::Rank0);
                 // Every rank has read it (or the job failed): it has served its purpose.
                 let _ = std::fs::remove_file(&published);
-                if let Err(e) = served {
-                    crate::door::end::fatal(&e);
+                match served {
+                    Ok(control) => super::launcher::watch_from_rank0(control),
+                    Err(e) => crate::door::end::fatal(&e),
                 }
             })
             .map_err(|e| e.to_string())?;
         (addr, cookie)
     } else {
-        read_rendezvous_file(&file, timeout)?
+        live_rendezvous(&file, timeout)?
     };
     let bind = route_to(rendezvous.ip()).unwrap_or_else(my_address);
     Ok(Some(JobEnv {
@@ -104,4 +107,40 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         stats,
         on_host: None,
     }))
+}
+
+/// Rank 0's rendezvous as published in `file`, once it answers: a file an earlier job's rank 0
+/// left (killed before everyone joined, with the same job id) names an address that refuses
+/// connections, and is waited past until this job's rank 0 replaces it.
+fn live_rendezvous(file: &std::path::Path, timeout: Duration) -> Result<(SocketAddr, u64), String> {
+    let deadline = Instant::now() + timeout;
+    let mut said = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (addr, cookie) = read_rendezvous_file(file, left)?;
+        // A look, not a hello: the rendezvous forgets a connection that says nothing.
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(_) => return Ok((addr, cookie)),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() < deadline =>
+            {
+                if !said {
+                    said = true;
+                    log::info!(
+                        "{} names {addr}, which refuses connections: a file left by an earlier \
+                         job; waiting for rank 0 to publish this job's",
+                        file.display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the rendezvous {addr} that {} names: {e}",
+                    file.display()
+                ));
+            }
+        }
+    }
 }

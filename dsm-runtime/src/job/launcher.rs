@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::node::{JobEnv, random_cookie};
-use super::rendezvous::Rendezvous;
+use super::rendezvous::{Keep, Rendezvous};
 use crate::config::{Config, Host};
 use crate::sys::signals;
 
@@ -479,66 +479,137 @@ fn run_watched(
     let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
     // A one-node job has nobody to meet: its node never calls the rendezvous, and waiting for it
     // would end every run longer than the join timeout.
-    let mut rv_thread =
-        (n > 1).then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true)));
+    let rv_thread = (n > 1)
+        .then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, Keep::Launcher)));
     let nodes: Vec<usize> = (0..n).collect();
+    let watched = Watched {
+        spec,
+        nodes: &nodes,
+        children: &mut children,
+        control,
+        words,
+        in_node0: false,
+    };
+    watch(watched, rv_thread, Some(interrupted))
+}
+
+/// A job as its watcher sees it: the nodes it started (`children[k]` runs node `nodes[k]`:
+/// every node under dsmrun, the others in a node 0 that started its job itself), and every
+/// node's control connection (after the rendezvous) with what came on it.
+struct Watched<'a> {
+    spec: &'a JobSpec,
+    nodes: &'a [usize],
+    children: &'a mut Vec<Child>,
+    control: &'a mut Vec<std::net::TcpStream>,
+    words: &'a mut Heard,
+    /// The watcher is node 0's own thread (a job node 0 started itself): node 0 ends with the
+    /// job's status.
+    in_node0: bool,
+}
+
+/// How a node stands, as its watcher knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    Running,
+    EndedWell,
+    Failed,
+}
+
+impl Watched<'_> {
+    /// Node `k`: by its process if the watcher started it, else by its control connection (a
+    /// connection read to its end after `DSM1 BYE` is a node that left the job).
+    fn standing(&mut self, k: usize) -> Standing {
+        if let Some(pos) = self.nodes.iter().position(|&i| i == k) {
+            return match self.children[pos].try_wait() {
+                Ok(None) => Standing::Running,
+                Ok(Some(s)) if s.success() => Standing::EndedWell,
+                _ => Standing::Failed,
+            };
+        }
+        match self.words.drained.get(k) {
+            Some(true) if self.words.lines[k].iter().any(|l| l == "DSM1 BYE") => {
+                Standing::EndedWell
+            }
+            Some(true) => Standing::Failed,
+            _ => Standing::Running,
+        }
+    }
+
+    /// Whether the job can no longer go on (see [`Heard::stuck`]).
+    fn stuck(&mut self) -> Option<String> {
+        let standing: Vec<Standing> = (0..self.words.waiting.len())
+            .map(|k| self.standing(k))
+            .collect();
+        self.words.stuck(&standing)
+    }
+}
+
+/// Watches a started job to its end: `Ok` once every node it started ended well; otherwise the
+/// first failure, with the other nodes told (`DSM1 LOST`) and ended. Also ends a job that cannot
+/// go on, and one whose launcher is `interrupted`.
+fn watch(
+    mut w: Watched<'_>,
+    mut rv_thread: Option<std::thread::JoinHandle<Result<Vec<std::net::TcpStream>, String>>>,
+    interrupted: Option<&std::sync::atomic::AtomicI32>,
+) -> Result<(), JobFailure> {
     // A node that ended because another failed (status EXIT_PEER_FAILED) is reported only if the
     // failing node itself does not show up within a moment.
     let mut echo: Option<(JobFailure, Instant)> = None;
     // Descriptors that become readable when a node ends: the loop sleeps on them rather than
     // on a timer (none where the kernel lacks pidfd_open: then it looks every millisecond).
-    let exits: Vec<Option<std::os::fd::OwnedFd>> = children
+    let exits: Vec<Option<std::os::fd::OwnedFd>> = w
+        .children
         .iter()
         .map(|c| crate::sys::pidfd_open(c.id()).ok())
         .collect();
     loop {
         if let Some((_, since)) = &echo {
             if since.elapsed() > Duration::from_secs(1) {
-                end_all(&mut children);
+                end_all(w.children);
                 return Err(echo.map(|(e, _)| e).unwrap_or(JobFailure::Interrupted(0)));
             }
         }
-        let sig = interrupted.load(Ordering::SeqCst);
+        let sig = interrupted.map_or(0, |i| i.load(Ordering::SeqCst));
         if sig != 0 {
-            end_all(&mut children);
+            end_all(w.children);
             return Err(JobFailure::Interrupted(sig));
         }
         if rv_thread.as_ref().is_some_and(|t| t.is_finished()) {
             match rv_thread.take().map(|t| t.join()) {
                 Some(Ok(Err(e))) => {
-                    end_all(&mut children);
+                    end_all(w.children);
                     return Err(JobFailure::Start(e));
                 }
-                Some(Ok(Ok(streams))) => *control = streams,
+                Some(Ok(Ok(streams))) => *w.control = streams,
                 _ => {}
             }
         }
-        words.poll(control);
-        if let Some(what) = words.stuck(&mut children) {
-            end_all(&mut children);
-            return Err(JobFailure::Stuck(what));
+        w.words.poll(w.control);
+        if let Some(what) = w.stuck() {
+            return Err(end_for(&mut w, JobFailure::Stuck(what)));
         }
         match poll_children(
-            spec,
-            &nodes,
-            &mut children,
+            w.spec,
+            w.nodes,
+            w.children,
             echo.as_ref().map(|(e, _)| e),
-            control,
-            words,
+            w.control,
+            w.words,
         ) {
             Ok(true) if echo.is_none() => {
                 // Every node ended well, but the rendezvous still waits: some never joined (a
                 // program that never calls jia_init ran as separate processes).
                 if rv_thread.as_ref().is_some_and(|t| !t.is_finished()) {
                     log::warn!(
-                        "the {n} processes ended with status 0, but not all of them joined the \
+                        "the {} processes ended with status 0, but not all of them joined the \
                          job: the program never called jia_init (dsm_runtime::init), so they ran \
-                         as separate processes, not as one DSM job"
+                         as separate processes, not as one DSM job",
+                        w.children.len()
                     );
                 }
                 return Ok(());
             }
-            Ok(_) => wait_for_an_exit(&mut children, &exits),
+            Ok(_) => wait_for_an_exit(w.children, &exits),
             Err(
                 e @ JobFailure::Node {
                     peer_failed: true,
@@ -548,24 +619,44 @@ fn run_watched(
             ) => {
                 // A node that ended because it lost another says which: name that one (a node
                 // stopped with SIGSTOP never ends by itself, and its survivors end first).
-                if let Some(f) = first_failure(spec, &mut children, control, words, node) {
-                    tell_lost(control, &f);
-                    wait_a_moment(&mut children, Duration::from_secs(2));
-                    end_all(&mut children);
-                    return Err(f);
+                if let Some(f) = first_failure(&mut w, node) {
+                    return Err(end_for(&mut w, f));
                 }
                 if echo.is_none() {
                     echo = Some((e, Instant::now()));
                 }
             }
-            Err(e) => {
-                tell_lost(control, &e);
-                wait_a_moment(&mut children, Duration::from_secs(2));
-                end_all(&mut children);
-                return Err(e);
-            }
+            Err(e) => return Err(end_for(&mut w, e)),
         }
     }
+}
+
+/// Ends the job for `failure`: tells every node, gives them a moment to end by themselves, then
+/// ends those left.
+fn end_for(w: &mut Watched<'_>, failure: JobFailure) -> JobFailure {
+    let line = match &failure {
+        JobFailure::Node { node, how, .. } => format!("DSM1 LOST {node} {how}\n"),
+        // dsmrun says it itself; a node 0 that watches says it as its own end.
+        JobFailure::Stuck(what) if w.in_node0 => format!("DSM1 STUCK {what}\n"),
+        _ => String::new(),
+    };
+    // A node 0 that watches its own job is told last, once the others have ended: it ends this
+    // process, the watcher with it.
+    let first = usize::from(w.in_node0).min(w.control.len());
+    let (own, others) = w.control.split_at_mut(first);
+    tell(others, &line);
+    if matches!(failure, JobFailure::Stuck(_)) {
+        // Nothing will change: the nodes are ended at once.
+        end_all(w.children);
+    } else {
+        wait_a_moment(w.children, Duration::from_secs(2));
+        end_all(w.children);
+    }
+    if w.in_node0 {
+        crate::door::end::end_peer_failure_with(i32::from(failure.exit_code()));
+    }
+    tell(own, &line);
+    failure
 }
 
 /// Sleeps until a running child ends, at most 50 ms (the loop also watches the rendezvous and
@@ -761,19 +852,19 @@ impl Heard {
 
     /// Whether the job can no longer go on: every node still running waits, none has anything
     /// in flight, and no report changed for [`NO_PROGRESS_FOR`]. Returns what each node waits
-    /// for.
-    fn stuck(&self, children: &mut [Child]) -> Option<String> {
+    /// for. `standing[k]` is how node `k` stands.
+    fn stuck(&self, standing: &[Standing]) -> Option<String> {
         if self.changed.elapsed() < NO_PROGRESS_FOR {
             return None;
         }
         let mut what = Vec::new();
-        for (k, c) in children.iter_mut().enumerate() {
-            match c.try_wait() {
-                Ok(None) => {}
+        for (k, s) in standing.iter().enumerate() {
+            match s {
+                Standing::Running => {}
                 // A node that ended well (it left the job) may be what the others wait for.
-                Ok(Some(s)) if s.success() => continue,
+                Standing::EndedWell => continue,
                 // One that failed is the story, not the others' wait: it is named as such.
-                _ => return None,
+                Standing::Failed => return None,
             }
             // Every verdict rests on every running node's fresh word: a stopped node's last
             // report may be seconds old.
@@ -792,23 +883,20 @@ impl Heard {
 /// The node at the start of a chain of blame: node `first` ended because it lost another, which
 /// may itself have ended for losing a third... The node found at the end (one that did not end
 /// for another's sake: it was stopped, died, or its host is gone) is the one that failed.
-fn first_failure(
-    spec: &JobSpec,
-    children: &mut [Child],
-    control: &mut [std::net::TcpStream],
-    words: &mut Heard,
-    first: usize,
-) -> Option<JobFailure> {
-    let (mut node, mut why) = words.blamed(control, first)?;
+fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
+    let (mut node, mut why) = w.words.blamed(w.control, first)?;
     let mut reporter = first;
     let mut seen = vec![first];
-    while node < children.len() && !seen.contains(&node) {
-        let ended_for_another = matches!(
-            children[node].try_wait(),
-            Ok(Some(s)) if s.code() == Some(crate::EXIT_PEER_FAILED)
-        );
+    let child_of = |node: usize| w.nodes.iter().position(|&i| i == node);
+    while node < w.spec.hosts.len() && !seen.contains(&node) {
+        let ended_for_another = child_of(node).is_some_and(|c| {
+            matches!(
+                w.children[c].try_wait(),
+                Ok(Some(s)) if s.code() == Some(crate::EXIT_PEER_FAILED)
+            )
+        });
         let Some((next, next_why)) = ended_for_another
-            .then(|| words.blamed(control, node))
+            .then(|| w.words.blamed(w.control, node))
             .flatten()
         else {
             break;
@@ -817,14 +905,21 @@ fn first_failure(
         reporter = node;
         (node, why) = (next, next_why);
     }
+    let spec = w.spec;
     if node >= spec.hosts.len() {
         return None;
     }
     // The node blamed may have died a moment ago and not be reaped yet (a survivor's word can
-    // come first): how it ended says more than the survivor's "connection failed".
-    let deadline = Instant::now() + Duration::from_millis(500);
-    loop {
-        match children[node].try_wait() {
+    // come first): how it ended says more than the survivor's "connection failed". One that
+    // ended the job with an error is on its way out, after up to 500 ms waiting for the others
+    // to acknowledge the error.
+    let reaped_within = match why.starts_with("error: ") {
+        true => Duration::from_secs(2),
+        false => Duration::from_millis(500),
+    };
+    let deadline = Instant::now() + reaped_within;
+    while let Some(c) = child_of(node) {
+        match w.children[c].try_wait() {
             Ok(Some(status))
                 if !status.success() && status.code() != Some(crate::EXIT_PEER_FAILED) =>
             {
@@ -925,61 +1020,144 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     std::thread::Builder::new()
         .name("dsm-launcher".into())
         .spawn(move || {
-            let rv_thread = std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, true));
+            let rv_thread =
+                std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, Keep::Rank0));
             let nodes: Vec<usize> = (1..n).collect();
-            let mut rv_thread = Some(rv_thread);
-            let mut control = Vec::new();
-            loop {
-                if rv_thread.as_ref().is_some_and(|t| t.is_finished()) {
-                    match rv_thread.take().map(|t| t.join()) {
-                        Some(Ok(Err(e))) => {
-                            end_all(&mut children);
-                            crate::door::end::fatal(&e);
-                        }
-                        Some(Ok(Ok(streams))) => control = streams,
-                        _ => {}
-                    }
-                }
-                match poll_children(
-                    &spec,
-                    &nodes,
-                    &mut children,
-                    None,
-                    &mut [],
-                    &mut Heard::new(0),
-                ) {
-                    Ok(true) => return,
-                    Ok(false) => std::thread::sleep(Duration::from_millis(10)),
-                    Err(
-                        e @ JobFailure::Node {
-                            peer_failed: true, ..
-                        },
-                    ) => {
-                        // Another node will report the real failure; wait for it.
-                        let _ = e;
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(e) => {
-                        // Node 0 (this process) hears it on its own control channel too.
-                        tell_lost(&mut control, &e);
-                        wait_a_moment(&mut children, Duration::from_secs(2));
-                        end_all(&mut children);
-                        crate::door::end::fatal(&e.to_string());
-                    }
+            let (mut control, mut words) = (Vec::new(), Heard::new(n));
+            let watched = Watched {
+                spec: &spec,
+                nodes: &nodes,
+                children: &mut children,
+                control: &mut control,
+                words: &mut words,
+                in_node0: true,
+            };
+            match watch(watched, Some(rv_thread), None) {
+                Ok(()) => OTHERS_ENDED.set(),
+                // Node 0 has been told (DSM1 LOST or STUCK) and ends with the job's status; if
+                // it no longer listens (it is leaving already), end it here.
+                Err(e) => {
+                    std::thread::sleep(Duration::from_secs(1));
+                    crate::door::end::die(&e.to_string(), i32::from(e.exit_code()))
                 }
             }
         })
         .map_err(|e| JobFailure::Start(format!("launcher thread: {e}")))?;
+    // As dsmrun, node 0's process (the job's launcher) ends after the others, with the job's
+    // status.
+    signals::at_exit(wait_for_the_other_nodes)
+        .map_err(|e| JobFailure::Start(format!("atexit: {e}")))?;
     Ok(env)
 }
 
-/// Tells every node through its control channel which node failed and how.
-fn tell_lost(control: &mut [std::net::TcpStream], failure: &JobFailure) {
-    if let JobFailure::Node { node, how, .. } = failure {
-        let line = format!("DSM1 LOST {node} {how}\n");
-        for c in control.iter_mut() {
-            let _ = std::io::Write::write_all(c, line.as_bytes());
+/// The other nodes of a job node 0 started itself have all ended well.
+static OTHERS_ENDED: Latch = Latch::new();
+
+/// A flag one thread sets and others wait for, with a deadline.
+struct Latch {
+    set: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Latch {
+    const fn new() -> Latch {
+        Latch {
+            set: std::sync::Mutex::new(false),
+            changed: std::sync::Condvar::new(),
         }
+    }
+
+    fn set(&self) {
+        *self.set.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    /// Whether it was set within `within`.
+    fn wait(&self, within: Duration) -> bool {
+        let set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        let (set, _) = self
+            .changed
+            .wait_timeout_while(set, within, |set| !*set)
+            .unwrap_or_else(|e| e.into_inner());
+        *set
+    }
+}
+
+/// How long node 0, once it left the job, waits for the nodes it started to end.
+const OTHERS_END_WITHIN: Duration = Duration::from_secs(60);
+
+/// At the exit of a node 0 that started its job itself: waits for the nodes it started to end
+/// (the launcher thread ends this process with the job's status if one fails). A node 0 that
+/// ends with an error does not wait: the others learn of it from the transport.
+extern "C" fn wait_for_the_other_nodes() {
+    if crate::door::end::ending() {
+        return;
+    }
+    if !OTHERS_ENDED.wait(OTHERS_END_WITHIN) {
+        crate::door::end::die(
+            &format!(
+                "the other nodes did not end within {} s of node 0's exit",
+                OTHERS_END_WITHIN.as_secs()
+            ),
+            1,
+        );
+    }
+}
+
+/// Rank 0 of a job started by srun or mpirun watches it as dsmrun does (those launchers cannot
+/// see a node that waits forever): it reads every node's control connection, and when every
+/// node waits for another with nothing on its way, tells them all (`DSM1 STUCK`): each ends, rank 0
+/// saying what every node waited for. Returns once every connection is closed.
+pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
+    use std::os::fd::AsFd;
+    let mut words = Heard::new(control.len());
+    loop {
+        words.poll(&mut control);
+        if words.drained.iter().all(|&d| d) {
+            return;
+        }
+        let standing: Vec<Standing> = (0..control.len())
+            .map(|k| {
+                match (
+                    words.drained[k],
+                    words.lines[k].iter().any(|l| l == "DSM1 BYE"),
+                ) {
+                    (false, _) => Standing::Running,
+                    (true, true) => Standing::EndedWell,
+                    (true, false) => Standing::Failed,
+                }
+            })
+            .collect();
+        if let Some(what) = words.stuck(&standing) {
+            tell(&mut control, &format!("DSM1 STUCK {what}\n"));
+            // Closed only once read (a close with the nodes' reports unread would be a reset,
+            // which may overtake the line).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !words.drained.iter().all(|&d| d) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                words.poll(&mut control);
+            }
+            return;
+        }
+        let open: Vec<_> = control
+            .iter()
+            .zip(&words.drained)
+            .filter(|(_, d)| !**d)
+            .map(|(c, _)| c.as_fd())
+            .collect();
+        crate::sys::wait_readable(&open, Duration::from_millis(100));
+    }
+}
+
+/// Sends `line` to every node through its control channel.
+fn tell(control: &mut [std::net::TcpStream], line: &str) {
+    if line.is_empty() {
+        return;
+    }
+    for c in control.iter_mut() {
+        let _ = c.set_nonblocking(false);
+        let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = std::io::Write::write_all(c, line.as_bytes());
     }
 }
 

@@ -107,13 +107,23 @@ pub fn job_env() -> Result<Option<JobEnv>, String> {
     }))
 }
 
-/// A node joins the job: sends its address, receives everyone's, and the launcher's control
-/// channel if it keeps one.
+/// A node's channel to whoever watches its job (see [`super::rendezvous::Keep`]).
+#[derive(Debug)]
+pub struct Control {
+    /// The connection, non-blocking.
+    pub stream: TcpStream,
+    /// A launcher outside the job watches (dsmrun): the channel closing means it is gone.
+    /// Otherwise rank 0 does, and the channel closes when rank 0 ends.
+    pub launcher_outside: bool,
+}
+
+/// A node joins the job: sends its address, receives everyone's, and the control channel if
+/// the rendezvous keeps one.
 pub fn join(
     env: &JobEnv,
     my_addr: SocketAddr,
     timeout: Duration,
-) -> Result<(Vec<SocketAddr>, Option<TcpStream>), String> {
+) -> Result<(Vec<SocketAddr>, Option<Control>), String> {
     let fail = |e: std::io::Error| format!("rendezvous with {} failed: {e}", env.rendezvous);
     let stream = TcpStream::connect_timeout(&env.rendezvous, timeout).map_err(fail)?;
     stream.set_read_timeout(Some(timeout)).map_err(fail)?;
@@ -136,9 +146,10 @@ pub fn join(
     let mut words = line.split_whitespace();
     let first = words.next();
     let second = words.next();
-    let keep = second == Some("KEEP");
+    let keep = matches!(second, Some("KEEP" | "WATCH"));
+    let launcher_outside = second == Some("KEEP");
     match (first, second) {
-        (Some("DSM1"), Some("PEERS" | "KEEP")) => {
+        (Some("DSM1"), Some("PEERS" | "KEEP" | "WATCH")) => {
             let peers: Result<Vec<SocketAddr>, _> = words.map(str::parse).collect();
             let peers = peers.map_err(|_| format!("bad peer list from the rendezvous: {line}"))?;
             if peers.len() != usize::from(env.size) {
@@ -151,7 +162,10 @@ pub fn join(
             let control = if keep {
                 stream.set_read_timeout(None).map_err(fail)?;
                 stream.set_nonblocking(true).map_err(fail)?;
-                Some(stream)
+                Some(Control {
+                    stream,
+                    launcher_outside,
+                })
             } else {
                 None
             };

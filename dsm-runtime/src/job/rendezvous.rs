@@ -9,6 +9,20 @@ use std::time::{Duration, Instant};
 use super::cluster::cluster_job_id;
 use super::node::random_cookie;
 
+/// Whether the rendezvous keeps the nodes' connections as the job's control channels, and who
+/// watches the job through them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Closed once the peers are sent.
+    No,
+    /// Kept by a launcher outside the job (dsmrun): a node whose channel closes knows its
+    /// launcher is gone.
+    Launcher,
+    /// Kept by rank 0, which watches the job from inside it (srun, mpirun, a `.jiahosts`
+    /// self-launch): the channel closes when rank 0 ends, which the transport reports as such.
+    Rank0,
+}
+
 /// The launcher's side: a listening rendezvous service.
 pub struct Rendezvous {
     listener: TcpListener,
@@ -30,15 +44,15 @@ impl Rendezvous {
     /// Accepts the hellos of `size` nodes of the job with `cookie`, then sends each the peer list.
     /// Connections that are not valid hellos are answered with an error and forgotten.
     ///
-    /// With `keep`, the connections stay open as the launcher's control channel and are returned
-    /// (node order): the launcher tells the nodes through them which node was lost, and a node
-    /// whose channel closes knows its launcher is gone. Without, they are closed.
+    /// Unless `keep` is [`Keep::No`], the connections stay open as the job's control channels
+    /// and are returned (node order): the watcher hears through them what every node waits for
+    /// and how it ends, and tells the nodes which node was lost. Otherwise they are closed.
     pub fn serve(
         self,
         size: u16,
         cookie: u64,
         timeout: Duration,
-        keep: bool,
+        keep: Keep,
     ) -> Result<Vec<TcpStream>, String> {
         /// How long one connection may take to say its hello, from its accept.
         const HELLO_WITHIN: Duration = Duration::from_secs(5);
@@ -170,12 +184,16 @@ impl Rendezvous {
             .flatten()
             .map(|(a, _)| a.to_string())
             .collect();
-        let word = if keep { "KEEP" } else { "PEERS" };
+        let word = match keep {
+            Keep::No => "PEERS",
+            Keep::Launcher => "KEEP",
+            Keep::Rank0 => "WATCH",
+        };
         let msg = format!("DSM1 {word} {}\n", list.join(" "));
         let mut streams = Vec::with_capacity(joined.len());
         for (_, mut s) in joined.into_iter().flatten() {
             let _ = s.write_all(msg.as_bytes());
-            if keep {
+            if keep != Keep::No {
                 streams.push(s);
             }
         }

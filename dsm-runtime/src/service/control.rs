@@ -10,32 +10,52 @@ use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
 use crate::sys;
 
 impl Service {
-    /// Reads the launcher's control channel: `DSM1 LOST <node> <how>` ends this node naming the
-    /// lost one; the channel closing means the launcher is gone.
+    /// Reads the control channel: `DSM1 LOST <node> <how>` ends this node naming the lost one,
+    /// `DSM1 STUCK <what>` ends it because the job cannot go on (rank 0 says what every node
+    /// waits for). The channel closing means dsmrun is gone; when rank 0 watches (srun, mpirun,
+    /// `.jiahosts`), it means only that rank 0 ended, which the transport reports if it matters.
     pub(super) fn check_control(&mut self) {
         self.control_checked = Instant::now();
         let Some(c) = &mut self.control else { return };
         let mut buf = [0u8; 512];
-        loop {
+        let closed = loop {
             match std::io::Read::read(c, &mut buf) {
-                Ok(0) => {
-                    if self.exit_done_at.is_none() {
-                        fatal(
-                            "the launcher is gone (its control connection closed); ending this node",
-                        );
-                    }
-                    self.control = None;
-                    return;
-                }
+                Ok(0) => break Ok(()),
                 Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Err(None),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => fatal(&format!("the launcher's control connection failed: {e}")),
+                Err(e) => break Err(Some(e)),
+            }
+        };
+        // What came before the end is read first: rank 0 closes right after its last word.
+        self.read_control_lines();
+        let failed = match closed {
+            Err(None) => return,
+            Ok(()) => None,
+            Err(Some(e)) => Some(e),
+        };
+        if self.exit_done_at.is_none() && self.launcher_outside {
+            match failed {
+                None => {
+                    fatal("the launcher is gone (its control connection closed); ending this node")
+                }
+                Some(e) => fatal(&format!("the launcher's control connection failed: {e}")),
             }
         }
+        self.control = None;
+    }
+
+    /// Acts on the whole lines that came on the control channel.
+    fn read_control_lines(&mut self) {
         while let Some(end) = self.control_buf.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.control_buf.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line);
+            if let Some(what) = line.trim_end().strip_prefix("DSM1 STUCK ") {
+                if self.node.id().0 == 0 {
+                    fatal(&crate::job::JobFailure::Stuck(what.to_owned()).to_string());
+                }
+                fatal("the job cannot go on (node 0 says what every node waits for)");
+            }
             let mut w = line.split_whitespace();
             if let (Some("DSM1"), Some("LOST"), Some(node)) = (w.next(), w.next(), w.next()) {
                 let how: Vec<&str> = w.collect();

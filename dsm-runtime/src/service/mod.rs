@@ -98,8 +98,11 @@ pub(crate) struct Service {
     pub rejected_frames: u64,
     /// Frames handed to the transport (and one-sided reads issued), since the node started.
     pub(crate) frames_sent: u64,
-    /// The launcher's control channel (which node was lost; closed when the launcher is gone).
+    /// The channel to whoever watches the job (which node was lost; closed when the launcher is
+    /// gone, or when rank 0 ends if it is the watcher).
     control: Option<std::net::TcpStream>,
+    /// The watcher is a launcher outside the job (dsmrun), not rank 0.
+    launcher_outside: bool,
     control_buf: Vec<u8>,
     control_checked: Instant,
     /// The cache-too-small warning was given (once per node).
@@ -149,7 +152,7 @@ impl Service {
     pub fn new(
         node: Node<Region>,
         transport: Option<Box<dyn Transport>>,
-        control: Option<std::net::TcpStream>,
+        control: Option<crate::job::node::Control>,
         cookie: u64,
         t0: Instant,
         print_stats: bool,
@@ -160,6 +163,8 @@ impl Service {
         let evfd = sys::eventfd()?;
         epoll.add(evfd.as_raw_fd(), 0, false)?;
         quiet.add(evfd.as_raw_fd(), 0, false)?;
+        let launcher_outside = control.as_ref().is_some_and(|c| c.launcher_outside);
+        let control = control.map(|c| c.stream);
         if let Some(c) = &control {
             epoll.add(c.as_raw_fd(), 2, false)?;
             quiet.add(c.as_raw_fd(), 2, false)?;
@@ -182,6 +187,7 @@ impl Service {
             exit_waiter: None,
             exit_done_at: None,
             control,
+            launcher_outside,
             control_buf: Vec::new(),
             control_checked: Instant::now(),
             warned_thrashing: false,

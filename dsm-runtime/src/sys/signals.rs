@@ -130,6 +130,16 @@ pub fn exit_now(status: i32) -> ! {
     unsafe { libc::_exit(status) }
 }
 
+/// Calls `f` when the process exits (`exit`, or a return from `main`), before the handlers
+/// registered earlier.
+pub fn at_exit(f: extern "C" fn()) -> std::io::Result<()> {
+    // SAFETY: registers a plain function with no arguments; atexit(3) copies the pointer.
+    if unsafe { libc::atexit(f) } != 0 {
+        return Err(std::io::Error::other("atexit: no room for another handler"));
+    }
+    Ok(())
+}
+
 /// Calls `child` in the child of every later fork, before fork returns there (only
 /// async-signal-safe work is allowed in it).
 pub fn at_fork_child(child: extern "C" fn()) -> std::io::Result<()> {
