@@ -146,6 +146,28 @@ pub enum JobError {
         /// The node that differs.
         node: NodeId,
     },
+    /// Another node touched pages this node had not allocated when it reached a barrier or
+    /// its exit: the nodes made different allocation calls before it.
+    #[error(
+        "{node} touched {page}, beyond the {pages} page(s) of the {calls} allocation call(s) \
+         {here} had made when it reached {reached}: {node} made allocation calls {here} did not \
+         make, or larger ones (allocations must be the same calls, with the same sizes, in the \
+         same order on every node)"
+    )]
+    AllocMissing {
+        /// The node that touched the page.
+        node: NodeId,
+        /// The first page it asked for that is not allocated here.
+        page: PageNum,
+        /// This node.
+        here: NodeId,
+        /// Pages allocated here.
+        pages: u64,
+        /// Allocation calls made here.
+        calls: u64,
+        /// `jia_barrier` or `jia_exit`.
+        reached: &'static str,
+    },
     /// Home migration met a write it cannot carry: a thread of this node wrote a page and sent
     /// its diff while another thread was in a barrier whose grant moved that page.
     #[error(

@@ -280,7 +280,13 @@ impl<M: PageMemory> Node<M> {
         let me = self.cfg.node;
         if pages.iter().any(|p| p.index() >= self.table.len()) {
             // The requester allocated ahead of us (allocation is collective but not a barrier):
-            // answer once we have made the same allocation.
+            // answer once we have made the same allocation. Unless this node is in a barrier or
+            // its exit: it makes no allocation before the others arrive, so it never will.
+            if self.sync.collective.is_some() {
+                self.early_requests.push((from, access, pages));
+                self.refuse_early_requests();
+                return Ok(());
+            }
             if self.early_requests.len() >= MAX_EARLY_REQUESTS {
                 return Err(err("too many requests for pages not allocated here yet"));
             }

@@ -320,6 +320,7 @@ impl<M: PageMemory> Node<M> {
     /// every node after it.
     pub fn barrier(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Barrier)?;
+        self.refuse_early_requests();
         self.flush_writes(now, true);
         let written = std::mem::take(&mut self.written);
         let notices: Vec<PageNum> = written.keys().copied().collect();
@@ -356,6 +357,7 @@ impl<M: PageMemory> Node<M> {
     /// [`crate::Effect::JobStats`] with every node's statistics comes before the resume.
     pub fn exit(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Exit)?;
+        self.refuse_early_requests();
         self.flush_writes(now, false);
         self.flush.after_flush.push_back(AfterFlush::Exit {
             through: self.flush.next_diff_id,
@@ -363,6 +365,34 @@ impl<M: PageMemory> Node<M> {
         self.complete_flushes();
         self.drain_loopback(now);
         Ok(())
+    }
+
+    /// In a barrier or exit, requests held for pages not allocated here can never be answered
+    /// (this node makes no allocation before the others arrive, and they do not arrive: the
+    /// requester waits in its fault): the nodes made different allocation calls. Ends the job
+    /// naming the requester and its page, rather than hang.
+    pub(crate) fn refuse_early_requests(&mut self) {
+        let Some((from, page)) = self.early_requests.first().and_then(|(from, _, pages)| {
+            let p = pages.iter().find(|p| p.index() >= self.table.len())?;
+            Some((*from, *p))
+        }) else {
+            return;
+        };
+        let reached = match self.sync.collective.as_ref().map(|c| c.kind) {
+            Some(CollectiveKind::Exit) => "jia_exit",
+            Some(CollectiveKind::Wait) => "jia_wait",
+            _ => "jia_barrier",
+        };
+        let error = JobError::AllocMissing {
+            node: from,
+            page,
+            here: self.cfg.node,
+            pages: self.table.len() as u64,
+            calls: self.table.allocations() as u64,
+            reached,
+        };
+        self.broadcast_error(&error.to_string());
+        self.abort(error);
     }
 
     fn finish_collective(

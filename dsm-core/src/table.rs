@@ -164,6 +164,11 @@ impl PageTable {
             .map_or(PageState::Unmapped, PageEntry::state)
     }
 
+    /// Allocation calls made so far.
+    pub fn allocations(&self) -> usize {
+        self.alloc_starts.len()
+    }
+
     /// The digest of every allocation so far (equal on every node of a correct program).
     pub fn digest(&self) -> u64 {
         self.digest

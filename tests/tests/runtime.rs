@@ -873,3 +873,34 @@ fn the_fault_trace_splits_remote_faults_into_their_steps() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Different allocation calls on different nodes, touched before the next barrier: the node
+/// asked for pages it has not allocated, once in the barrier, names the mismatch at once, on UDP
+/// and TCP (it held the request as early and the job hung, no line).
+#[test]
+fn allocations_that_differ_and_are_touched_before_the_barrier_are_named() {
+    for case in [
+        "alloc-only-node-1-touches",
+        "alloc-larger-on-node-1-touches",
+    ] {
+        for comm in ["udp", "tcp"] {
+            let set = format!("comm_type={comm}");
+            let start = std::time::Instant::now();
+            let out = dsmrun(2, &["--set", &set], "probe", &[case]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{case} {comm}: {}", text(&out));
+            assert!(
+                err.contains("node 1 touched page")
+                    && err.contains("node 0 had made when it reached jia_barrier")
+                    && err.contains("dsmrun: node 0"),
+                "{case} {comm}: {}",
+                text(&out)
+            );
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "{case} {comm}: named only after {:?}",
+                start.elapsed()
+            );
+        }
+    }
+}

@@ -687,6 +687,31 @@ fn main() {
             println!("node {} read every page (sum {sum}): too late", dsm.id());
             dsm.barrier();
         }
+        "alloc-only-node-1-touches" => {
+            // Node 1 makes an allocation node 0 does not, homed at node 0, and reads it before
+            // the barrier; node 0 goes straight to the barrier (its requests were held forever).
+            dsm.barrier();
+            if dsm.id() == 1 {
+                let a = dsm
+                    .alloc::<u64>(512, AllocPolicy::OnNode(NodeId(0)))
+                    .expect("allocate");
+                println!("node 1 read {}", a.get(0));
+            }
+            dsm.barrier();
+        }
+        "alloc-larger-on-node-1-touches" => {
+            // Node 1's allocation is two pages where node 0's is one, both homed at node 0; node
+            // 1 reads its second page before the barrier.
+            dsm.barrier();
+            let len = if dsm.id() == 1 { 1024 } else { 512 };
+            let a = dsm
+                .alloc::<u64>(len, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            if dsm.id() == 1 {
+                println!("node 1 read {}", a.get(600));
+            }
+            dsm.barrier();
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
