@@ -439,6 +439,22 @@ fn matmul_is_exact_on_two_namespace_hosts_with_two_nodes_each() {
         marker.exists(),
         "the remote node did not run the given program path"
     );
+    // A node started over ssh that crashes or exits is told as a local one is: the signal and
+    // 128 + signal (ssh said 255), or its status.
+    let out = c.run(&[1, 2], "probe", &["crash-node-1-late"]);
+    assert_eq!(out.status.code(), Some(139), "{}", text(&out));
+    assert!(
+        text(&out).contains("was killed by signal 11"),
+        "{}",
+        text(&out)
+    );
+    let out = c.run(&[1, 2], "probe", &["fail-node-1"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+    assert!(
+        text(&out).contains("exited with status 7"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

@@ -331,8 +331,10 @@ fn spawn_node(
         // The cookie is the job's secret: it never goes on a command line, which every user of
         // the remote host can read (ps). It goes first on ssh's standard input, and the remote
         // shell reads it into the node's environment (nobody else's to read).
+        // Not `exec`: the shell stays to pass on how the node ended (128 + N for signal N),
+        // which ssh would turn into 255.
         let mut script = format!(
-            "cd {} && IFS= read -r DSM_COOKIE && export DSM_COOKIE && exec env",
+            "cd {} && IFS= read -r DSM_COOKIE && export DSM_COOKIE && env",
             quote(&cwd.display().to_string())
         );
         for (k, v) in env.iter().filter(|(k, _)| k != "DSM_COOKIE") {
@@ -358,6 +360,7 @@ fn spawn_node(
             script.push(' ');
             script.push_str(&quote(a));
         }
+        script.push_str("; exit $?");
         // Run by sh whatever the user's login shell is.
         let remote = format!("exec sh -c {}", quote(&script));
         // DSM_SSH replaces the ssh command (e.g. to give a key or a port).
@@ -482,10 +485,12 @@ fn run_watched(
     let rv_thread = (n > 1)
         .then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, Keep::Launcher)));
     let nodes: Vec<usize> = (0..n).collect();
+    let remote: Vec<bool> = p.local.iter().map(|l| !l).collect();
     let watched = Watched {
         spec,
         nodes: &nodes,
         children: &mut children,
+        remote: &remote,
         control,
         words,
         in_node0: false,
@@ -500,6 +505,8 @@ struct Watched<'a> {
     spec: &'a JobSpec,
     nodes: &'a [usize],
     children: &'a mut Vec<Child>,
+    /// By node: it runs on another host, through ssh.
+    remote: &'a [bool],
     control: &'a mut Vec<std::net::TcpStream>,
     words: &'a mut Heard,
     /// The watcher is node 0's own thread (a job node 0 started itself): node 0 ends with the
@@ -520,7 +527,7 @@ impl Watched<'_> {
     /// connection read to its end after `DSM1 BYE` is a node that left the job).
     fn standing(&mut self, k: usize) -> Standing {
         if let Some(pos) = self.nodes.iter().position(|&i| i == k) {
-            return match self.children[pos].try_wait() {
+            return match ended(&mut self.children[pos], self.remote[k]) {
                 Ok(None) => Standing::Running,
                 Ok(Some(s)) if s.success() => Standing::EndedWell,
                 _ => Standing::Failed,
@@ -592,6 +599,7 @@ fn watch(
             w.spec,
             w.nodes,
             w.children,
+            w.remote,
             echo.as_ref().map(|(e, _)| e),
             w.control,
             w.words,
@@ -659,6 +667,18 @@ fn end_for(w: &mut Watched<'_>, failure: JobFailure) -> JobFailure {
     failure
 }
 
+/// How a node's process ended, `Ok(None)` while it runs. A remote node's status is its remote
+/// shell's, through ssh: 128 + N there is a node killed by signal N (ssh itself would exit with
+/// 255 for any signal), and is told as that signal.
+fn ended(c: &mut Child, remote: bool) -> std::io::Result<Option<ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    let status = c.try_wait()?;
+    Ok(status.map(|s| match s.code() {
+        Some(code @ 129..=192) if remote => ExitStatus::from_raw(code - 128),
+        _ => s,
+    }))
+}
+
 /// Sleeps until a running child ends, at most 50 ms (the loop also watches the rendezvous and
 /// interrupts), or 1 ms where the kernel gave no exit descriptors.
 fn wait_for_an_exit(children: &mut [Child], exits: &[Option<std::os::fd::OwnedFd>]) {
@@ -685,15 +705,16 @@ fn poll_children(
     spec: &JobSpec,
     nodes: &[usize],
     children: &mut [Child],
+    remote: &[bool],
     known: Option<&JobFailure>,
     control: &mut [std::net::TcpStream],
     words: &mut Heard,
 ) -> Result<bool, JobFailure> {
     let mut all_done = true;
-    for (k, (c, &i)) in children.iter_mut().zip(nodes).enumerate() {
-        match c.try_wait() {
+    for (c, &i) in children.iter_mut().zip(nodes) {
+        match ended(c, remote[i]) {
             Ok(Some(status)) if status.success() => {
-                if k < control.len() && !words.said_goodbye(control, k) {
+                if i < control.len() && !words.said_goodbye(control, i) {
                     return Err(JobFailure::Node {
                         node: i,
                         host: spec.hosts[i].address.clone(),
@@ -891,7 +912,7 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
     while node < w.spec.hosts.len() && !seen.contains(&node) {
         let ended_for_another = child_of(node).is_some_and(|c| {
             matches!(
-                w.children[c].try_wait(),
+                ended(&mut w.children[c], w.remote[node]),
                 Ok(Some(s)) if s.code() == Some(crate::EXIT_PEER_FAILED)
             )
         });
@@ -919,7 +940,7 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
     };
     let deadline = Instant::now() + reaped_within;
     while let Some(c) = child_of(node) {
-        match w.children[c].try_wait() {
+        match ended(&mut w.children[c], w.remote[node]) {
             Ok(Some(status))
                 if !status.success() && status.code() != Some(crate::EXIT_PEER_FAILED) =>
             {
@@ -1016,6 +1037,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
         on_host: Some(on_host(spec, &p, 0)),
     };
     let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
+    let remote: Vec<bool> = p.local.iter().map(|l| !l).collect();
     let spec = spec.clone();
     std::thread::Builder::new()
         .name("dsm-launcher".into())
@@ -1028,6 +1050,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
                 spec: &spec,
                 nodes: &nodes,
                 children: &mut children,
+                remote: &remote,
                 control: &mut control,
                 words: &mut words,
                 in_node0: true,
