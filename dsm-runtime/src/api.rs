@@ -182,6 +182,32 @@ pub enum InitError {
 /// of each. Through [`SharedArray::slice`], [`SharedArray::slice_mut`] or a pointer, a data
 /// race is undefined behaviour, as anywhere in Rust.
 ///
+/// # Signals and shared memory
+///
+/// The node serves faults on shared memory from a SIGSEGV/SIGBUS handler that [`init`] installs,
+/// and sees reads and writes by the protection it gives each page of shared memory. So:
+///
+/// - **Keep the DSM's SIGSEGV and SIGBUS handlers.** Install a handler of your own for them
+///   *before* [`init`]: the DSM then passes it every fault that is not its own (outside shared
+///   memory, or at an address nothing was allocated at), as the kernel would have run it. A
+///   handler installed after [`init`] (a Rust program calls `sigaction` itself; nothing stands
+///   between them, as libjia does for C) replaces the DSM's: no fault on shared memory could be
+///   served again, so the node notices within a second and ends with `the program replaced the
+///   DSM's SIGSEGV handler ...` instead of letting the faulting thread spin in your handler.
+/// - **Do not change shared memory's protection or mapping** (`mprotect`, `munmap`, `mremap`,
+///   `madvise` with advice that discards, `mmap` with `MAP_FIXED` over it): the DSM would no
+///   longer see the writes (they would be lost) or find its pages. libjia refuses these calls on
+///   shared memory for C programs (-1 with `EPERM`); a Rust program must not make them.
+/// - **Handlers of asynchronous signals** (a timer's SIGALRM) may read and write shared memory:
+///   the DSM holds those signals off while it serves a fault (its own threads block them, so
+///   they run on the program's threads), and a fault taken in such a handler is served like any
+///   other. A call that holds the node's state holds them off too, once the node knows the
+///   program has such a handler: at [`init`], then by looking every second. A handler installed
+///   after [`init`] that faults on shared memory within that second, while its thread is in a
+///   call that holds the state, ends the node with a message (that fault could never be served):
+///   install such handlers before [`init`]. A fault in such a handler may allocate, so, as with
+///   `malloc` in a handler, it must not interrupt the program inside the allocator.
+///
 /// Each synchronisation call has an example: [`Dsm::lock`], [`Dsm::barrier`], [`Dsm::setcv`]
 /// (with [`Dsm::waitcv`]), [`Dsm::send`] (with [`Dsm::recv`]). Run as they are, they are
 /// one-node jobs; under `dsmrun -n 4` the same code runs on four nodes.
@@ -324,6 +350,12 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         config.region_gib,
         config.global_start_addr
     );
+    // The service thread never runs a handler of the program's asynchronous signals (a timer's
+    // SIGALRM goes to a thread that does not block it: one of the program's). Such a handler may
+    // touch shared memory, and the service thread must never fault there; nor may it be the
+    // one left to take the signals the fault handler holds off while it serves a fault. It
+    // inherits the mask from here.
+    let held_off = sys::signals::BlockedSignals::asynchronous();
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {
@@ -340,6 +372,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
             what: "spawning the service thread",
             source,
         })?;
+    drop(held_off);
     Ok(Dsm {
         rank,
         size,

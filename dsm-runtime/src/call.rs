@@ -8,17 +8,30 @@
 //! its wait to the service thread (waking it when it sent a message, left work, or is still
 //! waiting) and sleeps on its slot. When the state is busy the call is posted in the slot, as
 //! faults are.
+//!
+//! A handler of an asynchronous signal may interrupt a call and fault on shared memory: the
+//! fault handler sees the thread is in a call ([`context::in_call`]) and posts that fault on a
+//! spare slot. While the call holds the node's state such a fault could never be served, so
+//! calls hold asynchronous signals off then, once the program is known to have handlers for them
+//! (`flags::ASYNC_HANDLERS`), and the fault handler ends the node with a message if one gets
+//! through anyway.
 
 use std::sync::atomic::Ordering;
 
+use crate::door::context;
 use crate::door::end::fatal;
-use crate::door::flags::{DRIVE, NAPPING};
+use crate::door::flags::{ASYNC_HANDLERS, DRIVE, NAPPING};
 use crate::door::request::{Call, CallResult};
 use crate::door::{self, MAX_THREADS, SLOTS};
 use crate::service::{STATE, Service};
+use crate::sys::signals::BlockedSignals;
 
 /// Runs `call` for the calling thread and returns the node's answer.
 pub(crate) fn call(call: Call) -> CallResult {
+    // A fault taken from here on comes from a signal handler that interrupted the call (the
+    // call's own code never touches shared memory): the fault handler then leaves the call's
+    // slot and state alone.
+    let _in_call = context::CallScope::enter();
     let Some(slot) = door::my_slot() else {
         fatal(&format!(
             "{}: more than {MAX_THREADS} threads use the DSM at once",
@@ -26,7 +39,12 @@ pub(crate) fn call(call: Call) -> CallResult {
         ));
     };
     if DRIVE.load(Ordering::Relaxed) && SLOTS.posted() == 0 {
-        if let Some(mut guard) = STATE.take_for_own() {
+        // With handlers of asynchronous signals about, hold those signals off while the state
+        // is ours: a handler that faults on shared memory meanwhile could not be served.
+        let held_off = ASYNC_HANDLERS
+            .load(Ordering::Relaxed)
+            .then(BlockedSignals::asynchronous);
+        if let Some(mut guard) = STATE.take_for_call() {
             // Requests posted meanwhile go first (the service thread takes them in order).
             if let Some(s) = guard.as_mut().filter(|s| s.takes_own_requests())
                 && SLOTS.posted() == 0
@@ -35,13 +53,18 @@ pub(crate) fn call(call: Call) -> CallResult {
                 // The state goes back before the service thread is woken for what is left (it
                 // would find the state taken and nap), and before the wait.
                 drop(guard);
+                context::set_may_hold_state(false);
+                drop(held_off);
                 if work_left {
                     SLOTS.nudge_service();
                 }
                 SLOTS.wait(slot);
                 return SLOTS.finish_call(slot);
             }
+            drop(guard);
+            context::set_may_hold_state(false);
         }
+        drop(held_off);
     }
     SLOTS.post_call(slot, call)
 }

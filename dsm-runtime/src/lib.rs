@@ -81,6 +81,19 @@ pub mod files {
     pub use crate::sys::{check_own_file, create_own_file, make_own_dir, write_own_file};
 }
 
+/// What libjia's definitions of the C library's signal and memory calls (`sigaction`, `signal`,
+/// `mprotect`, `munmap`, `mremap`, `madvise`, `mmap`) ask the runtime: they keep the DSM's fault
+/// handler first (the program's handler for SIGSEGV and SIGBUS becomes the one it passes faults
+/// outside shared memory to) and refuse changes to shared memory's protection and mapping. Not
+/// for Rust programs, which call nothing of this: see [`Dsm`]'s "Signals and shared memory".
+#[cfg(not(dsm_loom))]
+#[doc(hidden)]
+pub mod interpose {
+    pub use crate::fault::program::{
+        REFUSED_ERRNO, note_handler, program_sigaction, refused_on_shared,
+    };
+}
+
 /// The fault trace's file format (`DSM_FAULT_TRACE`): its columns, for the `fault-trace` tool.
 #[cfg(not(dsm_loom))]
 pub mod fault_trace {

@@ -24,6 +24,44 @@ thread_local! {
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
     /// This thread is the node's service thread.
     static IS_SERVICE: Cell<bool> = const { Cell::new(false) };
+    /// This thread is in a DSM call (`crate::call`): its slot is the call's.
+    static IN_CALL: Cell<bool> = const { Cell::new(false) };
+    /// This thread holds the node's state for its call, or is about to take it (set before each
+    /// attempt, cleared after a failed one and after letting go).
+    static MAY_HOLD_STATE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A DSM call's stay on its thread ([`in_call`] while it lives). A fault taken meanwhile comes
+/// from a handler of an asynchronous signal that interrupted the call.
+pub(crate) struct CallScope(());
+
+impl CallScope {
+    pub(crate) fn enter() -> CallScope {
+        IN_CALL.with(|c| c.set(true));
+        CallScope(())
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        IN_CALL.with(|c| c.set(false));
+    }
+}
+
+/// Whether the calling thread is in a DSM call. Async-signal-safe.
+pub(crate) fn in_call() -> bool {
+    IN_CALL.with(Cell::get)
+}
+
+/// Marks the calling thread as holding (or about to take) the node's state, or not.
+pub(crate) fn set_may_hold_state(on: bool) {
+    MAY_HOLD_STATE.with(|c| c.set(on));
+}
+
+/// Whether the calling thread may hold the node's state (see [`set_may_hold_state`]).
+/// Async-signal-safe.
+pub(crate) fn may_hold_state() -> bool {
+    MAY_HOLD_STATE.with(Cell::get)
 }
 
 /// Whether the calling thread is in the fault handler.

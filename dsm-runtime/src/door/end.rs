@@ -83,7 +83,7 @@ pub(crate) fn die(msg: &str, status: i32) -> ! {
 }
 
 /// A line built without allocating, for signal context.
-struct Line {
+pub(crate) struct Line {
     buf: [u8; 1024],
     len: usize,
 }
@@ -99,14 +99,18 @@ impl Default for Line {
 
 impl Line {
     /// Appends `b`, cut to what fits with room for the final newline.
-    fn push(&mut self, b: &[u8]) {
+    pub(crate) fn push(&mut self, b: &[u8]) {
         let n = b.len().min(self.buf.len() - 1 - self.len);
         self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
         self.len += n;
     }
 
-    fn push_decimal(&mut self, n: u16) {
-        let mut digits = [0u8; 5];
+    pub(crate) fn push_decimal(&mut self, n: u16) {
+        self.push_decimal_usize(usize::from(n));
+    }
+
+    pub(crate) fn push_decimal_usize(&mut self, n: usize) {
+        let mut digits = [0u8; 20];
         let mut at = digits.len();
         let mut n = n;
         loop {
@@ -120,8 +124,25 @@ impl Line {
         self.push(&digits[at..]);
     }
 
+    /// `n` as `0x` and lower-case hexadecimal digits.
+    pub(crate) fn push_hex(&mut self, n: usize) {
+        let mut digits = [0u8; 16];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            digits[at] = b"0123456789abcdef"[n % 16];
+            n /= 16;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(b"0x");
+        self.push(&digits[at..]);
+    }
+
     /// The line with its newline.
-    fn ended(&mut self) -> &[u8] {
+    pub(crate) fn ended(&mut self) -> &[u8] {
         self.buf[self.len] = b'\n';
         &self.buf[..=self.len]
     }

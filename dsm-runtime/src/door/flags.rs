@@ -7,6 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 /// their calls on the node's state themselves.
 pub(crate) static DRIVE: AtomicBool = AtomicBool::new(true);
 
+/// The program has a handler for an asynchronous signal (a timer's SIGALRM...), which may touch
+/// shared memory while its thread is in a DSM call: calls then hold asynchronous signals off
+/// while they hold the node's state (two system calls each), since such a fault could not be
+/// served before the call lets go of it. Set when the program installs one through libjia, when
+/// the service thread finds one (it looks every second), or at the first such fault.
+pub(crate) static ASYNC_HANDLERS: AtomicBool = AtomicBool::new(false);
+
 /// Set in a child forked from a node (`pthread_atfork`): its faults are not served.
 pub(crate) static FORKED: AtomicBool = AtomicBool::new(false);
 

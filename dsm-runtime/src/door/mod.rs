@@ -65,3 +65,11 @@ pub(crate) fn my_slot() -> Option<usize> {
     MY_SLOT.with(|c| c.set(i as u32));
     Some(i)
 }
+
+/// A free slot for one request of this thread's besides its own slot's (a fault taken by a
+/// signal handler while the thread's call holds its slot); given back with `Slots::release`.
+/// Async-signal-safe.
+#[cfg(not(dsm_loom))]
+pub(crate) fn spare_slot() -> Option<usize> {
+    SLOTS.claim_free(crate::sys::gettid())
+}

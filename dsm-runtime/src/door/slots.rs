@@ -195,6 +195,14 @@ impl<const N: usize> Slots<N> {
         })
     }
 
+    /// Gives back slot `i`, idle, to be claimed by any thread (a spare slot a thread held for
+    /// one request).
+    pub(crate) fn release(&self, i: usize) {
+        let slot = &self.slots[i];
+        slot.tid.store(0, Release);
+        slot.state.store(FREE, Release);
+    }
+
     /// Who holds each slot.
     pub(crate) fn uses(&self) -> impl Iterator<Item = (usize, Use)> + '_ {
         self.slots.iter().enumerate().map(|(i, s)| {

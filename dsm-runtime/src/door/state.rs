@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use super::context;
 use crate::sys;
 
 /// How long a thread waits for the state before it posts its request instead: many of the
@@ -60,11 +61,41 @@ impl<T> NodeState<T> {
         self.waiting.load(Ordering::Acquire) > 0
     }
 
+    /// Whether nobody holds the state at this instant (taken and let go at once).
+    /// Async-signal-safe (the lock is a compare-and-swap, its release a futex wake).
+    pub(crate) fn is_free(&self) -> bool {
+        !matches!(self.state.try_lock(), Err(TryLockError::WouldBlock))
+    }
+
     /// The state for a thread to run its own request with, if it is free or soon free (see the
     /// module doc); `None` after [`HANDOFF_WAIT`] (another thread runs the node, or the service
     /// thread is at long work: post instead). Async-signal-safe (atomics, the clock, yields).
     pub(crate) fn take_for_own(&self) -> Option<Held<'_, T>> {
-        match self.state.try_lock() {
+        self.take(false)
+    }
+
+    /// [`NodeState::take_for_own`] for an application thread's call: the thread is marked as
+    /// perhaps holding the state (`context::set_may_hold_state`) from before each attempt until
+    /// a failed one, or, once it holds it, until the caller clears the mark after letting go.
+    /// A fault of one of its asynchronous signal handlers then knows that it may not wait for
+    /// the state.
+    pub(crate) fn take_for_call(&self) -> Option<Held<'_, T>> {
+        self.take(true)
+    }
+
+    fn try_take(&self, mark: bool) -> std::sync::TryLockResult<Held<'_, T>> {
+        if mark {
+            context::set_may_hold_state(true);
+        }
+        let r = self.state.try_lock();
+        if mark && r.is_err() {
+            context::set_may_hold_state(false);
+        }
+        r
+    }
+
+    fn take(&self, mark: bool) -> Option<Held<'_, T>> {
+        match self.try_take(mark) {
             Ok(g) => return Some(g),
             Err(TryLockError::Poisoned(_)) => return None,
             Err(TryLockError::WouldBlock) => {}
@@ -72,7 +103,7 @@ impl<T> NodeState<T> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let start = Instant::now();
         let got = loop {
-            match self.state.try_lock() {
+            match self.try_take(mark) {
                 Ok(g) => break Some(g),
                 Err(TryLockError::Poisoned(_)) => break None,
                 Err(TryLockError::WouldBlock) if start.elapsed() >= HANDOFF_WAIT => break None,

@@ -3,8 +3,11 @@
 //! A thread that touches a shared page it does not hold takes a SIGSEGV (SIGBUS for a page of the
 //! memory file not yet backed). [`handler`] classifies the fault and does one of three things:
 //!
-//! 1. **Not ours** (outside the shared region, or an address nothing was allocated at): chain to
-//!    the handler installed before ours (Rust's stack-overflow reporter, or the default action).
+//! 1. **Not ours** (sent by `kill` or `raise`, outside the shared region, or an address nothing
+//!    was allocated at): chain to the program's handler ([`CHAINED`]: the one installed before
+//!    ours, such as Rust's stack-overflow reporter, or the one a C program installed since
+//!    through libjia's `sigaction` and `signal`, see [`program`]), run as the kernel would have
+//!    run it, or to the default action.
 //! 2. **Resolve** at once ([`fastpath`]): a write to a home page kept read-only only to see
 //!    writes, or a read of a prefetched page. The handler opens the page (`mprotect`), queues a
 //!    report for the service thread, and returns.
@@ -13,17 +16,38 @@
 //!    polls the transport, handles whatever comes); otherwise it posts the fault in its slot and
 //!    sleeps on a futex until the service thread completes it.
 //!
+//! The DSM's handler stays installed for the life of the process: a C program's `sigaction` and
+//! `signal` for SIGSEGV and SIGBUS reach [`program::program_sigaction`] (libjia defines them),
+//! and the service thread checks every second that nothing replaced it behind libjia's back (a
+//! Rust program, a raw system call), ending the node with a message if something did
+//! ([`watch_handlers`]): a thread would otherwise fault forever in the program's handler.
+//!
 //! # The contract of signal context
 //!
 //! Everything in this module runs in signal context. What runs from [`handler`] (this module,
 //! the door, and the core work of `service` when a handler drives) keeps to these rules, which
 //! make running it in a SIGSEGV handler sound:
 //!
-//! - **Synchronous only.** The signal is raised by the faulting instruction itself, an access to
-//!   the shared region. The allocator, the runtime's locks and the standard library never touch
-//!   that region, so the handler never interrupts them half-way: it may allocate and take the
-//!   service state's mutex (by `try_lock` only, never waiting on it). An asynchronous signal
-//!   never enters here: faults outside the region are chained before anything else runs.
+//! - **Synchronous only, asynchronous signals held off.** The signal is raised by the faulting
+//!   instruction itself, an access to the shared region. The handler is installed with every
+//!   asynchronous signal in its mask (all but SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP and
+//!   SIGSYS), so no handler of the program's runs in the middle of a fault: a timer's SIGALRM
+//!   waits until the fault is served (microseconds; a fault that waits for an unreachable home
+//!   holds them up to `peer_timeout_ms`), and the runtime's threads block those signals
+//!   throughout, so they go to the program's threads. The runtime's locks and the standard
+//!   library never touch the region, so the handler never interrupts them half-way: it may
+//!   allocate and take the service state's mutex (by `try_lock` only, never waiting on it).
+//! - **A handler of the program's may fault too.** An asynchronous signal's handler that touches
+//!   shared memory takes its fault between two of its thread's instructions, as any code does.
+//!   If the thread was in a DSM call (`door::context::in_call`), the call holds its slot and
+//!   may hold the allocator's locks: the fault is posted on a spare slot, never driven. A call
+//!   that holds the node's state holds asynchronous signals off meanwhile once the program is
+//!   known to have handlers for them (`flags::ASYNC_HANDLERS`: installed through libjia, found
+//!   by the service thread's look every second, or met at such a fault); if one gets through
+//!   anyway, its fault could never be served, and the handler ends the node with a message
+//!   rather than wait. A handler of the program's that faults while its thread is inside the
+//!   allocator can deadlock when the fault is driven (it allocates), as calling `malloc` from
+//!   that handler would.
 //! - **No exit.** `std::process::exit` runs atexit handlers and flushes stdio, whose lock the
 //!   interrupted code may hold. A fatal error in signal context (`door::end`) writes its
 //!   message with one `write(2)` and leaves with `_exit` and the status it chose: the launcher
@@ -40,7 +64,10 @@
 //!   handler's own system calls (`recvfrom` leaves `EAGAIN`) must not show through in the code it
 //!   interrupted, which may be between a failing call and its read of errno.
 //! - **SIGSEGV blocked only while handling** (the kernel's default for a handler without
-//!   `SA_NODEFER`): a fault inside the handler is a runtime bug and ends the process.
+//!   `SA_NODEFER`): a fault inside the handler is a runtime bug and ends the process. The
+//!   program's handler, when one is chained to, runs with the mask the kernel would have given
+//!   it (its own `sa_mask` added to the interrupted code's), outside [`SignalContext`], so it may
+//!   leave by `longjmp`.
 //!
 //! Threads that have no alternate signal stack (those a C program starts) are given one on their
 //! first fault, so every thread that uses shared memory has one, as Rust's own threads do.
@@ -51,9 +78,9 @@
 //! `docs/design.md`, "The fault path").
 
 pub(crate) mod drive;
+pub(crate) mod program;
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use dsm_core::Access;
 
@@ -61,14 +88,29 @@ use crate::door::context::{self, SignalContext};
 use crate::door::end::die;
 use crate::door::request::{Fault, FaultOutcome};
 use crate::door::{self, SLOTS, fastpath, flags};
-use crate::sys::signals::{self, Previous};
+use crate::service::STATE;
+use crate::sys::signals::{self, Chained};
 use crate::sys::{self, Protection, stack};
 
 static REGION_START: AtomicUsize = AtomicUsize::new(0);
 static REGION_END: AtomicUsize = AtomicUsize::new(0);
 
-/// The handlers ours replaced: SIGSEGV's and SIGBUS's.
-static PREV: OnceLock<[Previous; 2]> = OnceLock::new();
+/// The actions faults outside the shared region are passed to, for SIGSEGV and SIGBUS: the
+/// handler installed before ours (Rust's stack-overflow reporter, a handler the program installed
+/// before `jia_init`, or the default action), then whatever the program installs through libjia's
+/// `sigaction` and `signal` ([`program_sigaction`]).
+static CHAINED: [Chained; 2] = [Chained::new(), Chained::new()];
+
+/// Our handler is in place for SIGSEGV and SIGBUS (from then on the program's `sigaction` for
+/// them is [`program_sigaction`]'s).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// A fault is being passed on to the default action (the process is about to end by it): our
+/// handler is not in place, and [`watch_handlers`] must not say the program replaced it.
+static CRASHING: AtomicBool = AtomicBool::new(false);
+
+/// When [`watch_handlers`] last looked, in `sys::monotonic_ns`.
+static WATCHED_AT: AtomicU64 = AtomicU64::new(0);
 
 /// Alternate signal stacks given to threads that had none, by slot: a thread that takes over an
 /// ended thread's slot reuses its stack.
@@ -88,16 +130,27 @@ pub(crate) fn region() -> (usize, usize) {
     )
 }
 
+fn chained(sig: libc::c_int) -> &'static Chained {
+    &CHAINED[usize::from(sig == libc::SIGBUS)]
+}
+
 /// Installs the handler for faults in `[start, start + len)`. Idempotent for the process.
 pub(crate) fn install(start: usize, len: usize) -> std::io::Result<()> {
     REGION_START.store(start, Ordering::SeqCst);
     REGION_END.store(start + len, Ordering::SeqCst);
-    if PREV.get().is_some() {
+    if INSTALLED.load(Ordering::SeqCst) {
         return Ok(());
     }
-    let segv = signals::install(libc::SIGSEGV, handler)?;
-    let bus = signals::install(libc::SIGBUS, handler)?;
-    let _ = PREV.set([segv, bus]);
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        // What a fault outside the region meets while ours goes in: the handler there now.
+        if let Some(now) = signals::current_action(sig) {
+            chained(sig).replace(Some(&now));
+        }
+        let before = signals::install(sig, handler)?;
+        chained(sig).replace(Some(&before));
+    }
+    INSTALLED.store(true, Ordering::SeqCst);
+    program::note_async_handlers();
     signals::at_fork_child(in_forked_child)
 }
 
@@ -105,21 +158,54 @@ extern "C" fn in_forked_child() {
     flags::FORKED.store(true, Ordering::Relaxed);
 }
 
-/// Passes the signal on to the handler installed before ours.
+/// Service thread, at most once a second: whether the program replaced the DSM's SIGSEGV or
+/// SIGBUS handler behind its back (a Rust program, which nothing stands between, or a raw system
+/// call): then no fault on shared memory can be served again, and a thread that takes one faults
+/// forever in the program's handler. Returns the signal's name and what is there now (its
+/// handler's address, or `SIG_DFL`/`SIG_IGN`). Also notes handlers of asynchronous signals
+/// installed meanwhile.
+pub(crate) fn watch_handlers() -> Option<(&'static str, usize)> {
+    let now = sys::monotonic_ns();
+    if now.saturating_sub(WATCHED_AT.load(Ordering::Relaxed)) < 1_000_000_000 {
+        return None;
+    }
+    WATCHED_AT.store(now, Ordering::Relaxed);
+    program::note_async_handlers();
+    if !INSTALLED.load(Ordering::SeqCst) {
+        return None;
+    }
+    [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGBUS, "SIGBUS")]
+        .into_iter()
+        .find_map(|(sig, name)| {
+            let action = signals::current_action(sig)?;
+            let replaced =
+                !signals::is_handler(&action, handler) && !CRASHING.load(Ordering::SeqCst);
+            replaced.then_some((name, action.sa_sigaction))
+        })
+}
+
+/// Passes the signal on to the program's handler (see [`CHAINED`]).
 ///
 /// # Safety
 ///
 /// Called from the handler with its own arguments.
 unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let prev = PREV
-        .get()
-        .map(|[segv, bus]| if sig == libc::SIGBUS { bus } else { segv });
     // SAFETY: the caller's promise.
-    unsafe { signals::chain(prev, sig, info, ctx) };
+    unsafe {
+        signals::chain(chained(sig), sig, info, ctx, || {
+            CRASHING.store(true, Ordering::SeqCst);
+        })
+    };
 }
 
 /// The SIGSEGV/SIGBUS handler. Signal context: see the module's contract.
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo, as passed to this SA_SIGINFO handler.
+    if unsafe { signals::was_sent(info) } {
+        // kill or raise, not an access: the program's.
+        // SAFETY: this handler's own arguments.
+        return unsafe { chain(sig, info, ctx) };
+    }
     // SAFETY: the kernel's siginfo, as passed to this SA_SIGINFO handler.
     let addr = unsafe { signals::fault_addr(info) };
     let (start, end) = region();
@@ -127,7 +213,21 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // SAFETY: this handler's own arguments.
         return unsafe { chain(sig, info, ctx) };
     }
-    let _context = SignalContext::enter();
+    let outcome = {
+        let _context = SignalContext::enter();
+        serve(start, addr, ctx)
+    };
+    if outcome == Some(FaultOutcome::Unallocated) {
+        // Not allocated: a wild access in the region. Behave as if we were not here (out of
+        // signal context: the program's handler may leave by longjmp).
+        // SAFETY: this handler's own arguments.
+        unsafe { chain(sig, info, ctx) };
+    }
+}
+
+/// Serves a fault at `addr` in the region starting at `start`; `None` when resolved on a fast
+/// path.
+fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutcome> {
     if context::is_service_thread() {
         die(
             "the service thread faulted on shared memory (a runtime bug)",
@@ -159,12 +259,29 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         );
     };
     give_signal_stack(slot, ctx);
+    // A handler of an asynchronous signal of the program's, run while its thread was in a DSM
+    // call (the fault handler itself holds asynchronous signals off): the call's slot is busy,
+    // and the call may hold the node's state.
+    let in_call = context::in_call();
+    if in_call {
+        flags::ASYNC_HANDLERS.store(true, Ordering::Relaxed);
+        if context::may_hold_state() && !STATE.is_free() {
+            die(
+                "a signal handler touched a shared page not held here while its thread ran a DSM \
+                 call on this node's state: that fault cannot be served before the call goes on, \
+                 which it cannot while the handler runs (block the signal around DSM calls, or \
+                 install the handler with sigaction or signal, through libjia, before the calls: \
+                 the DSM then holds asynchronous signals off while a call holds its state)",
+                1,
+            );
+        }
+    }
     // SAFETY: the kernel's context, as passed to this SA_SIGINFO handler.
     let write = unsafe { signals::fault_is_write(ctx) };
     let page = (addr - start) / dsm_core::PAGE_SIZE;
     if let Some(write) = write {
         if resolve(start, page, write) {
-            return;
+            return None;
         }
     }
     // Without the error code (other architectures), ask for write access: always correct, at
@@ -180,13 +297,23 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     if fault.access == Access::Write {
         crate::trace::stamp(page as u64, crate::trace::Step::Write);
     }
-    let outcome = drive::drive_fault(slot, fault).unwrap_or_else(|| SLOTS.post_fault(slot, fault));
+    let outcome = if in_call {
+        // Posted on a slot of its own, never driven: the interrupted call may hold the
+        // allocator's locks, and posting takes none.
+        let Some(spare) = door::spare_slot() else {
+            die(
+                "more threads use shared memory than the runtime has slots for",
+                1,
+            );
+        };
+        let outcome = SLOTS.post_fault(spare, fault);
+        SLOTS.release(spare);
+        outcome
+    } else {
+        drive::drive_fault(slot, fault).unwrap_or_else(|| SLOTS.post_fault(slot, fault))
+    };
     crate::trace::stamp(page as u64, crate::trace::Step::Resumed);
-    if outcome == FaultOutcome::Unallocated {
-        // Not allocated: a wild access in the region. Behave as if we were not here.
-        // SAFETY: this handler's own arguments.
-        unsafe { chain(sig, info, ctx) };
-    }
+    Some(outcome)
 }
 
 /// The fast paths: a write to a home page kept read-only only to see writes, or a read of a
@@ -263,12 +390,14 @@ mod contract {
     /// (the one exit, which picks `_exit` in signal context), `door/state.rs` (its blocking
     /// `lock` is the service thread's), and the core work a drive reaches in `service`, which
     /// defers what signal context must not do to the service thread and logs through the logger
-    /// (which queues records made here). `tests/c/threads.c` checks errno and the signal stacks.
+    /// (which queues records made here). `tests/c/threads.c` checks errno and the signal stacks,
+    /// `tests/c/alarm.c` faults from a signal handler, `tests/c/segv_handler.c` the chaining.
     #[test]
     fn the_fault_path_spells_no_exit_logging_file_io_or_blocking_lock() {
         let files = [
             ("mod.rs", include_str!("mod.rs")),
             ("drive.rs", include_str!("drive.rs")),
+            ("program.rs", include_str!("program.rs")),
             ("door/fastpath.rs", include_str!("../door/fastpath.rs")),
             ("door/slots.rs", include_str!("../door/slots.rs")),
             ("door/context.rs", include_str!("../door/context.rs")),

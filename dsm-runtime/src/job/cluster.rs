@@ -80,6 +80,8 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         publish_rendezvous(&file, &format!("DSM1 {job} {addr} {cookie:016x}\n"))
             .map_err(|e| format!("writing {}: {e}", file.display()))?;
         let published = file.clone();
+        // The program's asynchronous signals are for the program's threads (see `Dsm`).
+        let held_off = crate::sys::signals::BlockedSignals::asynchronous();
         std::thread::Builder::new()
             .name("dsm-rendezvous".into())
             .spawn(move || {
@@ -92,6 +94,7 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
                 }
             })
             .map_err(|e| e.to_string())?;
+        drop(held_off);
         (addr, cookie)
     } else {
         live_rendezvous(&file, timeout)?

@@ -1039,6 +1039,9 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
     let remote: Vec<bool> = p.local.iter().map(|l| !l).collect();
     let spec = spec.clone();
+    // Its threads leave the program's asynchronous signals to the program's threads (they
+    // inherit the mask), as the service thread does.
+    let _held_off = crate::sys::signals::BlockedSignals::asynchronous();
     std::thread::Builder::new()
         .name("dsm-launcher".into())
         .spawn(move || {

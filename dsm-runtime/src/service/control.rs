@@ -70,6 +70,27 @@ impl Service {
         }
     }
 
+    /// Ends the node if the program replaced the DSM's SIGSEGV or SIGBUS handler (looked at once
+    /// a second, `fault::watch_handlers`): no fault on shared memory could be served again, and
+    /// the thread that takes one would fault forever in the program's handler, at full speed and
+    /// without a word.
+    pub(super) fn check_fault_handlers(&mut self) {
+        if let Some((name, now)) = crate::fault::watch_handlers() {
+            let what = match now {
+                libc::SIG_DFL => "the default action".to_string(),
+                libc::SIG_IGN => "ignoring it".to_string(),
+                f => format!("the handler at {f:#x}"),
+            };
+            fatal(&format!(
+                "the program replaced the DSM's {name} handler (with {what}): faults on shared \
+                 memory can no longer be served (a thread that takes one would fault forever); \
+                 keep the DSM's handler, or install yours before jia_init / Dsm::init: the DSM \
+                 then passes it every fault outside shared memory (a C program may also install \
+                 it later, with sigaction or signal, through libjia)"
+            ));
+        }
+    }
+
     /// Tells the launcher this node left the job properly (`DSM1 BYE`): a node that exits without
     /// it (the program returned from main, or called exit, without jia_exit) is named at once as
     /// the one that failed, not a survivor left waiting for it.

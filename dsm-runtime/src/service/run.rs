@@ -35,6 +35,10 @@ use crate::door::flags::{DRIVE, DRIVEN, DRIVEN_NAP, EXITED, NAPPING, SLEEPS_ON_T
 use crate::door::{SLOTS, context};
 use crate::sys::{self, Epoll};
 
+/// The longest the service thread sleeps, in milliseconds (it looks at the fault handlers once a
+/// second).
+const WATCH_MS: i32 = 1000;
+
 /// The spinning service thread yields every this many polls (see the yield in [`run`]): a thread
 /// woken on its CPU waits a microsecond at most, and the yields (0.2 us each) do not slow the
 /// polling.
@@ -108,6 +112,7 @@ pub(crate) fn run(service: Service) {
             s.check_control();
             s.warn_if_thrashing();
             s.report_progress();
+            s.check_fault_handlers();
         }
         // What the pass left for this thread (the job's statistics at exit among it), before
         // the node may leave.
@@ -153,9 +158,12 @@ pub(crate) fn run(service: Service) {
             polls = 1;
             continue;
         }
-        let mut timeout_ms = s.next_deadline().map_or(-1, |d| {
+        // A second at most: the fault handlers are looked at every second (see
+        // `check_fault_handlers`), in a one-node job too.
+        let mut timeout_ms = s.next_deadline().map_or(WATCH_MS, |d| {
             let left = d.saturating_duration_since(Instant::now());
-            left.as_millis().min(60_000) as i32 + i32::from(left.subsec_nanos() % 1_000_000 != 0)
+            left.as_millis().min(WATCH_MS as u128) as i32
+                + i32::from(left.subsec_nanos() % 1_000_000 != 0)
         });
         // Fault handlers drove the node since we last looked: they may have left
         // acknowledgements owed (within the peers' smallest retransmission timeout, 2 ms).

@@ -1,6 +1,11 @@
 //! Thin wrappers over the system calls the runtime needs: memfd, mmap, mprotect, fallocate,
 //! eventfd, epoll, futex, and the stacks fault handlers drive the node on ([`stack`]). Every unsafe
 //! block is here or in [`signals`], each with its reason.
+//!
+//! `mprotect`, `munmap` and `madvise` are made as raw system calls ([`raw_mprotect`],
+//! [`raw_munmap`], [`raw_madvise`]), never through the C library's symbols: in `libjia` those
+//! symbols are libjia's own, which refuse the program's calls on shared memory, and the runtime
+//! is the one that may make them.
 
 pub mod signals;
 pub mod stack;
@@ -78,7 +83,7 @@ pub fn map_shared(
         if p as usize != a {
             // An old kernel ignored MAP_FIXED_NOREPLACE and put the mapping elsewhere.
             // SAFETY: p..p+size is the mapping just created, not used by anyone yet.
-            unsafe { libc::munmap(p, size) };
+            unsafe { raw_munmap(p as usize, size) };
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
                 format!("address {a:#x} is taken"),
@@ -100,7 +105,7 @@ pub fn can_reserve(at: usize, len: usize) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: p..p+len is the reservation just made.
-    unsafe { libc::munmap(p, len) };
+    unsafe { raw_munmap(p as usize, len) };
     if p as usize != at {
         return Err(io::Error::new(
             io::ErrorKind::AddrInUse,
@@ -152,9 +157,44 @@ pub unsafe fn touch_pages(start: usize, end: usize, write: bool) {
 /// forbids its access (the shared region's application view: the runtime holds none; the
 /// program's own accesses fault and are served).
 pub unsafe fn mprotect(addr: usize, len: usize, prot: Protection) -> io::Result<()> {
-    // The caller's promise above.
-    syscall!(mprotect(addr as *mut libc::c_void, len, prot.bits()))?;
+    // SAFETY: the caller's promise above.
+    if unsafe { raw_mprotect(addr, len, prot.bits()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(())
+}
+
+/// `mprotect(2)` as a raw system call (see the module doc): 0, or -1 with errno set.
+/// Async-signal-safe.
+///
+/// # Safety
+///
+/// As `mprotect(2)`: no Rust reference points into a range whose protection then forbids its
+/// access.
+pub unsafe fn raw_mprotect(addr: usize, len: usize, prot: libc::c_int) -> libc::c_int {
+    // SAFETY: the caller's promise; the system call takes plain integers.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as libc::c_int }
+}
+
+/// `munmap(2)` as a raw system call (see the module doc): 0, or -1 with errno set.
+///
+/// # Safety
+///
+/// Nothing refers to the range any more.
+pub unsafe fn raw_munmap(addr: usize, len: usize) -> libc::c_int {
+    // SAFETY: the caller's promise; the system call takes plain integers.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as libc::c_int }
+}
+
+/// `madvise(2)` as a raw system call (see the module doc): 0, or -1 with errno set.
+///
+/// # Safety
+///
+/// The advice does not change memory a Rust reference points into (`MADV_DONTNEED` on private
+/// memory zeroes it).
+pub unsafe fn raw_madvise(addr: usize, len: usize, advice: libc::c_int) -> libc::c_int {
+    // SAFETY: the caller's promise; the system call takes plain integers.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as libc::c_int }
 }
 
 /// Frees the memory behind `len` bytes at `offset` of a memfd (the bytes read back as zeros).
@@ -180,7 +220,7 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
 pub unsafe fn populate_write(addr: *mut u8, len: usize) {
     const MADV_POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: the caller's promise above.
-    unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) };
+    unsafe { raw_madvise(addr as usize, len, MADV_POPULATE_WRITE) };
 }
 
 // The eventfd and epoll helpers are the transport crate's (one copy for both crates).

@@ -60,7 +60,7 @@ pub fn map(size: usize) -> Option<Top> {
     // SAFETY: the lowest page of the mapping just made: an overflow of the stack faults on it
     // (inside the handler, where SIGSEGV is blocked: the kernel ends the process) instead of
     // running into other memory.
-    unsafe { libc::mprotect(p, guard, libc::PROT_NONE) };
+    unsafe { super::raw_mprotect(p as usize, guard, libc::PROT_NONE) };
     Some(Top((p as usize + guard + size) & !15))
 }
 

@@ -432,6 +432,23 @@ fn main() {
                 p.write_volatile(1)
             };
         }
+        "replace-segv-handler" => {
+            // A Rust program replaces the DSM's SIGSEGV handler after init (nothing stands
+            // between it and sigaction), with a handler that returns: a fault on shared memory
+            // then repeats forever, unless the node ends.
+            let a = filled_blocks(&dsm, 1, |i| i as u64);
+            extern "C" fn returns(_: libc::c_int) {}
+            // SAFETY: a zeroed sigaction is valid; the handler does nothing (async-signal-safe).
+            #[allow(unsafe_code)]
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = returns as *const () as usize;
+                libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut());
+            }
+            // The next node's block, never fetched here: a fault.
+            let next = (dsm.id() + 1) % dsm.nodes();
+            println!("read {}", a.get(next * WORDS));
+        }
         "barrier-after-exit" => {
             dsm.barrier();
             dsm.exit();
