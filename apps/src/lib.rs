@@ -127,6 +127,7 @@ pub fn args(
     positional: &[(&'static str, &'static str)],
 ) -> Vec<String> {
     let m = command(name, about, positional).get_matches();
+    set_threads(name, &m);
     given(&m, positional)
 }
 
@@ -165,6 +166,7 @@ pub fn args_with_flags(
         );
     }
     let m = cmd.get_matches();
+    set_threads(name, &m);
     let check = !m.get_flag("no-check");
     CHECK.store(check, Ordering::Relaxed);
     let given_flags = flags.iter().map(|(f, _)| m.get_flag(f)).collect();
@@ -179,7 +181,17 @@ fn command(
     let mut cmd = clap::Command::new(name)
         .version(env!("CARGO_PKG_VERSION"))
         .about(about)
-        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.");
+        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.")
+        .arg(
+            clap::Arg::new("threads")
+                .long("threads")
+                .value_name("T")
+                .value_parser(clap::value_parser!(u16).range(1..=256))
+                .help(
+                    "Threads per node (default 1; dsmrun --threads T sets DSM_THREADS): each \
+                     node's share is split among T threads of it",
+                ),
+        );
     for (i, (arg, help)) in positional.iter().enumerate() {
         cmd = cmd.arg(
             clap::Arg::new(*arg)
@@ -189,6 +201,55 @@ fn command(
         );
     }
     cmd
+}
+
+/// The apps whose work is split among the threads of a node (`--threads T`).
+const THREADED: &[&str] = &["matmul", "sor", "pi"];
+
+/// Threads per node, from `--threads` (or `DSM_THREADS`).
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// Threads per node this run asks for (`--threads T`, default 1).
+pub fn threads() -> usize {
+    THREADS.load(Ordering::Relaxed)
+}
+
+fn set_threads(name: &str, m: &clap::ArgMatches) {
+    let from_env = std::env::var("DSM_THREADS").ok().map(|v| {
+        v.parse::<usize>()
+            .ok()
+            .filter(|t| (1..=256).contains(t))
+            .unwrap_or_else(|| {
+                eprintln!("{name}: DSM_THREADS={v}: threads per node must be 1 to 256");
+                std::process::exit(2)
+            })
+    });
+    // Under srun, `-c T` (CPUs per task) is T threads for the programs that run threads.
+    let from_slurm = std::env::var("SLURM_CPUS_PER_TASK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|t| (1..=256).contains(t) && THREADED.contains(&name));
+    let t = m
+        .get_one::<u16>("threads")
+        .map(|&t| usize::from(t))
+        .or(from_env)
+        .or(from_slurm)
+        .unwrap_or(1);
+    if t > 1 && !THREADED.contains(&name) {
+        eprintln!(
+            "{name}: --threads {t}: this program runs one thread per node (threads inside nodes: \
+             {}); run more nodes instead",
+            THREADED.join(", ")
+        );
+        std::process::exit(2);
+    }
+    THREADS.store(t, Ordering::Relaxed);
+}
+
+/// Thread `t`'s share `[start, end)` of `range`, split among `threads` as evenly as possible.
+pub fn share(range: (usize, usize), t: usize, threads: usize) -> (usize, usize) {
+    let (start, len) = (range.0, range.1 - range.0);
+    (start + len * t / threads, start + len * (t + 1) / threads)
 }
 
 fn given(m: &clap::ArgMatches, positional: &[(&'static str, &'static str)]) -> Vec<String> {

@@ -398,18 +398,23 @@ fn bind_to_core((index, count): (usize, usize)) {
             return log::warn!("bind_to=core: cannot read this process's CPUs ({e}): not bound");
         }
     };
-    if count < 2 || count > cpus.len() {
+    // Threads per node (dsmrun --threads): each node gets that many CPUs.
+    let threads = std::env::var("DSM_THREADS")
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    if count < 2 || count * threads > cpus.len() {
         return log::debug!(
-            "bind_to=core: {count} node(s) on this host, {} CPU(s) allowed: not bound",
+            "bind_to=core: {count} node(s) of {threads} thread(s) on this host, {} CPU(s) \
+             allowed: not bound",
             cpus.len()
         );
     }
-    match sys::bind_to_cpu(cpus[index]) {
-        Ok(()) => log::debug!("bound to CPU {}", cpus[index]),
-        Err(e) => log::warn!(
-            "bind_to=core: cannot bind to CPU {} ({e}): not bound",
-            cpus[index]
-        ),
+    let mine = &cpus[index * threads..(index + 1) * threads];
+    match sys::bind_to_cpus(mine) {
+        Ok(()) => log::debug!("bound to CPUs {mine:?}"),
+        Err(e) => log::warn!("bind_to=core: cannot bind to CPUs {mine:?} ({e}): not bound"),
     }
 }
 
@@ -712,6 +717,37 @@ impl Dsm {
     pub fn barrier(&self) {
         let _w = progress::waiting("jia_barrier");
         self.call_or_die(Call::Barrier);
+    }
+
+    /// A barrier of `threads` threads of every node (`jia_barrier_threads`): each of the
+    /// node's threads that take part calls it with the same count; the last of them to arrive
+    /// does the node's [`Dsm::barrier`] (one message up and one down per node, whatever the
+    /// number of threads), and none leaves before it is done. Every write any thread of any node
+    /// made before it is seen by every thread of every node after it. `barrier_threads(1)` is
+    /// [`Dsm::barrier`].
+    ///
+    /// ```
+    /// use dsm_runtime::{AllocPolicy, NodeId};
+    ///
+    /// let dsm = dsm_runtime::init().expect("join the job");
+    /// let threads = 2;
+    /// let a = dsm.alloc::<u64>(threads * dsm.nodes(), AllocPolicy::OnNode(NodeId(0))).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for t in 0..threads {
+    ///         let dsm = &dsm;
+    ///         s.spawn(move || {
+    ///             a.set(dsm.id() * threads + t, 1);
+    ///             dsm.barrier_threads(threads);
+    ///             let seen: u64 = (0..a.len()).map(|i| a.get(i)).sum();
+    ///             assert_eq!(seen as usize, a.len());
+    ///         });
+    ///     }
+    /// });
+    /// dsm.exit();
+    /// ```
+    #[track_caller]
+    pub fn barrier_threads(&self, threads: usize) {
+        crate::team::barrier(threads, || self.barrier());
     }
 
     /// A barrier without coherence (`jia_wait`): every node waits until all have arrived, and

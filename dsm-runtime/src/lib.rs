@@ -71,6 +71,9 @@ mod service;
 pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
+// The barrier of every thread of every node.
+#[cfg(not(dsm_loom))]
+mod team;
 #[cfg(not(dsm_loom))]
 mod trace;
 

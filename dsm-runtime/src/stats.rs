@@ -19,26 +19,35 @@ pub struct RuntimeStats {
     /// Of those, faults whose thread gave the wait back to the service thread (the reply was
     /// slow to come).
     pub drives_handed_back: u64,
+    /// Application threads that used the DSM on this node (faulted or called), over its life.
+    pub threads: u64,
+    /// Arrivals in `jia_barrier_threads` that waited for other threads of their node (every one
+    /// but the last of each round): waits that cost no message.
+    pub thread_barrier_waits: u64,
     /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
     pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
-    pub const NAMES: [&'static str; 4] = [
+    pub const NAMES: [&'static str; 6] = [
         "retransmissions",
         "rejected_frames",
         "faults_driven",
         "drives_handed_back",
+        "threads",
+        "thread_barrier_waits",
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
-    pub fn named(&self) -> [u64; 4] {
+    pub fn named(&self) -> [u64; 6] {
         [
             self.retransmissions,
             self.rejected_frames,
             self.faults_driven,
             self.drives_handed_back,
+            self.threads,
+            self.thread_barrier_waits,
         ]
     }
 
@@ -59,6 +68,8 @@ impl RuntimeStats {
             rejected_frames: at(1),
             faults_driven: at(2),
             drives_handed_back: at(3),
+            threads: at(4),
+            thread_barrier_waits: at(5),
             transport: transport_names
                 .iter()
                 .enumerate()
@@ -158,6 +169,11 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "faults their own thread drove; of them, handed to the service thread",
     ),
     (
+        "threads, thread_*",
+        &["threads", "thread_barrier_waits"],
+        "application threads that used the DSM; jia_barrier_threads arrivals that waited locally",
+    ),
+    (
         "msgs/bytes sent/received",
         &["msgs *", "bytes *"],
         "messages and their bytes (whole frames) per message kind, and in all",
@@ -185,7 +201,7 @@ pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
     for (i, name) in Stats::SCALAR_NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), scalars.iter().map(|s| s[i]).collect()));
     }
-    let runtime: Vec<[u64; 4]> = nodes.iter().map(|n| n.runtime.named()).collect();
+    let runtime: Vec<[u64; 6]> = nodes.iter().map(|n| n.runtime.named()).collect();
     for (i, name) in RuntimeStats::NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), runtime.iter().map(|s| s[i]).collect()));
     }
@@ -439,6 +455,8 @@ mod tests {
             rejected_frames: 2,
             faults_driven: 3,
             drives_handed_back: 4,
+            threads: 2,
+            thread_barrier_waits: 7,
             transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
         };
         let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();

@@ -49,6 +49,12 @@ void jia_free(void *addr);                                   /* 3.0: accepted; m
 void jia_lock(int lockid);
 void jia_unlock(int lockid);
 void jia_barrier(void);
+/* A barrier of threads: called by `threads` threads of every node (pthreads, OpenMP), the same
+ * count on each; the last of a node to arrive does the node's barrier, and none leaves before
+ * it is done. Every write of any thread of any node before it is seen by every thread of every
+ * node after it. jia_barrier() keeps JIAJIA's meaning: one call per node. Any number of threads
+ * of a node may also fault, lock, wait on condition variables, send and receive. */
+void jia_barrier_threads(int threads);
 void jia_wait(void);
 void jia_setcv(int cvnum);
 void jia_resetcv(int cvnum);

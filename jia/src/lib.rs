@@ -236,6 +236,18 @@ pub extern "C" fn jia_barrier() {
     dsm().barrier();
 }
 
+/// `void jia_barrier_threads(int threads)`: a barrier of `threads` threads of every node
+/// ([`dsm_runtime::Dsm::barrier_threads`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_barrier_threads(threads: c_int) {
+    match usize::try_from(threads) {
+        Ok(t) if t > 0 => dsm().barrier_threads(t),
+        _ => die(&format!(
+            "jia_barrier_threads({threads}): the count of threads per node must be 1 or more"
+        )),
+    }
+}
+
 /// `void jia_wait(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_wait() {

@@ -54,6 +54,15 @@ fn repo() -> PathBuf {
 
 /// Compiles `apps/c/<name>.c` against jia.h and libjia, shared or static; returns the binary.
 fn compile_c(name: &str, static_lib: bool) -> PathBuf {
+    compile_c_flags(name, static_lib, &[])
+}
+
+/// [`compile_c`] against libjia.so with flags of the program's own (`-fopenmp`).
+fn compile_c_with(name: &str, flags: &[&str]) -> PathBuf {
+    compile_c_flags(name, false, flags)
+}
+
+fn compile_c_flags(name: &str, static_lib: bool, flags: &[&str]) -> PathBuf {
     let lib = bin_dir();
     assert!(
         lib.join("libjia.so").exists() && lib.join("libjia.a").exists(),
@@ -66,7 +75,8 @@ fn compile_c(name: &str, static_lib: bool) -> PathBuf {
         std::process::id()
     ));
     let mut cc = Command::new("cc");
-    cc.args(["-O2", "-Wall", "-Werror", "-o"])
+    cc.args(flags)
+        .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&out)
         .arg(repo().join(format!("apps/c/{name}.c")));
     cc.arg("-I")
@@ -493,4 +503,107 @@ fn home_migration_moves_the_bands_of_a_program_that_allocates_on_node_0() {
         diffs[1] > 100 && diffs[0] * 5 < diffs[1],
         "diffs sent with migration on, off: {diffs:?}"
     );
+}
+
+/// Threads inside nodes (`--threads T`, `jia_barrier_threads`): more threads than CPUs, 2 nodes x
+/// 4 threads and 4 nodes x 2 threads, exact, in the Rust apps and in C with POSIX threads and
+/// OpenMP.
+#[test]
+fn threads_inside_nodes_are_exact() {
+    for (nodes, threads) in [(2, 4), (4, 2)] {
+        let t = threads.to_string();
+        for (app, args, want) in [
+            ("sor", vec!["96", "6"], "sor OK"),
+            ("matmul", vec!["128"], "matmul OK f64 n=128"),
+            ("pi", vec!["1000000"], "pi OK"),
+        ] {
+            let mut a: Vec<&str> = args.clone();
+            a.extend(["--threads", &t]);
+            let out = dsm_tests::dsmrun(nodes, &[], app, &a);
+            assert!(
+                out.status.success() && text(&out).contains(want),
+                "{app} {nodes} nodes x {threads} threads:\n{}",
+                text(&out)
+            );
+            assert!(
+                text(&out).contains(&format!("threads={threads}")) || app == "pi",
+                "{app}: says its threads:\n{}",
+                text(&out)
+            );
+        }
+        let sor = compile_c_with("sor_pthreads", &[]);
+        let out = dsmrun_path(nodes, &sor, &["64", "4", &t]);
+        check(
+            &out,
+            &format!("c-sor-pthreads OK nodes={nodes} threads={threads}"),
+            nodes,
+        );
+        let pi = compile_c_with("pi_openmp", &["-fopenmp"]);
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args([
+            "-n",
+            &nodes.to_string(),
+            "-x",
+            &format!("OMP_NUM_THREADS={threads}"),
+        ])
+        .arg(&pi)
+        .arg("1000000");
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        check(
+            &out,
+            &format!("c-pi-openmp OK nodes={nodes} threads={threads}"),
+            nodes,
+        );
+        let _ = std::fs::remove_file(sor);
+        let _ = std::fs::remove_file(pi);
+    }
+}
+
+/// A barrier of T threads on N nodes puts one message up and one down per node on the wire:
+/// 2(N - 1) per barrier, counted, for T = 1, 2, 4; and the threads that waited for the others
+/// of their node are counted too.
+#[test]
+fn a_barrier_of_threads_is_two_messages_per_node_whatever_the_threads() {
+    let nodes = 3;
+    for threads in [1, 2, 4] {
+        let json = std::env::temp_dir().join(format!(
+            "dsm-barrier-threads-{threads}-{}.json",
+            std::process::id()
+        ));
+        let t = threads.to_string();
+        let j = json.display().to_string();
+        let out = dsm_tests::dsmrun(
+            nodes,
+            &["--stats-json", &j],
+            "sor",
+            &["64", "5", "--threads", &t],
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        let per_node = stats["nodes"].as_array().unwrap();
+        let sent = |n: usize, kind: &str| per_node[n]["msgs_sent"][kind].as_u64().unwrap_or(0);
+        // sor's measured part: 5 iterations of 2 half-sweeps, a barrier each.
+        let barriers = per_node[1]["barriers"].as_u64().unwrap();
+        assert_eq!(barriers, 10, "T={threads}: {}", stats);
+        for n in 1..nodes {
+            assert_eq!(
+                sent(n, "BARR"),
+                barriers,
+                "T={threads}, node {n}: one arrival each"
+            );
+            let waits = per_node[n]["thread_barrier_waits"].as_u64().unwrap();
+            assert_eq!(
+                waits,
+                barriers * (threads as u64 - 1),
+                "T={threads}, node {n}"
+            );
+        }
+        assert_eq!(
+            sent(0, "BARRGRANT"),
+            barriers * (nodes as u64 - 1),
+            "T={threads}: one grant per other node"
+        );
+    }
 }

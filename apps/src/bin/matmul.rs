@@ -262,13 +262,33 @@ fn run<T: Real>(dsm: &Dsm, n: usize, kernel_kind: Kernel, check: bool) {
             dsm.clock() - t2
         );
     } else {
-        match kernel_kind {
+        let compute = |rows| match kernel_kind {
             Kernel::Gemm => kernel_gemm(a, b, c, n, rows),
             Kernel::Blocked => kernel_blocked(a, b, c, n, rows),
             Kernel::Ikj => kernel(a, b, c, n, rows),
-        }
-        let t1 = dsm.clock();
-        dsm.barrier();
+        };
+        let threads = dsm_apps::threads();
+        let t1 = if threads == 1 {
+            compute(rows);
+            let t1 = dsm.clock();
+            dsm.barrier();
+            t1
+        } else {
+            // The node's band split among its threads, then a barrier of every thread.
+            std::thread::scope(|s| {
+                for t in 1..threads {
+                    let compute = &compute;
+                    s.spawn(move || {
+                        compute(dsm_apps::share(rows, t, threads));
+                        dsm.barrier_threads(threads);
+                    });
+                }
+                compute(dsm_apps::share(rows, 0, threads));
+                let t1 = dsm.clock();
+                dsm.barrier_threads(threads);
+                t1
+            })
+        };
         if std::env::var_os("MATMUL_TRACE").is_some() {
             eprintln!(
                 "node {me}: kernel {:.3}s, barrier {:.3}s",
@@ -294,13 +314,17 @@ fn run<T: Real>(dsm: &Dsm, n: usize, kernel_kind: Kernel, check: bool) {
     if me == 0 {
         let gflops = 2.0 * (n as f64).powi(3) / elapsed / 1e9;
         println!(
-            "matmul {} {} n={n} nodes={nodes} kernel={} time={elapsed:.3}s gflops={gflops:.2}",
+            "matmul {} {} n={n} nodes={nodes}{} kernel={} time={elapsed:.3}s gflops={gflops:.2}",
             match (check, ok) {
                 (false, _) => "UNCHECKED",
                 (true, true) => "OK",
                 (true, false) => "FAILED",
             },
             T::NAME,
+            match dsm_apps::threads() {
+                1 => String::new(),
+                t => format!(" threads={t}"),
+            },
             kernel_kind.name()
         );
         if !ok {

@@ -29,16 +29,33 @@ fn main() {
     let total: SharedArray<f64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
     dsm.barrier();
     let t0 = dsm.clock();
-    // Several chunks per node, each added under the lock.
+    // Several chunks per node, each added under the lock (by the node's threads in turn, with
+    // --threads: the lock is then taken by threads of many nodes).
     let chunks = 8;
-    for c in 0..chunks {
-        let k = me * chunks + c;
-        let (from, to) = (n * k / (nodes * chunks), n * (k + 1) / (nodes * chunks));
-        let p = partial(n, from, to);
-        let _g = dsm.lock(0);
-        total.set(0, total.get(0) + p);
+    let threads = dsm_apps::threads();
+    let work = |t: usize| {
+        for c in (t..chunks).step_by(threads) {
+            let k = me * chunks + c;
+            let (from, to) = (n * k / (nodes * chunks), n * (k + 1) / (nodes * chunks));
+            let p = partial(n, from, to);
+            let _g = dsm.lock(0);
+            total.set(0, total.get(0) + p);
+        }
+    };
+    if threads == 1 {
+        work(0);
+        dsm.barrier();
+    } else {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (work, dsm) = (&work, &dsm);
+                s.spawn(move || {
+                    work(t);
+                    dsm.barrier_threads(threads);
+                });
+            }
+        });
     }
-    dsm.barrier();
     let elapsed = dsm.clock() - t0;
     let got = total.get(0);
     // The midpoint rule's error bound for 4/(1+x^2) on [0,1] (|f''| <= 8: 1/(3 n^2)), plus

@@ -25,9 +25,9 @@ fn initial(i: usize, j: usize, n: usize) -> f64 {
 /// The half-sweep of this node's band of the shared grid, row by row on plain slices.
 fn sweep_shared(g: SharedArray<f64>, w: usize, rows: (usize, usize), n: usize, colour: usize) {
     for i in interior_first(rows.0.max(1), rows.1.min(n + 1)) {
-        // SAFETY: this node alone writes row i (its band), only this thread touches it, and the
-        // cells it reads in rows i - 1 and i + 1 (the other colour) are written by no node before
-        // the barrier that ends this half-sweep.
+        // SAFETY: this node alone writes row i (its band), only this thread of it (its share),
+        // and the cells it reads in rows i - 1 and i + 1 (the other colour) are written by no
+        // node or thread before the barrier that ends this half-sweep.
         let (up, row, down) = unsafe {
             (
                 g.slice((i - 1) * w..i * w),
@@ -85,7 +85,25 @@ fn main() {
     let t0 = dsm.clock();
     // Every half-sweep's and barrier's time, for SOR_TRACE.
     let (mut sweeps, mut barriers) = (Vec::new(), Vec::new());
-    for _ in 0..iters {
+    let threads = dsm_apps::threads();
+    if threads > 1 {
+        // The node's band split among its threads, one barrier of every thread per half-sweep.
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let dsm = &dsm;
+                let mine = dsm_apps::share(rows, t, threads);
+                s.spawn(move || {
+                    for _ in 0..iters {
+                        for colour in 0..2 {
+                            sweep_shared(g, w, mine, n, colour);
+                            dsm.barrier_threads(threads);
+                        }
+                    }
+                });
+            }
+        });
+    }
+    for _ in 0..iters * usize::from(threads == 1) {
         for colour in 0..2 {
             let t = dsm.clock();
             sweep_shared(g, w, rows, n, colour);
@@ -125,11 +143,16 @@ fn main() {
         }
         ok = (0..w * w).all(|k| g.get(k).to_bits() == s[k].to_bits());
     }
+    let threads = if threads > 1 {
+        format!(" threads={threads}")
+    } else {
+        String::new()
+    };
     report(
         &dsm,
         "sor",
         ok,
-        &format!("n={n} iterations={iters} time={elapsed:.3}s"),
+        &format!("n={n} iterations={iters}{threads} time={elapsed:.3}s"),
     );
     dsm.exit();
 }

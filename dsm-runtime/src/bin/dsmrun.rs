@@ -42,6 +42,11 @@ struct Args {
     /// CPUs share the host; none: the scheduler places them (overrides bind_to; default core).
     #[arg(long, value_name = "core|none")]
     bind_to: Option<String>,
+    /// Threads per node: each node started on a host gets T CPUs of its own under --bind-to
+    /// core, and T is passed on (DSM_THREADS: the apps' --threads). Open MPI's spelling:
+    /// --cpus-per-rank.
+    #[arg(long, alias = "cpus-per-rank", value_name = "T", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
     /// Configuration file (default: .jiaconf in the working directory, if present).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -79,7 +84,9 @@ fn usage_error(msg: &str) -> ExitCode {
 /// Open MPI's `-np N` (one dash, two letters) as `--nodes N`, among dsmrun's own options only
 /// (before the program: its own arguments are left as they are).
 fn mpirun_spelling(args: impl Iterator<Item = String>) -> Vec<String> {
-    const TAKE_VALUE: [&str; 13] = [
+    const TAKE_VALUE: [&str; 15] = [
+        "--threads",
+        "--cpus-per-rank",
         "-n",
         "--nodes",
         "-np",
@@ -271,6 +278,9 @@ fn main() -> ExitCode {
             return usage_error(&format!("-x {x}: `{k}` is not a variable name"));
         }
         env.push((k, v));
+    }
+    if let Some(t) = args.threads {
+        env.push(("DSM_THREADS".into(), t.to_string()));
     }
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();

@@ -145,7 +145,7 @@ pub(crate) struct Service {
     /// it all.
     pub(crate) unread: bool,
     /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
-    counted_from: [u64; 4],
+    counted_from: [u64; 6],
 }
 
 impl Service {
@@ -200,7 +200,7 @@ impl Service {
             own_error: false,
             resumed: None,
             gaps_after: BTreeMap::new(),
-            counted_from: [0; 4],
+            counted_from: [0; 6],
             acks_owed: false,
             unread: false,
             stats_json: std::env::var("DSM_STATS_JSON")
@@ -356,7 +356,7 @@ impl Service {
 
     /// The runtime's own counters (retransmissions, rejected frames, driven faults, drives
     /// handed back), counted since the process started.
-    fn runtime_counters(&self) -> [u64; 4] {
+    fn runtime_counters(&self) -> [u64; 6] {
         let (r, j) = self
             .transport
             .as_ref()
@@ -366,6 +366,8 @@ impl Service {
             j + self.rejected_frames,
             DRIVEN.load(Ordering::Relaxed),
             HANDED_BACK.load(Ordering::Relaxed),
+            crate::door::threads_seen(),
+            crate::team::local_waits(),
         ]
     }
 
@@ -396,7 +398,8 @@ impl Service {
     /// which sends them to node 0 at exit beside its own.
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
-        let [r, j, d, h] = std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
+        let [r, j, d, h, _, b] =
+            std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
         let transport = self
             .transport_counters_now()
             .into_iter()
@@ -411,6 +414,9 @@ impl Service {
             rejected_frames: j,
             faults_driven: d,
             drives_handed_back: h,
+            // Threads over the node's life, not since the counters were zeroed.
+            threads: now[4],
+            thread_barrier_waits: b,
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());

@@ -494,17 +494,19 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     }
 }
 
-/// Lets the calling thread, and the threads it starts from now on, run on `cpu` only.
-pub fn bind_to_cpu(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+/// Lets the calling thread, and the threads it starts from now on, run on `cpus` only.
+pub fn bind_to_cpus(cpus: &[usize]) -> io::Result<()> {
+    if let Some(&cpu) = cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
         return Err(io::Error::other(format!("no CPU {cpu}")));
     }
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (cpu is below
-    // CPU_SETSIZE), and sched_setaffinity reads `size` bytes of it.
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (every cpu is
+    // below CPU_SETSIZE), and sched_setaffinity reads `size` bytes of it.
     let rc = unsafe {
         let size = std::mem::size_of::<libc::cpu_set_t>();
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(0, size, &set)
     };
     if rc != 0 {

@@ -1,0 +1,113 @@
+//! Threads of one node acting together: the barrier of every thread of every node
+//! (`jia_barrier_threads`, [`crate::Dsm::barrier_threads`]).
+//!
+//! The threads of a node meet first among themselves; the last to arrive does the node's barrier
+//! (one arrival and one grant on the wire per node, whatever the number of threads), and the
+//! others leave when it returns. Coherence follows from the node's: every thread of the node has
+//! arrived, so its writes are in the node's pages when the node's barrier diffs them; and no
+//! thread leaves before the node's barrier has invalidated what other nodes wrote. The threads
+//! share one address space, so among themselves they need nothing more.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use crate::door::end::fatal;
+use crate::progress;
+
+/// The node's thread barrier.
+struct Meeting {
+    /// Threads arrived in the current round.
+    arrived: usize,
+    /// The number of threads the current round waits for (0: no round open).
+    expected: usize,
+    /// Rounds completed (a waiting thread leaves when it changes).
+    round: u64,
+}
+
+static MEETING: Mutex<Meeting> = Mutex::new(Meeting {
+    arrived: 0,
+    expected: 0,
+    round: 0,
+});
+static MET: Condvar = Condvar::new();
+
+/// Threads that waited in a thread barrier for the other threads of their node (every arrival
+/// but the last of each round).
+static LOCAL_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// Threads of this node that waited in [`barrier`] for the others of their node, so far.
+pub(crate) fn local_waits() -> u64 {
+    LOCAL_WAITS.load(Ordering::Relaxed)
+}
+
+/// Waits until `threads` threads of this node have arrived; the last one runs `node_barrier`
+/// (the barrier of the nodes) before any of them leaves. A call with another count while a
+/// round is open is the program's bug, said as such.
+pub(crate) fn barrier(threads: usize, node_barrier: impl FnOnce()) {
+    if threads == 0 {
+        fatal("jia_barrier_threads(0): a barrier needs at least one thread of each node");
+    }
+    let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
+    if m.arrived == 0 {
+        m.expected = threads;
+    } else if m.expected != threads {
+        fatal(&format!(
+            "jia_barrier_threads({threads}) while {} thread(s) of this node wait in \
+             jia_barrier_threads({}): every thread of a node must give the same count",
+            m.arrived, m.expected
+        ));
+    }
+    m.arrived += 1;
+    if m.arrived < threads {
+        LOCAL_WAITS.fetch_add(1, Ordering::Relaxed);
+        let round = m.round;
+        let _w = progress::waiting(format!(
+            "jia_barrier_threads({threads}), {} of its node's threads arrived",
+            m.arrived
+        ));
+        while m.round == round {
+            m = MET.wait(m).unwrap_or_else(|p| p.into_inner());
+        }
+        return;
+    }
+    // The last of the node: the others wait for the round to change.
+    drop(m);
+    node_barrier();
+    let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
+    m.arrived = 0;
+    m.expected = 0;
+    m.round += 1;
+    drop(m);
+    MET.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// T threads, many rounds: the node's barrier runs once per round, by the last to arrive,
+    /// and no thread leaves a round before it ran nor before every thread arrived.
+    #[test]
+    fn the_last_thread_of_a_round_runs_the_nodes_barrier_once_and_nobody_leaves_early() {
+        const T: usize = 4;
+        const ROUNDS: usize = 200;
+        let node_barriers = AtomicUsize::new(0);
+        let arrivals = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..T {
+                s.spawn(|| {
+                    for r in 0..ROUNDS {
+                        arrivals.fetch_add(1, Ordering::SeqCst);
+                        super::barrier(T, || {
+                            assert_eq!(arrivals.load(Ordering::SeqCst), (r + 1) * T);
+                            node_barriers.fetch_add(1, Ordering::SeqCst);
+                        });
+                        assert_eq!(node_barriers.load(Ordering::SeqCst), r + 1);
+                        assert!(arrivals.load(Ordering::SeqCst) >= (r + 1) * T);
+                    }
+                });
+            }
+        });
+        assert_eq!(node_barriers.load(Ordering::SeqCst), ROUNDS);
+    }
+}
