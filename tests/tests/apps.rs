@@ -587,13 +587,13 @@ fn a_barrier_of_threads_is_two_messages_per_node_whatever_the_threads() {
         // sor's measured part: 5 iterations of 2 half-sweeps, a barrier each.
         let barriers = per_node[1]["barriers"].as_u64().unwrap();
         assert_eq!(barriers, 10, "T={threads}: {}", stats);
-        for n in 1..nodes {
+        for (n, node) in per_node.iter().enumerate().skip(1) {
             assert_eq!(
                 sent(n, "BARR"),
                 barriers,
                 "T={threads}, node {n}: one arrival each"
             );
-            let waits = per_node[n]["thread_barrier_waits"].as_u64().unwrap();
+            let waits = node["thread_barrier_waits"].as_u64().unwrap();
             assert_eq!(
                 waits,
                 barriers * (threads as u64 - 1),
