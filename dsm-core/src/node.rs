@@ -73,6 +73,10 @@ pub struct CoreConfig {
     /// `remote_reads`. Nodes need not agree: a node with it off claims no page, so none moves to
     /// it.
     pub home_migration: bool,
+    /// Cohort locking: a lock released by a thread of this node while another thread of it
+    /// waits passes to that thread with no message, at most this many times in a row before it
+    /// goes back to its manager (0: every release goes to the manager).
+    pub lock_handoffs: u32,
 }
 
 impl CoreConfig {
@@ -87,6 +91,7 @@ impl CoreConfig {
             reply_timeout: None,
             remote_reads: false,
             home_migration: false,
+            lock_handoffs: 16,
         }
     }
 

@@ -116,6 +116,9 @@ stats! {
     home_writes_found_at_settle,
     /// Locks acquired.
     lock_acquires,
+    /// Of those, locks handed over by another thread of this node with no message (cohort
+    /// locking).
+    lock_local_handoffs,
     /// Nanoseconds spent waiting for lock grants.
     lock_wait_ns,
     /// Barriers passed.

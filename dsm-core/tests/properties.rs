@@ -45,8 +45,12 @@ struct Case {
     /// Home migration on (a page written by one node only between barriers moves there).
     migrate: bool,
     /// Each node has a second thread that, while the first runs the phases and their barriers,
-    /// reads and writes some words under one lock of its own (every third word).
+    /// reads and writes some words under one lock of its own (every third word). The first
+    /// thread takes that lock too now and then, to touch the same words: the lock then passes
+    /// between the threads of a node (cohort locking).
     second_thread: bool,
+    /// Hand-offs of a lock between threads of a node in a row (`CoreConfig::lock_handoffs`).
+    lock_handoffs: u32,
     policy: AllocPolicy,
     phases: usize,
 }
@@ -107,6 +111,7 @@ fn make_case(rng: &mut Rng) -> Case {
         one_sided: rng.chance(33),
         migrate: rng.chance(50),
         second_thread: nodes >= 2 && rng.chance(25) && second_threads_asked(),
+        lock_handoffs: [0, 1, 2, 16][rng.below(4) as usize],
     }
 }
 
@@ -129,7 +134,7 @@ fn read_or_write(rng: &mut Rng, addr: GlobalAddr, value: &mut u64) -> Op {
 const SECOND_THREAD_LOCK: u16 = 63;
 
 /// Builds and runs one case; returns a description of the first failure.
-fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
+fn run_case(seed: u64) -> Result<(u64, u64, u64, u64), String> {
     let mut rng = Rng::new(seed);
     let case = make_case(&mut rng);
     let (pf_on, pf_pages, pf_check) = case.prefetch;
@@ -140,7 +145,7 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
         cfg.prefetch.max_checking_pages = pf_check;
         cfg.remote_reads = case.one_sided;
         cfg.home_migration = case.migrate;
-        if std::env::var_os("NOCARRY").is_some() {}
+        cfg.lock_handoffs = case.lock_handoffs;
     });
     c.one_sided_reads = case.one_sided;
     c.check_reference = true;
@@ -223,6 +228,16 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
                 for &l in held.iter().rev() {
                     c.push(n, 0, Op::Unlock(LockId(l)));
                 }
+                // The second thread's words, under its lock, by the first thread.
+                if !second.is_empty() && rng.chance(30) {
+                    let lock = LockId(SECOND_THREAD_LOCK);
+                    c.push(n, 0, Op::Lock(lock));
+                    for _ in 0..1 + rng.below(3) {
+                        let addr = second[rng.below(second.len() as u64) as usize];
+                        c.push(n, 0, read_or_write(&mut rng, addr, &mut value));
+                    }
+                    c.push(n, 0, Op::Unlock(lock));
+                }
             }
         }
         if rng.chance(20) {
@@ -257,7 +272,12 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64), String> {
     }
     let reads: u64 = c.reads.iter().map(|r| r.len() as u64).sum();
     let stats = c.total_stats();
-    Ok((reads, stats.evictions, stats.homes_moved_here))
+    Ok((
+        reads,
+        stats.evictions,
+        stats.homes_moved_here,
+        stats.lock_local_handoffs,
+    ))
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -283,27 +303,32 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
         }
     };
     let started = Instant::now();
-    let (mut reads, mut evictions, mut moved) = (0, 0, 0);
+    let (mut reads, mut evictions, mut moved, mut handoffs) = (0, 0, 0, 0);
     for &seed in &seeds {
         match run_case(seed) {
-            Ok((r, e, m)) => {
+            Ok((r, e, m, h)) => {
                 reads += r;
                 evictions += e;
                 moved += m;
+                handoffs += h;
             }
             Err(e) => panic!("case with seed {seed} failed (reproduce: DSM_SIM_SEED={seed}): {e}"),
         }
     }
     eprintln!(
-        "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved in {:.2?}",
+        "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved, {handoffs} \
+         locks handed between threads of a node in {:.2?}",
         seeds.len(),
         started.elapsed()
     );
     // The generator must actually exercise the protocol, not produce empty programs.
     if seeds.len() >= 100 {
         assert!(
-            reads > 10 * seeds.len() as u64 && evictions > 0 && moved > 0,
-            "{reads} reads, {evictions} evictions, {moved} homes moved"
+            reads > 10 * seeds.len() as u64
+                && evictions > 0
+                && moved > 0
+                && (handoffs > 0 || !second_threads_asked()),
+            "{reads} reads, {evictions} evictions, {moved} homes moved, {handoffs} hand-offs"
         );
     }
 }

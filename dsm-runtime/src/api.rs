@@ -305,6 +305,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     // from allocation on, since homes no longer see every copy leave).
     core_cfg.remote_reads = config.one_sided_reads && config.comm_type == CommType::RdmaRc;
     core_cfg.home_migration = config.home_migration;
+    core_cfg.lock_handoffs = config.lock_handoffs;
     core_cfg.prefetch = Prefetch {
         enabled: config.prefetch,
         prefetch_pages: config.prefetch_pages,

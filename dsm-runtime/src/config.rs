@@ -116,6 +116,9 @@ pub struct Config {
     /// `home_migration`: a page written by one node alone between two barriers moves its home
     /// there (JIAJIA 2.1's `jia_config(HMIG, ON)`).
     pub home_migration: bool,
+    /// `lock_handoffs`: a lock released by a thread while another thread of its node waits
+    /// passes to it with no message, this many times in a row at most (0: never).
+    pub lock_handoffs: u32,
     /// `bind_to`: `core` pins each node dsmrun starts to a CPU of its own when a host runs
     /// between 2 and as many nodes as it has CPUs (`none`: the scheduler places them).
     pub bind_to_core: bool,
@@ -179,6 +182,7 @@ impl Default for Config {
             rdma_gid_index: None,
             one_sided_reads: true,
             home_migration: HOME_MIGRATION_DEFAULT,
+            lock_handoffs: 16,
             bind_to_core: true,
             tuning: Tuning::default(),
         }
@@ -224,6 +228,11 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "home_migration",
         "on or off (a page one node alone writes between barriers moves there)",
+    ),
+    (
+        "lock_handoffs",
+        "0 to 1000000 (hand-offs of a lock between threads of a node before it goes back to its \
+         manager; 0: none)",
     ),
     (
         "bind_to",
@@ -378,6 +387,7 @@ impl Config {
             "prefetch" => self.prefetch = parse_bool(value).ok_or_else(bad)?,
             "one_sided_reads" => self.one_sided_reads = parse_bool(value).ok_or_else(bad)?,
             "home_migration" => self.home_migration = parse_bool(value).ok_or_else(bad)?,
+            "lock_handoffs" => self.lock_handoffs = range(0, 1_000_000)? as u32,
             "bind_to" => {
                 self.bind_to_core = match value {
                     "core" => true,
@@ -528,6 +538,7 @@ impl Config {
                 "home_migration={}",
                 if self.home_migration { "on" } else { "off" }
             ),
+            format!("lock_handoffs={}", self.lock_handoffs),
             format!(
                 "bind_to={}",
                 if self.bind_to_core { "core" } else { "none" }

@@ -154,8 +154,15 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
     ),
     (
         "lock_acquires .. cv_waits",
-        &["lock_acquires", "barriers", "waits", "cv_waits"],
-        "locks acquired, barriers passed, jia_wait calls, waitcv calls",
+        &[
+            "lock_acquires",
+            "lock_local_handoffs",
+            "barriers",
+            "waits",
+            "cv_waits",
+        ],
+        "locks acquired (of them handed over by a thread of the node), barriers passed, jia_wait \
+         calls, waitcv calls",
     ),
     ("protect_calls", &["protect_calls"], "mprotect calls"),
     (

@@ -904,3 +904,62 @@ fn allocations_that_differ_and_are_touched_before_the_barrier_are_named() {
         }
     }
 }
+
+/// Cohort locking: a lock taken in turns by 4 threads of each of 2 nodes (each node's lock
+/// managed by the other node) passes between the threads of a node with no message, at most
+/// `lock_handoffs` times in a row; the counts under it are exact, and with hand-offs off every
+/// acquire is a message again.
+#[test]
+fn a_lock_passes_between_threads_of_a_node_without_a_message() {
+    let rounds = 500u64;
+    for (handoffs, comm) in [("16", "udp"), ("16", "tcp"), ("0", "udp")] {
+        let json = std::env::temp_dir().join(format!(
+            "dsm-cohort-{handoffs}-{comm}-{}.json",
+            std::process::id()
+        ));
+        let j = json.display().to_string();
+        let set_h = format!("lock_handoffs={handoffs}");
+        let set_c = format!("comm_type={comm}");
+        let mut cmd = std::process::Command::new(dsm_tests::bin("dsmrun"));
+        cmd.args([
+            "-n",
+            "2",
+            "--set",
+            &set_h,
+            "--set",
+            &set_c,
+            "--stats-json",
+            &j,
+        ])
+        .arg(dsm_tests::bin("probe"))
+        .arg("lock-bounce")
+        .env("PROBE_ROUNDS", rounds.to_string());
+        let out = dsm_tests::run_with_deadline(cmd, std::time::Duration::from_secs(120));
+        assert!(
+            out.status.success() && text(&out).contains("lock-bounce OK"),
+            "lock_handoffs={handoffs} {comm}: {}",
+            text(&out)
+        );
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        for (n, node) in stats["nodes"].as_array().unwrap().iter().enumerate() {
+            let acquires = node["lock_acquires"].as_u64().unwrap();
+            let local = node["lock_local_handoffs"].as_u64().unwrap();
+            let sent = node["msgs_sent"]["ACQ"].as_u64().unwrap_or(0);
+            assert_eq!(acquires, 4 * rounds, "node {n}: every acquire counted");
+            if handoffs == "0" {
+                assert_eq!(local, 0, "node {n}: hand-offs off");
+                assert_eq!(sent, acquires, "node {n}: one request per acquire");
+            } else {
+                // A hand-off or a request per acquire; with 4 threads queueing on the lock most
+                // are hand-offs (at most 16 in a row: 94%; a generous floor here).
+                assert_eq!(local + sent, acquires, "node {n}: {node}");
+                assert!(
+                    local * 4 > acquires,
+                    "node {n}: {local} of {acquires} handed over"
+                );
+            }
+        }
+    }
+}

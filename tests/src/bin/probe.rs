@@ -729,6 +729,45 @@ fn main() {
             }
             dsm.barrier();
         }
+        "lock-bounce" => {
+            // Threads of each node take one lock in turns, a lock whose manager is another node
+            // (lock 1 - id on two nodes), and count under it; the threads of the other node take
+            // theirs at the same time. Every count must be exact; the statistics tell how many
+            // took the lock with no message.
+            let (me, nodes) = (dsm.id(), dsm.nodes());
+            let rounds: u64 = std::env::var("PROBE_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2000);
+            let threads = 4;
+            let counts: SharedArray<u64> = dsm
+                .alloc(nodes * 512, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            let lock = ((me + 1) % nodes) as u16;
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    let dsm = &dsm;
+                    s.spawn(move || {
+                        for _ in 0..rounds {
+                            let _g = dsm.lock(lock);
+                            counts.set(me * 512, counts.get(me * 512) + 1);
+                        }
+                    });
+                }
+            });
+            dsm.barrier();
+            if me == 0 {
+                let all: Vec<u64> = (0..nodes).map(|n| counts.get(n * 512)).collect();
+                let want = rounds * threads as u64;
+                let ok = all.iter().all(|&c| c == want);
+                println!(
+                    "lock-bounce {} counts {all:?}, want {want} each",
+                    if ok { "OK" } else { "FAILED" }
+                );
+            }
+            dsm.barrier();
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
