@@ -963,3 +963,40 @@ fn a_lock_passes_between_threads_of_a_node_without_a_message() {
         }
     }
 }
+
+/// Coherence with concurrent threads: a thread keeps writing a page (homed elsewhere, with no
+/// lock) while another thread of its node releases a lock 2,000 times (each release protects and
+/// diffs the page) and acquires it after the other node's writes to the same page under the lock
+/// (each acquire invalidates it). No write of the first thread is lost (protect, then diff: a
+/// store in between faults and waits), on UDP and TCP.
+#[test]
+fn no_write_is_lost_while_another_thread_of_the_node_flushes_or_invalidates_its_page() {
+    for comm in ["udp", "tcp"] {
+        let set = format!("comm_type={comm}");
+        let out = dsmrun(
+            2,
+            &["--set", &set, "--set", "prefetch=off", "--stats"],
+            "probe",
+            &["write-while-flush"],
+        );
+        assert!(
+            out.status.success() && text(&out).contains("write-while-flush OK"),
+            "{comm}: {}",
+            text(&out)
+        );
+        // The page was flushed and invalidated under the writer's feet, many times.
+        let row = |name: &str| -> u64 {
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(
+            row("invalidations") >= 1000 && row("diffs_sent") >= 1000,
+            "{comm}: node 1's page was not flushed and invalidated often: {}",
+            text(&out)
+        );
+    }
+}

@@ -768,6 +768,59 @@ fn main() {
             }
             dsm.barrier();
         }
+        "write-while-flush" => {
+            // Node 1's thread A counts in its word of a page homed at node 0, with no lock, while
+            // node 1's thread B takes and releases a lock over and over (each release protects
+            // and diffs node 1's written pages, A's among them) and node 0 writes another word
+            // of the same page under that lock (so B's acquires invalidate the page A writes).
+            // No write of A's may be lost: after the barrier node 0 reads A's count.
+            let (me, nodes) = (dsm.id(), dsm.nodes());
+            let rounds = 2000;
+            let page: SharedArray<u64> = dsm
+                .alloc(512, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            let writer = nodes - 1;
+            let done = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                if me == writer {
+                    s.spawn(|| {
+                        let mut k = 0;
+                        while done.load(Ordering::Relaxed) == 0 {
+                            k += 1;
+                            page.set(0, k);
+                        }
+                        page.set(1, k);
+                        dsm.barrier_threads(2);
+                    });
+                    s.spawn(|| {
+                        for _ in 0..rounds {
+                            let _g = dsm.lock(1);
+                            page.set(8 + writer, page.get(8 + writer) + 1);
+                        }
+                        done.store(1, Ordering::Relaxed);
+                        dsm.barrier_threads(2);
+                    });
+                } else {
+                    for _ in 0..rounds {
+                        let _g = dsm.lock(1);
+                        page.set(8 + me, page.get(8 + me) + 1);
+                    }
+                    dsm.barrier();
+                }
+            });
+            if me == 0 {
+                let (got, want) = (page.get(0), page.get(1));
+                let under_lock: u64 = (0..nodes).map(|k| page.get(8 + k)).sum();
+                let ok = got == want && want > 0 && under_lock == (rounds * nodes) as u64;
+                println!(
+                    "write-while-flush {} count {got} of {want}, {under_lock} increments under \
+                     the lock",
+                    if ok { "OK" } else { "FAILED" }
+                );
+            }
+            dsm.barrier();
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
