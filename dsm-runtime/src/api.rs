@@ -690,7 +690,7 @@ impl Dsm {
     /// `jia_lock` without a guard (for the C interface): pair with [`Dsm::unlock_raw`]. A lock
     /// this thread holds or asks for already is an error.
     pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
-        let _w = progress::waiting(format!("jia_lock({lock})"));
+        let _w = progress::waiting_for_lock(lock);
         self.call(Call::Lock(LockId(lock))).map(drop)
     }
 
@@ -793,7 +793,7 @@ impl Dsm {
     /// sees the writes made before the [`Dsm::setcv`] (example there).
     #[track_caller]
     pub fn waitcv(&self, cv: u16) {
-        let _w = progress::waiting(format!("jia_waitcv({cv})"));
+        let _w = progress::waiting_for_cv(cv);
         self.call_or_die(Call::WaitCv(CvId(cv)));
     }
 

@@ -15,38 +15,88 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::door::slots::Use;
-use crate::door::{self, SLOTS};
+use crate::door::{self, MAX_THREADS, SLOTS};
 use crate::sys;
 
-/// What each slot's thread waits for, while it is in a waiting call.
+/// What each slot's thread waits for, while it is in a waiting call (the calls that are not
+/// made often: barriers, messages, exit).
 static WAITS: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
 
+/// The waits of the frequent calls, one word per slot (a kind in the high half, its argument in
+/// the low half; 0: none): a lock or a condition variable is registered with one store, no
+/// allocation and no lock, and spelled only when the service thread reports.
+static WAITING_ON: [AtomicU64; MAX_THREADS] = [const { AtomicU64::new(0) }; MAX_THREADS];
+
+/// `WAITING_ON`'s kinds.
+const LOCK: u64 = 1 << 32;
+const WAITCV: u64 = 2 << 32;
+
 /// A thread's registration as waiting; dropped when its call returns.
-pub(crate) struct Waiting(Option<usize>);
+pub(crate) enum Waiting {
+    /// The calling thread has no slot: nothing registered.
+    Unseen,
+    /// In `WAITS`.
+    Text(usize),
+    /// In `WAITING_ON`.
+    Word(usize),
+}
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if let Some(slot) = self.0 {
-            WAITS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&slot);
+        match *self {
+            Waiting::Unseen => {}
+            Waiting::Text(slot) => {
+                WAITS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&slot);
+            }
+            Waiting::Word(slot) => WAITING_ON[slot].store(0, Ordering::Release),
         }
     }
 }
 
-/// Registers the calling thread as waiting for `what` (e.g. `jia_lock(3)`) until the guard drops.
+/// Registers the calling thread as waiting for `what` (e.g. `jia_barrier`) until the guard drops.
 pub(crate) fn waiting(what: impl Into<String>) -> Waiting {
-    let slot = door::my_slot();
-    if let Some(s) = slot {
-        WAITS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(s, what.into());
+    let Some(s) = door::my_slot() else {
+        return Waiting::Unseen;
+    };
+    WAITS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(s, what.into());
+    Waiting::Text(s)
+}
+
+/// Registers the calling thread as waiting in `jia_lock(lock)`.
+pub(crate) fn waiting_for_lock(lock: u16) -> Waiting {
+    waiting_on(LOCK | u64::from(lock))
+}
+
+/// Registers the calling thread as waiting in `jia_waitcv(cv)`.
+pub(crate) fn waiting_for_cv(cv: u16) -> Waiting {
+    waiting_on(WAITCV | u64::from(cv))
+}
+
+fn waiting_on(word: u64) -> Waiting {
+    let Some(s) = door::my_slot() else {
+        return Waiting::Unseen;
+    };
+    WAITING_ON[s].store(word, Ordering::Release);
+    Waiting::Word(s)
+}
+
+/// A wait word, spelled.
+fn spelled(word: u64) -> String {
+    let arg = word & 0xffff_ffff;
+    match word & !0xffff_ffff {
+        LOCK => format!("jia_lock({arg})"),
+        WAITCV => format!("jia_waitcv({arg})"),
+        _ => format!("an unknown call ({word:#x})"),
     }
-    Waiting(slot)
 }
 
 /// What the node waits for, if every live thread that uses the DSM is in a waiting call: each
@@ -56,9 +106,23 @@ pub(crate) fn node_waits() -> Option<String> {
     let mut what = Vec::new();
     for (i, u) in SLOTS.uses() {
         match u {
-            Use::Held { tid } if sys::thread_exists(tid) => what.push(waits.get(&i)?.clone()),
+            Use::Held { tid } if sys::thread_exists(tid) => {
+                match WAITING_ON[i].load(Ordering::Acquire) {
+                    0 => what.push(waits.get(&i)?.clone()),
+                    word => what.push(spelled(word)),
+                }
+            }
             _ => {}
         }
     }
     (!what.is_empty()).then(|| what.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wait_words_are_spelled_as_the_calls() {
+        assert_eq!(super::spelled(super::LOCK | 7), "jia_lock(7)");
+        assert_eq!(super::spelled(super::WAITCV | 15), "jia_waitcv(15)");
+    }
 }
