@@ -119,7 +119,7 @@ fn payload_len(msg: &Msg) -> usize {
         | Msg::Migrated { .. }
         | Msg::MigrateGrant { .. } => 4,
         Msg::SetCv { notices, .. } => 2 + 4 + 4 * notices.len(),
-        Msg::ResetCv { .. } => 2,
+        Msg::ResetCv { .. } | Msg::LockWanted { .. } => 2,
         Msg::WaitCv { .. } => 2 + 4,
         Msg::CvGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Exit { stats } => 4 + 8 * stats.len(),
@@ -214,6 +214,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             put_pages(out, notices);
         }
         Msg::ResetCv { cv } => out.extend_from_slice(&cv.0.to_le_bytes()),
+        Msg::LockWanted { lock } => out.extend_from_slice(&lock.0.to_le_bytes()),
         Msg::WaitCv { cv, seen } => {
             out.extend_from_slice(&cv.0.to_le_bytes());
             out.extend_from_slice(&seen.to_le_bytes());
@@ -437,6 +438,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             notices: r.pages()?,
         },
         MsgKind::ResetCv => Msg::ResetCv { cv: r.cv()? },
+        MsgKind::LockWanted => Msg::LockWanted { lock: r.lock()? },
         MsgKind::WaitCv => Msg::WaitCv {
             cv: r.cv()?,
             seen: r.u32()?,

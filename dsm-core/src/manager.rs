@@ -182,6 +182,13 @@ impl Managers {
                 "node already holds or awaits the lock",
             ));
         } else {
+            // The holder learns that another node waits (once per holding): its threads stop
+            // passing the lock among themselves after a bounded number of hand-offs.
+            if m.queue.is_empty() {
+                if let Some(holder) = m.holder {
+                    out.push((holder, Msg::LockWanted { lock }));
+                }
+            }
             m.queue.push_back((from, seen, epoch));
         }
         Ok(Managed::Done)
@@ -228,6 +235,10 @@ impl Managers {
         m.holder = None;
         if let Some((next, seen, epoch)) = m.queue.pop_front() {
             Self::grant_lock(m, lock, next, seen, epoch, out);
+            // Others still wait: the new holder is told at once (after its grant, in order).
+            if !m.queue.is_empty() {
+                out.push((next, Msg::LockWanted { lock }));
+            }
         }
         Ok(Managed::Done)
     }
@@ -471,7 +482,16 @@ mod tests {
         let mut out = Outbox::new();
         m.on_acquire(NodeId(0), l, 0, 0, &mut out).unwrap();
         m.on_acquire(NodeId(2), l, 0, 0, &mut out).unwrap();
-        assert_eq!(out.len(), 1, "one grant, to the first asker: {out:?}");
+        assert_eq!(
+            out.iter()
+                .map(|(to, m)| (*to, m.kind()))
+                .collect::<Vec<_>>(),
+            vec![
+                (NodeId(0), MsgKind::AcquireGrant),
+                (NodeId(0), MsgKind::LockWanted)
+            ],
+            "one grant, to the first asker, then word that another node waits: {out:?}"
+        );
         out.clear();
         m.on_release(NodeId(0), l, 0, (vec![PageNum(7)], vec![]), 0, &mut out)
             .unwrap();

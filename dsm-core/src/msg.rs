@@ -123,6 +123,13 @@ pub enum Msg {
         /// The barrier's epoch.
         epoch: u32,
     },
+    /// LOCKWANTED: another node waits for `lock`, which the receiver was granted: the
+    /// receiver's threads pass it among themselves only a bounded number of times more before
+    /// it goes back to the manager (see `CoreConfig::lock_handoffs`).
+    LockWanted {
+        /// The lock.
+        lock: LockId,
+    },
     /// WAIT: a barrier without coherence.
     Wait {
         /// The wait's sequence number.
@@ -230,11 +237,13 @@ pub enum MsgKind {
     Migrated,
     /// [`Msg::MigrateGrant`]
     MigrateGrant,
+    /// [`Msg::LockWanted`]
+    LockWanted,
 }
 
 impl MsgKind {
     /// Every kind, in wire order.
-    pub const ALL: [MsgKind; 21] = [
+    pub const ALL: [MsgKind; 22] = [
         MsgKind::GetPage,
         MsgKind::GetPageGrant,
         MsgKind::Diff,
@@ -256,6 +265,7 @@ impl MsgKind {
         MsgKind::Send,
         MsgKind::Migrated,
         MsgKind::MigrateGrant,
+        MsgKind::LockWanted,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -294,6 +304,7 @@ impl MsgKind {
             MsgKind::Send => "SEND",
             MsgKind::Migrated => "MIGRATED",
             MsgKind::MigrateGrant => "MIGRGRANT",
+            MsgKind::LockWanted => "LOCKWANTED",
         }
     }
 }
@@ -323,6 +334,7 @@ impl Msg {
             Msg::Send { .. } => MsgKind::Send,
             Msg::Migrated { .. } => MsgKind::Migrated,
             Msg::MigrateGrant { .. } => MsgKind::MigrateGrant,
+            Msg::LockWanted { .. } => MsgKind::LockWanted,
         }
     }
 }

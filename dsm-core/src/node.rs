@@ -74,7 +74,8 @@ pub struct CoreConfig {
     /// it.
     pub home_migration: bool,
     /// Cohort locking: a lock released by a thread of this node while another thread of it
-    /// waits passes to that thread with no message, at most this many times in a row before it
+    /// waits passes to that thread with no message while no other node waits for it, and at
+    /// most this many times more once its manager says one does (`Msg::LockWanted`); then it
     /// goes back to its manager (0: every release goes to the manager).
     pub lock_handoffs: u32,
 }
@@ -706,6 +707,7 @@ impl<M: PageMemory> Node<M> {
                 self.managed(|m, o| m.on_set_cv(from, cv, notices, node_epoch, o))
             }
             Msg::ResetCv { cv } => self.managed(|m, _| m.on_reset_cv(from, cv)),
+            Msg::LockWanted { lock } => self.on_lock_wanted(from, lock),
             Msg::WaitCv { cv, seen } => self.managed(|m, o| m.on_wait_cv(from, cv, seen, o)),
             Msg::CvGrant {
                 cv,

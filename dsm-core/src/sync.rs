@@ -33,8 +33,12 @@ pub(crate) struct LocalLock {
     pub sent: u32,
     /// The lock's release counter at our last grant.
     pub seen: u32,
-    /// Hand-offs to another thread of this node since the lock came here (cohort locking).
+    /// Hand-offs to another thread of this node since another node was known to wait for the
+    /// lock (cohort locking).
     pub handoffs: u32,
+    /// Another node waits for the lock (its manager said so, `Msg::LockWanted`, since the
+    /// grant).
+    pub wanted: bool,
 }
 
 /// A condition variable as seen by this node's threads.
@@ -155,14 +159,16 @@ impl<M: PageMemory> Node<M> {
             return Err(UsageError::LockNotHeld(lock));
         }
         // Cohort locking: another thread of this node waits for the lock; it takes it here, with
-        // no message and no flush (the threads share this node's memory), up to
-        // `lock_handoffs` times in a row; then the lock goes back to its manager, so a node that
-        // waits for it gets it. The writes of every local holder go out at that release (its
-        // notices cover every interval since the last one).
+        // no message and no flush (the threads share this node's memory): as long as no other
+        // node waits, and `lock_handoffs` times more once one does (its manager says so); then
+        // the lock goes back to its manager, so the waiting node gets it. The writes of every
+        // local holder go out at that release (its notices cover every interval since the last
+        // one).
+        let limit = self.cfg.lock_handoffs;
         let l = &mut self.sync.locks[i];
-        if l.handoffs < self.cfg.lock_handoffs {
+        if limit > 0 && (!l.wanted || l.handoffs < limit) {
             if let Some((next, since)) = l.queue.pop_front() {
-                l.handoffs += 1;
+                l.handoffs += u32::from(l.wanted);
                 l.holder = Some(next);
                 self.stats.lock_acquires += 1;
                 self.stats.lock_local_handoffs += 1;
@@ -173,6 +179,7 @@ impl<M: PageMemory> Node<M> {
             }
         }
         l.handoffs = 0;
+        l.wanted = false;
         self.sync.locks[i].holder = None;
         self.sync.locks[i].releasing = true;
         self.flush_writes(now, false);
@@ -312,9 +319,34 @@ impl<M: PageMemory> Node<M> {
         };
         l.holder = Some(waiter);
         l.seen = counter;
+        l.wanted = false;
+        l.handoffs = 0;
         self.stats.lock_acquires += 1;
         self.stats.lock_wait_ns += now.since(since);
         self.resume(waiter);
+        Ok(())
+    }
+
+    /// The manager of `lock` says another node waits for it (`Msg::LockWanted`): if a thread
+    /// of this node holds it, the lock passes between this node's threads only a bounded number
+    /// of times more. (One that came after this node released the lock is stale: ignored.)
+    pub(crate) fn on_lock_wanted(
+        &mut self,
+        from: NodeId,
+        lock: LockId,
+    ) -> Result<(), ProtocolError> {
+        if from != self.manager_of(lock.0) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::LockWanted,
+                why: "lock not managed by that node",
+            });
+        }
+        let l = &mut self.sync.locks[usize::from(lock.0)];
+        if l.holder.is_some() && !l.wanted {
+            l.wanted = true;
+            l.handoffs = 0;
+        }
         Ok(())
     }
 

@@ -19,7 +19,7 @@ fn pages(rng: &mut Rng) -> Vec<PageNum> {
 fn random_msg(rng: &mut Rng, i: u64) -> Msg {
     let lock = LockId(rng.below(64) as u16);
     let cv = CvId(rng.below(16) as u16);
-    match i % 21 {
+    match i % 22 {
         0 => Msg::GetPage {
             access: if rng.chance(50) {
                 Access::Read
@@ -130,6 +130,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         19 => Msg::MigrateGrant {
             epoch: rng.next_u64() as u32,
         },
+        21 => Msg::LockWanted { lock },
         17 => Msg::Send {
             channel: [Channel::Send, Channel::Bcast, Channel::Reduce][rng.below(3) as usize],
             tag: rng.next_u64() as i32,

@@ -117,7 +117,8 @@ pub struct Config {
     /// there (JIAJIA 2.1's `jia_config(HMIG, ON)`).
     pub home_migration: bool,
     /// `lock_handoffs`: a lock released by a thread while another thread of its node waits
-    /// passes to it with no message, this many times in a row at most (0: never).
+    /// passes to it with no message while no other node waits, and this many times more once
+    /// one does (0: never).
     pub lock_handoffs: u32,
     /// `bind_to`: `core` pins each node dsmrun starts to a CPU of its own when a host runs
     /// between 2 and as many nodes as it has CPUs (`none`: the scheduler places them).
@@ -231,8 +232,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "lock_handoffs",
-        "0 to 1000000 (hand-offs of a lock between threads of a node before it goes back to its \
-         manager; 0: none)",
+        "0 to 1000000 (hand-offs of a lock between threads of a node once another node waits \
+         for it, before it goes back to its manager; 0: none at all)",
     ),
     (
         "bind_to",

@@ -768,6 +768,41 @@ fn main() {
             }
             dsm.barrier();
         }
+        "lock-wanted" => {
+            // Node 0's 4 threads pass lock 0 around among themselves until node 1, which asks
+            // for it once, has set the flag under it: node 1 must get the lock (the hand-offs
+            // stop a bounded number of times after its request), or node 0 loops for ever.
+            let me = dsm.id();
+            let flag: SharedArray<u64> = dsm
+                .alloc(1, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            if me == 0 {
+                let turns = AtomicUsize::new(0);
+                std::thread::scope(|s| {
+                    for _ in 0..4 {
+                        s.spawn(|| {
+                            loop {
+                                let _g = dsm.lock(0);
+                                turns.fetch_add(1, Ordering::Relaxed);
+                                if flag.get(0) == 1 {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                });
+                println!(
+                    "lock-wanted OK node 1 got the lock after {} turns of node 0's threads",
+                    turns.load(Ordering::Relaxed)
+                );
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let _g = dsm.lock(0);
+                flag.set(0, 1);
+            }
+            dsm.barrier();
+        }
         "write-while-flush" => {
             // Node 1's thread A counts in its word of a page homed at node 0, with no lock, while
             // node 1's thread B takes and releases a lock over and over (each release protects
