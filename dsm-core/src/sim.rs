@@ -39,6 +39,9 @@ pub enum Op {
     Unlock(LockId),
     /// `jia_barrier`.
     Barrier,
+    /// `jia_barrier_threads(T)`: the node's threads meet (as the runtime's `team` does: the
+    /// others wait while the last to arrive does the node's barrier), then every node's.
+    BarrierThreads(u16),
     /// `jia_wait`.
     Wait,
     /// `jia_setcv`.
@@ -196,6 +199,8 @@ pub struct Cluster {
     pub drop_per_mille: u64,
     /// The statistics node 0 reported at exit.
     pub job_stats: Option<Vec<Stats>>,
+    /// Per node, the threads waiting in `Op::BarrierThreads` for the others of their node.
+    team: Vec<Vec<usize>>,
     /// How many times each thread was resumed (for tests of waiting).
     pub resumes: u64,
     /// Serve GETPs as one-sided reads (RDMA READ): the home's memory is read when the request
@@ -238,6 +243,7 @@ impl Cluster {
             trace: None,
             drop_per_mille: 0,
             job_stats: None,
+            team: vec![Vec::new(); usize::from(n)],
             resumes: 0,
             one_sided_reads: false,
         }
@@ -492,6 +498,18 @@ impl Cluster {
             Op::Lock(l) => node.acquire(now, l, waiter).map_err(usage)?,
             Op::Unlock(l) => node.release(now, l, waiter).map_err(usage)?,
             Op::Barrier => node.barrier(now, waiter).map_err(usage)?,
+            Op::BarrierThreads(threads) => {
+                let team = &mut self.team[n];
+                team.push(t);
+                if team.len() == usize::from(threads) {
+                    // The last of the node: the node's barrier; the others leave with it.
+                    node.barrier(now, waiter).map_err(usage)?;
+                } else if team.len() > usize::from(threads) {
+                    return Err(SimError::Protocol(format!(
+                        "node {n}: more threads than {threads} in one barrier of threads"
+                    )));
+                }
+            }
             Op::Wait => node.wait(now, waiter).map_err(usage)?,
             Op::SetCv(c) => node.setcv(now, c, waiter).map_err(usage)?,
             Op::ResetCv(c) => node.resetcv(now, c, waiter).map_err(usage)?,
@@ -549,7 +567,17 @@ impl Cluster {
                     let th = &mut self.threads[n][waiter.0 as usize];
                     match th.blocked.take() {
                         Some(b) if b.waiter == waiter => {
-                            if !b.retry && matches!(th.ops.pop_front(), Some(Op::Recv { .. })) {
+                            let done = if b.retry { None } else { th.ops.pop_front() };
+                            if let Some(Op::BarrierThreads(_)) = done {
+                                // The node's barrier is done: the node's other threads leave.
+                                for other in std::mem::take(&mut self.team[n]) {
+                                    let o = &mut self.threads[n][other];
+                                    if other != waiter.0 as usize {
+                                        o.blocked = None;
+                                        o.ops.pop_front();
+                                    }
+                                }
+                            } else if matches!(done, Some(Op::Recv { .. })) {
                                 let letter =
                                     self.nodes[n].take_letter(waiter).ok_or_else(|| {
                                         SimError::Protocol(format!(
