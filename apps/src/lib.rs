@@ -204,7 +204,7 @@ fn command(
 }
 
 /// The apps whose work is split among the threads of a node (`--threads T`).
-const THREADED: &[&str] = &["matmul", "sor", "pi"];
+const THREADED: &[&str] = &["matmul", "sor", "lu", "pi"];
 
 /// Threads per node, from `--threads` (or `DSM_THREADS`).
 static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);

@@ -515,6 +515,7 @@ fn threads_inside_nodes_are_exact() {
         for (app, args, want) in [
             ("sor", vec!["96", "6"], "sor OK"),
             ("matmul", vec!["128"], "matmul OK f64 n=128"),
+            ("lu", vec!["128", "16"], "lu OK"),
             ("pi", vec!["1000000"], "pi OK"),
         ] {
             let mut a: Vec<&str> = args.clone();

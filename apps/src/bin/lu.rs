@@ -329,14 +329,47 @@ fn main() {
         }
         let t1 = dsm.clock();
         let next = (k + 1) * b..((k + 2) * b).min(n);
-        if owner(next.start) == me {
-            update_rows(&a, k, next.clone());
-            factor_panel(&a, k + 1);
-            if let Some(s) = &signals {
-                dsm.setcv(s.cv(k + 1));
+        let look_ahead = || {
+            if owner(next.start) == me {
+                update_rows(&a, k, next.clone());
+                factor_panel(&a, k + 1);
+                if let Some(s) = &signals {
+                    dsm.setcv(s.cv(k + 1));
+                }
+            }
+        };
+        let mine: Vec<usize> = (next.end..n).filter(|&i| owner(i) == me).collect();
+        match dsm_apps::threads() {
+            1 => {
+                look_ahead();
+                update_rows(&a, k, mine.iter().copied());
+            }
+            // The node's threads: this one first does the look-ahead (the next panel, on the
+            // critical path); every thread takes rows of the trailing update a chunk at a time
+            // (each row by one thread; the pivot rows only read); joined before the step's
+            // barrier.
+            threads => {
+                let taken = std::sync::atomic::AtomicUsize::new(0);
+                let chunk = b.clamp(1, 16);
+                let work = || {
+                    loop {
+                        let lo = taken.fetch_add(chunk, std::sync::atomic::Ordering::Relaxed);
+                        if lo >= mine.len() {
+                            break;
+                        }
+                        let hi = (lo + chunk).min(mine.len());
+                        update_rows(&a, k, mine[lo..hi].iter().copied());
+                    }
+                };
+                std::thread::scope(|s| {
+                    for _ in 1..threads {
+                        s.spawn(work);
+                    }
+                    look_ahead();
+                    work();
+                });
             }
         }
-        update_rows(&a, k, (next.end..n).filter(|&i| owner(i) == me));
         let t2 = dsm.clock();
         match &signals {
             Some(s) if s.group_ends(k) => {
@@ -392,7 +425,13 @@ fn main() {
         &dsm,
         "lu",
         ok,
-        &format!("n={n} block={b} time={elapsed:.3}s"),
+        &format!(
+            "n={n} block={b}{} time={elapsed:.3}s",
+            match dsm_apps::threads() {
+                1 => String::new(),
+                t => format!(" threads={t}"),
+            }
+        ),
     );
     dsm.exit();
 }
