@@ -1011,3 +1011,19 @@ fn no_write_is_lost_while_another_thread_of_the_node_flushes_or_invalidates_its_
         );
     }
 }
+
+/// Threads of every node send, receive and wait on a condition variable at once (the calls a
+/// thread may make beside faults, locks and barriers), on 2 and 4 nodes, UDP and TCP.
+#[test]
+fn threads_of_a_node_send_receive_and_wait_on_condition_variables_at_once() {
+    for (nodes, comm) in [(2, "udp"), (4, "udp"), (2, "tcp")] {
+        let set = format!("comm_type={comm}");
+        let out = dsmrun(nodes, &["--set", &set], "probe", &["threads-sync"]);
+        assert!(
+            out.status.success()
+                && text(&out).contains("threads-sync OK letters true condition variable true"),
+            "{nodes} nodes {comm}: {}",
+            text(&out)
+        );
+    }
+}

@@ -768,6 +768,55 @@ fn main() {
             }
             dsm.barrier();
         }
+        "threads-sync" => {
+            // Threads of every node use the other calls at once: one thread of each node sends
+            // a letter to the next node while another receives from the previous one; node 0's
+            // first thread writes a word and sets a condition variable that a second thread of
+            // every other node waits on and then reads the word; then a barrier of the threads.
+            let (me, nodes) = (dsm.id(), dsm.nodes());
+            let got: SharedArray<u64> = dsm
+                .alloc(nodes * 512, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            let word: SharedArray<u64> = dsm
+                .alloc(1, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            let (next, prev) = ((me + 1) % nodes, (me + nodes - 1) % nodes);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    dsm.send(next, 7, &(me as u64).to_le_bytes());
+                    if me == 0 {
+                        word.set(0, 42);
+                        dsm.setcv(2);
+                    }
+                    dsm.barrier_threads(3);
+                });
+                s.spawn(|| {
+                    let letter = dsm.recv(Some(prev), Some(7));
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&letter.data[..8]);
+                    got.set(me * 512, u64::from_le_bytes(b) + 1);
+                    dsm.barrier_threads(3);
+                });
+                s.spawn(|| {
+                    if me != 0 {
+                        dsm.waitcv(2);
+                        got.set(me * 512 + 1, word.get(0));
+                    }
+                    dsm.barrier_threads(3);
+                });
+            });
+            if me == 0 {
+                let letters_ok =
+                    (0..nodes).all(|n| got.get(n * 512) == ((n + nodes - 1) % nodes) as u64 + 1);
+                let cv_ok = (1..nodes).all(|n| got.get(n * 512 + 1) == 42);
+                println!(
+                    "threads-sync {} letters {letters_ok} condition variable {cv_ok}",
+                    if letters_ok && cv_ok { "OK" } else { "FAILED" }
+                );
+            }
+            dsm.barrier();
+        }
         "lock-wanted" => {
             // Node 0's 4 threads pass lock 0 around among themselves until node 1, which asks
             // for it once, has set the flag under it: node 1 must get the lock (the hand-offs
