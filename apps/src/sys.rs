@@ -1,5 +1,5 @@
-//! The apps' one unsafe call: the GEMM crate's raw-pointer interface, behind a safe function
-//! that checks the slices it is given.
+//! The apps' unsafe code: the GEMM crate's raw-pointer interface, behind a safe function
+//! that checks the slices it is given; and the rows a plain threads program shares.
 
 /// `c = a x b` for row-major `a` (`m x k`), `b` (`k x n`) and `c` (`m x n`), with
 /// `matrixmultiply` (chosen over `gemm` 0.18 by measurement on this machine, single-threaded:
@@ -109,5 +109,53 @@ mod tests {
         }
         f64::gemm(m, k - 1, n, &a[1..], k, &b[n..], &mut d, true);
         assert_eq!(c, d);
+    }
+}
+
+/// A grid of rows shared by the threads of a plain (no DSM) program that write disjoint cells
+/// between barriers: the ceiling the DSM's threads are measured against (`plain`).
+pub struct SharedRows<'a> {
+    ptr: *mut f64,
+    len: usize,
+    width: usize,
+    _grid: std::marker::PhantomData<&'a mut [f64]>,
+}
+
+// SAFETY: the pointer is to memory borrowed mutably for 'a; which thread touches which cells is
+// the caller's promise at each access (`row_and_neighbours`).
+unsafe impl Send for SharedRows<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRows<'_> {}
+
+impl<'a> SharedRows<'a> {
+    /// The rows of `grid`, `width` cells each.
+    pub fn new(grid: &'a mut [f64], width: usize) -> SharedRows<'a> {
+        SharedRows {
+            ptr: grid.as_mut_ptr(),
+            len: grid.len(),
+            width,
+            _grid: std::marker::PhantomData,
+        }
+    }
+
+    /// Rows `i - 1`, `i` (to write) and `i + 1`.
+    ///
+    /// # Safety
+    ///
+    /// Until the returned slices are dropped, no other thread writes rows `i - 1` and `i + 1`
+    /// nor touches row `i` (red-black SOR between barriers, rows banded over threads: a
+    /// neighbour's cells read here are of the colour nobody writes in this half-sweep).
+    pub unsafe fn row_and_neighbours(&self, i: usize) -> (&[f64], &mut [f64], &[f64]) {
+        let w = self.width;
+        assert!(i >= 1 && (i + 2) * w <= self.len, "row {i} out of the grid");
+        // SAFETY: the three rows lie inside the grid (checked above) and do not overlap; the
+        // caller promises no other thread writes the rows read nor touches the row written.
+        unsafe {
+            (
+                std::slice::from_raw_parts(self.ptr.add((i - 1) * w), w),
+                std::slice::from_raw_parts_mut(self.ptr.add(i * w), w),
+                std::slice::from_raw_parts(self.ptr.add((i + 1) * w), w),
+            )
+        }
     }
 }
