@@ -145,6 +145,10 @@ impl<'a> SharedRows<'a> {
     /// Until the returned slices are dropped, no other thread writes rows `i - 1` and `i + 1`
     /// nor touches row `i` (red-black SOR between barriers, rows banded over threads: a
     /// neighbour's cells read here are of the colour nobody writes in this half-sweep).
+    #[allow(
+        clippy::mut_from_ref,
+        reason = "threads share the grid; which rows each writes is the caller's promise"
+    )]
     pub unsafe fn row_and_neighbours(&self, i: usize) -> (&[f64], &mut [f64], &[f64]) {
         let w = self.width;
         assert!(i >= 1 && (i + 2) * w <= self.len, "row {i} out of the grid");
