@@ -80,38 +80,6 @@ macro_rules! gemm_for {
 gemm_for!(f64, matrixmultiply::dgemm);
 gemm_for!(f32, matrixmultiply::sgemm);
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_product_of_small_integers_is_exact() {
-        let (m, k, n) = (3, 4, 5);
-        let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 - 3.0).collect();
-        let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 - 2.0).collect();
-        let mut c = vec![9.0; m * n];
-        f64::gemm(m, k, n, &a, k, &b, &mut c, false);
-        let want = |i: usize, j: usize, l: std::ops::Range<usize>| -> f64 {
-            l.map(|l| a[i * k + l] * b[l * n + j]).sum()
-        };
-        for i in 0..m {
-            for j in 0..n {
-                assert_eq!(c[i * n + j], want(i, j, 0..k));
-            }
-        }
-        // In two parts: columns 0..1 of a with row 0 of b, then the rest accumulated.
-        let mut d = vec![9.0; m * n];
-        f64::gemm(m, 1, n, &a, k, &b, &mut d, false);
-        for i in 0..m {
-            for j in 0..n {
-                assert_eq!(d[i * n + j], want(i, j, 0..1));
-            }
-        }
-        f64::gemm(m, k - 1, n, &a[1..], k, &b[n..], &mut d, true);
-        assert_eq!(c, d);
-    }
-}
-
 /// A grid of rows shared by the threads of a plain (no DSM) program that write disjoint cells
 /// between barriers: the ceiling the DSM's threads are measured against (`plain`).
 pub struct SharedRows<'a> {
@@ -161,5 +129,37 @@ impl<'a> SharedRows<'a> {
                 std::slice::from_raw_parts(self.ptr.add((i + 1) * w), w),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_product_of_small_integers_is_exact() {
+        let (m, k, n) = (3, 4, 5);
+        let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 - 3.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 - 2.0).collect();
+        let mut c = vec![9.0; m * n];
+        f64::gemm(m, k, n, &a, k, &b, &mut c, false);
+        let want = |i: usize, j: usize, l: std::ops::Range<usize>| -> f64 {
+            l.map(|l| a[i * k + l] * b[l * n + j]).sum()
+        };
+        for i in 0..m {
+            for j in 0..n {
+                assert_eq!(c[i * n + j], want(i, j, 0..k));
+            }
+        }
+        // In two parts: columns 0..1 of a with row 0 of b, then the rest accumulated.
+        let mut d = vec![9.0; m * n];
+        f64::gemm(m, 1, n, &a, k, &b, &mut d, false);
+        for i in 0..m {
+            for j in 0..n {
+                assert_eq!(d[i * n + j], want(i, j, 0..1));
+            }
+        }
+        f64::gemm(m, k - 1, n, &a[1..], k, &b[n..], &mut d, true);
+        assert_eq!(c, d);
     }
 }
