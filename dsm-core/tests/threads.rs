@@ -4,20 +4,24 @@
 //! cache, prefetch on or off, home migration on or off, cohort locking with `lock_handoffs` 0, 1,
 //! 2 or 16, and phases separated by barriers of every thread of every node
 //! (`Op::BarrierThreads`, as `jia_barrier_threads`). In each phase every shared word has a role:
-//! read-only, owned by one thread of one node, or protected by one lock (taken by threads of any
-//! node, nested locks in order). Such programs are data-race free, so every read must return what
+//! read-only, owned by one thread of one node, protected by one lock (taken by threads of any
+//! node, nested locks in order), or written by one thread before it sets the phase's condition
+//! variable and read by the threads that wait on it. Such programs are data-race free, so every read must return what
 //! the simulator's sequential reference says; at the end every thread reads every word.
 //!
 //! `DSM_SIM_CASES=N` runs N cases (default 1000), `DSM_SIM_SEED=S` the case with seed S.
 
 use dsm_core::sim::{Cluster, Op, Rng};
-use dsm_core::{AllocPolicy, GlobalAddr, LockId, NodeId, PAGE_SIZE};
+use dsm_core::{AllocPolicy, CvId, GlobalAddr, LockId, NodeId, PAGE_SIZE};
 
 #[derive(Clone, Copy, Debug)]
 enum Role {
     ReadOnly,
     Owned(u16, usize),
     Locked(u16),
+    /// Written by one thread of one node before it sets the phase's condition variable; read
+    /// by the threads that wait on it, after the wait.
+    Signalled(u16, usize),
 }
 
 /// What one case did, for the check that the generator exercises the protocol.
@@ -27,6 +31,7 @@ struct Seen {
     handoffs: u64,
     moved: u64,
     messages: u64,
+    cv_waits: u64,
 }
 
 fn run_case(seed: u64) -> Result<Seen, String> {
@@ -83,20 +88,48 @@ fn run_case(seed: u64) -> Result<Seen, String> {
         .map_err(|e| format!("{e}: {describe}"))?;
     let team = Op::BarrierThreads(threads as u16);
     let mut value = seed << 16;
-    for _ in 0..1 + rng.below(4) {
+    for phase in 0..1 + rng.below(4) {
+        // The phase's condition variable (a fresh one each phase: set once, never reset), its
+        // setter, and which threads wait on it.
+        let cv = CvId(phase as u16);
+        let setter = (
+            rng.below(u64::from(nodes)) as u16,
+            rng.below(threads as u64) as usize,
+        );
+        let waits = |n: u16, t: usize, rng: &mut Rng| (n, t) != setter && rng.chance(30);
         let roles: Vec<Role> = words
             .iter()
-            .map(|_| match rng.below(3) {
-                0 => Role::ReadOnly,
-                1 => Role::Owned(
-                    rng.below(u64::from(nodes)) as u16,
-                    rng.below(threads as u64) as usize,
-                ),
-                _ => Role::Locked(locks[rng.below(locks.len() as u64) as usize]),
+            .map(|_| {
+                let kinds = if rng.chance(20) { 4 } else { 3 };
+                match rng.below(kinds) {
+                    3 => Role::Signalled(setter.0, setter.1),
+                    0 => Role::ReadOnly,
+                    1 => Role::Owned(
+                        rng.below(u64::from(nodes)) as u16,
+                        rng.below(threads as u64) as usize,
+                    ),
+                    _ => Role::Locked(locks[rng.below(locks.len() as u64) as usize]),
+                }
             })
             .collect();
         for n in 0..nodes {
             for t in 0..threads {
+                if (n, t) == setter {
+                    for (w, role) in roles.iter().enumerate() {
+                        if let Role::Signalled(..) = role {
+                            value += 1;
+                            c.push(n, t, Op::Write(words[w], value));
+                        }
+                    }
+                    c.push(n, t, Op::SetCv(cv));
+                } else if waits(n, t, &mut rng) {
+                    c.push(n, t, Op::WaitCv(cv));
+                    for (w, role) in roles.iter().enumerate() {
+                        if let Role::Signalled(..) = role {
+                            c.push(n, t, Op::Read(words[w]));
+                        }
+                    }
+                }
                 for _ in 0..rng.below(6) {
                     let mut held: Vec<u16> =
                         locks.iter().copied().filter(|_| rng.chance(40)).collect();
@@ -115,6 +148,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
                             }
                             Role::Owned(o, ot) => o == n && ot == t,
                             Role::Locked(l) => held.contains(&l),
+                            Role::Signalled(..) => false,
                         };
                         if mine {
                             value += 1;
@@ -158,6 +192,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
         handoffs: stats.lock_local_handoffs,
         moved: stats.homes_moved_here,
         messages: c.messages_sent(),
+        cv_waits: stats.cv_waits,
     })
 }
 
@@ -186,22 +221,27 @@ fn random_race_free_programs_with_threads_in_every_node_read_what_a_sequential_e
                 all.handoffs += s.handoffs;
                 all.moved += s.moved;
                 all.messages += s.messages;
+                all.cv_waits += s.cv_waits;
             }
             Err(e) => panic!("case with seed {seed} failed (reproduce: DSM_SIM_SEED={seed}): {e}"),
         }
     }
     eprintln!(
-        "{} cases, {} checked reads, {} lock hand-offs between threads, {} homes moved, {} \
-         messages",
+        "{} cases, {} checked reads, {} lock hand-offs between threads, {} condition-variable \
+         waits, {} homes moved, {} messages",
         seeds.len(),
         all.reads,
         all.handoffs,
+        all.cv_waits,
         all.moved,
         all.messages
     );
     if seeds.len() >= 100 {
         assert!(
-            all.reads > 10 * seeds.len() as u64 && all.handoffs > 0 && all.moved > 0,
+            all.reads > 10 * seeds.len() as u64
+                && all.handoffs > 0
+                && all.moved > 0
+                && all.cv_waits > 0,
             "the generator must exercise the protocol"
         );
     }
