@@ -21,7 +21,7 @@ enum Role {
     Locked(u16),
     /// Written by one thread of one node before it sets the phase's condition variable; read
     /// by the threads that wait on it, after the wait.
-    Signalled(u16, usize),
+    Signalled,
 }
 
 /// What one case did, for the check that the generator exercises the protocol.
@@ -102,7 +102,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
             .map(|_| {
                 let kinds = if rng.chance(20) { 4 } else { 3 };
                 match rng.below(kinds) {
-                    3 => Role::Signalled(setter.0, setter.1),
+                    3 => Role::Signalled,
                     0 => Role::ReadOnly,
                     1 => Role::Owned(
                         rng.below(u64::from(nodes)) as u16,
@@ -116,7 +116,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
             for t in 0..threads {
                 if (n, t) == setter {
                     for (w, role) in roles.iter().enumerate() {
-                        if let Role::Signalled(..) = role {
+                        if let Role::Signalled = role {
                             value += 1;
                             c.push(n, t, Op::Write(words[w], value));
                         }
@@ -125,7 +125,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
                 } else if waits(n, t, &mut rng) {
                     c.push(n, t, Op::WaitCv(cv));
                     for (w, role) in roles.iter().enumerate() {
-                        if let Role::Signalled(..) = role {
+                        if let Role::Signalled = role {
                             c.push(n, t, Op::Read(words[w]));
                         }
                     }
@@ -148,7 +148,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
                             }
                             Role::Owned(o, ot) => o == n && ot == t,
                             Role::Locked(l) => held.contains(&l),
-                            Role::Signalled(..) => false,
+                            Role::Signalled => false,
                         };
                         if mine {
                             value += 1;
