@@ -328,7 +328,7 @@ fn random_and_mutated_frames_never_panic_the_decoder() {
             0 => {
                 let mut f: Vec<u8> = (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect();
                 if rng.chance(50) && f.len() >= 4 {
-                    f[..4].copy_from_slice(&[0x44, 0x4A, codec::VERSION, 1 + rng.below(21) as u8]);
+                    f[..4].copy_from_slice(&[0x44, 0x4A, codec::VERSION, 1 + rng.below(22) as u8]);
                 }
                 f
             }
