@@ -938,8 +938,18 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
         true => Duration::from_secs(2),
         false => Duration::from_millis(500),
     };
-    let deadline = Instant::now() + reaped_within;
+    let started = Instant::now();
+    let mut deadline = started + reaped_within;
     while let Some(c) = child_of(node) {
+        // A node killed a moment ago closes its sockets before it has torn down its memory, which
+        // on a busy machine can outlast the wait (a kill -9 was once told as "lost: connection
+        // failed"): while it is visibly on its way out, wait for it, 10 s at most.
+        if Instant::now() >= deadline
+            && started.elapsed() < Duration::from_secs(10)
+            && crate::sys::process_exiting(w.children[c].id())
+        {
+            deadline = Instant::now() + Duration::from_millis(50);
+        }
         match ended(&mut w.children[c], w.remote[node]) {
             Ok(Some(status))
                 if !status.success() && status.code() != Some(crate::EXIT_PEER_FAILED) =>

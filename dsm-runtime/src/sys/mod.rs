@@ -283,6 +283,27 @@ pub fn thread_exists(tid: i32) -> bool {
     }
 }
 
+/// Whether process `pid` is on its way out: a SIGKILL (or an exit) has begun tearing it down
+/// (the kernel's `PF_EXITING` flag, field 9 of `/proc/PID/stat`), while it is not yet a zombie
+/// its parent could reap. A process killed with a large mapping can spend a while there, its
+/// sockets already closed.
+pub fn process_exiting(pid: u32) -> bool {
+    /// `PF_EXITING` in `include/linux/sched.h`.
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // After the command name, which is in parentheses and may hold spaces: state, ppid, pgrp,
+    // session, tty_nr, tpgid, flags.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok());
+    state != Some("Z") && flags.is_some_and(|f| f & PF_EXITING != 0)
+}
+
 /// Writes `msg` to stderr with write(2). Async-signal-safe.
 pub fn write_stderr(msg: &[u8]) {
     // SAFETY: writes from a live byte slice to fd 2.
@@ -602,4 +623,37 @@ pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A live process is not on its way out; a zombie or a pid that is gone is not either (a
+    /// zombie is reaped, not waited for).
+    #[test]
+    fn only_a_process_being_torn_down_is_exiting() {
+        assert!(!super::process_exiting(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("0")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Exited, not reaped: a zombie until the wait below.
+        let zombie = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !zombie() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sleep 0 did not end in 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(!super::process_exiting(pid));
+        child.wait().unwrap();
+        assert!(!super::process_exiting(pid));
+    }
 }
