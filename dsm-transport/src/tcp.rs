@@ -57,6 +57,10 @@ struct Conn {
     inbuf: Vec<u8>,
     last_heard: Instant,
     last_sent: Instant,
+    /// Bytes of the heartbeats written or queued since the last frame that carried a message:
+    /// the newest bytes of the stream, so unacknowledged bytes that fit in them are heartbeats
+    /// only, and no message is on its way.
+    trailing_heartbeats: usize,
     writing: bool,
     lost: bool,
 }
@@ -238,6 +242,7 @@ impl TcpTransport {
                         inbuf: Vec::new(),
                         last_heard: now,
                         last_sent: now,
+                        trailing_heartbeats: 0,
                         writing: false,
                         lost: false,
                     }));
@@ -388,6 +393,10 @@ impl TcpTransport {
         c.last_sent = now;
         c.out.extend((msg.len() as u32).to_le_bytes());
         c.out.extend(msg);
+        c.trailing_heartbeats = match msg.is_empty() {
+            true => c.trailing_heartbeats + 4,
+            false => 0,
+        };
     }
 
     /// Writes what is queued on every connection not already waiting for room (those are
@@ -495,10 +504,15 @@ impl Transport for TcpTransport {
 
     /// Bytes queued here and those in the kernel's send queue the peer has not acknowledged: a
     /// frame written to the socket is still on its way until the peer's kernel has it (a peer
-    /// cut off for a while leaves them there).
+    /// cut off for a while leaves them there). Heartbeats written after the last message do not
+    /// count (with 3 nodes or more, a delayed acknowledgement of one kept a job that could not
+    /// go on from being seen as such: its reports flickered between 0 and 4 bytes).
     fn in_flight(&self, to: u16) -> usize {
         self.conns[usize::from(to)].as_ref().map_or(0, |c| {
-            c.out.len() + crate::sys::tcp_unacknowledged(c.stream.as_raw_fd())
+            // Heartbeats are not messages: unacknowledged heartbeats alone (a peer that delays
+            // its acknowledgements) are nothing on its way.
+            (c.out.len() + crate::sys::tcp_unacknowledged(c.stream.as_raw_fd()))
+                .saturating_sub(c.trailing_heartbeats)
         })
     }
 

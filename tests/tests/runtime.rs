@@ -152,6 +152,14 @@ fn a_job_that_cannot_go_on_ends_naming_what_each_node_waits_for() {
                 "node 1 waits in jia_lock(3)",
             ],
         ),
+        // TCP with 3 nodes or more: the heartbeats' delayed acknowledgements counted as messages
+        // on their way, and the job hung (3 runs of 3).
+        (
+            "stuck-barrier-vs-exit",
+            4,
+            "tcp",
+            &["node 0 waits in jia_barrier", "node 1 waits in jia_exit"],
+        ),
         (
             "stuck-waitcv",
             2,
