@@ -1,7 +1,9 @@
 /* sor_pthreads.c: red-black SOR on JIAJIA's interface with T POSIX threads in every node: each
  * node's band of rows is split among its threads, and every half-sweep ends with a barrier of
  * every thread of every node (jia_barrier_threads). Node 0 recomputes sequentially and compares
- * bit for bit. Usage: sor_pthreads [N] [ITERATIONS] [THREADS] */
+ * bit for bit. Usage: sor_pthreads [N] [ITERATIONS] [THREADS] (THREADS: else DSM_THREADS, else 2).
+ * C programs share cells across threads as C does: rows next to another thread's share are read
+ * by it, cell by cell, while this thread writes the other colour's cells. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +49,9 @@ int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 256;
     int iters = argc > 2 ? atoi(argv[2]) : 10;
-    int threads = argc > 3 ? atoi(argv[3]) : 2;
+    /* Threads: the third argument, else dsmrun --threads (DSM_THREADS), else 2. */
+    const char *env_threads = getenv("DSM_THREADS");
+    int threads = argc > 3 ? atoi(argv[3]) : env_threads ? atoi(env_threads) : 2;
     int w, i, j, t, lo, hi, ok = 1;
     double *g;
     pthread_t tid[64];

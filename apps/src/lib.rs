@@ -186,7 +186,7 @@ fn command(
             clap::Arg::new("threads")
                 .long("threads")
                 .value_name("T")
-                .value_parser(clap::value_parser!(u16).range(1..=256))
+                .value_parser(clap::value_parser!(u16).range(1..=MAX_THREADS_PER_NODE))
                 .help(
                     "Threads per node (default 1; dsmrun --threads T sets DSM_THREADS): each \
                      node's share is split among T threads of it",
@@ -203,6 +203,10 @@ fn command(
     cmd
 }
 
+/// The most threads `--threads` gives a node: every thread that uses the DSM takes one of the
+/// runtime's slots ([`dsm_runtime::MAX_THREADS`]), and matmul's reader of B one more.
+const MAX_THREADS_PER_NODE: i64 = (dsm_runtime::MAX_THREADS / 2) as i64;
+
 /// The apps whose work is split among the threads of a node (`--threads T`).
 const THREADED: &[&str] = &["matmul", "sor", "lu", "pi"];
 
@@ -215,20 +219,26 @@ pub fn threads() -> usize {
 }
 
 fn set_threads(name: &str, m: &clap::ArgMatches) {
-    let from_env = std::env::var("DSM_THREADS").ok().map(|v| {
-        v.parse::<usize>()
-            .ok()
-            .filter(|t| (1..=256).contains(t))
-            .unwrap_or_else(|| {
-                eprintln!("{name}: DSM_THREADS={v}: threads per node must be 1 to 256");
-                std::process::exit(2)
-            })
-    });
-    // Under srun, `-c T` (CPUs per task) is T threads for the programs that run threads.
+    let most = MAX_THREADS_PER_NODE as usize;
+    // DSM_THREADS (dsmrun --threads) and srun's `-c T` are for the programs that run threads;
+    // the others ignore them (only an explicit --threads is refused there).
+    let threaded = THREADED.contains(&name);
+    let from_env = std::env::var("DSM_THREADS")
+        .ok()
+        .filter(|_| threaded)
+        .map(|v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|t| (1..=most).contains(t))
+                .unwrap_or_else(|| {
+                    eprintln!("{name}: DSM_THREADS={v}: threads per node must be 1 to {most}");
+                    std::process::exit(2)
+                })
+        });
     let from_slurm = std::env::var("SLURM_CPUS_PER_TASK")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .filter(|t| (1..=256).contains(t) && THREADED.contains(&name));
+        .filter(|t| (1..=most).contains(t) && threaded);
     let t = m
         .get_one::<u16>("threads")
         .map(|&t| usize::from(t))

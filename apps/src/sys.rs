@@ -110,9 +110,10 @@ impl<'a> SharedRows<'a> {
     ///
     /// # Safety
     ///
-    /// Until the returned slices are dropped, no other thread writes rows `i - 1` and `i + 1`
-    /// nor touches row `i` (red-black SOR between barriers, rows banded over threads: a
-    /// neighbour's cells read here are of the colour nobody writes in this half-sweep).
+    /// Until the returned slices are dropped, no other thread writes any cell of rows `i - 1`
+    /// and `i + 1` nor touches any cell of row `i` (an interior row of a thread's share in
+    /// red-black SOR, between barriers; a share's edge rows go through
+    /// [`SharedRows::sor_row_cells`]).
     #[allow(
         clippy::mut_from_ref,
         reason = "threads share the grid; which rows each writes is the caller's promise"
@@ -128,6 +129,40 @@ impl<'a> SharedRows<'a> {
                 std::slice::from_raw_parts_mut(self.ptr.add(i * w), w),
                 std::slice::from_raw_parts(self.ptr.add((i + 1) * w), w),
             )
+        }
+    }
+
+    /// One red-black SOR half-sweep of row `i` (of an (n + 2)-wide grid), cell by cell through
+    /// the raw pointer, no reference to any row: for a share's edge rows, whose other-colour
+    /// cells a neighbouring thread reads meanwhile. The arithmetic of
+    /// [`crate::kernels::sor_row`], in its order.
+    ///
+    /// # Safety
+    ///
+    /// Until it returns, no other thread writes the cells of `colour` in row `i` nor the cells
+    /// of the other colour in rows `i - 1`, `i` and `i + 1`, nor reads the cells of `colour` in
+    /// row `i` (red-black SOR between barriers, each row written by one thread).
+    pub unsafe fn sor_row_cells(&self, i: usize, n: usize, colour: usize) {
+        let w = self.width;
+        assert!(
+            i >= 1 && (i + 2) * w <= self.len && n + 2 <= w,
+            "row {i} out of the grid"
+        );
+        let first = if (i + 1) % 2 == colour { 1 } else { 2 };
+        let at = |r: usize, j: usize| r * w + j;
+        for j in (first..=n).step_by(2) {
+            // SAFETY: every index is inside the grid (checked above: j + 1 <= n + 1 < w); the
+            // caller promises no other thread writes the cells read nor touches the one
+            // written; reads and writes go through the pointer, no reference is made.
+            unsafe {
+                let get = |k: usize| self.ptr.add(k).read();
+                let x = get(at(i, j));
+                let (u, d) = (get(at(i - 1, j)), get(at(i + 1, j)));
+                let (l, r) = (get(at(i, j - 1)), get(at(i, j + 1)));
+                self.ptr
+                    .add(at(i, j))
+                    .write(x + crate::kernels::SOR_OMEGA * ((u + d + l + r) / 4.0 - x));
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 //! A frame is a fixed header followed by the message's payload, all little-endian:
 //!
 //! ```text
-//! magic u16 = 0x4A44 ("DJ")  version u8 = 1  kind u8  cookie u64  from u16  payload_len u32
+//! magic u16 = 0x4A44 ("DJ")  version u8 = VERSION  kind u8  cookie u64  from u16  payload_len u32
 //! payload[payload_len]
 //! ```
 //!
@@ -105,7 +105,7 @@ fn payload_len(msg: &Msg) -> usize {
             4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
         }
         Msg::DiffGrant { .. } => 4,
-        Msg::Acquire { .. } => 2 + 4 + 4,
+        Msg::Acquire { .. } => 2 + 4 + 4 + 1,
         Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::Release {
             notices, earlier, ..
@@ -159,10 +159,16 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             }
         }
         Msg::DiffGrant { id } => out.extend_from_slice(&id.to_le_bytes()),
-        Msg::Acquire { lock, seen, epoch } => {
+        Msg::Acquire {
+            lock,
+            seen,
+            epoch,
+            cohort,
+        } => {
             out.extend_from_slice(&lock.0.to_le_bytes());
             out.extend_from_slice(&seen.to_le_bytes());
             out.extend_from_slice(&epoch.to_le_bytes());
+            out.push(u8::from(*cohort));
         }
         Msg::AcquireGrant {
             lock,
@@ -385,6 +391,16 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             lock: r.lock()?,
             seen: r.u32()?,
             epoch: r.u32()?,
+            cohort: match r.u8()? {
+                0 => false,
+                1 => true,
+                v => {
+                    return Err(DecodeError::BadValue {
+                        field: "acquire's cohort flag",
+                        value: v.into(),
+                    });
+                }
+            },
         },
         MsgKind::AcquireGrant => Msg::AcquireGrant {
             lock: r.lock()?,

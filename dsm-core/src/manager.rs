@@ -38,8 +38,11 @@ type Notices = BTreeMap<PageNum, (u32, u32)>;
 #[derive(Default, Debug)]
 struct LockMgr {
     holder: Option<NodeId>,
-    /// Waiting nodes, with their `seen` and epoch.
-    queue: VecDeque<(NodeId, u32, u32)>,
+    /// The holder's threads may pass the lock among themselves: it is told when another node
+    /// waits.
+    holder_cohort: bool,
+    /// Waiting nodes, with their `seen`, epoch and cohort flag.
+    queue: VecDeque<(NodeId, u32, u32, bool)>,
     counter: u32,
     notices: Notices,
 }
@@ -160,13 +163,13 @@ impl Managers {
 
     // ----- locks -----
 
-    /// `from`, in barrier epoch `epoch`, asks for `lock`, having seen its notices up to `seen`.
+    /// `from`, in barrier epoch `epoch`, asks for `lock`, having seen its notices up to `seen`;
+    /// with `cohort`, its threads may pass the lock among themselves.
     pub fn on_acquire(
         &mut self,
         from: NodeId,
         lock: LockId,
-        seen: u32,
-        epoch: u32,
+        (seen, epoch, cohort): (u32, u32, bool),
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         if self.manager_of(lock.0) != self.me {
@@ -174,22 +177,22 @@ impl Managers {
         }
         let m = self.locks.entry(lock).or_default();
         if m.holder.is_none() {
-            Self::grant_lock(m, lock, from, seen, epoch, out);
-        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, _, _)| n == from) {
+            Self::grant_lock(m, lock, (from, seen, epoch, cohort), out);
+        } else if m.holder == Some(from) || m.queue.iter().any(|&(n, ..)| n == from) {
             return Err(refuse(
                 from,
                 MsgKind::Acquire,
                 "node already holds or awaits the lock",
             ));
         } else {
-            // The holder learns that another node waits (once per holding): its threads stop
-            // passing the lock among themselves after a bounded number of hand-offs.
-            if m.queue.is_empty() {
+            // A holder whose threads pass the lock among themselves learns that another node
+            // waits (once per holding): they stop after a bounded number of hand-offs.
+            if m.queue.is_empty() && m.holder_cohort {
                 if let Some(holder) = m.holder {
                     out.push((holder, Msg::LockWanted { lock }));
                 }
             }
-            m.queue.push_back((from, seen, epoch));
+            m.queue.push_back((from, seen, epoch, cohort));
         }
         Ok(Managed::Done)
     }
@@ -197,12 +200,11 @@ impl Managers {
     fn grant_lock(
         m: &mut LockMgr,
         lock: LockId,
-        to: NodeId,
-        seen: u32,
-        epoch: u32,
+        (to, seen, epoch, cohort): (NodeId, u32, u32, bool),
         out: &mut Outbox,
     ) {
         m.holder = Some(to);
+        m.holder_cohort = cohort;
         let msg = Msg::AcquireGrant {
             lock,
             counter: m.counter,
@@ -233,11 +235,11 @@ impl Managers {
         }
         record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
         m.holder = None;
-        if let Some((next, seen, epoch)) = m.queue.pop_front() {
-            Self::grant_lock(m, lock, next, seen, epoch, out);
-            // Others still wait: the new holder is told at once (after its grant, in order).
-            if !m.queue.is_empty() {
-                out.push((next, Msg::LockWanted { lock }));
+        if let Some(next) = m.queue.pop_front() {
+            Self::grant_lock(m, lock, next, out);
+            // Others still wait: a cohort holder is told at once (after its grant, in order).
+            if !m.queue.is_empty() && m.holder_cohort {
+                out.push((next.0, Msg::LockWanted { lock }));
             }
         }
         Ok(Managed::Done)
@@ -480,8 +482,8 @@ mod tests {
         let mut m = Managers::new(NodeId(1), 3);
         let l = LockId(4); // 4 % 3 = 1: managed here
         let mut out = Outbox::new();
-        m.on_acquire(NodeId(0), l, 0, 0, &mut out).unwrap();
-        m.on_acquire(NodeId(2), l, 0, 0, &mut out).unwrap();
+        m.on_acquire(NodeId(0), l, (0, 0, true), &mut out).unwrap();
+        m.on_acquire(NodeId(2), l, (0, 0, false), &mut out).unwrap();
         assert_eq!(
             out.iter()
                 .map(|(to, m)| (*to, m.kind()))
@@ -510,7 +512,10 @@ mod tests {
             m.on_release(NodeId(0), l, 0, (vec![], vec![]), 0, &mut out)
                 .is_err()
         );
-        assert!(m.on_acquire(NodeId(0), LockId(3), 0, 0, &mut out).is_err());
+        assert!(
+            m.on_acquire(NodeId(0), LockId(3), (0, 0, false), &mut out)
+                .is_err()
+        );
     }
 
     #[test]

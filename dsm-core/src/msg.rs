@@ -71,6 +71,9 @@ pub enum Msg {
         /// by the barriers that ended them (the manager keeps them one barrier longer, for a
         /// node whose other thread is still in that barrier).
         epoch: u32,
+        /// The sender's threads may pass the lock among themselves (cohort locking): tell it,
+        /// while it holds the lock, when another node waits ([`Msg::LockWanted`]).
+        cohort: bool,
     },
     /// ACQGRANT: the lock is the receiver's; invalidate the pages written under it since `seen`.
     AcquireGrant {

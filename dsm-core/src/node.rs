@@ -281,6 +281,9 @@ pub(crate) struct Flush {
 /// the barrier, wait or exit it is in.
 #[derive(Debug)]
 pub(crate) struct SyncState {
+    /// Application threads of this node that have used the DSM (`Node::note_threads`): with
+    /// more than one, locks may pass between them (cohort locking).
+    pub threads: usize,
     pub locks: Vec<LocalLock>,
     pub cvs: Vec<LocalCv>,
     pub collective: Option<Collective>,
@@ -315,6 +318,7 @@ pub(crate) struct SyncState {
 impl SyncState {
     fn new() -> SyncState {
         SyncState {
+            threads: 1,
             locks: (0..MAX_LOCKS).map(|_| LocalLock::default()).collect(),
             cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
             collective: None,
@@ -670,9 +674,12 @@ impl<M: PageMemory> Node<M> {
             Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data.0),
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
             Msg::DiffGrant { id } => self.on_diff_grant(from, id),
-            Msg::Acquire { lock, seen, epoch } => {
-                self.managed(|m, o| m.on_acquire(from, lock, seen, epoch, o))
-            }
+            Msg::Acquire {
+                lock,
+                seen,
+                epoch,
+                cohort,
+            } => self.managed(|m, o| m.on_acquire(from, lock, (seen, epoch, cohort), o)),
             Msg::AcquireGrant {
                 lock,
                 counter,

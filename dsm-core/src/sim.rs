@@ -277,6 +277,7 @@ impl Cluster {
     /// Gives node `n` `count` threads in all.
     pub fn set_threads(&mut self, n: u16, count: usize) {
         self.threads[usize::from(n)].resize_with(count.max(1), SimThread::default);
+        self.nodes[usize::from(n)].note_threads(count.max(1));
     }
 
     /// The same allocation on every node; returns its address.

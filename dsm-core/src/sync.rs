@@ -113,6 +113,12 @@ fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum
 impl<M: PageMemory> Node<M> {
     // ----- locks, the caller's side -----
 
+    /// How many application threads of this node have used the DSM: with more than one, its
+    /// lock requests ask to be told when another node waits (cohort locking).
+    pub fn note_threads(&mut self, threads: usize) {
+        self.sync.threads = threads;
+    }
+
     /// The locks a thread of this node holds now.
     pub fn locks_held(&self) -> Vec<LockId> {
         (0..MAX_LOCKS)
@@ -147,7 +153,17 @@ impl<M: PageMemory> Node<M> {
         let seen = l.seen;
         let manager = self.manager_of(lock.0);
         let epoch = self.epoch;
-        self.send(manager, Msg::Acquire { lock, seen, epoch });
+        // Told when another node waits only if this node's threads may hand the lock on.
+        let cohort = self.cfg.lock_handoffs > 0 && self.sync.threads > 1;
+        self.send(
+            manager,
+            Msg::Acquire {
+                lock,
+                seen,
+                epoch,
+                cohort,
+            },
+        );
     }
 
     /// The waiter releases `lock`: its writes go home, then the lock goes back to its manager.

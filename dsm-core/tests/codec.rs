@@ -6,7 +6,9 @@
 use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
-use dsm_core::{Access, CvId, LockId, Msg, NodeId, PageBuf, PageDiff, PageNum, WriteNotice, diff};
+use dsm_core::{
+    Access, CvId, LockId, Msg, MsgKind, NodeId, PageBuf, PageDiff, PageNum, WriteNotice, diff,
+};
 use proptest::prelude::*;
 
 fn pages(rng: &mut Rng) -> Vec<PageNum> {
@@ -19,7 +21,7 @@ fn pages(rng: &mut Rng) -> Vec<PageNum> {
 fn random_msg(rng: &mut Rng, i: u64) -> Msg {
     let lock = LockId(rng.below(64) as u16);
     let cv = CvId(rng.below(16) as u16);
-    match i % 22 {
+    match i % MsgKind::COUNT as u64 {
         0 => Msg::GetPage {
             access: if rng.chance(50) {
                 Access::Read
@@ -68,6 +70,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             lock,
             seen: rng.next_u64() as u32,
             epoch: rng.next_u64() as u32,
+            cohort: rng.chance(50),
         },
         5 => Msg::AcquireGrant {
             lock,
@@ -151,7 +154,7 @@ fn encode(cookie: u64, from: u16, msg: &Msg) -> Vec<u8> {
 #[test]
 fn every_message_kind_round_trips_and_frame_len_is_exact() {
     let mut rng = Rng::new(1);
-    for i in 0..21 * 200 {
+    for i in 0..MsgKind::COUNT as u64 * 200 {
         let msg = random_msg(&mut rng, i);
         let cookie = rng.next_u64();
         let frame = encode(cookie, 7, &msg);
@@ -168,7 +171,7 @@ fn every_message_kind_round_trips_and_frame_len_is_exact() {
 #[test]
 fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
     let mut rng = Rng::new(2);
-    for i in 0..21 * 50 {
+    for i in 0..MsgKind::COUNT as u64 * 50 {
         let msg = random_msg(&mut rng, i);
         let frame = encode(5, 2, &msg);
         let (header, back) = codec::decode_frame_ref(&frame).unwrap();
@@ -220,6 +223,7 @@ fn malformed_frames_are_errors_naming_the_fault() {
             lock: LockId(3),
             seen: 0,
             epoch: 0,
+            cohort: false,
         },
     );
     let mut bad_magic = good.clone();
@@ -257,6 +261,7 @@ fn malformed_frames_are_errors_naming_the_fault() {
             lock: LockId(64),
             seen: 0,
             epoch: 0,
+            cohort: false,
         },
     );
     assert_eq!(

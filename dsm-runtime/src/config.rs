@@ -120,7 +120,8 @@ pub struct Config {
     /// passes to it with no message while no other node waits, and this many times more once
     /// one does (0: never).
     pub lock_handoffs: u32,
-    /// `bind_to`: `core` pins each node dsmrun starts to a CPU of its own when a host runs
+    /// `bind_to`: `core` pins each node dsmrun starts to a CPU of its own (T CPUs with
+    /// `dsmrun --threads T`) when a host runs
     /// between 2 and as many nodes as it has CPUs (`none`: the scheduler places them).
     pub bind_to_core: bool,
     /// How the runtime waits: spins, slices, and whether fault handlers drive the node.
@@ -732,6 +733,10 @@ pub const OTHER_VARIABLES: &[(&str, &str)] = &[
         "where rank 0 publishes the rendezvous under srun or mpirun",
     ),
     ("DSM_JOB_ID", "the job id naming the rendezvous file"),
+    (
+        "DSM_THREADS",
+        "threads per node (dsmrun --threads): the apps' --threads, and CPUs per node for bind_to",
+    ),
     ("DSM_CONFIG", "the settings a launcher hands its nodes"),
     ("DSM_BIND", "the address a node binds"),
     (

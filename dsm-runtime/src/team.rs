@@ -50,6 +50,13 @@ pub(crate) fn barrier(threads: usize, node_barrier: impl FnOnce()) {
     let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
     if m.arrived == 0 {
         m.expected = threads;
+    } else if m.arrived >= m.expected {
+        // The round is full and its last thread is in the node's barrier.
+        fatal(&format!(
+            "jia_barrier_threads({threads}): more than {} threads of this node in one barrier of \
+             threads",
+            m.expected
+        ));
     } else if m.expected != threads {
         fatal(&format!(
             "jia_barrier_threads({threads}) while {} thread(s) of this node wait in \

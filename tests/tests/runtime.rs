@@ -970,6 +970,22 @@ fn a_lock_passes_between_threads_of_a_node_without_a_message() {
             }
         }
     }
+    // One-thread nodes contending for a lock (pi's counter) are never told that another waits:
+    // their locks cost what they did before cohort locking.
+    let json = std::env::temp_dir().join(format!("dsm-cohort-pi-{}.json", std::process::id()));
+    let j = json.display().to_string();
+    let out = dsmrun(3, &["--stats-json", &j], "pi", &["3000000"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    for node in stats["nodes"].as_array().unwrap() {
+        assert_eq!(
+            node["msgs_sent"]["LOCKWANTED"].as_u64().unwrap_or(0),
+            0,
+            "a one-thread node was told: {node}"
+        );
+    }
     // A node that asks for a lock the threads of another node pass around gets it (the
     // hand-offs stop lock_handoffs times after its request; node 0 loops until it has).
     for comm in ["udp", "tcp"] {

@@ -124,12 +124,14 @@ fn kernel_blocked<T: Real>(
 /// the library's packing); then those rows, accumulated:
 /// `C[rows] = A[rows][:, rows] x B[rows] + the rest`. Small integers: every order of the sums
 /// gives the same, exact, result.
+/// `band` is the node's rows: with threads, `rows` is one thread's share of it, and only the
+/// thread with `fetch` reads ahead the rows of B homed on other nodes.
 fn kernel_gemm<T: Real>(
     a: SharedArray<T>,
     b: SharedArray<T>,
     c: SharedArray<T>,
     n: usize,
-    rows: (usize, usize),
+    (rows, band, fetch): ((usize, usize), (usize, usize), bool),
 ) {
     let m = rows.1 - rows.0;
     if m == 0 {
@@ -144,12 +146,13 @@ fn kernel_gemm<T: Real>(
             c.slice_mut(rows.0 * n..rows.1 * n),
         )
     };
-    // The rows of B homed elsewhere: before and after ours.
+    // The rows of B outside this thread's rows: before and after them.
     let remote = [(0, rows.0), (rows.1, n)];
-    let fetch = || {
+    // Those homed on other nodes, read ahead while the diagonal block computes.
+    let read_ahead = || {
         let step = dsm_runtime::PAGE_SIZE / std::mem::size_of::<T>();
         let mut sink = T::default();
-        for (lo, hi) in remote {
+        for (lo, hi) in [(0, band.0), (band.1, n)] {
             for i in (lo * n..hi * n).step_by(step) {
                 sink = sink + b.get(i);
             }
@@ -157,8 +160,8 @@ fn kernel_gemm<T: Real>(
         std::hint::black_box(sink);
     };
     std::thread::scope(|s| {
-        if m < n {
-            s.spawn(fetch);
+        if fetch && band.1 - band.0 < n {
+            s.spawn(read_ahead);
         }
         T::gemm(m, m, n, &ab[rows.0..], n, &bb[rows.0 * n..], cb, false);
     });
@@ -262,10 +265,10 @@ fn run<T: Real>(dsm: &Dsm, n: usize, kernel_kind: Kernel, check: bool) {
             dsm.clock() - t2
         );
     } else {
-        let compute = |rows| match kernel_kind {
-            Kernel::Gemm => kernel_gemm(a, b, c, n, rows),
-            Kernel::Blocked => kernel_blocked(a, b, c, n, rows),
-            Kernel::Ikj => kernel(a, b, c, n, rows),
+        let compute = |share: (usize, usize)| match kernel_kind {
+            Kernel::Gemm => kernel_gemm(a, b, c, n, (share, rows, share.0 == rows.0)),
+            Kernel::Blocked => kernel_blocked(a, b, c, n, share),
+            Kernel::Ikj => kernel(a, b, c, n, share),
         };
         let threads = dsm_apps::threads();
         let t1 = if threads == 1 {

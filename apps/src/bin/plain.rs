@@ -60,9 +60,16 @@ fn sor(n: usize, iters: usize, threads: usize) -> f64 {
                 for _ in 0..iters {
                     for colour in 0..2 {
                         for i in lo..hi {
-                            // SAFETY: row i is this thread's alone (its band); the cells it
-                            // reads in rows i - 1 and i + 1 are of the other colour, which no
-                            // thread writes before the barrier that ends this half-sweep.
+                            if i == lo || i + 1 == hi {
+                                // SAFETY: row i is this thread's alone (its share); a
+                                // neighbouring thread reads only its cells of the other colour,
+                                // and writes only its own rows' cells of this colour, before
+                                // the barrier that ends this half-sweep.
+                                unsafe { rows.sor_row_cells(i, n, colour) };
+                                continue;
+                            }
+                            // SAFETY: an interior row of this thread's share: rows i - 1, i and
+                            // i + 1 are this thread's alone, and no other touches them.
                             let (up, row, down) = unsafe { rows.row_and_neighbours(i) };
                             sor_row(up, row, down, i, n, colour);
                         }

@@ -22,12 +22,29 @@ fn initial(i: usize, j: usize, n: usize) -> f64 {
     }
 }
 
-/// The half-sweep of this node's band of the shared grid, row by row on plain slices.
-fn sweep_shared(g: SharedArray<f64>, w: usize, rows: (usize, usize), n: usize, colour: usize) {
+/// The half-sweep of this node's band (or of this thread's share of it) of the shared grid, row
+/// by row on plain slices. With `shared_edges` (threads of one node), the share's first and last
+/// rows go cell by cell instead: the neighbouring thread reads them (their cells of the other
+/// colour) while this one writes them, and this one reads its neighbour's nearest row, which
+/// slices would alias.
+fn sweep_shared(
+    g: SharedArray<f64>,
+    w: usize,
+    rows: (usize, usize),
+    n: usize,
+    colour: usize,
+    shared_edges: bool,
+) {
     for i in interior_first(rows.0.max(1), rows.1.min(n + 1)) {
-        // SAFETY: this node alone writes row i (its band), only this thread of it (its share),
-        // and the cells it reads in rows i - 1 and i + 1 (the other colour) are written by no
-        // node or thread before the barrier that ends this half-sweep.
+        if shared_edges && (i == rows.0 || i + 1 == rows.1) {
+            sor_row_cells(g, w, i, n, colour);
+            continue;
+        }
+        // SAFETY: this node alone writes row i (its band), only this thread of it (its share);
+        // rows i - 1 and i + 1 are written by no thread of this node before the barrier that
+        // ends this half-sweep (with threads, a share's edge rows, which a neighbouring thread
+        // touches, take the cell-by-cell path above), and other nodes' writes reach this node
+        // only at that barrier.
         let (up, row, down) = unsafe {
             (
                 g.slice((i - 1) * w..i * w),
@@ -36,6 +53,18 @@ fn sweep_shared(g: SharedArray<f64>, w: usize, rows: (usize, usize), n: usize, c
             )
         };
         sor_row(up, row, down, i, n, colour);
+    }
+}
+
+/// [`sor_row`] on row `i` of the shared grid through its accessors, cell by cell (the same
+/// arithmetic in the same order, bit for bit).
+fn sor_row_cells(g: SharedArray<f64>, w: usize, i: usize, n: usize, colour: usize) {
+    let first = if (i + 1) % 2 == colour { 1 } else { 2 };
+    for j in (first..=n).step_by(2) {
+        let x = g.get(i * w + j);
+        let (u, d) = (g.get((i - 1) * w + j), g.get((i + 1) * w + j));
+        let (l, r) = (g.get(i * w + j - 1), g.get(i * w + j + 1));
+        g.set(i * w + j, x + OMEGA * ((u + d + l + r) / 4.0 - x));
     }
 }
 
@@ -87,26 +116,29 @@ fn main() {
     let (mut sweeps, mut barriers) = (Vec::new(), Vec::new());
     let threads = dsm_apps::threads();
     if threads > 1 {
-        // The node's band split among its threads, one barrier of every thread per half-sweep.
-        std::thread::scope(|s| {
-            for t in 0..threads {
-                let dsm = &dsm;
-                let mine = dsm_apps::share(rows, t, threads);
-                s.spawn(move || {
-                    for _ in 0..iters {
-                        for colour in 0..2 {
-                            sweep_shared(g, w, mine, n, colour);
-                            dsm.barrier_threads(threads);
-                        }
-                    }
-                });
+        // The node's band split among its threads (this one takes the first share: a thread of
+        // the node's that only waited for the others would hide a job that cannot go on from
+        // the deadlock watch), one barrier of every thread per half-sweep.
+        let run = |mine: (usize, usize)| {
+            for _ in 0..iters {
+                for colour in 0..2 {
+                    sweep_shared(g, w, mine, n, colour, true);
+                    dsm.barrier_threads(threads);
+                }
             }
+        };
+        std::thread::scope(|s| {
+            for t in 1..threads {
+                let run = &run;
+                s.spawn(move || run(dsm_apps::share(rows, t, threads)));
+            }
+            run(dsm_apps::share(rows, 0, threads));
         });
     }
     for _ in 0..iters * usize::from(threads == 1) {
         for colour in 0..2 {
             let t = dsm.clock();
-            sweep_shared(g, w, rows, n, colour);
+            sweep_shared(g, w, rows, n, colour, false);
             let t1 = dsm.clock();
             dsm.barrier();
             sweeps.push(t1 - t);

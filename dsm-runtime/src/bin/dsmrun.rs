@@ -45,7 +45,7 @@ struct Args {
     /// Threads per node: each node started on a host gets T CPUs of its own under --bind-to
     /// core, and T is passed on (DSM_THREADS: the apps' --threads). Open MPI's spelling:
     /// --cpus-per-rank.
-    #[arg(long, alias = "cpus-per-rank", value_name = "T", value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, alias = "cpus-per-rank", value_name = "T", value_parser = clap::value_parser!(u16).range(1..=128))]
     threads: Option<u16>,
     /// Configuration file (default: .jiaconf in the working directory, if present).
     #[arg(long)]
@@ -281,6 +281,12 @@ fn main() -> ExitCode {
     }
     if let Some(t) = args.threads {
         env.push(("DSM_THREADS".into(), t.to_string()));
+        // OpenMP programs take their team's size from it (without, all the CPUs they see).
+        if std::env::var_os("OMP_NUM_THREADS").is_none()
+            && !env.iter().any(|(k, _)| k == "OMP_NUM_THREADS")
+        {
+            env.push(("OMP_NUM_THREADS".into(), t.to_string()));
+        }
     }
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();

@@ -58,7 +58,10 @@ impl Service {
             Call::Alloc { policy, bytes } => {
                 self.alloc(policy, bytes).map(|a| Some(Reply::Allocated(a)))
             }
-            Call::Lock(l) => waits(node.acquire(now, l, w)),
+            Call::Lock(l) => {
+                node.note_threads(crate::door::threads_seen() as usize);
+                waits(node.acquire(now, l, w))
+            }
             Call::Unlock(l) => waits(node.release(now, l, w)),
             Call::Barrier => waits(node.barrier(now, w)),
             Call::Wait => waits(node.wait(now, w)),
