@@ -115,6 +115,12 @@ pub(crate) fn node_waits() -> Option<String> {
             _ => {}
         }
     }
+    // A barrier of threads not all of whose threads have come: those still computing may never
+    // have used the DSM (no slot), so they are not seen above; the node waits only if as many
+    // of its threads as the barrier counts are seen waiting.
+    if crate::team::open_round().is_some_and(|expected| what.len() < expected) {
+        return None;
+    }
     (!what.is_empty()).then(|| what.join(", "))
 }
 

@@ -1051,3 +1051,16 @@ fn threads_of_a_node_send_receive_and_wait_on_condition_variables_at_once() {
         );
     }
 }
+
+/// A thread that computes for longer than the deadlock watch's 3 s without ever using the DSM,
+/// while the other thread of its node waits in a barrier of threads (on every node): not a job
+/// that cannot go on.
+#[test]
+fn a_thread_computing_before_its_barrier_of_threads_is_not_taken_for_a_deadlock() {
+    let out = dsmrun(2, &[], "probe", &["team-late-thread"]);
+    assert!(
+        out.status.success() && text(&out).contains("team-late-thread OK"),
+        "{}",
+        text(&out)
+    );
+}

@@ -768,6 +768,26 @@ fn main() {
             }
             dsm.barrier();
         }
+        "team-late-thread" => {
+            // One thread of each node waits in a barrier of 2 threads while the other computes
+            // for 5 s without touching the DSM (no slot: the deadlock watch cannot see it): the
+            // job is not taken for one that cannot go on.
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let t0 = std::time::Instant::now();
+                    let mut x = 0u64;
+                    while t0.elapsed() < std::time::Duration::from_secs(5) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    }
+                    std::hint::black_box(x);
+                    dsm.barrier_threads(2);
+                });
+                dsm.barrier_threads(2);
+            });
+            if dsm.id() == 0 {
+                println!("team-late-thread OK");
+            }
+        }
         "threads-sync" => {
             // Threads of every node use the other calls at once: one thread of each node sends
             // a letter to the next node while another receives from the previous one; node 0's
