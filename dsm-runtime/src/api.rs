@@ -748,7 +748,13 @@ impl Dsm {
     /// ```
     #[track_caller]
     pub fn barrier_threads(&self, threads: usize) {
-        crate::team::barrier(threads, || self.barrier());
+        let at = std::panic::Location::caller();
+        crate::team::barrier(threads, at, || {
+            let _w = progress::waiting("jia_barrier");
+            if let Err(e) = self.call(Call::Barrier) {
+                fatal(&format!("jia_barrier_threads({threads}): {e} (at {at})"));
+            }
+        });
     }
 
     /// A barrier without coherence (`jia_wait`): every node waits until all have arrived, and

@@ -33,6 +33,8 @@ static WAITING_ON: [AtomicU64; MAX_THREADS] = [const { AtomicU64::new(0) }; MAX_
 /// `WAITING_ON`'s kinds.
 const LOCK: u64 = 1 << 32;
 const WAITCV: u64 = 2 << 32;
+/// A barrier of threads: its count in the low 16 bits, the threads arrived in the next 16.
+const TEAM: u64 = 3 << 32;
 
 /// A thread's registration as waiting; dropped when its call returns.
 pub(crate) enum Waiting {
@@ -76,6 +78,13 @@ pub(crate) fn waiting_for_lock(lock: u16) -> Waiting {
     waiting_on(LOCK | u64::from(lock))
 }
 
+/// Registers the calling thread as waiting in `jia_barrier_threads(threads)`, `arrived` of its
+/// node's threads there.
+pub(crate) fn waiting_for_threads(threads: usize, arrived: usize) -> Waiting {
+    let field = |v: usize| v.min(0xffff) as u64;
+    waiting_on(TEAM | field(arrived) << 16 | field(threads))
+}
+
 /// Registers the calling thread as waiting in `jia_waitcv(cv)`.
 pub(crate) fn waiting_for_cv(cv: u16) -> Waiting {
     waiting_on(WAITCV | u64::from(cv))
@@ -95,6 +104,11 @@ fn spelled(word: u64) -> String {
     match word & !0xffff_ffff {
         LOCK => format!("jia_lock({arg})"),
         WAITCV => format!("jia_waitcv({arg})"),
+        TEAM => format!(
+            "jia_barrier_threads({}), {} of its node's threads arrived",
+            arg & 0xffff,
+            arg >> 16
+        ),
         _ => format!("an unknown call ({word:#x})"),
     }
 }
@@ -130,5 +144,9 @@ mod tests {
     fn wait_words_are_spelled_as_the_calls() {
         assert_eq!(super::spelled(super::LOCK | 7), "jia_lock(7)");
         assert_eq!(super::spelled(super::WAITCV | 15), "jia_waitcv(15)");
+        assert_eq!(
+            super::spelled(super::TEAM | 3 << 16 | 4),
+            "jia_barrier_threads(4), 3 of its node's threads arrived"
+        );
     }
 }

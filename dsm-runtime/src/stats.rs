@@ -19,7 +19,7 @@ pub struct RuntimeStats {
     /// Of those, faults whose thread gave the wait back to the service thread (the reply was
     /// slow to come).
     pub drives_handed_back: u64,
-    /// Application threads that used the DSM on this node (faulted or called), over its life.
+    /// The most application threads that used the DSM (faulted or called) at once on this node.
     pub threads: u64,
     /// Arrivals in `jia_barrier_threads` that waited for other threads of their node (every one
     /// but the last of each round): waits that cost no message.
@@ -178,7 +178,7 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
     (
         "threads, thread_*",
         &["threads", "thread_barrier_waits"],
-        "application threads that used the DSM; jia_barrier_threads arrivals that waited locally",
+        "most application threads using the DSM at once; jia_barrier_threads arrivals that waited",
     ),
     (
         "msgs/bytes sent/received",

@@ -51,9 +51,11 @@ pub(crate) fn local_waits() -> u64 {
 /// Waits until `threads` threads of this node have arrived; the last one runs `node_barrier`
 /// (the barrier of the nodes) before any of them leaves. A call with another count while a
 /// round is open is the program's bug, said as such.
-pub(crate) fn barrier(threads: usize, node_barrier: impl FnOnce()) {
+pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrier: impl FnOnce()) {
     if threads == 0 {
-        fatal("jia_barrier_threads(0): a barrier needs at least one thread of each node");
+        fatal(&format!(
+            "jia_barrier_threads(0): a barrier needs at least one thread of each node (at {at})"
+        ));
     }
     let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
     if m.arrived == 0 {
@@ -62,13 +64,13 @@ pub(crate) fn barrier(threads: usize, node_barrier: impl FnOnce()) {
         // The round is full and its last thread is in the node's barrier.
         fatal(&format!(
             "jia_barrier_threads({threads}): more than {} threads of this node in one barrier of \
-             threads",
+             threads (at {at})",
             m.expected
         ));
     } else if m.expected != threads {
         fatal(&format!(
             "jia_barrier_threads({threads}) while {} thread(s) of this node wait in \
-             jia_barrier_threads({}): every thread of a node must give the same count",
+             jia_barrier_threads({}): every thread of a node must give the same count (at {at})",
             m.arrived, m.expected
         ));
     }
@@ -76,10 +78,7 @@ pub(crate) fn barrier(threads: usize, node_barrier: impl FnOnce()) {
     if m.arrived < threads {
         LOCAL_WAITS.fetch_add(1, Ordering::Relaxed);
         let round = m.round;
-        let _w = progress::waiting(format!(
-            "jia_barrier_threads({threads}), {} of its node's threads arrived",
-            m.arrived
-        ));
+        let _w = progress::waiting_for_threads(threads, m.arrived);
         while m.round == round {
             m = MET.wait(m).unwrap_or_else(|p| p.into_inner());
         }
@@ -113,7 +112,7 @@ mod tests {
                 s.spawn(|| {
                     for r in 0..ROUNDS {
                         arrivals.fetch_add(1, Ordering::SeqCst);
-                        super::barrier(T, || {
+                        super::barrier(T, std::panic::Location::caller(), || {
                             assert_eq!(arrivals.load(Ordering::SeqCst), (r + 1) * T);
                             node_barriers.fetch_add(1, Ordering::SeqCst);
                         });

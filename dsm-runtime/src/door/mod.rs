@@ -63,18 +63,25 @@ pub(crate) fn my_slot() -> Option<usize> {
         .claim_free(me)
         .or_else(|| SLOTS.take_over(me, crate::sys::thread_exists))?;
     MY_SLOT.with(|c| c.set(i as u32));
-    THREADS_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Slots of threads that ended stay held until another thread takes them over: count the
+    // live ones.
+    let held = SLOTS
+        .uses()
+        .filter(|(_, u)| matches!(u, slots::Use::Held { tid } if crate::sys::thread_exists(*tid)))
+        .count() as u64;
+    THREADS_PEAK.fetch_max(held, std::sync::atomic::Ordering::Relaxed);
     Some(i)
 }
 
-/// Threads that claimed a slot (used the DSM) over the process's life.
+/// The most threads that held slots (used the DSM) at once, over the process's life.
 #[cfg(not(dsm_loom))]
-static THREADS_SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static THREADS_PEAK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Threads that used the DSM on this node, over its life.
+/// The most application threads that used the DSM at once on this node (a thread holds its
+/// slot from its first fault or call until it ends).
 #[cfg(not(dsm_loom))]
 pub(crate) fn threads_seen() -> u64 {
-    THREADS_SEEN.load(std::sync::atomic::Ordering::Relaxed)
+    THREADS_PEAK.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A free slot for one request of this thread's besides its own slot's (a fault taken by a
