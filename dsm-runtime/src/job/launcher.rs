@@ -542,11 +542,17 @@ impl Watched<'_> {
         }
     }
 
-    /// Whether the job can no longer go on (see [`Heard::stuck`]).
+    /// Whether the job can no longer go on (see [`Heard::stuck`]). A node that ends is a change
+    /// too: the others' reports are judged from then on.
     fn stuck(&mut self) -> Option<String> {
         let standing: Vec<Standing> = (0..self.words.waiting.len())
             .map(|k| self.standing(k))
             .collect();
+        let ended = standing.iter().filter(|s| **s != Standing::Running).count();
+        if ended != self.words.ended {
+            self.words.ended = ended;
+            self.words.changed = Instant::now();
+        }
         self.words.stuck(&standing)
     }
 }
@@ -764,6 +770,8 @@ struct Heard {
     changed: Instant,
     /// When each node last reported (a waiting node reports every 250 ms).
     reported: Vec<Instant>,
+    /// Nodes seen ended, by the watcher's last look.
+    ended: usize,
 }
 
 /// A waiting node's report older than this is stale: the node is stopped, starved or cut off
@@ -784,6 +792,7 @@ impl Heard {
             waiting: vec![None; n],
             changed: Instant::now(),
             reported: vec![Instant::now(); n],
+            ended: 0,
         }
     }
 
@@ -807,6 +816,15 @@ impl Heard {
                 (Some("DSM1"), Some("RUN")) => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
+                }
+                // A node that left the job waits for nothing, whatever it last reported: it may
+                // have gone from a long wait through its last barrier and exit between two
+                // reports (250 ms apart), and its report would stay fresh while it lingers
+                // after the others ended (a job was once ended as stuck so, under load).
+                (Some("DSM1"), Some("BYE")) => {
+                    self.waiting[k] = None;
+                    self.changed = Instant::now();
+                    self.lines[k].push(line);
                 }
                 _ => self.lines[k].push(line),
             }
