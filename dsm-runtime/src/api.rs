@@ -617,7 +617,11 @@ impl Dsm {
     /// the program's bug: the job cannot go on, and a backtrace would not say more).
     #[track_caller]
     pub(crate) fn call_or_die(&self, c: Call) -> Reply {
-        let at = std::panic::Location::caller();
+        self.call_or_die_at(c, std::panic::Location::caller())
+    }
+
+    /// [`Dsm::call_or_die`] naming `at` as the application's line.
+    fn call_or_die_at(&self, c: Call, at: &std::panic::Location<'_>) -> Reply {
         let what = c.name();
         match self.call(c) {
             Ok(r) => r,
@@ -751,9 +755,7 @@ impl Dsm {
         let at = std::panic::Location::caller();
         crate::team::barrier(threads, at, || {
             let _w = progress::waiting("jia_barrier");
-            if let Err(e) = self.call(Call::Barrier) {
-                fatal(&format!("jia_barrier_threads({threads}): {e} (at {at})"));
-            }
+            self.call_or_die_at(Call::Barrier, at);
         });
     }
 

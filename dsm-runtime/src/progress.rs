@@ -30,6 +30,17 @@ static WAITS: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
 /// allocation and no lock, and spelled only when the service thread reports.
 static WAITING_ON: [AtomicU64; MAX_THREADS] = [const { AtomicU64::new(0) }; MAX_THREADS];
 
+/// The thread count of a barrier of threads that some, not all, of its threads have reached (0:
+/// none), published by `crate::team`: the others may be computing without ever having used the
+/// DSM (no slot: unseen here), so the node is not waiting unless that many of its threads
+/// visibly wait.
+static OPEN_ROUND: AtomicU64 = AtomicU64::new(0);
+
+/// A barrier of `threads` threads has some but not all of them (`None`: no such round).
+pub(crate) fn note_open_round(threads: Option<usize>) {
+    OPEN_ROUND.store(threads.map_or(0, |t| t as u64), Ordering::Release);
+}
+
 /// `WAITING_ON`'s kinds.
 const LOCK: u64 = 1 << 32;
 const WAITCV: u64 = 2 << 32;
@@ -132,7 +143,7 @@ pub(crate) fn node_waits() -> Option<String> {
     // A barrier of threads not all of whose threads have come: those still computing may never
     // have used the DSM (no slot), so they are not seen above; the node waits only if as many
     // of its threads as the barrier counts are seen waiting.
-    if crate::team::open_round().is_some_and(|expected| what.len() < expected) {
+    if what.len() < OPEN_ROUND.load(Ordering::Acquire) as usize {
         return None;
     }
     (!what.is_empty()).then(|| what.join(", "))

@@ -35,14 +35,6 @@ static MET: Condvar = Condvar::new();
 /// but the last of each round).
 static LOCAL_WAITS: AtomicU64 = AtomicU64::new(0);
 
-/// The thread count of a barrier of threads that some, not all, of its threads have reached:
-/// the others may be computing without ever having used the DSM (so the deadlock watch does
-/// not see them), and the node is not waiting unless that many of its threads visibly wait.
-pub(crate) fn open_round() -> Option<usize> {
-    let m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
-    (m.arrived > 0 && m.arrived < m.expected).then_some(m.expected)
-}
-
 /// Threads of this node that waited in [`barrier`] for the others of their node, so far.
 pub(crate) fn local_waits() -> u64 {
     LOCAL_WAITS.load(Ordering::Relaxed)
@@ -75,6 +67,7 @@ pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrie
         ));
     }
     m.arrived += 1;
+    progress::note_open_round((m.arrived < threads).then_some(threads));
     if m.arrived < threads {
         LOCAL_WAITS.fetch_add(1, Ordering::Relaxed);
         let round = m.round;

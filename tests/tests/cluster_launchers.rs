@@ -72,6 +72,15 @@ fn assert_stuck(out: &Output, what: &str) {
     );
 }
 
+/// Open MPI's `mpirun -np N ARGS` in `dir`, as root (`--allow-run-as-root`) and with more
+/// ranks than cores (`--oversubscribe`).
+fn mpirun(dir: &Path, np: usize, args: &[&str]) -> Output {
+    let np = np.to_string();
+    let mut all = vec!["--allow-run-as-root", "--oversubscribe", "-np", &np];
+    all.extend_from_slice(args);
+    run_in(dir, "mpirun", &all, None)
+}
+
 struct Slurm {
     conf: String,
 }
@@ -182,53 +191,16 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     assert_exact(&out, "Submitted batch job", "sbatch", &d);
     drop(slurm);
 
-    // Open MPI as root: --allow-run-as-root, and --oversubscribe for more ranks than cores.
     let d = workdir("mpirun");
-    let out = run_in(
-        &d,
-        "mpirun",
-        &[
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-np",
-            "4",
-            &matmul,
-            "256",
-        ],
-        None,
-    );
+    let out = mpirun(&d, 4, &[&matmul, "256"]);
     assert_exact(&out, "matmul OK f64 n=256 nodes=4", "mpirun -np 4", &d);
     let d = workdir("mpirun-stuck");
-    let out = run_in(
-        &d,
-        "mpirun",
-        &[
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-np",
-            "2",
-            &probe,
-            "stuck-exit-holding-lock",
-        ],
-        None,
-    );
+    let out = mpirun(&d, 2, &[&probe, "stuck-exit-holding-lock"]);
     assert_stuck(&out, "mpirun -np 2");
     // A C program on jia.h, the same way.
     let exe = d.join("messages");
     dsm_tests::compile_jia_c(&repo().join("tests/c/messages.c"), &exe, &["-O2"]);
-    let out = run_in(
-        &d,
-        "mpirun",
-        &[
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-np",
-            "3",
-            exe.to_str().unwrap(),
-            "10",
-        ],
-        None,
-    );
+    let out = mpirun(&d, 3, &[exe.to_str().unwrap(), "10"]);
     let _ = std::fs::remove_file(&exe);
     assert_exact(&out, "c-messages OK rounds=10", "mpirun -np 3 (C)", &d);
     // Nothing left behind (a failed run keeps its directory, named in its message).

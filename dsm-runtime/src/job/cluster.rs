@@ -89,7 +89,7 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
                 // Every rank has read it (or the job failed): it has served its purpose.
                 let _ = std::fs::remove_file(&published);
                 match served {
-                    Ok(control) => super::launcher::watch_from_rank0(control),
+                    Ok(control) => super::watch::watch_from_rank0(control),
                     Err(e) => crate::door::end::fatal(&e),
                 }
             })

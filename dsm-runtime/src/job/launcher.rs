@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::node::{JobEnv, random_cookie};
 use super::rendezvous::{Keep, Rendezvous};
+use super::watch::{Heard, Standing, tell};
 use crate::config::{Config, Host};
 use crate::sys::signals;
 
@@ -514,14 +515,6 @@ struct Watched<'a> {
     in_node0: bool,
 }
 
-/// How a node stands, as its watcher knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Standing {
-    Running,
-    EndedWell,
-    Failed,
-}
-
 impl Watched<'_> {
     /// Node `k`: by its process if the watcher started it, else by its control connection (a
     /// connection read to its end after `DSM1 BYE` is a node that left the job).
@@ -533,13 +526,7 @@ impl Watched<'_> {
                 _ => Standing::Failed,
             };
         }
-        match self.words.drained.get(k) {
-            Some(true) if self.words.lines[k].iter().any(|l| l == "DSM1 BYE") => {
-                Standing::EndedWell
-            }
-            Some(true) => Standing::Failed,
-            _ => Standing::Running,
-        }
+        self.words.standing(k)
     }
 
     /// Whether the job can no longer go on (see [`Heard::stuck`]). A node that ends is a change
@@ -749,174 +736,6 @@ fn poll_children(
         }
     }
     Ok(all_done)
-}
-
-/// What the nodes say on their control connections: while they run, whether they wait
-/// (`DSM1 WAIT <in flight> <received> <what>`, `DSM1 RUN`: see `crate::progress`); last, when
-/// they end, `DSM1 BYE` (the node left the job properly, once its jia_exit was complete) or
-/// `DSM1 BLAME <node> <why>` (it ends because it lost that node). A node writes its last words
-/// before it ends, so they are there, or on their way from a remote host, by the time its exit is
-/// seen; reading them waits 0.5 s at most.
-struct Heard {
-    /// Lines other than WAIT/RUN, per node.
-    lines: Vec<Vec<String>>,
-    /// Bytes of an unfinished line, per node.
-    partial: Vec<Vec<u8>>,
-    /// The node's connection was read to its end.
-    drained: Vec<bool>,
-    /// Per node, its last WAIT report: (in flight, received, what).
-    waiting: Vec<Option<(u64, u64, String)>>,
-    /// When any node's report last changed.
-    changed: Instant,
-    /// When each node last reported (a waiting node reports every 250 ms).
-    reported: Vec<Instant>,
-    /// Nodes seen ended, by the watcher's last look.
-    ended: usize,
-}
-
-/// A waiting node's report older than this is stale: the node is stopped, starved or cut off
-/// (it reports every 250 ms while it waits), and its wait says nothing of now.
-const REPORT_FRESH_FOR: Duration = Duration::from_secs(1);
-
-/// How long every node must wait, with nothing in flight and nothing received anywhere, before
-/// the job is declared unable to go on (a few retransmission timeouts: a reply that was lost is
-/// in flight, counted, until it arrives).
-const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
-
-impl Heard {
-    fn new(n: usize) -> Heard {
-        Heard {
-            lines: vec![Vec::new(); n],
-            partial: vec![Vec::new(); n],
-            drained: vec![false; n],
-            waiting: vec![None; n],
-            changed: Instant::now(),
-            reported: vec![Instant::now(); n],
-            ended: 0,
-        }
-    }
-
-    fn take_lines(&mut self, k: usize, bytes: &[u8]) {
-        self.partial[k].extend_from_slice(bytes);
-        while let Some(end) = self.partial[k].iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial[k].drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line[..end]).into_owned();
-            let mut w = line.splitn(5, ' ');
-            match (w.next(), w.next()) {
-                (Some("DSM1"), Some("WAIT")) => {
-                    let num = |v: Option<&str>| v.and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
-                    let (flight, received) = (num(w.next()), num(w.next()));
-                    let report = Some((flight, received, w.next().unwrap_or("").to_owned()));
-                    self.reported[k] = Instant::now();
-                    if self.waiting[k] != report {
-                        self.waiting[k] = report;
-                        self.changed = Instant::now();
-                    }
-                }
-                (Some("DSM1"), Some("RUN")) => {
-                    self.waiting[k] = None;
-                    self.changed = Instant::now();
-                }
-                // A node that left the job waits for nothing, whatever it last reported: it may
-                // have gone from a long wait through its last barrier and exit between two
-                // reports (250 ms apart), and its report would stay fresh while it lingers
-                // after the others ended (a job was once ended as stuck so, under load).
-                (Some("DSM1"), Some("BYE")) => {
-                    self.waiting[k] = None;
-                    self.changed = Instant::now();
-                    self.lines[k].push(line);
-                }
-                _ => self.lines[k].push(line),
-            }
-        }
-    }
-
-    /// Reads what the nodes said since the last look, without waiting.
-    fn poll(&mut self, control: &mut [std::net::TcpStream]) {
-        for (k, stream) in control.iter_mut().enumerate().take(self.lines.len()) {
-            if self.drained[k] {
-                continue;
-            }
-            let _ = stream.set_nonblocking(true);
-            let mut buf = [0u8; 1024];
-            loop {
-                match stream.read(&mut buf) {
-                    Ok(0) => {
-                        self.drained[k] = true;
-                        break;
-                    }
-                    Ok(n) => self.take_lines(k, &buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-        }
-    }
-
-    /// Node `k`'s lines, read to the end of its connection (`None`: no connection to read).
-    fn of(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<&[String]> {
-        let stream = control.get_mut(k)?;
-        if k >= self.lines.len() {
-            return None;
-        }
-        if !self.drained[k] {
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-            let mut buf = [0u8; 1024];
-            loop {
-                match stream.read(&mut buf) {
-                    Ok(n) if n > 0 && self.lines[k].len() < 64 => self.take_lines(k, &buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    _ => break,
-                }
-            }
-            self.drained[k] = true;
-        }
-        Some(&self.lines[k])
-    }
-
-    fn said_goodbye(&mut self, control: &mut [std::net::TcpStream], k: usize) -> bool {
-        self.of(control, k)
-            .is_some_and(|l| l.iter().any(|l| l == "DSM1 BYE"))
-    }
-
-    /// The node `k` blamed for its end, and why.
-    fn blamed(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<(usize, String)> {
-        self.of(control, k)?.iter().find_map(|l| {
-            let rest = l.strip_prefix("DSM1 BLAME ")?;
-            let (node, why) = rest.split_once(' ')?;
-            Some((node.parse().ok()?, why.to_owned()))
-        })
-    }
-
-    /// Whether the job can no longer go on: every node still running waits, none has anything
-    /// in flight, and no report changed for [`NO_PROGRESS_FOR`]. Returns what each node waits
-    /// for. `standing[k]` is how node `k` stands.
-    fn stuck(&self, standing: &[Standing]) -> Option<String> {
-        if self.changed.elapsed() < NO_PROGRESS_FOR {
-            return None;
-        }
-        let mut what = Vec::new();
-        for (k, s) in standing.iter().enumerate() {
-            match s {
-                Standing::Running => {}
-                // A node that ended well (it left the job) may be what the others wait for.
-                Standing::EndedWell => continue,
-                // One that failed is the story, not the others' wait: it is named as such.
-                Standing::Failed => return None,
-            }
-            // Every verdict rests on every running node's fresh word: a stopped node's last
-            // report may be seconds old.
-            if self.reported.get(k)?.elapsed() > REPORT_FRESH_FOR {
-                return None;
-            }
-            match self.waiting.get(k)? {
-                Some((0, _, w)) => what.push(format!("node {k} {w}")),
-                _ => return None,
-            }
-        }
-        (!what.is_empty()).then(|| what.join("; "))
-    }
 }
 
 /// The node at the start of a chain of blame: node `first` ended because it lost another, which
@@ -1155,63 +974,6 @@ extern "C" fn wait_for_the_other_nodes() {
             ),
             1,
         );
-    }
-}
-
-/// Rank 0 of a job started by srun or mpirun watches it as dsmrun does (those launchers cannot
-/// see a node that waits forever): it reads every node's control connection, and when every
-/// node waits for another with nothing on its way, tells them all (`DSM1 STUCK`): each ends, rank 0
-/// saying what every node waited for. Returns once every connection is closed.
-pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
-    use std::os::fd::AsFd;
-    let mut words = Heard::new(control.len());
-    loop {
-        words.poll(&mut control);
-        if words.drained.iter().all(|&d| d) {
-            return;
-        }
-        let standing: Vec<Standing> = (0..control.len())
-            .map(|k| {
-                match (
-                    words.drained[k],
-                    words.lines[k].iter().any(|l| l == "DSM1 BYE"),
-                ) {
-                    (false, _) => Standing::Running,
-                    (true, true) => Standing::EndedWell,
-                    (true, false) => Standing::Failed,
-                }
-            })
-            .collect();
-        if let Some(what) = words.stuck(&standing) {
-            tell(&mut control, &format!("DSM1 STUCK {what}\n"));
-            // Closed only once read (a close with the nodes' reports unread would be a reset,
-            // which may overtake the line).
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !words.drained.iter().all(|&d| d) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-                words.poll(&mut control);
-            }
-            return;
-        }
-        let open: Vec<_> = control
-            .iter()
-            .zip(&words.drained)
-            .filter(|(_, d)| !**d)
-            .map(|(c, _)| c.as_fd())
-            .collect();
-        crate::sys::wait_readable(&open, Duration::from_millis(100));
-    }
-}
-
-/// Sends `line` to every node through its control channel.
-fn tell(control: &mut [std::net::TcpStream], line: &str) {
-    if line.is_empty() {
-        return;
-    }
-    for c in control.iter_mut() {
-        let _ = c.set_nonblocking(false);
-        let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = std::io::Write::write_all(c, line.as_bytes());
     }
 }
 

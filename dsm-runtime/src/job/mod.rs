@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod launcher;
 pub mod node;
 pub mod rendezvous;
+mod watch;
 
 pub use launcher::{JobFailure, JobSpec};
 pub use node::JobEnv;
