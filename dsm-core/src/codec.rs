@@ -22,7 +22,7 @@ use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant: the page number, then the page.
@@ -114,10 +114,10 @@ fn payload_len(msg: &Msg) -> usize {
             notices, claims, ..
         } => 4 + 8 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
         Msg::BarrierGrant { notices, .. } => 4 + 4 + 7 * notices.len(),
-        Msg::Wait { .. }
-        | Msg::WaitGrant { .. }
-        | Msg::Migrated { .. }
-        | Msg::MigrateGrant { .. } => 4,
+        Msg::Wait { .. } | Msg::WaitGrant { .. } => 4,
+        Msg::Migrated { vetoes: pages, .. } | Msg::MigrateGrant { vetoed: pages, .. } => {
+            4 + 4 + 4 * pages.len()
+        }
         Msg::SetCv { notices, .. } => 2 + 4 + 4 * notices.len(),
         Msg::ResetCv { .. } | Msg::LockWanted { .. } => 2,
         Msg::WaitCv { .. } => 2 + 4,
@@ -211,10 +211,20 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
                 out.push(u8::from(n.moves));
             }
         }
-        Msg::Wait { epoch }
-        | Msg::WaitGrant { epoch }
-        | Msg::Migrated { epoch }
-        | Msg::MigrateGrant { epoch } => out.extend_from_slice(&epoch.to_le_bytes()),
+        Msg::Wait { epoch } | Msg::WaitGrant { epoch } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+        }
+        Msg::Migrated {
+            epoch,
+            vetoes: pages,
+        }
+        | Msg::MigrateGrant {
+            epoch,
+            vetoed: pages,
+        } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+            put_pages(out, pages);
+        }
         Msg::SetCv { cv, notices } => {
             out.extend_from_slice(&cv.0.to_le_bytes());
             put_pages(out, notices);
@@ -445,8 +455,14 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             }
             Msg::BarrierGrant { epoch, notices }
         }
-        MsgKind::Migrated => Msg::Migrated { epoch: r.u32()? },
-        MsgKind::MigrateGrant => Msg::MigrateGrant { epoch: r.u32()? },
+        MsgKind::Migrated => Msg::Migrated {
+            epoch: r.u32()?,
+            vetoes: r.pages()?,
+        },
+        MsgKind::MigrateGrant => Msg::MigrateGrant {
+            epoch: r.u32()?,
+            vetoed: r.pages()?,
+        },
         MsgKind::Wait => Msg::Wait { epoch: r.u32()? },
         MsgKind::WaitGrant => Msg::WaitGrant { epoch: r.u32()? },
         MsgKind::SetCv => Msg::SetCv {

@@ -66,8 +66,9 @@ pub(crate) struct Managers {
     barrier_notices: BTreeMap<PageNum, Option<NodeId>>,
     /// Pages offered for home migration in this barrier, by the node that offered them.
     barrier_claims: BTreeMap<PageNum, NodeId>,
-    /// The barrier whose grant moved homes, and the nodes that have applied the moves.
-    migrating: Option<(u32, BTreeSet<NodeId>)>,
+    /// The barrier whose grant would move homes, the nodes that have answered, and the pages
+    /// they vetoed.
+    migrating: Option<(u32, BTreeSet<NodeId>, BTreeSet<PageNum>)>,
     barrier_digest: Option<u64>,
     barrier_epoch: u32,
     wait_arrived: BTreeSet<NodeId>,
@@ -307,7 +308,7 @@ impl Managers {
                 })
                 .collect();
             if notices.iter().any(|n| n.moves) {
-                self.migrating = Some((self.barrier_epoch, BTreeSet::new()));
+                self.migrating = Some((self.barrier_epoch, BTreeSet::new(), BTreeSet::new()));
             }
             self.barrier_arrived.clear();
             self.barrier_digest = None;
@@ -321,17 +322,18 @@ impl Managers {
         Ok(Managed::Done)
     }
 
-    /// `from` applied the home moves of barrier `epoch`'s grant. Once every node has, the
-    /// barrier ends: no node sends a page request or a diff under the new homes before every
-    /// node knows them.
+    /// `from` closed the pages barrier `epoch`'s grant would move and names those it vetoes.
+    /// Once every node has answered, every node applies the moves no node vetoed (the grant
+    /// carries the union, so every table agrees) and the barrier ends.
     pub fn on_migrated(
         &mut self,
         from: NodeId,
         epoch: u32,
+        vetoes: Vec<PageNum>,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         self.check_master(from, MsgKind::Migrated)?;
-        let Some((e, applied)) = &mut self.migrating else {
+        let Some((e, applied, vetoed)) = &mut self.migrating else {
             return Err(refuse(from, MsgKind::Migrated, "no home moves in progress"));
         };
         if *e != epoch || !applied.insert(from) {
@@ -341,9 +343,11 @@ impl Managers {
                 "wrong barrier epoch or applied twice",
             ));
         }
+        vetoed.extend(vetoes);
         if applied.len() == usize::from(self.nodes) {
+            let vetoed = std::mem::take(vetoed).into_iter().collect();
             self.migrating = None;
-            self.broadcast(&Msg::MigrateGrant { epoch }, out);
+            self.broadcast(&Msg::MigrateGrant { epoch, vetoed }, out);
         }
         Ok(Managed::Done)
     }
@@ -552,7 +556,7 @@ mod tests {
     }
 
     #[test]
-    fn a_page_moves_only_to_its_only_writer_that_claimed_it_and_the_barrier_takes_a_second_round() {
+    fn a_page_moves_only_to_its_only_writer_that_claimed_it_unless_a_node_vetoes_it() {
         let mut m = Managers::new(NodeId(0), 2);
         let mut out = Outbox::new();
         // Page 1: node 1 alone wrote it and claims it. Page 2: both wrote it, node 1 claims it.
@@ -573,13 +577,26 @@ mod tests {
             m.on_barrier(NodeId(0), 1, 9, vec![], vec![], &mut out)
                 .is_err()
         );
-        m.on_migrated(NodeId(1), 0, &mut out).unwrap();
+        m.on_migrated(NodeId(1), 0, vec![p1], &mut out).unwrap();
         assert!(out.is_empty());
-        assert!(m.on_migrated(NodeId(1), 0, &mut out).is_err(), "twice");
-        m.on_migrated(NodeId(0), 0, &mut out).unwrap();
+        assert!(
+            m.on_migrated(NodeId(1), 0, vec![], &mut out).is_err(),
+            "twice"
+        );
+        m.on_migrated(NodeId(0), 0, vec![p1, p3], &mut out).unwrap();
         assert_eq!(out.len(), 2, "a grant to each node: {out:?}");
-        assert_eq!(out[0].1, Msg::MigrateGrant { epoch: 0 });
+        // Every node's vetoes, once each.
+        assert_eq!(
+            out[0].1,
+            Msg::MigrateGrant {
+                epoch: 0,
+                vetoed: vec![p1, p3]
+            }
+        );
         out.clear();
-        assert!(m.on_migrated(NodeId(0), 0, &mut out).is_err(), "over");
+        assert!(
+            m.on_migrated(NodeId(0), 0, vec![], &mut out).is_err(),
+            "over"
+        );
     }
 }

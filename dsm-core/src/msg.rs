@@ -115,16 +115,21 @@ pub enum Msg {
         /// Every page written in the epoch, with its writer.
         notices: Vec<WriteNotice>,
     },
-    /// MIGRATED: the sender applied the home moves of barrier `epoch`'s grant; it sends no page
-    /// request or diff until every node has (a second round, only for barriers that move homes).
+    /// MIGRATED: the sender closed the pages barrier `epoch`'s grant would move, and names those
+    /// that must not move (a second round, only for barriers that move homes).
     Migrated {
         /// The barrier's epoch.
         epoch: u32,
+        /// Pages another thread of the sender wrote during the barrier (see `on_barrier_grant`).
+        vetoes: Vec<PageNum>,
     },
-    /// MIGRGRANT: every node applied the home moves of barrier `epoch`: the barrier is over.
+    /// MIGRGRANT: every node answered: the moves not vetoed by any node are applied, and the
+    /// barrier is over.
     MigrateGrant {
         /// The barrier's epoch.
         epoch: u32,
+        /// Every node's vetoes: these pages keep their homes.
+        vetoed: Vec<PageNum>,
     },
     /// LOCKWANTED: another node waits for `lock`, which the receiver was granted: the
     /// receiver's threads pass it among themselves only a bounded number of times more before

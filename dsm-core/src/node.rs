@@ -19,7 +19,7 @@ use crate::codec;
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
-use crate::msg::{Msg, MsgKind, PageDiff};
+use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::stats::Stats;
 use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock};
 use crate::table::PageTable;
@@ -174,17 +174,6 @@ pub enum JobError {
         /// `jia_barrier` or `jia_exit`.
         reached: &'static str,
     },
-    /// Home migration met a write it cannot carry: a thread of this node wrote a page and sent
-    /// its diff while another thread was in a barrier whose grant moved that page.
-    #[error(
-        "{page} was written by one thread while another was in the barrier that moved its home \
-         (home migration needs no shared writes during a barrier: turn it off with \
-         home_migration = false)"
-    )]
-    WrittenDuringMigration {
-        /// The page.
-        page: PageNum,
-    },
     /// Another node's application failed.
     #[error("{from} failed: {text}")]
     Remote {
@@ -288,10 +277,11 @@ pub(crate) struct SyncState {
     pub cvs: Vec<LocalCv>,
     pub collective: Option<Collective>,
     pub wait_epoch: u32,
-    /// From a barrier grant that moves homes to the barrier's end, page requests and diffs
-    /// wait here (in order): one must reach the home its sender's table names only once that
-    /// node knows it is the home.
-    pub page_traffic_held: Option<Vec<(NodeId, Msg)>>,
+    /// From a barrier grant that would move homes to the barrier's end: page requests and diffs
+    /// received for the pages that may move (`moving`), in order. They are served once the
+    /// moves are decided and applied here (a node that applied them first may already ask the
+    /// new home).
+    pub held_for_moves: Vec<(NodeId, Msg)>,
     /// Between this node's barrier call and the grant (`awaiting_grant`): the pages it diffed
     /// meanwhile (by another thread; checked against the grant's home moves).
     pub diffed_in_barrier: BTreeSet<PageNum>,
@@ -299,12 +289,14 @@ pub(crate) struct SyncState {
     /// diffs from other nodes changed, with their senders (checked against the next grant's
     /// home moves: see `on_barrier_grant`).
     pub diffed_here: BTreeSet<(PageNum, NodeId)>,
-    /// The barrier (epoch) whose home moves this node applied, waiting for every node's.
+    /// The barrier (epoch) whose grant would move homes, waiting for every node's vetoes.
     pub migrating: Option<u32>,
-    /// Pages that barrier moved here, closed until every node has applied the moves (a write
-    /// another node made during the barrier may yet end the job from the old home), with the
-    /// faults waiting for them.
-    pub moved_here: BTreeMap<PageNum, Vec<(WaiterId, Access)>>,
+    /// The moves that grant proposed, until they are decided.
+    pub proposed_moves: Vec<WriteNotice>,
+    /// The pages those moves name, closed on every node until the moves are decided (so no
+    /// thread writes one where the write could miss its home), with the faults waiting for
+    /// them.
+    pub moving: BTreeMap<PageNum, Vec<(WaiterId, Access)>>,
     /// From this node's last barrier call to its next: the pages written before it (that
     /// barrier's notices), with the interval of their last write. Until that barrier's grant has
     /// reached every node those pages are not invalidated everywhere, so a lock released
@@ -323,11 +315,12 @@ impl SyncState {
             cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
             collective: None,
             wait_epoch: 0,
-            page_traffic_held: None,
+            held_for_moves: Vec::new(),
             diffed_in_barrier: BTreeSet::new(),
             diffed_here: BTreeSet::new(),
             migrating: None,
-            moved_here: BTreeMap::new(),
+            proposed_moves: Vec::new(),
+            moving: BTreeMap::new(),
             barrier_written: None,
             awaiting_grant: false,
         }
@@ -669,6 +662,10 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         msg: Msg,
     ) -> Result<(), ProtocolError> {
+        if self.is_for_moving_pages(&msg) {
+            self.sync.held_for_moves.push((from, msg));
+            return Ok(());
+        }
         match msg {
             Msg::GetPage { access, pages } => self.on_get_page(from, access, pages),
             Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data.0),
@@ -705,8 +702,10 @@ impl<M: PageMemory> Node<M> {
             Msg::BarrierGrant { epoch, notices } => {
                 self.on_barrier_grant(now, from, epoch, notices)
             }
-            Msg::Migrated { epoch } => self.managed(|m, o| m.on_migrated(from, epoch, o)),
-            Msg::MigrateGrant { epoch } => self.on_migrate_grant(now, from, epoch),
+            Msg::Migrated { epoch, vetoes } => {
+                self.managed(|m, o| m.on_migrated(from, epoch, vetoes, o))
+            }
+            Msg::MigrateGrant { epoch, vetoed } => self.on_migrate_grant(now, from, epoch, vetoed),
             Msg::Wait { epoch } => self.managed(|m, o| m.on_wait(from, epoch, o)),
             Msg::WaitGrant { epoch } => self.on_wait_grant(now, from, epoch),
             Msg::SetCv { cv, notices } => {
@@ -855,12 +854,6 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn send(&mut self, to: NodeId, msg: Msg) {
         if to == self.cfg.node {
             self.out.loopback.push_back(msg);
-            return;
-        }
-        if let Some(held) = &mut self.sync.page_traffic_held
-            && matches!(msg, Msg::GetPage { .. } | Msg::Diff { .. })
-        {
-            held.push((to, msg));
             return;
         }
         let k = msg.kind().index();

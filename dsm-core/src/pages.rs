@@ -7,12 +7,12 @@
 //! is downgraded first and diffed against its twin second, so a store racing the release either
 //! lands in the diff or faults again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::diff;
 use crate::memory::PageMemory;
-use crate::msg::{Msg, MsgKind, PageDiff};
+use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::node::{
     MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES, Node, ProtocolError, UsageError,
 };
@@ -43,8 +43,8 @@ impl<M: PageMemory> Node<M> {
             .table
             .get(page.index())
             .ok_or(UsageError::Unallocated { page })?;
-        if let Some(waiting) = self.sync.moved_here.get_mut(&page) {
-            // Homed here by the barrier in progress: open once every node has applied its moves.
+        if let Some(waiting) = self.sync.moving.get_mut(&page) {
+            // Its move is being decided: handled again once it is (`apply_decided_moves`).
             waiting.push((waiter, access));
             return Ok(());
         }
@@ -177,6 +177,10 @@ impl<M: PageMemory> Node<M> {
         by_home: &mut BTreeMap<NodeId, Vec<PageNum>>,
     ) {
         for candidate in pages {
+            if self.sync.moving.contains_key(&candidate) {
+                // Its home is being decided.
+                continue;
+            }
             let e = &mut self.table[candidate.index()];
             e.fetch = Some(Fetch {
                 waiters: Vec::new(),
@@ -533,12 +537,13 @@ impl<M: PageMemory> Node<M> {
             });
         }
         if diffs.iter().any(|d| !homed(&self.table[d.page.index()])) {
-            // A page that moved away at the last barrier: this diff left its sender during that
-            // barrier, after its barrier call (the barrier's own diffs were acknowledged before
-            // its barrier message, later ones go to the new home), written by another thread.
-            // The sender ends the job at the barrier's grant (`WrittenDuringMigration`); no
-            // acknowledgement, so no release completes without the write.
-            return Ok(());
+            // A page that moved away: a diff made before its sender knew would have made it
+            // veto the move (`close_moving_pages`), and one made after goes to the new home.
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Diff,
+                why: "diff for a page that moved away",
+            });
         }
         for d in &diffs {
             for run in diff::runs(&d.runs) {
@@ -744,19 +749,17 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Applies the home moves of a barrier grant (every node applies the same, in the same
-    /// order, so every table agrees). Returns whether any page moved.
-    pub(crate) fn apply_moves(&mut self, notices: &[crate::msg::WriteNotice]) -> bool {
+    /// Applies the decided home moves of a barrier (every node applies the same, in the same
+    /// order, so every table agrees).
+    fn apply_moves(&mut self, notices: &[WriteNotice]) {
         let me = self.cfg.node;
-        let mut moved = false;
-        for n in notices.iter().filter(|n| n.moves) {
+        for n in notices {
             let (Some(to), Some(e)) = (n.writer, self.table.get_mut(n.page.index())) else {
                 continue;
             };
             if e.home == to {
                 continue;
             }
-            moved = true;
             if to == me {
                 self.become_home(n.page);
                 continue;
@@ -769,7 +772,6 @@ impl<M: PageMemory> Node<M> {
             e.home = to;
         }
         self.claims.clear();
-        moved
     }
 
     /// `page`, which this node alone wrote in the closing epoch, is homed here from now on.
@@ -795,48 +797,123 @@ impl<M: PageMemory> Node<M> {
         e.served = false;
         e.frame = Frame::ReadWrite;
         self.table.cache_remove(page);
-        // The copy here if still valid (another thread of this node may have written it since),
-        // else the bytes kept when it was dropped.
+        // The copy here if still valid, else the bytes kept when it was dropped.
         match (valid, kept) {
             (true, _) => {}
             (false, Some(bytes)) => self.mem.write(page, 0, &bytes.0[..]),
             (false, None) => debug_assert!(false, "{page} moved here without its bytes"),
         }
-        // Closed until the barrier's second round ends (`on_migrate_grant`): another node's
-        // write during the barrier, applied at the old home, ends the job from there, and no
-        // thread here must read this copy without it meanwhile.
-        self.protect_pages(&[page], Prot::None);
-        self.sync.moved_here.insert(page, Vec::new());
+        self.protect_pages(&[page], Prot::ReadWrite);
         self.stats.homes_moved_here += 1;
         for (w, _, _) in waiters {
             self.resume(w);
         }
     }
 
-    /// Every node knows the new homes: the page requests and diffs held since the grant that
-    /// moved them go out (they were made under the new homes), their clocks started now (the
-    /// reply timeout counts from here).
-    pub(crate) fn release_page_traffic(&mut self, now: Time) {
-        let Some(held) = self.sync.page_traffic_held.take() else {
-            return;
-        };
-        for (to, msg) in held {
-            match &msg {
-                Msg::GetPage { pages, .. } => {
-                    for p in pages {
-                        if let Some(t) = self.fetches.get_mut(p) {
-                            *t = now;
-                        }
-                    }
-                }
-                Msg::Diff { id, .. } => {
-                    if let Some(d) = self.flush.diffs_out.get_mut(id) {
-                        d.1 = now;
-                    }
-                }
-                _ => {}
+    /// A barrier grant proposes `proposed` (each page to its only writer): closes those pages
+    /// here until the moves are decided, and returns the ones this node vetoes. A proposed page
+    /// keeps its home if, since this node's barrier call, another thread of this node
+    /// - diffed it (to the old home: the new home would miss the write),
+    /// - wrote it and has not diffed it yet (the diff would leave before the decision),
+    /// - wrote it here at its old home (the write is in no diff and would stay behind; a write
+    ///   before the barrier call made this node a writer, and a page with two writers does not
+    ///   move),
+    ///
+    /// or, moving here, the claimed copy was overtaken (named by a lock's grant since the claim:
+    /// another node wrote it during the barrier), or, moving away from here, another node's
+    /// diff changed it since the last grant (a writer before its barrier call would have named
+    /// it, so that write was made during the barrier). Closing first, then checking, leaves no
+    /// gap: a later write faults and waits for the decision (`handle_fault`).
+    pub(crate) fn close_moving_pages(&mut self, proposed: &[WriteNotice]) -> Vec<PageNum> {
+        let me = self.cfg.node;
+        // Home writes not yet seen (pages served untracked) become visible as writes.
+        self.settle_serves();
+        let pages: Vec<PageNum> = proposed.iter().map(|n| n.page).collect();
+        self.protect_pages(&pages, Prot::None);
+        let diffed = std::mem::take(&mut self.sync.diffed_in_barrier);
+        let overtaken = std::mem::take(&mut self.claims_overtaken);
+        let diffed_here = std::mem::take(&mut self.sync.diffed_here);
+        let mut vetoes = Vec::new();
+        for n in proposed {
+            let p = n.page;
+            let e = &self.table[p.index()];
+            let at_old_home = e.home == me;
+            let veto = diffed.contains(&p)
+                || (!at_old_home && self.rw.contains(&p))
+                || (at_old_home && self.written.contains_key(&p))
+                || (n.writer == Some(me) && overtaken.contains(&p))
+                || (at_old_home
+                    && diffed_here
+                        .range((p, NodeId(0))..=(p, NodeId(u16::MAX)))
+                        .any(|&(_, from)| Some(from) != n.writer));
+            if veto {
+                vetoes.push(p);
+                self.reopen(p);
+            } else {
+                self.sync.moving.insert(p, Vec::new());
             }
-            self.send(to, msg);
+        }
+        self.stats.home_moves_vetoed += vetoes.len() as u64;
+        vetoes
+    }
+
+    /// Opens `page` as its frame says.
+    fn reopen(&mut self, page: PageNum) {
+        let prot = match self.table[page.index()].frame {
+            Frame::ReadWrite => Prot::ReadWrite,
+            Frame::ReadOnly => Prot::Read,
+            Frame::Prefetched | Frame::Invalid => return,
+        };
+        self.protect_pages(&[page], prot);
+    }
+
+    /// Applies the moves the barrier's grant proposed that no node vetoed, opens the pages
+    /// closed for the decision, lets the faults waiting for them go on, and serves the requests
+    /// and diffs held for them.
+    pub(crate) fn apply_decided_moves(
+        &mut self,
+        now: Time,
+        vetoed: &[PageNum],
+    ) -> Result<(), ProtocolError> {
+        let me = self.cfg.node;
+        let vetoed: BTreeSet<PageNum> = vetoed.iter().copied().collect();
+        let moves: Vec<WriteNotice> = std::mem::take(&mut self.sync.proposed_moves)
+            .into_iter()
+            .filter(|n| !vetoed.contains(&n.page))
+            .collect();
+        let leaving: Vec<PageNum> = moves
+            .iter()
+            .filter(|n| self.table[n.page.index()].home == me)
+            .map(|n| n.page)
+            .collect();
+        self.apply_moves(&moves);
+        // The old home's copy is dropped as any copy is.
+        self.invalidate(now, leaving);
+        let moving = std::mem::take(&mut self.sync.moving);
+        for (&page, waiters) in &moving {
+            self.reopen(page);
+            for &(w, access) in waiters {
+                // Allocated (it faulted before): a retry cannot fail.
+                let retried = self.handle_fault(now, page, access, w);
+                debug_assert!(retried.is_ok(), "{retried:?}");
+            }
+        }
+        for (from, msg) in std::mem::take(&mut self.sync.held_for_moves) {
+            self.dispatch(now, from, msg)?;
+        }
+        Ok(())
+    }
+
+    /// A page request or diff for a page whose move is being decided (held until it is: see
+    /// `SyncState::held_for_moves`).
+    pub(crate) fn is_for_moving_pages(&self, msg: &Msg) -> bool {
+        if self.sync.moving.is_empty() {
+            return false;
+        }
+        match msg {
+            Msg::GetPage { pages, .. } => pages.iter().any(|p| self.sync.moving.contains_key(p)),
+            Msg::Diff { diffs, .. } => diffs.iter().any(|d| self.sync.moving.contains_key(&d.page)),
+            _ => false,
         }
     }
 }

@@ -86,6 +86,9 @@ stats! {
     pages_served,
     /// Pages whose home moved to this node at a barrier (home migration).
     homes_moved_here,
+    /// Home moves this node vetoed: another of its threads wrote the page during the barrier
+    /// that would have moved it.
+    home_moves_vetoed,
     /// Pages fetched by one-sided reads of their home's memory (RDMA READ), without a message.
     pages_read_one_sided,
     /// Pages asked for as prefetches.

@@ -522,45 +522,24 @@ impl<M: PageMemory> Node<M> {
         for c in &mut self.sync.cvs {
             c.sent = 0;
         }
-        // A page that moves must not have been diffed by this node during the barrier (by
-        // another of its threads, to the old home): that write would miss the new home.
-        // Nor written here, at its home, since this node's barrier call (such a write is in no
-        // diff and would stay behind; earlier home writes would make this node a writer, and a
-        // page with two writers does not move).
-        let diffed = std::mem::take(&mut self.sync.diffed_in_barrier);
-        let written_at_old_home = |p: PageNum| {
-            self.table.get(p.index()).is_some_and(|e| e.home == me) && self.written.contains_key(&p)
+        // Moves are proposed here and decided by a second round: every node closes the pages
+        // and vetoes those another of its threads wrote during the barrier (see
+        // `close_moving_pages`).
+        let proposed: Vec<WriteNotice> = notices
+            .iter()
+            .filter(|n| {
+                n.moves
+                    && n.writer.is_some_and(|w| {
+                        self.table.get(n.page.index()).is_some_and(|e| e.home != w)
+                    })
+            })
+            .copied()
+            .collect();
+        let vetoes = if proposed.is_empty() {
+            Vec::new()
+        } else {
+            self.close_moving_pages(&proposed)
         };
-        // Nor, moving here, overtaken: named by a lock's grant since this node claimed it
-        // (another node wrote it during the barrier, and its diff went to the old home).
-        let overtaken = std::mem::take(&mut self.claims_overtaken);
-        // Nor, moving away from here, changed by another node's diff in this epoch: a node that
-        // wrote the page before its barrier call named it in its barrier message (two writers:
-        // the page would not move), so that write was made during the barrier, by another
-        // thread, and its bytes are here but not at the new home.
-        let diffed_here = std::mem::take(&mut self.sync.diffed_here);
-        let diffed_by_another = |n: &crate::msg::WriteNotice| {
-            diffed_here
-                .range((n.page, NodeId(0))..=(n.page, NodeId(u16::MAX)))
-                .any(|&(_, from)| Some(from) != n.writer)
-        };
-        if let Some(n) = notices.iter().find(|n| {
-            n.moves
-                && (diffed.contains(&n.page)
-                    || written_at_old_home(n.page)
-                    || (n.writer == Some(me) && overtaken.contains(&n.page))
-                    || diffed_by_another(n))
-        }) {
-            self.abort(JobError::WrittenDuringMigration { page: n.page });
-            return Ok(());
-        }
-        // Homes move first (a page leaving this node is then dropped as any copy is).
-        let moved = self.apply_moves(&notices);
-        if moved {
-            // Until every node knows the new homes, page requests and diffs (made under them
-            // from now on) wait.
-            self.sync.page_traffic_held = Some(Vec::new());
-        }
         let stale: Vec<PageNum> = notices
             .into_iter()
             .filter(|n| n.writer != Some(me))
@@ -574,26 +553,30 @@ impl<M: PageMemory> Node<M> {
         self.epoch += 1;
         // Kept one barrier longer: see `manager::record_notices`.
         self.mgr.forget_before(self.epoch - 1);
-        if moved {
-            // A second round: every node tells node 0 it has applied the moves.
+        let migrating = !proposed.is_empty();
+        if migrating {
             self.sync.migrating = Some(epoch);
-            self.send(NodeId(0), Msg::Migrated { epoch });
+            self.sync.proposed_moves = proposed;
+            self.send(NodeId(0), Msg::Migrated { epoch, vetoes });
         }
         if !refetch.is_empty() {
             self.refetch(now, refetch);
         }
-        if moved {
+        if migrating {
             return Ok(());
         }
         self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::BarrierGrant)
     }
 
-    /// MIGRGRANT: every node applied the home moves of the barrier this node is in: it ends.
+    /// MIGRGRANT: every node answered the moves of the barrier this node is in. The moves no
+    /// node vetoed are applied (every node applies the same, in the same order, so the tables
+    /// agree), the closed pages open, and the barrier ends.
     pub(crate) fn on_migrate_grant(
         &mut self,
         now: Time,
         from: NodeId,
         epoch: u32,
+        vetoed: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         if self.sync.migrating != Some(epoch) || from != NodeId(0) {
             return Err(ProtocolError {
@@ -603,19 +586,7 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.sync.migrating = None;
-        // Opened as their frames say: a page served meanwhile (to a node whose own grant came
-        // first) is read-only already, its writes tracked from then on.
-        let moved_here = std::mem::take(&mut self.sync.moved_here);
-        let (writable, readable): (Vec<PageNum>, Vec<PageNum>) = moved_here
-            .keys()
-            .partition(|p| self.table[p.index()].frame == crate::table::Frame::ReadWrite);
-        self.protect_pages(&writable, crate::types::Prot::ReadWrite);
-        self.protect_pages(&readable, crate::types::Prot::Read);
-        for (w, access) in moved_here.into_values().flatten() {
-            self.count_local_fault(access);
-            self.resume(w);
-        }
-        self.release_page_traffic(now);
+        self.apply_decided_moves(now, &vetoed)?;
         self.finish_collective(now, from, CollectiveKind::Barrier, MsgKind::MigrateGrant)
     }
 

@@ -129,9 +129,11 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         16 => Msg::ExitGrant,
         18 => Msg::Migrated {
             epoch: rng.next_u64() as u32,
+            vetoes: pages(rng),
         },
         19 => Msg::MigrateGrant {
             epoch: rng.next_u64() as u32,
+            vetoed: pages(rng),
         },
         21 => Msg::LockWanted { lock },
         17 => Msg::Send {

@@ -20,8 +20,8 @@
 
 use std::time::Instant;
 
-use dsm_core::sim::{Cluster, Op, Rng, SimError};
-use dsm_core::{AllocPolicy, GlobalAddr, JobError, LockId, NodeId, PAGE_SIZE};
+use dsm_core::sim::{Cluster, Op, Rng};
+use dsm_core::{AllocPolicy, GlobalAddr, LockId, NodeId, PAGE_SIZE};
 
 #[derive(Clone, Copy, Debug)]
 enum Role {
@@ -134,7 +134,7 @@ fn read_or_write(rng: &mut Rng, addr: GlobalAddr, value: &mut u64) -> Op {
 const SECOND_THREAD_LOCK: u16 = 63;
 
 /// Builds and runs one case; returns a description of the first failure.
-fn run_case(seed: u64) -> Result<(u64, u64, u64, u64), String> {
+fn run_case(seed: u64) -> Result<(u64, u64, (u64, u64), u64), String> {
     let mut rng = Rng::new(seed);
     let case = make_case(&mut rng);
     let (pf_on, pf_pages, pf_check) = case.prefetch;
@@ -250,15 +250,8 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64, u64), String> {
             c.push(n, 0, Op::Read(w));
         }
     }
-    match c.run() {
-        Ok(()) => {}
-        // A second thread's write diffed during a barrier that moved its page: the job ends
-        // naming it (rather than lose the write). Everything read until then was checked.
-        Err(SimError::Aborted {
-            error: JobError::WrittenDuringMigration { .. },
-            ..
-        }) if case.second_thread && case.migrate => {}
-        Err(e) => return Err(format!("{e}\n{case:#?}")),
+    if let Err(e) = c.run() {
+        return Err(format!("{e}\n{case:#?}"));
     }
     if let Some(v) = c.violations.first() {
         return Err(format!(
@@ -275,7 +268,7 @@ fn run_case(seed: u64) -> Result<(u64, u64, u64, u64), String> {
     Ok((
         reads,
         stats.evictions,
-        stats.homes_moved_here,
+        (stats.homes_moved_here, stats.home_moves_vetoed),
         stats.lock_local_handoffs,
     ))
 }
@@ -303,21 +296,22 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
         }
     };
     let started = Instant::now();
-    let (mut reads, mut evictions, mut moved, mut handoffs) = (0, 0, 0, 0);
+    let (mut reads, mut evictions, mut moved, mut vetoed, mut handoffs) = (0, 0, 0, 0, 0);
     for &seed in &seeds {
         match run_case(seed) {
-            Ok((r, e, m, h)) => {
+            Ok((r, e, (m, v), h)) => {
                 reads += r;
                 evictions += e;
                 moved += m;
+                vetoed += v;
                 handoffs += h;
             }
             Err(e) => panic!("case with seed {seed} failed (reproduce: DSM_SIM_SEED={seed}): {e}"),
         }
     }
     eprintln!(
-        "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved, {handoffs} \
-         locks handed between threads of a node in {:.2?}",
+        "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved, {vetoed} \
+         moves vetoed, {handoffs} locks handed between threads of a node in {:.2?}",
         seeds.len(),
         started.elapsed()
     );
@@ -327,8 +321,9 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
             reads > 10 * seeds.len() as u64
                 && evictions > 0
                 && moved > 0
-                && (handoffs > 0 || !second_threads_asked()),
-            "{reads} reads, {evictions} evictions, {moved} homes moved, {handoffs} hand-offs"
+                && ((handoffs > 0 && vetoed > 0) || !second_threads_asked()),
+            "{reads} reads, {evictions} evictions, {moved} homes moved, {vetoed} vetoed, \
+             {handoffs} hand-offs"
         );
     }
 }

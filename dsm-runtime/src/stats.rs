@@ -128,9 +128,9 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "pages asked for ahead of a fault; of them, touched / dropped untouched",
     ),
     (
-        "homes_moved_here",
-        &["homes_moved_here"],
-        "pages whose home moved to this node at a barrier (home migration)",
+        "homes_moved_here, home_moves_vetoed",
+        &["homes_moved_here", "home_moves_vetoed"],
+        "pages whose home moved here at a barrier; moves vetoed here (another thread wrote the page during it)",
     ),
     (
         "twins, diff*",

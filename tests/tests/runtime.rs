@@ -1036,6 +1036,49 @@ fn no_write_is_lost_while_another_thread_of_the_node_flushes_or_invalidates_its_
     }
 }
 
+/// Home migration with threads: a thread of every node writes its page and calls the plain
+/// barrier while another thread of the node writes the same page under a lock. The page would
+/// move to the node; written during the barrier, the node vetoes the move and no write is lost
+/// (this ended the job, "written during migration", before the veto round), on 2 and 3 nodes,
+/// UDP and TCP.
+#[test]
+fn a_page_another_thread_writes_during_the_barrier_keeps_its_home_and_loses_nothing() {
+    let mut vetoed = 0;
+    for (nodes, comm) in [(2, "udp"), (3, "udp"), (2, "tcp"), (3, "tcp")] {
+        let set = format!("comm_type={comm}");
+        let json = std::env::temp_dir().join(format!(
+            "dsm-veto-{nodes}-{comm}-{}.json",
+            std::process::id()
+        ));
+        let j = json.display().to_string();
+        let out = dsmrun(
+            nodes,
+            &["--set", &set, "--stats-json", &j],
+            "probe",
+            &["write-during-barrier"],
+        );
+        assert!(
+            out.status.success() && text(&out).contains("write-during-barrier OK"),
+            "{nodes} nodes, {comm}: {}",
+            text(&out)
+        );
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("stats written"))
+                .expect("valid JSON");
+        let _ = std::fs::remove_file(&json);
+        vetoed += stats["nodes"]
+            .as_array()
+            .expect("a nodes array")
+            .iter()
+            .map(|n| n["home_moves_vetoed"].as_u64().expect("home_moves_vetoed"))
+            .sum::<u64>();
+    }
+    assert!(
+        vetoed > 0,
+        "no move was ever vetoed: the probe did not test the veto"
+    );
+}
+
 /// Threads of every node send, receive and wait on a condition variable at once (the calls a
 /// thread may make beside faults, locks and barriers), on 2 and 4 nodes, UDP and TCP.
 #[test]

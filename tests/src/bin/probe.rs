@@ -925,6 +925,57 @@ fn main() {
             }
             dsm.barrier();
         }
+        "write-during-barrier" => {
+            // Home migration with threads: every node's page of an array homed at node 0. Thread
+            // A writes its node's words and calls the plain barrier, round after round (the page
+            // then has one writer and would move to its node); thread B meanwhile counts in
+            // another word of the same page under a lock of its own, so its writes fall inside
+            // A's barriers. A page written during the barrier that would move it is kept where
+            // it is (the move is vetoed); none of A's or B's writes may be lost.
+            let (me, nodes) = (dsm.id(), dsm.nodes());
+            let rounds = 40;
+            let words: SharedArray<u64> = dsm
+                .alloc(512 * nodes, AllocPolicy::OnNode(NodeId(0)))
+                .expect("allocate");
+            dsm.barrier();
+            let mine = me * 512;
+            let done = AtomicUsize::new(0);
+            let counted = std::thread::scope(|s| {
+                let b = s.spawn(|| {
+                    let mut n = 0;
+                    while done.load(Ordering::Relaxed) == 0 {
+                        let _g = dsm.lock(10 + me as u16);
+                        words.set(mine + 256, words.get(mine + 256) + 1);
+                        n += 1;
+                    }
+                    n
+                });
+                for round in 1..=rounds {
+                    for i in 0..16 {
+                        words.set(mine + i, round);
+                    }
+                    dsm.barrier();
+                }
+                done.store(1, Ordering::Relaxed);
+                b.join().expect("thread B")
+            });
+            words.set(mine + 300, counted);
+            dsm.barrier();
+            if me == 0 {
+                let ok = (0..nodes).all(|k| {
+                    let at = k * 512;
+                    (0..16).all(|i| words.get(at + i) == rounds)
+                        && words.get(at + 256) == words.get(at + 300)
+                        && words.get(at + 300) > 0
+                });
+                let counts: Vec<u64> = (0..nodes).map(|k| words.get(k * 512 + 256)).collect();
+                println!(
+                    "write-during-barrier {} counts {counts:?}",
+                    if ok { "OK" } else { "FAILED" }
+                );
+            }
+            dsm.barrier();
+        }
         "panic" => {
             dsm.barrier();
             if dsm.id() == 1 {
