@@ -310,6 +310,17 @@ pub fn init(name: &str) -> Dsm {
     })
 }
 
+/// LU's input: an N x N diagonally dominant matrix (no pivoting needed), row-major, the same
+/// for every run of a size (`lu` and `plain lu`).
+pub fn lu_matrix(n: usize) -> Vec<f64> {
+    let mut g = Gen(0x1u64 << 40 | n as u64);
+    let mut a: Vec<f64> = (0..n * n).map(|_| g.unit() - 0.5).collect();
+    for i in 0..n {
+        a[i * n + i] += n as f64;
+    }
+    a
+}
+
 /// A small deterministic generator (xorshift64*), for inputs every node can recompute.
 pub struct Gen(pub u64);
 

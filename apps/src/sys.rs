@@ -132,6 +132,35 @@ impl<'a> SharedRows<'a> {
         }
     }
 
+    /// LU's elimination of row `i` by pivot row `p` (`p < i`, a row-major N x N matrix): the
+    /// multiplier goes into column `p`, the rest of the row loses its multiple of the pivot
+    /// row. The arithmetic of `lu`'s, in its order.
+    ///
+    /// # Safety
+    ///
+    /// Until it returns, no other thread touches row `i` nor writes row `p` (LU between steps:
+    /// each row updated by one thread, the pivot rows only read).
+    pub unsafe fn eliminate_row(&self, i: usize, p: usize) {
+        let w = self.width;
+        assert!(
+            p < i && (i + 1) * w <= self.len,
+            "rows {i}, {p} out of the matrix"
+        );
+        // SAFETY: both rows lie inside the matrix (checked above) and differ; the caller
+        // promises no other thread touches row i nor writes row p.
+        let (row, pivot) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.ptr.add(i * w), w),
+                std::slice::from_raw_parts(self.ptr.add(p * w), w),
+            )
+        };
+        let l = row[p] / pivot[p];
+        row[p] = l;
+        for (x, &y) in row[p + 1..].iter_mut().zip(&pivot[p + 1..]) {
+            *x -= l * y;
+        }
+    }
+
     /// One red-black SOR half-sweep of row `i` (of an (n + 2)-wide grid), cell by cell through
     /// the raw pointer, no reference to any row: for a share's edge rows, whose other-colour
     /// cells a neighbouring thread reads meanwhile. The arithmetic of

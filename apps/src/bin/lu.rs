@@ -12,17 +12,8 @@
 //! step). Every element sees its updates in the same order as the sequential algorithm, so node 0
 //! recomputes sequentially and the results agree to rounding (checked to 1e-9, relative).
 
-use dsm_apps::{Gen, arg_num, init, report, spread};
+use dsm_apps::{arg_num, init, lu_matrix, report, spread};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
-
-fn matrix(n: usize) -> Vec<f64> {
-    let mut g = Gen(0x1u64 << 40 | n as u64);
-    let mut a: Vec<f64> = (0..n * n).map(|_| g.unit() - 0.5).collect();
-    for i in 0..n {
-        a[i * n + i] += n as f64;
-    }
-    a
-}
 
 /// One block step `k` restricted to the rows `owns(row)` says we own; `get`/`set` reach the matrix.
 fn factor_step(
@@ -294,7 +285,7 @@ fn main() {
     let (me, nodes) = (dsm.id(), dsm.nodes());
     let owner = |row: usize| owner_of_block(row / b, nodes);
     let a = Matrix::alloc(&dsm, n, b);
-    let init_m = matrix(n);
+    let init_m = lu_matrix(n);
     for i in (0..n).filter(|&i| owner(i) == me) {
         for j in 0..n {
             a.set(i, j, init_m[i * n + j]);
