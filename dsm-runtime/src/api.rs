@@ -374,7 +374,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
             source,
         })?;
     drop(held_off);
-    Ok(Dsm {
+    let dsm = Dsm {
         rank,
         size,
         base,
@@ -384,7 +384,12 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         service: Mutex::new(Some(handle)),
         bcasts: AtomicU32::new(0),
         reductions: AtomicU32::new(0),
-    })
+    };
+    if config.check_races {
+        let dir = crate::races::dir_for(config.race_dir.as_deref(), cookie);
+        crate::races::start(&dsm, (base, len), dir);
+    }
+    Ok(dsm)
 }
 
 /// `bind_to = core`: node `index` of the `count` its launcher started on this host runs on the
@@ -632,10 +637,27 @@ impl Dsm {
     /// Allocates `len` elements collectively with `policy` (every node makes the same call).
     /// An array larger than the address space is refused (`UsageError::Alloc`), as is one larger
     /// than the shared region.
+    #[track_caller]
     pub fn alloc<T: Shared>(
         &self,
         len: usize,
         policy: AllocPolicy,
+    ) -> Result<SharedArray<T>, UsageError> {
+        self.alloc_from(
+            len,
+            policy,
+            crate::races::From::Caller(std::panic::Location::caller()),
+        )
+    }
+
+    /// [`Dsm::alloc`] made at `from` (for the race checker's reports; libjia passes its C
+    /// caller's address).
+    #[doc(hidden)]
+    pub fn alloc_from<T: Shared>(
+        &self,
+        len: usize,
+        policy: AllocPolicy,
+        from: crate::races::From,
     ) -> Result<SharedArray<T>, UsageError> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
@@ -646,7 +668,9 @@ impl Dsm {
             }))?;
         match self.call(Call::Alloc { policy, bytes })? {
             Reply::Allocated(off) => {
-                Ok(SharedArray::new((self.base + off as usize) as *mut T, len))
+                let addr = self.base + off as usize;
+                crate::races::allocated(addr, bytes as usize, std::mem::size_of::<T>(), from);
+                Ok(SharedArray::new(addr as *mut T, len))
             }
             other => unexpected("jia_alloc", &other),
         }
@@ -695,11 +719,14 @@ impl Dsm {
     /// this thread holds or asks for already is an error.
     pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
         let _w = progress::waiting_for_lock(lock);
-        self.call(Call::Lock(LockId(lock))).map(drop)
+        self.call(Call::Lock(LockId(lock)))?;
+        crate::races::lock_acquired(lock);
+        Ok(())
     }
 
     /// `jia_unlock`: a lock this thread does not hold is an error.
     pub fn unlock_raw(&self, lock: u16) -> Result<(), UsageError> {
+        crate::races::unlocking(lock);
         self.call(Call::Unlock(LockId(lock))).map(drop)
     }
 
@@ -721,7 +748,10 @@ impl Dsm {
     #[track_caller]
     pub fn barrier(&self) {
         let _w = progress::waiting("jia_barrier");
+        crate::races::segment_ends();
         self.call_or_die(Call::Barrier);
+        crate::races::barrier_done();
+        crate::races::barrier_left();
     }
 
     /// A barrier of `threads` threads of every node (`jia_barrier_threads`): each of the
@@ -753,10 +783,13 @@ impl Dsm {
     #[track_caller]
     pub fn barrier_threads(&self, threads: usize) {
         let at = std::panic::Location::caller();
+        crate::races::segment_ends();
         crate::team::barrier(threads, at, || {
             let _w = progress::waiting("jia_barrier");
             self.call_or_die_at(Call::Barrier, at);
+            crate::races::barrier_done();
         });
+        crate::races::barrier_left();
     }
 
     /// A barrier without coherence (`jia_wait`): every node waits until all have arrived, and
@@ -788,6 +821,7 @@ impl Dsm {
     /// ```
     #[track_caller]
     pub fn setcv(&self, cv: u16) {
+        crate::races::setting_cv(cv);
         self.call_or_die(Call::SetCv(CvId(cv)));
     }
 
@@ -803,6 +837,7 @@ impl Dsm {
     pub fn waitcv(&self, cv: u16) {
         let _w = progress::waiting_for_cv(cv);
         self.call_or_die(Call::WaitCv(CvId(cv)));
+        crate::races::cv_waited(cv);
     }
 
     /// Zeroes this node's statistics (`jia_startstat`).
@@ -856,6 +891,8 @@ impl Dsm {
             return;
         }
         let _w = progress::waiting("jia_exit");
+        // Before this node's exit message: node 0 reads every node's records once all left.
+        crate::races::write_records();
         self.call_or_die(Call::Exit);
         if let Some(h) = self
             .service
@@ -866,6 +903,7 @@ impl Dsm {
             let _ = h.join();
         }
         self.left.store(true, Ordering::SeqCst);
+        crate::races::report_at_node0();
     }
 }
 

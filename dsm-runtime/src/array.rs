@@ -151,6 +151,12 @@ impl<T: Shared> SharedArray<T> {
             "index {i} out of a shared array of {}",
             self.len
         );
+        crate::races::access(
+            self.ptr.wrapping_add(i) as usize,
+            std::mem::size_of::<T>(),
+            false,
+            crate::races::From::Caller(std::panic::Location::caller()),
+        );
         // SAFETY: element i is in bounds of the allocation, which stays mapped as long as the
         // process; it is aligned to size_of::<T>(): the allocation starts on a page boundary
         // (`new`), element i lies i * size_of::<T>() bytes on, and that size is a power of two
@@ -170,8 +176,36 @@ impl<T: Shared> SharedArray<T> {
             "index {i} out of a shared array of {}",
             self.len
         );
+        crate::races::access(
+            self.ptr.wrapping_add(i) as usize,
+            std::mem::size_of::<T>(),
+            true,
+            crate::races::From::Caller(std::panic::Location::caller()),
+        );
         // SAFETY: as in `get` (the region's application view is mapped for writing; a page not
         // writable yet faults and is made so).
+        unsafe { T::store_relaxed(self.ptr.add(i), v) }
+    }
+
+    /// [`SharedArray::get`] unseen by the race checker (its own clocks).
+    pub(crate) fn get_unrecorded(&self, i: usize) -> T {
+        assert!(
+            i < self.len,
+            "index {i} out of a shared array of {}",
+            self.len
+        );
+        // SAFETY: as in `get`.
+        unsafe { T::load_relaxed(self.ptr.add(i)) }
+    }
+
+    /// [`SharedArray::set`] unseen by the race checker (its own clocks).
+    pub(crate) fn set_unrecorded(&self, i: usize, v: T) {
+        assert!(
+            i < self.len,
+            "index {i} out of a shared array of {}",
+            self.len
+        );
+        // SAFETY: as in `set`.
         unsafe { T::store_relaxed(self.ptr.add(i), v) }
     }
 

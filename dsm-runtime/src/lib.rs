@@ -64,6 +64,8 @@ mod misuse;
 #[cfg(not(dsm_loom))]
 mod progress;
 #[cfg(not(dsm_loom))]
+pub mod races;
+#[cfg(not(dsm_loom))]
 #[allow(unsafe_code)]
 mod region;
 #[cfg(not(dsm_loom))]

@@ -56,6 +56,10 @@ struct Args {
     /// Node 0 prints the statistics table at exit.
     #[arg(long)]
     stats: bool,
+    /// Report the pairs of accesses to the same bytes that no synchronisation orders (data
+    /// races); the job then ends with status 66 if there were any (the check_races key).
+    #[arg(long)]
+    check_races: bool,
     /// Node 0 writes every node's statistics to FILE as JSON at exit.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
@@ -156,6 +160,9 @@ fn main() -> ExitCode {
         if let Err(e) = cfg.set(k.trim(), v.trim(), &origin) {
             return usage_error(&e.to_string());
         }
+    }
+    if args.check_races {
+        cfg.check_races = true;
     }
     if let Some(t) = &args.transport {
         if let Err(e) = cfg.set("comm_type", t, &Origin::Flag("--transport".into())) {

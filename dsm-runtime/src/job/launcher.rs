@@ -123,6 +123,9 @@ fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) if c == crate::EXIT_PEER_FAILED => "ended because another node failed".into(),
+        (Some(c), _) if c == crate::races::EXIT_RACES => {
+            format!("found data races (status {c}: the report is above)")
+        }
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!(
             "was killed by signal {s}{}",

@@ -625,6 +625,55 @@ pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// The object file (executable or shared library) whose code holds `pc`, and the address it is
+/// loaded at. The executable is named by `/proc/self/exe` (the loader knows it by the name it
+/// was started with, which may be relative).
+pub fn object_of(pc: usize) -> (String, usize) {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr(3) only reads the loader's tables and fills `info`; it returns 0 (and
+    // leaves nothing to read) when no object holds the address.
+    let found = unsafe { libc::dladdr(pc as *const libc::c_void, info.as_mut_ptr()) } != 0;
+    if !found {
+        return ("?".into(), 0);
+    }
+    // SAFETY: dladdr succeeded: `info` is filled.
+    let info = unsafe { info.assume_init() };
+    let name = if info.dli_fname.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated name owned by the loader, alive while the object is loaded.
+        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    let name = match exe {
+        Some(exe) if !name.starts_with('/') => exe.display().to_string(),
+        _ => name,
+    };
+    (name, info.dli_fbase as usize)
+}
+
+static EXIT_STATUS_AT_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Makes the process end with `status` when it exits normally (`exit`, or a return from
+/// `main`): C's stdio is flushed first.
+pub fn exit_status_at_end(status: i32) {
+    extern "C" fn end() {
+        // SAFETY: fflush(NULL) flushes every C stream; _exit ends the process with the status
+        // set below, skipping the handlers registered before this one (none of them matters
+        // once the job has left).
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            libc::_exit(EXIT_STATUS_AT_END.load(std::sync::atomic::Ordering::Relaxed));
+        }
+    }
+    EXIT_STATUS_AT_END.store(status, std::sync::atomic::Ordering::Relaxed);
+    if signals::at_exit(end).is_err() {
+        signals::exit_now(status);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// A live process is not on its way out; a zombie or a pid that is gone is not either (a

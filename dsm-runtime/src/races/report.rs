@@ -1,0 +1,375 @@
+//! Node 0's half of the race checker: every node's records in, the races out.
+//!
+//! Accesses are compared within a barrier epoch (a barrier orders all the others), page by
+//! page, only on pages some segment wrote: two accesses race if they come from different
+//! threads, touch a common byte, at least one writes, and neither segment's clock has seen the
+//! other. Races are grouped by their pair of sites (the same two lines racing on many elements
+//! or in many epochs are one report, with a count).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::{Log, Segment, Site, VC_THREADS};
+
+/// At most this many reports are printed (the summary counts them all).
+const MAX_REPORTS: usize = 50;
+
+/// One side of a race.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Side {
+    pub node: u16,
+    pub thread: u32,
+    pub write: bool,
+    pub site: u32,
+}
+
+/// A race: the first occurrence of a pair of sites, and how often the pair raced.
+#[derive(Clone, Debug)]
+pub(crate) struct Race {
+    pub a: Side,
+    pub b: Side,
+    /// Offset into the region of the first byte both touched.
+    pub offset: u64,
+    pub epoch: u32,
+    pub times: u64,
+}
+
+/// Reads `nodes` nodes' records from `dir`.
+pub(crate) fn read_logs(dir: &Path, nodes: u16) -> Result<Vec<Log>, String> {
+    (0..nodes)
+        .map(|n| {
+            let path = dir.join(format!("node-{n}.json"));
+            let text = std::fs::read(&path).map_err(|e| {
+                format!(
+                    "node {n}'s records are not in {}: {e} (race_dir must be a directory every \
+                     node sees)",
+                    path.display()
+                )
+            })?;
+            serde_json::from_slice(&text)
+                .map_err(|e| format!("node {n}'s records in {} are damaged: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// Whether segment `a` happened before segment `b`.
+fn before(a: &Segment, b: &Segment) -> bool {
+    if a.thread == b.thread {
+        return a.clock < b.clock;
+    }
+    b.seen
+        .binary_search_by_key(&a.thread, |&(t, _)| t)
+        .is_ok_and(|i| b.seen[i].1 >= a.clock)
+}
+
+/// The first byte two run lists share.
+fn overlap(a: &[(u16, u16)], b: &[(u16, u16)]) -> Option<u16> {
+    a.iter()
+        .flat_map(|&(lo, hi)| b.iter().map(move |&(l, h)| (lo.max(l), hi.min(h))))
+        .filter(|&(lo, hi)| lo < hi)
+        .map(|(lo, _)| lo)
+        .min()
+}
+
+/// Every race in `logs`, one per pair of sites.
+pub(crate) fn find(logs: &[Log]) -> Vec<Race> {
+    // (epoch, page) -> (node, segment, access) for every access.
+    type Where = (usize, usize, usize);
+    let mut by_page: BTreeMap<(u32, u32), Vec<Where>> = BTreeMap::new();
+    for (n, log) in logs.iter().enumerate() {
+        for (s, seg) in log.segments.iter().enumerate() {
+            for (a, acc) in seg.accesses.iter().enumerate() {
+                by_page
+                    .entry((seg.epoch, acc.page))
+                    .or_default()
+                    .push((n, s, a));
+            }
+        }
+    }
+    // Grouped by the pair of source sites (the same two lines race once per report, whichever
+    // nodes and threads made them).
+    type Key<'a> = ((&'a Site, bool), (&'a Site, bool));
+    let mut races: HashMap<Key<'_>, Race> = HashMap::new();
+    let mut order = Vec::new();
+    for ((epoch, page), accesses) in &by_page {
+        let get = |&(n, s, a): &(usize, usize, usize)| {
+            let seg = &logs[n].segments[s];
+            (n, seg, &seg.accesses[a])
+        };
+        if !accesses.iter().any(|x| get(x).2.write) {
+            continue;
+        }
+        for (i, x) in accesses.iter().enumerate() {
+            let (nx, sx, ax) = get(x);
+            for y in &accesses[i + 1..] {
+                let (ny, sy, ay) = get(y);
+                if sx.thread == sy.thread || !(ax.write || ay.write) {
+                    continue;
+                }
+                let Some(first) = overlap(&ax.runs, &ay.runs) else {
+                    continue;
+                };
+                if before(sx, sy) || before(sy, sx) {
+                    continue;
+                }
+                let kx = (&logs[nx].sites[ax.site as usize], ax.write);
+                let ky = (&logs[ny].sites[ay.site as usize], ay.write);
+                let key = if kx <= ky { (kx, ky) } else { (ky, kx) };
+                let side = |n: usize, seg: &Segment, acc: &super::Access| Side {
+                    node: logs[n].node,
+                    thread: seg.thread % VC_THREADS as u32,
+                    write: acc.write,
+                    site: acc.site,
+                };
+                races
+                    .entry(key)
+                    .and_modify(|r| r.times += 1)
+                    .or_insert_with(|| {
+                        order.push(key);
+                        Race {
+                            a: side(nx, sx, ax),
+                            b: side(ny, sy, ay),
+                            offset: u64::from(*page) * dsm_core::PAGE_SIZE as u64
+                                + u64::from(first),
+                            epoch: *epoch,
+                            times: 1,
+                        }
+                    });
+            }
+        }
+    }
+    order.into_iter().map(|k| races[&k].clone()).collect()
+}
+
+/// The report: one paragraph per race (at most [`MAX_REPORTS`]), then a summary line.
+pub(crate) fn render(logs: &[Log], races: &[Race]) -> String {
+    let mut lines = Symbols::default();
+    for log in logs {
+        for site in &log.sites {
+            lines.want(site);
+        }
+    }
+    lines.resolve();
+    let mut out = String::new();
+    let node0 = &logs[0];
+    for (k, r) in races.iter().take(MAX_REPORTS).enumerate() {
+        let kind = match (r.a.write, r.b.write) {
+            (true, true) => "write-write",
+            _ => "read-write",
+        };
+        let _ = writeln!(
+            out,
+            "dsm: data race {} of {}: {kind}, barrier epoch {}{}",
+            k + 1,
+            races.len(),
+            r.epoch,
+            if r.times > 1 {
+                format!(" ({} times)", r.times)
+            } else {
+                String::new()
+            }
+        );
+        for s in [&r.a, &r.b] {
+            let site = &logs[usize::from(s.node)].sites[s.site as usize];
+            let _ = writeln!(
+                out,
+                "  node {} thread {} {} at {}",
+                s.node,
+                s.thread,
+                if s.write { "write" } else { "read" },
+                lines.name(site)
+            );
+        }
+        let _ = writeln!(out, "  {}", where_in(node0, &lines, r.offset));
+    }
+    if races.len() > MAX_REPORTS {
+        let _ = writeln!(out, "dsm: ... {} more", races.len() - MAX_REPORTS);
+    }
+    if races.is_empty() {
+        let _ = writeln!(out, "dsm: check_races: no data race found");
+    } else {
+        let _ = writeln!(
+            out,
+            "dsm: check_races: {} data race{} (pairs of lines) found; exit status {}",
+            races.len(),
+            if races.len() == 1 { "" } else { "s" },
+            super::EXIT_RACES
+        );
+    }
+    out
+}
+
+/// "element I of the allocation at SITE" (or the byte offset when no allocation holds it).
+fn where_in(log: &Log, lines: &Symbols, offset: u64) -> String {
+    match log
+        .allocs
+        .iter()
+        .find(|a| offset >= a.offset && offset < a.offset + a.bytes.max(1))
+    {
+        Some(a) => {
+            let byte = offset - a.offset;
+            let element = u64::from(a.element.max(1));
+            format!(
+                "element {} (byte {byte}) of the allocation at {}",
+                byte / element,
+                lines.name(&log.sites[a.site as usize])
+            )
+        }
+        None => format!("byte {offset:#x} of the shared region"),
+    }
+}
+
+/// Source lines for code addresses (by `addr2line`, one run per object file).
+#[derive(Default)]
+struct Symbols {
+    wanted: BTreeMap<String, Vec<u64>>,
+    found: HashMap<(String, u64), String>,
+}
+
+impl Symbols {
+    fn want(&mut self, site: &Site) {
+        if let Site::Code { module, offset } = site {
+            self.wanted.entry(module.clone()).or_default().push(*offset);
+        }
+    }
+
+    fn resolve(&mut self) {
+        for (module, offsets) in &self.wanted {
+            // The return address is the instruction after the call: its line is the next one.
+            let args: Vec<String> = offsets
+                .iter()
+                .map(|o| format!("{:#x}", o.saturating_sub(1)))
+                .collect();
+            let Ok(out) = std::process::Command::new("addr2line")
+                .args(["-e", module, "-f", "-C"])
+                .args(&args)
+                .output()
+            else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&out.stdout);
+            let lines: Vec<&str> = text.lines().collect();
+            for (o, pair) in offsets.iter().zip(lines.chunks(2)) {
+                if let [func, line] = pair
+                    && !line.starts_with("??")
+                {
+                    let line = line.split(" (discriminator").next().unwrap_or(line);
+                    self.found
+                        .insert((module.clone(), *o), format!("{line} ({func})"));
+                }
+            }
+        }
+    }
+
+    fn name(&self, site: &Site) -> String {
+        match site {
+            Site::Line { file, line } => format!("{file}:{line}"),
+            Site::Code { module, offset } => self
+                .found
+                .get(&(module.clone(), *offset))
+                .cloned()
+                .unwrap_or_else(|| format!("{module}+{offset:#x} (no line: build with -g)")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Access, Alloc, Log, Segment, Site};
+    use super::*;
+
+    fn seg(thread: u32, clock: u32, seen: Vec<(u32, u32)>, accesses: Vec<Access>) -> Segment {
+        Segment {
+            thread,
+            epoch: 0,
+            clock,
+            seen,
+            accesses,
+        }
+    }
+
+    fn acc(site: u32, write: bool, lo: u16, hi: u16) -> Access {
+        Access {
+            page: 0,
+            site,
+            write,
+            runs: vec![(lo, hi)],
+        }
+    }
+
+    fn log(node: u16, segments: Vec<Segment>) -> Log {
+        Log {
+            node,
+            sites: vec![
+                Site::Line {
+                    file: "a.rs".into(),
+                    line: 1,
+                },
+                Site::Line {
+                    file: "a.rs".into(),
+                    line: 2,
+                },
+            ],
+            allocs: vec![Alloc {
+                offset: 0,
+                bytes: 4096,
+                element: 8,
+                site: 0,
+            }],
+            segments,
+        }
+    }
+
+    #[test]
+    fn unordered_writes_to_the_same_bytes_race_and_ordered_ones_or_other_bytes_do_not() {
+        let t1 = VC_THREADS as u32;
+        // Node 0 writes bytes 0..8; node 1 writes 0..8 unordered: a race.
+        let logs = vec![
+            log(0, vec![seg(0, 1, vec![], vec![acc(0, true, 0, 8)])]),
+            log(1, vec![seg(t1, 1, vec![], vec![acc(1, true, 0, 8)])]),
+        ];
+        let races = find(&logs);
+        assert_eq!(races.len(), 1);
+        assert_eq!(races[0].offset, 0);
+        let text = render(&logs, &races);
+        assert!(text.contains("write-write"), "{text}");
+        assert!(text.contains("node 1 thread 0 write at a.rs:2"), "{text}");
+        assert!(
+            text.contains("element 0 (byte 0) of the allocation at a.rs:1"),
+            "{text}"
+        );
+        // Different bytes of the page (false sharing): none.
+        let logs = vec![
+            log(0, vec![seg(0, 1, vec![], vec![acc(0, true, 0, 8)])]),
+            log(1, vec![seg(t1, 1, vec![], vec![acc(1, true, 8, 16)])]),
+        ];
+        assert!(find(&logs).is_empty());
+        // Node 1's segment has seen node 0's (a lock passed between them): none.
+        let logs = vec![
+            log(0, vec![seg(0, 1, vec![], vec![acc(0, true, 0, 8)])]),
+            log(1, vec![seg(t1, 2, vec![(0, 1)], vec![acc(1, false, 0, 8)])]),
+        ];
+        assert!(find(&logs).is_empty());
+        // Two reads: none.
+        let logs = vec![
+            log(0, vec![seg(0, 1, vec![], vec![acc(0, false, 0, 8)])]),
+            log(1, vec![seg(t1, 1, vec![], vec![acc(1, false, 0, 8)])]),
+        ];
+        assert!(find(&logs).is_empty());
+        // Seen an older segment of node 0 only: the later one races with a read.
+        let logs = vec![
+            log(
+                0,
+                vec![
+                    seg(0, 1, vec![], vec![acc(0, true, 0, 8)]),
+                    seg(0, 2, vec![], vec![acc(0, true, 0, 8)]),
+                ],
+            ),
+            log(1, vec![seg(t1, 2, vec![(0, 1)], vec![acc(1, false, 4, 6)])]),
+        ];
+        let races = find(&logs);
+        assert_eq!(races.len(), 1, "{races:?}");
+        assert_eq!(races[0].offset, 4);
+    }
+}

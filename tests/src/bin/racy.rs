@@ -1,0 +1,109 @@
+//! Small programs with one data race each, and race-free ones beside them, for the race checker
+//! (`dsmrun --check-races`; `tests/tests/races.rs`). `racy CASE` on 2 nodes. The two lines of
+//! each race are marked `// race: CASE` (the test reads them from this file); race-free cases
+//! are named `free-*`.
+
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
+
+fn main() {
+    let case = std::env::args().nth(1).unwrap_or_default();
+    let dsm = dsm_runtime::init().expect("join the job");
+    let a: SharedArray<u64> = dsm
+        .alloc(1024, AllocPolicy::OnNode(NodeId(0)))
+        .expect("allocate");
+    dsm.barrier();
+    run(&dsm, &case, &a);
+    dsm.barrier();
+    dsm.exit();
+}
+
+fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
+    let me = dsm.id();
+    match case {
+        "write-write" => {
+            a.set(0, me as u64); // race: write-write
+        }
+        "read-write" => {
+            if me == 0 {
+                a.set(1, 7); // race: read-write
+            } else {
+                std::hint::black_box(a.get(1)); // race: read-write
+            }
+        }
+        "one-side-locked" => {
+            if me == 0 {
+                let _g = dsm.lock(1);
+                a.set(2, 1); // race: one-side-locked
+            } else {
+                a.set(2, 2); // race: one-side-locked
+            }
+        }
+        "two-locks" => {
+            let _g = dsm.lock(1 + me as u16);
+            a.set(3, a.get(3) + 1); // race: two-locks
+        }
+        "cv-before-write" => {
+            if me == 0 {
+                dsm.setcv(0);
+                a.set(4, 9); // race: cv-before-write
+            } else {
+                dsm.waitcv(0);
+                std::hint::black_box(a.get(4)); // race: cv-before-write
+            }
+        }
+        "halo-without-barrier" => {
+            // Each node relaxes its half of a line; the halo cell is read before the barrier
+            // that would have ordered the neighbour's write.
+            let (lo, hi) = (me * 512, me * 512 + 512);
+            for i in lo..hi {
+                a.set(i, i as u64); // race: halo-without-barrier
+            }
+            let halo = if me == 0 { hi } else { lo - 1 };
+            std::hint::black_box(a.get(halo)); // race: halo-without-barrier
+        }
+        "letter-between" => {
+            if me == 0 {
+                a.set(5, 5); // race: letter-between
+                dsm.send(1, 3, b"go");
+            } else {
+                let _ = dsm.recv(Some(0), Some(3));
+                std::hint::black_box(a.get(5)); // race: letter-between
+            }
+        }
+        "threads-of-a-node" => {
+            if me == 0 {
+                std::thread::scope(|s| {
+                    s.spawn(|| a.set(6, 1)); // race: threads-of-a-node
+                    s.spawn(|| a.set(6, 2)); // race: threads-of-a-node
+                });
+            }
+        }
+        "free-lock" => {
+            let _g = dsm.lock(1);
+            a.set(3, a.get(3) + 1);
+        }
+        "free-cv" => {
+            if me == 0 {
+                a.set(4, 9);
+                dsm.setcv(0);
+            } else {
+                dsm.waitcv(0);
+                std::hint::black_box(a.get(4));
+            }
+        }
+        "free-false-sharing" => {
+            a.set(me, 1);
+        }
+        "free-barrier" => {
+            if me == 0 {
+                a.set(5, 5);
+            }
+            dsm.barrier();
+            std::hint::black_box(a.get(5));
+        }
+        other => {
+            eprintln!("racy: unknown case `{other}`");
+            std::process::exit(2);
+        }
+    }
+}
