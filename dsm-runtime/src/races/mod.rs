@@ -507,8 +507,9 @@ pub(crate) fn write_records() {
     let Some(c) = CHECKER.get() else { return };
     let log = std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()));
     let path = c.dir.join(format!("node-{}.json", c.node));
-    let written = std::fs::create_dir_all(&c.dir)
-        .and_then(|()| std::fs::File::create(&path))
+    // Made as this user's own, never through a planted link (the directory's name is known).
+    let written = crate::sys::make_own_dir(&c.dir)
+        .and_then(|()| crate::sys::create_own_file(&path))
         .and_then(|f| {
             serde_json::to_writer(
                 std::io::BufWriter::new(f),
