@@ -29,6 +29,8 @@ use std::time::Instant;
 
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, ReduceOp, Reducible};
 
+mod sys;
+
 static DSM: OnceLock<Dsm> = OnceLock::new();
 
 /// This node's id (JIAJIA's `jiapid`), set by `jia_init`.
@@ -119,11 +121,14 @@ pub extern "C" fn jia_exit() {
     dsm().exit();
 }
 
-fn alloc(total: c_int, policy: AllocPolicy) -> c_ulong {
+/// An allocation for the program's call at `pc` (its return address, for the race checker's
+/// reports; see `sys`).
+fn alloc(total: c_int, policy: AllocPolicy, pc: usize) -> c_ulong {
     if total <= 0 {
         die(&format!("jia_alloc: size {total} must be positive"));
     }
-    match dsm().alloc::<u8>(total as usize, policy) {
+    let from = dsm_runtime::races::From::Code(pc);
+    match dsm().alloc_from::<u8>(total as usize, policy, from) {
         Ok(a) => a.as_ptr() as c_ulong,
         Err(e) => die(&format!("jia_alloc of {total} bytes: {e}")),
     }
@@ -140,8 +145,12 @@ fn host(h: c_int, what: &str) -> NodeId {
 }
 
 /// `unsigned long jia_alloc3(int totalsize, int blocksize, int starthost)`
-#[unsafe(no_mangle)]
-pub extern "C" fn jia_alloc3(totalsize: c_int, blocksize: c_int, starthost: c_int) -> c_ulong {
+pub(crate) extern "C" fn jia_alloc3_at(
+    totalsize: c_int,
+    blocksize: c_int,
+    starthost: c_int,
+    pc: usize,
+) -> c_ulong {
     if blocksize <= 0 {
         die(&format!(
             "jia_alloc3: block size {blocksize} must be positive"
@@ -154,6 +163,7 @@ pub extern "C" fn jia_alloc3(totalsize: c_int, blocksize: c_int, starthost: c_in
             block_bytes: blocksize as u64,
             start,
         },
+        pc,
     )
 }
 
@@ -161,12 +171,12 @@ pub extern "C" fn jia_alloc3(totalsize: c_int, blocksize: c_int, starthost: c_in
 ///
 /// # Safety
 /// `blocks` must point to `n` ints.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_alloc4(
+pub(crate) unsafe extern "C" fn jia_alloc4_at(
     totalsize: c_int,
     blocks: *const c_int,
     n: c_int,
     starthost: c_int,
+    pc: usize,
 ) -> c_ulong {
     if blocks.is_null() || n <= 0 {
         die("jia_alloc4: no block sizes given");
@@ -183,26 +193,24 @@ pub unsafe extern "C" fn jia_alloc4(
             blocks_bytes: sizes.iter().map(|&b| b as u64).collect(),
             start,
         },
+        pc,
     )
 }
 
 /// `unsigned long jia_alloc2(int totalsize, int blocksize)`
-#[unsafe(no_mangle)]
-pub extern "C" fn jia_alloc2(totalsize: c_int, blocksize: c_int) -> c_ulong {
-    jia_alloc3(totalsize, blocksize, 0)
+pub(crate) extern "C" fn jia_alloc2_at(totalsize: c_int, blocksize: c_int, pc: usize) -> c_ulong {
+    jia_alloc3_at(totalsize, blocksize, 0, pc)
 }
 
 /// `unsigned long jia_alloc2p(int totalsize, int starthost)`
-#[unsafe(no_mangle)]
-pub extern "C" fn jia_alloc2p(totalsize: c_int, starthost: c_int) -> c_ulong {
+pub(crate) extern "C" fn jia_alloc2p_at(totalsize: c_int, starthost: c_int, pc: usize) -> c_ulong {
     let h = host(starthost, "jia_alloc2p");
-    alloc(totalsize, AllocPolicy::OnNode(h))
+    alloc(totalsize, AllocPolicy::OnNode(h), pc)
 }
 
 /// `unsigned long jia_alloc(int totalsize)`
-#[unsafe(no_mangle)]
-pub extern "C" fn jia_alloc(totalsize: c_int) -> c_ulong {
-    alloc(totalsize, AllocPolicy::RoundRobin)
+pub(crate) extern "C" fn jia_alloc_at(totalsize: c_int, pc: usize) -> c_ulong {
+    alloc(totalsize, AllocPolicy::RoundRobin, pc)
 }
 
 fn id(v: c_int, count: u16, what: &str) -> u16 {
@@ -359,9 +367,8 @@ pub unsafe extern "C" fn assert(cond: c_int, msg: *const c_char) {
 // ----- JIAJIA 2.1 and 3.0's wider interface -----
 
 /// `unsigned long jia_alloc1(int totalsize)`: JIAJIA 2.1, everything homed on node 0.
-#[unsafe(no_mangle)]
-pub extern "C" fn jia_alloc1(totalsize: c_int) -> c_ulong {
-    alloc(totalsize, AllocPolicy::OnNode(NodeId(0)))
+pub(crate) extern "C" fn jia_alloc1_at(totalsize: c_int, pc: usize) -> c_ulong {
+    alloc(totalsize, AllocPolicy::OnNode(NodeId(0)), pc)
 }
 
 /// How many `jia_alloc_random` calls this node made: the seed of the next one's home, so that
@@ -370,8 +377,7 @@ static RANDOM_ALLOCS: AtomicU32 = AtomicU32::new(0);
 
 /// `unsigned long jia_alloc_random(int totalsize)`: JIAJIA 3.0, the whole block homed on a node
 /// drawn at random (the same draw on every node: a hash of the call's sequence number).
-#[unsafe(no_mangle)]
-pub extern "C" fn jia_alloc_random(totalsize: c_int) -> c_ulong {
+pub(crate) extern "C" fn jia_alloc_random_at(totalsize: c_int, pc: usize) -> c_ulong {
     let call = u64::from(RANDOM_ALLOCS.fetch_add(1, Ordering::Relaxed));
     // SplitMix64's finaliser: a well-spread draw from a counter.
     let mut z = call.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -379,7 +385,7 @@ pub extern "C" fn jia_alloc_random(totalsize: c_int) -> c_ulong {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
     let home = (z % dsm().nodes() as u64) as u16;
-    alloc(totalsize, AllocPolicy::OnNode(NodeId(home)))
+    alloc(totalsize, AllocPolicy::OnNode(NodeId(home)), pc)
 }
 
 /// `unsigned long jia_alloc_array(int totalsize, int *blocks, int n)`: JIAJIA 3.0, block sizes
@@ -387,14 +393,14 @@ pub extern "C" fn jia_alloc_random(totalsize: c_int) -> c_ulong {
 ///
 /// # Safety
 /// `blocks` must point to `n` ints.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_alloc_array(
+pub(crate) unsafe extern "C" fn jia_alloc_array_at(
     totalsize: c_int,
     blocks: *const c_int,
     n: c_int,
+    pc: usize,
 ) -> c_ulong {
     // SAFETY: the caller's promise is jia_alloc4's.
-    unsafe { jia_alloc4(totalsize, blocks, n, 0) }
+    unsafe { jia_alloc4_at(totalsize, blocks, n, 0, pc) }
 }
 
 /// `void jia_free(void *addr)`: JIAJIA 3.0. Shared memory is not reused within a job (every

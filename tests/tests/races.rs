@@ -2,7 +2,11 @@
 //! reported with its two marked lines and ends with status 66; the race-free ones and the apps
 //! are not reported and end with 0.
 
-use dsm_tests::{dsmrun, text};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dsm_tests::{bin, dsmrun, run_with_deadline, text};
 
 const SOURCE: &str = include_str!("../src/bin/racy.rs");
 
@@ -90,5 +94,169 @@ fn the_apps_are_not_reported() {
                 text(&out)
             );
         }
+    }
+}
+
+// ----- C programs, built with `dsmcc --check-races` -----
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Builds `src` for the checker with `dsmcc --check-races` (and `cc`, or `DSMCC_CC=compiler`).
+fn build_checked(src: &Path, compiler: &str, flags: &[&str]) -> PathBuf {
+    let out = std::env::temp_dir().join(format!(
+        "dsm-races-{}-{compiler}-{}",
+        src.file_stem().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    let r = Command::new(bin("dsmcc"))
+        .env("DSMCC_CC", compiler)
+        .args(["--check-races", "-O2", "-Wall"])
+        .args(flags)
+        .arg(src)
+        .arg("-o")
+        .arg(&out)
+        .args(["-lm", "-lpthread"])
+        .output()
+        .expect("run dsmcc");
+    assert!(r.status.success(), "dsmcc {}: {}", src.display(), text(&r));
+    out
+}
+
+fn run_checked(nodes: usize, program: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", &nodes.to_string(), "--check-races", "-x", "OMP_NUM_THREADS=2"])
+        .arg(program)
+        .args(args);
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+/// The lines of `src` marked `/* race */`, as the report names them (`path:line`).
+fn marked_c(src: &Path) -> Vec<String> {
+    std::fs::read_to_string(src)
+        .expect("read the source")
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("/* race */"))
+        .map(|(i, _)| format!("{}:{}", src.display(), i + 1))
+        .collect()
+}
+
+/// Whether one report of `stderr` names every line of `lines` (a line racing with itself twice).
+fn one_report_names(stderr: &str, lines: &[String]) -> bool {
+    stderr.split("dsm: data race ").skip(1).any(|r| {
+        // `path:line` followed by a space: line 4 is not line 40.
+        let count = |l: &String| r.matches(&format!("{l} ")).count();
+        match lines {
+            [one] => count(one) >= 2,
+            many => many.iter().all(|l| count(l) >= 1),
+        }
+    })
+}
+
+fn c_corpus() -> Vec<PathBuf> {
+    let dir = repo().join("tests/c/races");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn is_free(p: &Path) -> bool {
+    p.file_name().unwrap().to_string_lossy().starts_with("free_")
+}
+
+/// Every racy C program of `tests/c/races` is reported with its two marked lines and ends with
+/// status 66; the race-free ones (`free_*.c`) are not reported.
+#[test]
+fn every_racy_c_program_is_reported_with_its_two_lines() {
+    let files = c_corpus();
+    assert!(files.iter().filter(|p| !is_free(p)).count() >= 8, "{files:?}");
+    for src in files {
+        let prog = build_checked(&src, "cc", &[]);
+        let out = run_checked(2, &prog, &[]);
+        let _ = std::fs::remove_file(&prog);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if is_free(&src) {
+            assert!(
+                out.status.success() && stderr.contains("check_races: no data race found"),
+                "{}: {}",
+                src.display(),
+                text(&out)
+            );
+            continue;
+        }
+        let lines = marked_c(&src);
+        assert!(!lines.is_empty() && lines.len() <= 2, "{}: marks {lines:?}", src.display());
+        assert_eq!(out.status.code(), Some(66), "{}: {}", src.display(), text(&out));
+        assert!(
+            one_report_names(&stderr, &lines),
+            "{}: no report names {lines:?}: {}",
+            src.display(),
+            text(&out)
+        );
+        assert!(
+            stderr.contains(&format!("of the allocation at {}:", src.display())),
+            "{}: the allocation's line: {}",
+            src.display(),
+            text(&out)
+        );
+    }
+}
+
+/// The same with clang's instrumentation (other hook names for unaligned accesses, a read kept
+/// before a write), on two programs.
+#[test]
+fn clang_built_programs_are_checked_too() {
+    if Command::new("clang").arg("--version").output().is_err() {
+        eprintln!("skipped: clang is not installed (apt-get install clang)");
+        return;
+    }
+    for src in c_corpus().into_iter().filter(|p| !is_free(p)).take(2) {
+        let prog = build_checked(&src, "clang", &[]);
+        let out = run_checked(2, &prog, &[]);
+        let _ = std::fs::remove_file(&prog);
+        let lines = marked_c(&src);
+        assert!(
+            out.status.code() == Some(66)
+                && one_report_names(&String::from_utf8_lossy(&out.stderr), &lines),
+            "{}: {}",
+            src.display(),
+            text(&out)
+        );
+    }
+}
+
+/// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.
+#[test]
+fn the_c_programs_are_not_reported() {
+    let programs: [(&str, &[&str], &[&str]); 8] = [
+        ("apps/c/matmul.c", &[], &["64"]),
+        ("apps/c/sor.c", &[], &["64", "4"]),
+        ("apps/c/lu.c", &[], &["64", "16"]),
+        ("apps/c/sor_pthreads.c", &[], &["64", "4", "2"]),
+        ("apps/c/pi_openmp.c", &["-fopenmp"], &["100000"]),
+        ("tests/c/threads.c", &[], &[]),
+        ("tests/c/messages.c", &[], &[]),
+        ("tests/c/splash.c", &[], &[]),
+    ];
+    for (src, flags, args) in programs {
+        let prog = build_checked(&repo().join(src), "cc", flags);
+        for nodes in [1, 2, 4] {
+            let out = run_checked(nodes, &prog, args);
+            assert!(
+                out.status.success() && text(&out).contains("check_races: no data race found"),
+                "{src} on {nodes} nodes: {}",
+                text(&out)
+            );
+        }
+        let _ = std::fs::remove_file(&prog);
     }
 }

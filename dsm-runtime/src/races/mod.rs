@@ -215,6 +215,10 @@ pub fn access(addr: usize, len: usize, write: bool, from: From) {
 #[cold]
 fn record(off: usize, len: usize, write: bool, from: From) {
     with_recorder(|r, c| {
+        // A barrier orders every thread of the node, also one that did not take part in it
+        // (a thread joined by one that did, like the workers of a pthreads program whose main
+        // thread reads their results after joining them).
+        r.catch_up(c.epoch.load(Ordering::Acquire));
         let site = match r.sites.get(&from.key()) {
             Some(&s) => s,
             None => {

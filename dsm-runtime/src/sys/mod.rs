@@ -651,7 +651,12 @@ pub fn object_of(pc: usize) -> (String, usize) {
         Some(exe) if !name.starts_with('/') => exe.display().to_string(),
         _ => name,
     };
-    (name, info.dli_fbase as usize)
+    // A position-dependent executable (ELF type 2, ET_EXEC) is known by absolute addresses.
+    let mut header = [0u8; 18];
+    let fixed = std::fs::File::open(&name)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+        .is_ok_and(|()| header[16..18] == [2, 0]);
+    (name, if fixed { 0 } else { info.dli_fbase as usize })
 }
 
 static EXIT_STATUS_AT_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);

@@ -19,7 +19,11 @@
 //!
 //! Options of its own (taken out before `cc` sees the rest): `--show` prints the command instead
 //! of running it; `--static-jia` links `libjia.a` instead of `libjia.so` (the program then runs
-//! without the library beside it); `dsmcc --help` alone says this. Everything else, `--version`
+//! without the library beside it); `--check-races` builds the program for the race checker
+//! (`dsmrun --check-races`): sources are compiled with `-fsanitize=thread -g`, whose calls at
+//! every load and store libjia answers, and linked without it (ThreadSanitizer's own runtime is
+//! never linked: with `-c`, only the flags are added, and the objects are then linked by `dsmcc`
+//! as usual); `dsmcc --help` alone says this. Everything else, `--version`
 //! included (build systems ask the compiler its version), goes to the compiler: `cc`, or the
 //! one `DSMCC_CC` names.
 
@@ -41,10 +45,12 @@ fn fail(msg: &str) -> ! {
 
 fn usage() -> String {
     format!(
-        "usage: dsmcc [--show] [--static-jia] CC-ARGS...   (e.g. dsmcc prog.c -o prog)\n\
+        "usage: dsmcc [--show] [--static-jia] [--check-races] CC-ARGS...   (e.g. dsmcc prog.c -o prog)\n\
          Runs ${{DSMCC_CC:-cc}} CC-ARGS with -I{INCLUDE} and, when linking, libjia from the\n\
          directory dsmcc is in, with an rpath to it. --show prints the command instead;\n\
-         --static-jia links libjia.a. Other arguments, --version included, go to the compiler."
+         --static-jia links libjia.a; --check-races builds for dsmrun --check-races (sources\n\
+         compiled with -fsanitize=thread -g, linked without). Other arguments, --version\n\
+         included, go to the compiler."
     )
 }
 
@@ -61,11 +67,13 @@ fn lib_dir() -> PathBuf {
 fn main() {
     let mut show = false;
     let mut static_jia = false;
+    let mut check_races = false;
     let mut args: Vec<OsString> = Vec::new();
     for a in std::env::args_os().skip(1) {
         match a.to_str() {
             Some("--show") => show = true,
             Some("--static-jia") => static_jia = true,
+            Some("--check-races") => check_races = true,
             _ => args.push(a),
         }
     }
@@ -85,6 +93,18 @@ fn main() {
     }
     let links = !args.iter().any(|a| NO_LINK.iter().any(|n| a == n));
     let cc = std::env::var_os("DSMCC_CC").unwrap_or_else(|| "cc".into());
+    let checking = check_races.then(|| instrument_flags(&cc));
+    let mut objects_dir = None;
+    if let Some(flags) = &checking {
+        if links {
+            // Compiled here with the flags, each source to an object; linked below without them.
+            let (dir, linked) = compile_for_checking(&cc, &args, flags, show);
+            args = linked;
+            objects_dir = Some(dir);
+        } else {
+            args.extend(flags.iter().map(OsString::from));
+        }
+    }
     let mut cmd = Command::new(&cc);
     cmd.arg(format!("-I{INCLUDE}")).args(&args);
     if links {
@@ -116,6 +136,113 @@ fn main() {
         println!("{}", words.join(" "));
         return;
     }
+    if let Some(dir) = objects_dir {
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
+        let _ = std::fs::remove_dir_all(dir);
+        exit(status.code().unwrap_or(1));
+    }
     let err = cmd.exec();
     fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))
+}
+
+/// The compiler flags of `--check-races`: ThreadSanitizer's instrumentation (every load and
+/// store calls libjia), line tables, no call at every function's entry and exit (not needed),
+/// and, for clang, a read kept before a write to the same place.
+fn instrument_flags(cc: &OsString) -> Vec<&'static str> {
+    let version = Command::new(cc)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if version.contains("clang") {
+        vec![
+            "-fsanitize=thread",
+            "-g",
+            "-gdwarf-4",
+            "-mllvm",
+            "-tsan-instrument-func-entry-exit=0",
+            "-mllvm",
+            "-tsan-instrument-read-before-write",
+        ]
+    } else {
+        vec![
+            "-fsanitize=thread",
+            "-g",
+            "--param=tsan-instrument-func-entry-exit=0",
+        ]
+    }
+}
+
+/// Whether `a` names a source file the compiler compiles.
+fn is_source(a: &OsString) -> bool {
+    let a = a.to_string_lossy();
+    [".c", ".cc", ".cpp", ".cxx", ".C"]
+        .iter()
+        .any(|ext| a.ends_with(ext) && !a.starts_with('-'))
+}
+
+/// `--check-races` with linking: compiles each source in `args` with `flags` to an object in a
+/// directory of its own (the other arguments too, but for the output and the linker's), and
+/// returns that directory and the arguments with the objects in place of the sources.
+fn compile_for_checking(
+    cc: &OsString,
+    args: &[OsString],
+    flags: &[&str],
+    show: bool,
+) -> (PathBuf, Vec<OsString>) {
+    let dir = std::env::temp_dir().join(format!("dsmcc-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir(&dir) {
+        fail(&format!("cannot make {}: {e}", dir.display()));
+    }
+    let mut compile_args = Vec::new();
+    let mut skip_next = false;
+    for a in args {
+        let s = a.to_string_lossy();
+        if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        if s == "-o" {
+            skip_next = true;
+            continue;
+        }
+        if is_source(a) || s.starts_with("-l") || s.starts_with("-L") || s.starts_with("-Wl,") {
+            continue;
+        }
+        compile_args.push(a.clone());
+    }
+    let mut linked = Vec::new();
+    for (k, a) in args.iter().enumerate() {
+        if !is_source(a) {
+            linked.push(a.clone());
+            continue;
+        }
+        let object = dir.join(format!("{k}.o"));
+        let mut cmd = Command::new(cc);
+        cmd.arg(format!("-I{INCLUDE}"))
+            .args(&compile_args)
+            .args(flags)
+            .arg("-c")
+            .arg(a)
+            .arg("-o")
+            .arg(&object);
+        if show {
+            let words: Vec<String> = std::iter::once(cmd.get_program())
+                .chain(cmd.get_args())
+                .map(|w| w.to_string_lossy().into_owned())
+                .collect();
+            println!("{}", words.join(" "));
+        } else {
+            let status = cmd
+                .status()
+                .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
+            if !status.success() {
+                let _ = std::fs::remove_dir_all(&dir);
+                exit(status.code().unwrap_or(1));
+            }
+        }
+        linked.push(object.into_os_string());
+    }
+    (dir, linked)
 }
