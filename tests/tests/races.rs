@@ -129,9 +129,15 @@ fn build_checked(src: &Path, compiler: &str, flags: &[&str]) -> PathBuf {
 
 fn run_checked(nodes: usize, program: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(bin("dsmrun"));
-    cmd.args(["-n", &nodes.to_string(), "--check-races", "-x", "OMP_NUM_THREADS=2"])
-        .arg(program)
-        .args(args);
+    cmd.args([
+        "-n",
+        &nodes.to_string(),
+        "--check-races",
+        "-x",
+        "OMP_NUM_THREADS=2",
+    ])
+    .arg(program)
+    .args(args);
     run_with_deadline(cmd, Duration::from_secs(120))
 }
 
@@ -170,7 +176,10 @@ fn c_corpus() -> Vec<PathBuf> {
 }
 
 fn is_free(p: &Path) -> bool {
-    p.file_name().unwrap().to_string_lossy().starts_with("free_")
+    p.file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("free_")
 }
 
 /// Every racy C program of `tests/c/races` is reported with its two marked lines and ends with
@@ -178,7 +187,10 @@ fn is_free(p: &Path) -> bool {
 #[test]
 fn every_racy_c_program_is_reported_with_its_two_lines() {
     let files = c_corpus();
-    assert!(files.iter().filter(|p| !is_free(p)).count() >= 8, "{files:?}");
+    assert!(
+        files.iter().filter(|p| !is_free(p)).count() >= 8,
+        "{files:?}"
+    );
     for src in files {
         let prog = build_checked(&src, "cc", &[]);
         let out = run_checked(2, &prog, &[]);
@@ -194,8 +206,18 @@ fn every_racy_c_program_is_reported_with_its_two_lines() {
             continue;
         }
         let lines = marked_c(&src);
-        assert!(!lines.is_empty() && lines.len() <= 2, "{}: marks {lines:?}", src.display());
-        assert_eq!(out.status.code(), Some(66), "{}: {}", src.display(), text(&out));
+        assert!(
+            !lines.is_empty() && lines.len() <= 2,
+            "{}: marks {lines:?}",
+            src.display()
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(66),
+            "{}: {}",
+            src.display(),
+            text(&out)
+        );
         assert!(
             one_report_names(&stderr, &lines),
             "{}: no report names {lines:?}: {}",

@@ -212,7 +212,10 @@ fn where_in(log: &Log, lines: &Symbols, offset: u64) -> String {
             let at = lines.name(&log.sites[a.site as usize]);
             match u64::from(a.element) {
                 0 | 1 => format!("byte {byte} of the allocation at {at}"),
-                e => format!("element {} (byte {byte}) of the allocation at {at}", byte / e),
+                e => format!(
+                    "element {} (byte {byte}) of the allocation at {at}",
+                    byte / e
+                ),
             }
         }
         None => format!("byte {offset:#x} of the shared region"),
