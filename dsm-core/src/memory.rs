@@ -40,6 +40,13 @@ pub trait PageMemory {
     /// may open it for reading on a read fault by itself, and report that later through
     /// [`crate::Node::handle_prefetch_opened`]. Any later `protect` of the page withdraws this.
     fn allow_prefetch_open(&mut self, _page: PageNum) {}
+
+    /// Whether the runtime opened home page `page` for a write by itself (see
+    /// [`PageMemory::allow_home_write`]) and has not reported it yet. Asked after a `protect`
+    /// of the page (no opening can follow it), where a write not yet reported matters now.
+    fn opened_unreported(&self, _page: PageNum) -> bool {
+        false
+    }
 }
 
 /// A shared region in plain vectors, with the protection of each page recorded: what the
@@ -176,5 +183,9 @@ impl PageMemory for VecMemory {
 
     fn allow_prefetch_open(&mut self, page: PageNum) {
         self.prefetch_open.insert(page);
+    }
+
+    fn opened_unreported(&self, page: PageNum) -> bool {
+        self.opened_home_writes.contains(&page)
     }
 }

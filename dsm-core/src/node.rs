@@ -303,6 +303,10 @@ pub(crate) struct SyncState {
     /// meanwhile (by another thread) still names those written since its last release, as
     /// notices of the barrier's epoch (`Msg::Release::earlier`).
     pub barrier_written: Option<BTreeMap<PageNum, u32>>,
+    /// The barrier before's, from this node's barrier call to that barrier's grant: until then
+    /// the other nodes need not have had the barrier before's grant either (a thread may hold a
+    /// lock across two barrier calls of another thread of its node).
+    pub barrier_written_before: Option<BTreeMap<PageNum, u32>>,
     /// Between this node's barrier call and the grant.
     pub awaiting_grant: bool,
 }
@@ -322,6 +326,7 @@ impl SyncState {
             proposed_moves: Vec::new(),
             moving: BTreeMap::new(),
             barrier_written: None,
+            barrier_written_before: None,
             awaiting_grant: false,
         }
     }

@@ -391,6 +391,18 @@ impl<M: PageMemory> Node<M> {
             return Ok(());
         };
         self.fetches.remove(&page);
+        if let Some(moving) = self.sync.moving.get_mut(&page) {
+            // Its home is being decided: the answer (from the old home) is dropped and the
+            // waiters fault again once the moves are applied, at the page's home then. Asked
+            // again now, the old home could answer after moving the page, leaving a copy no
+            // notice of the new home's (untracked) writes would reach; opened now, a write
+            // could diff to the old home after the move.
+            moving.extend(fetch.waiters.iter().map(|&(w, a, _)| (w, a)));
+            if fetch.waiters.is_empty() {
+                self.stats.prefetch_unused += 1;
+            }
+            return Ok(());
+        }
         if fetch.stale {
             if fetch.waiters.is_empty() {
                 self.stats.prefetch_unused += 1;
@@ -830,6 +842,14 @@ impl<M: PageMemory> Node<M> {
         self.settle_serves();
         let pages: Vec<PageNum> = proposed.iter().map(|n| n.page).collect();
         self.protect_pages(&pages, Prot::None);
+        // A home write the runtime's fast path made and has not reported yet (a fault handler
+        // opened the page between the runtime's last report and this protection) is a write
+        // here since the barrier call.
+        for &p in &pages {
+            if self.table[p.index()].home == me && self.mem.opened_unreported(p) {
+                self.handle_home_write(p);
+            }
+        }
         let diffed = std::mem::take(&mut self.sync.diffed_in_barrier);
         let overtaken = std::mem::take(&mut self.claims_overtaken);
         let diffed_here = std::mem::take(&mut self.sync.diffed_here);

@@ -201,11 +201,7 @@ impl<M: PageMemory> Node<M> {
         self.flush_writes(now, false);
         let sent = self.sync.locks[i].sent;
         let notices = written_after(&self.written, sent);
-        let earlier = self
-            .sync
-            .barrier_written
-            .as_ref()
-            .map_or_else(Vec::new, |m| written_after(m, sent));
+        let earlier = self.barrier_written_after(sent);
         self.sync.locks[i].sent = self.interval;
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Release {
@@ -224,11 +220,25 @@ impl<M: PageMemory> Node<M> {
     /// (During a barrier, those it took for its notices too: see `SyncState::barrier_written`.)
     fn notices_after(&self, interval: u32) -> Vec<PageNum> {
         let mut pages = written_after(&self.written, interval);
-        if let Some(m) = &self.sync.barrier_written {
-            pages.extend(written_after(m, interval));
-            pages.sort_unstable();
-            pages.dedup();
-        }
+        pages.extend(self.barrier_written_after(interval));
+        pages.sort_unstable();
+        pages.dedup();
+        pages
+    }
+
+    /// The pages the last barriers took for their notices (see `SyncState::barrier_written`)
+    /// written in intervals after `interval`.
+    fn barrier_written_after(&self, interval: u32) -> Vec<PageNum> {
+        let mut pages: Vec<PageNum> = [
+            &self.sync.barrier_written,
+            &self.sync.barrier_written_before,
+        ]
+        .into_iter()
+        .flatten()
+        .flat_map(|m| written_after(m, interval))
+        .collect();
+        pages.sort_unstable();
+        pages.dedup();
         pages
     }
 
@@ -396,7 +406,7 @@ impl<M: PageMemory> Node<M> {
         let claims = self.claim_homes(&notices);
         // The locks' and condition variables' records of what they carried are reset at the
         // grant, when these pages are invalidated everywhere.
-        self.sync.barrier_written = Some(written);
+        self.sync.barrier_written_before = self.sync.barrier_written.replace(written);
         self.sync.awaiting_grant = true;
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Barrier {
@@ -514,8 +524,10 @@ impl<M: PageMemory> Node<M> {
         }
         let me = self.cfg.node;
         // The barrier's notices reach every node with this grant: the records of what each
-        // lock and condition variable carried start again.
+        // lock and condition variable carried start again. Every node has had the barrier
+        // before's grant (each called this barrier after it).
         self.sync.awaiting_grant = false;
+        self.sync.barrier_written_before = None;
         for l in &mut self.sync.locks {
             l.sent = 0;
         }
@@ -536,6 +548,11 @@ impl<M: PageMemory> Node<M> {
             .copied()
             .collect();
         let vetoes = if proposed.is_empty() {
+            // What the vetoes would be checked against starts again at every grant.
+            self.sync.diffed_in_barrier.clear();
+            self.sync.diffed_here.clear();
+            self.claims_overtaken.clear();
+            self.claims.clear();
             Vec::new()
         } else {
             self.close_moving_pages(&proposed)

@@ -221,6 +221,10 @@ impl PageMemory for Region {
         crate::door::fastpath::allow_prefetch_open(page.index());
     }
 
+    fn opened_unreported(&self, page: PageNum) -> bool {
+        crate::door::fastpath::opened_unreported(page.index())
+    }
+
     fn discard(&mut self, page: PageNum) {
         let _ = sys::punch_hole(
             &self.fd,

@@ -74,6 +74,26 @@ fn assert_stuck(out: &Output, what: &str) {
 
 /// Open MPI's `mpirun -np N ARGS` in `dir`, as root (`--allow-run-as-root`) and with more
 /// ranks than cores (`--oversubscribe`).
+/// A job of `racy write-write` under the checker: both nodes' writes named, status 66.
+fn assert_races(out: &Output, what: &str) {
+    let all = text(out);
+    let line = include_str!("../src/bin/racy.rs")
+        .lines()
+        .position(|l| l.trim_end().ends_with("// race: write-write"))
+        .expect("the marked line")
+        + 1;
+    assert!(
+        out.status.code() == Some(66)
+            && all.contains(&format!(
+                "node 0 thread 0 write at tests/src/bin/racy.rs:{line}"
+            ))
+            && all.contains(&format!(
+                "node 1 thread 0 write at tests/src/bin/racy.rs:{line}"
+            )),
+        "{what}: {all}"
+    );
+}
+
 fn mpirun(dir: &Path, np: usize, args: &[&str]) -> Output {
     let np = np.to_string();
     let mut all = vec!["--allow-run-as-root", "--oversubscribe", "-np", &np];
@@ -164,6 +184,13 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     );
     assert_stuck(&out, "srun -n 2");
 
+    // The race checker, from .jiaconf: the report from rank 0, status 66 from srun.
+    let racy = bin("racy").display().to_string();
+    let d = workdir("srun-races");
+    std::fs::write(d.join(".jiaconf"), "check_races = on\n").expect("write .jiaconf");
+    let out = run_in(&d, "srun", &["-n", "2", &racy, "write-write"], conf);
+    assert_races(&out, "srun -n 2");
+
     let d = workdir("salloc");
     let out = run_in(&d, "salloc", &["-n", "4", "srun", &lu, "128", "16"], conf);
     assert_exact(&out, "lu OK nodes=4 n=128", "salloc -n 4 srun", &d);
@@ -194,6 +221,10 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     let d = workdir("mpirun");
     let out = mpirun(&d, 4, &[&matmul, "256"]);
     assert_exact(&out, "matmul OK f64 n=256 nodes=4", "mpirun -np 4", &d);
+    let d = workdir("mpirun-races");
+    std::fs::write(d.join(".jiaconf"), "check_races = on\n").expect("write .jiaconf");
+    let out = mpirun(&d, 2, &[&racy, "write-write"]);
+    assert_races(&out, "mpirun -np 2");
     let d = workdir("mpirun-stuck");
     let out = mpirun(&d, 2, &[&probe, "stuck-exit-holding-lock"]);
     assert_stuck(&out, "mpirun -np 2");
@@ -211,6 +242,8 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
         "sbatch",
         "mpirun",
         "mpirun-stuck",
+        "srun-races",
+        "mpirun-races",
     ] {
         let _ = std::fs::remove_dir_all(workdir_path(name));
     }

@@ -98,6 +98,12 @@ pub(crate) fn withdraw(page: usize) {
     }
 }
 
+/// Whether a handler opened `page` and its report is not drained yet (after the core's
+/// `withdraw` and mprotect of the page: no handler opens it any more).
+pub(crate) fn opened_unreported(page: usize) -> bool {
+    state(page).is_some_and(|s| s.load(Ordering::SeqCst) == OPENED)
+}
+
 /// In the fault handler: claims `page` for a write (`write`) or a read. True means: open it,
 /// then call [`opened`].
 pub(crate) fn claim(page: usize, write: bool) -> bool {
