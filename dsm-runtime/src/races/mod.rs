@@ -9,11 +9,12 @@
 //! again). Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At
 //! `jia_exit` every node writes its segments to `race_dir`; node 0, once every node has left,
 //! reads them all, reports each pair of accesses to the same bytes from different threads,
-//! one of them a write, that no synchronisation orders ([`report`]), and the process ends with
+//! one of them a write, that no synchronisation orders (`report`), and the process ends with
 //! status 66 if there was any.
 //!
-//! Off (the default), every hook is one relaxed load of [`ON`] and a branch.
+//! Off (the default), every hook is one relaxed load of `ON` and a branch.
 
+pub(crate) mod records;
 pub(crate) mod report;
 
 use std::cell::RefCell;
@@ -22,8 +23,6 @@ use std::panic::Location;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-
-use serde::{Deserialize, Serialize};
 
 use crate::array::SharedArray;
 
@@ -57,7 +56,7 @@ struct Checker {
 }
 
 /// What one node recorded (its file in `race_dir`).
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default)]
 pub(crate) struct Log {
     pub node: u16,
     pub sites: Vec<Site>,
@@ -66,7 +65,7 @@ pub(crate) struct Log {
 }
 
 /// Where an access or allocation was made.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Site {
     /// A source line (a Rust caller).
     Line { file: String, line: u32 },
@@ -75,7 +74,7 @@ pub(crate) enum Site {
 }
 
 /// An allocation: `bytes` at `offset` into the region, of `element`-byte elements.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(crate) struct Alloc {
     pub offset: u64,
     pub bytes: u64,
@@ -84,7 +83,7 @@ pub(crate) struct Alloc {
 }
 
 /// A thread's accesses between two of its synchronisations.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(crate) struct Segment {
     /// The thread: node * VC_THREADS + its number on the node.
     pub thread: u32,
@@ -96,13 +95,13 @@ pub(crate) struct Segment {
     pub accesses: Vec<Access>,
 }
 
-/// The bytes of one page a segment read or wrote from one site: `[lo, hi)` runs.
-#[derive(Debug, Serialize, Deserialize)]
+/// The bytes of one page a segment read or wrote from one site, one bit each.
+#[derive(Debug)]
 pub(crate) struct Access {
     pub page: u32,
     pub site: u32,
     pub write: bool,
-    pub runs: Vec<(u16, u16)>,
+    pub bits: Box<PageBits>,
 }
 
 /// Where an access comes from, as the hooks know it.
@@ -123,14 +122,74 @@ impl From {
     }
 }
 
+/// The bytes of a page one site read (or wrote) in a segment: one bit each.
+pub(crate) type PageBits = [u64; PAGE / 64];
+
+/// Entries of [`Recorder::memo`] (a power of two).
+const MEMO: usize = 32;
+
+/// A recent (site, page, read or write) and where its bits are: most accesses find theirs here
+/// without a hash lookup (a loop touches a few arrays from a few instructions).
+#[derive(Clone, Copy)]
+struct Memo {
+    from: usize,
+    page: u32,
+    write: bool,
+    slot: u32,
+}
+
+const NO_MEMO: Memo = Memo {
+    from: usize::MAX,
+    page: 0,
+    write: false,
+    slot: 0,
+};
+
 /// One thread's segment in progress.
 struct Recorder {
     thread: u32,
     epoch: u32,
     /// Dense: node * VC_THREADS + thread number.
     clock: Vec<u32>,
-    accesses: HashMap<(u32, u32, bool), Vec<(u16, u16)>>,
+    /// (page, site, write) -> its slot in `bits`.
+    slots: HashMap<(u32, u32, bool), u32>,
+    bits: Vec<((u32, u32, bool), Box<PageBits>)>,
     sites: HashMap<usize, u32>,
+    memo: [Memo; MEMO],
+}
+
+/// Sets the bits of bytes `[lo, hi)` (one page's).
+pub(crate) fn set_bits(bits: &mut PageBits, lo: usize, hi: usize) {
+    let mut i = lo;
+    while i < hi {
+        let (w, s) = (i / 64, i % 64);
+        let n = (hi - i).min(64 - s);
+        bits[w] |= if n == 64 { !0 } else { ((1u64 << n) - 1) << s };
+        i += n;
+    }
+}
+
+/// The runs of set bits, as `[lo, hi)` byte offsets.
+pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
+    let mut runs: Vec<(u16, u16)> = Vec::new();
+    for (w, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let lo = w * 64 + word.trailing_zeros() as usize;
+            let len = (word >> (lo % 64)).trailing_ones() as usize;
+            let hi = lo + len;
+            match runs.last_mut() {
+                Some(last) if usize::from(last.1) == lo => last.1 = hi as u16,
+                _ => runs.push((lo as u16, hi as u16)),
+            }
+            word = if hi % 64 == 0 {
+                0
+            } else {
+                word & !((1u64 << (hi % 64)) - 1)
+            };
+        }
+    }
+    runs
 }
 
 impl Drop for Recorder {
@@ -212,36 +271,36 @@ pub fn access(addr: usize, len: usize, write: bool, from: From) {
     record(off, len, write, from);
 }
 
-#[cold]
 fn record(off: usize, len: usize, write: bool, from: From) {
     with_recorder(|r, c| {
         // A barrier orders every thread of the node, also one that did not take part in it
         // (a thread joined by one that did, like the workers of a pthreads program whose main
         // thread reads their results after joining them).
         r.catch_up(c.epoch.load(Ordering::Acquire));
-        let site = match r.sites.get(&from.key()) {
-            Some(&s) => s,
-            None => {
-                let s = c.intern(site_of(from));
-                r.sites.insert(from.key(), s);
-                s
-            }
-        };
+        let key = from.key();
         let end = off + len;
         let mut at = off;
         while at < end {
-            let page = at / PAGE;
+            let page = (at / PAGE) as u32;
             let lo = at % PAGE;
-            let hi = (end - page * PAGE).min(PAGE);
-            let runs = r.accesses.entry((page as u32, site, write)).or_default();
-            match runs.last_mut() {
-                Some(last) if lo as u16 <= last.1 && hi as u16 >= last.0 => {
-                    last.0 = last.0.min(lo as u16);
-                    last.1 = last.1.max(hi as u16);
-                }
-                _ => runs.push((lo as u16, hi as u16)),
-            }
-            at = page * PAGE + hi;
+            let hi = (end - page as usize * PAGE).min(PAGE);
+            let m = &mut r.memo
+                [(key ^ (page as usize).wrapping_mul(0x9e37) ^ usize::from(write)) % MEMO];
+            let slot = if m.from == key && m.page == page && m.write == write {
+                m.slot
+            } else {
+                let slot = r.slot(c, from, page, write);
+                r.memo[(key ^ (page as usize).wrapping_mul(0x9e37) ^ usize::from(write)) % MEMO] =
+                    Memo {
+                        from: key,
+                        page,
+                        write,
+                        slot,
+                    };
+                slot
+            };
+            set_bits(&mut r.bits[slot as usize].1, lo, hi);
+            at = page as usize * PAGE + hi;
         }
     });
 }
@@ -292,8 +351,10 @@ impl Checker {
             thread,
             epoch: self.epoch.load(Ordering::Acquire),
             clock,
-            accesses: HashMap::new(),
+            slots: HashMap::new(),
+            bits: Vec::new(),
             sites: HashMap::new(),
+            memo: [NO_MEMO; MEMO],
         }
     }
 
@@ -335,18 +396,41 @@ impl Checker {
 }
 
 impl Recorder {
+    /// The slot of the bits of (`from`'s site, `page`, `write`) in this segment, made if new.
+    #[cold]
+    fn slot(&mut self, c: &Checker, from: From, page: u32, write: bool) -> u32 {
+        let site = match self.sites.get(&from.key()) {
+            Some(&s) => s,
+            None => {
+                let s = c.intern(site_of(from));
+                self.sites.insert(from.key(), s);
+                s
+            }
+        };
+        let next = self.bits.len() as u32;
+        let slot = *self.slots.entry((page, site, write)).or_insert(next);
+        if slot == next {
+            self.bits
+                .push(((page, site, write), Box::new([0; PAGE / 64])));
+        }
+        slot
+    }
+
     /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
     fn close(&mut self) {
+        self.memo = [NO_MEMO; MEMO];
+        self.slots.clear();
+        let bits = std::mem::take(&mut self.bits);
         if let Some(c) = CHECKER.get()
-            && !self.accesses.is_empty()
+            && !bits.is_empty()
         {
-            let accesses = std::mem::take(&mut self.accesses)
+            let accesses = bits
                 .into_iter()
-                .map(|((page, site, write), runs)| Access {
+                .map(|((page, site, write), bits)| Access {
                     page,
                     site,
                     write,
-                    runs,
+                    bits,
                 })
                 .collect();
             let seen = self
@@ -510,20 +594,15 @@ pub(crate) fn write_records() {
     segment_ends();
     let Some(c) = CHECKER.get() else { return };
     let log = std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()));
-    let path = c.dir.join(format!("node-{}.json", c.node));
+    let path = c.dir.join(format!("node-{}.races", c.node));
+    let bytes = records::encode(&Log {
+        node: c.node,
+        ..log
+    });
     // Made as this user's own, never through a planted link (the directory's name is known).
     let written = crate::sys::make_own_dir(&c.dir)
         .and_then(|()| crate::sys::create_own_file(&path))
-        .and_then(|f| {
-            serde_json::to_writer(
-                std::io::BufWriter::new(f),
-                &Log {
-                    node: c.node,
-                    ..log
-                },
-            )
-            .map_err(std::io::Error::other)
-        });
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));
     if let Err(e) = written {
         crate::door::end::fatal(&format!(
             "check_races: cannot write {}: {e} (race_dir must be a directory every node can \
@@ -553,5 +632,33 @@ pub(crate) fn report_at_node0() {
     eprint!("{text}");
     if !races.is_empty() {
         crate::sys::exit_status_at_end(EXIT_RACES);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_become_the_runs_of_bytes_touched() {
+        let mut b: PageBits = [0; PAGE / 64];
+        set_bits(&mut b, 8, 16);
+        set_bits(&mut b, 16, 24);
+        set_bits(&mut b, 60, 70);
+        set_bits(&mut b, 128, 192);
+        set_bits(&mut b, PAGE - 1, PAGE);
+        assert_eq!(
+            runs_of(&b),
+            vec![
+                (8, 24),
+                (60, 70),
+                (128, 192),
+                ((PAGE - 1) as u16, PAGE as u16)
+            ]
+        );
+        assert!(runs_of(&[0; PAGE / 64]).is_empty());
+        let mut all: PageBits = [0; PAGE / 64];
+        set_bits(&mut all, 0, PAGE);
+        assert_eq!(runs_of(&all), vec![(0, PAGE as u16)]);
     }
 }

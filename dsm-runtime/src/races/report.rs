@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{Log, Segment, Site, VC_THREADS};
+use super::{Log, PageBits, Segment, Site, VC_THREADS};
 
 /// At most this many reports are printed (the summary counts them all).
 const MAX_REPORTS: usize = 50;
@@ -39,7 +39,7 @@ pub(crate) struct Race {
 pub(crate) fn read_logs(dir: &Path, nodes: u16) -> Result<Vec<Log>, String> {
     (0..nodes)
         .map(|n| {
-            let path = dir.join(format!("node-{n}.json"));
+            let path = dir.join(format!("node-{n}.races"));
             let text = std::fs::read(&path).map_err(|e| {
                 format!(
                     "node {n}'s records are not in {}: {e} (race_dir must be a directory every \
@@ -47,7 +47,7 @@ pub(crate) fn read_logs(dir: &Path, nodes: u16) -> Result<Vec<Log>, String> {
                     path.display()
                 )
             })?;
-            serde_json::from_slice(&text)
+            super::records::decode(&text)
                 .map_err(|e| format!("node {n}'s records in {} are damaged: {e}", path.display()))
         })
         .collect()
@@ -63,13 +63,12 @@ fn before(a: &Segment, b: &Segment) -> bool {
         .is_ok_and(|i| b.seen[i].1 >= a.clock)
 }
 
-/// The first byte two run lists share.
-fn overlap(a: &[(u16, u16)], b: &[(u16, u16)]) -> Option<u16> {
+/// The first byte two pages' bits share.
+fn overlap(a: &PageBits, b: &PageBits) -> Option<u16> {
     a.iter()
-        .flat_map(|&(lo, hi)| b.iter().map(move |&(l, h)| (lo.max(l), hi.min(h))))
-        .filter(|&(lo, hi)| lo < hi)
-        .map(|(lo, _)| lo)
-        .min()
+        .zip(b.iter())
+        .position(|(x, y)| x & y != 0)
+        .map(|w| (w * 64) as u16 + (a[w] & b[w]).trailing_zeros() as u16)
 }
 
 /// Every race in `logs`, one per pair of sites.
@@ -107,7 +106,7 @@ pub(crate) fn find(logs: &[Log]) -> Vec<Race> {
                 if sx.thread == sy.thread || !(ax.write || ay.write) {
                     continue;
                 }
-                let Some(first) = overlap(&ax.runs, &ay.runs) else {
+                let Some(first) = overlap(&ax.bits, &ay.bits) else {
                     continue;
                 };
                 if before(sx, sy) || before(sy, sx) {
@@ -292,11 +291,13 @@ mod tests {
     }
 
     fn acc(site: u32, write: bool, lo: u16, hi: u16) -> Access {
+        let mut bits: Box<PageBits> = Box::new([0; crate::PAGE_SIZE / 64]);
+        super::super::set_bits(&mut bits, lo.into(), hi.into());
         Access {
             page: 0,
             site,
             write,
-            runs: vec![(lo, hi)],
+            bits,
         }
     }
 

@@ -34,6 +34,8 @@ struct Cell {
     nodes: usize,
     transport: String,
     prefetch: bool,
+    /// A setting of the variant (`--set`), e.g. `check_races=on`.
+    set: Option<String>,
     /// Two 1-node jobs of the app at once (the machine's parallel capacity for it), not a DSM job.
     pair: bool,
 }
@@ -41,10 +43,14 @@ struct Cell {
 impl Cell {
     /// `app`, or `app:arg:arg` when arguments were given (two sizes of one app stay apart).
     fn label(&self) -> String {
-        std::iter::once(self.app.as_str())
+        let app = std::iter::once(self.app.as_str())
             .chain(self.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
-            .join(":")
+            .join(":");
+        match &self.set {
+            Some(kv) => format!("{app}[{kv}]"),
+            None => app,
+        }
     }
 }
 
@@ -98,10 +104,15 @@ struct Args {
     /// Prefetch settings.
     #[arg(long, value_delimiter = ',', value_name = "on,off", value_parser = ["on", "off"])]
     prefetch: Option<Vec<String>>,
+    /// Variants of one setting, each a cell of its own, e.g. check_races=off,check_races=on
+    /// (the apps' label shows it).
+    #[arg(long = "set", value_delimiter = ',', value_name = "KEY=VALUE,..")]
+    set: Option<Vec<String>>,
     /// Rounds (each cell runs once per round) [default: 5].
     #[arg(long, value_name = "N")]
     repeat: Option<usize>,
-    /// The cell each ratio is taken against: nodes=N, transport=T or prefetch=on|off.
+    /// The cell each ratio is taken against: nodes=N, transport=T, prefetch=on|off or
+    /// set=KEY=VALUE.
     #[arg(long, value_name = "KEY=VALUE", default_value = "nodes=1")]
     baseline: String,
     /// Every run's samples and the floors as CSV.
@@ -141,6 +152,8 @@ struct Options {
     nodes: Vec<usize>,
     transports: Vec<String>,
     prefetch: Vec<bool>,
+    /// `--set` variants (`[None]` without it).
+    sets: Vec<Option<String>>,
     repeat: usize,
     baseline: (String, String),
     csv: Option<PathBuf>,
@@ -175,6 +188,7 @@ fn options() -> Options {
         nodes: vec![1, 2, 4],
         transports: vec!["udp".into(), "tcp".into()],
         prefetch: vec![true, false],
+        sets: vec![None],
         repeat: 5,
         baseline: ("nodes".into(), "1".into()),
         csv: a.csv,
@@ -206,12 +220,27 @@ fn options() -> Options {
     if let Some(r) = a.repeat {
         o.repeat = r;
     }
+    if let Some(sets) = a.set {
+        for kv in &sets {
+            let (k, v) = kv
+                .split_once('=')
+                .unwrap_or_else(|| usage(&format!("--set {kv}: expected KEY=VALUE")));
+            if let Err(e) = dsm_runtime::config::Config::default().set(
+                k.trim(),
+                v.trim(),
+                &dsm_runtime::config::Origin::Flag(format!("--set {kv}")),
+            ) {
+                usage(&e.to_string());
+            }
+        }
+        o.sets = sets.into_iter().map(Some).collect();
+    }
     let (k, v) = a
         .baseline
         .split_once('=')
-        .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch)"));
-    if !matches!(k, "nodes" | "transport" | "prefetch") {
-        usage("--baseline: the key is nodes, transport or prefetch");
+        .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch, set)"));
+    if !matches!(k, "nodes" | "transport" | "prefetch" | "set") {
+        usage("--baseline: the key is nodes, transport, prefetch or set");
     }
     o.baseline = (k.into(), v.into());
     if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() || o.nodes.contains(&0) {
@@ -339,6 +368,7 @@ fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
         "prefetch={}",
         if cell.prefetch { "on" } else { "off" }
     ))
+    .args(cell.set.iter().flat_map(|kv| ["--set", kv.as_str()]))
     .arg(bin(&cell.app))
     .args((!checked).then_some("--no-check"))
     .args(&cell.args);
@@ -494,6 +524,7 @@ fn baseline_of<'a>(o: &Options, cell: &Cell, all: &'a [Outcome]) -> Option<&'a O
     match o.baseline.0.as_str() {
         "nodes" => b.nodes = o.baseline.1.parse().ok()?,
         "transport" => b.transport = o.baseline.1.clone(),
+        "set" => b.set = Some(o.baseline.1.clone()),
         _ => b.prefetch = o.baseline.1 == "on",
     }
     all.iter().find(|x| x.cell == b)
@@ -1001,14 +1032,17 @@ fn main() {
         for &nodes in &o.nodes {
             for t in &o.transports {
                 for &prefetch in &o.prefetch {
-                    cells.push(Cell {
-                        app: app.clone(),
-                        args: args.clone(),
-                        nodes,
-                        transport: t.clone(),
-                        prefetch,
-                        pair: false,
-                    });
+                    for set in &o.sets {
+                        cells.push(Cell {
+                            app: app.clone(),
+                            args: args.clone(),
+                            nodes,
+                            transport: t.clone(),
+                            prefetch,
+                            set: set.clone(),
+                            pair: false,
+                        });
+                    }
                 }
             }
         }
@@ -1020,6 +1054,7 @@ fn main() {
                     nodes,
                     transport: "mpi".into(),
                     prefetch: o.prefetch[0],
+                    set: None,
                     pair: false,
                 });
             }
@@ -1031,6 +1066,7 @@ fn main() {
                 nodes: 1,
                 transport: o.transports[0].clone(),
                 prefetch: o.prefetch[0],
+                set: o.sets[0].clone(),
                 pair: true,
             });
         }
@@ -1135,8 +1171,15 @@ fn main() {
     if o.floors {
         print_floors(&floors);
     }
+    // The app column as wide as its longest label (a `--set` variant makes them long).
+    let w = results
+        .iter()
+        .map(|r| r.cell.label().len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     let header = format!(
-        "{:<16} {:>6} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
+        "{:<w$} {:>6} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9}",
         "app",
         "nodes",
         "net",
@@ -1169,7 +1212,7 @@ fn main() {
             r.cell.nodes.to_string()
         };
         println!(
-            "{:<16} {:>6} {:<7} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
+            "{:<w$} {:>6} {:<7} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
             r.cell.label(),
             nodes,
             r.cell.transport,

@@ -1,0 +1,314 @@
+//! A node's records on disk: a compact binary form (little-endian), read back by node 0 with
+//! every length and value checked (a damaged file is an error naming it, never a panic).
+//!
+//! ```text
+//! "DSMRACE1"  node u16
+//! sites:    u32 count, each  tag u8 (0: file str, line u32 | 1: module str, offset u64)
+//! allocs:   u32 count, each  offset u64  bytes u64  element u32  site u32
+//! segments: u32 count, each  thread u32  epoch u32  clock u32
+//!           seen: u32 count, each thread u32 clock u32
+//!           accesses: u32 count, each page u32  site u32  write u8
+//!             then 0 u8 + u32 run count + (lo u16, hi u16) each, or 1 u8 + 64 u64 (the bits)
+//! str: u32 length + UTF-8 bytes
+//! ```
+
+use super::{Access, Alloc, Log, PAGE, PageBits, Segment, Site};
+
+const MAGIC: &[u8; 8] = b"DSMRACE1";
+/// A page's bits take more room as runs than as bits beyond this many runs.
+const MAX_RUNS: usize = PAGE / 8 / 4;
+
+/// `log` in the binary form.
+pub(crate) fn encode(log: &Log) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 << 16);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&log.node.to_le_bytes());
+    put_u32(&mut out, log.sites.len());
+    for site in &log.sites {
+        match site {
+            Site::Line { file, line } => {
+                out.push(0);
+                put_str(&mut out, file);
+                out.extend_from_slice(&line.to_le_bytes());
+            }
+            Site::Code { module, offset } => {
+                out.push(1);
+                put_str(&mut out, module);
+                out.extend_from_slice(&offset.to_le_bytes());
+            }
+        }
+    }
+    put_u32(&mut out, log.allocs.len());
+    for a in &log.allocs {
+        out.extend_from_slice(&a.offset.to_le_bytes());
+        out.extend_from_slice(&a.bytes.to_le_bytes());
+        out.extend_from_slice(&a.element.to_le_bytes());
+        out.extend_from_slice(&a.site.to_le_bytes());
+    }
+    put_u32(&mut out, log.segments.len());
+    for s in &log.segments {
+        for v in [s.thread, s.epoch, s.clock] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        put_u32(&mut out, s.seen.len());
+        for &(t, c) in &s.seen {
+            out.extend_from_slice(&t.to_le_bytes());
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+        put_u32(&mut out, s.accesses.len());
+        for a in &s.accesses {
+            out.extend_from_slice(&a.page.to_le_bytes());
+            out.extend_from_slice(&a.site.to_le_bytes());
+            out.push(u8::from(a.write));
+            let runs = super::runs_of(&a.bits);
+            if runs.len() <= MAX_RUNS {
+                out.push(0);
+                put_u32(&mut out, runs.len());
+                for (lo, hi) in runs {
+                    out.extend_from_slice(&lo.to_le_bytes());
+                    out.extend_from_slice(&hi.to_le_bytes());
+                }
+            } else {
+                out.push(1);
+                for w in a.bits.iter() {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u32(out, s.len());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Reads a log written by [`encode`]; the error says what was wrong and where.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Log, String> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(8)? != MAGIC {
+        return Err("not a race checker's record (wrong magic)".into());
+    }
+    let node = u16::from_le_bytes(r.array()?);
+    let sites = (0..r.count(5)?)
+        .map(|_| match r.u8()? {
+            0 => Ok(Site::Line {
+                file: r.string()?,
+                line: r.u32()?,
+            }),
+            1 => Ok(Site::Code {
+                module: r.string()?,
+                offset: r.u64()?,
+            }),
+            t => Err(format!("site of unknown kind {t} at byte {}", r.at - 1)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let allocs = (0..r.count(24)?)
+        .map(|_| {
+            Ok(Alloc {
+                offset: r.u64()?,
+                bytes: r.u64()?,
+                element: r.u32()?,
+                site: r.site(sites.len())?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let segments = (0..r.count(20)?)
+        .map(|_| {
+            let (thread, epoch, clock) = (r.u32()?, r.u32()?, r.u32()?);
+            let seen = (0..r.count(8)?)
+                .map(|_| Ok((r.u32()?, r.u32()?)))
+                .collect::<Result<Vec<_>, String>>()?;
+            let accesses = (0..r.count(10)?)
+                .map(|_| {
+                    let (page, site, write) = (r.u32()?, r.site(sites.len())?, r.u8()? != 0);
+                    let mut bits: Box<PageBits> = Box::new([0; PAGE / 64]);
+                    match r.u8()? {
+                        0 => {
+                            for _ in 0..r.count(4)? {
+                                let (lo, hi) = (r.u16()?, r.u16()?);
+                                if lo >= hi || usize::from(hi) > PAGE {
+                                    return Err(format!(
+                                        "a run {lo}..{hi} outside a page at byte {}",
+                                        r.at - 4
+                                    ));
+                                }
+                                super::set_bits(&mut bits, lo.into(), hi.into());
+                            }
+                        }
+                        1 => {
+                            for w in bits.iter_mut() {
+                                *w = r.u64()?;
+                            }
+                        }
+                        k => return Err(format!("bytes of unknown form {k} at byte {}", r.at - 1)),
+                    }
+                    Ok(Access {
+                        page,
+                        site,
+                        write,
+                        bits,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(Segment {
+                thread,
+                epoch,
+                clock,
+                seen,
+                accesses,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    if r.at != bytes.len() {
+        return Err(format!("{} bytes after the end", bytes.len() - r.at));
+    }
+    Ok(Log {
+        node,
+        sites,
+        allocs,
+        segments,
+    })
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(format!("cut short at byte {}", self.bytes.len()));
+        };
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut a = [0; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// A count of items of at least `min_bytes` each, no more than the bytes left could hold.
+    fn count(&mut self, min_bytes: usize) -> Result<usize, String> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_bytes) > self.bytes.len() - self.at {
+            return Err(format!(
+                "a count of {n} at byte {} that the file cannot hold",
+                self.at - 4
+            ));
+        }
+        Ok(n)
+    }
+
+    fn site(&mut self, sites: usize) -> Result<u32, String> {
+        let s = self.u32()?;
+        if s as usize >= sites {
+            return Err(format!("site {s} of {sites} at byte {}", self.at - 4));
+        }
+        Ok(s)
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        let n = self.count(1)?;
+        let at = self.at;
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| format!("a name at byte {at} that is not UTF-8"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Log {
+        let mut sparse: Box<PageBits> = Box::new([0; PAGE / 64]);
+        super::super::set_bits(&mut sparse, 8, 16);
+        let mut dense: Box<PageBits> = Box::new([0; PAGE / 64]);
+        for k in (0..PAGE).step_by(16) {
+            super::super::set_bits(&mut dense, k, k + 8);
+        }
+        Log {
+            node: 3,
+            sites: vec![
+                Site::Line {
+                    file: "a.rs".into(),
+                    line: 7,
+                },
+                Site::Code {
+                    module: "/bin/x".into(),
+                    offset: 0x1234,
+                },
+            ],
+            allocs: vec![Alloc {
+                offset: 4096,
+                bytes: 100,
+                element: 8,
+                site: 1,
+            }],
+            segments: vec![Segment {
+                thread: 65,
+                epoch: 2,
+                clock: 3,
+                seen: vec![(0, 1)],
+                accesses: vec![
+                    Access {
+                        page: 1,
+                        site: 0,
+                        write: true,
+                        bits: sparse,
+                    },
+                    Access {
+                        page: 2,
+                        site: 1,
+                        write: false,
+                        bits: dense,
+                    },
+                ],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_log_reads_back_as_written_and_damage_is_an_error() {
+        let log = sample();
+        let bytes = encode(&log);
+        let back = decode(&bytes).expect("reads back");
+        assert_eq!(format!("{back:?}"), format!("{log:?}"));
+        // Every cut and a changed byte anywhere: an error or another log, never a panic.
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0xa5;
+            let _ = decode(&b);
+        }
+        assert!(decode(b"DSMRACE2").unwrap_err().contains("magic"));
+    }
+}
