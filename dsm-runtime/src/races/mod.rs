@@ -169,6 +169,14 @@ pub(crate) fn set_bits(bits: &mut PageBits, lo: usize, hi: usize) {
     }
 }
 
+/// The memo entry of (`from`, `page`, `write`), every bit of each mixed in: the sites of an
+/// unrolled loop are a few bytes apart (with the low bits alone, matmul.c's inner loop missed
+/// the memo at most accesses).
+fn memo_index(from: usize, page: u32, write: bool) -> usize {
+    let k = (from as u64) ^ (u64::from(page) << 20) ^ (u64::from(write) << 63);
+    (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize % MEMO
+}
+
 /// The runs of set bits, as `[lo, hi)` byte offsets.
 pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
     let mut runs: Vec<(u16, u16)> = Vec::new();
@@ -284,19 +292,18 @@ fn record(off: usize, len: usize, write: bool, from: From) {
             let page = (at / PAGE) as u32;
             let lo = at % PAGE;
             let hi = (end - page as usize * PAGE).min(PAGE);
-            let m = &mut r.memo
-                [(key ^ (page as usize).wrapping_mul(0x9e37) ^ usize::from(write)) % MEMO];
+            let at_memo = memo_index(key, page, write);
+            let m = &mut r.memo[at_memo];
             let slot = if m.from == key && m.page == page && m.write == write {
                 m.slot
             } else {
                 let slot = r.slot(c, from, page, write);
-                r.memo[(key ^ (page as usize).wrapping_mul(0x9e37) ^ usize::from(write)) % MEMO] =
-                    Memo {
-                        from: key,
-                        page,
-                        write,
-                        slot,
-                    };
+                r.memo[at_memo] = Memo {
+                    from: key,
+                    page,
+                    write,
+                    slot,
+                };
                 slot
             };
             set_bits(&mut r.bits[slot as usize].1, lo, hi);
