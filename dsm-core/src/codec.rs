@@ -22,7 +22,7 @@ use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant: the page number, then the page.

@@ -30,6 +30,8 @@ pub enum Channel {
     Bcast = 1,
     /// `jia_reduce`: the tag is the reduction's sequence number.
     Reduce = 2,
+    /// The race checker's records, to node 0 at exit: the tag is the part's number.
+    Races = 3,
 }
 
 impl Channel {
@@ -39,6 +41,7 @@ impl Channel {
             0 => Some(Channel::Send),
             1 => Some(Channel::Bcast),
             2 => Some(Channel::Reduce),
+            3 => Some(Channel::Races),
             _ => None,
         }
     }

@@ -137,7 +137,12 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         },
         21 => Msg::LockWanted { lock },
         17 => Msg::Send {
-            channel: [Channel::Send, Channel::Bcast, Channel::Reduce][rng.below(3) as usize],
+            channel: [
+                Channel::Send,
+                Channel::Bcast,
+                Channel::Reduce,
+                Channel::Races,
+            ][rng.below(4) as usize],
             tag: rng.next_u64() as i32,
             data: (0..rng.below(300)).map(|_| rng.next_u64() as u8).collect(),
         },
@@ -285,12 +290,12 @@ fn malformed_frames_are_errors_naming_the_fault() {
         },
     );
     let mut bad_channel = letter.clone();
-    bad_channel[HEADER_BYTES] = 3;
+    bad_channel[HEADER_BYTES] = 4;
     assert_eq!(
         codec::decode_frame(&bad_channel),
         Err(DecodeError::BadValue {
             field: "letter channel",
-            value: 3
+            value: 4
         })
     );
     let mut too_long = letter.clone();

@@ -386,8 +386,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         reductions: AtomicU32::new(0),
     };
     if config.check_races {
-        let dir = crate::races::dir_for(config.race_dir.as_deref(), cookie);
-        crate::races::start(&dsm, (base, len), dir);
+        crate::races::start(&dsm, (base, len));
     }
     Ok(dsm)
 }
@@ -891,8 +890,8 @@ impl Dsm {
             return;
         }
         let _w = progress::waiting("jia_exit");
-        // Before this node's exit message: node 0 reads every node's records once all left.
-        crate::races::write_records();
+        // Before this node's exit message: node 0 gathers every node's records.
+        crate::races::gather_records(self);
         self.call_or_die(Call::Exit);
         if let Some(h) = self
             .service

@@ -123,9 +123,6 @@ pub struct Config {
     /// `check_races`: record every node's accesses and synchronisations and, at the end, report
     /// the pairs of accesses no synchronisation orders (`dsmrun --check-races`, `races.rs`).
     pub check_races: bool,
-    /// `race_dir`: where the nodes leave their records for node 0 (a directory every node
-    /// sees; `None`: the system's temporary directory).
-    pub race_dir: Option<std::path::PathBuf>,
     /// `bind_to`: `core` pins each node dsmrun starts to a CPU of its own (T CPUs with
     /// `dsmrun --threads T`) when a host runs
     /// between 2 and as many nodes as it has CPUs (`none`: the scheduler places them).
@@ -191,7 +188,6 @@ impl Default for Config {
             one_sided_reads: true,
             home_migration: HOME_MIGRATION_DEFAULT,
             check_races: false,
-            race_dir: None,
             lock_handoffs: 16,
             bind_to_core: true,
             tuning: Tuning::default(),
@@ -242,11 +238,6 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "check_races",
         "on or off (report the accesses to the same bytes no synchronisation orders)",
-    ),
-    (
-        "race_dir",
-        "a directory every node sees, without ';' (where check_races leaves its records; \
-         empty: the temporary directory)",
     ),
     (
         "lock_handoffs",
@@ -408,9 +399,6 @@ impl Config {
             "home_migration" => self.home_migration = parse_bool(value).ok_or_else(bad)?,
             "lock_handoffs" => self.lock_handoffs = range(0, 1_000_000)? as u32,
             "check_races" => self.check_races = parse_bool(value).ok_or_else(bad)?,
-            // Carried between nodes in `to_wire`'s `;`-separated list.
-            "race_dir" if value.contains(';') => return Err(bad()),
-            "race_dir" => self.race_dir = (!value.is_empty()).then(|| value.into()),
             "bind_to" => {
                 self.bind_to_core = match value {
                     "core" => true,
@@ -565,12 +553,6 @@ impl Config {
             format!(
                 "check_races={}",
                 if self.check_races { "on" } else { "off" }
-            ),
-            format!(
-                "race_dir={}",
-                self.race_dir
-                    .as_deref()
-                    .map_or(String::new(), |d| d.display().to_string())
             ),
             format!(
                 "bind_to={}",

@@ -123,10 +123,15 @@ impl Call {
                 channel: Channel::Reduce,
                 ..
             } => "jia_reduce",
+            Call::Send {
+                channel: Channel::Races,
+                ..
+            } => "jia_exit (the race checker's records)",
             Call::Receive(f) => match f.channel {
                 Channel::Send => "jia_recv",
                 Channel::Bcast => "jia_bcast",
                 Channel::Reduce => "jia_reduce",
+                Channel::Races => "jia_exit (the race checker's records)",
             },
             Call::StartStats => "jia_startstat",
             Call::StopStats => "jia_stopstat",

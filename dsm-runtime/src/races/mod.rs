@@ -7,8 +7,8 @@
 //! release (so the lock itself makes it coherent), a condition variable's in one slot per node,
 //! and a barrier orders everything before it before everything after it (an epoch: clocks start
 //! again). Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At
-//! `jia_exit` every node writes its segments to `race_dir`; node 0, once every node has left,
-//! reads them all, reports each pair of accesses to the same bytes from different threads,
+//! `jia_exit` every node sends its segments to node 0 (letters on a channel of their own);
+//! node 0, once every node has left, reports each pair of accesses to the same bytes from different threads,
 //! one of them a write, that no synchronisation orders (`report`), and the process ends with
 //! status 66 if there was any.
 //!
@@ -20,7 +20,6 @@ pub(crate) mod report;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::Location;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -52,10 +51,11 @@ struct Checker {
     cv_slot: Mutex<()>,
     log: Mutex<Log>,
     site_ids: Mutex<HashMap<Site, u32>>,
-    dir: PathBuf,
+    /// At node 0, from its exit on: every node's records.
+    gathered: Mutex<Vec<Log>>,
 }
 
-/// What one node recorded (its file in `race_dir`).
+/// What one node recorded (sent to node 0 at exit in the form of `records.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct Log {
     pub node: u16,
@@ -218,7 +218,7 @@ pub fn on() -> bool {
 
 /// Starts checking: every node calls it at init, in the same order as its allocations (the
 /// clock slots are allocated here).
-pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), dir: PathBuf) {
+pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize)) {
     let (node, nodes) = (dsm.id() as u16, dsm.nodes() as u16);
     let slots_len = (usize::from(dsm_core::MAX_LOCKS)
         + usize::from(dsm_core::MAX_CVS) * usize::from(nodes))
@@ -243,7 +243,7 @@ pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), dir: PathBuf) {
             ..Log::default()
         }),
         site_ids: Mutex::new(HashMap::new()),
-        dir,
+        gathered: Mutex::new(Vec::new()),
     };
     if CHECKER.set(checker).is_err() {
         return;
@@ -256,13 +256,6 @@ pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), dir: PathBuf) {
 /// Words of one clock slot: its epoch, then a clock per thread of the job.
 fn slot_words(nodes: u16) -> usize {
     1 + usize::from(nodes) * VC_THREADS
-}
-
-/// The directory a job's records go to: `race_dir`, else one named by the job's cookie in the
-/// temporary directory.
-pub(crate) fn dir_for(race_dir: Option<&std::path::Path>, cookie: u64) -> PathBuf {
-    let base = race_dir.map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
-    base.join(format!("dsm-races-{cookie:016x}"))
 }
 
 /// A read or write of `len` bytes at `addr` by this thread (anywhere: only the shared region's
@@ -592,31 +585,35 @@ pub(crate) fn allocated(addr: usize, bytes: usize, element: usize, from: From) {
         });
 }
 
-/// At `jia_exit`, before the node leaves: this thread's segment ends and the node's records go
-/// to its file.
-pub(crate) fn write_records() {
+/// At `jia_exit`, before the node's exit message: this thread's segment ends, and the node's
+/// records go to node 0, which takes every other node's.
+pub(crate) fn gather_records(dsm: &crate::Dsm) {
     if !on() {
         return;
     }
     segment_ends();
     let Some(c) = CHECKER.get() else { return };
-    let log = std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()));
-    let path = c.dir.join(format!("node-{}.races", c.node));
-    let bytes = records::encode(&Log {
+    let log = Log {
         node: c.node,
-        ..log
-    });
-    // Made as this user's own, never through a planted link (the directory's name is known).
-    let written = crate::sys::make_own_dir(&c.dir)
-        .and_then(|()| crate::sys::create_own_file(&path))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));
-    if let Err(e) = written {
-        crate::door::end::fatal(&format!(
-            "check_races: cannot write {}: {e} (race_dir must be a directory every node can \
-             write)",
-            path.display()
-        ));
+        ..std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()))
+    };
+    if c.node != 0 {
+        dsm.send_race_records(&records::encode(&log));
+        return;
     }
+    let mut logs = vec![log];
+    for n in 1..c.nodes {
+        let bytes = dsm.receive_race_records(usize::from(n));
+        match records::decode(&bytes) {
+            Ok(l) if l.node == n => logs.push(l),
+            Ok(l) => crate::door::end::fatal(&format!(
+                "check_races: node {n} sent the records of node {}",
+                l.node
+            )),
+            Err(e) => crate::door::end::fatal(&format!("check_races: node {n}'s records: {e}")),
+        }
+    }
+    *c.gathered.lock().unwrap_or_else(|e| e.into_inner()) = logs;
 }
 
 /// At node 0, once every node has left: reads every node's records, reports the races, and
@@ -629,11 +626,7 @@ pub(crate) fn report_at_node0() {
     if c.node != 0 {
         return;
     }
-    let logs = match report::read_logs(&c.dir, c.nodes) {
-        Ok(logs) => logs,
-        Err(e) => crate::door::end::fatal(&format!("check_races: {e}")),
-    };
-    let _ = std::fs::remove_dir_all(&c.dir);
+    let logs = std::mem::take(&mut *c.gathered.lock().unwrap_or_else(|e| e.into_inner()));
     let races = report::find(&logs);
     let text = report::render(&logs, &races);
     eprint!("{text}");

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
 
 use super::{Log, PageBits, Segment, Site, VC_THREADS};
 
@@ -33,24 +32,6 @@ pub(crate) struct Race {
     pub offset: u64,
     pub epoch: u32,
     pub times: u64,
-}
-
-/// Reads `nodes` nodes' records from `dir`.
-pub(crate) fn read_logs(dir: &Path, nodes: u16) -> Result<Vec<Log>, String> {
-    (0..nodes)
-        .map(|n| {
-            let path = dir.join(format!("node-{n}.races"));
-            let text = std::fs::read(&path).map_err(|e| {
-                format!(
-                    "node {n}'s records are not in {}: {e} (race_dir must be a directory every \
-                     node sees)",
-                    path.display()
-                )
-            })?;
-            super::records::decode(&text)
-                .map_err(|e| format!("node {n}'s records in {} are damaged: {e}", path.display()))
-        })
-        .collect()
 }
 
 /// Whether segment `a` happened before segment `b`.
