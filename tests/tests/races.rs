@@ -78,12 +78,16 @@ fn race_free_programs_are_not_reported() {
 /// The apps, race-free, on 1, 2 and 4 nodes: no report, status 0.
 #[test]
 fn the_apps_are_not_reported() {
-    let apps: [(&str, &[&str]); 5] = [
+    let apps: [(&str, &[&str]); 9] = [
         ("sor", &["64", "4"]),
         ("matmul", &["64"]),
         ("lu", &["64", "16"]),
         ("pi", &["100000"]),
         ("jacobi", &["64", "4"]),
+        ("tsp", &[]),
+        ("water", &["256", "2"]),
+        ("is", &[]),
+        ("ep", &[]),
     ];
     for nodes in [1, 2, 4] {
         for (app, args) in apps {
@@ -259,8 +263,10 @@ fn clang_built_programs_are_checked_too() {
 /// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.
 #[test]
 fn the_c_programs_are_not_reported() {
-    let programs: [(&str, &[&str], &[&str]); 8] = [
+    let programs: [(&str, &[&str], &[&str]); 10] = [
         ("apps/c/matmul.c", &[], &["64"]),
+        ("tests/c/jia21.c", &["-DJIA_FLOAT_CLOCK"], &["50000", "3"]),
+        ("tests/c/io.c", &[], &["256"]),
         ("apps/c/sor.c", &[], &["64", "4"]),
         ("apps/c/lu.c", &[], &["64", "16"]),
         ("apps/c/sor_pthreads.c", &[], &["64", "4", "2"]),

@@ -45,6 +45,10 @@ struct Checker {
     epoch: AtomicU32,
     /// Threads that have recorded anything (each gets the next number).
     threads: AtomicUsize,
+    /// Recorders not yet dropped (a thread's last segment is kept when its thread ends, in its
+    /// thread-local destructor, which may run after a join has returned), and their end.
+    live: Mutex<usize>,
+    ended: std::sync::Condvar,
     /// The hidden clock slots: one per lock, then one per condition variable and node.
     slots: SharedArray<u32>,
     /// Serialises this node's threads' updates of a condition variable's slot.
@@ -203,6 +207,10 @@ pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.close();
+        if let Some(c) = CHECKER.get() {
+            *c.live.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            c.ended.notify_all();
+        }
     }
 }
 
@@ -236,6 +244,8 @@ pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize)) {
         nodes,
         epoch: AtomicU32::new(0),
         threads: AtomicUsize::new(0),
+        live: Mutex::new(0),
+        ended: std::sync::Condvar::new(),
         slots,
         cv_slot: Mutex::new(()),
         log: Mutex::new(Log {
@@ -322,11 +332,15 @@ fn site_of(from: From) -> Site {
 }
 
 /// Runs `f` with this thread's recorder (made at its first use).
+///
+/// An access made while the recorder is busy (a signal handler's, interrupting this thread's
+/// own recording) is not recorded; nor is one after the thread's recorder is gone (in a
+/// thread-local destructor).
 fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
     let c = CHECKER.get()?;
     RECORDER
         .try_with(|cell| {
-            let mut slot = cell.borrow_mut();
+            let mut slot = cell.try_borrow_mut().ok()?;
             let r = slot.get_or_insert_with(|| c.new_recorder());
             Some(f(r, c))
         })
@@ -336,6 +350,7 @@ fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
 
 impl Checker {
     fn new_recorder(&self) -> Recorder {
+        *self.live.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         let n = self.threads.fetch_add(1, Ordering::Relaxed);
         if n >= VC_THREADS {
             crate::door::end::fatal(&format!(
@@ -593,6 +608,23 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
     }
     segment_ends();
     let Some(c) = CHECKER.get() else { return };
+    // Threads that ended (joined before this exit) keep their last segment in their
+    // thread-local destructor, which may still be running: wait for them, a while.
+    let mine = usize::from(RECORDER.try_with(|r| r.borrow().is_some()).unwrap_or(false));
+    let live = c.live.lock().unwrap_or_else(|e| e.into_inner());
+    let (live, _) = c
+        .ended
+        .wait_timeout_while(live, std::time::Duration::from_secs(2), |n| *n > mine)
+        .unwrap_or_else(|e| e.into_inner());
+    let running = live.saturating_sub(mine);
+    drop(live);
+    if running > 0 {
+        log::warn!(
+            "check_races: {running} thread(s) of node {} still ran at jia_exit: their last \
+             accesses are not checked",
+            c.node
+        );
+    }
     let log = Log {
         node: c.node,
         ..std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()))
