@@ -718,6 +718,8 @@ impl Dsm {
     /// this thread holds or asks for already is an error.
     pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
         let _w = progress::waiting_for_lock(lock);
+        // Before the acquire's invalidations: a slice's bytes are compared with what it wrote.
+        crate::races::segment_ends();
         self.call(Call::Lock(LockId(lock)))?;
         crate::races::lock_acquired(lock);
         Ok(())
@@ -835,6 +837,7 @@ impl Dsm {
     #[track_caller]
     pub fn waitcv(&self, cv: u16) {
         let _w = progress::waiting_for_cv(cv);
+        crate::races::segment_ends();
         self.call_or_die(Call::WaitCv(CvId(cv)));
         crate::races::cv_waited(cv);
     }

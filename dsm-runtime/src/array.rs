@@ -238,6 +238,18 @@ impl<T: Shared> SharedArray<T> {
     #[track_caller]
     pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
         self.check(&range);
+        if crate::races::on() {
+            let bytes = range.len() * std::mem::size_of::<T>();
+            // SAFETY: in bounds (checked); read as bytes, which every value is.
+            let now = unsafe {
+                std::slice::from_raw_parts(self.ptr.add(range.start) as *const u8, bytes)
+            };
+            crate::races::slice_taken(
+                self.ptr.wrapping_add(range.start) as usize,
+                now.to_vec(),
+                crate::races::From::Caller(std::panic::Location::caller()),
+            );
+        }
         // SAFETY: in bounds (checked); exclusivity is the caller's promise.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
     }

@@ -65,7 +65,13 @@ fn every_racy_program_is_reported_with_its_two_lines_and_ends_with_status_66() {
 
 #[test]
 fn race_free_programs_are_not_reported() {
-    for case in ["free-lock", "free-cv", "free-false-sharing", "free-barrier"] {
+    for case in [
+        "free-lock",
+        "free-cv",
+        "free-false-sharing",
+        "free-barrier",
+        "free-slices-of-one-row",
+    ] {
         let out = dsmrun(2, &["--check-races"], "racy", &[case]);
         assert!(
             out.status.success() && text(&out).contains("check_races: no data race found"),

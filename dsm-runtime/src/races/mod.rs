@@ -160,6 +160,8 @@ struct Recorder {
     bits: Vec<((u32, u32, bool), Box<PageBits>)>,
     sites: HashMap<usize, u32>,
     memo: [Memo; MEMO],
+    /// Mutable slices taken in this segment: their offset, their bytes then, and where.
+    snapshots: Vec<(usize, Vec<u8>, From)>,
 }
 
 /// Sets the bits of bytes `[lo, hi)` (one page's).
@@ -288,30 +290,35 @@ fn record(off: usize, len: usize, write: bool, from: From) {
         // (a thread joined by one that did, like the workers of a pthreads program whose main
         // thread reads their results after joining them).
         r.catch_up(c.epoch.load(Ordering::Acquire));
-        let key = from.key();
-        let end = off + len;
-        let mut at = off;
-        while at < end {
-            let page = (at / PAGE) as u32;
-            let lo = at % PAGE;
-            let hi = (end - page as usize * PAGE).min(PAGE);
-            let at_memo = memo_index(key, page, write);
-            let m = &mut r.memo[at_memo];
-            let slot = if m.from == key && m.page == page && m.write == write {
-                m.slot
-            } else {
-                let slot = r.slot(c, from, page, write);
-                r.memo[at_memo] = Memo {
-                    from: key,
-                    page,
-                    write,
-                    slot,
-                };
-                slot
-            };
-            set_bits(&mut r.bits[slot as usize].1, lo, hi);
-            at = page as usize * PAGE + hi;
+        r.mark(c, off, len, write, from);
+    });
+}
+
+/// A mutable slice of `bytes.len()` bytes at `addr` was taken at `from`, holding `bytes`: the
+/// bytes it changes by the end of the segment are recorded as its writes (reads through it are
+/// not seen; recording the whole slice would claim bytes it never touches, as the other colour
+/// of a red-black SOR row).
+pub fn slice_taken(addr: usize, bytes: Vec<u8>, from: From) {
+    if !on() {
+        return;
+    }
+    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
+    if off >= LEN.load(Ordering::Relaxed) || bytes.is_empty() {
+        return;
+    }
+    with_recorder(|r, c| {
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+        // The same range taken again in the segment: its first bytes are what it is compared
+        // with (lu takes a row once per pivot row).
+        if r.snapshots
+            .iter()
+            .rev()
+            .take(8)
+            .any(|(o, b, f)| *o == off && b.len() == bytes.len() && f.key() == from.key())
+        {
+            return;
         }
+        r.snapshots.push((off, bytes, from));
     });
 }
 
@@ -370,6 +377,7 @@ impl Checker {
             bits: Vec::new(),
             sites: HashMap::new(),
             memo: [NO_MEMO; MEMO],
+            snapshots: Vec::new(),
         }
     }
 
@@ -432,7 +440,114 @@ impl Recorder {
     }
 
     /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
+    /// Records `len` bytes at `off` touched from `from`.
+    fn mark(&mut self, c: &Checker, off: usize, len: usize, write: bool, from: From) {
+        let key = from.key();
+        let end = off + len;
+        let mut at = off;
+        while at < end {
+            let page = (at / PAGE) as u32;
+            let lo = at % PAGE;
+            let hi = (end - page as usize * PAGE).min(PAGE);
+            let at_memo = memo_index(key, page, write);
+            let m = &mut self.memo[at_memo];
+            let slot = if m.from == key && m.page == page && m.write == write {
+                m.slot
+            } else {
+                let slot = self.slot(c, from, page, write);
+                self.memo[at_memo] = Memo {
+                    from: key,
+                    page,
+                    write,
+                    slot,
+                };
+                slot
+            };
+            set_bits(&mut self.bits[slot as usize].1, lo, hi);
+            at = page as usize * PAGE + hi;
+        }
+    }
+
+    /// The bits of (`from`'s site, `page`, `write`) in this segment.
+    fn bits_for(&mut self, c: &Checker, page: u32, write: bool, from: From) -> &mut PageBits {
+        let key = from.key();
+        let at_memo = memo_index(key, page, write);
+        let m = self.memo[at_memo];
+        let slot = if m.from == key && m.page == page && m.write == write {
+            m.slot
+        } else {
+            let slot = self.slot(c, from, page, write);
+            self.memo[at_memo] = Memo {
+                from: key,
+                page,
+                write,
+                slot,
+            };
+            slot
+        };
+        &mut self.bits[slot as usize].1
+    }
+
+    /// The bytes the segment's mutable slices changed, recorded as their writes: compared a
+    /// word at a time, page by page, each page's changes set in its bits at once.
+    fn compare_snapshots(&mut self) {
+        let Some(c) = CHECKER.get() else { return };
+        let base = BASE.load(Ordering::Relaxed);
+        for (off, then, from) in std::mem::take(&mut self.snapshots) {
+            crate::sys::with_region_bytes(base + off, then.len(), |now| {
+                self.compare_snapshot(c, off, &then, now, from);
+            });
+        }
+    }
+
+    /// Records as writes the bytes of `now` (at `off`) that differ from `then`.
+    fn compare_snapshot(&mut self, c: &Checker, off: usize, then: &[u8], now: &[u8], from: From) {
+        let end = off + then.len();
+        let mut at = off;
+        while at < end {
+            let page = (at / PAGE) as u32;
+            let stop = end.min((page as usize + 1) * PAGE);
+            let (a, b) = (&then[at - off..stop - off], &now[at - off..stop - off]);
+            let lo = at % PAGE;
+            let mut changed: Option<Box<PageBits>> = None;
+            let mut mark = |byte: usize| {
+                let bits = changed.get_or_insert_with(|| Box::new([0; PAGE / 64]));
+                bits[byte / 64] |= 1 << (byte % 64);
+            };
+            let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
+            let tail = wa.remainder().len();
+            for (k, (x, y)) in wa.zip(wb).enumerate() {
+                let x = u64::from_ne_bytes(x.try_into().unwrap_or([0; 8]));
+                let y = u64::from_ne_bytes(y.try_into().unwrap_or([0; 8]));
+                if x == y {
+                    continue;
+                }
+                for (i, d) in (x ^ y).to_ne_bytes().iter().enumerate() {
+                    if *d != 0 {
+                        mark(lo + k * 8 + i);
+                    }
+                }
+            }
+            let n = a.len();
+            for i in n - tail..n {
+                if a[i] != b[i] {
+                    mark(lo + i);
+                }
+            }
+            if let Some(changed) = changed {
+                let bits = self.bits_for(c, page, true, from);
+                for (w, x) in bits.iter_mut().zip(changed.iter()) {
+                    *w |= x;
+                }
+            }
+            at = stop;
+        }
+    }
+
     fn close(&mut self) {
+        if !self.snapshots.is_empty() {
+            self.compare_snapshots();
+        }
         self.memo = [NO_MEMO; MEMO];
         self.slots.clear();
         let bits = std::mem::take(&mut self.bits);

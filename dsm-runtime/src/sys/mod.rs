@@ -679,6 +679,16 @@ pub fn exit_status_at_end(status: i32) {
     }
 }
 
+/// `len` bytes at `addr` of the shared region as a slice, for `f` (the race checker compares
+/// a mutable slice's bytes with its snapshot): a page not accessible faults and is fetched, as
+/// for any read of the program's.
+pub fn with_region_bytes<R>(addr: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    // SAFETY: `addr..addr + len` lies in the shared region (the checker took it from a mutable
+    // slice of it, which its holder alone writes, and only this thread holds it), mapped for the
+    // process's life; the bytes are read as plain bytes, which any value is.
+    f(unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
+}
+
 #[cfg(test)]
 mod tests {
     /// A live process is not on its way out; a zombie or a pid that is gone is not either (a

@@ -78,6 +78,12 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 });
             }
         }
+        "slice-write-write" => {
+            // SAFETY: no other thread of this node touches these elements while it lives (the
+            // race is between the nodes, on purpose).
+            let row = unsafe { a.slice_mut(8..16) }; // race: slice-write-write
+            row[2] = me as u64 + 1;
+        }
         "free-lock" => {
             let _g = dsm.lock(1);
             a.set(3, a.get(3) + 1);
@@ -93,6 +99,15 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
         }
         "free-false-sharing" => {
             a.set(me, 1);
+        }
+        "free-slices-of-one-row" => {
+            // Both nodes take the same row as a mutable slice; node 0 changes its even elements,
+            // node 1 its odd ones (red-black SOR's pattern): different bytes, no race.
+            // SAFETY: as above.
+            let row = unsafe { a.slice_mut(16..32) };
+            for x in row.iter_mut().skip(me).step_by(2) {
+                *x += 1;
+            }
         }
         "free-barrier" => {
             if me == 0 {
