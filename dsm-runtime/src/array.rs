@@ -278,6 +278,7 @@ impl<T: Shared> SharedArray<T> {
     /// element `r` gives only part of keeps its other bytes. The caller must be the range's only
     /// writer until its next release, as for any write. On an error, the bytes read before it
     /// are stored.
+    #[track_caller]
     pub fn read_from(
         &self,
         range: std::ops::Range<usize>,
@@ -337,6 +338,7 @@ impl<T: Shared> SharedArray<T> {
     /// Writes elements `range` (their in-memory form) to `w`: the safe way to write shared
     /// memory to a file or a socket (see [`SharedArray::read_from`]). The elements are read
     /// with [`SharedArray::get`] into a private buffer.
+    #[track_caller]
     pub fn write_to(
         &self,
         range: std::ops::Range<usize>,

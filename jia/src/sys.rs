@@ -73,10 +73,20 @@ range_hook! {
     __tsan_write_range: 1;
 }
 
-/// ThreadSanitizer's start-up call, made by every instrumented object's constructor: nothing to
-/// do (the checker starts at `jia_init`).
+/// Whether an instrumented object called [`__tsan_init`] (its constructor does, before `main`).
+static INSTRUMENTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the program has code built for the race checker.
+pub(crate) fn instrumented() -> bool {
+    INSTRUMENTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// ThreadSanitizer's start-up call, made by every instrumented object's constructor: noted (the
+/// checker itself starts at `jia_init`).
 #[unsafe(no_mangle)]
-pub extern "C" fn __tsan_init() {}
+pub extern "C" fn __tsan_init() {
+    INSTRUMENTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Called at every instrumented function's entry: not needed (lines come from each access).
 #[unsafe(no_mangle)]

@@ -65,17 +65,20 @@ fn every_racy_program_is_reported_with_its_two_lines_and_ends_with_status_66() {
 
 #[test]
 fn race_free_programs_are_not_reported() {
-    for case in [
-        "free-lock",
-        "free-cv",
-        "free-false-sharing",
-        "free-barrier",
-        "free-slices-of-one-row",
+    for (nodes, case) in [
+        (2, "free-lock"),
+        (2, "free-cv"),
+        (2, "free-false-sharing"),
+        (2, "free-barrier"),
+        (2, "free-slices-of-one-row"),
+        (2, "free-many-threads"),
+        (3, "free-helper-locks"),
+        (4, "free-helper-locks"),
     ] {
-        let out = dsmrun(2, &["--check-races"], "racy", &[case]);
+        let out = dsmrun(nodes, &["--check-races"], "racy", &[case]);
         assert!(
             out.status.success() && text(&out).contains("check_races: no data race found"),
-            "{case}: {}",
+            "{case} on {nodes} nodes: {}",
             text(&out)
         );
     }

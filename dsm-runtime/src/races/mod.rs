@@ -49,6 +49,10 @@ struct Checker {
     /// thread-local destructor, which may run after a join has returned), and their end.
     live: Mutex<usize>,
     ended: std::sync::Condvar,
+    /// Numbers of threads that ended, with their last clock: once all 64 numbers were given,
+    /// a new thread takes one and goes on from that clock (a program may run many rounds of
+    /// threads; 64 at once at most).
+    free_numbers: Mutex<Vec<(usize, u32)>>,
     /// The hidden clock slots: one per lock, then one per condition variable and node.
     slots: SharedArray<u32>,
     /// Serialises this node's threads' updates of a condition variable's slot.
@@ -210,6 +214,11 @@ impl Drop for Recorder {
     fn drop(&mut self) {
         self.close();
         if let Some(c) = CHECKER.get() {
+            let n = self.thread as usize % VC_THREADS;
+            c.free_numbers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((n, self.clock[self.thread as usize]));
             *c.live.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
             c.ended.notify_all();
         }
@@ -248,6 +257,7 @@ pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize)) {
         threads: AtomicUsize::new(0),
         live: Mutex::new(0),
         ended: std::sync::Condvar::new(),
+        free_numbers: Mutex::new(Vec::new()),
         slots,
         cv_slot: Mutex::new(()),
         log: Mutex::new(Log {
@@ -358,17 +368,29 @@ fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
 impl Checker {
     fn new_recorder(&self) -> Recorder {
         *self.live.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        let n = self.threads.fetch_add(1, Ordering::Relaxed);
+        // A new number while there are some; then one of an ended thread, whose segments are
+        // then taken as ordered before the new one's (as a thread joined before the next one
+        // is created).
+        let fresh = self.threads.fetch_add(1, Ordering::Relaxed);
+        let (n, last) = if fresh < VC_THREADS {
+            (fresh, 0)
+        } else {
+            self.free_numbers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+                .unwrap_or((fresh, 0))
+        };
         if n >= VC_THREADS {
             crate::door::end::fatal(&format!(
-                "check_races: more than {VC_THREADS} threads of node {} used shared memory (the \
-                 checker's clocks have room for {VC_THREADS})",
+                "check_races: more than {VC_THREADS} threads of node {} use shared memory at \
+                 once (the checker's clocks have room for {VC_THREADS})",
                 self.node
             ));
         }
         let thread = (usize::from(self.node) * VC_THREADS + n) as u32;
         let mut clock = vec![0; usize::from(self.nodes) * VC_THREADS];
-        clock[thread as usize] = 1;
+        clock[thread as usize] = last + 1;
         Recorder {
             thread,
             epoch: self.epoch.load(Ordering::Acquire),
@@ -394,13 +416,15 @@ impl Checker {
     }
 
     /// The clock in slot `k` (zeros if written in another epoch).
-    fn read_slot(&self, k: usize, epoch: u32) -> Vec<u32> {
+    /// The clock in slot `k` and the epoch it is for (`None`: never written).
+    fn read_slot(&self, k: usize) -> Option<(u32, Vec<u32>)> {
         let w = slot_words(self.nodes);
         let at = k * w;
-        if self.slots.get_unrecorded(at) != epoch + 1 {
-            return Vec::new();
-        }
-        (1..w).map(|i| self.slots.get_unrecorded(at + i)).collect()
+        let epoch = self.slots.get_unrecorded(at).checked_sub(1)?;
+        Some((
+            epoch,
+            (1..w).map(|i| self.slots.get_unrecorded(at + i)).collect(),
+        ))
     }
 
     fn write_slot(&self, k: usize, epoch: u32, clock: &[u32]) {
@@ -586,6 +610,16 @@ impl Recorder {
         self.clock[self.thread as usize] += 1;
     }
 
+    /// An acquire of what a slot holds: a clock of a later epoch moves this thread on to it
+    /// first; one of an earlier epoch says nothing (a barrier orders it already).
+    fn acquire(&mut self, slot: Option<(u32, Vec<u32>)>) {
+        let Some((epoch, clock)) = slot else { return };
+        self.catch_up(epoch);
+        if epoch == self.epoch {
+            self.join(&clock);
+        }
+    }
+
     fn join(&mut self, other: &[u32]) {
         for (a, &b) in self.clock.iter_mut().zip(other) {
             *a = (*a).max(b);
@@ -594,8 +628,12 @@ impl Recorder {
 
     /// A barrier passed (by this thread or, for a thread that did not take part, noticed at
     /// its next synchronisation): everything before it is ordered before everything after.
+    ///
+    /// Epochs only move forward: a thread that took a lock or waited on a condition variable
+    /// released after a barrier its node has not finished yet (another of its threads is in
+    /// it) is past that barrier already (everything before it is ordered before the release).
     fn catch_up(&mut self, epoch: u32) {
-        if epoch != self.epoch {
+        if epoch > self.epoch {
             self.close();
             self.epoch = epoch;
             self.clock.iter_mut().for_each(|v| *v = 0);
@@ -611,9 +649,9 @@ pub(crate) fn lock_acquired(lock: u16) {
     }
     with_recorder(|r, c| {
         r.catch_up(c.epoch.load(Ordering::Acquire));
-        let seen = c.read_slot(usize::from(lock), r.epoch);
+        let slot = c.read_slot(usize::from(lock));
         r.close();
-        r.join(&seen);
+        r.acquire(slot);
     });
 }
 
@@ -641,12 +679,18 @@ pub(crate) fn setting_cv(cv: u16) {
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
             let k = c.cv_slot(cv, c.node);
-            let mut slot = c.read_slot(k, r.epoch);
-            slot.resize(r.clock.len(), 0);
-            for (a, &b) in slot.iter_mut().zip(&r.clock) {
-                *a = (*a).max(b);
+            match c.read_slot(k) {
+                // Set by another thread of the node past a barrier this one is not: what this
+                // one did is in an earlier epoch, ordered before the waiter's anyway.
+                Some((e, _)) if e > r.epoch => {}
+                Some((e, mut slot)) if e == r.epoch => {
+                    for (a, &b) in slot.iter_mut().zip(&r.clock) {
+                        *a = (*a).max(b);
+                    }
+                    c.write_slot(k, r.epoch, &slot);
+                }
+                _ => c.write_slot(k, r.epoch, &r.clock),
             }
-            c.write_slot(k, r.epoch, &slot);
         }
         // After the clock went out: the segment that ends here is the one the setting covers.
         r.close();
@@ -661,9 +705,14 @@ pub(crate) fn cv_waited(cv: u16) {
     with_recorder(|r, c| {
         r.catch_up(c.epoch.load(Ordering::Acquire));
         r.close();
-        for node in 0..c.nodes {
-            let seen = c.read_slot(c.cv_slot(cv, node), r.epoch);
-            r.join(&seen);
+        let slots: Vec<_> = (0..c.nodes)
+            .filter_map(|node| c.read_slot(c.cv_slot(cv, node)))
+            .collect();
+        if let Some(newest) = slots.iter().map(|(e, _)| *e).max() {
+            r.catch_up(newest);
+        }
+        for slot in slots {
+            r.acquire(Some(slot));
         }
     });
 }

@@ -131,6 +131,24 @@ pub(crate) fn render(logs: &[Log], races: &[Race]) -> String {
         }
     }
     lines.resolve();
+    // Grouped by their two lines as printed: one line's several code addresses (an unrolled
+    // loop, an inlined function) are one report.
+    let name = |s: &Side| lines.name(&logs[usize::from(s.node)].sites[s.site as usize]);
+    let mut groups: Vec<Race> = Vec::new();
+    type Pair = ((String, bool), (String, bool));
+    let mut seen: HashMap<Pair, usize> = HashMap::new();
+    for r in races {
+        let (x, y) = ((name(&r.a), r.a.write), (name(&r.b), r.b.write));
+        let key = if x <= y { (x, y) } else { (y, x) };
+        match seen.get(&key) {
+            Some(&g) => groups[g].times += r.times,
+            None => {
+                seen.insert(key, groups.len());
+                groups.push(r.clone());
+            }
+        }
+    }
+    let races = &groups[..];
     let mut out = String::new();
     let node0 = &logs[0];
     for (k, r) in races.iter().take(MAX_REPORTS).enumerate() {

@@ -141,11 +141,21 @@ fn main() {
         return;
     }
     if let Some(dir) = objects_dir {
-        let status = cmd
-            .status()
+        let out = cmd
+            .output()
             .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
         let _ = std::fs::remove_dir_all(dir);
-        exit(status.code().unwrap_or(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprint!("{stderr}");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        if stderr.contains("__tsan_atomic") {
+            eprintln!(
+                "dsmcc: --check-races does not take atomic operations yet (C11 atomics, __atomic \
+                 and __sync builtins, #pragma omp atomic): build the files that use them without \
+                 it, or check the program without them"
+            );
+        }
+        exit(out.status.code().unwrap_or(1));
     }
     let err = cmd.exec();
     fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))

@@ -84,6 +84,45 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             let row = unsafe { a.slice_mut(8..16) }; // race: slice-write-write
             row[2] = me as u64 + 1;
         }
+        "read-from" => {
+            if me == 0 {
+                let bytes = [1u8; 8];
+                a.read_from(8..9, &mut &bytes[..]).expect("read_from"); // race: read-from
+            } else {
+                std::hint::black_box(a.get(8)); // race: read-from
+            }
+        }
+        "free-many-threads" => {
+            // 20 rounds of 4 scoped threads (never more than 4 at once), each writing its own
+            // element: 80 threads in all on node 0.
+            if me == 0 {
+                for p in 0..20 {
+                    std::thread::scope(|s| {
+                        for t in 0..4 {
+                            s.spawn(move || a.set(16 + p * 4 + t, 1));
+                        }
+                    });
+                }
+            }
+        }
+        "free-helper-locks" => {
+            // A helper thread per node increments an element under lock 1 in a loop while the
+            // node's main thread runs barriers: nodes pass each barrier at different moments,
+            // and a helper may take the lock from a node already past the next one.
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _g = dsm.lock(1);
+                        a.set(100, a.get(100) + 1);
+                    }
+                });
+                for _ in 0..500 {
+                    dsm.barrier();
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
         "free-lock" => {
             let _g = dsm.lock(1);
             a.set(3, a.get(3) + 1);
