@@ -70,6 +70,10 @@ pub(crate) struct Log {
     pub sites: Vec<Site>,
     pub allocs: Vec<Alloc>,
     pub segments: Vec<Segment>,
+    /// More segments, already in the binary form: a node packs its own as they end (a page
+    /// a site wrote whole is a few bytes there, 512 as bits).
+    pub packed: Vec<u8>,
+    pub packed_count: u32,
 }
 
 /// Where an access or allocation was made.
@@ -601,11 +605,9 @@ impl Recorder {
                 seen,
                 accesses,
             };
-            c.log
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .segments
-                .push(segment);
+            let mut log = c.log.lock().unwrap_or_else(|e| e.into_inner());
+            records::put_segment(&mut log.packed, &segment);
+            log.packed_count += 1;
         }
         self.clock[self.thread as usize] += 1;
     }
@@ -797,7 +799,10 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
         dsm.send_race_records(&records::encode(&log));
         return;
     }
-    let mut logs = vec![log];
+    // Node 0's own records unpacked as the others' are.
+    let own = records::decode(&records::encode(&log))
+        .unwrap_or_else(|e| crate::door::end::fatal(&format!("check_races: own records: {e}")));
+    let mut logs = vec![own];
     for n in 1..c.nodes {
         let bytes = dsm.receive_race_records(usize::from(n));
         match records::decode(&bytes) {

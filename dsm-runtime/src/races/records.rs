@@ -45,38 +45,44 @@ pub(crate) fn encode(log: &Log) -> Vec<u8> {
         out.extend_from_slice(&a.element.to_le_bytes());
         out.extend_from_slice(&a.site.to_le_bytes());
     }
-    put_u32(&mut out, log.segments.len());
+    put_u32(&mut out, log.segments.len() + log.packed_count as usize);
     for s in &log.segments {
-        for v in [s.thread, s.epoch, s.clock] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        put_u32(&mut out, s.seen.len());
-        for &(t, c) in &s.seen {
-            out.extend_from_slice(&t.to_le_bytes());
-            out.extend_from_slice(&c.to_le_bytes());
-        }
-        put_u32(&mut out, s.accesses.len());
-        for a in &s.accesses {
-            out.extend_from_slice(&a.page.to_le_bytes());
-            out.extend_from_slice(&a.site.to_le_bytes());
-            out.push(u8::from(a.write));
-            let runs = super::runs_of(&a.bits);
-            if runs.len() <= MAX_RUNS {
-                out.push(0);
-                put_u32(&mut out, runs.len());
-                for (lo, hi) in runs {
-                    out.extend_from_slice(&lo.to_le_bytes());
-                    out.extend_from_slice(&hi.to_le_bytes());
-                }
-            } else {
-                out.push(1);
-                for w in a.bits.iter() {
-                    out.extend_from_slice(&w.to_le_bytes());
-                }
+        put_segment(&mut out, s);
+    }
+    out.extend_from_slice(&log.packed);
+    out
+}
+
+/// One segment in the binary form, appended to `out` (a node packs its segments as they end).
+pub(crate) fn put_segment(out: &mut Vec<u8>, s: &Segment) {
+    for v in [s.thread, s.epoch, s.clock] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    put_u32(out, s.seen.len());
+    for &(t, c) in &s.seen {
+        out.extend_from_slice(&t.to_le_bytes());
+        out.extend_from_slice(&c.to_le_bytes());
+    }
+    put_u32(out, s.accesses.len());
+    for a in &s.accesses {
+        out.extend_from_slice(&a.page.to_le_bytes());
+        out.extend_from_slice(&a.site.to_le_bytes());
+        out.push(u8::from(a.write));
+        let runs = super::runs_of(&a.bits);
+        if runs.len() <= MAX_RUNS {
+            out.push(0);
+            put_u32(out, runs.len());
+            for (lo, hi) in runs {
+                out.extend_from_slice(&lo.to_le_bytes());
+                out.extend_from_slice(&hi.to_le_bytes());
+            }
+        } else {
+            out.push(1);
+            for w in a.bits.iter() {
+                out.extend_from_slice(&w.to_le_bytes());
             }
         }
     }
-    out
 }
 
 fn put_u32(out: &mut Vec<u8>, n: usize) {
@@ -173,6 +179,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Log, String> {
         sites,
         allocs,
         segments,
+        ..Log::default()
     })
 }
 
@@ -291,6 +298,7 @@ mod tests {
                     },
                 ],
             }],
+            ..Log::default()
         }
     }
 
@@ -310,5 +318,18 @@ mod tests {
             let _ = decode(&b);
         }
         assert!(decode(b"DSMRACE2").unwrap_err().contains("magic"));
+    }
+
+    /// Segments packed as they ended read back as segments, after the unpacked ones.
+    #[test]
+    fn packed_segments_read_back_as_segments() {
+        let mut log = sample();
+        let unpacked = std::mem::take(&mut log.segments);
+        for s in &unpacked {
+            put_segment(&mut log.packed, s);
+            log.packed_count += 1;
+        }
+        let back = decode(&encode(&log)).expect("reads back");
+        assert_eq!(format!("{:?}", back.segments), format!("{unpacked:?}"));
     }
 }

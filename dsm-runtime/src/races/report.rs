@@ -349,6 +349,7 @@ mod tests {
                 site: 0,
             }],
             segments,
+            ..Log::default()
         }
     }
 
