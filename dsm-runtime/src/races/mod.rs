@@ -113,7 +113,50 @@ pub(crate) struct Access {
     pub page: u32,
     pub site: u32,
     pub write: bool,
-    pub bits: Box<PageBits>,
+    pub bytes: Bytes,
+}
+
+/// The bytes of a page an access touched: runs `[lo, hi)`, in order and apart (most: a few
+/// bytes for a page touched whole), or one bit each (a page touched in many pieces).
+#[derive(Debug)]
+pub(crate) enum Bytes {
+    Runs(Vec<(u16, u16)>),
+    Bits(Box<PageBits>),
+}
+
+impl Bytes {
+    /// As runs.
+    pub(crate) fn runs(&self) -> std::borrow::Cow<'_, [(u16, u16)]> {
+        match self {
+            Bytes::Runs(r) => std::borrow::Cow::Borrowed(r),
+            Bytes::Bits(b) => std::borrow::Cow::Owned(runs_of(b)),
+        }
+    }
+
+    /// The first byte both touched.
+    pub(crate) fn first_common(&self, other: &Bytes) -> Option<u16> {
+        if let (Bytes::Bits(a), Bytes::Bits(b)) = (self, other) {
+            return a
+                .iter()
+                .zip(b.iter())
+                .position(|(x, y)| x & y != 0)
+                .map(|w| (w * 64) as u16 + (a[w] & b[w]).trailing_zeros() as u16);
+        }
+        let (a, b) = (self.runs(), other.runs());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let (lo, hi) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+            if lo < hi {
+                return Some(lo);
+            }
+            if a[i].1 < b[j].1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        None
+    }
 }
 
 /// Where an access comes from, as the hooks know it.
@@ -588,7 +631,7 @@ impl Recorder {
                     page,
                     site,
                     write,
-                    bits,
+                    bytes: Bytes::Bits(bits),
                 })
                 .collect();
             let seen = self

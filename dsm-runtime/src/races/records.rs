@@ -12,7 +12,7 @@
 //! str: u32 length + UTF-8 bytes
 //! ```
 
-use super::{Access, Alloc, Log, PAGE, PageBits, Segment, Site};
+use super::{Access, Alloc, Bytes, Log, PAGE, PageBits, Segment, Site};
 
 const MAGIC: &[u8; 8] = b"DSMRACE1";
 /// A page's bits take more room as runs than as bits beyond this many runs.
@@ -68,17 +68,21 @@ pub(crate) fn put_segment(out: &mut Vec<u8>, s: &Segment) {
         out.extend_from_slice(&a.page.to_le_bytes());
         out.extend_from_slice(&a.site.to_le_bytes());
         out.push(u8::from(a.write));
-        let runs = super::runs_of(&a.bits);
+        let runs = a.bytes.runs();
         if runs.len() <= MAX_RUNS {
             out.push(0);
             put_u32(out, runs.len());
-            for (lo, hi) in runs {
+            for &(lo, hi) in runs.iter() {
                 out.extend_from_slice(&lo.to_le_bytes());
                 out.extend_from_slice(&hi.to_le_bytes());
             }
         } else {
             out.push(1);
-            for w in a.bits.iter() {
+            let mut bits: PageBits = [0; PAGE / 64];
+            for &(lo, hi) in runs.iter() {
+                super::set_bits(&mut bits, lo.into(), hi.into());
+            }
+            for w in bits {
                 out.extend_from_slice(&w.to_le_bytes());
             }
         }
@@ -133,32 +137,37 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Log, String> {
             let accesses = (0..r.count(10)?)
                 .map(|_| {
                     let (page, site, write) = (r.u32()?, r.site(sites.len())?, r.u8()? != 0);
-                    let mut bits: Box<PageBits> = Box::new([0; PAGE / 64]);
-                    match r.u8()? {
+                    let bytes = match r.u8()? {
                         0 => {
+                            let mut runs: Vec<(u16, u16)> = Vec::new();
                             for _ in 0..r.count(4)? {
                                 let (lo, hi) = (r.u16()?, r.u16()?);
-                                if lo >= hi || usize::from(hi) > PAGE {
+                                let after = runs.last().map_or(0, |&(_, h)| h);
+                                if lo >= hi || usize::from(hi) > PAGE || lo < after {
                                     return Err(format!(
-                                        "a run {lo}..{hi} outside a page at byte {}",
+                                        "a run {lo}..{hi} outside a page or out of order at \
+                                         byte {}",
                                         r.at - 4
                                     ));
                                 }
-                                super::set_bits(&mut bits, lo.into(), hi.into());
+                                runs.push((lo, hi));
                             }
+                            Bytes::Runs(runs)
                         }
                         1 => {
+                            let mut bits: Box<PageBits> = Box::new([0; PAGE / 64]);
                             for w in bits.iter_mut() {
                                 *w = r.u64()?;
                             }
+                            Bytes::Bits(bits)
                         }
                         k => return Err(format!("bytes of unknown form {k} at byte {}", r.at - 1)),
-                    }
+                    };
                     Ok(Access {
                         page,
                         site,
                         write,
-                        bits,
+                        bytes,
                     })
                 })
                 .collect::<Result<Vec<_>, String>>()?;
@@ -254,8 +263,6 @@ mod tests {
     use super::*;
 
     fn sample() -> Log {
-        let mut sparse: Box<PageBits> = Box::new([0; PAGE / 64]);
-        super::super::set_bits(&mut sparse, 8, 16);
         let mut dense: Box<PageBits> = Box::new([0; PAGE / 64]);
         for k in (0..PAGE).step_by(16) {
             super::super::set_bits(&mut dense, k, k + 8);
@@ -288,13 +295,13 @@ mod tests {
                         page: 1,
                         site: 0,
                         write: true,
-                        bits: sparse,
+                        bytes: Bytes::Runs(vec![(8, 16)]),
                     },
                     Access {
                         page: 2,
                         site: 1,
                         write: false,
-                        bits: dense,
+                        bytes: Bytes::Bits(dense),
                     },
                 ],
             }],

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::{Log, PageBits, Segment, Site, VC_THREADS};
+use super::{Log, Segment, Site, VC_THREADS};
 
 /// At most this many reports are printed (the summary counts them all).
 const MAX_REPORTS: usize = 50;
@@ -42,14 +42,6 @@ fn before(a: &Segment, b: &Segment) -> bool {
     b.seen
         .binary_search_by_key(&a.thread, |&(t, _)| t)
         .is_ok_and(|i| b.seen[i].1 >= a.clock)
-}
-
-/// The first byte two pages' bits share.
-fn overlap(a: &PageBits, b: &PageBits) -> Option<u16> {
-    a.iter()
-        .zip(b.iter())
-        .position(|(x, y)| x & y != 0)
-        .map(|w| (w * 64) as u16 + (a[w] & b[w]).trailing_zeros() as u16)
 }
 
 /// Every race in `logs`, one per pair of sites.
@@ -114,7 +106,7 @@ pub(crate) fn find(logs: &[Log]) -> Vec<Race> {
                         if !(ax.write || ay.write) {
                             continue;
                         }
-                        let Some(first) = overlap(&ax.bits, &ay.bits) else {
+                        let Some(first) = ax.bytes.first_common(&ay.bytes) else {
                             continue;
                         };
                         if before(sx, sy) || before(sy, sx) {
@@ -305,7 +297,7 @@ impl Symbols {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Access, Alloc, Log, Segment, Site};
+    use super::super::{Access, Alloc, Bytes, Log, PageBits, Segment, Site};
     use super::*;
 
     fn seg(thread: u32, clock: u32, seen: Vec<(u32, u32)>, accesses: Vec<Access>) -> Segment {
@@ -319,13 +311,19 @@ mod tests {
     }
 
     fn acc(site: u32, write: bool, lo: u16, hi: u16) -> Access {
-        let mut bits: Box<PageBits> = Box::new([0; crate::PAGE_SIZE / 64]);
-        super::super::set_bits(&mut bits, lo.into(), hi.into());
+        // Bits for writes and runs for reads: both forms, and both mixed, are compared.
+        let bytes = if write {
+            let mut bits: Box<PageBits> = Box::new([0; crate::PAGE_SIZE / 64]);
+            super::super::set_bits(&mut bits, lo.into(), hi.into());
+            Bytes::Bits(bits)
+        } else {
+            Bytes::Runs(vec![(lo, hi)])
+        };
         Access {
             page: 0,
             site,
             write,
-            bits,
+            bytes,
         }
     }
 
