@@ -386,7 +386,12 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         reductions: AtomicU32::new(0),
     };
     if config.check_races {
-        crate::races::start(&dsm, (base, len));
+        // The checker's clock slots, allocated alike on every node.
+        let words = crate::races::slot_words_for(usize::from(size));
+        let slots = dsm
+            .alloc::<u32>(words, AllocPolicy::OnNode(NodeId(0)))
+            .unwrap_or_else(|e| fatal(&format!("check_races: no room for its clocks: {e}")));
+        crate::races::start(&dsm, (base, len), (slots.as_ptr() as usize, words));
     }
     Ok(dsm)
 }

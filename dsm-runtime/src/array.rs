@@ -187,28 +187,6 @@ impl<T: Shared> SharedArray<T> {
         unsafe { T::store_relaxed(self.ptr.add(i), v) }
     }
 
-    /// [`SharedArray::get`] unseen by the race checker (its own clocks).
-    pub(crate) fn get_unrecorded(&self, i: usize) -> T {
-        assert!(
-            i < self.len,
-            "index {i} out of a shared array of {}",
-            self.len
-        );
-        // SAFETY: as in `get`.
-        unsafe { T::load_relaxed(self.ptr.add(i)) }
-    }
-
-    /// [`SharedArray::set`] unseen by the race checker (its own clocks).
-    pub(crate) fn set_unrecorded(&self, i: usize, v: T) {
-        assert!(
-            i < self.len,
-            "index {i} out of a shared array of {}",
-            self.len
-        );
-        // SAFETY: as in `set`.
-        unsafe { T::store_relaxed(self.ptr.add(i), v) }
-    }
-
     /// Elements `range` as a slice: plain loads, for inner loops.
     ///
     /// # Safety

@@ -23,8 +23,6 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::array::SharedArray;
-
 /// Threads per node the vector clocks have room for.
 pub const VC_THREADS: usize = 64;
 /// The exit status of a job in which races were found (ThreadSanitizer's).
@@ -54,7 +52,7 @@ struct Checker {
     /// threads; 64 at once at most).
     free_numbers: Mutex<Vec<(usize, u32)>>,
     /// The hidden clock slots: one per lock, then one per condition variable and node.
-    slots: SharedArray<u32>,
+    slots: &'static [AtomicU32],
     /// Serialises this node's threads' updates of a condition variable's slot.
     cv_slot: Mutex<()>,
     log: Mutex<Log>,
@@ -284,19 +282,19 @@ pub fn on() -> bool {
 
 /// Starts checking: every node calls it at init, in the same order as its allocations (the
 /// clock slots are allocated here).
-pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize)) {
+/// Words of shared memory the clock slots of a job of `nodes` take (the caller allocates them,
+/// on every node alike, and passes them to [`start`]).
+pub(crate) fn slot_words_for(nodes: usize) -> usize {
+    let nodes = nodes as u16;
+    (usize::from(dsm_core::MAX_LOCKS) + usize::from(dsm_core::MAX_CVS) * usize::from(nodes))
+        * slot_words(nodes)
+}
+
+/// Starts checking (every node, at init): `region` is the shared region, `slots` the clock
+/// slots' words of shared memory (see [`slot_words_for`]).
+pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), slots: (usize, usize)) {
     let (node, nodes) = (dsm.id() as u16, dsm.nodes() as u16);
-    let slots_len = (usize::from(dsm_core::MAX_LOCKS)
-        + usize::from(dsm_core::MAX_CVS) * usize::from(nodes))
-        * slot_words(nodes);
-    let slots = dsm
-        .alloc::<u32>(
-            slots_len,
-            dsm_core::AllocPolicy::OnNode(dsm_core::NodeId(0)),
-        )
-        .unwrap_or_else(|e| {
-            crate::door::end::fatal(&format!("check_races: no room for its clocks: {e}"))
-        });
+    let slots = crate::sys::shared_words(slots.0, slots.1);
     let checker = Checker {
         node,
         nodes,
@@ -467,19 +465,21 @@ impl Checker {
     fn read_slot(&self, k: usize) -> Option<(u32, Vec<u32>)> {
         let w = slot_words(self.nodes);
         let at = k * w;
-        let epoch = self.slots.get_unrecorded(at).checked_sub(1)?;
+        let epoch = self.slots[at].load(Ordering::Relaxed).checked_sub(1)?;
         Some((
             epoch,
-            (1..w).map(|i| self.slots.get_unrecorded(at + i)).collect(),
+            (1..w)
+                .map(|i| self.slots[at + i].load(Ordering::Relaxed))
+                .collect(),
         ))
     }
 
     fn write_slot(&self, k: usize, epoch: u32, clock: &[u32]) {
         let at = k * slot_words(self.nodes);
         for (i, &v) in clock.iter().enumerate() {
-            self.slots.set_unrecorded(at + 1 + i, v);
+            self.slots[at + 1 + i].store(v, Ordering::Relaxed);
         }
-        self.slots.set_unrecorded(at, epoch + 1);
+        self.slots[at].store(epoch + 1, Ordering::Relaxed);
     }
 
     fn cv_slot(&self, cv: u16, node: u16) -> usize {

@@ -339,6 +339,15 @@ pub fn atomic_bytes(n: usize) -> io::Result<&'static [std::sync::atomic::AtomicU
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU8>(), n) })
 }
 
+/// `len` words of the shared region at `addr` as atomics (the race checker's clock slots, which
+/// its threads read and write through the DSM like the program's own data).
+pub fn shared_words(addr: usize, len: usize) -> &'static [std::sync::atomic::AtomicU32] {
+    // SAFETY: `addr..addr + 4 * len` is an allocation of the shared region (page-aligned, so
+    // aligned for u32), mapped for the process's life; AtomicU32 has the size and alignment of
+    // u32, and every bit pattern is a valid value.
+    unsafe { std::slice::from_raw_parts(addr as *const std::sync::atomic::AtomicU32, len) }
+}
+
 /// Opens `path` for writing from its start, creating it (mode 0644, less the umask) if it is
 /// not there, but only as a file of this user's: not through a symbolic link (`O_NOFOLLOW`), not
 /// a file another user owns, not anything but a regular file. A file of ours that was there is
