@@ -513,28 +513,13 @@ impl Recorder {
     /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
     /// Records `len` bytes at `off` touched from `from`.
     fn mark(&mut self, c: &Checker, off: usize, len: usize, write: bool, from: From) {
-        let key = from.key();
         let end = off + len;
         let mut at = off;
         while at < end {
             let page = (at / PAGE) as u32;
             let lo = at % PAGE;
             let hi = (end - page as usize * PAGE).min(PAGE);
-            let at_memo = memo_index(key, page, write);
-            let m = &mut self.memo[at_memo];
-            let slot = if m.from == key && m.page == page && m.write == write {
-                m.slot
-            } else {
-                let slot = self.slot(c, from, page, write);
-                self.memo[at_memo] = Memo {
-                    from: key,
-                    page,
-                    write,
-                    slot,
-                };
-                slot
-            };
-            set_bits(&mut self.bits[slot as usize].1, lo, hi);
+            set_bits(self.bits_for(c, page, write, from), lo, hi);
             at = page as usize * PAGE + hi;
         }
     }
