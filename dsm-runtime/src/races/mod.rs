@@ -8,9 +8,9 @@
 //! and a barrier orders everything before it before everything after it (an epoch: clocks start
 //! again). Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At
 //! `jia_exit` every node sends its segments to node 0 (letters on a channel of their own);
-//! node 0, once every node has left, reports each pair of accesses to the same bytes from different threads,
-//! one of them a write, that no synchronisation orders (`report`), and the process ends with
-//! status 66 if there was any.
+//! node 0, once every node has left, reports each pair of accesses to the same bytes from
+//! different threads, one of them a write, that no synchronisation orders (`report`), and the
+//! process ends with status 66 if there was any.
 //!
 //! Off (the default), every hook is one relaxed load of `ON` and a branch.
 
@@ -280,8 +280,6 @@ pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
-/// Starts checking: every node calls it at init, in the same order as its allocations (the
-/// clock slots are allocated here).
 /// Words of shared memory the clock slots of a job of `nodes` take (the caller allocates them,
 /// on every node alike, and passes them to [`start`]).
 pub(crate) fn slot_words_for(nodes: usize) -> usize {
@@ -510,7 +508,6 @@ impl Recorder {
         slot
     }
 
-    /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
     /// Records `len` bytes at `off` touched from `from`.
     fn mark(&mut self, c: &Checker, off: usize, len: usize, write: bool, from: From) {
         let end = off + len;
@@ -600,6 +597,7 @@ impl Recorder {
         }
     }
 
+    /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
     fn close(&mut self) {
         if !self.snapshots.is_empty() {
             self.compare_snapshots();

@@ -34,14 +34,19 @@ pub(crate) struct Race {
     pub times: u64,
 }
 
+/// The clock of thread `t` that segment `seg` has seen (0: none).
+fn seen_of(seg: &Segment, t: u32) -> u32 {
+    seg.seen
+        .binary_search_by_key(&t, |&(u, _)| u)
+        .map_or(0, |i| seg.seen[i].1)
+}
+
 /// Whether segment `a` happened before segment `b`.
 fn before(a: &Segment, b: &Segment) -> bool {
     if a.thread == b.thread {
         return a.clock < b.clock;
     }
-    b.seen
-        .binary_search_by_key(&a.thread, |&(t, _)| t)
-        .is_ok_and(|i| b.seen[i].1 >= a.clock)
+    seen_of(b, a.thread) >= a.clock
 }
 
 /// Every race in `logs`, one per pair of sites.
@@ -88,19 +93,15 @@ pub(crate) fn find(logs: &[Log]) -> Vec<Race> {
         for list in by_thread.values_mut() {
             list.sort_by_key(|&(clock, _)| clock);
         }
-        let seen = |seg: &Segment, t: u32| {
-            seg.seen
-                .binary_search_by_key(&t, |&(u, _)| u)
-                .map_or(0, |i| seg.seen[i].1)
-        };
         for (&ta, list_a) in &by_thread {
             for &(_, x) in list_a {
                 let (nx, sx, ax) = get(&x);
                 for (&tb, list_b) in by_thread.range(ta + 1..) {
-                    let seen_b = seen(sx, tb);
+                    let seen_b = seen_of(sx, tb);
                     let start = list_b.partition_point(|&(c, _)| c <= seen_b);
-                    let end = list_b
-                        .partition_point(|&(_, y)| seen(&logs[y.0].segments[y.1], ta) < sx.clock);
+                    let end = list_b.partition_point(|&(_, y)| {
+                        seen_of(&logs[y.0].segments[y.1], ta) < sx.clock
+                    });
                     for &(_, y) in list_b.get(start..end).unwrap_or(&[]) {
                         let (ny, sy, ay) = get(&y);
                         if !(ax.write || ay.write) {

@@ -133,11 +133,10 @@ fn main() {
         }
     }
     if show {
-        let words: Vec<String> = std::iter::once(cmd.get_program())
-            .chain(cmd.get_args())
-            .map(|w| w.to_string_lossy().into_owned())
-            .collect();
-        println!("{}", words.join(" "));
+        show_command(&cmd);
+        if let Some(dir) = objects_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         return;
     }
     if let Some(dir) = objects_dir {
@@ -159,6 +158,15 @@ fn main() {
     }
     let err = cmd.exec();
     fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))
+}
+
+/// `--show`: prints `cmd` as a shell would read it, words separated by spaces.
+fn show_command(cmd: &Command) {
+    let words: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    println!("{}", words.join(" "));
 }
 
 /// The compiler flags of `--check-races`: ThreadSanitizer's instrumentation (every load and
@@ -242,11 +250,7 @@ fn compile_for_checking(
             .arg("-o")
             .arg(&object);
         if show {
-            let words: Vec<String> = std::iter::once(cmd.get_program())
-                .chain(cmd.get_args())
-                .map(|w| w.to_string_lossy().into_owned())
-                .collect();
-            println!("{}", words.join(" "));
+            show_command(&cmd);
         } else {
             let status = cmd
                 .status()
