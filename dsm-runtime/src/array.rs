@@ -203,7 +203,10 @@ impl<T: Shared> SharedArray<T> {
         unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }
     }
 
-    /// Elements `range` as a mutable slice: plain loads and stores, for inner loops.
+    /// Elements `range` as a mutable slice (a guard that is a `&mut [T]` through `DerefMut`):
+    /// plain loads and stores, for inner loops. Under the race checker, the bytes it changed
+    /// are recorded as writes from the caller's line when the guard is dropped (and, for those
+    /// changed by then, at each synchronisation of this thread while it lives).
     ///
     /// # Safety
     /// The slice is exclusive: nothing else may access these elements while it lives, neither
@@ -212,11 +215,10 @@ impl<T: Shared> SharedArray<T> {
     /// slice or a pointer), and no other node may write them without synchronisation ordering
     /// its write before this node's next acquire (the program must be data-race free across
     /// nodes).
-    #[allow(clippy::mut_from_ref)]
     #[track_caller]
-    pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> &mut [T] {
+    pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> SliceMut<'_, T> {
         self.check(&range);
-        if crate::races::on() {
+        let taken = if crate::races::on() {
             let bytes = range.len() * std::mem::size_of::<T>();
             // SAFETY: in bounds (checked); read as bytes, which every value is.
             let now = unsafe {
@@ -224,12 +226,19 @@ impl<T: Shared> SharedArray<T> {
             };
             crate::races::slice_taken(
                 self.ptr.wrapping_add(range.start) as usize,
-                now.to_vec(),
+                now,
                 crate::races::From::Caller(std::panic::Location::caller()),
-            );
+            )
+        } else {
+            None
+        };
+        SliceMut {
+            // SAFETY: in bounds (checked); exclusivity is the caller's promise.
+            slice: unsafe {
+                std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len())
+            },
+            taken,
         }
-        // SAFETY: in bounds (checked); exclusivity is the caller's promise.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
     }
 
     /// Panics unless `range` lies within the array.
@@ -343,6 +352,45 @@ impl<T: Shared> SharedArray<T> {
             i += k;
         }
         Ok(())
+    }
+}
+
+/// Elements of a [`SharedArray`] taken by [`SharedArray::slice_mut`]: a `&mut [T]` (through
+/// `Deref` and `DerefMut`: pass `&mut guard` where a `&mut [T]` is wanted). Under the race
+/// checker, dropping it records the bytes it changed, while they are still in cache.
+pub struct SliceMut<'a, T> {
+    slice: &'a mut [T],
+    taken: Option<crate::races::Taken>,
+}
+
+impl<T> std::ops::Deref for SliceMut<'_, T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        self.slice
+    }
+}
+
+impl<T> std::ops::DerefMut for SliceMut<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.slice
+    }
+}
+
+impl<T> Drop for SliceMut<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            crate::races::slice_dropped(taken);
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for SliceMut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.slice.fmt(f)
     }
 }
 

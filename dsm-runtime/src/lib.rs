@@ -110,7 +110,7 @@ pub mod fault_trace {
 #[cfg(not(dsm_loom))]
 pub use api::{Dsm, InitError, LockGuard, check_region, init, init_job, prepare_for_io};
 #[cfg(not(dsm_loom))]
-pub use array::{Shared, SharedArray};
+pub use array::{Shared, SharedArray, SliceMut};
 pub use door::MAX_THREADS;
 pub use door::end::EXIT_PEER_FAILED;
 pub use dsm_core::mailbox::{Letter, MAX_LETTER_BYTES};

@@ -110,18 +110,18 @@ impl Dsm {
         });
     }
 
-    /// The race checker's records to node 0 (`races::gather_records`), in parts of at most a
-    /// letter's size, tagged with their number, the last one's negative.
-    pub(crate) fn send_race_records(&self, bytes: &[u8]) {
+    /// The race checker's records (`races::gather_records`) to node `to`, in parts of at most
+    /// a letter's size, tagged with their number, the last one's negative.
+    pub(crate) fn send_race_records(&self, to: usize, bytes: &[u8]) {
         let parts: Vec<&[u8]> = bytes.chunks(dsm_core::mailbox::MAX_LETTER_BYTES).collect();
         let last = parts.len().saturating_sub(1);
         for (k, part) in parts.into_iter().enumerate() {
             let tag = if k == last { -1 - k as i32 } else { k as i32 };
-            self.post(NodeId(0), Channel::Races, tag, part.to_vec());
+            self.post(NodeId(to as u16), Channel::Races, tag, part.to_vec());
         }
     }
 
-    /// At node 0: node `from`'s race checker records (see [`Dsm::send_race_records`]).
+    /// Node `from`'s race checker records (see [`Dsm::send_race_records`]).
     pub(crate) fn receive_race_records(&self, from: usize) -> Vec<u8> {
         let mut bytes = Vec::new();
         let mut k = 0;

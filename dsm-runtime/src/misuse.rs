@@ -50,7 +50,8 @@
 //!
 //! `SharedArray` is `Copy` and `Sync`: two threads (or one, twice) could hold a `&mut [T]` of the
 //! same elements, so `slice_mut` (and `slice`, whose plain reads may race with a writer) are
-//! `unsafe`; `get` and `set` are the safe accessors.
+//! `unsafe`; `get` and `set` are the safe accessors. `slice_mut` gives a guard, which holds the
+//! elements until it is dropped (at the end of its scope, or by `drop`).
 //!
 //! ```compile_fail,E0133
 //! fn misuse(a: dsm_runtime::SharedArray<u64>) {
@@ -62,8 +63,9 @@
 //! ```
 //! fn good(a: dsm_runtime::SharedArray<u64>) {
 //!     // SAFETY: this thread alone accesses elements 0..4 while the slice lives.
-//!     let s = unsafe { a.slice_mut(0..4) };
+//!     let mut s = unsafe { a.slice_mut(0..4) };
 //!     s[0] = 1;
+//!     drop(s);
 //!     a.set(1, a.get(0));
 //! }
 //! ```

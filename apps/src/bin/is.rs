@@ -62,7 +62,7 @@ fn main() {
     }
     let out_band = band(n, me, nodes);
     // SAFETY: this node alone writes its band of the output, and only this thread.
-    let my_out = unsafe { out.slice_mut(out_band.0..out_band.1) };
+    let mut my_out = unsafe { out.slice_mut(out_band.0..out_band.1) };
     for (v, &start) in next.iter().enumerate() {
         let end = next.get(v + 1).map_or(below, |&e| e) as usize;
         let (from, to) = ((start as usize).max(out_band.0), end.min(out_band.1));

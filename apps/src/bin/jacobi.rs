@@ -68,7 +68,7 @@ fn main() {
         for i in interior_first(rows.0.max(1), rows.1.min(w - 1)) {
             // SAFETY: this node alone writes row i of `dst` (its band) and only this thread
             // touches it; `src` is only read until the barrier ends the step.
-            let (up, mid, down, out) = unsafe {
+            let (up, mid, down, mut out) = unsafe {
                 (
                     src.slice((i - 1) * w..i * w),
                     src.slice(i * w..(i + 1) * w),

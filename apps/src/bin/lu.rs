@@ -13,7 +13,7 @@
 //! recomputes sequentially and the results agree to rounding (checked to 1e-9, relative).
 
 use dsm_apps::{arg_num, init, lu_matrix, report, spread};
-use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray, SliceMut};
 
 /// One block step `k` restricted to the rows `owns(row)` says we own; `get`/`set` reach the matrix.
 fn factor_step(
@@ -150,11 +150,7 @@ impl Matrix {
     ///
     /// # Safety
     /// As [`SharedArray::slice_mut`], for both parts.
-    #[allow(
-        clippy::mut_from_ref,
-        reason = "shared memory: exclusivity is the caller's promise, as in SharedArray::slice_mut"
-    )]
-    unsafe fn split_mut(&self, i: usize) -> (&mut [f64], &mut [f64]) {
+    unsafe fn split_mut(&self, i: usize) -> (SliceMut<'_, f64>, SliceMut<'_, f64>) {
         let (block, m0, r, h) = self.locate(i);
         let (base, w) = (h * m0, self.n - m0);
         // SAFETY: the caller's contract; the two ranges are disjoint.
@@ -175,7 +171,7 @@ impl Matrix {
 /// read in it (written by its owner before the signal or barrier this node waited for).
 unsafe fn eliminate_shared(a: &Matrix, i: usize, p: usize) {
     // SAFETY: the caller's contract (row p, at or below row i's block row start: its right part).
-    let ((left, right), pivot) = unsafe { (a.split_mut(i), a.right(p, p)) };
+    let ((mut left, mut right), pivot) = unsafe { (a.split_mut(i), a.right(p, p)) };
     let m0 = i / a.b * a.b;
     if p >= m0 {
         // The pivot row is in row i's block row: all of it right of m0.
@@ -188,7 +184,7 @@ unsafe fn eliminate_shared(a: &Matrix, i: usize, p: usize) {
         left[p] = l;
         let (pivot_left, pivot_right) = pivot[1..].split_at(m0 - p - 1);
         eliminate(&mut left[p + 1..], pivot_left, l);
-        eliminate(right, pivot_right, l);
+        eliminate(&mut right, pivot_right, l);
     }
 }
 

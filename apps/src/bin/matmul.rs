@@ -65,7 +65,7 @@ fn kernel<T: Real>(
     for i in rows.0..rows.1 {
         // SAFETY: this node alone writes its band of C, and only this thread touches it; A and B
         // are only read between the two barriers.
-        let crow = unsafe { c.slice_mut(i * n..(i + 1) * n) };
+        let mut crow = unsafe { c.slice_mut(i * n..(i + 1) * n) };
         crow.fill(T::default());
         // SAFETY: as above, A's row is read-only here.
         let arow = unsafe { a.slice(i * n..(i + 1) * n) };
@@ -103,7 +103,7 @@ fn kernel_blocked<T: Real>(
             let ke = (kk + KB).min(n);
             for i in rows.0..rows.1 {
                 // SAFETY: as in `kernel`: C's band is ours alone, A and B are read-only here.
-                let crow = unsafe { c.slice_mut(i * n + jj..i * n + je) };
+                let mut crow = unsafe { c.slice_mut(i * n + jj..i * n + je) };
                 // SAFETY: as above.
                 let arow = unsafe { a.slice(i * n + kk..i * n + ke) };
                 for (k, &aik) in (kk..ke).zip(arow) {
@@ -139,7 +139,7 @@ fn kernel_gemm<T: Real>(
     }
     // SAFETY: this node alone writes its band of C, and only this thread touches it; A and B are
     // only read between the two barriers (by this thread and the reader of B below).
-    let (ab, bb, cb) = unsafe {
+    let (ab, bb, mut cb) = unsafe {
         (
             a.slice(rows.0 * n..rows.1 * n),
             b.slice(0..n * n),
@@ -163,10 +163,10 @@ fn kernel_gemm<T: Real>(
         if fetch && band.1 - band.0 < n {
             s.spawn(read_ahead);
         }
-        T::gemm(m, m, n, &ab[rows.0..], n, &bb[rows.0 * n..], cb, false);
+        T::gemm(m, m, n, &ab[rows.0..], n, &bb[rows.0 * n..], &mut cb, false);
     });
     for (lo, hi) in remote.into_iter().filter(|(lo, hi)| hi > lo) {
-        T::gemm(m, hi - lo, n, &ab[lo..], n, &bb[lo * n..], cb, true);
+        T::gemm(m, hi - lo, n, &ab[lo..], n, &bb[lo * n..], &mut cb, true);
     }
 }
 

@@ -45,14 +45,14 @@ fn sweep_shared(
         // ends this half-sweep (with threads, a share's edge rows, which a neighbouring thread
         // touches, take the cell-by-cell path above), and other nodes' writes reach this node
         // only at that barrier.
-        let (up, row, down) = unsafe {
+        let (up, mut row, down) = unsafe {
             (
                 g.slice((i - 1) * w..i * w),
                 g.slice_mut(i * w..(i + 1) * w),
                 g.slice((i + 1) * w..(i + 2) * w),
             )
         };
-        sor_row(up, row, down, i, n, colour);
+        sor_row(up, &mut row, down, i, n, colour);
     }
 }
 

@@ -16,6 +16,7 @@
 
 pub(crate) mod records;
 pub(crate) mod report;
+pub(crate) mod summary;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -178,6 +179,9 @@ impl From {
 /// The bytes of a page one site read (or wrote) in a segment: one bit each.
 pub(crate) type PageBits = [u64; PAGE / 64];
 
+/// Pages' bits a recorder keeps for its next segments (2 MB).
+const MAX_SPARE_BITS: usize = 4096;
+
 /// Entries of [`Recorder::memo`] (a power of two).
 const MEMO: usize = 32;
 
@@ -209,8 +213,35 @@ struct Recorder {
     bits: Vec<((u32, u32, bool), Box<PageBits>)>,
     sites: HashMap<usize, u32>,
     memo: [Memo; MEMO],
-    /// Mutable slices taken in this segment: their offset, their bytes then, and where.
-    snapshots: Vec<(usize, Vec<u8>, From)>,
+    /// Mutable slices this thread holds, taken in this segment or an earlier one.
+    snapshots: Vec<Snapshot>,
+    /// The bytes of the snapshots, one after another (kept, so that a program taking a slice
+    /// per row copies into memory it has already, in cache).
+    snapshot_bytes: Vec<u8>,
+    /// The number the next snapshot takes.
+    next_snapshot: u32,
+    /// Bits of ended segments, zeroed, to be used again (a page's bits per segment would
+    /// otherwise be an allocation each).
+    #[allow(clippy::vec_box, reason = "the boxes move to and from `Bytes::Bits`")]
+    spare_bits: Vec<Box<PageBits>>,
+}
+
+/// A mutable slice a thread holds: its offset in the region, where its bytes as they were lie
+/// in [`Recorder::snapshot_bytes`], its length, where it was taken, and its number.
+struct Snapshot {
+    id: u32,
+    off: usize,
+    at: usize,
+    len: usize,
+    from: From,
+}
+
+/// A mutable slice's snapshot, held by the slice's guard ([`crate::SliceMut`]) until it is
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    thread: u32,
+    id: u32,
 }
 
 /// Sets the bits of bytes `[lo, hi)` (one page's).
@@ -230,6 +261,18 @@ pub(crate) fn set_bits(bits: &mut PageBits, lo: usize, hi: usize) {
 fn memo_index(from: usize, page: u32, write: bool) -> usize {
     let k = (from as u64) ^ (u64::from(page) << 20) ^ (u64::from(write) << 63);
     (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize % MEMO
+}
+
+/// How many runs of set bits `bits` has.
+pub(crate) fn run_count(bits: &PageBits) -> usize {
+    let mut carry = 0;
+    let mut n = 0;
+    for &w in bits {
+        // A run starts at a set bit whose lower neighbour is clear.
+        n += (w & !((w << 1) | carry)).count_ones() as usize;
+        carry = w >> 63;
+    }
+    n
 }
 
 /// The runs of set bits, as `[lo, hi)` byte offsets.
@@ -253,6 +296,38 @@ pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
         }
     }
     runs
+}
+
+/// Sets in `bits` the bytes where `a` and `b` (of one page, from byte `lo` of it) differ;
+/// whether any did. Sixty-four bytes at a time ([`crate::sys::differing_bytes`]).
+pub(crate) fn changed_bits(a: &[u8], b: &[u8], lo: usize, bits: &mut PageBits) -> bool {
+    let mut any = false;
+    let (ca, cb) = (a.chunks_exact(64), b.chunks_exact(64));
+    let tail = ca.remainder().len();
+    for (k, (x, y)) in ca.zip(cb).enumerate() {
+        let (Ok(x), Ok(y)) = (x.try_into(), y.try_into()) else {
+            continue;
+        };
+        let m = crate::sys::differing_bytes(x, y);
+        if m == 0 {
+            continue;
+        }
+        any = true;
+        let at = lo + k * 64;
+        let (w, sh) = (at / 64, at % 64);
+        bits[w] |= m << sh;
+        if sh > 0 {
+            bits[w + 1] |= m >> (64 - sh);
+        }
+    }
+    let n = a.len();
+    for i in n - tail..n {
+        if a[i] != b[i] {
+            any = true;
+            bits[(lo + i) / 64] |= 1 << ((lo + i) % 64);
+        }
+    }
+    any
 }
 
 impl Drop for Recorder {
@@ -348,30 +423,61 @@ fn record(off: usize, len: usize, write: bool, from: From) {
 }
 
 /// A mutable slice of `bytes.len()` bytes at `addr` was taken at `from`, holding `bytes`: the
-/// bytes it changes by the end of the segment are recorded as its writes (reads through it are
-/// not seen; recording the whole slice would claim bytes it never touches, as the other colour
-/// of a red-black SOR row).
-pub fn slice_taken(addr: usize, bytes: Vec<u8>, from: From) {
+/// bytes it changes are recorded as its writes, when it is dropped ([`slice_dropped`]) or, for
+/// the part done by then, when its thread's segment ends. Reads through it are not seen;
+/// recording the whole slice would claim bytes it never touches, as the other colour of a
+/// red-black SOR row. `None`: not recorded (checking off, or not shared memory).
+pub(crate) fn slice_taken(addr: usize, bytes: &[u8], from: From) -> Option<Taken> {
     if !on() {
-        return;
+        return None;
     }
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     if off >= LEN.load(Ordering::Relaxed) || bytes.is_empty() {
-        return;
+        return None;
     }
     with_recorder(|r, c| {
         r.catch_up(c.epoch.load(Ordering::Acquire));
-        // The same range taken again in the segment: its first bytes are what it is compared
-        // with (lu takes a row once per pivot row).
-        if r.snapshots
-            .iter()
-            .rev()
-            .take(8)
-            .any(|(o, b, f)| *o == off && b.len() == bytes.len() && f.key() == from.key())
-        {
+        let id = r.next_snapshot;
+        r.next_snapshot = r.next_snapshot.wrapping_add(1);
+        r.snapshots.push(Snapshot {
+            id,
+            off,
+            at: r.snapshot_bytes.len(),
+            len: bytes.len(),
+            from,
+        });
+        r.snapshot_bytes.extend_from_slice(bytes);
+        Taken {
+            thread: r.thread,
+            id,
+        }
+    })
+}
+
+/// A mutable slice's guard was dropped: the bytes it changed since its snapshot are recorded
+/// as its writes, while they are still in cache. Dropped on another thread than the one that
+/// took it, it is left to that one's next segment end.
+pub(crate) fn slice_dropped(taken: Taken) {
+    with_recorder(|r, c| {
+        if r.thread != taken.thread {
             return;
         }
-        r.snapshots.push((off, bytes, from));
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+        let Some(k) = r.snapshots.iter().rposition(|s| s.id == taken.id) else {
+            return;
+        };
+        let t = r.snapshots.remove(k);
+        let then = std::mem::take(&mut r.snapshot_bytes);
+        let base = BASE.load(Ordering::Relaxed);
+        crate::sys::with_region_bytes(base + t.off, t.len, |now| {
+            r.compare_snapshot(c, t.off, &then[t.at..t.at + t.len], now, t.from);
+        });
+        r.snapshot_bytes = then;
+        if r.snapshots.is_empty() {
+            r.snapshot_bytes.clear();
+        } else if t.at + t.len == r.snapshot_bytes.len() {
+            r.snapshot_bytes.truncate(t.at);
+        }
     });
 }
 
@@ -443,6 +549,9 @@ impl Checker {
             sites: HashMap::new(),
             memo: [NO_MEMO; MEMO],
             snapshots: Vec::new(),
+            snapshot_bytes: Vec::new(),
+            next_snapshot: 0,
+            spare_bits: Vec::new(),
         }
     }
 
@@ -502,8 +611,11 @@ impl Recorder {
         let next = self.bits.len() as u32;
         let slot = *self.slots.entry((page, site, write)).or_insert(next);
         if slot == next {
-            self.bits
-                .push(((page, site, write), Box::new([0; PAGE / 64])));
+            let bits = self
+                .spare_bits
+                .pop()
+                .unwrap_or_else(|| Box::new([0; PAGE / 64]));
+            self.bits.push(((page, site, write), bits));
         }
         slot
     }
@@ -541,14 +653,35 @@ impl Recorder {
         &mut self.bits[slot as usize].1
     }
 
-    /// The bytes the segment's mutable slices changed, recorded as their writes: compared a
-    /// word at a time, page by page, each page's changes set in its bits at once.
+    /// The bytes the slices this thread holds changed in the segment that ends, recorded as
+    /// their writes; their snapshots then start again from the bytes as they are (what they
+    /// change later belongs to a later segment).
     fn compare_snapshots(&mut self) {
         let Some(c) = CHECKER.get() else { return };
         let base = BASE.load(Ordering::Relaxed);
-        for (off, then, from) in std::mem::take(&mut self.snapshots) {
-            crate::sys::with_region_bytes(base + off, then.len(), |now| {
-                self.compare_snapshot(c, off, &then, now, from);
+        let snapshots = std::mem::take(&mut self.snapshots);
+        let mut then = std::mem::take(&mut self.snapshot_bytes);
+        for t in &snapshots {
+            crate::sys::with_region_bytes(base + t.off, t.len, |now| {
+                let then = &mut then[t.at..t.at + t.len];
+                self.compare_snapshot(c, t.off, then, now, t.from);
+                then.copy_from_slice(now);
+            });
+        }
+        self.snapshot_bytes = then;
+        self.snapshots = snapshots;
+    }
+
+    /// Back from an acquire (lock, condition variable, barrier): the slices this thread holds
+    /// start again from their bytes as they are. Their changes were recorded when the segment
+    /// ended before the call; what changed during it is not this thread's (writes of other
+    /// nodes coming in; a program holding a slice across them breaks its contract, but a guard
+    /// left to the end of its scope would otherwise claim them).
+    fn resnapshot(&mut self) {
+        let base = BASE.load(Ordering::Relaxed);
+        for t in &self.snapshots {
+            crate::sys::with_region_bytes(base + t.off, t.len, |now| {
+                self.snapshot_bytes[t.at..t.at + t.len].copy_from_slice(now);
             });
         }
     }
@@ -561,33 +694,8 @@ impl Recorder {
             let page = (at / PAGE) as u32;
             let stop = end.min((page as usize + 1) * PAGE);
             let (a, b) = (&then[at - off..stop - off], &now[at - off..stop - off]);
-            let lo = at % PAGE;
-            let mut changed: Option<Box<PageBits>> = None;
-            let mut mark = |byte: usize| {
-                let bits = changed.get_or_insert_with(|| Box::new([0; PAGE / 64]));
-                bits[byte / 64] |= 1 << (byte % 64);
-            };
-            let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
-            let tail = wa.remainder().len();
-            for (k, (x, y)) in wa.zip(wb).enumerate() {
-                let x = u64::from_ne_bytes(x.try_into().unwrap_or([0; 8]));
-                let y = u64::from_ne_bytes(y.try_into().unwrap_or([0; 8]));
-                if x == y {
-                    continue;
-                }
-                for (i, d) in (x ^ y).to_ne_bytes().iter().enumerate() {
-                    if *d != 0 {
-                        mark(lo + k * 8 + i);
-                    }
-                }
-            }
-            let n = a.len();
-            for i in n - tail..n {
-                if a[i] != b[i] {
-                    mark(lo + i);
-                }
-            }
-            if let Some(changed) = changed {
+            let mut changed: PageBits = [0; PAGE / 64];
+            if changed_bits(a, b, at % PAGE, &mut changed) {
                 let bits = self.bits_for(c, page, true, from);
                 for (w, x) in bits.iter_mut().zip(changed.iter()) {
                     *w |= x;
@@ -631,9 +739,19 @@ impl Recorder {
                 seen,
                 accesses,
             };
-            let mut log = c.log.lock().unwrap_or_else(|e| e.into_inner());
-            records::put_segment(&mut log.packed, &segment);
-            log.packed_count += 1;
+            {
+                let mut log = c.log.lock().unwrap_or_else(|e| e.into_inner());
+                records::put_segment(&mut log.packed, &segment);
+                log.packed_count += 1;
+            }
+            for a in segment.accesses {
+                if let Bytes::Bits(mut bits) = a.bytes
+                    && self.spare_bits.len() < MAX_SPARE_BITS
+                {
+                    bits.fill(0);
+                    self.spare_bits.push(bits);
+                }
+            }
         }
         self.clock[self.thread as usize] += 1;
     }
@@ -676,6 +794,7 @@ pub(crate) fn lock_acquired(lock: u16) {
         return;
     }
     with_recorder(|r, c| {
+        r.resnapshot();
         r.catch_up(c.epoch.load(Ordering::Acquire));
         let slot = c.read_slot(usize::from(lock));
         r.close();
@@ -731,6 +850,7 @@ pub(crate) fn cv_waited(cv: u16) {
         return;
     }
     with_recorder(|r, c| {
+        r.resnapshot();
         r.catch_up(c.epoch.load(Ordering::Acquire));
         r.close();
         let slots: Vec<_> = (0..c.nodes)
@@ -770,7 +890,10 @@ pub(crate) fn barrier_left() {
     if !on() {
         return;
     }
-    with_recorder(|r, c| r.catch_up(c.epoch.load(Ordering::Acquire)));
+    with_recorder(|r, c| {
+        r.resnapshot();
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+    });
 }
 
 /// An allocation of `bytes` at `addr`, of `element`-byte elements, made at `from`.
@@ -817,14 +940,48 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
             c.node
         );
     }
-    let log = Log {
+    let mut log = Log {
         node: c.node,
         ..std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()))
     };
+    let own = |what: &str, e: String| -> ! {
+        crate::door::end::fatal(&format!("check_races: {what} of node {}: {e}", c.node))
+    };
+    // Every node's touches to node 0, which answers with the candidates: only the accesses to
+    // those travel in full (`summary`).
+    let touches =
+        summary::touches(&log.packed, log.packed_count).unwrap_or_else(|e| own("own records", e));
+    let keep_candidates = |log: &mut Log, candidates: &[summary::Candidate]| {
+        let (packed, count) =
+            records::filter_packed(&log.packed, log.packed_count, |epoch, page| {
+                summary::holds(candidates, epoch, page)
+            })
+            .unwrap_or_else(|e| own("own records", e));
+        log.packed = packed;
+        log.packed_count = count;
+    };
     if c.node != 0 {
-        dsm.send_race_records(&records::encode(&log));
+        dsm.send_race_records(0, &summary::encode_touches(&touches));
+        let candidates = summary::decode_candidates(&dsm.receive_race_records(0))
+            .unwrap_or_else(|e| own("the candidates node 0 sent", e));
+        keep_candidates(&mut log, &candidates);
+        dsm.send_race_records(0, &records::encode(&log));
         return;
     }
+    let mut all = vec![touches];
+    for n in 1..c.nodes {
+        match summary::decode_touches(&dsm.receive_race_records(usize::from(n))) {
+            Ok(t) => all.push(t),
+            Err(e) => crate::door::end::fatal(&format!("check_races: node {n}'s touches: {e}")),
+        }
+    }
+    let candidates = summary::candidates(&all);
+    drop(all);
+    let sent = summary::encode_candidates(&candidates);
+    for n in 1..c.nodes {
+        dsm.send_race_records(usize::from(n), &sent);
+    }
+    keep_candidates(&mut log, &candidates);
     // Node 0's own records unpacked as the others' are.
     let own = records::decode(&records::encode(&log))
         .unwrap_or_else(|e| crate::door::end::fatal(&format!("check_races: own records: {e}")));
@@ -883,9 +1040,47 @@ mod tests {
                 ((PAGE - 1) as u16, PAGE as u16)
             ]
         );
+        assert_eq!(run_count(&b), 4);
         assert!(runs_of(&[0; PAGE / 64]).is_empty());
+        assert_eq!(run_count(&[0; PAGE / 64]), 0);
         let mut all: PageBits = [0; PAGE / 64];
         set_bits(&mut all, 0, PAGE);
         assert_eq!(runs_of(&all), vec![(0, PAGE as u16)]);
+        assert_eq!(run_count(&all), 1);
+    }
+
+    /// The bytes that differ, found eight at a time, are those a byte-by-byte comparison finds,
+    /// wherever in the page the compared bytes start and whatever their length.
+    #[test]
+    fn changed_bits_are_the_bytes_that_differ() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let lo = (next() % 200) as usize;
+            let len = (next() % 300) as usize;
+            let a: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let mut b = a.clone();
+            for _ in 0..next() % 12 {
+                if len > 0 {
+                    let i = (next() % len as u64) as usize;
+                    b[i] ^= 1 << (next() % 8);
+                }
+            }
+            let mut got: PageBits = [0; PAGE / 64];
+            let any = changed_bits(&a, &b, lo, &mut got);
+            let mut want: PageBits = [0; PAGE / 64];
+            for i in 0..len {
+                if a[i] != b[i] {
+                    set_bits(&mut want, lo + i, lo + i + 1);
+                }
+            }
+            assert_eq!(got, want, "lo {lo} len {len}");
+            assert_eq!(any, a != b);
+        }
     }
 }

@@ -68,24 +68,124 @@ pub(crate) fn put_segment(out: &mut Vec<u8>, s: &Segment) {
         out.extend_from_slice(&a.page.to_le_bytes());
         out.extend_from_slice(&a.site.to_le_bytes());
         out.push(u8::from(a.write));
-        let runs = a.bytes.runs();
-        if runs.len() <= MAX_RUNS {
-            out.push(0);
-            put_u32(out, runs.len());
-            for &(lo, hi) in runs.iter() {
-                out.extend_from_slice(&lo.to_le_bytes());
-                out.extend_from_slice(&hi.to_le_bytes());
+        let as_bits = match &a.bytes {
+            Bytes::Runs(runs) if runs.len() <= MAX_RUNS => {
+                put_runs(out, runs);
+                continue;
             }
-        } else {
-            out.push(1);
-            let mut bits: PageBits = [0; PAGE / 64];
-            for &(lo, hi) in runs.iter() {
-                super::set_bits(&mut bits, lo.into(), hi.into());
+            Bytes::Runs(runs) => {
+                let mut bits: PageBits = [0; PAGE / 64];
+                for &(lo, hi) in runs {
+                    super::set_bits(&mut bits, lo.into(), hi.into());
+                }
+                std::borrow::Cow::Owned(bits)
             }
-            for w in bits {
-                out.extend_from_slice(&w.to_le_bytes());
+            Bytes::Bits(bits) if super::run_count(bits) <= MAX_RUNS => {
+                put_runs(out, &super::runs_of(bits));
+                continue;
             }
+            Bytes::Bits(bits) => std::borrow::Cow::Borrowed(&**bits),
+        };
+        out.push(1);
+        for w in as_bits.iter() {
+            out.extend_from_slice(&w.to_le_bytes());
         }
+    }
+}
+
+/// A segment of a node's packed records, as [`walk_packed`] finds it: its thread and epoch,
+/// the bytes of its head (thread, epoch, clock and clocks seen), and each access's page,
+/// whether it wrote, and bytes (all of its encoding).
+pub(crate) struct PackedSegment<'a> {
+    pub thread: u32,
+    pub epoch: u32,
+    pub head: &'a [u8],
+    pub accesses: Vec<(u32, bool, &'a [u8])>,
+}
+
+/// Calls `f` on each of the `count` segments packed in `packed` (by [`put_segment`]), in order.
+pub(crate) fn walk_packed(
+    packed: &[u8],
+    count: u32,
+    mut f: impl FnMut(PackedSegment<'_>),
+) -> Result<(), String> {
+    let mut r = Reader {
+        bytes: packed,
+        at: 0,
+    };
+    for _ in 0..count {
+        let start = r.at;
+        let (thread, epoch, _clock) = (r.u32()?, r.u32()?, r.u32()?);
+        let seen = r.count(8)?;
+        r.take(seen * 8)?;
+        let head = &packed[start..r.at];
+        let n = r.count(10)?;
+        let mut accesses = Vec::with_capacity(n);
+        for _ in 0..n {
+            let at = r.at;
+            let page = r.u32()?;
+            r.u32()?;
+            let write = r.u8()? != 0;
+            match r.u8()? {
+                0 => {
+                    let runs = r.count(4)?;
+                    r.take(runs * 4)?;
+                }
+                1 => {
+                    r.take(PAGE / 8)?;
+                }
+                k => return Err(format!("bytes of unknown form {k} at byte {}", r.at - 1)),
+            }
+            accesses.push((page, write, &packed[at..r.at]));
+        }
+        f(PackedSegment {
+            thread,
+            epoch,
+            head,
+            accesses,
+        });
+    }
+    if r.at != packed.len() {
+        return Err(format!("{} bytes after the end", packed.len() - r.at));
+    }
+    Ok(())
+}
+
+/// The segments packed in `packed` with only the accesses `keep(epoch, page)` keeps (and none
+/// left with no access), packed again; and how many.
+pub(crate) fn filter_packed(
+    packed: &[u8],
+    count: u32,
+    mut keep: impl FnMut(u32, u32) -> bool,
+) -> Result<(Vec<u8>, u32), String> {
+    let mut out = Vec::new();
+    let mut kept = 0;
+    walk_packed(packed, count, |seg| {
+        let mine: Vec<&[u8]> = seg
+            .accesses
+            .iter()
+            .filter(|&&(page, _, _)| keep(seg.epoch, page))
+            .map(|&(_, _, bytes)| bytes)
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        out.extend_from_slice(seg.head);
+        put_u32(&mut out, mine.len());
+        for bytes in mine {
+            out.extend_from_slice(bytes);
+        }
+        kept += 1;
+    })?;
+    Ok((out, kept))
+}
+
+fn put_runs(out: &mut Vec<u8>, runs: &[(u16, u16)]) {
+    out.push(0);
+    put_u32(out, runs.len());
+    for &(lo, hi) in runs {
+        out.extend_from_slice(&lo.to_le_bytes());
+        out.extend_from_slice(&hi.to_le_bytes());
     }
 }
 

@@ -81,7 +81,7 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
         "slice-write-write" => {
             // SAFETY: no other thread of this node touches these elements while it lives (the
             // race is between the nodes, on purpose).
-            let row = unsafe { a.slice_mut(8..16) }; // race: slice-write-write
+            let mut row = unsafe { a.slice_mut(8..16) }; // race: slice-write-write
             row[2] = me as u64 + 1;
         }
         "read-from" => {
@@ -143,10 +143,29 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             // Both nodes take the same row as a mutable slice; node 0 changes its even elements,
             // node 1 its odd ones (red-black SOR's pattern): different bytes, no race.
             // SAFETY: as above.
-            let row = unsafe { a.slice_mut(16..32) };
+            let mut row = unsafe { a.slice_mut(16..32) };
             for x in row.iter_mut().skip(me).step_by(2) {
                 *x += 1;
             }
+        }
+        "free-guard-across-barriers" => {
+            // Node 0's guard stays in scope across two barriers, after which node 1 writes its
+            // elements: what node 1 wrote is not node 0's write when the guard is dropped.
+            // SAFETY: node 0 alone touches elements 32..40 until the first barrier, and not
+            // through the guard after it.
+            let mut row = (me == 0).then(|| unsafe { a.slice_mut(32..40) });
+            if let Some(row) = row.as_mut() {
+                row.fill(3);
+            }
+            dsm.barrier();
+            if me == 1 {
+                for i in 32..40 {
+                    a.set(i, 4);
+                }
+            }
+            dsm.barrier();
+            std::hint::black_box(a.get(33));
+            drop(row);
         }
         "free-barrier" => {
             if me == 0 {
