@@ -146,18 +146,22 @@ impl Matrix {
         unsafe { block.slice(base + r * w + (from - m0)..base + (r + 1) * w) }
     }
 
-    /// Row `i` split at its block row's first column m0: (columns 0..m0, columns m0..n).
+    /// Row `i` from column `from` on, split at its block row's first column m0: (columns
+    /// from..m0, empty if `from` is right of m0; columns max(from, m0)..n). Only the columns
+    /// an elimination writes: under the race checker, a mutable slice costs a copy and a
+    /// compare of all it holds.
     ///
     /// # Safety
     /// As [`SharedArray::slice_mut`], for both parts.
-    unsafe fn split_mut(&self, i: usize) -> (SliceMut<'_, f64>, SliceMut<'_, f64>) {
+    unsafe fn split_mut(&self, i: usize, from: usize) -> (SliceMut<'_, f64>, SliceMut<'_, f64>) {
         let (block, m0, r, h) = self.locate(i);
         let (base, w) = (h * m0, self.n - m0);
+        let (left, right) = (from.min(m0), from.max(m0) - m0);
         // SAFETY: the caller's contract; the two ranges are disjoint.
         unsafe {
             (
-                block.slice_mut(r * m0..(r + 1) * m0),
-                block.slice_mut(base + r * w..base + (r + 1) * w),
+                block.slice_mut(r * m0 + left..(r + 1) * m0),
+                block.slice_mut(base + r * w + right..base + (r + 1) * w),
             )
         }
     }
@@ -171,19 +175,19 @@ impl Matrix {
 /// read in it (written by its owner before the signal or barrier this node waited for).
 unsafe fn eliminate_shared(a: &Matrix, i: usize, p: usize) {
     // SAFETY: the caller's contract (row p, at or below row i's block row start: its right part).
-    let ((mut left, mut right), pivot) = unsafe { (a.split_mut(i), a.right(p, p)) };
+    let ((mut left, mut right), pivot) = unsafe { (a.split_mut(i, p), a.right(p, p)) };
     let m0 = i / a.b * a.b;
     if p >= m0 {
-        // The pivot row is in row i's block row: all of it right of m0.
-        let row = &mut right[p - m0..];
-        let l = row[0] / pivot[0];
-        row[0] = l;
-        eliminate(&mut row[1..], &pivot[1..], l);
+        // The pivot row is in row i's block row: all of it right of m0 (`right` starts at p).
+        let l = right[0] / pivot[0];
+        right[0] = l;
+        eliminate(&mut right[1..], &pivot[1..], l);
     } else {
-        let l = left[p] / pivot[0];
-        left[p] = l;
+        // `left` starts at column p.
+        let l = left[0] / pivot[0];
+        left[0] = l;
         let (pivot_left, pivot_right) = pivot[1..].split_at(m0 - p - 1);
-        eliminate(&mut left[p + 1..], pivot_left, l);
+        eliminate(&mut left[1..], pivot_left, l);
         eliminate(&mut right, pivot_right, l);
     }
 }

@@ -277,17 +277,29 @@ pub(crate) fn run_count(bits: &PageBits) -> usize {
 
 /// The runs of set bits, as `[lo, hi)` byte offsets.
 pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
-    let mut runs: Vec<(u16, u16)> = Vec::new();
+    let mut runs = Vec::new();
+    for_each_run(bits, |lo, hi| runs.push((lo, hi)));
+    runs
+}
+
+/// Calls `f(lo, hi)` on each run of set bits, in order.
+pub(crate) fn for_each_run(bits: &PageBits, mut f: impl FnMut(u16, u16)) {
+    // The run being built: its start, and its end so far.
+    let mut open: Option<(usize, usize)> = None;
     for (w, &word) in bits.iter().enumerate() {
         let mut word = word;
         while word != 0 {
             let lo = w * 64 + word.trailing_zeros() as usize;
             let len = (word >> (lo % 64)).trailing_ones() as usize;
             let hi = lo + len;
-            match runs.last_mut() {
-                Some(last) if usize::from(last.1) == lo => last.1 = hi as u16,
-                _ => runs.push((lo as u16, hi as u16)),
-            }
+            open = match open {
+                Some((start, end)) if end == lo => Some((start, hi)),
+                Some((start, end)) => {
+                    f(start as u16, end as u16);
+                    Some((lo, hi))
+                }
+                None => Some((lo, hi)),
+            };
             word = if hi % 64 == 0 {
                 0
             } else {
@@ -295,23 +307,17 @@ pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
             };
         }
     }
-    runs
+    if let Some((start, end)) = open {
+        f(start as u16, end as u16);
+    }
 }
 
 /// Sets in `bits` the bytes where `a` and `b` (of one page, from byte `lo` of it) differ;
-/// whether any did. Sixty-four bytes at a time ([`crate::sys::differing_bytes`]).
+/// whether any did. Sixty-four bytes at a time ([`crate::sys::for_each_differing_chunk`]).
 pub(crate) fn changed_bits(a: &[u8], b: &[u8], lo: usize, bits: &mut PageBits) -> bool {
     let mut any = false;
-    let (ca, cb) = (a.chunks_exact(64), b.chunks_exact(64));
-    let tail = ca.remainder().len();
-    for (k, (x, y)) in ca.zip(cb).enumerate() {
-        let (Ok(x), Ok(y)) = (x.try_into(), y.try_into()) else {
-            continue;
-        };
-        let m = crate::sys::differing_bytes(x, y);
-        if m == 0 {
-            continue;
-        }
+    let tail = a.len() % 64;
+    crate::sys::for_each_differing_chunk(a, b, |k, m| {
         any = true;
         let at = lo + k * 64;
         let (w, sh) = (at / 64, at % 64);
@@ -319,7 +325,7 @@ pub(crate) fn changed_bits(a: &[u8], b: &[u8], lo: usize, bits: &mut PageBits) -
         if sh > 0 {
             bits[w + 1] |= m >> (64 - sh);
         }
-    }
+    });
     let n = a.len();
     for i in n - tail..n {
         if a[i] != b[i] {

@@ -80,11 +80,19 @@ pub(crate) fn put_segment(out: &mut Vec<u8>, s: &Segment) {
                 }
                 std::borrow::Cow::Owned(bits)
             }
-            Bytes::Bits(bits) if super::run_count(bits) <= MAX_RUNS => {
-                put_runs(out, &super::runs_of(bits));
-                continue;
+            Bytes::Bits(bits) => {
+                let runs = super::run_count(bits);
+                if runs <= MAX_RUNS {
+                    out.push(0);
+                    put_u32(out, runs);
+                    super::for_each_run(bits, |lo, hi| {
+                        out.extend_from_slice(&lo.to_le_bytes());
+                        out.extend_from_slice(&hi.to_le_bytes());
+                    });
+                    continue;
+                }
+                std::borrow::Cow::Borrowed(&**bits)
             }
-            Bytes::Bits(bits) => std::borrow::Cow::Borrowed(&**bits),
         };
         out.push(1);
         for w in as_bits.iter() {
