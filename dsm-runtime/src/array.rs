@@ -227,6 +227,7 @@ impl<T: Shared> SharedArray<T> {
             crate::races::slice_taken(
                 self.ptr.wrapping_add(range.start) as usize,
                 now,
+                std::mem::size_of::<T>(),
                 crate::races::From::Caller(std::panic::Location::caller()),
             )
         } else {

@@ -233,6 +233,8 @@ struct Snapshot {
     off: usize,
     at: usize,
     len: usize,
+    /// The size of the slice's elements.
+    element: usize,
     from: From,
 }
 
@@ -320,13 +322,22 @@ pub(crate) fn for_each_run(bits: &PageBits, mut f: impl FnMut(u16, u16)) {
     }
 }
 
-/// Sets in `bits` the bytes where `a` and `b` (of one page, from byte `lo` of it) differ;
-/// whether any did. Sixty-four bytes at a time ([`crate::sys::for_each_differing_chunk`]).
-pub(crate) fn changed_bits(a: &[u8], b: &[u8], lo: usize, bits: &mut PageBits) -> bool {
+/// Sets in `bits` the bytes of the `element`-byte elements where `a` and `b` (of one page, from
+/// byte `lo` of it, an element boundary) differ; whether any did. Sixty-four bytes at a time
+/// ([`crate::sys::for_each_differing_chunk`]).
+pub(crate) fn changed_bits(
+    a: &[u8],
+    b: &[u8],
+    lo: usize,
+    element: usize,
+    bits: &mut PageBits,
+) -> bool {
+    let element = element.clamp(1, 8);
     let mut any = false;
     let tail = a.len() % 64;
     crate::sys::for_each_differing_chunk(a, b, |k, m| {
         any = true;
+        let m = whole_elements(m, element);
         let at = lo + k * 64;
         let (w, sh) = (at / 64, at % 64);
         bits[w] |= m << sh;
@@ -338,10 +349,32 @@ pub(crate) fn changed_bits(a: &[u8], b: &[u8], lo: usize, bits: &mut PageBits) -
     for i in n - tail..n {
         if a[i] != b[i] {
             any = true;
-            bits[(lo + i) / 64] |= 1 << ((lo + i) % 64);
+            let first = i - i % element;
+            set_bits(bits, lo + first, lo + first + element);
         }
     }
     any
+}
+
+/// `m` (bits of 64 bytes) with every `element`-byte group that has a bit set set whole
+/// (`element` 1, 2, 4 or 8).
+fn whole_elements(m: u64, element: usize) -> u64 {
+    if element == 1 {
+        return m;
+    }
+    // Each group's lowest bit becomes the OR of the group, then spreads over it.
+    let mut folded = m;
+    let mut s = 1;
+    while s < element {
+        folded |= folded >> s;
+        s <<= 1;
+    }
+    let low = match element {
+        2 => 0x5555_5555_5555_5555,
+        4 => 0x1111_1111_1111_1111,
+        _ => 0x0101_0101_0101_0101,
+    };
+    (folded & low) * ((1u64 << element) - 1)
 }
 
 impl Drop for Recorder {
@@ -441,7 +474,7 @@ fn record(off: usize, len: usize, write: bool, from: From) {
 /// the part done by then, when its thread's segment ends. Reads through it are not seen;
 /// recording the whole slice would claim bytes it never touches, as the other colour of a
 /// red-black SOR row. `None`: not recorded (checking off, or not shared memory).
-pub(crate) fn slice_taken(addr: usize, bytes: &[u8], from: From) -> Option<Taken> {
+pub(crate) fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From) -> Option<Taken> {
     if !on() {
         return None;
     }
@@ -458,6 +491,7 @@ pub(crate) fn slice_taken(addr: usize, bytes: &[u8], from: From) -> Option<Taken
             off,
             at: r.snapshot_bytes.len(),
             len: bytes.len(),
+            element,
             from,
         });
         r.snapshot_bytes.extend_from_slice(bytes);
@@ -484,7 +518,7 @@ pub(crate) fn slice_dropped(taken: Taken) {
         let then = std::mem::take(&mut r.snapshot_bytes);
         let base = BASE.load(Ordering::Relaxed);
         crate::sys::with_region_bytes(base + t.off, t.len, |now| {
-            r.compare_snapshot(c, t.off, &then[t.at..t.at + t.len], now, t.from);
+            r.compare_snapshot(c, &t, &then[t.at..t.at + t.len], now);
         });
         r.snapshot_bytes = then;
         if r.snapshots.is_empty() {
@@ -712,7 +746,7 @@ impl Recorder {
         for t in &snapshots {
             crate::sys::with_region_bytes(base + t.off, t.len, |now| {
                 let then = &mut then[t.at..t.at + t.len];
-                self.compare_snapshot(c, t.off, then, now, t.from);
+                self.compare_snapshot(c, t, then, now);
                 then.copy_from_slice(now);
             });
         }
@@ -734,8 +768,10 @@ impl Recorder {
         }
     }
 
-    /// Records as writes the bytes of `now` (at `off`) that differ from `then`.
-    fn compare_snapshot(&mut self, c: &Checker, off: usize, then: &[u8], now: &[u8], from: From) {
+    /// Records as writes the elements of slice `t` that differ between `then` and `now` (an
+    /// element whose low bytes alone changed was written whole: the program stores elements).
+    fn compare_snapshot(&mut self, c: &Checker, t: &Snapshot, then: &[u8], now: &[u8]) {
+        let (off, from) = (t.off, t.from);
         let end = off + then.len();
         let mut at = off;
         while at < end {
@@ -743,7 +779,7 @@ impl Recorder {
             let stop = end.min((page as usize + 1) * PAGE);
             let (a, b) = (&then[at - off..stop - off], &now[at - off..stop - off]);
             let mut changed: PageBits = [0; PAGE / 64];
-            if changed_bits(a, b, at % PAGE, &mut changed) {
+            if changed_bits(a, b, at % PAGE, t.element, &mut changed) {
                 let bits = self.bits_for(c, page, true, from);
                 for (w, x) in bits.iter_mut().zip(changed.iter()) {
                     *w |= x;
@@ -1126,8 +1162,8 @@ mod tests {
         assert!(same * 100 < n * 6, "{same} of {n} pairs share a set");
     }
 
-    /// The bytes that differ, found 64 at a time, are those a byte-by-byte comparison finds,
-    /// wherever in the page the compared bytes start and whatever their length.
+    /// The elements that differ, found 64 bytes at a time, are those a byte-by-byte comparison
+    /// finds, wherever in the page the compared elements start and however many.
     #[test]
     fn changed_bits_are_the_bytes_that_differ() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -1148,16 +1184,23 @@ mod tests {
                     b[i] ^= 1 << (next() % 8);
                 }
             }
-            let mut got: PageBits = [0; PAGE / 64];
-            let any = changed_bits(&a, &b, lo, &mut got);
-            let mut want: PageBits = [0; PAGE / 64];
-            for i in 0..len {
-                if a[i] != b[i] {
-                    set_bits(&mut want, lo + i, lo + i + 1);
+            for element in [1, 2, 4, 8] {
+                // Element boundaries: the start and the length whole elements.
+                let lo = lo - lo % element;
+                let len = len - len % element;
+                let (a, b) = (&a[..len], &b[..len]);
+                let mut got: PageBits = [0; PAGE / 64];
+                let any = changed_bits(a, b, lo, element, &mut got);
+                let mut want: PageBits = [0; PAGE / 64];
+                for i in 0..len {
+                    if a[i] != b[i] {
+                        let first = i - i % element;
+                        set_bits(&mut want, lo + first, lo + first + element);
+                    }
                 }
+                assert_eq!(got, want, "lo {lo} len {len} element {element}");
+                assert_eq!(any, a != b);
             }
-            assert_eq!(got, want, "lo {lo} len {len}");
-            assert_eq!(any, a != b);
         }
     }
 }

@@ -8,7 +8,10 @@
 //! segments: u32 count, each  thread u32  epoch u32  clock u32
 //!           seen: u32 count, each thread u32 clock u32
 //!           accesses: u32 count, each page u32  site u32  write u8
-//!             then 0 u8 + u32 run count + (lo u16, hi u16) each, or 1 u8 + 64 u64 (the bits)
+//!             then the bytes, the shortest of three forms: 0 u8 + u32 run count + (lo u16,
+//!             hi u16) each; 1 u8 + 64 u64 (the bits); 2 u8 + u8 count + (repeat u8, word u64)
+//!             each, the 64 words of bits in runs of equal words (red-black SOR's every other
+//!             element: a few runs of one pattern)
 //! str: u32 length + UTF-8 bytes
 //! ```
 
@@ -94,10 +97,7 @@ pub(crate) fn put_segment(out: &mut Vec<u8>, s: &Segment) {
                 std::borrow::Cow::Borrowed(&**bits)
             }
         };
-        out.push(1);
-        for w in as_bits.iter() {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        put_bits(out, &as_bits);
     }
 }
 
@@ -141,6 +141,9 @@ pub(crate) fn walk_packed(
                 }
                 1 => {
                     r.take(PAGE / 8)?;
+                }
+                2 => {
+                    r.repeated_words()?;
                 }
                 k => return Err(format!("bytes of unknown form {k} at byte {}", r.at - 1)),
             }
@@ -186,6 +189,27 @@ pub(crate) fn filter_packed(
         kept += 1;
     })?;
     Ok((out, kept))
+}
+
+/// `bits` as runs of equal words (form 2) if that is shorter, else as they are (form 1).
+fn put_bits(out: &mut Vec<u8>, bits: &PageBits) {
+    let repeats = 1 + bits.windows(2).filter(|w| w[0] != w[1]).count();
+    if 2 + repeats * 9 < 1 + PAGE / 8 {
+        out.push(2);
+        out.push(repeats as u8);
+        let mut at = 0;
+        while at < bits.len() {
+            let n = bits[at..].iter().take_while(|&&w| w == bits[at]).count();
+            out.push(n as u8);
+            out.extend_from_slice(&bits[at].to_le_bytes());
+            at += n;
+        }
+        return;
+    }
+    out.push(1);
+    for w in bits {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
 }
 
 fn put_runs(out: &mut Vec<u8>, runs: &[(u16, u16)]) {
@@ -269,6 +293,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Log, String> {
                             }
                             Bytes::Bits(bits)
                         }
+                        2 => Bytes::Bits(r.repeated_words()?),
                         k => return Err(format!("bytes of unknown form {k} at byte {}", r.at - 1)),
                     };
                     Ok(Access {
@@ -350,6 +375,28 @@ impl Reader<'_> {
         Ok(n)
     }
 
+    /// A page's bits in form 2: runs of equal words, which must make the page's 64 words.
+    fn repeated_words(&mut self) -> Result<Box<PageBits>, String> {
+        let at = self.at;
+        let mut bits: Box<PageBits> = Box::new([0; PAGE / 64]);
+        let mut filled = 0;
+        for _ in 0..self.u8()? {
+            let n = usize::from(self.u8()?);
+            let word = self.u64()?;
+            if n == 0 || filled + n > bits.len() {
+                return Err(format!("runs of words beyond a page at byte {at}"));
+            }
+            bits[filled..filled + n].fill(word);
+            filled += n;
+        }
+        if filled != bits.len() {
+            return Err(format!(
+                "runs of {filled} words, not a page's, at byte {at}"
+            ));
+        }
+        Ok(bits)
+    }
+
     fn site(&mut self, sites: usize) -> Result<u32, String> {
         let s = self.u32()?;
         if s as usize >= sites {
@@ -374,6 +421,15 @@ mod tests {
         let mut dense: Box<PageBits> = Box::new([0; PAGE / 64]);
         for k in (0..PAGE).step_by(16) {
             super::super::set_bits(&mut dense, k, k + 8);
+        }
+        // Every other element, the first half of the page one colour, the rest the other:
+        // two runs of words (form 2).
+        let mut patterned: Box<PageBits> = Box::new([0x00ff_00ff_00ff_00ff; PAGE / 64]);
+        patterned[PAGE / 128..].fill(0xff00_ff00_ff00_ff00);
+        // No pattern at all: the bits as they are (form 1).
+        let mut noise: Box<PageBits> = Box::new([0; PAGE / 64]);
+        for (k, w) in noise.iter_mut().enumerate() {
+            *w = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         }
         Log {
             node: 3,
@@ -410,6 +466,18 @@ mod tests {
                         site: 1,
                         write: false,
                         bytes: Bytes::Bits(dense),
+                    },
+                    Access {
+                        page: 3,
+                        site: 1,
+                        write: true,
+                        bytes: Bytes::Bits(patterned),
+                    },
+                    Access {
+                        page: 4,
+                        site: 0,
+                        write: true,
+                        bytes: Bytes::Bits(noise),
                     },
                 ],
             }],
