@@ -622,13 +622,20 @@ fn node_arg(n: c_int, what: &str, role: &str) -> usize {
 }
 
 /// `void jia_send(char *buf, int len, int topid, int tag)`: sends `len` bytes to node `topid`
-/// with `tag`; returns at once (the message waits at the receiver for a `jia_recv`).
+/// with `tag`; returns at once (the message waits at the receiver for a `jia_recv`). Exported
+/// by `sys` with the caller's address as `pc` (the race checker's line for the read of `buf`).
 ///
 /// # Safety
 /// `buf` must hold `len` bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_send(buf: *const c_char, len: c_int, topid: c_int, tag: c_int) {
+pub(crate) unsafe extern "C" fn jia_send_at(
+    buf: *const c_char,
+    len: c_int,
+    topid: c_int,
+    tag: c_int,
+    pc: usize,
+) {
     let n = length(len, buf, "jia_send");
+    dsm_runtime::races::access(buf as usize, n, false, dsm_runtime::races::From::Code(pc));
     let to = node_arg(topid, "jia_send", "destination");
     let data = if n == 0 {
         &[][..]
@@ -643,15 +650,17 @@ pub unsafe extern "C" fn jia_send(buf: *const c_char, len: c_int, topid: c_int, 
 /// `int jia_recv(char *buf, int len, int frompid, int tag)`: waits for the oldest message from
 /// `frompid` (`MSG_PROC_ALL`: any node) with `tag` (`MSG_TAG_ALL`: any tag), copies it into
 /// `buf`, and returns its length. A message longer than `len` ends the job with a message.
+/// Exported by `sys` with the caller's address as `pc` (the race checker's line for the write
+/// of `buf`).
 ///
 /// # Safety
 /// `buf` must have room for `len` bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_recv(
+pub(crate) unsafe extern "C" fn jia_recv_at(
     buf: *mut c_char,
     len: c_int,
     frompid: c_int,
     tag: c_int,
+    pc: usize,
 ) -> c_int {
     let n = length(len, buf, "jia_recv");
     let from = (frompid != MSG_PROC_ALL).then(|| node_arg(frompid, "jia_recv", "source"));
@@ -662,7 +671,14 @@ pub unsafe extern "C" fn jia_recv(
         // SAFETY: the caller passes room for len bytes.
         unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
     };
-    dsm().recv_into(from, tag, buf).len as c_int
+    let got = dsm().recv_into(from, tag, buf).len;
+    dsm_runtime::races::access(
+        buf.as_ptr() as usize,
+        got,
+        true,
+        dsm_runtime::races::From::Code(pc),
+    );
+    got as c_int
 }
 
 /// `void jia_bcast(char *buf, int len, int root)`: every node calls it; node `root`'s `len`

@@ -13,7 +13,7 @@
 //! directly. Nothing else is touched: no stack, no other register. On other architectures the
 //! entry points are plain functions and the address is 0 (lines are then not known).
 
-use std::ffi::{c_int, c_ulong};
+use std::ffi::{c_char, c_int, c_ulong, c_void};
 
 /// One access from instrumented code: `size` bytes at `addr`, a write if `write` is nonzero,
 /// made at the return address `pc`.
@@ -96,14 +96,14 @@ pub extern "C" fn __tsan_func_entry(_pc: *const u8) {}
 #[unsafe(no_mangle)]
 pub extern "C" fn __tsan_func_exit() {}
 
-/// An exported allocation call: `$name(args)` calls `$imp(args, return address)`, the address
-/// in the argument register after the last argument (`$reg`).
-macro_rules! alloc_entry {
-    ($($name:ident => $imp:path, $reg:literal, ($($arg:ident: $ty:ty),*);)*) => {$(
+/// An exported call that wants its caller's address: `$name(args)` calls `$imp(args, return
+/// address)`, the address in the argument register after the last argument (`$reg`).
+macro_rules! pc_entry {
+    ($($name:ident => $imp:path, $reg:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
         #[cfg(target_arch = "x86_64")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_ulong {
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 concat!("mov ", $reg, ", [rsp]"),
                 "jmp {imp}",
@@ -113,23 +113,184 @@ macro_rules! alloc_entry {
 
         #[cfg(not(target_arch = "x86_64"))]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_ulong {
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY: the caller's promise is the function's own (see its documentation).
             unsafe { $imp($($arg),*, 0) }
         }
     )*};
 }
 
-alloc_entry! {
-    jia_alloc => crate::jia_alloc_at, "rsi", (totalsize: c_int);
-    jia_alloc1 => crate::jia_alloc1_at, "rsi", (totalsize: c_int);
-    jia_alloc_random => crate::jia_alloc_random_at, "rsi", (totalsize: c_int);
-    jia_alloc2 => crate::jia_alloc2_at, "rdx", (totalsize: c_int, blocksize: c_int);
-    jia_alloc2p => crate::jia_alloc2p_at, "rdx", (totalsize: c_int, starthost: c_int);
+pc_entry! {
+    jia_alloc => crate::jia_alloc_at, "rsi", (totalsize: c_int) -> c_ulong;
+    jia_alloc1 => crate::jia_alloc1_at, "rsi", (totalsize: c_int) -> c_ulong;
+    jia_alloc_random => crate::jia_alloc_random_at, "rsi", (totalsize: c_int) -> c_ulong;
+    jia_alloc2 => crate::jia_alloc2_at, "rdx", (totalsize: c_int, blocksize: c_int) -> c_ulong;
+    jia_alloc2p => crate::jia_alloc2p_at, "rdx", (totalsize: c_int, starthost: c_int) -> c_ulong;
     jia_alloc3 => crate::jia_alloc3_at, "rcx",
-        (totalsize: c_int, blocksize: c_int, starthost: c_int);
+        (totalsize: c_int, blocksize: c_int, starthost: c_int) -> c_ulong;
     jia_alloc_array => crate::jia_alloc_array_at, "rcx",
-        (totalsize: c_int, blocks: *const c_int, n: c_int);
+        (totalsize: c_int, blocks: *const c_int, n: c_int) -> c_ulong;
     jia_alloc4 => crate::jia_alloc4_at, "r8",
-        (totalsize: c_int, blocks: *const c_int, n: c_int, starthost: c_int);
+        (totalsize: c_int, blocks: *const c_int, n: c_int, starthost: c_int) -> c_ulong;
+    jia_send => crate::jia_send_at, "r8",
+        (buf: *const c_char, len: c_int, topid: c_int, tag: c_int) -> ();
+    jia_recv => crate::jia_recv_at, "r8",
+        (buf: *mut c_char, len: c_int, frompid: c_int, tag: c_int) -> c_int;
+}
+
+// ----- The C library's memory and string functions, seen by the race checker -----
+//
+// `dsmcc --check-races` renames the calls of a checked object to these functions (`objcopy
+// --redefine-sym memcpy=__dsm_checked_memcpy` ...), the compiler's own too (a loop made into a
+// `memset`). Each records what the function reads and writes, from its caller's line, and then
+// calls the C library's. Off (no `check_races`), the recording is one load and a branch.
+
+/// `len` bytes at `addr` read (or written) from `pc`, for the race checker.
+fn touched(addr: *const c_void, len: usize, write: bool, pc: usize) {
+    dsm_runtime::races::access(
+        addr as usize,
+        len,
+        write,
+        dsm_runtime::races::From::Code(pc),
+    );
+}
+
+/// How many bytes of `a` and `b` a comparison of at most `n` reads: up to the first that
+/// differs, or (`strings`) the first NUL, included.
+///
+/// # Safety
+/// `a` and `b` hold `n` bytes, or (`strings`) NUL-terminated strings.
+unsafe fn compared(a: *const c_void, b: *const c_void, n: usize, strings: bool) -> usize {
+    let (a, b) = (a.cast::<u8>(), b.cast::<u8>());
+    let mut i = 0;
+    while i < n {
+        // SAFETY: byte i of each lies before the end the caller promises (i < n, and no NUL
+        // before it for strings).
+        let (x, y) = unsafe { (*a.add(i), *b.add(i)) };
+        if x != y || (strings && x == 0) {
+            return i + 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+unsafe extern "C" fn memcpy_at(
+    d: *mut c_void,
+    s: *const c_void,
+    n: usize,
+    pc: usize,
+) -> *mut c_void {
+    touched(s, n, false, pc);
+    touched(d, n, true, pc);
+    // SAFETY: the caller's arguments, as to memcpy.
+    unsafe { libc::memcpy(d, s, n) }
+}
+
+unsafe extern "C" fn memmove_at(
+    d: *mut c_void,
+    s: *const c_void,
+    n: usize,
+    pc: usize,
+) -> *mut c_void {
+    touched(s, n, false, pc);
+    touched(d, n, true, pc);
+    // SAFETY: the caller's arguments, as to memmove.
+    unsafe { libc::memmove(d, s, n) }
+}
+
+unsafe extern "C" fn memset_at(d: *mut c_void, c: c_int, n: usize, pc: usize) -> *mut c_void {
+    touched(d, n, true, pc);
+    // SAFETY: the caller's arguments, as to memset.
+    unsafe { libc::memset(d, c, n) }
+}
+
+unsafe extern "C" fn strcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to strcpy).
+    let n = unsafe { libc::strlen(s) } + 1;
+    touched(s.cast(), n, false, pc);
+    touched(d.cast(), n, true, pc);
+    // SAFETY: the caller's arguments, as to strcpy.
+    unsafe { libc::strcpy(d, s) }
+}
+
+unsafe extern "C" fn strncpy_at(
+    d: *mut c_char,
+    s: *const c_char,
+    n: usize,
+    pc: usize,
+) -> *mut c_char {
+    // SAFETY: `s` holds a string or n bytes (the caller's promise, as to strncpy).
+    let read = (unsafe { libc::strnlen(s, n) } + 1).min(n);
+    touched(s.cast(), read, false, pc);
+    touched(d.cast(), n, true, pc);
+    // SAFETY: the caller's arguments, as to strncpy.
+    unsafe { libc::strncpy(d, s, n) }
+}
+
+unsafe extern "C" fn strcat_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: both are strings (the caller's promise, as to strcat).
+    let (dl, sl) = unsafe { (libc::strlen(d), libc::strlen(s)) };
+    touched(d.cast(), dl, false, pc);
+    touched(s.cast(), sl + 1, false, pc);
+    // SAFETY: d's NUL and the bytes after it lie in d (room for the result: the caller's
+    // promise).
+    touched(unsafe { d.add(dl) }.cast(), sl + 1, true, pc);
+    // SAFETY: the caller's arguments, as to strcat.
+    unsafe { libc::strcat(d, s) }
+}
+
+unsafe extern "C" fn strlen_at(s: *const c_char, pc: usize) -> usize {
+    // SAFETY: `s` is a string (the caller's promise, as to strlen).
+    let n = unsafe { libc::strlen(s) };
+    touched(s.cast(), n + 1, false, pc);
+    n
+}
+
+unsafe extern "C" fn strcmp_at(a: *const c_char, b: *const c_char, pc: usize) -> c_int {
+    // SAFETY: both are strings (the caller's promise, as to strcmp).
+    let n = unsafe { compared(a.cast(), b.cast(), usize::MAX, true) };
+    touched(a.cast(), n, false, pc);
+    touched(b.cast(), n, false, pc);
+    // SAFETY: the caller's arguments, as to strcmp.
+    unsafe { libc::strcmp(a, b) }
+}
+
+unsafe extern "C" fn strncmp_at(a: *const c_char, b: *const c_char, n: usize, pc: usize) -> c_int {
+    // SAFETY: strings or n bytes (the caller's promise, as to strncmp).
+    let read = unsafe { compared(a.cast(), b.cast(), n, true) };
+    touched(a.cast(), read, false, pc);
+    touched(b.cast(), read, false, pc);
+    // SAFETY: the caller's arguments, as to strncmp.
+    unsafe { libc::strncmp(a, b, n) }
+}
+
+unsafe extern "C" fn memcmp_at(a: *const c_void, b: *const c_void, n: usize, pc: usize) -> c_int {
+    // SAFETY: n bytes each (the caller's promise, as to memcmp).
+    let read = unsafe { compared(a, b, n, false) };
+    touched(a, read, false, pc);
+    touched(b, read, false, pc);
+    // SAFETY: the caller's arguments, as to memcmp.
+    unsafe { libc::memcmp(a, b, n) }
+}
+
+// The names below are the ones `dsmcc` renames calls to (its `CHECKED_FUNCTIONS`).
+pc_entry! {
+    __dsm_checked_memcpy => memcpy_at, "rcx",
+        (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void;
+    __dsm_checked_memmove => memmove_at, "rcx",
+        (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void;
+    __dsm_checked_memset => memset_at, "rcx", (d: *mut c_void, c: c_int, n: usize) -> *mut c_void;
+    __dsm_checked_strcpy => strcpy_at, "rdx", (d: *mut c_char, s: *const c_char) -> *mut c_char;
+    __dsm_checked_strncpy => strncpy_at, "rcx",
+        (d: *mut c_char, s: *const c_char, n: usize) -> *mut c_char;
+    __dsm_checked_strcat => strcat_at, "rdx", (d: *mut c_char, s: *const c_char) -> *mut c_char;
+    __dsm_checked_strlen => strlen_at, "rsi", (s: *const c_char) -> usize;
+    __dsm_checked_strcmp => strcmp_at, "rdx", (a: *const c_char, b: *const c_char) -> c_int;
+    __dsm_checked_strncmp => strncmp_at, "rcx",
+        (a: *const c_char, b: *const c_char, n: usize) -> c_int;
+    __dsm_checked_memcmp => memcmp_at, "rcx",
+        (a: *const c_void, b: *const c_void, n: usize) -> c_int;
+    __dsm_checked_bcmp => memcmp_at, "rcx",
+        (a: *const c_void, b: *const c_void, n: usize) -> c_int;
 }

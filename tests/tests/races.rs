@@ -248,18 +248,38 @@ fn every_racy_c_program_is_reported_with_its_two_lines() {
 }
 
 /// The same with clang's instrumentation (other hook names for unaligned accesses, a read kept
-/// before a write), on two programs.
+/// before a write, memory intrinsics as calls, `bcmp` for a `memcmp` compared with 0), on two
+/// programs, the ones using the C library's memory functions and their race-free control.
 #[test]
 fn clang_built_programs_are_checked_too() {
     if Command::new("clang").arg("--version").output().is_err() {
         eprintln!("skipped: clang is not installed (apt-get install clang)");
         return;
     }
-    for src in c_corpus().into_iter().filter(|p| !is_free(p)).take(2) {
-        let prog = build_checked(&src, "clang", &[]);
+    let by_library = |p: &PathBuf| {
+        ["memcpy", "memset", "strcpy", "string_functions"]
+            .iter()
+            .any(|f| p.to_string_lossy().contains(f))
+    };
+    let corpus = c_corpus();
+    let first_two = corpus
+        .iter()
+        .filter(|p| !is_free(p) && !by_library(p))
+        .take(2);
+    for src in first_two.chain(corpus.iter().filter(|p| by_library(p))) {
+        let prog = build_checked(src, "clang", &[]);
         let out = run_checked(2, &prog, &[]);
         let _ = std::fs::remove_file(&prog);
-        let lines = marked_c(&src);
+        if is_free(src) {
+            assert!(
+                out.status.success() && text(&out).contains("check_races: no data race found"),
+                "{}: {}",
+                src.display(),
+                text(&out)
+            );
+            continue;
+        }
+        let lines = marked_c(src);
         assert!(
             out.status.code() == Some(66)
                 && one_report_names(&String::from_utf8_lossy(&out.stderr), &lines),
@@ -268,6 +288,40 @@ fn clang_built_programs_are_checked_too() {
             text(&out)
         );
     }
+}
+
+/// An object compiled on its own (`dsmcc --check-races -c`) and linked after: its calls of
+/// the C library's memory functions are seen as well.
+#[test]
+fn an_object_compiled_alone_is_checked_when_linked() {
+    let src = repo().join("tests/c/races/race_memset_vs_store.c");
+    let object = std::env::temp_dir().join(format!("dsm-races-alone-{}.o", std::process::id()));
+    let prog = object.with_extension("");
+    let r = Command::new(bin("dsmcc"))
+        .args(["--check-races", "-O2", "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&object)
+        .output()
+        .expect("run dsmcc");
+    assert!(r.status.success(), "dsmcc -c: {}", text(&r));
+    let r = Command::new(bin("dsmcc"))
+        .arg("--check-races")
+        .arg(&object)
+        .arg("-o")
+        .arg(&prog)
+        .output()
+        .expect("run dsmcc");
+    assert!(r.status.success(), "dsmcc link: {}", text(&r));
+    let out = run_checked(2, &prog, &[]);
+    let _ = std::fs::remove_file(&object);
+    let _ = std::fs::remove_file(&prog);
+    assert!(
+        out.status.code() == Some(66)
+            && one_report_names(&String::from_utf8_lossy(&out.stderr), &marked_c(&src)),
+        "{}",
+        text(&out)
+    );
 }
 
 /// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.

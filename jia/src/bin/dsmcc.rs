@@ -107,6 +107,9 @@ fn main() {
             objects_dir = Some(dir);
         } else {
             args.extend(flags.iter().map(OsString::from));
+            if args.iter().any(|a| a == "-c") {
+                compile_objects_for_checking(&cc, &args, show);
+            }
         }
     }
     let mut cmd = Command::new(&cc);
@@ -171,8 +174,21 @@ fn show_command(cmd: &Command) {
 
 /// The compiler flags of `--check-races`: ThreadSanitizer's instrumentation (every load and
 /// store calls libjia), line tables, no call at every function's entry and exit (not needed),
-/// and, for clang, a read kept before a write to the same place.
-fn instrument_flags(cc: &OsString) -> Vec<&'static str> {
+/// and, for clang, a read kept before a write to the same place; and no inline expansion of
+/// [`CHECKED_FUNCTIONS`] (gcc expands a `memcpy` of a known size into moves it does not
+/// instrument), whose calls then go to libjia.
+fn instrument_flags(cc: &OsString) -> Vec<String> {
+    let mut flags: Vec<String> = compiler_flags(cc).iter().map(|f| f.to_string()).collect();
+    flags.extend(
+        CHECKED_FUNCTIONS
+            .iter()
+            .map(|f| format!("-fno-builtin-{f}")),
+    );
+    flags
+}
+
+/// The compiler's own part of [`instrument_flags`].
+fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
     let version = Command::new(cc)
         .arg("--version")
         .output()
@@ -197,6 +213,47 @@ fn instrument_flags(cc: &OsString) -> Vec<&'static str> {
     }
 }
 
+/// The C library's memory and string functions whose calls a checked object makes to libjia's
+/// entries instead (they record what the call reads and writes, then make it): `objcopy
+/// --redefine-sym` on each checked object (`jia/src/sys.rs` defines the entries).
+const CHECKED_FUNCTIONS: &[&str] = &[
+    "memcpy", "memmove", "memset", "strcpy", "strncpy", "strcat", "strlen", "strcmp", "strncmp",
+    "memcmp", "bcmp",
+];
+
+/// The command that renames a checked object's calls of [`CHECKED_FUNCTIONS`] to libjia's
+/// entries (`__dsm_checked_<name>`).
+fn rename_calls(object: &Path) -> Command {
+    let objcopy = std::env::var_os("DSMCC_OBJCOPY").unwrap_or_else(|| "objcopy".into());
+    let mut cmd = Command::new(objcopy);
+    for f in CHECKED_FUNCTIONS {
+        cmd.arg(format!("--redefine-sym={f}=__dsm_checked_{f}"));
+    }
+    cmd.arg(object);
+    cmd
+}
+
+/// Runs (or with `show`, prints) [`rename_calls`] on `object`; a failure ends dsmcc.
+fn rename_calls_in(object: &Path, show: bool) {
+    let mut cmd = rename_calls(object);
+    if show {
+        show_command(&cmd);
+        return;
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => fail(&format!(
+            "objcopy failed on {} ({s}): the checked object's calls of the C library's memory \
+             functions could not be renamed",
+            object.display()
+        )),
+        Err(e) => fail(&format!(
+            "cannot run objcopy (binutils) on {}: {e}",
+            object.display()
+        )),
+    }
+}
+
 /// Whether `a` names a source file the compiler compiles.
 fn is_source(a: &OsString) -> bool {
     let a = a.to_string_lossy();
@@ -205,13 +262,43 @@ fn is_source(a: &OsString) -> bool {
         .any(|ext| a.ends_with(ext) && !a.starts_with('-'))
 }
 
+/// `--check-races -c`: compiles as asked, then renames the objects' calls of the C library's
+/// memory functions ([`rename_calls`]): the `-o` file, or each source's `.o` here. Exits.
+fn compile_objects_for_checking(cc: &OsString, args: &[OsString], show: bool) -> ! {
+    let mut cmd = Command::new(cc);
+    cmd.arg(format!("-I{INCLUDE}")).args(args);
+    let objects: Vec<PathBuf> = match args.iter().position(|a| a == "-o") {
+        Some(k) => args.get(k + 1).map(PathBuf::from).into_iter().collect(),
+        None => args
+            .iter()
+            .filter(|a| is_source(a))
+            .filter_map(|a| Path::new(a).file_stem())
+            .map(|stem| PathBuf::from(stem).with_extension("o"))
+            .collect(),
+    };
+    if show {
+        show_command(&cmd);
+    } else {
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
+        if !status.success() {
+            exit(status.code().unwrap_or(1));
+        }
+    }
+    for object in &objects {
+        rename_calls_in(object, show);
+    }
+    exit(0);
+}
+
 /// `--check-races` with linking: compiles each source in `args` with `flags` to an object in a
 /// directory of its own (the other arguments too, but for the output and the linker's), and
 /// returns that directory and the arguments with the objects in place of the sources.
 fn compile_for_checking(
     cc: &OsString,
     args: &[OsString],
-    flags: &[&str],
+    flags: &[String],
     show: bool,
 ) -> (PathBuf, Vec<OsString>) {
     let dir = std::env::temp_dir().join(format!("dsmcc-{}", std::process::id()));
@@ -260,6 +347,7 @@ fn compile_for_checking(
                 exit(status.code().unwrap_or(1));
             }
         }
+        rename_calls_in(&object, show);
         linked.push(object.into_os_string());
     }
     (dir, linked)
