@@ -989,7 +989,11 @@ pub unsafe extern "C" fn fwrite(
 // calls, never through these symbols.
 
 unsafe extern "C" {
-    fn __sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
+    pub(crate) fn __sigaction(
+        sig: c_int,
+        act: *const libc::sigaction,
+        old: *mut libc::sigaction,
+    ) -> c_int;
     fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
     /// glibc's BSD `signal` under the one exported name libjia does not define.
     fn ssignal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
@@ -1010,6 +1014,10 @@ pub unsafe extern "C" fn sigaction(
     let (a, o) = unsafe { (act.as_ref(), old.as_mut()) };
     if dsm_runtime::interpose::program_sigaction(sig, a, o) {
         return 0;
+    }
+    if dsm_runtime::races::on() {
+        // SAFETY: the caller's arguments, as to the C library's sigaction.
+        return unsafe { sys::checked_sigaction(sig, act, old) };
     }
     // SAFETY: the C library's sigaction with the caller's arguments.
     unsafe { __sigaction(sig, act, old) }
@@ -1060,7 +1068,7 @@ fn note_signal(sig: c_int, handler: libc::sighandler_t) {
 /// As the C library's `signal`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if dsm_signal(sig) {
+    if dsm_signal(sig) || dsm_runtime::races::on() {
         return signal_as(sig, handler, libc::SA_RESTART);
     }
     note_signal(sig, handler);
@@ -1088,7 +1096,7 @@ pub unsafe extern "C" fn sysv_signal(
     sig: c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
-    if dsm_signal(sig) {
+    if dsm_signal(sig) || dsm_runtime::races::on() {
         return signal_as(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER);
     }
     note_signal(sig, handler);

@@ -7,6 +7,8 @@
 //!   passes the access and the return address (its source line) to
 //!   `dsm_runtime::races::access`. Off (no `check_races`), that is one load and a branch.
 //! - The allocation calls (`jia_alloc` ...): the race checker names an allocation by its line.
+//! - The C library's memory and string functions and the program's signal handlers, for the
+//!   race checker (below).
 //!
 //! A trampoline reads the return address at `[rsp]` (the call just pushed it), puts it in the
 //! next free argument register and jumps to the Rust function, which returns to the program
@@ -293,4 +295,112 @@ pc_entry! {
         (a: *const c_void, b: *const c_void, n: usize) -> c_int;
     __dsm_checked_bcmp => memcmp_at, "rcx",
         (a: *const c_void, b: *const c_void, n: usize) -> c_int;
+}
+
+// ----- The program's signal handlers, when checking -----
+//
+// While the race checker runs, every handler the program installs (through libjia's
+// `sigaction`, `signal`, `bsd_signal` and `sysv_signal`) is installed as [`checked_handler`],
+// which runs it inside `dsm_runtime::races::in_signal_handler`: the accesses it makes are kept
+// without allocating and recorded after it. The program asking for the action back gets its own.
+
+/// Signals' numbers run from 1 to this.
+const SIGNALS: usize = 64;
+
+/// The program's handler for each signal whose handler runs through [`checked_handler`] (its
+/// address; 0: none), and its flags (`SA_SIGINFO` says how to call it).
+static PROGRAM_HANDLERS: [std::sync::atomic::AtomicUsize; SIGNALS + 1] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; SIGNALS + 1];
+static PROGRAM_FLAGS: [std::sync::atomic::AtomicI32; SIGNALS + 1] =
+    [const { std::sync::atomic::AtomicI32::new(0) }; SIGNALS + 1];
+
+/// Whether `handler` is a function (not `SIG_DFL`, `SIG_IGN` or `SIG_ERR`).
+fn is_function(handler: libc::sighandler_t) -> bool {
+    handler != libc::SIG_DFL && handler != libc::SIG_IGN && handler != libc::SIG_ERR
+}
+
+/// `sigaction(sig, act, old)` while checking: a handler is installed as [`checked_handler`],
+/// the program's kept for it to call; `old` gets the program's own action back.
+///
+/// # Safety
+/// As the C library's `sigaction`.
+pub(crate) unsafe fn checked_sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    use std::sync::atomic::Ordering::SeqCst;
+    let k = sig as usize;
+    if sig <= 0 || k > SIGNALS {
+        // SAFETY: the caller's arguments (the C library answers EINVAL).
+        return unsafe { crate::__sigaction(sig, act, old) };
+    }
+    // SAFETY: the caller passes null or a live struct.
+    let asked = unsafe { act.as_ref() }.copied();
+    let mut wrapped = asked;
+    if let Some(w) = wrapped.as_mut().filter(|a| is_function(a.sa_sigaction)) {
+        w.sa_sigaction = checked_handler as *const () as libc::sighandler_t;
+        w.sa_flags |= libc::SA_SIGINFO;
+    }
+    // The program's handler is in place before the kernel may call the wrapper with it.
+    let before = (
+        PROGRAM_HANDLERS[k].load(SeqCst),
+        PROGRAM_FLAGS[k].load(SeqCst),
+    );
+    if let Some(a) = asked {
+        let handler = if is_function(a.sa_sigaction) {
+            a.sa_sigaction
+        } else {
+            0
+        };
+        PROGRAM_HANDLERS[k].store(handler, SeqCst);
+        PROGRAM_FLAGS[k].store(a.sa_flags, SeqCst);
+    }
+    let act = wrapped
+        .as_ref()
+        .map_or(std::ptr::null(), |w| w as *const libc::sigaction);
+    // SAFETY: `act` is null or the live copy above; `old` is the caller's.
+    let rc = unsafe { crate::__sigaction(sig, act, old) };
+    if rc != 0 {
+        PROGRAM_HANDLERS[k].store(before.0, SeqCst);
+        PROGRAM_FLAGS[k].store(before.1, SeqCst);
+        return rc;
+    }
+    // SAFETY: the caller passes null or a live struct, which the C library has just filled.
+    if let Some(o) = unsafe { old.as_mut() }
+        && o.sa_sigaction == checked_handler as *const () as libc::sighandler_t
+    {
+        o.sa_sigaction = before.0;
+        o.sa_flags = before.1;
+    }
+    0
+}
+
+/// The handler of every signal whose handler the program installed while checking: runs the
+/// program's inside `dsm_runtime::races::in_signal_handler`.
+///
+/// Signal context: two atomic loads and the call (no lock, no allocation; errno is the
+/// program's handler's to keep).
+extern "C" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let k = sig as usize;
+    let Some(handler) = PROGRAM_HANDLERS.get(k).map(|h| h.load(SeqCst)) else {
+        return;
+    };
+    if handler == 0 {
+        return;
+    }
+    let flags = PROGRAM_FLAGS[k].load(SeqCst);
+    dsm_runtime::races::in_signal_handler(|| {
+        if flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the program installed this address as an SA_SIGINFO handler.
+            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+                unsafe { std::mem::transmute(handler) };
+            f(sig, info, ctx);
+        } else {
+            // SAFETY: the program installed this address as a one-argument handler.
+            let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(handler) };
+            f(sig);
+        }
+    });
 }

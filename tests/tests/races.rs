@@ -324,6 +324,38 @@ fn an_object_compiled_alone_is_checked_when_linked() {
     );
 }
 
+/// A 10 kHz timer's handler reading shared memory while its thread allocates without pause
+/// (`tests/c/handler_malloc.c`): the job ends, and the handler's read races with a write
+/// another node makes later, unordered, and is reported with its line. Before: the handler's
+/// access, recorded with an allocation inside the interrupted `malloc`, hung the node, 3 runs
+/// in 3.
+#[test]
+fn a_signal_handler_touching_shared_memory_is_checked_without_hanging() {
+    let src = repo().join("tests/c/handler_malloc.c");
+    let source = std::fs::read_to_string(&src).expect("read the source");
+    let line = |mark: &str| {
+        let n = source
+            .lines()
+            .position(|l| l.contains(mark))
+            .expect("a marked line")
+            + 1;
+        format!("{}:{n}", src.display())
+    };
+    let lines = [line("/* handler read */"), line("/* late write */")];
+    let prog = build_checked(&src, "cc", &[]);
+    for _ in 0..2 {
+        let out = run_checked(2, &prog, &["2"]);
+        assert!(
+            out.status.code() == Some(66)
+                && String::from_utf8_lossy(&out.stdout).contains("handler_malloc OK")
+                && one_report_names(&String::from_utf8_lossy(&out.stderr), &lines),
+            "{}",
+            text(&out)
+        );
+    }
+    let _ = std::fs::remove_file(&prog);
+}
+
 /// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.
 #[test]
 fn the_c_programs_are_not_reported() {

@@ -18,10 +18,10 @@ pub(crate) mod records;
 pub(crate) mod report;
 pub(crate) mod summary;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Threads per node the vector clocks have room for.
@@ -446,7 +446,7 @@ fn slot_words(nodes: u16) -> usize {
 }
 
 /// A read or write of `len` bytes at `addr` by this thread (anywhere: only the shared region's
-/// are recorded).
+/// are recorded). Signal context inside [`in_signal_handler`] (kept for later, see there).
 #[inline]
 pub fn access(addr: usize, len: usize, write: bool, from: From) {
     if !on() {
@@ -456,7 +456,99 @@ pub fn access(addr: usize, len: usize, write: bool, from: From) {
     if off >= LEN.load(Ordering::Relaxed) || len == 0 {
         return;
     }
+    if HANDLER.with(|h| h.keep(off, len, write, from)) {
+        return;
+    }
     record(off, len, write, from);
+}
+
+/// Accesses a thread makes while it runs a signal handler of the program's, one entry each.
+const HANDLER_ACCESSES: usize = 256;
+
+/// What a thread's signal handlers did, kept until the thread's next access or synchronisation
+/// outside them. Recording there could allocate, and a handler that interrupted `malloc` would
+/// then wait forever for the allocator's lock its own thread holds.
+///
+/// Signal context: [`Handler::keep`] only reads and writes these cells, which belong to the
+/// thread (no lock, no allocation, no wait, errno untouched). The thread-local has no
+/// destructor, so reaching it never registers one (which may allocate).
+struct Handler {
+    /// Handlers of the thread's running now (nested).
+    depth: Cell<u32>,
+    len: Cell<usize>,
+    /// Accesses that found no room.
+    lost: Cell<u64>,
+    kept: [Cell<(usize, usize, bool, From)>; HANDLER_ACCESSES],
+}
+
+impl Handler {
+    /// Inside a handler: keeps the access (room permitting) and says so. Signal context.
+    #[inline]
+    fn keep(&self, off: usize, len: usize, write: bool, from: From) -> bool {
+        if self.depth.get() == 0 {
+            return false;
+        }
+        // Once each (a handler run by a timer reads the same few places again and again): a
+        // scan of at most HANDLER_ACCESSES entries, rare next to the program's own accesses.
+        let n = self.len.get();
+        let access = (off, len, write, from);
+        let same = |k: &(usize, usize, bool, From)| {
+            (k.0, k.1, k.2, k.3.key()) == (off, len, write, from.key())
+        };
+        if self.kept[..n].iter().any(|k| same(&k.get())) {
+            return true;
+        }
+        match self.kept.get(n) {
+            Some(slot) => {
+                slot.set(access);
+                self.len.set(n + 1);
+            }
+            None => self.lost.set(self.lost.get() + 1),
+        }
+        true
+    }
+
+    /// The accesses kept, taken with asynchronous signals held off (a handler would otherwise
+    /// keep one between the copy and the reset, and it would be lost). Outside handlers.
+    fn take(&self) -> Vec<(usize, usize, bool, From)> {
+        let _held = crate::sys::signals::BlockedSignals::asynchronous();
+        let n = self.len.get();
+        let taken = self.kept[..n].iter().map(Cell::get).collect();
+        self.len.set(0);
+        HANDLER_LOST.fetch_add(self.lost.replace(0), Ordering::Relaxed);
+        taken
+    }
+}
+
+thread_local! {
+    static HANDLER: Handler = const {
+        Handler {
+            depth: Cell::new(0),
+            len: Cell::new(0),
+            lost: Cell::new(0),
+            kept: [const { Cell::new((0, 0, false, From::Code(0))) }; HANDLER_ACCESSES],
+        }
+    };
+}
+
+/// Accesses in signal handlers that were not recorded (no room: more than
+/// [`HANDLER_ACCESSES`] different ones between two of their thread's accesses outside
+/// handlers).
+static HANDLER_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f`, a signal handler of the program's (libjia runs every handler the program installs
+/// through here when checking): the accesses it makes are kept and recorded at its thread's
+/// next access or synchronisation outside handlers, in the segment they belong to.
+///
+/// Signal context: counts the nesting in a cell of the thread's, nothing else. A handler left
+/// by `longjmp` leaves the count up: the thread's accesses are then kept (256 at most, the
+/// rest lost and counted) until its next DSM call, which puts it back to 0 (no DSM call runs
+/// in a handler).
+pub fn in_signal_handler<R>(f: impl FnOnce() -> R) -> R {
+    HANDLER.with(|h| h.depth.set(h.depth.get() + 1));
+    let r = f();
+    HANDLER.with(|h| h.depth.set(h.depth.get().saturating_sub(1)));
+    r
 }
 
 fn record(off: usize, len: usize, write: bool, from: From) {
@@ -556,6 +648,9 @@ fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
         .try_with(|cell| {
             let mut slot = cell.try_borrow_mut().ok()?;
             let r = slot.get_or_insert_with(|| c.new_recorder());
+            if HANDLER.with(|h| h.len.get()) > 0 {
+                r.record_handlers(c);
+            }
             Some(f(r, c))
         })
         .ok()
@@ -668,6 +763,16 @@ impl Recorder {
             self.bits.push(((page, site, write), bits));
         }
         slot
+    }
+
+    /// Records what the thread's signal handlers did since its last access outside them.
+    #[cold]
+    #[inline(never)]
+    fn record_handlers(&mut self, c: &Checker) {
+        self.catch_up(c.epoch.load(Ordering::Acquire));
+        for (off, len, write, from) in HANDLER.with(Handler::take) {
+            self.mark(c, off, len, write, from);
+        }
     }
 
     /// Records `len` bytes at `off` touched from `from`.
@@ -962,6 +1067,9 @@ pub(crate) fn segment_ends() {
     if !on() {
         return;
     }
+    // A DSM call never runs in a signal handler: a count left up was a handler left by
+    // `longjmp`.
+    HANDLER.with(|h| h.depth.set(0));
     with_recorder(|r, c| {
         r.catch_up(c.epoch.load(Ordering::Acquire));
         r.close();
@@ -1024,6 +1132,15 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
         .unwrap_or_else(|e| e.into_inner());
     let running = live.saturating_sub(mine);
     drop(live);
+    let lost = HANDLER_LOST.load(Ordering::Relaxed);
+    if lost > 0 {
+        log::warn!(
+            "check_races: {lost} access(es) made in signal handlers of node {} were not checked \
+             (more than {HANDLER_ACCESSES} different ones between two of their thread's \
+             accesses outside handlers)",
+            c.node
+        );
+    }
     if running > 0 {
         log::warn!(
             "check_races: {running} thread(s) of node {} still ran at jia_exit: their last \
