@@ -56,6 +56,10 @@ struct Checker {
     slots: &'static [AtomicU32],
     /// Serialises this node's threads' updates of a condition variable's slot.
     cv_slot: Mutex<()>,
+    /// Clocks of the synchronisation of this node's threads that the DSM does not make (a C
+    /// program's pthread mutexes, barriers and semaphores by address, ended threads by id):
+    /// the epoch each is for, and the clock.
+    local: Mutex<HashMap<Local, (u32, Vec<u32>)>>,
     log: Mutex<Log>,
     site_ids: Mutex<HashMap<Site, u32>>,
     /// At node 0, from its exit on: every node's records.
@@ -335,9 +339,8 @@ pub(crate) fn changed_bits(
     let element = element.clamp(1, 8);
     let mut any = false;
     let tail = a.len() % 64;
-    crate::sys::for_each_differing_chunk(a, b, |k, m| {
+    crate::sys::for_each_differing_chunk(a, b, element, |k, m| {
         any = true;
-        let m = whole_elements(m, element);
         let at = lo + k * 64;
         let (w, sh) = (at / 64, at % 64);
         bits[w] |= m << sh;
@@ -354,27 +357,6 @@ pub(crate) fn changed_bits(
         }
     }
     any
-}
-
-/// `m` (bits of 64 bytes) with every `element`-byte group that has a bit set set whole
-/// (`element` 1, 2, 4 or 8).
-fn whole_elements(m: u64, element: usize) -> u64 {
-    if element == 1 {
-        return m;
-    }
-    // Each group's lowest bit becomes the OR of the group, then spreads over it.
-    let mut folded = m;
-    let mut s = 1;
-    while s < element {
-        folded |= folded >> s;
-        s <<= 1;
-    }
-    let low = match element {
-        2 => 0x5555_5555_5555_5555,
-        4 => 0x1111_1111_1111_1111,
-        _ => 0x0101_0101_0101_0101,
-    };
-    (folded & low) * ((1u64 << element) - 1)
 }
 
 impl Drop for Recorder {
@@ -425,6 +407,7 @@ pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), slots: (usize, usi
         free_numbers: Mutex::new(Vec::new()),
         slots,
         cv_slot: Mutex::new(()),
+        local: Mutex::new(HashMap::new()),
         log: Mutex::new(Log {
             node,
             ..Log::default()
@@ -1058,6 +1041,91 @@ pub(crate) fn cv_waited(cv: u16) {
         for slot in slots {
             r.acquire(Some(slot));
         }
+    });
+}
+
+/// A synchronisation of a node's threads that the DSM does not make (see [`local_release`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Local {
+    /// A synchronisation object of the process (a pthread mutex, barrier or semaphore), by
+    /// address.
+    Object(usize),
+    /// A thread that ended, by its `pthread_t`.
+    Thread(u64),
+}
+
+/// This thread is about to release `what` (unlock a mutex, post a semaphore, enter a pthread
+/// barrier, end as a thread): its clock joins the one `what` carries (for the thread that
+/// acquires it next, on this node), and its segment ends.
+pub fn local_release(what: Local) {
+    if !on() {
+        return;
+    }
+    with_recorder(|r, c| {
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+        {
+            let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
+            match local.get_mut(&what) {
+                Some((e, clock)) if *e == r.epoch => {
+                    for (a, &b) in clock.iter_mut().zip(&r.clock) {
+                        *a = (*a).max(b);
+                    }
+                }
+                // Released past a barrier this thread is not past yet: what it did is ordered
+                // before the acquirer's anyway.
+                Some((e, _)) if *e > r.epoch => {}
+                _ => {
+                    local.insert(what, (r.epoch, r.clock.clone()));
+                }
+            }
+        }
+        r.close();
+    });
+}
+
+/// This thread acquired `what` (locked a mutex, waited on a semaphore, left a pthread barrier,
+/// joined a thread): it has seen what its releasers did before releasing it. A thread that
+/// ended is forgotten once joined.
+pub fn local_acquire(what: Local) {
+    if !on() {
+        return;
+    }
+    with_recorder(|r, c| {
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.close();
+        let slot = {
+            let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
+            match what {
+                Local::Thread(_) => local.remove(&what),
+                Local::Object(_) => local.get(&what).cloned(),
+            }
+        };
+        r.acquire(slot);
+    });
+}
+
+/// A thread creating another: its segment ends, and its clock is what the new thread starts
+/// from ([`thread_started`]). `None` when not checking.
+pub fn thread_spawning() -> Option<(u32, Vec<u32>)> {
+    if !on() {
+        return None;
+    }
+    with_recorder(|r, c| {
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+        let clock = (r.epoch, r.clock.clone());
+        r.close();
+        clock
+    })
+}
+
+/// A thread's first step, in it: it has seen what its creator did before creating it.
+pub fn thread_started(creator: (u32, Vec<u32>)) {
+    if !on() {
+        return;
+    }
+    with_recorder(|r, c| {
+        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.acquire(Some(creator));
     });
 }
 

@@ -699,17 +699,27 @@ pub fn with_region_bytes<R>(addr: usize, len: usize, f: impl FnOnce(&[u8]) -> R)
 }
 
 /// Calls `f(k, mask)` for each 64-byte chunk `k` of `a` and `b` (as long as the shorter,
-/// whole chunks only) where they differ: bit i of `mask` set when byte i of the chunk does.
-/// AVX2 where the processor has it (two compares and mask moves per chunk), SSE2 otherwise on
-/// x86-64 (four), a word at a time elsewhere.
+/// whole chunks only) where they differ: bit i of `mask` set when byte i of the chunk lies in
+/// an `element`-byte element (1, 2, 4 or 8; chunks start on element boundaries) that differs.
+/// AVX2 where the processor has it (two compares of whole elements and two mask moves per
+/// chunk), SSE2 otherwise on x86-64 (four byte compares, then a fold to elements), a word at
+/// a time elsewhere.
 #[inline]
-pub fn for_each_differing_chunk(a: &[u8], b: &[u8], mut f: impl FnMut(usize, u64)) {
+pub fn for_each_differing_chunk(a: &[u8], b: &[u8], element: usize, mut f: impl FnMut(usize, u64)) {
     let chunks = a.len().min(b.len()) / 64;
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") {
+            let (a, b) = (&a[..chunks * 64], &b[..chunks * 64]);
             // SAFETY: the processor has AVX2 (detected just above).
-            unsafe { differing_chunks_avx2(&a[..chunks * 64], &b[..chunks * 64], &mut f) };
+            unsafe {
+                match element {
+                    8 => differing_chunks_avx2::<8>(a, b, &mut f),
+                    4 => differing_chunks_avx2::<4>(a, b, &mut f),
+                    2 => differing_chunks_avx2::<2>(a, b, &mut f),
+                    _ => differing_chunks_avx2::<1>(a, b, &mut f),
+                }
+            }
             return;
         }
     }
@@ -719,19 +729,45 @@ pub fn for_each_differing_chunk(a: &[u8], b: &[u8], mut f: impl FnMut(usize, u64
         };
         let m = differing_bytes(x, y);
         if m != 0 {
-            f(k, m);
+            f(k, whole_elements(m, element));
         }
     }
 }
 
-/// [`for_each_differing_chunk`] with AVX2, on slices of whole chunks of one length.
+/// `m` (bits of 64 bytes) with every `element`-byte group that has a bit set set whole
+/// (`element` 1, 2, 4 or 8).
+#[inline]
+pub fn whole_elements(m: u64, element: usize) -> u64 {
+    // Each group's lowest bit becomes the OR of the group, then spreads over it.
+    let fold = |m: u64, shifts: &[u32], low: u64, ones: u64| {
+        let folded = shifts.iter().fold(m, |f, &s| f | (f >> s));
+        (folded & low) * ones
+    };
+    match element {
+        _ if m == u64::MAX => m,
+        8 => fold(m, &[1, 2, 4], 0x0101_0101_0101_0101, 0xff),
+        4 => fold(m, &[1, 2], 0x1111_1111_1111_1111, 0xf),
+        2 => fold(m, &[1], 0x5555_5555_5555_5555, 0x3),
+        _ => m,
+    }
+}
+
+/// [`for_each_differing_chunk`] with AVX2, on slices of whole chunks of one length, for
+/// `E`-byte elements: a compare of whole elements sets all of an element's bytes in the mask.
 ///
 /// # Safety
 /// The processor must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn differing_chunks_avx2(a: &[u8], b: &[u8], f: &mut impl FnMut(usize, u64)) {
-    use std::arch::x86_64::{__m256i, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8};
+unsafe fn differing_chunks_avx2<const E: usize>(
+    a: &[u8],
+    b: &[u8],
+    f: &mut impl FnMut(usize, u64),
+) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_cmpeq_epi8, _mm256_cmpeq_epi16, _mm256_cmpeq_epi32, _mm256_cmpeq_epi64,
+        _mm256_loadu_si256, _mm256_movemask_epi8,
+    };
     for k in 0..a.len().min(b.len()) / 64 {
         let mut equal = 0u64;
         for h in 0..2 {
@@ -741,7 +777,13 @@ unsafe fn differing_chunks_avx2(a: &[u8], b: &[u8], f: &mut impl FnMut(usize, u6
             let m = unsafe {
                 let x = _mm256_loadu_si256(a.as_ptr().add(at).cast::<__m256i>());
                 let y = _mm256_loadu_si256(b.as_ptr().add(at).cast::<__m256i>());
-                _mm256_movemask_epi8(_mm256_cmpeq_epi8(x, y))
+                let same = match E {
+                    8 => _mm256_cmpeq_epi64(x, y),
+                    4 => _mm256_cmpeq_epi32(x, y),
+                    2 => _mm256_cmpeq_epi16(x, y),
+                    _ => _mm256_cmpeq_epi8(x, y),
+                };
+                _mm256_movemask_epi8(same)
             };
             equal |= u64::from(m as u32) << (32 * h);
         }
@@ -793,8 +835,8 @@ fn differing_bytes_by_words(a: &[u8; 64], b: &[u8; 64]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    /// The chunk walker (AVX2 here when the processor has it) finds what a byte-by-byte
-    /// comparison finds, chunk by chunk, and skips equal chunks.
+    /// The chunk walker (AVX2 here when the processor has it) finds what a comparison of
+    /// elements finds, chunk by chunk, for each element size, and skips equal chunks.
     #[test]
     fn differing_chunks_are_found() {
         let a: Vec<u8> = (0..64 * 9 + 5).map(|i| (i * 131 % 251) as u8).collect();
@@ -802,18 +844,31 @@ mod tests {
         for i in [0, 63, 64, 100, 300, 301, 575, 64 * 9 + 2] {
             b[i] ^= 1;
         }
-        let mut got = Vec::new();
-        super::for_each_differing_chunk(&a, &b, |k, m| got.push((k, m)));
-        let mut want = Vec::new();
-        for k in 0..9 {
-            let m = (0..64).fold(0u64, |m, i| {
-                m | u64::from(a[64 * k + i] != b[64 * k + i]) << i
-            });
-            if m != 0 {
-                want.push((k, m));
+        for element in [1, 2, 4, 8] {
+            let mut got = Vec::new();
+            super::for_each_differing_chunk(&a, &b, element, |k, m| got.push((k, m)));
+            let mut want = Vec::new();
+            for k in 0..9 {
+                let differs = |i: usize| {
+                    let first = 64 * k + i - i % element;
+                    a[first..first + element] != b[first..first + element]
+                };
+                let m = (0..64).fold(0u64, |m, i| m | u64::from(differs(i)) << i);
+                if m != 0 {
+                    want.push((k, m));
+                }
+            }
+            assert_eq!(got, want, "element {element}");
+            // The fold the other paths use agrees.
+            for &(k, m) in &want {
+                let x: &[u8; 64] = a[64 * k..64 * k + 64].try_into().unwrap();
+                let y: &[u8; 64] = b[64 * k..64 * k + 64].try_into().unwrap();
+                assert_eq!(
+                    super::whole_elements(super::differing_bytes(x, y), element),
+                    m
+                );
             }
         }
-        assert_eq!(got, want);
     }
 
     /// Both ways of finding differing bytes agree with a byte-by-byte comparison.
