@@ -276,7 +276,7 @@ unsafe extern "C" fn memcmp_at(a: *const c_void, b: *const c_void, n: usize, pc:
     unsafe { libc::memcmp(a, b, n) }
 }
 
-// The names below are the ones `dsmcc` renames calls to (its `CHECKED_FUNCTIONS`).
+// The names below are the ones `dsmcc` renames calls to (its `CHECKED_MEMORY_FUNCTIONS`).
 pc_entry! {
     __dsm_checked_memcpy => memcpy_at, "rcx",
         (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void;
@@ -403,4 +403,161 @@ extern "C" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut 
             f(sig);
         }
     });
+}
+
+// ----- pthread synchronisation, seen by the race checker -----
+//
+// `dsmcc --check-races` renames a checked object's calls of these functions as it does the
+// memory functions': mutexes, condition variables' waits, barriers and semaphores order the
+// threads of a node (a release before the call, an acquire after it, through
+// `dsm_runtime::races::local_release`/`local_acquire`, keyed by the object's address), a new
+// thread starts from its creator's clock, and a join acquires the clock the thread ended with.
+// Off, each is the C library's call and a load and a branch.
+
+use dsm_runtime::races::Local;
+
+fn object(p: *const c_void) -> Local {
+    Local::Object(p as usize)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_mutex_lock(m: *mut libc::pthread_mutex_t) -> c_int {
+    // SAFETY: the caller's argument, as to pthread_mutex_lock.
+    let rc = unsafe { libc::pthread_mutex_lock(m) };
+    if rc == 0 {
+        dsm_runtime::races::local_acquire(object(m.cast()));
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_mutex_trylock(
+    m: *mut libc::pthread_mutex_t,
+) -> c_int {
+    // SAFETY: the caller's argument, as to pthread_mutex_trylock.
+    let rc = unsafe { libc::pthread_mutex_trylock(m) };
+    if rc == 0 {
+        dsm_runtime::races::local_acquire(object(m.cast()));
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_mutex_unlock(
+    m: *mut libc::pthread_mutex_t,
+) -> c_int {
+    dsm_runtime::races::local_release(object(m.cast()));
+    // SAFETY: the caller's argument, as to pthread_mutex_unlock.
+    unsafe { libc::pthread_mutex_unlock(m) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_cond_wait(
+    c: *mut libc::pthread_cond_t,
+    m: *mut libc::pthread_mutex_t,
+) -> c_int {
+    dsm_runtime::races::local_release(object(m.cast()));
+    // SAFETY: the caller's arguments, as to pthread_cond_wait.
+    let rc = unsafe { libc::pthread_cond_wait(c, m) };
+    dsm_runtime::races::local_acquire(object(m.cast()));
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_cond_timedwait(
+    c: *mut libc::pthread_cond_t,
+    m: *mut libc::pthread_mutex_t,
+    t: *const libc::timespec,
+) -> c_int {
+    dsm_runtime::races::local_release(object(m.cast()));
+    // SAFETY: the caller's arguments, as to pthread_cond_timedwait.
+    let rc = unsafe { libc::pthread_cond_timedwait(c, m, t) };
+    dsm_runtime::races::local_acquire(object(m.cast()));
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_barrier_wait(
+    b: *mut libc::pthread_barrier_t,
+) -> c_int {
+    dsm_runtime::races::local_release(object(b.cast()));
+    // SAFETY: the caller's argument, as to pthread_barrier_wait.
+    let rc = unsafe { libc::pthread_barrier_wait(b) };
+    dsm_runtime::races::local_acquire(object(b.cast()));
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_sem_post(s: *mut libc::sem_t) -> c_int {
+    dsm_runtime::races::local_release(object(s.cast()));
+    // SAFETY: the caller's argument, as to sem_post.
+    unsafe { libc::sem_post(s) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_sem_wait(s: *mut libc::sem_t) -> c_int {
+    // SAFETY: the caller's argument, as to sem_wait.
+    let rc = unsafe { libc::sem_wait(s) };
+    if rc == 0 {
+        dsm_runtime::races::local_acquire(object(s.cast()));
+    }
+    rc
+}
+
+/// A thread's start, as `pthread_create` was asked for it, with its creator's clock.
+struct Start {
+    run: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+    creator: Option<(u32, Vec<u32>)>,
+}
+
+/// The start routine of a thread created through [`__dsm_checked_pthread_create`]: starts from
+/// its creator's clock, runs the program's routine, and leaves its clock for the joiner.
+extern "C" fn checked_start(start: *mut c_void) -> *mut c_void {
+    // SAFETY: `start` is the Box that __dsm_checked_pthread_create leaked for this thread,
+    // taken back once.
+    let start = unsafe { Box::from_raw(start.cast::<Start>()) };
+    if let Some(creator) = start.creator {
+        dsm_runtime::races::thread_started(creator);
+    }
+    let result = (start.run)(start.arg);
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() };
+    dsm_runtime::races::local_release(Local::Thread(me.into()));
+    result
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    run: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    let start = Box::into_raw(Box::new(Start {
+        run,
+        arg,
+        creator: dsm_runtime::races::thread_spawning(),
+    }));
+    // SAFETY: the caller's arguments, as to pthread_create, with this library's start routine
+    // and the Box it takes back.
+    let rc = unsafe { libc::pthread_create(thread, attr, checked_start, start.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created: the Box is still this call's.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_join(
+    thread: libc::pthread_t,
+    result: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to pthread_join.
+    let rc = unsafe { libc::pthread_join(thread, result) };
+    if rc == 0 {
+        dsm_runtime::races::local_acquire(Local::Thread(thread.into()));
+    }
+    rc
 }

@@ -175,12 +175,12 @@ fn show_command(cmd: &Command) {
 /// The compiler flags of `--check-races`: ThreadSanitizer's instrumentation (every load and
 /// store calls libjia), line tables, no call at every function's entry and exit (not needed),
 /// and, for clang, a read kept before a write to the same place; and no inline expansion of
-/// [`CHECKED_FUNCTIONS`] (gcc expands a `memcpy` of a known size into moves it does not
+/// [`CHECKED_MEMORY_FUNCTIONS`] (gcc expands a `memcpy` of a known size into moves it does not
 /// instrument), whose calls then go to libjia.
 fn instrument_flags(cc: &OsString) -> Vec<String> {
     let mut flags: Vec<String> = compiler_flags(cc).iter().map(|f| f.to_string()).collect();
     flags.extend(
-        CHECKED_FUNCTIONS
+        CHECKED_MEMORY_FUNCTIONS
             .iter()
             .map(|f| format!("-fno-builtin-{f}")),
     );
@@ -215,18 +215,37 @@ fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
 
 /// The C library's memory and string functions whose calls a checked object makes to libjia's
 /// entries instead (they record what the call reads and writes, then make it): `objcopy
-/// --redefine-sym` on each checked object (`jia/src/sys.rs` defines the entries).
-const CHECKED_FUNCTIONS: &[&str] = &[
+/// --redefine-sym` on each checked object (`jia/src/sys.rs` defines the entries). The
+/// compiler must not expand them inline.
+const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
     "memcpy", "memmove", "memset", "strcpy", "strncpy", "strcat", "strlen", "strcmp", "strncmp",
     "memcmp", "bcmp",
 ];
 
-/// The command that renames a checked object's calls of [`CHECKED_FUNCTIONS`] to libjia's
-/// entries (`__dsm_checked_<name>`).
+/// The synchronisation of a node's threads that the race checker sees the same way (each
+/// ordering the threads as the DSM's own synchronisation does).
+const CHECKED_SYNC_FUNCTIONS: &[&str] = &[
+    "pthread_mutex_lock",
+    "pthread_mutex_trylock",
+    "pthread_mutex_unlock",
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+    "pthread_barrier_wait",
+    "sem_post",
+    "sem_wait",
+    "pthread_create",
+    "pthread_join",
+];
+
+/// The command that renames a checked object's calls of [`CHECKED_MEMORY_FUNCTIONS`] and
+/// [`CHECKED_SYNC_FUNCTIONS`] to libjia's entries (`__dsm_checked_<name>`).
 fn rename_calls(object: &Path) -> Command {
     let objcopy = std::env::var_os("DSMCC_OBJCOPY").unwrap_or_else(|| "objcopy".into());
     let mut cmd = Command::new(objcopy);
-    for f in CHECKED_FUNCTIONS {
+    for f in CHECKED_MEMORY_FUNCTIONS
+        .iter()
+        .chain(CHECKED_SYNC_FUNCTIONS)
+    {
         cmd.arg(format!("--redefine-sym={f}=__dsm_checked_{f}"));
     }
     cmd.arg(object);
@@ -244,7 +263,7 @@ fn rename_calls_in(object: &Path, show: bool) {
         Ok(s) if s.success() => {}
         Ok(s) => fail(&format!(
             "objcopy failed on {} ({s}): the checked object's calls of the C library's memory \
-             functions could not be renamed",
+             and pthread functions could not be renamed",
             object.display()
         )),
         Err(e) => fail(&format!(
