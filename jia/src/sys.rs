@@ -523,7 +523,7 @@ extern "C" fn checked_start(start: *mut c_void) -> *mut c_void {
     let result = (start.run)(start.arg);
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() };
-    dsm_runtime::races::local_release(Local::Thread(me.into()));
+    dsm_runtime::races::local_release(Local::Thread(me));
     result
 }
 
@@ -557,7 +557,7 @@ pub unsafe extern "C" fn __dsm_checked_pthread_join(
     // SAFETY: the caller's arguments, as to pthread_join.
     let rc = unsafe { libc::pthread_join(thread, result) };
     if rc == 0 {
-        dsm_runtime::races::local_acquire(Local::Thread(thread.into()));
+        dsm_runtime::races::local_acquire(Local::Thread(thread));
     }
     rc
 }

@@ -1051,7 +1051,7 @@ pub enum Local {
     /// address.
     Object(usize),
     /// A thread that ended, by its `pthread_t`.
-    Thread(u64),
+    Thread(libc::pthread_t),
 }
 
 /// This thread is about to release `what` (unlock a mutex, post a semaphore, enter a pthread
