@@ -239,6 +239,7 @@ impl<T: Shared> SharedArray<T> {
                 std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len())
             },
             taken,
+            _this_thread: std::marker::PhantomData,
         }
     }
 
@@ -359,9 +360,14 @@ impl<T: Shared> SharedArray<T> {
 /// Elements of a [`SharedArray`] taken by [`SharedArray::slice_mut`]: a `&mut [T]` (through
 /// `Deref` and `DerefMut`: pass `&mut guard` where a `&mut [T]` is wanted). Under the race
 /// checker, dropping it records the bytes it changed, while they are still in cache.
+///
+/// The guard stays on the thread that took it (it is not `Send`, as a `MutexGuard` is not):
+/// its snapshot is that thread's. Hand the slice itself (`&mut *guard`, or parts of it) to
+/// other threads; what they write through it is recorded as the taker's.
 pub struct SliceMut<'a, T> {
     slice: &'a mut [T],
     taken: Option<crate::races::Taken>,
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl<T> std::ops::Deref for SliceMut<'_, T> {

@@ -85,6 +85,31 @@
 //! }
 //! ```
 //!
+//! A mutable slice's guard stays on the thread that took it (the race checker's snapshot of it
+//! is that thread's); the slice it holds may go to other threads.
+//!
+//! ```compile_fail,E0277
+//! fn misuse(a: dsm_runtime::SharedArray<u64>) {
+//!     // SAFETY: this thread's scope alone touches elements 0..4.
+//!     let mut s = unsafe { a.slice_mut(0..4) };
+//!     std::thread::scope(|t| {
+//!         t.spawn(move || s[0] = 1);
+//!     });
+//! }
+//! ```
+//!
+//! ```
+//! fn good(a: dsm_runtime::SharedArray<u64>) {
+//!     // SAFETY: this thread's scope alone touches elements 0..4.
+//!     let mut s = unsafe { a.slice_mut(0..4) };
+//!     let (x, y) = s.split_at_mut(2);
+//!     std::thread::scope(|t| {
+//!         t.spawn(move || x[0] = 1);
+//!         t.spawn(move || y[0] = 2);
+//!     });
+//! }
+//! ```
+//!
 //! # Registering memory for remote reads is `unsafe`
 //!
 //! `Transport::export` takes a raw address the device will read for as long as the transport
