@@ -106,6 +106,9 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     // Calls made before jia_init (jia_config is often the first line of main).
     apply_home_migration_asked();
     print_notices();
+    if dsm_runtime::races::on() {
+        sys::wrap_installed_handlers();
+    }
     if dsm_runtime::races::on() && !sys::instrumented() && DSM.get().is_some_and(|d| d.id() == 0) {
         eprintln!(
             "dsm: check_races: this program was not built for the checker (dsmcc --check-races): \

@@ -376,6 +376,29 @@ pub(crate) unsafe fn checked_sigaction(
     0
 }
 
+/// At `jia_init`, when checking: the handlers installed before (by the program before
+/// `jia_init`, or by a library's constructor) are installed again through
+/// [`checked_sigaction`], so that they run wrapped as later ones do.
+pub(crate) fn wrap_installed_handlers() {
+    for sig in 1..=SIGNALS as c_int {
+        if [libc::SIGSEGV, libc::SIGBUS, libc::SIGKILL, libc::SIGSTOP].contains(&sig) {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is valid plain data for the C library to fill.
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a query (no new action) into the live struct above.
+        if unsafe { crate::__sigaction(sig, std::ptr::null(), &mut now) } != 0 {
+            continue;
+        }
+        if is_function(now.sa_sigaction)
+            && now.sa_sigaction != checked_handler as *const () as libc::sighandler_t
+        {
+            // SAFETY: the action just read, installed again (wrapped); no old action wanted.
+            unsafe { checked_sigaction(sig, &now, std::ptr::null_mut()) };
+        }
+    }
+}
+
 /// The handler of every signal whose handler the program installed while checking: runs the
 /// program's inside `dsm_runtime::races::in_signal_handler`.
 ///
@@ -560,4 +583,143 @@ pub unsafe extern "C" fn __dsm_checked_pthread_join(
         dsm_runtime::races::local_acquire(Local::Thread(thread));
     }
     rc
+}
+
+// ----- OpenMP (gcc's libgomp), seen by the race checker -----
+//
+// The same renaming for the calls gcc makes for OpenMP constructs: a parallel region's team
+// starts from the clock of the thread that opens it and that thread goes on from all of theirs
+// at its end; `omp barrier` orders the team; `omp critical` (named or not) and `omp atomic`
+// (without hardware atomics) are locks. libgomp is found at run time (`dlsym`): programs
+// without OpenMP link without it.
+
+/// libgomp's function `name` (NUL-terminated), looked up once into `cache`; ends the node with a
+/// message if the program has no OpenMP runtime (it called the function, so it must).
+fn gomp(cache: &std::sync::atomic::AtomicUsize, name: &'static [u8]) -> usize {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut f = cache.load(Relaxed);
+    if f == 0 {
+        // SAFETY: `name` is a NUL-terminated string; RTLD_DEFAULT searches the program and
+        // the libraries it loaded, in order (libjia defines none of these names).
+        f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) } as usize;
+        if f == 0 {
+            crate::die(&format!(
+                "check_races: {} is called but no OpenMP runtime (libgomp) is loaded",
+                String::from_utf8_lossy(&name[..name.len() - 1])
+            ));
+        }
+        cache.store(f, Relaxed);
+    }
+    f
+}
+
+/// A parallel region's work, as `GOMP_parallel` was asked for it, with the clock of the thread
+/// that opens it.
+struct Region {
+    run: extern "C" fn(*mut c_void),
+    data: *mut c_void,
+    opener: Option<(u32, Vec<u32>)>,
+}
+
+/// Every team thread's part of a region opened through [`__dsm_checked_GOMP_parallel`].
+extern "C" fn checked_region(region: *mut c_void) {
+    // SAFETY: `region` is the Region on the opener's stack, alive until GOMP_parallel returns,
+    // which is after every team thread has returned from here; only read.
+    let region = unsafe { &*(region as *const Region) };
+    if let Some(opener) = &region.opener {
+        dsm_runtime::races::thread_started(opener.clone());
+    }
+    (region.run)(region.data);
+    dsm_runtime::races::local_release(Local::Team(region as *const Region as usize));
+}
+
+static GOMP_PARALLEL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_GOMP_parallel(
+    run: extern "C" fn(*mut c_void),
+    data: *mut c_void,
+    threads: u32,
+    flags: u32,
+) {
+    let real = gomp(&GOMP_PARALLEL, b"GOMP_parallel\0");
+    // SAFETY: libgomp's GOMP_parallel, whose signature this is.
+    let real: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, u32, u32) =
+        unsafe { std::mem::transmute(real) };
+    let region = Region {
+        run,
+        data,
+        opener: dsm_runtime::races::thread_spawning(),
+    };
+    let key = Local::Team(&region as *const Region as usize);
+    real(
+        checked_region,
+        (&region as *const Region).cast_mut().cast(),
+        threads,
+        flags,
+    );
+    dsm_runtime::races::local_acquire(key);
+}
+
+/// A libgomp entry without arguments, seen as a release of `key` before it and an acquire
+/// after it.
+macro_rules! gomp_sync {
+    ($($name:ident => $real:ident, $cache:ident, $key:expr, $release:expr, $acquire:expr;)*) => {$(
+        static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() {
+            let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
+            // SAFETY: libgomp's function of that name takes nothing and returns nothing.
+            let real: extern "C" fn() = unsafe { std::mem::transmute(real) };
+            if $release {
+                dsm_runtime::races::local_release($key);
+            }
+            real();
+            if $acquire {
+                dsm_runtime::races::local_acquire($key);
+            }
+        }
+    )*};
+}
+
+/// The keys of OpenMP's process-wide synchronisation: its barrier (of the innermost team: one
+/// key for all, which at worst orders more than the program does), the unnamed critical section,
+/// and `omp atomic`'s lock.
+const OMP_BARRIER: Local = Local::Object(1);
+const OMP_CRITICAL: Local = Local::Object(2);
+const OMP_ATOMIC: Local = Local::Object(3);
+
+gomp_sync! {
+    __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER, OMP_BARRIER, true, true;
+    __dsm_checked_GOMP_critical_start => GOMP_critical_start, GOMP_CRITICAL_START, OMP_CRITICAL,
+        false, true;
+    __dsm_checked_GOMP_critical_end => GOMP_critical_end, GOMP_CRITICAL_END, OMP_CRITICAL,
+        true, false;
+    __dsm_checked_GOMP_atomic_start => GOMP_atomic_start, GOMP_ATOMIC_START, OMP_ATOMIC,
+        false, true;
+    __dsm_checked_GOMP_atomic_end => GOMP_atomic_end, GOMP_ATOMIC_END, OMP_ATOMIC, true, false;
+}
+
+static GOMP_CRITICAL_NAME_START: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+static GOMP_CRITICAL_NAME_END: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_GOMP_critical_name_start(name: *mut *mut c_void) {
+    let real = gomp(&GOMP_CRITICAL_NAME_START, b"GOMP_critical_name_start\0");
+    // SAFETY: libgomp's GOMP_critical_name_start, whose signature this is.
+    let real: extern "C" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
+    real(name);
+    dsm_runtime::races::local_acquire(object(name.cast()));
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_GOMP_critical_name_end(name: *mut *mut c_void) {
+    let real = gomp(&GOMP_CRITICAL_NAME_END, b"GOMP_critical_name_end\0");
+    // SAFETY: libgomp's GOMP_critical_name_end, whose signature this is.
+    let real: extern "C" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
+    dsm_runtime::races::local_release(object(name.cast()));
+    real(name);
 }

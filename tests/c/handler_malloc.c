@@ -5,7 +5,8 @@
  * own limit). Under the race checker, a handler's access recorded with memory allocation
  * deadlocked when the signal landed inside the main thread's malloc. Node 0 writes the words
  * after the run, outside any barrier's order with the handler's reads of the other node: one
- * read-write race, reported. Usage: handler_malloc [SECONDS] */
+ * read-write race, reported. With `early`, the handler is installed before jia_init.
+ * Usage: handler_malloc [SECONDS [early]] */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,8 @@ static volatile long ticks, sum;
 static void on_alarm(int sig)
 {
     (void)sig;
+    if (!words)
+        return;
     sum += words[(ticks++ % PAGES) * (Pagesize / sizeof(long))]; /* handler read */
 }
 
@@ -31,6 +34,8 @@ int main(int argc, char **argv)
     struct itimerval every = {{0, 100}, {0, 100}}, off = {{0, 0}, {0, 0}};
     long rounds = 0, i;
 
+    if (argc > 2 && strcmp(argv[2], "early") == 0)
+        signal(SIGALRM, on_alarm);
     jia_init(argc, argv);
     words = (long *)jia_alloc(PAGES * Pagesize);
     if (jiapid == 0)
@@ -40,7 +45,8 @@ int main(int argc, char **argv)
     for (i = 0; i < PAGES; i++)
         sum += words[i * (Pagesize / sizeof(long))];
 
-    signal(SIGALRM, on_alarm);
+    if (argc <= 2)
+        signal(SIGALRM, on_alarm);
     setitimer(ITIMER_REAL, &every, NULL);
     t0 = jia_clock();
     while (jia_clock() - t0 < seconds) {

@@ -21,7 +21,7 @@ pub(crate) mod summary;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Threads per node the vector clocks have room for.
@@ -44,9 +44,10 @@ struct Checker {
     epoch: AtomicU32,
     /// Threads that have recorded anything (each gets the next number).
     threads: AtomicUsize,
-    /// Recorders not yet dropped (a thread's last segment is kept when its thread ends, in its
-    /// thread-local destructor, which may run after a join has returned), and their end.
-    live: Mutex<usize>,
+    /// Threads whose segment in progress has accesses (a thread's last segment is kept when
+    /// it ends, in its thread-local destructor, which may run after a join has returned), and
+    /// the end of one. A thread idle in a pool (OpenMP's) has none.
+    open: Mutex<usize>,
     ended: std::sync::Condvar,
     /// Numbers of threads that ended, with their last clock: once all 64 numbers were given,
     /// a new thread takes one and goes on from that clock (a program may run many rounds of
@@ -234,6 +235,9 @@ struct Recorder {
 /// in [`Recorder::snapshot_bytes`], its length, where it was taken, and its number.
 struct Snapshot {
     id: u32,
+    /// The [`incoming`] log's count when its bytes were copied: bytes the protocol wrote since
+    /// are not the thread's.
+    seq: u64,
     off: usize,
     at: usize,
     len: usize,
@@ -275,6 +279,205 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
     k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     k ^= k >> 33;
     (k as usize % (MEMO / 2)) * 2
+}
+
+/// The elements of one page (bytes `then`/`now` from byte `lo` of it) that this thread
+/// changed, given the protocol's writes to it meanwhile (`came_in`, oldest first). A byte they
+/// wrote is this thread's if the snapshot holds neither what the first of them found there nor
+/// what it left (the thread wrote it before: a snapshot taken while that write was copying
+/// holds one or the other), or if the byte now is neither what the last of them left nor the
+/// snapshot's (the thread wrote it after). A thread writing the very value another node wrote
+/// is not seen. A byte written by a write whose bytes are no longer kept is not claimed. Then
+/// whole elements of `element` bytes.
+fn this_threads_changes(
+    then: &[u8],
+    now: &[u8],
+    lo: usize,
+    came_in: &[&CameIn],
+    element: usize,
+) -> PageBits {
+    let mut first_before = [0u8; PAGE];
+    let mut first_after = [0u8; PAGE];
+    let mut last_after = [0u8; PAGE];
+    let mut covered: PageBits = [0; PAGE / 64];
+    let mut unknown: PageBits = [0; PAGE / 64];
+    let bit = |bits: &PageBits, x: usize| bits[x / 64] >> (x % 64) & 1 == 1;
+    for w in came_in {
+        for x in w.lo.max(lo)..w.hi.min(lo + then.len()) {
+            match &w.images {
+                Some((before, after)) => {
+                    if !bit(&covered, x) {
+                        first_before[x] = before[x - w.lo];
+                        first_after[x] = after[x - w.lo];
+                        covered[x / 64] |= 1 << (x % 64);
+                    }
+                    last_after[x] = after[x - w.lo];
+                }
+                None => unknown[x / 64] |= 1 << (x % 64),
+            }
+        }
+    }
+    let mut mine: PageBits = [0; PAGE / 64];
+    for (i, (&a, &b)) in then.iter().zip(now).enumerate() {
+        let x = lo + i;
+        let claimed = if bit(&unknown, x) {
+            false
+        } else if bit(&covered, x) {
+            (a != first_before[x] && a != first_after[x]) || (b != last_after[x] && b != a)
+        } else {
+            a != b
+        };
+        if claimed {
+            mine[x / 64] |= 1 << (x % 64);
+        }
+    }
+    for w in mine.iter_mut() {
+        *w = crate::sys::whole_elements(*w, element);
+    }
+    mine
+}
+
+/// Entries of the [`incoming`] log (a power of two).
+const INCOMING: usize = 1 << 14;
+
+/// Bytes of shared memory the protocol wrote on this node while some thread held a mutable
+/// slice: another node's diff applied here (the home), a page fetched. A slice's snapshot
+/// compare leaves them out: they are not its thread's writes (a home's page changes under a
+/// slice whenever another node releases writes to other bytes of it).
+///
+/// A ring of the latest [`INCOMING`]: entry `n` is slot `n % INCOMING`, whose sequence word is
+/// `n + 1` once its (page, lo, hi) word is written (a seqlock: readers check it before and
+/// after). Written from the fault path too, hence atomics only.
+struct IncomingLog {
+    next: AtomicU64,
+    seqs: [AtomicU64; INCOMING],
+    spans: [AtomicU64; INCOMING],
+    /// Where entry's bytes before and after lie in `image` (`u64::MAX`: not kept, the write
+    /// was larger than [`IMAGE_MAX`]).
+    images: [AtomicU64; INCOMING],
+    image_next: AtomicU64,
+    image: [AtomicU8; IMAGE_BYTES],
+}
+
+/// Bytes of the ring that keeps the writes' bytes before and after (a power of two: 1,024
+/// fetched pages; zero pages until used).
+const IMAGE_BYTES: usize = 1 << 23;
+/// The largest write whose bytes are kept: a page.
+const IMAGE_MAX: usize = PAGE;
+
+static INCOMING_LOG: IncomingLog = IncomingLog {
+    next: AtomicU64::new(0),
+    seqs: [const { AtomicU64::new(0) }; INCOMING],
+    spans: [const { AtomicU64::new(0) }; INCOMING],
+    images: [const { AtomicU64::new(0) }; INCOMING],
+    image_next: AtomicU64::new(0),
+    image: [const { AtomicU8::new(0) }; IMAGE_BYTES],
+};
+
+/// One write of the protocol's, as [`incoming_since`] reads it: its page, bytes `[lo, hi)` of
+/// it, and (small ones) the bytes before and after.
+struct CameIn {
+    page: u32,
+    lo: usize,
+    hi: usize,
+    images: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Mutable slices held by this node's threads (nothing is logged when there are none).
+static LIVE_SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
+
+/// The protocol is about to write `len` bytes at `offset` of page `page` of shared memory
+/// (logged before the write: a compare that sees the bytes changed finds the entry). Signal
+/// context (the fault path may apply what it fetched): atomics only, no wait.
+pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) {
+    let len = after.len();
+    if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {
+        return;
+    }
+    let log = &INCOMING_LOG;
+    let n = log.next.fetch_add(1, Ordering::SeqCst);
+    let slot = n as usize % INCOMING;
+    log.seqs[slot].store(0, Ordering::SeqCst);
+    let span = (page as u64) << 32 | (offset as u64) << 16 | (offset + len) as u64;
+    log.spans[slot].store(span, Ordering::SeqCst);
+    let at = if len <= IMAGE_MAX && before.len() == len {
+        let at = log.image_next.fetch_add(2 * len as u64, Ordering::SeqCst);
+        for (i, &b) in before.iter().chain(after).enumerate() {
+            log.image[(at as usize + i) % IMAGE_BYTES].store(b, Ordering::Relaxed);
+        }
+        at
+    } else {
+        u64::MAX
+    };
+    log.images[slot].store(at, Ordering::SeqCst);
+    log.seqs[slot].store(n + 1, Ordering::SeqCst);
+}
+
+/// Writes of the protocol that may still be copying (entries logged before their copy): a
+/// snapshot leaves this many of the latest out of its count (the fault handlers of a node's
+/// threads and its service thread write at once, far fewer than this).
+const INCOMING_IN_FLIGHT: u64 = 256;
+
+/// The [`incoming`] log's count for a snapshot taken now: the entries logged before it, less
+/// those whose copy may not be done yet (they may change its bytes after it is taken).
+fn incoming_now() -> u64 {
+    INCOMING_LOG
+        .next
+        .load(Ordering::SeqCst)
+        .saturating_sub(INCOMING_IN_FLIGHT)
+}
+
+/// What the protocol wrote in pages `[first, end)` since the log's count was `since`: (page,
+/// lo, hi) each. `None` if some of it is no longer known (the ring went round, or an entry is
+/// being written).
+fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec<CameIn>> {
+    let log = &INCOMING_LOG;
+    let now = log.next.load(Ordering::SeqCst);
+    if now - since > INCOMING as u64 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for n in since..now {
+        let slot = n as usize % INCOMING;
+        let before = log.seqs[slot].load(Ordering::SeqCst);
+        let span = log.spans[slot].load(Ordering::SeqCst);
+        let at = log.images[slot].load(Ordering::SeqCst);
+        let page = (span >> 32) as usize;
+        if !(first..end).contains(&page) {
+            if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
+                return None;
+            }
+            continue;
+        }
+        let (lo, hi) = (
+            (span >> 16) as usize & 0xffff,
+            (span as usize & 0xffff).min(PAGE),
+        );
+        let len = hi.saturating_sub(lo);
+        let mut images = (at != u64::MAX).then(|| {
+            let bytes: Vec<u8> = (0..2 * len)
+                .map(|i| log.image[(at as usize + i) % IMAGE_BYTES].load(Ordering::Relaxed))
+                .collect();
+            let after = bytes[len..].to_vec();
+            (bytes[..len].to_vec(), after)
+        });
+        // Bytes written over by later writes since: not known any more.
+        if at != u64::MAX
+            && log.image_next.load(Ordering::SeqCst) - at > (IMAGE_BYTES - 2 * len) as u64
+        {
+            images = None;
+        }
+        if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
+            return None;
+        }
+        out.push(CameIn {
+            page: page as u32,
+            lo,
+            hi,
+            images,
+        });
+    }
+    Some(out)
 }
 
 /// How many runs of set bits `bits` has.
@@ -362,14 +565,13 @@ pub(crate) fn changed_bits(
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.close();
+        LIVE_SNAPSHOTS.fetch_sub(self.snapshots.len(), Ordering::SeqCst);
         if let Some(c) = CHECKER.get() {
             let n = self.thread as usize % VC_THREADS;
             c.free_numbers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push((n, self.clock[self.thread as usize]));
-            *c.live.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-            c.ended.notify_all();
         }
     }
 }
@@ -402,7 +604,7 @@ pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), slots: (usize, usi
         nodes,
         epoch: AtomicU32::new(0),
         threads: AtomicUsize::new(0),
-        live: Mutex::new(0),
+        open: Mutex::new(0),
         ended: std::sync::Condvar::new(),
         free_numbers: Mutex::new(Vec::new()),
         slots,
@@ -561,8 +763,10 @@ pub(crate) fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From)
         r.catch_up(c.epoch.load(Ordering::Acquire));
         let id = r.next_snapshot;
         r.next_snapshot = r.next_snapshot.wrapping_add(1);
+        LIVE_SNAPSHOTS.fetch_add(1, Ordering::SeqCst);
         r.snapshots.push(Snapshot {
             id,
+            seq: incoming_now(),
             off,
             at: r.snapshot_bytes.len(),
             len: bytes.len(),
@@ -590,6 +794,7 @@ pub(crate) fn slice_dropped(taken: Taken) {
             return;
         };
         let t = r.snapshots.remove(k);
+        LIVE_SNAPSHOTS.fetch_sub(1, Ordering::SeqCst);
         let then = std::mem::take(&mut r.snapshot_bytes);
         let base = BASE.load(Ordering::Relaxed);
         crate::sys::with_region_bytes(base + t.off, t.len, |now| {
@@ -600,6 +805,8 @@ pub(crate) fn slice_dropped(taken: Taken) {
             r.snapshot_bytes.clear();
         } else if t.at + t.len == r.snapshot_bytes.len() {
             r.snapshot_bytes.truncate(t.at);
+        } else {
+            r.compact_snapshots();
         }
     });
 }
@@ -644,7 +851,6 @@ impl Checker {
     #[cold]
     #[inline(never)]
     fn new_recorder(&self) -> Recorder {
-        *self.live.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         // A new number while there are some; then one of an ended thread, whose segments are
         // then taken as ordered before the new one's (as a thread joined before the next one
         // is created).
@@ -743,6 +949,9 @@ impl Recorder {
                 .spare_bits
                 .pop()
                 .unwrap_or_else(|| Box::new([0; PAGE / 64]));
+            if self.bits.is_empty() {
+                *c.open.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            }
             self.bits.push(((page, site, write), bits));
         }
         slot
@@ -831,15 +1040,35 @@ impl Recorder {
         let base = BASE.load(Ordering::Relaxed);
         let snapshots = std::mem::take(&mut self.snapshots);
         let mut then = std::mem::take(&mut self.snapshot_bytes);
-        for t in &snapshots {
+        let mut snapshots = snapshots;
+        for t in &mut snapshots {
+            let seq = incoming_now();
             crate::sys::with_region_bytes(base + t.off, t.len, |now| {
                 let then = &mut then[t.at..t.at + t.len];
                 self.compare_snapshot(c, t, then, now);
                 then.copy_from_slice(now);
             });
+            t.seq = seq;
         }
         self.snapshot_bytes = then;
         self.snapshots = snapshots;
+    }
+
+    /// Guards dropped out of order (a sliding window of rows) leave holes in
+    /// `snapshot_bytes`: once they are more than the live bytes (and 64 kB), the live ones move
+    /// down.
+    fn compact_snapshots(&mut self) {
+        let live: usize = self.snapshots.iter().map(|t| t.len).sum();
+        if self.snapshot_bytes.len() <= 2 * live + (64 << 10) {
+            return;
+        }
+        let mut at = 0;
+        for t in &mut self.snapshots {
+            self.snapshot_bytes.copy_within(t.at..t.at + t.len, at);
+            t.at = at;
+            at += t.len;
+        }
+        self.snapshot_bytes.truncate(at);
     }
 
     /// Back from an acquire (lock, condition variable, barrier): the slices this thread holds
@@ -849,7 +1078,8 @@ impl Recorder {
     /// left to the end of its scope would otherwise claim them).
     fn resnapshot(&mut self) {
         let base = BASE.load(Ordering::Relaxed);
-        for t in &self.snapshots {
+        for t in &mut self.snapshots {
+            t.seq = incoming_now();
             crate::sys::with_region_bytes(base + t.off, t.len, |now| {
                 self.snapshot_bytes[t.at..t.at + t.len].copy_from_slice(now);
             });
@@ -861,19 +1091,45 @@ impl Recorder {
     fn compare_snapshot(&mut self, c: &Checker, t: &Snapshot, then: &[u8], now: &[u8]) {
         let (off, from) = (t.off, t.from);
         let end = off + then.len();
+        let mut changed_pages: Vec<(u32, Box<PageBits>)> = Vec::new();
         let mut at = off;
         while at < end {
             let page = (at / PAGE) as u32;
             let stop = end.min((page as usize + 1) * PAGE);
             let (a, b) = (&then[at - off..stop - off], &now[at - off..stop - off]);
-            let mut changed: PageBits = [0; PAGE / 64];
+            let mut changed: Box<PageBits> = Box::new([0; PAGE / 64]);
             if changed_bits(a, b, at % PAGE, t.element, &mut changed) {
-                let bits = self.bits_for(c, page, true, from);
-                for (w, x) in bits.iter_mut().zip(changed.iter()) {
-                    *w |= x;
-                }
+                changed_pages.push((page, changed));
             }
             at = stop;
+        }
+        if changed_pages.is_empty() {
+            return;
+        }
+        // What the protocol wrote in these pages since the snapshot (another node's diff
+        // applied here, a page fetched) is not this thread's: read after the compare, so that
+        // every write it saw is logged. `None`: too much to know; nothing is claimed.
+        let Some(came_in) = incoming_since(t.seq, off / PAGE, end.div_ceil(PAGE)) else {
+            return;
+        };
+        let e = t.element.clamp(1, 8);
+        for (page, mut changed) in changed_pages {
+            let mine: Vec<&CameIn> = came_in.iter().filter(|w| w.page == page).collect();
+            if !mine.is_empty() {
+                let start = (page as usize * PAGE).max(off);
+                let stop = end.min((page as usize + 1) * PAGE);
+                *changed = this_threads_changes(
+                    &then[start - off..stop - off],
+                    &now[start - off..stop - off],
+                    start % PAGE,
+                    &mine,
+                    e,
+                );
+            }
+            let bits = self.bits_for(c, page, true, from);
+            for (w, x) in bits.iter_mut().zip(changed.iter()) {
+                *w |= x;
+            }
         }
     }
 
@@ -888,6 +1144,8 @@ impl Recorder {
         if let Some(c) = CHECKER.get()
             && !bits.is_empty()
         {
+            *c.open.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            c.ended.notify_all();
             let accesses = bits
                 .into_iter()
                 .map(|((page, site, write), bits)| Access {
@@ -1052,6 +1310,8 @@ pub enum Local {
     Object(usize),
     /// A thread that ended, by its `pthread_t`.
     Thread(libc::pthread_t),
+    /// An OpenMP parallel region's team, which ended (the region's address while it runs).
+    Team(usize),
 }
 
 /// This thread is about to release `what` (unlock a mutex, post a semaphore, enter a pthread
@@ -1096,7 +1356,7 @@ pub fn local_acquire(what: Local) {
         let slot = {
             let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
             match what {
-                Local::Thread(_) => local.remove(&what),
+                Local::Thread(_) | Local::Team(_) => local.remove(&what),
                 Local::Object(_) => local.get(&what).cloned(),
             }
         };
@@ -1192,14 +1452,13 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
     let Some(c) = CHECKER.get() else { return };
     // Threads that ended (joined before this exit) keep their last segment in their
     // thread-local destructor, which may still be running: wait for them, a while.
-    let mine = usize::from(RECORDER.try_with(|r| r.borrow().is_some()).unwrap_or(false));
-    let live = c.live.lock().unwrap_or_else(|e| e.into_inner());
-    let (live, _) = c
+    let open = c.open.lock().unwrap_or_else(|e| e.into_inner());
+    let (open, _) = c
         .ended
-        .wait_timeout_while(live, std::time::Duration::from_secs(2), |n| *n > mine)
+        .wait_timeout_while(open, std::time::Duration::from_secs(2), |n| *n > 0)
         .unwrap_or_else(|e| e.into_inner());
-    let running = live.saturating_sub(mine);
-    drop(live);
+    let running = *open;
+    drop(open);
     let lost = HANDLER_LOST.load(Ordering::Relaxed);
     if lost > 0 {
         log::warn!(
@@ -1211,8 +1470,8 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
     }
     if running > 0 {
         log::warn!(
-            "check_races: {running} thread(s) of node {} still ran at jia_exit: their last \
-             accesses are not checked",
+            "check_races: {running} thread(s) of node {} still ran at jia_exit with accesses not \
+             checked yet (their last ones are not)",
             c.node
         );
     }
@@ -1323,6 +1582,57 @@ mod tests {
         set_bits(&mut all, 0, PAGE);
         assert_eq!(runs_of(&all), vec![(0, PAGE as u16)]);
         assert_eq!(run_count(&all), 1);
+    }
+
+    /// The protocol's writes to a page under a slice are not the slice's thread's; its own
+    /// writes before or after them are, and so are its other changes; a write whose bytes are
+    /// not kept claims nothing.
+    #[test]
+    fn a_slice_claims_its_threads_bytes_not_the_protocols() {
+        let came = |lo: usize, before: &[u8], after: &[u8]| CameIn {
+            page: 0,
+            lo,
+            hi: lo + after.len(),
+            images: Some((before.to_vec(), after.to_vec())),
+        };
+        let claimed = |then: &[u8], now: &[u8], came_in: &[&CameIn]| {
+            runs_of(&this_threads_changes(then, now, 0, came_in, 1))
+        };
+        // Another node's diff wrote byte 1 after the snapshot; the thread wrote byte 3.
+        let w = came(1, &[0], &[9]);
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 9, 0, 7], &[&w]), vec![(3, 4)]);
+        // The snapshot was taken while the diff was copying: it holds the diff's byte.
+        assert_eq!(claimed(&[0, 9, 0, 0], &[0, 9, 0, 0], &[&w]), vec![]);
+        // The thread wrote byte 1 before the diff came (the diff found 5 there) ...
+        let w5 = came(1, &[5], &[9]);
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 9, 0, 0], &[&w5]), vec![(1, 2)]);
+        // ... or after it (byte 1 is now neither the diff's nor the snapshot's).
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 4, 0, 0], &[&w]), vec![(1, 2)]);
+        // Two diffs on byte 1: the first found the snapshot's byte, the last left 8.
+        let w8 = came(1, &[9], &[8]);
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 8, 0, 0], &[&w, &w8]), vec![]);
+        // A write whose bytes are no longer kept: its bytes are not claimed, others are.
+        let lost = CameIn {
+            page: 0,
+            lo: 0,
+            hi: 2,
+            images: None,
+        };
+        assert_eq!(
+            claimed(&[0, 0, 0, 0], &[1, 1, 1, 0], &[&lost]),
+            vec![(2, 3)]
+        );
+        // Elements: a claimed byte claims its element.
+        assert_eq!(
+            runs_of(&this_threads_changes(
+                &[0; 8],
+                &[0, 0, 0, 7, 0, 0, 0, 0],
+                0,
+                &[],
+                4
+            )),
+            vec![(0, 4)]
+        );
     }
 
     /// A read and a write of one page from sites a few bytes apart (`a[i] += x` in C) fall in

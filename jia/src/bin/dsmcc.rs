@@ -93,6 +93,16 @@ fn main() {
     }
     let links = !args.iter().any(|a| NO_LINK.iter().any(|n| a == n));
     let cc = std::env::var_os("DSMCC_CC").unwrap_or_else(|| "cc".into());
+    if check_races
+        && args
+            .iter()
+            .any(|a| a.to_string_lossy().starts_with("-flto"))
+    {
+        fail(
+            "--check-races does not take -flto: the checker renames calls in the compiled \
+             objects, which link-time optimisation leaves as compiler bitcode",
+        );
+    }
     let checking = check_races.then(|| instrument_flags(&cc));
     // The checker's hooks are called at every load and store: linked into the program, each
     // call is a direct one (through libjia.so, one more jump; matmul.c 512 on 2 nodes, checking
@@ -131,6 +141,15 @@ fn main() {
             cmd.arg("-ljia");
         }
         cmd.args(["-lpthread", "-ldl", "-lm"]);
+        if check_races && args.iter().any(|a| a == "-fopenmp") {
+            // The checked objects call libjia's OpenMP entries, which find libgomp's at run
+            // time: without a direct call left, the linker would drop libgomp.
+            cmd.args([
+                "-Wl,--push-state,--no-as-needed",
+                "-lgomp",
+                "-Wl,--pop-state",
+            ]);
+        }
         if !static_jia {
             cmd.arg(format!("-Wl,-rpath,{}", dir.display()));
         }
@@ -174,7 +193,9 @@ fn show_command(cmd: &Command) {
 
 /// The compiler flags of `--check-races`: ThreadSanitizer's instrumentation (every load and
 /// store calls libjia), line tables, no call at every function's entry and exit (not needed),
-/// and, for clang, a read kept before a write to the same place; and no inline expansion of
+/// and, for clang, a read kept before a write to the same place; no tail calls (libjia's
+/// entries take their caller's line from the return address, which a tail call would make the
+/// caller's caller's); and no inline expansion of
 /// [`CHECKED_MEMORY_FUNCTIONS`] (gcc expands a `memcpy` of a known size into moves it does not
 /// instrument), whose calls then go to libjia.
 fn instrument_flags(cc: &OsString) -> Vec<String> {
@@ -203,12 +224,14 @@ fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
             "-tsan-instrument-func-entry-exit=0",
             "-mllvm",
             "-tsan-instrument-read-before-write",
+            "-fno-optimize-sibling-calls",
         ]
     } else {
         vec![
             "-fsanitize=thread",
             "-g",
             "--param=tsan-instrument-func-entry-exit=0",
+            "-fno-optimize-sibling-calls",
         ]
     }
 }
@@ -235,6 +258,14 @@ const CHECKED_SYNC_FUNCTIONS: &[&str] = &[
     "sem_wait",
     "pthread_create",
     "pthread_join",
+    "GOMP_parallel",
+    "GOMP_barrier",
+    "GOMP_critical_start",
+    "GOMP_critical_end",
+    "GOMP_critical_name_start",
+    "GOMP_critical_name_end",
+    "GOMP_atomic_start",
+    "GOMP_atomic_end",
 ];
 
 /// The command that renames a checked object's calls of [`CHECKED_MEMORY_FUNCTIONS`] and
@@ -286,8 +317,13 @@ fn is_source(a: &OsString) -> bool {
 fn compile_objects_for_checking(cc: &OsString, args: &[OsString], show: bool) -> ! {
     let mut cmd = Command::new(cc);
     cmd.arg(format!("-I{INCLUDE}")).args(args);
+    let joined = args.iter().find_map(|a| {
+        let a = a.to_str()?;
+        (a.len() > 2 && a.starts_with("-o")).then(|| PathBuf::from(&a[2..]))
+    });
     let objects: Vec<PathBuf> = match args.iter().position(|a| a == "-o") {
         Some(k) => args.get(k + 1).map(PathBuf::from).into_iter().collect(),
+        None if joined.is_some() => joined.into_iter().collect(),
         None => args
             .iter()
             .filter(|a| is_source(a))
@@ -333,6 +369,9 @@ fn compile_for_checking(
         }
         if s == "-o" {
             skip_next = true;
+            continue;
+        }
+        if s.starts_with("-o") {
             continue;
         }
         if is_source(a) || s.starts_with("-l") || s.starts_with("-L") || s.starts_with("-Wl,") {

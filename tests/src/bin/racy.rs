@@ -167,6 +167,48 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             std::hint::black_box(a.get(33));
             drop(row);
         }
+        "free-guard-home-incoming" => {
+            // Node 0, the array's home, holds a guard over elements 16..24 and writes 16, then
+            // 17 under lock 1. Node 1 writes 20 under lock 1 and tells node 0 by a letter: its
+            // diff reaches the home first and changes the guarded bytes in place. That is not
+            // node 0's write.
+            if me == 1 {
+                {
+                    let _held = dsm.lock(1);
+                    a.set(20, 55);
+                }
+                dsm.send(0, 7, b"done");
+            } else {
+                // SAFETY: node 0 writes elements 16 and 17 alone; node 1's write of 20 is
+                // ordered before node 0's acquire of lock 1.
+                let mut row = unsafe { a.slice_mut(16..24) };
+                row[0] = 1;
+                let _ = dsm.recv(Some(1), Some(7));
+                {
+                    let _held = dsm.lock(1);
+                    row[1] = 2;
+                }
+                drop(row);
+            }
+        }
+        "free-slices-home-last" => {
+            // Both nodes change their colour of one row through a guard (red-black SOR's
+            // pattern); node 0, the row's home, changes its own after node 1's diff came in
+            // (node 1 releases under lock 2 and tells it by a letter).
+            // SAFETY: each node changes only its colour of the row.
+            let mut row = unsafe { a.slice_mut(64..128) };
+            if me == 0 {
+                let _ = dsm.recv(Some(1), Some(8));
+            }
+            for x in row.iter_mut().skip(me).step_by(2) {
+                *x += 1;
+            }
+            if me == 1 {
+                drop(row);
+                drop(dsm.lock(2));
+                dsm.send(0, 8, b"done");
+            }
+        }
         "free-barrier" => {
             if me == 0 {
                 a.set(5, 5);
