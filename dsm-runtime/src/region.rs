@@ -184,15 +184,18 @@ impl PageMemory for Region {
         let dst = self.page_ptr(page).wrapping_add(offset);
         // What comes in from the protocol is no thread's write (the race checker's slices):
         // logged with the bytes it replaces.
-        if crate::races::on() {
+        let logged = crate::races::on() && {
             // SAFETY: dst..dst+len lies inside one page of the service mapping (checked
             // above); read as plain bytes, as `read` does.
             let before = unsafe { std::slice::from_raw_parts(dst.cast_const(), data.len()) };
-            crate::races::incoming(page.index(), offset, before, data);
-        }
+            crate::races::incoming(page.index(), offset, before, data)
+        };
         // SAFETY: dst..dst+len lies inside one page of the service mapping (checked above), and
         // `data` is a distinct Rust slice.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        if logged {
+            crate::races::incoming_done();
+        }
     }
 
     fn protect(&mut self, first: PageNum, count: u32, prot: Prot) {

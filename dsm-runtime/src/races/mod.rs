@@ -289,6 +289,8 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
 /// snapshot's (the thread wrote it after). A thread writing the very value another node wrote
 /// is not seen. A byte written by a write whose bytes are no longer kept is not claimed. Then
 /// whole elements of `element` bytes.
+#[cold]
+#[inline(never)]
 fn this_threads_changes(
     then: &[u8],
     now: &[u8],
@@ -350,6 +352,8 @@ const INCOMING: usize = 1 << 14;
 /// after). Written from the fault path too, hence atomics only.
 struct IncomingLog {
     next: AtomicU64,
+    /// Writes logged whose copy is not done.
+    in_flight: AtomicUsize,
     seqs: [AtomicU64; INCOMING],
     spans: [AtomicU64; INCOMING],
     /// Where entry's bytes before and after lie in `image` (`u64::MAX`: not kept, the write
@@ -367,6 +371,7 @@ const IMAGE_MAX: usize = PAGE;
 
 static INCOMING_LOG: IncomingLog = IncomingLog {
     next: AtomicU64::new(0),
+    in_flight: AtomicUsize::new(0),
     seqs: [const { AtomicU64::new(0) }; INCOMING],
     spans: [const { AtomicU64::new(0) }; INCOMING],
     images: [const { AtomicU64::new(0) }; INCOMING],
@@ -389,12 +394,15 @@ static LIVE_SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
 /// The protocol is about to write `len` bytes at `offset` of page `page` of shared memory
 /// (logged before the write: a compare that sees the bytes changed finds the entry). Signal
 /// context (the fault path may apply what it fetched): atomics only, no wait.
-pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) {
+///
+/// Returns whether it was logged: then [`incoming_done`] follows the copy.
+pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) -> bool {
     let len = after.len();
     if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {
-        return;
+        return false;
     }
     let log = &INCOMING_LOG;
+    log.in_flight.fetch_add(1, Ordering::SeqCst);
     let n = log.next.fetch_add(1, Ordering::SeqCst);
     let slot = n as usize % INCOMING;
     log.seqs[slot].store(0, Ordering::SeqCst);
@@ -411,20 +419,30 @@ pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) 
     };
     log.images[slot].store(at, Ordering::SeqCst);
     log.seqs[slot].store(n + 1, Ordering::SeqCst);
+    true
 }
 
-/// Writes of the protocol that may still be copying (entries logged before their copy): a
-/// snapshot leaves this many of the latest out of its count (the fault handlers of a node's
-/// threads and its service thread write at once, far fewer than this).
+/// The protocol's write logged by [`incoming`] is copied. Signal context: one atomic.
+pub(crate) fn incoming_done() {
+    INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// How far back a snapshot taken while writes were still copying looks: more than the
+/// protocol's writes that can be copying at once (the fault handlers of a node's threads and
+/// its service thread).
 const INCOMING_IN_FLIGHT: u64 = 256;
 
 /// The [`incoming`] log's count for a snapshot taken now: the entries logged before it, less
-/// those whose copy may not be done yet (they may change its bytes after it is taken).
+/// [`INCOMING_IN_FLIGHT`] if some may still be copying (they may change its bytes after it is
+/// taken; with none, a compare with no entry since skips the log).
 fn incoming_now() -> u64 {
-    INCOMING_LOG
-        .next
-        .load(Ordering::SeqCst)
-        .saturating_sub(INCOMING_IN_FLIGHT)
+    let log = &INCOMING_LOG;
+    let now = log.next.load(Ordering::SeqCst);
+    if log.in_flight.load(Ordering::SeqCst) > 0 {
+        now.saturating_sub(INCOMING_IN_FLIGHT)
+    } else {
+        now
+    }
 }
 
 /// What the protocol wrote in pages `[first, end)` since the log's count was `since`: (page,
@@ -433,7 +451,7 @@ fn incoming_now() -> u64 {
 fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec<CameIn>> {
     let log = &INCOMING_LOG;
     let now = log.next.load(Ordering::SeqCst);
-    if now - since > INCOMING as u64 {
+    if now.saturating_sub(since) > INCOMING as u64 {
         return None;
     }
     let mut out = Vec::new();
@@ -1097,9 +1115,18 @@ impl Recorder {
             let page = (at / PAGE) as u32;
             let stop = end.min((page as usize + 1) * PAGE);
             let (a, b) = (&then[at - off..stop - off], &now[at - off..stop - off]);
-            let mut changed: Box<PageBits> = Box::new([0; PAGE / 64]);
+            let mut changed: PageBits = [0; PAGE / 64];
             if changed_bits(a, b, at % PAGE, t.element, &mut changed) {
-                changed_pages.push((page, changed));
+                if INCOMING_LOG.next.load(Ordering::SeqCst) == t.seq {
+                    // The protocol wrote nothing since the snapshot (its writes are logged
+                    // before they are made): all of it is this thread's.
+                    let bits = self.bits_for(c, page, true, from);
+                    for (w, x) in bits.iter_mut().zip(changed.iter()) {
+                        *w |= x;
+                    }
+                } else {
+                    changed_pages.push((page, Box::new(changed)));
+                }
             }
             at = stop;
         }
