@@ -457,6 +457,17 @@ fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec<CameIn>> {
     let mut out = Vec::new();
     for n in since..now {
         let slot = n as usize % INCOMING;
+        // An entry being written (its writer copies its bytes before and after first, a few
+        // microseconds at most): waited for a while, a millisecond at most.
+        let mut tries = 0;
+        while log.seqs[slot].load(Ordering::SeqCst) != n + 1 && tries < 1000 {
+            tries += 1;
+            if tries % 64 == 0 {
+                std::thread::sleep(std::time::Duration::from_micros(1));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
         let before = log.seqs[slot].load(Ordering::SeqCst);
         let span = log.spans[slot].load(Ordering::SeqCst);
         let at = log.images[slot].load(Ordering::SeqCst);
