@@ -3,9 +3,9 @@
  * pages are read before the timer starts and nothing invalidates them meanwhile, so the handler
  * never faults (a fault served inside a handler that interrupted malloc may allocate: the DSM's
  * own limit). Under the race checker, a handler's access recorded with memory allocation
- * deadlocked when the signal landed inside the main thread's malloc. Node 0 writes the words
- * after the run, outside any barrier's order with the handler's reads of the other node: one
- * read-write race, reported. With `early`, the handler is installed before jia_init.
+ * deadlocked when the signal landed inside the main thread's malloc. Node 0 writes a word after
+ * the run, outside any barrier's order with the other node's reads of it, in its handler and
+ * before the timer: two read-write races, both reported. With `early`, the handler is installed before jia_init.
  * Usage: handler_malloc [SECONDS [early]] */
 #define _GNU_SOURCE
 #include <signal.h>
