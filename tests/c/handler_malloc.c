@@ -5,8 +5,8 @@
  * own limit). Under the race checker, a handler's access recorded with memory allocation
  * deadlocked when the signal landed inside the main thread's malloc. Node 0 writes a word after
  * the run, outside any barrier's order with the other node's reads of it, in its handler and
- * before the timer: two read-write races, both reported. With `early`, the handler is installed before jia_init.
- * Usage: handler_malloc [SECONDS [early]] */
+ * before the timer: two read-write races, both reported. With `early`, the handler is
+ * installed before jia_init. Usage: handler_malloc [SECONDS [early]] */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
