@@ -443,35 +443,42 @@ fn object(p: *const c_void) -> Local {
     Local::Object(p as usize)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_mutex_lock(m: *mut libc::pthread_mutex_t) -> c_int {
-    // SAFETY: the caller's argument, as to pthread_mutex_lock.
-    let rc = unsafe { libc::pthread_mutex_lock(m) };
-    if rc == 0 {
-        dsm_runtime::races::local_acquire(object(m.cast()));
-    }
-    rc
+/// An entry for a call that acquires the object it is given when it returns 0 (`$call(obj)`).
+macro_rules! acquired_on_success {
+    ($($name:ident => $call:ident($ty:ty);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(obj: *mut $ty) -> c_int {
+            // SAFETY: the caller's argument, as to the C library's function.
+            let rc = unsafe { libc::$call(obj) };
+            if rc == 0 {
+                dsm_runtime::races::local_acquire(object(obj.cast()));
+            }
+            rc
+        }
+    )*};
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_mutex_trylock(
-    m: *mut libc::pthread_mutex_t,
-) -> c_int {
-    // SAFETY: the caller's argument, as to pthread_mutex_trylock.
-    let rc = unsafe { libc::pthread_mutex_trylock(m) };
-    if rc == 0 {
-        dsm_runtime::races::local_acquire(object(m.cast()));
-    }
-    rc
+/// An entry for a call that releases the object it is given (`$call(obj)`).
+macro_rules! released_before {
+    ($($name:ident => $call:ident($ty:ty);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(obj: *mut $ty) -> c_int {
+            dsm_runtime::races::local_release(object(obj.cast()));
+            // SAFETY: the caller's argument, as to the C library's function.
+            unsafe { libc::$call(obj) }
+        }
+    )*};
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_mutex_unlock(
-    m: *mut libc::pthread_mutex_t,
-) -> c_int {
-    dsm_runtime::races::local_release(object(m.cast()));
-    // SAFETY: the caller's argument, as to pthread_mutex_unlock.
-    unsafe { libc::pthread_mutex_unlock(m) }
+acquired_on_success! {
+    __dsm_checked_pthread_mutex_lock => pthread_mutex_lock(libc::pthread_mutex_t);
+    __dsm_checked_pthread_mutex_trylock => pthread_mutex_trylock(libc::pthread_mutex_t);
+    __dsm_checked_sem_wait => sem_wait(libc::sem_t);
+}
+
+released_before! {
+    __dsm_checked_pthread_mutex_unlock => pthread_mutex_unlock(libc::pthread_mutex_t);
+    __dsm_checked_sem_post => sem_post(libc::sem_t);
 }
 
 #[unsafe(no_mangle)]
@@ -507,23 +514,6 @@ pub unsafe extern "C" fn __dsm_checked_pthread_barrier_wait(
     // SAFETY: the caller's argument, as to pthread_barrier_wait.
     let rc = unsafe { libc::pthread_barrier_wait(b) };
     dsm_runtime::races::local_acquire(object(b.cast()));
-    rc
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_sem_post(s: *mut libc::sem_t) -> c_int {
-    dsm_runtime::races::local_release(object(s.cast()));
-    // SAFETY: the caller's argument, as to sem_post.
-    unsafe { libc::sem_post(s) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_sem_wait(s: *mut libc::sem_t) -> c_int {
-    // SAFETY: the caller's argument, as to sem_wait.
-    let rc = unsafe { libc::sem_wait(s) };
-    if rc == 0 {
-        dsm_runtime::races::local_acquire(object(s.cast()));
-    }
     rc
 }
 

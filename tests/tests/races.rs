@@ -302,6 +302,37 @@ fn clang_built_programs_are_checked_too() {
     }
 }
 
+/// Every call dsmcc renames in a checked object (its `objcopy --redefine-sym` line, shown by
+/// `--show`) has its entry in libjia: a name missing there would fail to link only the
+/// programs that call it.
+#[test]
+fn every_call_dsmcc_renames_has_its_entry_in_libjia() {
+    let show = Command::new(bin("dsmcc"))
+        .args(["--show", "--check-races", "x.c", "-o", "x"])
+        .output()
+        .expect("run dsmcc --show");
+    let shown = String::from_utf8_lossy(&show.stdout);
+    let renamed: Vec<&str> = shown
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("--redefine-sym="))
+        .filter_map(|w| w.split_once('=').map(|(_, to)| to))
+        .collect();
+    assert!(renamed.len() >= 20, "{shown}");
+    let lib = bin("dsmcc").with_file_name("libjia.a");
+    let Ok(nm) = Command::new("nm").arg("--defined-only").arg(&lib).output() else {
+        eprintln!("skipped: nm is not installed (apt-get install binutils)");
+        return;
+    };
+    let defined = String::from_utf8_lossy(&nm.stdout);
+    for name in renamed {
+        assert!(
+            defined.lines().any(|l| l.ends_with(&format!(" T {name}"))),
+            "{name} is renamed to by dsmcc but not defined in {}",
+            lib.display()
+        );
+    }
+}
+
 /// An object compiled on its own (`dsmcc --check-races -c`) and linked after: its calls of
 /// the C library's memory functions are seen as well.
 #[test]

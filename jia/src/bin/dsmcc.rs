@@ -312,6 +312,22 @@ fn is_source(a: &OsString) -> bool {
         .any(|ext| a.ends_with(ext) && !a.starts_with('-'))
 }
 
+/// Runs the compiler command `cmd` (with `show`, prints it); if it fails, `undo` and exit with
+/// its status.
+fn compile_or_show(cmd: &mut Command, cc: &OsString, show: bool, undo: impl FnOnce()) {
+    if show {
+        show_command(cmd);
+        return;
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
+    if !status.success() {
+        undo();
+        exit(status.code().unwrap_or(1));
+    }
+}
+
 /// `--check-races -c`: compiles as asked, then renames the objects' calls of the C library's
 /// memory functions ([`rename_calls`]): the `-o` file, or each source's `.o` here. Exits.
 fn compile_objects_for_checking(cc: &OsString, args: &[OsString], show: bool) -> ! {
@@ -331,16 +347,7 @@ fn compile_objects_for_checking(cc: &OsString, args: &[OsString], show: bool) ->
             .map(|stem| PathBuf::from(stem).with_extension("o"))
             .collect(),
     };
-    if show {
-        show_command(&cmd);
-    } else {
-        let status = cmd
-            .status()
-            .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
-        if !status.success() {
-            exit(status.code().unwrap_or(1));
-        }
-    }
+    compile_or_show(&mut cmd, cc, show, || {});
     for object in &objects {
         rename_calls_in(object, show);
     }
@@ -394,17 +401,9 @@ fn compile_for_checking(
             .arg(a)
             .arg("-o")
             .arg(&object);
-        if show {
-            show_command(&cmd);
-        } else {
-            let status = cmd
-                .status()
-                .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
-            if !status.success() {
-                let _ = std::fs::remove_dir_all(&dir);
-                exit(status.code().unwrap_or(1));
-            }
-        }
+        compile_or_show(&mut cmd, cc, show, || {
+            let _ = std::fs::remove_dir_all(&dir);
+        });
         rename_calls_in(&object, show);
         linked.push(object.into_os_string());
     }
