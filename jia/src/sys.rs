@@ -623,32 +623,63 @@ extern "C" fn checked_region(region: *mut c_void) {
     dsm_runtime::races::local_release(Local::Team(region as *const Region as usize));
 }
 
-static GOMP_PARALLEL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// libgomp's calls that open a parallel region: `$name(run, data, args...)` runs `run(data)`
+/// on a team; wrapped, every team thread starts from the opener's clock and the opener goes on
+/// from all of theirs.
+macro_rules! gomp_region {
+    ($($name:ident => $real:ident, $cache:ident, ($($arg:ident: $ty:ty),*);)*) => {$(
+        static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_GOMP_parallel(
-    run: extern "C" fn(*mut c_void),
-    data: *mut c_void,
-    threads: u32,
-    flags: u32,
-) {
-    let real = gomp(&GOMP_PARALLEL, b"GOMP_parallel\0");
-    // SAFETY: libgomp's GOMP_parallel, whose signature this is.
-    let real: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, u32, u32) =
-        unsafe { std::mem::transmute(real) };
-    let region = Region {
-        run,
-        data,
-        opener: dsm_runtime::races::thread_spawning(),
-    };
-    let key = Local::Team(&region as *const Region as usize);
-    real(
-        checked_region,
-        (&region as *const Region).cast_mut().cast(),
-        threads,
-        flags,
-    );
-    dsm_runtime::races::local_acquire(key);
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            run: extern "C" fn(*mut c_void),
+            data: *mut c_void,
+            $($arg: $ty),*
+        ) {
+            let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
+            // SAFETY: libgomp's function of that name, whose signature this is.
+            let real: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, $($ty),*) =
+                unsafe { std::mem::transmute(real) };
+            let region = Region {
+                run,
+                data,
+                opener: dsm_runtime::races::thread_spawning(),
+            };
+            let key = Local::Team(&region as *const Region as usize);
+            real(checked_region, (&region as *const Region).cast_mut().cast(), $($arg),*);
+            dsm_runtime::races::local_acquire(key);
+        }
+    )*};
+}
+
+gomp_region! {
+    __dsm_checked_GOMP_parallel => GOMP_parallel, GOMP_PARALLEL, (threads: u32, flags: u32);
+    __dsm_checked_GOMP_parallel_sections => GOMP_parallel_sections, GOMP_PARALLEL_SECTIONS,
+        (threads: u32, count: u32, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_static => GOMP_parallel_loop_static,
+        GOMP_PARALLEL_LOOP_STATIC,
+        (threads: u32, start: i64, end: i64, incr: i64, chunk: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_dynamic => GOMP_parallel_loop_dynamic,
+        GOMP_PARALLEL_LOOP_DYNAMIC,
+        (threads: u32, start: i64, end: i64, incr: i64, chunk: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_guided => GOMP_parallel_loop_guided,
+        GOMP_PARALLEL_LOOP_GUIDED,
+        (threads: u32, start: i64, end: i64, incr: i64, chunk: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_nonmonotonic_dynamic =>
+        GOMP_parallel_loop_nonmonotonic_dynamic, GOMP_PARALLEL_LOOP_NONMONOTONIC_DYNAMIC,
+        (threads: u32, start: i64, end: i64, incr: i64, chunk: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_nonmonotonic_guided =>
+        GOMP_parallel_loop_nonmonotonic_guided, GOMP_PARALLEL_LOOP_NONMONOTONIC_GUIDED,
+        (threads: u32, start: i64, end: i64, incr: i64, chunk: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_runtime => GOMP_parallel_loop_runtime,
+        GOMP_PARALLEL_LOOP_RUNTIME, (threads: u32, start: i64, end: i64, incr: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_nonmonotonic_runtime =>
+        GOMP_parallel_loop_nonmonotonic_runtime, GOMP_PARALLEL_LOOP_NONMONOTONIC_RUNTIME,
+        (threads: u32, start: i64, end: i64, incr: i64, flags: u32);
+    __dsm_checked_GOMP_parallel_loop_maybe_nonmonotonic_runtime =>
+        GOMP_parallel_loop_maybe_nonmonotonic_runtime,
+        GOMP_PARALLEL_LOOP_MAYBE_NONMONOTONIC_RUNTIME,
+        (threads: u32, start: i64, end: i64, incr: i64, flags: u32);
 }
 
 /// A libgomp entry without arguments, seen as a release of `key` before it and an acquire
@@ -682,6 +713,10 @@ const OMP_ATOMIC: Local = Local::Object(3);
 
 gomp_sync! {
     __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER, OMP_BARRIER, true, true;
+    // The ends of `omp for` and `omp sections` without `nowait`: a barrier of the team.
+    __dsm_checked_GOMP_loop_end => GOMP_loop_end, GOMP_LOOP_END, OMP_BARRIER, true, true;
+    __dsm_checked_GOMP_sections_end => GOMP_sections_end, GOMP_SECTIONS_END, OMP_BARRIER,
+        true, true;
     __dsm_checked_GOMP_critical_start => GOMP_critical_start, GOMP_CRITICAL_START, OMP_CRITICAL,
         false, true;
     __dsm_checked_GOMP_critical_end => GOMP_critical_end, GOMP_CRITICAL_END, OMP_CRITICAL,
