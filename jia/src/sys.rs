@@ -636,10 +636,10 @@ macro_rules! gomp_region {
             data: *mut c_void,
             $($arg: $ty),*
         ) {
+            type Real = extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, $($ty),*);
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
             // SAFETY: libgomp's function of that name, whose signature this is.
-            let real: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, $($ty),*) =
-                unsafe { std::mem::transmute(real) };
+            let real: Real = unsafe { std::mem::transmute(real) };
             let region = Region {
                 run,
                 data,
