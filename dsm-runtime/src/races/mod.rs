@@ -14,14 +14,26 @@
 //!
 //! Off (the default), every hook is one relaxed load of `ON` and a branch.
 
+mod bits;
+mod handler;
+mod incoming;
 pub(crate) mod records;
 pub(crate) mod report;
+mod slices;
 pub(crate) mod summary;
 
-use std::cell::{Cell, RefCell};
+use bits::changed_bits;
+pub(crate) use bits::{for_each_run, run_count, runs_of, set_bits};
+use handler::HANDLER_ACCESSES;
+pub use handler::in_signal_handler;
+pub(crate) use incoming::{incoming, incoming_done};
+use slices::Snapshot;
+pub(crate) use slices::{Taken, slice_dropped, slice_taken};
+
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Threads per node the vector clocks have room for.
@@ -231,40 +243,6 @@ struct Recorder {
     spare_bits: Vec<Box<PageBits>>,
 }
 
-/// A mutable slice a thread holds: its offset in the region, where its bytes as they were lie
-/// in [`Recorder::snapshot_bytes`], its length, where it was taken, and its number.
-struct Snapshot {
-    id: u32,
-    /// The [`incoming`] log's count when its bytes were copied: bytes the protocol wrote since
-    /// are not the thread's.
-    seq: u64,
-    off: usize,
-    at: usize,
-    len: usize,
-    /// The size of the slice's elements.
-    element: usize,
-    from: From,
-}
-
-/// A mutable slice's snapshot, held by the slice's guard ([`crate::SliceMut`]) until it is
-/// dropped.
-#[derive(Debug)]
-pub(crate) struct Taken {
-    thread: u32,
-    id: u32,
-}
-
-/// Sets the bits of bytes `[lo, hi)` (one page's).
-pub(crate) fn set_bits(bits: &mut PageBits, lo: usize, hi: usize) {
-    let mut i = lo;
-    while i < hi {
-        let (w, s) = (i / 64, i % 64);
-        let n = (hi - i).min(64 - s);
-        bits[w] |= if n == 64 { !0 } else { ((1u64 << n) - 1) << s };
-        i += n;
-    }
-}
-
 /// The memo set of (`from`, `page`, `write`): its first entry (the second is the next one).
 /// Every bit of each is mixed in (a 64-bit finaliser): the sites of a loop are a few bytes
 /// apart, and a read and a write of one element (`a[i] += x`) from the same page must not
@@ -281,320 +259,10 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
     (k as usize % (MEMO / 2)) * 2
 }
 
-/// The elements of one page (bytes `then`/`now` from byte `lo` of it) that this thread
-/// changed, given the protocol's writes to it meanwhile (`came_in`, oldest first). A byte they
-/// wrote is this thread's if the snapshot holds neither what the first of them found there nor
-/// what it left (the thread wrote it before: a snapshot taken while that write was copying
-/// holds one or the other), or if the byte now is neither what the last of them left nor the
-/// snapshot's (the thread wrote it after). A thread writing the very value another node wrote
-/// is not seen. A byte written by a write whose bytes are no longer kept is not claimed. Then
-/// whole elements of `element` bytes.
-#[cold]
-#[inline(never)]
-fn this_threads_changes(
-    then: &[u8],
-    now: &[u8],
-    lo: usize,
-    came_in: &[&CameIn],
-    element: usize,
-) -> PageBits {
-    let mut first_before = [0u8; PAGE];
-    let mut first_after = [0u8; PAGE];
-    let mut last_after = [0u8; PAGE];
-    let mut covered: PageBits = [0; PAGE / 64];
-    let mut unknown: PageBits = [0; PAGE / 64];
-    let bit = |bits: &PageBits, x: usize| bits[x / 64] >> (x % 64) & 1 == 1;
-    for w in came_in {
-        for x in w.lo.max(lo)..w.hi.min(lo + then.len()) {
-            match &w.images {
-                Some((before, after)) => {
-                    if !bit(&covered, x) {
-                        first_before[x] = before[x - w.lo];
-                        first_after[x] = after[x - w.lo];
-                        covered[x / 64] |= 1 << (x % 64);
-                    }
-                    last_after[x] = after[x - w.lo];
-                }
-                None => unknown[x / 64] |= 1 << (x % 64),
-            }
-        }
-    }
-    let mut mine: PageBits = [0; PAGE / 64];
-    for (i, (&a, &b)) in then.iter().zip(now).enumerate() {
-        let x = lo + i;
-        let claimed = if bit(&unknown, x) {
-            false
-        } else if bit(&covered, x) {
-            (a != first_before[x] && a != first_after[x]) || (b != last_after[x] && b != a)
-        } else {
-            a != b
-        };
-        if claimed {
-            mine[x / 64] |= 1 << (x % 64);
-        }
-    }
-    for w in mine.iter_mut() {
-        *w = crate::sys::whole_elements(*w, element);
-    }
-    mine
-}
-
-/// Entries of the [`incoming`] log (a power of two).
-const INCOMING: usize = 1 << 14;
-
-/// Bytes of shared memory the protocol wrote on this node while some thread held a mutable
-/// slice: another node's diff applied here (the home), a page fetched. A slice's snapshot
-/// compare leaves them out: they are not its thread's writes (a home's page changes under a
-/// slice whenever another node releases writes to other bytes of it).
-///
-/// A ring of the latest [`INCOMING`]: entry `n` is slot `n % INCOMING`, whose sequence word is
-/// `n + 1` once its (page, lo, hi) word is written (a seqlock: readers check it before and
-/// after). Written from the fault path too, hence atomics only.
-struct IncomingLog {
-    next: AtomicU64,
-    /// Writes logged whose copy is not done.
-    in_flight: AtomicUsize,
-    seqs: [AtomicU64; INCOMING],
-    spans: [AtomicU64; INCOMING],
-    /// Where entry's bytes before and after lie in `image` (`u64::MAX`: not kept, the write
-    /// was larger than [`IMAGE_MAX`]).
-    images: [AtomicU64; INCOMING],
-    image_next: AtomicU64,
-    image: [AtomicU8; IMAGE_BYTES],
-}
-
-/// Bytes of the ring that keeps the writes' bytes before and after (a power of two: 1,024
-/// fetched pages; zero pages until used).
-const IMAGE_BYTES: usize = 1 << 23;
-/// The largest write whose bytes are kept: a page.
-const IMAGE_MAX: usize = PAGE;
-
-static INCOMING_LOG: IncomingLog = IncomingLog {
-    next: AtomicU64::new(0),
-    in_flight: AtomicUsize::new(0),
-    seqs: [const { AtomicU64::new(0) }; INCOMING],
-    spans: [const { AtomicU64::new(0) }; INCOMING],
-    images: [const { AtomicU64::new(0) }; INCOMING],
-    image_next: AtomicU64::new(0),
-    image: [const { AtomicU8::new(0) }; IMAGE_BYTES],
-};
-
-/// One write of the protocol's, as [`incoming_since`] reads it: its page, bytes `[lo, hi)` of
-/// it, and (small ones) the bytes before and after.
-struct CameIn {
-    page: u32,
-    lo: usize,
-    hi: usize,
-    images: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-/// Mutable slices held by this node's threads (nothing is logged when there are none).
-static LIVE_SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
-
-/// The protocol is about to write `len` bytes at `offset` of page `page` of shared memory
-/// (logged before the write: a compare that sees the bytes changed finds the entry). Signal
-/// context (the fault path may apply what it fetched): atomics only, no wait.
-///
-/// Returns whether it was logged: then [`incoming_done`] follows the copy.
-pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) -> bool {
-    let len = after.len();
-    if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {
-        return false;
-    }
-    let log = &INCOMING_LOG;
-    log.in_flight.fetch_add(1, Ordering::SeqCst);
-    let n = log.next.fetch_add(1, Ordering::SeqCst);
-    let slot = n as usize % INCOMING;
-    log.seqs[slot].store(0, Ordering::SeqCst);
-    let span = (page as u64) << 32 | (offset as u64) << 16 | (offset + len) as u64;
-    log.spans[slot].store(span, Ordering::SeqCst);
-    let at = if len <= IMAGE_MAX && before.len() == len {
-        let at = log.image_next.fetch_add(2 * len as u64, Ordering::SeqCst);
-        for (i, &b) in before.iter().chain(after).enumerate() {
-            log.image[(at as usize + i) % IMAGE_BYTES].store(b, Ordering::Relaxed);
-        }
-        at
-    } else {
-        u64::MAX
-    };
-    log.images[slot].store(at, Ordering::SeqCst);
-    log.seqs[slot].store(n + 1, Ordering::SeqCst);
-    true
-}
-
-/// The protocol's write logged by [`incoming`] is copied. Signal context: one atomic.
-pub(crate) fn incoming_done() {
-    INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
-}
-
-/// How far back a snapshot taken while writes were still copying looks: more than the
-/// protocol's writes that can be copying at once (the fault handlers of a node's threads and
-/// its service thread).
-const INCOMING_IN_FLIGHT: u64 = 256;
-
-/// The [`incoming`] log's count for a snapshot taken now: the entries logged before it, less
-/// [`INCOMING_IN_FLIGHT`] if some may still be copying (they may change its bytes after it is
-/// taken; with none, a compare with no entry since skips the log).
-fn incoming_now() -> u64 {
-    let log = &INCOMING_LOG;
-    let now = log.next.load(Ordering::SeqCst);
-    if log.in_flight.load(Ordering::SeqCst) > 0 {
-        now.saturating_sub(INCOMING_IN_FLIGHT)
-    } else {
-        now
-    }
-}
-
-/// What the protocol wrote in pages `[first, end)` since the log's count was `since`: (page,
-/// lo, hi) each. `None` if some of it is no longer known (the ring went round, or an entry is
-/// being written).
-fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec<CameIn>> {
-    let log = &INCOMING_LOG;
-    let now = log.next.load(Ordering::SeqCst);
-    if now.saturating_sub(since) > INCOMING as u64 {
-        return None;
-    }
-    let mut out = Vec::new();
-    for n in since..now {
-        let slot = n as usize % INCOMING;
-        // An entry being written (its writer copies its bytes before and after first, a few
-        // microseconds at most): waited for a while, a millisecond at most.
-        let mut tries = 0;
-        while log.seqs[slot].load(Ordering::SeqCst) != n + 1 && tries < 1000 {
-            tries += 1;
-            if tries % 64 == 0 {
-                std::thread::sleep(std::time::Duration::from_micros(1));
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-        let before = log.seqs[slot].load(Ordering::SeqCst);
-        let span = log.spans[slot].load(Ordering::SeqCst);
-        let at = log.images[slot].load(Ordering::SeqCst);
-        let page = (span >> 32) as usize;
-        if !(first..end).contains(&page) {
-            if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
-                return None;
-            }
-            continue;
-        }
-        let (lo, hi) = (
-            (span >> 16) as usize & 0xffff,
-            (span as usize & 0xffff).min(PAGE),
-        );
-        let len = hi.saturating_sub(lo);
-        let mut images = (at != u64::MAX).then(|| {
-            let bytes: Vec<u8> = (0..2 * len)
-                .map(|i| log.image[(at as usize + i) % IMAGE_BYTES].load(Ordering::Relaxed))
-                .collect();
-            let after = bytes[len..].to_vec();
-            (bytes[..len].to_vec(), after)
-        });
-        // Bytes written over by later writes since: not known any more.
-        if at != u64::MAX
-            && log.image_next.load(Ordering::SeqCst) - at > (IMAGE_BYTES - 2 * len) as u64
-        {
-            images = None;
-        }
-        if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
-            return None;
-        }
-        out.push(CameIn {
-            page: page as u32,
-            lo,
-            hi,
-            images,
-        });
-    }
-    Some(out)
-}
-
-/// How many runs of set bits `bits` has.
-pub(crate) fn run_count(bits: &PageBits) -> usize {
-    let mut carry = 0;
-    let mut n = 0;
-    for &w in bits {
-        // A run starts at a set bit whose lower neighbour is clear.
-        n += (w & !((w << 1) | carry)).count_ones() as usize;
-        carry = w >> 63;
-    }
-    n
-}
-
-/// The runs of set bits, as `[lo, hi)` byte offsets.
-pub(crate) fn runs_of(bits: &PageBits) -> Vec<(u16, u16)> {
-    let mut runs = Vec::new();
-    for_each_run(bits, |lo, hi| runs.push((lo, hi)));
-    runs
-}
-
-/// Calls `f(lo, hi)` on each run of set bits, in order.
-pub(crate) fn for_each_run(bits: &PageBits, mut f: impl FnMut(u16, u16)) {
-    // The run being built: its start, and its end so far.
-    let mut open: Option<(usize, usize)> = None;
-    for (w, &word) in bits.iter().enumerate() {
-        let mut word = word;
-        while word != 0 {
-            let lo = w * 64 + word.trailing_zeros() as usize;
-            let len = (word >> (lo % 64)).trailing_ones() as usize;
-            let hi = lo + len;
-            open = match open {
-                Some((start, end)) if end == lo => Some((start, hi)),
-                Some((start, end)) => {
-                    f(start as u16, end as u16);
-                    Some((lo, hi))
-                }
-                None => Some((lo, hi)),
-            };
-            word = if hi % 64 == 0 {
-                0
-            } else {
-                word & !((1u64 << (hi % 64)) - 1)
-            };
-        }
-    }
-    if let Some((start, end)) = open {
-        f(start as u16, end as u16);
-    }
-}
-
-/// Sets in `bits` the bytes of the `element`-byte elements where `a` and `b` (of one page, from
-/// byte `lo` of it, an element boundary) differ; whether any did. Sixty-four bytes at a time
-/// ([`crate::sys::for_each_differing_chunk`]).
-pub(crate) fn changed_bits(
-    a: &[u8],
-    b: &[u8],
-    lo: usize,
-    element: usize,
-    bits: &mut PageBits,
-) -> bool {
-    let element = element.clamp(1, 8);
-    let mut any = false;
-    let tail = a.len() % 64;
-    crate::sys::for_each_differing_chunk(a, b, element, |k, m| {
-        any = true;
-        let at = lo + k * 64;
-        let (w, sh) = (at / 64, at % 64);
-        bits[w] |= m << sh;
-        if sh > 0 {
-            bits[w + 1] |= m >> (64 - sh);
-        }
-    });
-    let n = a.len();
-    for i in n - tail..n {
-        if a[i] != b[i] {
-            any = true;
-            let first = i - i % element;
-            set_bits(bits, lo + first, lo + first + element);
-        }
-    }
-    any
-}
-
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.close();
-        LIVE_SNAPSHOTS.fetch_sub(self.snapshots.len(), Ordering::SeqCst);
+        incoming::slices_dropped(self.snapshots.len());
         if let Some(c) = CHECKER.get() {
             let n = self.thread as usize % VC_THREADS;
             c.free_numbers
@@ -670,99 +338,10 @@ pub fn access(addr: usize, len: usize, write: bool, from: From) {
     if off >= LEN.load(Ordering::Relaxed) || len == 0 {
         return;
     }
-    if HANDLER.with(|h| h.keep(off, len, write, from)) {
+    if handler::kept(off, len, write, from) {
         return;
     }
     record(off, len, write, from);
-}
-
-/// Accesses a thread makes while it runs a signal handler of the program's, one entry each.
-const HANDLER_ACCESSES: usize = 256;
-
-/// What a thread's signal handlers did, kept until the thread's next access or synchronisation
-/// outside them. Recording there could allocate, and a handler that interrupted `malloc` would
-/// then wait forever for the allocator's lock its own thread holds.
-///
-/// Signal context: [`Handler::keep`] only reads and writes these cells, which belong to the
-/// thread (no lock, no allocation, no wait, errno untouched). The thread-local has no
-/// destructor, so reaching it never registers one (which may allocate).
-struct Handler {
-    /// Handlers of the thread's running now (nested).
-    depth: Cell<u32>,
-    len: Cell<usize>,
-    /// Accesses that found no room.
-    lost: Cell<u64>,
-    kept: [Cell<(usize, usize, bool, From)>; HANDLER_ACCESSES],
-}
-
-impl Handler {
-    /// Inside a handler: keeps the access (room permitting) and says so. Signal context.
-    #[inline]
-    fn keep(&self, off: usize, len: usize, write: bool, from: From) -> bool {
-        if self.depth.get() == 0 {
-            return false;
-        }
-        // Once each (a handler run by a timer reads the same few places again and again): a
-        // scan of at most HANDLER_ACCESSES entries, rare next to the program's own accesses.
-        let n = self.len.get();
-        let access = (off, len, write, from);
-        let same = |k: &(usize, usize, bool, From)| {
-            (k.0, k.1, k.2, k.3.key()) == (off, len, write, from.key())
-        };
-        if self.kept[..n].iter().any(|k| same(&k.get())) {
-            return true;
-        }
-        match self.kept.get(n) {
-            Some(slot) => {
-                slot.set(access);
-                self.len.set(n + 1);
-            }
-            None => self.lost.set(self.lost.get() + 1),
-        }
-        true
-    }
-
-    /// The accesses kept, taken with asynchronous signals held off (a handler would otherwise
-    /// keep one between the copy and the reset, and it would be lost). Outside handlers.
-    fn take(&self) -> Vec<(usize, usize, bool, From)> {
-        let _held = crate::sys::signals::BlockedSignals::asynchronous();
-        let n = self.len.get();
-        let taken = self.kept[..n].iter().map(Cell::get).collect();
-        self.len.set(0);
-        HANDLER_LOST.fetch_add(self.lost.replace(0), Ordering::Relaxed);
-        taken
-    }
-}
-
-thread_local! {
-    static HANDLER: Handler = const {
-        Handler {
-            depth: Cell::new(0),
-            len: Cell::new(0),
-            lost: Cell::new(0),
-            kept: [const { Cell::new((0, 0, false, From::Code(0))) }; HANDLER_ACCESSES],
-        }
-    };
-}
-
-/// Accesses in signal handlers that were not recorded (no room: more than
-/// [`HANDLER_ACCESSES`] different ones between two of their thread's accesses outside
-/// handlers).
-static HANDLER_LOST: AtomicU64 = AtomicU64::new(0);
-
-/// Runs `f`, a signal handler of the program's (libjia runs every handler the program installs
-/// through here when checking): the accesses it makes are kept and recorded at its thread's
-/// next access or synchronisation outside handlers, in the segment they belong to.
-///
-/// Signal context: counts the nesting in a cell of the thread's, nothing else. A handler left
-/// by `longjmp` leaves the count up: the thread's accesses are then kept (256 at most, the
-/// rest lost and counted) until its next DSM call, which puts it back to 0 (no DSM call runs
-/// in a handler).
-pub fn in_signal_handler<R>(f: impl FnOnce() -> R) -> R {
-    HANDLER.with(|h| h.depth.set(h.depth.get() + 1));
-    let r = f();
-    HANDLER.with(|h| h.depth.set(h.depth.get().saturating_sub(1)));
-    r
 }
 
 fn record(off: usize, len: usize, write: bool, from: From) {
@@ -772,71 +351,6 @@ fn record(off: usize, len: usize, write: bool, from: From) {
         // thread reads their results after joining them).
         r.catch_up(c.epoch.load(Ordering::Acquire));
         r.mark(c, off, len, write, from);
-    });
-}
-
-/// A mutable slice of `bytes.len()` bytes at `addr` was taken at `from`, holding `bytes`: the
-/// bytes it changes are recorded as its writes, when it is dropped ([`slice_dropped`]) or, for
-/// the part done by then, when its thread's segment ends. Reads through it are not seen;
-/// recording the whole slice would claim bytes it never touches, as the other colour of a
-/// red-black SOR row. `None`: not recorded (checking off, or not shared memory).
-pub(crate) fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From) -> Option<Taken> {
-    if !on() {
-        return None;
-    }
-    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
-    if off >= LEN.load(Ordering::Relaxed) || bytes.is_empty() {
-        return None;
-    }
-    with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
-        let id = r.next_snapshot;
-        r.next_snapshot = r.next_snapshot.wrapping_add(1);
-        LIVE_SNAPSHOTS.fetch_add(1, Ordering::SeqCst);
-        r.snapshots.push(Snapshot {
-            id,
-            seq: incoming_now(),
-            off,
-            at: r.snapshot_bytes.len(),
-            len: bytes.len(),
-            element,
-            from,
-        });
-        r.snapshot_bytes.extend_from_slice(bytes);
-        Taken {
-            thread: r.thread,
-            id,
-        }
-    })
-}
-
-/// A mutable slice's guard was dropped: the bytes it changed since its snapshot are recorded
-/// as its writes, while they are still in cache. Dropped on another thread than the one that
-/// took it, it is left to that one's next segment end.
-pub(crate) fn slice_dropped(taken: Taken) {
-    with_recorder(|r, c| {
-        if r.thread != taken.thread {
-            return;
-        }
-        r.catch_up(c.epoch.load(Ordering::Acquire));
-        let Some(k) = r.snapshots.iter().rposition(|s| s.id == taken.id) else {
-            return;
-        };
-        let t = r.snapshots.remove(k);
-        LIVE_SNAPSHOTS.fetch_sub(1, Ordering::SeqCst);
-        let then = std::mem::take(&mut r.snapshot_bytes);
-        let base = BASE.load(Ordering::Relaxed);
-        crate::sys::with_region_bytes(base + t.off, t.len, |now| {
-            r.compare_snapshot(c, &t, &then[t.at..t.at + t.len], now);
-        });
-        r.snapshot_bytes = then;
-        if r.snapshots.is_empty() {
-            r.snapshot_bytes.clear();
-        } else if t.at + t.len == r.snapshot_bytes.len() {
-            r.snapshot_bytes.truncate(t.at);
-        } else {
-            r.compact_snapshots();
-        }
     });
 }
 
@@ -867,7 +381,7 @@ fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
         .try_with(|cell| {
             let mut slot = cell.try_borrow_mut().ok()?;
             let r = slot.get_or_insert_with(|| c.new_recorder());
-            if HANDLER.with(|h| h.len.get()) > 0 {
+            if handler::any_kept() {
                 r.record_handlers(c);
             }
             Some(f(r, c))
@@ -991,7 +505,7 @@ impl Recorder {
     #[inline(never)]
     fn record_handlers(&mut self, c: &Checker) {
         self.catch_up(c.epoch.load(Ordering::Acquire));
-        for (off, len, write, from) in HANDLER.with(Handler::take) {
+        for (off, len, write, from) in handler::take() {
             self.mark(c, off, len, write, from);
         }
     }
@@ -1059,116 +573,6 @@ impl Recorder {
             slot,
         };
         slot
-    }
-
-    /// The bytes the slices this thread holds changed in the segment that ends, recorded as
-    /// their writes; their snapshots then start again from the bytes as they are (what they
-    /// change later belongs to a later segment).
-    fn compare_snapshots(&mut self) {
-        let Some(c) = CHECKER.get() else { return };
-        let base = BASE.load(Ordering::Relaxed);
-        let snapshots = std::mem::take(&mut self.snapshots);
-        let mut then = std::mem::take(&mut self.snapshot_bytes);
-        let mut snapshots = snapshots;
-        for t in &mut snapshots {
-            let seq = incoming_now();
-            crate::sys::with_region_bytes(base + t.off, t.len, |now| {
-                let then = &mut then[t.at..t.at + t.len];
-                self.compare_snapshot(c, t, then, now);
-                then.copy_from_slice(now);
-            });
-            t.seq = seq;
-        }
-        self.snapshot_bytes = then;
-        self.snapshots = snapshots;
-    }
-
-    /// Guards dropped out of order (a sliding window of rows) leave holes in
-    /// `snapshot_bytes`: once they are more than the live bytes (and 64 kB), the live ones move
-    /// down.
-    fn compact_snapshots(&mut self) {
-        let live: usize = self.snapshots.iter().map(|t| t.len).sum();
-        if self.snapshot_bytes.len() <= 2 * live + (64 << 10) {
-            return;
-        }
-        let mut at = 0;
-        for t in &mut self.snapshots {
-            self.snapshot_bytes.copy_within(t.at..t.at + t.len, at);
-            t.at = at;
-            at += t.len;
-        }
-        self.snapshot_bytes.truncate(at);
-    }
-
-    /// Back from an acquire (lock, condition variable, barrier): the slices this thread holds
-    /// start again from their bytes as they are. Their changes were recorded when the segment
-    /// ended before the call; what changed during it is not this thread's (writes of other
-    /// nodes coming in; a program holding a slice across them breaks its contract, but a guard
-    /// left to the end of its scope would otherwise claim them).
-    fn resnapshot(&mut self) {
-        let base = BASE.load(Ordering::Relaxed);
-        for t in &mut self.snapshots {
-            t.seq = incoming_now();
-            crate::sys::with_region_bytes(base + t.off, t.len, |now| {
-                self.snapshot_bytes[t.at..t.at + t.len].copy_from_slice(now);
-            });
-        }
-    }
-
-    /// Records as writes the elements of slice `t` that differ between `then` and `now` (an
-    /// element whose low bytes alone changed was written whole: the program stores elements).
-    fn compare_snapshot(&mut self, c: &Checker, t: &Snapshot, then: &[u8], now: &[u8]) {
-        let (off, from) = (t.off, t.from);
-        let end = off + then.len();
-        let mut changed_pages: Vec<(u32, Box<PageBits>)> = Vec::new();
-        let mut at = off;
-        while at < end {
-            let page = (at / PAGE) as u32;
-            let stop = end.min((page as usize + 1) * PAGE);
-            let (a, b) = (&then[at - off..stop - off], &now[at - off..stop - off]);
-            let mut changed: PageBits = [0; PAGE / 64];
-            if changed_bits(a, b, at % PAGE, t.element, &mut changed) {
-                if INCOMING_LOG.next.load(Ordering::SeqCst) == t.seq {
-                    // The protocol wrote nothing since the snapshot (its writes are logged
-                    // before they are made): all of it is this thread's.
-                    let bits = self.bits_for(c, page, true, from);
-                    for (w, x) in bits.iter_mut().zip(changed.iter()) {
-                        *w |= x;
-                    }
-                } else {
-                    changed_pages.push((page, Box::new(changed)));
-                }
-            }
-            at = stop;
-        }
-        if changed_pages.is_empty() {
-            return;
-        }
-        // What the protocol wrote in these pages since the snapshot (another node's diff
-        // applied here, a page fetched) is not this thread's: read after the compare, so that
-        // every write it saw is logged. `None`: too much to know; nothing is claimed.
-        let Some(came_in) = incoming_since(t.seq, off / PAGE, end.div_ceil(PAGE)) else {
-            return;
-        };
-        let e = t.element.clamp(1, 8);
-        for (page, mut changed) in changed_pages {
-            let mine: Vec<&CameIn> = came_in.iter().filter(|w| w.page == page).collect();
-            if !mine.is_empty() {
-                let start = (page as usize * PAGE).max(off);
-                let stop = end.min((page as usize + 1) * PAGE);
-                *changed = this_threads_changes(
-                    &then[start - off..stop - off],
-                    &now[start - off..stop - off],
-                    start % PAGE,
-                    &mine,
-                    e,
-                );
-            }
-            let bits = self.bits_for(c, page, true, from);
-            for (w, x) in bits.iter_mut().zip(changed.iter()) {
-                *w |= x;
-            }
-        }
     }
 
     /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
@@ -1435,7 +839,7 @@ pub(crate) fn segment_ends() {
     }
     // A DSM call never runs in a signal handler: a count left up was a handler left by
     // `longjmp`.
-    HANDLER.with(|h| h.depth.set(0));
+    handler::left_by_longjmp();
     with_recorder(|r, c| {
         r.catch_up(c.epoch.load(Ordering::Acquire));
         r.close();
@@ -1497,7 +901,7 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
         .unwrap_or_else(|e| e.into_inner());
     let running = *open;
     drop(open);
-    let lost = HANDLER_LOST.load(Ordering::Relaxed);
+    let lost = handler::lost();
     if lost > 0 {
         log::warn!(
             "check_races: {lost} access(es) made in signal handlers of node {} were not checked \
@@ -1620,57 +1024,6 @@ mod tests {
         set_bits(&mut all, 0, PAGE);
         assert_eq!(runs_of(&all), vec![(0, PAGE as u16)]);
         assert_eq!(run_count(&all), 1);
-    }
-
-    /// The protocol's writes to a page under a slice are not the slice's thread's; its own
-    /// writes before or after them are, and so are its other changes; a write whose bytes are
-    /// not kept claims nothing.
-    #[test]
-    fn a_slice_claims_its_threads_bytes_not_the_protocols() {
-        let came = |lo: usize, before: &[u8], after: &[u8]| CameIn {
-            page: 0,
-            lo,
-            hi: lo + after.len(),
-            images: Some((before.to_vec(), after.to_vec())),
-        };
-        let claimed = |then: &[u8], now: &[u8], came_in: &[&CameIn]| {
-            runs_of(&this_threads_changes(then, now, 0, came_in, 1))
-        };
-        // Another node's diff wrote byte 1 after the snapshot; the thread wrote byte 3.
-        let w = came(1, &[0], &[9]);
-        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 9, 0, 7], &[&w]), vec![(3, 4)]);
-        // The snapshot was taken while the diff was copying: it holds the diff's byte.
-        assert_eq!(claimed(&[0, 9, 0, 0], &[0, 9, 0, 0], &[&w]), vec![]);
-        // The thread wrote byte 1 before the diff came (the diff found 5 there) ...
-        let w5 = came(1, &[5], &[9]);
-        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 9, 0, 0], &[&w5]), vec![(1, 2)]);
-        // ... or after it (byte 1 is now neither the diff's nor the snapshot's).
-        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 4, 0, 0], &[&w]), vec![(1, 2)]);
-        // Two diffs on byte 1: the first found the snapshot's byte, the last left 8.
-        let w8 = came(1, &[9], &[8]);
-        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 8, 0, 0], &[&w, &w8]), vec![]);
-        // A write whose bytes are no longer kept: its bytes are not claimed, others are.
-        let lost = CameIn {
-            page: 0,
-            lo: 0,
-            hi: 2,
-            images: None,
-        };
-        assert_eq!(
-            claimed(&[0, 0, 0, 0], &[1, 1, 1, 0], &[&lost]),
-            vec![(2, 3)]
-        );
-        // Elements: a claimed byte claims its element.
-        assert_eq!(
-            runs_of(&this_threads_changes(
-                &[0; 8],
-                &[0, 0, 0, 7, 0, 0, 0, 0],
-                0,
-                &[],
-                4
-            )),
-            vec![(0, 4)]
-        );
     }
 
     /// A read and a write of one page from sites a few bytes apart (`a[i] += x` in C) fall in

@@ -1,0 +1,308 @@
+//! The protocol's writes under a live mutable slice: bytes another node's diff writes in place
+//! at the home, or a fetched page, are logged (with what they replaced and left), and a slice's
+//! snapshot compare claims them only if its own thread wrote them.
+
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+use super::{PAGE, PageBits, on};
+
+/// The elements of one page (bytes `then`/`now` from byte `lo` of it) that this thread
+/// changed, given the protocol's writes to it meanwhile (`came_in`, oldest first). A byte they
+/// wrote is this thread's if the snapshot holds neither what the first of them found there nor
+/// what it left (the thread wrote it before: a snapshot taken while that write was copying
+/// holds one or the other), or if the byte now is neither what the last of them left nor the
+/// snapshot's (the thread wrote it after). A thread writing the very value another node wrote
+/// is not seen. A byte written by a write whose bytes are no longer kept is not claimed. Then
+/// whole elements of `element` bytes.
+#[cold]
+#[inline(never)]
+pub(super) fn this_threads_changes(
+    then: &[u8],
+    now: &[u8],
+    lo: usize,
+    came_in: &[&CameIn],
+    element: usize,
+) -> PageBits {
+    let mut first_before = [0u8; PAGE];
+    let mut first_after = [0u8; PAGE];
+    let mut last_after = [0u8; PAGE];
+    let mut covered: PageBits = [0; PAGE / 64];
+    let mut unknown: PageBits = [0; PAGE / 64];
+    let bit = |bits: &PageBits, x: usize| bits[x / 64] >> (x % 64) & 1 == 1;
+    for w in came_in {
+        for x in w.lo.max(lo)..w.hi.min(lo + then.len()) {
+            match &w.images {
+                Some((before, after)) => {
+                    if !bit(&covered, x) {
+                        first_before[x] = before[x - w.lo];
+                        first_after[x] = after[x - w.lo];
+                        covered[x / 64] |= 1 << (x % 64);
+                    }
+                    last_after[x] = after[x - w.lo];
+                }
+                None => unknown[x / 64] |= 1 << (x % 64),
+            }
+        }
+    }
+    let mut mine: PageBits = [0; PAGE / 64];
+    for (i, (&a, &b)) in then.iter().zip(now).enumerate() {
+        let x = lo + i;
+        let claimed = if bit(&unknown, x) {
+            false
+        } else if bit(&covered, x) {
+            (a != first_before[x] && a != first_after[x]) || (b != last_after[x] && b != a)
+        } else {
+            a != b
+        };
+        if claimed {
+            mine[x / 64] |= 1 << (x % 64);
+        }
+    }
+    for w in mine.iter_mut() {
+        *w = crate::sys::whole_elements(*w, element);
+    }
+    mine
+}
+
+/// Entries of the [`incoming`] log (a power of two).
+const INCOMING: usize = 1 << 14;
+
+/// Bytes of shared memory the protocol wrote on this node while some thread held a mutable
+/// slice: another node's diff applied here (the home), a page fetched. A slice's snapshot
+/// compare leaves them out: they are not its thread's writes (a home's page changes under a
+/// slice whenever another node releases writes to other bytes of it).
+///
+/// A ring of the latest [`INCOMING`]: entry `n` is slot `n % INCOMING`, whose sequence word is
+/// `n + 1` once its (page, lo, hi) word is written (a seqlock: readers check it before and
+/// after). Written from the fault path too, hence atomics only.
+struct IncomingLog {
+    next: AtomicU64,
+    /// Writes logged whose copy is not done.
+    in_flight: AtomicUsize,
+    seqs: [AtomicU64; INCOMING],
+    spans: [AtomicU64; INCOMING],
+    /// Where entry's bytes before and after lie in `image` (`u64::MAX`: not kept, the write
+    /// was larger than [`IMAGE_MAX`]).
+    images: [AtomicU64; INCOMING],
+    image_next: AtomicU64,
+    image: [AtomicU8; IMAGE_BYTES],
+}
+
+/// Bytes of the ring that keeps the writes' bytes before and after (a power of two: 1,024
+/// fetched pages; zero pages until used).
+const IMAGE_BYTES: usize = 1 << 23;
+/// The largest write whose bytes are kept: a page.
+const IMAGE_MAX: usize = PAGE;
+
+static INCOMING_LOG: IncomingLog = IncomingLog {
+    next: AtomicU64::new(0),
+    in_flight: AtomicUsize::new(0),
+    seqs: [const { AtomicU64::new(0) }; INCOMING],
+    spans: [const { AtomicU64::new(0) }; INCOMING],
+    images: [const { AtomicU64::new(0) }; INCOMING],
+    image_next: AtomicU64::new(0),
+    image: [const { AtomicU8::new(0) }; IMAGE_BYTES],
+};
+
+/// One write of the protocol's, as [`incoming_since`] reads it: its page, bytes `[lo, hi)` of
+/// it, and (small ones) the bytes before and after.
+pub(super) struct CameIn {
+    pub page: u32,
+    pub lo: usize,
+    pub hi: usize,
+    pub images: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Mutable slices held by this node's threads (nothing is logged when there are none).
+static LIVE_SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
+
+/// The protocol is about to write `len` bytes at `offset` of page `page` of shared memory
+/// (logged before the write: a compare that sees the bytes changed finds the entry). Signal
+/// context (the fault path may apply what it fetched): atomics only, no wait.
+///
+/// Returns whether it was logged: then [`incoming_done`] follows the copy.
+pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) -> bool {
+    let len = after.len();
+    if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {
+        return false;
+    }
+    let log = &INCOMING_LOG;
+    log.in_flight.fetch_add(1, Ordering::SeqCst);
+    let n = log.next.fetch_add(1, Ordering::SeqCst);
+    let slot = n as usize % INCOMING;
+    log.seqs[slot].store(0, Ordering::SeqCst);
+    let span = (page as u64) << 32 | (offset as u64) << 16 | (offset + len) as u64;
+    log.spans[slot].store(span, Ordering::SeqCst);
+    let at = if len <= IMAGE_MAX && before.len() == len {
+        let at = log.image_next.fetch_add(2 * len as u64, Ordering::SeqCst);
+        for (i, &b) in before.iter().chain(after).enumerate() {
+            log.image[(at as usize + i) % IMAGE_BYTES].store(b, Ordering::Relaxed);
+        }
+        at
+    } else {
+        u64::MAX
+    };
+    log.images[slot].store(at, Ordering::SeqCst);
+    log.seqs[slot].store(n + 1, Ordering::SeqCst);
+    true
+}
+
+/// The protocol's write logged by [`incoming`] is copied. Signal context: one atomic.
+pub(crate) fn incoming_done() {
+    INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// How far back a snapshot taken while writes were still copying looks: more than the
+/// protocol's writes that can be copying at once (the fault handlers of a node's threads and
+/// its service thread).
+const INCOMING_IN_FLIGHT: u64 = 256;
+
+/// The [`incoming`] log's count for a snapshot taken now: the entries logged before it, less
+/// [`INCOMING_IN_FLIGHT`] if some may still be copying (they may change its bytes after it is
+/// taken; with none, a compare with no entry since skips the log).
+pub(super) fn incoming_now() -> u64 {
+    let log = &INCOMING_LOG;
+    let now = log.next.load(Ordering::SeqCst);
+    if log.in_flight.load(Ordering::SeqCst) > 0 {
+        now.saturating_sub(INCOMING_IN_FLIGHT)
+    } else {
+        now
+    }
+}
+
+/// What the protocol wrote in pages `[first, end)` since the log's count was `since`: (page,
+/// lo, hi) each. `None` if some of it is no longer known (the ring went round, or an entry is
+/// being written).
+pub(super) fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec<CameIn>> {
+    let log = &INCOMING_LOG;
+    let now = log.next.load(Ordering::SeqCst);
+    if now.saturating_sub(since) > INCOMING as u64 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for n in since..now {
+        let slot = n as usize % INCOMING;
+        // An entry being written (its writer copies its bytes before and after first, a few
+        // microseconds at most): waited for a while, a millisecond at most.
+        let mut tries = 0;
+        while log.seqs[slot].load(Ordering::SeqCst) != n + 1 && tries < 1000 {
+            tries += 1;
+            if tries % 64 == 0 {
+                std::thread::sleep(std::time::Duration::from_micros(1));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let before = log.seqs[slot].load(Ordering::SeqCst);
+        let span = log.spans[slot].load(Ordering::SeqCst);
+        let at = log.images[slot].load(Ordering::SeqCst);
+        let page = (span >> 32) as usize;
+        if !(first..end).contains(&page) {
+            if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
+                return None;
+            }
+            continue;
+        }
+        let (lo, hi) = (
+            (span >> 16) as usize & 0xffff,
+            (span as usize & 0xffff).min(PAGE),
+        );
+        let len = hi.saturating_sub(lo);
+        let mut images = (at != u64::MAX).then(|| {
+            let bytes: Vec<u8> = (0..2 * len)
+                .map(|i| log.image[(at as usize + i) % IMAGE_BYTES].load(Ordering::Relaxed))
+                .collect();
+            let after = bytes[len..].to_vec();
+            (bytes[..len].to_vec(), after)
+        });
+        // Bytes written over by later writes since: not known any more.
+        if at != u64::MAX
+            && log.image_next.load(Ordering::SeqCst) - at > (IMAGE_BYTES - 2 * len) as u64
+        {
+            images = None;
+        }
+        if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
+            return None;
+        }
+        out.push(CameIn {
+            page: page as u32,
+            lo,
+            hi,
+            images,
+        });
+    }
+    Some(out)
+}
+
+/// Whether the protocol logged no write since a snapshot's count `seq`.
+#[inline]
+pub(super) fn nothing_since(seq: u64) -> bool {
+    INCOMING_LOG.next.load(Ordering::SeqCst) == seq
+}
+
+/// A thread took a mutable slice: the protocol's writes are logged from now on.
+pub(super) fn slice_taken() {
+    LIVE_SNAPSHOTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// `n` mutable slices were dropped (or their thread ended).
+pub(super) fn slices_dropped(n: usize) {
+    LIVE_SNAPSHOTS.fetch_sub(n, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::races::runs_of;
+
+    /// The protocol's writes to a page under a slice are not the slice's thread's; its own
+    /// writes before or after them are, and so are its other changes; a write whose bytes are
+    /// not kept claims nothing.
+    #[test]
+    fn a_slice_claims_its_threads_bytes_not_the_protocols() {
+        let came = |lo: usize, before: &[u8], after: &[u8]| CameIn {
+            page: 0,
+            lo,
+            hi: lo + after.len(),
+            images: Some((before.to_vec(), after.to_vec())),
+        };
+        let claimed = |then: &[u8], now: &[u8], came_in: &[&CameIn]| {
+            runs_of(&this_threads_changes(then, now, 0, came_in, 1))
+        };
+        // Another node's diff wrote byte 1 after the snapshot; the thread wrote byte 3.
+        let w = came(1, &[0], &[9]);
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 9, 0, 7], &[&w]), vec![(3, 4)]);
+        // The snapshot was taken while the diff was copying: it holds the diff's byte.
+        assert_eq!(claimed(&[0, 9, 0, 0], &[0, 9, 0, 0], &[&w]), vec![]);
+        // The thread wrote byte 1 before the diff came (the diff found 5 there) ...
+        let w5 = came(1, &[5], &[9]);
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 9, 0, 0], &[&w5]), vec![(1, 2)]);
+        // ... or after it (byte 1 is now neither the diff's nor the snapshot's).
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 4, 0, 0], &[&w]), vec![(1, 2)]);
+        // Two diffs on byte 1: the first found the snapshot's byte, the last left 8.
+        let w8 = came(1, &[9], &[8]);
+        assert_eq!(claimed(&[0, 0, 0, 0], &[0, 8, 0, 0], &[&w, &w8]), vec![]);
+        // A write whose bytes are no longer kept: its bytes are not claimed, others are.
+        let lost = CameIn {
+            page: 0,
+            lo: 0,
+            hi: 2,
+            images: None,
+        };
+        assert_eq!(
+            claimed(&[0, 0, 0, 0], &[1, 1, 1, 0], &[&lost]),
+            vec![(2, 3)]
+        );
+        // Elements: a claimed byte claims its element.
+        assert_eq!(
+            runs_of(&this_threads_changes(
+                &[0; 8],
+                &[0, 0, 0, 7, 0, 0, 0, 0],
+                0,
+                &[],
+                4
+            )),
+            vec![(0, 4)]
+        );
+    }
+}
