@@ -474,11 +474,78 @@ acquired_on_success! {
     __dsm_checked_pthread_mutex_lock => pthread_mutex_lock(libc::pthread_mutex_t);
     __dsm_checked_pthread_mutex_trylock => pthread_mutex_trylock(libc::pthread_mutex_t);
     __dsm_checked_sem_wait => sem_wait(libc::sem_t);
+    __dsm_checked_sem_trywait => sem_trywait(libc::sem_t);
+    __dsm_checked_pthread_rwlock_rdlock => pthread_rwlock_rdlock(libc::pthread_rwlock_t);
+    __dsm_checked_pthread_rwlock_wrlock => pthread_rwlock_wrlock(libc::pthread_rwlock_t);
+    __dsm_checked_pthread_rwlock_tryrdlock => pthread_rwlock_tryrdlock(libc::pthread_rwlock_t);
+    __dsm_checked_pthread_rwlock_trywrlock => pthread_rwlock_trywrlock(libc::pthread_rwlock_t);
+    __dsm_checked_pthread_spin_lock => pthread_spin_lock(libc::pthread_spinlock_t);
+    __dsm_checked_pthread_spin_trylock => pthread_spin_trylock(libc::pthread_spinlock_t);
 }
 
 released_before! {
     __dsm_checked_pthread_mutex_unlock => pthread_mutex_unlock(libc::pthread_mutex_t);
     __dsm_checked_sem_post => sem_post(libc::sem_t);
+    __dsm_checked_pthread_rwlock_unlock => pthread_rwlock_unlock(libc::pthread_rwlock_t);
+    __dsm_checked_pthread_spin_unlock => pthread_spin_unlock(libc::pthread_spinlock_t);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_mutex_timedlock(
+    m: *mut libc::pthread_mutex_t,
+    t: *const libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to pthread_mutex_timedlock.
+    let rc = unsafe { libc::pthread_mutex_timedlock(m, t) };
+    if rc == 0 {
+        dsm_runtime::races::local_acquire(object(m.cast()));
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_sem_timedwait(
+    s: *mut libc::sem_t,
+    t: *const libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to sem_timedwait.
+    let rc = unsafe { libc::sem_timedwait(s, t) };
+    if rc == 0 {
+        dsm_runtime::races::local_acquire(object(s.cast()));
+    }
+    rc
+}
+
+thread_local! {
+    /// The routine and control of the `pthread_once` this thread is in (the routine, if it
+    /// runs, runs on this thread).
+    static ONCE: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The routine `pthread_once` runs: the program's, then a release of the control.
+extern "C" fn checked_once_routine() {
+    let (routine, control) = ONCE.with(std::cell::Cell::get);
+    if routine != 0 {
+        // SAFETY: the routine the program gave this thread's pthread_once, a `void (*)(void)`.
+        let routine: extern "C" fn() = unsafe { std::mem::transmute(routine) };
+        routine();
+    }
+    dsm_runtime::races::local_release(Local::Object(control));
+}
+
+/// `pthread_once`: whoever returns from it has seen what the routine did (its runner releases
+/// the control when the routine ends, every caller acquires it on return).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_pthread_once(
+    control: *mut libc::pthread_once_t,
+    routine: extern "C" fn(),
+) -> c_int {
+    let outer = ONCE.with(|o| o.replace((routine as usize, control as usize)));
+    // SAFETY: the caller's control, as to pthread_once, with a routine that runs the caller's.
+    let rc = unsafe { libc::pthread_once(control, checked_once_routine) };
+    ONCE.with(|o| o.set(outer));
+    dsm_runtime::races::local_acquire(object(control.cast()));
+    rc
 }
 
 #[unsafe(no_mangle)]
@@ -530,14 +597,13 @@ extern "C" fn checked_start(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box that __dsm_checked_pthread_create leaked for this thread,
     // taken back once.
     let start = unsafe { Box::from_raw(start.cast::<Start>()) };
-    if let Some(creator) = start.creator {
-        dsm_runtime::races::thread_started(creator);
-    }
-    let result = (start.run)(start.arg);
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() };
-    dsm_runtime::races::local_release(Local::Thread(me));
-    result
+    if let Some(creator) = start.creator {
+        // Its clock is left for the joiner when it ends, by returning or by pthread_exit.
+        dsm_runtime::races::thread_started(creator, Some(me));
+    }
+    (start.run)(start.arg)
 }
 
 #[unsafe(no_mangle)]
@@ -617,7 +683,7 @@ extern "C" fn checked_region(region: *mut c_void) {
     // which is after every team thread has returned from here; only read.
     let region = unsafe { &*(region as *const Region) };
     if let Some(opener) = &region.opener {
-        dsm_runtime::races::thread_started(opener.clone());
+        dsm_runtime::races::thread_started(opener.clone(), None);
     }
     (region.run)(region.data);
     dsm_runtime::races::local_release(Local::Team(region as *const Region as usize));
@@ -704,12 +770,54 @@ macro_rules! gomp_sync {
     )*};
 }
 
+/// libgomp's lock functions (`omp_set_lock` ...), on the lock they are given: `$how` is
+/// `acquire` (after the call; for a test, when it returns nonzero) or `release` (before).
+macro_rules! omp_lock {
+    ($($name:ident => $real:ident, $cache:ident, $how:ident -> $ret:ty;)*) => {$(
+        static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(lock: *mut c_void) -> $ret {
+            let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
+            // SAFETY: libgomp's function of that name takes the lock and returns $ret.
+            let real: extern "C" fn(*mut c_void) -> $ret = unsafe { std::mem::transmute(real) };
+            omp_lock!(@$how lock, real)
+        }
+    )*};
+    (@acquire $lock:ident, $real:ident) => {{
+        let r = $real($lock);
+        dsm_runtime::races::local_acquire(object($lock));
+        r
+    }};
+    (@test $lock:ident, $real:ident) => {{
+        let r = $real($lock);
+        if r != 0 {
+            dsm_runtime::races::local_acquire(object($lock));
+        }
+        r
+    }};
+    (@release $lock:ident, $real:ident) => {{
+        dsm_runtime::races::local_release(object($lock));
+        $real($lock)
+    }};
+}
+
+omp_lock! {
+    __dsm_checked_omp_set_lock => omp_set_lock, OMP_SET_LOCK, acquire -> ();
+    __dsm_checked_omp_unset_lock => omp_unset_lock, OMP_UNSET_LOCK, release -> ();
+    __dsm_checked_omp_test_lock => omp_test_lock, OMP_TEST_LOCK, test -> c_int;
+    __dsm_checked_omp_set_nest_lock => omp_set_nest_lock, OMP_SET_NEST_LOCK, acquire -> ();
+    __dsm_checked_omp_unset_nest_lock => omp_unset_nest_lock, OMP_UNSET_NEST_LOCK, release -> ();
+    __dsm_checked_omp_test_nest_lock => omp_test_nest_lock, OMP_TEST_NEST_LOCK, test -> c_int;
+}
+
 /// The keys of OpenMP's process-wide synchronisation: its barrier (of the innermost team: one
 /// key for all, which at worst orders more than the program does), the unnamed critical section,
-/// and `omp atomic`'s lock.
+/// `omp atomic`'s lock, and `omp ordered`.
 const OMP_BARRIER: Local = Local::Object(1);
 const OMP_CRITICAL: Local = Local::Object(2);
 const OMP_ATOMIC: Local = Local::Object(3);
+const OMP_ORDERED: Local = Local::Object(4);
 
 gomp_sync! {
     __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER, OMP_BARRIER, true, true;
@@ -724,6 +832,11 @@ gomp_sync! {
     __dsm_checked_GOMP_atomic_start => GOMP_atomic_start, GOMP_ATOMIC_START, OMP_ATOMIC,
         false, true;
     __dsm_checked_GOMP_atomic_end => GOMP_atomic_end, GOMP_ATOMIC_END, OMP_ATOMIC, true, false;
+    // `omp ordered`: one thread at a time, in the loop's order.
+    __dsm_checked_GOMP_ordered_start => GOMP_ordered_start, GOMP_ORDERED_START, OMP_ORDERED,
+        false, true;
+    __dsm_checked_GOMP_ordered_end => GOMP_ordered_end, GOMP_ORDERED_END, OMP_ORDERED,
+        true, false;
 }
 
 static GOMP_CRITICAL_NAME_START: std::sync::atomic::AtomicUsize =

@@ -400,6 +400,47 @@ fn a_signal_handler_touching_shared_memory_is_checked_without_hanging() {
     let _ = std::fs::remove_file(&prog);
 }
 
+/// pthread and OpenMP synchronisation beyond mutexes and barriers (a review's programs):
+/// `pthread_exit` before a join, read-write locks, spin locks, timed and try locks and
+/// semaphores, `pthread_once`; OpenMP locks and `omp ordered`, `single copyprivate`, `omp for
+/// nowait` then `omp barrier`. Race-free: no report.
+#[test]
+fn more_thread_synchronisation_is_seen() {
+    let modes: [(&str, &[&str], &[&str]); 2] = [
+        (
+            "tests/c/races_pthread_modes.c",
+            &["-lpthread"],
+            &[
+                "exit",
+                "rwlock",
+                "spin",
+                "timedlock",
+                "semtry",
+                "semtimed",
+                "once",
+                "cancel",
+            ],
+        ),
+        (
+            "tests/c/races_omp_modes.c",
+            &["-fopenmp"],
+            &["ordered", "lock", "copyprivate", "loopnowait"],
+        ),
+    ];
+    for (src, flags, cases) in modes {
+        let prog = build_checked(&repo().join(src), "cc", flags);
+        for case in cases {
+            let out = run_checked(2, &prog, &[case]);
+            assert!(
+                out.status.success() && text(&out).contains("check_races: no data race found"),
+                "{src} {case}: {}",
+                text(&out)
+            );
+        }
+        let _ = std::fs::remove_file(&prog);
+    }
+}
+
 /// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.
 #[test]
 fn the_c_programs_are_not_reported() {

@@ -241,6 +241,8 @@ struct Recorder {
     /// otherwise be an allocation each).
     #[allow(clippy::vec_box, reason = "the boxes move to and from `Bytes::Bits`")]
     spare_bits: Vec<Box<PageBits>>,
+    /// The thread's `pthread_t`, if a join may wait for it (see [`thread_started`]).
+    joinable: Option<libc::pthread_t>,
 }
 
 /// The memo set of (`from`, `page`, `write`): its first entry (the second is the next one).
@@ -261,6 +263,20 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
+        if let (Some(me), Some(c)) = (self.joinable, CHECKER.get()) {
+            let clock = (self.epoch, self.clock.clone());
+            let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
+            match local.get_mut(&Local::Thread(me)) {
+                Some((e, joined)) if *e == clock.0 => {
+                    for (a, &b) in joined.iter_mut().zip(&clock.1) {
+                        *a = (*a).max(b);
+                    }
+                }
+                _ => {
+                    local.insert(Local::Thread(me), clock);
+                }
+            }
+        }
         self.close();
         incoming::slices_dropped(self.snapshots.len());
         if let Some(c) = CHECKER.get() {
@@ -429,6 +445,7 @@ impl Checker {
             snapshot_bytes: Vec::new(),
             next_snapshot: 0,
             spare_bits: Vec::new(),
+            joinable: None,
         }
     }
 
@@ -821,13 +838,20 @@ pub fn thread_spawning() -> Option<(u32, Vec<u32>)> {
 }
 
 /// A thread's first step, in it: it has seen what its creator did before creating it.
-pub fn thread_started(creator: (u32, Vec<u32>)) {
+///
+/// `me`: the thread's `pthread_t` if a `pthread_join` may wait for it: its clock is left for
+/// the joiner when it ends, however it ends (`pthread_exit` too: in its thread-local
+/// destructor).
+pub fn thread_started(creator: (u32, Vec<u32>), me: Option<libc::pthread_t>) {
     if !on() {
         return;
     }
     with_recorder(|r, c| {
         r.catch_up(c.epoch.load(Ordering::Acquire));
         r.acquire(Some(creator));
+        if me.is_some() {
+            r.joinable = me;
+        }
     });
 }
 
