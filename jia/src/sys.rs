@@ -577,10 +577,10 @@ pub unsafe extern "C" fn __dsm_checked_pthread_cond_timedwait(
 pub unsafe extern "C" fn __dsm_checked_pthread_barrier_wait(
     b: *mut libc::pthread_barrier_t,
 ) -> c_int {
-    dsm_runtime::races::local_release(object(b.cast()));
+    let round = dsm_runtime::races::local_barrier_enter(b as usize);
     // SAFETY: the caller's argument, as to pthread_barrier_wait.
     let rc = unsafe { libc::pthread_barrier_wait(b) };
-    dsm_runtime::races::local_acquire(object(b.cast()));
+    dsm_runtime::races::local_barrier_leave(b as usize, round);
     rc
 }
 
@@ -685,6 +685,8 @@ extern "C" fn checked_region(region: *mut c_void) {
     if let Some(opener) = &region.opener {
         dsm_runtime::races::thread_started(opener.clone(), None);
     }
+    // The team's barrier counts its rounds from this region's start.
+    dsm_runtime::races::local_barrier_restart(OMP_BARRIER_ADDR);
     (region.run)(region.data);
     dsm_runtime::races::local_release(Local::Team(region as *const Region as usize));
 }
@@ -811,20 +813,40 @@ omp_lock! {
     __dsm_checked_omp_test_nest_lock => omp_test_nest_lock, OMP_TEST_NEST_LOCK, test -> c_int;
 }
 
-/// The keys of OpenMP's process-wide synchronisation: its barrier (of the innermost team: one
-/// key for all, which at worst orders more than the program does), the unnamed critical section,
-/// `omp atomic`'s lock, and `omp ordered`.
-const OMP_BARRIER: Local = Local::Object(1);
+/// The address OpenMP's team barrier is counted under (not an object's: no object is at 1).
+const OMP_BARRIER_ADDR: usize = 1;
+
+/// libgomp's barriers of a team (`omp barrier`, and the ends of `omp for` and `omp sections`
+/// without `nowait`): a round of the team's barrier.
+macro_rules! gomp_barrier {
+    ($($name:ident => $real:ident, $cache:ident;)*) => {$(
+        static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() {
+            let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
+            // SAFETY: libgomp's function of that name takes nothing and returns nothing.
+            let real: extern "C" fn() = unsafe { std::mem::transmute(real) };
+            let round = dsm_runtime::races::local_barrier_enter(OMP_BARRIER_ADDR);
+            real();
+            dsm_runtime::races::local_barrier_leave(OMP_BARRIER_ADDR, round);
+        }
+    )*};
+}
+
+gomp_barrier! {
+    __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER;
+    __dsm_checked_GOMP_loop_end => GOMP_loop_end, GOMP_LOOP_END;
+    __dsm_checked_GOMP_sections_end => GOMP_sections_end, GOMP_SECTIONS_END;
+}
+
+/// The keys of OpenMP's process-wide synchronisation: the unnamed critical section, `omp
+/// atomic`'s lock, and `omp ordered`.
 const OMP_CRITICAL: Local = Local::Object(2);
 const OMP_ATOMIC: Local = Local::Object(3);
 const OMP_ORDERED: Local = Local::Object(4);
 
 gomp_sync! {
-    __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER, OMP_BARRIER, true, true;
-    // The ends of `omp for` and `omp sections` without `nowait`: a barrier of the team.
-    __dsm_checked_GOMP_loop_end => GOMP_loop_end, GOMP_LOOP_END, OMP_BARRIER, true, true;
-    __dsm_checked_GOMP_sections_end => GOMP_sections_end, GOMP_SECTIONS_END, OMP_BARRIER,
-        true, true;
     __dsm_checked_GOMP_critical_start => GOMP_critical_start, GOMP_CRITICAL_START, OMP_CRITICAL,
         false, true;
     __dsm_checked_GOMP_critical_end => GOMP_critical_end, GOMP_CRITICAL_END, OMP_CRITICAL,

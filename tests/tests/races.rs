@@ -441,6 +441,29 @@ fn more_thread_synchronisation_is_seen() {
     }
 }
 
+/// Two threads of a node meet at a reused barrier (pthread's, or OpenMP's), then both write
+/// one element, in each of 5 rounds: the race is found in every round (one barrier clock for
+/// all rounds let a fast thread's next round hide a slow thread's, 2 runs in 5).
+#[test]
+fn a_race_between_every_round_of_a_reused_barrier_is_found() {
+    let prog = build_checked(
+        &repo().join("tests/c/races_barrier_rounds.c"),
+        "cc",
+        &["-fopenmp", "-lpthread"],
+    );
+    for mode in ["pt", "omp"] {
+        for _ in 0..2 {
+            let out = run_checked(1, &prog, &[mode, "5"]);
+            assert!(
+                out.status.code() == Some(66) && text(&out).contains("(5 times)"),
+                "{mode}: {}",
+                text(&out)
+            );
+        }
+    }
+    let _ = std::fs::remove_file(&prog);
+}
+
 /// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.
 #[test]
 fn the_c_programs_are_not_reported() {

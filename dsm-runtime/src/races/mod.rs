@@ -243,6 +243,8 @@ struct Recorder {
     spare_bits: Vec<Box<PageBits>>,
     /// The thread's `pthread_t`, if a join may wait for it (see [`thread_started`]).
     joinable: Option<libc::pthread_t>,
+    /// Its waits at each barrier of the node's threads, by address ([`local_barrier_enter`]).
+    rounds: HashMap<usize, u64>,
 }
 
 /// The memo set of (`from`, `page`, `write`): its first entry (the second is the next one).
@@ -446,6 +448,7 @@ impl Checker {
             next_snapshot: 0,
             spare_bits: Vec::new(),
             joinable: None,
+            rounds: HashMap::new(),
         }
     }
 
@@ -771,6 +774,44 @@ pub enum Local {
     Thread(libc::pthread_t),
     /// An OpenMP parallel region's team, which ended (the region's address while it runs).
     Team(usize),
+    /// A round of a barrier of a node's threads (a pthread barrier, OpenMP's team barrier), by
+    /// the barrier's address and the round: each round's clock is its own.
+    Round(usize, u64),
+}
+
+/// This thread is about to wait at the barrier of a node's threads at `addr`: its clock joins
+/// the round's (its own count of its waits there, which every thread waiting at it shares);
+/// returns the round for [`local_barrier_leave`].
+pub fn local_barrier_enter(addr: usize) -> u64 {
+    let round = with_recorder(|r, _| {
+        let round = r.rounds.entry(addr).or_insert(0);
+        *round += 1;
+        *round
+    })
+    .unwrap_or(0);
+    local_release(Local::Round(addr, round));
+    round
+}
+
+/// This thread left the barrier at `addr` in round `round`: it has seen what every thread did
+/// before the round. The round before it is forgotten (every thread has left it: they all
+/// arrived at this one after).
+pub fn local_barrier_leave(addr: usize, round: u64) {
+    local_acquire(Local::Round(addr, round));
+    if let Some(c) = CHECKER.get()
+        && round > 1
+    {
+        c.local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&Local::Round(addr, round - 1));
+    }
+}
+
+/// This thread starts counting the rounds of the barrier at `addr` again (an OpenMP team's
+/// barrier, at the start of each parallel region).
+pub fn local_barrier_restart(addr: usize) {
+    with_recorder(|r, _| r.rounds.remove(&addr));
 }
 
 /// This thread is about to release `what` (unlock a mutex, post a semaphore, enter a pthread
@@ -816,7 +857,7 @@ pub fn local_acquire(what: Local) {
             let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
             match what {
                 Local::Thread(_) | Local::Team(_) => local.remove(&what),
-                Local::Object(_) => local.get(&what).cloned(),
+                Local::Object(_) | Local::Round(..) => local.get(&what).cloned(),
             }
         };
         r.acquire(slot);
