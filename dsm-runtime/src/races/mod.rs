@@ -266,18 +266,7 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
 impl Drop for Recorder {
     fn drop(&mut self) {
         if let (Some(me), Some(c)) = (self.joinable, CHECKER.get()) {
-            let clock = (self.epoch, self.clock.clone());
-            let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
-            match local.get_mut(&Local::Thread(me)) {
-                Some((e, joined)) if *e == clock.0 => {
-                    for (a, &b) in joined.iter_mut().zip(&clock.1) {
-                        *a = (*a).max(b);
-                    }
-                }
-                _ => {
-                    local.insert(Local::Thread(me), clock);
-                }
-            }
+            c.leave_clock(Local::Thread(me), self.epoch, &self.clock);
         }
         self.close();
         incoming::slices_dropped(self.snapshots.len());
@@ -367,7 +356,7 @@ fn record(off: usize, len: usize, write: bool, from: From) {
         // A barrier orders every thread of the node, also one that did not take part in it
         // (a thread joined by one that did, like the workers of a pthreads program whose main
         // thread reads their results after joining them).
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         r.mark(c, off, len, write, from);
     });
 }
@@ -409,6 +398,25 @@ fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
 }
 
 impl Checker {
+    /// A thread of epoch `epoch` with `clock` releases `what` (node-local): its clock joins the
+    /// one `what` carries for that epoch, or replaces one of an earlier epoch. One released
+    /// past a barrier this thread is not past yet is left: what it did is ordered before the
+    /// acquirer's anyway.
+    fn leave_clock(&self, what: Local, epoch: u32, clock: &[u32]) {
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        match local.get_mut(&what) {
+            Some((e, joined)) if *e == epoch => {
+                for (a, &b) in joined.iter_mut().zip(clock) {
+                    *a = (*a).max(b);
+                }
+            }
+            Some((e, _)) if *e > epoch => {}
+            _ => {
+                local.insert(what, (epoch, clock.to_vec()));
+            }
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn new_recorder(&self) -> Recorder {
@@ -524,7 +532,7 @@ impl Recorder {
     #[cold]
     #[inline(never)]
     fn record_handlers(&mut self, c: &Checker) {
-        self.catch_up(c.epoch.load(Ordering::Acquire));
+        self.catch_up_with(c);
         for (off, len, write, from) in handler::take() {
             self.mark(c, off, len, write, from);
         }
@@ -606,8 +614,6 @@ impl Recorder {
         if let Some(c) = CHECKER.get()
             && !bits.is_empty()
         {
-            *c.open.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-            c.ended.notify_all();
             let accesses = bits
                 .into_iter()
                 .map(|((page, site, write), bits)| Access {
@@ -636,6 +642,9 @@ impl Recorder {
                 records::put_segment(&mut log.packed, &segment);
                 log.packed_count += 1;
             }
+            // Packed: the exit may take the log now (not before, or it would go without it).
+            *c.open.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            c.ended.notify_all();
             for a in segment.accesses {
                 if let Bytes::Bits(mut bits) = a.bytes
                     && self.spare_bits.len() < MAX_SPARE_BITS
@@ -662,6 +671,12 @@ impl Recorder {
         for (a, &b) in self.clock.iter_mut().zip(other) {
             *a = (*a).max(b);
         }
+    }
+
+    /// [`Recorder::catch_up`] with the node's epoch now.
+    #[inline]
+    fn catch_up_with(&mut self, c: &Checker) {
+        self.catch_up(c.epoch.load(Ordering::Acquire));
     }
 
     /// A barrier passed (by this thread or, for a thread that did not take part, noticed at
@@ -694,7 +709,7 @@ pub(crate) fn lock_acquired(lock: u16) {
     }
     with_recorder(|r, c| {
         r.resnapshot();
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         let slot = c.read_slot(usize::from(lock));
         r.close();
         r.acquire(slot);
@@ -708,7 +723,7 @@ pub(crate) fn unlocking(lock: u16) {
         return;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         // The clock of the segment that ends here: what follows the release is not covered.
         c.write_slot(usize::from(lock), r.epoch, &r.clock);
         r.close();
@@ -721,7 +736,7 @@ pub(crate) fn setting_cv(cv: u16) {
         return;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
             let k = c.cv_slot(cv, c.node);
@@ -750,7 +765,7 @@ pub(crate) fn cv_waited(cv: u16) {
     }
     with_recorder(|r, c| {
         r.resnapshot();
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         r.close();
         let slots: Vec<_> = (0..c.nodes)
             .filter_map(|node| c.read_slot(c.cv_slot(cv, node)))
@@ -822,23 +837,8 @@ pub fn local_release(what: Local) {
         return;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
-        {
-            let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
-            match local.get_mut(&what) {
-                Some((e, clock)) if *e == r.epoch => {
-                    for (a, &b) in clock.iter_mut().zip(&r.clock) {
-                        *a = (*a).max(b);
-                    }
-                }
-                // Released past a barrier this thread is not past yet: what it did is ordered
-                // before the acquirer's anyway.
-                Some((e, _)) if *e > r.epoch => {}
-                _ => {
-                    local.insert(what, (r.epoch, r.clock.clone()));
-                }
-            }
-        }
+        r.catch_up_with(c);
+        c.leave_clock(what, r.epoch, &r.clock);
         r.close();
     });
 }
@@ -851,7 +851,7 @@ pub fn local_acquire(what: Local) {
         return;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         r.close();
         let slot = {
             let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
@@ -871,7 +871,7 @@ pub fn thread_spawning() -> Option<(u32, Vec<u32>)> {
         return None;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         let clock = (r.epoch, r.clock.clone());
         r.close();
         clock
@@ -888,7 +888,7 @@ pub fn thread_started(creator: (u32, Vec<u32>), me: Option<libc::pthread_t>) {
         return;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         r.acquire(Some(creator));
         if me.is_some() {
             r.joinable = me;
@@ -906,7 +906,7 @@ pub(crate) fn segment_ends() {
     // `longjmp`.
     handler::left_by_longjmp();
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         r.close();
     });
 }
@@ -926,7 +926,7 @@ pub(crate) fn barrier_left() {
     }
     with_recorder(|r, c| {
         r.resnapshot();
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
     });
 }
 
