@@ -443,13 +443,14 @@ fn object(p: *const c_void) -> Local {
     Local::Object(p as usize)
 }
 
-/// An entry for a call that acquires the object it is given when it returns 0 (`$call(obj)`).
+/// An entry for a call that acquires the object it is given (first) when it returns 0
+/// (`$call(obj, args...)`).
 macro_rules! acquired_on_success {
-    ($($name:ident => $call:ident($ty:ty);)*) => {$(
+    ($($name:ident => $call:ident($ty:ty $(, $arg:ident: $aty:ty)*);)*) => {$(
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(obj: *mut $ty) -> c_int {
-            // SAFETY: the caller's argument, as to the C library's function.
-            let rc = unsafe { libc::$call(obj) };
+        pub unsafe extern "C" fn $name(obj: *mut $ty $(, $arg: $aty)*) -> c_int {
+            // SAFETY: the caller's arguments, as to the C library's function.
+            let rc = unsafe { libc::$call(obj $(, $arg)*) };
             if rc == 0 {
                 dsm_runtime::races::local_acquire(object(obj.cast()));
             }
@@ -481,6 +482,9 @@ acquired_on_success! {
     __dsm_checked_pthread_rwlock_trywrlock => pthread_rwlock_trywrlock(libc::pthread_rwlock_t);
     __dsm_checked_pthread_spin_lock => pthread_spin_lock(libc::pthread_spinlock_t);
     __dsm_checked_pthread_spin_trylock => pthread_spin_trylock(libc::pthread_spinlock_t);
+    __dsm_checked_pthread_mutex_timedlock =>
+        pthread_mutex_timedlock(libc::pthread_mutex_t, t: *const libc::timespec);
+    __dsm_checked_sem_timedwait => sem_timedwait(libc::sem_t, t: *const libc::timespec);
 }
 
 released_before! {
@@ -488,32 +492,6 @@ released_before! {
     __dsm_checked_sem_post => sem_post(libc::sem_t);
     __dsm_checked_pthread_rwlock_unlock => pthread_rwlock_unlock(libc::pthread_rwlock_t);
     __dsm_checked_pthread_spin_unlock => pthread_spin_unlock(libc::pthread_spinlock_t);
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_mutex_timedlock(
-    m: *mut libc::pthread_mutex_t,
-    t: *const libc::timespec,
-) -> c_int {
-    // SAFETY: the caller's arguments, as to pthread_mutex_timedlock.
-    let rc = unsafe { libc::pthread_mutex_timedlock(m, t) };
-    if rc == 0 {
-        dsm_runtime::races::local_acquire(object(m.cast()));
-    }
-    rc
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_sem_timedwait(
-    s: *mut libc::sem_t,
-    t: *const libc::timespec,
-) -> c_int {
-    // SAFETY: the caller's arguments, as to sem_timedwait.
-    let rc = unsafe { libc::sem_timedwait(s, t) };
-    if rc == 0 {
-        dsm_runtime::races::local_acquire(object(s.cast()));
-    }
-    rc
 }
 
 thread_local! {

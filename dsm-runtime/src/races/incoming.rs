@@ -197,39 +197,34 @@ pub(super) fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec
         let span = log.spans[slot].load(Ordering::SeqCst);
         let at = log.images[slot].load(Ordering::SeqCst);
         let page = (span >> 32) as usize;
-        if !(first..end).contains(&page) {
-            if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
-                return None;
-            }
-            continue;
-        }
         let (lo, hi) = (
             (span >> 16) as usize & 0xffff,
             (span as usize & 0xffff).min(PAGE),
         );
         let len = hi.saturating_sub(lo);
-        let mut images = (at != u64::MAX).then(|| {
-            let bytes: Vec<u8> = (0..2 * len)
+        let wanted = (first..end).contains(&page);
+        let images = (wanted && at != u64::MAX).then(|| {
+            let mut bytes: Vec<u8> = (0..2 * len)
                 .map(|i| log.image[(at as usize + i) % IMAGE_BYTES].load(Ordering::Relaxed))
                 .collect();
-            let after = bytes[len..].to_vec();
-            (bytes[..len].to_vec(), after)
+            let after = bytes.split_off(len);
+            (bytes, after)
         });
         // Bytes written over by later writes since: not known any more.
-        if at != u64::MAX
-            && log.image_next.load(Ordering::SeqCst) - at > (IMAGE_BYTES - 2 * len) as u64
-        {
-            images = None;
-        }
+        let overwritten = at != u64::MAX
+            && log.image_next.load(Ordering::SeqCst) - at > (IMAGE_BYTES - 2 * len) as u64;
+        // The entry changed while it was read: nothing of it is known.
         if before != n + 1 || log.seqs[slot].load(Ordering::SeqCst) != before {
             return None;
         }
-        out.push(CameIn {
-            page: page as u32,
-            lo,
-            hi,
-            images,
-        });
+        if wanted {
+            out.push(CameIn {
+                page: page as u32,
+                lo,
+                hi,
+                images: images.filter(|_| !overwritten),
+            });
+        }
     }
     Some(out)
 }

@@ -48,7 +48,7 @@ pub(crate) fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From)
         return None;
     }
     with_recorder(|r, c| {
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         let id = r.next_snapshot;
         r.next_snapshot = r.next_snapshot.wrapping_add(1);
         incoming::slice_taken();
@@ -77,7 +77,7 @@ pub(crate) fn slice_dropped(taken: Taken) {
         if r.thread != taken.thread {
             return;
         }
-        r.catch_up(c.epoch.load(Ordering::Acquire));
+        r.catch_up_with(c);
         let Some(k) = r.snapshots.iter().rposition(|s| s.id == taken.id) else {
             return;
         };
