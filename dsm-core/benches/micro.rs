@@ -70,7 +70,7 @@ fn main() {
     }
     let grant = Msg::GetPageGrant {
         page: PageNum(5),
-        data: PageBuf::zeroed().into(),
+        data: std::sync::Arc::from(&PageBuf::zeroed().0[..]),
     };
     let acq = Msg::AcquireGrant {
         lock: LockId(3),

@@ -17,16 +17,25 @@ use std::sync::Arc;
 use crate::diff;
 use crate::mailbox::{Channel, MAX_LETTER_BYTES};
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
-use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, PageBuf, PageNum};
+use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum};
 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
-/// The payload of a page grant: the page number, then the page.
-pub const GRANT_PAYLOAD_BYTES: usize = 4 + PAGE_SIZE;
+/// The payload of a page grant before its pages: the first page's number and the page count.
+pub const GRANT_HEADER_BYTES: usize = 4 + 2;
+/// The payload of a one-page grant.
+pub const GRANT_PAYLOAD_BYTES: usize = GRANT_HEADER_BYTES + PAGE_SIZE;
+/// The most pages one grant carries (1 MiB): a run longer than that travels as several grants.
+pub const MAX_RUN_PAGES: usize = 256;
+
+/// The frame length of a grant of `pages` pages.
+pub const fn grant_frame_len(pages: usize) -> usize {
+    HEADER_BYTES + GRANT_HEADER_BYTES + pages * PAGE_SIZE
+}
 /// The longest error text carried by [`Msg::Error`].
 pub const MAX_ERROR_TEXT_BYTES: usize = 4096;
 
@@ -100,7 +109,7 @@ pub fn frame_len(msg: &Msg) -> usize {
 fn payload_len(msg: &Msg) -> usize {
     match msg {
         Msg::GetPage { pages, .. } => 1 + 4 + 4 * pages.len(),
-        Msg::GetPageGrant { .. } => GRANT_PAYLOAD_BYTES,
+        Msg::GetPageGrant { data, .. } => GRANT_HEADER_BYTES + data.len(),
         Msg::Diff { diffs, .. } => {
             4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
         }
@@ -146,8 +155,13 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             put_pages(out, pages);
         }
         Msg::GetPageGrant { page, data } => {
+            debug_assert!(
+                !data.is_empty() && data.len() % PAGE_SIZE == 0,
+                "a grant carries whole pages"
+            );
             out.extend_from_slice(&page.0.to_le_bytes());
-            out.extend_from_slice(&data.0[..]);
+            out.extend_from_slice(&((data.len() / PAGE_SIZE) as u16).to_le_bytes());
+            out.extend_from_slice(data);
         }
         Msg::Diff { id, diffs } => {
             out.extend_from_slice(&id.to_le_bytes());
@@ -296,17 +310,17 @@ pub fn decode_header(bytes: &[u8]) -> Result<(FrameHeader, MsgKind, usize), Deco
     Ok((FrameHeader { cookie, from }, kind, payload_len))
 }
 
-/// A decoded frame whose page, in a page grant, is still in the bytes it was decoded from: the
-/// receiver copies it once, into place ([`crate::Node::handle_frame`]), instead of into a
-/// [`PageBuf`] first. Every other message is a [`Msg`].
+/// A decoded frame whose pages, in a page grant, are still in the bytes it was decoded from: the
+/// receiver copies each once, into place ([`crate::Node::handle_frame`]), instead of into a
+/// buffer first. Every other message is a [`Msg`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// A [`Msg::GetPageGrant`], borrowed.
     Grant {
-        /// The page granted.
+        /// The run's first page.
         page: PageNum,
-        /// Its bytes.
-        data: &'a [u8; PAGE_SIZE],
+        /// The run's bytes: whole pages, 1 to [`MAX_RUN_PAGES`] of them.
+        data: &'a [u8],
     },
     /// Any other message.
     Msg(Msg),
@@ -318,7 +332,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
     let msg = match frame {
         Frame::Grant { page, data } => Msg::GetPageGrant {
             page,
-            data: Arc::new(PageBuf::copy_of(data)),
+            data: Arc::from(data),
         },
         Frame::Msg(m) => m,
     };
@@ -374,10 +388,20 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         }
         MsgKind::GetPageGrant => {
             let page = PageNum(r.u32()?);
-            let data = r
-                .take(PAGE_SIZE)?
-                .try_into()
-                .expect("take gives PAGE_SIZE bytes");
+            let count = r.u16()?;
+            if count == 0 || usize::from(count) > MAX_RUN_PAGES {
+                return Err(DecodeError::BadValue {
+                    field: "grant's page count",
+                    value: count.into(),
+                });
+            }
+            if page.0.checked_add(u32::from(count)).is_none() {
+                return Err(DecodeError::BadValue {
+                    field: "grant's first page",
+                    value: page.0.into(),
+                });
+            }
+            let data = r.take(usize::from(count) * PAGE_SIZE)?;
             return Ok(Frame::Grant { page, data });
         }
         MsgKind::Diff => {

@@ -75,13 +75,13 @@ impl<M: PageMemory> Node<M> {
         }
         let mut unsettled = std::mem::take(&mut self.unsettled);
         // Only pages still as they were served (each is queued once, at its first serve).
-        unsettled.retain(|(p, _)| self.table[p.index()].served && self.writes_untracked(*p));
-        let pages: Vec<PageNum> = unsettled.iter().map(|(p, _)| *p).collect();
+        unsettled.retain(|(p, _, _)| self.table[p.index()].served && self.writes_untracked(*p));
+        let pages: Vec<PageNum> = unsettled.iter().map(|(p, _, _)| *p).collect();
         self.protect_pages(&pages, Prot::Read);
         let mut written = Vec::new();
-        for (page, sent) in &unsettled {
+        for (page, sent, at) in &unsettled {
             self.mem.read(*page, &mut self.scratch);
-            if *self.scratch == *sent.0 {
+            if self.scratch[..] == sent[*at..*at + PAGE_SIZE] {
                 self.table[page.index()].frame = Frame::ReadOnly;
                 self.mem.allow_home_write(*page);
             } else {
@@ -106,14 +106,15 @@ impl<M: PageMemory> Node<M> {
             self.stats.bytes_sent[k].saturating_sub(codec::frame_len(msg) as u64);
     }
 
-    /// A page read one-sided from `from`'s memory (see [`crate::CoreConfig::remote_reads`]):
-    /// handled as the home's grant would be, counted as a read, not as a message.
+    /// Pages read one-sided from `from`'s memory (see [`crate::CoreConfig::remote_reads`]): a
+    /// run of whole pages from `page`, handled as the home's grant would be, counted as reads,
+    /// not as a message.
     pub fn handle_page_read(
         &mut self,
         now: Time,
         from: NodeId,
         page: PageNum,
-        data: &[u8; PAGE_SIZE],
+        data: &[u8],
     ) -> Result<(), ProtocolError> {
         if from.0 >= self.cfg.nodes || from == self.cfg.node {
             return Err(ProtocolError {
@@ -122,7 +123,7 @@ impl<M: PageMemory> Node<M> {
                 why: "page read from a node outside the job or from this one",
             });
         }
-        self.stats.pages_read_one_sided += 1;
+        self.stats.pages_read_one_sided += (data.len() / PAGE_SIZE) as u64;
         let result = self.on_page_grant(now, from, page, data);
         self.drain_loopback(now);
         result

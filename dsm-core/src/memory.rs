@@ -20,12 +20,27 @@ pub trait PageMemory {
         self.read(page, &mut data.0);
         data
     }
+    /// The current bytes of the `out.len() / PAGE_SIZE` consecutive pages from `first`, into
+    /// `out` (a whole number of pages): a run served in one grant.
+    fn read_run(&self, first: PageNum, out: &mut [u8]) {
+        for (i, chunk) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            let page = PageNum(first.0 + i as u32);
+            self.read(page, chunk.try_into().expect("chunks of a page"));
+        }
+    }
+    /// The current bytes of the `count` consecutive pages from `first`, in a new shared buffer.
+    fn copy_run(&self, first: PageNum, count: usize) -> std::sync::Arc<[u8]> {
+        let mut data = vec![0; count * PAGE_SIZE];
+        self.read_run(first, &mut data);
+        data.into()
+    }
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Sets the application's protection of `count` pages from `first`.
     fn protect(&mut self, first: PageNum, count: u32, prot: Prot);
-    /// The page left this node's cache: its frame may be given back to the system.
-    fn discard(&mut self, _page: PageNum) {}
+    /// The `count` pages from `first` left this node's cache: their frames may be given back to
+    /// the system.
+    fn discard(&mut self, _first: PageNum, _count: u32) {}
 
     /// `page` will likely be read soon (served to a requester): its bytes may be brought into
     /// the CPU's cache meanwhile. A hint: it changes no bytes and no protection.
@@ -171,9 +186,11 @@ impl PageMemory for VecMemory {
         }
     }
 
-    fn discard(&mut self, page: PageNum) {
-        if let Some(slot) = self.pages.get_mut(page.index()) {
-            *slot = None;
+    fn discard(&mut self, first: PageNum, count: u32) {
+        for p in first.0..first.0.saturating_add(count) {
+            if let Some(slot) = self.pages.get_mut(p as usize) {
+                *slot = None;
+            }
         }
     }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::mailbox::Channel;
-use crate::types::{Access, CvId, LockId, NodeId, PageBuf, PageNum};
+use crate::types::{Access, CvId, LockId, NodeId, PageNum};
 
 /// One page's diff, encoded as in [`crate::diff`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,13 +41,16 @@ pub enum Msg {
         /// The pages wanted, all homed at the receiver.
         pages: Vec<PageNum>,
     },
-    /// GETPGRANT: one page's bytes.
+    /// GETPGRANT: the bytes of a run of consecutive pages (one page or many: a home answers a
+    /// request with as few grants as its pages' runs and the transport's message size allow).
     GetPageGrant {
-        /// The page.
+        /// The run's first page.
         page: PageNum,
-        /// Its bytes at the home, shared with the home's record of what it sent (a page served
-        /// before its writes were tracked is compared with them once the grant is out).
-        data: Arc<PageBuf>,
+        /// The run's bytes at the home, [`crate::PAGE_SIZE`] per page (1 to
+        /// [`crate::codec::MAX_RUN_PAGES`] pages), shared with the home's record of what it sent
+        /// (a page served before its writes were tracked is compared with them once the grant
+        /// is out).
+        data: Arc<[u8]>,
     },
     /// DIFF: apply these diffs (all for pages homed at the receiver), then acknowledge `id`.
     Diff {

@@ -37,6 +37,9 @@ pub struct Prefetch {
     pub prefetch_pages: u32,
     /// Look at most this many pages past the faulting one for candidates.
     pub max_checking_pages: u32,
+    /// The read-ahead window grows, while a thread keeps using what it brings, up to this many
+    /// pages (never more than a quarter of the cache).
+    pub read_ahead_max_pages: u32,
 }
 
 impl Default for Prefetch {
@@ -45,6 +48,7 @@ impl Default for Prefetch {
             enabled: true,
             prefetch_pages: 8,
             max_checking_pages: 16,
+            read_ahead_max_pages: 1024,
         }
     }
 }
@@ -78,6 +82,10 @@ pub struct CoreConfig {
     /// most this many times more once its manager says one does (`Msg::LockWanted`); then it
     /// goes back to its manager (0: every release goes to the manager).
     pub lock_handoffs: u32,
+    /// A home answers a GETP with runs of consecutive pages, at most this many pages per grant
+    /// (the runtime picks it from its transport: what one datagram or one write carries well);
+    /// 1 to [`codec::MAX_RUN_PAGES`].
+    pub grant_run_pages: usize,
 }
 
 impl CoreConfig {
@@ -92,6 +100,7 @@ impl CoreConfig {
             reply_timeout: None,
             remote_reads: false,
             home_migration: false,
+            grant_run_pages: 16,
             lock_handoffs: 16,
         }
     }
@@ -239,7 +248,7 @@ pub struct ProtocolError {
 }
 
 /// Pages asked for in one GETP at most (bounds the work a single request can cause).
-pub const MAX_GETP_PAGES: usize = 256;
+pub const MAX_GETP_PAGES: usize = 1024;
 /// Page requests held for pages this node has not allocated yet, at most.
 pub const MAX_EARLY_REQUESTS: usize = 4096;
 /// Diff bytes per DIFF message at most; larger flushes are split.
@@ -375,7 +384,11 @@ pub struct Node<M: PageMemory> {
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
     /// Home pages served untracked, whose write tracking starts once their grants are on the
     /// way ([`Node::settle_serves`]), with the bytes sent.
-    pub(crate) unsettled: Vec<(PageNum, Arc<PageBuf>)>,
+    pub(crate) unsettled: Vec<(PageNum, Arc<[u8]>, usize)>,
+    /// Runs of a GETP not copied yet (requester, first page, pages): each is copied when the
+    /// runtime takes the grant before it ([`Node::poll_transmit`]), so the first grant of a
+    /// large window leaves before the rest is copied.
+    pub(crate) serving: VecDeque<(NodeId, PageNum, usize)>,
     /// The last page this home served, and the page to warm once the grants are out (see
     /// [`Node::warm_ahead`]).
     pub(crate) last_served: Option<PageNum>,
@@ -429,6 +442,7 @@ impl<M: PageMemory> Node<M> {
             failed: false,
             early_requests: Vec::new(),
             unsettled: Vec::new(),
+            serving: VecDeque::new(),
             last_served: None,
             to_warm: None,
             claims: BTreeMap::new(),
@@ -554,6 +568,9 @@ impl<M: PageMemory> Node<M> {
     /// Drains the next message to send.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if self.out.transmits.is_empty() {
+            self.serve_next_run();
+        }
         self.out.transmits.pop_front()
     }
 
@@ -639,9 +656,9 @@ impl<M: PageMemory> Node<M> {
     ) -> Result<(), ProtocolError> {
         let (kind, bytes) = match &frame {
             codec::Frame::Msg(msg) => (msg.kind(), codec::frame_len(msg)),
-            codec::Frame::Grant { .. } => (
+            codec::Frame::Grant { data, .. } => (
                 MsgKind::GetPageGrant,
-                codec::HEADER_BYTES + codec::GRANT_PAYLOAD_BYTES,
+                codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES + data.len(),
             ),
         };
         if from.0 >= self.cfg.nodes || from == self.cfg.node {
@@ -673,7 +690,7 @@ impl<M: PageMemory> Node<M> {
         }
         match msg {
             Msg::GetPage { access, pages } => self.on_get_page(from, access, pages),
-            Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data.0),
+            Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data),
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
             Msg::DiffGrant { id } => self.on_diff_grant(from, id),
             Msg::Acquire {

@@ -19,14 +19,40 @@ use crate::node::{
 use crate::table::{Fetch, Frame};
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 
-/// How far the read-ahead window may grow, in multiples of `prefetch_pages` (8 pages by default:
-/// up to 64 pages, 256 KB, per request). A round trip to a home whose service thread must first
-/// be woken costs hundreds of microseconds on a busy machine: few large requests beat many small
-/// ones for a thread streaming through remote memory.
-pub(crate) const READ_AHEAD_GROWTH: usize = 8;
-
 /// At most this many pages fetched again at a barrier (see `copies_in_use`).
 const REFETCH_MAX: usize = 256;
+
+/// A full cache evicts this fraction of itself at once (see `make_room`).
+const EVICT_BATCH_DIVISOR: usize = 64;
+
+/// `pages` in their order, cut into runs of consecutive ascending pages of at most `max`.
+fn runs_in_order(pages: &[PageNum], max: usize) -> Vec<(PageNum, usize)> {
+    let mut runs: Vec<(PageNum, usize)> = Vec::new();
+    for &p in pages {
+        match runs.last_mut() {
+            Some((first, n)) if *n < max && u64::from(first.0) + *n as u64 == u64::from(p.0) => {
+                *n += 1
+            }
+            _ => runs.push((p, 1)),
+        }
+    }
+    runs
+}
+
+/// `pages` sorted into runs of consecutive pages: (first, count).
+fn runs_of(pages: &[PageNum]) -> Vec<(PageNum, u32)> {
+    let mut sorted: Vec<u32> = pages.iter().map(|p| p.0).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<(PageNum, u32)> = Vec::new();
+    for p in sorted {
+        match runs.last_mut() {
+            Some((first, n)) if u64::from(first.0) + u64::from(*n) == u64::from(p) => *n += 1,
+            _ => runs.push((PageNum(p), 1)),
+        }
+    }
+    runs
+}
 
 impl<M: PageMemory> Node<M> {
     /// An application thread faulted on `page` with `access`. The thread is resumed by an
@@ -145,8 +171,7 @@ impl<M: PageMemory> Node<M> {
         // A fault right after the last window: the thread outran the read-ahead; ask for a
         // larger window at once (otherwise start again from `prefetch_pages`).
         self.read_ahead_pages = if self.stream_next == Some(page) {
-            (self.read_ahead_pages.max(pf.prefetch_pages as usize) * 2)
-                .min(READ_AHEAD_GROWTH * pf.prefetch_pages as usize)
+            (self.read_ahead_pages.max(pf.prefetch_pages as usize) * 2).min(self.read_ahead_max())
         } else {
             0
         };
@@ -193,6 +218,18 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// The largest read-ahead window, in pages: `read_ahead_max_pages`, but never more than a
+    /// quarter of the cache (a stream must not evict what it brought before it is read), and
+    /// never less than `prefetch_pages`. A round trip to a home whose service thread must first
+    /// be woken costs hundreds of microseconds on a busy machine: a window of megabytes keeps a
+    /// streaming thread's pages arriving while it reads the ones before.
+    pub(crate) fn read_ahead_max(&self) -> usize {
+        let pf = self.cfg.prefetch;
+        (pf.read_ahead_max_pages as usize)
+            .min(self.cfg.cache_pages / 4)
+            .max(pf.prefetch_pages as usize)
+    }
+
     pub(crate) fn read_ahead_unless_refreshed(&mut self, now: Time, page: PageNum) {
         if !std::mem::take(&mut self.table[page.index()].refreshed) {
             self.read_ahead(now, page);
@@ -202,7 +239,7 @@ impl<M: PageMemory> Node<M> {
     /// Read-ahead: the first touch of a prefetched page near the end of the pages already asked
     /// for asks for the next window, so a thread walking through memory finds its next
     /// pages already arrived instead of waiting for a GETP per window. While prefetched pages keep
-    /// being used the window doubles, up to [`READ_AHEAD_GROWTH`] times `prefetch_pages`; a
+    /// being used the window doubles, up to [`Node::read_ahead_max`]; a
     /// demand fault resets it, unless it falls right after the last window (the thread outran
     /// the read-ahead: the window doubles then too).
     fn read_ahead(&mut self, now: Time, page: PageNum) {
@@ -211,21 +248,35 @@ impl<M: PageMemory> Node<M> {
         // Only near the end of what is already on its way (like the kernel's readahead marker):
         // a thread that touches a few pages of a window and leaves (a boundary row) does not pull
         // in more.
+        let enough = (window / 2).max(1);
+        // A stream: the last request reaches half a window past this page (checked in O(1):
+        // this runs for every prefetched page a thread opens).
+        if self
+            .stream_next
+            .is_some_and(|n| n.0 > page.0 && (n.0 - page.0 - 1) as usize >= enough)
+        {
+            return;
+        }
         let ahead = (page.index() + 1..(page.index() + 1 + window).min(self.table.len()))
             .filter(|&p| {
                 let e = &self.table[p];
                 e.frame == Frame::Prefetched || e.fetch.is_some()
             })
+            .take(enough)
             .count();
-        if ahead >= (window / 2).max(1) {
+        if ahead >= enough {
             return;
         }
         let distance = (pf.max_checking_pages as usize).max(2 * window) as u32;
         let candidates = self.candidates(page, window, distance);
-        if candidates.len() < (window / 2).max(1) {
+        // Half a window at least, or what is left of the allocation (a stream's tail).
+        let left = self.table.allocation_end(page) - u64::from(page.0) - 1;
+        if candidates.is_empty()
+            || (candidates.len() as u64) < ((window / 2).max(1) as u64).min(left)
+        {
             return;
         }
-        self.read_ahead_pages = (window * 2).min(READ_AHEAD_GROWTH * pf.prefetch_pages as usize);
+        self.read_ahead_pages = (window * 2).min(self.read_ahead_max());
         self.stream_next = candidates.last().map(|p| PageNum(p.0 + 1));
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         self.add_prefetches(now, candidates, &mut by_home);
@@ -234,9 +285,25 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// GETP for `pages` (the demand page first, if any): one request per
+    /// [`MAX_GETP_PAGES`].
     pub(crate) fn send_get_page(&mut self, home: NodeId, access: Access, pages: Vec<PageNum>) {
-        self.stats.getp_sent += 1;
-        self.send(home, Msg::GetPage { access, pages });
+        if pages.len() <= MAX_GETP_PAGES {
+            self.stats.getp_sent += 1;
+            self.send(home, Msg::GetPage { access, pages });
+            return;
+        }
+        for (i, chunk) in pages.chunks(MAX_GETP_PAGES).enumerate() {
+            let access = if i == 0 { access } else { Access::Read };
+            self.stats.getp_sent += 1;
+            self.send(
+                home,
+                Msg::GetPage {
+                    access,
+                    pages: chunk.to_vec(),
+                },
+            );
+        }
     }
 
     /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page` and in
@@ -247,7 +314,7 @@ impl<M: PageMemory> Node<M> {
         if !self.cfg.prefetch.enabled {
             return Vec::new();
         }
-        let limit = limit.min(self.cfg.cache_pages / 2).min(MAX_GETP_PAGES - 1);
+        let limit = limit.min(self.cfg.cache_pages / 2);
         let me = self.cfg.node;
         let end =
             (u64::from(page.0) + 1 + u64::from(distance)).min(self.table.allocation_end(page));
@@ -331,24 +398,17 @@ impl<M: PageMemory> Node<M> {
                 self.mem.allow_home_write(page);
             }
         }
-        for (i, &page) in pages.iter().enumerate() {
-            // The next page of a read-ahead window comes into the cache while this one is
-            // copied (the CPU's own prefetchers stop at page boundaries).
-            if let Some(&next) = pages.get(i + 1) {
-                self.mem.warm(next);
-            }
-            let data = Arc::new(self.mem.copy(page));
-            self.stats.pages_served += 1;
-            // Still untracked at its first serve: protected once the grant is sent, and compared
-            // with the bytes sent (the grant's own buffer, shared: no copy).
-            if self.table[page.index()].home == me
-                && !std::mem::replace(&mut self.table[page.index()].served, true)
-                && self.writes_untracked(page)
-            {
-                self.unsettled.push((page, Arc::clone(&data)));
-            }
-            self.send(from, Msg::GetPageGrant { page, data });
+        // Runs of consecutive pages, each copied once into the grant that carries it: the
+        // first (the demand page's) now, the others as the runtime takes the grants before
+        // them (`serve_next_run`), so a large window streams out while it is copied.
+        let max_run = self
+            .cfg
+            .grant_run_pages
+            .clamp(1, crate::codec::MAX_RUN_PAGES);
+        for (first, n) in runs_in_order(&pages, max_run) {
+            self.serving.push_back((from, first, n));
         }
+        self.serve_next_run();
         // A sequential reader (this request starts where the last one served ended) will ask
         // for the page after these next: warmed once the grants are out.
         let (Some(&first), Some(&last)) = (pages.first(), pages.last()) else {
@@ -366,8 +426,66 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// GETPGRANT: install the page and resume its waiters.
+    /// Copies the next run a GETP asked for into its grant (see `Node::serving`).
+    pub(crate) fn serve_next_run(&mut self) {
+        let Some((to, first, n)) = self.serving.pop_front() else {
+            return;
+        };
+        let me = self.cfg.node;
+        // The next run comes into the CPU's cache while this one is copied.
+        if let Some(&(_, next, _)) = self.serving.front() {
+            self.mem.warm(next);
+        }
+        let data = self.mem.copy_run(first, n);
+        self.stats.pages_served += n as u64;
+        for i in 0..n {
+            let page = PageNum(first.0 + i as u32);
+            // Still untracked at its first serve: protected once the grant is sent, and
+            // compared with the bytes sent (the grant's own buffer, shared: no copy).
+            if self.table[page.index()].home == me
+                && !std::mem::replace(&mut self.table[page.index()].served, true)
+                && self.writes_untracked(page)
+            {
+                self.unsettled
+                    .push((page, Arc::clone(&data), i * PAGE_SIZE));
+            }
+        }
+        self.send(to, Msg::GetPageGrant { page: first, data });
+    }
+
+    /// GETPGRANT: install a run of pages and resume their waiters. Room is made for the whole
+    /// run at once; a page of it that was not asked of `from` is refused, the others installed.
     pub(crate) fn on_page_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        first: PageNum,
+        data: &[u8],
+    ) -> Result<(), ProtocolError> {
+        let count = data.len() / PAGE_SIZE;
+        if data.len() % PAGE_SIZE != 0
+            || u64::from(first.0) + count as u64 > self.table.len() as u64
+        {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::GetPageGrant,
+                why: "page not allocated",
+            });
+        }
+        self.make_room(now, count);
+        let mut result = Ok(());
+        for (i, bytes) in data.chunks_exact(PAGE_SIZE).enumerate() {
+            let page = PageNum(first.0 + i as u32);
+            let bytes = bytes.try_into().expect("chunks of a page");
+            if let Err(e) = self.install_granted(now, from, page, bytes) {
+                result = result.and(Err(e));
+            }
+        }
+        result
+    }
+
+    /// One page of a grant (or of a one-sided read): installed, its waiters resumed.
+    pub(crate) fn install_granted(
         &mut self,
         now: Time,
         from: NodeId,
@@ -420,7 +538,7 @@ impl<M: PageMemory> Node<M> {
             }
             return Ok(());
         }
-        self.make_room(now);
+        self.make_room(now, 1);
         self.mem.write(page, 0, data);
         self.table.cache_insert(page);
         if fetch.waiters.is_empty() {
@@ -436,41 +554,67 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// Evicts cached pages until one more fits (the page table chooses them).
-    fn make_room(&mut self, now: Time) {
-        while let Some(page) = self.table.victim() {
-            self.evict(page);
+    /// Makes room for `incoming` more pages. A full cache gives up a batch at once (a 64th of
+    /// it, and at least the pages coming; the page table chooses them), closed and given back
+    /// to the system in ranges: a stream larger than the cache pays one mprotect and one
+    /// discard per run of pages, not per page.
+    fn make_room(&mut self, now: Time, incoming: usize) {
+        let capacity = self.cfg.cache_pages.max(1);
+        if self.table.cached() + incoming <= capacity {
+            return;
         }
+        let batch = (capacity / EVICT_BATCH_DIVISOR)
+            .max(incoming)
+            .min((capacity / 4).max(1));
+        let mut victims = Vec::new();
+        while let Some(page) = self.table.victim(batch) {
+            self.table.cache_remove(page);
+            victims.push(page);
+        }
+        if victims.is_empty() {
+            return;
+        }
+        self.evict(&victims);
         self.send_diffs(now);
     }
 
-    fn evict(&mut self, page: PageNum) {
-        self.keep_claimed_bytes(page);
-        let frame = self.table[page.index()].frame;
-        match frame {
-            Frame::Invalid => {}
-            Frame::Prefetched => {
-                // The runtime may have opened it for a reader an instant ago: close it for sure.
-                self.protect_pages(&[page], Prot::None);
-                self.stats.prefetch_unused += 1;
-            }
-            Frame::ReadOnly => self.protect_pages(&[page], Prot::None),
-            Frame::ReadWrite => {
-                self.protect_pages(&[page], Prot::None);
-                self.rw.remove(&page);
-                self.diff_page(page);
-                self.stats.dirty_evictions += 1;
-            }
+    /// Drops the cached copies `pages` (already out of the cache's queue).
+    fn evict(&mut self, pages: &[PageNum]) {
+        for &page in pages {
+            self.keep_claimed_bytes(page);
         }
-        self.table[page.index()].frame = Frame::Invalid;
-        self.table[page.index()].touched = false;
-        self.table[page.index()].refreshed = false;
-        self.table[page.index()].unused_refetches = 0;
-        self.table[page.index()].twin = None;
-        self.table[page.index()].evicted_in = self.epoch;
-        self.table.cache_remove(page);
-        self.mem.discard(page);
-        self.stats.evictions += 1;
+        // Closed first, all at once: a store racing the eviction of a written page either lands
+        // before its diff or faults; a prefetched page the runtime opened for a reader an
+        // instant ago is closed for sure.
+        let open: Vec<PageNum> = pages
+            .iter()
+            .copied()
+            .filter(|p| self.table[p.index()].frame != Frame::Invalid)
+            .collect();
+        self.protect_pages(&open, Prot::None);
+        for &page in pages {
+            match self.table[page.index()].frame {
+                Frame::Invalid | Frame::ReadOnly => {}
+                Frame::Prefetched => self.stats.prefetch_unused += 1,
+                Frame::ReadWrite => {
+                    self.rw.remove(&page);
+                    self.diff_page(page);
+                    self.stats.dirty_evictions += 1;
+                }
+            }
+            let e = &mut self.table[page.index()];
+            e.frame = Frame::Invalid;
+            e.touched = false;
+            e.refreshed = false;
+            e.unused_refetches = 0;
+            e.twin = None;
+            e.evicted_in = self.epoch;
+            self.table.cache_remove(page);
+            self.stats.evictions += 1;
+        }
+        for (first, count) in runs_of(pages) {
+            self.mem.discard(first, count);
+        }
     }
 
     /// Diffs a dirty cached page against its twin into the batch for its home; drops the twin.

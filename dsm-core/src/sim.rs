@@ -660,7 +660,7 @@ impl Cluster {
                     let mut frame = Vec::new();
                     let reply = Msg::GetPageGrant {
                         page,
-                        data: Arc::new(data),
+                        data: Arc::from(&data.0[..]),
                     };
                     codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);
                     replies.push(frame);

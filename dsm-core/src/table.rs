@@ -264,13 +264,13 @@ impl PageTable {
         }
     }
 
-    /// The next page to evict for one more to fit, if the cache is full: the oldest, passing
-    /// over the pages threads faulted on last (they go to the back of the queue: at most half
-    /// the cache, so one is always found). The caller evicts it (and calls
+    /// The next page to evict for `room` more to fit, if they do not: the oldest, passing over
+    /// the pages threads faulted on last (they go to the back of the queue: at most half the
+    /// cache, so one is always found). The caller evicts it (and calls
     /// [`PageTable::cache_remove`]) before asking again.
-    pub fn victim(&mut self) -> Option<PageNum> {
+    pub fn victim(&mut self, room: usize) -> Option<PageNum> {
         let mut passed = 0;
-        while self.cached >= self.capacity {
+        while self.cached + room > self.capacity {
             let (page, generation) = self.fifo.pop_front()?;
             let e = &self.entries[page.index()];
             if !(e.in_cache && e.cache_gen == generation) {
@@ -347,12 +347,24 @@ mod tests {
         t.note_faulted(PageNum(0));
         t.note_faulted(PageNum(1));
         // Full: the oldest not faulted on last goes first.
-        let v = t.victim();
+        let v = t.victim(1);
         assert_eq!(v, Some(PageNum(2)));
         t.cache_remove(PageNum(2));
-        assert_eq!(t.victim(), None, "room for one more");
+        assert_eq!(t.victim(1), None, "room for one more");
         t.cache_insert(PageNum(5));
-        assert_eq!(t.victim(), Some(PageNum(3)));
-        assert_eq!(t.cached(), 4);
+        assert_eq!(t.victim(1), Some(PageNum(3)));
+        t.cache_remove(PageNum(3));
+        // Room for two (the cache over-full by one): the oldest not faulted on last, until two
+        // more fit.
+        t.cache_insert(PageNum(6));
+        t.cache_insert(PageNum(7));
+        assert_eq!(t.victim(2), Some(PageNum(5)));
+        t.cache_remove(PageNum(5));
+        assert_eq!(t.victim(2), Some(PageNum(6)));
+        t.cache_remove(PageNum(6));
+        assert_eq!(t.victim(2), Some(PageNum(7)));
+        t.cache_remove(PageNum(7));
+        assert_eq!(t.victim(2), None, "room for two more");
+        assert_eq!(t.cached(), 2, "pages 0 and 1, faulted on last, stay");
     }
 }

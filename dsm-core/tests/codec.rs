@@ -7,7 +7,7 @@ use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{
-    Access, CvId, LockId, Msg, MsgKind, NodeId, PageBuf, PageDiff, PageNum, WriteNotice, diff,
+    Access, CvId, LockId, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff, PageNum, WriteNotice, diff,
 };
 use proptest::prelude::*;
 
@@ -33,12 +33,14 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 .collect(),
         },
         1 => {
-            let mut data = PageBuf::zeroed();
-            for b in data.0.iter_mut().step_by(97) {
+            // A run of 1 to 20 pages (a page or a datagram's worth, and beyond).
+            let pages = 1 + rng.below(20) as usize;
+            let mut data = vec![0u8; pages * PAGE_SIZE];
+            for b in data.iter_mut().step_by(97) {
                 *b = rng.next_u64() as u8;
             }
             Msg::GetPageGrant {
-                page: PageNum(rng.next_u64() as u32),
+                page: PageNum(rng.next_u64() as u32 % (u32::MAX - 20)),
                 data: data.into(),
             }
         }
@@ -185,8 +187,11 @@ fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
         assert_eq!((header.cookie, header.from), (5, NodeId(2)));
         match (&msg, back) {
             (Msg::GetPageGrant { page, data }, Frame::Grant { page: p, data: d }) => {
-                assert_eq!((*page, &data.0[..]), (p, &d[..]));
-                assert!(std::ptr::eq(d.as_ptr(), frame[HEADER_BYTES + 4..].as_ptr()));
+                assert_eq!((*page, &data[..]), (p, d));
+                assert!(std::ptr::eq(
+                    d.as_ptr(),
+                    frame[HEADER_BYTES + codec::GRANT_HEADER_BYTES..].as_ptr()
+                ));
                 // A grant cut short or with bytes after it is refused, as by decode_frame.
                 assert!(matches!(
                     codec::decode_frame_ref(&frame[..frame.len() - 1]),

@@ -5,6 +5,7 @@ use dsm_core::{
     Access, AllocPolicy, CoreConfig, CvId, Effect, GlobalAddr, JobError, LockId, Msg, MsgKind,
     Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Time, UsageError, VecMemory, WaiterId,
 };
+use std::sync::Arc;
 use std::time::Duration;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -756,7 +757,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         NodeId(0),
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: PageBuf::zeroed().into(),
+            data: Arc::from(&PageBuf::zeroed().0[..]),
         },
     )
     .unwrap();
@@ -772,7 +773,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         NodeId(0),
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: fresh.into(),
+            data: Arc::from(&fresh.0[..]),
         },
     )
     .unwrap();
@@ -790,7 +791,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
     let bogus = [
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: PageBuf::zeroed().into(),
+            data: Arc::from(&PageBuf::zeroed().0[..]),
         }, // not requested
         Msg::DiffGrant { id: 9 }, // nothing outstanding
         Msg::AcquireGrant {

@@ -300,7 +300,15 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     };
     let mut core_cfg = CoreConfig::new(NodeId(rank), size);
     core_cfg.region_pages = (len / PAGE_SIZE) as u64;
-    core_cfg.cache_pages = config.cache_pages;
+    core_cfg.cache_pages = match config.cache_pages {
+        0 => crate::config::auto_cache_pages(
+            std::env::var("DSM_LOCAL_SIZE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1),
+        ),
+        n => n,
+    };
     // One-sided page reads where the transport offers them (the core then tracks home writes
     // from allocation on, since homes no longer see every copy leave).
     core_cfg.remote_reads = config.one_sided_reads && config.comm_type == CommType::RdmaRc;
@@ -310,7 +318,10 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         enabled: config.prefetch,
         prefetch_pages: config.prefetch_pages,
         max_checking_pages: config.max_checking_pages,
+        read_ahead_max_pages: config.read_ahead_max_kib / (PAGE_SIZE as u32 / 1024),
     };
+    // A grant carries as many pages as one message of the transport carries whole.
+    core_cfg.grant_run_pages = grant_run_pages(&config);
     let node = Node::new(core_cfg, region);
     let service = Service::new(
         node,
@@ -932,5 +943,23 @@ impl Drop for Dsm {
         } else {
             self.exit();
         }
+    }
+}
+
+/// Pages per grant for `config`'s transport: what one message carries whole. UDP: one datagram
+/// of `msg_buffer_size` (a larger grant would be fragmented and reassembled: one more copy);
+/// TCP: 256 KiB writes; RDMA: one page per grant (RC reads runs one-sided; a UD datagram is the
+/// path MTU, under a page and a half).
+fn grant_run_pages(config: &Config) -> usize {
+    use dsm_core::codec::{GRANT_HEADER_BYTES, HEADER_BYTES};
+    match config.comm_type {
+        CommType::Udp => {
+            let payload = config.msg_buffer_size.saturating_sub(
+                dsm_transport::reliable::HEADER_BYTES + HEADER_BYTES + GRANT_HEADER_BYTES,
+            );
+            (payload / PAGE_SIZE).max(1)
+        }
+        CommType::Tcp => 64,
+        CommType::RdmaRc | CommType::RdmaUd => 1,
     }
 }

@@ -97,7 +97,9 @@ pub struct Config {
     pub prefetch_pages: u32,
     /// `max_checking_pages`.
     pub max_checking_pages: u32,
-    /// `cache_pages`.
+    /// `read_ahead_max_kib`: the largest read-ahead window.
+    pub read_ahead_max_kib: u32,
+    /// `cache_pages` (0: `auto`, a share of the machine's memory: [`auto_cache_pages`]).
     pub cache_pages: usize,
     /// `region_gib`.
     pub region_gib: u64,
@@ -178,7 +180,8 @@ impl Default for Config {
             prefetch: true,
             prefetch_pages: 8,
             max_checking_pages: 16,
-            cache_pages: 32 * 1024,
+            read_ahead_max_kib: 4096,
+            cache_pages: 0,
             region_gib: 64,
             peer_timeout_ms: 10_000,
             base_port: 0,
@@ -195,6 +198,25 @@ impl Default for Config {
     }
 }
 
+/// The cache of a node with `cache_pages = auto`: a quarter of the machine's memory
+/// (`/proc/meminfo`'s `MemTotal`), shared by the `nodes_here` nodes of the job on this host, in
+/// pages; 128 MiB where the memory cannot be read. A bound, not a reservation: a node uses what
+/// it fetches.
+pub fn auto_cache_pages(nodes_here: usize) -> usize {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    match total_kib {
+        Some(kib) => {
+            let pages = kib / 4 / (dsm_core::PAGE_SIZE as u64 / 1024) / nodes_here.max(1) as u64;
+            (pages as usize).clamp(32 * 1024, 1 << 24)
+        }
+        None => 32 * 1024,
+    }
+}
+
 /// Whether home migration is on when nothing says otherwise.
 pub const HOME_MIGRATION_DEFAULT: bool = true;
 
@@ -208,12 +230,17 @@ pub const KEYS: &[(&str, &str)] = &[
     ("msg_buffer_size", "bytes per datagram, 1024 to 65000"),
     ("msg_queue_size", "messages in flight per peer, 1 to 4096"),
     ("prefetch", "on or off"),
-    ("prefetch_pages", "0 to 255"),
+    ("prefetch_pages", "0 to 65536 (the first read-ahead window)"),
     ("max_checking_pages", "0 to 4096"),
     (
+        "read_ahead_max_kib",
+        "64 to 1048576 (KiB; the read-ahead window grows up to this, and a quarter of the cache)",
+    ),
+    (
         "cache_pages",
-        "32 to 16777216 (one x86-64 instruction can touch 32 pages: fewer could evict a page an \
-         access needs while it faults on the next)",
+        "auto (a quarter of the machine's memory, shared by its nodes) or 32 to 16777216 (one \
+         x86-64 instruction can touch 32 pages: fewer could evict a page an access needs while \
+         it faults on the next)",
     ),
     ("region_gib", "1 to 16384"),
     ("peer_timeout_ms", "100 to 3600000"),
@@ -425,8 +452,10 @@ impl Config {
                     Some(range(0, 255)? as u8)
                 }
             }
-            "prefetch_pages" => self.prefetch_pages = range(0, 255)? as u32,
+            "prefetch_pages" => self.prefetch_pages = range(0, 65_536)? as u32,
             "max_checking_pages" => self.max_checking_pages = range(0, 4096)? as u32,
+            "read_ahead_max_kib" => self.read_ahead_max_kib = range(64, 1 << 20)? as u32,
+            "cache_pages" if value == "auto" => self.cache_pages = 0,
             "cache_pages" => self.cache_pages = range(MIN_CACHE_PAGES as u64, 1 << 24)? as usize,
             "region_gib" => self.region_gib = range(1, 16384)?,
             "peer_timeout_ms" => self.peer_timeout_ms = range(100, 3_600_000)?,
@@ -528,7 +557,11 @@ impl Config {
             format!("prefetch={}", if self.prefetch { "on" } else { "off" }),
             format!("prefetch_pages={}", self.prefetch_pages),
             format!("max_checking_pages={}", self.max_checking_pages),
-            format!("cache_pages={}", self.cache_pages),
+            format!("read_ahead_max_kib={}", self.read_ahead_max_kib),
+            match self.cache_pages {
+                0 => "cache_pages=auto".to_string(),
+                n => format!("cache_pages={n}"),
+            },
             format!("region_gib={}", self.region_gib),
             format!("peer_timeout_ms={}", self.peer_timeout_ms),
             format!("base_port={}", self.base_port),

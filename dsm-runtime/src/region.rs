@@ -177,6 +177,27 @@ impl PageMemory for Region {
         }
     }
 
+    fn copy_run(&self, first: PageNum, count: usize) -> std::sync::Arc<[u8]> {
+        // Straight into the new buffer, no zeroing first (a run is copied at every GETP).
+        let src = self.page_ptr(first);
+        if (first.index() + count) * PAGE_SIZE > self.len {
+            fatal(&format!(
+                "{count} pages from {first} reach past the shared region of {} bytes",
+                self.len
+            ));
+        }
+        let mut buf = std::sync::Arc::<[u8]>::new_uninit_slice(count * PAGE_SIZE);
+        let dst = std::sync::Arc::get_mut(&mut buf).expect("a new Arc is unique");
+        // SAFETY: src..src + count pages lies in the service mapping (checked above); the
+        // destination is the new buffer's count * PAGE_SIZE bytes, all of which the copy
+        // initializes before `assume_init`. Concurrent stores by application threads are plain
+        // byte copies of shared memory, as in `read`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().cast::<u8>(), count * PAGE_SIZE);
+            buf.assume_init()
+        }
+    }
+
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]) {
         if offset + data.len() > PAGE_SIZE {
             fatal("write past the end of a page");
@@ -236,11 +257,11 @@ impl PageMemory for Region {
         crate::door::fastpath::opened_unreported(page.index())
     }
 
-    fn discard(&mut self, page: PageNum) {
+    fn discard(&mut self, first: PageNum, count: u32) {
         let _ = sys::punch_hole(
             &self.fd,
-            (page.index() * PAGE_SIZE) as u64,
-            PAGE_SIZE as u64,
+            (first.index() * PAGE_SIZE) as u64,
+            u64::from(count) * PAGE_SIZE as u64,
         );
     }
 }

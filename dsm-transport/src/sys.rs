@@ -148,7 +148,25 @@ pub fn socket_receive_buffer(fd: RawFd) -> Option<usize> {
 
 /// Asks the kernel for `bytes` of receive and send buffer on a socket (it may grant less).
 pub fn set_socket_buffers(fd: RawFd, bytes: libc::c_int) {
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+    // Past `net.core.rmem_max`/`wmem_max` where the process may (CAP_NET_ADMIN): a read-ahead
+    // window of megabytes arrives at once; the plain options, capped by those limits, otherwise.
+    for (forced, opt) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                forced,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            continue;
+        }
         // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
         let rc = unsafe {
             libc::setsockopt(

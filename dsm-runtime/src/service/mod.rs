@@ -462,12 +462,9 @@ impl Service {
                     // A one-sided read of consecutive pages from page `token`: handled as the
                     // home's grants would be.
                     let now = self.now();
-                    for (i, chunk) in bytes.chunks_exact(PAGE_SIZE).enumerate() {
-                        let data = chunk.try_into().expect("a page's bytes");
-                        let page = PageNum(token as u32 + i as u32);
-                        if let Err(e) = self.node.handle_page_read(now, NodeId(from), page, data) {
-                            fatal(&format!("one-sided read of {page} from node {from}: {e}"));
-                        }
+                    let page = PageNum(token as u32);
+                    if let Err(e) = self.node.handle_page_read(now, NodeId(from), page, &bytes) {
+                        fatal(&format!("one-sided read from {page} of node {from}: {e}"));
                     }
                 }
                 Event::PeerLost {
