@@ -9,3 +9,5 @@ mod sys;
 pub mod floors {
     pub use crate::sys::floor::{backing_page_us, bare_fault_us, minimal_remote_fault_us};
 }
+
+pub mod stream;

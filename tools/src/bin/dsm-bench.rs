@@ -1,7 +1,8 @@
 //! dsm-bench: compare transports, node counts and prefetch settings by measurement.
 //!
 //! ```text
-//! dsm-bench [--quick] [--apps matmul:1024,sor,lu] [--nodes 1,2,4] [--transports udp,tcp]
+//! dsm-bench [--quick] [--apps matmul:1024,sor,lu] [--nodes 1,2,4] [--threads 1,4,16]
+//!           [--transports udp,tcp]
 //!           [--prefetch on,off] [--repeat 5] [--baseline nodes=1] [--csv F] [--json F]
 //!           [--chart PREFIX] [--no-floors] [--no-pairs]
 //! dsm-bench --floors-only [--repeat 5]
@@ -14,7 +15,9 @@
 //! baseline cell (the same cell with the baseline's parameter changed; default: on 1 node). At
 //! the start of each round it samples the floors too, printed before the table: the bare fault +
 //! mprotect cost, the cost of backing a fresh page with memory, the UDP and TCP round trip of a
-//! page-shaped exchange, and the remote fault latency as a ratio to them. With 1 and
+//! page-shaped exchange, and the remote fault latency as a ratio to them; and remote pages
+//! streamed (the `stream` app, 2 nodes, UDP and TCP, default settings) beside a plain TCP stream
+//! between two processes of the machine, in the same sample, with their ratios. With 1 and
 //! more nodes in the matrix, every round also runs two 1-node jobs of each app at once (row
 //! `2 jobs`): twice the time of one job alone over their time together is how much work the
 //! machine does in parallel right then, the ceiling of a 2-node ratio (`--no-pairs` leaves them
@@ -38,6 +41,8 @@ struct Cell {
     set: Option<String>,
     /// Two 1-node jobs of the app at once (the machine's parallel capacity for it), not a DSM job.
     pair: bool,
+    /// Application threads per node (`dsmrun --threads`).
+    threads: usize,
 }
 
 impl Cell {
@@ -47,6 +52,10 @@ impl Cell {
             .chain(self.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(":");
+        let app = match self.threads {
+            1 => app,
+            t => format!("{app} x{t} threads"),
+        };
         match &self.set {
             Some(kv) => format!("{app}[{kv}]"),
             None => app,
@@ -97,6 +106,10 @@ struct Args {
     /// Node counts.
     #[arg(long, value_delimiter = ',', value_name = "N,..")]
     nodes: Option<Vec<usize>>,
+    /// Application threads per node (dsmrun --threads), each count a cell of its own: with
+    /// --nodes, a nodes x threads table [default: 1].
+    #[arg(long, value_delimiter = ',', value_name = "T,..")]
+    threads: Option<Vec<usize>>,
     /// Transports.
     #[arg(long, value_delimiter = ',', value_name = "T,..",
           value_parser = ["udp", "tcp", "rdma-rc", "rdma-ud"])]
@@ -111,8 +124,8 @@ struct Args {
     /// Rounds (each cell runs once per round) [default: 5].
     #[arg(long, value_name = "N")]
     repeat: Option<usize>,
-    /// The cell each ratio is taken against: nodes=N, transport=T, prefetch=on|off or
-    /// set=KEY=VALUE.
+    /// The cell each ratio is taken against: nodes=N, threads=T, transport=T, prefetch=on|off
+    /// or set=KEY=VALUE.
     #[arg(long, value_name = "KEY=VALUE", default_value = "nodes=1")]
     baseline: String,
     /// Every run's samples and the floors as CSV.
@@ -150,6 +163,7 @@ fn usage(msg: &str) -> ! {
 struct Options {
     apps: Vec<(String, Vec<String>)>,
     nodes: Vec<usize>,
+    threads: Vec<usize>,
     transports: Vec<String>,
     prefetch: Vec<bool>,
     /// `--set` variants (`[None]` without it).
@@ -186,6 +200,7 @@ fn options() -> Options {
             "matmul:1024,sor:1024:100,lu:1024:64,jacobi:1024:100,pi,tsp,water:4096:4,is,ep",
         ),
         nodes: vec![1, 2, 4],
+        threads: vec![1],
         transports: vec!["udp".into(), "tcp".into()],
         prefetch: vec![true, false],
         sets: vec![None],
@@ -210,6 +225,9 @@ fn options() -> Options {
     }
     if let Some(n) = a.nodes {
         o.nodes = n;
+    }
+    if let Some(t) = a.threads {
+        o.threads = t;
     }
     if let Some(t) = a.transports {
         o.transports = t;
@@ -239,12 +257,15 @@ fn options() -> Options {
         .baseline
         .split_once('=')
         .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch, set)"));
-    if !matches!(k, "nodes" | "transport" | "prefetch" | "set") {
-        usage("--baseline: the key is nodes, transport, prefetch or set");
+    if !matches!(k, "nodes" | "threads" | "transport" | "prefetch" | "set") {
+        usage("--baseline: the key is nodes, threads, transport, prefetch or set");
     }
     o.baseline = (k.into(), v.into());
     if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() || o.nodes.contains(&0) {
         usage("nothing to run (--repeat, --apps and --nodes need at least one, nodes above 0)");
+    }
+    if o.threads.is_empty() || o.threads.iter().any(|&t| t == 0 || t > 1024) {
+        usage("--threads: counts from 1 to 1024");
     }
     o
 }
@@ -273,6 +294,7 @@ fn run_timed(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     if cell.pair {
         let one = Cell {
             pair: false,
+            threads: 1,
             ..cell.clone()
         };
         let (a, b) = std::thread::scope(|s| {
@@ -359,6 +381,8 @@ fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     cmd.args([
         "-n",
         &cell.nodes.to_string(),
+        "--threads",
+        &cell.threads.to_string(),
         "--transport",
         &cell.transport,
         "--stats",
@@ -399,6 +423,14 @@ fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
 /// rounds (see [`Floors`]).
 const FLOOR_RUNS: usize = 5;
 
+/// Megabytes of each stream floor: twice the old default cache, so read-ahead and the cache's
+/// turnover are both part of it.
+const STREAM_MB: usize = 256;
+/// The floor rows of the streams.
+const TCP_STREAM_ROW: &str = "a plain TCP stream between two processes of this machine (MB/s)";
+const STREAM_UDP_ROW: &str = "remote pages streamed, UDP, 2 nodes (MB/s)";
+const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
+
 /// The floor row of [`dsm_tools::floors::minimal_remote_fault_us`].
 const MINIMAL_ROW: &str = "minimal remote fault, plain UDP (us)";
 
@@ -432,6 +464,7 @@ impl Floors {
             Ok(v) => self.backing.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: backing a fresh page: {e}"),
         }
+        self.sample_streams();
         let out = Command::new(bin("dsmrun"))
             .args(["-n", "2", "--set", "prefetch=off"])
             .arg(bin("faultlat"))
@@ -475,6 +508,37 @@ impl Floors {
         }
     }
 
+    /// Remote pages streamed (the `stream` app on 2 nodes, UDP and TCP, default settings) beside a
+    /// plain TCP stream between two processes, one after the other in the same sample.
+    fn sample_streams(&mut self) {
+        let mut put = |name: &str, v: f64| match self.runs.iter_mut().find(|r| r.0 == name) {
+            Some(r) => r.1.push(v),
+            None => self.runs.push((name.to_string(), vec![v])),
+        };
+        match std::env::current_exe()
+            .and_then(|me| dsm_tools::stream::receive_mbps(Command::new(me), STREAM_MB))
+        {
+            Ok(v) => put(TCP_STREAM_ROW, v),
+            Err(e) => eprintln!("dsm-bench: plain TCP stream: {e}"),
+        }
+        for (transport, row) in [("udp", STREAM_UDP_ROW), ("tcp", STREAM_TCP_ROW)] {
+            let out = Command::new(bin("dsmrun"))
+                .args(["-n", "2", "--transport", transport])
+                .arg(bin("stream"))
+                .args(["--no-check", &STREAM_MB.to_string()])
+                .output();
+            let rate = out.ok().and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("mbps=").and_then(|v| v.parse::<f64>().ok()))
+            });
+            match rate {
+                Some(v) => put(row, v),
+                None => eprintln!("dsm-bench: the stream app over {transport} gave no rate"),
+            }
+        }
+    }
+
     /// Each floor's median over the samples, and the remote fault's ratios to them.
     fn rows(&self) -> Vec<(String, f64)> {
         let mut rows = Vec::new();
@@ -491,6 +555,22 @@ impl Floors {
             ));
         }
         rows.extend(self.runs.iter().map(|(name, v)| (name.clone(), median(v))));
+        let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
+        let plain = get(TCP_STREAM_ROW);
+        let ratios: Vec<(String, f64)> = [
+            (
+                STREAM_UDP_ROW,
+                "remote pages streamed, UDP / plain TCP stream",
+            ),
+            (
+                STREAM_TCP_ROW,
+                "remote pages streamed, TCP / plain TCP stream",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(row, ratio)| Some((ratio.to_string(), get(row)? / plain?)))
+        .collect();
+        rows.extend(ratios);
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
         let minimal = get(MINIMAL_ROW);
         if let (Some(f), Some(u), Some(r)) = (
@@ -523,6 +603,7 @@ fn baseline_of<'a>(o: &Options, cell: &Cell, all: &'a [Outcome]) -> Option<&'a O
     }
     match o.baseline.0.as_str() {
         "nodes" => b.nodes = o.baseline.1.parse().ok()?,
+        "threads" => b.threads = o.baseline.1.parse().ok()?,
         "transport" => b.transport = o.baseline.1.clone(),
         "set" => b.set = Some(o.baseline.1.clone()),
         _ => b.prefetch = o.baseline.1 == "on",
@@ -622,6 +703,7 @@ fn to_json(
                 "app": r.cell.app,
                 "args": r.cell.args,
                 "nodes": r.cell.nodes,
+                "threads": r.cell.threads,
                 "transport": r.cell.transport,
                 "prefetch": r.cell.prefetch,
                 "jobs": m.jobs,
@@ -659,17 +741,18 @@ fn to_json(
 /// sample (`kind` floor, its median over one sample in `value`).
 fn to_csv(floors: &Floors, results: &[Outcome]) -> String {
     let mut csv = String::from(
-        "kind,app,args,nodes,transport,prefetch,jobs,run,wall_s,compute_s,getp,floor,value\n",
+        "kind,app,args,nodes,threads,transport,prefetch,jobs,run,wall_s,compute_s,getp,floor,value\n",
     );
     for r in results {
         let jobs = if r.cell.pair { 2 } else { 1 };
         for (i, ((w, c), g)) in r.walls.iter().zip(&r.computes).zip(&r.getps).enumerate() {
             let _ = writeln!(
                 csv,
-                "run,{},{},{},{},{},{jobs},{},{w:.4},{c:.4},{g},,",
+                "run,{},{},{},{},{},{},{jobs},{},{w:.4},{c:.4},{g},,",
                 r.cell.app,
                 r.cell.args.join(" "),
                 r.cell.nodes,
+                r.cell.threads,
                 r.cell.transport,
                 if r.cell.prefetch { "on" } else { "off" },
                 i + 1
@@ -683,7 +766,7 @@ fn to_csv(floors: &Floors, results: &[Outcome]) -> String {
     floor_rows.extend(floors.runs.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
     for (name, samples) in floor_rows {
         for (i, v) in samples.iter().enumerate() {
-            let _ = writeln!(csv, "floor,,,,,,,{},,,,\"{name}\",{v:.3}", i + 1);
+            let _ = writeln!(csv, "floor,,,,,,,,{},,,,\"{name}\",{v:.3}", i + 1);
         }
     }
     csv
@@ -984,14 +1067,20 @@ fn continue_line(done: usize, total: usize, cell: &Cell, k: usize, repeat: usize
 }
 
 fn print_floors(floors: &Floors) {
-    println!("{:<52} {:>10}", "floor", "median");
-    for (name, v) in floors.rows() {
-        println!("{name:<52} {v:>10.2}");
+    let rows = floors.rows();
+    let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(52);
+    println!("{:<w$} {:>10}", "floor", "median");
+    for (name, v) in rows {
+        println!("{name:<w$} {v:>10.2}");
     }
     println!();
 }
 
 fn main() {
+    // The sending end of the plain TCP stream floor (this binary, started by the floor).
+    if let Some(status) = dsm_tools::stream::send() {
+        std::process::exit(status);
+    }
     let o = options();
     if o.mpi {
         let missing: Vec<String> = o
@@ -1030,18 +1119,21 @@ fn main() {
     let mut cells = Vec::new();
     for (app, args) in &o.apps {
         for &nodes in &o.nodes {
-            for t in &o.transports {
-                for &prefetch in &o.prefetch {
-                    for set in &o.sets {
-                        cells.push(Cell {
-                            app: app.clone(),
-                            args: args.clone(),
-                            nodes,
-                            transport: t.clone(),
-                            prefetch,
-                            set: set.clone(),
-                            pair: false,
-                        });
+            for &threads in &o.threads {
+                for t in &o.transports {
+                    for &prefetch in &o.prefetch {
+                        for set in &o.sets {
+                            cells.push(Cell {
+                                app: app.clone(),
+                                args: args.clone(),
+                                nodes,
+                                transport: t.clone(),
+                                prefetch,
+                                set: set.clone(),
+                                pair: false,
+                                threads,
+                            });
+                        }
                     }
                 }
             }
@@ -1056,6 +1148,7 @@ fn main() {
                     prefetch: o.prefetch[0],
                     set: None,
                     pair: false,
+                    threads: 1,
                 });
             }
         }
@@ -1068,6 +1161,7 @@ fn main() {
                 prefetch: o.prefetch[0],
                 set: o.sets[0].clone(),
                 pair: true,
+                threads: 1,
             });
         }
     }

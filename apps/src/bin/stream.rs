@@ -1,0 +1,61 @@
+//! Remote memory streamed: node 0 writes MB megabytes homed on it, and every other node reads
+//! all of them once, in order (a sum of u64 words), with the default read-ahead.
+//!
+//! `stream [MB]` (default 256). Prints the slowest reader's time and MB/s; checks each reader's
+//! sum against the closed form of what node 0 wrote.
+
+use dsm_apps::{arg_num, init, report};
+use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
+
+/// The word node 0 writes at `i` (cheap, and different on every page).
+fn word(i: usize) -> u64 {
+    (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20
+}
+
+fn main() {
+    let (args, check) = dsm_apps::args_with_check(
+        "stream",
+        "Remote memory streamed: node 0 writes, the others read it all once",
+        &[("MB", "megabytes homed on node 0 (default 256)")],
+    );
+    let mb = arg_num(&args, 0, "megabytes", 256).max(1);
+    let n = mb * 1024 * 1024 / 8;
+    let dsm = init("stream");
+    let me = dsm.id();
+    let a: SharedArray<u64> = dsm.alloc(n, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    if me == 0 {
+        // SAFETY: node 0 alone writes the array before the barrier; nothing reads it meanwhile.
+        let mut w = unsafe { a.slice_mut(0..n) };
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = word(i);
+        }
+    }
+    dsm.barrier();
+    let t0 = dsm.clock();
+    let mut sum = 0u64;
+    if me != 0 {
+        // SAFETY: nothing writes the array after the barrier.
+        let r = unsafe { a.slice(0..n) };
+        sum = r.iter().fold(0u64, |s, &x| s.wrapping_add(x));
+    }
+    let elapsed = dsm.clock() - t0;
+    let times: SharedArray<f64> = dsm
+        .alloc(dsm.nodes(), AllocPolicy::OnNode(NodeId(0)))
+        .expect("alloc");
+    times.set(me, elapsed);
+    let ok = !check || me == 0 || sum == (0..n).fold(0u64, |s, i| s.wrapping_add(word(i)));
+    dsm.barrier();
+    let slowest = (1..dsm.nodes()).map(|i| times.get(i)).fold(0.0, f64::max);
+    let rate = if slowest > 0.0 {
+        mb as f64 / slowest
+    } else {
+        0.0
+    };
+    report(
+        &dsm,
+        "stream",
+        ok,
+        &format!("mb={mb} time={slowest:.3}s mbps={rate:.0}"),
+    );
+    dsm.exit();
+}
