@@ -936,6 +936,21 @@ mod tests {
     }
 
     #[test]
+    fn the_automatic_cache_is_a_share_of_the_machine_and_travels_as_auto() {
+        let mut c = Config::default();
+        c.set("cache_pages", "4096", &Origin::Flag("--set".into()))
+            .unwrap();
+        c.set("cache_pages", "auto", &Origin::Flag("--set".into()))
+            .unwrap();
+        assert_eq!(c.cache_pages, 0);
+        assert!(c.to_wire().contains("cache_pages=auto"));
+        assert_eq!(Config::from_wire(&c.to_wire()).unwrap(), c);
+        let (one, four) = (auto_cache_pages(1), auto_cache_pages(4));
+        assert!((32 * 1024..=1 << 24).contains(&one), "{one}");
+        assert!(four <= one && four >= 32 * 1024, "{four} of {one}");
+    }
+
+    #[test]
     fn every_key_of_the_example_file_parses() {
         let text =
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.jiaconf.example"))

@@ -54,3 +54,78 @@ fn heavy_loss_is_survived_too() {
         text(&out)
     );
 }
+
+/// Sums a `--stats` row over the nodes (`msgs received GETPGRANT  0  4421 ...`).
+fn stat(stderr: &str, row: &str) -> u64 {
+    stderr
+        .lines()
+        .find(|l| l.starts_with(row) && l[row.len()..].starts_with(' '))
+        .map_or(0, |l| {
+            l[row.len()..]
+                .split_whitespace()
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+}
+
+/// Runs of pages (grants of many pages, read-ahead windows of megabytes, a cache smaller than
+/// the stream, evicting in batches) arrive exact over UDP with loss, duplication and reordering,
+/// with the default datagram and a small one (runs of two pages), and over TCP.
+#[test]
+fn runs_of_pages_arrive_exact_under_loss_duplication_and_reordering() {
+    for (transport, impair, settings) in [
+        ("udp", "drop=3,dup=2,reorder=10,delay_us=300,seed=21", ""),
+        (
+            "udp",
+            "drop=3,dup=2,reorder=10,delay_us=300,seed=22",
+            "msg_buffer_size=9000",
+        ),
+        ("tcp", "", ""),
+    ] {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["-n", "3", "--stats", "--transport", transport])
+            .args(["--set", "cache_pages=2048"])
+            .args(
+                (!settings.is_empty())
+                    .then_some(["--set", settings])
+                    .into_iter()
+                    .flatten(),
+            )
+            .arg(bin("stream"))
+            .arg("24");
+        if !impair.is_empty() {
+            cmd.env("DSM_IMPAIR", impair);
+        }
+        let out = run_with_deadline(cmd, Duration::from_secs(180));
+        let t = text(&out);
+        let what = format!("{transport} {impair} {settings}");
+        assert!(out.status.success(), "{what}: {t}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("stream OK nodes=3 mb=24"),
+            "{what}: {t}"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let (grants, bytes) = (
+            stat(&err, "msgs received GETPGRANT"),
+            stat(&err, "bytes received GETPGRANT"),
+        );
+        // Two readers of 6,144 pages each, through a cache of 2,048: runs, not single pages.
+        assert!(grants > 0, "{what}: no grants counted:\n{t}");
+        let pages_per_grant = bytes as f64 / grants as f64 / 4096.0;
+        let least = if settings.is_empty() { 4.0 } else { 1.5 };
+        assert!(
+            pages_per_grant >= least,
+            "{what}: {pages_per_grant:.1} pages per grant ({grants} grants, {bytes} bytes)\n{t}"
+        );
+        assert!(
+            stat(&err, "evictions") >= 2 * 4096,
+            "{what}: the stream did not turn the cache over:\n{t}"
+        );
+        if !impair.is_empty() {
+            assert!(
+                err.lines().any(|l| l.contains("impair: dropped")),
+                "{what}: no impairment counters:\n{t}"
+            );
+        }
+    }
+}
