@@ -27,15 +27,9 @@ pub const VERSION: u8 = 7;
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count.
 pub const GRANT_HEADER_BYTES: usize = 4 + 2;
-/// The payload of a one-page grant.
-pub const GRANT_PAYLOAD_BYTES: usize = GRANT_HEADER_BYTES + PAGE_SIZE;
 /// The most pages one grant carries (1 MiB): a run longer than that travels as several grants.
 pub const MAX_RUN_PAGES: usize = 256;
 
-/// The frame length of a grant of `pages` pages.
-pub const fn grant_frame_len(pages: usize) -> usize {
-    HEADER_BYTES + GRANT_HEADER_BYTES + pages * PAGE_SIZE
-}
 /// The longest error text carried by [`Msg::Error`].
 pub const MAX_ERROR_TEXT_BYTES: usize = 4096;
 

@@ -897,20 +897,9 @@ impl<M: PageMemory> Node<M> {
 
     /// Applies `prot` to `pages` (sorted or not) in as few ranged calls as possible.
     pub(crate) fn protect_pages(&mut self, pages: &[PageNum], prot: crate::types::Prot) {
-        let mut sorted: Vec<u32> = pages.iter().map(|p| p.0).collect();
-        sorted.sort_unstable();
-        sorted.dedup();
-        let mut i = 0;
-        while i < sorted.len() {
-            let start = sorted[i];
-            let mut end = start;
-            while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
-                i += 1;
-                end += 1;
-            }
-            self.mem.protect(PageNum(start), end - start + 1, prot);
+        for (first, count) in crate::pages::runs_of(pages) {
+            self.mem.protect(first, count, prot);
             self.stats.protect_calls += 1;
-            i += 1;
         }
     }
 

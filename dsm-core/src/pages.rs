@@ -40,7 +40,7 @@ fn runs_in_order(pages: &[PageNum], max: usize) -> Vec<(PageNum, usize)> {
 }
 
 /// `pages` sorted into runs of consecutive pages: (first, count).
-fn runs_of(pages: &[PageNum]) -> Vec<(PageNum, u32)> {
+pub(crate) fn runs_of(pages: &[PageNum]) -> Vec<(PageNum, u32)> {
     let mut sorted: Vec<u32> = pages.iter().map(|p| p.0).collect();
     sorted.sort_unstable();
     sorted.dedup();
@@ -271,9 +271,7 @@ impl<M: PageMemory> Node<M> {
         let candidates = self.candidates(page, window, distance);
         // Half a window at least, or what is left of the allocation (a stream's tail).
         let left = self.table.allocation_end(page) - u64::from(page.0) - 1;
-        if candidates.is_empty()
-            || (candidates.len() as u64) < ((window / 2).max(1) as u64).min(left)
-        {
+        if candidates.is_empty() || (candidates.len() as u64) < (enough as u64).min(left) {
             return;
         }
         self.read_ahead_pages = (window * 2).min(self.read_ahead_max());
@@ -462,15 +460,17 @@ impl<M: PageMemory> Node<M> {
         first: PageNum,
         data: &[u8],
     ) -> Result<(), ProtocolError> {
+        let err = |why| ProtocolError {
+            from,
+            kind: MsgKind::GetPageGrant,
+            why,
+        };
+        if data.len() % PAGE_SIZE != 0 {
+            return Err(err("bytes that are not whole pages"));
+        }
         let count = data.len() / PAGE_SIZE;
-        if data.len() % PAGE_SIZE != 0
-            || u64::from(first.0) + count as u64 > self.table.len() as u64
-        {
-            return Err(ProtocolError {
-                from,
-                kind: MsgKind::GetPageGrant,
-                why: "page not allocated",
-            });
+        if u64::from(first.0) + count as u64 > self.table.len() as u64 {
+            return Err(err("page not allocated"));
         }
         self.make_room(now, count);
         let mut result = Ok(());

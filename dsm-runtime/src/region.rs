@@ -179,13 +179,13 @@ impl PageMemory for Region {
 
     fn copy_run(&self, first: PageNum, count: usize) -> std::sync::Arc<[u8]> {
         // Straight into the new buffer, no zeroing first (a run is copied at every GETP).
-        let src = self.page_ptr(first);
         if (first.index() + count) * PAGE_SIZE > self.len {
             fatal(&format!(
                 "{count} pages from {first} reach past the shared region of {} bytes",
                 self.len
             ));
         }
+        let src = self.page_ptr(first);
         let mut buf = std::sync::Arc::<[u8]>::new_uninit_slice(count * PAGE_SIZE);
         let dst = std::sync::Arc::get_mut(&mut buf).expect("a new Arc is unique");
         // SAFETY: src..src + count pages lies in the service mapping (checked above); the

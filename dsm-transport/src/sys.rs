@@ -154,32 +154,30 @@ pub fn set_socket_buffers(fd: RawFd, bytes: libc::c_int) {
         (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
         (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
     ] {
-        // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                forced,
-                (&bytes as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            continue;
+        if let Err(e) =
+            set_int_option(fd, forced, bytes).or_else(|_| set_int_option(fd, opt, bytes))
+        {
+            log::debug!("setsockopt({opt}) failed: {e}");
         }
-        // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                (&bytes as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            log::debug!("setsockopt({opt}) failed: {}", io::Error::last_os_error());
-        }
+    }
+}
+
+/// `setsockopt(fd, SOL_SOCKET, opt, &value)`.
+fn set_int_option(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

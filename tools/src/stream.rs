@@ -20,7 +20,30 @@ pub fn receive_mbps(mut sender: Command, mb: usize) -> io::Result<f64> {
         .env(SENDER_ENV, format!("{port}:{mb}"))
         .stdout(std::process::Stdio::null())
         .spawn()?;
-    let (mut s, _) = listener.accept()?;
+    // The sender may fail before it connects: wait for it or for its end, never forever.
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut s = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!(
+                "the TCP stream's sender ended with {status} before it connected"
+            )));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other(
+                "the TCP stream's sender did not connect within 30 s",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut buf = vec![0u8; 1 << 20];
     let total = mb << 20;
