@@ -1,8 +1,8 @@
 //! The protocol's messages, in JIAJIA's vocabulary.
 //!
 //! These are typed values; [`crate::codec`] turns them into bytes and back. A message names pages,
-//! locks and nodes by typed id; page bytes travel as [`PageBuf`] and diffs in their encoded form
-//! (see [`crate::diff`]).
+//! locks and nodes by typed id; page bytes travel as shared runs of whole pages (`Arc<[u8]>`) and
+//! diffs in their encoded form (see [`crate::diff`]).
 
 use std::sync::Arc;
 
