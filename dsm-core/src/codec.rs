@@ -22,7 +22,7 @@ use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 7;
+pub const VERSION: u8 = 8;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count.
@@ -115,7 +115,7 @@ fn payload_len(msg: &Msg) -> usize {
         } => 2 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
         Msg::Barrier {
             notices, claims, ..
-        } => 4 + 8 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
+        } => 4 + 8 + 2 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
         Msg::BarrierGrant { notices, .. } => 4 + 4 + 7 * notices.len(),
         Msg::Wait { .. } | Msg::WaitGrant { .. } => 4,
         Msg::Migrated { vetoes: pages, .. } | Msg::MigrateGrant { vetoed: pages, .. } => {
@@ -201,11 +201,13 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
         Msg::Barrier {
             epoch,
             alloc_digest,
+            threads,
             notices,
             claims,
         } => {
             out.extend_from_slice(&epoch.to_le_bytes());
             out.extend_from_slice(&alloc_digest.to_le_bytes());
+            out.extend_from_slice(&threads.to_le_bytes());
             put_pages(out, notices);
             put_pages(out, claims);
         }
@@ -444,6 +446,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         MsgKind::Barrier => Msg::Barrier {
             epoch: r.u32()?,
             alloc_digest: r.u64()?,
+            threads: r.u16()?,
             notices: r.pages()?,
             claims: r.pages()?,
         },

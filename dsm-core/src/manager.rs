@@ -24,6 +24,12 @@ pub(crate) enum Managed {
     /// Nodes allocated differently (their barrier digests differ): the job must end, naming
     /// `node`.
     AllocMismatch { node: NodeId },
+    /// Nodes met in a barrier with different thread counts: the first to arrive and one that
+    /// differs, with their counts.
+    ThreadsMismatch {
+        first: (NodeId, u16),
+        other: (NodeId, u16),
+    },
     /// Every node has exited: their statistics, in node order (the core's, then the runtime's
     /// opaque counters).
     JobStats {
@@ -70,6 +76,8 @@ pub(crate) struct Managers {
     /// they vetoed.
     migrating: Option<(u32, BTreeSet<NodeId>, BTreeSet<PageNum>)>,
     barrier_digest: Option<u64>,
+    /// The current barrier's first arrival and its thread count.
+    barrier_threads: Option<(NodeId, u16)>,
     barrier_epoch: u32,
     wait_arrived: BTreeSet<NodeId>,
     wait_epoch: u32,
@@ -129,6 +137,7 @@ impl Managers {
             barrier_claims: BTreeMap::new(),
             migrating: None,
             barrier_digest: None,
+            barrier_threads: None,
             barrier_epoch: 0,
             wait_arrived: BTreeSet::new(),
             wait_epoch: 0,
@@ -248,19 +257,21 @@ impl Managers {
 
     // ----- barriers, waits, exit (node 0) -----
 
-    /// `from` reached barrier `epoch` with its allocation digest, the pages it wrote, and those
-    /// of them it offers to become the home of (`claims`, see [`Msg::Barrier`]). Once every
+    /// `from` reached barrier `epoch` with its allocation digest and thread count (`arrival`),
+    /// the pages it wrote, and those of them it offers to become the home of (`claims`, see
+    /// [`Msg::Barrier`]). Once every
     /// node has arrived, a page whose only writer claimed it moves to that writer: the grant
     /// says so, and the barrier then takes a second round ([`Managers::on_migrated`]).
     pub fn on_barrier(
         &mut self,
         from: NodeId,
         epoch: u32,
-        digest: u64,
+        arrival: (u64, u16),
         notices: Vec<PageNum>,
         claims: Vec<PageNum>,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
+        let (digest, threads) = arrival;
         self.check_master(from, MsgKind::Barrier)?;
         if self.migrating.is_some() {
             return Err(refuse(
@@ -282,6 +293,16 @@ impl Managers {
                 return Ok(Managed::AllocMismatch { node });
             }
             _ => self.barrier_digest = Some(digest),
+        }
+        match self.barrier_threads {
+            Some(first) if first.1 != threads => {
+                return Ok(Managed::ThreadsMismatch {
+                    first,
+                    other: (from, threads),
+                });
+            }
+            Some(_) => {}
+            None => self.barrier_threads = Some((from, threads)),
         }
         self.barrier_arrived.insert(from);
         for p in notices {
@@ -312,6 +333,7 @@ impl Managers {
             }
             self.barrier_arrived.clear();
             self.barrier_digest = None;
+            self.barrier_threads = None;
             let grant = Msg::BarrierGrant {
                 epoch: self.barrier_epoch,
                 notices,
@@ -526,13 +548,13 @@ mod tests {
     fn a_barrier_grants_everyone_once_all_arrived_and_catches_mismatched_allocations() {
         let mut m = Managers::new(NodeId(0), 2);
         let mut out = Outbox::new();
-        m.on_barrier(NodeId(0), 0, 9, vec![PageNum(1)], vec![], &mut out)
+        m.on_barrier(NodeId(0), 0, (9, 1), vec![PageNum(1)], vec![], &mut out)
             .unwrap();
         assert!(out.is_empty());
         m.on_barrier(
             NodeId(1),
             0,
-            9,
+            (9, 1),
             vec![PageNum(1), PageNum(2)],
             vec![],
             &mut out,
@@ -547,12 +569,30 @@ mod tests {
         assert_eq!(notices[1].writer, Some(NodeId(1)));
         assert!(notices.iter().all(|n| !n.moves), "nothing claimed");
         out.clear();
-        m.on_barrier(NodeId(0), 1, 9, vec![], vec![], &mut out)
+        m.on_barrier(NodeId(0), 1, (9, 1), vec![], vec![], &mut out)
             .unwrap();
         assert_eq!(
-            m.on_barrier(NodeId(1), 1, 10, vec![], vec![], &mut out),
+            m.on_barrier(NodeId(1), 1, (10, 1), vec![], vec![], &mut out),
             Ok(Managed::AllocMismatch { node: NodeId(1) })
         );
+    }
+
+    #[test]
+    fn a_barrier_catches_nodes_that_give_different_thread_counts() {
+        let mut m = Managers::new(NodeId(0), 3);
+        let mut out = Outbox::new();
+        m.on_barrier(NodeId(1), 0, (9, 2), vec![], vec![], &mut out)
+            .unwrap();
+        m.on_barrier(NodeId(0), 0, (9, 2), vec![], vec![], &mut out)
+            .unwrap();
+        assert_eq!(
+            m.on_barrier(NodeId(2), 0, (9, 3), vec![], vec![], &mut out),
+            Ok(Managed::ThreadsMismatch {
+                first: (NodeId(1), 2),
+                other: (NodeId(2), 3)
+            })
+        );
+        assert!(out.is_empty(), "no grant for a barrier that failed");
     }
 
     #[test]
@@ -562,9 +602,9 @@ mod tests {
         // Page 1: node 1 alone wrote it and claims it. Page 2: both wrote it, node 1 claims it.
         // Page 3: node 0 alone wrote it and does not claim it (its home, or no copy).
         let (p1, p2, p3) = (PageNum(1), PageNum(2), PageNum(3));
-        m.on_barrier(NodeId(0), 0, 9, vec![p2, p3], vec![], &mut out)
+        m.on_barrier(NodeId(0), 0, (9, 1), vec![p2, p3], vec![], &mut out)
             .unwrap();
-        m.on_barrier(NodeId(1), 0, 9, vec![p1, p2], vec![p1, p2], &mut out)
+        m.on_barrier(NodeId(1), 0, (9, 1), vec![p1, p2], vec![p1, p2], &mut out)
             .unwrap();
         let Msg::BarrierGrant { notices, .. } = &out[0].1 else {
             panic!("{out:?}")
@@ -574,7 +614,7 @@ mod tests {
         out.clear();
         // No next barrier until every node has applied the moves.
         assert!(
-            m.on_barrier(NodeId(0), 1, 9, vec![], vec![], &mut out)
+            m.on_barrier(NodeId(0), 1, (9, 1), vec![], vec![], &mut out)
                 .is_err()
         );
         m.on_migrated(NodeId(1), 0, vec![p1], &mut out).unwrap();

@@ -105,6 +105,9 @@ pub enum Msg {
         epoch: u32,
         /// A digest of the sender's allocations, to catch programs that allocate differently.
         alloc_digest: u64,
+        /// The threads of the sender that met in it (`jia_barrier_threads(threads)`; 1 for
+        /// `jia_barrier`): every node must give the same count.
+        threads: u16,
         /// Write notices.
         notices: Vec<PageNum>,
         /// The pages among `notices` homed elsewhere whose valid copy the sender holds: it

@@ -155,6 +155,18 @@ pub enum JobError {
         /// How long we waited.
         waited_ms: u64,
     },
+    /// Nodes met in one barrier with different counts of threads.
+    #[error(
+        "a barrier met with different thread counts: {} gave {} and {} gave {} (every node must \
+         call jia_barrier_threads with the same count; jia_barrier counts 1)",
+        first.0, first.1, other.0, other.1
+    )]
+    ThreadsMismatch {
+        /// The first node to arrive, and its count.
+        first: (NodeId, u16),
+        /// A node that gave another count, and that count.
+        other: (NodeId, u16),
+    },
     /// Nodes allocated different regions.
     #[error("{node} made different allocation calls from node 0 (allocations must be collective)")]
     AllocMismatch {
@@ -718,9 +730,12 @@ impl<M: PageMemory> Node<M> {
             Msg::Barrier {
                 epoch,
                 alloc_digest,
+                threads,
                 notices,
                 claims,
-            } => self.managed(|m, o| m.on_barrier(from, epoch, alloc_digest, notices, claims, o)),
+            } => self.managed(|m, o| {
+                m.on_barrier(from, epoch, (alloc_digest, threads), notices, claims, o)
+            }),
             Msg::BarrierGrant { epoch, notices } => {
                 self.on_barrier_grant(now, from, epoch, notices)
             }
@@ -775,6 +790,11 @@ impl<M: PageMemory> Node<M> {
             Managed::Done => {}
             Managed::AllocMismatch { node } => {
                 let error = JobError::AllocMismatch { node };
+                self.broadcast_error(&error.to_string());
+                self.abort(error);
+            }
+            Managed::ThreadsMismatch { first, other } => {
+                let error = JobError::ThreadsMismatch { first, other };
                 self.broadcast_error(&error.to_string());
                 self.abort(error);
             }

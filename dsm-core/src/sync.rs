@@ -75,6 +75,7 @@ pub(crate) enum AfterFlush {
         through: u32,
     },
     Barrier {
+        threads: u16,
         notices: Vec<PageNum>,
         claims: Vec<PageNum>,
         through: u32,
@@ -289,11 +290,15 @@ impl<M: PageMemory> Node<M> {
                     }
                 }
                 AfterFlush::Barrier {
-                    notices, claims, ..
+                    threads,
+                    notices,
+                    claims,
+                    ..
                 } => {
                     let msg = Msg::Barrier {
                         epoch: self.epoch,
                         alloc_digest: self.table.digest(),
+                        threads,
                         notices,
                         claims,
                     };
@@ -398,6 +403,18 @@ impl<M: PageMemory> Node<M> {
     /// A barrier with coherence (`jia_barrier`): every node's writes before it are visible to
     /// every node after it.
     pub fn barrier(&mut self, now: Time, waiter: WaiterId) -> Result<(), UsageError> {
+        self.barrier_of_threads(now, waiter, 1)
+    }
+
+    /// The barrier of `threads` threads of each node (`jia_barrier_threads`; the node's threads
+    /// have met already, and this is their node's arrival): the manager checks that every node
+    /// gave the same count.
+    pub fn barrier_of_threads(
+        &mut self,
+        now: Time,
+        waiter: WaiterId,
+        threads: u16,
+    ) -> Result<(), UsageError> {
         self.start_collective(now, waiter, CollectiveKind::Barrier)?;
         self.refuse_early_requests();
         self.flush_writes(now, true);
@@ -410,6 +427,7 @@ impl<M: PageMemory> Node<M> {
         self.sync.awaiting_grant = true;
         self.interval += 1;
         self.flush.after_flush.push_back(AfterFlush::Barrier {
+            threads,
             notices,
             claims,
             through: self.flush.next_diff_id,

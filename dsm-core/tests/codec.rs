@@ -88,6 +88,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         7 => Msg::Barrier {
             epoch: rng.next_u64() as u32,
             alloc_digest: rng.next_u64(),
+            threads: rng.next_u64() as u16,
             notices: pages(rng),
             claims: pages(rng),
         },

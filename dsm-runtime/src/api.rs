@@ -237,11 +237,31 @@ const KEPT_HEAP_BYTES: usize = 64 << 20;
 /// more, the process becomes node 0 of the job that file describes and starts the other nodes
 /// itself, as `jia_init` does and as `dsmrun` would with that file.
 pub fn init() -> Result<Dsm, InitError> {
+    end_what_the_node_starts();
     let env = match job::node::job_env().map_err(InitError::Job)? {
         Some(env) => Some(env),
         None => job::launcher::job_from_jiahosts().map_err(InitError::Job)?,
     };
     init_job(env)
+}
+
+/// Nothing a node starts outlives it, as under mpirun and srun: the node adopts the orphans of
+/// the processes it starts (`system("... &")`, a forked child's children), and its exit ends
+/// every one still running. Registered before a node 0 that starts its job itself registers
+/// its wait for the other nodes, so it runs after that wait, once those have ended.
+fn end_what_the_node_starts() {
+    extern "C" fn at_exit() {
+        if !door::flags::FORKED.load(Ordering::Relaxed) {
+            sys::process::end_descendants(&[]);
+        }
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Err(e) = sys::process::adopt_orphans().and_then(|()| sys::signals::at_exit(at_exit))
+        {
+            log::warn!("the processes this node starts may outlive it: {e}");
+        }
+    });
 }
 
 /// Joins the job described by `env` (`None`: a one-node job). [`init`] reads `env` from the
@@ -251,6 +271,8 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     if INITIALISED.swap(true, Ordering::SeqCst) {
         return Err(InitError::Twice);
     }
+    end_what_the_node_starts();
+    crate::config::threads_per_node().map_err(InitError::Job)?;
     let (rank, size, cookie, config, stats) = match &env {
         Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
         None => {
@@ -371,6 +393,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {
+            progress::runtime_thread();
             // A panic here would leave the application threads waiting for it forever: end the
             // node, so the launcher and the other nodes see it fail (the panic hook has already
             // printed where and why).
@@ -420,11 +443,8 @@ fn bind_to_core((index, count): (usize, usize)) {
         }
     };
     // Threads per node (dsmrun --threads): each node gets that many CPUs.
-    let threads = std::env::var("DSM_THREADS")
-        .ok()
-        .and_then(|t| t.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1);
+    // Checked at init: a bad value ended the node there.
+    let threads = crate::config::threads_per_node().unwrap_or(1);
     if count < 2 || count * threads > cpus.len() {
         return log::debug!(
             "bind_to=core: {count} node(s) of {threads} thread(s) on this host, {} CPU(s) \
@@ -623,6 +643,7 @@ impl Dsm {
 
     /// Runs `c` on the node for the calling thread (see [`call`]).
     fn call(&self, c: Call) -> CallResult {
+        in_the_nodes_process(c.name());
         if self.left.load(Ordering::SeqCst) {
             fatal(&format!(
                 "{} after jia_exit: this node has left the job, nothing can answer it",
@@ -684,6 +705,7 @@ impl Dsm {
         match self.call(Call::Alloc { policy, bytes })? {
             Reply::Allocated(off) => {
                 let addr = self.base + off as usize;
+                fault::allocations::note(addr, bytes as usize, crate::races::allocation_site(from));
                 crate::races::allocated(addr, bytes as usize, std::mem::size_of::<T>(), from);
                 Ok(SharedArray::new(addr as *mut T, len))
             }
@@ -766,7 +788,7 @@ impl Dsm {
     pub fn barrier(&self) {
         let _w = progress::waiting("jia_barrier");
         crate::races::segment_ends();
-        self.call_or_die(Call::Barrier);
+        crate::team::plain_barrier(|| self.call_or_die(Call::Barrier { threads: 1 }));
         crate::races::barrier_done();
         crate::races::barrier_left();
     }
@@ -803,7 +825,9 @@ impl Dsm {
         crate::races::segment_ends();
         crate::team::barrier(threads, at, || {
             let _w = progress::waiting("jia_barrier");
-            self.call_or_die_at(Call::Barrier, at);
+            // team::barrier refused counts over MAX_THREADS, which fits.
+            let threads = threads as u16;
+            self.call_or_die_at(Call::Barrier { threads }, at);
             crate::races::barrier_done();
         });
         crate::races::barrier_left();
@@ -894,17 +918,34 @@ impl Dsm {
         fatal(msg);
     }
 
-    /// What a process that leaves `main` (or calls `exit`) without `jia_exit` does, as in
-    /// JIAJIA: it leaves the job as `jia_exit` would (libjia calls this from an `atexit`
-    /// handler). Nothing if the node has left already or is ending with an error.
-    pub fn exit_at_process_end(&self) {
-        if !door::end::ending() {
-            self.exit();
+    /// What a process that leaves `main` (or calls `exit`) without `jia_exit` does (libjia
+    /// calls this from its exit handler with the process's exit `status`). Status 0: it leaves
+    /// the job as `jia_exit` would, as in JIAJIA. Any other status is a failure the other nodes
+    /// cannot wait out: they are told that this node ended with it (the launcher then names this
+    /// node and ends the job with that status, as mpirun does), and the process goes on ending
+    /// with it. Nothing if the node has left already or is ending with an error, or in a
+    /// process forked from the node (the job is its parent's).
+    pub fn exit_at_process_end(&self, status: i32) {
+        if door::end::ending() || door::flags::FORKED.load(Ordering::Relaxed) {
+            return;
         }
+        if status == 0 {
+            return self.exit();
+        }
+        if self.exited.load(Ordering::SeqCst) {
+            return;
+        }
+        door::end::set_ending();
+        let _ = self.call(Call::Error(format!(
+            "node {} ended with status {status} without leaving the job (exit or a return from \
+             main before jia_exit)",
+            self.rank
+        )));
     }
 
     /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
     pub fn exit(&self) {
+        in_the_nodes_process("jia_exit");
         if self.exited.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -925,6 +966,26 @@ impl Dsm {
     }
 }
 
+/// Ends a process forked from a node that makes a DSM call (`what`), with a message: the
+/// node's state was copied into the child, but its service thread, connections and the other
+/// nodes' records of it are the parent's, and driving them from a stale copy would break the
+/// parent's job. `_exit`: the child's copy of the parent's unwritten output is not written
+/// twice.
+fn in_the_nodes_process(what: &str) {
+    if door::flags::FORKED.load(Ordering::Relaxed) {
+        door::end::die(
+            &format!(
+                "{what} in a process forked from node {} (pid {}): only the node's own process \
+                 takes part in the job; a forked child can read and write only the shared pages \
+                 its parent held at the fork",
+                door::end::rank(),
+                std::process::id()
+            ),
+            1,
+        );
+    }
+}
+
 /// A reply of the wrong kind: a runtime bug.
 fn unexpected(what: &str, reply: &Reply) -> ! {
     fatal(&format!(
@@ -934,7 +995,7 @@ fn unexpected(what: &str, reply: &Reply) -> ! {
 
 impl Drop for Dsm {
     fn drop(&mut self) {
-        if self.exited.load(Ordering::SeqCst) {
+        if self.exited.load(Ordering::SeqCst) || door::flags::FORKED.load(Ordering::Relaxed) {
             return;
         }
         if std::thread::panicking() {

@@ -198,6 +198,27 @@ impl Default for Config {
     }
 }
 
+/// Threads per node as the launcher set them (`DSM_THREADS`, dsmrun --threads; 1 without it),
+/// or what is wrong with the value.
+pub fn threads_per_node() -> Result<usize, String> {
+    let most = crate::door::MAX_THREADS;
+    match std::env::var("DSM_THREADS") {
+        Err(std::env::VarError::NotPresent) => Ok(1),
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|t| (1..=most).contains(t))
+            .ok_or_else(|| {
+                format!(
+                    "DSM_THREADS={}: threads per node must be a whole number from 1 to {most}",
+                    shown(&v)
+                )
+            }),
+        Err(e) => Err(format!("DSM_THREADS: {e}")),
+    }
+}
+
 /// The cache of a node with `cache_pages = auto`: a quarter of the machine's memory
 /// (`/proc/meminfo`'s `MemTotal`), shared by the `nodes_here` nodes of the job on this host, in
 /// pages; 128 MiB where the memory cannot be read. A bound, not a reservation: a node uses what
@@ -392,10 +413,13 @@ impl Config {
         let allowed = KEYS.iter().find(|(k, _)| *k == key).map(|(_, a)| *a);
         let Some(allowed) = allowed else {
             let keys: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            let guess = nearest(key, keys.iter().copied())
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
             return Err(ConfigError {
                 origin: origin.clone(),
                 what: format!(
-                    "unknown key `{}`; known keys: {}",
+                    "unknown key `{}`{guess}; known keys: {}",
                     shown(key),
                     keys.join(", ")
                 ),
@@ -723,6 +747,17 @@ pub fn parse_hosts(
                 what: format!("`{}` is not a host name or address", shown(address)),
             });
         }
+        if let Some(port) = port_of(address) {
+            return Err(ConfigError {
+                origin,
+                what: format!(
+                    "`{}` carries a port ({port}): a host line names the host alone (the job's \
+                     ports come from base_port; ssh's port goes in ~/.ssh/config or \
+                     DSM_SSH=\"ssh -p {port}\")",
+                    shown(address)
+                ),
+            });
+        }
         if let Some(why) = not_a_host(address) {
             return Err(ConfigError {
                 origin,
@@ -750,6 +785,17 @@ pub fn parse_hosts(
         });
     }
     Ok(hosts)
+}
+
+/// The port of a `host:port` (or `[v6]:port`) address, which a host line may not carry; `None`
+/// for a host name or a plain IPv4 or IPv6 address.
+fn port_of(address: &str) -> Option<&str> {
+    if address.parse::<std::net::Ipv6Addr>().is_ok() {
+        return None;
+    }
+    let (host, port) = address.rsplit_once(':')?;
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    (bracketed || !host.contains(':')).then_some(port)
 }
 
 /// Why `address` (a literal IP address) cannot be a host of a job: the unspecified address,
@@ -828,25 +874,46 @@ pub fn unknown_env_vars() -> Vec<String> {
         .filter(|k| k.starts_with("DSM_") && !known.contains(k))
         .collect();
     unknown.sort();
+    // A program's own DSM_ variable (DSM_MAIN) is none of the runtime's business: only a name
+    // close to one of the runtime's is a likely typo, and the names other tools use for a
+    // setting point at ours.
     unknown
         .into_iter()
-        .map(|var| {
-            let nearest = known
-                .iter()
-                .map(|k| (edit_distance(k, &var), k))
-                .min()
-                .filter(|&(d, _)| d <= 3)
-                .map(|(_, k)| k);
-            match nearest {
-                Some(k) => format!(
-                    "{var} is not a setting or a variable of the runtime (did you mean {k}?): ignored"
-                ),
-                None => format!(
-                    "{var} is not a setting or a variable of the runtime (settings: DSM_ and a key of .jiaconf.example in upper case): ignored"
-                ),
+        .filter_map(|var| {
+            if let Some((_, ours)) = ALIASES.iter().find(|(a, _)| *a == var) {
+                return Some(format!(
+                    "{var} is not a variable of the runtime (did you mean {ours}?): ignored"
+                ));
             }
+            let k = nearest(&var, known.iter().map(String::as_str))?;
+            Some(format!(
+                "{var} is not a setting or a variable of the runtime (did you mean {k}?): ignored"
+            ))
         })
         .collect()
+}
+
+/// Names other tools give what a setting of ours does, and ours.
+const ALIASES: &[(&str, &str)] = &[
+    ("DSM_TRANSPORT", "DSM_COMM_TYPE, or dsmrun --transport"),
+    ("DSM_NODES", "dsmrun -n"),
+    ("DSM_HOSTS", "dsmrun --hosts"),
+];
+
+/// The name of `names` nearest `word` if it is close enough to be a typo of it: at most 2
+/// edits, and fewer than a third of the word's letters.
+fn nearest<'a>(word: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let bound = 2.min(word.len().saturating_sub(1) / 3).max(1);
+    names
+        .map(|k| {
+            (
+                edit_distance(&k.to_ascii_lowercase(), &word.to_ascii_lowercase()),
+                k,
+            )
+        })
+        .min()
+        .filter(|&(d, _)| d <= bound)
+        .map(|(_, k)| k)
 }
 
 /// Edits (insert, delete, substitute, swap two neighbours) between `a` and `b`.

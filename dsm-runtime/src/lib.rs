@@ -85,7 +85,9 @@ mod trace;
 /// never through a symbolic link, never over another user's file.
 #[cfg(not(dsm_loom))]
 pub mod files {
-    pub use crate::sys::{check_own_file, create_own_file, make_own_dir, write_own_file};
+    pub use crate::sys::{
+        check_own_file, create_own_file, make_own_dir, private_temp_dir, write_own_file,
+    };
 }
 
 /// What libjia's definitions of the C library's signal and memory calls (`sigaction`, `signal`,

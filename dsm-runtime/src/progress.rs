@@ -3,15 +3,16 @@
 //!
 //! A thread that enters a call that waits for other nodes (a barrier, a lock, a condition
 //! variable, a message, exit) registers what it waits for ([`waiting`]) until the call returns.
-//! The node *waits* when every live thread that uses the DSM is in such a call; the service thread
+//! The node *waits* when every thread of the program is in such a call or sleeps until another
+//! thread of the process wakes it (`pthread_join`, a mutex: [`node_waits`]); the service thread
 //! reports it to the launcher, with what each thread waits for, the locks this node holds, and
 //! whether anything is still on its way ([`crate::service`]). When every node waits, nothing is
 //! in flight and nothing changes for a while, no node can ever go on: the launcher ends the job
 //! naming what each node waits for, instead of letting it hang.
 //!
-//! Threads that never called into the DSM are not seen: a program whose progress depends on such
-//! a thread while all its DSM threads wait could be ended wrongly. (A thread blocked on a page
-//! fault is never waiting in this sense: pages are always served.)
+//! A thread that computes, sleeps with a timeout, or waits for a file, a socket or a child
+//! process keeps the node running, whether it ever used the DSM or not. (A thread blocked on a
+//! page fault is never waiting in this sense: pages are always served.)
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -30,21 +31,27 @@ static WAITS: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
 /// allocation and no lock, and spelled only when the service thread reports.
 static WAITING_ON: [AtomicU64; MAX_THREADS] = [const { AtomicU64::new(0) }; MAX_THREADS];
 
-/// The thread count of a barrier of threads that some, not all, of its threads have reached (0:
-/// none), published by `crate::team`: the others may be computing without ever having used the
-/// DSM (no slot: unseen here), so the node is not waiting unless that many of its threads
-/// visibly wait.
+/// A barrier of threads that some, not all, of its threads have reached, published by
+/// `crate::team`: its thread count in the high half, the threads arrived in the low half (0:
+/// none).
 static OPEN_ROUND: AtomicU64 = AtomicU64::new(0);
 
-/// A barrier of `threads` threads has some but not all of them (`None`: no such round).
-pub(crate) fn note_open_round(threads: Option<usize>) {
-    OPEN_ROUND.store(threads.map_or(0, |t| t as u64), Ordering::Release);
+/// A barrier of `threads` threads has `arrived` of them, not all (`None`: no such round).
+pub(crate) fn note_open_round(round: Option<(usize, usize)>) {
+    let word = round.map_or(0, |(t, a)| (t as u64) << 32 | a as u64);
+    OPEN_ROUND.store(word, Ordering::Release);
+}
+
+/// The open barrier of threads: (its count, the threads arrived).
+fn open_round() -> Option<(usize, usize)> {
+    let word = OPEN_ROUND.load(Ordering::Acquire);
+    (word != 0).then_some(((word >> 32) as usize, (word & 0xffff_ffff) as usize))
 }
 
 /// `WAITING_ON`'s kinds.
 const LOCK: u64 = 1 << 32;
 const WAITCV: u64 = 2 << 32;
-/// A barrier of threads: its count in the low 16 bits, the threads arrived in the next 16.
+/// A barrier of threads: its count.
 const TEAM: u64 = 3 << 32;
 
 /// A thread's registration as waiting; dropped when its call returns.
@@ -89,11 +96,9 @@ pub(crate) fn waiting_for_lock(lock: u16) -> Waiting {
     waiting_on(LOCK | u64::from(lock))
 }
 
-/// Registers the calling thread as waiting in `jia_barrier_threads(threads)`, `arrived` of its
-/// node's threads there.
-pub(crate) fn waiting_for_threads(threads: usize, arrived: usize) -> Waiting {
-    let field = |v: usize| v.min(0xffff) as u64;
-    waiting_on(TEAM | field(arrived) << 16 | field(threads))
+/// Registers the calling thread as waiting in `jia_barrier_threads(threads)`.
+pub(crate) fn waiting_for_threads(threads: usize) -> Waiting {
+    waiting_on(TEAM | threads.min(u32::MAX as usize) as u64)
 }
 
 /// Registers the calling thread as waiting in `jia_waitcv(cv)`.
@@ -115,38 +120,119 @@ fn spelled(word: u64) -> String {
     match word & !0xffff_ffff {
         LOCK => format!("jia_lock({arg})"),
         WAITCV => format!("jia_waitcv({arg})"),
-        TEAM => format!(
-            "jia_barrier_threads({}), {} of its node's threads arrived",
-            arg & 0xffff,
-            arg >> 16
-        ),
+        TEAM => format!("jia_barrier_threads({arg})"),
         _ => format!("an unknown call ({word:#x})"),
     }
 }
 
-/// What the node waits for, if every live thread that uses the DSM is in a waiting call: each
-/// thread's wait, joined. `None` while any such thread runs (or none exists).
-pub(crate) fn node_waits() -> Option<String> {
-    let waits = WAITS.lock().unwrap_or_else(|p| p.into_inner());
-    let mut what = Vec::new();
-    for (i, u) in SLOTS.uses() {
-        match u {
-            Use::Held { tid } if sys::thread_exists(tid) => {
-                match WAITING_ON[i].load(Ordering::Acquire) {
-                    0 => what.push(waits.get(&i)?.clone()),
-                    word => what.push(spelled(word)),
-                }
-            }
-            _ => {}
+/// The runtime's own threads in this process (the service thread, a launcher's): never the
+/// program's, whatever they wait for.
+static RUNTIME_THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Marks the calling thread as one of the runtime's own (not the program's).
+pub(crate) fn runtime_thread() {
+    RUNTIME_THREADS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(sys::gettid());
+}
+
+/// The node's report: each wait with the threads in it (`jia_lock(1) (main thread)`,
+/// `jia_barrier_threads(3) (threads 41, 42)`), in the order first seen; then, if a barrier of
+/// threads is open, how many of its threads are there.
+fn spell_waits(waits: &[(String, i32)]) -> String {
+    let pid = sys::process::pid();
+    let mut kinds: Vec<(&str, Vec<i32>)> = Vec::new();
+    for (what, tid) in waits {
+        match kinds.iter_mut().find(|(w, _)| *w == what.as_str()) {
+            Some((_, tids)) => tids.push(*tid),
+            None => kinds.push((what, vec![*tid])),
         }
     }
-    // A barrier of threads not all of whose threads have come: those still computing may never
-    // have used the DSM (no slot), so they are not seen above; the node waits only if as many
-    // of its threads as the barrier counts are seen waiting.
-    if what.len() < OPEN_ROUND.load(Ordering::Acquire) as usize {
+    let mut parts: Vec<String> = kinds
+        .into_iter()
+        .map(|(what, tids)| {
+            let names: Vec<String> = tids
+                .iter()
+                .map(|&t| {
+                    if t == pid {
+                        "main thread".to_owned()
+                    } else {
+                        format!("thread {t}")
+                    }
+                })
+                .collect();
+            format!("{what} ({})", names.join(", "))
+        })
+        .collect();
+    if let Some((threads, arrived)) = open_round() {
+        parts.push(format!(
+            "{arrived} of the {threads} threads jia_barrier_threads({threads}) waits for are there"
+        ));
+    }
+    parts.join(", ")
+}
+
+/// What a thread of the program that waits for another thread of its process is said to wait
+/// for.
+const WAITS_FOR_A_THREAD: &str =
+    "a wait for another thread of its process (pthread_join, a mutex or a condition variable)";
+
+/// What the node waits for, if no thread of the program can go on: each of its threads is in a
+/// DSM call that waits for other nodes, or sleeps until another thread of the process wakes it
+/// (`pthread_join`, a mutex, a condition variable: an untimed futex wait), and at least one is
+/// in such a DSM call. Each wait, with its threads. `None` while any thread of the program runs
+/// or waits for something else (a timer, a file, a socket), or is in a DSM call that does not
+/// wait for other nodes (a fault, an allocation).
+///
+/// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen,
+/// and a barrier of threads not all of whose threads have come keeps the node running.
+pub(crate) fn node_waits() -> Option<String> {
+    let waits = WAITS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut what: Vec<(String, i32)> = Vec::new();
+    // Threads that hold a slot and do not wait in a DSM call: they run the program (idle
+    // slot), unless they wait for another thread.
+    let mut undecided = Vec::new();
+    let mut seen = Vec::new();
+    for (i, u) in SLOTS.uses() {
+        let Use::Held { tid, idle } = u else { continue };
+        if !sys::thread_exists(tid) {
+            continue;
+        }
+        seen.push(tid);
+        match (WAITING_ON[i].load(Ordering::Acquire), waits.get(&i)) {
+            (0, Some(w)) => what.push((w.clone(), tid)),
+            (0, None) if idle => undecided.push(tid),
+            // In a fault or a call that does not wait for other nodes: it goes on.
+            (0, None) => return None,
+            (word, _) => what.push((spelled(word), tid)),
+        }
+    }
+    drop(waits);
+    if what.is_empty() {
         return None;
     }
-    (!what.is_empty()).then(|| what.join(", "))
+    let Some(threads) = sys::process::threads() else {
+        // Only the DSM's threads are seen (see above).
+        if !undecided.is_empty() || open_round().is_some() {
+            return None;
+        }
+        return Some(spell_waits(&what));
+    };
+    let runtime = RUNTIME_THREADS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    for tid in threads {
+        if runtime.contains(&tid) || (seen.contains(&tid) && !undecided.contains(&tid)) {
+            continue;
+        }
+        if !sys::process::waits_for_a_thread(tid) {
+            return None;
+        }
+        what.push((WAITS_FOR_A_THREAD.to_owned(), tid));
+    }
+    Some(spell_waits(&what))
 }
 
 #[cfg(test)]
@@ -155,9 +241,6 @@ mod tests {
     fn wait_words_are_spelled_as_the_calls() {
         assert_eq!(super::spelled(super::LOCK | 7), "jia_lock(7)");
         assert_eq!(super::spelled(super::WAITCV | 15), "jia_waitcv(15)");
-        assert_eq!(
-            super::spelled(super::TEAM | 3 << 16 | 4),
-            "jia_barrier_threads(4), 3 of its node's threads arrived"
-        );
+        assert_eq!(super::spelled(super::TEAM | 4), "jia_barrier_threads(4)");
     }
 }

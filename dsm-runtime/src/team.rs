@@ -8,9 +8,10 @@
 //! thread leaves before the node's barrier has invalidated what other nodes wrote. The threads
 //! share one address space, so among themselves they need nothing more.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
+use crate::door::MAX_THREADS;
 use crate::door::end::fatal;
 use crate::progress;
 
@@ -31,6 +32,9 @@ static MEETING: Mutex<Meeting> = Mutex::new(Meeting {
 });
 static MET: Condvar = Condvar::new();
 
+/// Threads of this node in a plain `jia_barrier` now.
+static IN_PLAIN_BARRIER: AtomicUsize = AtomicUsize::new(0);
+
 /// Threads that waited in a thread barrier for the other threads of their node (every arrival
 /// but the last of each round).
 static LOCAL_WAITS: AtomicU64 = AtomicU64::new(0);
@@ -47,6 +51,20 @@ pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrie
     if threads == 0 {
         fatal(&format!(
             "jia_barrier_threads(0): a barrier needs at least one thread of each node (at {at})"
+        ));
+    }
+    if threads > MAX_THREADS {
+        fatal(&format!(
+            "jia_barrier_threads({threads}): a node has at most {MAX_THREADS} threads that use \
+             the DSM, so no more can meet in a barrier (at {at})"
+        ));
+    }
+    let plain = IN_PLAIN_BARRIER.load(Ordering::SeqCst);
+    if plain > 0 {
+        fatal(&format!(
+            "jia_barrier_threads({threads}) while another thread of this node is in jia_barrier: \
+             a node's threads meet in one kind of barrier at a time (jia_barrier is \
+             jia_barrier_threads(1)) (at {at})"
         ));
     }
     let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
@@ -67,11 +85,11 @@ pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrie
         ));
     }
     m.arrived += 1;
-    progress::note_open_round((m.arrived < threads).then_some(threads));
+    progress::note_open_round((m.arrived < threads).then_some((threads, m.arrived)));
     if m.arrived < threads {
         LOCAL_WAITS.fetch_add(1, Ordering::Relaxed);
         let round = m.round;
-        let _w = progress::waiting_for_threads(threads, m.arrived);
+        let _w = progress::waiting_for_threads(threads);
         while m.round == round {
             m = MET.wait(m).unwrap_or_else(|p| p.into_inner());
         }
@@ -86,6 +104,28 @@ pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrie
     m.round += 1;
     drop(m);
     MET.notify_all();
+}
+
+/// A plain `jia_barrier` (`node_barrier`), refused while threads of this node wait in a
+/// barrier of threads: the two would wait for each other's round.
+#[track_caller]
+pub(crate) fn plain_barrier<R>(node_barrier: impl FnOnce() -> R) -> R {
+    IN_PLAIN_BARRIER.fetch_add(1, Ordering::SeqCst);
+    let open = {
+        let m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
+        (m.arrived > 0).then_some((m.arrived, m.expected))
+    };
+    if let Some((arrived, expected)) = open {
+        fatal(&format!(
+            "jia_barrier while {arrived} thread(s) of this node wait in \
+             jia_barrier_threads({expected}): a node's threads meet in one kind of barrier at a \
+             time (jia_barrier is jia_barrier_threads(1)) (at {})",
+            std::panic::Location::caller()
+        ));
+    }
+    let r = node_barrier();
+    IN_PLAIN_BARRIER.fetch_sub(1, Ordering::SeqCst);
+    r
 }
 
 #[cfg(test)]

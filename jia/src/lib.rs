@@ -83,7 +83,12 @@ fn dsm() -> &'static Dsm {
 /// None beyond the C signature: the arguments are not read.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
-    if DSM.get().is_some() {
+    if let Some(d) = DSM.get() {
+        eprintln!(
+            "dsm node {}: warning: jia_init called again: the node joined its job at the first \
+             call, and this one does nothing",
+            d.id()
+        );
         return;
     }
     clock0();
@@ -99,10 +104,15 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
         hostc = d.nodes() as c_int;
     }
     let _ = DSM.set(d);
-    // Leaving main (or calling exit) without jia_exit leaves the job, as in JIAJIA; C's stdio is
-    // flushed after the handler, so nothing printed is lost.
-    // SAFETY: registers a plain extern "C" function with no arguments.
-    unsafe { libc::atexit(exit_at_process_end) };
+    // Leaving main (or calling exit) without jia_exit: with status 0 the node leaves the job, as
+    // in JIAJIA; with another, the job learns that this node failed with it. C's stdio is flushed
+    // after the handler, so nothing printed is lost.
+    unsafe extern "C" {
+        /// glibc's `on_exit(3)`: `atexit` with the exit status.
+        fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+    }
+    // SAFETY: registers a plain extern "C" function and a null argument, which glibc copies.
+    unsafe { on_exit(exit_at_process_end, std::ptr::null_mut()) };
     // Calls made before jia_init (jia_config is often the first line of main).
     apply_home_migration_asked();
     print_notices();
@@ -117,10 +127,11 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     }
 }
 
-/// The `atexit` handler: `jia_exit` for a program that did not call it.
-extern "C" fn exit_at_process_end() {
+/// The exit handler: `jia_exit` for a program that did not call it and ends with status 0; the
+/// node's failure with its status otherwise.
+extern "C" fn exit_at_process_end(status: c_int, _: *mut c_void) {
     if let Some(d) = DSM.get() {
-        d.exit_at_process_end();
+        d.exit_at_process_end(status);
     }
 }
 

@@ -135,6 +135,9 @@ fn main() -> ExitCode {
     for w in config::unknown_env_vars() {
         log::warn!("{w}");
     }
+    if let Err(e) = config::threads_per_node() {
+        return usage_error(&e);
+    }
     // Settings: defaults < .jiaconf < environment < command line.
     let mut cfg = Config::default();
     let file_result = match &args.config {
@@ -323,7 +326,12 @@ fn main() -> ExitCode {
     }
     let start = std::time::SystemTime::now();
     let started = std::time::Instant::now();
+    launcher::adopt_what_the_nodes_leave();
     let end = launcher::run(&spec);
+    let left = launcher::end_what_the_nodes_left();
+    if left > 0 {
+        log::info!("ended {left} process(es) the nodes had started and left running");
+    }
     let code = match &end.result {
         Ok(()) => 0,
         Err(launcher::JobFailure::Start(msg)) => {

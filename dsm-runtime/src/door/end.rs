@@ -41,6 +41,11 @@ fn final_status(status: i32) -> i32 {
     }
 }
 
+/// The node ends with an error from now on (its exit handlers must not leave the job).
+pub(crate) fn set_ending() {
+    ENDING.store(true, Ordering::SeqCst);
+}
+
 /// Whether the node is ending with an error.
 pub(crate) fn ending() -> bool {
     ENDING.load(Ordering::SeqCst)
@@ -68,6 +73,16 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
     std::process::exit(final_status(status));
+}
+
+/// Ends the node from its exit handlers (where `exit` may not be called again) with `dsm node
+/// N: error: MSG` and `status`, C's stdio flushed first.
+pub(crate) fn fatal_flushed(msg: &str, status: i32) -> ! {
+    ENDING.store(true, Ordering::SeqCst);
+    let line = format!("dsm node {}: error: {msg}\n", rank());
+    sys::write_stderr(line.as_bytes());
+    sys::flush_c_stdio();
+    sys::signals::exit_now(status)
 }
 
 /// Ends the node from any context without allocating or locking: `dsm node N: error: MSG` by

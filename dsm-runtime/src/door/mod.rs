@@ -67,7 +67,9 @@ pub(crate) fn my_slot() -> Option<usize> {
     // live ones.
     let held = SLOTS
         .uses()
-        .filter(|(_, u)| matches!(u, slots::Use::Held { tid } if crate::sys::thread_exists(*tid)))
+        .filter(
+            |(_, u)| matches!(u, slots::Use::Held { tid, .. } if crate::sys::thread_exists(*tid)),
+        )
         .count() as u64;
     THREADS_PEAK.fetch_max(held, std::sync::atomic::Ordering::Relaxed);
     Some(i)

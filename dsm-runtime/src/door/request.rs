@@ -75,7 +75,10 @@ pub(crate) enum Call {
     },
     Lock(LockId),
     Unlock(LockId),
-    Barrier,
+    Barrier {
+        /// The threads of this node that met in it (1: `jia_barrier`).
+        threads: u16,
+    },
     Wait,
     SetCv(CvId),
     ResetCv(CvId),
@@ -106,7 +109,8 @@ impl Call {
             Call::Alloc { .. } => "jia_alloc",
             Call::Lock(_) => "jia_lock",
             Call::Unlock(_) => "jia_unlock",
-            Call::Barrier => "jia_barrier",
+            Call::Barrier { threads: 1 } => "jia_barrier",
+            Call::Barrier { .. } => "jia_barrier_threads",
             Call::Wait => "jia_wait",
             Call::SetCv(_) => "jia_setcv",
             Call::ResetCv(_) => "jia_resetcv",

@@ -44,8 +44,9 @@ const KIND_CALL: u32 = 1;
 pub(crate) enum Use {
     /// Nobody holds the slot.
     Free,
-    /// Held by thread `tid` (a kernel thread id).
-    Held { tid: i32 },
+    /// Held by thread `tid` (a kernel thread id); `idle`: it has no request in the node's hands
+    /// (it runs the program, not a fault or a call).
+    Held { tid: i32, idle: bool },
 }
 
 pub(crate) struct Slot {
@@ -207,10 +208,14 @@ impl<const N: usize> Slots<N> {
     pub(crate) fn uses(&self) -> impl Iterator<Item = (usize, Use)> + '_ {
         self.slots.iter().enumerate().map(|(i, s)| {
             let tid = s.tid.load(Acquire);
-            let u = if s.state.load(Acquire) == FREE || tid == 0 {
+            let state = s.state.load(Acquire);
+            let u = if state == FREE || tid == 0 {
                 Use::Free
             } else {
-                Use::Held { tid }
+                Use::Held {
+                    tid,
+                    idle: state == IDLE,
+                }
             };
             (i, u)
         })

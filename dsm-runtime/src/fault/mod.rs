@@ -77,6 +77,7 @@
 //! saves and restores the whole register and vector state per architecture, and is not done (see
 //! `docs/design.md`, "The fault path").
 
+pub(crate) mod allocations;
 pub(crate) mod drive;
 pub(crate) mod program;
 
@@ -85,7 +86,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use dsm_core::Access;
 
 use crate::door::context::{self, SignalContext};
-use crate::door::end::die;
+use crate::door::end::{Line, die};
 use crate::door::request::{Fault, FaultOutcome};
 use crate::door::{self, SLOTS, fastpath, flags};
 use crate::service::STATE;
@@ -219,10 +220,54 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     };
     if outcome == Some(FaultOutcome::Unallocated) {
         // Not allocated: a wild access in the region. Behave as if we were not here (out of
-        // signal context: the program's handler may leave by longjmp).
+        // signal context: the program's handler may leave by longjmp), but if nothing of the
+        // program's handles it, first say where it was: the default action kills the node with
+        // no word of its own.
+        if !signals::runs_a_function(&chained(sig).load()) {
+            say_wild_access(addr, ctx);
+        }
         // SAFETY: this handler's own arguments.
         unsafe { chain(sig, info, ctx) };
     }
+}
+
+/// Says, in one write, that the access at `addr` lies in the shared region outside every
+/// allocation, and which allocation is nearest. Signal context.
+fn say_wild_access(addr: usize, ctx: *mut libc::c_void) {
+    let mut line = Line::default();
+    line.push(b"dsm node ");
+    line.push_decimal(crate::door::end::rank());
+    // SAFETY: `ctx` is this handler's own third argument.
+    line.push(match unsafe { signals::fault_is_write(ctx) } {
+        Some(true) => b": error: a write to ",
+        Some(false) => b": error: a read of ",
+        None => b": error: an access to ",
+    });
+    line.push_hex(addr);
+    line.push(b", in the shared region but outside every allocation");
+    if let Some((start, bytes, site)) = allocations::nearest(addr) {
+        let end = start + bytes;
+        line.push(b": the nearest allocation is ");
+        line.push_hex(start);
+        line.push(b"..");
+        line.push_hex(end);
+        line.push(b" (");
+        line.push_decimal_usize(bytes);
+        line.push(b" bytes");
+        if !site.is_empty() {
+            line.push(b", made at ");
+            line.push(site.as_bytes());
+        }
+        line.push(b"), ");
+        if addr >= end {
+            line.push_decimal_usize(addr - end);
+            line.push(b" bytes past its end");
+        } else {
+            line.push_decimal_usize(start - addr);
+            line.push(b" bytes before its start");
+        }
+    }
+    crate::sys::write_stderr(line.ended());
 }
 
 /// Serves a fault at `addr` in the region starting at `start`; `None` when resolved on a fast

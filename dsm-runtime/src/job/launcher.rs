@@ -69,7 +69,7 @@ pub enum JobFailure {
     #[error("the job cannot go on, every node waits for another and nothing is on its way: {0}")]
     Stuck(String),
     /// The launcher was interrupted.
-    #[error("interrupted by signal {0}; all nodes ended")]
+    #[error("interrupted by {name} (signal {0}); all nodes ended", name = signals::name(*.0))]
     Interrupted(i32),
 }
 
@@ -130,13 +130,81 @@ fn describe(status: ExitStatus) -> String {
         (None, Some(s)) => format!(
             "was killed by signal {s}{}",
             match s {
-                9 => " (SIGKILL)",
-                13 => " (SIGPIPE: its output was closed)",
-                _ => "",
+                9 => match oom_kills_since_start() {
+                    Some(why) => format!(" (SIGKILL: {why})"),
+                    None => " (SIGKILL)".into(),
+                },
+                13 => " (SIGPIPE: its output was closed)".into(),
+                _ => format!(" ({})", signals::name(s)),
             }
         ),
         _ => "ended abnormally".into(),
     }
+}
+
+/// This process's memory cgroup and the kills its out-of-memory killer made, when the job
+/// started: a node killed by SIGKILL while that count grew was (most likely) its victim.
+static OOM_KILLS_AT_START: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
+
+/// This process's memory cgroup and how many processes the kernel's out-of-memory killer has
+/// killed in it (cgroup v2's `memory.events`, or v1's `memory.oom_control`), if the system
+/// says.
+fn oom_kills() -> Option<(String, u64)> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let count = |file: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(file).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    };
+    groups.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let found = match controllers {
+            "" => ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+                .iter()
+                .find_map(|root| count(&format!("{root}{path}/memory.events"))),
+            c if c.split(',').any(|c| c == "memory") => {
+                count(&format!("/sys/fs/cgroup/memory{path}/memory.oom_control"))
+            }
+            _ => None,
+        };
+        found.map(|n| (path.to_owned(), n))
+    })
+}
+
+/// Notes the out-of-memory kills counted so far ([`oom_kills_since_start`] counts from here).
+fn note_oom_kills() {
+    OOM_KILLS_AT_START.get_or_init(oom_kills);
+}
+
+/// What the system says of out-of-memory kills since the job started, if any were made.
+fn oom_kills_since_start() -> Option<String> {
+    let (group, before) = OOM_KILLS_AT_START.get()?.clone()?;
+    let (_, now) = oom_kills()?;
+    (now > before).then(|| {
+        format!(
+            "the kernel's out-of-memory killer ended {} process{} of memory cgroup {group} during \
+             the job: the node used more memory than the machine or its cgroup allows",
+            now - before,
+            if now - before == 1 { "" } else { "es" }
+        )
+    })
+}
+
+/// A launcher adopts what its nodes leave behind: the orphans of the processes a node started
+/// become the launcher's children, not init's, so [`end_what_the_nodes_left`] finds them even
+/// when their node was killed before it could end them itself.
+pub fn adopt_what_the_nodes_leave() {
+    if let Err(e) = crate::sys::process::adopt_orphans() {
+        log::warn!("processes the nodes start may outlive the job: {e}");
+    }
+}
+
+/// Ends every process still running that the launcher's nodes started (nothing a job started
+/// outlives it, as with mpirun and srun). Returns how many there were.
+pub fn end_what_the_nodes_left() -> usize {
+    crate::sys::process::end_descendants(&[])
 }
 
 /// Copies a node's output to ours by whole lines, in the order they were completed, as mpirun
@@ -210,8 +278,16 @@ struct Prepared {
 
 fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
     let local: Vec<bool> = spec.hosts.iter().map(|h| is_local(&h.address)).collect();
+    // Threads per node: dsmrun --threads (in the nodes' environment), else our own.
+    let threads = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "DSM_THREADS")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| crate::config::threads_per_node().unwrap_or(1));
     check_local_load(
         local.iter().filter(|&&l| l).count(),
+        threads,
         spec.config.peer_timeout_ms,
     )?;
     let binds: Vec<IpAddr> = spec
@@ -256,12 +332,22 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
 /// others that "died or are unreachable" (they were only waiting for a CPU).
 const NODES_PER_CPU_AT_DEFAULT_TIMEOUT: u64 = 128;
 
-/// More nodes on this machine than its CPUs: said once (they share CPUs, and each node's service
-/// thread spins while its threads wait, so the job runs slower than on fewer nodes); so many
-/// that they would time each other out: refused up front, with the setting that allows more.
-fn check_local_load(nodes: usize, peer_timeout_ms: u64) -> Result<(), JobFailure> {
+/// More threads on this machine than its CPUs (`nodes` nodes of `threads` threads): said once
+/// (they share CPUs, and each node's service thread spins while its threads wait, so the job
+/// runs slower than with fewer); so many nodes that they would time each other out: refused up
+/// front, with the setting that allows more.
+fn check_local_load(nodes: usize, threads: usize, peer_timeout_ms: u64) -> Result<(), JobFailure> {
     let cpus = crate::sys::allowed_cpus().map_or(1, |c| c.len().max(1));
+    if nodes * threads <= cpus {
+        return Ok(());
+    }
     if nodes <= cpus {
+        log::warn!(
+            "{nodes} node(s) of {threads} threads on this machine ({} threads), which has {cpus} \
+             CPU(s): they share CPUs, and the job runs slower than with {cpus} threads or fewer \
+             in all",
+            nodes * threads
+        );
         return Ok(());
     }
     let limit = (cpus as u64 * NODES_PER_CPU_AT_DEFAULT_TIMEOUT * peer_timeout_ms / 10_000).max(1);
@@ -312,6 +398,17 @@ fn node_env(spec: &JobSpec, p: &Prepared, i: usize) -> Vec<(String, String)> {
         ),
     ]);
     env
+}
+
+/// The rendezvous `rv`, told where each node of `spec` was started (`local[i]`: on this host).
+fn started_on(spec: &JobSpec, rv: Rendezvous, local: &[bool]) -> Rendezvous {
+    rv.started_on(
+        spec.hosts
+            .iter()
+            .zip(local)
+            .map(|(h, &l)| (h.address.clone(), !l))
+            .collect(),
+    )
 }
 
 /// Starts node `i`; the threads forwarding its output by lines go to `forwarders` (unless it
@@ -376,6 +473,8 @@ fn spawn_node(
             c.args(["-l", u]);
         }
         c.arg(&spec.hosts[i].address).arg(remote);
+        // However the launcher ends (SIGKILL included), its ssh clients end with it.
+        crate::sys::process::dies_with_parent(&mut c, libc::SIGTERM);
         c
     };
     if let Some(dir) = &spec.output_dir {
@@ -473,6 +572,7 @@ fn run_watched(
         spec.config.comm_type.name()
     );
     let interrupted = signals::catch_interrupts();
+    note_oom_kills();
     let mut children: Vec<Child> = Vec::with_capacity(n);
     for i in 0..n {
         match spawn_node(spec, &p, i, true, forwarders) {
@@ -483,7 +583,11 @@ fn run_watched(
             }
         }
     }
-    let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
+    let (rv, cookie, timeout) = (
+        started_on(spec, p.rv, &p.local),
+        p.cookie,
+        spec.join_timeout,
+    );
     // A one-node job has nobody to meet: its node never calls the rendezvous, and waiting for it
     // would end every run longer than the join timeout.
     let rv_thread = (n > 1)
@@ -864,6 +968,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     let n = spec.hosts.len();
     let p = prepare(spec)?;
     let mut children = Vec::with_capacity(n.saturating_sub(1));
+    note_oom_kills();
     // Output is not forwarded here: the nodes share this process's terminal (node 0's own output
     // could not be kept apart from the forwarded lines anyway).
     let mut forwarders = Vec::new();
@@ -886,7 +991,11 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
         stats: spec.stats,
         on_host: Some(on_host(spec, &p, 0)),
     };
-    let (rv, cookie, timeout) = (p.rv, p.cookie, spec.join_timeout);
+    let (rv, cookie, timeout) = (
+        started_on(spec, p.rv, &p.local),
+        p.cookie,
+        spec.join_timeout,
+    );
     let remote: Vec<bool> = p.local.iter().map(|l| !l).collect();
     let spec = spec.clone();
     // Its threads leave the program's asynchronous signals to the program's threads (they
@@ -895,8 +1004,11 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     std::thread::Builder::new()
         .name("dsm-launcher".into())
         .spawn(move || {
-            let rv_thread =
-                std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, Keep::Rank0));
+            crate::progress::runtime_thread();
+            let rv_thread = std::thread::spawn(move || {
+                crate::progress::runtime_thread();
+                rv.serve(n as u16, cookie, timeout, Keep::Rank0)
+            });
             let nodes: Vec<usize> = (1..n).collect();
             let (mut control, mut words) = (Vec::new(), Heard::new(n));
             let watched = Watched {
@@ -909,12 +1021,16 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
                 in_node0: true,
             };
             match watch(watched, Some(rv_thread), None) {
-                Ok(()) => OTHERS_ENDED.set(),
-                // Node 0 has been told (DSM1 LOST or STUCK) and ends with the job's status; if
-                // it no longer listens (it is leaving already), end it here.
+                Ok(()) => OTHERS_ENDED.set(None),
+                // Node 0 has been told (DSM1 LOST or STUCK) and ends with the job's status. If
+                // it has left the job already and waits in its exit for the others, that wait
+                // ends the process (its output flushed first); if it no longer listens
+                // otherwise, the process is ended here.
                 Err(e) => {
+                    let status = i32::from(e.exit_code());
+                    OTHERS_ENDED.set(Some((e.to_string(), status)));
                     std::thread::sleep(Duration::from_secs(1));
-                    crate::door::end::die(&e.to_string(), i32::from(e.exit_code()))
+                    crate::door::end::die(&e.to_string(), status)
                 }
             }
         })
@@ -926,36 +1042,41 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     Ok(env)
 }
 
-/// The other nodes of a job node 0 started itself have all ended well.
+/// The other nodes of a job node 0 started itself have all ended: well (`None`), or the job
+/// failed (its verdict and status).
 static OTHERS_ENDED: Latch = Latch::new();
 
-/// A flag one thread sets and others wait for, with a deadline.
+/// How the job ended, as its watcher tells node 0's exit: `None` if well, else the verdict and
+/// the job's status.
+type Ending = Option<(String, i32)>;
+
+/// A value one thread sets and others wait for, with a deadline.
 struct Latch {
-    set: std::sync::Mutex<bool>,
+    set: std::sync::Mutex<Option<Ending>>,
     changed: std::sync::Condvar,
 }
 
 impl Latch {
     const fn new() -> Latch {
         Latch {
-            set: std::sync::Mutex::new(false),
+            set: std::sync::Mutex::new(None),
             changed: std::sync::Condvar::new(),
         }
     }
 
-    fn set(&self) {
-        *self.set.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    fn set(&self, ending: Ending) {
+        *self.set.lock().unwrap_or_else(|e| e.into_inner()) = Some(ending);
         self.changed.notify_all();
     }
 
-    /// Whether it was set within `within`.
-    fn wait(&self, within: Duration) -> bool {
+    /// What was set within `within` (`None`: nothing yet).
+    fn wait(&self, within: Duration) -> Option<Ending> {
         let set = self.set.lock().unwrap_or_else(|e| e.into_inner());
         let (set, _) = self
             .changed
-            .wait_timeout_while(set, within, |set| !*set)
+            .wait_timeout_while(set, within, |set| set.is_none())
             .unwrap_or_else(|e| e.into_inner());
-        *set
+        set.clone()
     }
 }
 
@@ -966,17 +1087,20 @@ const OTHERS_END_WITHIN: Duration = Duration::from_secs(60);
 /// (the launcher thread ends this process with the job's status if one fails). A node 0 that
 /// ends with an error does not wait: the others learn of it from the transport.
 extern "C" fn wait_for_the_other_nodes() {
-    if crate::door::end::ending() {
+    if crate::door::end::ending() || crate::door::flags::FORKED.load(Ordering::Relaxed) {
         return;
     }
-    if !OTHERS_ENDED.wait(OTHERS_END_WITHIN) {
-        crate::door::end::die(
+    match OTHERS_ENDED.wait(OTHERS_END_WITHIN) {
+        Some(None) => {}
+        // Node 0's own output is flushed: it ran to its end, whatever the others did.
+        Some(Some((verdict, status))) => crate::door::end::fatal_flushed(&verdict, status),
+        None => crate::door::end::fatal_flushed(
             &format!(
                 "the other nodes did not end within {} s of node 0's exit",
                 OTHERS_END_WITHIN.as_secs()
             ),
             1,
-        );
+        ),
     }
 }
 

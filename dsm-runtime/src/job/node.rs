@@ -223,14 +223,5 @@ pub fn route_to(to: IpAddr) -> Option<IpAddr> {
 /// 64 unpredictable bits (from `/dev/urandom`; without it, time and pid, still enough to keep jobs
 /// apart), odd so that it is never 0: a job's cookie, a private file's name.
 pub(crate) fn random_cookie() -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        if f.read_exact(&mut b).is_ok() {
-            return u64::from_le_bytes(b) | 1;
-        }
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) | 1
+    crate::sys::random_u64()
 }

@@ -26,6 +26,9 @@ pub enum Keep {
 /// The launcher's side: a listening rendezvous service.
 pub struct Rendezvous {
     listener: TcpListener,
+    /// Where each node was started, for the words on a node that does not join: `(host, through
+    /// ssh)` (empty: not known here).
+    hosts: Vec<(String, bool)>,
 }
 
 impl Rendezvous {
@@ -33,7 +36,15 @@ impl Rendezvous {
     pub fn bind(ip: IpAddr) -> std::io::Result<Rendezvous> {
         Ok(Rendezvous {
             listener: TcpListener::bind(SocketAddr::new(ip, 0))?,
+            hosts: Vec::new(),
         })
+    }
+
+    /// Names where each node was started (`(host, through ssh)` by node), for the words on a
+    /// node that does not join.
+    pub fn started_on(mut self, hosts: Vec<(String, bool)>) -> Rendezvous {
+        self.hosts = hosts;
+        self
     }
 
     /// Where nodes should connect.
@@ -90,11 +101,29 @@ impl Rendezvous {
                 );
             }
             if Instant::now() > deadline {
+                let late = missing(&joined);
+                let through_ssh: Vec<&str> = late
+                    .iter()
+                    .filter_map(|&k| self.hosts.get(k))
+                    .filter(|(_, ssh)| *ssh)
+                    .map(|(h, _)| h.as_str())
+                    .collect();
+                let why = if through_ssh.is_empty() {
+                    "its host did not start it (ssh), or its program did not call jia_init in \
+                     that time"
+                        .to_owned()
+                } else {
+                    format!(
+                        "ssh to {} did not start the program there (the host does not answer, \
+                         or refuses ssh without a password), or the program did not call \
+                         jia_init in that time",
+                        through_ssh.join(", ")
+                    )
+                };
                 return Err(format!(
-                    "{} did not join within {} s: its host did not start it (ssh), or its \
-                     program did not call jia_init in that time (dsmrun --join-timeout SECONDS \
-                     waits longer)",
-                    node_list(&missing(&joined)),
+                    "{} did not join within {} s: {why} (dsmrun --join-timeout SECONDS waits \
+                     longer)",
+                    node_list(&late),
                     timeout.as_secs()
                 ));
             }

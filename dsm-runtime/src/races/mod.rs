@@ -377,6 +377,17 @@ fn site_of(from: From) -> Site {
     }
 }
 
+/// Where an allocation was made, in words: a Rust caller's source line; C code's, found by
+/// `addr2line` when the checker is on (the program was built for it, with lines); otherwise
+/// the code's object file and offset.
+pub(crate) fn allocation_site(from: From) -> String {
+    match site_of(from) {
+        Site::Line { file, line } => format!("{file}:{line}"),
+        site if on() => report::site_now(&site),
+        Site::Code { module, offset } => format!("{module}+{offset:#x}"),
+    }
+}
+
 /// Runs `f` with this thread's recorder (made at its first use).
 ///
 /// An access made while the recorder is busy (a signal handler's, interrupting this thread's

@@ -242,6 +242,14 @@ fn where_in(log: &Log, lines: &Symbols, offset: u64) -> String {
     }
 }
 
+/// `site` in words: its source line where `addr2line` finds it.
+pub(super) fn site_now(site: &Site) -> String {
+    let mut symbols = Symbols::default();
+    symbols.want(site);
+    symbols.resolve();
+    symbols.name(site)
+}
+
 /// Source lines for code addresses (by `addr2line`, one run per object file).
 #[derive(Default)]
 struct Symbols {

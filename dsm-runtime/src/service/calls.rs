@@ -63,7 +63,7 @@ impl Service {
                 waits(node.acquire(now, l, w))
             }
             Call::Unlock(l) => waits(node.release(now, l, w)),
-            Call::Barrier => waits(node.barrier(now, w)),
+            Call::Barrier { threads } => waits(node.barrier_of_threads(now, w, threads)),
             Call::Wait => waits(node.wait(now, w)),
             Call::SetCv(c) => waits(node.setcv(now, c, w)),
             Call::ResetCv(c) => waits(node.resetcv(now, c, w)),

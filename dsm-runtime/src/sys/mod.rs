@@ -7,6 +7,7 @@
 //! symbols are libjia's own, which refuse the program's calls on shared memory, and the runtime
 //! is the one that may make them.
 
+pub mod process;
 pub mod signals;
 pub mod stack;
 
@@ -439,6 +440,40 @@ pub fn make_own_dir(path: &std::path::Path) -> io::Result<()> {
     Ok(())
 }
 
+/// 64 unpredictable bits (from `/dev/urandom`; without it, time and pid, still enough to keep
+/// jobs apart), odd so that it is never 0: a job's cookie, a private file's name.
+pub fn random_u64() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(&mut b).is_ok() {
+            return u64::from_le_bytes(b) | 1;
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) | 1
+}
+
+/// Makes a directory of this user's alone (mode 0700) with an unpredictable name,
+/// `<prefix>-<16 hex digits>`, under the system's temporary directory (`TMPDIR`, else `/tmp`):
+/// nobody can guess it beforehand, so nobody can block it or plant a link in its place.
+pub fn private_temp_dir(prefix: &str) -> io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    let mut last = None;
+    for _ in 0..16 {
+        let dir = base.join(format!("{prefix}-{:016x}", random_u64()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no name left")))
+}
+
 /// Keeps up to `bytes` of freed heap memory in the process instead of giving it back to the
 /// kernel (glibc's `M_TRIM_THRESHOLD`; elsewhere nothing). A node's heap swings by megabytes
 /// with each burst of pages (buffers copied, sent, freed once acknowledged): trimmed, every burst
@@ -668,22 +703,33 @@ pub fn object_of(pc: usize) -> (String, usize) {
     (name, if fixed { 0 } else { info.dli_fbase as usize })
 }
 
+/// Flushes every C stream (`fflush(NULL)`). Not for signal context.
+pub fn flush_c_stdio() {
+    // SAFETY: fflush(NULL) takes no pointer of ours; it flushes the C library's own streams.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+}
+
 static EXIT_STATUS_AT_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-/// Makes the process end with `status` when it exits normally (`exit`, or a return from
-/// `main`): C's stdio is flushed first.
+/// Makes the process end with `status` when it exits normally with status 0 (`exit(0)`, or a
+/// return of 0 from `main`); a failing status of the program's own is kept. C's stdio is
+/// flushed first.
 pub fn exit_status_at_end(status: i32) {
-    extern "C" fn end() {
-        // SAFETY: fflush(NULL) flushes every C stream; _exit ends the process with the status
-        // set below, skipping the handlers registered before this one (none of them matters
-        // once the job has left).
+    extern "C" fn end(exiting_with: libc::c_int, _: *mut libc::c_void) {
+        let status = match exiting_with {
+            0 => EXIT_STATUS_AT_END.load(std::sync::atomic::Ordering::Relaxed),
+            own => own,
+        };
+        // SAFETY: fflush(NULL) flushes every C stream; _exit ends the process with `status`,
+        // skipping the handlers registered before this one (none of them matters once the job
+        // has left).
         unsafe {
             libc::fflush(std::ptr::null_mut());
-            libc::_exit(EXIT_STATUS_AT_END.load(std::sync::atomic::Ordering::Relaxed));
+            libc::_exit(status);
         }
     }
     EXIT_STATUS_AT_END.store(status, std::sync::atomic::Ordering::Relaxed);
-    if signals::at_exit(end).is_err() {
+    if process::on_exit(end).is_err() {
         signals::exit_now(status);
     }
 }

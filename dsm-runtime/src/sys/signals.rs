@@ -442,10 +442,21 @@ extern "C" fn on_interrupt(sig: libc::c_int) {
     INTERRUPTED.store(sig, Ordering::SeqCst);
 }
 
-/// Records SIGINT and SIGTERM instead of dying (for the launcher, which then ends its nodes);
-/// returns the flag to poll: the signal number once one arrived.
+/// The signals that end a launcher by default and that [`catch_interrupts`] catches instead.
+pub const INTERRUPTS: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Records the signals that would end the process ([`INTERRUPTS`]: SIGINT, SIGTERM, SIGHUP,
+/// SIGQUIT, SIGUSR1, SIGUSR2) instead of dying (for the launcher, which then ends its nodes and
+/// says why); returns the flag to poll: the signal number once one arrived.
 pub fn catch_interrupts() -> &'static std::sync::atomic::AtomicI32 {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in INTERRUPTS {
         // SAFETY: zeroed sigaction is valid plain data; the handler only stores to an atomic,
         // which is async-signal-safe.
         unsafe {
@@ -462,6 +473,33 @@ pub fn catch_interrupts() -> &'static std::sync::atomic::AtomicI32 {
 /// launcher's [`catch_interrupts`]), which never touch shared memory.
 pub fn is_runtime_handler(action: &libc::sigaction) -> bool {
     action.sa_sigaction == on_interrupt as *const () as usize
+}
+
+/// The signal's name (`SIGHUP`), or `signal N` for one without a usual name.
+pub fn name(sig: libc::c_int) -> String {
+    let known = [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+    ];
+    known
+        .iter()
+        .find(|(n, _)| *n == sig)
+        .map_or_else(|| format!("signal {sig}"), |(_, name)| (*name).to_owned())
 }
 
 /// Sends `sig` to process `pid`.

@@ -394,10 +394,12 @@ fn compile_for_checking(
     flags: &[String],
     show: bool,
 ) -> (PathBuf, Vec<OsString>) {
-    let dir = std::env::temp_dir().join(format!("dsmcc-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir(&dir) {
-        fail(&format!("cannot make {}: {e}", dir.display()));
-    }
+    // Private and unpredictable: another user cannot block the name or plant links in it.
+    let dir = dsm_runtime::files::private_temp_dir("dsmcc").unwrap_or_else(|e| {
+        fail(&format!(
+            "cannot make a private directory for the objects: {e}"
+        ))
+    });
     let mut compile_args = Vec::new();
     let mut skip_next = false;
     for a in args {

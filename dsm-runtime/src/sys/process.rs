@@ -1,0 +1,302 @@
+//! Processes a job starts, and how they end with it: a node or a launcher adopts the orphans of
+//! the processes it started (the kernel's child subreaper) and ends every descendant when it
+//! ends, as mpirun and srun do; an ssh client dies with its launcher, however the launcher ends;
+//! a program's exit status reaches the runtime's exit handler (`on_exit`).
+
+use std::io;
+use std::os::unix::process::CommandExt;
+
+/// Makes this process the reaper of its orphaned descendants: a process that a child of ours
+/// started and left behind (`system("... &")`, a double fork) becomes our child instead of
+/// init's, so it stays among our [`descendants`].
+pub fn adopt_orphans() -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes plain integers and changes only this
+    // process's attribute.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The parent of each process, from `/proc/<pid>/stat` (processes that end meanwhile are left
+/// out).
+fn parents() -> Vec<(i32, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses; it ends at the
+        // last `)`.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+        Some((pid, ppid))
+    })
+    .collect()
+}
+
+/// Every process descended from this one now, parents before their children.
+pub fn descendants() -> Vec<i32> {
+    // SAFETY: getpid(2) takes nothing and cannot fail.
+    descendants_of(unsafe { libc::getpid() })
+}
+
+/// Every process descended from `root` now, parents before their children.
+fn descendants_of(root: i32) -> Vec<i32> {
+    let links = parents();
+    let mut found = vec![root];
+    let mut k = 0;
+    while k < found.len() {
+        let p = found[k];
+        found.extend(links.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        k += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Ends every descendant of this process but those in `spare` (and theirs) with SIGKILL, and
+/// reaps those that were (or became) its children. Returns how many were ended. A descendant
+/// that starts a process of its own meanwhile is stopped first (SIGSTOP to all, then SIGKILL),
+/// so none escapes between the look and the kill.
+pub fn end_descendants(spare: &[u32]) -> usize {
+    let mut ended = 0;
+    // Twice: a process a descendant forked between the look and the stop is found the second
+    // time.
+    for _ in 0..2 {
+        let all = descendants();
+        let spared = spared(&all, spare);
+        let victims: Vec<i32> = all.into_iter().filter(|p| !spared.contains(p)).collect();
+        if victims.is_empty() {
+            break;
+        }
+        for &p in &victims {
+            // SAFETY: kill(2) takes plain integers; a pid that ended meanwhile gets ESRCH.
+            unsafe { libc::kill(p, libc::SIGSTOP) };
+        }
+        for &p in &victims {
+            // SAFETY: as above.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        ended += victims.len();
+    }
+    reap_ended_children();
+    ended
+}
+
+/// The processes of `all` that are in `spare` or descend from one of them.
+fn spared(all: &[i32], spare: &[u32]) -> Vec<i32> {
+    if spare.is_empty() {
+        return Vec::new();
+    }
+    let links = parents();
+    let mut kept: Vec<i32> = spare.iter().map(|&p| p as i32).collect();
+    let mut k = 0;
+    while k < kept.len() {
+        let p = kept[k];
+        kept.extend(
+            links
+                .iter()
+                .filter(|&&(c, pp)| pp == p && all.contains(&c))
+                .map(|&(c, _)| c),
+        );
+        k += 1;
+    }
+    kept
+}
+
+/// Reaps this process's children that have ended (the adopted orphans among them), without
+/// waiting for any that still run.
+fn reap_ended_children() {
+    // SIGKILL is delivered at once, but a child is reapable only once the kernel has torn it
+    // down: a few tries, a millisecond apart.
+    for _ in 0..50 {
+        let mut status = 0;
+        // SAFETY: waitpid(-1, .., WNOHANG | __WALL) writes only `status`. Children the
+        // program still waits for itself are not among ours to reap: this runs at the
+        // process's end.
+        let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
+        match r {
+            0 => std::thread::sleep(std::time::Duration::from_millis(1)),
+            p if p > 0 => {}
+            _ => return, // ECHILD: none left
+        }
+    }
+}
+
+/// The kernel ids of this process's threads now (`None`: `/proc` cannot say).
+pub fn threads() -> Option<Vec<i32>> {
+    let dir = std::fs::read_dir("/proc/self/task").ok()?;
+    Some(
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+    )
+}
+
+/// The process's id (its main thread's kernel id).
+pub fn pid() -> i32 {
+    // SAFETY: getpid(2) takes nothing and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Whether thread `tid` of this process sleeps in a futex wait with no timeout (`pthread_join`,
+/// a mutex, a condition variable, a barrier): only another thread of its process can wake it.
+/// From `/proc/self/task/<tid>/syscall` (the system call a blocked thread is in, and its
+/// arguments; `running` for one that is not blocked).
+pub fn waits_for_a_thread(tid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return false;
+    };
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let number = |w: Option<&&str>| -> Option<u64> {
+        let w = w?;
+        match w.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => w.parse().ok(),
+        }
+    };
+    if number(words.first()) != Some(libc::SYS_futex as u64) {
+        return false;
+    }
+    let (Some(op), Some(timeout)) = (number(words.get(2)), number(words.get(4))) else {
+        return false;
+    };
+    let command = op & !u64::from((libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME) as u32);
+    let waits = [
+        libc::FUTEX_WAIT,
+        libc::FUTEX_WAIT_BITSET,
+        libc::FUTEX_LOCK_PI,
+        libc::FUTEX_WAIT_REQUEUE_PI,
+    ]
+    .iter()
+    .any(|&c| u64::from(c as u32) == command);
+    waits && timeout == 0
+}
+
+/// Makes the process `cmd` starts receive `sig` when the thread that starts it ends (the
+/// launcher, since it starts its nodes from its main thread), and end at once if that has
+/// already happened: an ssh client never outlives its launcher, even one killed with SIGKILL.
+pub fn dies_with_parent(cmd: &mut std::process::Command, sig: libc::c_int) {
+    // SAFETY: getpid(2) takes nothing and cannot fail.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe system calls (prctl, getppid), touching no memory but its captures.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The launcher died before the prctl: nothing would signal us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Calls `f(status)` when the process exits (`exit(status)`, or a return of `status` from
+/// `main`), before the handlers registered earlier; `arg` is passed on untouched.
+pub fn on_exit(f: extern "C" fn(libc::c_int, *mut libc::c_void)) -> io::Result<()> {
+    unsafe extern "C" {
+        /// glibc's `on_exit(3)`: `atexit` with the exit status.
+        fn on_exit(
+            f: extern "C" fn(libc::c_int, *mut libc::c_void),
+            arg: *mut libc::c_void,
+        ) -> libc::c_int;
+    }
+    // SAFETY: registers a plain function and a null argument, which glibc copies.
+    if unsafe { on_exit(f, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::other("on_exit: no room for another handler"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A thread in `join` waits for a thread; one that computes, or sleeps with a timeout, does
+    /// not.
+    #[test]
+    fn a_joining_thread_waits_for_a_thread_and_a_timed_sleeper_does_not() {
+        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+        static JOINER: AtomicI32 = AtomicI32::new(0);
+        static SPINNER: AtomicI32 = AtomicI32::new(0);
+        static SLEEPER: AtomicI32 = AtomicI32::new(0);
+        static STOP: AtomicBool = AtomicBool::new(false);
+        let spinner = std::thread::spawn(|| {
+            SPINNER.store(super::super::gettid(), Ordering::SeqCst);
+            while !STOP.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            SLEEPER.store(super::super::gettid(), Ordering::SeqCst);
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
+        });
+        let joiner = std::thread::spawn(move || {
+            JOINER.store(super::super::gettid(), Ordering::SeqCst);
+            let _ = spinner.join();
+        });
+        // Generous: the joiner must reach its join, the spinner its loop.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !(JOINER.load(Ordering::SeqCst) != 0
+            && super::waits_for_a_thread(JOINER.load(Ordering::SeqCst)))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the joiner never seen waiting"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // The sleeper in its timed futex wait: blocked, but not for a thread alone.
+        let in_futex = |tid: i32| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+                .is_ok_and(|t| t.starts_with(&format!("{} ", libc::SYS_futex)))
+        };
+        while !(SLEEPER.load(Ordering::SeqCst) != 0 && in_futex(SLEEPER.load(Ordering::SeqCst))) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sleeper never seen in its wait"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!super::waits_for_a_thread(SLEEPER.load(Ordering::SeqCst)));
+        let threads = super::threads().expect("/proc/self/task");
+        assert!(threads.contains(&JOINER.load(Ordering::SeqCst)));
+        assert!(!super::waits_for_a_thread(SPINNER.load(Ordering::SeqCst)));
+        assert!(!super::waits_for_a_thread(super::super::gettid()));
+        STOP.store(true, Ordering::SeqCst);
+        let _ = joiner.join();
+        drop(tx);
+        let _ = sleeper.join();
+    }
+
+    /// A grandchild that a child left behind is among the child's descendants.
+    #[test]
+    fn a_grandchild_left_behind_is_a_descendant() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & echo $!; sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let d = super::descendants_of(child.id() as i32);
+        let mine = super::descendants();
+        super::super::signals::kill(grandchild as u32, libc::SIGKILL);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(d.contains(&grandchild), "{d:?}");
+        assert!(
+            mine.contains(&(child.id() as i32)) && mine.contains(&grandchild),
+            "{mine:?}"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+/* outcomes.c: programs that end badly on purpose, one per case, for the outcome tests
+ * (tests/tests/outcomes.rs): each case is a mistake a user makes with threads inside nodes, forked
+ * children or exit statuses, and the test checks the line and status the job ends with.
+ * Usage: outcomes CASE [ARG] */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "jia.h"
+
+static int team_count;
+
+static void *in_team(void *arg)
+{
+    (void)arg;
+    jia_barrier_threads(team_count);
+    return NULL;
+}
+
+/* `threads` threads of this node each call jia_barrier_threads(count), joined by the main thread. */
+static void team(int threads, int count)
+{
+    pthread_t t[64];
+    int i;
+    team_count = count;
+    for (i = 0; i < threads; i++) pthread_create(&t[i], NULL, in_team, NULL);
+    for (i = 0; i < threads; i++) pthread_join(t[i], NULL);
+}
+
+static void *plain_barrier(void *arg)
+{
+    (void)arg;
+    jia_barrier();
+    return NULL;
+}
+
+/* A true deadlock: node 0 holds lock 1 while its two threads wait in a barrier of threads, which
+ * waits for node 1, which waits for lock 1. Node 0's main thread sits in pthread_join. */
+static void deadlock(void)
+{
+    jia_barrier();
+    if (jiapid == 0) {
+        jia_lock(1);
+        jia_barrier();
+        team(2, 2);
+        jia_unlock(1);
+    } else {
+        jia_barrier();
+        jia_lock(1);
+        jia_unlock(1);
+        team(2, 2);
+    }
+}
+
+/* jia_barrier from one thread while another waits in jia_barrier_threads(2). */
+static void mixed(void)
+{
+    pthread_t a, b;
+    team_count = 2;
+    pthread_create(&a, NULL, in_team, NULL);
+    pthread_create(&b, NULL, plain_barrier, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+}
+
+/* A forked child of node 0 makes a DSM call; the parent waits for it, then the job goes on. */
+static void forked(const char *call)
+{
+    pid_t pid;
+    int status, *shared = (int *)jia_alloc(4096);
+    if (jiapid == 0) shared[0] = 7;
+    jia_barrier();
+    if (jiapid == 0) {
+        fflush(stdout);
+        pid = fork();
+        if (pid == 0) {
+            char buf[8] = "hi";
+            if (!strcmp(call, "lock")) jia_lock(0);
+            else if (!strcmp(call, "send")) jia_send(buf, 3, 1, 5);
+            else if (!strcmp(call, "barrier")) jia_barrier();
+            else if (!strcmp(call, "exit")) jia_exit();
+            else if (!strcmp(call, "return")) exit(0); /* leaving main: no call of its own */
+            printf("child went on after %s\n", call);
+            exit(0);
+        }
+        if (waitpid(pid, &status, 0) != pid) { perror("waitpid"); exit(1); }
+        printf("child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    jia_barrier();
+    printf("fork OK node %d value %d\n", jiapid, shared[0]);
+    jia_exit();
+}
+
+/* Each node starts processes that would outlive it: a child (fork) running a shell that leaves
+ * a sleep behind, each pid printed. With `kill`, node 1 then dies of SIGKILL, leaving its own to
+ * the launcher. */
+static void orphans(const char *how)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The grandchild's pid, then a sleep that outlives the node. */
+        execlp("sh", "sh", "-c", "sleep 300 & echo orphan $!; sleep 300", (char *)NULL);
+        _exit(127);
+    }
+    printf("orphan %d\n", (int)pid);
+    fflush(stdout);
+    sleep(1);
+    jia_barrier();
+    if (!strcmp(how, "kill") && jiapid == 1) raise(SIGKILL);
+    jia_exit();
+}
+
+/* Node 1 takes more memory than its cgroup allows (the test sets the limit). */
+static void oom(void)
+{
+    jia_barrier();
+    if (jiapid == 1) {
+        long mb;
+        for (mb = 0; mb < 16384; mb++) {
+            char *p = malloc(1 << 20);
+            if (!p) break;
+            memset(p, 1, 1 << 20);
+        }
+    }
+    jia_barrier();
+}
+
+/* Every node says it waits, then sleeps (for the tests that signal the launcher). */
+static void nap(void)
+{
+    jia_barrier();
+    printf("napping node %d\n", jiapid);
+    fflush(stdout);
+    sleep(120);
+}
+
+/* Node 1 ends with `status` without jia_exit (exit or return from main) while the others wait
+ * for it in a barrier. */
+static int exits(int status, int how)
+{
+    jia_barrier();
+    if (jiapid == 1) {
+        if (how == 0) exit(status);
+        return status;
+    }
+    jia_barrier();
+    printf("node %d went on\n", jiapid);
+    jia_exit();
+    return 0;
+}
+
+/* Node 0 prints, every node leaves the job, then node 1 returns 5. */
+static int after_exit(void)
+{
+    printf("node %d printed before jia_exit\n", jiapid);
+    jia_exit();
+    return jiapid == 1 ? 5 : 0;
+}
+
+/* A write past the end of an allocation, still inside the shared region. */
+static void overrun(void)
+{
+    char *a = (char *)jia_alloc(4096);
+    jia_barrier();
+    if (jiapid == 0) a[40960 + 8] = 1;
+    jia_barrier();
+    jia_exit();
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "";
+    const char *arg = argc > 2 ? argv[2] : "";
+    jia_init(argc, argv);
+    if (!strcmp(what, "deadlock")) deadlock();
+    else if (!strcmp(what, "team_short")) team(2, 3);
+    else if (!strcmp(what, "team_mixed")) mixed();
+    else if (!strcmp(what, "team_huge")) team(1, 100000);
+    else if (!strcmp(what, "team_counts")) team(1 + jiapid, 1 + jiapid);
+    else if (!strcmp(what, "fork")) forked(arg);
+    else if (!strcmp(what, "orphans")) orphans(arg);
+    else if (!strcmp(what, "oom")) oom();
+    else if (!strcmp(what, "nap")) nap();
+    else if (!strcmp(what, "exit")) return exits(atoi(arg), 0);
+    else if (!strcmp(what, "return")) return exits(atoi(arg), 1);
+    else if (!strcmp(what, "after_exit")) return after_exit();
+    else if (!strcmp(what, "overrun")) overrun();
+    else if (!strcmp(what, "init_twice")) jia_init(argc, argv);
+    else {
+        fprintf(stderr, "outcomes: unknown case '%s'\n", what);
+        return 2;
+    }
+    printf("%s done node %d\n", what, jiapid);
+    jia_exit();
+    return 0;
+}
