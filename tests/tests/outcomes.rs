@@ -1,0 +1,657 @@
+//! Every outcome right, round 3: the ways a job with threads inside its nodes, forked children,
+//! background processes and failing exit statuses used to end badly (hang, lose a status, leave
+//! processes behind, blame the wrong call), each run as a user would, with the line and status
+//! it must end with. The programs are `tests/c/outcomes.c`'s cases.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use dsm_tests::{bin, run_with_deadline, text};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// `tests/c/outcomes.c` built with the README's line (and `-g`, for the lines of checked
+/// builds), once per test binary.
+fn outcomes() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = std::env::temp_dir().join(format!("dsm-outcomes-{}", std::process::id()));
+            dsm_tests::compile_jia_c(
+                &repo().join("tests/c/outcomes.c"),
+                &out,
+                &["-O2", "-g", "-Wall", "-Werror"],
+            );
+            out
+        })
+        .clone()
+}
+
+/// `dsmrun -n NODES --transport T FLAGS outcomes ARGS`, 120 s at most.
+fn dsmrun(nodes: usize, transport: &str, flags: &[&str], args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.arg("-n")
+        .arg(nodes.to_string())
+        .args(["--transport", transport])
+        .args(flags)
+        .arg(outcomes())
+        .args(args);
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_status(out: &Output, code: i32) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(out));
+}
+
+/// Row 1: node 0 holds lock 1 while its two threads wait in a barrier of threads (which waits
+/// for node 1) and its main thread sits in pthread_join; node 1 waits for lock 1. The verdict
+/// comes within seconds and names every thread's wait, the main thread's join included.
+#[test]
+fn a_deadlock_inside_a_threaded_node_is_named_thread_by_thread() {
+    for transport in ["udp", "tcp"] {
+        let start = Instant::now();
+        let out = dsmrun(2, transport, &[], &["deadlock"]);
+        assert_status(&out, 1);
+        let e = stderr(&out);
+        for want in [
+            "the job cannot go on",
+            "node 0 waits in",
+            "jia_barrier_threads(2) (thread ",
+            "jia_barrier (thread ",
+            "a wait for another thread of its process (pthread_join, a mutex or a condition \
+             variable) (main thread)",
+            "holding lock 1",
+            "node 1 waits in jia_lock(1) (main thread)",
+        ] {
+            assert!(
+                e.contains(want),
+                "{transport}: no `{want}`:\n{}",
+                text(&out)
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{transport}: too slow"
+        );
+    }
+}
+
+/// Row 2: a barrier of 3 threads that 2 threads of each node call; `jia_barrier` mixed with a
+/// barrier of threads; a count over the thread limit.
+#[test]
+fn a_barrier_of_threads_misused_is_named() {
+    let out = dsmrun(2, "udp", &[], &["team_short"]);
+    assert_status(&out, 1);
+    let e = stderr(&out);
+    assert!(
+        e.contains("the job cannot go on")
+            && e.contains("jia_barrier_threads(3) (thread ")
+            && e.contains("2 of the 3 threads jia_barrier_threads(3) waits for are there"),
+        "{}",
+        text(&out)
+    );
+
+    // Which comes first on a node decides the words: the misuse named at the call, or (the
+    // plain barriers of both nodes done before the thread barrier is called) the barrier of
+    // threads that waits forever.
+    let out = dsmrun(2, "udp", &[], &["team_mixed"]);
+    assert_status(&out, 1);
+    let e = stderr(&out);
+    assert!(
+        e.contains("a node's threads meet in one kind of barrier at a time")
+            || (e.contains("the job cannot go on") && e.contains("jia_barrier_threads(2)")),
+        "{}",
+        text(&out)
+    );
+
+    let out = dsmrun(2, "udp", &[], &["team_huge"]);
+    assert_status(&out, 1);
+    assert!(
+        stderr(&out).contains(
+            "jia_barrier_threads(100000): a node has at most 256 threads that use the DSM"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Row 3: node 0 meets with 1 thread, node 1 with 2.
+#[test]
+fn nodes_that_give_different_thread_counts_are_refused_by_name() {
+    for transport in ["udp", "tcp"] {
+        let out = dsmrun(2, transport, &[], &["team_counts"]);
+        assert_status(&out, 1);
+        // In the order the nodes arrived.
+        let e = stderr(&out);
+        assert!(
+            e.contains("a barrier met with different thread counts: ")
+                && e.contains("node 0 gave 1")
+                && e.contains("node 1 gave 2"),
+            "{transport}:\n{}",
+            text(&out)
+        );
+    }
+}
+
+/// Row 4: a child forked from node 0 makes a DSM call: the child is refused with a message and
+/// ends with status 1; the parent's job is untouched. A child that just returns leaves nothing
+/// behind it either.
+#[test]
+fn a_forked_childs_dsm_calls_are_refused_in_the_child_and_the_job_goes_on() {
+    for (call, transport) in [
+        ("lock", "udp"),
+        ("send", "udp"),
+        ("barrier", "tcp"),
+        ("exit", "udp"),
+        ("send", "tcp"),
+    ] {
+        let out = dsmrun(2, transport, &[], &["fork", call]);
+        assert_status(&out, 0);
+        let name = format!("jia_{call}");
+        let (o, e) = (stdout(&out), stderr(&out));
+        assert!(
+            e.contains(&format!("{name} in a process forked from node 0")),
+            "{call} {transport}:\n{}",
+            text(&out)
+        );
+        assert!(
+            o.contains("child status 1")
+                && o.contains("fork OK node 0 value 7")
+                && o.contains("fork OK node 1 value 7")
+                && !o.contains("child went on"),
+            "{call} {transport}:\n{}",
+            text(&out)
+        );
+    }
+    let out = dsmrun(2, "udp", &[], &["fork", "return"]);
+    assert_status(&out, 0);
+    assert!(
+        stdout(&out).contains("child status 0") && !stderr(&out).contains("error"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The pids a job's `orphan PID` lines name.
+fn orphans(out: &Output) -> Vec<u32> {
+    stdout(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("orphan ")?.trim().parse().ok())
+        .collect()
+}
+
+/// Whether process `pid` runs (a zombie, ended but not yet reaped by whoever adopted it, does
+/// not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Row 5: processes the nodes started (a forked child, the sleep its shell left behind) do not
+/// outlive the job: ended by their node at its exit, or by dsmrun when their node was killed.
+#[test]
+fn nothing_a_node_started_outlives_the_job() {
+    for (how, code) in [("exit", 0), ("kill", 137)] {
+        let out = dsmrun(2, "udp", &[], &["orphans", how]);
+        assert_status(&out, code);
+        let pids = orphans(&out);
+        assert!(pids.len() >= 2, "{how}: no orphans named:\n{}", text(&out));
+        // Generous: the kernel tears a killed process down in its own time.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pids.iter().any(|&p| running(p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left: Vec<u32> = pids.iter().copied().filter(|&p| running(p)).collect();
+        for &p in &left {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+        assert!(
+            left.is_empty(),
+            "{how}: still running after the job: {left:?}"
+        );
+    }
+}
+
+/// A fake ssh that starts nothing and never ends, writing its pid to `$DSM_TEST_SSH_PID` first.
+fn hanging_ssh(dir: &Path) -> PathBuf {
+    let ssh = dir.join("hanging-ssh");
+    std::fs::write(
+        &ssh,
+        "#!/bin/sh\necho $$ > \"$DSM_TEST_SSH_PID\"\nexec sleep 600\n",
+    )
+    .unwrap();
+    let mut p = std::fs::metadata(&ssh).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+    std::fs::set_permissions(&ssh, p).unwrap();
+    ssh
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dsm-outcomes-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Row 6: a host whose ssh never starts the node: refused with status 2 after the join
+/// timeout, naming the host and ssh; and however dsmrun ends (SIGKILL), its ssh client ends
+/// with it. The "remote" host is an address of a documentation range (TEST-NET-3) that no
+/// traffic goes to: the fake ssh never connects anywhere, and no node joins to send it any.
+#[test]
+fn a_host_that_never_answers_is_named_after_the_join_timeout_and_no_ssh_outlives_dsmrun() {
+    let dir = scratch("ssh");
+    let ssh = hanging_ssh(&dir);
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1\n203.0.113.77\n").unwrap();
+    let pid_file = dir.join("ssh.pid");
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["--join-timeout", "3", "--hosts"])
+        .arg(&hosts)
+        .arg(outcomes())
+        .arg("exit")
+        .arg("0")
+        .env("DSM_SSH", &ssh)
+        .env("DSM_TEST_SSH_PID", &pid_file);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert_status(&out, 2);
+    assert!(
+        stderr(&out).contains("node 1 did not join within 3 s: ssh to 203.0.113.77 did not start"),
+        "{}",
+        text(&out)
+    );
+
+    // dsmrun killed with SIGKILL while its ssh hangs: the ssh client goes with it.
+    let _ = std::fs::remove_file(&pid_file);
+    let mut child = Command::new(bin("dsmrun"))
+        .args(["--join-timeout", "60", "--hosts"])
+        .arg(&hosts)
+        .arg(outcomes())
+        .args(["exit", "0"])
+        .env("DSM_SSH", &ssh)
+        .env("DSM_TEST_SSH_PID", &pid_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ssh_pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the fake ssh never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running(ssh_pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive = running(ssh_pid);
+    if alive {
+        let _ = Command::new("kill")
+            .args(["-9", &ssh_pid.to_string()])
+            .status();
+    }
+    // The local node 0, which waited for the rendezvous, ends when dsmrun's end closes it.
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!alive, "the ssh client outlived dsmrun killed with SIGKILL");
+}
+
+/// Row 7: node 1 calls exit(3), or returns 3 from main, without jia_exit while node 0 waits
+/// for it in a barrier: node 1 is named with its status, which is the job's; `exit(0)` stays a
+/// jia_exit (node 0's barrier then never completes: the job cannot go on); under
+/// `--check-races` the node's own status is kept.
+#[test]
+fn a_node_that_exits_with_a_status_gives_the_job_that_status() {
+    for (how, transport) in [("exit", "udp"), ("return", "tcp"), ("exit", "tcp")] {
+        let out = dsmrun(2, transport, &[], &[how, "3"]);
+        assert_status(&out, 3);
+        let e = stderr(&out);
+        assert!(
+            e.contains("dsmrun: node 1 (127.0.0.1) exited with status 3")
+                && e.contains("node 1 ended with status 3 without leaving the job")
+                && !e.contains("waits in jia_exit"),
+            "{how} {transport}:\n{}",
+            text(&out)
+        );
+    }
+    let out = dsmrun(2, "udp", &["--check-races"], &["exit", "3"]);
+    assert_status(&out, 3);
+    let out = dsmrun(2, "udp", &[], &["exit", "0"]);
+    assert_status(&out, 1);
+    assert!(
+        stderr(&out).contains("node 1 waits in jia_exit"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Row 8: started directly with a 2-line `.jiahosts`, output to a pipe (fully buffered), node 1
+/// returning 5 after jia_exit: node 0's own line is kept, and the job's status is 5.
+#[test]
+fn node_0s_own_output_is_kept_when_another_node_fails_after_jia_exit() {
+    let dir = scratch("jiahosts");
+    std::fs::write(dir.join(".jiahosts"), "127.0.0.1\n127.0.0.1\n").unwrap();
+    for _ in 0..3 {
+        let mut cmd = Command::new(outcomes());
+        cmd.arg("after_exit").current_dir(&dir);
+        let out = run_with_deadline(cmd, Duration::from_secs(90));
+        assert_status(&out, 5);
+        assert!(
+            stdout(&out).contains("node 0 printed before jia_exit")
+                && stderr(&out).contains("node 1 (127.0.0.1) exited with status 5"),
+            "{}",
+            text(&out)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Row 9: dsmcc --check-races while the names a pid-based scheme would pick are taken (by
+/// another user, in a shared TMPDIR): the build goes on in a private directory of its own, and
+/// leaves nothing behind.
+#[test]
+fn dsmcc_builds_in_a_private_directory_no_one_can_block() {
+    let tmp = scratch("dsmcc");
+    // What another user could plant: every name `dsmcc-<pid>` for the next pids.
+    let me = std::process::id();
+    for p in me..me + 2000 {
+        std::fs::create_dir(tmp.join(format!("dsmcc-{p}"))).unwrap();
+    }
+    let exe = tmp.join("checked");
+    let out = Command::new(bin("dsmcc"))
+        .args(["--check-races", "-O1"])
+        .arg(repo().join("tests/c/outcomes.c"))
+        .arg("-o")
+        .arg(&exe)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(exe.exists());
+    let left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("dsmcc-") && n.len() > "dsmcc-".len() + 10)
+        .collect();
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(left.is_empty(), "dsmcc left {left:?}");
+}
+
+/// Row 10: a write 10 pages past a one-page allocation, inside the shared region: the line
+/// says so and names the nearest allocation, its range always, its source line in a checked
+/// build.
+#[test]
+fn a_wild_write_in_the_shared_region_names_the_nearest_allocation() {
+    let out = dsmrun(2, "udp", &[], &["overrun"]);
+    assert_status(&out, 139);
+    let e = stderr(&out);
+    assert!(
+        e.contains("dsm node 0: error: a write to 0x")
+            && e.contains(
+                "in the shared region but outside every allocation: the nearest allocation is 0x"
+            )
+            && e.contains("(4096 bytes, made at ")
+            && e.contains("36872 bytes past its end"),
+        "{}",
+        text(&out)
+    );
+    let dir = scratch("overrun");
+    let exe = dir.join("checked");
+    let built = Command::new(bin("dsmcc"))
+        .args(["--check-races", "-g", "-O1"])
+        .arg(repo().join("tests/c/outcomes.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "--check-races"])
+        .arg(&exe)
+        .arg("overrun");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        stderr(&out).contains("made at ") && stderr(&out).contains("outcomes.c:"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// dsmrun on the `pi` app with `flags` and the environment `env`, its stderr.
+fn dsmrun_pi(flags: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(flags).arg(bin("pi")).arg("1000");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_deadline(cmd, Duration::from_secs(60))
+}
+
+/// Row 11: a program's own DSM_ variable draws no warning; a near miss of a setting does, as
+/// does another tool's name for one; a key typo in --set gets its nearest key.
+#[test]
+fn only_names_close_to_a_setting_are_warned_of_and_keys_get_did_you_mean() {
+    let out = dsmrun_pi(&["-n", "1"], &[("DSM_MAIN", "1"), ("DSM_MY_APP_SIZE", "9")]);
+    assert_status(&out, 0);
+    assert!(
+        !stderr(&out).contains("DSM_MAIN") && !stderr(&out).contains("DSM_MY_APP"),
+        "{}",
+        text(&out)
+    );
+    let out = dsmrun_pi(
+        &["-n", "1"],
+        &[("DSM_PREFTECH", "off"), ("DSM_TRANSPORT", "tcp")],
+    );
+    let e = stderr(&out);
+    assert!(
+        e.contains("DSM_PREFTECH is not a setting or a variable of the runtime (did you mean DSM_PREFETCH?)")
+            && e.contains("DSM_TRANSPORT is not a variable of the runtime (did you mean DSM_COMM_TYPE, or dsmrun --transport?)"),
+        "{}",
+        text(&out)
+    );
+    let out = dsmrun_pi(&["-n", "1", "--set", "prefetch_pags=4"], &[]);
+    assert_status(&out, 2);
+    assert!(
+        stderr(&out).contains("unknown key `prefetch_pags` (did you mean `prefetch_pages`?)"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Row 12: more threads than CPUs, counted as nodes x threads.
+#[test]
+fn threads_count_in_the_oversubscription_warning() {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = cpus.to_string();
+    let out = dsmrun_pi(&["-n", "2", "--threads", &threads], &[]);
+    assert_status(&out, 0);
+    assert!(
+        stderr(&out).contains(&format!(
+            "2 node(s) of {cpus} threads on this machine ({} threads), which has {cpus} CPU(s)",
+            2 * cpus
+        )),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Row 13: jia_init twice, a DSM_THREADS that is no number, a port in a hosts file.
+#[test]
+fn a_second_jia_init_a_bad_thread_count_and_a_port_in_the_hosts_are_named() {
+    let out = dsmrun(1, "udp", &[], &["init_twice"]);
+    assert_status(&out, 0);
+    assert!(
+        stderr(&out).contains("jia_init called again"),
+        "{}",
+        text(&out)
+    );
+    let out = dsmrun_pi(&["-n", "2"], &[("DSM_THREADS", "abc")]);
+    assert_status(&out, 2);
+    assert!(
+        stderr(&out)
+            .contains("DSM_THREADS=abc: threads per node must be a whole number from 1 to 256"),
+        "{}",
+        text(&out)
+    );
+    let mut cmd = Command::new(outcomes());
+    cmd.arg("init_twice").env("DSM_THREADS", "abc");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert_status(&out, 1);
+    assert!(stderr(&out).contains("DSM_THREADS=abc"), "{}", text(&out));
+    let dir = scratch("hostport");
+    std::fs::write(dir.join("hosts"), "127.0.0.1\nnode1:2222\n").unwrap();
+    let out = dsmrun_pi(&["--hosts", &dir.join("hosts").display().to_string()], &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_status(&out, 2);
+    assert!(
+        stderr(&out).contains("hosts:2: `node1:2222` carries a port (2222)"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Row 14: SIGHUP or SIGUSR1 to dsmrun ends the nodes with a word, as SIGTERM does.
+#[test]
+fn dsmrun_ends_its_nodes_and_says_why_on_hangup_and_user_signals() {
+    for (sig, name, number) in [("HUP", "SIGHUP", 1), ("USR1", "SIGUSR1", 10)] {
+        let mut child = Command::new(bin("dsmrun"))
+            .args(["-n", "2"])
+            .arg(outcomes())
+            .arg("nap")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        let mut napping = 0;
+        while napping < 2 {
+            match lines.next() {
+                Some(Ok(l)) if l.starts_with("napping") => napping += 1,
+                Some(Ok(_)) => {}
+                _ => panic!("the nodes never napped"),
+            }
+        }
+        Command::new("kill")
+            .args([&format!("-{sig}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(128 + number),
+            "{sig}: {}",
+            text(&out)
+        );
+        assert!(
+            stderr(&out).contains(&format!(
+                "interrupted by {name} (signal {number}); all nodes ended"
+            )),
+            "{sig}: {}",
+            text(&out)
+        );
+    }
+}
+
+/// The memory cgroup of this process, as a directory a child group can be made in: cgroup v1's
+/// memory hierarchy, or v2's unified one.
+fn memory_cgroup() -> Option<(PathBuf, bool)> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    groups.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        if controllers.split(',').any(|c| c == "memory") {
+            let d = PathBuf::from(format!("/sys/fs/cgroup/memory{path}"));
+            return d.is_dir().then_some((d, true));
+        }
+        if controllers.is_empty() {
+            let d = PathBuf::from(format!("/sys/fs/cgroup{path}"));
+            return d.join("memory.max").exists().then_some((d, false));
+        }
+        None
+    })
+}
+
+/// Row 14: a node that the kernel's out-of-memory killer ends (in a memory cgroup of 400 MB
+/// made for the test) is said to be its victim. Needs root and a memory cgroup
+/// (`scripts/test` skips it otherwise, saying so).
+#[test]
+fn a_node_killed_by_the_out_of_memory_killer_is_said_to_be() {
+    let (parent, v1) = memory_cgroup().expect("no memory cgroup to make a test group in");
+    let group = parent.join(format!("dsm-oom-test-{}", std::process::id()));
+    std::fs::create_dir(&group).expect("make a memory cgroup (root needed)");
+    let limit = if v1 {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    std::fs::write(group.join(limit), "400000000").unwrap();
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} -n 2 {} oom",
+        group.display(),
+        bin("dsmrun").display(),
+        outcomes().display()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let _ = std::fs::remove_dir(&group);
+    assert_status(&out, 137);
+    assert!(
+        stderr(&out).contains("dsmrun: node 1 (127.0.0.1) was killed by signal 9 (SIGKILL: the kernel's out-of-memory killer ended"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Row 15: the README's pi_openmp lines, as written.
+#[test]
+fn the_readmes_openmp_example_builds_and_runs_as_written() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    assert!(
+        readme.contains("`target/release/dsmcc -O2 -fopenmp apps/c/pi_openmp.c -o pi_openmp -lm`"),
+        "the README's line changed: update this test"
+    );
+    let dir = scratch("openmp");
+    let out = Command::new(bin("dsmcc"))
+        .args(["-O2", "-fopenmp"])
+        .arg(repo().join("apps/c/pi_openmp.c"))
+        .args(["-o", "pi_openmp", "-lm"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "-x", "OMP_NUM_THREADS=2", "./pi_openmp"])
+        .current_dir(&dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_status(&out, 0);
+    assert!(
+        stdout(&out).contains("c-pi-openmp OK nodes=2 threads=2"),
+        "{}",
+        text(&out)
+    );
+}
