@@ -228,12 +228,12 @@ fn nothing_a_node_started_outlives_the_job() {
     }
 }
 
-/// A fake ssh that starts nothing and never ends, writing its pid to `$DSM_TEST_SSH_PID` first.
+/// A fake ssh that starts nothing and never ends, writing its pid to `$FAKE_SSH_PID_FILE` first.
 fn hanging_ssh(dir: &Path) -> PathBuf {
     let ssh = dir.join("hanging-ssh");
     std::fs::write(
         &ssh,
-        "#!/bin/sh\necho $$ > \"$DSM_TEST_SSH_PID\"\nexec sleep 600\n",
+        "#!/bin/sh\necho $$ > \"$FAKE_SSH_PID_FILE\"\nexec sleep 600\n",
     )
     .unwrap();
     let mut p = std::fs::metadata(&ssh).unwrap().permissions();
@@ -267,7 +267,7 @@ fn a_host_that_never_answers_is_named_after_the_join_timeout_and_no_ssh_outlives
         .arg("exit")
         .arg("0")
         .env("DSM_SSH", &ssh)
-        .env("DSM_TEST_SSH_PID", &pid_file);
+        .env("FAKE_SSH_PID_FILE", &pid_file);
     let out = run_with_deadline(cmd, Duration::from_secs(60));
     assert_status(&out, 2);
     assert!(
@@ -284,7 +284,7 @@ fn a_host_that_never_answers_is_named_after_the_join_timeout_and_no_ssh_outlives
         .arg(outcomes())
         .args(["exit", "0"])
         .env("DSM_SSH", &ssh)
-        .env("DSM_TEST_SSH_PID", &pid_file)
+        .env("FAKE_SSH_PID_FILE", &pid_file)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -337,6 +337,19 @@ fn a_node_that_exits_with_a_status_gives_the_job_that_status() {
     }
     let out = dsmrun(2, "udp", &["--check-races"], &["exit", "3"]);
     assert_status(&out, 3);
+    // Started directly with a .jiahosts: node 0, the job's launcher, ends with the status too.
+    let dir = scratch("exit3");
+    std::fs::write(dir.join(".jiahosts"), "127.0.0.1\n127.0.0.1\n").unwrap();
+    let mut cmd = Command::new(outcomes());
+    cmd.args(["exit", "3"]).current_dir(&dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(90));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_status(&out, 3);
+    assert!(
+        stderr(&out).contains("node 1 ended with status 3 without leaving the job"),
+        "{}",
+        text(&out)
+    );
     let out = dsmrun(2, "udp", &[], &["exit", "0"]);
     assert_status(&out, 1);
     assert!(

@@ -26,10 +26,38 @@ static ENDING: AtomicBool = AtomicBool::new(false);
 /// it ends with the failing node's status, as dsmrun would.
 static PEER_FAILED_STATUS: AtomicI32 = AtomicI32::new(EXIT_PEER_FAILED);
 
+/// The job's launcher runs in this process (a node 0 that started its job itself): a node that
+/// ends because another failed waits for its verdict (the failing node's status), which may
+/// come a moment after the failure's message.
+static LAUNCHER_HERE: AtomicBool = AtomicBool::new(false);
+
+/// Whether the launcher in this process has given its verdict, and the condition it is given on.
+static VERDICT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+static VERDICT_GIVEN: std::sync::Condvar = std::sync::Condvar::new();
+
+/// The job's launcher runs in this process (see [`LAUNCHER_HERE`]).
+pub(crate) fn launcher_here() {
+    LAUNCHER_HERE.store(true, Ordering::SeqCst);
+}
+
 /// From now on, ending because another node failed ends this process with `status` (the job's
 /// launcher is in this process, and `status` is its verdict).
 pub(crate) fn end_peer_failure_with(status: i32) {
     PEER_FAILED_STATUS.store(status, Ordering::SeqCst);
+    *VERDICT.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    VERDICT_GIVEN.notify_all();
+}
+
+/// Thread context, ending because another node failed with the launcher in this process: waits
+/// (5 s at most) for its verdict, so the process ends with the status the job ends with.
+fn await_verdict() {
+    if !LAUNCHER_HERE.load(Ordering::SeqCst) {
+        return;
+    }
+    let given = VERDICT.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = VERDICT_GIVEN
+        .wait_timeout_while(given, std::time::Duration::from_secs(5), |given| !*given)
+        .unwrap_or_else(|p| p.into_inner());
 }
 
 /// `status`, or the verdict that replaces [`EXIT_PEER_FAILED`] in a self-launched node 0.
@@ -72,6 +100,9 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
+    if status == EXIT_PEER_FAILED {
+        await_verdict();
+    }
     std::process::exit(final_status(status));
 }
 

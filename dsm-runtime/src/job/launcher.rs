@@ -969,6 +969,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     let p = prepare(spec)?;
     let mut children = Vec::with_capacity(n.saturating_sub(1));
     note_oom_kills();
+    crate::door::end::launcher_here();
     // Output is not forwarded here: the nodes share this process's terminal (node 0's own output
     // could not be kept apart from the forwarded lines anyway).
     let mut forwarders = Vec::new();
