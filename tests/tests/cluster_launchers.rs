@@ -74,6 +74,26 @@ fn assert_stuck(out: &Output, what: &str) {
 
 /// Open MPI's `mpirun -np N ARGS` in `dir`, as root (`--allow-run-as-root`) and with more
 /// ranks than cores (`--oversubscribe`).
+/// `outcomes deadlock`'s verdict names the main thread's join and the threads' barrier.
+fn assert_threads_named(out: &Output, what: &str) {
+    let t = text(out);
+    assert!(
+        t.contains("jia_barrier_threads(2) (thread ")
+            && t.contains("pthread_join, a mutex or a condition variable) (main thread)"),
+        "{what}: the threads' waits not named:\n{t}"
+    );
+}
+
+/// `outcomes exit 3`: the job fails, and node 1's status is named.
+fn assert_exit_3_named(out: &Output, what: &str) {
+    let t = text(out);
+    assert!(!out.status.success(), "{what}: {t}");
+    assert!(
+        t.contains("node 1 ended with status 3 without leaving the job"),
+        "{what}: node 1's status not named:\n{t}"
+    );
+}
+
 /// A job of `racy write-write` under the checker: both nodes' writes named, status 66.
 fn assert_races(out: &Output, what: &str) {
     let all = text(out);
@@ -184,6 +204,17 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     );
     assert_stuck(&out, "srun -n 2");
 
+    // Round 3's outcomes under srun: a deadlock inside a threaded node, named thread by thread;
+    // a node's exit(3) without jia_exit, named with its status by every node.
+    let outcomes = d.join("outcomes");
+    dsm_tests::compile_jia_c(&repo().join("tests/c/outcomes.c"), &outcomes, &["-O2"]);
+    let outcomes = outcomes.display().to_string();
+    let out = run_in(&d, "srun", &["-n", "2", &outcomes, "deadlock"], conf);
+    assert_stuck(&out, "srun -n 2 (threads)");
+    assert_threads_named(&out, "srun -n 2");
+    let out = run_in(&d, "srun", &["-n", "2", &outcomes, "exit", "3"], conf);
+    assert_exit_3_named(&out, "srun -n 2");
+
     // The race checker, from .jiaconf: the report from rank 0, status 66 from srun.
     let racy = bin("racy").display().to_string();
     let d = workdir("srun-races");
@@ -228,6 +259,12 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     let d = workdir("mpirun-stuck");
     let out = mpirun(&d, 2, &[&probe, "stuck-exit-holding-lock"]);
     assert_stuck(&out, "mpirun -np 2");
+    let out = mpirun(&d, 2, &[&outcomes, "deadlock"]);
+    assert_stuck(&out, "mpirun -np 2 (threads)");
+    assert_threads_named(&out, "mpirun -np 2");
+    let out = mpirun(&d, 2, &[&outcomes, "exit", "3"]);
+    assert_exit_3_named(&out, "mpirun -np 2");
+    let _ = std::fs::remove_file(&outcomes);
     // A C program on jia.h, the same way.
     let exe = d.join("messages");
     dsm_tests::compile_jia_c(&repo().join("tests/c/messages.c"), &exe, &["-O2"]);
