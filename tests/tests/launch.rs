@@ -513,6 +513,82 @@ fn matmul_and_lu_are_exact_with_five_percent_kernel_udp_loss_between_hosts() {
 }
 
 /// A one-node job never meets the rendezvous: it runs past the join timeout.
+/// A host whose sshd never answers (its namespace drops every SYN to port 22, and ssh has no
+/// connect timeout): dsmrun gives up after `--join-timeout` with status 2, naming the host and
+/// ssh; and dsmrun killed with SIGKILL while that ssh hangs leaves no ssh client behind.
+#[test]
+fn a_host_that_never_answers_ssh_between_hosts_is_named_and_leaves_no_ssh_client() {
+    let c = NetnsCluster::up(201 + (std::process::id() % 50), 2);
+    let ns = format!("dsm{}h2", c.id);
+    let rules = "add table inet dsmdeaf\nadd chain inet dsmdeaf in { type filter hook input priority 0 ; }\nadd rule inet dsmdeaf in tcp dport 22 drop\n";
+    let mut nft = Command::new("ip");
+    nft.args(["netns", "exec", &ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped());
+    let mut child = nft.spawn().expect("nft (install nftables)");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), rules.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success(), "nft rules in {ns}");
+    // ssh as the cluster gives it, without its connect timeout: it would wait minutes.
+    let ssh = std::fs::read_to_string(c.dir.join("ssh")).unwrap();
+    let ssh = ssh.trim().replace("-o ConnectTimeout=5", "");
+    let hosts = c.dir.join("jiahosts");
+    std::fs::write(&hosts, format!("{}\n{}\n", c.addr(1), c.addr(2))).unwrap();
+    let dsmrun = |timeout: &str| {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["--join-timeout", timeout, "--hosts"])
+            .arg(&hosts)
+            .arg(bin("pi"))
+            .arg("1000")
+            .env("DSM_SSH", &ssh);
+        cmd
+    };
+    let out = run_with_deadline(dsmrun("5"), Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "node 1 did not join within 5 s: ssh to {} did not start the program there",
+            c.addr(2)
+        )),
+        "{}",
+        text(&out)
+    );
+
+    // The ssh clients of a dsmrun killed with SIGKILL end with it.
+    let mut job = dsmrun("60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let clients = || -> Vec<String> {
+        let out = Command::new("pgrep")
+            .args(["-f", &format!("ssh .*{}", c.addr(2))])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while clients().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ssh client to host 2 seen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    job.kill().unwrap();
+    let _ = job.wait();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !clients().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = clients();
+    for p in &left {
+        let _ = Command::new("kill").args(["-9", p]).status();
+    }
+    assert!(left.is_empty(), "ssh clients outlived dsmrun: {left:?}");
+}
+
 #[test]
 fn a_one_node_job_runs_longer_than_the_join_timeout() {
     let mut cmd = Command::new(bin("dsmrun"));
