@@ -237,31 +237,12 @@ const KEPT_HEAP_BYTES: usize = 64 << 20;
 /// more, the process becomes node 0 of the job that file describes and starts the other nodes
 /// itself, as `jia_init` does and as `dsmrun` would with that file.
 pub fn init() -> Result<Dsm, InitError> {
-    end_what_the_node_starts();
+    job::launcher::end_what_this_process_starts();
     let env = match job::node::job_env().map_err(InitError::Job)? {
         Some(env) => Some(env),
         None => job::launcher::job_from_jiahosts().map_err(InitError::Job)?,
     };
     init_job(env)
-}
-
-/// Nothing a node starts outlives it, as under mpirun and srun: the node adopts the orphans of
-/// the processes it starts (`system("... &")`, a forked child's children), and its exit ends
-/// every one still running. Registered before a node 0 that starts its job itself registers
-/// its wait for the other nodes, so it runs after that wait, once those have ended.
-fn end_what_the_node_starts() {
-    extern "C" fn at_exit() {
-        if !door::flags::FORKED.load(Ordering::Relaxed) {
-            sys::process::end_descendants(&[]);
-        }
-    }
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if let Err(e) = sys::process::adopt_orphans().and_then(|()| sys::signals::at_exit(at_exit))
-        {
-            log::warn!("the processes this node starts may outlive it: {e}");
-        }
-    });
 }
 
 /// Joins the job described by `env` (`None`: a one-node job). [`init`] reads `env` from the
@@ -271,7 +252,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     if INITIALISED.swap(true, Ordering::SeqCst) {
         return Err(InitError::Twice);
     }
-    end_what_the_node_starts();
+    job::launcher::end_what_this_process_starts();
     crate::config::threads_per_node().map_err(InitError::Job)?;
     let (rank, size, cookie, config, stats) = match &env {
         Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
@@ -393,7 +374,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {
-            progress::runtime_thread();
+            let _runtime = progress::runtime_thread();
             // A panic here would leave the application threads waiting for it forever: end the
             // node, so the launcher and the other nodes see it fail (the panic hook has already
             // printed where and why).
@@ -786,6 +767,8 @@ impl Dsm {
     /// ```
     #[track_caller]
     pub fn barrier(&self) {
+        // Before any lock of the process's: a forked child's copy of one may be held forever.
+        in_the_nodes_process("jia_barrier");
         let _w = progress::waiting("jia_barrier");
         crate::races::segment_ends();
         crate::team::plain_barrier(|| self.call_or_die(Call::Barrier { threads: 1 }));
@@ -821,6 +804,7 @@ impl Dsm {
     /// ```
     #[track_caller]
     pub fn barrier_threads(&self, threads: usize) {
+        in_the_nodes_process("jia_barrier_threads");
         let at = std::panic::Location::caller();
         crate::races::segment_ends();
         crate::team::barrier(threads, at, || {
@@ -837,6 +821,7 @@ impl Dsm {
     /// no write travels (neither a release nor an acquire).
     #[track_caller]
     pub fn wait(&self) {
+        in_the_nodes_process("jia_wait");
         let _w = progress::waiting("jia_wait");
         self.call_or_die(Call::Wait);
     }
@@ -922,9 +907,9 @@ impl Dsm {
     /// calls this from its exit handler with the process's exit `status`). Status 0: it leaves
     /// the job as `jia_exit` would, as in JIAJIA. Any other status is a failure the other nodes
     /// cannot wait out: they are told that this node ended with it (the launcher then names this
-    /// node and ends the job with that status, as mpirun does), and the process goes on ending
-    /// with it. Nothing if the node has left already or is ending with an error, or in a
-    /// process forked from the node (the job is its parent's).
+    /// node and ends the job with that status, as mpirun does), and the process ends with it
+    /// (`door::end::leave_with`). Nothing if the node has left already or is ending with an
+    /// error, or in a process forked from the node (the job is its parent's).
     pub fn exit_at_process_end(&self, status: i32) {
         if door::end::ending() || door::flags::FORKED.load(Ordering::Relaxed) {
             return;
@@ -941,6 +926,7 @@ impl Dsm {
              main before jia_exit)",
             self.rank
         )));
+        door::end::leave_with(status);
     }
 
     /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
@@ -971,7 +957,7 @@ impl Dsm {
 /// nodes' records of it are the parent's, and driving them from a stale copy would break the
 /// parent's job. `_exit`: the child's copy of the parent's unwritten output is not written
 /// twice.
-fn in_the_nodes_process(what: &str) {
+pub(crate) fn in_the_nodes_process(what: &str) {
     if door::flags::FORKED.load(Ordering::Relaxed) {
         door::end::die(
             &format!(

@@ -152,6 +152,7 @@ impl Dsm {
         let any = |v: Option<String>| v.unwrap_or_else(|| "any".into());
         let call = Call::Receive(filter);
         let what = call.name();
+        crate::api::in_the_nodes_process(what);
         let _w = crate::progress::waiting(format!(
             "{what} (a message from node {}, tag {})",
             any(filter.from.map(|n| n.0.to_string())),

@@ -129,12 +129,28 @@ fn spelled(word: u64) -> String {
 /// program's, whatever they wait for.
 static RUNTIME_THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
-/// Marks the calling thread as one of the runtime's own (not the program's).
-pub(crate) fn runtime_thread() {
+/// Marks the calling thread as one of the runtime's own (not the program's) until the guard
+/// drops (at the thread's end: its id may be a program thread's next).
+#[must_use = "the thread counts as the runtime's while the guard lives"]
+pub(crate) fn runtime_thread() -> RuntimeThread {
+    let tid = sys::gettid();
     RUNTIME_THREADS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push(sys::gettid());
+        .push(tid);
+    RuntimeThread(tid)
+}
+
+/// One of the runtime's threads, while it lives ([`runtime_thread`]).
+pub(crate) struct RuntimeThread(i32);
+
+impl Drop for RuntimeThread {
+    fn drop(&mut self) {
+        RUNTIME_THREADS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&t| t != self.0);
+    }
 }
 
 /// The node's report: each wait with the threads in it (`jia_lock(1) (main thread)`,
@@ -209,6 +225,12 @@ pub(crate) fn node_waits() -> Option<String> {
         }
     }
     drop(waits);
+    // A thread registered in a waiting call may still be working on its way in or out (the
+    // race checker's records at jia_exit): only one the kernel has asleep waits.
+    let asleep = |tid: i32| !sys::process::runs(tid);
+    if !what.iter().all(|&(_, tid)| asleep(tid)) {
+        return None;
+    }
     if what.is_empty() {
         return None;
     }

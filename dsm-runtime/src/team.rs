@@ -8,7 +8,7 @@
 //! thread leaves before the node's barrier has invalidated what other nodes wrote. The threads
 //! share one address space, so among themselves they need nothing more.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::door::MAX_THREADS;
@@ -23,17 +23,17 @@ struct Meeting {
     expected: usize,
     /// Rounds completed (a waiting thread leaves when it changes).
     round: u64,
+    /// Threads of this node in a plain `jia_barrier` now.
+    in_plain: usize,
 }
 
 static MEETING: Mutex<Meeting> = Mutex::new(Meeting {
     arrived: 0,
     expected: 0,
     round: 0,
+    in_plain: 0,
 });
 static MET: Condvar = Condvar::new();
-
-/// Threads of this node in a plain `jia_barrier` now.
-static IN_PLAIN_BARRIER: AtomicUsize = AtomicUsize::new(0);
 
 /// Threads that waited in a thread barrier for the other threads of their node (every arrival
 /// but the last of each round).
@@ -59,15 +59,14 @@ pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrie
              the DSM, so no more can meet in a barrier (at {at})"
         ));
     }
-    let plain = IN_PLAIN_BARRIER.load(Ordering::SeqCst);
-    if plain > 0 {
+    let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
+    if m.in_plain > 0 {
         fatal(&format!(
             "jia_barrier_threads({threads}) while another thread of this node is in jia_barrier: \
              a node's threads meet in one kind of barrier at a time (jia_barrier is \
              jia_barrier_threads(1)) (at {at})"
         ));
     }
-    let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
     if m.arrived == 0 {
         m.expected = threads;
     } else if m.arrived >= m.expected {
@@ -110,9 +109,9 @@ pub(crate) fn barrier(threads: usize, at: &std::panic::Location<'_>, node_barrie
 /// barrier of threads: the two would wait for each other's round.
 #[track_caller]
 pub(crate) fn plain_barrier<R>(node_barrier: impl FnOnce() -> R) -> R {
-    IN_PLAIN_BARRIER.fetch_add(1, Ordering::SeqCst);
     let open = {
-        let m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = MEETING.lock().unwrap_or_else(|p| p.into_inner());
+        m.in_plain += 1;
         (m.arrived > 0).then_some((m.arrived, m.expected))
     };
     if let Some((arrived, expected)) = open {
@@ -124,7 +123,7 @@ pub(crate) fn plain_barrier<R>(node_barrier: impl FnOnce() -> R) -> R {
         ));
     }
     let r = node_barrier();
-    IN_PLAIN_BARRIER.fetch_sub(1, Ordering::SeqCst);
+    MEETING.lock().unwrap_or_else(|p| p.into_inner()).in_plain -= 1;
     r
 }
 

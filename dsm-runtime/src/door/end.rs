@@ -21,6 +21,11 @@ static RANK: AtomicU32 = AtomicU32::new(0);
 /// The node is ending with an error (exit handlers must not start leaving the job meanwhile).
 static ENDING: AtomicBool = AtomicBool::new(false);
 
+/// The process is ending with the program's own status (`exit(3)` without `jia_exit`): its
+/// exit handlers run on the thread that called `exit`, and no other thread may end it with
+/// another status meanwhile (the peers' ends, which follow, would otherwise end it with 86).
+static LEAVING: AtomicBool = AtomicBool::new(false);
+
 /// The status this process ends with when it ends because another node failed: [`EXIT_PEER_FAILED`],
 /// except in a node 0 that started its job itself (`.jiahosts`), which is also the job's launcher:
 /// it ends with the failing node's status, as dsmrun would.
@@ -44,6 +49,12 @@ pub(crate) fn launcher_here() {
 /// launcher is in this process, and `status` is its verdict).
 pub(crate) fn end_peer_failure_with(status: i32) {
     PEER_FAILED_STATUS.store(status, Ordering::SeqCst);
+    verdict_given();
+}
+
+/// The launcher in this process has judged the job (it failed: [`end_peer_failure_with`]; or
+/// every other node ended well): nobody waits for its verdict any more.
+pub(crate) fn verdict_given() {
     *VERDICT.lock().unwrap_or_else(|p| p.into_inner()) = true;
     VERDICT_GIVEN.notify_all();
 }
@@ -74,6 +85,21 @@ pub(crate) fn set_ending() {
     ENDING.store(true, Ordering::SeqCst);
 }
 
+/// Ends the process, from its exit handler, with the program's own `status` once the others
+/// have been told: C's stdio flushed, what the node started ended, then `_exit`. Not `exit`'s
+/// remaining handlers: the service thread, which sees the peers end as they learn of this
+/// node's failure, must not race this thread to end the process with another status (it parks,
+/// see [`LEAVING`]).
+pub(crate) fn leave_with(status: i32) -> ! {
+    ENDING.store(true, Ordering::SeqCst);
+    LEAVING.store(true, Ordering::SeqCst);
+    sys::flush_c_stdio();
+    if !super::flags::FORKED.load(Ordering::Relaxed) {
+        sys::process::end_descendants(&[]);
+    }
+    sys::signals::exit_now(status)
+}
+
 /// Whether the node is ending with an error.
 pub(crate) fn ending() -> bool {
     ENDING.load(Ordering::SeqCst)
@@ -97,6 +123,13 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     if in_signal_context() {
         die(msg, status);
     }
+    if LEAVING.load(Ordering::SeqCst) {
+        // The process is in `exit` with the program's status on another thread: this one (the
+        // service thread seeing its peers end, most likely) waits for that end.
+        loop {
+            std::thread::park();
+        }
+    }
     ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
@@ -113,6 +146,10 @@ pub(crate) fn fatal_flushed(msg: &str, status: i32) -> ! {
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
     sys::flush_c_stdio();
+    // `_exit` skips the exit handler that ends what the node started: end it here.
+    if !super::flags::FORKED.load(Ordering::Relaxed) {
+        sys::process::end_descendants(&[]);
+    }
     sys::signals::exit_now(status)
 }
 

@@ -119,7 +119,9 @@ pub fn resolve(host: &str) -> Result<IpAddr, String> {
         .ok_or_else(|| format!("host `{host}` has no IPv4 address"))
 }
 
-fn describe(status: ExitStatus) -> String {
+/// How a node's process ended, in words; `local_pid`: the process, if it ran on this host (the
+/// kernel's words on it are then known here).
+fn describe(status: ExitStatus, local_pid: Option<u32>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) if c == crate::EXIT_PEER_FAILED => "ended because another node failed".into(),
@@ -130,7 +132,7 @@ fn describe(status: ExitStatus) -> String {
         (None, Some(s)) => format!(
             "was killed by signal {s}{}",
             match s {
-                9 => match oom_kills_since_start() {
+                9 => match local_pid.and_then(oom_killed) {
                     Some(why) => format!(" (SIGKILL: {why})"),
                     None => " (SIGKILL)".into(),
                 },
@@ -142,13 +144,21 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// This process's memory cgroup and the kills its out-of-memory killer made, when the job
-/// started: a node killed by SIGKILL while that count grew was (most likely) its victim.
-static OOM_KILLS_AT_START: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
+/// What the system said of out-of-memory kills when the job started: the kernel's log, read
+/// from its end then (`/dev/kmsg`, where this user may read it), and this process's memory
+/// cgroup with the kills its out-of-memory killer had made.
+struct OomWatch {
+    kmsg: Option<std::fs::File>,
+    /// Pids the kernel's log says its out-of-memory killer killed since.
+    killed: Vec<u32>,
+    cgroup: Option<(String, u64)>,
+}
+
+static OOM_WATCH: std::sync::Mutex<Option<OomWatch>> = std::sync::Mutex::new(None);
 
 /// This process's memory cgroup and how many processes the kernel's out-of-memory killer has
-/// killed in it (cgroup v2's `memory.events`, or v1's `memory.oom_control`), if the system
-/// says.
+/// killed in it itself (cgroup v2's `memory.events.local`, else `memory.events`; v1's
+/// `memory.oom_control`), if the system says.
 fn oom_kills() -> Option<(String, u64)> {
     let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let count = |file: &str| -> Option<u64> {
@@ -163,7 +173,10 @@ fn oom_kills() -> Option<(String, u64)> {
         let found = match controllers {
             "" => ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
                 .iter()
-                .find_map(|root| count(&format!("{root}{path}/memory.events"))),
+                .find_map(|root| {
+                    count(&format!("{root}{path}/memory.events.local"))
+                        .or_else(|| count(&format!("{root}{path}/memory.events")))
+                }),
             c if c.split(',').any(|c| c == "memory") => {
                 count(&format!("/sys/fs/cgroup/memory{path}/memory.oom_control"))
             }
@@ -173,23 +186,91 @@ fn oom_kills() -> Option<(String, u64)> {
     })
 }
 
-/// Notes the out-of-memory kills counted so far ([`oom_kills_since_start`] counts from here).
+/// Notes what the system says of out-of-memory kills now ([`oom_killed`] looks from here).
 fn note_oom_kills() {
-    OOM_KILLS_AT_START.get_or_init(oom_kills);
+    use std::io::Seek;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut watch = OOM_WATCH.lock().unwrap_or_else(|e| e.into_inner());
+    if watch.is_some() {
+        return;
+    }
+    let kmsg = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .ok()
+        .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)).ok().map(|_| f));
+    *watch = Some(OomWatch {
+        kmsg,
+        killed: Vec::new(),
+        cgroup: oom_kills(),
+    });
 }
 
-/// What the system says of out-of-memory kills since the job started, if any were made.
-fn oom_kills_since_start() -> Option<String> {
-    let (group, before) = OOM_KILLS_AT_START.get()?.clone()?;
+/// Whether the kernel's out-of-memory killer ended local process `pid` since the job started,
+/// in words: by the kernel's log (`Killed process PID`), or where that cannot be read, by the
+/// kills counted in this process's memory cgroup during the job.
+fn oom_killed(pid: u32) -> Option<String> {
+    let mut guard = OOM_WATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let watch = guard.as_mut()?;
+    if let Some(kmsg) = &mut watch.kmsg {
+        // One record per read; EAGAIN at the end. A record overwritten before it was read
+        // (EPIPE) is skipped.
+        let mut record = [0u8; 8192];
+        for _ in 0..100_000 {
+            match kmsg.read(&mut record) {
+                Ok(n) if n > 0 => {
+                    let text = String::from_utf8_lossy(&record[..n]);
+                    if let Some(rest) = text.split("Killed process ").nth(1) {
+                        let digits: String =
+                            rest.chars().take_while(char::is_ascii_digit).collect();
+                        if let Ok(p) = digits.parse() {
+                            watch.killed.push(p);
+                        }
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {}
+                _ => break,
+            }
+        }
+        return watch.killed.contains(&pid).then(|| {
+            format!(
+                "the kernel's out-of-memory killer ended it (its log says `Killed process \
+                 {pid}`): the node used more memory than the machine or its cgroup allows"
+            )
+        });
+    }
+    let (group, before) = watch.cgroup.clone()?;
     let (_, now) = oom_kills()?;
     (now > before).then(|| {
         format!(
-            "the kernel's out-of-memory killer ended {} process{} of memory cgroup {group} during \
-             the job: the node used more memory than the machine or its cgroup allows",
+            "most likely the kernel's out-of-memory killer, which ended {} process{} of memory \
+             cgroup {group} during the job (its log cannot be read here): the node used more \
+             memory than the machine or its cgroup allows",
             now - before,
             if now - before == 1 { "" } else { "es" }
         )
     })
+}
+
+/// Nothing a node starts outlives it, as under mpirun and srun: the node's exit ends every
+/// process descended from it still running (a forked child, a shell and what it started). Called
+/// before a node 0 that starts its job itself registers its wait for the other nodes, so this
+/// runs after that wait, once those have ended. What a child leaves behind when it ends first
+/// (`system("... &")`) is no longer the node's descendant: the launcher adopts it (dsmrun, a
+/// self-launching node 0; srun and mpirun end a job's processes themselves).
+pub(crate) fn end_what_this_process_starts() {
+    extern "C" fn at_exit() {
+        if !crate::door::flags::FORKED.load(Ordering::Relaxed) {
+            crate::sys::process::end_descendants(&[]);
+        }
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Err(e) = signals::at_exit(at_exit) {
+            log::warn!("the processes this node starts may outlive it: {e}");
+        }
+    });
 }
 
 /// A launcher adopts what its nodes leave behind: the orphans of the processes a node started
@@ -420,6 +501,10 @@ fn spawn_node(
     forward_output: bool,
     forwarders: &mut Vec<std::thread::JoinHandle<()>>,
 ) -> Result<Child, JobFailure> {
+    // dsmrun starts its nodes from its main thread, which lives as long as it does: its ssh
+    // clients are tied to it (PR_SET_PDEATHSIG follows the thread that forks). A self-launching
+    // node 0 starts them from whichever thread called jia_init, which may end first.
+    let tie_ssh_to_us = forward_output;
     let env = node_env(spec, p, i);
     let mut cmd = if p.local[i] {
         let mut c = Command::new(&spec.program);
@@ -465,7 +550,10 @@ fn spawn_node(
         // Run by sh whatever the user's login shell is.
         let remote = format!("exec sh -c {}", quote(&script));
         // DSM_SSH replaces the ssh command (e.g. to give a key or a port).
-        let ssh = std::env::var("DSM_SSH").unwrap_or_else(|_| "ssh -o BatchMode=yes".into());
+        // Never a ControlMaster of ours: a persisting master forked by our ssh would be among
+        // the job's processes, ended with it (an existing master of the user's is used).
+        let ssh = std::env::var("DSM_SSH")
+            .unwrap_or_else(|_| "ssh -o BatchMode=yes -o ControlMaster=no".into());
         let mut words = ssh.split_whitespace();
         let mut c = Command::new(words.next().unwrap_or("ssh"));
         c.args(words);
@@ -473,8 +561,10 @@ fn spawn_node(
             c.args(["-l", u]);
         }
         c.arg(&spec.hosts[i].address).arg(remote);
-        // However the launcher ends (SIGKILL included), its ssh clients end with it.
-        crate::sys::process::dies_with_parent(&mut c, libc::SIGTERM);
+        // However dsmrun ends (SIGKILL included), its ssh clients end with it.
+        if tie_ssh_to_us {
+            crate::sys::process::dies_with_parent(&mut c, libc::SIGTERM);
+        }
         c
     };
     if let Some(dir) = &spec.output_dir {
@@ -833,7 +923,7 @@ fn poll_children(
                 return Err(JobFailure::Node {
                     node: i,
                     host: spec.hosts[i].address.clone(),
-                    how: describe(status),
+                    how: describe(status, (!remote[i]).then(|| c.id())),
                     peer_failed: status.code() == Some(crate::EXIT_PEER_FAILED),
                     code: status_code(status),
                 });
@@ -901,7 +991,7 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
                 return Some(JobFailure::Node {
                     node,
                     host: spec.hosts[node].address.clone(),
-                    how: describe(status),
+                    how: describe(status, (!w.remote[node]).then(|| w.children[c].id())),
                     peer_failed: false,
                     code: status_code(status),
                 });
@@ -970,6 +1060,10 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     let mut children = Vec::with_capacity(n.saturating_sub(1));
     note_oom_kills();
     crate::door::end::launcher_here();
+    // Node 0 is this job's launcher: it adopts what the nodes it starts leave behind (its
+    // program then waits on, and may see, those adopted children too), and its exit ends them.
+    end_what_this_process_starts();
+    adopt_what_the_nodes_leave();
     // Output is not forwarded here: the nodes share this process's terminal (node 0's own output
     // could not be kept apart from the forwarded lines anyway).
     let mut forwarders = Vec::new();
@@ -1005,9 +1099,9 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     std::thread::Builder::new()
         .name("dsm-launcher".into())
         .spawn(move || {
-            crate::progress::runtime_thread();
+            let _runtime = crate::progress::runtime_thread();
             let rv_thread = std::thread::spawn(move || {
-                crate::progress::runtime_thread();
+                let _runtime = crate::progress::runtime_thread();
                 rv.serve(n as u16, cookie, timeout, Keep::Rank0)
             });
             let nodes: Vec<usize> = (1..n).collect();
@@ -1022,7 +1116,10 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
                 in_node0: true,
             };
             match watch(watched, Some(rv_thread), None) {
-                Ok(()) => OTHERS_ENDED.set(None),
+                Ok(()) => {
+                    crate::door::end::verdict_given();
+                    OTHERS_ENDED.set(None)
+                }
                 // Node 0 has been told (DSM1 LOST or STUCK) and ends with the job's status. If
                 // it has left the job already and waits in its exit for the others, that wait
                 // ends the process (its output flushed first); if it no longer listens

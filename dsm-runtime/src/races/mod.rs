@@ -31,7 +31,7 @@ use slices::Snapshot;
 pub(crate) use slices::{Taken, slice_dropped, slice_taken};
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -378,13 +378,19 @@ fn site_of(from: From) -> Site {
 }
 
 /// Where an allocation was made, in words: a Rust caller's source line; C code's, found by
-/// `addr2line` when the checker is on (the program was built for it, with lines); otherwise
-/// the code's object file and offset.
+/// `addr2line` when the checker is on (the program was built for it, with lines; one run per
+/// call site, remembered); otherwise the code's object file and offset.
 pub(crate) fn allocation_site(from: From) -> String {
-    match site_of(from) {
-        Site::Line { file, line } => format!("{file}:{line}"),
-        site if on() => report::site_now(&site),
-        Site::Code { module, offset } => format!("{module}+{offset:#x}"),
+    static NAMED: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
+    match (site_of(from), from) {
+        (Site::Line { file, line }, _) => format!("{file}:{line}"),
+        (site, From::Code(pc)) if on() => NAMED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(pc)
+            .or_insert_with(|| report::site_now(&site))
+            .clone(),
+        (Site::Code { module, offset }, _) => format!("{module}+{offset:#x}"),
     }
 }
 

@@ -67,7 +67,10 @@ pub fn end_descendants(spare: &[u32]) -> usize {
     for _ in 0..2 {
         let all = descendants();
         let spared = spared(&all, spare);
-        let victims: Vec<i32> = all.into_iter().filter(|p| !spared.contains(p)).collect();
+        let victims: Vec<i32> = all
+            .into_iter()
+            .filter(|p| !spared.contains(p) && !has_ended(*p))
+            .collect();
         if victims.is_empty() {
             break;
         }
@@ -83,6 +86,14 @@ pub fn end_descendants(spare: &[u32]) -> usize {
     }
     reap_ended_children();
     ended
+}
+
+/// Whether process `pid` has ended and waits to be reaped (a zombie), or is gone.
+fn has_ended(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+    })
 }
 
 /// The processes of `all` that are in `spare` or descend from one of them.
@@ -140,10 +151,41 @@ pub fn pid() -> i32 {
     unsafe { libc::getpid() }
 }
 
-/// Whether thread `tid` of this process sleeps in a futex wait with no timeout (`pthread_join`,
-/// a mutex, a condition variable, a barrier): only another thread of its process can wake it.
-/// From `/proc/self/task/<tid>/syscall` (the system call a blocked thread is in, and its
-/// arguments; `running` for one that is not blocked).
+/// Whether thread `tid` of this process runs or is runnable (`/proc/self/task/<tid>/syscall`
+/// says `running`); a thread that ended does not.
+pub fn runs(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .is_ok_and(|t| t.starts_with("running"))
+}
+
+/// Whether `addr` lies in a private mapping of this process (`/proc/self/maps`: its
+/// permissions end in `p`): a futex there is this process's alone, while one in a shared
+/// mapping (a process-shared semaphore or mutex) may be woken by another process.
+fn in_private_mapping(addr: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    maps.lines().any(|l| {
+        let mut w = l.split_whitespace();
+        let (Some(range), Some(perms)) = (w.next(), w.next()) else {
+            return false;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            return false;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            return false;
+        };
+        (a..b).contains(&addr) && perms.ends_with('p')
+    })
+}
+
+/// Whether thread `tid` of this process sleeps in a futex wait with no timeout on a futex of its
+/// process alone (`pthread_join`, a mutex, a condition variable, a barrier): only another
+/// thread of its process can wake it. From `/proc/self/task/<tid>/syscall` (the system call a
+/// blocked thread is in, and its arguments; `running` for one that is not blocked). A wait on a
+/// futex in shared memory (a process-shared semaphore) does not count: another process may end
+/// it.
 pub fn waits_for_a_thread(tid: i32) -> bool {
     let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
         return false;
@@ -159,7 +201,11 @@ pub fn waits_for_a_thread(tid: i32) -> bool {
     if number(words.first()) != Some(libc::SYS_futex as u64) {
         return false;
     }
-    let (Some(op), Some(timeout)) = (number(words.get(2)), number(words.get(4))) else {
+    let (Some(addr), Some(op), Some(timeout)) = (
+        number(words.get(1)),
+        number(words.get(2)),
+        number(words.get(4)),
+    ) else {
         return false;
     };
     let command = op & !u64::from((libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME) as u32);
@@ -171,7 +217,8 @@ pub fn waits_for_a_thread(tid: i32) -> bool {
     ]
     .iter()
     .any(|&c| u64::from(c as u32) == command);
-    waits && timeout == 0
+    let private = op & u64::from(libc::FUTEX_PRIVATE_FLAG as u32) != 0;
+    waits && timeout == 0 && (private || in_private_mapping(addr))
 }
 
 /// Makes the process `cmd` starts receive `sig` when the thread that starts it ends (the

@@ -454,9 +454,14 @@ pub const INTERRUPTS: [libc::c_int; 6] = [
 
 /// Records the signals that would end the process ([`INTERRUPTS`]: SIGINT, SIGTERM, SIGHUP,
 /// SIGQUIT, SIGUSR1, SIGUSR2) instead of dying (for the launcher, which then ends its nodes and
-/// says why); returns the flag to poll: the signal number once one arrived.
+/// says why), but those ignored already; returns the flag to poll: the signal number once one
+/// arrived.
 pub fn catch_interrupts() -> &'static std::sync::atomic::AtomicI32 {
     for sig in INTERRUPTS {
+        // An ignored signal stays ignored (`nohup dsmrun ...`), for the nodes too.
+        if current_action(sig).is_some_and(|a| a.sa_sigaction == libc::SIG_IGN) {
+            continue;
+        }
         // SAFETY: zeroed sigaction is valid plain data; the handler only stores to an atomic,
         // which is async-signal-safe.
         unsafe {
