@@ -154,8 +154,9 @@ impl Drop for RuntimeThread {
 }
 
 /// The node's report: each wait with the threads in it (`jia_lock(1) (main thread)`,
-/// `jia_barrier_threads(3) (threads 41, 42)`), in the order first seen; then, if a barrier of
-/// threads is open, how many of its threads are there.
+/// `jia_barrier_threads(3) (thread 41, thread 42)`), in the order first seen; then, if a barrier
+/// of threads is open, how many of its threads are there. A node whose one thread waits says
+/// its wait alone (`jia_lock(1)`).
 fn spell_waits(waits: &[(String, i32)]) -> String {
     let pid = sys::process::pid();
     let mut kinds: Vec<(&str, Vec<i32>)> = Vec::new();
@@ -163,6 +164,12 @@ fn spell_waits(waits: &[(String, i32)]) -> String {
         match kinds.iter_mut().find(|(w, _)| *w == what.as_str()) {
             Some((_, tids)) => tids.push(*tid),
             None => kinds.push((what, vec![*tid])),
+        }
+    }
+    // A node of one thread is said as before threads: its wait alone.
+    if let [(what, _)] = waits {
+        if open_round().is_none() {
+            return what.clone();
         }
     }
     let mut parts: Vec<String> = kinds

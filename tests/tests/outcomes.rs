@@ -75,7 +75,7 @@ fn a_deadlock_inside_a_threaded_node_is_named_thread_by_thread() {
             "a wait for another thread of its process (pthread_join, a mutex or a condition \
              variable) (main thread)",
             "holding lock 1",
-            "node 1 waits in jia_lock(1) (main thread)",
+            "node 1 waits in jia_lock(1)",
         ] {
             assert!(
                 e.contains(want),

@@ -906,11 +906,15 @@ fn main() {
                         dsm.barrier_threads(2);
                     });
                 } else {
-                    for _ in 0..rounds {
-                        let _g = dsm.lock(1);
-                        page.set(8 + me, page.get(8 + me) + 1);
-                    }
-                    dsm.barrier();
+                    // Two threads here too: every node meets with the same count.
+                    s.spawn(|| {
+                        for _ in 0..rounds {
+                            let _g = dsm.lock(1);
+                            page.set(8 + me, page.get(8 + me) + 1);
+                        }
+                        dsm.barrier_threads(2);
+                    });
+                    s.spawn(|| dsm.barrier_threads(2));
                 }
             });
             if me == 0 {
