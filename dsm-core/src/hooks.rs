@@ -7,11 +7,12 @@
 //! paths).
 
 use crate::codec;
+use crate::error::ProtocolError;
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
-use crate::node::{MAX_RUNTIME_COUNTERS, Node, ProtocolError};
+use crate::node::Node;
 use crate::table::Frame;
-use crate::types::{Access, NodeId, PAGE_SIZE, PageNum, Prot, Time};
+use crate::types::{Access, MAX_RUNTIME_COUNTERS, NodeId, PAGE_SIZE, PageNum, Prot, Time};
 
 impl<M: PageMemory> Node<M> {
     /// The runtime opened home page `page` for writing by itself (see

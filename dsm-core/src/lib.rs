@@ -40,7 +40,9 @@
 pub mod alloc;
 pub mod codec;
 pub mod diff;
+pub mod error;
 mod hooks;
+mod local;
 pub mod mailbox;
 mod manager;
 pub mod memory;
@@ -54,8 +56,9 @@ mod table;
 pub mod types;
 
 pub use alloc::{AllocError, AllocPolicy};
+pub use error::{JobError, ProtocolError, UsageError};
 pub use memory::{PageMemory, VecMemory};
 pub use msg::{Msg, MsgKind, PageDiff, WriteNotice};
-pub use node::{CoreConfig, Effect, JobError, Node, Prefetch, ProtocolError, Transmit, UsageError};
+pub use node::{CoreConfig, Effect, Node, Prefetch, Transmit};
 pub use stats::Stats;
 pub use types::*;

@@ -8,10 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use crate::error::ProtocolError;
 use crate::msg::{Msg, MsgKind, WriteNotice};
-use crate::node::{MAX_RUNTIME_COUNTERS, ProtocolError};
 use crate::stats::Stats;
-use crate::types::{CvId, LockId, NodeId, PageNum};
+use crate::types::{CvId, LockId, MAX_RUNTIME_COUNTERS, NodeId, PageNum};
 
 /// Messages a manager sends, in order.
 pub(crate) type Outbox = Vec<(NodeId, Msg)>;

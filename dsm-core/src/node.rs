@@ -14,17 +14,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::alloc::{AllocError, AllocPolicy};
+use crate::alloc::AllocPolicy;
 use crate::codec;
+pub use crate::error::{JobError, ProtocolError, UsageError};
+use crate::local::{Flush, SyncState};
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
-use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
+use crate::msg::{Msg, MsgKind};
 use crate::stats::Stats;
-use crate::sync::{AfterFlush, Collective, LocalCv, LocalLock};
 use crate::table::PageTable;
 use crate::types::{
-    Access, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
+    Access, GlobalAddr, LockId, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
     PageState, Time, WaiterId,
 };
 
@@ -142,130 +143,6 @@ pub enum Effect {
     },
 }
 
-/// Why a job ends in error.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum JobError {
-    /// A peer did not answer a request in time.
-    #[error("{peer} did not answer a {what} request within {waited_ms} ms")]
-    NoReply {
-        /// The silent peer.
-        peer: NodeId,
-        /// What was asked.
-        what: &'static str,
-        /// How long we waited.
-        waited_ms: u64,
-    },
-    /// Nodes met in one barrier with different counts of threads.
-    #[error(
-        "a barrier met with different thread counts: {} gave {} and {} gave {} (every node must \
-         call jia_barrier_threads with the same count; jia_barrier counts 1)",
-        first.0, first.1, other.0, other.1
-    )]
-    ThreadsMismatch {
-        /// The first node to arrive, and its count.
-        first: (NodeId, u16),
-        /// A node that gave another count, and that count.
-        other: (NodeId, u16),
-    },
-    /// Nodes allocated different regions.
-    #[error("{node} made different allocation calls from node 0 (allocations must be collective)")]
-    AllocMismatch {
-        /// The node that differs.
-        node: NodeId,
-    },
-    /// Another node touched pages this node had not allocated when it reached a barrier or
-    /// its exit: the nodes made different allocation calls before it.
-    #[error(
-        "{node} touched {page}, beyond the {pages} page(s) of the {calls} allocation call(s) \
-         {here} had made when it reached {reached}: {node} made allocation calls {here} did not \
-         make, or larger ones (allocations must be the same calls, with the same sizes, in the \
-         same order on every node)"
-    )]
-    AllocMissing {
-        /// The node that touched the page.
-        node: NodeId,
-        /// The first page it asked for that is not allocated here.
-        page: PageNum,
-        /// This node.
-        here: NodeId,
-        /// Pages allocated here.
-        pages: u64,
-        /// Allocation calls made here.
-        calls: u64,
-        /// `jia_barrier` or `jia_exit`.
-        reached: &'static str,
-    },
-    /// Another node's application failed.
-    #[error("{from} failed: {text}")]
-    Remote {
-        /// Who failed.
-        from: NodeId,
-        /// Its message.
-        text: String,
-    },
-}
-
-/// A call the application made wrongly.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    /// A fault on a page that was never allocated.
-    #[error("access to {page}, which is not allocated")]
-    Unallocated {
-        /// The page.
-        page: PageNum,
-    },
-    /// A lock number out of range.
-    #[error("lock {0} is out of range (locks are 0 to {last})", last = MAX_LOCKS - 1)]
-    BadLock(u16),
-    /// A condition variable out of range.
-    #[error("condition variable {0} is out of range (condition variables are 0 to {last})", last = MAX_CVS - 1)]
-    BadCv(u16),
-    /// Acquiring a lock the same waiter holds or waits for.
-    #[error("{0} is already held or requested by this thread")]
-    LockAlreadyHeld(LockId),
-    /// Releasing a lock this waiter does not hold.
-    #[error("{0} is not held by this thread")]
-    LockNotHeld(LockId),
-    /// A second barrier, wait or exit while one is in progress on this node.
-    #[error("a barrier, wait or exit is already in progress on this node")]
-    CollectiveBusy,
-    /// An allocation failed.
-    #[error(transparent)]
-    Alloc(#[from] AllocError),
-    /// A letter addressed to, or expected from, a node outside the job.
-    #[error("node {node} is not in the job (nodes 0 to {last})", last = .nodes.saturating_sub(1))]
-    BadNode {
-        /// The node named.
-        node: i64,
-        /// Nodes in the job.
-        nodes: u16,
-    },
-    /// A letter longer than a letter may be.
-    #[error(
-        "a message of {0} bytes is longer than the {MAX_LETTER_BYTES} bytes one message may carry"
-    )]
-    LetterTooLong(usize),
-}
-
-/// A message that breaks the protocol (from a buggy or hostile peer); it was ignored.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{kind:?} from {from} ignored: {why}")]
-pub struct ProtocolError {
-    /// The sender.
-    pub from: NodeId,
-    /// The message's kind.
-    pub kind: MsgKind,
-    /// What was wrong with it.
-    pub why: &'static str,
-}
-
-/// Pages asked for in one GETP at most (bounds the work a single request can cause).
-pub const MAX_GETP_PAGES: usize = 1024;
-/// Page requests held for pages this node has not allocated yet, at most.
-pub const MAX_EARLY_REQUESTS: usize = 4096;
-/// Diff bytes per DIFF message at most; larger flushes are split.
-pub const MAX_DIFF_MSG_BYTES: usize = 256 * 1024;
-
 /// What a node has to send and do: messages for other nodes, effects for the runtime, and
 /// messages to itself (delivered before the input that made them returns).
 #[derive(Debug, Default)]
@@ -274,87 +151,6 @@ pub(crate) struct Outbox {
     pub effects: VecDeque<Effect>,
     pub loopback: VecDeque<Msg>,
 }
-
-/// Diffs on their way to their homes, and the releases waiting for them.
-#[derive(Debug, Default)]
-pub(crate) struct Flush {
-    /// Diffs being gathered for each home before they are sent.
-    pub diff_batch: BTreeMap<NodeId, Vec<PageDiff>>,
-    pub next_diff_id: u32,
-    /// Diff batches sent and not yet acknowledged: id -> (home, sent at).
-    pub diffs_out: BTreeMap<u32, (NodeId, Time)>,
-    /// Releases, barriers... waiting for their diffs to be acknowledged, in order.
-    pub after_flush: VecDeque<AfterFlush>,
-}
-
-/// The caller's side of synchronisation: this node's threads' locks and condition variables, and
-/// the barrier, wait or exit it is in.
-#[derive(Debug)]
-pub(crate) struct SyncState {
-    /// Application threads of this node that have used the DSM (`Node::note_threads`): with
-    /// more than one, locks may pass between them (cohort locking).
-    pub threads: usize,
-    pub locks: Vec<LocalLock>,
-    pub cvs: Vec<LocalCv>,
-    pub collective: Option<Collective>,
-    pub wait_epoch: u32,
-    /// From a barrier grant that would move homes to the barrier's end: page requests and diffs
-    /// received for the pages that may move (`moving`), in order. They are served once the
-    /// moves are decided and applied here (a node that applied them first may already ask the
-    /// new home).
-    pub held_for_moves: Vec<(NodeId, Msg)>,
-    /// Between this node's barrier call and the grant (`awaiting_grant`): the pages it diffed
-    /// meanwhile (by another thread; checked against the grant's home moves).
-    pub diffed_in_barrier: BTreeSet<PageNum>,
-    /// With home migration, since this node's last barrier grant: the pages homed here that
-    /// diffs from other nodes changed, with their senders (checked against the next grant's
-    /// home moves: see `on_barrier_grant`).
-    pub diffed_here: BTreeSet<(PageNum, NodeId)>,
-    /// The barrier (epoch) whose grant would move homes, waiting for every node's vetoes.
-    pub migrating: Option<u32>,
-    /// The moves that grant proposed, until they are decided.
-    pub proposed_moves: Vec<WriteNotice>,
-    /// The pages those moves name, closed on every node until the moves are decided (so no
-    /// thread writes one where the write could miss its home), with the faults waiting for
-    /// them.
-    pub moving: BTreeMap<PageNum, Vec<(WaiterId, Access)>>,
-    /// From this node's last barrier call to its next: the pages written before it (that
-    /// barrier's notices), with the interval of their last write. Until that barrier's grant has
-    /// reached every node those pages are not invalidated everywhere, so a lock released
-    /// meanwhile (by another thread) still names those written since its last release, as
-    /// notices of the barrier's epoch (`Msg::Release::earlier`).
-    pub barrier_written: Option<BTreeMap<PageNum, u32>>,
-    /// The barrier before's, from this node's barrier call to that barrier's grant: until then
-    /// the other nodes need not have had the barrier before's grant either (a thread may hold a
-    /// lock across two barrier calls of another thread of its node).
-    pub barrier_written_before: Option<BTreeMap<PageNum, u32>>,
-    /// Between this node's barrier call and the grant.
-    pub awaiting_grant: bool,
-}
-
-impl SyncState {
-    fn new() -> SyncState {
-        SyncState {
-            threads: 1,
-            locks: (0..MAX_LOCKS).map(|_| LocalLock::default()).collect(),
-            cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
-            collective: None,
-            wait_epoch: 0,
-            held_for_moves: Vec::new(),
-            diffed_in_barrier: BTreeSet::new(),
-            diffed_here: BTreeSet::new(),
-            migrating: None,
-            proposed_moves: Vec::new(),
-            moving: BTreeMap::new(),
-            barrier_written: None,
-            barrier_written_before: None,
-            awaiting_grant: false,
-        }
-    }
-}
-
-/// The most runtime counters a node reports at exit ([`Node::note_runtime_counters`]).
-pub const MAX_RUNTIME_COUNTERS: usize = 64;
 
 /// One node's protocol state machine.
 pub struct Node<M: PageMemory> {
@@ -917,7 +713,7 @@ impl<M: PageMemory> Node<M> {
 
     /// Applies `prot` to `pages` (sorted or not) in as few ranged calls as possible.
     pub(crate) fn protect_pages(&mut self, pages: &[PageNum], prot: crate::types::Prot) {
-        for (first, count) in crate::pages::runs_of(pages) {
+        for (first, count) in crate::table::runs_of(pages) {
             self.mem.protect(first, count, prot);
             self.stats.protect_calls += 1;
         }

@@ -11,13 +11,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::diff;
+use crate::error::{ProtocolError, UsageError};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
-use crate::node::{
-    MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES, Node, ProtocolError, UsageError,
-};
+use crate::node::Node;
 use crate::table::{Fetch, Frame};
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
+use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 
 /// At most this many pages fetched again at a barrier (see `copies_in_use`).
 const REFETCH_MAX: usize = 256;
@@ -34,21 +34,6 @@ fn runs_in_order(pages: &[PageNum], max: usize) -> Vec<(PageNum, usize)> {
                 *n += 1
             }
             _ => runs.push((p, 1)),
-        }
-    }
-    runs
-}
-
-/// `pages` sorted into runs of consecutive pages: (first, count).
-pub(crate) fn runs_of(pages: &[PageNum]) -> Vec<(PageNum, u32)> {
-    let mut sorted: Vec<u32> = pages.iter().map(|p| p.0).collect();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut runs: Vec<(PageNum, u32)> = Vec::new();
-    for p in sorted {
-        match runs.last_mut() {
-            Some((first, n)) if u64::from(first.0) + u64::from(*n) == u64::from(p) => *n += 1,
-            _ => runs.push((PageNum(p), 1)),
         }
     }
     runs
@@ -612,7 +597,7 @@ impl<M: PageMemory> Node<M> {
             self.table.cache_remove(page);
             self.stats.evictions += 1;
         }
-        for (first, count) in runs_of(pages) {
+        for (first, count) in crate::table::runs_of(pages) {
             self.mem.discard(first, count);
         }
     }

@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use crate::alloc::AllocPolicy;
 use crate::codec::{self, Frame};
+use crate::error::{JobError, UsageError};
 use crate::mailbox::{Channel, Filter, Letter};
 use crate::memory::{PageMemory, VecMemory};
 use crate::msg::{Msg, MsgKind};
-use crate::node::{CoreConfig, Effect, JobError, Node, UsageError};
+use crate::node::{CoreConfig, Effect, Node};
 use crate::stats::Stats;
 use crate::types::{Access, CvId, GlobalAddr, LockId, NodeId, PageBuf, Prot, Time, WaiterId};
 

@@ -15,92 +15,14 @@
 //! lock costs three messages (acquire, grant, release) whatever the job size; a barrier costs
 //! 2(N-1). This module is the caller's side.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
+use crate::error::{JobError, ProtocolError, UsageError};
+use crate::local::{AfterFlush, Collective, CollectiveKind};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
-use crate::node::{JobError, Node, ProtocolError, UsageError};
+use crate::node::Node;
 use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
-
-/// A lock as seen by this node's threads.
-#[derive(Default, Debug)]
-pub(crate) struct LocalLock {
-    pub holder: Option<WaiterId>,
-    pub acquiring: Option<(WaiterId, Time)>,
-    pub releasing: bool,
-    pub queue: VecDeque<(WaiterId, Time)>,
-    /// The interval of this node's last release of the lock.
-    pub sent: u32,
-    /// The lock's release counter at our last grant.
-    pub seen: u32,
-    /// Hand-offs to another thread of this node since another node was known to wait for the
-    /// lock (cohort locking).
-    pub handoffs: u32,
-    /// Another node waits for the lock (its manager said so, `Msg::LockWanted`, since the
-    /// grant).
-    pub wanted: bool,
-}
-
-/// A condition variable as seen by this node's threads.
-#[derive(Default, Debug)]
-pub(crate) struct LocalCv {
-    pub waiting: Vec<WaiterId>,
-    pub sent: u32,
-    pub seen: u32,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CollectiveKind {
-    Barrier,
-    Wait,
-    Exit,
-}
-
-/// The barrier, wait or exit this node is in.
-#[derive(Debug)]
-pub(crate) struct Collective {
-    pub waiter: WaiterId,
-    pub since: Time,
-    pub kind: CollectiveKind,
-}
-
-/// A release waiting for its diffs to be acknowledged (all diff batches with id below `through`).
-#[derive(Debug)]
-pub(crate) enum AfterFlush {
-    Release {
-        lock: LockId,
-        waiter: WaiterId,
-        notices: Vec<PageNum>,
-        earlier: Vec<PageNum>,
-        through: u32,
-    },
-    Barrier {
-        threads: u16,
-        notices: Vec<PageNum>,
-        claims: Vec<PageNum>,
-        through: u32,
-    },
-    SetCv {
-        cv: CvId,
-        waiter: WaiterId,
-        notices: Vec<PageNum>,
-        through: u32,
-    },
-    Exit {
-        through: u32,
-    },
-}
-
-impl AfterFlush {
-    fn through(&self) -> u32 {
-        match self {
-            AfterFlush::Release { through, .. }
-            | AfterFlush::Barrier { through, .. }
-            | AfterFlush::SetCv { through, .. }
-            | AfterFlush::Exit { through } => *through,
-        }
-    }
-}
 
 /// The pages of `written` (page -> interval of its last write) written after `interval`.
 fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum> {

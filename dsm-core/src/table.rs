@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 
 use crate::alloc::{self, AllocError, AllocPolicy};
-use crate::node::UsageError;
+use crate::error::UsageError;
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Time, WaiterId};
 
 /// What this node holds of a page.
@@ -299,6 +299,21 @@ impl IndexMut<usize> for PageTable {
     fn index_mut(&mut self, page: usize) -> &mut PageEntry {
         &mut self.entries[page]
     }
+}
+
+/// `pages` sorted into runs of consecutive pages: (first, count).
+pub(crate) fn runs_of(pages: &[PageNum]) -> Vec<(PageNum, u32)> {
+    let mut sorted: Vec<u32> = pages.iter().map(|p| p.0).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<(PageNum, u32)> = Vec::new();
+    for p in sorted {
+        match runs.last_mut() {
+            Some((first, n)) if u64::from(first.0) + u64::from(*n) == u64::from(p) => *n += 1,
+            _ => runs.push((PageNum(p), 1)),
+        }
+    }
+    runs
 }
 
 #[cfg(test)]

@@ -172,3 +172,13 @@ impl fmt::Debug for PageBuf {
         write!(f, "PageBuf({nonzero} non-zero bytes)")
     }
 }
+
+/// Pages asked for in one GETP at most (bounds the work a single request can cause).
+pub const MAX_GETP_PAGES: usize = 1024;
+/// Page requests held for pages this node has not allocated yet, at most.
+pub const MAX_EARLY_REQUESTS: usize = 4096;
+/// Diff bytes per DIFF message at most; larger flushes are split.
+pub const MAX_DIFF_MSG_BYTES: usize = 256 * 1024;
+
+/// The most runtime counters a node reports at exit (`Node::note_runtime_counters`).
+pub const MAX_RUNTIME_COUNTERS: usize = 64;

@@ -238,7 +238,7 @@ const KEPT_HEAP_BYTES: usize = 64 << 20;
 /// itself, as `jia_init` does and as `dsmrun` would with that file.
 pub fn init() -> Result<Dsm, InitError> {
     job::launcher::end_what_this_process_starts();
-    let env = match job::node::job_env().map_err(InitError::Job)? {
+    let env = match job::job_env().map_err(InitError::Job)? {
         Some(env) => Some(env),
         None => job::launcher::job_from_jiahosts().map_err(InitError::Job)?,
     };

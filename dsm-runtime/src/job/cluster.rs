@@ -5,9 +5,9 @@
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::node::{JobEnv, local_config, my_address, random_cookie, route_to};
+use super::node::{JobEnv, local_config, my_address, route_to};
 use super::rendezvous::{
-    Keep, Rendezvous, publish_rendezvous, read_rendezvous_file, rendezvous_file,
+    Keep, Rendezvous, cluster_job_id, publish_rendezvous, read_rendezvous_file, rendezvous_file,
 };
 
 /// Rank and size given by a cluster launcher: Slurm's `srun`, Open MPI's or MPICH's `mpirun`.
@@ -26,31 +26,6 @@ pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
         let size = std::env::var(s).ok()?.parse().ok()?;
         Some((rank, size, *who))
     })
-}
-
-/// The job's id as its cluster launcher gives it (`DSM_JOB_ID` first): Slurm's job and step,
-/// Open MPI's PMIx namespace or job id, MPICH's (Hydra's) job id; `job` with none.
-pub fn cluster_job_id() -> String {
-    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
-    var("DSM_JOB_ID")
-        .or_else(|| {
-            var("SLURM_JOB_ID").map(|j| format!("{j}.{}", var("SLURM_STEP_ID").unwrap_or_default()))
-        })
-        .or_else(|| var("PMIX_NAMESPACE"))
-        .or_else(|| var("OMPI_MCA_ess_base_jobid"))
-        .or_else(|| var("PMI_JOBID"))
-        .or_else(|| var("PMI_KVSNAME"))
-        .unwrap_or_else(|| "job".into())
-        // A file name part: keep it to characters that cannot climb out of the directory.
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// A job started by a cluster launcher: rank 0 runs the rendezvous and publishes it in
@@ -72,7 +47,7 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
     let file = rendezvous_file();
     let timeout = Duration::from_secs(120);
     let (rendezvous, cookie) = if rank == 0 {
-        let cookie = random_cookie();
+        let cookie = crate::sys::random_u64();
         let rv = Rendezvous::bind(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
             .map_err(|e| format!("rendezvous: {e}"))?;
         let addr = SocketAddr::new(my_address(), rv.addr().map_err(|e| e.to_string())?.port());

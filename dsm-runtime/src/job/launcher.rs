@@ -10,7 +10,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::node::{JobEnv, random_cookie};
+use super::node::JobEnv;
 use super::rendezvous::{Keep, Rendezvous};
 use super::watch::{Heard, Standing, tell};
 use crate::config::{Config, Host};
@@ -404,7 +404,7 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
         binds,
         rv,
         rv_addr: SocketAddr::new(rv_advertise, port),
-        cookie: random_cookie(),
+        cookie: crate::sys::random_u64(),
     })
 }
 

@@ -51,11 +51,9 @@ fn var(name: &str) -> Result<String, String> {
         .map_err(|_| format!("{name} is not set (a node must be started by dsmrun or jia_init)"))
 }
 
-/// Reads the job from the environment; `Ok(None)` when the process was not launched as a node.
-pub fn job_env() -> Result<Option<JobEnv>, String> {
-    if std::env::var_os("DSM_RANK").is_none() {
-        return super::cluster::cluster_job_env();
-    }
+/// Reads the job dsmrun (or a self-launching node 0) gave this node from the environment
+/// (`DSM_RANK`, `DSM_SIZE`...: see [`super::job_env`]).
+pub(super) fn launched_env() -> Result<Option<JobEnv>, String> {
     let num = |name: &str| -> Result<u16, String> {
         let v = var(name)?;
         v.parse().map_err(|_| format!("{name}={v} is not a number"))
@@ -218,10 +216,4 @@ pub fn route_to(to: IpAddr) -> Option<IpAddr> {
     let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
     s.connect((to, 9)).ok()?;
     Some(s.local_addr().ok()?.ip())
-}
-
-/// 64 unpredictable bits (from `/dev/urandom`; without it, time and pid, still enough to keep jobs
-/// apart), odd so that it is never 0: a job's cookie, a private file's name.
-pub(crate) fn random_cookie() -> u64 {
-    crate::sys::random_u64()
 }

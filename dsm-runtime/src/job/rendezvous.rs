@@ -6,9 +6,6 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::cluster::cluster_job_id;
-use super::node::random_cookie;
-
 /// Whether the rendezvous keeps the nodes' connections as the job's control channels, and who
 /// watches the job through them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,7 +246,7 @@ pub(crate) fn publish_rendezvous(file: &std::path::Path, line: &str) -> std::io:
     tmp.push(format!(
         ".{}.{:016x}.tmp",
         std::process::id(),
-        random_cookie()
+        crate::sys::random_u64()
     ));
     let tmp = std::path::PathBuf::from(tmp);
     let written = (|| {
@@ -352,6 +349,31 @@ fn node_list(nodes: &[usize]) -> String {
         (_, 0) => format!("nodes {}", shown.join(", ")),
         _ => format!("nodes {} and {more} more", shown.join(", ")),
     }
+}
+
+/// The job's id as its cluster launcher gives it (`DSM_JOB_ID` first): Slurm's job and step,
+/// Open MPI's PMIx namespace or job id, MPICH's (Hydra's) job id; `job` with none.
+pub fn cluster_job_id() -> String {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    var("DSM_JOB_ID")
+        .or_else(|| {
+            var("SLURM_JOB_ID").map(|j| format!("{j}.{}", var("SLURM_STEP_ID").unwrap_or_default()))
+        })
+        .or_else(|| var("PMIX_NAMESPACE"))
+        .or_else(|| var("OMPI_MCA_ess_base_jobid"))
+        .or_else(|| var("PMI_JOBID"))
+        .or_else(|| var("PMI_KVSNAME"))
+        .unwrap_or_else(|| "job".into())
+        // A file name part: keep it to characters that cannot climb out of the directory.
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

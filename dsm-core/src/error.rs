@@ -1,0 +1,124 @@
+//! Why the protocol refuses or ends: a job's errors, the application's misuses, and messages
+//! that break the protocol. Below every module of the node, which all name them.
+
+use crate::alloc::AllocError;
+use crate::mailbox::MAX_LETTER_BYTES;
+use crate::msg::MsgKind;
+use crate::types::{LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum};
+
+/// Why a job ends in error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// A peer did not answer a request in time.
+    #[error("{peer} did not answer a {what} request within {waited_ms} ms")]
+    NoReply {
+        /// The silent peer.
+        peer: NodeId,
+        /// What was asked.
+        what: &'static str,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// Nodes met in one barrier with different counts of threads.
+    #[error(
+        "a barrier met with different thread counts: {} gave {} and {} gave {} (every node must \
+         call jia_barrier_threads with the same count; jia_barrier counts 1)",
+        first.0, first.1, other.0, other.1
+    )]
+    ThreadsMismatch {
+        /// The first node to arrive, and its count.
+        first: (NodeId, u16),
+        /// A node that gave another count, and that count.
+        other: (NodeId, u16),
+    },
+    /// Nodes allocated different regions.
+    #[error("{node} made different allocation calls from node 0 (allocations must be collective)")]
+    AllocMismatch {
+        /// The node that differs.
+        node: NodeId,
+    },
+    /// Another node touched pages this node had not allocated when it reached a barrier or
+    /// its exit: the nodes made different allocation calls before it.
+    #[error(
+        "{node} touched {page}, beyond the {pages} page(s) of the {calls} allocation call(s) \
+         {here} had made when it reached {reached}: {node} made allocation calls {here} did not \
+         make, or larger ones (allocations must be the same calls, with the same sizes, in the \
+         same order on every node)"
+    )]
+    AllocMissing {
+        /// The node that touched the page.
+        node: NodeId,
+        /// The first page it asked for that is not allocated here.
+        page: PageNum,
+        /// This node.
+        here: NodeId,
+        /// Pages allocated here.
+        pages: u64,
+        /// Allocation calls made here.
+        calls: u64,
+        /// `jia_barrier` or `jia_exit`.
+        reached: &'static str,
+    },
+    /// Another node's application failed.
+    #[error("{from} failed: {text}")]
+    Remote {
+        /// Who failed.
+        from: NodeId,
+        /// Its message.
+        text: String,
+    },
+}
+
+/// A call the application made wrongly.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// A fault on a page that was never allocated.
+    #[error("access to {page}, which is not allocated")]
+    Unallocated {
+        /// The page.
+        page: PageNum,
+    },
+    /// A lock number out of range.
+    #[error("lock {0} is out of range (locks are 0 to {last})", last = MAX_LOCKS - 1)]
+    BadLock(u16),
+    /// A condition variable out of range.
+    #[error("condition variable {0} is out of range (condition variables are 0 to {last})", last = MAX_CVS - 1)]
+    BadCv(u16),
+    /// Acquiring a lock the same waiter holds or waits for.
+    #[error("{0} is already held or requested by this thread")]
+    LockAlreadyHeld(LockId),
+    /// Releasing a lock this waiter does not hold.
+    #[error("{0} is not held by this thread")]
+    LockNotHeld(LockId),
+    /// A second barrier, wait or exit while one is in progress on this node.
+    #[error("a barrier, wait or exit is already in progress on this node")]
+    CollectiveBusy,
+    /// An allocation failed.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// A letter addressed to, or expected from, a node outside the job.
+    #[error("node {node} is not in the job (nodes 0 to {last})", last = .nodes.saturating_sub(1))]
+    BadNode {
+        /// The node named.
+        node: i64,
+        /// Nodes in the job.
+        nodes: u16,
+    },
+    /// A letter longer than a letter may be.
+    #[error(
+        "a message of {0} bytes is longer than the {MAX_LETTER_BYTES} bytes one message may carry"
+    )]
+    LetterTooLong(usize),
+}
+
+/// A message that breaks the protocol (from a buggy or hostile peer); it was ignored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?} from {from} ignored: {why}")]
+pub struct ProtocolError {
+    /// The sender.
+    pub from: NodeId,
+    /// The message's kind.
+    pub kind: MsgKind,
+    /// What was wrong with it.
+    pub why: &'static str,
+}

@@ -1,0 +1,166 @@
+//! This node's own side of synchronisation, as the node's state holds it: its threads' locks and
+//! condition variables, the barrier, wait or exit it is in, and the releases that wait for its
+//! diffs. Below the node and its two halves (`pages.rs`, `sync.rs`), which all use it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::msg::{Msg, PageDiff, WriteNotice};
+use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
+
+/// A lock as seen by this node's threads.
+#[derive(Default, Debug)]
+pub(crate) struct LocalLock {
+    pub holder: Option<WaiterId>,
+    pub acquiring: Option<(WaiterId, Time)>,
+    pub releasing: bool,
+    pub queue: VecDeque<(WaiterId, Time)>,
+    /// The interval of this node's last release of the lock.
+    pub sent: u32,
+    /// The lock's release counter at our last grant.
+    pub seen: u32,
+    /// Hand-offs to another thread of this node since another node was known to wait for the
+    /// lock (cohort locking).
+    pub handoffs: u32,
+    /// Another node waits for the lock (its manager said so, `Msg::LockWanted`, since the
+    /// grant).
+    pub wanted: bool,
+}
+
+/// A condition variable as seen by this node's threads.
+#[derive(Default, Debug)]
+pub(crate) struct LocalCv {
+    pub waiting: Vec<WaiterId>,
+    pub sent: u32,
+    pub seen: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CollectiveKind {
+    Barrier,
+    Wait,
+    Exit,
+}
+
+/// The barrier, wait or exit this node is in.
+#[derive(Debug)]
+pub(crate) struct Collective {
+    pub waiter: WaiterId,
+    pub since: Time,
+    pub kind: CollectiveKind,
+}
+
+/// A release waiting for its diffs to be acknowledged (all diff batches with id below `through`).
+#[derive(Debug)]
+pub(crate) enum AfterFlush {
+    Release {
+        lock: LockId,
+        waiter: WaiterId,
+        notices: Vec<PageNum>,
+        earlier: Vec<PageNum>,
+        through: u32,
+    },
+    Barrier {
+        threads: u16,
+        notices: Vec<PageNum>,
+        claims: Vec<PageNum>,
+        through: u32,
+    },
+    SetCv {
+        cv: CvId,
+        waiter: WaiterId,
+        notices: Vec<PageNum>,
+        through: u32,
+    },
+    Exit {
+        through: u32,
+    },
+}
+
+impl AfterFlush {
+    pub(crate) fn through(&self) -> u32 {
+        match self {
+            AfterFlush::Release { through, .. }
+            | AfterFlush::Barrier { through, .. }
+            | AfterFlush::SetCv { through, .. }
+            | AfterFlush::Exit { through } => *through,
+        }
+    }
+}
+
+/// Diffs on their way to their homes, and the releases waiting for them.
+#[derive(Debug, Default)]
+pub(crate) struct Flush {
+    /// Diffs being gathered for each home before they are sent.
+    pub diff_batch: BTreeMap<NodeId, Vec<PageDiff>>,
+    pub next_diff_id: u32,
+    /// Diff batches sent and not yet acknowledged: id -> (home, sent at).
+    pub diffs_out: BTreeMap<u32, (NodeId, Time)>,
+    /// Releases, barriers... waiting for their diffs to be acknowledged, in order.
+    pub after_flush: VecDeque<AfterFlush>,
+}
+
+/// The caller's side of synchronisation: this node's threads' locks and condition variables, and
+/// the barrier, wait or exit it is in.
+#[derive(Debug)]
+pub(crate) struct SyncState {
+    /// Application threads of this node that have used the DSM (`Node::note_threads`): with
+    /// more than one, locks may pass between them (cohort locking).
+    pub threads: usize,
+    pub locks: Vec<LocalLock>,
+    pub cvs: Vec<LocalCv>,
+    pub collective: Option<Collective>,
+    pub wait_epoch: u32,
+    /// From a barrier grant that would move homes to the barrier's end: page requests and diffs
+    /// received for the pages that may move (`moving`), in order. They are served once the
+    /// moves are decided and applied here (a node that applied them first may already ask the
+    /// new home).
+    pub held_for_moves: Vec<(NodeId, Msg)>,
+    /// Between this node's barrier call and the grant (`awaiting_grant`): the pages it diffed
+    /// meanwhile (by another thread; checked against the grant's home moves).
+    pub diffed_in_barrier: BTreeSet<PageNum>,
+    /// With home migration, since this node's last barrier grant: the pages homed here that
+    /// diffs from other nodes changed, with their senders (checked against the next grant's
+    /// home moves: see `on_barrier_grant`).
+    pub diffed_here: BTreeSet<(PageNum, NodeId)>,
+    /// The barrier (epoch) whose grant would move homes, waiting for every node's vetoes.
+    pub migrating: Option<u32>,
+    /// The moves that grant proposed, until they are decided.
+    pub proposed_moves: Vec<WriteNotice>,
+    /// The pages those moves name, closed on every node until the moves are decided (so no
+    /// thread writes one where the write could miss its home), with the faults waiting for
+    /// them.
+    pub moving: BTreeMap<PageNum, Vec<(WaiterId, Access)>>,
+    /// From this node's last barrier call to its next: the pages written before it (that
+    /// barrier's notices), with the interval of their last write. Until that barrier's grant has
+    /// reached every node those pages are not invalidated everywhere, so a lock released
+    /// meanwhile (by another thread) still names those written since its last release, as
+    /// notices of the barrier's epoch (`Msg::Release::earlier`).
+    pub barrier_written: Option<BTreeMap<PageNum, u32>>,
+    /// The barrier before's, from this node's barrier call to that barrier's grant: until then
+    /// the other nodes need not have had the barrier before's grant either (a thread may hold a
+    /// lock across two barrier calls of another thread of its node).
+    pub barrier_written_before: Option<BTreeMap<PageNum, u32>>,
+    /// Between this node's barrier call and the grant.
+    pub awaiting_grant: bool,
+}
+
+impl SyncState {
+    pub(crate) fn new() -> SyncState {
+        SyncState {
+            threads: 1,
+            locks: (0..MAX_LOCKS).map(|_| LocalLock::default()).collect(),
+            cvs: (0..MAX_CVS).map(|_| LocalCv::default()).collect(),
+            collective: None,
+            wait_epoch: 0,
+            held_for_moves: Vec::new(),
+            diffed_in_barrier: BTreeSet::new(),
+            diffed_here: BTreeSet::new(),
+            migrating: None,
+            proposed_moves: Vec::new(),
+            moving: BTreeMap::new(),
+            barrier_written: None,
+            barrier_written_before: None,
+            awaiting_grant: false,
+        }
+    }
+}
