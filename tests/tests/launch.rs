@@ -202,7 +202,7 @@ fn a_rendezvous_file_left_by_an_earlier_job_is_waited_past() {
                 .unwrap();
             std::io::Write::write_all(
                 &mut f,
-                format!("DSM1 job 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
+                format!("DSM1 RENDEZVOUS job 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
             )
             .unwrap();
         },

@@ -9,6 +9,7 @@ use super::node::{JobEnv, local_config, my_address, route_to};
 use super::rendezvous::{
     Keep, Rendezvous, cluster_job_id, publish_rendezvous, read_rendezvous_file, rendezvous_file,
 };
+use super::wire::Line;
 
 /// Rank and size given by a cluster launcher: Slurm's `srun`, Open MPI's or MPICH's `mpirun`.
 pub fn cluster_rank_size() -> Option<(u16, u16, &'static str)> {
@@ -52,7 +53,12 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
             .map_err(|e| format!("rendezvous: {e}"))?;
         let addr = SocketAddr::new(my_address(), rv.addr().map_err(|e| e.to_string())?.port());
         let job = cluster_job_id();
-        publish_rendezvous(&file, &format!("DSM1 {job} {addr} {cookie:016x}\n"))
+        let published = Line::Published {
+            job: job.clone(),
+            addr,
+            cookie,
+        };
+        publish_rendezvous(&file, &published.encode())
             .map_err(|e| format!("writing {}: {e}", file.display()))?;
         let published = file.clone();
         // The program's asynchronous signals are for the program's threads (see `Dsm`).

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::node::JobEnv;
 use super::rendezvous::{Keep, Rendezvous};
 use super::watch::{Heard, Standing, tell};
+use super::wire::Line;
 use crate::config::{Config, Host};
 use crate::sys::signals;
 
@@ -639,11 +640,13 @@ pub fn run(spec: &JobSpec) -> JobEnd {
     let result = run_watched(spec, &mut control, &mut words, &mut forwarders);
     // The nodes' last lines (a failing node's message among them) before dsmrun's verdict.
     finish_forwarding(forwarders);
-    let node_stats = words.of(&mut control, 0).and_then(|lines| {
-        lines
-            .iter()
-            .find_map(|l| l.strip_prefix("DSM1 STATS ").map(str::to_owned))
-    });
+    let node_stats = words.stats(&mut control);
+    if words.refused() > 0 {
+        log::warn!(
+            "{} line(s) on the nodes' control connections were refused (not the job's words)",
+            words.refused()
+        );
+    }
     JobEnd { result, node_stats }
 }
 
@@ -833,9 +836,13 @@ fn watch(
 /// ends those left.
 fn end_for(w: &mut Watched<'_>, failure: JobFailure) -> JobFailure {
     let line = match &failure {
-        JobFailure::Node { node, how, .. } => format!("DSM1 LOST {node} {how}\n"),
+        JobFailure::Node { node, how, .. } => Line::Lost {
+            node: *node as u16,
+            how: how.clone(),
+        }
+        .encode(),
         // dsmrun says it itself; a node 0 that watches says it as its own end.
-        JobFailure::Stuck(what) if w.in_node0 => format!("DSM1 STUCK {what}\n"),
+        JobFailure::Stuck(what) if w.in_node0 => Line::Stuck(what.clone()).encode(),
         _ => String::new(),
     };
     // A node 0 that watches its own job is told last, once the others have ended: it ends this

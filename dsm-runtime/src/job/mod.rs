@@ -8,14 +8,17 @@
 //! | [`cluster`] | every node | rank and size from srun or mpirun; rank 0 starts the rendezvous |
 //! | [`launcher`] | dsmrun, `jia_init` | starts the nodes (children or over ssh), forwards their output, watches them, ends the job on a failure or a hang |
 //!
-//! The launcher's control channel to each node carries `DSM1` lines both ways (`LOST` to nodes;
-//! `WAIT`, `RUN`, `BYE`, `BLAME` from them): its node side is `crate::service::control`.
+//! Every line the launcher, the rendezvous and the nodes say to each other is a
+//! [`wire::Line`], encoded and parsed in one place. The launcher's control channel to each node
+//! carries them both ways (`LOST`, `STUCK` to nodes; `WAIT`, `RUN`, `BYE`, `BLAME`, `STATS`
+//! from them): its node side is `crate::service::control`.
 
 pub mod cluster;
 pub mod launcher;
 pub mod node;
 pub mod rendezvous;
 mod watch;
+pub(crate) mod wire;
 
 pub use launcher::{JobFailure, JobSpec};
 pub use node::JobEnv;

@@ -22,6 +22,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
+use super::wire::{Line, PeersWord};
 use crate::config::Config;
 
 /// What a launched node is told.
@@ -126,7 +127,12 @@ pub fn join(
     let stream = TcpStream::connect_timeout(&env.rendezvous, timeout).map_err(fail)?;
     stream.set_read_timeout(Some(timeout)).map_err(fail)?;
     let mut w = stream.try_clone().map_err(fail)?;
-    writeln!(w, "DSM1 HELLO {:016x} {} {}", env.cookie, env.rank, my_addr).map_err(fail)?;
+    let hello = Line::Hello {
+        cookie: env.cookie,
+        rank: env.rank,
+        addr: my_addr,
+    };
+    w.write_all(hello.encode().as_bytes()).map_err(fail)?;
     // Byte by byte: the stream outlives this function as the control channel, so nothing past
     // the line may be buffered away.
     let mut line = Vec::new();
@@ -141,15 +147,8 @@ pub fn join(
         }
     }
     let line = String::from_utf8_lossy(&line).into_owned();
-    let mut words = line.split_whitespace();
-    let first = words.next();
-    let second = words.next();
-    let keep = matches!(second, Some("KEEP" | "WATCH"));
-    let launcher_outside = second == Some("KEEP");
-    match (first, second) {
-        (Some("DSM1"), Some("PEERS" | "KEEP" | "WATCH")) => {
-            let peers: Result<Vec<SocketAddr>, _> = words.map(str::parse).collect();
-            let peers = peers.map_err(|_| format!("bad peer list from the rendezvous: {line}"))?;
+    match Line::parse(&line) {
+        Ok(Line::Peers { how, addrs: peers }) => {
             if peers.len() != usize::from(env.size) {
                 return Err(format!(
                     "the rendezvous sent {} peers for a job of {}",
@@ -157,24 +156,25 @@ pub fn join(
                     env.size
                 ));
             }
-            let control = if keep {
+            let control = if how == PeersWord::Peers {
+                None
+            } else {
                 stream.set_read_timeout(None).map_err(fail)?;
                 stream.set_nonblocking(true).map_err(fail)?;
                 Some(Control {
                     stream,
-                    launcher_outside,
+                    launcher_outside: how == PeersWord::Keep,
                 })
-            } else {
-                None
             };
             Ok((peers, control))
         }
-        (Some("DSM1"), Some("ERROR")) => Err(format!(
-            "the rendezvous refused node {}: {}",
-            env.rank,
-            words.collect::<Vec<_>>().join(" ")
+        Ok(Line::Error(why)) => Err(format!("the rendezvous refused node {}: {why}", env.rank)),
+        Ok(other) => Err(format!(
+            "the rendezvous answered {} with {other:?}, not the peers",
+            env.rendezvous
         )),
-        _ => Err(format!(
+        Err(e) if !line.is_empty() => Err(format!("bad answer from the rendezvous: {e}")),
+        Err(_) => Err(format!(
             "no answer from the rendezvous {} within {timeout:?}",
             env.rendezvous
         )),

@@ -6,6 +6,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use super::wire::{Line, PeersWord};
+
 /// Whether the rendezvous keeps the nodes' connections as the job's control channels, and who
 /// watches the job through them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,14 +183,15 @@ impl Rendezvous {
                     .position(|&b| b == b'\n')
                     .unwrap_or(p.line.len());
                 let line = String::from_utf8_lossy(&p.line[..end]).into_owned();
-                let w: Vec<&str> = line.split_whitespace().collect();
-                let parsed = match (complete, w.as_slice()) {
-                    (true, ["DSM1", "HELLO", c, r, a]) => (|| {
-                        u64::from_str_radix(c, 16).ok().filter(|&c| c == cookie)?;
-                        let r: u16 = r.parse().ok().filter(|&r| r < size)?;
-                        let a: SocketAddr = a.parse().ok()?;
-                        Some((r, a))
-                    })(),
+                let parsed = match (complete, Line::parse(&line)) {
+                    (
+                        true,
+                        Ok(Line::Hello {
+                            cookie: c,
+                            rank,
+                            addr,
+                        }),
+                    ) if c == cookie && rank < size => Some((rank, addr)),
                     _ => None,
                 };
                 match parsed {
@@ -197,7 +200,8 @@ impl Rendezvous {
                         joined[usize::from(r)] = Some((a, p.stream));
                     }
                     _ => {
-                        let _ = p.stream.write_all(b"DSM1 ERROR bad hello\n");
+                        let refusal = Line::Error("bad hello".into()).encode();
+                        let _ = p.stream.write_all(refusal.as_bytes());
                     }
                 }
             }
@@ -205,17 +209,13 @@ impl Rendezvous {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        let list: Vec<String> = joined
-            .iter()
-            .flatten()
-            .map(|(a, _)| a.to_string())
-            .collect();
-        let word = match keep {
-            Keep::No => "PEERS",
-            Keep::Launcher => "KEEP",
-            Keep::Rank0 => "WATCH",
+        let how = match keep {
+            Keep::No => PeersWord::Peers,
+            Keep::Launcher => PeersWord::Keep,
+            Keep::Rank0 => PeersWord::Watch,
         };
-        let msg = format!("DSM1 {word} {}\n", list.join(" "));
+        let addrs = joined.iter().flatten().map(|(a, _)| *a).collect();
+        let msg = Line::Peers { how, addrs }.encode();
         let mut streams = Vec::with_capacity(joined.len());
         for (_, mut s) in joined.into_iter().flatten() {
             let _ = s.write_all(msg.as_bytes());
@@ -305,15 +305,13 @@ fn read_rendezvous(file: &std::path::Path, job: &str) -> Result<(SocketAddr, u64
     (&f).take(512)
         .read_to_string(&mut text)
         .map_err(|e| e.to_string())?;
-    let w: Vec<&str> = text.split_whitespace().collect();
-    match w.as_slice() {
-        ["DSM1", j, addr, cookie] if *j == job => {
-            match (addr.parse(), u64::from_str_radix(cookie, 16)) {
-                (Ok(a), Ok(c)) => Ok((a, c)),
-                _ => Err("malformed".into()),
-            }
-        }
-        ["DSM1", j, ..] => Err(format!("written for job {j}, not {job}")),
+    match Line::parse(text.lines().next().unwrap_or("")) {
+        Ok(Line::Published {
+            job: j,
+            addr,
+            cookie,
+        }) if j == job => Ok((addr, cookie)),
+        Ok(Line::Published { job: j, .. }) => Err(format!("written for job {j}, not {job}")),
         _ => Err("malformed".into()),
     }
 }
@@ -395,7 +393,12 @@ mod tests {
             read_rendezvous(&file, "j1").is_err(),
             "a link is not trusted"
         );
-        publish_rendezvous(&file, "DSM1 j1 127.0.0.1:5000 00000000000000ab\n").unwrap();
+        let line = Line::Published {
+            job: "j1".into(),
+            addr: "127.0.0.1:5000".parse().unwrap(),
+            cookie: 0xab,
+        };
+        publish_rendezvous(&file, &line.encode()).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         let mode = std::fs::symlink_metadata(&file)
             .unwrap()

@@ -7,6 +7,8 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use super::wire::{Line, Lines};
+
 /// How a node stands, as its watcher knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Standing {
@@ -15,17 +17,17 @@ pub(super) enum Standing {
     Failed,
 }
 
-/// What the nodes say on their control connections: while they run, whether they wait
-/// (`DSM1 WAIT <in flight> <received> <what>`, `DSM1 RUN`: see `crate::progress`); last, when
-/// they end, `DSM1 BYE` (the node left the job properly, once its jia_exit was complete) or
-/// `DSM1 BLAME <node> <why>` (it ends because it lost that node). A node writes its last words
+/// What the nodes say on their control connections ([`super::wire::Line`]): while they run,
+/// whether they wait (`WAIT <in flight> <received> <what>`, `RUN`: see `crate::progress`); last,
+/// when they end, `BYE` (the node left the job properly, once its jia_exit was complete) or
+/// `BLAME <node> <why>` (it ends because it lost that node). A node writes its last words
 /// before it ends, so they are there, or on their way from a remote host, by the time its exit is
-/// seen; reading them waits 0.5 s at most.
+/// seen; reading them waits 0.5 s at most. A line that does not parse is refused and counted.
 pub(super) struct Heard {
     /// Lines other than WAIT/RUN, per node.
-    lines: Vec<Vec<String>>,
-    /// Bytes of an unfinished line, per node.
-    partial: Vec<Vec<u8>>,
+    lines: Vec<Vec<Line>>,
+    /// Each node's connection, cut into lines.
+    readers: Vec<Lines>,
     /// The node's connection was read to its end.
     drained: Vec<bool>,
     /// Per node, its last WAIT report: (in flight, received, what).
@@ -47,11 +49,14 @@ const REPORT_FRESH_FOR: Duration = Duration::from_secs(1);
 /// in flight, counted, until it arrives).
 const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
 
+/// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
+const KEPT_LINES: usize = 64;
+
 impl Heard {
     pub(super) fn new(n: usize) -> Heard {
         Heard {
             lines: vec![Vec::new(); n],
-            partial: vec![Vec::new(); n],
+            readers: (0..n).map(|_| Lines::default()).collect(),
             drained: vec![false; n],
             waiting: vec![None; n],
             changed: Instant::now(),
@@ -61,23 +66,23 @@ impl Heard {
     }
 
     fn take_lines(&mut self, k: usize, bytes: &[u8]) {
-        self.partial[k].extend_from_slice(bytes);
-        while let Some(end) = self.partial[k].iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial[k].drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line[..end]).into_owned();
-            let mut w = line.splitn(5, ' ');
-            match (w.next(), w.next()) {
-                (Some("DSM1"), Some("WAIT")) => {
-                    let num = |v: Option<&str>| v.and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
-                    let (flight, received) = (num(w.next()), num(w.next()));
-                    let report = Some((flight, received, w.next().unwrap_or("").to_owned()));
+        let mut got = Vec::new();
+        self.readers[k].feed(bytes, |l| got.push(l));
+        for line in got {
+            match line {
+                Line::Wait {
+                    in_flight,
+                    received,
+                    what,
+                } => {
+                    let report = Some((in_flight, received, what));
                     self.reported[k] = Instant::now();
                     if self.waiting[k] != report {
                         self.waiting[k] = report;
                         self.changed = Instant::now();
                     }
                 }
-                (Some("DSM1"), Some("RUN")) => {
+                Line::Run => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
                 }
@@ -85,14 +90,25 @@ impl Heard {
                 // have gone from a long wait through its last barrier and exit between two
                 // reports (250 ms apart), and its report would stay fresh while it lingers
                 // after the others ended (a job was once ended as stuck so, under load).
-                (Some("DSM1"), Some("BYE")) => {
+                Line::Bye => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
-                    self.lines[k].push(line);
+                    self.keep(k, Line::Bye);
                 }
-                _ => self.lines[k].push(line),
+                other => self.keep(k, other),
             }
         }
+    }
+
+    fn keep(&mut self, k: usize, line: Line) {
+        if self.lines[k].len() < KEPT_LINES {
+            self.lines[k].push(line);
+        }
+    }
+
+    /// Lines refused so far, over every node's connection.
+    pub(super) fn refused(&self) -> u64 {
+        self.readers.iter().map(|r| r.refused).sum()
     }
 
     /// Reads what the nodes said since the last look, without waiting.
@@ -118,11 +134,7 @@ impl Heard {
     }
 
     /// Node `k`'s lines, read to the end of its connection (`None`: no connection to read).
-    pub(super) fn of(
-        &mut self,
-        control: &mut [std::net::TcpStream],
-        k: usize,
-    ) -> Option<&[String]> {
+    pub(super) fn of(&mut self, control: &mut [std::net::TcpStream], k: usize) -> Option<&[Line]> {
         let stream = control.get_mut(k)?;
         if k >= self.lines.len() {
             return None;
@@ -133,7 +145,9 @@ impl Heard {
             let mut buf = [0u8; 1024];
             loop {
                 match stream.read(&mut buf) {
-                    Ok(n) if n > 0 && self.lines[k].len() < 64 => self.take_lines(k, &buf[..n]),
+                    Ok(n) if n > 0 && self.lines[k].len() < KEPT_LINES => {
+                        self.take_lines(k, &buf[..n]);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     _ => break,
                 }
@@ -143,19 +157,18 @@ impl Heard {
         Some(&self.lines[k])
     }
 
-    /// Node `k` by its control connection alone: one read to its end after `DSM1 BYE` left the
-    /// job, one read to its end without it failed.
+    /// Node `k` by its control connection alone: one read to its end after `BYE` left the job,
+    /// one read to its end without it failed.
     pub(super) fn standing(&self, k: usize) -> Standing {
         match self.drained.get(k) {
-            Some(true) if self.lines[k].iter().any(|l| l == "DSM1 BYE") => Standing::EndedWell,
+            Some(true) if self.lines[k].contains(&Line::Bye) => Standing::EndedWell,
             Some(true) => Standing::Failed,
             _ => Standing::Running,
         }
     }
 
     pub(super) fn said_goodbye(&mut self, control: &mut [std::net::TcpStream], k: usize) -> bool {
-        self.of(control, k)
-            .is_some_and(|l| l.iter().any(|l| l == "DSM1 BYE"))
+        self.of(control, k).is_some_and(|l| l.contains(&Line::Bye))
     }
 
     /// The node `k` blamed for its end, and why.
@@ -164,10 +177,17 @@ impl Heard {
         control: &mut [std::net::TcpStream],
         k: usize,
     ) -> Option<(usize, String)> {
-        self.of(control, k)?.iter().find_map(|l| {
-            let rest = l.strip_prefix("DSM1 BLAME ")?;
-            let (node, why) = rest.split_once(' ')?;
-            Some((node.parse().ok()?, why.to_owned()))
+        self.of(control, k)?.iter().find_map(|l| match l {
+            Line::Blame { node, why } => Some((usize::from(*node), why.clone())),
+            _ => None,
+        })
+    }
+
+    /// Node 0's statistics of every node (JSON), if it sent them.
+    pub(super) fn stats(&mut self, control: &mut [std::net::TcpStream]) -> Option<String> {
+        self.of(control, 0)?.iter().find_map(|l| match l {
+            Line::Stats(json) => Some(json.clone()),
+            _ => None,
         })
     }
 
@@ -203,7 +223,7 @@ impl Heard {
 
 /// Rank 0 of a job started by srun or mpirun watches it as dsmrun does (those launchers cannot
 /// see a node that waits forever): it reads every node's control connection, and when every
-/// node waits for another with nothing on its way, tells them all (`DSM1 STUCK`): each ends, rank 0
+/// node waits for another with nothing on its way, tells them all (`STUCK`): each ends, rank 0
 /// saying what every node waited for. Returns once every connection is closed.
 pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
     use std::os::fd::AsFd;
@@ -219,7 +239,7 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
             // 0's node ends as soon as it is told, and this thread with it, and a connection
             // closed with a node's reports unread is reset, which may overtake the line (rank
             // 1 then waited 10 s and blamed rank 0, once in a full-suite run).
-            let line = format!("DSM1 STUCK {what}\n");
+            let line = Line::Stuck(what).encode();
             let split = 1.min(control.len());
             tell(&mut control[split..], &line);
             let deadline = Instant::now() + Duration::from_secs(5);

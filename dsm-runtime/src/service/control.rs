@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::Service;
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
+use crate::job::wire::Line;
 use crate::sys;
 
 impl Service {
@@ -21,7 +22,7 @@ impl Service {
         let closed = loop {
             match std::io::Read::read(c, &mut buf) {
                 Ok(0) => break Ok(()),
-                Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
+                Ok(n) => self.control_in.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Err(None),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => break Err(Some(e)),
@@ -45,27 +46,32 @@ impl Service {
         self.control = None;
     }
 
-    /// Acts on the whole lines that came on the control channel.
+    /// Acts on the whole lines that came on the control channel (a line that is not the
+    /// launcher's is refused, counted and said).
     fn read_control_lines(&mut self) {
-        while let Some(end) = self.control_buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.control_buf.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            if let Some(what) = line.trim_end().strip_prefix("DSM1 STUCK ") {
-                if self.node.id().0 == 0 {
-                    fatal(&crate::job::JobFailure::Stuck(what.to_owned()).to_string());
+        let bytes = std::mem::take(&mut self.control_in);
+        let mut got = Vec::new();
+        let refused = self.control_lines.refused;
+        self.control_lines.feed(&bytes, |l| got.push(l));
+        if self.control_lines.refused > refused {
+            log::warn!(
+                "{} line(s) on the launcher's control connection refused (not the job's words)",
+                self.control_lines.refused - refused
+            );
+        }
+        for line in got {
+            match line {
+                Line::Stuck(what) if self.node.id().0 == 0 => {
+                    fatal(&crate::job::JobFailure::Stuck(what).to_string());
                 }
-                fatal("the job cannot go on (node 0 says what every node waits for)");
-            }
-            let mut w = line.split_whitespace();
-            if let (Some("DSM1"), Some("LOST"), Some(node)) = (w.next(), w.next(), w.next()) {
-                let how: Vec<&str> = w.collect();
-                fatal_with(
-                    &format!(
-                        "lost node {node}: it {} (reported by the launcher)",
-                        how.join(" ")
-                    ),
+                Line::Stuck(_) => {
+                    fatal("the job cannot go on (node 0 says what every node waits for)")
+                }
+                Line::Lost { node, how } => fatal_with(
+                    &format!("lost node {node}: it {how} (reported by the launcher)"),
                     EXIT_PEER_FAILED,
-                );
+                ),
+                _ => {}
             }
         }
     }
@@ -98,7 +104,7 @@ impl Service {
         if let Some(c) = &mut self.control {
             // The socket is non-blocking; a few bytes always fit. A launcher already gone is
             // found by check_control.
-            let _ = std::io::Write::write_all(c, b"DSM1 BYE\n");
+            let _ = std::io::Write::write_all(c, Line::Bye.encode().as_bytes());
         }
     }
 
@@ -164,11 +170,16 @@ impl Service {
                 let in_flight = now.min(std::mem::replace(&mut self.in_flight_sampled, now));
                 let received: u64 = self.node.stats().msgs_received.iter().sum();
                 self.reported_waiting = true;
-                format!("DSM1 WAIT {in_flight} {received} waits in {what}{held}\n")
+                Line::Wait {
+                    in_flight: in_flight as u64,
+                    received,
+                    what: format!("waits in {what}{held}"),
+                }
+                .encode()
             }
             None if self.reported_waiting => {
                 self.reported_waiting = false;
-                "DSM1 RUN\n".to_string()
+                Line::Run.encode()
             }
             None => return,
         };
@@ -183,7 +194,11 @@ impl Service {
     /// (another node's error met in signal context).
     pub(super) fn blame(&mut self, peer: u16, why: &str) {
         if let Some(c) = &mut self.control {
-            let line = format!("DSM1 BLAME {peer} {}\n", why.replace('\n', " "));
+            let line = Line::Blame {
+                node: peer,
+                why: why.to_owned(),
+            }
+            .encode();
             let _ = std::io::Write::write_all(c, line.as_bytes());
         }
     }

@@ -186,7 +186,7 @@ impl Service {
             let json = stats::nodes_json(nodes);
             if let Some(c) = &mut self.control {
                 // One line; the launcher adds the job's metadata and exit status.
-                let line = format!("DSM1 STATS {json}\n");
+                let line = crate::job::wire::Line::Stats(json.to_string()).encode();
                 let _ = c.set_nonblocking(false);
                 let _ = std::io::Write::write_all(c, line.as_bytes());
                 let _ = c.set_nonblocking(true);

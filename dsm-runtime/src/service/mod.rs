@@ -103,7 +103,10 @@ pub(crate) struct Service {
     control: Option<std::net::TcpStream>,
     /// The watcher is a launcher outside the job (dsmrun), not rank 0.
     launcher_outside: bool,
-    control_buf: Vec<u8>,
+    /// Bytes read from the control connection, not yet cut into lines.
+    control_in: Vec<u8>,
+    /// The control connection's lines, as they complete.
+    control_lines: crate::job::wire::Lines,
     control_checked: Instant,
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
@@ -188,7 +191,8 @@ impl Service {
             exit_done_at: None,
             control,
             launcher_outside,
-            control_buf: Vec::new(),
+            control_in: Vec::new(),
+            control_lines: crate::job::wire::Lines::default(),
             control_checked: Instant::now(),
             warned_thrashing: false,
             progress_reported: Instant::now(),
