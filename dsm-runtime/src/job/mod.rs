@@ -9,7 +9,7 @@
 //! | [`launcher`] | dsmrun, `jia_init` | starts the nodes (children or over ssh), forwards their output, watches them, ends the job on a failure or a hang |
 //!
 //! Every line the launcher, the rendezvous and the nodes say to each other is a
-//! [`wire::Line`], encoded and parsed in one place. The launcher's control channel to each node
+//! `wire::Line`, encoded and parsed in one place. The launcher's control channel to each node
 //! carries them both ways (`LOST`, `STUCK` to nodes; `WAIT`, `RUN`, `BYE`, `BLAME`, `STATS`
 //! from them): its node side is `crate::service::control`.
 
