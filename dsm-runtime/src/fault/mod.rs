@@ -443,6 +443,7 @@ mod contract {
             ("mod.rs", include_str!("mod.rs")),
             ("drive.rs", include_str!("drive.rs")),
             ("program.rs", include_str!("program.rs")),
+            ("allocations.rs", include_str!("allocations.rs")),
             ("door/fastpath.rs", include_str!("../door/fastpath.rs")),
             ("door/slots.rs", include_str!("../door/slots.rs")),
             ("door/context.rs", include_str!("../door/context.rs")),
