@@ -253,7 +253,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         return Err(InitError::Twice);
     }
     job::launcher::end_what_this_process_starts();
-    crate::config::threads_per_node().map_err(InitError::Job)?;
+    crate::config::threads_per_node(door::MAX_THREADS).map_err(InitError::Job)?;
     let (rank, size, cookie, config, stats) = match &env {
         Some(e) => (e.rank, e.size, e.cookie, e.config.clone(), e.stats),
         None => {
@@ -374,7 +374,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     let handle = std::thread::Builder::new()
         .name("dsm-service".into())
         .spawn(move || {
-            let _runtime = progress::runtime_thread();
+            let _runtime = door::threads::runtime_thread();
             // A panic here would leave the application threads waiting for it forever: end the
             // node, so the launcher and the other nodes see it fail (the panic hook has already
             // printed where and why).
@@ -425,7 +425,7 @@ fn bind_to_core((index, count): (usize, usize)) {
     };
     // Threads per node (dsmrun --threads): each node gets that many CPUs.
     // Checked at init: a bad value ended the node there.
-    let threads = crate::config::threads_per_node().unwrap_or(1);
+    let threads = crate::config::threads_per_node(door::MAX_THREADS).unwrap_or(1);
     if count < 2 || count * threads > cpus.len() {
         return log::debug!(
             "bind_to=core: {count} node(s) of {threads} thread(s) on this host, {} CPU(s) \

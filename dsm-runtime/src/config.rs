@@ -199,9 +199,8 @@ impl Default for Config {
 }
 
 /// Threads per node as the launcher set them (`DSM_THREADS`, dsmrun --threads; 1 without it),
-/// or what is wrong with the value.
-pub fn threads_per_node() -> Result<usize, String> {
-    let most = crate::door::MAX_THREADS;
+/// from 1 to `most` (the runtime's thread limit, `MAX_THREADS`), or what is wrong with the value.
+pub fn threads_per_node(most: usize) -> Result<usize, String> {
     match std::env::var("DSM_THREADS") {
         Err(std::env::VarError::NotPresent) => Ok(1),
         Ok(v) => v

@@ -125,34 +125,6 @@ fn spelled(word: u64) -> String {
     }
 }
 
-/// The runtime's own threads in this process (the service thread, a launcher's): never the
-/// program's, whatever they wait for.
-static RUNTIME_THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
-
-/// Marks the calling thread as one of the runtime's own (not the program's) until the guard
-/// drops (at the thread's end: its id may be a program thread's next).
-#[must_use = "the thread counts as the runtime's while the guard lives"]
-pub(crate) fn runtime_thread() -> RuntimeThread {
-    let tid = sys::gettid();
-    RUNTIME_THREADS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(tid);
-    RuntimeThread(tid)
-}
-
-/// One of the runtime's threads, while it lives ([`runtime_thread`]).
-pub(crate) struct RuntimeThread(i32);
-
-impl Drop for RuntimeThread {
-    fn drop(&mut self) {
-        RUNTIME_THREADS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|&t| t != self.0);
-    }
-}
-
 /// The node's report: each wait with the threads in it (`jia_lock(1) (main thread)`,
 /// `jia_barrier_threads(3) (thread 41, thread 42)`), in the order first seen; then, if a barrier
 /// of threads is open, how many of its threads are there. A node whose one thread waits says
@@ -248,10 +220,7 @@ pub(crate) fn node_waits() -> Option<String> {
         }
         return Some(spell_waits(&what));
     };
-    let runtime = RUNTIME_THREADS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let runtime = door::threads::runtime_threads();
     for tid in threads {
         if runtime.contains(&tid) || (seen.contains(&tid) && !undecided.contains(&tid)) {
             continue;

@@ -135,7 +135,7 @@ fn main() -> ExitCode {
     for w in config::unknown_env_vars() {
         log::warn!("{w}");
     }
-    if let Err(e) = config::threads_per_node() {
+    if let Err(e) = config::threads_per_node(dsm_runtime::MAX_THREADS) {
         return usage_error(&e);
     }
     // Settings: defaults < .jiaconf < environment < command line.

@@ -15,6 +15,9 @@ use crate::sys;
 /// node that failed first, not this one).
 pub const EXIT_PEER_FAILED: i32 = 86;
 
+/// Exit status of a job whose race checker found data races (`crate::races::EXIT_RACES`).
+pub const EXIT_RACES: i32 = 66;
+
 /// This node's id, for its messages.
 static RANK: AtomicU32 = AtomicU32::new(0);
 

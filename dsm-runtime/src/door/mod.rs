@@ -34,6 +34,7 @@ pub(crate) mod request;
 pub(crate) mod slots;
 pub(crate) mod state;
 mod sync;
+pub(crate) mod threads;
 
 use std::cell::Cell;
 

@@ -66,7 +66,7 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         std::thread::Builder::new()
             .name("dsm-rendezvous".into())
             .spawn(move || {
-                let _runtime = crate::progress::runtime_thread();
+                let _runtime = crate::door::threads::runtime_thread();
                 let served = rv.serve(size, cookie, timeout, Keep::Rank0);
                 // Every rank has read it (or the job failed): it has served its purpose.
                 let _ = std::fs::remove_file(&published);

@@ -126,7 +126,7 @@ fn describe(status: ExitStatus, local_pid: Option<u32>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) if c == crate::EXIT_PEER_FAILED => "ended because another node failed".into(),
-        (Some(c), _) if c == crate::races::EXIT_RACES => {
+        (Some(c), _) if c == crate::door::end::EXIT_RACES => {
             format!("found data races (status {c}: the report is above)")
         }
         (Some(c), _) => format!("exited with status {c}"),
@@ -366,7 +366,7 @@ fn prepare(spec: &JobSpec) -> Result<Prepared, JobFailure> {
         .iter()
         .find(|(k, _)| k == "DSM_THREADS")
         .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| crate::config::threads_per_node().unwrap_or(1));
+        .unwrap_or_else(|| crate::config::threads_per_node(crate::door::MAX_THREADS).unwrap_or(1));
     check_local_load(
         local.iter().filter(|&&l| l).count(),
         threads,
@@ -1106,9 +1106,9 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     std::thread::Builder::new()
         .name("dsm-launcher".into())
         .spawn(move || {
-            let _runtime = crate::progress::runtime_thread();
+            let _runtime = crate::door::threads::runtime_thread();
             let rv_thread = std::thread::spawn(move || {
-                let _runtime = crate::progress::runtime_thread();
+                let _runtime = crate::door::threads::runtime_thread();
                 rv.serve(n as u16, cookie, timeout, Keep::Rank0)
             });
             let nodes: Vec<usize> = (1..n).collect();

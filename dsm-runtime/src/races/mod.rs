@@ -39,7 +39,7 @@ use std::sync::{Mutex, OnceLock};
 /// Threads per node the vector clocks have room for.
 pub const VC_THREADS: usize = 64;
 /// The exit status of a job in which races were found (ThreadSanitizer's).
-pub const EXIT_RACES: i32 = 66;
+pub const EXIT_RACES: i32 = crate::door::end::EXIT_RACES;
 const PAGE: usize = dsm_core::PAGE_SIZE;
 
 /// Whether this process checks for races.
