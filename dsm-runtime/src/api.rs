@@ -406,7 +406,12 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         let slots = dsm
             .alloc::<u32>(words, AllocPolicy::OnNode(NodeId(0)))
             .unwrap_or_else(|e| fatal(&format!("check_races: no room for its clocks: {e}")));
-        crate::races::start(&dsm, (base, len), (slots.as_ptr() as usize, words));
+        crate::races::start(
+            dsm.id() as u16,
+            dsm.nodes() as u16,
+            (base, len),
+            (slots.as_ptr() as usize, words),
+        );
     }
     Ok(dsm)
 }
@@ -937,7 +942,10 @@ impl Dsm {
         }
         let _w = progress::waiting("jia_exit");
         // Before this node's exit message: node 0 gathers every node's records.
-        crate::races::gather_records(self);
+        crate::races::gather_records(
+            |to, bytes| self.send_race_records(to, bytes),
+            |from| self.receive_race_records(from),
+        );
         self.call_or_die(Call::Exit);
         if let Some(h) = self
             .service

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 ///
 /// # Safety
 /// Implementors must be `Copy`, have no padding and accept every bit pattern; their size must be
-/// a power of two no larger than [`PAGE_SIZE`](crate::PAGE_SIZE) (so that, in an allocation,
+/// a power of two no larger than [`PAGE_SIZE`](dsm_core::PAGE_SIZE) (so that, in an allocation,
 /// which starts on a page boundary, every element is aligned to its size), and their hidden
 /// `load_relaxed`/`store_relaxed` must be single atomic accesses of the whole element.
 pub unsafe trait Shared: Copy + Send + Sync + 'static {
@@ -121,7 +121,7 @@ impl<T: Shared> SharedArray<T> {
     pub(crate) fn new(ptr: *mut T, len: usize) -> SharedArray<T> {
         // The atomic accesses of `get` and `set` rely on it (see `Shared`).
         assert!(
-            (ptr as usize) % crate::PAGE_SIZE == 0,
+            (ptr as usize) % dsm_core::PAGE_SIZE == 0,
             "a shared allocation at {ptr:?} off a page boundary"
         );
         SharedArray {
@@ -408,7 +408,7 @@ mod tests {
     /// Page-aligned private memory standing in for an allocation (the accessors work on any
     /// memory of the process).
     #[repr(C, align(4096))]
-    struct Pages([u8; 20 * crate::PAGE_SIZE]);
+    struct Pages([u8; 20 * dsm_core::PAGE_SIZE]);
 
     fn array<T: Shared>(pages: &mut Pages) -> SharedArray<T> {
         let len = pages.0.len() / std::mem::size_of::<T>();
@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn get_and_set_every_type() {
-        let mut pages = Box::new(Pages([0; 20 * crate::PAGE_SIZE]));
+        let mut pages = Box::new(Pages([0; 20 * dsm_core::PAGE_SIZE]));
         let a = array::<f64>(&mut pages);
         a.set(3, -1.5);
         assert_eq!((a.get(3), a.get(2)), (-1.5, 0.0));
@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn read_from_stores_partial_chunks_and_a_partial_last_element() {
-        let mut pages = Box::new(Pages([0; 20 * crate::PAGE_SIZE]));
+        let mut pages = Box::new(Pages([0; 20 * dsm_core::PAGE_SIZE]));
         let a = array::<u64>(&mut pages);
         for i in 0..12 {
             a.set(i, u64::MAX);
@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn read_from_stores_what_came_before_an_error() {
-        let mut pages = Box::new(Pages([0; 20 * crate::PAGE_SIZE]));
+        let mut pages = Box::new(Pages([0; 20 * dsm_core::PAGE_SIZE]));
         let a = array::<u32>(&mut pages);
         let mut r = Dribble {
             bytes: vec![1, 2, 3, 4, 5, 6],
@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn write_to_gives_the_bytes_across_several_buffers() {
-        let mut pages = Box::new(Pages([0; 20 * crate::PAGE_SIZE]));
+        let mut pages = Box::new(Pages([0; 20 * dsm_core::PAGE_SIZE]));
         let a = array::<u16>(&mut pages);
         let len = a.len();
         assert!(len * 2 > IO_BOUNCE_BYTES);
@@ -508,7 +508,7 @@ mod tests {
             .collect();
         assert!(out == want);
         // And back: a whole file in one call, through several buffers.
-        let mut other = Box::new(Pages([0; 20 * crate::PAGE_SIZE]));
+        let mut other = Box::new(Pages([0; 20 * dsm_core::PAGE_SIZE]));
         let b = array::<u16>(&mut other);
         assert_eq!(b.read_from(1..len, &mut &out[..]).unwrap(), out.len());
         assert!((1..len).all(|i| b.get(i) == (i * 7) as u16));

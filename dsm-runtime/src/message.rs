@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use dsm_core::NodeId;
 use dsm_core::mailbox::{Channel, Filter, Letter};
 
-use crate::Dsm;
+use crate::api::Dsm;
 use crate::door::end::fatal;
 use crate::door::request::{Call, Reply};
 

@@ -93,7 +93,7 @@ impl JobFailure {
 fn status_code(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(c), _) if c == crate::EXIT_PEER_FAILED => 1,
+        (Some(c), _) if c == crate::door::end::EXIT_PEER_FAILED => 1,
         (Some(c), _) => (c & 0xff) as u8,
         (None, Some(s)) => (128 + s).clamp(1, 255) as u8,
         _ => 1,
@@ -125,7 +125,9 @@ pub fn resolve(host: &str) -> Result<IpAddr, String> {
 fn describe(status: ExitStatus, local_pid: Option<u32>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(c), _) if c == crate::EXIT_PEER_FAILED => "ended because another node failed".into(),
+        (Some(c), _) if c == crate::door::end::EXIT_PEER_FAILED => {
+            "ended because another node failed".into()
+        }
         (Some(c), _) if c == crate::door::end::EXIT_RACES => {
             format!("found data races (status {c}: the report is above)")
         }
@@ -925,13 +927,14 @@ fn poll_children(
             }
             // Once one echo of another node's failure is known, look past the others.
             Ok(Some(status))
-                if known.is_some() && status.code() == Some(crate::EXIT_PEER_FAILED) => {}
+                if known.is_some() && status.code() == Some(crate::door::end::EXIT_PEER_FAILED) => {
+            }
             Ok(Some(status)) => {
                 return Err(JobFailure::Node {
                     node: i,
                     host: spec.hosts[i].address.clone(),
                     how: describe(status, (!remote[i]).then(|| c.id())),
-                    peer_failed: status.code() == Some(crate::EXIT_PEER_FAILED),
+                    peer_failed: status.code() == Some(crate::door::end::EXIT_PEER_FAILED),
                     code: status_code(status),
                 });
             }
@@ -954,7 +957,7 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
         let ended_for_another = child_of(node).is_some_and(|c| {
             matches!(
                 ended(&mut w.children[c], w.remote[node]),
-                Ok(Some(s)) if s.code() == Some(crate::EXIT_PEER_FAILED)
+                Ok(Some(s)) if s.code() == Some(crate::door::end::EXIT_PEER_FAILED)
             )
         });
         let Some((next, next_why)) = ended_for_another
@@ -993,7 +996,8 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
         }
         match ended(&mut w.children[c], w.remote[node]) {
             Ok(Some(status))
-                if !status.success() && status.code() != Some(crate::EXIT_PEER_FAILED) =>
+                if !status.success()
+                    && status.code() != Some(crate::door::end::EXIT_PEER_FAILED) =>
             {
                 return Some(JobFailure::Node {
                     node,

@@ -298,10 +298,9 @@ pub(crate) fn slot_words_for(nodes: usize) -> usize {
         * slot_words(nodes)
 }
 
-/// Starts checking (every node, at init): `region` is the shared region, `slots` the clock
-/// slots' words of shared memory (see [`slot_words_for`]).
-pub(crate) fn start(dsm: &crate::Dsm, region: (usize, usize), slots: (usize, usize)) {
-    let (node, nodes) = (dsm.id() as u16, dsm.nodes() as u16);
+/// Starts checking (every node, at init): this is `node` of `nodes`, `region` is the shared
+/// region, `slots` the clock slots' words of shared memory (see [`slot_words_for`]).
+pub(crate) fn start(node: u16, nodes: u16, region: (usize, usize), slots: (usize, usize)) {
     let slots = crate::sys::shared_words(slots.0, slots.1);
     let checker = Checker {
         node,
@@ -967,8 +966,9 @@ pub(crate) fn allocated(addr: usize, bytes: usize, element: usize, from: From) {
 }
 
 /// At `jia_exit`, before the node's exit message: this thread's segment ends, and the node's
-/// records go to node 0, which takes every other node's.
-pub(crate) fn gather_records(dsm: &crate::Dsm) {
+/// records go to node 0, which takes every other node's, through `send(node, bytes)` and
+/// `receive(node)` (the API's channel of the checker's letters).
+pub(crate) fn gather_records(send: impl Fn(usize, &[u8]), receive: impl Fn(usize) -> Vec<u8>) {
     if !on() {
         return;
     }
@@ -1020,16 +1020,16 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
         log.packed_count = count;
     };
     if c.node != 0 {
-        dsm.send_race_records(0, &summary::encode_touches(&touches));
-        let candidates = summary::decode_candidates(&dsm.receive_race_records(0))
+        send(0, &summary::encode_touches(&touches));
+        let candidates = summary::decode_candidates(&receive(0))
             .unwrap_or_else(|e| own("the candidates node 0 sent", e));
         keep_candidates(&mut log, &candidates);
-        dsm.send_race_records(0, &records::encode(&log));
+        send(0, &records::encode(&log));
         return;
     }
     let mut all = vec![touches];
     for n in 1..c.nodes {
-        match summary::decode_touches(&dsm.receive_race_records(usize::from(n))) {
+        match summary::decode_touches(&receive(usize::from(n))) {
             Ok(t) => all.push(t),
             Err(e) => crate::door::end::fatal(&format!("check_races: node {n}'s touches: {e}")),
         }
@@ -1038,7 +1038,7 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
     drop(all);
     let sent = summary::encode_candidates(&candidates);
     for n in 1..c.nodes {
-        dsm.send_race_records(usize::from(n), &sent);
+        send(usize::from(n), &sent);
     }
     keep_candidates(&mut log, &candidates);
     // Node 0's own records unpacked as the others' are.
@@ -1046,7 +1046,7 @@ pub(crate) fn gather_records(dsm: &crate::Dsm) {
         .unwrap_or_else(|e| crate::door::end::fatal(&format!("check_races: own records: {e}")));
     let mut logs = vec![own];
     for n in 1..c.nodes {
-        let bytes = dsm.receive_race_records(usize::from(n));
+        let bytes = receive(usize::from(n));
         match records::decode(&bytes) {
             Ok(l) if l.node == n => logs.push(l),
             Ok(l) => crate::door::end::fatal(&format!(

@@ -322,7 +322,7 @@ mod tests {
     fn acc(site: u32, write: bool, lo: u16, hi: u16) -> Access {
         // Bits for writes and runs for reads: both forms, and both mixed, are compared.
         let bytes = if write {
-            let mut bits: Box<PageBits> = Box::new([0; crate::PAGE_SIZE / 64]);
+            let mut bits: Box<PageBits> = Box::new([0; dsm_core::PAGE_SIZE / 64]);
             super::super::set_bits(&mut bits, lo.into(), hi.into());
             Bytes::Bits(bits)
         } else {
