@@ -36,10 +36,16 @@ running() { # running: wait (up to 60 s) until every node of the probe job has p
   done
 }
 
-newest() { # newest PREFIX: the newest process whose command line starts with PREFIX (no pgrep here)
-  for d in /proc/[0-9]*; do
-    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "^$1" && echo "${d#/proc/}"
-  done | sort -n | tail -1
+newest() { # newest PREFIX: the newest process whose command line starts with PREFIX (no pgrep
+  # here), looked for up to 5 s: a look that meets processes ending meanwhile may find none
+  n=0
+  while [ $n -lt 50 ]; do
+    found=$(for d in /proc/[0-9]*; do
+      { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -q "^$1" && echo "${d#/proc/}"
+    done | sort -n | tail -1)
+    [ -n "$found" ] && { echo "$found"; return 0; }
+    sleep 0.1; n=$((n + 1))
+  done
 }
 
 apps() { # apps PREFIX RUNNER...
