@@ -130,7 +130,7 @@ fn spelled(word: u64) -> String {
 /// of threads is open, how many of its threads are there. A node whose one thread waits says
 /// its wait alone (`jia_lock(1)`).
 fn spell_waits(waits: &[(String, i32)]) -> String {
-    let pid = sys::process::pid();
+    let pid = std::process::id() as i32;
     let mut kinds: Vec<(&str, Vec<i32>)> = Vec::new();
     for (what, tid) in waits {
         match kinds.iter_mut().find(|(w, _)| *w == what.as_str()) {
@@ -206,11 +206,7 @@ pub(crate) fn node_waits() -> Option<String> {
     drop(waits);
     // A thread registered in a waiting call may still be working on its way in or out (the
     // race checker's records at jia_exit): only one the kernel has asleep waits.
-    let asleep = |tid: i32| !sys::process::runs(tid);
-    if !what.iter().all(|&(_, tid)| asleep(tid)) {
-        return None;
-    }
-    if what.is_empty() {
+    if what.is_empty() || what.iter().any(|&(_, tid)| sys::process::runs(tid)) {
         return None;
     }
     let Some(threads) = sys::process::threads() else {
@@ -221,11 +217,12 @@ pub(crate) fn node_waits() -> Option<String> {
         return Some(spell_waits(&what));
     };
     let runtime = door::threads::runtime_threads();
+    let mut look = sys::process::ThreadLook::default();
     for tid in threads {
         if runtime.contains(&tid) || (seen.contains(&tid) && !undecided.contains(&tid)) {
             continue;
         }
-        if !sys::process::waits_for_a_thread(tid) {
+        if !look.waits_for_a_thread(tid) {
             return None;
         }
         what.push((WAITS_FOR_A_THREAD.to_owned(), tid));

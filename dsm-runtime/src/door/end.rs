@@ -88,17 +88,17 @@ pub(crate) fn set_ending() {
     ENDING.store(true, Ordering::SeqCst);
 }
 
-/// Ends the process, from its exit handler, with the program's own `status` once the others
-/// have been told: C's stdio flushed, what the node started ended, then `_exit`. Not `exit`'s
-/// remaining handlers: the service thread, which sees the peers end as they learn of this
-/// node's failure, must not race this thread to end the process with another status (it parks,
-/// see [`LEAVING`]).
+/// Ends the process from its exit handlers (where `exit` may not be called again) with
+/// `status`: C's stdio flushed, what the node started ended (`_exit` skips the handler that
+/// would), then `_exit`. Not `exit`'s remaining handlers: the service thread, which may see the
+/// peers end meanwhile, must not race this thread to end the process with another status (it
+/// parks, see [`LEAVING`]).
 pub(crate) fn leave_with(status: i32) -> ! {
     ENDING.store(true, Ordering::SeqCst);
     LEAVING.store(true, Ordering::SeqCst);
     sys::flush_c_stdio();
     if !super::flags::FORKED.load(Ordering::Relaxed) {
-        sys::process::end_descendants(&[]);
+        sys::process::end_descendants();
     }
     sys::signals::exit_now(status)
 }
@@ -142,18 +142,12 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     std::process::exit(final_status(status));
 }
 
-/// Ends the node from its exit handlers (where `exit` may not be called again) with `dsm node
-/// N: error: MSG` and `status`, C's stdio flushed first.
+/// Ends the node from its exit handlers with `dsm node N: error: MSG` and `status`
+/// ([`leave_with`]).
 pub(crate) fn fatal_flushed(msg: &str, status: i32) -> ! {
-    ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
-    sys::flush_c_stdio();
-    // `_exit` skips the exit handler that ends what the node started: end it here.
-    if !super::flags::FORKED.load(Ordering::Relaxed) {
-        sys::process::end_descendants(&[]);
-    }
-    sys::signals::exit_now(status)
+    leave_with(status)
 }
 
 /// Ends the node from any context without allocating or locking: `dsm node N: error: MSG` by

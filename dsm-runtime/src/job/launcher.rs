@@ -265,7 +265,7 @@ fn oom_killed(pid: u32) -> Option<String> {
 pub(crate) fn end_what_this_process_starts() {
     extern "C" fn at_exit() {
         if !crate::door::flags::FORKED.load(Ordering::Relaxed) {
-            crate::sys::process::end_descendants(&[]);
+            crate::sys::process::end_descendants();
         }
     }
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -288,7 +288,7 @@ pub fn adopt_what_the_nodes_leave() {
 /// Ends every process still running that the launcher's nodes started (nothing a job started
 /// outlives it, as with mpirun and srun). Returns how many there were.
 pub fn end_what_the_nodes_left() -> usize {
-    crate::sys::process::end_descendants(&[])
+    crate::sys::process::end_descendants()
 }
 
 /// Copies a node's output to ours by whole lines, in the order they were completed, as mpirun

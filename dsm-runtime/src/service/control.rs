@@ -19,17 +19,24 @@ impl Service {
         self.control_checked = Instant::now();
         let Some(c) = &mut self.control else { return };
         let mut buf = [0u8; 512];
+        let (mut lines, refused) = (Vec::new(), self.control_lines.refused);
         let closed = loop {
             match std::io::Read::read(c, &mut buf) {
                 Ok(0) => break Ok(()),
-                Ok(n) => self.control_in.extend_from_slice(&buf[..n]),
+                Ok(n) => self.control_lines.feed(&buf[..n], |l| lines.push(l)),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Err(None),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => break Err(Some(e)),
             }
         };
-        // What came before the end is read first: rank 0 closes right after its last word.
-        self.read_control_lines();
+        if self.control_lines.refused > refused {
+            log::warn!(
+                "{} line(s) on the launcher's control connection refused (not the job's words)",
+                self.control_lines.refused - refused
+            );
+        }
+        // What came before the end is acted on first: rank 0 closes right after its last word.
+        self.act_on_control_lines(lines);
         let failed = match closed {
             Err(None) => return,
             Ok(()) => None,
@@ -46,20 +53,9 @@ impl Service {
         self.control = None;
     }
 
-    /// Acts on the whole lines that came on the control channel (a line that is not the
-    /// launcher's is refused, counted and said).
-    fn read_control_lines(&mut self) {
-        let bytes = std::mem::take(&mut self.control_in);
-        let mut got = Vec::new();
-        let refused = self.control_lines.refused;
-        self.control_lines.feed(&bytes, |l| got.push(l));
-        if self.control_lines.refused > refused {
-            log::warn!(
-                "{} line(s) on the launcher's control connection refused (not the job's words)",
-                self.control_lines.refused - refused
-            );
-        }
-        for line in got {
+    /// Acts on the lines that came on the control channel: the launcher's verdicts.
+    fn act_on_control_lines(&self, lines: Vec<Line>) {
+        for line in lines {
             match line {
                 Line::Stuck(what) if self.node.id().0 == 0 => {
                     fatal(&crate::job::JobFailure::Stuck(what).to_string());

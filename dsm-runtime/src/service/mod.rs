@@ -103,8 +103,6 @@ pub(crate) struct Service {
     control: Option<std::net::TcpStream>,
     /// The watcher is a launcher outside the job (dsmrun), not rank 0.
     launcher_outside: bool,
-    /// Bytes read from the control connection, not yet cut into lines.
-    control_in: Vec<u8>,
     /// The control connection's lines, as they complete.
     control_lines: crate::job::wire::Lines,
     control_checked: Instant,
@@ -191,7 +189,6 @@ impl Service {
             exit_done_at: None,
             control,
             launcher_outside,
-            control_in: Vec::new(),
             control_lines: crate::job::wire::Lines::default(),
             control_checked: Instant::now(),
             warned_thrashing: false,

@@ -720,13 +720,11 @@ pub fn exit_status_at_end(status: i32) {
             0 => EXIT_STATUS_AT_END.load(std::sync::atomic::Ordering::Relaxed),
             own => own,
         };
-        // SAFETY: fflush(NULL) flushes every C stream; _exit ends the process with `status`,
-        // skipping the handlers registered before this one (none of them matters once the job
-        // has left).
-        unsafe {
-            libc::fflush(std::ptr::null_mut());
-            libc::_exit(status);
-        }
+        // `_exit` skips the handlers registered before this one (none of them matters once
+        // the job has left) but for the one that ends what the node started: ended here.
+        flush_c_stdio();
+        process::end_descendants();
+        signals::exit_now(status);
     }
     EXIT_STATUS_AT_END.store(status, std::sync::atomic::Ordering::Relaxed);
     if process::on_exit(end).is_err() {

@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 
 /// Makes this process the reaper of its orphaned descendants: a process that a child of ours
 /// started and left behind (`system("... &")`, a double fork) becomes our child instead of
-/// init's, so it stays among our [`descendants`].
+/// init's, so it stays among our descendants ([`end_descendants`]).
 pub fn adopt_orphans() -> io::Result<()> {
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes plain integers and changes only this
     // process's attribute.
@@ -18,9 +18,16 @@ pub fn adopt_orphans() -> io::Result<()> {
     Ok(())
 }
 
-/// The parent of each process, from `/proc/<pid>/stat` (processes that end meanwhile are left
-/// out).
-fn parents() -> Vec<(i32, i32)> {
+/// A process as `/proc/<pid>/stat` shows it.
+struct Proc {
+    pid: i32,
+    parent: i32,
+    /// It has ended and waits to be reaped (a zombie), or is being torn down.
+    ended: bool,
+}
+
+/// Every process now, from `/proc/<pid>/stat` (processes that end meanwhile are left out).
+fn processes() -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -29,47 +36,46 @@ fn parents() -> Vec<(i32, i32)> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // `pid (comm) state ppid ...`: comm may hold spaces and parentheses; it ends at the
         // last `)`.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
-        Some((pid, ppid))
+        let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+        let ended = rest.next()?.starts_with(['Z', 'X']);
+        let parent = rest.next()?.parse().ok()?;
+        Some(Proc { pid, parent, ended })
     })
     .collect()
 }
 
-/// Every process descended from this one now, parents before their children.
-pub fn descendants() -> Vec<i32> {
-    // SAFETY: getpid(2) takes nothing and cannot fail.
-    descendants_of(unsafe { libc::getpid() })
+/// This process's id.
+fn me() -> i32 {
+    std::process::id() as i32
 }
 
-/// Every process descended from `root` now, parents before their children.
-fn descendants_of(root: i32) -> Vec<i32> {
-    let links = parents();
-    let mut found = vec![root];
+/// The processes of `all` descended from `root`, parents before their children.
+fn descendants_of(root: i32, all: &[Proc]) -> Vec<&Proc> {
+    let mut found: Vec<&Proc> = Vec::new();
     let mut k = 0;
-    while k < found.len() {
-        let p = found[k];
-        found.extend(links.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+    let mut parent = root;
+    loop {
+        found.extend(all.iter().filter(|p| p.parent == parent));
+        let Some(next) = found.get(k) else {
+            return found;
+        };
+        parent = next.pid;
         k += 1;
     }
-    found.remove(0);
-    found
 }
 
-/// Ends every descendant of this process but those in `spare` (and theirs) with SIGKILL, and
-/// reaps those that were (or became) its children. Returns how many were ended. A descendant
-/// that starts a process of its own meanwhile is stopped first (SIGSTOP to all, then SIGKILL),
-/// so none escapes between the look and the kill.
-pub fn end_descendants(spare: &[u32]) -> usize {
+/// Ends every descendant of this process still running with SIGKILL, and reaps those that were
+/// (or became) its children. Returns how many were ended. All are stopped first (SIGSTOP), so
+/// none forks a new one between the look and the kill; a second look finds any forked before
+/// the stop.
+pub fn end_descendants() -> usize {
     let mut ended = 0;
-    // Twice: a process a descendant forked between the look and the stop is found the second
-    // time.
     for _ in 0..2 {
-        let all = descendants();
-        let spared = spared(&all, spare);
-        let victims: Vec<i32> = all
-            .into_iter()
-            .filter(|p| !spared.contains(p) && !has_ended(*p))
+        let all = processes();
+        let victims: Vec<i32> = descendants_of(me(), &all)
+            .iter()
+            .filter(|p| !p.ended)
+            .map(|p| p.pid)
             .collect();
         if victims.is_empty() {
             break;
@@ -84,37 +90,10 @@ pub fn end_descendants(spare: &[u32]) -> usize {
         }
         ended += victims.len();
     }
-    reap_ended_children();
+    if ended > 0 {
+        reap_ended_children();
+    }
     ended
-}
-
-/// Whether process `pid` has ended and waits to be reaped (a zombie), or is gone.
-fn has_ended(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-    })
-}
-
-/// The processes of `all` that are in `spare` or descend from one of them.
-fn spared(all: &[i32], spare: &[u32]) -> Vec<i32> {
-    if spare.is_empty() {
-        return Vec::new();
-    }
-    let links = parents();
-    let mut kept: Vec<i32> = spare.iter().map(|&p| p as i32).collect();
-    let mut k = 0;
-    while k < kept.len() {
-        let p = kept[k];
-        kept.extend(
-            links
-                .iter()
-                .filter(|&&(c, pp)| pp == p && all.contains(&c))
-                .map(|&(c, _)| c),
-        );
-        k += 1;
-    }
-    kept
 }
 
 /// Reaps this process's children that have ended (the adopted orphans among them), without
@@ -145,12 +124,6 @@ pub fn threads() -> Option<Vec<i32>> {
     )
 }
 
-/// The process's id (its main thread's kernel id).
-pub fn pid() -> i32 {
-    // SAFETY: getpid(2) takes nothing and cannot fail.
-    unsafe { libc::getpid() }
-}
-
 /// Whether thread `tid` of this process runs or is runnable (`/proc/self/task/<tid>/syscall`
 /// says `running`); a thread that ended does not.
 pub fn runs(tid: i32) -> bool {
@@ -158,75 +131,87 @@ pub fn runs(tid: i32) -> bool {
         .is_ok_and(|t| t.starts_with("running"))
 }
 
-/// Whether `addr` lies in a private mapping of this process (`/proc/self/maps`: its
-/// permissions end in `p`): a futex there is this process's alone, while one in a shared
-/// mapping (a process-shared semaphore or mutex) may be woken by another process.
-fn in_private_mapping(addr: u64) -> bool {
+/// The ranges of this process's private mappings (`/proc/self/maps`: permissions ending in
+/// `p`): a futex there is this process's alone, while one in a shared mapping (a process-shared
+/// semaphore or mutex) may be woken by another process.
+fn private_mappings() -> Vec<std::ops::Range<u64>> {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
+        return Vec::new();
     };
-    maps.lines().any(|l| {
-        let mut w = l.split_whitespace();
-        let (Some(range), Some(perms)) = (w.next(), w.next()) else {
-            return false;
-        };
-        let Some((a, b)) = range.split_once('-') else {
-            return false;
-        };
-        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
-            return false;
-        };
-        (a..b).contains(&addr) && perms.ends_with('p')
-    })
+    maps.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (range, perms) = (w.next()?, w.next()?);
+            let (a, b) = range.split_once('-')?;
+            let range = u64::from_str_radix(a, 16).ok()?..u64::from_str_radix(b, 16).ok()?;
+            perms.ends_with('p').then_some(range)
+        })
+        .collect()
 }
 
-/// Whether thread `tid` of this process sleeps in a futex wait with no timeout on a futex of its
-/// process alone (`pthread_join`, a mutex, a condition variable, a barrier): only another
-/// thread of its process can wake it. From `/proc/self/task/<tid>/syscall` (the system call a
-/// blocked thread is in, and its arguments; `running` for one that is not blocked). A wait on a
-/// futex in shared memory (a process-shared semaphore) does not count: another process may end
-/// it.
-pub fn waits_for_a_thread(tid: i32) -> bool {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
-        return false;
-    };
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let number = |w: Option<&&str>| -> Option<u64> {
-        let w = w?;
-        match w.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).ok(),
-            None => w.parse().ok(),
+/// A look at this process's threads: `/proc/self/maps` is read once, at the first wait on a
+/// futex that is not marked private (`pthread_join`'s, for one).
+#[derive(Default)]
+pub struct ThreadLook {
+    private: Option<Vec<std::ops::Range<u64>>>,
+}
+
+impl ThreadLook {
+    /// Whether thread `tid` of this process sleeps in a futex wait with no timeout on a futex
+    /// of its process alone (`pthread_join`, a mutex, a condition variable, a barrier): only
+    /// another thread of its process can wake it. From `/proc/self/task/<tid>/syscall` (the
+    /// system call a blocked thread is in, and its arguments; `running` for one that is not
+    /// blocked). A wait on a futex in shared memory (a process-shared semaphore) does not
+    /// count: another process may end it.
+    pub fn waits_for_a_thread(&mut self, tid: i32) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+            return false;
+        };
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let number = |w: Option<&&str>| -> Option<u64> {
+            let w = w?;
+            match w.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => w.parse().ok(),
+            }
+        };
+        if number(words.first()) != Some(libc::SYS_futex as u64) {
+            return false;
         }
-    };
-    if number(words.first()) != Some(libc::SYS_futex as u64) {
-        return false;
+        let (Some(addr), Some(op), Some(timeout)) = (
+            number(words.get(1)),
+            number(words.get(2)),
+            number(words.get(4)),
+        ) else {
+            return false;
+        };
+        let command =
+            op & !u64::from((libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME) as u32);
+        let waits = [
+            libc::FUTEX_WAIT,
+            libc::FUTEX_WAIT_BITSET,
+            libc::FUTEX_LOCK_PI,
+            libc::FUTEX_WAIT_REQUEUE_PI,
+        ]
+        .iter()
+        .any(|&c| u64::from(c as u32) == command);
+        let private = op & u64::from(libc::FUTEX_PRIVATE_FLAG as u32) != 0;
+        waits
+            && timeout == 0
+            && (private
+                || self
+                    .private
+                    .get_or_insert_with(private_mappings)
+                    .iter()
+                    .any(|r| r.contains(&addr)))
     }
-    let (Some(addr), Some(op), Some(timeout)) = (
-        number(words.get(1)),
-        number(words.get(2)),
-        number(words.get(4)),
-    ) else {
-        return false;
-    };
-    let command = op & !u64::from((libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME) as u32);
-    let waits = [
-        libc::FUTEX_WAIT,
-        libc::FUTEX_WAIT_BITSET,
-        libc::FUTEX_LOCK_PI,
-        libc::FUTEX_WAIT_REQUEUE_PI,
-    ]
-    .iter()
-    .any(|&c| u64::from(c as u32) == command);
-    let private = op & u64::from(libc::FUTEX_PRIVATE_FLAG as u32) != 0;
-    waits && timeout == 0 && (private || in_private_mapping(addr))
 }
 
 /// Makes the process `cmd` starts receive `sig` when the thread that starts it ends (the
 /// launcher, since it starts its nodes from its main thread), and end at once if that has
 /// already happened: an ssh client never outlives its launcher, even one killed with SIGKILL.
 pub fn dies_with_parent(cmd: &mut std::process::Command, sig: libc::c_int) {
-    // SAFETY: getpid(2) takes nothing and cannot fail.
-    let parent = unsafe { libc::getpid() };
+    let parent = me();
     // SAFETY: the closure runs in the child between fork and exec and makes only
     // async-signal-safe system calls (prctl, getppid), touching no memory but its captures.
     unsafe {
@@ -289,7 +274,7 @@ mod tests {
         // Generous: the joiner must reach its join, the spinner its loop.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !(JOINER.load(Ordering::SeqCst) != 0
-            && super::waits_for_a_thread(JOINER.load(Ordering::SeqCst)))
+            && super::ThreadLook::default().waits_for_a_thread(JOINER.load(Ordering::SeqCst)))
         {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -309,11 +294,11 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(!super::waits_for_a_thread(SLEEPER.load(Ordering::SeqCst)));
+        assert!(!super::ThreadLook::default().waits_for_a_thread(SLEEPER.load(Ordering::SeqCst)));
         let threads = super::threads().expect("/proc/self/task");
         assert!(threads.contains(&JOINER.load(Ordering::SeqCst)));
-        assert!(!super::waits_for_a_thread(SPINNER.load(Ordering::SeqCst)));
-        assert!(!super::waits_for_a_thread(super::super::gettid()));
+        assert!(!super::ThreadLook::default().waits_for_a_thread(SPINNER.load(Ordering::SeqCst)));
+        assert!(!super::ThreadLook::default().waits_for_a_thread(super::super::gettid()));
         STOP.store(true, Ordering::SeqCst);
         let _ = joiner.join();
         drop(tx);
@@ -335,8 +320,15 @@ mod tests {
         )
         .unwrap();
         let grandchild: i32 = line.trim().parse().unwrap();
-        let d = super::descendants_of(child.id() as i32);
-        let mine = super::descendants();
+        let all = super::processes();
+        let d: Vec<i32> = super::descendants_of(child.id() as i32, &all)
+            .iter()
+            .map(|p| p.pid)
+            .collect();
+        let mine: Vec<i32> = super::descendants_of(super::me(), &all)
+            .iter()
+            .map(|p| p.pid)
+            .collect();
         super::super::signals::kill(grandchild as u32, libc::SIGKILL);
         let _ = child.kill();
         let _ = child.wait();
