@@ -82,6 +82,19 @@ pub enum DecodeError {
 
 /// Appends a whole frame (header and payload) for `msg` to `out`.
 pub fn encode_frame(cookie: u64, from: NodeId, msg: &Msg, out: &mut Vec<u8>) {
+    if let Some(body) = encode_frame_head(cookie, from, msg, out) {
+        out.extend_from_slice(body);
+    }
+}
+
+/// Appends `msg`'s frame to `out` but for a grant's page bytes, which it returns: the frame is
+/// `out`'s new bytes followed by them (a transport writes the two without joining them).
+pub fn encode_frame_head<'m>(
+    cookie: u64,
+    from: NodeId,
+    msg: &'m Msg,
+    out: &mut Vec<u8>,
+) -> Option<&'m Arc<[u8]>> {
     let start = out.len();
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.push(VERSION);
@@ -91,8 +104,13 @@ pub fn encode_frame(cookie: u64, from: NodeId, msg: &Msg, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; 4]);
     let payload_start = out.len();
     encode_payload(msg, out);
-    let len = (out.len() - payload_start) as u32;
+    let body = match msg {
+        Msg::GetPageGrant { data, .. } => Some(data),
+        _ => None,
+    };
+    let len = (out.len() - payload_start + body.map_or(0, |b| b.len())) as u32;
     out[start + 14..start + 18].copy_from_slice(&len.to_le_bytes());
+    body
 }
 
 /// The length of `msg`'s frame in bytes, without encoding it.
@@ -149,13 +167,13 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             put_pages(out, pages);
         }
         Msg::GetPageGrant { page, data } => {
+            // The page bytes follow (`encode_frame_head` hands them back, unjoined).
             debug_assert!(
                 !data.is_empty() && data.len() % PAGE_SIZE == 0,
                 "a grant carries whole pages"
             );
             out.extend_from_slice(&page.0.to_le_bytes());
             out.extend_from_slice(&((data.len() / PAGE_SIZE) as u16).to_le_bytes());
-            out.extend_from_slice(data);
         }
         Msg::Diff { id, diffs } => {
             out.extend_from_slice(&id.to_le_bytes());

@@ -36,6 +36,13 @@ pub trait PageMemory {
     }
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
+    /// Writes the whole pages of `data` (a grant's run, or part of it) from `first`, before
+    /// any of them opens: the runtime writes a run with one system call.
+    fn write_run(&mut self, first: PageNum, data: &[u8]) {
+        for (i, bytes) in data.chunks_exact(PAGE_SIZE).enumerate() {
+            self.write(PageNum(first.0 + i as u32), 0, bytes);
+        }
+    }
     /// Sets the application's protection of `count` pages from `first`.
     fn protect(&mut self, first: PageNum, count: u32, prot: Prot);
     /// The `count` pages from `first` left this node's cache: their frames may be given back to

@@ -15,7 +15,7 @@ use crate::error::{ProtocolError, UsageError};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::node::Node;
-use crate::table::{Fetch, Frame};
+use crate::table::{Fetch, Frame, runs_of};
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 
@@ -437,7 +437,9 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// GETPGRANT: install a run of pages and resume their waiters. Room is made for the whole
-    /// run at once; a page of it that was not asked of `from` is refused, the others installed.
+    /// run at once; a page of it that was not asked of `from` is refused, the others installed:
+    /// the bytes of each run of accepted pages written with one [`PageMemory::write_run`], then
+    /// each page opened or marked prefetched.
     pub(crate) fn on_page_grant(
         &mut self,
         now: Time,
@@ -459,24 +461,36 @@ impl<M: PageMemory> Node<M> {
         }
         self.make_room(now, count);
         let mut result = Ok(());
-        for (i, bytes) in data.chunks_exact(PAGE_SIZE).enumerate() {
+        let mut accepted = Vec::with_capacity(count);
+        for i in 0..count {
             let page = PageNum(first.0 + i as u32);
-            let bytes = bytes.try_into().expect("chunks of a page");
-            if let Err(e) = self.install_granted(now, from, page, bytes) {
-                result = result.and(Err(e));
+            match self.accept_granted(now, from, page) {
+                Ok(Some(fetch)) => accepted.push((page, fetch)),
+                Ok(None) => {}
+                Err(e) => result = result.and(Err(e)),
             }
+        }
+        let pages: Vec<PageNum> = accepted.iter().map(|&(p, _)| p).collect();
+        for (run, n) in runs_of(&pages) {
+            let at = (run.0 - first.0) as usize * PAGE_SIZE;
+            self.mem
+                .write_run(run, &data[at..at + n as usize * PAGE_SIZE]);
+        }
+        for (page, fetch) in accepted {
+            self.open_granted(now, page, fetch);
         }
         result
     }
 
-    /// One page of a grant (or of a one-sided read): installed, its waiters resumed.
-    pub(crate) fn install_granted(
+    /// Whether the bytes granted for `page` by `from` are to be installed: its fetch, taken,
+    /// if so. A fetch whose page is moving home, or stale, is settled here (its waiters wait
+    /// for the move, or the page is asked again).
+    fn accept_granted(
         &mut self,
         now: Time,
         from: NodeId,
         page: PageNum,
-        data: &[u8; PAGE_SIZE],
-    ) -> Result<(), ProtocolError> {
+    ) -> Result<Option<Fetch>, ProtocolError> {
         let err = |why| ProtocolError {
             from,
             kind: MsgKind::GetPageGrant,
@@ -491,7 +505,7 @@ impl<M: PageMemory> Node<M> {
             return Err(err("page was not requested from that node"));
         }
         let Some(fetch) = entry.fetch.take() else {
-            return Ok(());
+            return Ok(None);
         };
         self.fetches.remove(&page);
         if let Some(moving) = self.sync.moving.get_mut(&page) {
@@ -504,7 +518,7 @@ impl<M: PageMemory> Node<M> {
             if fetch.waiters.is_empty() {
                 self.stats.prefetch_unused += 1;
             }
-            return Ok(());
+            return Ok(None);
         }
         if fetch.stale {
             if fetch.waiters.is_empty() {
@@ -521,10 +535,15 @@ impl<M: PageMemory> Node<M> {
                 self.fetches.insert(page, now);
                 self.send_get_page(home, access, vec![page]);
             }
-            return Ok(());
+            return Ok(None);
         }
+        Ok(Some(fetch))
+    }
+
+    /// A page whose granted bytes are in place: cached, and opened for its waiters (resumed)
+    /// or left closed as a prefetched page.
+    fn open_granted(&mut self, now: Time, page: PageNum, fetch: Fetch) {
         self.make_room(now, 1);
-        self.mem.write(page, 0, data);
         self.table.cache_insert(page);
         if fetch.waiters.is_empty() {
             self.table[page.index()].frame = Frame::Prefetched;
@@ -536,7 +555,6 @@ impl<M: PageMemory> Node<M> {
                 self.resume(w);
             }
         }
-        Ok(())
     }
 
     /// Makes room for `incoming` more pages. A full cache gives up a batch at once (a 64th of

@@ -177,6 +177,27 @@ fn every_message_kind_round_trips_and_frame_len_is_exact() {
     }
 }
 
+/// `encode_frame_head` writes a frame but for a grant's page bytes, which it hands back: head and
+/// body joined are `encode_frame`'s frame, for every kind; only grants have a body.
+#[test]
+fn a_frame_head_and_its_body_are_the_whole_frame() {
+    let mut rng = Rng::new(3);
+    for i in 0..MsgKind::COUNT as u64 * 50 {
+        let msg = random_msg(&mut rng, i);
+        let mut head = Vec::new();
+        let body = codec::encode_frame_head(5, NodeId(2), &msg, &mut head);
+        assert_eq!(
+            body.is_some(),
+            matches!(msg, Msg::GetPageGrant { .. }),
+            "{msg:?}"
+        );
+        if let Some(body) = body {
+            head.extend_from_slice(body);
+        }
+        assert_eq!(head, encode(5, 2, &msg), "{msg:?}");
+    }
+}
+
 /// `decode_frame_ref` decodes what `decode_frame` does, a grant's page left in the frame.
 #[test]
 fn a_grant_decodes_in_place_and_everything_else_as_a_message() {

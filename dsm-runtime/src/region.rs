@@ -36,6 +36,13 @@ pub(crate) struct Region {
     premap: AtomicBool,
 }
 
+/// Which page of each fault-around window [`Region::map_closed`] reads.
+#[derive(Clone, Copy)]
+enum Touch {
+    First,
+    Last,
+}
+
 /// The pages the kernel maps around a read fault in a file mapping when they are in the page
 /// cache (`fault_around_bytes`, 64 KiB by default), from an aligned boundary: one read per such
 /// window maps a run of fetched pages.
@@ -77,8 +84,11 @@ impl Region {
     }
 
     /// Readies `count` pages from `first` for their bytes while a GETP for them is on its way:
-    /// backs them with memory (one system call instead of a kernel page fault per page when
-    /// they are written), then maps them in the application's view, still inaccessible.
+    /// maps the first (the page faulted on, when there is one) in the application's view, still
+    /// inaccessible, and the others where they are in memory. The rest are mapped once their
+    /// bytes are in ([`PageMemory::write_run`]): their memory is allocated then, by the write
+    /// into the memfd, which does not zero whole pages first and needs no entry in the service
+    /// view.
     ///
     /// The mapping is made by reading a byte of each through `/proc/self/mem`, whose forced
     /// access faults a page in even where the protection forbids access, as a debugger's read
@@ -92,7 +102,7 @@ impl Region {
         if first.index() + count > self.len / PAGE_SIZE {
             return;
         }
-        self.back_and_map(first, count);
+        self.map_closed(first, count, Touch::First);
         if crate::trace::on() {
             for page in first.index()..first.index() + count {
                 crate::trace::stamp(page as u64, crate::trace::Step::Prepared);
@@ -100,10 +110,11 @@ impl Region {
         }
     }
 
-    fn back_and_map(&self, first: PageNum, count: usize) {
-        // SAFETY: the pages lie in the service view, a shared mapping that lives as long as the
-        // process (`page_ptr` checks the first; `count` pages follow it inside the region).
-        unsafe { sys::populate_write(self.page_ptr(first), count * PAGE_SIZE) };
+    /// Maps the `count` pages from `first` that are in memory in the application's view, with
+    /// its protection, by reading one byte per fault-around window through `/proc/self/mem`:
+    /// the window's first page of the run, or its last (a run whose first page is mapped
+    /// already, where a read of it would not fault, and so map none of the others).
+    fn map_closed(&self, first: PageNum, count: usize, touch: Touch) {
         let Some(mem) = &self.mem else { return };
         if !self.premap.load(Ordering::Relaxed) {
             return;
@@ -112,7 +123,12 @@ impl Region {
         let end = first.index() + count;
         let mut byte = [0u8; 1];
         while page < end {
-            let addr = (self.app_base + page * PAGE_SIZE) as u64;
+            let window_end = ((page / FAULT_AROUND_PAGES + 1) * FAULT_AROUND_PAGES).min(end);
+            let read = match touch {
+                Touch::First => page,
+                Touch::Last => window_end - 1,
+            };
+            let addr = (self.app_base + read * PAGE_SIZE) as u64;
             if let Err(e) = mem.read_exact_at(&mut byte, addr) {
                 log::debug!(
                     "reading the application's view through /proc/self/mem failed ({e}): first touches of fetched pages take a page-table fault"
@@ -120,7 +136,7 @@ impl Region {
                 self.premap.store(false, Ordering::Relaxed);
                 return;
             }
-            page = (page / FAULT_AROUND_PAGES + 1) * FAULT_AROUND_PAGES;
+            page = window_end;
         }
     }
 
@@ -219,6 +235,35 @@ impl PageMemory for Region {
         }
     }
 
+    fn write_run(&mut self, first: PageNum, data: &[u8]) {
+        if crate::races::on() {
+            // Each page through `write`, which records what it replaces.
+            for (i, bytes) in data.chunks_exact(PAGE_SIZE).enumerate() {
+                self.write(PageNum(first.0 + i as u32), 0, bytes);
+            }
+            self.map_closed(first, data.len() / PAGE_SIZE, Touch::Last);
+            return;
+        }
+        let off = first.index() * PAGE_SIZE;
+        if data.len() % PAGE_SIZE != 0 || off + data.len() > self.len {
+            fatal(&format!(
+                "{} bytes from {first} are not whole pages inside the shared region of {} bytes",
+                data.len(),
+                self.len
+            ));
+        }
+        // Into the memfd, not through the service view: no page-table entry to make, and fresh
+        // pages are not zeroed before they are overwritten.
+        if let Err(e) = sys::write_file_at(&self.fd, data, off as u64) {
+            fatal(&format!(
+                "writing {} fetched pages from {first} into the shared memory failed: {e}",
+                data.len() / PAGE_SIZE
+            ));
+        }
+        // In memory now: mapped in the application's view, still closed, before they open.
+        self.map_closed(first, data.len() / PAGE_SIZE, Touch::Last);
+    }
+
     fn protect(&mut self, first: PageNum, count: u32, prot: Prot) {
         let addr = self.app_base + first.index() * PAGE_SIZE;
         let len = count as usize * PAGE_SIZE;
@@ -304,8 +349,14 @@ mod tests {
         let mut region = Region::map(0x6100_0000_0000, pages * PAGE_SIZE).expect("region");
         let base = region.app_base;
         let app = |p: usize| base + p * PAGE_SIZE;
-        // 3..23 crosses a fault-around boundary (16).
+        // 3..23 crosses a fault-around boundary (16). Prepared while the request travels: the
+        // first page is mapped at once; the run, once its bytes are in.
         region.prepare(PageNum(3), 20);
+        if region.premap.load(Ordering::Relaxed) {
+            assert!(mapped(app(3)), "the first page is not mapped ahead");
+        }
+        let bytes: Vec<u8> = (0..20 * PAGE_SIZE).map(|i| (i / PAGE_SIZE) as u8).collect();
+        region.write_run(PageNum(3), &bytes);
         assert_eq!(
             permissions(app(0), app(pages)),
             ["---s"],
@@ -324,7 +375,11 @@ mod tests {
         } else {
             eprintln!("this kernel refuses forced reads of /proc/self/mem: mapping not checked");
         }
-        // The page opens with its bytes.
+        // The pages open with their bytes: those of the run, and those written later.
+        region.protect(PageNum(10), 1, Prot::Read);
+        // SAFETY: page 10 of the application view was just opened for reading.
+        let got = unsafe { std::ptr::read_volatile((app(10) + 100) as *const u8) };
+        assert_eq!(got, 7, "page 10 is the run's eighth page");
         region.write(PageNum(5), 8, &[42, 43]);
         region.protect(PageNum(5), 1, Prot::Read);
         // SAFETY: page 5 of the application view was just opened for reading.

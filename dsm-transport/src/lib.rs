@@ -28,6 +28,7 @@ pub mod tcp;
 pub mod udp;
 
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use reliable::Event;
@@ -56,6 +57,14 @@ pub trait Transport: Send {
     /// keep it as it is, without a copy.
     fn send_owned(&mut self, now: Instant, to: u16, msg: Vec<u8>) {
         self.send(now, to, &msg);
+    }
+    /// [`Transport::send_owned`] of the message `head` followed by `body` (a grant's page run,
+    /// shared with the sender's records): TCP writes the two with one `writev`, never joining
+    /// them; the others join them here, with one copy.
+    fn send_parts(&mut self, now: Instant, to: u16, mut head: Vec<u8>, body: Arc<[u8]>) {
+        head.reserve_exact(body.len());
+        head.extend_from_slice(&body);
+        self.send_owned(now, to, head);
     }
     /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
     /// Acknowledgements of what it took in (UDP, RDMA UD) go out at the next

@@ -73,25 +73,21 @@ impl AsRawFd for Epoll {
     }
 }
 
-/// Writes `a` then `b` to `fd` in one call; returns the bytes written.
-pub fn writev2(fd: RawFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
-    let iov = [
-        libc::iovec {
-            iov_base: a.as_ptr() as *mut libc::c_void,
-            iov_len: a.len(),
-        },
-        libc::iovec {
-            iov_base: b.as_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        },
-    ];
-    // SAFETY: both iovecs describe live slices for the duration of the call; writev only reads.
-    let n = unsafe { libc::writev(fd, iov.as_ptr(), 2) };
+/// Reads from `fd` into `buf`'s spare capacity, at most `max` bytes (after reserving them),
+/// with one `read`; returns the bytes read (0: end of file), which `buf` now ends with.
+pub fn read_into_spare(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    buf.reserve(max);
+    let spare = buf.spare_capacity_mut();
+    let want = spare.len().min(max);
+    // SAFETY: the kernel writes at most `want` bytes into the spare capacity, which is
+    // allocated and not aliased for the call's duration.
+    let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast::<libc::c_void>(), want) };
     if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
+        return Err(io::Error::last_os_error());
     }
+    // SAFETY: the read initialized the first `n` (<= want) bytes after the current length.
+    unsafe { buf.set_len(buf.len() + n as usize) };
+    Ok(n as usize)
 }
 
 /// Bytes in a TCP socket's kernel send queue that the peer has not acknowledged yet, sent or

@@ -4,15 +4,18 @@
 //! every node below it and accepts from every node above it, so two nodes never connect to each
 //! other at once. The first bytes on a connection are a hello (`DSMT`, version, job cookie, node
 //! id); a connection with a wrong cookie, an impossible id or a duplicate id is closed and
-//! counted. Frames are a u32 length and the message, written with one `writev` (no copy of page
-//! payloads on the fast path); what the kernel does not take at once is queued and written when
-//! the socket is writable. `TCP_NODELAY` is set. An empty frame is a heartbeat; a peer silent for
+//! counted. Frames are a u32 length and the message. The frames of a pass are written with one
+//! `writev`, a grant's page bytes straight from the buffer they were copied into at the home
+//! ([`Transport::send_parts`]); what the kernel does not take at once is queued and written when
+//! the socket is writable. A large frame is read straight into a buffer of its own once its
+//! length is known, so its bytes are copied once on the way in, by the kernel. `TCP_NODELAY` is set. An empty frame is a heartbeat; a peer silent for
 //! the peer timeout, or whose connection closes, is reported lost.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Transport;
@@ -27,6 +30,36 @@ const VERSION: u8 = 1;
 /// Largest frame accepted from a peer.
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
 const LISTENER: u64 = u64::MAX;
+/// Bytes read at once into a connection's buffer of small frames.
+const READ_CHUNK: usize = 64 * 1024;
+/// A frame at least this long that is not in whole in the buffer of small frames is read
+/// straight into a buffer of its own.
+const OWN_BUFFER_BYTES: usize = 16 * 1024;
+/// Most iovecs one `writev` is given (Linux's `UIO_MAXIOV` is 1,024).
+const MAX_IOVECS: usize = 1020;
+
+/// A frame waiting to be written: its length prefix, its bytes and, for a grant, the page bytes
+/// that follow them.
+#[derive(Debug)]
+struct OutFrame {
+    prefix: [u8; 4],
+    head: Vec<u8>,
+    body: Option<Arc<[u8]>>,
+}
+
+impl OutFrame {
+    fn parts(&self) -> [&[u8]; 3] {
+        [
+            &self.prefix,
+            &self.head,
+            self.body.as_deref().unwrap_or(&[]),
+        ]
+    }
+
+    fn len(&self) -> usize {
+        self.parts().iter().map(|p| p.len()).sum()
+    }
+}
 
 /// TCP settings.
 #[derive(Clone, Debug)]
@@ -52,9 +85,16 @@ impl Default for TcpConfig {
 #[derive(Debug)]
 struct Conn {
     stream: TcpStream,
-    /// Bytes waiting to be written (a partial frame first).
-    out: VecDeque<u8>,
+    /// Frames waiting to be written (the first perhaps in part: see `out_at`).
+    out: VecDeque<OutFrame>,
+    /// Bytes of the first frame of `out` already written.
+    out_at: usize,
+    /// Bytes of `out` not written yet.
+    out_bytes: usize,
+    /// Bytes read, not yet taken as frames (small frames, and the start of a large one).
     inbuf: Vec<u8>,
+    /// A large frame being read into its own buffer, and its length.
+    large: Option<(Vec<u8>, usize)>,
     last_heard: Instant,
     last_sent: Instant,
     /// Bytes of the heartbeats written or queued since the last frame that carried a message:
@@ -63,6 +103,22 @@ struct Conn {
     trailing_heartbeats: usize,
     writing: bool,
     lost: bool,
+}
+
+impl Conn {
+    /// `n` more queued bytes went to the socket: the frames written whole leave the queue.
+    fn written(&mut self, n: usize) {
+        self.out_bytes -= n;
+        self.out_at += n;
+        while let Some(f) = self.out.front() {
+            let len = f.len();
+            if self.out_at < len {
+                break;
+            }
+            self.out_at -= len;
+            self.out.pop_front();
+        }
+    }
 }
 
 /// Counters of the TCP transport.
@@ -239,7 +295,10 @@ impl TcpTransport {
                     out.push(Some(Conn {
                         stream: s,
                         out: VecDeque::new(),
+                        out_at: 0,
+                        out_bytes: 0,
                         inbuf: Vec::new(),
+                        large: None,
                         last_heard: now,
                         last_sent: now,
                         trailing_heartbeats: 0,
@@ -288,51 +347,105 @@ impl TcpTransport {
         }
     }
 
-    /// Writes queued bytes of connection `j`; returns false if the connection failed.
+    /// Writes queued frames of connection `j`, many with one `writev`, until the socket is full.
     fn drain_out(&mut self, j: usize) {
         let Some(c) = &mut self.conns[j] else { return };
         while !c.out.is_empty() {
-            let (a, b) = c.out.as_slices();
-            match sys::writev2(c.stream.as_raw_fd(), a, b) {
-                Ok(n) => {
-                    c.out.drain(..n);
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(c.out.len().min(MAX_IOVECS / 3) * 3);
+            let mut skip = c.out_at;
+            'frames: for f in &c.out {
+                for part in f.parts() {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                        continue;
+                    }
+                    iov.push(IoSlice::new(&part[skip..]));
+                    skip = 0;
+                    if iov.len() == MAX_IOVECS {
+                        break 'frames;
+                    }
                 }
+            }
+            match (&c.stream).write_vectored(&iov) {
+                Ok(n) => c.written(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return self.lose(j, LostCause::ConnectionFailed, format!("write: {e}")),
+                Err(_) => return,
             }
-        }
-        let want = !c.out.is_empty();
-        if want != c.writing {
-            c.writing = want;
-            let _ = self.epoll.modify(c.stream.as_raw_fd(), j as u64, want);
         }
     }
 
-    fn read_conn(&mut self, j: usize, now: Instant) {
-        let mut buf = [0u8; 64 * 1024];
-        let mut failed: Option<(LostCause, String)> = None;
-        {
-            let Some(c) = &mut self.conns[j] else { return };
-            loop {
-                match c.stream.read(&mut buf) {
-                    Ok(0) => {
-                        failed = Some((LostCause::ConnectionClosed, String::new()));
-                        break;
-                    }
-                    Ok(n) => {
-                        c.last_heard = now;
-                        c.inbuf.extend_from_slice(&buf[..n]);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        failed = Some((LostCause::ConnectionFailed, format!("read: {e}")));
-                        break;
-                    }
+    /// Queues a frame; [`TcpTransport::write_queued`] writes the queue of every connection
+    /// with one writev each (a GETP's grants: one system call, not one per page).
+    fn write_frame(&mut self, to: usize, now: Instant, head: Vec<u8>, body: Option<Arc<[u8]>>) {
+        let Some(c) = &mut self.conns[to] else { return };
+        if c.lost {
+            return;
+        }
+        c.last_sent = now;
+        let frame = OutFrame {
+            prefix: ((head.len() + body.as_ref().map_or(0, |b| b.len())) as u32).to_le_bytes(),
+            head,
+            body,
+        };
+        c.trailing_heartbeats = match frame.len() == 4 {
+            true => c.trailing_heartbeats + 4,
+            false => 0,
+        };
+        c.out_bytes += frame.len();
+        c.out.push_back(frame);
+    }
+
+    /// Writes what is queued on every connection not already waiting for room (those are
+    /// written when epoll says the socket takes more).
+    fn write_queued(&mut self) {
+        for j in 0..self.conns.len() {
+            let waiting = match &self.conns[j] {
+                Some(c) if !c.lost && !c.out.is_empty() => c.writing,
+                _ => continue,
+            };
+            if !waiting {
+                self.drain_out(j);
+                if let Some(c) = &self.conns[j] {
+                    self.stats.queued_bytes += c.out_bytes as u64;
                 }
             }
-            // Whole frames out of the buffer.
+        }
+    }
+
+    /// Reads what connection `j` has, until the socket is empty, and takes the whole frames.
+    fn read_conn(&mut self, j: usize, now: Instant) {
+        let mut failed: Option<(LostCause, String)> = None;
+        let Some(c) = &mut self.conns[j] else { return };
+        while failed.is_none() {
+            let fd = c.stream.as_raw_fd();
+            let read = match &mut c.large {
+                Some((buf, len)) => {
+                    let want = *len - buf.len();
+                    sys::read_into_spare(fd, buf, want)
+                }
+                None => sys::read_into_spare(fd, &mut c.inbuf, READ_CHUNK),
+            };
+            match read {
+                Ok(0) => failed = Some((LostCause::ConnectionClosed, String::new())),
+                Ok(_) => c.last_heard = now,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => failed = Some((LostCause::ConnectionFailed, format!("read: {e}"))),
+            }
+            if let Some((buf, len)) = &c.large {
+                if buf.len() == *len {
+                    let (bytes, _) = c.large.take().expect("a large frame is being read");
+                    self.events.push_back(Event::Message {
+                        from: j as u16,
+                        bytes,
+                    });
+                    self.stats.frames_received += 1;
+                }
+                continue;
+            }
+            // Whole frames out of the buffer; a large frame that is not all there yet goes on
+            // in a buffer of its own.
             let mut at = 0;
             while c.inbuf.len() - at >= 4 {
                 let len = u32::from_le_bytes([
@@ -348,7 +461,14 @@ impl TcpTransport {
                     ));
                     break;
                 }
-                if c.inbuf.len() - at - 4 < len {
+                let have = c.inbuf.len() - at - 4;
+                if have < len {
+                    if len >= OWN_BUFFER_BYTES {
+                        let mut buf = Vec::with_capacity(len);
+                        buf.extend_from_slice(&c.inbuf[at + 4..]);
+                        c.large = Some((buf, len));
+                        at = c.inbuf.len();
+                    }
                     break;
                 }
                 if len > 0 {
@@ -382,39 +502,6 @@ impl TcpTransport {
             }
         }
     }
-
-    /// Queues a frame; [`TcpTransport::write_queued`] writes the queue of every connection
-    /// with one writev each (a GETP's grants: one system call, not one per page).
-    fn write_frame(&mut self, to: usize, now: Instant, msg: &[u8]) {
-        let Some(c) = &mut self.conns[to] else { return };
-        if c.lost {
-            return;
-        }
-        c.last_sent = now;
-        c.out.extend((msg.len() as u32).to_le_bytes());
-        c.out.extend(msg);
-        c.trailing_heartbeats = match msg.is_empty() {
-            true => c.trailing_heartbeats + 4,
-            false => 0,
-        };
-    }
-
-    /// Writes what is queued on every connection not already waiting for room (those are
-    /// written when epoll says the socket takes more).
-    fn write_queued(&mut self) {
-        for j in 0..self.conns.len() {
-            let waiting = match &self.conns[j] {
-                Some(c) if !c.lost && !c.out.is_empty() => c.writing,
-                _ => continue,
-            };
-            if !waiting {
-                self.drain_out(j);
-                if let Some(c) = &self.conns[j] {
-                    self.stats.queued_bytes += c.out.len() as u64;
-                }
-            }
-        }
-    }
 }
 
 impl Transport for TcpTransport {
@@ -428,7 +515,17 @@ impl Transport for TcpTransport {
 
     fn send(&mut self, now: Instant, to: u16, msg: &[u8]) {
         self.stats.frames_sent += 1;
-        self.write_frame(usize::from(to), now, msg);
+        self.write_frame(usize::from(to), now, msg.to_vec(), None);
+    }
+
+    fn send_owned(&mut self, now: Instant, to: u16, msg: Vec<u8>) {
+        self.stats.frames_sent += 1;
+        self.write_frame(usize::from(to), now, msg, None);
+    }
+
+    fn send_parts(&mut self, now: Instant, to: u16, head: Vec<u8>, body: Arc<[u8]>) {
+        self.stats.frames_sent += 1;
+        self.write_frame(usize::from(to), now, head, Some(body));
     }
 
     fn poll_recv(&mut self, now: Instant) -> usize {
@@ -486,7 +583,7 @@ impl Transport for TcpTransport {
                 let silent = now.saturating_duration_since(c.last_heard);
                 self.lose(j, LostCause::Silent, format!("for {silent:?}"));
             } else if now.saturating_duration_since(c.last_sent) >= self.cfg.heartbeat {
-                self.write_frame(j, now, &[]);
+                self.write_frame(j, now, Vec::new(), None);
             }
         }
         self.write_queued();
@@ -499,7 +596,7 @@ impl Transport for TcpTransport {
     fn pending(&self, to: u16) -> usize {
         self.conns[usize::from(to)]
             .as_ref()
-            .map_or(0, |c| c.out.len())
+            .map_or(0, |c| c.out_bytes)
     }
 
     /// Bytes queued here and those in the kernel's send queue the peer has not acknowledged: a
@@ -511,7 +608,7 @@ impl Transport for TcpTransport {
         self.conns[usize::from(to)].as_ref().map_or(0, |c| {
             // Heartbeats are not messages: unacknowledged heartbeats alone (a peer that delays
             // its acknowledgements) are nothing on its way.
-            (c.out.len() + crate::sys::tcp_unacknowledged(c.stream.as_raw_fd()))
+            (c.out_bytes + crate::sys::tcp_unacknowledged(c.stream.as_raw_fd()))
                 .saturating_sub(c.trailing_heartbeats)
         })
     }

@@ -274,6 +274,39 @@ fn large_messages_arrive_whole() {
     }
 }
 
+/// A message given as a head and a shared body (a grant's page run) arrives as one message, in
+/// order with whole ones, whatever its size against the transport's reads and datagrams.
+#[test]
+fn messages_sent_in_parts_arrive_joined_and_in_order() {
+    for kind in kinds() {
+        let mut job = make(kind, 2);
+        let mut sent = Vec::new();
+        for (i, body_len) in [4096usize, 61_440, 262_144, 1, 20_000, 1 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let whole = numbered(100 + i as u32, 30);
+            let joined = numbered(i as u32, 12 + body_len);
+            let t = job[0].as_mut().unwrap();
+            t.send(Instant::now(), 1, &whole);
+            t.send_parts(
+                Instant::now(),
+                1,
+                joined[..12].to_vec(),
+                std::sync::Arc::from(&joined[12..]),
+            );
+            sent.push(whole);
+            sent.push(joined);
+        }
+        let seen = pump(
+            &mut job,
+            |s| messages(&s[1], 0).len() == sent.len(),
+            Duration::from_secs(20),
+        );
+        assert!(messages(&seen[1], 0) == sent, "{kind}");
+    }
+}
+
 #[test]
 fn many_peers_all_to_all() {
     for kind in kinds() {

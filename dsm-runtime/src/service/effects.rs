@@ -2,6 +2,7 @@
 //! prepared for the pages on their way, effects carried out (threads resumed, the job's
 //! statistics written, the node ended).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, codec};
@@ -64,13 +65,21 @@ impl Service {
                 }
             }
             // Encoded into a buffer of its own, which the transport keeps (UDP and RDMA queue
-            // it without copying it again).
-            let mut frame = Vec::with_capacity(codec::frame_len(&tx.msg));
-            codec::encode_frame(self.cookie, self.node.id(), &tx.msg, &mut frame);
+            // it without copying it again); a grant's page bytes stay in their own buffer,
+            // which TCP writes as it is (`send_parts`).
+            let head_len = match &tx.msg {
+                Msg::GetPageGrant { data, .. } => codec::frame_len(&tx.msg) - data.len(),
+                _ => codec::frame_len(&tx.msg),
+            };
+            let mut frame = Vec::with_capacity(head_len);
+            let body = codec::encode_frame_head(self.cookie, self.node.id(), &tx.msg, &mut frame);
             self.frames_sent += 1;
-            match &mut self.transport {
-                Some(t) => t.send_owned(Instant::now(), tx.to.0, frame),
-                None => fatal("a one-node job tried to send a message"),
+            let Some(t) = &mut self.transport else {
+                fatal("a one-node job tried to send a message")
+            };
+            match body {
+                Some(body) => t.send_parts(Instant::now(), tx.to.0, frame, Arc::clone(body)),
+                None => t.send_owned(Instant::now(), tx.to.0, frame),
             }
         }
         if any {

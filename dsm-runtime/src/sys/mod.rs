@@ -2,8 +2,8 @@
 //! eventfd, epoll, futex, and the stacks fault handlers drive the node on ([`stack`]). Every unsafe
 //! block is here or in [`signals`], each with its reason.
 //!
-//! `mprotect`, `munmap` and `madvise` are made as raw system calls ([`raw_mprotect`],
-//! [`raw_munmap`], [`raw_madvise`]), never through the C library's symbols: in `libjia` those
+//! `mprotect`, `munmap` and `pwrite` are made as raw system calls ([`raw_mprotect`],
+//! [`raw_munmap`], [`write_file_at`]), never through the C library's symbols: in `libjia` those
 //! symbols are libjia's own, which refuse the program's calls on shared memory, and the runtime
 //! is the one that may make them.
 
@@ -187,17 +187,6 @@ pub unsafe fn raw_munmap(addr: usize, len: usize) -> libc::c_int {
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as libc::c_int }
 }
 
-/// `madvise(2)` as a raw system call (see the module doc): 0, or -1 with errno set.
-///
-/// # Safety
-///
-/// The advice does not change memory a Rust reference points into (`MADV_DONTNEED` on private
-/// memory zeroes it).
-pub unsafe fn raw_madvise(addr: usize, len: usize, advice: libc::c_int) -> libc::c_int {
-    // SAFETY: the caller's promise; the system call takes plain integers.
-    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as libc::c_int }
-}
-
 /// Frees the memory behind `len` bytes at `offset` of a memfd (the bytes read back as zeros).
 pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
     // fd is a valid memfd; the range is inside it.
@@ -210,18 +199,38 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Backs `len` bytes at `addr` of a shared mapping with memory now, writable
-/// (`MADV_POPULATE_WRITE`, Linux 5.14): one call instead of a page fault per page at first
-/// write. Best effort: an older kernel's refusal changes nothing but the cost.
-///
-/// # Safety
-///
-/// `[addr, addr + len)` lies in a live shared mapping of ours (populating a shared mapping does
-/// not change its contents; a private one it could replace with zeroed copies).
-pub unsafe fn populate_write(addr: *mut u8, len: usize) {
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
-    // SAFETY: the caller's promise above.
-    unsafe { raw_madvise(addr as usize, len, MADV_POPULATE_WRITE) };
+/// Writes `data` at `offset` of the memfd `fd`, all of it. `pwrite64` as a raw system call: in
+/// libjia, `pwrite` is libjia's own. Whole pages written where the file has none are allocated
+/// without being zeroed first, and need no page-table entry: the cheapest way to fill fresh
+/// pages (about 1.3 us a page here, against 2 us for backing them through a mapping and
+/// copying). Async-signal-safe (errno is the caller's to keep).
+pub fn write_file_at(fd: &OwnedFd, mut data: &[u8], mut offset: u64) -> io::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: pwrite64 reads `data.len()` bytes of the live slice `data` and writes them to
+        // the file; fd is a valid descriptor for the call.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_pwrite64,
+                fd.as_raw_fd(),
+                data.as_ptr(),
+                data.len(),
+                offset as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        data = &data[n as usize..];
+        offset += n as u64;
+    }
+    Ok(())
 }
 
 // The eventfd and epoll helpers are the transport crate's (one copy for both crates).
