@@ -260,8 +260,11 @@ impl PageMemory for Region {
                 data.len() / PAGE_SIZE
             ));
         }
-        // In memory now: mapped in the application's view, still closed, before they open.
-        self.map_closed(first, data.len() / PAGE_SIZE, Touch::Last);
+        // In memory now: mapped in the application's view, still closed, before they open (a
+        // page alone was mapped while it was asked for, by `prepare`).
+        if data.len() > PAGE_SIZE {
+            self.map_closed(first, data.len() / PAGE_SIZE, Touch::Last);
+        }
     }
 
     fn protect(&mut self, first: PageNum, count: u32, prot: Prot) {
