@@ -61,7 +61,10 @@ pub trait PageMemory {
     /// `page` holds valid prefetched bytes but is closed so its first touch is seen: the runtime
     /// may open it for reading on a read fault by itself, and report that later through
     /// [`crate::Node::handle_prefetch_opened`]. Any later `protect` of the page withdraws this.
-    fn allow_prefetch_open(&mut self, _page: PageNum) {}
+    ///
+    /// `wake`: the page is the read-ahead's marker (opening it asks for the next window): the
+    /// runtime tells the core at once when it opens it, and the other openings at its next pass.
+    fn allow_prefetch_open(&mut self, _page: PageNum, _wake: bool) {}
 
     /// Whether the runtime opened home page `page` for a write by itself (see
     /// [`PageMemory::allow_home_write`]) and has not reported it yet. Asked after a `protect`
@@ -84,6 +87,8 @@ pub struct VecMemory {
     pub opened_home_writes: Vec<PageNum>,
     /// Prefetched pages the "runtime" may open for reading by itself.
     prefetch_open: std::collections::BTreeSet<PageNum>,
+    /// The pages allowed to open as the read-ahead's marker (`wake`), in order.
+    pub read_ahead_marks: Vec<PageNum>,
     /// Pages so opened, not yet reported to the node.
     pub opened_prefetches: Vec<(PageNum, bool)>,
     /// Number of `protect` calls (each one would be one mprotect syscall).
@@ -205,7 +210,10 @@ impl PageMemory for VecMemory {
         self.home_write.insert(page);
     }
 
-    fn allow_prefetch_open(&mut self, page: PageNum) {
+    fn allow_prefetch_open(&mut self, page: PageNum, wake: bool) {
+        if wake {
+            self.read_ahead_marks.push(page);
+        }
         self.prefetch_open.insert(page);
     }
 

@@ -185,9 +185,18 @@ pub struct Node<M: PageMemory> {
     pub(crate) failed: bool,
     /// The read-ahead window, in pages (grows while prefetched pages are used).
     pub(crate) read_ahead_pages: usize,
-    /// The page after the last one the latest request or read-ahead asked for: a demand fault
-    /// there means a thread streams faster than the read-ahead, which then grows, not resets.
+    /// The page one stride after the last one the latest request or read-ahead asked for: a
+    /// demand fault there means a thread streams faster than the read-ahead, which then grows,
+    /// not resets.
     pub(crate) stream_next: Option<PageNum>,
+    /// The read-ahead's step in pages: 1 for a sequential walk, more for a strided one (three
+    /// demand faults in a row equally spaced, a column of a row-major matrix).
+    pub(crate) stride: u32,
+    /// The pages of the last two demand faults that asked a home, oldest first.
+    pub(crate) last_demands: [Option<PageNum>; 2],
+    /// The page whose first touch asks for the next read-ahead window (the first of the last
+    /// requested pages that sit less than half a window ahead): opening it is reported at once.
+    pub(crate) read_ahead_mark: Option<PageNum>,
     /// GETPs for pages past our allocations, answered when we allocate them.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
     /// Home pages served untracked, whose write tracking starts once their grants are on the
@@ -257,6 +266,9 @@ impl<M: PageMemory> Node<M> {
             claims_overtaken: BTreeSet::new(),
             read_ahead_pages: 0,
             stream_next: None,
+            stride: 1,
+            last_demands: [None; 2],
+            read_ahead_mark: None,
             scratch: Box::new([0; PAGE_SIZE]),
         }
     }

@@ -22,6 +22,10 @@ use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 /// At most this many pages fetched again at a barrier (see `copies_in_use`).
 const REFETCH_MAX: usize = 256;
 
+/// The largest stride the read-ahead follows, in pages (16 MiB: a column of a row-major matrix
+/// of rows up to that size).
+const MAX_STRIDE_PAGES: u32 = 4096;
+
 /// A full cache evicts this fraction of itself at once (see `make_room`).
 const EVICT_BATCH_DIVISOR: usize = 64;
 
@@ -154,16 +158,21 @@ impl<M: PageMemory> Node<M> {
         self.stats.pages_fetched += 1;
         let pf = self.cfg.prefetch;
         // A fault right after the last window: the thread outran the read-ahead; ask for a
-        // larger window at once (otherwise start again from `prefetch_pages`).
-        self.read_ahead_pages = if self.stream_next == Some(page) {
+        // larger window at once (otherwise start again from `prefetch_pages`, sequentially or
+        // at the stride of the last three demand faults).
+        let outran = self.stream_next == Some(page);
+        self.read_ahead_pages = if outran {
             (self.read_ahead_pages.max(pf.prefetch_pages as usize) * 2).min(self.read_ahead_max())
         } else {
+            self.stride = self.stride_of(page);
             0
         };
+        self.last_demands = [self.last_demands[1], Some(page)];
         let limit = self.read_ahead_pages.max(pf.prefetch_pages as usize);
         let distance = (pf.max_checking_pages as usize).max(2 * limit) as u32;
         let candidates = self.candidates(page, limit, distance);
-        self.stream_next = Some(PageNum(candidates.last().unwrap_or(&page).0 + 1));
+        self.stream_next = Some(PageNum(candidates.last().unwrap_or(&page).0 + self.stride));
+        self.mark_read_ahead(&candidates);
         if candidates.is_empty() {
             // The demand page alone (prefetch off, or nothing to prefetch): no grouping by home.
             self.send_get_page(home, access, vec![page]);
@@ -234,15 +243,18 @@ impl<M: PageMemory> Node<M> {
         // a thread that touches a few pages of a window and leaves (a boundary row) does not pull
         // in more.
         let enough = (window / 2).max(1);
-        // A stream: the last request reaches half a window past this page (checked in O(1):
-        // this runs for every prefetched page a thread opens).
+        let stride = self.stride as usize;
+        // A stream: the last request reaches half a window past this page, in strides (checked
+        // in O(1): this runs for every prefetched page a thread opens).
         if self
             .stream_next
-            .is_some_and(|n| n.0 > page.0 && (n.0 - page.0 - 1) as usize >= enough)
+            .is_some_and(|n| n.0 > page.0 && ((n.0 - page.0) as usize).div_ceil(stride) > enough)
         {
             return;
         }
-        let ahead = (page.index() + 1..(page.index() + 1 + window).min(self.table.len()))
+        let ahead = (1..=window)
+            .map(|k| page.index() + k * stride)
+            .take_while(|&p| p < self.table.len())
             .filter(|&p| {
                 let e = &self.table[p];
                 e.frame == Frame::Prefetched || e.fetch.is_some()
@@ -255,17 +267,49 @@ impl<M: PageMemory> Node<M> {
         let distance = (pf.max_checking_pages as usize).max(2 * window) as u32;
         let candidates = self.candidates(page, window, distance);
         // Half a window at least, or what is left of the allocation (a stream's tail).
-        let left = self.table.allocation_end(page) - u64::from(page.0) - 1;
+        let left = (self.table.allocation_end(page) - u64::from(page.0) - 1) / stride as u64;
         if candidates.is_empty() || (candidates.len() as u64) < (enough as u64).min(left) {
             return;
         }
         self.read_ahead_pages = (window * 2).min(self.read_ahead_max());
-        self.stream_next = candidates.last().map(|p| PageNum(p.0 + 1));
+        self.stream_next = candidates.last().map(|p| PageNum(p.0 + self.stride));
+        self.mark_read_ahead(&candidates);
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         self.add_prefetches(now, candidates, &mut by_home);
         for (h, pages) in by_home {
             self.send_get_page(h, Access::Read, pages);
         }
+    }
+
+    /// Marks the page of the window just asked for (`candidates`, in order) whose first touch
+    /// will ask for the next one: the first that sits less than half the next window before
+    /// its end, as [`Node::read_ahead`] counts.
+    fn mark_read_ahead(&mut self, candidates: &[PageNum]) {
+        let window = self
+            .read_ahead_pages
+            .max(self.cfg.prefetch.prefetch_pages as usize);
+        let enough = (window / 2).max(1) as u32;
+        let stride = self.stride;
+        self.read_ahead_mark = self.stream_next.and_then(|n| {
+            let from = n.0.saturating_sub(enough.saturating_mul(stride));
+            candidates.iter().copied().find(|p| p.0 >= from)
+        });
+    }
+
+    /// The read-ahead's stride for a demand fault on `page`: the spacing of the last two demand
+    /// faults and this one when all three are equally spaced, ascending, more than a page and
+    /// at most [`MAX_STRIDE_PAGES`] apart, in one allocation; otherwise 1 (sequential).
+    fn stride_of(&self, page: PageNum) -> u32 {
+        let [Some(a), Some(b)] = self.last_demands else {
+            return 1;
+        };
+        let s = b.0.wrapping_sub(a.0);
+        let strided = a.0 < b.0
+            && b.0 < page.0
+            && page.0 - b.0 == s
+            && (2..=MAX_STRIDE_PAGES).contains(&s)
+            && self.table.allocation_end(a) > u64::from(page.0);
+        if strided { s } else { 1 }
     }
 
     /// GETP for `pages` (the demand page first, if any): one request per
@@ -289,8 +333,9 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page` and in
-    /// its allocation (never more than half the cache). A reader at the end of one array says
+    /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page`, one
+    /// stride apart ([`Node::stride`]: 1, every page, for a sequential walk), and in its
+    /// allocation (never more than half the cache). A reader at the end of one array says
     /// nothing about the next one: lu's panels, one allocation per block row, fetched 2,703-2,823
     /// pages per node for the 2,112 they read when prefetch ran on into the following block rows.
     fn candidates(&self, page: PageNum, limit: usize, distance: u32) -> Vec<PageNum> {
@@ -299,9 +344,12 @@ impl<M: PageMemory> Node<M> {
         }
         let limit = limit.min(self.cfg.cache_pages / 2);
         let me = self.cfg.node;
-        let end =
-            (u64::from(page.0) + 1 + u64::from(distance)).min(self.table.allocation_end(page));
-        (u64::from(page.0) + 1..end)
+        let stride = u64::from(self.stride);
+        // `distance` strides at most, inside the allocation.
+        let end = (u64::from(page.0) + 1 + u64::from(distance) * stride)
+            .min(self.table.allocation_end(page));
+        (u64::from(page.0) + stride..end)
+            .step_by(stride as usize)
             .map(|p| PageNum(p as u32))
             .filter(|p| {
                 let e = &self.table[p.index()];
@@ -547,7 +595,8 @@ impl<M: PageMemory> Node<M> {
         self.table.cache_insert(page);
         if fetch.waiters.is_empty() {
             self.table[page.index()].frame = Frame::Prefetched;
-            self.mem.allow_prefetch_open(page);
+            let wake = self.read_ahead_mark == Some(page);
+            self.mem.allow_prefetch_open(page, wake);
         } else {
             self.open_valid_page(page, Self::strongest(&fetch.waiters));
             for (w, _, since) in fetch.waiters {

@@ -196,6 +196,146 @@ fn a_home_write_between_serving_a_page_and_tracking_it_reaches_the_copy() {
     );
 }
 
+/// A thread streaming through remote memory: each read-ahead window marks the one page whose
+/// first touch asks for the next window (the runtime wakes its service thread for that page
+/// alone, and tells the core of the other touches at its next pass). Touching the pages before
+/// the mark asks for nothing; touching the mark asks for the next window, which has its own
+/// mark further on.
+#[test]
+fn the_read_ahead_marks_the_page_that_asks_for_the_next_window() {
+    let pages = 600u64;
+    let mut c = Cluster::new(2, 7, |cfg| {
+        cfg.prefetch.prefetch_pages = 4;
+        cfg.prefetch.read_ahead_max_pages = 64;
+        cfg.cache_pages = 4096;
+    });
+    let x = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
+        .unwrap();
+    for p in 0..pages {
+        c.write_u64(0, x.offset_by(p * PAGE), p).unwrap();
+    }
+    c.barrier().unwrap();
+    // Stream through the first 200 pages: the window grows to 64 pages on the way.
+    for p in 0..200 {
+        assert_eq!(c.read_u64(1, x.offset_by(p * PAGE)).unwrap(), p);
+    }
+    let marks = c.node(1).memory().read_ahead_marks.clone();
+    assert!(marks.len() >= 5, "{marks:?}");
+    assert!(marks.windows(2).all(|w| w[0] < w[1]), "{marks:?}");
+    // The pages up to the mark, touched one by one as the runtime reports them: only the
+    // mark's touch sends a request.
+    let mark = *marks.last().unwrap();
+    // The window of the mark arrives: each lock and unlock runs the cluster further.
+    // Prefetched: its bytes are in (each page holds its number), still closed.
+    let prefetched = |c: &Cluster, p: PageNum| {
+        let m = c.node(1).memory();
+        m.load_u64(p, 0) == u64::from(p.0 - x.page().0) && m.prot(p) == dsm_core::Prot::None
+    };
+    let arrived = |c: &Cluster| prefetched(c, mark);
+    for _ in 0..100 {
+        if arrived(&c) {
+            break;
+        }
+        c.lock(1, 0).unwrap();
+        c.unlock(1, 0).unwrap();
+    }
+    assert!(arrived(&c), "the mark {mark} never arrived");
+    let now = c.now();
+    let first = (x.page().0 + 200..mark.0)
+        .find(|&p| prefetched(&c, PageNum(p)))
+        .expect("prefetched pages before the mark");
+    let node = c.node_mut(1);
+    for p in first..mark.0 {
+        let before = node.stats().getp_sent;
+        node.handle_prefetch_opened(now, PageNum(p), true);
+        assert_eq!(
+            node.stats().getp_sent,
+            before,
+            "page {p}, before the mark {mark}"
+        );
+    }
+    let before = node.stats().getp_sent;
+    node.handle_prefetch_opened(now, mark, true);
+    assert_eq!(
+        node.stats().getp_sent,
+        before + 1,
+        "the mark {mark} asked for nothing"
+    );
+    assert_eq!(
+        c.node(1).stats().pages_fetched,
+        1,
+        "the stream waited on a demand fault"
+    );
+}
+
+/// A thread walking down a column of a row-major matrix (one page in every 20): after three
+/// demand faults equally spaced, the read-ahead follows the stride, asking for the column's
+/// pages and not those in between, in windows that grow as a sequential stream's do.
+#[test]
+fn a_strided_walk_is_read_ahead_at_its_stride() {
+    let stride = 20u64;
+    let rows = 300u64;
+    let mut c = Cluster::new(2, 11, |cfg| {
+        cfg.prefetch.prefetch_pages = 4;
+        cfg.prefetch.read_ahead_max_pages = 64;
+        cfg.cache_pages = 8192;
+    });
+    let x = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), rows * stride * PAGE)
+        .unwrap();
+    for r in 0..rows {
+        c.write_u64(0, x.offset_by(r * stride * PAGE), r).unwrap();
+    }
+    c.barrier().unwrap();
+    for r in 0..rows {
+        assert_eq!(c.read_u64(1, x.offset_by(r * stride * PAGE)).unwrap(), r);
+    }
+    let s = c.node(1).stats();
+    // Three demand faults find the stride; the column's other pages come by read-ahead.
+    assert!(s.pages_fetched <= 4, "{} demand fetches", s.pages_fetched);
+    // The pages in between: only the first two faults' sequential prefetches (4 each).
+    let wasted = s.prefetch_requested - s.prefetch_used;
+    assert!(
+        wasted <= 2 * 4 + 64,
+        "{wasted} pages asked for and never read, of {} asked",
+        s.prefetch_requested
+    );
+    assert!(s.getp_sent < 20, "{} requests for {rows} rows", s.getp_sent);
+}
+
+/// A walk that only looks strided (two equal steps, then another) falls back to sequential
+/// read-ahead, and a sequential stream after a strided walk is read ahead page by page again.
+#[test]
+fn a_broken_stride_falls_back_to_sequential_read_ahead() {
+    let mut c = Cluster::new(2, 12, |cfg| {
+        cfg.prefetch.prefetch_pages = 4;
+        cfg.prefetch.read_ahead_max_pages = 64;
+        cfg.cache_pages = 8192;
+    });
+    let x = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), 2000 * PAGE)
+        .unwrap();
+    for p in 0..2000 {
+        c.write_u64(0, x.offset_by(p * PAGE), p).unwrap();
+    }
+    c.barrier().unwrap();
+    // Strided: 0, 10, 20 find the stride, 30.. follow it.
+    for p in [0u64, 10, 20, 30, 40, 50] {
+        assert_eq!(c.read_u64(1, x.offset_by(p * PAGE)).unwrap(), p);
+    }
+    // Then a sequential stream from page 1000: every page, by read-ahead after its start.
+    let before = c.node(1).stats().pages_fetched;
+    for p in 1000..1400 {
+        assert_eq!(c.read_u64(1, x.offset_by(p * PAGE)).unwrap(), p);
+    }
+    let demand = c.node(1).stats().pages_fetched - before;
+    assert!(
+        demand <= 2,
+        "{demand} demand fetches in a sequential stream after a stride"
+    );
+}
+
 #[test]
 fn a_read_ahead_window_is_protected_at_the_home_before_it_is_copied() {
     // A GETP for several pages is served protect-first: the home's untracked pages are tracked

@@ -85,10 +85,10 @@ impl Region {
 
     /// Readies `count` pages from `first` for their bytes while a GETP for them is on its way:
     /// maps the first (the page faulted on, when there is one) in the application's view, still
-    /// inaccessible, and the others where they are in memory. The rest are mapped once their
-    /// bytes are in ([`PageMemory::write_run`]): their memory is allocated then, by the write
-    /// into the memfd, which does not zero whole pages first and needs no entry in the service
-    /// view.
+    /// inaccessible, with those of its fault-around window that are in memory. The others are
+    /// mapped once their bytes are in ([`PageMemory::write_run`]): their memory is allocated
+    /// then, by the write into the memfd, which does not zero whole pages first and needs no
+    /// entry in the service view (mapping them now would allocate and zero them first).
     ///
     /// The mapping is made by reading a byte of each through `/proc/self/mem`, whose forced
     /// access faults a page in even where the protection forbids access, as a debugger's read
@@ -102,7 +102,7 @@ impl Region {
         if first.index() + count > self.len / PAGE_SIZE {
             return;
         }
-        self.map_closed(first, count, Touch::First);
+        self.map_closed(first, 1, Touch::First);
         if crate::trace::on() {
             for page in first.index()..first.index() + count {
                 crate::trace::stamp(page as u64, crate::trace::Step::Prepared);
@@ -297,8 +297,8 @@ impl PageMemory for Region {
         crate::door::fastpath::allow_home_write(page.index());
     }
 
-    fn allow_prefetch_open(&mut self, page: PageNum) {
-        crate::door::fastpath::allow_prefetch_open(page.index());
+    fn allow_prefetch_open(&mut self, page: PageNum, wake: bool) {
+        crate::door::fastpath::allow_prefetch_open(page.index(), wake);
     }
 
     fn opened_unreported(&self, page: PageNum) -> bool {

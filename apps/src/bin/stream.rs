@@ -1,11 +1,20 @@
 //! Remote memory streamed: node 0 writes MB megabytes homed on it, and every other node reads
 //! all of them once, in order (a sum of u64 words), with the default read-ahead.
 //!
-//! `stream [MB]` (default 256). Prints the slowest reader's time and MB/s; checks each reader's
-//! sum against the closed form of what node 0 wrote.
+//! `stream [MB] [STRIDE]` (default 256, 1). With a stride, each reader reads one page in every
+//! STRIDE (a column of a row-major matrix with rows of STRIDE pages): all of that page's words.
+//! Prints the slowest reader's time and MB/s of the pages read; checks each reader's sum against
+//! the closed form of what node 0 wrote.
 
 use dsm_apps::{arg_num, init, report};
-use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
+use dsm_runtime::{AllocPolicy, NodeId, PAGE_SIZE, SharedArray};
+
+/// The indices of the words read: every word of one page in every `stride` pages.
+fn read_pages(n: usize, stride: usize, per_page: usize) -> impl Iterator<Item = usize> {
+    (0..n)
+        .step_by(per_page * stride)
+        .flat_map(move |start| start..(start + per_page).min(n))
+}
 
 /// The word node 0 writes at `i` (cheap, and different on every page).
 fn word(i: usize) -> u64 {
@@ -16,9 +25,17 @@ fn main() {
     let (args, check) = dsm_apps::args_with_check(
         "stream",
         "Remote memory streamed: node 0 writes, the others read it all once",
-        &[("MB", "megabytes homed on node 0 (default 256)")],
+        &[
+            ("MB", "megabytes homed on node 0 (default 256)"),
+            (
+                "STRIDE",
+                "read one page in every STRIDE pages (default 1: every page)",
+            ),
+        ],
     );
     let mb = arg_num(&args, 0, "megabytes", 256).max(1);
+    let stride = arg_num(&args, 1, "stride", 1).max(1);
+    let per_page = PAGE_SIZE / 8;
     let n = mb * 1024 * 1024 / 8;
     let dsm = init("stream");
     let me = dsm.id();
@@ -36,18 +53,25 @@ fn main() {
     if me != 0 {
         // SAFETY: nothing writes the array after the barrier.
         let r = unsafe { a.slice(0..n) };
-        sum = r.iter().fold(0u64, |s, &x| s.wrapping_add(x));
+        sum = r
+            .chunks(per_page)
+            .step_by(stride)
+            .flatten()
+            .fold(0u64, |s, &x| s.wrapping_add(x));
     }
     let elapsed = dsm.clock() - t0;
     let times: SharedArray<f64> = dsm
         .alloc(dsm.nodes(), AllocPolicy::OnNode(NodeId(0)))
         .expect("alloc");
     times.set(me, elapsed);
-    let ok = !check || me == 0 || sum == (0..n).fold(0u64, |s, i| s.wrapping_add(word(i)));
+    let ok = !check
+        || me == 0
+        || sum == read_pages(n, stride, per_page).fold(0u64, |s, i| s.wrapping_add(word(i)));
+    let read_mb = (n / per_page).div_ceil(stride) * PAGE_SIZE / (1024 * 1024);
     dsm.barrier();
     let slowest = (1..dsm.nodes()).map(|i| times.get(i)).fold(0.0, f64::max);
     let rate = if slowest > 0.0 {
-        mb as f64 / slowest
+        read_mb as f64 / slowest
     } else {
         0.0
     };
@@ -55,7 +79,7 @@ fn main() {
         &dsm,
         "stream",
         ok,
-        &format!("mb={mb} time={slowest:.3}s mbps={rate:.0}"),
+        &format!("mb={mb} stride={stride} read_mb={read_mb} time={slowest:.3}s mbps={rate:.0}"),
     );
     dsm.exit();
 }

@@ -6,9 +6,13 @@
 //! - A read of a prefetched page, valid but closed so its first touch is seen
 //!   (`PageMemory::allow_prefetch_open`): opened read-only.
 //!
-//! One byte of state per page: 0 none, 1 home-write allowed, 4 prefetch-open allowed, 2 and 5 a
-//! handler is opening it, 3 opened and queued for the service thread. A handler claims a page
-//! (1 -> 2 or 4 -> 5), mprotects, marks it 3 and queues it. A read claims the prefetched pages
+//! One byte of state per page: 0 none, 1 home-write allowed, 4 prefetch-open allowed, 6 the same
+//! for the read-ahead's marker, 2 and 5 a handler is opening it, 3 opened and queued for the
+//! service thread. A handler claims a page (1 -> 2, 4 or 6 -> 5), mprotects, marks it 3 and
+//! queues it. It wakes the service thread for a home write, for the marker (the next window is
+//! to be asked for now) and when the queue is half full; other reads of prefetched pages wait for
+//! its next pass (in a stream, the next grant), which spares the faulting thread's CPU a wake-up
+//! and a switch per fault. A read claims the prefetched pages
 //! right after the faulting one too (each 4 -> 5), opens the run with one mprotect and queues
 //! each page (those without a fault of their own marked as opened along). Before the core changes a page's
 //! protection, `withdraw` takes the allowance back, waiting out an opening in progress so the
@@ -29,6 +33,7 @@ const HOME_OPENING: u8 = 2;
 const OPENED: u8 = 3;
 const PREFETCH_OPEN: u8 = 4;
 const PREFETCH_OPENING: u8 = 5;
+const PREFETCH_OPEN_WAKE: u8 = 6;
 
 /// What a fast-path fault did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,11 +76,24 @@ pub(crate) fn allow_home_write(page: usize) {
     }
 }
 
-/// The core allows the prefetch-open fast path for `page`.
-pub(crate) fn allow_prefetch_open(page: usize) {
+/// The core allows the prefetch-open fast path for `page`; `wake`: its opening is reported to the
+/// service thread at once (the read-ahead's marker).
+pub(crate) fn allow_prefetch_open(page: usize, wake: bool) {
     if let Some(s) = state(page) {
-        s.store(PREFETCH_OPEN, Ordering::SeqCst);
+        s.store(
+            if wake {
+                PREFETCH_OPEN_WAKE
+            } else {
+                PREFETCH_OPEN
+            },
+            Ordering::SeqCst,
+        );
     }
+}
+
+/// Whether the queue is half full: the service thread is woken to drain it.
+pub(crate) fn crowded() -> bool {
+    PENDING.load(Ordering::Relaxed) as usize >= QUEUE / 2
 }
 
 /// The core is about to change the protection of `page`: no fast path for it until allowed
@@ -84,7 +102,7 @@ pub(crate) fn withdraw(page: usize) {
     let Some(s) = state(page) else { return };
     loop {
         match s.load(Ordering::SeqCst) {
-            v @ (HOME_WRITE | PREFETCH_OPEN) => {
+            v @ (HOME_WRITE | PREFETCH_OPEN | PREFETCH_OPEN_WAKE) => {
                 if s.compare_exchange(v, NONE, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
                 {
@@ -104,18 +122,30 @@ pub(crate) fn opened_unreported(page: usize) -> bool {
     state(page).is_some_and(|s| s.load(Ordering::SeqCst) == OPENED)
 }
 
-/// In the fault handler: claims `page` for a write (`write`) or a read. True means: open it,
+/// A page a fault handler claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    /// Its opening is to reach the service thread at once (a home write, the read-ahead's
+    /// marker).
+    pub wake: bool,
+}
+
+/// In the fault handler: claims `page` for a write (`write`) or a read. `Some` means: open it,
 /// then call [`opened`].
-pub(crate) fn claim(page: usize, write: bool) -> bool {
-    let (from, to) = if write {
-        (HOME_WRITE, HOME_OPENING)
-    } else {
-        (PREFETCH_OPEN, PREFETCH_OPENING)
-    };
-    state(page).is_some_and(|s| {
+pub(crate) fn claim(page: usize, write: bool) -> Option<Claimed> {
+    let s = state(page)?;
+    let claim = |from: u8, to: u8| {
         s.compare_exchange(from, to, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
-    })
+    };
+    if write {
+        return claim(HOME_WRITE, HOME_OPENING).then_some(Claimed { wake: true });
+    }
+    if claim(PREFETCH_OPEN, PREFETCH_OPENING) {
+        Some(Claimed { wake: false })
+    } else {
+        claim(PREFETCH_OPEN_WAKE, PREFETCH_OPENING).then_some(Claimed { wake: true })
+    }
 }
 
 /// Most pages one read fault opens after the faulting one.
@@ -123,13 +153,22 @@ const MAX_RUN: usize = 63;
 
 /// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
 /// after it, as many as the queue surely has room for (it may fill only with other threads'
-/// pages meanwhile, up to [`super::slots::MAX_THREADS`] of them). Returns how many.
-pub(crate) fn claim_following(page: usize) -> usize {
+/// pages meanwhile, up to [`super::slots::MAX_THREADS`] of them). Returns how many, and
+/// whether one of them is to wake the service thread.
+pub(crate) fn claim_following(page: usize) -> (usize, bool) {
     let room = QUEUE
         .saturating_sub(PENDING.load(Ordering::SeqCst) as usize)
         .saturating_sub(super::slots::MAX_THREADS + 1)
         .min(MAX_RUN);
-    (1..=room).take_while(|&k| claim(page + k, false)).count()
+    let (mut n, mut wake) = (0, false);
+    while n < room {
+        let Some(c) = claim(page + n + 1, false) else {
+            break;
+        };
+        wake |= c.wake;
+        n += 1;
+    }
+    (n, wake)
 }
 
 /// In the fault handler, after the mprotect: marks `page` opened and queues it for the service

@@ -366,13 +366,14 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
 /// did. A read opens the prefetched pages that follow it too, in the same mprotect: a thread
 /// walking through a prefetched window takes one fault, not one per page.
 fn resolve(start: usize, page: usize, write: bool) -> bool {
-    if !fastpath::claim(page, write) {
+    let Some(claimed) = fastpath::claim(page, write) else {
         return false;
-    }
-    let run = if write {
-        1
+    };
+    let (run, wake) = if write {
+        (1, true)
     } else {
-        1 + fastpath::claim_following(page)
+        let (along, wake) = fastpath::claim_following(page);
+        (1 + along, claimed.wake || wake)
     };
     let page_addr = start + page * dsm_core::PAGE_SIZE;
     let prot = if write {
@@ -390,7 +391,9 @@ fn resolve(start: usize, page: usize, write: bool) -> bool {
         fastpath::opened_along(p);
     }
     if fastpath::opened(page, write) {
-        SLOTS.wake_service();
+        if wake || fastpath::crowded() {
+            SLOTS.wake_service();
+        }
         return true;
     }
     // Queue full: the slow path does the same work again (harmlessly) and reports it.
