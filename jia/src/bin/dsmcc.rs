@@ -238,7 +238,7 @@ fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
 
 /// The C library's memory and string functions whose calls a checked object makes to libjia's
 /// entries instead (they record what the call reads and writes, then make it): `objcopy
-/// --redefine-sym` on each checked object (`jia/src/sys.rs` defines the entries). The
+/// --redefine-sym` on each checked object (`jia/src/races.rs` defines the entries). The
 /// compiler must not expand them inline.
 const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
     "memcpy", "memmove", "memset", "strcpy", "strncpy", "strcat", "strlen", "strcmp", "strncmp",

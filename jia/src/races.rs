@@ -1,21 +1,19 @@
-//! Entry points that need the program's return address, which stable Rust cannot read: small
-//! trampolines (x86-64) that pass it on as one more argument.
+//! The race checker's entry points for C programs built with `dsmcc --check-races`, in place of
+//! ThreadSanitizer's runtime (never linked):
 //!
-//! - The race checker's hooks for C programs compiled with `-fsanitize=thread` (`dsmcc
-//!   --check-races`): the compiler calls `__tsan_read4(addr)` and the like at every load and
-//!   store; libjia defines them in place of ThreadSanitizer's runtime (never linked), and each
-//!   passes the access and the return address (its source line) to
-//!   `dsm_runtime::races::access`. Off (no `check_races`), that is one load and a branch.
-//! - The allocation calls (`jia_alloc` ...): the race checker names an allocation by its line.
-//! - The C library's memory and string functions and the program's signal handlers, for the
-//!   race checker (below).
+//! - the compiler's hooks: `__tsan_read4(addr)` and the like at every load and store, each
+//!   passing the access and its return address (its source line) to
+//!   `dsm_runtime::races::access`. Off (no `check_races`), that is one load and a branch;
+//! - the C library's memory and string functions, which `dsmcc` renames a checked object's calls
+//!   to;
+//! - the program's signal handlers, when checking;
+//! - pthread synchronisation and OpenMP (gcc's libgomp), which order the threads of a node.
 //!
-//! A trampoline reads the return address at `[rsp]` (the call just pushed it), puts it in the
-//! next free argument register and jumps to the Rust function, which returns to the program
-//! directly. Nothing else is touched: no stack, no other register. On other architectures the
-//! entry points are plain functions and the address is 0 (lines are then not known).
+//! The entry points that need their caller's address are trampolines ([`crate::entry`]).
 
-use std::ffi::{c_char, c_int, c_ulong, c_void};
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::entry::pc_entry;
 
 /// One access from instrumented code: `size` bytes at `addr`, a write if `write` is nonzero,
 /// made at the return address `pc`.
@@ -97,48 +95,6 @@ pub extern "C" fn __tsan_func_entry(_pc: *const u8) {}
 /// Called at every instrumented function's exit.
 #[unsafe(no_mangle)]
 pub extern "C" fn __tsan_func_exit() {}
-
-/// An exported call that wants its caller's address: `$name(args)` calls `$imp(args, return
-/// address)`, the address in the argument register after the last argument (`$reg`).
-macro_rules! pc_entry {
-    ($($name:ident => $imp:path, $reg:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
-        #[cfg(target_arch = "x86_64")]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            core::arch::naked_asm!(
-                concat!("mov ", $reg, ", [rsp]"),
-                "jmp {imp}",
-                imp = sym $imp,
-            )
-        }
-
-        #[cfg(not(target_arch = "x86_64"))]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            // SAFETY: the caller's promise is the function's own (see its documentation).
-            unsafe { $imp($($arg),*, 0) }
-        }
-    )*};
-}
-
-pc_entry! {
-    jia_alloc => crate::jia_alloc_at, "rsi", (totalsize: c_int) -> c_ulong;
-    jia_alloc1 => crate::jia_alloc1_at, "rsi", (totalsize: c_int) -> c_ulong;
-    jia_alloc_random => crate::jia_alloc_random_at, "rsi", (totalsize: c_int) -> c_ulong;
-    jia_alloc2 => crate::jia_alloc2_at, "rdx", (totalsize: c_int, blocksize: c_int) -> c_ulong;
-    jia_alloc2p => crate::jia_alloc2p_at, "rdx", (totalsize: c_int, starthost: c_int) -> c_ulong;
-    jia_alloc3 => crate::jia_alloc3_at, "rcx",
-        (totalsize: c_int, blocksize: c_int, starthost: c_int) -> c_ulong;
-    jia_alloc_array => crate::jia_alloc_array_at, "rcx",
-        (totalsize: c_int, blocks: *const c_int, n: c_int) -> c_ulong;
-    jia_alloc4 => crate::jia_alloc4_at, "r8",
-        (totalsize: c_int, blocks: *const c_int, n: c_int, starthost: c_int) -> c_ulong;
-    jia_send => crate::jia_send_at, "r8",
-        (buf: *const c_char, len: c_int, topid: c_int, tag: c_int) -> ();
-    jia_recv => crate::jia_recv_at, "r8",
-        (buf: *mut c_char, len: c_int, frompid: c_int, tag: c_int) -> c_int;
-}
 
 // ----- The C library's memory and string functions, seen by the race checker -----
 //
@@ -333,7 +289,7 @@ pub(crate) unsafe fn checked_sigaction(
     let k = sig as usize;
     if sig <= 0 || k > SIGNALS {
         // SAFETY: the caller's arguments (the C library answers EINVAL).
-        return unsafe { crate::__sigaction(sig, act, old) };
+        return unsafe { crate::entry::__sigaction(sig, act, old) };
     }
     // SAFETY: the caller passes null or a live struct.
     let asked = unsafe { act.as_ref() }.copied();
@@ -360,7 +316,7 @@ pub(crate) unsafe fn checked_sigaction(
         .as_ref()
         .map_or(std::ptr::null(), |w| w as *const libc::sigaction);
     // SAFETY: `act` is null or the live copy above; `old` is the caller's.
-    let rc = unsafe { crate::__sigaction(sig, act, old) };
+    let rc = unsafe { crate::entry::__sigaction(sig, act, old) };
     if rc != 0 {
         PROGRAM_HANDLERS[k].store(before.0, SeqCst);
         PROGRAM_FLAGS[k].store(before.1, SeqCst);
@@ -387,7 +343,7 @@ pub(crate) fn wrap_installed_handlers() {
         // SAFETY: a zeroed sigaction is valid plain data for the C library to fill.
         let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: a query (no new action) into the live struct above.
-        if unsafe { crate::__sigaction(sig, std::ptr::null(), &mut now) } != 0 {
+        if unsafe { crate::entry::__sigaction(sig, std::ptr::null(), &mut now) } != 0 {
             continue;
         }
         if is_function(now.sa_sigaction)

@@ -1,0 +1,47 @@
+//! How libjia's entry points are made. Those that need the program's return address, which
+//! stable Rust cannot read, are small trampolines (x86-64) that pass it on as one more argument
+//! ([`pc_entry`]): the allocation calls (`jia_alloc` ...) and `jia_send`/`jia_recv` (the race
+//! checker names an allocation, and a message's buffer, by its line) and the race checker's own
+//! entry points ([`crate::races`]). And the C library's own name for `sigaction`, which libjia
+//! defines in its place ([`crate::interpose`]) and the race checker's handlers call.
+//!
+//! A trampoline reads the return address at `[rsp]` (the call just pushed it), puts it in the
+//! next free argument register and jumps to the Rust function, which returns to the program
+//! directly. Nothing else is touched: no stack, no other register. On other architectures the
+//! entry points are plain functions and the address is 0 (lines are then not known).
+
+use std::ffi::c_int;
+
+/// An exported call that wants its caller's address: `$name(args)` calls `$imp(args, return
+/// address)`, the address in the argument register after the last argument (`$reg`).
+macro_rules! pc_entry {
+    ($($name:ident => $imp:path, $reg:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                concat!("mov ", $reg, ", [rsp]"),
+                "jmp {imp}",
+                imp = sym $imp,
+            )
+        }
+
+        #[cfg(not(target_arch = "x86_64"))]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller's promise is the function's own (see its documentation).
+            unsafe { $imp($($arg),*, 0) }
+        }
+    )*};
+}
+pub(crate) use pc_entry;
+
+unsafe extern "C" {
+    /// glibc's `sigaction` under its own name (libjia defines `sigaction`).
+    pub(crate) fn __sigaction(
+        sig: c_int,
+        act: *const libc::sigaction,
+        old: *mut libc::sigaction,
+    ) -> c_int;
+}

@@ -1,0 +1,459 @@
+//! The C library's calls that libjia defines in place of the C library's own for programs linked
+//! with it: system calls whose buffer may lie in shared memory (`read`, `write`, `pread`,
+//! `pwrite`, `fread`, `fwrite`), and the calls that would take shared memory away from the DSM
+//! (`sigaction` and `signal` for SIGSEGV and SIGBUS, `mprotect`, `munmap`, `mremap`, `madvise`).
+
+use std::ffi::{c_int, c_void};
+
+use crate::entry::__sigaction;
+
+// ----- system calls on shared memory -----
+//
+// The kernel does not fault on a program's behalf: `read` into (or `write` from) a shared page
+// this node does not hold fails with EFAULT, and `fread`/`fwrite` come back short, silently
+// losing data (a JIAJIA program that reads its input into shared memory on node 0). These
+// definitions take the place of the C library's for programs linked with libjia: the buffer's
+// shared pages are brought in first with the access the call makes, a call that still meets
+// EFAULT (a page taken away meanwhile) is retried, and the C library does the rest. A buffer
+// outside shared memory costs one range check. Other calls (recv, send, memcpy-free kernel
+// copies such as sendfile or io_uring) are not covered: see the README.
+
+unsafe extern "C" {
+    fn __read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
+    fn __write(fd: c_int, buf: *const c_void, n: usize) -> isize;
+    fn __pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize;
+    fn __pwrite64(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize;
+    fn _IO_fread(ptr: *mut c_void, size: usize, n: usize, f: *mut libc::FILE) -> usize;
+    fn _IO_fwrite(ptr: *const c_void, size: usize, n: usize, f: *mut libc::FILE) -> usize;
+}
+
+/// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
+/// memory (a few times: each retry fetches the pages again). Async-signal-safe for buffers
+/// outside shared memory (the runtime's own reads of its sockets pass here).
+fn on_shared(
+    ptr: *const c_void,
+    len: usize,
+    kernel_writes: bool,
+    call: impl Fn() -> isize,
+) -> isize {
+    // SAFETY: the buffer is about to be handed to the kernel by the C program's own call: its
+    // threads do not write it meanwhile (that would race with the kernel's access anyway).
+    if !unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) } {
+        return call();
+    }
+    let mut r = call();
+    for _ in 0..4 {
+        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
+            break;
+        }
+        // SAFETY: as above.
+        unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) };
+        r = call();
+    }
+    r
+}
+
+/// The bytes a call moved between the kernel and shared memory, for the race checker: `len`
+/// bytes at `buf` written (`kernel_wrote`: the kernel wrote them, as `read` does) or read, by the
+/// call made at `pc`. Nothing when the checker is off or the buffer is not shared.
+fn record(buf: *const c_void, len: isize, kernel_wrote: bool, pc: usize) {
+    if len > 0 {
+        dsm_runtime::races::access(
+            buf as usize,
+            len as usize,
+            kernel_wrote,
+            dsm_runtime::races::From::Code(pc),
+        );
+    }
+}
+
+// `read` and the others, each with its caller's address (see `entry`): the checker names the
+// call's line.
+crate::entry::pc_entry! {
+    read => read_at, "rcx", (fd: c_int, buf: *mut c_void, n: usize) -> isize;
+    write => write_at, "rcx", (fd: c_int, buf: *const c_void, n: usize) -> isize;
+    pread => pread_at, "r8", (fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize;
+    pread64 => pread_at, "r8", (fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize;
+    pwrite => pwrite_at, "r8", (fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize;
+    pwrite64 => pwrite_at, "r8", (fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize;
+    fread => fread_at, "r8",
+        (ptr: *mut c_void, size: usize, n: usize, f: *mut libc::FILE) -> usize;
+    fwrite => fwrite_at, "r8",
+        (ptr: *const c_void, size: usize, n: usize, f: *mut libc::FILE) -> usize;
+}
+
+/// `ssize_t read(int fd, void *buf, size_t n)`, with `buf` in shared memory made ready first;
+/// the bytes read are a write of the caller's for the race checker.
+///
+/// # Safety
+/// As the C library's `read`.
+unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
+    // SAFETY: the C library's read with the caller's arguments.
+    let r = on_shared(buf, n, true, || unsafe { __read(fd, buf, n) });
+    record(buf, r, true, pc);
+    r
+}
+
+/// `ssize_t write(int fd, const void *buf, size_t n)`, with `buf` in shared memory made ready;
+/// the bytes written are a read of the caller's for the race checker.
+///
+/// # Safety
+/// As the C library's `write`.
+unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize) -> isize {
+    // SAFETY: the C library's write with the caller's arguments.
+    let r = on_shared(buf, n, false, || unsafe { __write(fd, buf, n) });
+    record(buf, r, false, pc);
+    r
+}
+
+/// `pread` (and `pread64`), as [`read_at`].
+///
+/// # Safety
+/// As the C library's `pread`.
+unsafe extern "C" fn pread_at(fd: c_int, buf: *mut c_void, n: usize, off: i64, pc: usize) -> isize {
+    // SAFETY: the C library's pread with the caller's arguments.
+    let r = on_shared(buf, n, true, || unsafe { __pread64(fd, buf, n, off) });
+    record(buf, r, true, pc);
+    r
+}
+
+/// `pwrite` (and `pwrite64`), as [`write_at`].
+///
+/// # Safety
+/// As the C library's `pwrite`.
+unsafe extern "C" fn pwrite_at(
+    fd: c_int,
+    buf: *const c_void,
+    n: usize,
+    off: i64,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's pwrite with the caller's arguments.
+    let r = on_shared(buf, n, false, || unsafe { __pwrite64(fd, buf, n, off) });
+    record(buf, r, false, pc);
+    r
+}
+
+/// `size_t fread(void *ptr, size_t size, size_t n, FILE *f)`, with `ptr` in shared memory made
+/// ready first (the C library reads large requests straight into it); the items read are a
+/// write of the caller's for the race checker.
+///
+/// # Safety
+/// As the C library's `fread`.
+unsafe extern "C" fn fread_at(
+    ptr: *mut c_void,
+    size: usize,
+    n: usize,
+    f: *mut libc::FILE,
+    pc: usize,
+) -> usize {
+    // SAFETY: the buffer is the kernel's (through fread) for the call: the program's threads do
+    // not write it meanwhile.
+    unsafe { dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), true) };
+    // SAFETY: the C library's fread with the caller's arguments.
+    let got = unsafe { _IO_fread(ptr, size, n, f) };
+    record(ptr, got.saturating_mul(size) as isize, true, pc);
+    got
+}
+
+/// `size_t fwrite(const void *ptr, size_t size, size_t n, FILE *f)`, with `ptr` in shared
+/// memory made ready first; the items written are a read of the caller's for the race checker.
+///
+/// # Safety
+/// As the C library's `fwrite`.
+unsafe extern "C" fn fwrite_at(
+    ptr: *const c_void,
+    size: usize,
+    n: usize,
+    f: *mut libc::FILE,
+    pc: usize,
+) -> usize {
+    // SAFETY: as in fread; nothing is written here (a read touch).
+    unsafe { dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), false) };
+    // SAFETY: the C library's fwrite with the caller's arguments.
+    let put = unsafe { _IO_fwrite(ptr, size, n, f) };
+    record(ptr, put.saturating_mul(size) as isize, false, pc);
+    put
+}
+
+// ----- signals and shared memory's mappings -----
+//
+// The DSM serves faults on shared memory from its SIGSEGV/SIGBUS handler, and sees reads and
+// writes by the protection it gives each page. A program that installed its own SIGSEGV handler
+// after jia_init (crash reporters, garbage collectors, libsigsegv do) took every fault on shared
+// memory in its own handler and spun there forever; one that called mprotect on shared memory
+// made its writes invisible to the DSM (lost without a word), and munmap ended the node at the
+// DSM's next mprotect. These definitions take the place of the C library's for programs linked
+// with libjia:
+//
+// - `sigaction`, `signal`, `bsd_signal`, `sysv_signal` and `sigset`, for SIGSEGV and SIGBUS once
+//   jia_init installed the DSM's handler: the DSM's handler stays, and the program's becomes the
+//   one it passes every fault outside shared memory to; the previous action the program gets back
+//   is its own (what it would have seen without the DSM). Other signals, and every call before
+//   jia_init, are the C library's.
+// - `mprotect`, `munmap`, `mremap` and `madvise` (the advice that discards memory: DONTNEED,
+//   FREE, REMOVE, DONTNEED_LOCKED, HWPOISON) on a range that overlaps shared memory: refused with
+//   -1 and errno EPERM (Linux's answer for memory sealed by mseal(2), which shared memory is to
+//   the program: valid arguments, an operation not permitted), with one line on standard error
+//   naming the call and the range. Elsewhere they are the kernel's, made as system calls (glibc
+//   exports no other name for them).
+//
+// The runtime inside this library makes its own calls through `__sigaction` and raw system
+// calls, never through these symbols.
+
+unsafe extern "C" {
+    fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
+    /// glibc's BSD `signal` under the one exported name libjia does not define.
+    fn ssignal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
+}
+
+/// `int sigaction(int sig, const struct sigaction *act, struct sigaction *old)`: see the section
+/// comment.
+///
+/// # Safety
+/// As the C library's `sigaction`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller passes null or live structs, as to the C library's sigaction.
+    let (a, o) = unsafe { (act.as_ref(), old.as_mut()) };
+    if dsm_runtime::interpose::program_sigaction(sig, a, o) {
+        return 0;
+    }
+    if dsm_runtime::races::on() {
+        // SAFETY: the caller's arguments, as to the C library's sigaction.
+        return unsafe { crate::races::checked_sigaction(sig, act, old) };
+    }
+    // SAFETY: the C library's sigaction with the caller's arguments.
+    unsafe { __sigaction(sig, act, old) }
+}
+
+/// A handler installed the `signal` way (`flags`, and `sig` itself blocked while it runs unless
+/// `SA_NODEFER`) for SIGSEGV or SIGBUS through [`sigaction`]; the previous handler, or
+/// `SIG_ERR`.
+fn signal_as(sig: c_int, handler: libc::sighandler_t, flags: c_int) -> libc::sighandler_t {
+    // SAFETY: a zeroed sigaction is valid plain data.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = flags;
+    // SAFETY: sa_mask is a live sigset_t of `act`.
+    unsafe {
+        libc::sigemptyset(&mut act.sa_mask);
+        if flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut act.sa_mask, sig);
+        }
+    }
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: live structs.
+    if unsafe { sigaction(sig, &act, &mut old) } != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+/// Whether the DSM stands between the program and `sig`'s action now.
+fn dsm_signal(sig: c_int) -> bool {
+    // A query changes nothing; it says whether the DSM answers for `sig`.
+    dsm_runtime::interpose::program_sigaction(sig, None, None)
+}
+
+/// Notes a handler installed the C library's way, for the DSM (see `note_handler`).
+fn note_signal(sig: c_int, handler: libc::sighandler_t) {
+    // SAFETY: a zeroed sigaction is valid plain data.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    dsm_runtime::interpose::note_handler(sig, &act);
+}
+
+/// `sighandler_t signal(int sig, sighandler_t handler)` (BSD semantics, as glibc's): see the
+/// section comment.
+///
+/// # Safety
+/// As the C library's `signal`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if dsm_signal(sig) || dsm_runtime::races::on() {
+        return signal_as(sig, handler, libc::SA_RESTART);
+    }
+    note_signal(sig, handler);
+    // SAFETY: the C library's signal with the caller's arguments.
+    unsafe { ssignal(sig, handler) }
+}
+
+/// `bsd_signal`: [`signal`].
+///
+/// # Safety
+/// As the C library's `bsd_signal`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: as signal.
+    unsafe { signal(sig, handler) }
+}
+
+/// `sysv_signal` (System V semantics: reset to the default action on delivery, not blocked while
+/// it runs).
+///
+/// # Safety
+/// As the C library's `sysv_signal`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sysv_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    if dsm_signal(sig) || dsm_runtime::races::on() {
+        return signal_as(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER);
+    }
+    note_signal(sig, handler);
+    // SAFETY: the C library's sysv_signal with the caller's arguments.
+    unsafe { __sysv_signal(sig, handler) }
+}
+
+/// glibc's `SIG_HOLD`.
+const SIG_HOLD: libc::sighandler_t = 2;
+
+/// `sighandler_t sigset(int sig, sighandler_t disp)` (System V), as glibc's, through
+/// [`sigaction`].
+///
+/// # Safety
+/// As the C library's `sigset`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: zeroed sigset_t and sigaction are valid plain data; every call below reads and
+    // writes only these live locals.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut was: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigemptyset(&mut set) != 0 || libc::sigaddset(&mut set, sig) != 0 {
+            return libc::SIG_ERR;
+        }
+        if disp == SIG_HOLD {
+            if libc::sigprocmask(libc::SIG_BLOCK, &set, &mut was) != 0 {
+                return libc::SIG_ERR;
+            }
+            if libc::sigismember(&was, sig) == 1 {
+                return SIG_HOLD;
+            }
+            if sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                return libc::SIG_ERR;
+            }
+            return old.sa_sigaction;
+        }
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = disp;
+        libc::sigemptyset(&mut act.sa_mask);
+        if sigaction(sig, &act, &mut old) != 0
+            || libc::sigprocmask(libc::SIG_UNBLOCK, &set, &mut was) != 0
+        {
+            return libc::SIG_ERR;
+        }
+        if libc::sigismember(&was, sig) == 1 {
+            SIG_HOLD
+        } else {
+            old.sa_sigaction
+        }
+    }
+}
+
+/// `prot` as a C program writes it (for the message of a refused call).
+fn prot_name(prot: c_int) -> &'static str {
+    const R: c_int = libc::PROT_READ;
+    const W: c_int = libc::PROT_WRITE;
+    const X: c_int = libc::PROT_EXEC;
+    match prot {
+        libc::PROT_NONE => "PROT_NONE",
+        R => "PROT_READ",
+        W => "PROT_WRITE",
+        X => "PROT_EXEC",
+        0x3 => "PROT_READ|PROT_WRITE",
+        0x5 => "PROT_READ|PROT_EXEC",
+        0x6 => "PROT_WRITE|PROT_EXEC",
+        0x7 => "PROT_READ|PROT_WRITE|PROT_EXEC",
+        _ => "other protection",
+    }
+}
+
+/// `int mprotect(void *addr, size_t len, int prot)`: refused on shared memory (see the section
+/// comment).
+///
+/// # Safety
+/// As the C library's `mprotect`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    if dsm_runtime::interpose::refused_on_shared("mprotect", addr as usize, len, prot_name(prot)) {
+        return -1;
+    }
+    // SAFETY: the kernel's mprotect with the caller's arguments, outside shared memory.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int }
+}
+
+/// `int munmap(void *addr, size_t len)`: refused on shared memory (see the section comment).
+///
+/// # Safety
+/// As the C library's `munmap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    if dsm_runtime::interpose::refused_on_shared("munmap", addr as usize, len, "") {
+        return -1;
+    }
+    // SAFETY: the kernel's munmap with the caller's arguments, outside shared memory.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
+}
+
+/// `void *mremap(void *old, size_t old_len, size_t new_len, int flags, ... /* void *new */)`:
+/// refused when the old range, or with `MREMAP_FIXED` the new one, overlaps shared memory (see
+/// the section comment). The fifth argument is read only with `MREMAP_FIXED`, as glibc does (on
+/// x86-64 and AArch64 Linux a variadic pointer argument is passed as a fixed one would be).
+///
+/// # Safety
+/// As the C library's `mremap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new: *mut c_void,
+) -> *mut c_void {
+    let new = if flags & libc::MREMAP_FIXED != 0 {
+        new
+    } else {
+        std::ptr::null_mut()
+    };
+    if dsm_runtime::interpose::refused_on_shared("mremap", old as usize, old_len, "")
+        || (!new.is_null()
+            && dsm_runtime::interpose::refused_on_shared("mremap to", new as usize, new_len, ""))
+    {
+        return libc::MAP_FAILED;
+    }
+    // SAFETY: the kernel's mremap with the caller's arguments, outside shared memory.
+    unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new) as *mut c_void }
+}
+
+/// `int madvise(void *addr, size_t len, int advice)`: advice that discards memory (or poisons
+/// it) refused on shared memory (see the section comment); other advice is the kernel's.
+///
+/// # Safety
+/// As the C library's `madvise`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    let discards = match advice {
+        libc::MADV_DONTNEED => "MADV_DONTNEED",
+        libc::MADV_FREE => "MADV_FREE",
+        libc::MADV_REMOVE => "MADV_REMOVE",
+        libc::MADV_DONTNEED_LOCKED => "MADV_DONTNEED_LOCKED",
+        libc::MADV_HWPOISON => "MADV_HWPOISON",
+        _ => "",
+    };
+    if !discards.is_empty()
+        && dsm_runtime::interpose::refused_on_shared("madvise", addr as usize, len, discards)
+    {
+        return -1;
+    }
+    // SAFETY: the kernel's madvise with the caller's arguments.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
+}
