@@ -176,6 +176,126 @@ unsafe extern "C" fn fwrite_at(
     put
 }
 
+// Calls a checked object makes to these entries instead (`dsmcc --check-races` renames them: its
+// `CHECKED_IO_FUNCTIONS`): the buffers' pages are brought in as for `read`, and the bytes moved
+// are recorded at the caller's line.
+crate::entry::pc_entry! {
+    __dsm_checked_readv => readv_at, "rcx", (fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize;
+    __dsm_checked_writev => writev_at, "rcx",
+        (fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize;
+    __dsm_checked_recv => recv_at, "r8",
+        (fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
+    __dsm_checked_send => send_at, "r8",
+        (fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
+    __dsm_checked_fgets => fgets_at, "rcx",
+        (s: *mut libc::c_char, n: c_int, f: *mut libc::FILE) -> *mut libc::c_char;
+}
+
+/// The buffers of `cnt` iovecs at `iov`, as slices of (address, length); none for a bad count.
+///
+/// # Safety
+/// `iov` points to `cnt` iovecs, as `readv` and `writev` ask.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> &'a [libc::iovec] {
+    match usize::try_from(cnt) {
+        Ok(n) if n > 0 && !iov.is_null() => {
+            // SAFETY: the caller's promise.
+            unsafe { std::slice::from_raw_parts(iov, n) }
+        }
+        _ => &[],
+    }
+}
+
+/// `readv` and `writev`: each buffer's pages brought in, the call made (again after EFAULT, as
+/// `on_shared` does), and the `moved` bytes recorded buffer by buffer in order.
+///
+/// # Safety
+/// As the C library's `readv` (`kernel_writes`) or `writev`.
+unsafe fn vectored(
+    iov: *const libc::iovec,
+    cnt: c_int,
+    kernel_writes: bool,
+    pc: usize,
+    call: impl Fn() -> isize,
+) -> isize {
+    // SAFETY: the caller's promise.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    let prepare = || {
+        for b in bufs {
+            // SAFETY: the buffer is handed to the kernel by the program's own call.
+            unsafe { dsm_runtime::prepare_for_io(b.iov_base.cast(), b.iov_len, kernel_writes) };
+        }
+    };
+    prepare();
+    let mut r = call();
+    for _ in 0..4 {
+        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
+            break;
+        }
+        prepare();
+        r = call();
+    }
+    let mut left = r.max(0) as usize;
+    for b in bufs {
+        let n = b.iov_len.min(left);
+        record(b.iov_base, n as isize, kernel_writes, pc);
+        left -= n;
+    }
+    r
+}
+
+unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
+    // SAFETY: the C library's readv with the caller's arguments.
+    unsafe { vectored(iov, cnt, true, pc, || libc::readv(fd, iov, cnt)) }
+}
+
+unsafe extern "C" fn writev_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
+    // SAFETY: the C library's writev with the caller's arguments.
+    unsafe { vectored(iov, cnt, false, pc, || libc::writev(fd, iov, cnt)) }
+}
+
+unsafe extern "C" fn recv_at(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    flags: c_int,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's recv with the caller's arguments.
+    let r = on_shared(buf, n, true, || unsafe { libc::recv(fd, buf, n, flags) });
+    record(buf, r, true, pc);
+    r
+}
+
+unsafe extern "C" fn send_at(
+    fd: c_int,
+    buf: *const c_void,
+    n: usize,
+    flags: c_int,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's send with the caller's arguments.
+    let r = on_shared(buf, n, false, || unsafe { libc::send(fd, buf, n, flags) });
+    record(buf, r, false, pc);
+    r
+}
+
+unsafe extern "C" fn fgets_at(
+    s: *mut libc::c_char,
+    n: c_int,
+    f: *mut libc::FILE,
+    pc: usize,
+) -> *mut libc::c_char {
+    // SAFETY: the C library's fgets with the caller's arguments (it copies from the stream's
+    // buffer: a fault on `s` is the DSM's to serve).
+    let got = unsafe { libc::fgets(s, n, f) };
+    if !got.is_null() {
+        // SAFETY: fgets stored a string at `s`.
+        let len = unsafe { libc::strlen(s) } + 1;
+        record(s.cast(), len as isize, true, pc);
+    }
+    got
+}
+
 // ----- signals and shared memory's mappings -----
 //
 // The DSM serves faults on shared memory from its SIGSEGV/SIGBUS handler, and sees reads and

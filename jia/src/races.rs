@@ -232,6 +232,86 @@ unsafe extern "C" fn memcmp_at(a: *const c_void, b: *const c_void, n: usize, pc:
     unsafe { libc::memcmp(a, b, n) }
 }
 
+unsafe extern "C" fn stpcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to stpcpy).
+    let n = unsafe { libc::strlen(s) } + 1;
+    touched(s.cast(), n, false, pc);
+    touched(d.cast(), n, true, pc);
+    // SAFETY: the caller's arguments, as to stpcpy.
+    unsafe { libc::stpcpy(d, s) }
+}
+
+unsafe extern "C" fn strncat_at(
+    d: *mut c_char,
+    s: *const c_char,
+    n: usize,
+    pc: usize,
+) -> *mut c_char {
+    // SAFETY: `d` is a string, `s` a string or n bytes (the caller's promise, as to strncat).
+    let (dl, sl) = unsafe { (libc::strlen(d), libc::strnlen(s, n)) };
+    touched(d.cast(), dl, false, pc);
+    touched(s.cast(), sl, false, pc);
+    // SAFETY: d's NUL and the bytes after it lie in d (room for the result: the caller's
+    // promise).
+    touched(unsafe { d.add(dl) }.cast(), sl + 1, true, pc);
+    // SAFETY: the caller's arguments, as to strncat.
+    unsafe { libc::strncat(d, s, n) }
+}
+
+unsafe extern "C" fn strnlen_at(s: *const c_char, n: usize, pc: usize) -> usize {
+    // SAFETY: `s` holds a string or n bytes (the caller's promise, as to strnlen).
+    let len = unsafe { libc::strnlen(s, n) };
+    touched(s.cast(), (len + 1).min(n), false, pc);
+    len
+}
+
+unsafe extern "C" fn memchr_at(s: *const c_void, c: c_int, n: usize, pc: usize) -> *mut c_void {
+    // SAFETY: `s` holds n bytes (the caller's promise, as to memchr).
+    let found = unsafe { libc::memchr(s, c, n) };
+    let read = if found.is_null() {
+        n
+    } else {
+        found as usize - s as usize + 1
+    };
+    touched(s, read, false, pc);
+    found
+}
+
+unsafe extern "C" fn strchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to strchr).
+    let found = unsafe { libc::strchr(s, c) };
+    let read = if found.is_null() {
+        // SAFETY: as above.
+        (unsafe { libc::strlen(s) }) + 1
+    } else {
+        found as usize - s as usize + 1
+    };
+    touched(s.cast(), read, false, pc);
+    found
+}
+
+unsafe extern "C" fn strrchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to strrchr): all of it is read.
+    let n = unsafe { libc::strlen(s) } + 1;
+    touched(s.cast(), n, false, pc);
+    // SAFETY: the caller's arguments, as to strrchr.
+    unsafe { libc::strrchr(s, c) }
+}
+
+unsafe extern "C" fn strstr_at(h: *const c_char, needle: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: both are strings (the caller's promise, as to strstr).
+    let (found, nl) = unsafe { (libc::strstr(h, needle), libc::strlen(needle)) };
+    let read = if found.is_null() {
+        // SAFETY: as above.
+        (unsafe { libc::strlen(h) }) + 1
+    } else {
+        found as usize - h as usize + nl
+    };
+    touched(h.cast(), read, false, pc);
+    touched(needle.cast(), nl + 1, false, pc);
+    found
+}
+
 // The names below are the ones `dsmcc` renames calls to (its `CHECKED_MEMORY_FUNCTIONS`).
 pc_entry! {
     __dsm_checked_memcpy => memcpy_at, "rcx",
@@ -251,6 +331,15 @@ pc_entry! {
         (a: *const c_void, b: *const c_void, n: usize) -> c_int;
     __dsm_checked_bcmp => memcmp_at, "rcx",
         (a: *const c_void, b: *const c_void, n: usize) -> c_int;
+    __dsm_checked_stpcpy => stpcpy_at, "rdx", (d: *mut c_char, s: *const c_char) -> *mut c_char;
+    __dsm_checked_strncat => strncat_at, "rcx",
+        (d: *mut c_char, s: *const c_char, n: usize) -> *mut c_char;
+    __dsm_checked_strnlen => strnlen_at, "rdx", (s: *const c_char, n: usize) -> usize;
+    __dsm_checked_memchr => memchr_at, "rcx", (s: *const c_void, c: c_int, n: usize) -> *mut c_void;
+    __dsm_checked_strchr => strchr_at, "rdx", (s: *const c_char, c: c_int) -> *mut c_char;
+    __dsm_checked_strrchr => strrchr_at, "rdx", (s: *const c_char, c: c_int) -> *mut c_char;
+    __dsm_checked_strstr => strstr_at, "rdx",
+        (h: *const c_char, needle: *const c_char) -> *mut c_char;
 }
 
 // ----- The program's signal handlers, when checking -----

@@ -242,8 +242,14 @@ fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
 /// compiler must not expand them inline.
 const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
     "memcpy", "memmove", "memset", "strcpy", "strncpy", "strcat", "strlen", "strcmp", "strncmp",
-    "memcmp", "bcmp",
+    "memcmp", "bcmp", "stpcpy", "strncat", "strnlen", "memchr", "strchr", "strrchr", "strstr",
 ];
+
+/// The system calls and C library calls that move bytes between the kernel (or a stream) and a
+/// buffer, whose calls a checked object makes to libjia's entries instead (they bring the
+/// buffer's pages in, make the call and record the bytes moved: `jia/src/interpose.rs`).
+/// `read`, `write`, `pread`, `pwrite`, `fread` and `fwrite` are libjia's own in every program.
+const CHECKED_IO_FUNCTIONS: &[&str] = &["readv", "writev", "recv", "send", "fgets"];
 
 /// The synchronisation of a node's threads that the race checker sees the same way (each
 /// ordering the threads as the DSM's own synchronisation does).
@@ -299,13 +305,15 @@ const CHECKED_SYNC_FUNCTIONS: &[&str] = &[
     "omp_test_nest_lock",
 ];
 
-/// The command that renames a checked object's calls of [`CHECKED_MEMORY_FUNCTIONS`] and
-/// [`CHECKED_SYNC_FUNCTIONS`] to libjia's entries (`__dsm_checked_<name>`).
+/// The command that renames a checked object's calls of [`CHECKED_MEMORY_FUNCTIONS`],
+/// [`CHECKED_IO_FUNCTIONS`] and [`CHECKED_SYNC_FUNCTIONS`] to libjia's entries
+/// (`__dsm_checked_<name>`).
 fn rename_calls(object: &Path) -> Command {
     let objcopy = std::env::var_os("DSMCC_OBJCOPY").unwrap_or_else(|| "objcopy".into());
     let mut cmd = Command::new(objcopy);
     for f in CHECKED_MEMORY_FUNCTIONS
         .iter()
+        .chain(CHECKED_IO_FUNCTIONS)
         .chain(CHECKED_SYNC_FUNCTIONS)
     {
         cmd.arg(format!("--redefine-sym={f}=__dsm_checked_{f}"));
