@@ -35,6 +35,10 @@ const READ_CHUNK: usize = 64 * 1024;
 /// A frame at least this long that is not in whole in the buffer of small frames is read
 /// straight into a buffer of its own.
 const OWN_BUFFER_BYTES: usize = 16 * 1024;
+/// A large frame's buffer takes at most this much more memory at a time than what has arrived
+/// of it (a frame's length is the peer's word: a header claiming 256 MiB does not reserve it).
+/// A grant (256 KiB) fits at once.
+const GROW_BYTES: usize = 1 << 20;
 /// Most iovecs one `writev` is given (Linux's `UIO_MAXIOV` is 1,024).
 const MAX_IOVECS: usize = 1020;
 
@@ -421,7 +425,7 @@ impl TcpTransport {
             let fd = c.stream.as_raw_fd();
             let read = match &mut c.large {
                 Some((buf, len)) => {
-                    let want = *len - buf.len();
+                    let want = (*len - buf.len()).min(GROW_BYTES);
                     sys::read_into_spare(fd, buf, want)
                 }
                 None => sys::read_into_spare(fd, &mut c.inbuf, READ_CHUNK),
@@ -464,7 +468,7 @@ impl TcpTransport {
                 let have = c.inbuf.len() - at - 4;
                 if have < len {
                     if len >= OWN_BUFFER_BYTES {
-                        let mut buf = Vec::with_capacity(len);
+                        let mut buf = Vec::with_capacity(len.min(GROW_BYTES));
                         buf.extend_from_slice(&c.inbuf[at + 4..]);
                         c.large = Some((buf, len));
                         at = c.inbuf.len();

@@ -312,6 +312,24 @@ unsafe extern "C" fn strstr_at(h: *const c_char, needle: *const c_char, pc: usiz
     found
 }
 
+/// A C comparison function, as `qsort` and `bsearch` take it.
+type Compare = unsafe extern "C" fn(*const c_void, *const c_void) -> c_int;
+
+unsafe extern "C" fn qsort_at(
+    base: *mut c_void,
+    n: usize,
+    size: usize,
+    cmp: Option<Compare>,
+    pc: usize,
+) {
+    // Sorting reads every element and may move any of them (the program's comparison is its
+    // own code, instrumented: its reads are seen where it makes them).
+    touched(base, n.saturating_mul(size), false, pc);
+    touched(base, n.saturating_mul(size), true, pc);
+    // SAFETY: the caller's arguments, as to qsort.
+    unsafe { libc::qsort(base, n, size, cmp) }
+}
+
 // The names below are the ones `dsmcc` renames calls to (its `CHECKED_MEMORY_FUNCTIONS`).
 pc_entry! {
     __dsm_checked_memcpy => memcpy_at, "rcx",
@@ -340,6 +358,8 @@ pc_entry! {
     __dsm_checked_strrchr => strrchr_at, "rdx", (s: *const c_char, c: c_int) -> *mut c_char;
     __dsm_checked_strstr => strstr_at, "rdx",
         (h: *const c_char, needle: *const c_char) -> *mut c_char;
+    __dsm_checked_qsort => qsort_at, "r8",
+        (base: *mut c_void, n: usize, size: usize, cmp: Option<Compare>) -> ();
 }
 
 // ----- The program's signal handlers, when checking -----

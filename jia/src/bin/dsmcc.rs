@@ -243,6 +243,7 @@ fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
 const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
     "memcpy", "memmove", "memset", "strcpy", "strncpy", "strcat", "strlen", "strcmp", "strncmp",
     "memcmp", "bcmp", "stpcpy", "strncat", "strnlen", "memchr", "strchr", "strrchr", "strstr",
+    "qsort",
 ];
 
 /// The system calls and C library calls that move bytes between the kernel (or a stream) and a
