@@ -374,8 +374,14 @@ impl TcpTransport {
                 Ok(n) => c.written(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return,
+                Err(e) => return self.lose(j, LostCause::ConnectionFailed, format!("write: {e}")),
             }
+        }
+        // What the socket did not take is written when epoll says it takes more.
+        let want = !c.out.is_empty();
+        if want != c.writing {
+            c.writing = want;
+            let _ = self.epoll.modify(c.stream.as_raw_fd(), j as u64, want);
         }
     }
 

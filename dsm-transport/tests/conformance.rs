@@ -399,6 +399,54 @@ fn a_slow_receiver_gets_everything_once_it_reads() {
     }
 }
 
+/// A TCP node whose socket filled keeps the rest queued, and its descriptor becomes readable once
+/// the peer has read enough (the runtime's service thread sleeps on it between passes): a node
+/// that only looks when woken still sends everything.
+#[test]
+fn a_tcp_sender_whose_socket_filled_is_woken_to_send_the_rest() {
+    let mut job = make("tcp", 2);
+    let big = numbered(7, 32 << 20);
+    {
+        let t = job[0].as_mut().unwrap();
+        t.send(Instant::now(), 1, &big);
+        t.flush(Instant::now());
+        assert!(t.pending(1) > 0, "the socket took 32 MiB at once");
+    }
+    let sleeper = dsm_transport::sys::Epoll::new().unwrap();
+    sleeper
+        .add(job[0].as_ref().unwrap().fd(), 0, false)
+        .unwrap();
+    let mut ready = Vec::new();
+    let (mut sender_seen, mut receiver_seen) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while messages(&receiver_seen, 0).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "32 MiB not received in 30 s: {} bytes still queued at the sender",
+            job[0].as_ref().unwrap().pending(1)
+        );
+        // The receiver reads, and sends nothing (no timeouts run: no heartbeat wakes the
+        // sender).
+        let r = job[1].as_mut().unwrap();
+        r.poll_recv(Instant::now());
+        while let Some(e) = r.poll_event() {
+            receiver_seen.push(e);
+        }
+        r.flush(Instant::now());
+        // The sender runs only when its descriptor says there is work.
+        ready.clear();
+        sleeper.ready(1, &mut ready).unwrap();
+        if !ready.is_empty() {
+            step(
+                job[0].as_mut().unwrap().as_mut(),
+                Instant::now(),
+                &mut sender_seen,
+            );
+        }
+    }
+    assert!(messages(&receiver_seen, 0) == vec![big]);
+}
+
 #[test]
 fn a_peer_that_disappears_is_reported_lost() {
     for kind in kinds().into_iter().filter(|&k| k != "loopback") {
