@@ -129,3 +129,38 @@ fn runs_of_pages_arrive_exact_under_loss_duplication_and_reordering() {
         }
     }
 }
+
+/// A strided walk (one page in every 16, read ahead at its stride once three demand faults find
+/// it: a stride longer than the first window, `prefetch_pages`) arrives exact over UDP with loss, duplication and reordering, and over TCP: each reader
+/// checks the sum of the pages it read.
+#[test]
+fn strided_read_ahead_arrives_exact_under_loss_duplication_and_reordering() {
+    for (transport, impair) in [
+        ("udp", "drop=3,dup=2,reorder=10,delay_us=300,seed=23"),
+        ("tcp", ""),
+    ] {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["-n", "3", "--stats", "--transport", transport])
+            .arg(bin("stream"))
+            .args(["24", "16"]);
+        if !impair.is_empty() {
+            cmd.env("DSM_IMPAIR", impair);
+        }
+        let out = run_with_deadline(cmd, Duration::from_secs(180));
+        let t = text(&out);
+        let what = format!("{transport} {impair}");
+        assert!(out.status.success(), "{what}: {t}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("stream OK nodes=3 mb=24 stride=16"),
+            "{what}: {t}"
+        );
+        // 384 pages read per reader of 6,144: the read-ahead follows the stride, so the pages
+        // asked for ahead are about those read, not the 6,144.
+        let err = String::from_utf8_lossy(&out.stderr);
+        let asked = stat(&err, "prefetch_requested");
+        assert!(
+            asked < 2 * 1000,
+            "{what}: {asked} pages asked for ahead by two readers of 384 pages each:\n{t}"
+        );
+    }
+}

@@ -67,11 +67,11 @@ fn main() {
     let ok = !check
         || me == 0
         || sum == read_pages(n, stride, per_page).fold(0u64, |s, i| s.wrapping_add(word(i)));
-    let read_mb = (n / per_page).div_ceil(stride) * PAGE_SIZE / (1024 * 1024);
+    let read_mb = ((n / per_page).div_ceil(stride) * PAGE_SIZE) as f64 / (1024.0 * 1024.0);
     dsm.barrier();
     let slowest = (1..dsm.nodes()).map(|i| times.get(i)).fold(0.0, f64::max);
     let rate = if slowest > 0.0 {
-        read_mb as f64 / slowest
+        read_mb / slowest
     } else {
         0.0
     };
@@ -79,7 +79,7 @@ fn main() {
         &dsm,
         "stream",
         ok,
-        &format!("mb={mb} stride={stride} read_mb={read_mb} time={slowest:.3}s mbps={rate:.0}"),
+        &format!("mb={mb} stride={stride} read_mb={read_mb:.1} time={slowest:.3}s mbps={rate:.0}"),
     );
     dsm.exit();
 }
