@@ -36,13 +36,6 @@ pub(crate) struct Region {
     premap: AtomicBool,
 }
 
-/// Which page of each fault-around window [`Region::map_closed`] reads.
-#[derive(Clone, Copy)]
-enum Touch {
-    First,
-    Last,
-}
-
 /// The pages the kernel maps around a read fault in a file mapping when they are in the page
 /// cache (`fault_around_bytes`, 64 KiB by default), from an aligned boundary: one read per such
 /// window maps a run of fetched pages.
@@ -102,7 +95,7 @@ impl Region {
         if first.index() + count > self.len / PAGE_SIZE {
             return;
         }
-        self.map_closed(first, 1, Touch::First);
+        self.map_closed(first, 1);
         if crate::trace::on() {
             for page in first.index()..first.index() + count {
                 crate::trace::stamp(page as u64, crate::trace::Step::Prepared);
@@ -111,10 +104,10 @@ impl Region {
     }
 
     /// Maps the `count` pages from `first` that are in memory in the application's view, with
-    /// its protection, by reading one byte per fault-around window through `/proc/self/mem`:
-    /// the window's first page of the run, or its last (a run whose first page is mapped
-    /// already, where a read of it would not fault, and so map none of the others).
-    fn map_closed(&self, first: PageNum, count: usize, touch: Touch) {
+    /// its protection, by reading one byte per fault-around window through `/proc/self/mem`: the
+    /// last page of the run in the window (the first may be mapped already, by `prepare`, and a
+    /// read of it would not fault, so map none of the others).
+    fn map_closed(&self, first: PageNum, count: usize) {
         let Some(mem) = &self.mem else { return };
         if !self.premap.load(Ordering::Relaxed) {
             return;
@@ -124,11 +117,7 @@ impl Region {
         let mut byte = [0u8; 1];
         while page < end {
             let window_end = ((page / FAULT_AROUND_PAGES + 1) * FAULT_AROUND_PAGES).min(end);
-            let read = match touch {
-                Touch::First => page,
-                Touch::Last => window_end - 1,
-            };
-            let addr = (self.app_base + read * PAGE_SIZE) as u64;
+            let addr = (self.app_base + (window_end - 1) * PAGE_SIZE) as u64;
             if let Err(e) = mem.read_exact_at(&mut byte, addr) {
                 log::debug!(
                     "reading the application's view through /proc/self/mem failed ({e}): first touches of fetched pages take a page-table fault"
@@ -241,7 +230,7 @@ impl PageMemory for Region {
             for (i, bytes) in data.chunks_exact(PAGE_SIZE).enumerate() {
                 self.write(PageNum(first.0 + i as u32), 0, bytes);
             }
-            self.map_closed(first, data.len() / PAGE_SIZE, Touch::Last);
+            self.map_closed(first, data.len() / PAGE_SIZE);
             return;
         }
         let off = first.index() * PAGE_SIZE;
@@ -263,7 +252,7 @@ impl PageMemory for Region {
         // In memory now: mapped in the application's view, still closed, before they open (a
         // page alone was mapped while it was asked for, by `prepare`).
         if data.len() > PAGE_SIZE {
-            self.map_closed(first, data.len() / PAGE_SIZE, Touch::Last);
+            self.map_closed(first, data.len() / PAGE_SIZE);
         }
     }
 

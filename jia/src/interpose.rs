@@ -36,9 +36,19 @@ fn on_shared(
     kernel_writes: bool,
     call: impl Fn() -> isize,
 ) -> isize {
-    // SAFETY: the buffer is about to be handed to the kernel by the C program's own call: its
-    // threads do not write it meanwhile (that would race with the kernel's access anyway).
-    if !unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) } {
+    retried(
+        // SAFETY: the buffer is about to be handed to the kernel by the C program's own call:
+        // its threads do not write it meanwhile (that would race with the kernel's access
+        // anyway).
+        || unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) },
+        call,
+    )
+}
+
+/// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
+/// EFAULT on shared memory, prepares again and retries, a few times.
+fn retried(prepare: impl Fn() -> bool, call: impl Fn() -> isize) -> isize {
+    if !prepare() {
         return call();
     }
     let mut r = call();
@@ -46,8 +56,7 @@ fn on_shared(
         if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
             break;
         }
-        // SAFETY: as above.
-        unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) };
+        prepare();
         r = call();
     }
     r
@@ -57,13 +66,8 @@ fn on_shared(
 /// bytes at `buf` written (`kernel_wrote`: the kernel wrote them, as `read` does) or read, by the
 /// call made at `pc`. Nothing when the checker is off or the buffer is not shared.
 fn record(buf: *const c_void, len: isize, kernel_wrote: bool, pc: usize) {
-    if len > 0 {
-        dsm_runtime::races::access(
-            buf as usize,
-            len as usize,
-            kernel_wrote,
-            dsm_runtime::races::From::Code(pc),
-        );
+    if let Ok(len) = usize::try_from(len) {
+        crate::races::touched(buf, len, kernel_wrote, pc);
     }
 }
 
@@ -206,7 +210,7 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> &'a [libc::iovec] {
 }
 
 /// `readv` and `writev`: each buffer's pages brought in, the call made (again after EFAULT, as
-/// `on_shared` does), and the `moved` bytes recorded buffer by buffer in order.
+/// for one buffer), and the bytes moved recorded buffer by buffer in order.
 ///
 /// # Safety
 /// As the C library's `readv` (`kernel_writes`) or `writev`.
@@ -219,21 +223,18 @@ unsafe fn vectored(
 ) -> isize {
     // SAFETY: the caller's promise.
     let bufs = unsafe { iovecs(iov, cnt) };
-    let prepare = || {
-        for b in bufs {
-            // SAFETY: the buffer is handed to the kernel by the program's own call.
-            unsafe { dsm_runtime::prepare_for_io(b.iov_base.cast(), b.iov_len, kernel_writes) };
-        }
-    };
-    prepare();
-    let mut r = call();
-    for _ in 0..4 {
-        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
-            break;
-        }
-        prepare();
-        r = call();
-    }
+    let r = retried(
+        || {
+            bufs.iter().fold(false, |shared, b| {
+                // SAFETY: the buffer is handed to the kernel by the program's own call.
+                let here = unsafe {
+                    dsm_runtime::prepare_for_io(b.iov_base.cast(), b.iov_len, kernel_writes)
+                };
+                shared | here
+            })
+        },
+        call,
+    );
     let mut left = r.max(0) as usize;
     for b in bufs {
         let n = b.iov_len.min(left);

@@ -104,7 +104,7 @@ pub extern "C" fn __tsan_func_exit() {}
 // calls the C library's. Off (no `check_races`), the recording is one load and a branch.
 
 /// `len` bytes at `addr` read (or written) from `pc`, for the race checker.
-fn touched(addr: *const c_void, len: usize, write: bool, pc: usize) {
+pub(crate) fn touched(addr: *const c_void, len: usize, write: bool, pc: usize) {
     dsm_runtime::races::access(
         addr as usize,
         len,
@@ -163,11 +163,21 @@ unsafe extern "C" fn memset_at(d: *mut c_void, c: c_int, n: usize, pc: usize) ->
     unsafe { libc::memset(d, c, n) }
 }
 
-unsafe extern "C" fn strcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
-    // SAFETY: `s` is a string (the caller's promise, as to strcpy).
+/// A string copied from `s` to `d` from `pc` (`strcpy`, `stpcpy`): its bytes and NUL read at
+/// `s` and written at `d`.
+///
+/// # Safety
+/// `s` is a string.
+unsafe fn string_copied(d: *mut c_char, s: *const c_char, pc: usize) {
+    // SAFETY: the caller's promise.
     let n = unsafe { libc::strlen(s) } + 1;
     touched(s.cast(), n, false, pc);
     touched(d.cast(), n, true, pc);
+}
+
+unsafe extern "C" fn strcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to strcpy).
+    unsafe { string_copied(d, s, pc) };
     // SAFETY: the caller's arguments, as to strcpy.
     unsafe { libc::strcpy(d, s) }
 }
@@ -234,9 +244,7 @@ unsafe extern "C" fn memcmp_at(a: *const c_void, b: *const c_void, n: usize, pc:
 
 unsafe extern "C" fn stpcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to stpcpy).
-    let n = unsafe { libc::strlen(s) } + 1;
-    touched(s.cast(), n, false, pc);
-    touched(d.cast(), n, true, pc);
+    unsafe { string_copied(d, s, pc) };
     // SAFETY: the caller's arguments, as to stpcpy.
     unsafe { libc::stpcpy(d, s) }
 }
