@@ -118,20 +118,33 @@ fn kernel_blocked<T: Real>(
     }
 }
 
-/// The band with a GEMM library. B's rows homed here (the band's own rows, `rows`) first, while
-/// a second thread reads the other nodes' rows of B in order, a word per page (their pages come
-/// in one stream of faults, read-ahead growing its windows, instead of faults scattered through
-/// the library's packing); then those rows, accumulated:
-/// `C[rows] = A[rows][:, rows] x B[rows] + the rest`. Small integers: every order of the sums
-/// gives the same, exact, result.
-/// `band` is the node's rows: with threads, `rows` is one thread's share of it, and only the
-/// thread with `fetch` reads ahead the rows of B homed on other nodes.
+/// The rows of B a thread's band of C takes, in the order it takes them: its own rows (the
+/// diagonal block), the rest of its node's band, then the other nodes' bands in a ring, the next
+/// node's first. Node i reads node i + 1's rows while node i + 1 reads node i + 2's: every home
+/// serves one reader at a time, where an order from row 0 would queue every node at node 0,
+/// then all of them at node 1.
+fn ring_order(n: usize, rows: (usize, usize), me: usize, nodes: usize) -> Vec<(usize, usize)> {
+    let own = band(n, me, nodes);
+    let mut order = vec![rows, (rows.1, own.1), (own.0, rows.0)];
+    order.extend((1..nodes).map(|d| band(n, (me + d) % nodes, nodes)));
+    order.retain(|(lo, hi)| hi > lo);
+    order
+}
+
+/// The band with a GEMM library, one product per home's rows of B in [`ring_order`]:
+/// `C[rows] = sum over segments s of A[rows][:, s] x B[s]`. A second thread reads the rows
+/// homed on other nodes ahead, in the same order, a word per page (their pages come in one
+/// stream of faults, read-ahead growing its windows, instead of faults scattered through the
+/// library's packing), so each home's rows arrive while the ones before them are multiplied.
+/// Small integers: every order of the sums gives the same, exact, result.
+/// With threads, `rows` is one thread's share of the node's band, and only the thread with
+/// `fetch` reads ahead.
 fn kernel_gemm<T: Real>(
     a: SharedArray<T>,
     b: SharedArray<T>,
     c: SharedArray<T>,
     n: usize,
-    (rows, band, fetch): ((usize, usize), (usize, usize), bool),
+    (rows, me, nodes, fetch): ((usize, usize), usize, usize, bool),
 ) {
     let m = rows.1 - rows.0;
     if m == 0 {
@@ -146,13 +159,12 @@ fn kernel_gemm<T: Real>(
             c.slice_mut(rows.0 * n..rows.1 * n),
         )
     };
-    // The rows of B outside this thread's rows: before and after them.
-    let remote = [(0, rows.0), (rows.1, n)];
-    // Those homed on other nodes, read ahead while the diagonal block computes.
+    let order = ring_order(n, rows, me, nodes);
+    let own = band(n, me, nodes);
     let read_ahead = || {
         let step = dsm_runtime::PAGE_SIZE / std::mem::size_of::<T>();
         let mut sink = T::default();
-        for (lo, hi) in [(0, band.0), (band.1, n)] {
+        for &(lo, hi) in order.iter().filter(|(lo, _)| !(own.0..own.1).contains(lo)) {
             for i in (lo * n..hi * n).step_by(step) {
                 sink = sink + b.get(i);
             }
@@ -160,14 +172,13 @@ fn kernel_gemm<T: Real>(
         std::hint::black_box(sink);
     };
     std::thread::scope(|s| {
-        if fetch && band.1 - band.0 < n {
+        if fetch && own.1 - own.0 < n {
             s.spawn(read_ahead);
         }
-        T::gemm(m, m, n, &ab[rows.0..], n, &bb[rows.0 * n..], &mut cb, false);
+        for (i, &(lo, hi)) in order.iter().enumerate() {
+            T::gemm(m, hi - lo, n, &ab[lo..], n, &bb[lo * n..], &mut cb, i > 0);
+        }
     });
-    for (lo, hi) in remote.into_iter().filter(|(lo, hi)| hi > lo) {
-        T::gemm(m, hi - lo, n, &ab[lo..], n, &bb[lo * n..], &mut cb, true);
-    }
 }
 
 /// The kernels matmul offers.
@@ -266,7 +277,7 @@ fn run<T: Real>(dsm: &Dsm, n: usize, kernel_kind: Kernel, check: bool) {
         );
     } else {
         let compute = |share: (usize, usize)| match kernel_kind {
-            Kernel::Gemm => kernel_gemm(a, b, c, n, (share, rows, share.0 == rows.0)),
+            Kernel::Gemm => kernel_gemm(a, b, c, n, (share, me, nodes, share.0 == rows.0)),
             Kernel::Blocked => kernel_blocked(a, b, c, n, share),
             Kernel::Ikj => kernel(a, b, c, n, share),
         };
