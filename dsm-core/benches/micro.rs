@@ -71,6 +71,7 @@ fn main() {
     let grant = Msg::GetPageGrant {
         page: PageNum(5),
         data: std::sync::Arc::from(&PageBuf::zeroed().0[..]),
+        forwarded: false,
     };
     let acq = Msg::AcquireGrant {
         lock: LockId(3),

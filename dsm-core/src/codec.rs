@@ -17,16 +17,21 @@ use std::sync::Arc;
 use crate::diff;
 use crate::mailbox::{Channel, MAX_LETTER_BYTES};
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
-use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum};
+use crate::types::{
+    Access, CvId, LockId, MAX_CVS, MAX_GETP_PAGES, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum,
+};
 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 8;
+pub const VERSION: u8 = 9;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
-/// The payload of a page grant before its pages: the first page's number and the page count.
+/// The payload of a page grant before its pages: the first page's number and the page count
+/// (its top bit set in a grant sent on the home's behalf, [`Msg::Forward`]).
 pub const GRANT_HEADER_BYTES: usize = 4 + 2;
+/// The top bit of a grant's page count: sent on the home's behalf.
+const GRANT_FORWARDED: u16 = 1 << 15;
 /// The most pages one grant carries (1 MiB): a run longer than that travels as several grants.
 pub const MAX_RUN_PAGES: usize = 256;
 
@@ -147,6 +152,7 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::ExitGrant => 0,
         Msg::Error { text } => 4 + text.len().min(MAX_ERROR_TEXT_BYTES),
         Msg::Send { data, .. } => 1 + 4 + 4 + data.len(),
+        Msg::Forward { .. } | Msg::ForwardRefused { .. } => 2 + 4 + 2,
     }
 }
 
@@ -166,14 +172,25 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             });
             put_pages(out, pages);
         }
-        Msg::GetPageGrant { page, data } => {
+        Msg::GetPageGrant {
+            page,
+            data,
+            forwarded,
+        } => {
             // The page bytes follow (`encode_frame_head` hands them back, unjoined).
             debug_assert!(
                 !data.is_empty() && data.len() % PAGE_SIZE == 0,
                 "a grant carries whole pages"
             );
             out.extend_from_slice(&page.0.to_le_bytes());
-            out.extend_from_slice(&((data.len() / PAGE_SIZE) as u16).to_le_bytes());
+            let count = (data.len() / PAGE_SIZE) as u16;
+            let flag = if *forwarded { GRANT_FORWARDED } else { 0 };
+            out.extend_from_slice(&(count | flag).to_le_bytes());
+        }
+        Msg::Forward { to, first, count } | Msg::ForwardRefused { to, first, count } => {
+            out.extend_from_slice(&to.0.to_le_bytes());
+            out.extend_from_slice(&first.0.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
         }
         Msg::Diff { id, diffs } => {
             out.extend_from_slice(&id.to_le_bytes());
@@ -335,6 +352,8 @@ pub enum Frame<'a> {
         page: PageNum,
         /// The run's bytes: whole pages, 1 to [`MAX_RUN_PAGES`] of them.
         data: &'a [u8],
+        /// Sent on the home's behalf ([`Msg::Forward`]).
+        forwarded: bool,
     },
     /// Any other message.
     Msg(Msg),
@@ -344,9 +363,14 @@ pub enum Frame<'a> {
 pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
     let (header, frame) = decode_frame_ref(bytes)?;
     let msg = match frame {
-        Frame::Grant { page, data } => Msg::GetPageGrant {
+        Frame::Grant {
+            page,
+            data,
+            forwarded,
+        } => Msg::GetPageGrant {
             page,
             data: Arc::from(data),
+            forwarded,
         },
         Frame::Msg(m) => m,
     };
@@ -402,7 +426,8 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         }
         MsgKind::GetPageGrant => {
             let page = PageNum(r.u32()?);
-            let count = r.u16()?;
+            let raw = r.u16()?;
+            let (count, forwarded) = (raw & !GRANT_FORWARDED, raw & GRANT_FORWARDED != 0);
             if count == 0 || usize::from(count) > MAX_RUN_PAGES {
                 return Err(DecodeError::BadValue {
                     field: "grant's page count",
@@ -416,7 +441,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 });
             }
             let data = r.take(usize::from(count) * PAGE_SIZE)?;
-            return Ok(Frame::Grant { page, data });
+            return Ok(Frame::Grant {
+                page,
+                data,
+                forwarded,
+            });
         }
         MsgKind::Diff => {
             let id = r.u32()?;
@@ -510,6 +539,28 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         },
         MsgKind::ResetCv => Msg::ResetCv { cv: r.cv()? },
         MsgKind::LockWanted => Msg::LockWanted { lock: r.lock()? },
+        MsgKind::Forward | MsgKind::ForwardRefused => {
+            let to = NodeId(r.u16()?);
+            let first = PageNum(r.u32()?);
+            let count = r.u16()?;
+            if count == 0 || usize::from(count) > MAX_GETP_PAGES {
+                return Err(DecodeError::BadValue {
+                    field: "forwarded page count",
+                    value: count.into(),
+                });
+            }
+            if first.0.checked_add(u32::from(count)).is_none() {
+                return Err(DecodeError::BadValue {
+                    field: "forwarded first page",
+                    value: first.0.into(),
+                });
+            }
+            if kind == MsgKind::Forward {
+                Msg::Forward { to, first, count }
+            } else {
+                Msg::ForwardRefused { to, first, count }
+            }
+        }
         MsgKind::WaitCv => Msg::WaitCv {
             cv: r.cv()?,
             seen: r.u32()?,

@@ -125,7 +125,7 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.stats.pages_read_one_sided += (data.len() / PAGE_SIZE) as u64;
-        let result = self.on_page_grant(now, from, page, data);
+        let result = self.on_page_grant(now, from, (page, data, false));
         self.drain_loopback(now);
         result
     }

@@ -51,6 +51,9 @@ pub enum Msg {
         /// (a page served before its writes were tracked is compared with them once the grant
         /// is out).
         data: Arc<[u8]>,
+        /// Sent by a node holding a copy, on the home's behalf ([`Msg::Forward`]), not by the
+        /// node asked.
+        forwarded: bool,
     },
     /// DIFF: apply these diffs (all for pages homed at the receiver), then acknowledge `id`.
     Diff {
@@ -143,6 +146,27 @@ pub enum Msg {
     LockWanted {
         /// The lock.
         lock: LockId,
+    },
+    /// FWD, from a home to a node it served `first..first + count` to, whose copies are as
+    /// current as the home's: send them to `to` (a GETPGRANT marked forwarded), or answer
+    /// [`Msg::ForwardRefused`] if they are not all still held, valid and unwritten.
+    Forward {
+        /// The node that asked the home.
+        to: NodeId,
+        /// The first page.
+        first: PageNum,
+        /// The pages, 1 to [`crate::MAX_GETP_PAGES`].
+        count: u16,
+    },
+    /// FWDREFUSED: the copies a [`Msg::Forward`] named (from `first` on, `count` pages) are not
+    /// all held here any more: the home sends them to `to` itself.
+    ForwardRefused {
+        /// The node that asked the home.
+        to: NodeId,
+        /// The first page.
+        first: PageNum,
+        /// The pages.
+        count: u16,
     },
     /// WAIT: a barrier without coherence.
     Wait {
@@ -253,11 +277,15 @@ pub enum MsgKind {
     MigrateGrant,
     /// [`Msg::LockWanted`]
     LockWanted,
+    /// [`Msg::Forward`]
+    Forward,
+    /// [`Msg::ForwardRefused`]
+    ForwardRefused,
 }
 
 impl MsgKind {
     /// Every kind, in wire order.
-    pub const ALL: [MsgKind; 22] = [
+    pub const ALL: [MsgKind; 24] = [
         MsgKind::GetPage,
         MsgKind::GetPageGrant,
         MsgKind::Diff,
@@ -280,6 +308,8 @@ impl MsgKind {
         MsgKind::Migrated,
         MsgKind::MigrateGrant,
         MsgKind::LockWanted,
+        MsgKind::Forward,
+        MsgKind::ForwardRefused,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -319,6 +349,8 @@ impl MsgKind {
             MsgKind::Migrated => "MIGRATED",
             MsgKind::MigrateGrant => "MIGRGRANT",
             MsgKind::LockWanted => "LOCKWANTED",
+            MsgKind::Forward => "FWD",
+            MsgKind::ForwardRefused => "FWDREFUSED",
         }
     }
 }
@@ -349,6 +381,8 @@ impl Msg {
             Msg::Migrated { .. } => MsgKind::Migrated,
             Msg::MigrateGrant { .. } => MsgKind::MigrateGrant,
             Msg::LockWanted { .. } => MsgKind::LockWanted,
+            Msg::Forward { .. } => MsgKind::Forward,
+            Msg::ForwardRefused { .. } => MsgKind::ForwardRefused,
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::stats::Stats;
-use crate::table::PageTable;
+use crate::table::{HeldRun, PageTable, Serve};
 use crate::types::{
     Access, GlobalAddr, LockId, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
     PageState, Time, WaiterId,
@@ -87,7 +87,17 @@ pub struct CoreConfig {
     /// (the runtime picks it from its transport: what one datagram or one write carries well);
     /// 1 to [`codec::MAX_RUN_PAGES`].
     pub grant_run_pages: usize,
+    /// Many readers: a home asked for pages it sent whole to another node this long ago or
+    /// less, unchanged since, has that node send them ([`crate::Msg::Forward`]); each copy
+    /// serves at most [`MAX_FORWARDS`] readers (`None`: the home serves every reader itself).
+    pub forward_within: Option<Duration>,
 }
+
+/// The most readers a home forwards to one node's copies of a run.
+pub const MAX_FORWARDS: u8 = 3;
+
+/// The most runs a home remembers as held by their readers (the oldest is forgotten first).
+pub const MAX_HELD_RUNS: usize = 64;
 
 impl CoreConfig {
     /// A configuration with the defaults for node `node` of `nodes`.
@@ -103,6 +113,7 @@ impl CoreConfig {
             home_migration: false,
             grant_run_pages: 16,
             lock_handoffs: 16,
+            forward_within: None,
         }
     }
 
@@ -202,10 +213,13 @@ pub struct Node<M: PageMemory> {
     /// Home pages served untracked, whose write tracking starts once their grants are on the
     /// way ([`Node::settle_serves`]), with the bytes sent.
     pub(crate) unsettled: Vec<(PageNum, Arc<[u8]>, usize)>,
-    /// Runs of a GETP not copied yet (requester, first page, pages): each is copied when the
-    /// runtime takes the grant before it ([`Node::poll_transmit`]), so the first grant of a
-    /// large window leaves before the rest is copied.
-    pub(crate) serving: VecDeque<(NodeId, PageNum, usize)>,
+    /// Runs of a GETP not copied yet, and forwards to send behind them: each run is copied
+    /// when the runtime takes the grant before it ([`Node::poll_transmit`]), so the first grant
+    /// of a large window leaves before the rest is copied.
+    pub(crate) serving: VecDeque<Serve>,
+    /// At a home: the requests lately answered whose requesters may serve other readers of the
+    /// same pages (`pages.rs`, forwarding); at most [`MAX_HELD_RUNS`], newest last.
+    pub(crate) held: Vec<HeldRun>,
     /// The last page this home served, and the page to warm once the grants are out (see
     /// [`Node::warm_ahead`]).
     pub(crate) last_served: Option<PageNum>,
@@ -260,6 +274,7 @@ impl<M: PageMemory> Node<M> {
             early_requests: Vec::new(),
             unsettled: Vec::new(),
             serving: VecDeque::new(),
+            held: Vec::new(),
             last_served: None,
             to_warm: None,
             claims: BTreeMap::new(),
@@ -378,7 +393,7 @@ impl<M: PageMemory> Node<M> {
             .partition(|(_, _, pages)| pages.iter().all(|p| p.index() < allocated));
         self.early_requests = waiting;
         for (from, access, pages) in ready {
-            if let Err(e) = self.on_get_page(from, access, pages) {
+            if let Err(e) = self.on_get_page(None, from, access, pages) {
                 debug_assert!(false, "held request rejected: {e}");
             }
         }
@@ -492,7 +507,11 @@ impl<M: PageMemory> Node<M> {
         self.stats.bytes_received[kind.index()] += bytes as u64;
         let result = match frame {
             codec::Frame::Msg(msg) => self.dispatch(now, from, msg),
-            codec::Frame::Grant { page, data } => self.on_page_grant(now, from, page, data),
+            codec::Frame::Grant {
+                page,
+                data,
+                forwarded,
+            } => self.on_page_grant(now, from, (page, data, forwarded)),
         };
         self.drain_loopback(now);
         result
@@ -509,8 +528,16 @@ impl<M: PageMemory> Node<M> {
             return Ok(());
         }
         match msg {
-            Msg::GetPage { access, pages } => self.on_get_page(from, access, pages),
-            Msg::GetPageGrant { page, data } => self.on_page_grant(now, from, page, &data),
+            Msg::GetPage { access, pages } => self.on_get_page(Some(now), from, access, pages),
+            Msg::GetPageGrant {
+                page,
+                data,
+                forwarded,
+            } => self.on_page_grant(now, from, (page, &data, forwarded)),
+            Msg::Forward { to, first, count } => self.on_forward(from, to, first, count),
+            Msg::ForwardRefused { to, first, count } => {
+                self.on_forward_refused(from, to, first, count)
+            }
             Msg::Diff { id, diffs } => self.on_diff(from, id, diffs),
             Msg::DiffGrant { id } => self.on_diff_grant(from, id),
             Msg::Acquire {
@@ -745,6 +772,10 @@ impl<M: PageMemory> Node<M> {
 
     pub(crate) fn mark_written(&mut self, page: PageNum) {
         self.written.insert(page, self.interval);
+        // A home page written: the copies sent of it are older now.
+        if !self.held.is_empty() {
+            self.held.retain(|h| !h.holds(page));
+        }
     }
 
     /// The access a waiter list needs: write if any waiter writes.
@@ -778,8 +809,8 @@ mod tests {
             "lock 64 is out of range (locks are 0 to 63)"
         );
         assert_eq!(
-            UsageError::BadCv(16).to_string(),
-            "condition variable 16 is out of range (condition variables are 0 to 15)"
+            UsageError::BadCv(64).to_string(),
+            "condition variable 64 is out of range (condition variables are 0 to 63)"
         );
     }
 }

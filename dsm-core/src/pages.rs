@@ -15,7 +15,8 @@ use crate::error::{ProtocolError, UsageError};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::node::Node;
-use crate::table::{Fetch, Frame, runs_of};
+use crate::node::{MAX_FORWARDS, MAX_HELD_RUNS};
+use crate::table::{Fetch, Frame, HeldRun, Serve, runs_of};
 use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 
@@ -364,9 +365,12 @@ impl<M: PageMemory> Node<M> {
         self.table[page.index()].frame == Frame::ReadWrite && !self.rw.contains(&page)
     }
 
-    /// GETP at the home: send each page.
+    /// GETP at the home: send each page, or have a node that holds them send them
+    /// ([`Node::forward`]; `now`: the request's arrival, `None` for a request answered late,
+    /// which is never forwarded).
     pub(crate) fn on_get_page(
         &mut self,
+        now: Option<Time>,
         from: NodeId,
         access: Access,
         pages: Vec<PageNum>,
@@ -429,17 +433,34 @@ impl<M: PageMemory> Node<M> {
                 self.mem.allow_home_write(page);
             }
         }
-        // Runs of consecutive pages, each copied once into the grant that carries it: the
-        // first (the demand page's) now, the others as the runtime takes the grants before
-        // them (`serve_next_run`), so a large window streams out while it is copied.
-        let max_run = self
-            .cfg
-            .grant_run_pages
-            .clamp(1, crate::codec::MAX_RUN_PAGES);
-        for (first, n) in runs_in_order(&pages, max_run) {
-            self.serving.push_back((from, first, n));
+        // A reader asking again for pages it was sent holds them no more.
+        if let (Some(&first), Some(&last)) = (pages.first(), pages.last()) {
+            self.held
+                .retain(|h| h.node != from || !(h.holds(first) || h.holds(last)));
         }
+        if let Some(now) = now {
+            if self.forward(now, from, &pages) {
+                return Ok(());
+            }
+        }
+        self.queue_runs(from, &pages, false);
         self.serve_next_run();
+        // Every page tracked: the requester's copies stay as current as ours until one of
+        // them is written (`forget_held`), and may serve the readers that follow.
+        if let (Some(now), Some((first, count))) = (now, self.tracked_run(&pages)) {
+            if self.cfg.forward_within.is_some() {
+                if self.held.len() >= MAX_HELD_RUNS {
+                    self.held.remove(0);
+                }
+                self.held.push(HeldRun {
+                    node: from,
+                    first,
+                    count,
+                    at: now,
+                    forwards: 0,
+                });
+            }
+        }
         // A sequential reader (this request starts where the last one served ended) will ask
         // for the page after these next: warmed once the grants are out.
         let (Some(&first), Some(&last)) = (pages.first(), pages.last()) else {
@@ -457,18 +478,68 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// Copies the next run a GETP asked for into its grant (see `Node::serving`).
+    /// Queues `pages` for `to` as runs of consecutive pages, each copied once into the grant
+    /// that carries it when its turn comes (`serve_next_run`): the first (the demand page's)
+    /// at once, the others as the runtime takes the grants before them, so a large window
+    /// streams out while it is copied. `forwarded`: this node's copies, sent on their home's
+    /// behalf.
+    fn queue_runs(&mut self, to: NodeId, pages: &[PageNum], forwarded: bool) {
+        let max_run = self
+            .cfg
+            .grant_run_pages
+            .clamp(1, crate::codec::MAX_RUN_PAGES);
+        for (first, count) in runs_in_order(pages, max_run) {
+            self.serving.push_back(Serve::Run {
+                to,
+                first,
+                count,
+                forwarded,
+            });
+        }
+    }
+
+    /// Sends what is next in `Node::serving`: copies a run into its grant, or asks a holder to
+    /// forward.
     pub(crate) fn serve_next_run(&mut self) {
-        let Some((to, first, n)) = self.serving.pop_front() else {
+        let Some(next) = self.serving.pop_front() else {
             return;
+        };
+        let (to, first, n, forwarded) = match next {
+            Serve::Forward {
+                holder,
+                to,
+                first,
+                count,
+            } => {
+                self.send(holder, Msg::Forward { to, first, count });
+                return;
+            }
+            Serve::Run {
+                to,
+                first,
+                count,
+                forwarded,
+            } => (to, first, count, forwarded),
         };
         let me = self.cfg.node;
         // The next run comes into the CPU's cache while this one is copied.
-        if let Some(&(_, next, _)) = self.serving.front() {
+        if let Some(&Serve::Run { first: next, .. }) = self.serving.front() {
             self.mem.warm(next);
         }
+        if forwarded && !self.holds_copies(first, n) {
+            // Dropped or written here since the forward came: the home sends them.
+            self.stats.forwards_refused += 1;
+            let home = self.table[first.index()].home;
+            let count = n as u16;
+            self.send(home, Msg::ForwardRefused { to, first, count });
+            return;
+        }
         let data = self.mem.copy_run(first, n);
-        self.stats.pages_served += n as u64;
+        if forwarded {
+            self.stats.pages_forwarded += n as u64;
+        } else {
+            self.stats.pages_served += n as u64;
+        }
         for i in 0..n {
             let page = PageNum(first.0 + i as u32);
             // Still untracked at its first serve: protected once the grant is sent, and
@@ -481,7 +552,162 @@ impl<M: PageMemory> Node<M> {
                     .push((page, Arc::clone(&data), i * PAGE_SIZE));
             }
         }
-        self.send(to, Msg::GetPageGrant { page: first, data });
+        self.send(
+            to,
+            Msg::GetPageGrant {
+                page: first,
+                data,
+                forwarded,
+            },
+        );
+    }
+
+    // ----- many readers: forwarding -----
+    //
+    // A home that sent a run of pages whose writes it tracks (read-only here: a write faults)
+    // remembers who holds it (`Node::held`). Until one of those pages changes here (a write,
+    // a diff applied: `forget_held`) or a barrier, that node's copies are exactly the home's
+    // pages, or newer by its own writes: what a reader asking the home now must see at least.
+    // So a reader asking for pages inside such a run shortly after (`forward_within`: readers
+    // of the same pages at the same moment) is forwarded: the home sends the holder FWD behind
+    // the holder's own grants (messages between two nodes arrive in order, so the holder has
+    // installed them by then), and the holder sends the pages, marked as sent on the home's
+    // behalf, or, if it no longer holds them all valid and unwritten, FWDREFUSED to the home,
+    // which sends them itself. Each page of a request gets exactly one grant. A holder serves
+    // at most `MAX_FORWARDS` readers, and the home serves the next reader itself (who then
+    // holds the run too): 15 readers of one panel cost the home 4 sends instead of 15.
+
+    /// `pages` as one run (first page, count), if they are two or more consecutive pages, all
+    /// homed here with their writes tracked, none of them moving.
+    fn tracked_run(&self, pages: &[PageNum]) -> Option<(PageNum, u32)> {
+        let me = self.cfg.node;
+        let first = *pages.first()?;
+        let consecutive = pages
+            .iter()
+            .enumerate()
+            .all(|(i, p)| u64::from(p.0) == u64::from(first.0) + i as u64);
+        let tracked = pages.iter().all(|p| {
+            let e = &self.table[p.index()];
+            e.home == me && !e.moved_away && e.frame == Frame::ReadOnly
+        });
+        (pages.len() >= 2 && consecutive && tracked && self.sync.moving.is_empty())
+            .then_some((first, pages.len() as u32))
+    }
+
+    /// Forwards `from`'s request for `pages` to a node that holds them, if one does (see
+    /// above); whether it did.
+    fn forward(&mut self, now: Time, from: NodeId, pages: &[PageNum]) -> bool {
+        let Some(within) = self.cfg.forward_within else {
+            return false;
+        };
+        let Some((first, count)) = self.tracked_run(pages) else {
+            return false;
+        };
+        let last = PageNum(first.0 + (count - 1));
+        let within = u64::try_from(within.as_nanos()).unwrap_or(u64::MAX);
+        let Some(held) = self
+            .held
+            .iter_mut()
+            .filter(|h| {
+                h.node != from
+                    && h.forwards < MAX_FORWARDS
+                    && now.since(h.at) <= within
+                    && h.holds(first)
+                    && h.holds(last)
+            })
+            .min_by_key(|h| h.forwards)
+        else {
+            return false;
+        };
+        held.forwards += 1;
+        let holder = held.node;
+        self.stats.requests_forwarded += 1;
+        self.serving.push_back(Serve::Forward {
+            holder,
+            to: from,
+            first,
+            count: count as u16,
+        });
+        self.serve_next_run();
+        true
+    }
+
+    /// Home page `page` changed here: no copy sent before is current any more.
+    pub(crate) fn forget_held(&mut self, page: PageNum) {
+        if !self.held.is_empty() {
+            self.held.retain(|h| !h.holds(page));
+        }
+    }
+
+    /// Whether this node holds valid, unwritten copies of `count` pages from `first`, none of
+    /// them homed here or moving.
+    fn holds_copies(&self, first: PageNum, count: usize) -> bool {
+        let me = self.cfg.node;
+        self.sync.moving.is_empty()
+            && (0..count).all(|i| {
+                self.table.get(first.index() + i).is_some_and(|e| {
+                    e.home != me && matches!(e.frame, Frame::ReadOnly | Frame::Prefetched)
+                })
+            })
+    }
+
+    /// FWD from a home: send `to` our copies of `count` pages from `first`, or refuse.
+    pub(crate) fn on_forward(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        first: PageNum,
+        count: u16,
+    ) -> Result<(), ProtocolError> {
+        let err = |why| ProtocolError {
+            from,
+            kind: MsgKind::Forward,
+            why,
+        };
+        if to.0 >= self.cfg.nodes || to == self.cfg.node || to == from {
+            return Err(err(
+                "forward to a node outside the job, to this one or back",
+            ));
+        }
+        let count = usize::from(count);
+        if first.index() + count > self.table.len() {
+            return Err(err("page not allocated"));
+        }
+        let homed_there = (0..count).all(|i| self.table[first.index() + i].home == from);
+        if homed_there && self.holds_copies(first, count) {
+            let pages: Vec<PageNum> = (0..count as u32).map(|i| PageNum(first.0 + i)).collect();
+            self.queue_runs(to, &pages, true);
+            self.serve_next_run();
+        } else {
+            // Dropped, written or moving here since (or the sender is no longer their home,
+            // which then answers from what it holds, as for a late GETP).
+            self.stats.forwards_refused += 1;
+            let count = count as u16;
+            self.send(from, Msg::ForwardRefused { to, first, count });
+        }
+        Ok(())
+    }
+
+    /// FWDREFUSED: the holder could not send them; the home does.
+    pub(crate) fn on_forward_refused(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        first: PageNum,
+        count: u16,
+    ) -> Result<(), ProtocolError> {
+        if to.0 >= self.cfg.nodes || to == self.cfg.node {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::ForwardRefused,
+                why: "refused a forward to a node outside the job or to this one",
+            });
+        }
+        self.held.retain(|h| h.node != from || !h.holds(first));
+        let pages: Vec<PageNum> = (0..u32::from(count))
+            .map(|i| PageNum(first.0 + i))
+            .collect();
+        self.on_get_page(None, to, Access::Read, pages)
     }
 
     /// GETPGRANT: install a run of pages and resume their waiters. Room is made for the whole
@@ -492,8 +718,7 @@ impl<M: PageMemory> Node<M> {
         &mut self,
         now: Time,
         from: NodeId,
-        first: PageNum,
-        data: &[u8],
+        (first, data, forwarded): (PageNum, &[u8], bool),
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -512,7 +737,7 @@ impl<M: PageMemory> Node<M> {
         let mut accepted = Vec::with_capacity(count);
         for i in 0..count {
             let page = PageNum(first.0 + i as u32);
-            match self.accept_granted(now, from, page) {
+            match self.accept_granted(now, from, page, forwarded) {
                 Ok(Some(fetch)) => accepted.push((page, fetch)),
                 Ok(None) => {}
                 Err(e) => result = result.and(Err(e)),
@@ -532,12 +757,15 @@ impl<M: PageMemory> Node<M> {
 
     /// Whether the bytes granted for `page` by `from` are to be installed: its fetch, taken,
     /// if so. A fetch whose page is moving home, or stale, is settled here (its waiters wait
-    /// for the move, or the page is asked again).
+    /// for the move, or the page is asked again). `forwarded`: sent by a holder on the
+    /// home's behalf (any node but the one asked may be that holder; each request's page
+    /// gets exactly one grant, from the home or from the holder it chose).
     fn accept_granted(
         &mut self,
         now: Time,
         from: NodeId,
         page: PageNum,
+        forwarded: bool,
     ) -> Result<Option<Fetch>, ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -549,7 +777,11 @@ impl<M: PageMemory> Node<M> {
             .get_mut(page.index())
             .ok_or(err("page not allocated"))?;
         // The node asked, which was the home when the request left (homes move at barriers).
-        if entry.fetch.as_ref().is_none_or(|f| f.asked != from) {
+        if entry
+            .fetch
+            .as_ref()
+            .is_none_or(|f| (f.asked == from) == forwarded)
+        {
             return Err(err("page was not requested from that node"));
         }
         let Some(fetch) = entry.fetch.take() else {
@@ -760,6 +992,7 @@ impl<M: PageMemory> Node<M> {
                 self.mem.write(d.page, offset, bytes);
             }
             self.stats.diffs_applied += 1;
+            self.forget_held(d.page);
             if self.cfg.migrates_homes() {
                 self.sync.diffed_here.insert((d.page, from));
             }
@@ -901,6 +1134,10 @@ impl<M: PageMemory> Node<M> {
         self.settle_serves();
         let me = self.cfg.node;
         let untrack = barrier && !self.cfg.remote_reads;
+        if barrier {
+            // Homes may move and untracked writes begin: no copy is vouched for across it.
+            self.held.clear();
+        }
         let (open, pages): (Vec<PageNum>, Vec<PageNum>) = std::mem::take(&mut self.rw)
             .into_iter()
             .partition(|p| untrack && self.table[p.index()].home == me);
@@ -1129,6 +1366,9 @@ impl<M: PageMemory> Node<M> {
         match msg {
             Msg::GetPage { pages, .. } => pages.iter().any(|p| self.sync.moving.contains_key(p)),
             Msg::Diff { diffs, .. } => diffs.iter().any(|d| self.sync.moving.contains_key(&d.page)),
+            Msg::ForwardRefused { first, count, .. } => {
+                (0..u32::from(*count)).any(|i| self.sync.moving.contains_key(&PageNum(first.0 + i)))
+            }
             _ => false,
         }
     }

@@ -662,6 +662,7 @@ impl Cluster {
                     let reply = Msg::GetPageGrant {
                         page,
                         data: Arc::from(&data.0[..]),
+                        forwarded: false,
                     };
                     codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);
                     replies.push(frame);
@@ -685,7 +686,7 @@ impl Cluster {
         }
         Self::report_home_writes(&mut self.nodes[to], self.now);
         let result = match msg {
-            Frame::Grant { page, data } if key.0 & READ_CHANNEL != 0 => {
+            Frame::Grant { page, data, .. } if key.0 & READ_CHANNEL != 0 => {
                 self.nodes[to].handle_page_read(self.now, NodeId(from), page, data)
             }
             msg => self.nodes[to].handle_frame(self.now, NodeId(from), msg),

@@ -84,6 +84,13 @@ stats! {
     pages_fetched,
     /// Pages served to other nodes as their home.
     pages_served,
+    /// Requests for pages homed here that the home had a node holding them answer (FWD).
+    requests_forwarded,
+    /// Pages this node sent from its copies on their home's behalf.
+    pages_forwarded,
+    /// Forwards this node could not answer (its copies dropped or written since): the home
+    /// sent the pages.
+    forwards_refused,
     /// Pages whose home moved to this node at a barrier (home migration).
     homes_moved_here,
     /// Home moves this node vetoed: another of its threads wrote the page during the barrier

@@ -36,6 +36,52 @@ pub(crate) struct Fetch {
     pub asked: NodeId,
 }
 
+/// What a node has yet to send of the page requests it answers, in order (see
+/// `Node::serving`).
+#[derive(Debug)]
+pub(crate) enum Serve {
+    /// A run of pages for `to`, copied when its turn comes; `forwarded`: from this node's
+    /// copies, on their home's behalf.
+    Run {
+        to: NodeId,
+        first: PageNum,
+        count: usize,
+        forwarded: bool,
+    },
+    /// FWD: `holder` sends `to` the pages `first..first + count` from its copies. Queued behind
+    /// the holder's own runs, so it reaches the holder after them (messages between two nodes
+    /// arrive in order).
+    Forward {
+        holder: NodeId,
+        to: NodeId,
+        first: PageNum,
+        count: u16,
+    },
+}
+
+/// At a home: a request it answered itself whose pages were all write-tracked (see
+/// `Node::held`). Until one of them changes, the requester's copies are as current as the
+/// home's pages, and it may send them to other readers on the home's behalf.
+#[derive(Debug)]
+pub(crate) struct HeldRun {
+    pub node: NodeId,
+    pub first: PageNum,
+    pub count: u32,
+    /// When the home answered: readers arriving within `CoreConfig::forward_within` of it are
+    /// forwarded (readers of the same pages at the same moment, like every node reading a
+    /// panel after a barrier; a reader arriving later is served as before).
+    pub at: Time,
+    /// Readers forwarded to it so far.
+    pub forwards: u8,
+}
+
+impl HeldRun {
+    /// Whether the run holds page `p`.
+    pub fn holds(&self, p: PageNum) -> bool {
+        p.0 >= self.first.0 && u64::from(p.0) < u64::from(self.first.0) + u64::from(self.count)
+    }
+}
+
 /// One page's entry in the node's page table.
 #[derive(Debug)]
 pub(crate) struct PageEntry {

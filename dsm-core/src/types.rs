@@ -10,8 +10,9 @@ use std::time::Duration;
 pub const PAGE_SIZE: usize = 4096;
 /// Locks are numbered `0..MAX_LOCKS`, as in JIAJIA.
 pub const MAX_LOCKS: u16 = 64;
-/// Condition variables are numbered `0..MAX_CVS`, as in JIAJIA.
-pub const MAX_CVS: u16 = 16;
+/// Condition variables are numbered `0..MAX_CVS` (JIAJIA has 16: a program of 16 nodes that
+/// signals per node and per step, like lu, needs more).
+pub const MAX_CVS: u16 = 64;
 /// The largest job the protocol (and its wire format) supports.
 pub const MAX_NODES: u16 = 4096;
 

@@ -7,7 +7,8 @@ use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{
-    Access, CvId, LockId, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff, PageNum, WriteNotice, diff,
+    Access, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff, PageNum,
+    WriteNotice, diff,
 };
 use proptest::prelude::*;
 
@@ -42,6 +43,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             Msg::GetPageGrant {
                 page: PageNum(rng.next_u64() as u32 % (u32::MAX - 20)),
                 data: data.into(),
+                forwarded: rng.chance(50),
             }
         }
         2 => {
@@ -139,6 +141,16 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             vetoed: pages(rng),
         },
         21 => Msg::LockWanted { lock },
+        22 | 23 => {
+            let to = NodeId(rng.below(1000) as u16);
+            let count = 1 + rng.below(MAX_GETP_PAGES as u64) as u16;
+            let first = PageNum(rng.next_u64() as u32 % (u32::MAX - u32::from(count)));
+            if i % MsgKind::COUNT as u64 == 22 {
+                Msg::Forward { to, first, count }
+            } else {
+                Msg::ForwardRefused { to, first, count }
+            }
+        }
         17 => Msg::Send {
             channel: [
                 Channel::Send,
@@ -208,8 +220,19 @@ fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
         let (header, back) = codec::decode_frame_ref(&frame).unwrap();
         assert_eq!((header.cookie, header.from), (5, NodeId(2)));
         match (&msg, back) {
-            (Msg::GetPageGrant { page, data }, Frame::Grant { page: p, data: d }) => {
-                assert_eq!((*page, &data[..]), (p, d));
+            (
+                Msg::GetPageGrant {
+                    page,
+                    data,
+                    forwarded,
+                },
+                Frame::Grant {
+                    page: p,
+                    data: d,
+                    forwarded: f,
+                },
+            ) => {
+                assert_eq!((*page, &data[..], *forwarded), (p, d, f));
                 assert!(std::ptr::eq(
                     d.as_ptr(),
                     frame[HEADER_BYTES + codec::GRANT_HEADER_BYTES..].as_ptr()
@@ -267,10 +290,10 @@ fn malformed_frames_are_errors_naming_the_fault() {
         Err(DecodeError::BadMagic(_))
     ));
     let mut bad_version = good.clone();
-    bad_version[2] = 9;
+    bad_version[2] = 8;
     assert_eq!(
         codec::decode_frame(&bad_version),
-        Err(DecodeError::BadVersion(9))
+        Err(DecodeError::BadVersion(8))
     );
     let mut bad_kind = good.clone();
     bad_kind[3] = 200;

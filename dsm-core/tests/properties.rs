@@ -18,10 +18,10 @@
 //! `DSM_SIM_CASES=N` runs N cases (default 1000); `DSM_SIM_SEED=S` runs the one case with seed S
 //! (a failure prints it). `DSM_SIM_BASE` moves the whole range of seeds.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dsm_core::sim::{Cluster, Op, Rng};
-use dsm_core::{AllocPolicy, GlobalAddr, LockId, NodeId, PAGE_SIZE};
+use dsm_core::{AllocPolicy, GlobalAddr, LockId, NodeId, PAGE_SIZE, Stats};
 
 #[derive(Clone, Copy, Debug)]
 enum Role {
@@ -51,6 +51,9 @@ struct Case {
     second_thread: bool,
     /// Hand-offs of a lock between threads of a node in a row (`CoreConfig::lock_handoffs`).
     lock_handoffs: u32,
+    /// Homes forward readers to the nodes that hold their pages (`CoreConfig::forward_within`,
+    /// here with no time limit).
+    forward: bool,
     policy: AllocPolicy,
     phases: usize,
 }
@@ -112,6 +115,7 @@ fn make_case(rng: &mut Rng) -> Case {
         migrate: rng.chance(50),
         second_thread: nodes >= 2 && rng.chance(25) && second_threads_asked(),
         lock_handoffs: [0, 1, 2, 16][rng.below(4) as usize],
+        forward: rng.chance(50),
     }
 }
 
@@ -134,7 +138,7 @@ fn read_or_write(rng: &mut Rng, addr: GlobalAddr, value: &mut u64) -> Op {
 const SECOND_THREAD_LOCK: u16 = 63;
 
 /// Builds and runs one case; returns a description of the first failure.
-fn run_case(seed: u64) -> Result<(u64, u64, (u64, u64), u64), String> {
+fn run_case(seed: u64) -> Result<(u64, Stats), String> {
     let mut rng = Rng::new(seed);
     let case = make_case(&mut rng);
     let (pf_on, pf_pages, pf_check) = case.prefetch;
@@ -146,6 +150,7 @@ fn run_case(seed: u64) -> Result<(u64, u64, (u64, u64), u64), String> {
         cfg.remote_reads = case.one_sided;
         cfg.home_migration = case.migrate;
         cfg.lock_handoffs = case.lock_handoffs;
+        cfg.forward_within = case.forward.then_some(Duration::from_secs(3600));
     });
     c.one_sided_reads = case.one_sided;
     c.check_reference = true;
@@ -264,13 +269,7 @@ fn run_case(seed: u64) -> Result<(u64, u64, (u64, u64), u64), String> {
         ));
     }
     let reads: u64 = c.reads.iter().map(|r| r.len() as u64).sum();
-    let stats = c.total_stats();
-    Ok((
-        reads,
-        stats.evictions,
-        (stats.homes_moved_here, stats.home_moves_vetoed),
-        stats.lock_local_handoffs,
-    ))
+    Ok((reads, c.total_stats()))
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -297,21 +296,25 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
     };
     let started = Instant::now();
     let (mut reads, mut evictions, mut moved, mut vetoed, mut handoffs) = (0, 0, 0, 0, 0);
+    let (mut forwarded, mut refused) = (0, 0);
     for &seed in &seeds {
         match run_case(seed) {
-            Ok((r, e, (m, v), h)) => {
+            Ok((r, s)) => {
                 reads += r;
-                evictions += e;
-                moved += m;
-                vetoed += v;
-                handoffs += h;
+                evictions += s.evictions;
+                moved += s.homes_moved_here;
+                vetoed += s.home_moves_vetoed;
+                handoffs += s.lock_local_handoffs;
+                forwarded += s.pages_forwarded;
+                refused += s.forwards_refused;
             }
             Err(e) => panic!("case with seed {seed} failed (reproduce: DSM_SIM_SEED={seed}): {e}"),
         }
     }
     eprintln!(
         "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved, {vetoed} \
-         moves vetoed, {handoffs} locks handed between threads of a node in {:.2?}",
+         moves vetoed, {handoffs} locks handed between threads of a node, {forwarded} pages \
+         forwarded by their holders, {refused} forwards refused in {:.2?}",
         seeds.len(),
         started.elapsed()
     );
@@ -321,9 +324,11 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
             reads > 10 * seeds.len() as u64
                 && evictions > 0
                 && moved > 0
+                && forwarded > 0
+                && refused > 0
                 && ((handoffs > 0 && vetoed > 0) || !second_threads_asked()),
             "{reads} reads, {evictions} evictions, {moved} homes moved, {vetoed} vetoed, \
-             {handoffs} hand-offs"
+             {handoffs} hand-offs, {forwarded} pages forwarded, {refused} forwards refused"
         );
     }
 }

@@ -520,7 +520,7 @@ fn unlocking_a_lock_not_held_and_bad_ids_are_errors() {
         n.acquire(Time(0), LockId(64), w),
         Err(UsageError::BadLock(64))
     );
-    assert_eq!(n.waitcv(Time(0), CvId(16), w), Err(UsageError::BadCv(16)));
+    assert_eq!(n.waitcv(Time(0), CvId(64), w), Err(UsageError::BadCv(64)));
     assert_eq!(
         n.handle_fault(Time(0), PageNum(0), Access::Read, w),
         Err(UsageError::Unallocated { page: PageNum(0) })
@@ -898,6 +898,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         Msg::GetPageGrant {
             page: PageNum(0),
             data: Arc::from(&PageBuf::zeroed().0[..]),
+            forwarded: false,
         },
     )
     .unwrap();
@@ -914,6 +915,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         Msg::GetPageGrant {
             page: PageNum(0),
             data: Arc::from(&fresh.0[..]),
+            forwarded: false,
         },
     )
     .unwrap();
@@ -932,6 +934,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
         Msg::GetPageGrant {
             page: PageNum(0),
             data: Arc::from(&PageBuf::zeroed().0[..]),
+            forwarded: false,
         }, // not requested
         Msg::DiffGrant { id: 9 }, // nothing outstanding
         Msg::AcquireGrant {
@@ -1388,4 +1391,117 @@ fn a_write_made_during_a_barrier_keeps_its_page_from_moving_and_is_not_lost() {
         }
     }
     assert!(vetoed > 0 && moved > 0, "vetoed {vetoed}, moved {moved}");
+}
+
+// ----- many readers: forwarding -----
+
+/// Forwarding with no time limit (readers need not arrive within a few milliseconds).
+fn forwarding(c: &mut CoreConfig) {
+    c.forward_within = Some(Duration::from_secs(3600));
+}
+
+/// `pages` pages homed on node 0, page p holding 1000 + p in its first word, after a barrier.
+fn pages_on_0(c: &mut Cluster, pages: u64) -> GlobalAddr {
+    let x = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
+        .unwrap();
+    for p in 0..pages {
+        c.write_u64(0, x.offset_by(p * PAGE), 1000 + p).unwrap();
+    }
+    c.barrier().unwrap();
+    x
+}
+
+#[test]
+fn many_readers_of_the_same_pages_are_served_by_the_nodes_that_hold_them() {
+    let (nodes, pages) = (9u16, 64u64);
+    let mut c = Cluster::new(nodes, 5, forwarding);
+    let x = pages_on_0(&mut c, pages);
+    let before = c.node(0).stats().pages_served;
+    for n in 1..nodes {
+        for p in 0..pages {
+            c.push(n, 0, Op::Read(x.offset_by(p * PAGE)));
+        }
+    }
+    c.run().unwrap();
+    for n in 1..nodes {
+        let got: Vec<u64> = c.reads[usize::from(n)].iter().map(|r| r.1).collect();
+        assert_eq!(got, (1000..1000 + pages).collect::<Vec<_>>(), "node {n}");
+    }
+    let home = c.node(0).stats();
+    let total = c.total_stats();
+    let readers_pages = u64::from(nodes - 1) * pages;
+    let served = home.pages_served - before;
+    // Every reader got every page once, from the home or from a holder.
+    assert_eq!(served + total.pages_forwarded, readers_pages);
+    assert!(home.requests_forwarded > 0);
+    // A holder serves at most 3 others: the home at least a quarter of the readers.
+    assert!(
+        served >= readers_pages / 4 && served <= readers_pages / 2,
+        "the home sent {served} of {readers_pages} pages"
+    );
+}
+
+#[test]
+fn a_holder_whose_copy_was_written_refuses_and_the_home_sends_the_pages() {
+    let mut c = Cluster::new(3, 6, forwarding);
+    let x = pages_on_0(&mut c, 16);
+    // Node 1 holds pages 0..9 (the fault and the first window)...
+    assert_eq!(c.read_u64(1, x).unwrap(), 1000);
+    // ...and writes page 1's second word: its copy is no longer the home's.
+    c.write_u64(1, x.offset_by(PAGE + 8), 77).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 1000);
+    assert_eq!(c.read_u64(2, x.offset_by(PAGE)).unwrap(), 1001);
+    assert_eq!(c.node(0).stats().requests_forwarded, 1);
+    assert_eq!(c.node(1).stats().forwards_refused, 1);
+    assert_eq!(c.node(1).stats().pages_forwarded, 0);
+}
+
+#[test]
+fn a_home_write_ends_the_forwarding_of_the_pages_it_changed() {
+    let mut c = Cluster::new(3, 7, forwarding);
+    let x = pages_on_0(&mut c, 16);
+    assert_eq!(c.read_u64(1, x).unwrap(), 1000);
+    // The home writes page 3 (node 1 holds its old bytes) and releases.
+    c.lock(0, 1).unwrap();
+    c.write_u64(0, x.offset_by(3 * PAGE), 555).unwrap();
+    c.unlock(0, 1).unwrap();
+    // Node 2, after the lock, asks for pages 0..9: not forwarded to node 1's stale copies.
+    c.lock(2, 1).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 1000);
+    assert_eq!(c.read_u64(2, x.offset_by(3 * PAGE)).unwrap(), 555);
+    c.unlock(2, 1).unwrap();
+    assert_eq!(c.node(0).stats().requests_forwarded, 0);
+}
+
+#[test]
+fn a_diff_applied_at_the_home_ends_the_forwarding_of_its_page() {
+    let mut c = Cluster::new(4, 8, forwarding);
+    let x = pages_on_0(&mut c, 32);
+    assert_eq!(c.read_u64(1, x).unwrap(), 1000);
+    // Node 3 writes page 3 under a lock: its diff goes home at the unlock.
+    c.lock(3, 1).unwrap();
+    c.write_u64(3, x.offset_by(3 * PAGE), 666).unwrap();
+    c.unlock(3, 1).unwrap();
+    c.lock(2, 1).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 1000);
+    assert_eq!(c.read_u64(2, x.offset_by(3 * PAGE)).unwrap(), 666);
+    c.unlock(2, 1).unwrap();
+    assert_eq!(c.node(0).stats().requests_forwarded, 0);
+}
+
+#[test]
+fn pages_a_home_has_not_changed_are_still_forwarded_after_an_unrelated_release() {
+    // The control for the two tests above: without the write, node 2 is forwarded to node 1.
+    let mut c = Cluster::new(3, 7, forwarding);
+    let x = pages_on_0(&mut c, 16);
+    assert_eq!(c.read_u64(1, x).unwrap(), 1000);
+    c.lock(0, 1).unwrap();
+    c.unlock(0, 1).unwrap();
+    c.lock(2, 1).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 1000);
+    assert_eq!(c.read_u64(2, x.offset_by(3 * PAGE)).unwrap(), 1003);
+    c.unlock(2, 1).unwrap();
+    assert_eq!(c.node(0).stats().requests_forwarded, 1);
+    assert!(c.node(1).stats().pages_forwarded > 0);
 }

@@ -11,6 +11,8 @@
 //!
 //! `DSM_SIM_CASES=N` runs N cases (default 1000), `DSM_SIM_SEED=S` the case with seed S.
 
+use std::time::Duration;
+
 use dsm_core::sim::{Cluster, Op, Rng};
 use dsm_core::{AllocPolicy, CvId, GlobalAddr, LockId, NodeId, PAGE_SIZE};
 
@@ -69,9 +71,11 @@ fn run_case(seed: u64) -> Result<Seen, String> {
     let prefetch = rng.chance(50);
     let migrate = rng.chance(50);
     let handoffs = [0, 1, 2, 16][rng.below(4) as usize];
+    let forward = rng.chance(50);
     let describe = format!(
         "{nodes} nodes x {threads} threads, {} words on {pages} pages, locks {locks:?}, {policy:?}, \
-         cache {cache_pages}, prefetch {prefetch}, migration {migrate}, lock_handoffs {handoffs}",
+         cache {cache_pages}, prefetch {prefetch}, migration {migrate}, lock_handoffs {handoffs}, \
+         forward {forward}",
         words.len()
     );
     let mut c = Cluster::new(nodes, rng.next_u64(), |cfg| {
@@ -79,6 +83,7 @@ fn run_case(seed: u64) -> Result<Seen, String> {
         cfg.prefetch.enabled = prefetch;
         cfg.home_migration = migrate;
         cfg.lock_handoffs = handoffs;
+        cfg.forward_within = forward.then_some(Duration::from_secs(3600));
     });
     c.check_reference = true;
     for n in 0..nodes {

@@ -325,6 +325,8 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     };
     // A grant carries as many pages as one message of the transport carries whole.
     core_cfg.grant_run_pages = grant_run_pages(&config);
+    core_cfg.forward_within = (config.forward_within_us > 0)
+        .then(|| Duration::from_micros(u64::from(config.forward_within_us)));
     let node = Node::new(core_cfg, region);
     let service = Service::new(
         node,
@@ -831,7 +833,7 @@ impl Dsm {
         self.call_or_die(Call::Wait);
     }
 
-    /// Sets condition variable `cv` (0..16), a release (`jia_setcv`): the writes this node
+    /// Sets condition variable `cv` (0 to [`crate::MAX_CVS`] - 1), a release (`jia_setcv`): the writes this node
     /// made before it are seen by the nodes whose [`Dsm::waitcv`] it ends. It stays set until
     /// [`Dsm::resetcv`].
     ///

@@ -99,6 +99,10 @@ pub struct Config {
     pub max_checking_pages: u32,
     /// `read_ahead_max_kib`: the largest read-ahead window.
     pub read_ahead_max_kib: u32,
+    /// `forward_within_us`: a home asked for pages it sent whole to another node this long ago
+    /// or less, unchanged since, has that node send them (0: never; many readers of the same
+    /// pages at once, like every node reading a panel after a barrier).
+    pub forward_within_us: u32,
     /// `cache_pages` (0: `auto`, a share of the machine's memory: [`auto_cache_pages`]).
     pub cache_pages: usize,
     /// `region_gib`.
@@ -181,6 +185,7 @@ impl Default for Config {
             prefetch_pages: 8,
             max_checking_pages: 16,
             read_ahead_max_kib: 4096,
+            forward_within_us: 5000,
             cache_pages: 0,
             region_gib: 64,
             peer_timeout_ms: 10_000,
@@ -255,6 +260,11 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "read_ahead_max_kib",
         "64 to 1048576 (KiB; the read-ahead window grows up to this, and a quarter of the cache)",
+    ),
+    (
+        "forward_within_us",
+        "0 to 1000000 (a home has a node it sent the same pages this long ago send them to the \
+         next reader; 0: never)",
     ),
     (
         "cache_pages",
@@ -478,6 +488,7 @@ impl Config {
             "prefetch_pages" => self.prefetch_pages = range(0, 65_536)? as u32,
             "max_checking_pages" => self.max_checking_pages = range(0, 4096)? as u32,
             "read_ahead_max_kib" => self.read_ahead_max_kib = range(64, 1 << 20)? as u32,
+            "forward_within_us" => self.forward_within_us = range(0, 1_000_000)? as u32,
             "cache_pages" if value == "auto" => self.cache_pages = 0,
             "cache_pages" => self.cache_pages = range(MIN_CACHE_PAGES as u64, 1 << 24)? as usize,
             "region_gib" => self.region_gib = range(1, 16384)?,
@@ -581,6 +592,7 @@ impl Config {
             format!("prefetch_pages={}", self.prefetch_pages),
             format!("max_checking_pages={}", self.max_checking_pages),
             format!("read_ahead_max_kib={}", self.read_ahead_max_kib),
+            format!("forward_within_us={}", self.forward_within_us),
             match self.cache_pages {
                 0 => "cache_pages=auto".to_string(),
                 n => format!("cache_pages={n}"),

@@ -116,7 +116,9 @@ pub use array::{Shared, SharedArray, SliceMut};
 pub use door::MAX_THREADS;
 pub use door::end::EXIT_PEER_FAILED;
 pub use dsm_core::mailbox::{Letter, MAX_LETTER_BYTES};
-pub use dsm_core::{AllocPolicy, MAX_NODES, NodeId, PAGE_SIZE, Stats, UsageError};
+pub use dsm_core::{
+    AllocPolicy, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, Stats, UsageError,
+};
 #[cfg(not(dsm_loom))]
 pub use message::{Received, ReduceOp, Reducible};
 pub use stats::{NodeStats, RuntimeStats};

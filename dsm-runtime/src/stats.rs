@@ -123,6 +123,11 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "page requests; pages fetched on demand, served as home, read by RDMA",
     ),
     (
+        "*forward*",
+        &["requests_forwarded", "pages_forwarded", "forwards_refused"],
+        "requests for pages homed here answered by a node holding them; pages sent from copies here on their home's behalf; forwards refused here (copies gone)",
+    ),
+    (
         "prefetch_*",
         &["prefetch_requested", "prefetch_used", "prefetch_unused"],
         "pages asked for ahead of a fault; of them, touched / dropped untouched",

@@ -21,7 +21,7 @@ extern "C" {
 
 #define Maxhosts 4096       /* nodes per job */
 #define Maxlocks 64         /* locks 0 to 63 */
-#define Maxcvs 16           /* condition variables 0 to 15 */
+#define Maxcvs 64           /* condition variables 0 to 63 (JIAJIA: 16) */
 #define Pagesize 4096
 
 /* This node's id, 0 to hostc-1, and the number of nodes (valid after jia_init). JIAJIA 2.1's names

@@ -275,7 +275,7 @@ fn id(v: c_int, count: u16, what: &str) -> u16 {
 /// `void jia_lock(int lockid)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_lock(lockid: c_int) {
-    let l = id(lockid, 64, "jia_lock");
+    let l = id(lockid, dsm_runtime::MAX_LOCKS, "jia_lock");
     if let Err(e) = dsm().lock_raw(l) {
         die(&format!("jia_lock({lockid}): {e}"));
     }
@@ -284,7 +284,7 @@ pub extern "C" fn jia_lock(lockid: c_int) {
 /// `void jia_unlock(int lockid)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_unlock(lockid: c_int) {
-    let l = id(lockid, 64, "jia_unlock");
+    let l = id(lockid, dsm_runtime::MAX_LOCKS, "jia_unlock");
     if let Err(e) = dsm().unlock_raw(l) {
         die(&format!("jia_unlock({lockid}): {e}"));
     }
@@ -317,19 +317,19 @@ pub extern "C" fn jia_wait() {
 /// `void jia_setcv(int cvnum)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_setcv(cv: c_int) {
-    dsm().setcv(id(cv, 16, "jia_setcv"));
+    dsm().setcv(id(cv, dsm_runtime::MAX_CVS, "jia_setcv"));
 }
 
 /// `void jia_resetcv(int cvnum)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_resetcv(cv: c_int) {
-    dsm().resetcv(id(cv, 16, "jia_resetcv"));
+    dsm().resetcv(id(cv, dsm_runtime::MAX_CVS, "jia_resetcv"));
 }
 
 /// `void jia_waitcv(int cvnum)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_waitcv(cv: c_int) {
-    dsm().waitcv(id(cv, 16, "jia_waitcv"));
+    dsm().waitcv(id(cv, dsm_runtime::MAX_CVS, "jia_waitcv"));
 }
 
 /// `double jia_clock(void)`: seconds since `jia_init` (or since the first `jia_clock` call, if

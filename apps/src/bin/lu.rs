@@ -8,8 +8,8 @@
 //! (column panel and trailing matrix) with the block's factored rows; the owner of the next
 //! block updates that block first and factors it and its row panel at once (look-ahead), then
 //! signals it on a condition variable, which the other nodes wait for before they use it (a
-//! barrier every few steps recycles the variables; with one node, or more than 8, a barrier per
-//! step). Every element sees its updates in the same order as the sequential algorithm, so node 0
+//! barrier every few steps recycles the variables; with one node, or 64 nodes and more, a
+//! barrier per step). Every element sees its updates in the same order as the sequential algorithm, so node 0
 //! recomputes sequentially and the results agree to rounding (checked to 1e-9, relative).
 
 use dsm_apps::{arg_num, init, lu_matrix, report, spread};
@@ -238,11 +238,11 @@ struct PanelSignals {
 }
 
 impl PanelSignals {
-    /// Condition variables a program may use (`jia_setcv`'s 0..16).
-    const CVS: usize = 16;
+    /// Condition variables a program may use.
+    const CVS: usize = dsm_runtime::MAX_CVS as usize;
 
     /// `None` for one node (nothing to wait for) or when too few variables are left per node to
-    /// space their reuse by two steps (more than 8 nodes): a barrier per step then.
+    /// space their reuse by two steps (64 nodes and more): a barrier per step then.
     fn new(nodes: usize) -> Option<Self> {
         let per_node = Self::CVS / nodes;
         let reuse = if per_node % 2 == 0 {
