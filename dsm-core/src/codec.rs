@@ -18,13 +18,13 @@ use crate::diff;
 use crate::mailbox::{Channel, MAX_LETTER_BYTES};
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::types::{
-    Access, CvId, LockId, MAX_CVS, MAX_GETP_PAGES, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum,
+    Access, AtomicOp, CvId, LockId, MAX_CVS, MAX_GETP_PAGES, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum,
 };
 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 9;
+pub const VERSION: u8 = 10;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -153,6 +153,10 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Error { text } => 4 + text.len().min(MAX_ERROR_TEXT_BYTES),
         Msg::Send { data, .. } => 1 + 4 + 4 + data.len(),
         Msg::Forward { .. } | Msg::ForwardRefused { .. } => 2 + 4 + 2,
+        Msg::Atomic {
+            notices, earlier, ..
+        } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 4 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
+        Msg::AtomicGrant { notices, .. } => 4 + 8 + 4 + 4 + 4 * notices.len(),
     }
 }
 
@@ -160,6 +164,42 @@ fn put_pages(out: &mut Vec<u8>, pages: &[PageNum]) {
     out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
     for p in pages {
         out.extend_from_slice(&p.0.to_le_bytes());
+    }
+}
+
+/// An atomic operation's wire form: a tag and two operands (unused ones zero).
+fn atomic_op_fields(op: AtomicOp) -> (u8, u64, u64) {
+    match op {
+        AtomicOp::Load => (0, 0, 0),
+        AtomicOp::Store(v) => (1, v, 0),
+        AtomicOp::Swap(v) => (2, v, 0),
+        AtomicOp::CompareExchange { expected, new } => (3, expected, new),
+        AtomicOp::FetchAdd(v) => (4, v, 0),
+        AtomicOp::FetchSub(v) => (5, v, 0),
+        AtomicOp::FetchAnd(v) => (6, v, 0),
+        AtomicOp::FetchOr(v) => (7, v, 0),
+        AtomicOp::FetchXor(v) => (8, v, 0),
+    }
+}
+
+/// The inverse of [`atomic_op_fields`]; `None` for an unknown tag or an operand an operation
+/// does not take.
+fn atomic_op_from(tag: u8, a: u64, b: u64) -> Option<AtomicOp> {
+    let one = |op: fn(u64) -> AtomicOp| (b == 0).then_some(op(a));
+    match tag {
+        0 => (a == 0 && b == 0).then_some(AtomicOp::Load),
+        1 => one(AtomicOp::Store),
+        2 => one(AtomicOp::Swap),
+        3 => Some(AtomicOp::CompareExchange {
+            expected: a,
+            new: b,
+        }),
+        4 => one(AtomicOp::FetchAdd),
+        5 => one(AtomicOp::FetchSub),
+        6 => one(AtomicOp::FetchAnd),
+        7 => one(AtomicOp::FetchOr),
+        8 => one(AtomicOp::FetchXor),
+        _ => None,
     }
 }
 
@@ -186,6 +226,42 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             let count = (data.len() / PAGE_SIZE) as u16;
             let flag = if *forwarded { GRANT_FORWARDED } else { 0 };
             out.extend_from_slice(&(count | flag).to_le_bytes());
+        }
+        Msg::Atomic {
+            id,
+            addr,
+            width,
+            op,
+            acquire,
+            release,
+            seen,
+            epoch,
+            notices,
+            earlier,
+        } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&addr.to_le_bytes());
+            out.push(*width);
+            let (tag, a, b) = atomic_op_fields(*op);
+            out.push(tag);
+            out.extend_from_slice(&a.to_le_bytes());
+            out.extend_from_slice(&b.to_le_bytes());
+            out.push(u8::from(*acquire) | u8::from(*release) << 1);
+            out.extend_from_slice(&seen.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
+            put_pages(out, notices);
+            put_pages(out, earlier);
+        }
+        Msg::AtomicGrant {
+            id,
+            old,
+            counter,
+            notices,
+        } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&old.to_le_bytes());
+            out.extend_from_slice(&counter.to_le_bytes());
+            put_pages(out, notices);
         }
         Msg::Forward { to, first, count } | Msg::ForwardRefused { to, first, count } => {
             out.extend_from_slice(&to.0.to_le_bytes());
@@ -539,6 +615,48 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         },
         MsgKind::ResetCv => Msg::ResetCv { cv: r.cv()? },
         MsgKind::LockWanted => Msg::LockWanted { lock: r.lock()? },
+        MsgKind::Atomic => {
+            let id = r.u32()?;
+            let addr = r.u64()?;
+            let width = r.u8()?;
+            if width != 4 && width != 8 || addr % u64::from(width) != 0 {
+                return Err(DecodeError::BadValue {
+                    field: "atomic word's width or alignment",
+                    value: addr | u64::from(width),
+                });
+            }
+            let tag = r.u8()?;
+            let (a, b) = (r.u64()?, r.u64()?);
+            let op = atomic_op_from(tag, a, b).ok_or(DecodeError::BadValue {
+                field: "atomic operation",
+                value: tag.into(),
+            })?;
+            let flags = r.u8()?;
+            if flags > 3 {
+                return Err(DecodeError::BadValue {
+                    field: "atomic order",
+                    value: flags.into(),
+                });
+            }
+            Msg::Atomic {
+                id,
+                addr,
+                width,
+                op,
+                acquire: flags & 1 != 0,
+                release: flags & 2 != 0,
+                seen: r.u32()?,
+                epoch: r.u32()?,
+                notices: r.pages()?,
+                earlier: r.pages()?,
+            }
+        }
+        MsgKind::AtomicGrant => Msg::AtomicGrant {
+            id: r.u32()?,
+            old: r.u64()?,
+            counter: r.u32()?,
+            notices: r.pages()?,
+        },
         MsgKind::Forward | MsgKind::ForwardRefused => {
             let to = NodeId(r.u16()?);
             let first = PageNum(r.u32()?);

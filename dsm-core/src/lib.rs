@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+mod atomics;
 pub mod codec;
 pub mod diff;
 pub mod error;

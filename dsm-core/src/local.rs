@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::msg::{Msg, PageDiff, WriteNotice};
-use crate::types::{Access, CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
+use crate::types::{
+    Access, AtomicOp, CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId,
+};
 
 /// A lock as seen by this node's threads.
 #[derive(Default, Debug)]
@@ -74,6 +76,13 @@ pub(crate) enum AfterFlush {
     Exit {
         through: u32,
     },
+    /// An atomic operation with release semantics (`Msg::Atomic`, its epoch set when it
+    /// leaves).
+    Atomic {
+        home: NodeId,
+        msg: Msg,
+        through: u32,
+    },
 }
 
 impl AfterFlush {
@@ -82,9 +91,52 @@ impl AfterFlush {
             AfterFlush::Release { through, .. }
             | AfterFlush::Barrier { through, .. }
             | AfterFlush::SetCv { through, .. }
-            | AfterFlush::Exit { through } => *through,
+            | AfterFlush::Exit { through }
+            | AfterFlush::Atomic { through, .. } => *through,
         }
     }
+}
+
+/// An atomic operation sent and not yet answered.
+#[derive(Debug)]
+pub(crate) struct AtomicOut {
+    pub waiter: WaiterId,
+    pub addr: GlobalAddr,
+    pub width: u8,
+    pub op: AtomicOp,
+    pub acquire: bool,
+    pub home: NodeId,
+    pub since: Time,
+}
+
+/// This node's side of atomic operations on shared memory (`atomics.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Atomics {
+    pub next_id: u32,
+    /// Operations on their way, by id.
+    pub out: BTreeMap<u32, AtomicOut>,
+    /// Answers their threads have not taken yet.
+    pub results: BTreeMap<WaiterId, u64>,
+    /// Per word (its offset): the interval of this node's last release through it.
+    pub sent: BTreeMap<u64, u32>,
+    /// Per word: the notice counter this node has seen.
+    pub seen: BTreeMap<u64, u32>,
+    /// Operations on words whose page's home move is being decided: made once it is (as the
+    /// faults on those pages are).
+    pub held: Vec<(
+        WaiterId,
+        GlobalAddr,
+        u8,
+        AtomicOp,
+        crate::types::AtomicOrder,
+        Time,
+    )>,
+    /// Pages holding words operated on atomically, from here or here as their home: their
+    /// homes never move (a copy marked written by an atomic operation is not the page's last).
+    pub pages: BTreeSet<PageNum>,
+    /// Of them, those homed here that the memory was told of
+    /// (`PageMemory::atomics_homed_here`).
+    pub homed: BTreeSet<PageNum>,
 }
 
 /// Diffs on their way to their homes, and the releases waiting for them.

@@ -53,6 +53,13 @@ struct LockMgr {
     notices: Notices,
 }
 
+/// An atomic word's record at its home: the notices its releases carried, as a lock's.
+#[derive(Default, Debug)]
+struct AtomicMgr {
+    counter: u32,
+    notices: Notices,
+}
+
 #[derive(Default, Debug)]
 struct CvMgr {
     set: bool,
@@ -68,6 +75,8 @@ pub(crate) struct Managers {
     nodes: u16,
     locks: BTreeMap<LockId, LockMgr>,
     cvs: BTreeMap<CvId, CvMgr>,
+    /// The atomic words homed here that a release went through, by offset.
+    atomics: BTreeMap<u64, AtomicMgr>,
     barrier_arrived: BTreeSet<NodeId>,
     barrier_notices: BTreeMap<PageNum, Option<NodeId>>,
     /// Pages offered for home migration in this barrier, by the node that offered them.
@@ -132,6 +141,7 @@ impl Managers {
             nodes,
             locks: BTreeMap::new(),
             cvs: BTreeMap::new(),
+            atomics: BTreeMap::new(),
             barrier_arrived: BTreeSet::new(),
             barrier_notices: BTreeMap::new(),
             barrier_claims: BTreeMap::new(),
@@ -168,6 +178,44 @@ impl Managers {
         }
         for m in self.cvs.values_mut() {
             m.notices.retain(|_, &mut (_, e)| e >= epoch);
+        }
+        for m in self.atomics.values_mut() {
+            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+        }
+    }
+
+    // ----- atomic words (applied by the page side; their notices kept here) -----
+
+    /// An atomic operation on word `addr` released the sender's writes (`notices`, and
+    /// `earlier` of the epoch before `epoch`): recorded as a lock's release records them.
+    pub fn on_atomic_release(
+        &mut self,
+        addr: u64,
+        epoch: u32,
+        (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
+        node_epoch: u32,
+    ) {
+        let m = self.atomics.entry(addr).or_default();
+        m.counter += 1;
+        if let Some(before) = epoch.checked_sub(1) {
+            record_notices(&mut m.notices, earlier, m.counter, before, node_epoch);
+        }
+        record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
+    }
+
+    /// Word `addr`'s notice counter, and (for an acquire) the notices released through it
+    /// after `seen`, of writes from epoch `epoch` on.
+    pub fn atomic_notices(
+        &self,
+        addr: u64,
+        seen: u32,
+        epoch: u32,
+        acquire: bool,
+    ) -> (u32, Vec<PageNum>) {
+        match self.atomics.get(&addr) {
+            Some(m) if acquire => (m.counter, notices_since(&m.notices, seen, epoch)),
+            Some(m) => (m.counter, Vec::new()),
+            None => (0, Vec::new()),
         }
     }
 

@@ -8,7 +8,7 @@
 //! correctness depends on their order: a dirty page is downgraded *before* it is diffed against its
 //! twin, so that a store by another application thread either lands before the diff or faults.
 
-use crate::types::{PAGE_SIZE, PageBuf, PageNum, Prot};
+use crate::types::{AtomicOp, PAGE_SIZE, PageBuf, PageNum, Prot};
 
 /// Page bytes and protections of one node's shared region.
 pub trait PageMemory {
@@ -65,6 +65,28 @@ pub trait PageMemory {
     /// `wake`: the page is the read-ahead's marker (opening it asks for the next window): the
     /// runtime tells the core at once when it opens it, and the other openings at its next pass.
     fn allow_prefetch_open(&mut self, _page: PageNum, _wake: bool) {}
+
+    /// Applies `op` to the `width`-byte word (4 or 8, aligned) at `offset` of home page `page`
+    /// as one atomic operation of the CPU, and returns the value before: the node's own threads
+    /// may apply theirs to words of the page at the same moment (see
+    /// [`PageMemory::atomics_homed_here`]). Not a write the race checker records.
+    fn atomic_update(&mut self, page: PageNum, offset: usize, width: u8, op: AtomicOp) -> u64 {
+        let mut bytes = [0u8; PAGE_SIZE];
+        self.read(page, &mut bytes);
+        let w = usize::from(width);
+        let mut word = [0u8; 8];
+        word[..w].copy_from_slice(&bytes[offset..offset + w]);
+        let old = u64::from_le_bytes(word);
+        if let Some(new) = op.apply(old, width) {
+            self.write(page, offset, &new.to_le_bytes()[..w]);
+        }
+        old
+    }
+
+    /// Home page `page` holds atomic words and keeps its home for the job's life: the runtime
+    /// may let this node's threads apply relaxed operations to its words with the CPU's own
+    /// atomics, beside those [`PageMemory::atomic_update`] applies for other nodes.
+    fn atomics_homed_here(&mut self, _page: PageNum) {}
 
     /// Whether the runtime opened home page `page` for a write by itself (see
     /// [`PageMemory::allow_home_write`]) and has not reported it yet. Asked after a `protect`

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::mailbox::Channel;
-use crate::types::{Access, CvId, LockId, NodeId, PageNum};
+use crate::types::{Access, AtomicOp, CvId, LockId, NodeId, PageNum};
 
 /// One page's diff, encoded as in [`crate::diff`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,6 +158,45 @@ pub enum Msg {
         /// The pages, 1 to [`crate::MAX_GETP_PAGES`].
         count: u16,
     },
+    /// ATOMIC: apply `op` to the `width`-byte word at `addr` (homed at the receiver), and answer
+    /// with its value before ([`Msg::AtomicGrant`]). With `release`, the sender's writes before
+    /// it are home already, and `notices` (and `earlier`, of the epoch before `epoch`) name their
+    /// pages, recorded with the word as a lock's release records its notices; with `acquire`
+    /// the answer carries the word's notices recorded after `seen` (from epoch `epoch` on).
+    Atomic {
+        /// The sender's number for the operation.
+        id: u32,
+        /// The word's offset in the shared region.
+        addr: u64,
+        /// 4 or 8.
+        width: u8,
+        /// The operation.
+        op: AtomicOp,
+        /// Acquire semantics.
+        acquire: bool,
+        /// Release semantics.
+        release: bool,
+        /// The word's notice counter the sender has seen.
+        seen: u32,
+        /// The sender's barrier epoch.
+        epoch: u32,
+        /// Pages written since the sender last released this word (release only).
+        notices: Vec<PageNum>,
+        /// Pages of the epoch before, as `Msg::Release::earlier` (release only).
+        earlier: Vec<PageNum>,
+    },
+    /// ATOMICGRANT: the word's value before operation `id`, its notice counter now, and (for an
+    /// acquire) the pages to invalidate.
+    AtomicGrant {
+        /// The operation.
+        id: u32,
+        /// The word's value before it.
+        old: u64,
+        /// The word's notice counter.
+        counter: u32,
+        /// Pages written by releases the sender has not seen.
+        notices: Vec<PageNum>,
+    },
     /// FWDREFUSED: the copies a [`Msg::Forward`] named (from `first` on, `count` pages) are not
     /// all held here any more: the home sends them to `to` itself.
     ForwardRefused {
@@ -281,11 +320,15 @@ pub enum MsgKind {
     Forward,
     /// [`Msg::ForwardRefused`]
     ForwardRefused,
+    /// [`Msg::Atomic`]
+    Atomic,
+    /// [`Msg::AtomicGrant`]
+    AtomicGrant,
 }
 
 impl MsgKind {
     /// Every kind, in wire order.
-    pub const ALL: [MsgKind; 24] = [
+    pub const ALL: [MsgKind; 26] = [
         MsgKind::GetPage,
         MsgKind::GetPageGrant,
         MsgKind::Diff,
@@ -310,6 +353,8 @@ impl MsgKind {
         MsgKind::LockWanted,
         MsgKind::Forward,
         MsgKind::ForwardRefused,
+        MsgKind::Atomic,
+        MsgKind::AtomicGrant,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -351,6 +396,8 @@ impl MsgKind {
             MsgKind::LockWanted => "LOCKWANTED",
             MsgKind::Forward => "FWD",
             MsgKind::ForwardRefused => "FWDREFUSED",
+            MsgKind::Atomic => "ATOMIC",
+            MsgKind::AtomicGrant => "ATOMICGRANT",
         }
     }
 }
@@ -383,6 +430,8 @@ impl Msg {
             Msg::LockWanted { .. } => MsgKind::LockWanted,
             Msg::Forward { .. } => MsgKind::Forward,
             Msg::ForwardRefused { .. } => MsgKind::ForwardRefused,
+            Msg::Atomic { .. } => MsgKind::Atomic,
+            Msg::AtomicGrant { .. } => MsgKind::AtomicGrant,
         }
     }
 }

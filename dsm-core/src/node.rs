@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::alloc::AllocPolicy;
 use crate::codec;
 pub use crate::error::{JobError, ProtocolError, UsageError};
-use crate::local::{Flush, SyncState};
+use crate::local::{Atomics, Flush, SyncState};
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
@@ -220,6 +220,8 @@ pub struct Node<M: PageMemory> {
     /// At a home: the requests lately answered whose requesters may serve other readers of the
     /// same pages (`pages.rs`, forwarding); at most [`MAX_HELD_RUNS`], newest last.
     pub(crate) held: Vec<HeldRun>,
+    /// Atomic operations on shared memory: this node's, and its records as a home.
+    pub(crate) atomics: Atomics,
     /// The last page this home served, and the page to warm once the grants are out (see
     /// [`Node::warm_ahead`]).
     pub(crate) last_served: Option<PageNum>,
@@ -275,6 +277,7 @@ impl<M: PageMemory> Node<M> {
             unsettled: Vec::new(),
             serving: VecDeque::new(),
             held: Vec::new(),
+            atomics: Atomics::default(),
             last_served: None,
             to_warm: None,
             claims: BTreeMap::new(),
@@ -422,12 +425,14 @@ impl<M: PageMemory> Node<M> {
         if self.failed {
             return None;
         }
-        let oldest_fetch = self.fetches.values().min().copied();
-        let oldest_diff = self.flush.diffs_out.values().map(|&(_, t)| t).min();
-        let oldest = match (oldest_fetch, oldest_diff) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b)?,
-        };
+        let oldest = [
+            self.fetches.values().min().copied(),
+            self.flush.diffs_out.values().map(|&(_, t)| t).min(),
+            self.atomics.out.values().map(|o| o.since).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
         Some(oldest.after(timeout))
     }
 
@@ -466,6 +471,15 @@ impl<M: PageMemory> Node<M> {
                 peer,
                 what: "DIFF",
                 waited_ms: now.since(sent) / 1_000_000,
+            });
+            return;
+        }
+        let atomic = self.atomics.out.values().find(|o| late(o.since));
+        if let Some(&crate::local::AtomicOut { home, since, .. }) = atomic {
+            self.abort(JobError::NoReply {
+                peer: home,
+                what: "ATOMIC",
+                waited_ms: now.since(since) / 1_000_000,
             });
         }
     }
@@ -535,6 +549,13 @@ impl<M: PageMemory> Node<M> {
                 forwarded,
             } => self.on_page_grant(now, from, (page, &data, forwarded)),
             Msg::Forward { to, first, count } => self.on_forward(from, to, first, count),
+            msg @ Msg::Atomic { .. } => self.on_atomic(from, msg),
+            Msg::AtomicGrant {
+                id,
+                old,
+                counter,
+                notices,
+            } => self.on_atomic_grant(now, from, id, (old, counter, notices)),
             Msg::ForwardRefused { to, first, count } => {
                 self.on_forward_refused(from, to, first, count)
             }

@@ -17,7 +17,7 @@ use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::node::Node;
 use crate::node::{MAX_FORWARDS, MAX_HELD_RUNS};
 use crate::table::{Fetch, Frame, HeldRun, Serve, runs_of};
-use crate::types::{Access, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
+use crate::types::{Access, GlobalAddr, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 
 /// At most this many pages fetched again at a barrier (see `copies_in_use`).
@@ -447,19 +447,20 @@ impl<M: PageMemory> Node<M> {
         self.serve_next_run();
         // Every page tracked: the requester's copies stay as current as ours until one of
         // them is written (`forget_held`), and may serve the readers that follow.
-        if let (Some(now), Some((first, count))) = (now, self.tracked_run(&pages)) {
-            if self.cfg.forward_within.is_some() {
-                if self.held.len() >= MAX_HELD_RUNS {
-                    self.held.remove(0);
-                }
-                self.held.push(HeldRun {
-                    node: from,
-                    first,
-                    count,
-                    at: now,
-                    forwards: 0,
-                });
+        let forwarding = now.filter(|_| self.cfg.forward_within.is_some());
+        if let Some((now, (first, count))) =
+            forwarding.and_then(|now| Some((now, self.tracked_run(&pages)?)))
+        {
+            if self.held.len() >= MAX_HELD_RUNS {
+                self.held.remove(0);
             }
+            self.held.push(HeldRun {
+                node: from,
+                first,
+                count,
+                at: now,
+                forwards: 0,
+            });
         }
         // A sequential reader (this request starts where the last one served ended) will ask
         // for the page after these next: warmed once the grants are out.
@@ -582,6 +583,9 @@ impl<M: PageMemory> Node<M> {
     fn tracked_run(&self, pages: &[PageNum]) -> Option<(PageNum, u32)> {
         let me = self.cfg.node;
         let first = *pages.first()?;
+        if pages.len() < 2 || !self.sync.moving.is_empty() {
+            return None;
+        }
         let consecutive = pages
             .iter()
             .enumerate()
@@ -590,8 +594,7 @@ impl<M: PageMemory> Node<M> {
             let e = &self.table[p.index()];
             e.home == me && !e.moved_away && e.frame == Frame::ReadOnly
         });
-        (pages.len() >= 2 && consecutive && tracked && self.sync.moving.is_empty())
-            .then_some((first, pages.len() as u32))
+        (consecutive && tracked).then_some((first, pages.len() as u32))
     }
 
     /// Forwards `from`'s request for `pages` to a node that holds them, if one does (see
@@ -1177,6 +1180,7 @@ impl<M: PageMemory> Node<M> {
                 e.home != me
                     && e.fetch.is_none()
                     && matches!(e.frame, Frame::ReadOnly | Frame::ReadWrite)
+                    && !self.holds_atomics(*p)
             })
             .collect();
         self.claims = claims.iter().map(|&p| (p, None)).collect();
@@ -1292,6 +1296,7 @@ impl<M: PageMemory> Node<M> {
             let e = &self.table[p.index()];
             let at_old_home = e.home == me;
             let veto = diffed.contains(&p)
+                || self.holds_atomics(p)
                 || (!at_old_home && self.rw.contains(&p))
                 || (at_old_home && self.written.contains_key(&p))
                 || (n.writer == Some(me) && overtaken.contains(&p))
@@ -1351,6 +1356,7 @@ impl<M: PageMemory> Node<M> {
                 debug_assert!(retried.is_ok(), "{retried:?}");
             }
         }
+        self.make_held_atomics(now);
         for (from, msg) in std::mem::take(&mut self.sync.held_for_moves) {
             self.dispatch(now, from, msg)?;
         }
@@ -1369,6 +1375,7 @@ impl<M: PageMemory> Node<M> {
             Msg::ForwardRefused { first, count, .. } => {
                 (0..u32::from(*count)).any(|i| self.sync.moving.contains_key(&PageNum(first.0 + i)))
             }
+            Msg::Atomic { addr, .. } => self.sync.moving.contains_key(&GlobalAddr(*addr).page()),
             _ => false,
         }
     }

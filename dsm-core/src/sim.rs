@@ -22,7 +22,9 @@ use crate::memory::{PageMemory, VecMemory};
 use crate::msg::{Msg, MsgKind};
 use crate::node::{CoreConfig, Effect, Node};
 use crate::stats::Stats;
-use crate::types::{Access, CvId, GlobalAddr, LockId, NodeId, PageBuf, Prot, Time, WaiterId};
+use crate::types::{
+    Access, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, PageBuf, Prot, Time, WaiterId,
+};
 
 /// Scheduling weight of a runnable thread against a link's speed.
 const THREAD_WEIGHT: u64 = 20;
@@ -61,6 +63,27 @@ pub enum Op {
         tag: i32,
         /// The bytes.
         data: Vec<u8>,
+    },
+    /// An atomic operation on the 8-byte word at `addr`; its value before goes to
+    /// [`Cluster::atomics`]. The reference takes adds and subtractions when they are made (they
+    /// commute), other writes when they are answered (give such a word one writer at a time).
+    Atomic {
+        /// The word.
+        addr: GlobalAddr,
+        /// The operation.
+        op: AtomicOp,
+        /// Its ordering.
+        order: AtomicOrder,
+    },
+    /// Atomic loads of the 8-byte word at `addr` until it holds `at_least` or more (a spin on
+    /// a flag or a counter).
+    AwaitAtomic {
+        /// The word.
+        addr: GlobalAddr,
+        /// The value awaited.
+        at_least: u64,
+        /// The loads' ordering.
+        order: AtomicOrder,
     },
     /// `jia_recv`: the oldest letter the filter accepts (on the `Send` channel; waits for one).
     /// What it received goes to [`Cluster::letters`].
@@ -191,6 +214,9 @@ pub struct Cluster {
     pub violations: Vec<Violation>,
     /// Every value read, per node, in order.
     pub reads: Vec<Vec<(GlobalAddr, u64)>>,
+    /// Every atomic operation's answer (the word, its value before), per node, in the order
+    /// they completed.
+    pub atomics: Vec<Vec<(GlobalAddr, u64)>>,
     /// Every letter received, per node, in the order its receives completed.
     pub letters: Vec<Vec<Letter>>,
     /// Delivered messages, when tracing.
@@ -241,6 +267,7 @@ impl Cluster {
             violations: Vec::new(),
             reads: vec![Vec::new(); usize::from(n)],
             letters: vec![Vec::new(); usize::from(n)],
+            atomics: vec![Vec::new(); usize::from(n)],
             trace: None,
             drop_per_mille: 0,
             job_stats: None,
@@ -517,6 +544,24 @@ impl Cluster {
             Op::ResetCv(c) => node.resetcv(now, c, waiter).map_err(usage)?,
             Op::WaitCv(c) => node.waitcv(now, c, waiter).map_err(usage)?,
             Op::Exit => node.exit(now, waiter).map_err(usage)?,
+            Op::Atomic { addr, op, order } => {
+                node.atomic(now, waiter, (addr, 8), op, order)
+                    .map_err(usage)?;
+                match op {
+                    AtomicOp::FetchAdd(d) => {
+                        let r = self.reference.entry(addr.0).or_insert(0);
+                        *r = r.wrapping_add(d);
+                    }
+                    AtomicOp::FetchSub(d) => {
+                        let r = self.reference.entry(addr.0).or_insert(0);
+                        *r = r.wrapping_sub(d);
+                    }
+                    _ => {}
+                }
+            }
+            Op::AwaitAtomic { addr, order, .. } => node
+                .atomic(now, waiter, (addr, 8), AtomicOp::Load, order)
+                .map_err(usage)?,
             Op::Send { to, tag, data } => {
                 node.send_letter(to, Channel::Send, tag, data)
                     .map_err(usage)?;
@@ -569,7 +614,46 @@ impl Cluster {
                     let th = &mut self.threads[n][waiter.0 as usize];
                     match th.blocked.take() {
                         Some(b) if b.waiter == waiter => {
-                            let done = if b.retry { None } else { th.ops.pop_front() };
+                            // An atomic operation's answer; an awaited value not there yet
+                            // is loaded again.
+                            let atomic = match th.ops.front() {
+                                Some(&Op::Atomic { addr, op, .. }) if !b.retry => {
+                                    Some((addr, op, None))
+                                }
+                                Some(&Op::AwaitAtomic { addr, at_least, .. }) if !b.retry => {
+                                    Some((addr, AtomicOp::Load, Some(at_least)))
+                                }
+                                _ => None,
+                            };
+                            let mut again = false;
+                            if let Some((addr, op, at_least)) = atomic {
+                                let old =
+                                    self.nodes[n].take_atomic_result(waiter).ok_or_else(|| {
+                                        SimError::Protocol(format!(
+                                            "node {n}: atomic operation resumed without its value"
+                                        ))
+                                    })?;
+                                self.atomics[n].push((addr, old));
+                                again = at_least.is_some_and(|v| old < v);
+                                if let (
+                                    AtomicOp::Store(_)
+                                    | AtomicOp::Swap(_)
+                                    | AtomicOp::CompareExchange { .. }
+                                    | AtomicOp::FetchAnd(_)
+                                    | AtomicOp::FetchOr(_)
+                                    | AtomicOp::FetchXor(_),
+                                    Some(new),
+                                ) = (op, op.apply(old, 8))
+                                {
+                                    self.reference.insert(addr.0, new);
+                                }
+                            }
+                            let th = &mut self.threads[n][waiter.0 as usize];
+                            let done = if b.retry || again {
+                                None
+                            } else {
+                                th.ops.pop_front()
+                            };
                             if let Some(Op::BarrierThreads(_)) = done {
                                 // The node's barrier is done: the node's other threads leave.
                                 for other in std::mem::take(&mut self.team[n]) {
@@ -705,6 +789,22 @@ impl Cluster {
     }
 
     // ----- blocking helpers for scenario tests: each runs the cluster until it is done -----
+
+    /// Runs an atomic operation on the 8-byte word at `addr` on node `n`: its value before.
+    pub fn atomic(
+        &mut self,
+        n: u16,
+        addr: GlobalAddr,
+        op: AtomicOp,
+        order: AtomicOrder,
+    ) -> Result<u64, SimError> {
+        self.push(n, 0, Op::Atomic { addr, op, order });
+        self.run()?;
+        self.atomics[usize::from(n)]
+            .last()
+            .map(|&(_, v)| v)
+            .ok_or(SimError::Protocol("no atomic answer".into()))
+    }
 
     /// Node `n` reads the u64 at `addr`.
     pub fn read_u64(&mut self, n: u16, addr: GlobalAddr) -> Result<u64, SimError> {

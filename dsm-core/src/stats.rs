@@ -88,6 +88,14 @@ stats! {
     requests_forwarded,
     /// Pages this node sent from its copies on their home's behalf.
     pages_forwarded,
+    /// Atomic operations this node's threads made on words homed elsewhere.
+    atomics_remote,
+    /// Atomic operations this node's threads made on words homed here.
+    atomics_local,
+    /// Atomic operations applied here as the words' home.
+    atomics_served,
+    /// Nanoseconds atomic operations waited for their answers.
+    atomic_wait_ns,
     /// Forwards this node could not answer (its copies dropped or written since): the home
     /// sent the pages.
     forwards_refused,

@@ -25,7 +25,7 @@ use crate::node::Node;
 use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// The pages of `written` (page -> interval of its last write) written after `interval`.
-fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum> {
+pub(crate) fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum> {
     written
         .iter()
         .filter(|&(_, &s)| s > interval)
@@ -151,7 +151,7 @@ impl<M: PageMemory> Node<M> {
 
     /// The pages the last barriers took for their notices (see `SyncState::barrier_written`)
     /// written in intervals after `interval`.
-    fn barrier_written_after(&self, interval: u32) -> Vec<PageNum> {
+    pub(crate) fn barrier_written_after(&self, interval: u32) -> Vec<PageNum> {
         let mut pages: Vec<PageNum> = [
             &self.sync.barrier_written,
             &self.sync.barrier_written_before,
@@ -235,6 +235,14 @@ impl<M: PageMemory> Node<M> {
                     let manager = self.manager_of(cv.0);
                     self.send(manager, Msg::SetCv { cv, notices });
                     self.resume(waiter);
+                }
+                AfterFlush::Atomic { home, mut msg, .. } => {
+                    // As a lock's release: writes after this node's barrier call belong to
+                    // the next epoch.
+                    if let Msg::Atomic { epoch, .. } = &mut msg {
+                        *epoch = self.epoch + u32::from(self.sync.awaiting_grant);
+                    }
+                    self.send(home, msg);
                 }
                 AfterFlush::Exit { .. } => {
                     let (core, runtime) = match &self.frozen_stats {

@@ -97,6 +97,99 @@ impl PageNum {
     }
 }
 
+/// An operation on an atomic word of shared memory (4 or 8 bytes, aligned), applied at the
+/// word's home: its value before is the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Read it.
+    Load,
+    /// Write this value.
+    Store(u64),
+    /// Write this value.
+    Swap(u64),
+    /// Write `new` if the word holds `expected`.
+    CompareExchange {
+        /// The value the word must hold.
+        expected: u64,
+        /// The value written then.
+        new: u64,
+    },
+    /// Add (wrapping).
+    FetchAdd(u64),
+    /// Subtract (wrapping).
+    FetchSub(u64),
+    /// Bitwise and.
+    FetchAnd(u64),
+    /// Bitwise or.
+    FetchOr(u64),
+    /// Bitwise exclusive or.
+    FetchXor(u64),
+}
+
+impl AtomicOp {
+    /// The word's value after this operation on `old`, a `width`-byte word (4 or 8), if the
+    /// operation writes one (a load never does, a compare-exchange only on a match).
+    pub fn apply(self, old: u64, width: u8) -> Option<u64> {
+        let mask = if width >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * u32::from(width))) - 1
+        };
+        let old = old & mask;
+        let new = match self {
+            AtomicOp::Load => return None,
+            AtomicOp::Store(v) | AtomicOp::Swap(v) => v,
+            AtomicOp::CompareExchange { expected, new } => {
+                if old != expected & mask {
+                    return None;
+                }
+                new
+            }
+            AtomicOp::FetchAdd(v) => old.wrapping_add(v),
+            AtomicOp::FetchSub(v) => old.wrapping_sub(v),
+            AtomicOp::FetchAnd(v) => old & v,
+            AtomicOp::FetchOr(v) => old | v,
+            AtomicOp::FetchXor(v) => old ^ v,
+        };
+        Some(new & mask)
+    }
+}
+
+/// What an atomic operation orders, as C11's memory orders say: `acquire` (the writes released
+/// before the value it reads are seen after it), `release` (the writes before it are seen by
+/// whoever acquires the value it writes, or a later one). Relaxed is neither, `acq_rel` and
+/// `seq_cst` both (every atomic operation of a word is applied at its home, in one order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AtomicOrder {
+    /// Acquire semantics.
+    pub acquire: bool,
+    /// Release semantics.
+    pub release: bool,
+}
+
+impl AtomicOrder {
+    /// `memory_order_relaxed`.
+    pub const RELAXED: AtomicOrder = AtomicOrder {
+        acquire: false,
+        release: false,
+    };
+    /// `memory_order_acquire`.
+    pub const ACQUIRE: AtomicOrder = AtomicOrder {
+        acquire: true,
+        release: false,
+    };
+    /// `memory_order_release`.
+    pub const RELEASE: AtomicOrder = AtomicOrder {
+        acquire: false,
+        release: true,
+    };
+    /// `memory_order_acq_rel` and `memory_order_seq_cst`.
+    pub const ACQ_REL: AtomicOrder = AtomicOrder {
+        acquire: true,
+        release: true,
+    };
+}
+
 impl GlobalAddr {
     /// The page holding this byte.
     pub fn page(self) -> PageNum {

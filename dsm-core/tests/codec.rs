@@ -7,8 +7,8 @@ use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{
-    Access, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff, PageNum,
-    WriteNotice, diff,
+    Access, AtomicOp, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff,
+    PageNum, WriteNotice, diff,
 };
 use proptest::prelude::*;
 
@@ -141,6 +141,42 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             vetoed: pages(rng),
         },
         21 => Msg::LockWanted { lock },
+        24 => {
+            let width = if rng.chance(50) { 4 } else { 8 };
+            let op = match rng.below(9) {
+                0 => AtomicOp::Load,
+                1 => AtomicOp::Store(rng.next_u64()),
+                2 => AtomicOp::Swap(rng.next_u64()),
+                3 => AtomicOp::CompareExchange {
+                    expected: rng.next_u64(),
+                    new: rng.next_u64(),
+                },
+                4 => AtomicOp::FetchAdd(rng.next_u64()),
+                5 => AtomicOp::FetchSub(rng.next_u64()),
+                6 => AtomicOp::FetchAnd(rng.next_u64()),
+                7 => AtomicOp::FetchOr(rng.next_u64()),
+                _ => AtomicOp::FetchXor(rng.next_u64()),
+            };
+            let release = rng.chance(50);
+            Msg::Atomic {
+                id: rng.next_u64() as u32,
+                addr: (rng.next_u64() >> 8) & !7,
+                width,
+                op,
+                acquire: rng.chance(50),
+                release,
+                seen: rng.next_u64() as u32,
+                epoch: rng.next_u64() as u32,
+                notices: if release { pages(rng) } else { Vec::new() },
+                earlier: if release { pages(rng) } else { Vec::new() },
+            }
+        }
+        25 => Msg::AtomicGrant {
+            id: rng.next_u64() as u32,
+            old: rng.next_u64(),
+            counter: rng.next_u64() as u32,
+            notices: pages(rng),
+        },
         22 | 23 => {
             let to = NodeId(rng.below(1000) as u16);
             let count = 1 + rng.below(MAX_GETP_PAGES as u64) as u16;

@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dsm_core::{
-    AllocPolicy, CoreConfig, CvId, LockId, Node, NodeId, PAGE_SIZE, Prefetch, UsageError,
+    AllocPolicy, AtomicOp, AtomicOrder, CoreConfig, CvId, GlobalAddr, LockId, Node, NodeId,
+    PAGE_SIZE, Prefetch, UsageError,
 };
 use dsm_transport::Transport;
 use dsm_transport::reliable::ReliableConfig;
@@ -215,6 +216,8 @@ pub struct Dsm {
     rank: u16,
     size: u16,
     base: usize,
+    /// The shared region's length in bytes.
+    len: usize,
     t0: Instant,
     exited: AtomicBool,
     /// `jia_exit` is done: the service thread is gone, and any further call ends the process
@@ -395,6 +398,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         rank,
         size,
         base,
+        len,
         t0,
         exited: AtomicBool::new(false),
         left: AtomicBool::new(false),
@@ -592,6 +596,126 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
     }
 }
 
+/// The memory order of a Rust atomic operation as the protocol carries it: `Acquire`,
+/// `Release`, or both for `AcqRel` and `SeqCst` (every operation on a word is applied at its
+/// home in one order, so `SeqCst` needs nothing more).
+pub fn atomic_order(order: Ordering) -> AtomicOrder {
+    match order {
+        Ordering::Relaxed => AtomicOrder::RELAXED,
+        Ordering::Acquire => AtomicOrder::ACQUIRE,
+        Ordering::Release => AtomicOrder::RELEASE,
+        _ => AtomicOrder::ACQ_REL,
+    }
+}
+
+macro_rules! shared_atomic {
+    ($name:ident, $t:ty, $width:literal, $doc:literal) => {
+        #[doc = $doc]
+        ///
+        /// Every operation is applied at the word's home, in one order for the word, and answers
+        /// with the value before (C11's and std's atomics, between nodes). The orderings mean
+        /// what they mean for std's atomics: a `Release` (or `AcqRel`, `SeqCst`) operation makes
+        /// this node's writes before it visible to a node whose `Acquire` operation reads the
+        /// value it wrote, or a later one, as an unlock and a lock do; `Relaxed` orders nothing
+        /// else. A plain read of the word ordered after an operation sees its value. An
+        /// operation on a word homed on another node takes a round trip (a release waits for
+        /// this node's diffs first); on one homed here, no message.
+        #[derive(Clone, Copy)]
+        pub struct $name<'a> {
+            dsm: &'a Dsm,
+            addr: usize,
+        }
+
+        impl<'a> $name<'a> {
+            fn op(&self, op: AtomicOp, order: Ordering) -> $t {
+                self.dsm
+                    .atomic_at(self.addr, $width, op, atomic_order(order)) as $t
+            }
+
+            /// Loads the value.
+            #[track_caller]
+            pub fn load(&self, order: Ordering) -> $t {
+                self.op(AtomicOp::Load, order)
+            }
+
+            /// Stores `v`.
+            #[track_caller]
+            pub fn store(&self, v: $t, order: Ordering) {
+                self.op(AtomicOp::Store(u64::from(v)), order);
+            }
+
+            /// Stores `v`; the value before.
+            #[track_caller]
+            pub fn swap(&self, v: $t, order: Ordering) -> $t {
+                self.op(AtomicOp::Swap(u64::from(v)), order)
+            }
+
+            /// Stores `new` if the value is `current`: `Ok(current)`, else `Err(value)`. The
+            /// operation has `success`'s ordering and `failure`'s acquire if it has one.
+            #[track_caller]
+            pub fn compare_exchange(
+                &self,
+                current: $t,
+                new: $t,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$t, $t> {
+                let mut order = atomic_order(success);
+                order.acquire |= atomic_order(failure).acquire;
+                let op = AtomicOp::CompareExchange {
+                    expected: u64::from(current),
+                    new: u64::from(new),
+                };
+                let old = self.dsm.atomic_at(self.addr, $width, op, order) as $t;
+                if old == current { Ok(old) } else { Err(old) }
+            }
+
+            /// Adds `v` (wrapping); the value before.
+            #[track_caller]
+            pub fn fetch_add(&self, v: $t, order: Ordering) -> $t {
+                self.op(AtomicOp::FetchAdd(u64::from(v)), order)
+            }
+
+            /// Subtracts `v` (wrapping); the value before.
+            #[track_caller]
+            pub fn fetch_sub(&self, v: $t, order: Ordering) -> $t {
+                self.op(AtomicOp::FetchSub(u64::from(v)), order)
+            }
+
+            /// Bitwise and with `v`; the value before.
+            #[track_caller]
+            pub fn fetch_and(&self, v: $t, order: Ordering) -> $t {
+                self.op(AtomicOp::FetchAnd(u64::from(v)), order)
+            }
+
+            /// Bitwise or with `v`; the value before.
+            #[track_caller]
+            pub fn fetch_or(&self, v: $t, order: Ordering) -> $t {
+                self.op(AtomicOp::FetchOr(u64::from(v)), order)
+            }
+
+            /// Bitwise exclusive or with `v`; the value before.
+            #[track_caller]
+            pub fn fetch_xor(&self, v: $t, order: Ordering) -> $t {
+                self.op(AtomicOp::FetchXor(u64::from(v)), order)
+            }
+        }
+    };
+}
+
+shared_atomic!(
+    SharedAtomicU64,
+    u64,
+    8,
+    "An atomic `u64` in shared memory, exact across nodes ([`Dsm::atomic_u64`])."
+);
+shared_atomic!(
+    SharedAtomicU32,
+    u32,
+    4,
+    "An atomic `u32` in shared memory, exact across nodes ([`Dsm::atomic_u32`])."
+);
+
 /// A held lock; dropping it releases the lock (on the thread that took it: a guard cannot move
 /// to another thread, since the lock is the taking thread's).
 #[must_use = "the lock is released when the guard drops: bind it with `let _guard = ...`"]
@@ -627,6 +751,14 @@ impl Dsm {
     /// The shared region's first address.
     pub fn region_start(&self) -> usize {
         self.base
+    }
+
+    /// Whether the `bytes` bytes at `addr` lie in the shared region.
+    pub fn in_region(&self, addr: usize, bytes: usize) -> bool {
+        addr >= self.base
+            && addr
+                .checked_add(bytes)
+                .is_some_and(|end| end <= self.base + self.len)
     }
 
     /// Runs `c` on the node for the calling thread (see [`call`]).
@@ -877,6 +1009,86 @@ impl Dsm {
     /// Zeroes this node's statistics (`jia_startstat`).
     pub fn start_stats(&self) {
         self.call_or_die(Call::StartStats);
+    }
+
+    /// Element `i` of `array` as an atomic word shared by every node (`std::sync::atomic`'s
+    /// method names). Every node of the job may use it at once; a plain access of the same
+    /// element may not race with it (as in C11).
+    ///
+    /// ```
+    /// use std::sync::atomic::Ordering;
+    /// use dsm_runtime::{AllocPolicy, NodeId};
+    ///
+    /// let dsm = dsm_runtime::init().expect("join the job");
+    /// let next = dsm.alloc::<u64>(1, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    /// dsm.barrier();
+    /// let ticket = dsm.atomic_u64(next, 0).fetch_add(1, Ordering::AcqRel);
+    /// assert!(ticket < dsm.nodes() as u64);
+    /// dsm.barrier();
+    /// assert_eq!(next.get(0), dsm.nodes() as u64);
+    /// dsm.exit();
+    /// ```
+    #[track_caller]
+    pub fn atomic_u64(&self, array: SharedArray<u64>, i: usize) -> SharedAtomicU64<'_> {
+        SharedAtomicU64 {
+            dsm: self,
+            addr: array.element_addr(i),
+        }
+    }
+
+    /// Element `i` of `array` as an atomic `u32` shared by every node (see
+    /// [`Dsm::atomic_u64`]).
+    #[track_caller]
+    pub fn atomic_u32(&self, array: SharedArray<u32>, i: usize) -> SharedAtomicU32<'_> {
+        SharedAtomicU32 {
+            dsm: self,
+            addr: array.element_addr(i),
+        }
+    }
+
+    /// An atomic operation on the `width`-byte word at address `addr` of this process (in the
+    /// shared region): the value before. For the C interface and the typed atomics.
+    pub fn atomic_raw(
+        &self,
+        addr: usize,
+        width: u8,
+        op: AtomicOp,
+        order: AtomicOrder,
+    ) -> Result<u64, UsageError> {
+        let offset = addr.wrapping_sub(self.base) as u64;
+        if !self.in_region(addr, usize::from(width)) {
+            return Err(UsageError::BadAtomic {
+                addr: offset,
+                width,
+            });
+        }
+        if !order.acquire && !order.release {
+            if let Some(old) = crate::region::relaxed_at_home(addr, width, op) {
+                return Ok(old);
+            }
+        }
+        let _w = progress::waiting("jia_atomic");
+        if order.release {
+            crate::races::segment_ends();
+        }
+        let call = Call::Atomic {
+            addr: GlobalAddr(offset),
+            width,
+            op,
+            order,
+        };
+        match self.call(call)? {
+            Reply::Value(v) => Ok(v),
+            other => unexpected("jia_atomic", &other),
+        }
+    }
+
+    /// [`Dsm::atomic_raw`], ending the node with a message naming the caller's line on misuse.
+    #[track_caller]
+    fn atomic_at(&self, addr: usize, width: u8, op: AtomicOp, order: AtomicOrder) -> u64 {
+        let at = std::panic::Location::caller();
+        self.atomic_raw(addr, width, op, order)
+            .unwrap_or_else(|e| fatal(&format!("jia_atomic: {e} (at {at})")))
     }
 
     /// Turns home migration on or off from this node's next barrier on (`jia_config(HMIG,

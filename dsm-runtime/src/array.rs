@@ -259,6 +259,17 @@ impl<T: Shared> SharedArray<T> {
         self.ptr
     }
 
+    /// Element `i`'s address. Panics (naming the caller's line) if `i` is out of the array.
+    #[track_caller]
+    pub(crate) fn element_addr(&self, i: usize) -> usize {
+        assert!(
+            i < self.len,
+            "index {i} out of a shared array of {}",
+            self.len
+        );
+        self.ptr.wrapping_add(i) as usize
+    }
+
     /// Fills elements `range` with the bytes `r` gives (their in-memory form), up to the range's
     /// end or `r`'s; returns the bytes read. This is the safe way to read a file or a socket into
     /// shared memory: the kernel cannot fetch a page this node does not hold (a `read` straight

@@ -112,12 +112,15 @@ pub mod fault_trace {
 #[cfg(not(dsm_loom))]
 pub use api::{Dsm, InitError, LockGuard, check_region, init, init_job, prepare_for_io};
 #[cfg(not(dsm_loom))]
+pub use api::{SharedAtomicU32, SharedAtomicU64, atomic_order};
+#[cfg(not(dsm_loom))]
 pub use array::{Shared, SharedArray, SliceMut};
 pub use door::MAX_THREADS;
 pub use door::end::EXIT_PEER_FAILED;
 pub use dsm_core::mailbox::{Letter, MAX_LETTER_BYTES};
 pub use dsm_core::{
-    AllocPolicy, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, Stats, UsageError,
+    AllocPolicy, AtomicOp, AtomicOrder, MAX_CVS, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, Stats,
+    UsageError,
 };
 #[cfg(not(dsm_loom))]
 pub use message::{Received, ReduceOp, Reducible};

@@ -15,9 +15,10 @@
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use dsm_core::{PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
+use dsm_core::{AtomicOp, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 
 use crate::door::end::fatal;
 use crate::sys::{self, Protection};
@@ -34,6 +35,32 @@ pub(crate) struct Region {
     /// Reads through `mem` map pages (cleared at the first failure: a kernel that refuses
     /// forced access to inaccessible memory, `proc_mem.force_override=never`).
     premap: AtomicBool,
+}
+
+/// The application view's first address, and one byte per page of the region: 1 where the page
+/// is homed here and holds atomic words (`PageMemory::atomics_homed_here`: such a page keeps its
+/// home for the job's life), so this node's threads apply relaxed atomic operations to its
+/// words with the CPU's atomics, no call ([`relaxed_at_home`]).
+static ATOMIC_HOMES: OnceLock<(usize, &'static [AtomicU8])> = OnceLock::new();
+
+/// A relaxed atomic operation on the `width`-byte word at `addr` of the application's view,
+/// applied with the CPU's atomics if the word is aligned, in the region, and on a page homed
+/// here that holds atomic words (the core applies other nodes' operations to such words with
+/// the CPU's atomics too, `PageMemory::atomic_update`): its value before. `None`: the node must
+/// apply it.
+pub(crate) fn relaxed_at_home(addr: usize, width: u8, op: AtomicOp) -> Option<u64> {
+    let &(base, homes) = ATOMIC_HOMES.get()?;
+    let off = addr.checked_sub(base)?;
+    let homed = homes
+        .get(off / PAGE_SIZE)
+        .is_some_and(|b| b.load(Ordering::Acquire) == 1);
+    if !homed || !(width == 4 || width == 8) || addr % usize::from(width) != 0 {
+        return None;
+    }
+    // SAFETY: aligned to its width (checked), inside one page of the application's view of the
+    // region (its page has a byte in the map), mapped for the process's life; the page is homed
+    // here, so readable, and writable or made so by the fault handler's home-write fast path.
+    Some(unsafe { sys::atomic_rmw(addr, width, op) })
 }
 
 /// The pages the kernel maps around a read fault in a file mapping when they are in the page
@@ -54,6 +81,8 @@ impl Region {
         // One state byte per page for the home-write fast path (zeroed, lazily backed).
         let pages = len / PAGE_SIZE;
         crate::door::fastpath::init(sys::atomic_bytes(pages)?);
+        // A second job in one process maps a region of its own: the first's map stays.
+        let _ = ATOMIC_HOMES.set((app as usize, sys::atomic_bytes(pages)?));
         let mem = File::open("/proc/self/mem")
             .inspect_err(|e| {
                 log::debug!("cannot open /proc/self/mem ({e}): first touches of fetched pages take a page-table fault");
@@ -143,6 +172,22 @@ impl Region {
 }
 
 impl PageMemory for Region {
+    fn atomic_update(&mut self, page: PageNum, offset: usize, width: u8, op: AtomicOp) -> u64 {
+        if offset + usize::from(width) > PAGE_SIZE || offset % usize::from(width) != 0 {
+            fatal("an atomic word off its alignment or past its page");
+        }
+        let addr = self.page_ptr(page) as usize + offset;
+        // SAFETY: the word is aligned to its width (checked above) and lies in one page of the
+        // service view (`page_ptr` checks the page), mapped read-write for the process's life.
+        unsafe { sys::atomic_rmw(addr, width, op) }
+    }
+
+    fn atomics_homed_here(&mut self, page: PageNum) {
+        if let Some(b) = ATOMIC_HOMES.get().and_then(|(_, m)| m.get(page.index())) {
+            b.store(1, Ordering::Release);
+        }
+    }
+
     fn warm(&self, page: PageNum) {
         if (page.index() + 1) * PAGE_SIZE > self.len {
             return;

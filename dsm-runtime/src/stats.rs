@@ -123,6 +123,16 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "page requests; pages fetched on demand, served as home, read by RDMA",
     ),
     (
+        "atomic*",
+        &[
+            "atomics_remote",
+            "atomics_local",
+            "atomics_served",
+            "atomic_wait_ns",
+        ],
+        "atomic operations made here on words homed elsewhere / here (relaxed ones a thread applied with the CPU's atomics not counted), applied here as home; ns they waited",
+    ),
+    (
         "*forward*",
         &["requests_forwarded", "pages_forwarded", "forwards_refused"],
         "requests for pages homed here answered by a node holding them; pages sent from copies here on their home's behalf; forwards refused here (copies gone)",

@@ -60,6 +60,37 @@ void jia_setcv(int cvnum);
 void jia_resetcv(int cvnum);
 void jia_waitcv(int cvnum);
 
+/* Atomic operations on shared memory, exact across nodes (ours; JIAJIA has none). `p` is an
+ * aligned 4- or 8-byte word of shared memory; `order` is a C11 memory order (__ATOMIC_RELAXED,
+ * _CONSUME (taken as acquire), _ACQUIRE, _RELEASE, _ACQ_REL, _SEQ_CST, or memory_order_* of
+ * <stdatomic.h>, the same numbers). Each operation is applied at the word's home, in one order
+ * per word, and returns the value before. A release makes this node's writes before it visible
+ * to a node whose acquire reads the value it wrote, as unlock and lock do. A C11 atomic or
+ * __atomic_* / __sync_* builtin on shared memory is atomic only among the threads of one node:
+ * use these across nodes. */
+unsigned long jia_atomic_load_64(volatile unsigned long *p, int order);
+void jia_atomic_store_64(volatile unsigned long *p, unsigned long v, int order);
+unsigned long jia_atomic_exchange_64(volatile unsigned long *p, unsigned long v, int order);
+/* Writes `desired` if *p holds *expected and returns 1; else stores *p's value in *expected
+ * and returns 0 (as C11's atomic_compare_exchange_strong). */
+int jia_atomic_compare_exchange_64(volatile unsigned long *p, unsigned long *expected,
+                                   unsigned long desired, int order);
+unsigned long jia_atomic_fetch_add_64(volatile unsigned long *p, unsigned long v, int order);
+unsigned long jia_atomic_fetch_sub_64(volatile unsigned long *p, unsigned long v, int order);
+unsigned long jia_atomic_fetch_and_64(volatile unsigned long *p, unsigned long v, int order);
+unsigned long jia_atomic_fetch_or_64(volatile unsigned long *p, unsigned long v, int order);
+unsigned long jia_atomic_fetch_xor_64(volatile unsigned long *p, unsigned long v, int order);
+unsigned int jia_atomic_load_32(volatile unsigned int *p, int order);
+void jia_atomic_store_32(volatile unsigned int *p, unsigned int v, int order);
+unsigned int jia_atomic_exchange_32(volatile unsigned int *p, unsigned int v, int order);
+int jia_atomic_compare_exchange_32(volatile unsigned int *p, unsigned int *expected,
+                                   unsigned int desired, int order);
+unsigned int jia_atomic_fetch_add_32(volatile unsigned int *p, unsigned int v, int order);
+unsigned int jia_atomic_fetch_sub_32(volatile unsigned int *p, unsigned int v, int order);
+unsigned int jia_atomic_fetch_and_32(volatile unsigned int *p, unsigned int v, int order);
+unsigned int jia_atomic_fetch_or_32(volatile unsigned int *p, unsigned int v, int order);
+unsigned int jia_atomic_fetch_xor_32(volatile unsigned int *p, unsigned int v, int order);
+
 /* Seconds since jia_init (or since the first jia_clock call, which may come before jia_init).
  * JIAJIA 3.0 returns double, 2.1 float: compile a 2.1 program that declares jia_clock as float
  * itself with -DJIA_FLOAT_CLOCK (the name is then bound to the library's float version). Either

@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, ReduceOp, Reducible};
 
+mod atomics;
 mod entry;
 mod interpose;
 mod races;
@@ -99,6 +100,11 @@ fn die(msg: &str) -> ! {
             std::process::exit(1)
         }
     }
+}
+
+/// The node, once `jia_init` has made it.
+fn dsm_if_joined() -> Option<&'static Dsm> {
+    DSM.get()
 }
 
 fn dsm() -> &'static Dsm {

@@ -3,7 +3,9 @@
 //! and its reply travel in the slot's cells (posted from thread context).
 
 use dsm_core::mailbox::{Channel, Filter, Letter};
-use dsm_core::{Access, AllocPolicy, CvId, LockId, NodeId, UsageError};
+use dsm_core::{
+    Access, AllocPolicy, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, UsageError,
+};
 
 use crate::stats::NodeStats;
 
@@ -96,6 +98,13 @@ pub(crate) enum Call {
     StopStats,
     Stats,
     HomeMigration(bool),
+    /// An atomic operation on the `width`-byte word at `addr` (its offset in the region).
+    Atomic {
+        addr: GlobalAddr,
+        width: u8,
+        op: AtomicOp,
+        order: AtomicOrder,
+    },
     /// Ends the job with this message: answered once every node has it (or a bound passed).
     Error(String),
     Exit,
@@ -141,6 +150,7 @@ impl Call {
             Call::StopStats => "jia_stopstat",
             Call::Stats => "stats",
             Call::HomeMigration(_) => "jia_config(HMIG)",
+            Call::Atomic { .. } => "jia_atomic",
             Call::Error(_) => "jia_error",
             Call::Exit => "jia_exit",
         }
@@ -158,6 +168,8 @@ pub(crate) enum Reply {
     Letter(Letter),
     /// This node's statistics.
     Stats(Box<NodeStats>),
+    /// An atomic word's value before the operation.
+    Value(u64),
 }
 
 /// A call's answer.

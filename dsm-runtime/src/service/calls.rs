@@ -20,6 +20,8 @@ pub(crate) enum Pending {
     Resumed(&'static str),
     /// A receive that waited: the letter that completed it is taken for the thread.
     Letter,
+    /// An atomic operation: its value before is taken for the thread.
+    Atomic,
 }
 
 impl Service {
@@ -31,6 +33,7 @@ impl Service {
         self.drain_fast_faults();
         let name = call.name();
         let waits_for_letter = matches!(call, Call::Receive(_));
+        let atomic = matches!(call, Call::Atomic { .. });
         match self.run_call(slot, call) {
             Ok(Some(reply)) => {
                 SLOTS.complete_call(slot, Ok(reply), self.driver != Some(slot));
@@ -38,6 +41,8 @@ impl Service {
             Ok(None) => {
                 let p = if waits_for_letter {
                     Pending::Letter
+                } else if atomic {
+                    Pending::Atomic
                 } else {
                     Pending::Resumed(name)
                 };
@@ -93,6 +98,12 @@ impl Service {
                     runtime,
                 }))))
             }
+            Call::Atomic {
+                addr,
+                width,
+                op,
+                order,
+            } => waits(node.atomic(now, w, (addr, width), op, order)),
             Call::HomeMigration(on) => {
                 self.set_home_migration(on);
                 Ok(Some(Reply::Done))
@@ -118,6 +129,10 @@ impl Service {
             Some(Pending::Letter) => match self.node.take_letter(WaiterId(slot as u64)) {
                 Some(l) => Ok(Reply::Letter(l)),
                 None => fatal("a receive was resumed without a letter (a runtime bug)"),
+            },
+            Some(Pending::Atomic) => match self.node.take_atomic_result(WaiterId(slot as u64)) {
+                Some(v) => Ok(Reply::Value(v)),
+                None => fatal("an atomic operation was resumed without its value (a runtime bug)"),
             },
             Some(Pending::Resumed(name)) => {
                 self.resumed = Some((Instant::now(), name));

@@ -349,6 +349,45 @@ pub fn atomic_bytes(n: usize) -> io::Result<&'static [std::sync::atomic::AtomicU
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU8>(), n) })
 }
 
+/// Applies `op` to the `width`-byte word (4 or 8) at `addr` as one sequentially consistent
+/// atomic operation of the CPU (a `lock`ed instruction, or a compare-exchange loop); the value
+/// before. A store is a swap, a load a plain atomic load.
+///
+/// # Safety
+/// `addr` is aligned to `width` and lies in a mapping that lives as long as the process (a view
+/// of the shared region), readable and, for an operation that writes, writable or made so by
+/// the fault handler (a home page whose writes are tracked).
+pub unsafe fn atomic_rmw(addr: usize, width: u8, op: dsm_core::AtomicOp) -> u64 {
+    use dsm_core::AtomicOp;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    macro_rules! apply {
+        ($a:expr, $t:ty) => {{
+            let a = $a;
+            match op {
+                AtomicOp::Load => u64::from(a.load(SeqCst)),
+                AtomicOp::Store(v) | AtomicOp::Swap(v) => u64::from(a.swap(v as $t, SeqCst)),
+                AtomicOp::CompareExchange { expected, new } => u64::from(
+                    a.compare_exchange(expected as $t, new as $t, SeqCst, SeqCst)
+                        .unwrap_or_else(|v| v),
+                ),
+                AtomicOp::FetchAdd(v) => u64::from(a.fetch_add(v as $t, SeqCst)),
+                AtomicOp::FetchSub(v) => u64::from(a.fetch_sub(v as $t, SeqCst)),
+                AtomicOp::FetchAnd(v) => u64::from(a.fetch_and(v as $t, SeqCst)),
+                AtomicOp::FetchOr(v) => u64::from(a.fetch_or(v as $t, SeqCst)),
+                AtomicOp::FetchXor(v) => u64::from(a.fetch_xor(v as $t, SeqCst)),
+            }
+        }};
+    }
+    if width == 8 {
+        // SAFETY: the caller's contract: aligned, mapped for the process's life; AtomicU64 has
+        // u64's size and alignment, and other threads reach the word only through atomics.
+        apply!(unsafe { AtomicU64::from_ptr(addr as *mut u64) }, u64)
+    } else {
+        // SAFETY: as above, for a 4-byte word.
+        apply!(unsafe { AtomicU32::from_ptr(addr as *mut u32) }, u32)
+    }
+}
+
 /// `len` words of the shared region at `addr` as atomics (the race checker's clock slots, which
 /// its threads read and write through the DSM like the program's own data).
 pub fn shared_words(addr: usize, len: usize) -> &'static [std::sync::atomic::AtomicU32] {

@@ -13,6 +13,9 @@
 //! 6. A lock acquire + release by the last node (manager: node 0); a lock acquire + release and a
 //!    `setcv` with nobody waiting at node 0, which manages both (no message); a barrier of all
 //!    nodes.
+//! 7. Atomic fetch-adds on a word homed at node 0: by the last node (relaxed, and acq_rel: a
+//!    release and an acquire), beside its lock acquire + release above; by node 0 itself, beside
+//!    a plain atomic fetch-add of the CPU on private memory.
 //!
 //! Prints one table of medians and 99th percentiles, and the ratio of the remote read fault to the
 //! busy-polling floor.
@@ -358,6 +361,65 @@ fn main() {
             summary("lock acquire + release (manager here)", lock).0
         );
         println!("{}", summary("setcv, nobody waiting (manager here)", cv).0);
+    }
+    dsm.barrier();
+    // Atomics on a word homed at node 0.
+    let word: SharedArray<u64> = dsm
+        .alloc(1, AllocPolicy::OnNode(NodeId(0)))
+        .expect("alloc the atomic word");
+    dsm.barrier();
+    let timed = |n: usize, order: std::sync::atomic::Ordering| {
+        let counter = dsm.atomic_u64(word, 0);
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                counter.fetch_add(1, order);
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect::<Vec<f64>>()
+    };
+    if me == dsm.nodes() - 1 && me != 0 {
+        let relaxed = timed(reps, std::sync::atomic::Ordering::Relaxed);
+        let acq_rel = timed(reps, std::sync::atomic::Ordering::AcqRel);
+        println!("{}", summary("remote atomic fetch-add, relaxed", relaxed).0);
+        println!("{}", summary("remote atomic fetch-add, acq_rel", acq_rel).0);
+    }
+    dsm.barrier();
+    if me == 0 {
+        let home = timed(reps * 10, std::sync::atomic::Ordering::Relaxed);
+        let cpu = std::sync::atomic::AtomicU64::new(0);
+        let plain: Vec<f64> = (0..reps * 10)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(&cpu).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        println!(
+            "{}",
+            summary("atomic fetch-add, home here, relaxed", home).0
+        );
+        println!(
+            "{}",
+            summary("CPU atomic fetch-add (private memory)", plain).0
+        );
+        // Below the clock's resolution: the mean of many in a row, in nanoseconds.
+        let n = 200_000u32;
+        let counter = dsm.atomic_u64(word, 0);
+        let t = Instant::now();
+        for _ in 0..n {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let home_ns = t.elapsed().as_secs_f64() * 1e9 / f64::from(n);
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(&cpu).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let cpu_ns = t.elapsed().as_secs_f64() * 1e9 / f64::from(n);
+        println!(
+            "atomic fetch-add, home here, relaxed: {home_ns:.1} ns; CPU atomic fetch-add: \
+             {cpu_ns:.1} ns (means of {n} in a row)"
+        );
     }
     dsm.barrier();
     let mut barrier = Vec::with_capacity(reps);

@@ -1,0 +1,253 @@
+//! Atomic operations on words of shared memory, between nodes.
+//!
+//! Every atomic operation on a word is applied at the word's home, in the order the home
+//! receives them: one total order per word, what C11 asks of atomics (and `seq_cst`'s single
+//! order too, since each operation's answer comes back before its thread goes on). The
+//! operation travels as [`Msg::Atomic`], to this node itself when it is the home, and its answer
+//! ([`Msg::AtomicGrant`]) carries the value before.
+//!
+//! Ordering rides on the word as on a lock: a word is a synchronisation object managed by its
+//! home (`Managers::on_atomic_release`). An operation with release semantics is a release: the
+//! writes before it go home first (diffs acknowledged), and it carries write notices of the pages
+//! written since this node last released through the same word. One with acquire semantics is
+//! an acquire: its answer carries the notices released through the word that this node has not
+//! seen, and those pages are invalidated before its thread goes on. A relaxed operation carries
+//! neither. So an acquire that reads the value a release wrote sees the writes before that
+//! release, as a lock holder sees the writes of the last holder (and, through the counter, of
+//! every earlier release of the word).
+//!
+//! The word's own page: the home writes the new value in place (a home write, recorded as
+//! such: a barrier's notices name the page). The node that asked drops its copy of the page if
+//! that copy does not hold the value the operation left, so its own plain reads after the
+//! operation see it, and counts the page as written by it in its interval, so its later releases
+//! name the page and a node ordered after them drops its copy too. Pages holding atomic words
+//! never move home (home migration skips them): a copy marked written that way is not the
+//! page's last bytes.
+
+use crate::error::{ProtocolError, UsageError};
+use crate::local::{AfterFlush, AtomicOut};
+use crate::memory::PageMemory;
+use crate::msg::{Msg, MsgKind};
+use crate::node::Node;
+use crate::sync::written_after;
+use crate::table::Frame;
+use crate::types::{AtomicOp, AtomicOrder, GlobalAddr, NodeId, PageNum, Time, WaiterId};
+
+impl<M: PageMemory> Node<M> {
+    /// The waiter applies `op` to the `width`-byte word at `addr` (4 or 8, aligned), with the
+    /// semantics `order` gives; it is resumed when the home has answered, and takes the word's
+    /// value before from [`Node::take_atomic_result`].
+    pub fn atomic(
+        &mut self,
+        now: Time,
+        waiter: WaiterId,
+        (addr, width): (GlobalAddr, u8),
+        op: AtomicOp,
+        order: AtomicOrder,
+    ) -> Result<(), UsageError> {
+        let page = addr.page();
+        if !(width == 4 || width == 8)
+            || addr.0 % u64::from(width) != 0
+            || page.index() >= self.table.len()
+        {
+            return Err(UsageError::BadAtomic {
+                addr: addr.0,
+                width,
+            });
+        }
+        if self.sync.moving.contains_key(&page) {
+            // Its home is being decided (this node vetoes the move now: see `holds_atomics`):
+            // made once the moves are applied, at the home then.
+            self.atomics.pages.insert(page);
+            self.atomics
+                .held
+                .push((waiter, addr, width, op, order, now));
+            return Ok(());
+        }
+        let home = self.table[page.index()].home;
+        let id = self.atomics.next_id;
+        self.atomics.next_id = id.wrapping_add(1);
+        self.atomics.pages.insert(page);
+        self.atomics.out.insert(
+            id,
+            AtomicOut {
+                waiter,
+                addr,
+                width,
+                op,
+                acquire: order.acquire,
+                home,
+                since: now,
+            },
+        );
+        if home == self.cfg.node {
+            self.stats.atomics_local += 1;
+        } else {
+            self.stats.atomics_remote += 1;
+        }
+        let seen = self.atomics.seen.get(&addr.0).copied().unwrap_or(0);
+        let mut msg = Msg::Atomic {
+            id,
+            addr: addr.0,
+            width,
+            op,
+            acquire: order.acquire,
+            release: order.release,
+            seen,
+            epoch: self.epoch + u32::from(self.sync.awaiting_grant),
+            notices: Vec::new(),
+            earlier: Vec::new(),
+        };
+        if order.release {
+            // A release: the writes before it go home first; the operation leaves once they
+            // are acknowledged, naming their pages.
+            self.flush_writes(now, false);
+            let sent = self.atomics.sent.get(&addr.0).copied().unwrap_or(0);
+            if let Msg::Atomic {
+                notices, earlier, ..
+            } = &mut msg
+            {
+                *notices = written_after(&self.written, sent);
+                *earlier = self.barrier_written_after(sent);
+            }
+            self.atomics.sent.insert(addr.0, self.interval);
+            self.interval += 1;
+            self.flush.after_flush.push_back(AfterFlush::Atomic {
+                home,
+                msg,
+                through: self.flush.next_diff_id,
+            });
+            self.complete_flushes();
+        } else {
+            self.send(home, msg);
+        }
+        self.drain_loopback(now);
+        Ok(())
+    }
+
+    /// The value before the atomic operation that resumed `waiter`.
+    pub fn take_atomic_result(&mut self, waiter: WaiterId) -> Option<u64> {
+        self.atomics.results.remove(&waiter)
+    }
+
+    /// ATOMIC at the word's home: apply it, record its release, answer.
+    pub(crate) fn on_atomic(&mut self, from: NodeId, msg: Msg) -> Result<(), ProtocolError> {
+        let Msg::Atomic {
+            id,
+            addr,
+            width,
+            op,
+            acquire,
+            release,
+            seen,
+            epoch,
+            notices,
+            earlier,
+        } = msg
+        else {
+            return Ok(());
+        };
+        let word = GlobalAddr(addr);
+        let page = word.page();
+        let me = self.cfg.node;
+        if self.table.get(page.index()).is_none_or(|e| e.home != me) {
+            // Pages of atomic words never move, and a word is asked of its home: a sender
+            // that allocated otherwise, or a forged message.
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Atomic,
+                why: "atomic operation on a word not homed here",
+            });
+        }
+        self.atomics.pages.insert(page);
+        if self.atomics.homed.insert(page) {
+            // From now on its home stays here: this node's threads may use the CPU's atomics.
+            self.mem.atomics_homed_here(page);
+        }
+        let old = self.mem.atomic_update(page, word.offset(), width, op);
+        if op.apply(old, width).is_some() {
+            // A home write: the page's copies elsewhere are stale now.
+            self.mark_written(page);
+        }
+        if release {
+            let node_epoch = self.epoch;
+            self.mgr
+                .on_atomic_release(addr, epoch, (notices, earlier), node_epoch);
+        }
+        let (counter, notices) = self.mgr.atomic_notices(addr, seen, epoch, acquire);
+        self.stats.atomics_served += 1;
+        self.send(
+            from,
+            Msg::AtomicGrant {
+                id,
+                old,
+                counter,
+                notices,
+            },
+        );
+        Ok(())
+    }
+
+    /// ATOMICGRANT: the operation's answer. For an acquire, the pages released through the
+    /// word are invalidated first; this node's copy of the word's page is dropped if it does
+    /// not hold the word's value now.
+    pub(crate) fn on_atomic_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        id: u32,
+        (old, counter, notices): (u64, u32, Vec<PageNum>),
+    ) -> Result<(), ProtocolError> {
+        if self.atomics.out.get(&id).is_none_or(|o| o.home != from) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::AtomicGrant,
+                why: "no atomic operation outstanding with that node",
+            });
+        }
+        let Some(out) = self.atomics.out.remove(&id) else {
+            return Ok(());
+        };
+        let page = out.addr.page();
+        if out.acquire {
+            self.invalidate(now, notices);
+            let seen = self.atomics.seen.entry(out.addr.0).or_insert(0);
+            *seen = (*seen).max(counter);
+        }
+        if out.home != self.cfg.node && self.copy_lacks(out.addr, out.width, out.op, old) {
+            self.invalidate(now, [page]);
+        }
+        self.mark_written(page);
+        self.stats.atomic_wait_ns += now.since(out.since);
+        self.atomics.results.insert(out.waiter, old);
+        self.resume(out.waiter);
+        Ok(())
+    }
+
+    /// Whether this node's copy of the page of the `width`-byte word at `addr` does not hold
+    /// the value `op` left there (its value before was `old`), or there is no valid copy.
+    fn copy_lacks(&mut self, addr: GlobalAddr, width: u8, op: AtomicOp, old: u64) -> bool {
+        let page = addr.page();
+        if matches!(self.table[page.index()].frame, Frame::Invalid) {
+            return false;
+        }
+        let now_value = op.apply(old, width).unwrap_or(old);
+        let (at, w) = (addr.offset(), usize::from(width));
+        self.mem.read(page, &mut self.scratch);
+        self.scratch[at..at + w] != now_value.to_le_bytes()[..w]
+    }
+
+    /// Pages holding atomic words (never moved home).
+    pub(crate) fn holds_atomics(&self, page: PageNum) -> bool {
+        self.atomics.pages.contains(&page)
+    }
+
+    /// The moves are applied: the operations held for them are made.
+    pub(crate) fn make_held_atomics(&mut self, now: Time) {
+        for (waiter, addr, width, op, order, _) in std::mem::take(&mut self.atomics.held) {
+            // Checked when it was first made: a retry cannot fail.
+            let made = self.atomic(now, waiter, (addr, width), op, order);
+            debug_assert!(made.is_ok(), "{made:?}");
+        }
+    }
+}

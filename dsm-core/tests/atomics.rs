@@ -1,0 +1,360 @@
+//! Atomic operations on shared memory between nodes, on the simulated cluster: each rule as a
+//! scenario, then random programs of counters and flags checked against a sequential reference.
+
+use std::collections::BTreeSet;
+
+use dsm_core::sim::{Cluster, Op, Rng};
+use dsm_core::{AllocPolicy, AtomicOp, AtomicOrder, GlobalAddr, NodeId, PAGE_SIZE, UsageError};
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// `pages` pages homed on `home`.
+fn on(c: &mut Cluster, home: u16, pages: u64) -> GlobalAddr {
+    c.alloc(AllocPolicy::OnNode(NodeId(home)), pages * PAGE)
+        .unwrap()
+}
+
+#[test]
+fn fetch_adds_from_every_node_are_applied_once_each_in_one_order() {
+    let mut c = Cluster::new(4, 1, |_| {});
+    let x = on(&mut c, 1, 1);
+    c.barrier().unwrap();
+    for n in 0..4 {
+        for _ in 0..25 {
+            c.push(
+                n,
+                0,
+                Op::Atomic {
+                    addr: x,
+                    op: AtomicOp::FetchAdd(1),
+                    order: AtomicOrder::RELAXED,
+                },
+            );
+        }
+    }
+    c.run().unwrap();
+    // Every value before is distinct: 0 to 99, each once.
+    let olds: BTreeSet<u64> = c.atomics.iter().flatten().map(|&(_, v)| v).collect();
+    assert_eq!(olds, (0..100).collect());
+    c.barrier().unwrap();
+    for n in 0..4 {
+        assert_eq!(c.read_u64(n, x).unwrap(), 100, "node {n}");
+    }
+    assert_eq!(c.node(1).stats().atomics_served, 100);
+    assert_eq!(c.node(1).stats().atomics_local, 25);
+}
+
+/// Node 1 writes data homed on node 2, then sets a flag homed on node 0; node 3, which cached
+/// the data before, waits for the flag and reads the data. `orders`: the flag's store and load.
+fn message_passing(orders: (AtomicOrder, AtomicOrder)) -> Vec<u64> {
+    let mut c = Cluster::new(4, 2, |cfg| cfg.prefetch.enabled = false);
+    let flag = on(&mut c, 0, 1);
+    let data = on(&mut c, 2, 3);
+    c.barrier().unwrap();
+    let words: Vec<GlobalAddr> = (0..3).map(|p| data.offset_by(p * PAGE + 64)).collect();
+    for &w in &words {
+        assert_eq!(c.read_u64(3, w).unwrap(), 0);
+    }
+    for (i, &w) in words.iter().enumerate() {
+        c.write_u64(1, w, 7 + i as u64).unwrap();
+    }
+    c.atomic(1, flag, AtomicOp::Store(1), orders.0).unwrap();
+    c.push(
+        3,
+        0,
+        Op::AwaitAtomic {
+            addr: flag,
+            at_least: 1,
+            order: orders.1,
+        },
+    );
+    c.run().unwrap();
+    words.iter().map(|&w| c.read_u64(3, w).unwrap()).collect()
+}
+
+#[test]
+fn an_acquire_that_reads_a_release_sees_the_writes_before_it() {
+    assert_eq!(
+        message_passing((AtomicOrder::RELEASE, AtomicOrder::ACQUIRE)),
+        [7, 8, 9]
+    );
+    assert_eq!(
+        message_passing((AtomicOrder::ACQ_REL, AtomicOrder::ACQ_REL)),
+        [7, 8, 9]
+    );
+}
+
+#[test]
+fn relaxed_atomics_order_nothing_else() {
+    // The control: relaxed on either side, node 3 keeps its copies (what C11 allows).
+    assert_eq!(
+        message_passing((AtomicOrder::RELAXED, AtomicOrder::ACQUIRE)),
+        [0, 0, 0]
+    );
+    assert_eq!(
+        message_passing((AtomicOrder::RELEASE, AtomicOrder::RELAXED)),
+        [0, 0, 0]
+    );
+}
+
+#[test]
+fn a_node_reads_the_value_its_own_atomic_left_in_a_page_it_caches() {
+    let mut c = Cluster::new(2, 3, |_| {});
+    let x = on(&mut c, 0, 1);
+    c.write_u64(0, x, 5).unwrap();
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(1, x).unwrap(), 5);
+    assert_eq!(
+        c.atomic(1, x, AtomicOp::FetchAdd(10), AtomicOrder::RELAXED)
+            .unwrap(),
+        5
+    );
+    assert_eq!(c.read_u64(1, x).unwrap(), 15);
+    // And a node ordered after it by a lock sees it too.
+    c.lock(1, 3).unwrap();
+    c.unlock(1, 3).unwrap();
+    assert_eq!(c.read_u64(0, x).unwrap(), 15);
+}
+
+#[test]
+fn a_release_through_an_atomic_reaches_a_node_that_acquires_later_through_a_lock() {
+    // Node 1's atomic marks the word's page written in its interval: its next lock release
+    // names it, so node 2, which cached the page, drops it.
+    let mut c = Cluster::new(3, 4, |cfg| cfg.prefetch.enabled = false);
+    let x = on(&mut c, 0, 1);
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 0);
+    c.lock(1, 5).unwrap();
+    c.atomic(1, x, AtomicOp::Swap(42), AtomicOrder::RELAXED)
+        .unwrap();
+    c.unlock(1, 5).unwrap();
+    c.lock(2, 5).unwrap();
+    assert_eq!(c.read_u64(2, x).unwrap(), 42);
+    c.unlock(2, 5).unwrap();
+}
+
+#[test]
+fn compare_exchange_writes_only_on_a_match_and_narrow_words_wrap() {
+    let mut c = Cluster::new(2, 5, |_| {});
+    let x = on(&mut c, 0, 1);
+    c.barrier().unwrap();
+    let cas = |expected, new| AtomicOp::CompareExchange { expected, new };
+    let r = AtomicOrder::ACQ_REL;
+    assert_eq!(c.atomic(1, x, cas(1, 9), r).unwrap(), 0);
+    assert_eq!(c.atomic(1, x, AtomicOp::Load, r).unwrap(), 0);
+    assert_eq!(c.atomic(1, x, cas(0, 9), r).unwrap(), 0);
+    assert_eq!(c.atomic(1, x, AtomicOp::Load, r).unwrap(), 9);
+    for (op, before, after) in [
+        (AtomicOp::FetchSub(10), 9, u64::MAX),
+        (AtomicOp::FetchAnd(0xF0), u64::MAX, 0xF0),
+        (AtomicOp::FetchOr(0x0F), 0xF0, 0xFF),
+        (AtomicOp::FetchXor(0xFF), 0xFF, 0),
+    ] {
+        assert_eq!(c.atomic(1, x, op, r).unwrap(), before, "{op:?}");
+        assert_eq!(c.atomic(0, x, AtomicOp::Load, r).unwrap(), after, "{op:?}");
+    }
+    // 4-byte words: the arithmetic wraps at 32 bits, the neighbour untouched.
+    assert_eq!(AtomicOp::FetchAdd(1).apply(u64::from(u32::MAX), 4), Some(0));
+    assert_eq!(AtomicOp::FetchSub(1).apply(0, 4), Some(u64::from(u32::MAX)));
+}
+
+#[test]
+fn an_atomic_on_a_misaligned_or_unallocated_word_is_refused() {
+    let mut c = Cluster::new(2, 6, |_| {});
+    let x = on(&mut c, 0, 1);
+    let t = dsm_core::Time(0);
+    let w = dsm_core::WaiterId(0);
+    let node = c.node_mut(1);
+    let relaxed = AtomicOrder::RELAXED;
+    for (addr, width) in [
+        (x.offset_by(4), 8),
+        (x.offset_by(2), 4),
+        (x, 2),
+        (x.offset_by(PAGE), 8),
+    ] {
+        assert_eq!(
+            node.atomic(t, w, (addr, width), AtomicOp::Load, relaxed),
+            Err(UsageError::BadAtomic {
+                addr: addr.0,
+                width
+            })
+        );
+    }
+}
+
+/// Random programs: phases between barriers; in each, every node adds to shared counters with
+/// random orders, and one node per phase publishes data through a flag that the others await
+/// before reading the data. Every plain read is checked against the sequential reference, and
+/// each counter's values before are distinct.
+fn run_case(seed: u64) -> Result<u64, String> {
+    let mut rng = Rng::new(seed);
+    let nodes = 2 + rng.below(4) as u16;
+    let orders = [
+        AtomicOrder::RELAXED,
+        AtomicOrder::ACQUIRE,
+        AtomicOrder::RELEASE,
+        AtomicOrder::ACQ_REL,
+    ];
+    let prefetch = rng.chance(50);
+    let cache = 1 + rng.below(6) as usize;
+    let mut c = Cluster::new(nodes, rng.next_u64(), |cfg| {
+        cfg.prefetch.enabled = prefetch;
+        cfg.cache_pages = cache;
+        cfg.home_migration = std::env::var_os("NOMIG").is_none();
+    });
+    c.check_reference = true;
+    let pages = 2 + rng.below(4);
+    let policy = if rng.chance(50) {
+        AllocPolicy::RoundRobin
+    } else {
+        AllocPolicy::OnNode(NodeId(rng.below(u64::from(nodes)) as u16))
+    };
+    let base = c
+        .alloc(policy.clone(), pages * PAGE)
+        .map_err(|e| e.to_string())?;
+    let word = |rng: &mut Rng| base.offset_by(rng.below(pages) * PAGE + rng.below(16) * 8);
+    let counters: Vec<GlobalAddr> = (0..1 + rng.below(3)).map(|_| word(&mut rng)).collect();
+    // Distinct words: a flag's value counts its own releases.
+    let flags: Vec<GlobalAddr> = (0..4)
+        .map(|i| base.offset_by(rng.below(pages) * PAGE + (64 + 4 * i + rng.below(4)) * 8))
+        .collect();
+    let data: Vec<GlobalAddr> = (0..4)
+        .map(|_| base.offset_by(rng.below(pages) * PAGE + (128 + rng.below(64)) * 8))
+        .collect();
+    let debug = std::env::var_os("DEBUG").is_some();
+    if debug {
+        eprintln!(
+            "nodes {nodes} pages {pages} {policy:?} prefetch {prefetch} cache {cache} counters {counters:?} flags {flags:?} data {data:?}"
+        );
+    }
+    let mut value = seed << 16;
+    let mut flag_values = vec![0u64; flags.len()];
+    let mut adds = vec![0u64; counters.len()];
+    for _ in 0..1 + rng.below(4) {
+        let writer = rng.below(u64::from(nodes)) as u16;
+        let f = rng.below(flags.len() as u64) as usize;
+        // The flag's value once this phase's writer has released it.
+        flag_values[f] += 1;
+        for n in 0..nodes {
+            for _ in 0..rng.below(6) {
+                let k = rng.below(counters.len() as u64) as usize;
+                adds[k] += 1;
+                let order = orders[rng.below(4) as usize];
+                if debug {
+                    eprintln!("n{n}: add counter {k} {order:?}");
+                }
+                c.push(
+                    n,
+                    0,
+                    Op::Atomic {
+                        addr: counters[k],
+                        op: AtomicOp::FetchAdd(1),
+                        order,
+                    },
+                );
+            }
+            if n == writer {
+                if debug {
+                    eprintln!("n{n}: writes data, releases flag {f} -> {}", flag_values[f]);
+                }
+                for &d in &data {
+                    value += 1;
+                    c.push(n, 0, Op::Write(d, value));
+                }
+                c.push(
+                    n,
+                    0,
+                    Op::Atomic {
+                        addr: flags[f],
+                        op: AtomicOp::FetchAdd(1),
+                        order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
+                    },
+                );
+            } else if rng.chance(70) {
+                if debug {
+                    eprintln!("n{n}: awaits flag {f} >= {}, reads data", flag_values[f]);
+                }
+                c.push(
+                    n,
+                    0,
+                    Op::AwaitAtomic {
+                        addr: flags[f],
+                        at_least: flag_values[f],
+                        order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
+                    },
+                );
+                for &d in &data {
+                    c.push(n, 0, Op::Read(d));
+                }
+            }
+        }
+        c.push_all(Op::Barrier);
+        if debug {
+            eprintln!("barrier");
+        }
+    }
+    for n in 0..nodes {
+        for &k in &counters {
+            c.push(n, 0, Op::Read(k));
+        }
+    }
+    c.run().map_err(|e| e.to_string())?;
+    if let Some(v) = c.violations.first() {
+        return Err(format!(
+            "{} read {:#x} = {} but the reference says {} ({} violations)",
+            v.node,
+            v.addr.0,
+            v.got,
+            v.expected,
+            c.violations.len()
+        ));
+    }
+    // Each counter's values before: one per add, all distinct (a word may be two counters).
+    for &addr in counters.iter().collect::<BTreeSet<_>>() {
+        let added: u64 = (0..counters.len())
+            .filter(|&k| counters[k] == addr)
+            .map(|k| adds[k])
+            .sum();
+        let olds: Vec<u64> = c
+            .atomics
+            .iter()
+            .flatten()
+            .filter(|&&(a, _)| a == addr)
+            .map(|&(_, v)| v)
+            .collect();
+        let distinct: BTreeSet<u64> = olds.iter().copied().collect();
+        if distinct.len() != olds.len() || olds.len() as u64 != added {
+            return Err(format!(
+                "counter {addr:?}: {added} adds answered {} values, {} distinct",
+                olds.len(),
+                distinct.len()
+            ));
+        }
+    }
+    Ok(c.total_stats().atomics_served)
+}
+
+#[test]
+fn random_programs_with_atomics_read_what_a_sequential_execution_reads() {
+    let base: u64 = std::env::var("DSM_SIM_BASE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0xA70_0000);
+    let cases: u64 = std::env::var("DSM_SIM_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let mut served = 0;
+    for seed in base..base + cases {
+        match run_case(seed) {
+            Ok(s) => served += s,
+            Err(e) => panic!(
+                "case with seed {seed} failed (reproduce: DSM_SIM_BASE={seed} DSM_SIM_CASES=1): {e}"
+            ),
+        }
+    }
+    assert!(
+        served > cases,
+        "{served} atomic operations in {cases} cases"
+    );
+}

@@ -1,0 +1,425 @@
+//! Atomic operations on shared memory from C, exact across nodes (ours; JIAJIA has none):
+//!
+//! - `jia_atomic_*` (jia.h), with C11's memory orders;
+//! - ThreadSanitizer's atomic hooks, `__tsan_atomic64_fetch_add(addr, v, order)` and the like,
+//!   which instrumented code calls for every C11 atomic, `__atomic_*` and `__sync_*` builtin:
+//!   objects built by `dsmcc --check-races`, and by `dsmcc` with clang, whose instrumentation
+//!   it limits to atomics. On a 4- or 8-byte word of shared memory a hook is a DSM atomic
+//!   operation, with acquire and release semantics whatever the order asked (stronger, so
+//!   exact: a program's fences then need no more); elsewhere it is the CPU's atomic.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
+
+use dsm_runtime::{AtomicOp, AtomicOrder};
+
+use crate::{die, dsm_if_joined};
+
+/// C11's memory order numbers (`__ATOMIC_RELAXED` = 0 to `__ATOMIC_SEQ_CST` = 5) as the
+/// protocol's orderings; consume is taken as acquire. Another number ends the node naming it.
+fn order_of(order: c_int, what: &str) -> AtomicOrder {
+    match order {
+        0 => AtomicOrder::RELAXED,
+        1 | 2 => AtomicOrder::ACQUIRE,
+        3 => AtomicOrder::RELEASE,
+        4 | 5 => AtomicOrder::ACQ_REL,
+        _ => die(&format!(
+            "{what}: memory order {order} (allowed: 0 relaxed, 1 consume, 2 acquire, 3 release, \
+             4 acq_rel, 5 seq_cst)"
+        )),
+    }
+}
+
+/// Whether `bytes` bytes at `addr` are shared memory (after `jia_init`).
+fn shared(addr: usize, bytes: usize) -> bool {
+    dsm_if_joined().is_some_and(|d| d.in_region(addr, bytes))
+}
+
+/// One DSM atomic operation on the `width`-byte word at `addr` of shared memory: the value
+/// before, or the node ends naming the call and why.
+fn on_shared(addr: usize, width: u8, op: AtomicOp, order: AtomicOrder, what: &str) -> u64 {
+    let Some(d) = dsm_if_joined() else {
+        die(&format!("{what}: shared memory used before jia_init"));
+    };
+    if width != 4 && width != 8 {
+        die(&format!(
+            "{what}({addr:#x}): a {width}-byte atomic on shared memory is atomic only among the \
+             threads of one node; across nodes, atomics take 4- or 8-byte words"
+        ));
+    }
+    d.atomic_raw(addr, width, op, order)
+        .unwrap_or_else(|e| die(&format!("{what}({addr:#x}): {e}")))
+}
+
+// ----- jia.h's atomics -----
+
+macro_rules! jia_atomics {
+    ($t:ty, $width:literal, $load:ident, $store:ident, $xchg:ident, $cas:ident,
+     [$(($name:ident, $op:ident)),*]) => {
+        /// `jia_atomic_load_*`: the word's value.
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $load(p: *mut $t, order: c_int) -> $t {
+            let what = stringify!($load);
+            on_shared(p as usize, $width, AtomicOp::Load, order_of(order, what), what) as $t
+        }
+
+        /// `jia_atomic_store_*`.
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $store(p: *mut $t, v: $t, order: c_int) {
+            let what = stringify!($store);
+            let op = AtomicOp::Store(v as u64);
+            on_shared(p as usize, $width, op, order_of(order, what), what);
+        }
+
+        /// `jia_atomic_exchange_*`: the value before.
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $xchg(p: *mut $t, v: $t, order: c_int) -> $t {
+            let what = stringify!($xchg);
+            let op = AtomicOp::Swap(v as u64);
+            on_shared(p as usize, $width, op, order_of(order, what), what) as $t
+        }
+
+        /// `jia_atomic_compare_exchange_*`: 1 if the word held `*expected` (now `desired`);
+        /// else 0, with the word's value stored in `*expected` (a private variable).
+        ///
+        /// # Safety
+        /// `expected` is NULL (refused) or points to a variable of the word's type that this
+        /// thread may read and write.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $cas(
+            p: *mut $t,
+            expected: *mut $t,
+            desired: $t,
+            order: c_int,
+        ) -> c_int {
+            let what = stringify!($cas);
+            if expected.is_null() {
+                die(&format!("{what}: `expected` is NULL"));
+            }
+            // SAFETY: not null, and the caller's variable of this type (the C prototype's
+            // contract), read and written here by this thread only.
+            let want = unsafe { expected.read() };
+            let op = AtomicOp::CompareExchange {
+                expected: want as u64,
+                new: desired as u64,
+            };
+            let old = on_shared(p as usize, $width, op, order_of(order, what), what) as $t;
+            if old == want {
+                1
+            } else {
+                // SAFETY: as above.
+                unsafe { expected.write(old) };
+                0
+            }
+        }
+
+        $(
+            /// `jia_atomic_fetch_*`: the value before.
+            #[unsafe(no_mangle)]
+            pub extern "C" fn $name(p: *mut $t, v: $t, order: c_int) -> $t {
+                let what = stringify!($name);
+                let op = AtomicOp::$op(v as u64);
+                on_shared(p as usize, $width, op, order_of(order, what), what) as $t
+            }
+        )*
+    };
+}
+
+jia_atomics!(
+    u64,
+    8,
+    jia_atomic_load_64,
+    jia_atomic_store_64,
+    jia_atomic_exchange_64,
+    jia_atomic_compare_exchange_64,
+    [
+        (jia_atomic_fetch_add_64, FetchAdd),
+        (jia_atomic_fetch_sub_64, FetchSub),
+        (jia_atomic_fetch_and_64, FetchAnd),
+        (jia_atomic_fetch_or_64, FetchOr),
+        (jia_atomic_fetch_xor_64, FetchXor)
+    ]
+);
+
+jia_atomics!(
+    u32,
+    4,
+    jia_atomic_load_32,
+    jia_atomic_store_32,
+    jia_atomic_exchange_32,
+    jia_atomic_compare_exchange_32,
+    [
+        (jia_atomic_fetch_add_32, FetchAdd),
+        (jia_atomic_fetch_sub_32, FetchSub),
+        (jia_atomic_fetch_and_32, FetchAnd),
+        (jia_atomic_fetch_or_32, FetchOr),
+        (jia_atomic_fetch_xor_32, FetchXor)
+    ]
+);
+
+// ----- ThreadSanitizer's atomic hooks: C11 atomics and the builtins in instrumented code -----
+
+/// On shared memory every hooked operation acquires and releases: exact whatever the order the
+/// program asked, fences included (which then need nothing of their own).
+const HOOKED: AtomicOrder = AtomicOrder::ACQ_REL;
+
+/// `!(old & v)` on shared memory, by compare-exchange until no other operation came between.
+fn nand_on_shared(addr: usize, width: u8, v: u64, what: &str) -> u64 {
+    let mut old = on_shared(addr, width, AtomicOp::Load, HOOKED, what);
+    loop {
+        let new = !(old & v);
+        let op = AtomicOp::CompareExchange { expected: old, new };
+        let seen = on_shared(addr, width, op, HOOKED, what);
+        if seen == old {
+            return old;
+        }
+        old = seen;
+    }
+}
+
+macro_rules! tsan_atomics {
+    ($t:ty, $cpu:ty, $width:literal, $load:ident, $store:ident, $xchg:ident, $nand:ident,
+     $cas_strong:ident, $cas_weak:ident, $cas_val:ident,
+     [$(($name:ident, $op:ident, $fetch:ident)),*]) => {
+        /// The CPU's atomic at a private address.
+        ///
+        /// # Safety
+        /// `p` is aligned and valid for atomic access (the instrumented program's own atomic
+        /// object).
+        unsafe fn cpu<'a>(p: *mut $t) -> &'a $cpu {
+            // SAFETY: the caller's contract.
+            unsafe { <$cpu>::from_ptr(p) }
+        }
+
+        /// `__tsan_atomic*_load`.
+        ///
+        /// # Safety
+        /// `p` is the instrumented program's atomic object.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $load(p: *mut $t, _mo: c_int) -> $t {
+            if shared(p as usize, $width) {
+                return on_shared(p as usize, $width, AtomicOp::Load, HOOKED, "atomic load") as $t;
+            }
+            // SAFETY: the function's contract.
+            unsafe { cpu(p) }.load(Ordering::SeqCst)
+        }
+
+        /// `__tsan_atomic*_store`.
+        ///
+        /// # Safety
+        /// `p` is the instrumented program's atomic object.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $store(p: *mut $t, v: $t, _mo: c_int) {
+            if shared(p as usize, $width) {
+                on_shared(p as usize, $width, AtomicOp::Store(v as u64), HOOKED, "atomic store");
+                return;
+            }
+            // SAFETY: the function's contract.
+            unsafe { cpu(p) }.store(v, Ordering::SeqCst)
+        }
+
+        /// `__tsan_atomic*_exchange`.
+        ///
+        /// # Safety
+        /// `p` is the instrumented program's atomic object.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $xchg(p: *mut $t, v: $t, _mo: c_int) -> $t {
+            if shared(p as usize, $width) {
+                let op = AtomicOp::Swap(v as u64);
+                return on_shared(p as usize, $width, op, HOOKED, "atomic exchange") as $t;
+            }
+            // SAFETY: the function's contract.
+            unsafe { cpu(p) }.swap(v, Ordering::SeqCst)
+        }
+
+        /// `__tsan_atomic*_fetch_nand`.
+        ///
+        /// # Safety
+        /// `p` is the instrumented program's atomic object.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $nand(p: *mut $t, v: $t, _mo: c_int) -> $t {
+            if shared(p as usize, $width) {
+                return nand_on_shared(p as usize, $width, v as u64, "atomic fetch_nand") as $t;
+            }
+            // SAFETY: the function's contract.
+            unsafe { cpu(p) }.fetch_nand(v, Ordering::SeqCst)
+        }
+
+        /// `__tsan_atomic*_compare_exchange_val`: the value before.
+        ///
+        /// # Safety
+        /// `p` is the instrumented program's atomic object.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $cas_val(p: *mut $t, c: $t, v: $t, _mo: c_int, _fmo: c_int) -> $t {
+            if shared(p as usize, $width) {
+                let op = AtomicOp::CompareExchange {
+                    expected: c as u64,
+                    new: v as u64,
+                };
+                return on_shared(p as usize, $width, op, HOOKED, "atomic compare_exchange") as $t;
+            }
+            // SAFETY: the function's contract.
+            match unsafe { cpu(p) }.compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(old) | Err(old) => old,
+            }
+        }
+
+        /// `__tsan_atomic*_compare_exchange_strong`: 1 on success, else 0 with `*c` updated.
+        ///
+        /// # Safety
+        /// `p` is the instrumented program's atomic object, `c` its expected value's variable.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $cas_strong(p: *mut $t, c: *mut $t, v: $t, mo: c_int, fmo: c_int) -> c_int {
+            // SAFETY: the function's contract (`c` is the compiler's temporary).
+            let want = unsafe { c.read() };
+            // SAFETY: the function's contract.
+            let old = unsafe { $cas_val(p, want, v, mo, fmo) };
+            if old == want {
+                1
+            } else {
+                // SAFETY: as above.
+                unsafe { c.write(old) };
+                0
+            }
+        }
+
+        /// `__tsan_atomic*_compare_exchange_weak`: as strong (never fails spuriously).
+        ///
+        /// # Safety
+        /// As `compare_exchange_strong`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $cas_weak(p: *mut $t, c: *mut $t, v: $t, mo: c_int, fmo: c_int) -> c_int {
+            // SAFETY: the same contract.
+            unsafe { $cas_strong(p, c, v, mo, fmo) }
+        }
+
+        $(
+            /// `__tsan_atomic*_fetch_*`: the value before.
+            ///
+            /// # Safety
+            /// `p` is the instrumented program's atomic object.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name(p: *mut $t, v: $t, _mo: c_int) -> $t {
+                if shared(p as usize, $width) {
+                    let op = AtomicOp::$op(v as u64);
+                    return on_shared(p as usize, $width, op, HOOKED, stringify!($name)) as $t;
+                }
+                // SAFETY: the function's contract.
+                unsafe { cpu(p) }.$fetch(v, Ordering::SeqCst)
+            }
+        )*
+    };
+}
+
+/// The 1-byte hooks.
+mod hooks8 {
+    use super::*;
+
+    tsan_atomics!(
+        u8,
+        AtomicU8,
+        1,
+        __tsan_atomic8_load,
+        __tsan_atomic8_store,
+        __tsan_atomic8_exchange,
+        __tsan_atomic8_fetch_nand,
+        __tsan_atomic8_compare_exchange_strong,
+        __tsan_atomic8_compare_exchange_weak,
+        __tsan_atomic8_compare_exchange_val,
+        [
+            (__tsan_atomic8_fetch_add, FetchAdd, fetch_add),
+            (__tsan_atomic8_fetch_sub, FetchSub, fetch_sub),
+            (__tsan_atomic8_fetch_and, FetchAnd, fetch_and),
+            (__tsan_atomic8_fetch_or, FetchOr, fetch_or),
+            (__tsan_atomic8_fetch_xor, FetchXor, fetch_xor)
+        ]
+    );
+}
+
+/// The 2-byte hooks.
+mod hooks16 {
+    use super::*;
+
+    tsan_atomics!(
+        u16,
+        AtomicU16,
+        2,
+        __tsan_atomic16_load,
+        __tsan_atomic16_store,
+        __tsan_atomic16_exchange,
+        __tsan_atomic16_fetch_nand,
+        __tsan_atomic16_compare_exchange_strong,
+        __tsan_atomic16_compare_exchange_weak,
+        __tsan_atomic16_compare_exchange_val,
+        [
+            (__tsan_atomic16_fetch_add, FetchAdd, fetch_add),
+            (__tsan_atomic16_fetch_sub, FetchSub, fetch_sub),
+            (__tsan_atomic16_fetch_and, FetchAnd, fetch_and),
+            (__tsan_atomic16_fetch_or, FetchOr, fetch_or),
+            (__tsan_atomic16_fetch_xor, FetchXor, fetch_xor)
+        ]
+    );
+}
+
+/// The 4-byte hooks.
+mod hooks32 {
+    use super::*;
+
+    tsan_atomics!(
+        u32,
+        AtomicU32,
+        4,
+        __tsan_atomic32_load,
+        __tsan_atomic32_store,
+        __tsan_atomic32_exchange,
+        __tsan_atomic32_fetch_nand,
+        __tsan_atomic32_compare_exchange_strong,
+        __tsan_atomic32_compare_exchange_weak,
+        __tsan_atomic32_compare_exchange_val,
+        [
+            (__tsan_atomic32_fetch_add, FetchAdd, fetch_add),
+            (__tsan_atomic32_fetch_sub, FetchSub, fetch_sub),
+            (__tsan_atomic32_fetch_and, FetchAnd, fetch_and),
+            (__tsan_atomic32_fetch_or, FetchOr, fetch_or),
+            (__tsan_atomic32_fetch_xor, FetchXor, fetch_xor)
+        ]
+    );
+}
+
+/// The 8-byte hooks.
+mod hooks64 {
+    use super::*;
+
+    tsan_atomics!(
+        u64,
+        AtomicU64,
+        8,
+        __tsan_atomic64_load,
+        __tsan_atomic64_store,
+        __tsan_atomic64_exchange,
+        __tsan_atomic64_fetch_nand,
+        __tsan_atomic64_compare_exchange_strong,
+        __tsan_atomic64_compare_exchange_weak,
+        __tsan_atomic64_compare_exchange_val,
+        [
+            (__tsan_atomic64_fetch_add, FetchAdd, fetch_add),
+            (__tsan_atomic64_fetch_sub, FetchSub, fetch_sub),
+            (__tsan_atomic64_fetch_and, FetchAnd, fetch_and),
+            (__tsan_atomic64_fetch_or, FetchOr, fetch_or),
+            (__tsan_atomic64_fetch_xor, FetchXor, fetch_xor)
+        ]
+    );
+}
+
+/// `__tsan_atomic_thread_fence`: nothing to do (every hooked operation on shared memory
+/// acquires and releases); the CPU's fence for private memory.
+#[unsafe(no_mangle)]
+pub extern "C" fn __tsan_atomic_thread_fence(_mo: c_int) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// `__tsan_atomic_signal_fence`: a compiler fence.
+#[unsafe(no_mangle)]
+pub extern "C" fn __tsan_atomic_signal_fence(_mo: c_int) {
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
