@@ -122,7 +122,7 @@ fn a_barrier_of_threads_misused_is_named() {
     assert_status(&out, 1);
     assert!(
         stderr(&out).contains(
-            "jia_barrier_threads(100000): a node has at most 256 threads that use the DSM"
+            "jia_barrier_threads(100000): a node has at most 1024 threads that use the DSM"
         ),
         "{}",
         text(&out)
@@ -540,7 +540,7 @@ fn a_second_jia_init_a_bad_thread_count_and_a_port_in_the_hosts_are_named() {
     assert_status(&out, 2);
     assert!(
         stderr(&out)
-            .contains("DSM_THREADS=abc: threads per node must be a whole number from 1 to 256"),
+            .contains("DSM_THREADS=abc: threads per node must be a whole number from 1 to 1024"),
         "{}",
         text(&out)
     );

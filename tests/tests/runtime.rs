@@ -202,8 +202,13 @@ fn files_read_into_and_written_from_shared_memory() {
 
 #[test]
 fn threads_that_end_give_their_slot_to_the_next() {
-    // 400 threads over each node's life, more than its 256 slots.
-    probe_ok(2, &[], "many-threads", "many-threads OK 800");
+    // 1,200 threads over each node's life, more than its 1,024 slots.
+    probe_ok(2, &[], "many-threads", "many-threads OK 2400");
+}
+
+#[test]
+fn a_thousand_threads_of_a_node_fault_lock_and_meet_at_once() {
+    probe_ok(2, &[], "thousand-threads", "thousand-threads OK 2000");
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! for the read-ahead's marker, 2 and 5 a handler is opening it, 3 opened and queued for the
 //! service thread. A handler claims a page (1 -> 2, 4 or 6 -> 5), mprotects, marks it 3 and
 //! queues it. It wakes the service thread for a home write, for the marker (the next window is
-//! to be asked for now) and when the queue is half full; other reads of prefetched pages wait for
+//! to be asked for now) and when 512 reports wait; other reads of prefetched pages wait for
 //! its next pass (in a stream, the next grant), which spares the faulting thread's CPU a wake-up
 //! and a switch per fault. A read claims the prefetched pages
 //! right after the faulting one too (each 4 -> 5), opens the run with one mprotect and queues
@@ -23,7 +23,10 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-const QUEUE: usize = 1024;
+/// Room for every thread's opening at once (`MAX_THREADS`) and the runs read faults open.
+const QUEUE: usize = 4096;
+/// Reports queued from which every opening wakes the service thread (a crowded queue).
+const CROWDED: usize = 512;
 const PREFETCH_BIT: u64 = 1 << 40;
 const ALONG_BIT: u64 = 1 << 41;
 
@@ -49,8 +52,8 @@ pub(crate) enum Opened {
 /// One byte per page of the region (`OnceLock::get` is an atomic load: async-signal-safe).
 static STATE: OnceLock<&'static [AtomicU8]> = OnceLock::new();
 static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
-/// One bit per slot of [`QUEUED`], set once the slot is filled: [`drain`] reads 16 words to find
-/// the filled slots instead of swapping all 1,024 (20-25k cycles for each pass of the service
+/// One bit per slot of [`QUEUED`], set once the slot is filled: [`drain`] reads 64 words to find
+/// the filled slots instead of swapping all 4,096 (20-25k cycles for each pass of the service
 /// loop while any page was queued).
 static FILLED: [AtomicU64; QUEUE / 64] = [const { AtomicU64::new(0) }; QUEUE / 64];
 static PENDING: AtomicU32 = AtomicU32::new(0);
@@ -91,9 +94,9 @@ pub(crate) fn allow_prefetch_open(page: usize, wake: bool) {
     }
 }
 
-/// Whether the queue is half full: the service thread is woken to drain it.
+/// Whether the queue is crowded ([`CROWDED`] reports wait): the service thread is woken to drain it.
 pub(crate) fn crowded() -> bool {
-    PENDING.load(Ordering::Relaxed) as usize >= QUEUE / 2
+    PENDING.load(Ordering::Relaxed) as usize >= CROWDED
 }
 
 /// The core is about to change the protection of `page`: no fast path for it until allowed

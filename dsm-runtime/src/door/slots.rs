@@ -28,7 +28,7 @@ use super::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Mutex, Wakeup, fe
 use super::sync::{futex_wait, futex_wake};
 
 /// Threads of one process that may use the DSM at once.
-pub const MAX_THREADS: usize = 256;
+pub const MAX_THREADS: usize = 1024;
 
 const FREE: u32 = 0;
 const IDLE: u32 = 1;
@@ -88,6 +88,7 @@ macro_rules! new_slots {
     ($slots:expr $(, $extra:ident)*) => {
         Slots {
             slots: $slots,
+            high: AtomicU32::new(0),
             posted: AtomicU32::new(0),
             service_sleeping: AtomicBool::new(false),
             wakeup: Wakeup::new(),
@@ -127,6 +128,9 @@ pub(crate) enum Flaw {
 /// The slots of a process, and what the service thread's sleep and wake-up need.
 pub(crate) struct Slots<const N: usize> {
     slots: [Slot; N],
+    /// One past the highest slot ever claimed: the service thread's scan for posted requests
+    /// stops there (a program of 16 threads scans 16 slots of 1,024).
+    high: AtomicU32,
     /// Requests posted and not yet taken (a hint that spares the service thread a scan, and what
     /// it looks at before it sleeps).
     posted: AtomicU32,
@@ -171,7 +175,7 @@ impl<const N: usize> Slots<N> {
 
     /// Claims a free slot for thread `tid`.
     pub(crate) fn claim_free(&self, tid: i32) -> Option<usize> {
-        self.slots.iter().position(|s| {
+        let i = self.slots.iter().position(|s| {
             let won = s
                 .state
                 .compare_exchange(FREE, IDLE, AcqRel, Relaxed)
@@ -180,7 +184,10 @@ impl<const N: usize> Slots<N> {
                 s.tid.store(tid, Release);
             }
             won
-        })
+        })?;
+        // Before any request of this thread's: a scan that finds its post finds it below.
+        self.high.fetch_max(i as u32 + 1, AcqRel);
+        Some(i)
     }
 
     /// Takes over, for thread `tid`, a slot whose thread has ended (`alive` says which threads
@@ -332,7 +339,8 @@ impl<const N: usize> Slots<N> {
             return false;
         }
         let mut any = false;
-        for (i, slot) in self.slots.iter().enumerate() {
+        let high = (self.high.load(Acquire) as usize).min(N);
+        for (i, slot) in self.slots[..high].iter().enumerate() {
             if slot.state.load(Acquire) != POSTED {
                 continue;
             }

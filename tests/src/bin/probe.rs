@@ -216,11 +216,11 @@ fn threads(dsm: &Dsm) {
     }
 }
 
-/// 400 short-lived threads per node, two alive at a time, each faulting on remote pages and
+/// 1,200 short-lived threads per node, two alive at a time, each faulting on remote pages and
 /// taking a lock: more threads over the node's life than it has slots, which are reused once
 /// their threads end. The lock-protected count must come out exact.
 fn many_threads(dsm: &Dsm) {
-    const THREADS: usize = 400;
+    const THREADS: usize = 1200;
     let n = dsm.nodes();
     let a = filled_blocks(dsm, 8, |i| i as u64);
     let count: SharedArray<u64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).unwrap();
@@ -251,6 +251,46 @@ fn many_threads(dsm: &Dsm) {
     dsm.barrier();
     if dsm.id() == 0 {
         println!("many-threads OK {total}");
+    }
+}
+
+/// 1,000 threads per node alive at once (the limit is 1,024), each reading remote pages,
+/// adding to a count under a lock and with an atomic fetch-add, then all meeting in one barrier
+/// of threads of every node: both counts exact.
+fn thousand_threads(dsm: &Dsm) {
+    const THREADS: usize = 1000;
+    let n = dsm.nodes();
+    let a = filled_blocks(dsm, 8, |i| i as u64);
+    let count: SharedArray<u64> = dsm.alloc(2, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    dsm.barrier();
+    let bad = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let bad = &bad;
+            s.spawn(move || {
+                let i = t * 97 % a.len();
+                if a.get(i) != i as u64 {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+                {
+                    let _g = dsm.lock(3);
+                    count.set(0, count.get(0) + 1);
+                }
+                dsm.atomic_u64(count, 1).fetch_add(1, Ordering::Relaxed);
+                dsm.barrier_threads(THREADS);
+            });
+        }
+    });
+    let (locked, atomic) = (count.get(0), count.get(1));
+    let want = (THREADS * n) as u64;
+    check(
+        dsm,
+        bad.load(Ordering::Relaxed) == 0 && locked == want && atomic == want,
+        &format!("{locked} and {atomic} increments by {THREADS} threads on each of {n} nodes"),
+    );
+    dsm.barrier();
+    if dsm.id() == 0 {
+        println!("thousand-threads OK {locked}");
     }
 }
 
@@ -398,6 +438,7 @@ fn main() {
         "evict" => evict(&dsm),
         "threads" => threads(&dsm),
         "many-threads" => many_threads(&dsm),
+        "thousand-threads" => thousand_threads(&dsm),
         "race" => race(&dsm),
         "overflow" => {
             let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
