@@ -1055,6 +1055,22 @@ impl Dsm {
         op: AtomicOp,
         order: AtomicOrder,
     ) -> Result<u64, UsageError> {
+        self.atomic_declared(addr, width, op, order, order)
+    }
+
+    /// [`Dsm::atomic_raw`] made with `order`, for a program that declared `declared`: the race
+    /// checker orders the program's accesses as `declared` says (libjia makes every C11 atomic
+    /// on shared memory acquire and release, and a program that relied on that alone would
+    /// still race as C11 reads it).
+    #[doc(hidden)]
+    pub fn atomic_declared(
+        &self,
+        addr: usize,
+        width: u8,
+        op: AtomicOp,
+        order: AtomicOrder,
+        declared: AtomicOrder,
+    ) -> Result<u64, UsageError> {
         let offset = addr.wrapping_sub(self.base) as u64;
         if !self.in_region(addr, usize::from(width)) {
             return Err(UsageError::BadAtomic {
@@ -1068,8 +1084,12 @@ impl Dsm {
             }
         }
         let _w = progress::waiting("jia_atomic");
-        if order.release {
+        if declared.acquire {
+            // Before the acquire's invalidations, as for a lock.
             crate::races::segment_ends();
+        }
+        if declared.release {
+            crate::races::atomic_releasing(addr);
         }
         let call = Call::Atomic {
             addr: GlobalAddr(offset),
@@ -1078,7 +1098,12 @@ impl Dsm {
             order,
         };
         match self.call(call)? {
-            Reply::Value(v) => Ok(v),
+            Reply::Value(v) => {
+                if declared.acquire {
+                    crate::races::atomic_acquired(addr);
+                }
+                Ok(v)
+            }
             other => unexpected("jia_atomic", &other),
         }
     }

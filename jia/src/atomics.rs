@@ -17,6 +17,11 @@ use crate::{die, dsm_if_joined};
 
 /// C11's memory order numbers (`__ATOMIC_RELAXED` = 0 to `__ATOMIC_SEQ_CST` = 5) as the
 /// protocol's orderings; consume is taken as acquire. Another number ends the node naming it.
+/// An order made as declared.
+fn both(order: AtomicOrder) -> (AtomicOrder, AtomicOrder) {
+    (order, order)
+}
+
 fn order_of(order: c_int, what: &str) -> AtomicOrder {
     match order {
         0 => AtomicOrder::RELAXED,
@@ -35,9 +40,16 @@ fn shared(addr: usize, bytes: usize) -> bool {
     dsm_if_joined().is_some_and(|d| d.in_region(addr, bytes))
 }
 
-/// One DSM atomic operation on the `width`-byte word at `addr` of shared memory: the value
+/// One DSM atomic operation on the `width`-byte word at `addr` of shared memory, made with
+/// `order` for a program that asked `declared` (what the race checker goes by): the value
 /// before, or the node ends naming the call and why.
-fn on_shared(addr: usize, width: u8, op: AtomicOp, order: AtomicOrder, what: &str) -> u64 {
+fn on_shared(
+    addr: usize,
+    width: u8,
+    op: AtomicOp,
+    (order, declared): (AtomicOrder, AtomicOrder),
+    what: &str,
+) -> u64 {
     let Some(d) = dsm_if_joined() else {
         die(&format!("{what}: shared memory used before jia_init"));
     };
@@ -47,7 +59,7 @@ fn on_shared(addr: usize, width: u8, op: AtomicOp, order: AtomicOrder, what: &st
              threads of one node; across nodes, atomics take 4- or 8-byte words"
         ));
     }
-    d.atomic_raw(addr, width, op, order)
+    d.atomic_declared(addr, width, op, order, declared)
         .unwrap_or_else(|e| die(&format!("{what}({addr:#x}): {e}")))
 }
 
@@ -60,7 +72,7 @@ macro_rules! jia_atomics {
         #[unsafe(no_mangle)]
         pub extern "C" fn $load(p: *mut $t, order: c_int) -> $t {
             let what = stringify!($load);
-            on_shared(p as usize, $width, AtomicOp::Load, order_of(order, what), what) as $t
+            on_shared(p as usize, $width, AtomicOp::Load, both(order_of(order, what)), what) as $t
         }
 
         /// `jia_atomic_store_*`.
@@ -68,7 +80,7 @@ macro_rules! jia_atomics {
         pub extern "C" fn $store(p: *mut $t, v: $t, order: c_int) {
             let what = stringify!($store);
             let op = AtomicOp::Store(v as u64);
-            on_shared(p as usize, $width, op, order_of(order, what), what);
+            on_shared(p as usize, $width, op, both(order_of(order, what)), what);
         }
 
         /// `jia_atomic_exchange_*`: the value before.
@@ -76,7 +88,7 @@ macro_rules! jia_atomics {
         pub extern "C" fn $xchg(p: *mut $t, v: $t, order: c_int) -> $t {
             let what = stringify!($xchg);
             let op = AtomicOp::Swap(v as u64);
-            on_shared(p as usize, $width, op, order_of(order, what), what) as $t
+            on_shared(p as usize, $width, op, both(order_of(order, what)), what) as $t
         }
 
         /// `jia_atomic_compare_exchange_*`: 1 if the word held `*expected` (now `desired`);
@@ -103,7 +115,7 @@ macro_rules! jia_atomics {
                 expected: want as u64,
                 new: desired as u64,
             };
-            let old = on_shared(p as usize, $width, op, order_of(order, what), what) as $t;
+            let old = on_shared(p as usize, $width, op, both(order_of(order, what)), what) as $t;
             if old == want {
                 1
             } else {
@@ -119,7 +131,7 @@ macro_rules! jia_atomics {
             pub extern "C" fn $name(p: *mut $t, v: $t, order: c_int) -> $t {
                 let what = stringify!($name);
                 let op = AtomicOp::$op(v as u64);
-                on_shared(p as usize, $width, op, order_of(order, what), what) as $t
+                on_shared(p as usize, $width, op, both(order_of(order, what)), what) as $t
             }
         )*
     };
@@ -163,13 +175,19 @@ jia_atomics!(
 /// program asked, fences included (which then need nothing of their own).
 const HOOKED: AtomicOrder = AtomicOrder::ACQ_REL;
 
+/// A hooked operation's orders: made acquire and release, declared as the program asked.
+fn hooked(mo: c_int) -> (AtomicOrder, AtomicOrder) {
+    (HOOKED, order_of(mo & 0xFFFF, "an atomic operation"))
+}
+
 /// `!(old & v)` on shared memory, by compare-exchange until no other operation came between.
-fn nand_on_shared(addr: usize, width: u8, v: u64, what: &str) -> u64 {
-    let mut old = on_shared(addr, width, AtomicOp::Load, HOOKED, what);
+fn nand_on_shared(addr: usize, width: u8, v: u64, mo: c_int, what: &str) -> u64 {
+    let declared = order_of(mo, what);
+    let mut old = on_shared(addr, width, AtomicOp::Load, (HOOKED, declared), what);
     loop {
         let new = !(old & v);
         let op = AtomicOp::CompareExchange { expected: old, new };
-        let seen = on_shared(addr, width, op, HOOKED, what);
+        let seen = on_shared(addr, width, op, (HOOKED, declared), what);
         if seen == old {
             return old;
         }
@@ -196,9 +214,9 @@ macro_rules! tsan_atomics {
         /// # Safety
         /// `p` is the instrumented program's atomic object.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $load(p: *mut $t, _mo: c_int) -> $t {
+        pub unsafe extern "C" fn $load(p: *mut $t, mo: c_int) -> $t {
             if shared(p as usize, $width) {
-                return on_shared(p as usize, $width, AtomicOp::Load, HOOKED, "atomic load") as $t;
+                return on_shared(p as usize, $width, AtomicOp::Load, hooked(mo), "atomic load") as $t;
             }
             // SAFETY: the function's contract.
             unsafe { cpu(p) }.load(Ordering::SeqCst)
@@ -209,9 +227,9 @@ macro_rules! tsan_atomics {
         /// # Safety
         /// `p` is the instrumented program's atomic object.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $store(p: *mut $t, v: $t, _mo: c_int) {
+        pub unsafe extern "C" fn $store(p: *mut $t, v: $t, mo: c_int) {
             if shared(p as usize, $width) {
-                on_shared(p as usize, $width, AtomicOp::Store(v as u64), HOOKED, "atomic store");
+                on_shared(p as usize, $width, AtomicOp::Store(v as u64), hooked(mo), "atomic store");
                 return;
             }
             // SAFETY: the function's contract.
@@ -223,10 +241,10 @@ macro_rules! tsan_atomics {
         /// # Safety
         /// `p` is the instrumented program's atomic object.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $xchg(p: *mut $t, v: $t, _mo: c_int) -> $t {
+        pub unsafe extern "C" fn $xchg(p: *mut $t, v: $t, mo: c_int) -> $t {
             if shared(p as usize, $width) {
                 let op = AtomicOp::Swap(v as u64);
-                return on_shared(p as usize, $width, op, HOOKED, "atomic exchange") as $t;
+                return on_shared(p as usize, $width, op, hooked(mo), "atomic exchange") as $t;
             }
             // SAFETY: the function's contract.
             unsafe { cpu(p) }.swap(v, Ordering::SeqCst)
@@ -237,9 +255,9 @@ macro_rules! tsan_atomics {
         /// # Safety
         /// `p` is the instrumented program's atomic object.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $nand(p: *mut $t, v: $t, _mo: c_int) -> $t {
+        pub unsafe extern "C" fn $nand(p: *mut $t, v: $t, mo: c_int) -> $t {
             if shared(p as usize, $width) {
-                return nand_on_shared(p as usize, $width, v as u64, "atomic fetch_nand") as $t;
+                return nand_on_shared(p as usize, $width, v as u64, mo, "atomic fetch_nand") as $t;
             }
             // SAFETY: the function's contract.
             unsafe { cpu(p) }.fetch_nand(v, Ordering::SeqCst)
@@ -250,13 +268,15 @@ macro_rules! tsan_atomics {
         /// # Safety
         /// `p` is the instrumented program's atomic object.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $cas_val(p: *mut $t, c: $t, v: $t, _mo: c_int, _fmo: c_int) -> $t {
+        pub unsafe extern "C" fn $cas_val(p: *mut $t, c: $t, v: $t, mo: c_int, fmo: c_int) -> $t {
             if shared(p as usize, $width) {
                 let op = AtomicOp::CompareExchange {
                     expected: c as u64,
                     new: v as u64,
                 };
-                return on_shared(p as usize, $width, op, HOOKED, "atomic compare_exchange") as $t;
+                let (order, mut declared) = hooked(mo);
+                declared.acquire |= order_of(fmo, "atomic compare_exchange").acquire;
+                return on_shared(p as usize, $width, op, (order, declared), "atomic compare_exchange") as $t;
             }
             // SAFETY: the function's contract.
             match unsafe { cpu(p) }.compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst) {
@@ -299,10 +319,10 @@ macro_rules! tsan_atomics {
             /// # Safety
             /// `p` is the instrumented program's atomic object.
             #[unsafe(no_mangle)]
-            pub unsafe extern "C" fn $name(p: *mut $t, v: $t, _mo: c_int) -> $t {
+            pub unsafe extern "C" fn $name(p: *mut $t, v: $t, mo: c_int) -> $t {
                 if shared(p as usize, $width) {
                     let op = AtomicOp::$op(v as u64);
-                    return on_shared(p as usize, $width, op, HOOKED, stringify!($name)) as $t;
+                    return on_shared(p as usize, $width, op, hooked(mo), stringify!($name)) as $t;
                 }
                 // SAFETY: the function's contract.
                 unsafe { cpu(p) }.$fetch(v, Ordering::SeqCst)

@@ -294,9 +294,16 @@ pub fn on() -> bool {
 /// on every node alike, and passes them to [`start`]).
 pub(crate) fn slot_words_for(nodes: usize) -> usize {
     let nodes = nodes as u16;
-    (usize::from(dsm_core::MAX_LOCKS) + usize::from(dsm_core::MAX_CVS) * usize::from(nodes))
+    (usize::from(dsm_core::MAX_LOCKS)
+        + (usize::from(dsm_core::MAX_CVS) + ATOMIC_SLOTS) * usize::from(nodes))
         * slot_words(nodes)
 }
+
+/// Clock slots for atomic words (each node's its own, as a condition variable's): a word's
+/// releases join their clocks into the slot its address hashes to, its acquires take every
+/// node's. Two words that share a slot order each other's acquirers after both releases (a
+/// race then goes unreported, never a false one).
+const ATOMIC_SLOTS: usize = 32;
 
 /// Starts checking (every node, at init): this is `node` of `nodes`, `region` is the shared
 /// region, `slots` the clock slots' words of shared memory (see [`slot_words_for`]).
@@ -513,6 +520,14 @@ impl Checker {
     fn cv_slot(&self, cv: u16, node: u16) -> usize {
         usize::from(dsm_core::MAX_LOCKS)
             + usize::from(cv) * usize::from(self.nodes)
+            + usize::from(node)
+    }
+
+    /// The slot of atomic word `addr` (its offset in the region) for `node`'s releases.
+    fn atomic_slot(&self, addr: usize, node: u16) -> usize {
+        let word = (addr / 4).wrapping_mul(0x9E37_79B9) >> 7;
+        usize::from(dsm_core::MAX_LOCKS)
+            + (usize::from(dsm_core::MAX_CVS) + word % ATOMIC_SLOTS) * usize::from(self.nodes)
             + usize::from(node)
     }
 }
@@ -771,6 +786,57 @@ pub(crate) fn setting_cv(cv: u16) {
         }
         // After the clock went out: the segment that ends here is the one the setting covers.
         r.close();
+    });
+}
+
+/// This thread is about to release through the atomic word at `addr` (an operation with
+/// release semantics): its clock joins this node's slot of the word, as a setting of a
+/// condition variable's does.
+pub(crate) fn atomic_releasing(addr: usize) {
+    if !on() {
+        return;
+    }
+    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
+    with_recorder(|r, c| {
+        r.catch_up_with(c);
+        {
+            let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
+            let k = c.atomic_slot(off, c.node);
+            match c.read_slot(k) {
+                Some((e, _)) if e > r.epoch => {}
+                Some((e, mut slot)) if e == r.epoch => {
+                    for (a, &b) in slot.iter_mut().zip(&r.clock) {
+                        *a = (*a).max(b);
+                    }
+                    c.write_slot(k, r.epoch, &slot);
+                }
+                _ => c.write_slot(k, r.epoch, &r.clock),
+            }
+        }
+        r.close();
+    });
+}
+
+/// This thread's operation with acquire semantics on the atomic word at `addr` is done: it has
+/// seen what the word's releasers did before their releases.
+pub(crate) fn atomic_acquired(addr: usize) {
+    if !on() {
+        return;
+    }
+    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
+    with_recorder(|r, c| {
+        r.resnapshot();
+        r.catch_up_with(c);
+        r.close();
+        let slots: Vec<_> = (0..c.nodes)
+            .filter_map(|node| c.read_slot(c.atomic_slot(off, node)))
+            .collect();
+        if let Some(newest) = slots.iter().map(|(e, _)| *e).max() {
+            r.catch_up(newest);
+        }
+        for slot in slots {
+            r.acquire(Some(slot));
+        }
     });
 }
 

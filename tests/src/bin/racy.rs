@@ -18,6 +18,7 @@ fn main() {
 }
 
 fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
     let me = dsm.id();
     match case {
         "write-write" => {
@@ -49,6 +50,17 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             } else {
                 dsm.waitcv(0);
                 std::hint::black_box(a.get(4)); // race: cv-before-write
+            }
+        }
+        "relaxed-flag" => {
+            // A flag set and awaited with relaxed atomics orders nothing else.
+            let flag = dsm.atomic_u64(*a, 1000);
+            if me == 0 {
+                a.set(6, 9); // race: relaxed-flag
+                flag.store(1, Relaxed);
+            } else {
+                while flag.load(Relaxed) == 0 {}
+                std::hint::black_box(a.get(6)); // race: relaxed-flag
             }
         }
         "halo-without-barrier" => {
@@ -122,6 +134,20 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
             });
+        }
+        "free-atomic-flag" => {
+            // Published with a release store, read after the acquire load that sees it; the
+            // counter's fetch-adds, atomics all, never race with each other.
+            let (flag, count) = (dsm.atomic_u64(*a, 1001), dsm.atomic_u64(*a, 1002));
+            count.fetch_add(1, Relaxed);
+            if me == 0 {
+                a.set(7, 9);
+                flag.store(1, Release);
+            } else {
+                while flag.load(Acquire) == 0 {}
+                std::hint::black_box(a.get(7));
+            }
+            count.fetch_add(1, AcqRel);
         }
         "free-lock" => {
             let _g = dsm.lock(1);
