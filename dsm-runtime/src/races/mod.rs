@@ -763,46 +763,44 @@ pub(crate) fn unlocking(lock: u16) {
 
 /// This thread is about to set `cv`: its clock joins this node's slot of it.
 pub(crate) fn setting_cv(cv: u16) {
-    if !on() {
-        return;
-    }
-    with_recorder(|r, c| {
-        r.catch_up_with(c);
-        {
-            let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
-            let k = c.cv_slot(cv, c.node);
-            match c.read_slot(k) {
-                // Set by another thread of the node past a barrier this one is not: what this
-                // one did is in an earlier epoch, ordered before the waiter's anyway.
-                Some((e, _)) if e > r.epoch => {}
-                Some((e, mut slot)) if e == r.epoch => {
-                    for (a, &b) in slot.iter_mut().zip(&r.clock) {
-                        *a = (*a).max(b);
-                    }
-                    c.write_slot(k, r.epoch, &slot);
-                }
-                _ => c.write_slot(k, r.epoch, &r.clock),
-            }
-        }
-        // After the clock went out: the segment that ends here is the one the setting covers.
-        r.close();
-    });
+    release_into_node_slot(|c| c.cv_slot(cv, c.node));
 }
 
 /// This thread is about to release through the atomic word at `addr` (an operation with
 /// release semantics): its clock joins this node's slot of the word, as a setting of a
 /// condition variable's does.
 pub(crate) fn atomic_releasing(addr: usize) {
+    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
+    release_into_node_slot(|c| c.atomic_slot(off, c.node));
+}
+
+/// This thread's wait on `cv` ended: it has seen what the setters did before setting it.
+pub(crate) fn cv_waited(cv: u16) {
+    acquire_every_node_slot(|c, node| c.cv_slot(cv, node));
+}
+
+/// This thread's operation with acquire semantics on the atomic word at `addr` is done: it has
+/// seen what the word's releasers did before their releases.
+pub(crate) fn atomic_acquired(addr: usize) {
+    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
+    acquire_every_node_slot(|c, node| c.atomic_slot(off, node));
+}
+
+/// A release into an object whose slots are per node (a condition variable, an atomic word):
+/// this thread's clock joins this node's slot (`slot`), which other threads of the node may
+/// have joined theirs into in this epoch.
+fn release_into_node_slot(slot: impl FnOnce(&Checker) -> usize) {
     if !on() {
         return;
     }
-    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     with_recorder(|r, c| {
         r.catch_up_with(c);
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
-            let k = c.atomic_slot(off, c.node);
+            let k = slot(c);
             match c.read_slot(k) {
+                // Set by another thread of the node past a barrier this one is not: what this
+                // one did is in an earlier epoch, ordered before the acquirer's anyway.
                 Some((e, _)) if e > r.epoch => {}
                 Some((e, mut slot)) if e == r.epoch => {
                     for (a, &b) in slot.iter_mut().zip(&r.clock) {
@@ -813,35 +811,14 @@ pub(crate) fn atomic_releasing(addr: usize) {
                 _ => c.write_slot(k, r.epoch, &r.clock),
             }
         }
+        // After the clock went out: the segment that ends here is the one the release covers.
         r.close();
     });
 }
 
-/// This thread's operation with acquire semantics on the atomic word at `addr` is done: it has
-/// seen what the word's releasers did before their releases.
-pub(crate) fn atomic_acquired(addr: usize) {
-    if !on() {
-        return;
-    }
-    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
-    with_recorder(|r, c| {
-        r.resnapshot();
-        r.catch_up_with(c);
-        r.close();
-        let slots: Vec<_> = (0..c.nodes)
-            .filter_map(|node| c.read_slot(c.atomic_slot(off, node)))
-            .collect();
-        if let Some(newest) = slots.iter().map(|(e, _)| *e).max() {
-            r.catch_up(newest);
-        }
-        for slot in slots {
-            r.acquire(Some(slot));
-        }
-    });
-}
-
-/// This thread's wait on `cv` ended: it has seen what the setters did before setting it.
-pub(crate) fn cv_waited(cv: u16) {
+/// An acquire from an object whose slots are per node: this thread has seen what every node's
+/// releasers did before their releases (`slot(checker, node)`).
+fn acquire_every_node_slot(slot: impl Fn(&Checker, u16) -> usize) {
     if !on() {
         return;
     }
@@ -850,7 +827,7 @@ pub(crate) fn cv_waited(cv: u16) {
         r.catch_up_with(c);
         r.close();
         let slots: Vec<_> = (0..c.nodes)
-            .filter_map(|node| c.read_slot(c.cv_slot(cv, node)))
+            .filter_map(|node| c.read_slot(slot(c, node)))
             .collect();
         if let Some(newest) = slots.iter().map(|(e, _)| *e).max() {
             r.catch_up(newest);
