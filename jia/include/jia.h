@@ -60,6 +60,34 @@ void jia_setcv(int cvnum);
 void jia_resetcv(int cvnum);
 void jia_waitcv(int cvnum);
 
+#ifdef JIA_CHECK_RACES
+/* Built by `dsmcc --check-races`: the race checker sees the bytes the printf family writes into
+ * a string (sprintf, snprintf, vsprintf, vsnprintf: the string and its NUL) and the string
+ * sscanf reads (up to its NUL), at the caller's line. Each argument is evaluated once. What
+ * their %s arguments read and sscanf's conversions store are not seen. */
+#include <stdio.h>
+#include <stddef.h>
+int __dsm_checked_printed(char *s, size_t room, int ret);
+int __dsm_checked_scanned(const char *s, int ret);
+#undef sprintf
+#undef snprintf
+#undef vsprintf
+#undef vsnprintf
+#undef sscanf
+#define sprintf(s, ...) \
+    ({ char *__jia_s = (s); __dsm_checked_printed(__jia_s, (size_t)-1, sprintf(__jia_s, __VA_ARGS__)); })
+#define snprintf(s, n, ...) \
+    ({ char *__jia_s = (s); size_t __jia_n = (n); \
+       __dsm_checked_printed(__jia_s, __jia_n, snprintf(__jia_s, __jia_n, __VA_ARGS__)); })
+#define vsprintf(s, f, a) \
+    ({ char *__jia_s = (s); __dsm_checked_printed(__jia_s, (size_t)-1, vsprintf(__jia_s, (f), (a))); })
+#define vsnprintf(s, n, f, a) \
+    ({ char *__jia_s = (s); size_t __jia_n = (n); \
+       __dsm_checked_printed(__jia_s, __jia_n, vsnprintf(__jia_s, __jia_n, (f), (a))); })
+#define sscanf(s, ...) \
+    ({ const char *__jia_s = (s); __dsm_checked_scanned(__jia_s, sscanf(__jia_s, __VA_ARGS__)); })
+#endif
+
 /* Atomic operations on shared memory, exact across nodes (ours; JIAJIA has none). `p` is an
  * aligned 4- or 8-byte word of shared memory; `order` is a C11 memory order (__ATOMIC_RELAXED,
  * _CONSUME (taken as acquire), _ACQUIRE, _RELEASE, _ACQ_REL, _SEQ_CST, or memory_order_* of

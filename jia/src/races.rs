@@ -338,6 +338,34 @@ unsafe extern "C" fn qsort_at(
     unsafe { libc::qsort(base, n, size, cmp) }
 }
 
+/// After a `sprintf`-like call that returned `ret` into `s` of `room` bytes (jia.h's wrappers in
+/// checked builds): the string it wrote and its NUL, written. `ret` is passed back.
+unsafe extern "C" fn printed_at(s: *mut c_char, room: usize, ret: c_int, pc: usize) -> c_int {
+    if let (Ok(n), true) = (usize::try_from(ret), room > 0) {
+        touched(s.cast(), n.min(room - 1) + 1, true, pc);
+    }
+    ret
+}
+
+/// After a `sscanf` of string `s` that returned `ret`: the string and its NUL, read.
+///
+/// # Safety
+/// `s` is a string (the caller's promise, as to sscanf).
+unsafe extern "C" fn scanned_at(s: *const c_char, ret: c_int, pc: usize) -> c_int {
+    if !s.is_null() {
+        // SAFETY: the caller's promise.
+        let n = unsafe { libc::strlen(s) } + 1;
+        touched(s.cast(), n, false, pc);
+    }
+    ret
+}
+
+// The entries jia.h's printf and scanf wrappers call in checked builds.
+pc_entry! {
+    __dsm_checked_printed => printed_at, "rcx", (s: *mut c_char, room: usize, ret: c_int) -> c_int;
+    __dsm_checked_scanned => scanned_at, "rdx", (s: *const c_char, ret: c_int) -> c_int;
+}
+
 // The names below are the ones `dsmcc` renames calls to (its `CHECKED_MEMORY_FUNCTIONS`).
 pc_entry! {
     __dsm_checked_memcpy => memcpy_at, "rcx",

@@ -210,6 +210,8 @@ fn show_command(cmd: &Command) {
 /// instrument), whose calls then go to libjia.
 fn instrument_flags(cc: &OsString) -> Vec<String> {
     let mut flags: Vec<String> = compiler_flags(cc).iter().map(|f| f.to_string()).collect();
+    // jia.h then wraps the printf and scanf calls that write or read strings in memory.
+    flags.push("-DJIA_CHECK_RACES".to_string());
     flags.extend(
         CHECKED_MEMORY_FUNCTIONS
             .iter()
