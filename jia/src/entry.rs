@@ -37,6 +37,33 @@ macro_rules! pc_entry {
 }
 pub(crate) use pc_entry;
 
+/// As [`pc_entry`] for a call of six arguments, which take every argument register: the
+/// trampoline pushes the return address, calls `$imp` with it as a seventh argument on the
+/// stack (the stack stays aligned: one push, one call), pops it and returns to the program.
+macro_rules! pc_entry_stacked {
+    ($($name:ident => $imp:path, ($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                "push qword ptr [rsp]",
+                "call {imp}",
+                "add rsp, 8",
+                "ret",
+                imp = sym $imp,
+            )
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller's promise is the function's own (see its documentation).
+            unsafe { $imp($($arg),*, 0) }
+        }
+    )*};
+}
+pub(crate) use pc_entry_stacked;
+
 unsafe extern "C" {
     /// glibc's `sigaction` under its own name (libjia defines `sigaction`).
     pub(crate) fn __sigaction(

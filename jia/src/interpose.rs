@@ -195,6 +195,26 @@ crate::entry::pc_entry! {
         (s: *mut libc::c_char, n: c_int, f: *mut libc::FILE) -> *mut libc::c_char;
 }
 
+// Six arguments: the caller's address travels on the stack.
+crate::entry::pc_entry_stacked! {
+    __dsm_checked_recvfrom => recvfrom_at, (
+        fd: c_int,
+        buf: *mut c_void,
+        n: usize,
+        flags: c_int,
+        from: *mut libc::sockaddr,
+        len: *mut libc::socklen_t
+    ) -> isize;
+    __dsm_checked_sendto => sendto_at, (
+        fd: c_int,
+        buf: *const c_void,
+        n: usize,
+        flags: c_int,
+        to: *const libc::sockaddr,
+        len: libc::socklen_t
+    ) -> isize;
+}
+
 /// The buffers of `cnt` iovecs at `iov`, as slices of (address, length); none for a bad count.
 ///
 /// # Safety
@@ -276,6 +296,40 @@ unsafe extern "C" fn send_at(
 ) -> isize {
     // SAFETY: the C library's send with the caller's arguments.
     let r = on_shared(buf, n, false, || unsafe { libc::send(fd, buf, n, flags) });
+    record(buf, r, false, pc);
+    r
+}
+
+unsafe extern "C" fn recvfrom_at(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    flags: c_int,
+    from: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's recvfrom with the caller's arguments.
+    let r = on_shared(buf, n, true, || unsafe {
+        libc::recvfrom(fd, buf, n, flags, from, len)
+    });
+    record(buf, r, true, pc);
+    r
+}
+
+unsafe extern "C" fn sendto_at(
+    fd: c_int,
+    buf: *const c_void,
+    n: usize,
+    flags: c_int,
+    to: *const libc::sockaddr,
+    len: libc::socklen_t,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's sendto with the caller's arguments.
+    let r = on_shared(buf, n, false, || unsafe {
+        libc::sendto(fd, buf, n, flags, to, len)
+    });
     record(buf, r, false, pc);
     r
 }

@@ -309,7 +309,9 @@ const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
 /// buffer, whose calls a checked object makes to libjia's entries instead (they bring the
 /// buffer's pages in, make the call and record the bytes moved: `jia/src/interpose.rs`).
 /// `read`, `write`, `pread`, `pwrite`, `fread` and `fwrite` are libjia's own in every program.
-const CHECKED_IO_FUNCTIONS: &[&str] = &["readv", "writev", "recv", "send", "fgets"];
+const CHECKED_IO_FUNCTIONS: &[&str] = &[
+    "readv", "writev", "recv", "send", "recvfrom", "sendto", "fgets",
+];
 
 /// The synchronisation of a node's threads that the race checker sees the same way (each
 /// ordering the threads as the DSM's own synchronisation does).
