@@ -59,9 +59,7 @@ impl<M: PageMemory> Node<M> {
             // Its home is being decided (this node vetoes the move now: see `holds_atomics`):
             // made once the moves are applied, at the home then.
             self.atomics.pages.insert(page);
-            self.atomics
-                .held
-                .push((waiter, addr, width, op, order, now));
+            self.atomics.held.push((waiter, addr, width, op, order));
             return Ok(());
         }
         let home = self.table[page.index()].home;
@@ -244,7 +242,7 @@ impl<M: PageMemory> Node<M> {
 
     /// The moves are applied: the operations held for them are made.
     pub(crate) fn make_held_atomics(&mut self, now: Time) {
-        for (waiter, addr, width, op, order, _) in std::mem::take(&mut self.atomics.held) {
+        for (waiter, addr, width, op, order) in std::mem::take(&mut self.atomics.held) {
             // Checked when it was first made: a retry cannot fail.
             let made = self.atomic(now, waiter, (addr, width), op, order);
             debug_assert!(made.is_ok(), "{made:?}");

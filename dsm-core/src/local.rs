@@ -129,7 +129,6 @@ pub(crate) struct Atomics {
         u8,
         AtomicOp,
         crate::types::AtomicOrder,
-        Time,
     )>,
     /// Pages holding words operated on atomically, from here or here as their home: their
     /// homes never move (a copy marked written by an atomic operation is not the page's last).

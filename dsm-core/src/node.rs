@@ -794,9 +794,7 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn mark_written(&mut self, page: PageNum) {
         self.written.insert(page, self.interval);
         // A home page written: the copies sent of it are older now.
-        if !self.held.is_empty() {
-            self.held.retain(|h| !h.holds(page));
-        }
+        self.forget_held(page);
     }
 
     /// The access a waiter list needs: write if any waiter writes.

@@ -438,19 +438,19 @@ impl<M: PageMemory> Node<M> {
             self.held
                 .retain(|h| h.node != from || !(h.holds(first) || h.holds(last)));
         }
-        if let Some(now) = now {
-            if self.forward(now, from, &pages) {
+        // Every page tracked: the requester's copies stay as current as ours until one of
+        // them is written (`forget_held`), and may serve the readers that follow.
+        let tracked = now
+            .filter(|_| self.cfg.forward_within.is_some())
+            .and_then(|now| Some((now, self.tracked_run(&pages)?)));
+        if let Some((now, run)) = tracked {
+            if self.forward(now, from, run) {
                 return Ok(());
             }
         }
         self.queue_runs(from, &pages, false);
         self.serve_next_run();
-        // Every page tracked: the requester's copies stay as current as ours until one of
-        // them is written (`forget_held`), and may serve the readers that follow.
-        let forwarding = now.filter(|_| self.cfg.forward_within.is_some());
-        if let Some((now, (first, count))) =
-            forwarding.and_then(|now| Some((now, self.tracked_run(&pages)?)))
-        {
+        if let Some((now, (first, count))) = tracked {
             if self.held.len() >= MAX_HELD_RUNS {
                 self.held.remove(0);
             }
@@ -597,13 +597,10 @@ impl<M: PageMemory> Node<M> {
         (consecutive && tracked).then_some((first, pages.len() as u32))
     }
 
-    /// Forwards `from`'s request for `pages` to a node that holds them, if one does (see
-    /// above); whether it did.
-    fn forward(&mut self, now: Time, from: NodeId, pages: &[PageNum]) -> bool {
+    /// Forwards `from`'s request for the tracked run of `count` pages from `first` to a node
+    /// that holds them, if one does (see above); whether it did.
+    fn forward(&mut self, now: Time, from: NodeId, (first, count): (PageNum, u32)) -> bool {
         let Some(within) = self.cfg.forward_within else {
-            return false;
-        };
-        let Some((first, count)) = self.tracked_run(pages) else {
             return false;
         };
         let last = PageNum(first.0 + (count - 1));
