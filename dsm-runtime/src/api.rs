@@ -18,6 +18,8 @@ use dsm_transport::reliable::ReliableConfig;
 use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
 use dsm_transport::udp::{self, UdpTransport};
 
+use dsm_races::{self as races, Event, Object};
+
 use crate::array::{Shared, SharedArray};
 use crate::config::{CommType, Config};
 use crate::door::SLOTS;
@@ -293,6 +295,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         }
     })?;
     let base = region.app_base;
+    let race_region = region.for_race_checker();
     fault::install(base, len).map_err(|source| InitError::Os {
         what: "installing the fault handler",
         source,
@@ -408,16 +411,17 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     };
     if config.check_races {
         // The checker's clock slots, allocated alike on every node.
-        let words = crate::races::slot_words_for(usize::from(size));
+        let words = races::slot_words_for(usize::from(size));
         let slots = dsm
             .alloc::<u32>(words, AllocPolicy::OnNode(NodeId(0)))
             .unwrap_or_else(|e| fatal(&format!("check_races: no room for its clocks: {e}")));
-        crate::races::start(
-            dsm.id() as u16,
-            dsm.nodes() as u16,
-            (base, len),
-            (slots.as_ptr() as usize, words),
-        );
+        races::start(races::Start {
+            node: dsm.id() as u16,
+            nodes: dsm.nodes() as u16,
+            region: race_region,
+            slots: slots.as_atomic_words(),
+            end: fatal,
+        });
     }
     Ok(dsm)
 }
@@ -802,7 +806,7 @@ impl Dsm {
         self.alloc_from(
             len,
             policy,
-            crate::races::From::Caller(std::panic::Location::caller()),
+            races::From::Caller(std::panic::Location::caller()),
         )
     }
 
@@ -813,7 +817,7 @@ impl Dsm {
         &self,
         len: usize,
         policy: AllocPolicy,
-        from: crate::races::From,
+        from: races::From,
     ) -> Result<SharedArray<T>, UsageError> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
@@ -825,8 +829,8 @@ impl Dsm {
         match self.call(Call::Alloc { policy, bytes })? {
             Reply::Allocated(off) => {
                 let addr = self.base + off as usize;
-                fault::allocations::note(addr, bytes as usize, crate::races::allocation_site(from));
-                crate::races::allocated(addr, bytes as usize, std::mem::size_of::<T>(), from);
+                fault::allocations::note(addr, bytes as usize, races::allocation_site(from));
+                races::allocated(addr, bytes as usize, std::mem::size_of::<T>(), from);
                 Ok(SharedArray::new(addr as *mut T, len))
             }
             other => unexpected("jia_alloc", &other),
@@ -877,15 +881,15 @@ impl Dsm {
     pub fn lock_raw(&self, lock: u16) -> Result<(), UsageError> {
         let _w = progress::waiting_for_lock(lock);
         // Before the acquire's invalidations: a slice's bytes are compared with what it wrote.
-        crate::races::segment_ends();
+        races::sync_event(Event::Waiting);
         self.call(Call::Lock(LockId(lock)))?;
-        crate::races::lock_acquired(lock);
+        races::sync_event(Event::Acquired(Object::Lock(lock)));
         Ok(())
     }
 
     /// `jia_unlock`: a lock this thread does not hold is an error.
     pub fn unlock_raw(&self, lock: u16) -> Result<(), UsageError> {
-        crate::races::unlocking(lock);
+        races::sync_event(Event::Releasing(Object::Lock(lock)));
         self.call(Call::Unlock(LockId(lock))).map(drop)
     }
 
@@ -909,10 +913,10 @@ impl Dsm {
         // Before any lock of the process's: a forked child's copy of one may be held forever.
         in_the_nodes_process("jia_barrier");
         let _w = progress::waiting("jia_barrier");
-        crate::races::segment_ends();
+        races::sync_event(Event::Waiting);
         crate::team::plain_barrier(|| self.call_or_die(Call::Barrier { threads: 1 }));
-        crate::races::barrier_done();
-        crate::races::barrier_left();
+        races::sync_event(Event::NodeBarrierDone);
+        races::sync_event(Event::BarrierLeft);
     }
 
     /// A barrier of `threads` threads of every node (`jia_barrier_threads`): each of the
@@ -945,15 +949,15 @@ impl Dsm {
     pub fn barrier_threads(&self, threads: usize) {
         in_the_nodes_process("jia_barrier_threads");
         let at = std::panic::Location::caller();
-        crate::races::segment_ends();
+        races::sync_event(Event::Waiting);
         crate::team::barrier(threads, at, || {
             let _w = progress::waiting("jia_barrier");
             // team::barrier refused counts over MAX_THREADS, which fits.
             let threads = threads as u16;
             self.call_or_die_at(Call::Barrier { threads }, at);
-            crate::races::barrier_done();
+            races::sync_event(Event::NodeBarrierDone);
         });
-        crate::races::barrier_left();
+        races::sync_event(Event::BarrierLeft);
     }
 
     /// A barrier without coherence (`jia_wait`): every node waits until all have arrived, and
@@ -986,7 +990,7 @@ impl Dsm {
     /// ```
     #[track_caller]
     pub fn setcv(&self, cv: u16) {
-        crate::races::setting_cv(cv);
+        races::sync_event(Event::Releasing(Object::Cv(cv)));
         self.call_or_die(Call::SetCv(CvId(cv)));
     }
 
@@ -1001,9 +1005,9 @@ impl Dsm {
     #[track_caller]
     pub fn waitcv(&self, cv: u16) {
         let _w = progress::waiting_for_cv(cv);
-        crate::races::segment_ends();
+        races::sync_event(Event::Waiting);
         self.call_or_die(Call::WaitCv(CvId(cv)));
-        crate::races::cv_waited(cv);
+        races::sync_event(Event::Acquired(Object::Cv(cv)));
     }
 
     /// Zeroes this node's statistics (`jia_startstat`).
@@ -1086,10 +1090,10 @@ impl Dsm {
         let _w = progress::waiting("jia_atomic");
         if declared.acquire {
             // Before the acquire's invalidations, as for a lock.
-            crate::races::segment_ends();
+            races::sync_event(Event::Waiting);
         }
         if declared.release {
-            crate::races::atomic_releasing(addr);
+            races::sync_event(Event::Releasing(Object::Atomic(addr)));
         }
         let call = Call::Atomic {
             addr: GlobalAddr(offset),
@@ -1100,7 +1104,7 @@ impl Dsm {
         match self.call(call)? {
             Reply::Value(v) => {
                 if declared.acquire {
-                    crate::races::atomic_acquired(addr);
+                    races::sync_event(Event::Acquired(Object::Atomic(addr)));
                 }
                 Ok(v)
             }
@@ -1181,7 +1185,7 @@ impl Dsm {
         }
         let _w = progress::waiting("jia_exit");
         // Before this node's exit message: node 0 gathers every node's records.
-        crate::races::gather_records(
+        races::gather_records(
             |to, bytes| self.send_race_records(to, bytes),
             |from| self.receive_race_records(from),
         );
@@ -1195,7 +1199,9 @@ impl Dsm {
             let _ = h.join();
         }
         self.left.store(true, Ordering::SeqCst);
-        crate::races::report_at_node0();
+        if races::report_at_node0() {
+            sys::exit_status_at_end(races::EXIT_RACES);
+        }
     }
 }
 

@@ -112,6 +112,17 @@ unsafe impl<T: Shared> Send for SharedArray<T> {}
 // SAFETY: as above.
 unsafe impl<T: Shared> Sync for SharedArray<T> {}
 
+impl SharedArray<u32> {
+    /// The elements as atomics, for the process's life (the race checker's clock slots, which
+    /// its threads read and write through the DSM like the program's own data).
+    pub(crate) fn as_atomic_words(&self) -> &'static [std::sync::atomic::AtomicU32] {
+        // SAFETY: the elements lie in the shared region (checked by `new`), mapped for the
+        // process's life; `u32` elements are aligned for `AtomicU32`, which has their size, and
+        // every bit pattern is a valid value. Other threads reach them through atomics too.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast_const().cast(), self.len) }
+    }
+}
+
 /// The private buffer [`SharedArray::read_from`] and [`SharedArray::write_to`] go through.
 const IO_BOUNCE_BYTES: usize = 1 << 16;
 
@@ -151,11 +162,11 @@ impl<T: Shared> SharedArray<T> {
             "index {i} out of a shared array of {}",
             self.len
         );
-        crate::races::access(
+        dsm_races::access(
             self.ptr.wrapping_add(i) as usize,
             std::mem::size_of::<T>(),
             false,
-            crate::races::From::Caller(std::panic::Location::caller()),
+            dsm_races::From::Caller(std::panic::Location::caller()),
         );
         // SAFETY: element i is in bounds of the allocation, which stays mapped as long as the
         // process; it is aligned to size_of::<T>(): the allocation starts on a page boundary
@@ -176,11 +187,11 @@ impl<T: Shared> SharedArray<T> {
             "index {i} out of a shared array of {}",
             self.len
         );
-        crate::races::access(
+        dsm_races::access(
             self.ptr.wrapping_add(i) as usize,
             std::mem::size_of::<T>(),
             true,
-            crate::races::From::Caller(std::panic::Location::caller()),
+            dsm_races::From::Caller(std::panic::Location::caller()),
         );
         // SAFETY: as in `get` (the region's application view is mapped for writing; a page not
         // writable yet faults and is made so).
@@ -218,17 +229,17 @@ impl<T: Shared> SharedArray<T> {
     #[track_caller]
     pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> SliceMut<'_, T> {
         self.check(&range);
-        let taken = if crate::races::on() {
+        let taken = if dsm_races::on() {
             let bytes = range.len() * std::mem::size_of::<T>();
             // SAFETY: in bounds (checked); read as bytes, which every value is.
             let now = unsafe {
                 std::slice::from_raw_parts(self.ptr.add(range.start) as *const u8, bytes)
             };
-            crate::races::slice_taken(
+            dsm_races::slice_taken(
                 self.ptr.wrapping_add(range.start) as usize,
                 now,
                 std::mem::size_of::<T>(),
-                crate::races::From::Caller(std::panic::Location::caller()),
+                dsm_races::From::Caller(std::panic::Location::caller()),
             )
         } else {
             None
@@ -377,7 +388,7 @@ impl<T: Shared> SharedArray<T> {
 /// other threads; what they write through it is recorded as the taker's.
 pub struct SliceMut<'a, T> {
     slice: &'a mut [T],
-    taken: Option<crate::races::Taken>,
+    taken: Option<dsm_races::Taken>,
     _this_thread: std::marker::PhantomData<*const ()>,
 }
 
@@ -401,7 +412,7 @@ impl<T> Drop for SliceMut<'_, T> {
     #[inline]
     fn drop(&mut self) {
         if let Some(taken) = self.taken.take() {
-            crate::races::slice_dropped(taken);
+            dsm_races::slice_dropped(taken);
         }
     }
 }

@@ -63,10 +63,6 @@ mod message;
 mod misuse;
 #[cfg(not(dsm_loom))]
 mod progress;
-/// The race checker (`check_races`): its hooks are public for libjia's C entry points.
-#[cfg(not(dsm_loom))]
-#[doc(hidden)]
-pub mod races;
 #[cfg(not(dsm_loom))]
 #[allow(unsafe_code)]
 mod region;

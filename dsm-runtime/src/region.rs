@@ -73,6 +73,14 @@ const FAULT_AROUND_PAGES: usize = 16;
 unsafe impl Send for Region {}
 
 impl Region {
+    /// The application's view, as the race checker reads it.
+    pub fn for_race_checker(&self) -> dsm_races::Region {
+        // SAFETY: the application's view stays mapped for the process's life (nothing unmaps
+        // it); a page not held here faults and the fault handler brings it in, as for any read
+        // of the program's.
+        unsafe { dsm_races::Region::new(self.app_base, self.len) }
+    }
+
     /// Reserves `len` bytes at `app_base` (application view, no access) and a service view.
     pub fn map(app_base: usize, len: usize) -> std::io::Result<Region> {
         let fd = sys::memfd("dsm-shared", len as u64)?;
@@ -254,23 +262,20 @@ impl PageMemory for Region {
         }
         let dst = self.page_ptr(page).wrapping_add(offset);
         // What comes in from the protocol is no thread's write (the race checker's slices):
-        // logged with the bytes it replaces.
-        let logged = crate::races::on() && {
+        // copied inside the checker's record of it, with the bytes it replaces.
+        let _incoming = dsm_races::on().then(|| {
             // SAFETY: dst..dst+len lies inside one page of the service mapping (checked
-            // above); read as plain bytes, as `read` does.
+            // above); read as plain bytes, as `read` does, and only before the copy below.
             let before = unsafe { std::slice::from_raw_parts(dst.cast_const(), data.len()) };
-            crate::races::incoming(page.index(), offset, before, data)
-        };
+            dsm_races::incoming_write(page.index(), offset, before, data)
+        });
         // SAFETY: dst..dst+len lies inside one page of the service mapping (checked above), and
         // `data` is a distinct Rust slice.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
-        if logged {
-            crate::races::incoming_done();
-        }
     }
 
     fn write_run(&mut self, first: PageNum, data: &[u8]) {
-        if crate::races::on() {
+        if dsm_races::on() {
             // Each page through `write`, which records what it replaces.
             for (i, bytes) in data.chunks_exact(PAGE_SIZE).enumerate() {
                 self.write(PageNum(first.0 + i as u32), 0, bytes);

@@ -398,7 +398,7 @@ pub unsafe extern "C" fn sigaction(
     if dsm_runtime::interpose::program_sigaction(sig, a, o) {
         return 0;
     }
-    if dsm_runtime::races::on() {
+    if dsm_races::on() {
         // SAFETY: the caller's arguments, as to the C library's sigaction.
         return unsafe { crate::races::checked_sigaction(sig, act, old) };
     }
@@ -451,7 +451,7 @@ fn note_signal(sig: c_int, handler: libc::sighandler_t) {
 /// As the C library's `signal`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if dsm_signal(sig) || dsm_runtime::races::on() {
+    if dsm_signal(sig) || dsm_races::on() {
         return signal_as(sig, handler, libc::SA_RESTART);
     }
     note_signal(sig, handler);
@@ -479,7 +479,7 @@ pub unsafe extern "C" fn sysv_signal(
     sig: c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
-    if dsm_signal(sig) || dsm_runtime::races::on() {
+    if dsm_signal(sig) || dsm_races::on() {
         return signal_as(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER);
     }
     note_signal(sig, handler);

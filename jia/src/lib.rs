@@ -153,11 +153,10 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     // Calls made before jia_init (jia_config is often the first line of main).
     apply_home_migration_asked();
     print_notices();
-    if dsm_runtime::races::on() {
+    if dsm_races::on() {
         races::wrap_installed_handlers();
     }
-    if dsm_runtime::races::on() && !races::instrumented() && DSM.get().is_some_and(|d| d.id() == 0)
-    {
+    if dsm_races::on() && !races::instrumented() && DSM.get().is_some_and(|d| d.id() == 0) {
         eprintln!(
             "dsm: check_races: this program was not built for the checker (dsmcc --check-races): \
              its loads and stores are not seen, so no race of its own can be found"
@@ -185,7 +184,7 @@ fn alloc(total: c_int, policy: AllocPolicy, pc: usize) -> c_ulong {
     if total <= 0 {
         die(&format!("jia_alloc: size {total} must be positive"));
     }
-    let from = dsm_runtime::races::From::Code(pc);
+    let from = dsm_races::From::Code(pc);
     match dsm().alloc_from::<u8>(total as usize, policy, from) {
         Ok(a) => a.as_ptr() as c_ulong,
         Err(e) => die(&format!("jia_alloc of {total} bytes: {e}")),
@@ -687,7 +686,7 @@ pub(crate) unsafe extern "C" fn jia_send_at(
     pc: usize,
 ) {
     let n = length(len, buf, "jia_send");
-    dsm_runtime::races::access(buf as usize, n, false, dsm_runtime::races::From::Code(pc));
+    dsm_races::access(buf as usize, n, false, dsm_races::From::Code(pc));
     let to = node_arg(topid, "jia_send", "destination");
     let data = if n == 0 {
         &[][..]
@@ -724,12 +723,7 @@ pub(crate) unsafe extern "C" fn jia_recv_at(
         unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
     };
     let got = dsm().recv_into(from, tag, buf).len;
-    dsm_runtime::races::access(
-        buf.as_ptr() as usize,
-        got,
-        true,
-        dsm_runtime::races::From::Code(pc),
-    );
+    dsm_races::access(buf.as_ptr() as usize, got, true, dsm_races::From::Code(pc));
     got as c_int
 }
 

@@ -3,7 +3,7 @@
 //!
 //! - the compiler's hooks: `__tsan_read4(addr)` and the like at every load and store, each
 //!   passing the access and its return address (its source line) to
-//!   `dsm_runtime::races::access`. Off (no `check_races`), that is one load and a branch;
+//!   `dsm_races::access`. Off (no `check_races`), that is one load and a branch;
 //! - the C library's memory and string functions, which `dsmcc` renames a checked object's calls
 //!   to;
 //! - the program's signal handlers, when checking;
@@ -18,7 +18,7 @@ use crate::entry::pc_entry;
 /// One access from instrumented code: `size` bytes at `addr`, a write if `write` is nonzero,
 /// made at the return address `pc`.
 extern "C" fn access(addr: usize, pc: usize, size: usize, write: usize) {
-    dsm_runtime::races::access(addr, size, write != 0, dsm_runtime::races::From::Code(pc));
+    dsm_races::access(addr, size, write != 0, dsm_races::From::Code(pc));
 }
 
 /// `__tsan_<name>(addr)` for an access of `size` bytes.
@@ -105,12 +105,7 @@ pub extern "C" fn __tsan_func_exit() {}
 
 /// `len` bytes at `addr` read (or written) from `pc`, for the race checker.
 pub(crate) fn touched(addr: *const c_void, len: usize, write: bool, pc: usize) {
-    dsm_runtime::races::access(
-        addr as usize,
-        len,
-        write,
-        dsm_runtime::races::From::Code(pc),
-    );
+    dsm_races::access(addr as usize, len, write, dsm_races::From::Code(pc));
 }
 
 /// How many bytes of `a` and `b` a comparison of at most `n` reads: up to the first that
@@ -402,7 +397,7 @@ pc_entry! {
 //
 // While the race checker runs, every handler the program installs (through libjia's
 // `sigaction`, `signal`, `bsd_signal` and `sysv_signal`) is installed as [`checked_handler`],
-// which runs it inside `dsm_runtime::races::in_signal_handler`: the accesses it makes are kept
+// which runs it inside `dsm_races::in_signal_handler`: the accesses it makes are kept
 // without allocating and recorded after it. The program asking for the action back gets its own.
 
 /// Signals' numbers run from 1 to this.
@@ -501,7 +496,7 @@ pub(crate) fn wrap_installed_handlers() {
 }
 
 /// The handler of every signal whose handler the program installed while checking: runs the
-/// program's inside `dsm_runtime::races::in_signal_handler`.
+/// program's inside `dsm_races::in_signal_handler`.
 ///
 /// Signal context: two atomic loads and the call (no lock, no allocation; errno is the
 /// program's handler's to keep).
@@ -515,7 +510,7 @@ extern "C" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut 
         return;
     }
     let flags = PROGRAM_FLAGS[k].load(SeqCst);
-    dsm_runtime::races::in_signal_handler(|| {
+    dsm_races::in_signal_handler(|| {
         if flags & libc::SA_SIGINFO != 0 {
             // SAFETY: the program installed this address as an SA_SIGINFO handler.
             let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
@@ -534,11 +529,11 @@ extern "C" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut 
 // `dsmcc --check-races` renames a checked object's calls of these functions as it does the
 // memory functions': mutexes, condition variables' waits, barriers and semaphores order the
 // threads of a node (a release before the call, an acquire after it, through
-// `dsm_runtime::races::local_release`/`local_acquire`, keyed by the object's address), a new
+// `dsm_races::local_release`/`local_acquire`, keyed by the object's address), a new
 // thread starts from its creator's clock, and a join acquires the clock the thread ended with.
 // Off, each is the C library's call and a load and a branch.
 
-use dsm_runtime::races::Local;
+use dsm_races::Local;
 
 fn object(p: *const c_void) -> Local {
     Local::Object(p as usize)
@@ -553,7 +548,7 @@ macro_rules! acquired_on_success {
             // SAFETY: the caller's arguments, as to the C library's function.
             let rc = unsafe { libc::$call(obj $(, $arg)*) };
             if rc == 0 {
-                dsm_runtime::races::local_acquire(object(obj.cast()));
+                dsm_races::local_acquire(object(obj.cast()));
             }
             rc
         }
@@ -565,7 +560,7 @@ macro_rules! released_before {
     ($($name:ident => $call:ident($ty:ty);)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(obj: *mut $ty) -> c_int {
-            dsm_runtime::races::local_release(object(obj.cast()));
+            dsm_races::local_release(object(obj.cast()));
             // SAFETY: the caller's argument, as to the C library's function.
             unsafe { libc::$call(obj) }
         }
@@ -609,7 +604,7 @@ extern "C" fn checked_once_routine() {
         let routine: extern "C" fn() = unsafe { std::mem::transmute(routine) };
         routine();
     }
-    dsm_runtime::races::local_release(Local::Object(control));
+    dsm_races::local_release(Local::Object(control));
 }
 
 /// `pthread_once`: whoever returns from it has seen what the routine did (its runner releases
@@ -623,7 +618,7 @@ pub unsafe extern "C" fn __dsm_checked_pthread_once(
     // SAFETY: the caller's control, as to pthread_once, with a routine that runs the caller's.
     let rc = unsafe { libc::pthread_once(control, checked_once_routine) };
     ONCE.with(|o| o.set(outer));
-    dsm_runtime::races::local_acquire(object(control.cast()));
+    dsm_races::local_acquire(object(control.cast()));
     rc
 }
 
@@ -632,10 +627,10 @@ pub unsafe extern "C" fn __dsm_checked_pthread_cond_wait(
     c: *mut libc::pthread_cond_t,
     m: *mut libc::pthread_mutex_t,
 ) -> c_int {
-    dsm_runtime::races::local_release(object(m.cast()));
+    dsm_races::local_release(object(m.cast()));
     // SAFETY: the caller's arguments, as to pthread_cond_wait.
     let rc = unsafe { libc::pthread_cond_wait(c, m) };
-    dsm_runtime::races::local_acquire(object(m.cast()));
+    dsm_races::local_acquire(object(m.cast()));
     rc
 }
 
@@ -645,10 +640,10 @@ pub unsafe extern "C" fn __dsm_checked_pthread_cond_timedwait(
     m: *mut libc::pthread_mutex_t,
     t: *const libc::timespec,
 ) -> c_int {
-    dsm_runtime::races::local_release(object(m.cast()));
+    dsm_races::local_release(object(m.cast()));
     // SAFETY: the caller's arguments, as to pthread_cond_timedwait.
     let rc = unsafe { libc::pthread_cond_timedwait(c, m, t) };
-    dsm_runtime::races::local_acquire(object(m.cast()));
+    dsm_races::local_acquire(object(m.cast()));
     rc
 }
 
@@ -656,10 +651,10 @@ pub unsafe extern "C" fn __dsm_checked_pthread_cond_timedwait(
 pub unsafe extern "C" fn __dsm_checked_pthread_barrier_wait(
     b: *mut libc::pthread_barrier_t,
 ) -> c_int {
-    let round = dsm_runtime::races::local_barrier_enter(b as usize);
+    let round = dsm_races::local_barrier_enter(b as usize);
     // SAFETY: the caller's argument, as to pthread_barrier_wait.
     let rc = unsafe { libc::pthread_barrier_wait(b) };
-    dsm_runtime::races::local_barrier_leave(b as usize, round);
+    dsm_races::local_barrier_leave(b as usize, round);
     rc
 }
 
@@ -680,7 +675,7 @@ extern "C" fn checked_start(start: *mut c_void) -> *mut c_void {
     let me = unsafe { libc::pthread_self() };
     if let Some(creator) = start.creator {
         // Its clock is left for the joiner when it ends, by returning or by pthread_exit.
-        dsm_runtime::races::thread_started(creator, Some(me));
+        dsm_races::thread_started(creator, Some(me));
     }
     (start.run)(start.arg)
 }
@@ -695,7 +690,7 @@ pub unsafe extern "C" fn __dsm_checked_pthread_create(
     let start = Box::into_raw(Box::new(Start {
         run,
         arg,
-        creator: dsm_runtime::races::thread_spawning(),
+        creator: dsm_races::thread_spawning(),
     }));
     // SAFETY: the caller's arguments, as to pthread_create, with this library's start routine
     // and the Box it takes back.
@@ -715,7 +710,7 @@ pub unsafe extern "C" fn __dsm_checked_pthread_join(
     // SAFETY: the caller's arguments, as to pthread_join.
     let rc = unsafe { libc::pthread_join(thread, result) };
     if rc == 0 {
-        dsm_runtime::races::local_acquire(Local::Thread(thread));
+        dsm_races::local_acquire(Local::Thread(thread));
     }
     rc
 }
@@ -762,12 +757,12 @@ extern "C" fn checked_region(region: *mut c_void) {
     // which is after every team thread has returned from here; only read.
     let region = unsafe { &*(region as *const Region) };
     if let Some(opener) = &region.opener {
-        dsm_runtime::races::thread_started(opener.clone(), None);
+        dsm_races::thread_started(opener.clone(), None);
     }
     // The team's barrier counts its rounds from this region's start.
-    dsm_runtime::races::local_barrier_restart(OMP_BARRIER_ADDR);
+    dsm_races::local_barrier_restart(OMP_BARRIER_ADDR);
     (region.run)(region.data);
-    dsm_runtime::races::local_release(Local::Team(region as *const Region as usize));
+    dsm_races::local_release(Local::Team(region as *const Region as usize));
 }
 
 /// libgomp's calls that open a parallel region: `$name(run, data, args...)` runs `run(data)`
@@ -790,11 +785,11 @@ macro_rules! gomp_region {
             let region = Region {
                 run,
                 data,
-                opener: dsm_runtime::races::thread_spawning(),
+                opener: dsm_races::thread_spawning(),
             };
             let key = Local::Team(&region as *const Region as usize);
             real(checked_region, (&region as *const Region).cast_mut().cast(), $($arg),*);
-            dsm_runtime::races::local_acquire(key);
+            dsm_races::local_acquire(key);
         }
     )*};
 }
@@ -841,11 +836,11 @@ macro_rules! gomp_sync {
             // SAFETY: libgomp's function of that name takes nothing and returns nothing.
             let real: extern "C" fn() = unsafe { std::mem::transmute(real) };
             if $release {
-                dsm_runtime::races::local_release($key);
+                dsm_races::local_release($key);
             }
             real();
             if $acquire {
-                dsm_runtime::races::local_acquire($key);
+                dsm_races::local_acquire($key);
             }
         }
     )*};
@@ -867,18 +862,18 @@ macro_rules! omp_lock {
     )*};
     (@acquire $lock:ident, $real:ident) => {{
         let r = $real($lock);
-        dsm_runtime::races::local_acquire(object($lock));
+        dsm_races::local_acquire(object($lock));
         r
     }};
     (@test $lock:ident, $real:ident) => {{
         let r = $real($lock);
         if r != 0 {
-            dsm_runtime::races::local_acquire(object($lock));
+            dsm_races::local_acquire(object($lock));
         }
         r
     }};
     (@release $lock:ident, $real:ident) => {{
-        dsm_runtime::races::local_release(object($lock));
+        dsm_races::local_release(object($lock));
         $real($lock)
     }};
 }
@@ -906,9 +901,9 @@ macro_rules! gomp_barrier {
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
             // SAFETY: libgomp's function of that name takes nothing and returns nothing.
             let real: extern "C" fn() = unsafe { std::mem::transmute(real) };
-            let round = dsm_runtime::races::local_barrier_enter(OMP_BARRIER_ADDR);
+            let round = dsm_races::local_barrier_enter(OMP_BARRIER_ADDR);
             real();
-            dsm_runtime::races::local_barrier_leave(OMP_BARRIER_ADDR, round);
+            dsm_races::local_barrier_leave(OMP_BARRIER_ADDR, round);
         }
     )*};
 }
@@ -951,7 +946,7 @@ pub unsafe extern "C" fn __dsm_checked_GOMP_critical_name_start(name: *mut *mut 
     // SAFETY: libgomp's GOMP_critical_name_start, whose signature this is.
     let real: extern "C" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
     real(name);
-    dsm_runtime::races::local_acquire(object(name.cast()));
+    dsm_races::local_acquire(object(name.cast()));
 }
 
 #[unsafe(no_mangle)]
@@ -959,6 +954,6 @@ pub unsafe extern "C" fn __dsm_checked_GOMP_critical_name_end(name: *mut *mut c_
     let real = gomp(&GOMP_CRITICAL_NAME_END, b"GOMP_critical_name_end\0");
     // SAFETY: libgomp's GOMP_critical_name_end, whose signature this is.
     let real: extern "C" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
-    dsm_runtime::races::local_release(object(name.cast()));
+    dsm_races::local_release(object(name.cast()));
     real(name);
 }

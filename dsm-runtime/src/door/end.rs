@@ -15,8 +15,8 @@ use crate::sys;
 /// node that failed first, not this one).
 pub const EXIT_PEER_FAILED: i32 = 86;
 
-/// Exit status of a job whose race checker found data races (`crate::races::EXIT_RACES`).
-pub const EXIT_RACES: i32 = 66;
+/// Exit status of a job whose race checker found data races.
+pub const EXIT_RACES: i32 = dsm_races::EXIT_RACES;
 
 /// This node's id, for its messages.
 static RANK: AtomicU32 = AtomicU32::new(0);

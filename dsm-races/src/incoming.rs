@@ -64,7 +64,7 @@ pub(super) fn this_threads_changes(
     mine
 }
 
-/// Entries of the [`incoming`] log (a power of two).
+/// Entries of the [`incoming_write`] log (a power of two).
 const INCOMING: usize = 1 << 14;
 
 /// Bytes of shared memory the protocol wrote on this node while some thread held a mutable
@@ -116,15 +116,31 @@ pub(super) struct CameIn {
 /// Mutable slices held by this node's threads (nothing is logged when there are none).
 static LIVE_SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
 
-/// The protocol is about to write `len` bytes at `offset` of page `page` of shared memory
-/// (logged before the write: a compare that sees the bytes changed finds the entry). Signal
-/// context (the fault path may apply what it fetched): atomics only, no wait.
-///
-/// Returns whether it was logged: then [`incoming_done`] follows the copy.
-pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) -> bool {
+/// A write of the protocol's into the shared region under way (see [`incoming_write`]): the
+/// bytes are copied while it lives.
+#[must_use = "the write is logged as copying until this is dropped"]
+pub struct IncomingWrite {
+    logged: bool,
+}
+
+impl Drop for IncomingWrite {
+    /// The copy is done. Signal context: one atomic.
+    fn drop(&mut self) {
+        if self.logged {
+            INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The protocol is about to write `after` over `before`, the bytes at `offset` of page `page`
+/// of shared memory (a page or a diff that came in: no thread's write). The caller copies while
+/// the result lives. Logged before the copy when a slice is held (a compare that sees the bytes
+/// changed finds the entry), with the bytes it replaces. Signal context (the fault path may
+/// apply what it fetched): atomics only, no wait.
+pub fn incoming_write(page: usize, offset: usize, before: &[u8], after: &[u8]) -> IncomingWrite {
     let len = after.len();
     if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {
-        return false;
+        return IncomingWrite { logged: false };
     }
     let log = &INCOMING_LOG;
     log.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -144,12 +160,7 @@ pub(crate) fn incoming(page: usize, offset: usize, before: &[u8], after: &[u8]) 
     };
     log.images[slot].store(at, Ordering::SeqCst);
     log.seqs[slot].store(n + 1, Ordering::SeqCst);
-    true
-}
-
-/// The protocol's write logged by [`incoming`] is copied. Signal context: one atomic.
-pub(crate) fn incoming_done() {
-    INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
+    IncomingWrite { logged: true }
 }
 
 /// How far back a snapshot taken while writes were still copying looks: more than the
@@ -157,7 +168,7 @@ pub(crate) fn incoming_done() {
 /// its service thread).
 const INCOMING_IN_FLIGHT: u64 = 256;
 
-/// The [`incoming`] log's count for a snapshot taken now: the entries logged before it, less
+/// The [`incoming_write`] log's count for a snapshot taken now: the entries logged before it, less
 /// [`INCOMING_IN_FLIGHT`] if some may still be copying (they may change its bytes after it is
 /// taken; with none, a compare with no entry since skips the log).
 pub(super) fn incoming_now() -> u64 {
@@ -248,7 +259,7 @@ pub(super) fn slices_dropped(n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::races::runs_of;
+    use crate::runs_of;
 
     /// The protocol's writes to a page under a slice are not the slice's thread's; its own
     /// writes before or after them are, and so are its other changes; a write whose bytes are

@@ -1,5 +1,5 @@
 //! Mutable slices under the checker: a snapshot of a slice's bytes when it is taken, compared
-//! when its guard ([`crate::SliceMut`]) is dropped or its thread's segment ends; the elements
+//! when its guard (the runtime's `SliceMut`) is dropped or its thread's segment ends; the elements
 //! that changed are its writes (leaving out what the protocol wrote meanwhile, `incoming`).
 
 use std::sync::atomic::Ordering;
@@ -15,7 +15,7 @@ use super::{
 /// in [`Recorder::snapshot_bytes`], its length, where it was taken, and its number.
 pub(super) struct Snapshot {
     pub id: u32,
-    /// The [`incoming`] log's count when its bytes were copied: bytes the protocol wrote since
+    /// The [`incoming_write`] log's count when its bytes were copied: bytes the protocol wrote since
     /// are not the thread's.
     seq: u64,
     off: usize,
@@ -26,10 +26,10 @@ pub(super) struct Snapshot {
     from: From,
 }
 
-/// A mutable slice's snapshot, held by the slice's guard ([`crate::SliceMut`]) until it is
+/// A mutable slice's snapshot, held by the slice's guard (the runtime's `SliceMut`) until it is
 /// dropped.
 #[derive(Debug)]
-pub(crate) struct Taken {
+pub struct Taken {
     thread: u32,
     id: u32,
 }
@@ -39,7 +39,7 @@ pub(crate) struct Taken {
 /// the part done by then, when its thread's segment ends. Reads through it are not seen;
 /// recording the whole slice would claim bytes it never touches, as the other colour of a
 /// red-black SOR row. `None`: not recorded (checking off, or not shared memory).
-pub(crate) fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From) -> Option<Taken> {
+pub fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From) -> Option<Taken> {
     if !on() {
         return None;
     }
@@ -72,7 +72,7 @@ pub(crate) fn slice_taken(addr: usize, bytes: &[u8], element: usize, from: From)
 /// A mutable slice's guard was dropped: the bytes it changed since its snapshot are recorded
 /// as its writes, while they are still in cache. Dropped on another thread than the one that
 /// took it, it is left to that one's next segment end.
-pub(crate) fn slice_dropped(taken: Taken) {
+pub fn slice_dropped(taken: Taken) {
     with_recorder(|r, c| {
         if r.thread != taken.thread {
             return;
@@ -84,8 +84,7 @@ pub(crate) fn slice_dropped(taken: Taken) {
         let t = r.snapshots.remove(k);
         incoming::slices_dropped(1);
         let then = std::mem::take(&mut r.snapshot_bytes);
-        let base = BASE.load(Ordering::Relaxed);
-        crate::sys::with_region_bytes(base + t.off, t.len, |now| {
+        c.region.with_bytes(t.off, t.len, |now| {
             r.compare_snapshot(c, &t, &then[t.at..t.at + t.len], now);
         });
         r.snapshot_bytes = then;
@@ -105,13 +104,12 @@ impl Recorder {
     /// change later belongs to a later segment).
     pub(super) fn compare_snapshots(&mut self) {
         let Some(c) = CHECKER.get() else { return };
-        let base = BASE.load(Ordering::Relaxed);
         let snapshots = std::mem::take(&mut self.snapshots);
         let mut then = std::mem::take(&mut self.snapshot_bytes);
         let mut snapshots = snapshots;
         for t in &mut snapshots {
             let seq = incoming_now();
-            crate::sys::with_region_bytes(base + t.off, t.len, |now| {
+            c.region.with_bytes(t.off, t.len, |now| {
                 let then = &mut then[t.at..t.at + t.len];
                 self.compare_snapshot(c, t, then, now);
                 then.copy_from_slice(now);
@@ -145,10 +143,10 @@ impl Recorder {
     /// nodes coming in; a program holding a slice across them breaks its contract, but a guard
     /// left to the end of its scope would otherwise claim them).
     pub(super) fn resnapshot(&mut self) {
-        let base = BASE.load(Ordering::Relaxed);
+        let Some(c) = CHECKER.get() else { return };
         for t in &mut self.snapshots {
             t.seq = incoming_now();
-            crate::sys::with_region_bytes(base + t.off, t.len, |now| {
+            c.region.with_bytes(t.off, t.len, |now| {
                 self.snapshot_bytes[t.at..t.at + t.len].copy_from_slice(now);
             });
         }

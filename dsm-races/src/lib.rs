@@ -13,6 +13,23 @@
 //! process ends with status 66 if there was any.
 //!
 //! Off (the default), every hook is one relaxed load of `ON` and a branch.
+//!
+//! # The runtime's interface
+//!
+//! - [`start`] with a [`Start`] (every node, at init; the region, the clock slots in shared
+//!   memory, and how to end the process when the checker cannot go on);
+//! - [`sync_event`], one call per synchronisation event the DSM makes ([`Event`]);
+//! - [`access`] for an access, [`slice_taken`] and [`slice_dropped`] for a slice;
+//! - [`incoming_write`] around each write the protocol makes into the region;
+//! - [`allocated`] for an allocation ([`allocation_site`] names its site);
+//! - [`gather_records`] at exit, with a send/receive pair for the records, and then
+//!   [`report_at_node0`].
+//!
+//! libjia's C entry points add the synchronisations of a node's threads that the DSM does not
+//! make ([`local_release`], [`local_acquire`], the thread and barrier calls) and a program's
+//! signal handlers ([`in_signal_handler`]).
+
+#![deny(unsafe_code)]
 
 mod bits;
 mod handler;
@@ -21,14 +38,17 @@ pub(crate) mod records;
 pub(crate) mod report;
 mod slices;
 pub(crate) mod summary;
+#[allow(unsafe_code)]
+mod sys;
 
 use bits::changed_bits;
 pub(crate) use bits::{for_each_run, run_count, runs_of, set_bits};
 use handler::HANDLER_ACCESSES;
 pub use handler::in_signal_handler;
-pub(crate) use incoming::{incoming, incoming_done};
+pub use incoming::incoming_write;
 use slices::Snapshot;
-pub(crate) use slices::{Taken, slice_dropped, slice_taken};
+pub use slices::{Taken, slice_dropped, slice_taken};
+pub use sys::Region;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +59,7 @@ use std::sync::{Mutex, OnceLock};
 /// Threads per node the vector clocks have room for.
 pub const VC_THREADS: usize = 64;
 /// The exit status of a job in which races were found (ThreadSanitizer's).
-pub const EXIT_RACES: i32 = crate::door::end::EXIT_RACES;
+pub const EXIT_RACES: i32 = 66;
 const PAGE: usize = dsm_core::PAGE_SIZE;
 
 /// Whether this process checks for races.
@@ -48,10 +68,25 @@ static ON: AtomicBool = AtomicBool::new(false);
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static LEN: AtomicUsize = AtomicUsize::new(0);
 static CHECKER: OnceLock<Checker> = OnceLock::new();
+/// How the process ends when the checker cannot go on (the runtime's end, given at [`start`]).
+static END: OnceLock<fn(&str) -> !> = OnceLock::new();
+
+/// Ends the process with `what` (through the runtime's end once started).
+#[cold]
+fn fatal(what: &str) -> ! {
+    match END.get() {
+        Some(end) => end(what),
+        None => {
+            eprintln!("{what}");
+            std::process::exit(1)
+        }
+    }
+}
 
 struct Checker {
     node: u16,
     nodes: u16,
+    region: Region,
     /// Barriers this node has passed.
     epoch: AtomicU32,
     /// Threads that have recorded anything (each gets the next number).
@@ -292,7 +327,7 @@ pub fn on() -> bool {
 
 /// Words of shared memory the clock slots of a job of `nodes` take (the caller allocates them,
 /// on every node alike, and passes them to [`start`]).
-pub(crate) fn slot_words_for(nodes: usize) -> usize {
+pub fn slot_words_for(nodes: usize) -> usize {
     let nodes = nodes as u16;
     (usize::from(dsm_core::MAX_LOCKS)
         + (usize::from(dsm_core::MAX_CVS) + ATOMIC_SLOTS) * usize::from(nodes))
@@ -305,13 +340,36 @@ pub(crate) fn slot_words_for(nodes: usize) -> usize {
 /// race then goes unreported, never a false one).
 const ATOMIC_SLOTS: usize = 32;
 
-/// Starts checking (every node, at init): this is `node` of `nodes`, `region` is the shared
-/// region, `slots` the clock slots' words of shared memory (see [`slot_words_for`]).
-pub(crate) fn start(node: u16, nodes: u16, region: (usize, usize), slots: (usize, usize)) {
-    let slots = crate::sys::shared_words(slots.0, slots.1);
+/// What the checker starts from (see [`start`]).
+pub struct Start {
+    /// This node.
+    pub node: u16,
+    /// The job's nodes.
+    pub nodes: u16,
+    /// The shared region, whose accesses are recorded.
+    pub region: Region,
+    /// The clock slots: [`slot_words_for`] words of shared memory, allocated alike on every
+    /// node (read and written through the DSM like the program's own data).
+    pub slots: &'static [AtomicU32],
+    /// Ends the process with a message when the checker cannot go on (more threads than its
+    /// clocks have room for, records that do not decode).
+    pub end: fn(&str) -> !,
+}
+
+/// Starts checking (every node, at init).
+pub fn start(start: Start) {
+    let Start {
+        node,
+        nodes,
+        region,
+        slots,
+        end,
+    } = start;
+    let _ = END.set(end);
     let checker = Checker {
         node,
         nodes,
+        region,
         epoch: AtomicU32::new(0),
         threads: AtomicUsize::new(0),
         open: Mutex::new(0),
@@ -330,8 +388,8 @@ pub(crate) fn start(node: u16, nodes: u16, region: (usize, usize), slots: (usize
     if CHECKER.set(checker).is_err() {
         return;
     }
-    BASE.store(region.0, Ordering::Relaxed);
-    LEN.store(region.1, Ordering::Relaxed);
+    BASE.store(region.base(), Ordering::Relaxed);
+    LEN.store(region.len(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
 }
 
@@ -386,7 +444,7 @@ fn site_of(from: From) -> Site {
 /// Where an allocation was made, in words: a Rust caller's source line; C code's, found by
 /// `addr2line` when the checker is on (the program was built for it, with lines; one run per
 /// call site, remembered); otherwise the code's object file and offset.
-pub(crate) fn allocation_site(from: From) -> String {
+pub fn allocation_site(from: From) -> String {
     static NAMED: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
     match (site_of(from), from) {
         (Site::Line { file, line }, _) => format!("{file}:{line}"),
@@ -457,7 +515,7 @@ impl Checker {
                 .unwrap_or((fresh, 0))
         };
         if n >= VC_THREADS {
-            crate::door::end::fatal(&format!(
+            fatal(&format!(
                 "check_races: more than {VC_THREADS} threads of node {} use shared memory at \
                  once (the checker's clocks have room for {VC_THREADS})",
                 self.node
@@ -733,8 +791,52 @@ impl Recorder {
     }
 }
 
+/// A synchronisation object of the DSM's, between nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// A lock, by number.
+    Lock(u16),
+    /// A condition variable, by number.
+    Cv(u16),
+    /// An atomic word of the shared region, by address.
+    Atomic(usize),
+}
+
+/// A synchronisation event of the DSM's, as the calling thread sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// It is about to wait for an acquire or a barrier: its segment ends (before the
+    /// acquire's invalidations, so that its slices' bytes are compared with what it wrote).
+    Waiting,
+    /// It acquired the object: it has seen what the object's releasers did before releasing.
+    Acquired(Object),
+    /// It is about to release the object: what it did so far is ordered before the object's
+    /// next acquirers.
+    Releasing(Object),
+    /// The node's barrier is done (once per barrier on each node, by the thread that did it,
+    /// before any thread of the node leaves it).
+    NodeBarrierDone,
+    /// It leaves a barrier it took part in.
+    BarrierLeft,
+}
+
+/// The calling thread meets `event`.
+pub fn sync_event(event: Event) {
+    match event {
+        Event::Waiting => segment_ends(),
+        Event::Acquired(Object::Lock(lock)) => lock_acquired(lock),
+        Event::Acquired(Object::Cv(cv)) => cv_waited(cv),
+        Event::Acquired(Object::Atomic(addr)) => atomic_acquired(addr),
+        Event::Releasing(Object::Lock(lock)) => unlocking(lock),
+        Event::Releasing(Object::Cv(cv)) => setting_cv(cv),
+        Event::Releasing(Object::Atomic(addr)) => atomic_releasing(addr),
+        Event::NodeBarrierDone => barrier_done(),
+        Event::BarrierLeft => barrier_left(),
+    }
+}
+
 /// This thread acquired `lock`: it has seen what the lock's earlier holders did.
-pub(crate) fn lock_acquired(lock: u16) {
+fn lock_acquired(lock: u16) {
     if !on() {
         return;
     }
@@ -749,7 +851,7 @@ pub(crate) fn lock_acquired(lock: u16) {
 
 /// This thread is about to release `lock`: its clock goes into the lock's slot (written under
 /// the lock, so the next holder reads it coherently).
-pub(crate) fn unlocking(lock: u16) {
+fn unlocking(lock: u16) {
     if !on() {
         return;
     }
@@ -762,26 +864,26 @@ pub(crate) fn unlocking(lock: u16) {
 }
 
 /// This thread is about to set `cv`: its clock joins this node's slot of it.
-pub(crate) fn setting_cv(cv: u16) {
+fn setting_cv(cv: u16) {
     release_into_node_slot(|c| c.cv_slot(cv, c.node));
 }
 
 /// This thread is about to release through the atomic word at `addr` (an operation with
 /// release semantics): its clock joins this node's slot of the word, as a setting of a
 /// condition variable's does.
-pub(crate) fn atomic_releasing(addr: usize) {
+fn atomic_releasing(addr: usize) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     release_into_node_slot(|c| c.atomic_slot(off, c.node));
 }
 
 /// This thread's wait on `cv` ended: it has seen what the setters did before setting it.
-pub(crate) fn cv_waited(cv: u16) {
+fn cv_waited(cv: u16) {
     acquire_every_node_slot(|c, node| c.cv_slot(cv, node));
 }
 
 /// This thread's operation with acquire semantics on the atomic word at `addr` is done: it has
 /// seen what the word's releasers did before their releases.
-pub(crate) fn atomic_acquired(addr: usize) {
+fn atomic_acquired(addr: usize) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     acquire_every_node_slot(|c, node| c.atomic_slot(off, node));
 }
@@ -957,7 +1059,7 @@ pub fn thread_started(creator: (u32, Vec<u32>), me: Option<libc::pthread_t>) {
 
 /// This thread is about to enter a barrier (or a synchronisation that orders nothing, such as
 /// a letter: its segment ends, nothing is joined).
-pub(crate) fn segment_ends() {
+fn segment_ends() {
     if !on() {
         return;
     }
@@ -972,14 +1074,14 @@ pub(crate) fn segment_ends() {
 
 /// The node's barrier is done (called once per barrier on each node, by the thread that did
 /// it).
-pub(crate) fn barrier_done() {
+fn barrier_done() {
     if let Some(c) = CHECKER.get() {
         c.epoch.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 /// This thread leaves a barrier it took part in.
-pub(crate) fn barrier_left() {
+fn barrier_left() {
     if !on() {
         return;
     }
@@ -990,7 +1092,7 @@ pub(crate) fn barrier_left() {
 }
 
 /// An allocation of `bytes` at `addr`, of `element`-byte elements, made at `from`.
-pub(crate) fn allocated(addr: usize, bytes: usize, element: usize, from: From) {
+pub fn allocated(addr: usize, bytes: usize, element: usize, from: From) {
     if !on() {
         return;
     }
@@ -1011,7 +1113,7 @@ pub(crate) fn allocated(addr: usize, bytes: usize, element: usize, from: From) {
 /// At `jia_exit`, before the node's exit message: this thread's segment ends, and the node's
 /// records go to node 0, which takes every other node's, through `send(node, bytes)` and
 /// `receive(node)` (the API's channel of the checker's letters).
-pub(crate) fn gather_records(send: impl Fn(usize, &[u8]), receive: impl Fn(usize) -> Vec<u8>) {
+pub fn gather_records(send: impl Fn(usize, &[u8]), receive: impl Fn(usize) -> Vec<u8>) {
     if !on() {
         return;
     }
@@ -1047,7 +1149,7 @@ pub(crate) fn gather_records(send: impl Fn(usize, &[u8]), receive: impl Fn(usize
         ..std::mem::take(&mut *c.log.lock().unwrap_or_else(|e| e.into_inner()))
     };
     let own = |what: &str, e: String| -> ! {
-        crate::door::end::fatal(&format!("check_races: {what} of node {}: {e}", c.node))
+        fatal(&format!("check_races: {what} of node {}: {e}", c.node))
     };
     // Every node's touches to node 0, which answers with the candidates: only the accesses to
     // those travel in full (`summary`).
@@ -1074,7 +1176,7 @@ pub(crate) fn gather_records(send: impl Fn(usize, &[u8]), receive: impl Fn(usize
     for n in 1..c.nodes {
         match summary::decode_touches(&receive(usize::from(n))) {
             Ok(t) => all.push(t),
-            Err(e) => crate::door::end::fatal(&format!("check_races: node {n}'s touches: {e}")),
+            Err(e) => fatal(&format!("check_races: node {n}'s touches: {e}")),
         }
     }
     let candidates = summary::candidates(&all);
@@ -1086,39 +1188,37 @@ pub(crate) fn gather_records(send: impl Fn(usize, &[u8]), receive: impl Fn(usize
     keep_candidates(&mut log, &candidates);
     // Node 0's own records unpacked as the others' are.
     let own = records::decode(&records::encode(&log))
-        .unwrap_or_else(|e| crate::door::end::fatal(&format!("check_races: own records: {e}")));
+        .unwrap_or_else(|e| fatal(&format!("check_races: own records: {e}")));
     let mut logs = vec![own];
     for n in 1..c.nodes {
         let bytes = receive(usize::from(n));
         match records::decode(&bytes) {
             Ok(l) if l.node == n => logs.push(l),
-            Ok(l) => crate::door::end::fatal(&format!(
+            Ok(l) => fatal(&format!(
                 "check_races: node {n} sent the records of node {}",
                 l.node
             )),
-            Err(e) => crate::door::end::fatal(&format!("check_races: node {n}'s records: {e}")),
+            Err(e) => fatal(&format!("check_races: node {n}'s records: {e}")),
         }
     }
     *c.gathered.lock().unwrap_or_else(|e| e.into_inner()) = logs;
 }
 
-/// At node 0, once every node has left: reads every node's records, reports the races, and
-/// makes the process end with [`EXIT_RACES`] if there were any.
-pub(crate) fn report_at_node0() {
+/// At node 0, once every node has left: reads every node's records and reports the races;
+/// whether there were any (the process should then end with [`EXIT_RACES`]).
+pub fn report_at_node0() -> bool {
     if !on() {
-        return;
+        return false;
     }
-    let Some(c) = CHECKER.get() else { return };
+    let Some(c) = CHECKER.get() else { return false };
     if c.node != 0 {
-        return;
+        return false;
     }
     let logs = std::mem::take(&mut *c.gathered.lock().unwrap_or_else(|e| e.into_inner()));
     let races = report::find(&logs);
     let text = report::render(&logs, &races);
     eprint!("{text}");
-    if !races.is_empty() {
-        crate::sys::exit_status_at_end(EXIT_RACES);
-    }
+    !races.is_empty()
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::From;
 
@@ -13,15 +13,18 @@ pub(super) const HANDLER_ACCESSES: usize = 256;
 /// outside them. Recording there could allocate, and a handler that interrupted `malloc` would
 /// then wait forever for the allocator's lock its own thread holds.
 ///
-/// Signal context: [`Handler::keep`] only reads and writes these cells, which belong to the
-/// thread (no lock, no allocation, no wait, errno untouched). The thread-local has no
+/// Signal context: [`Handler::keep`] only reads and writes these cells and atomics, which belong
+/// to the thread (no lock, no allocation, no wait, errno untouched). A handler runs to its end
+/// before the code it interrupted goes on: `len` (an atomic, so that no compiler reorders the
+/// slot's write after it) counts the slots written, and [`Handler::take`] copies them without
+/// holding signals off. The thread-local has no
 /// destructor, so reaching it never registers one (which may allocate).
 struct Handler {
     /// Handlers of the thread's running now (nested).
     depth: Cell<u32>,
-    len: Cell<usize>,
+    len: AtomicUsize,
     /// Accesses that found no room.
-    lost: Cell<u64>,
+    lost: AtomicU64,
     kept: [Cell<(usize, usize, bool, From)>; HANDLER_ACCESSES],
 }
 
@@ -34,7 +37,7 @@ impl Handler {
         }
         // Once each (a handler run by a timer reads the same few places again and again): a
         // scan of at most HANDLER_ACCESSES entries, rare next to the program's own accesses.
-        let n = self.len.get();
+        let n = self.len.load(Ordering::SeqCst);
         let access = (off, len, write, from);
         let same = |k: &(usize, usize, bool, From)| {
             (k.0, k.1, k.2, k.3.key()) == (off, len, write, from.key())
@@ -45,22 +48,30 @@ impl Handler {
         match self.kept.get(n) {
             Some(slot) => {
                 slot.set(access);
-                self.len.set(n + 1);
+                self.len.store(n + 1, Ordering::SeqCst);
             }
-            None => self.lost.set(self.lost.get() + 1),
+            None => {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+            }
         }
         true
     }
 
-    /// The accesses kept, taken with asynchronous signals held off (a handler would otherwise
-    /// keep one between the copy and the reset, and it would be lost). Outside handlers.
+    /// The accesses kept. Outside handlers; a handler that runs meanwhile (on this thread)
+    /// keeps its access past the ones copied, and the copy is made again with it.
     fn take(&self) -> Vec<(usize, usize, bool, From)> {
-        let _held = crate::sys::signals::BlockedSignals::asynchronous();
-        let n = self.len.get();
-        let taken = self.kept[..n].iter().map(Cell::get).collect();
-        self.len.set(0);
-        HANDLER_LOST.fetch_add(self.lost.replace(0), Ordering::Relaxed);
-        taken
+        loop {
+            let n = self.len.load(Ordering::SeqCst);
+            let taken = self.kept[..n].iter().map(Cell::get).collect();
+            if self
+                .len
+                .compare_exchange(n, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                HANDLER_LOST.fetch_add(self.lost.swap(0, Ordering::SeqCst), Ordering::Relaxed);
+                return taken;
+            }
+        }
     }
 }
 
@@ -68,8 +79,8 @@ thread_local! {
     static HANDLER: Handler = const {
         Handler {
             depth: Cell::new(0),
-            len: Cell::new(0),
-            lost: Cell::new(0),
+            len: AtomicUsize::new(0),
+            lost: AtomicU64::new(0),
             kept: [const { Cell::new((0, 0, false, From::Code(0))) }; HANDLER_ACCESSES],
         }
     };
@@ -104,7 +115,7 @@ pub(super) fn kept(off: usize, len: usize, write: bool, from: From) -> bool {
 /// Whether this thread's handlers kept accesses not recorded yet.
 #[inline]
 pub(super) fn any_kept() -> bool {
-    HANDLER.with(|h| h.len.get()) > 0
+    HANDLER.with(|h| h.len.load(Ordering::Relaxed)) > 0
 }
 
 /// The accesses this thread's handlers kept (see [`Handler::take`]).
@@ -121,4 +132,34 @@ pub(super) fn left_by_longjmp() {
 /// Accesses in handlers that found no room, on every thread so far.
 pub(super) fn lost() -> u64 {
     HANDLER_LOST.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accesses in a handler are kept once each, none outside one; past the room they are
+    /// counted as lost; a take empties the thread's store.
+    #[test]
+    fn a_handlers_accesses_are_kept_once_each_and_the_overflow_counted() {
+        let from = From::Code(0x1000);
+        assert!(!kept(8, 4, true, from), "outside a handler nothing is kept");
+        in_signal_handler(|| {
+            assert!(kept(8, 4, true, from));
+            assert!(kept(8, 4, true, from));
+            assert!(kept(8, 4, false, from));
+        });
+        assert!(any_kept());
+        let taken = take();
+        assert_eq!(taken.len(), 2, "the same access twice is kept once");
+        assert!(!any_kept() && take().is_empty());
+        let lost_before = lost();
+        in_signal_handler(|| {
+            for k in 0..HANDLER_ACCESSES + 3 {
+                assert!(kept(k, 1, false, from));
+            }
+        });
+        assert_eq!(take().len(), HANDLER_ACCESSES);
+        assert_eq!(lost() - lost_before, 3);
+    }
 }

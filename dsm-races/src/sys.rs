@@ -1,0 +1,287 @@
+//! The checker's few contacts with the machine: the shared region's bytes as a slice (behind a
+//! contract made once, at [`Region::new`]), the object file holding a code address, and the
+//! vector compare of a slice's bytes with its snapshot.
+//!
+//! Every `unsafe` block of the crate is here, each with its `SAFETY` comment.
+
+/// The object file (executable or shared library) whose code holds `pc`, and the address it is
+/// loaded at. The executable is named by `/proc/self/exe` (the loader knows it by the name it
+/// was started with, which may be relative).
+pub(crate) fn object_of(pc: usize) -> (String, usize) {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr(3) only reads the loader's tables and fills `info`; it returns 0 (and
+    // leaves nothing to read) when no object holds the address.
+    let found = unsafe { libc::dladdr(pc as *const libc::c_void, info.as_mut_ptr()) } != 0;
+    if !found {
+        return ("?".into(), 0);
+    }
+    // SAFETY: dladdr succeeded: `info` is filled.
+    let info = unsafe { info.assume_init() };
+    let name = if info.dli_fname.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated name owned by the loader, alive while the object is loaded.
+        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    let name = match exe {
+        Some(exe) if !name.starts_with('/') => exe.display().to_string(),
+        _ => name,
+    };
+    // A position-dependent executable (ELF type 2, ET_EXEC) is known by absolute addresses.
+    let mut header = [0u8; 18];
+    let fixed = std::fs::File::open(&name)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+        .is_ok_and(|()| header[16..18] == [2, 0]);
+    (name, if fixed { 0 } else { info.dli_fbase as usize })
+}
+
+/// The shared region whose accesses are checked: `len` bytes at `base`.
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    base: usize,
+    len: usize,
+}
+
+impl Region {
+    /// The region of `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base..base + len` must stay mapped for the process's life, its bytes readable as plain
+    /// bytes by any thread of the process (a page the DSM has not brought in faults, and its
+    /// fault handler brings it in, as for any read of the program's).
+    pub unsafe fn new(base: usize, len: usize) -> Region {
+        Region { base, len }
+    }
+
+    /// Its first byte's address.
+    pub fn base(self) -> usize {
+        self.base
+    }
+
+    /// Its length in bytes.
+    pub fn len(self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+
+    /// The `len` bytes at offset `off` as a slice, for `f` (a mutable slice's bytes compared
+    /// with its snapshot). Panics if they reach past the region.
+    pub(crate) fn with_bytes<R>(self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "{len} bytes at offset {off} reach past the shared region of {} bytes",
+            self.len
+        );
+        // SAFETY: `off..off + len` lies in the region (checked above), which `Region::new`'s
+        // caller promised stays mapped and readable; the bytes are read as plain bytes, which
+        // any value is. Their writer is the thread that holds the slice, which is this one.
+        f(unsafe { std::slice::from_raw_parts((self.base + off) as *const u8, len) })
+    }
+}
+
+/// Calls `f(k, mask)` for each 64-byte chunk `k` of `a` and `b` (as long as the shorter,
+/// whole chunks only) where they differ: bit i of `mask` set when byte i of the chunk lies in
+/// an `element`-byte element (1, 2, 4 or 8; chunks start on element boundaries) that differs.
+/// AVX2 where the processor has it (two compares of whole elements and two mask moves per
+/// chunk), SSE2 otherwise on x86-64 (four byte compares, then a fold to elements), a word at
+/// a time elsewhere.
+#[inline]
+pub(crate) fn for_each_differing_chunk(
+    a: &[u8],
+    b: &[u8],
+    element: usize,
+    mut f: impl FnMut(usize, u64),
+) {
+    let chunks = a.len().min(b.len()) / 64;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let (a, b) = (&a[..chunks * 64], &b[..chunks * 64]);
+            // SAFETY: the processor has AVX2 (detected just above).
+            unsafe {
+                match element {
+                    8 => differing_chunks_avx2::<8>(a, b, &mut f),
+                    4 => differing_chunks_avx2::<4>(a, b, &mut f),
+                    2 => differing_chunks_avx2::<2>(a, b, &mut f),
+                    _ => differing_chunks_avx2::<1>(a, b, &mut f),
+                }
+            }
+            return;
+        }
+    }
+    for (k, (x, y)) in a.chunks_exact(64).zip(b.chunks_exact(64)).enumerate() {
+        let (Ok(x), Ok(y)) = (x.try_into(), y.try_into()) else {
+            continue;
+        };
+        let m = differing_bytes(x, y);
+        if m != 0 {
+            f(k, whole_elements(m, element));
+        }
+    }
+}
+
+/// `m` (bits of 64 bytes) with every `element`-byte group that has a bit set set whole
+/// (`element` 1, 2, 4 or 8).
+#[inline]
+pub(crate) fn whole_elements(m: u64, element: usize) -> u64 {
+    // Each group's lowest bit becomes the OR of the group, then spreads over it.
+    let fold = |m: u64, shifts: &[u32], low: u64, ones: u64| {
+        let folded = shifts.iter().fold(m, |f, &s| f | (f >> s));
+        (folded & low) * ones
+    };
+    match element {
+        _ if m == u64::MAX => m,
+        8 => fold(m, &[1, 2, 4], 0x0101_0101_0101_0101, 0xff),
+        4 => fold(m, &[1, 2], 0x1111_1111_1111_1111, 0xf),
+        2 => fold(m, &[1], 0x5555_5555_5555_5555, 0x3),
+        _ => m,
+    }
+}
+
+/// [`for_each_differing_chunk`] with AVX2, on slices of whole chunks of one length, for
+/// `E`-byte elements: a compare of whole elements sets all of an element's bytes in the mask.
+///
+/// # Safety
+/// The processor must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn differing_chunks_avx2<const E: usize>(
+    a: &[u8],
+    b: &[u8],
+    f: &mut impl FnMut(usize, u64),
+) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_cmpeq_epi8, _mm256_cmpeq_epi16, _mm256_cmpeq_epi32, _mm256_cmpeq_epi64,
+        _mm256_loadu_si256, _mm256_movemask_epi8,
+    };
+    for k in 0..a.len().min(b.len()) / 64 {
+        let mut equal = 0u64;
+        for h in 0..2 {
+            let at = 64 * k + 32 * h;
+            // SAFETY: bytes at..at + 32 lie in both slices (k < their length / 64); unaligned
+            // loads; AVX2 is the caller's promise.
+            let m = unsafe {
+                let x = _mm256_loadu_si256(a.as_ptr().add(at).cast::<__m256i>());
+                let y = _mm256_loadu_si256(b.as_ptr().add(at).cast::<__m256i>());
+                let same = match E {
+                    8 => _mm256_cmpeq_epi64(x, y),
+                    4 => _mm256_cmpeq_epi32(x, y),
+                    2 => _mm256_cmpeq_epi16(x, y),
+                    _ => _mm256_cmpeq_epi8(x, y),
+                };
+                _mm256_movemask_epi8(same)
+            };
+            equal |= u64::from(m as u32) << (32 * h);
+        }
+        if equal != u64::MAX {
+            f(k, !equal);
+        }
+    }
+}
+
+/// The bytes where `a` and `b` differ: bit i set when `a[i] != b[i]`. SSE2 on x86-64 (a byte
+/// compare and a mask move per sixteen bytes), a word at a time elsewhere.
+#[inline]
+pub(crate) fn differing_bytes(a: &[u8; 64], b: &[u8; 64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8};
+        let mut equal = 0u64;
+        for k in 0..4 {
+            // SAFETY: SSE2 is part of x86-64; bytes 16k..16k + 16 lie in both 64-byte arrays,
+            // and the loads are unaligned ones.
+            let m = unsafe {
+                let x = _mm_loadu_si128(a.as_ptr().add(16 * k).cast::<__m128i>());
+                let y = _mm_loadu_si128(b.as_ptr().add(16 * k).cast::<__m128i>());
+                _mm_movemask_epi8(_mm_cmpeq_epi8(x, y))
+            };
+            equal |= u64::from(m as u16) << (16 * k);
+        }
+        !equal
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    differing_bytes_by_words(a, b)
+}
+
+/// [`differing_bytes`] a word at a time, with no vector instructions.
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn differing_bytes_by_words(a: &[u8; 64], b: &[u8; 64]) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let mut m = 0u64;
+    for k in 0..8 {
+        let x = u64::from_le_bytes(a[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]));
+        let y = u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]));
+        let d = x ^ y;
+        // The high bit of each byte of d that is not zero, gathered into 8 bits.
+        let high = (((d & LOW7) + LOW7) | d) & !LOW7;
+        m |= ((high >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k);
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    /// The chunk walker (AVX2 here when the processor has it) finds what a comparison of
+    /// elements finds, chunk by chunk, for each element size, and skips equal chunks.
+    #[test]
+    fn differing_chunks_are_found() {
+        let a: Vec<u8> = (0..64 * 9 + 5).map(|i| (i * 131 % 251) as u8).collect();
+        let mut b = a.clone();
+        for i in [0, 63, 64, 100, 300, 301, 575, 64 * 9 + 2] {
+            b[i] ^= 1;
+        }
+        for element in [1, 2, 4, 8] {
+            let mut got = Vec::new();
+            super::for_each_differing_chunk(&a, &b, element, |k, m| got.push((k, m)));
+            let mut want = Vec::new();
+            for k in 0..9 {
+                let differs = |i: usize| {
+                    let first = 64 * k + i - i % element;
+                    a[first..first + element] != b[first..first + element]
+                };
+                let m = (0..64).fold(0u64, |m, i| m | u64::from(differs(i)) << i);
+                if m != 0 {
+                    want.push((k, m));
+                }
+            }
+            assert_eq!(got, want, "element {element}");
+            // The fold the other paths use agrees.
+            for &(k, m) in &want {
+                let x: &[u8; 64] = a[64 * k..64 * k + 64].try_into().unwrap();
+                let y: &[u8; 64] = b[64 * k..64 * k + 64].try_into().unwrap();
+                assert_eq!(
+                    super::whole_elements(super::differing_bytes(x, y), element),
+                    m
+                );
+            }
+        }
+    }
+
+    /// Both ways of finding differing bytes agree with a byte-by-byte comparison.
+    #[test]
+    fn differing_bytes_are_found_both_ways() {
+        let a: [u8; 64] = std::array::from_fn(|i| (i * 37) as u8);
+        for flips in [
+            vec![],
+            vec![0],
+            vec![63],
+            vec![7, 8, 9],
+            (0..64).step_by(3).collect(),
+        ] {
+            let mut b = a;
+            for &i in &flips {
+                b[i] ^= 0x80 >> (i % 8);
+            }
+            let want = flips.iter().fold(0u64, |m, &i| m | 1 << i);
+            assert_eq!(super::differing_bytes(&a, &b), want, "{flips:?}");
+            assert_eq!(super::differing_bytes_by_words(&a, &b), want, "{flips:?}");
+        }
+    }
+}
