@@ -137,6 +137,7 @@ impl Drop for IncomingWrite {
 /// the result lives. Logged before the copy when a slice is held (a compare that sees the bytes
 /// changed finds the entry), with the bytes it replaces. Signal context (the fault path may
 /// apply what it fetched): atomics only, no wait.
+#[inline]
 pub fn incoming_write(page: usize, offset: usize, before: &[u8], after: &[u8]) -> IncomingWrite {
     let len = after.len();
     if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {

@@ -821,7 +821,11 @@ pub enum Event {
 }
 
 /// The calling thread meets `event`.
+#[inline]
 pub fn sync_event(event: Event) {
+    if !on() {
+        return;
+    }
     match event {
         Event::Waiting => segment_ends(),
         Event::Acquired(Object::Lock(lock)) => lock_acquired(lock),

@@ -20,10 +20,10 @@ use std::sync::atomic::Ordering;
 
 use crate::door::context;
 use crate::door::end::fatal;
-use crate::door::flags::{ASYNC_HANDLERS, DRIVE, NAPPING};
-use crate::door::request::{Call, CallResult};
+use crate::door::flags::{ASYNC_HANDLERS, DRIVE};
+use crate::door::request::{Call, CallResult, Request};
 use crate::door::{self, MAX_THREADS, SLOTS};
-use crate::service::{STATE, Service};
+use crate::service::Driving;
 use crate::sys::signals::BlockedSignals;
 
 /// Runs `call` for the calling thread and returns the node's answer.
@@ -44,45 +44,18 @@ pub(crate) fn call(call: Call) -> CallResult {
         let held_off = ASYNC_HANDLERS
             .load(Ordering::Relaxed)
             .then(BlockedSignals::asynchronous);
-        if let Some(mut guard) = STATE.take_for_call() {
-            // Requests posted meanwhile go first (the service thread takes them in order).
-            if let Some(s) = guard.as_mut().filter(|s| s.takes_own_requests())
-                && SLOTS.posted() == 0
-            {
-                let work_left = run_own(s, slot, call);
-                // The state goes back before the service thread is woken for what is left (it
-                // would find the state taken and nap), and before the wait.
-                drop(guard);
-                context::set_may_hold_state(false);
-                drop(held_off);
-                if work_left {
-                    SLOTS.nudge_service();
-                }
-                SLOTS.wait(slot);
-                return SLOTS.finish_call(slot);
-            }
-            drop(guard);
+        if let Some(mut driving) = Driving::own(true) {
+            driving.run(slot, Request::Call(call));
+            // The state goes back (and the service thread is woken for what is left) before
+            // the wait.
+            driving.let_go();
             context::set_may_hold_state(false);
+            drop(held_off);
+            SLOTS.wait(slot);
+            return SLOTS.finish_call(slot);
         }
+        context::set_may_hold_state(false);
         drop(held_off);
     }
     SLOTS.post_call(slot, call)
-}
-
-/// [`call`] on the state, held; returns whether anything is left for the service thread.
-fn run_own(s: &mut Service, slot: usize, call: Call) -> bool {
-    SLOTS.take_own(slot, true);
-    s.driver = Some(slot);
-    let sent_before = s.frames_sent;
-    s.handle_call(slot, call);
-    s.drain_core();
-    s.driver = None;
-    // The service thread takes over what is left: the rest of the wait, messages sent (their
-    // retransmission timers are its), work deferred to it, requests posted meanwhile,
-    // acknowledgements owed while it sleeps long.
-    !SLOTS.is_done(slot)
-        || s.frames_sent != sent_before
-        || !s.deferred.is_empty()
-        || SLOTS.posted() > 0
-        || (s.acks_owed && !NAPPING.load(Ordering::SeqCst))
 }

@@ -24,17 +24,6 @@ pub(crate) static EXITED: AtomicBool = AtomicBool::new(false);
 pub(crate) static DRIVEN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
 
-/// The service thread sleeps [`DRIVEN_NAP`] at most: a thread that leaves acknowledgements owed
-/// need not wake it.
-pub(crate) static NAPPING: AtomicBool = AtomicBool::new(false);
-
-/// The service thread sleeps (or is about to) in the epoll that reports the transport. A fault
-/// handler that drives the node takes the transport out of that epoll and, if this is still set
-/// when it is done, puts it back. Otherwise the transport stays out (no `epoll_ctl` on the
-/// fault's wait): an awake service thread finds the state taken and sleeps without the
-/// transport.
-pub(crate) static SLEEPS_ON_TRANSPORT: AtomicBool = AtomicBool::new(false);
-
 /// How long, in milliseconds, the service thread sleeps at most while another thread holds the
 /// node's state, and after a fault handler drove it: the handler wakes it when it leaves
 /// requests or its own wait behind, the re-watched transport does when a message comes, and

@@ -13,6 +13,7 @@ use loom::thread;
 
 use super::request::{Call, Fault, FaultOutcome, Reply, Request};
 use super::slots::{Flaw, Slots};
+use super::state::NodeState;
 use dsm_core::Access;
 
 const TID: i32 = 7;
@@ -103,6 +104,88 @@ fn a_request_handed_back_is_completed_and_its_thread_woken() {
     });
 }
 
+// ---- The node's state: a thread that drives it, and the service thread ----
+
+/// The node's state in the model: the slot of a thread whose own request was run on the state
+/// and whose wait was handed back (its answer comes later, for the service thread).
+#[derive(Default)]
+struct ModelNode {
+    handed_back: Option<usize>,
+}
+
+/// The service thread of the model with the node's state, as `service::run` goes: it leaves the
+/// state to a thread that waits for it; takes it if free, or waits for it when requests are
+/// posted; completes a wait handed back and the posted requests; and otherwise sleeps until
+/// woken. Its sleep has no timeout (the real one naps `DRIVEN_NAP`, which would hide a lost
+/// wake-up as a millisecond's delay): a lost wake-up is a deadlock. Stops after `requests`.
+fn service_with_state<const N: usize>(
+    slots: &Slots<N>,
+    state: &NodeState<ModelNode>,
+    requests: usize,
+) {
+    let mut served = 0;
+    while served < requests {
+        if state.wanted() {
+            thread::yield_now();
+            continue;
+        }
+        let mut held = match state.try_lock() {
+            Some(held) => held,
+            None if slots.posted() > 0 => state.lock(),
+            None => {
+                // Another thread drives: nap until woken.
+                slots.service_sleep(|| slots.wait_for_wakeup());
+                continue;
+            }
+        };
+        let node = held.as_mut().expect("the model's state");
+        if let Some(i) = node.handed_back.take() {
+            slots.complete_fault(i, FaultOutcome::Open, true);
+            served += 1;
+        }
+        slots.take_posted(false, |i, r| {
+            assert!(matches!(r, Request::Fault(_)), "a fault was posted");
+            slots.complete_fault(i, FaultOutcome::Open, true);
+            served += 1;
+        });
+        drop(held);
+        if served < requests {
+            slots.service_sleep(|| slots.wait_for_wakeup());
+        }
+    }
+}
+
+/// A thread's fault, run on the state if the thread gets it (its answer comes later: the wait
+/// is handed back), posted otherwise; either way it is answered and nobody sleeps forever.
+fn fault_driven_or_posted(flaw: Flaw) {
+    check(move || {
+        let slots = Arc::new(Slots::<1>::new(flaw));
+        let state = Arc::new(NodeState::<ModelNode>::new());
+        *state.lock() = Some(ModelNode::default());
+        let (s, st) = (slots.clone(), state.clone());
+        let svc = thread::spawn(move || service_with_state(&s, &st, 1));
+        let i = slots.claim_free(TID).expect("a slot");
+        let outcome = match state.take_for_own() {
+            Some(mut held) => {
+                slots.take_own(i, false);
+                held.as_mut().expect("the model's state").handed_back = Some(i);
+                state.let_go(held, true, &slots);
+                slots.wait(i);
+                slots.finish_fault(i)
+            }
+            None => slots.post_fault(i, fault()),
+        };
+        assert_eq!(outcome, FaultOutcome::Open);
+        svc.join().unwrap();
+        assert_eq!(slots.blocked(), 0, "every blocked thread was counted out");
+    });
+}
+
+#[test]
+fn a_fault_run_on_the_state_or_posted_is_answered_and_nobody_sleeps_forever() {
+    fault_driven_or_posted(Flaw::None);
+}
+
 #[test]
 fn two_threads_claim_two_slots() {
     check(|| {
@@ -163,6 +246,17 @@ fn flawed_done_before_reply() {
 #[ignore = "a broken hand-off: run by the_check_finds_a_service_thread_that_sleeps_without_looking"]
 fn flawed_sleep_without_looking() {
     posted_fault_then_call(Flaw::SleepWithoutLooking);
+}
+
+#[test]
+#[ignore = "a broken hand-off: run by the_check_finds_a_service_thread_woken_before_the_state_is_free"]
+fn flawed_nudge_before_letting_go() {
+    fault_driven_or_posted(Flaw::NudgeBeforeLettingGo);
+}
+
+#[test]
+fn the_check_finds_a_service_thread_woken_before_the_state_is_free() {
+    check_fails("flawed_nudge_before_letting_go", "deadlock");
 }
 
 #[test]

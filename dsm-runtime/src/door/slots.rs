@@ -123,6 +123,9 @@ pub(crate) enum Flaw {
     DoneBeforeReply,
     /// The service thread sleeps without looking at the posted count first.
     SleepWithoutLooking,
+    /// A thread that ran the node's state and left work wakes the service thread before it
+    /// lets go of the state (`NodeState::let_go`).
+    NudgeBeforeLettingGo,
 }
 
 /// The slots of a process, and what the service thread's sleep and wake-up need.

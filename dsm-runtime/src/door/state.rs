@@ -1,7 +1,9 @@
-//! The lock on the node's state (the protocol core and the transport: `service::Service`). The
-//! service thread holds it while it works and lets go of it while it spins or sleeps; a fault
-//! handler (to drive its fault) or an application thread (to run its call) may take it then and
-//! run the node itself.
+//! The lock on the node's state (the protocol core and the transport: `service::Service`), and
+//! the two flags that say how its service thread sleeps. The service thread holds the state
+//! while it works and lets go of it while it spins or sleeps; a fault handler (to drive its
+//! fault) or an application thread (to run its call) may take it then and run the node itself.
+//! Whoever lets go of it says whether work is left for the service thread
+//! ([`NodeState::let_go`]).
 //!
 //! Held, the state is most often the spinning service thread's for one of its polls (0.2 us): a
 //! thread that wants it asks the holder to let go (the service thread takes the state again only
@@ -10,17 +12,21 @@
 //! resumed it, kept spinning for its next request, and so met the next fault too: faultlat ran
 //! 800 faults in a row at 60 us (posted, both service threads sharing one CPU), 2 runs in 10,
 //! before a fault found the state free and the faults went back to 9.5 us (driven).
+//!
+//! Built on the door's primitives (`sync.rs`): under `--cfg dsm_loom` the model checks it with
+//! the slots (`model.rs`), [`HANDOFF_WAIT`] standing as a few attempts.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::sync::TryLockError;
+use std::sync::atomic::Ordering;
 
 use super::context;
-use crate::sys;
+use super::slots::Slots;
+use super::sync::{self, AtomicBool, AtomicU32, Mutex, MutexGuard};
 
 /// How long a thread waits for the state before it posts its request instead: many of the
 /// spinning service thread's polls, a few of its passes.
-pub(crate) const HANDOFF_WAIT: Duration = Duration::from_micros(20);
+#[cfg(not(dsm_loom))]
+pub(crate) const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// The node's state `T` behind its lock.
 pub(crate) struct NodeState<T> {
@@ -28,16 +34,38 @@ pub(crate) struct NodeState<T> {
     /// Threads waiting for the state to run their own request: the service thread does not take
     /// it meanwhile.
     waiting: AtomicU32,
+    /// The service thread sleeps [`super::flags::DRIVEN_NAP`] at most: a thread that leaves
+    /// acknowledgements owed need not wake it.
+    napping: AtomicBool,
+    /// The service thread sleeps (or is about to) in the epoll that reports the transport. A
+    /// fault handler that drives the node takes the transport out of that epoll and, if this is
+    /// still set when it is done, puts it back. Otherwise the transport stays out (no
+    /// `epoll_ctl` on the fault's wait): an awake service thread finds the state taken and
+    /// sleeps without the transport.
+    sleeps_on_transport: AtomicBool,
 }
 
 /// The state, held.
 pub(crate) type Held<'a, T> = MutexGuard<'a, Option<T>>;
 
 impl<T> NodeState<T> {
+    #[cfg(not(dsm_loom))]
     pub(crate) const fn new() -> NodeState<T> {
         NodeState {
             state: Mutex::new(None),
             waiting: AtomicU32::new(0),
+            napping: AtomicBool::new(false),
+            sleeps_on_transport: AtomicBool::new(false),
+        }
+    }
+
+    #[cfg(dsm_loom)]
+    pub(crate) fn new() -> NodeState<T> {
+        NodeState {
+            state: Mutex::new(None),
+            waiting: AtomicU32::new(0),
+            napping: AtomicBool::new(false),
+            sleeps_on_transport: AtomicBool::new(false),
         }
     }
 
@@ -83,6 +111,64 @@ impl<T> NodeState<T> {
         self.take(true)
     }
 
+    /// Lets go of the state, then, if `work_left`, wakes the service thread for what is left:
+    /// after, since woken before it would find the state taken and nap. Async-signal-safe.
+    pub(crate) fn let_go<const N: usize>(
+        &self,
+        held: Held<'_, T>,
+        work_left: bool,
+        slots: &Slots<N>,
+    ) {
+        #[cfg(dsm_loom)]
+        if slots.flaw == super::slots::Flaw::NudgeBeforeLettingGo {
+            if work_left {
+                slots.nudge_service();
+            }
+            self.before_unlock();
+            drop(held);
+            return;
+        }
+        self.before_unlock();
+        drop(held);
+        if work_left {
+            slots.nudge_service();
+        }
+    }
+
+    /// The model's point just before the state is let go of. Loom switches threads only at its
+    /// operations, and reorders only those that conflict; an unlock is none of them (it folds
+    /// into the operation before it). A write of `waiting`, which the service thread reads
+    /// before it tries the lock, lets the model run that thread between a driver's last step
+    /// with the state and its letting go, as the scheduler can. Nothing in a build.
+    #[inline]
+    fn before_unlock(&self) {
+        #[cfg(dsm_loom)]
+        self.waiting.fetch_add(0, Ordering::SeqCst);
+    }
+
+    /// The service thread is about to sleep [`super::flags::DRIVEN_NAP`] at most (or longer).
+    pub(crate) fn set_napping(&self, napping: bool) {
+        self.napping.store(napping, Ordering::SeqCst);
+    }
+
+    /// Whether the service thread sleeps [`super::flags::DRIVEN_NAP`] at most: what it owes
+    /// (acknowledgements) goes out within that without a wake-up.
+    pub(crate) fn napping(&self) -> bool {
+        self.napping.load(Ordering::SeqCst)
+    }
+
+    /// The service thread sleeps on the transport from now on (set while it holds the state),
+    /// or no longer.
+    pub(crate) fn set_sleeps_on_transport(&self, sleeps: bool) {
+        self.sleeps_on_transport.store(sleeps, Ordering::SeqCst);
+    }
+
+    /// Whether the service thread sleeps on the transport (a driver puts the transport back
+    /// in its epoll when it lets go).
+    pub(crate) fn sleeps_on_transport(&self) -> bool {
+        self.sleeps_on_transport.load(Ordering::SeqCst)
+    }
+
     fn try_take(&self, mark: bool) -> std::sync::TryLockResult<Held<'_, T>> {
         if mark {
             context::set_may_hold_state(true);
@@ -101,15 +187,15 @@ impl<T> NodeState<T> {
             Err(TryLockError::WouldBlock) => {}
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let start = Instant::now();
+        let deadline = sync::Deadline::handoff();
         let got = loop {
             match self.try_take(mark) {
                 Ok(g) => break Some(g),
                 Err(TryLockError::Poisoned(_)) => break None,
-                Err(TryLockError::WouldBlock) if start.elapsed() >= HANDOFF_WAIT => break None,
+                Err(TryLockError::WouldBlock) if deadline.passed() => break None,
                 // The holder may be the service thread, preempted on this CPU by this thread:
                 // let it run to let go.
-                Err(TryLockError::WouldBlock) => sys::sched_yield(),
+                Err(TryLockError::WouldBlock) => sync::yield_now(),
             }
         };
         self.waiting.fetch_sub(1, Ordering::SeqCst);

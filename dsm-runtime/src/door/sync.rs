@@ -1,16 +1,62 @@
 //! The primitives the hand-off is made of, switched for the model checker as crossbeam does:
-//! the standard atomics, the futex and the service thread's eventfd in a build, loom's under
-//! `--cfg dsm_loom` (see `model.rs`). Only [`super::slots`] uses them.
+//! the standard atomics, lock, futex, yield, clock and the service thread's eventfd in a build,
+//! loom's under `--cfg dsm_loom` (see `model.rs`). Only [`super::slots`] and [`super::state`]
+//! use them.
 
-#[cfg(not(dsm_loom))]
-pub(crate) use std::sync::Mutex;
 #[cfg(not(dsm_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, fence};
+#[cfg(not(dsm_loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(dsm_loom)]
-pub(crate) use loom::sync::Mutex;
-#[cfg(dsm_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, fence};
+#[cfg(dsm_loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+/// Lets another thread run (the holder of the node's state, preempted on this CPU).
+/// Async-signal-safe.
+#[cfg(not(dsm_loom))]
+pub(crate) fn yield_now() {
+    crate::sys::sched_yield();
+}
+
+#[cfg(dsm_loom)]
+pub(crate) fn yield_now() {
+    loom::thread::yield_now();
+}
+
+/// When a thread waiting for the node's state gives up ([`super::state::HANDOFF_WAIT`] from now).
+/// Async-signal-safe (the monotonic clock).
+#[cfg(not(dsm_loom))]
+pub(crate) struct Deadline(std::time::Instant);
+
+#[cfg(not(dsm_loom))]
+impl Deadline {
+    pub(crate) fn handoff() -> Deadline {
+        Deadline(std::time::Instant::now() + super::state::HANDOFF_WAIT)
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        std::time::Instant::now() >= self.0
+    }
+}
+
+/// The model's deadline: a few attempts (loom has no clock; each attempt a yield).
+#[cfg(dsm_loom)]
+pub(crate) struct Deadline(std::cell::Cell<u32>);
+
+#[cfg(dsm_loom)]
+impl Deadline {
+    pub(crate) fn handoff() -> Deadline {
+        Deadline(std::cell::Cell::new(2))
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        let left = self.0.get();
+        self.0.set(left.saturating_sub(1));
+        left == 0
+    }
+}
 
 /// Sleeps while `*word == expected` (or until woken). Async-signal-safe.
 #[cfg(not(dsm_loom))]

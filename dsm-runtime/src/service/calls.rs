@@ -26,7 +26,7 @@ pub(crate) enum Pending {
 
 impl Service {
     /// Takes a call of slot `slot`'s thread: answers it at once, or leaves it pending.
-    pub(crate) fn handle_call(&mut self, slot: usize, call: Call) {
+    pub(super) fn handle_call(&mut self, slot: usize, call: Call) {
         self.note_request(slot);
         // The calling thread's fast-path writes were queued before its call: record them before
         // acting on it (a release must carry them).

@@ -43,7 +43,7 @@ impl Service {
         t.read(Instant::now(), home.0, &ranges)
     }
 
-    pub(crate) fn drain_core(&mut self) -> bool {
+    pub(super) fn drain_core(&mut self) -> bool {
         let mut any = false;
         let one_sided = self.node.config().remote_reads;
         let mut fetching: Vec<PageNum> = Vec::new();

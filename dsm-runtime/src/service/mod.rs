@@ -11,12 +11,14 @@
 //! Where this runs: `run.rs` and `control.rs` on the service thread only. The core work (this
 //! file, `effects.rs`, `calls.rs`) runs on whichever thread holds the state: the service thread,
 //! a fault handler driving its fault ([`crate::fault::drive`], signal context), or an
-//! application thread running its own call ([`crate::call`]). So it keeps to the contract of
+//! application thread running its own call ([`crate::call`]). All three take, run, poll and let
+//! go of it through one interface ([`Driving`]); only this module sees `Service`'s fields. So it keeps to the contract of
 //! signal context: what must not run there (printing, files, the launcher exchange after a lost
 //! peer) is always left in [`Service::deferred`] for the service thread, wherever it is met.
 
 mod calls;
 mod control;
+mod driving;
 mod effects;
 mod run;
 
@@ -31,6 +33,7 @@ use dsm_transport::Transport;
 use dsm_transport::reliable::{Event, LostCause};
 
 pub(crate) use self::calls::Pending;
+pub(crate) use self::driving::Driving;
 pub(crate) use self::run::run;
 use crate::config::Tuning;
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
@@ -81,23 +84,23 @@ pub(crate) struct Service {
     /// same without the transport.
     quiet: Arc<Epoll>,
     /// The transport is in `epoll`.
-    pub(crate) transport_watched: bool,
+    transport_watched: bool,
     /// The slot of the fault handler driving the node now, if one is.
-    pub(crate) driver: Option<usize>,
+    driver: Option<usize>,
     /// How it waits (`spin_*`, `drive_*` in the configuration).
-    pub(crate) tuning: Tuning,
+    tuning: Tuning,
     /// What a fault handler driving the node left for the service thread (see the module doc).
-    pub(crate) deferred: Vec<Deferred>,
-    pub(crate) evfd: OwnedFd,
+    deferred: Vec<Deferred>,
+    evfd: OwnedFd,
     cookie: u64,
     t0: Instant,
     print_stats: bool,
     exit_waiter: Option<usize>,
-    pub(crate) exit_done_at: Option<Instant>,
+    exit_done_at: Option<Instant>,
     /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
     pub rejected_frames: u64,
     /// Frames handed to the transport (and one-sided reads issued), since the node started.
-    pub(crate) frames_sent: u64,
+    frames_sent: u64,
     /// The channel to whoever watches the job (which node was lost; closed when the launcher is
     /// gone, or when rank 0 ends if it is the watcher).
     control: Option<std::net::TcpStream>,
@@ -130,7 +133,7 @@ pub(crate) struct Service {
     error_waiter: Option<(usize, Instant)>,
     /// This node is ending with its own error (`jia_error`): another node's error does not end
     /// it first, whatever comes before its thread exits.
-    pub(crate) own_error: bool,
+    own_error: bool,
     /// When an application thread was last resumed from a call, and which call (until the next
     /// request).
     resumed: Option<(Instant, &'static str)>,
@@ -140,11 +143,11 @@ pub(crate) struct Service {
     gaps_after: BTreeMap<&'static str, Duration>,
     /// Datagrams arrived since the last flush: their acknowledgements go out with the next one
     /// (on the replies, if there are any).
-    pub(crate) acks_owed: bool,
+    acks_owed: bool,
     /// The last read of the transport stopped at a message, so more may wait (UDP: see
     /// [`Transport::unread`]). Pure acknowledgements wait until everything is read, to cover
     /// it all.
-    pub(crate) unread: bool,
+    unread: bool,
     /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
     counted_from: [u64; 6],
 }
@@ -220,14 +223,14 @@ impl Service {
     }
 
     /// Whether a thread may run its own request on the state (not once the node has exited).
-    pub(crate) fn takes_own_requests(&self) -> bool {
+    fn takes_own_requests(&self) -> bool {
         self.exit_done_at.is_none()
     }
 
     /// One round of work: the fault handlers' fast-path reports, the posted requests (only the
     /// faults, for a fault handler driving the node: calls run on the service thread), the
     /// network, the core's messages and effects, the timers. Returns whether anything happened.
-    pub(crate) fn pass(&mut self, faults_only: bool) -> bool {
+    fn pass(&mut self, faults_only: bool) -> bool {
         // Home pages opened by fault handlers first: a thread's writes are recorded before
         // anything it asks next.
         self.drain_fast_faults();
@@ -253,7 +256,7 @@ impl Service {
     /// something on the transport (read ahead: see [`Transport::poll_ready`]; a UDP poll that
     /// finds the socket empty also clears `unread`). Cheap: spinning threads poll it between
     /// passes.
-    pub(crate) fn ready(&mut self) -> bool {
+    fn ready(&mut self) -> bool {
         if SLOTS.posted() > 0 || fastpath::pending() {
             return true;
         }
@@ -271,7 +274,7 @@ impl Service {
     /// the set's callback (with interrupts off), even when nobody waits in the set and even for
     /// events the set does not ask for. A loopback ping-pong, 5 interleaved runs each: sendto
     /// 1.7-2.1 us without, 2.1-2.4 us with; perf of faultlat: 9-11% of both sides' `sendto` time.
-    pub(crate) fn set_transport_watched(&mut self, watched: bool) {
+    fn set_transport_watched(&mut self, watched: bool) {
         let Some(t) = &self.transport else { return };
         if self.transport_watched == watched {
             return;
@@ -288,13 +291,13 @@ impl Service {
 
     /// Whether a thread was resumed from a call less than `within` ago, and asked again sooner
     /// than that the last time it was resumed from the same call: worth spinning for.
-    pub(crate) fn asks_again_within(&self, now: Instant, within: Duration) -> bool {
+    fn asks_again_within(&self, now: Instant, within: Duration) -> bool {
         self.resumed.is_some_and(|(at, call)| {
             now - at < within && self.gaps_after.get(call).is_some_and(|&gap| gap < within)
         })
     }
 
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+    fn next_deadline(&self) -> Option<Instant> {
         let t = self.transport.as_ref().and_then(|t| t.poll_timeout());
         let c = self
             .node
@@ -307,7 +310,7 @@ impl Service {
     }
 
     /// Takes a thread's request (posted, or its own on the state).
-    pub(crate) fn handle_request(&mut self, slot: usize, request: Request) {
+    fn handle_request(&mut self, slot: usize, request: Request) {
         match request {
             Request::Fault(f) => self.handle_fault(slot, f),
             Request::Call(c) => self.handle_call(slot, c),
@@ -315,7 +318,7 @@ impl Service {
     }
 
     /// A fault: the core fetches or opens the page, and completes the slot when it is in.
-    pub(crate) fn handle_fault(&mut self, slot: usize, fault: Fault) {
+    fn handle_fault(&mut self, slot: usize, fault: Fault) {
         self.note_request(slot);
         // The requesting thread's fast-path writes were queued before its request: record them
         // before acting on the request (a release must carry them).

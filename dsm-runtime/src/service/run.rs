@@ -29,9 +29,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{EXIT_GRACE, POLLS_PER_PASS, STATE, Service};
+use super::{Driving, EXIT_GRACE, POLLS_PER_PASS, STATE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
-use crate::door::flags::{DRIVE, DRIVEN, DRIVEN_NAP, EXITED, NAPPING, SLEEPS_ON_TRANSPORT};
+use crate::door::flags::{DRIVE, DRIVEN, DRIVEN_NAP, EXITED};
 use crate::door::{SLOTS, context};
 use crate::sys::{self, Epoll};
 
@@ -74,22 +74,22 @@ pub(crate) fn run(service: Service) {
             sys::sched_yield();
             continue;
         }
-        let mut guard = match STATE.try_lock() {
-            Some(g) => g,
+        let mut driving = match Driving::service(false) {
+            Some(d) => d,
             // Requests wait (calls, which handlers do not run): take the state as soon as the
             // thread holding it lets go of it (threads run their own requests only while
             // nothing is posted, so they do not take it back first).
-            None if SLOTS.posted() > 0 => STATE.lock(),
+            None if SLOTS.posted() > 0 => Driving::service(true).expect("waited for"),
             None => {
                 // A fault handler drives the node and watches the network meanwhile (or a
                 // thread runs its call).
-                NAPPING.store(true, Ordering::SeqCst);
+                STATE.set_napping(true);
                 woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
                 continue;
             }
         };
-        let Some(s) = guard.as_mut() else { return };
+        let Some(s) = driving.state() else { return };
         // What the core work left for this thread (wherever it ran), before anything else.
         crate::logging::write_deferred();
         if !s.deferred.is_empty() {
@@ -98,14 +98,15 @@ pub(crate) fn run(service: Service) {
         // Spinning (see below): between full passes, only poll for work.
         if (1..POLLS_PER_PASS).contains(&polls) && !s.ready() {
             polls += 1;
-            drop(guard);
+            driving.let_go();
             if polls % POLLS_PER_YIELD == 0 {
                 sys::sched_yield();
             }
             continue;
         }
         polls = 0;
-        let busy = s.pass(false);
+        let busy = driving.poll(false);
+        let Some(s) = driving.state() else { return };
         if std::mem::take(&mut woke_for_control)
             || s.control_checked.elapsed() > Duration::from_millis(10)
         {
@@ -126,7 +127,7 @@ pub(crate) fn run(service: Service) {
             s.acknowledge_what_came();
             // Closing the transport tells the other nodes this one is done.
             crate::trace::write(s.node.id().0);
-            drop(guard.take());
+            driving.end();
             EXITED.store(true, Ordering::SeqCst);
             return;
         }
@@ -149,7 +150,7 @@ pub(crate) fn run(service: Service) {
             // Spinning, the service thread reads the transport itself: out of the epoll set
             // (see `set_transport_watched`) until it sleeps there again.
             s.set_transport_watched(false);
-            drop(guard);
+            driving.let_go();
             // Yield at every pass: a thread woken on this CPU (the application thread this loop
             // just resumed, another node's thread on a shared machine) runs at once. Spinning
             // without yielding left a resumed thread waiting 17 us in one run of two (remote
@@ -179,11 +180,11 @@ pub(crate) fn run(service: Service) {
         s.set_transport_watched(true);
         // Set while the state is still ours: a handler that takes it next knows the transport
         // would wake us.
-        SLEEPS_ON_TRANSPORT.store(true, Ordering::SeqCst);
-        drop(guard);
-        NAPPING.store((0..=DRIVEN_NAP).contains(&timeout_ms), Ordering::SeqCst);
+        STATE.set_sleeps_on_transport(true);
+        driving.let_go();
+        STATE.set_napping((0..=DRIVEN_NAP).contains(&timeout_ms));
         woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
-        SLEEPS_ON_TRANSPORT.store(false, Ordering::SeqCst);
+        STATE.set_sleeps_on_transport(false);
         last_busy = Instant::now();
     }
 }
