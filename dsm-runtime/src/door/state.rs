@@ -25,7 +25,6 @@ use super::sync::{self, AtomicBool, AtomicU32, Mutex, MutexGuard};
 
 /// How long a thread waits for the state before it posts its request instead: many of the
 /// spinning service thread's polls, a few of its passes.
-#[cfg(not(dsm_loom))]
 pub(crate) const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// The node's state `T` behind its lock.
@@ -187,7 +186,7 @@ impl<T> NodeState<T> {
             Err(TryLockError::WouldBlock) => {}
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let deadline = sync::Deadline::handoff();
+        let deadline = sync::Deadline::after(HANDOFF_WAIT);
         let got = loop {
             match self.try_take(mark) {
                 Ok(g) => break Some(g),

@@ -25,15 +25,15 @@ pub(crate) fn yield_now() {
     loom::thread::yield_now();
 }
 
-/// When a thread waiting for the node's state gives up ([`super::state::HANDOFF_WAIT`] from now).
+/// When a thread waiting for something gives up (the node's state, `HANDOFF_WAIT`).
 /// Async-signal-safe (the monotonic clock).
 #[cfg(not(dsm_loom))]
 pub(crate) struct Deadline(std::time::Instant);
 
 #[cfg(not(dsm_loom))]
 impl Deadline {
-    pub(crate) fn handoff() -> Deadline {
-        Deadline(std::time::Instant::now() + super::state::HANDOFF_WAIT)
+    pub(crate) fn after(wait: std::time::Duration) -> Deadline {
+        Deadline(std::time::Instant::now() + wait)
     }
 
     pub(crate) fn passed(&self) -> bool {
@@ -47,7 +47,7 @@ pub(crate) struct Deadline(std::cell::Cell<u32>);
 
 #[cfg(dsm_loom)]
 impl Deadline {
-    pub(crate) fn handoff() -> Deadline {
+    pub(crate) fn after(_wait: std::time::Duration) -> Deadline {
         Deadline(std::cell::Cell::new(2))
     }
 
