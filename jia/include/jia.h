@@ -61,31 +61,276 @@ void jia_resetcv(int cvnum);
 void jia_waitcv(int cvnum);
 
 #ifdef JIA_CHECK_RACES
-/* Built by `dsmcc --check-races`: the race checker sees the bytes the printf family writes into
- * a string (sprintf, snprintf, vsprintf, vsnprintf: the string and its NUL) and the string
- * sscanf reads (up to its NUL), at the caller's line. Each argument is evaluated once. What
- * their %s arguments read and sscanf's conversions store are not seen. */
+/* Built by `dsmcc --check-races`: the race checker sees what the printf family writes into a
+ * string (sprintf, snprintf, vsprintf, vsnprintf: the string and its NUL) and what its %s
+ * arguments read (up to their NUL or precision) and its %n arguments store, and what sscanf
+ * reads (its input string, up to its NUL) and what its conversions store (the assigned ones:
+ * each integer, float or pointer whole, a %c's characters, a %s's or %['s string and its NUL),
+ * at the caller's line. Each argument is evaluated once. A format with positional arguments
+ * (%1$s) or a conversion these do not know is followed up to there. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
-int __dsm_checked_printed(char *s, size_t room, int ret);
-int __dsm_checked_scanned(const char *s, int ret);
+/* `n` bytes at `p` read (`write` 0) or written by a call made at `pc` (a return address). */
+void __dsm_checked_range_at(const void *p, size_t n, int write, const void *pc);
+/* The string at `s` read or written, up to its NUL (included) or `max` bytes. */
+void __dsm_checked_string_at(const char *s, size_t max, int write, const void *pc);
+
+/* A conversion's length modifier: none, hh, h, l, ll (also q, j), z (also t), L. */
+enum { JIA_LEN_NONE, JIA_LEN_HH, JIA_LEN_H, JIA_LEN_L, JIA_LEN_LL, JIA_LEN_Z, JIA_LEN_LD };
+
+static inline int __jia_length(const char **f)
+{
+    const char *c = *f;
+    int len = JIA_LEN_NONE;
+    if (c[0] == 'h' && c[1] == 'h') { len = JIA_LEN_HH; c += 2; }
+    else if (c[0] == 'h') { len = JIA_LEN_H; c++; }
+    else if (c[0] == 'l' && c[1] == 'l') { len = JIA_LEN_LL; c += 2; }
+    else if (c[0] == 'l') { len = JIA_LEN_L; c++; }
+    else if (c[0] == 'q' || c[0] == 'j') { len = JIA_LEN_LL; c++; }
+    else if (c[0] == 'z' || c[0] == 't') { len = JIA_LEN_Z; c++; }
+    else if (c[0] == 'L') { len = JIA_LEN_LD; c++; }
+    *f = c;
+    return len;
+}
+
+static inline size_t __jia_int_bytes(int len)
+{
+    switch (len) {
+    case JIA_LEN_HH: return 1;
+    case JIA_LEN_H: return 2;
+    case JIA_LEN_L: return sizeof(long);
+    case JIA_LEN_LL: return sizeof(long long);
+    case JIA_LEN_Z: return sizeof(size_t);
+    default: return sizeof(int);
+    }
+}
+
+/* What the arguments of a printf format read (%s) and store (%n), the arguments taken as
+ * printf takes them. */
+static inline void __jia_printf_reads(const void *pc, const char *f, va_list ap)
+{
+    for (; *f; f++) {
+        if (*f != '%')
+            continue;
+        f++;
+        if (*f == '%')
+            continue;
+        while (*f == '-' || *f == '+' || *f == ' ' || *f == '#' || *f == '0' || *f == '\'' || *f == 'I')
+            f++;
+        if (*f == '*') {
+            (void)va_arg(ap, int);
+            f++;
+        } else {
+            while (*f >= '0' && *f <= '9')
+                f++;
+            if (*f == '$')
+                return;
+        }
+        size_t precision = (size_t)-1;
+        if (*f == '.') {
+            f++;
+            if (*f == '*') {
+                int p = va_arg(ap, int);
+                precision = p < 0 ? (size_t)-1 : (size_t)p;
+                f++;
+            } else {
+                precision = 0;
+                while (*f >= '0' && *f <= '9')
+                    precision = precision * 10 + (size_t)(*f++ - '0');
+            }
+        }
+        int len = __jia_length(&f);
+        switch (*f) {
+        case 'd': case 'i': case 'o': case 'u': case 'x': case 'X': case 'c':
+            if (len == JIA_LEN_LL)
+                (void)va_arg(ap, long long);
+            else if (len == JIA_LEN_L || len == JIA_LEN_Z)
+                (void)va_arg(ap, long);
+            else
+                (void)va_arg(ap, int);
+            break;
+        case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': case 'a': case 'A':
+            if (len == JIA_LEN_LD)
+                (void)va_arg(ap, long double);
+            else
+                (void)va_arg(ap, double);
+            break;
+        case 's': {
+            const char *s = va_arg(ap, const char *);
+            if (s && len == JIA_LEN_NONE)
+                __dsm_checked_string_at(s, precision, 0, pc);
+            break;
+        }
+        case 'p':
+            (void)va_arg(ap, void *);
+            break;
+        case 'n':
+            __dsm_checked_range_at(va_arg(ap, void *), __jia_int_bytes(len), 1, pc);
+            break;
+        case 'm':
+            break;
+        default:
+            return;
+        }
+        if (!*f)
+            return;
+    }
+}
+
+/* What the assigned conversions of a scanf format stored (the first `assigned` of them, and
+ * each %n before the input ended), the arguments taken as scanf takes them. */
+static inline void __jia_scanf_stores(const void *pc, int assigned, const char *f, va_list ap)
+{
+    int done = 0;
+    for (; *f; f++) {
+        if (*f != '%')
+            continue;
+        f++;
+        if (*f == '%')
+            continue;
+        int suppress = *f == '*';
+        if (suppress)
+            f++;
+        size_t width = 0;
+        while (*f >= '0' && *f <= '9')
+            width = width * 10 + (size_t)(*f++ - '0');
+        if (*f == '$')
+            return;
+        int allocate = *f == 'm';
+        if (allocate)
+            f++;
+        int len = __jia_length(&f);
+        char c = *f;
+        if (c == '[') {
+            f++;
+            if (*f == '^')
+                f++;
+            if (*f == ']')
+                f++;
+            while (*f && *f != ']')
+                f++;
+            if (!*f)
+                return;
+        }
+        if (suppress)
+            continue;
+        if (c == 'n') {
+            __dsm_checked_range_at(va_arg(ap, void *), __jia_int_bytes(len), 1, pc);
+            continue;
+        }
+        if (done >= assigned)
+            return;
+        void *p = va_arg(ap, void *);
+        done++;
+        switch (c) {
+        case 'd': case 'i': case 'o': case 'u': case 'x': case 'X':
+            __dsm_checked_range_at(p, __jia_int_bytes(len), 1, pc);
+            break;
+        case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': case 'a': case 'A':
+            __dsm_checked_range_at(p, len == JIA_LEN_LD ? sizeof(long double)
+                                      : len == JIA_LEN_L ? sizeof(double) : sizeof(float), 1, pc);
+            break;
+        case 'p':
+            __dsm_checked_range_at(p, sizeof(void *), 1, pc);
+            break;
+        case 'c':
+            if (allocate || len != JIA_LEN_NONE) /* %mc: a pointer; %lc: wide characters */
+                __dsm_checked_range_at(p, allocate ? sizeof(char *) : (width ? width : 1) * sizeof(int), 1, pc);
+            else
+                __dsm_checked_range_at(p, width ? width : 1, 1, pc);
+            break;
+        case 's': case '[':
+            if (allocate)
+                __dsm_checked_range_at(p, sizeof(char *), 1, pc);
+            else if (len == JIA_LEN_NONE)
+                __dsm_checked_string_at((const char *)p, (size_t)-1, 1, pc);
+            break;
+        default:
+            return;
+        }
+    }
+}
+
+/* The string a printf of `ret` characters made at `s`, in `room` bytes: its characters and NUL. */
+static inline void __jia_printed(const void *pc, char *s, size_t room, int ret)
+{
+    if (ret >= 0 && room > 0)
+        __dsm_checked_range_at(s, ((size_t)ret < room - 1 ? (size_t)ret : room - 1) + 1, 1, pc);
+}
+
+__attribute__((noinline, unused, format(printf, 4, 0)))
+static int __jia_vsnprintf_at(const void *pc, char *s, size_t room, const char *f, va_list ap)
+{
+    va_list walk;
+    va_copy(walk, ap);
+    __jia_printf_reads(pc, f, walk);
+    va_end(walk);
+    int r = room == (size_t)-1 ? (vsprintf)(s, f, ap) : (vsnprintf)(s, room, f, ap);
+    __jia_printed(pc, s, room, r);
+    return r;
+}
+
+__attribute__((noinline, unused, format(printf, 2, 3)))
+static int __jia_sprintf(char *s, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int r = __jia_vsnprintf_at(__builtin_return_address(0), s, (size_t)-1, f, ap);
+    va_end(ap);
+    return r;
+}
+
+__attribute__((noinline, unused, format(printf, 3, 4)))
+static int __jia_snprintf(char *s, size_t room, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int r = __jia_vsnprintf_at(__builtin_return_address(0), s, room, f, ap);
+    va_end(ap);
+    return r;
+}
+
+__attribute__((noinline, unused, format(printf, 2, 0)))
+static int __jia_vsprintf(char *s, const char *f, va_list ap)
+{
+    return __jia_vsnprintf_at(__builtin_return_address(0), s, (size_t)-1, f, ap);
+}
+
+__attribute__((noinline, unused, format(printf, 3, 0)))
+static int __jia_vsnprintf(char *s, size_t room, const char *f, va_list ap)
+{
+    return __jia_vsnprintf_at(__builtin_return_address(0), s, room, f, ap);
+}
+
+__attribute__((noinline, unused, format(scanf, 2, 3)))
+static int __jia_sscanf(const char *s, const char *f, ...)
+{
+    const void *pc = __builtin_return_address(0);
+    va_list ap;
+    va_start(ap, f);
+    int r = (vsscanf)(s, f, ap);
+    va_end(ap);
+    if (s)
+        __dsm_checked_string_at(s, (size_t)-1, 0, pc);
+    if (r > 0) {
+        va_start(ap, f);
+        __jia_scanf_stores(pc, r, f, ap);
+        va_end(ap);
+    }
+    return r;
+}
+
 #undef sprintf
 #undef snprintf
 #undef vsprintf
 #undef vsnprintf
 #undef sscanf
-#define sprintf(s, ...) \
-    ({ char *__jia_s = (s); __dsm_checked_printed(__jia_s, (size_t)-1, sprintf(__jia_s, __VA_ARGS__)); })
-#define snprintf(s, n, ...) \
-    ({ char *__jia_s = (s); size_t __jia_n = (n); \
-       __dsm_checked_printed(__jia_s, __jia_n, snprintf(__jia_s, __jia_n, __VA_ARGS__)); })
-#define vsprintf(s, f, a) \
-    ({ char *__jia_s = (s); __dsm_checked_printed(__jia_s, (size_t)-1, vsprintf(__jia_s, (f), (a))); })
-#define vsnprintf(s, n, f, a) \
-    ({ char *__jia_s = (s); size_t __jia_n = (n); \
-       __dsm_checked_printed(__jia_s, __jia_n, vsnprintf(__jia_s, __jia_n, (f), (a))); })
-#define sscanf(s, ...) \
-    ({ const char *__jia_s = (s); __dsm_checked_scanned(__jia_s, sscanf(__jia_s, __VA_ARGS__)); })
+#define sprintf __jia_sprintf
+#define snprintf __jia_snprintf
+#define vsprintf __jia_vsprintf
+#define vsnprintf __jia_vsnprintf
+#define sscanf __jia_sscanf
 #endif
 
 /* Atomic operations on shared memory, exact across nodes (ours; JIAJIA has none). `p` is an

@@ -193,6 +193,19 @@ crate::entry::pc_entry! {
         (fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
     __dsm_checked_fgets => fgets_at, "rcx",
         (s: *mut libc::c_char, n: c_int, f: *mut libc::FILE) -> *mut libc::c_char;
+    __dsm_checked_recvmsg => recvmsg_at, "rcx",
+        (fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
+    __dsm_checked_sendmsg => sendmsg_at, "rcx",
+        (fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize;
+    __dsm_checked_sendmmsg => sendmmsg_at, "r8",
+        (fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int;
+    __dsm_checked_recvmmsg => recvmmsg_at, "r9", (
+        fd: c_int,
+        msgs: *mut libc::mmsghdr,
+        n: libc::c_uint,
+        flags: c_int,
+        timeout: *mut libc::timespec
+    ) -> c_int;
 }
 
 // Six arguments: the caller's address travels on the stack.
@@ -332,6 +345,122 @@ unsafe extern "C" fn sendto_at(
     });
     record(buf, r, false, pc);
     r
+}
+
+/// The iovecs of message `m`, as `vectored` takes them (none for a count past `c_int`).
+///
+/// # Safety
+/// `m` points to a message header, as `recvmsg` and `sendmsg` ask.
+unsafe fn message_iovecs(m: *const libc::msghdr) -> (*const libc::iovec, c_int) {
+    // SAFETY: the caller's promise.
+    let m = unsafe { &*m };
+    (m.msg_iov, c_int::try_from(m.msg_iovlen).unwrap_or(0))
+}
+
+unsafe extern "C" fn recvmsg_at(
+    fd: c_int,
+    msg: *mut libc::msghdr,
+    flags: c_int,
+    pc: usize,
+) -> isize {
+    // SAFETY: the caller's message header, as recvmsg asks.
+    let (iov, cnt) = unsafe { message_iovecs(msg) };
+    // SAFETY: the C library's recvmsg with the caller's arguments.
+    unsafe { vectored(iov, cnt, true, pc, || libc::recvmsg(fd, msg, flags)) }
+}
+
+unsafe extern "C" fn sendmsg_at(
+    fd: c_int,
+    msg: *const libc::msghdr,
+    flags: c_int,
+    pc: usize,
+) -> isize {
+    // SAFETY: the caller's message header, as sendmsg asks.
+    let (iov, cnt) = unsafe { message_iovecs(msg) };
+    // SAFETY: the C library's sendmsg with the caller's arguments.
+    unsafe { vectored(iov, cnt, false, pc, || libc::sendmsg(fd, msg, flags)) }
+}
+
+/// `recvmmsg` and `sendmmsg`: each message's buffers brought in, the call made (again after
+/// EFAULT), and, for each message it moved, the bytes moved (its `msg_len`) recorded buffer by
+/// buffer in order.
+///
+/// # Safety
+/// As the C library's `recvmmsg` (`kernel_writes`) or `sendmmsg`: `msgs` points to `n` headers.
+unsafe fn vectored_messages(
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    kernel_writes: bool,
+    pc: usize,
+    call: impl Fn() -> c_int,
+) -> c_int {
+    let headers: &[libc::mmsghdr] = match usize::try_from(n) {
+        // SAFETY: the caller's promise.
+        Ok(n) if n > 0 && !msgs.is_null() => unsafe { std::slice::from_raw_parts(msgs, n) },
+        _ => &[],
+    };
+    let bring_in = || {
+        headers.iter().fold(false, |shared, h| {
+            // SAFETY: each header's iovecs, as the call asks.
+            let (iov, cnt) = unsafe { message_iovecs(&h.msg_hdr) };
+            // SAFETY: as the caller's promise.
+            let bufs = unsafe { iovecs(iov, cnt) };
+            bufs.iter().fold(shared, |shared, b| {
+                // SAFETY: the buffer is handed to the kernel by the program's own call.
+                let here = unsafe {
+                    dsm_runtime::prepare_for_io(b.iov_base.cast(), b.iov_len, kernel_writes)
+                };
+                shared | here
+            })
+        })
+    };
+    let moved = retried(bring_in, || call() as isize) as c_int;
+    let headers: &[libc::mmsghdr] = match usize::try_from(moved) {
+        // SAFETY: the call has returned: the first `moved` headers are the program's again,
+        // `msg_len` written by the kernel for each message moved.
+        Ok(k) if k > 0 => unsafe { std::slice::from_raw_parts(msgs, k.min(n as usize)) },
+        _ => &[],
+    };
+    for h in headers {
+        // SAFETY: as above.
+        let (iov, cnt) = unsafe { message_iovecs(&h.msg_hdr) };
+        let mut left = h.msg_len as usize;
+        // SAFETY: as above.
+        let bufs = unsafe { iovecs(iov, cnt) };
+        for b in bufs {
+            let k = b.iov_len.min(left);
+            record(b.iov_base, k as isize, kernel_writes, pc);
+            left -= k;
+        }
+    }
+    moved
+}
+
+unsafe extern "C" fn recvmmsg_at(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+    pc: usize,
+) -> c_int {
+    // SAFETY: the C library's recvmmsg with the caller's arguments.
+    unsafe {
+        vectored_messages(msgs, n, true, pc, || {
+            libc::recvmmsg(fd, msgs, n, flags, timeout)
+        })
+    }
+}
+
+unsafe extern "C" fn sendmmsg_at(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: c_int,
+    pc: usize,
+) -> c_int {
+    // SAFETY: the C library's sendmmsg with the caller's arguments.
+    unsafe { vectored_messages(msgs, n, false, pc, || libc::sendmmsg(fd, msgs, n, flags)) }
 }
 
 unsafe extern "C" fn fgets_at(

@@ -333,32 +333,42 @@ unsafe extern "C" fn qsort_at(
     unsafe { libc::qsort(base, n, size, cmp) }
 }
 
-/// After a `sprintf`-like call that returned `ret` into `s` of `room` bytes (jia.h's wrappers in
-/// checked builds): the string it wrote and its NUL, written. `ret` is passed back.
-unsafe extern "C" fn printed_at(s: *mut c_char, room: usize, ret: c_int, pc: usize) -> c_int {
-    if let (Ok(n), true) = (usize::try_from(ret), room > 0) {
-        touched(s.cast(), n.min(room - 1) + 1, true, pc);
-    }
-    ret
+/// `n` bytes at `p` read (`write` 0) or written by a call of the printf or scanf family made at
+/// `pc` (a return address in the program): what jia.h's wrappers of those calls found in their
+/// arguments, in checked builds.
+#[unsafe(no_mangle)]
+pub extern "C" fn __dsm_checked_range_at(
+    p: *const c_void,
+    n: usize,
+    write: c_int,
+    pc: *const c_void,
+) {
+    touched(p, n, write != 0, pc as usize);
 }
 
-/// After a `sscanf` of string `s` that returned `ret`: the string and its NUL, read.
+/// The string at `s` read (`write` 0) or written by a call of the printf or scanf family made at
+/// `pc`: up to its NUL, which is included, or `max` bytes (a precision).
 ///
 /// # Safety
-/// `s` is a string (the caller's promise, as to sscanf).
-unsafe extern "C" fn scanned_at(s: *const c_char, ret: c_int, pc: usize) -> c_int {
-    if !s.is_null() {
-        // SAFETY: the caller's promise.
-        let n = unsafe { libc::strlen(s) } + 1;
-        touched(s.cast(), n, false, pc);
+/// `s` is null, or holds a NUL or `max` readable bytes (as the call it comes from asked).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __dsm_checked_string_at(
+    s: *const c_char,
+    max: usize,
+    write: c_int,
+    pc: *const c_void,
+) {
+    if s.is_null() {
+        return;
     }
-    ret
-}
-
-// The entries jia.h's printf and scanf wrappers call in checked builds.
-pc_entry! {
-    __dsm_checked_printed => printed_at, "rcx", (s: *mut c_char, room: usize, ret: c_int) -> c_int;
-    __dsm_checked_scanned => scanned_at, "rdx", (s: *const c_char, ret: c_int) -> c_int;
+    // SAFETY: the caller's promise.
+    let n = unsafe { libc::strnlen(s, max) };
+    touched(
+        s.cast(),
+        if n < max { n + 1 } else { n },
+        write != 0,
+        pc as usize,
+    );
 }
 
 // The names below are the ones `dsmcc` renames calls to (its `CHECKED_MEMORY_FUNCTIONS`).

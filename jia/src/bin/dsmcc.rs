@@ -310,7 +310,8 @@ const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
 /// buffer's pages in, make the call and record the bytes moved: `jia/src/interpose.rs`).
 /// `read`, `write`, `pread`, `pwrite`, `fread` and `fwrite` are libjia's own in every program.
 const CHECKED_IO_FUNCTIONS: &[&str] = &[
-    "readv", "writev", "recv", "send", "recvfrom", "sendto", "fgets",
+    "readv", "writev", "recv", "send", "recvfrom", "sendto", "recvmsg", "sendmsg", "recvmmsg",
+    "sendmmsg", "fgets",
 ];
 
 /// The synchronisation of a node's threads that the race checker sees the same way (each
