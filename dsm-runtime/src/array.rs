@@ -157,24 +157,15 @@ impl<T: Shared> SharedArray<T> {
     #[inline]
     #[track_caller]
     pub fn get(&self, i: usize) -> T {
-        assert!(
-            i < self.len,
-            "index {i} out of a shared array of {}",
-            self.len
-        );
-        dsm_races::access(
-            self.ptr.wrapping_add(i) as usize,
-            std::mem::size_of::<T>(),
-            false,
-            dsm_races::From::Caller(std::panic::Location::caller()),
-        );
-        // SAFETY: element i is in bounds of the allocation, which stays mapped as long as the
-        // process; it is aligned to size_of::<T>(): the allocation starts on a page boundary
-        // (`new`), element i lies i * size_of::<T>() bytes on, and that size is a power of two
-        // no larger than a page (`Shared`). Safe code accesses it only atomically with T's size
-        // (get, set, read_from, write_to); the non-atomic accesses (slice, slice_mut, as_ptr)
-        // are unsafe, their callers promising no data race with this one.
-        unsafe { T::load_relaxed(self.ptr.add(i)) }
+        let p = self.element(i, false);
+        // SAFETY: element i is in bounds of the allocation (checked by `element`), which stays
+        // mapped as long as the process; it is aligned to size_of::<T>(): the allocation starts
+        // on a page boundary (`new`), element i lies i * size_of::<T>() bytes on, and that size
+        // is a power of two no larger than a page (`Shared`). Safe code accesses it only
+        // atomically with T's size (get, set, read_from, write_to); the non-atomic accesses
+        // (slice, slice_mut, as_ptr) are unsafe, their callers promising no data race with this
+        // one.
+        unsafe { T::load_relaxed(p) }
     }
 
     /// Sets element `i` with one relaxed atomic store. Panics (naming the caller's line) if `i`
@@ -182,20 +173,30 @@ impl<T: Shared> SharedArray<T> {
     #[inline]
     #[track_caller]
     pub fn set(&self, i: usize, v: T) {
+        let p = self.element(i, true);
+        // SAFETY: as in `get` (the region's application view is mapped for writing; a page not
+        // writable yet faults and is made so).
+        unsafe { T::store_relaxed(p, v) }
+    }
+
+    /// Element `i`'s address, once it is known to be in the array (else a panic naming the
+    /// caller's line) and its access is recorded for the race checker (a write if `write`).
+    #[inline]
+    #[track_caller]
+    fn element(&self, i: usize, write: bool) -> *mut T {
         assert!(
             i < self.len,
             "index {i} out of a shared array of {}",
             self.len
         );
+        let p = self.ptr.wrapping_add(i);
         dsm_races::access(
-            self.ptr.wrapping_add(i) as usize,
+            p as usize,
             std::mem::size_of::<T>(),
-            true,
+            write,
             dsm_races::From::Caller(std::panic::Location::caller()),
         );
-        // SAFETY: as in `get` (the region's application view is mapped for writing; a page not
-        // writable yet faults and is made so).
-        unsafe { T::store_relaxed(self.ptr.add(i), v) }
+        p
     }
 
     /// Elements `range` as a slice: plain loads, for inner loops.
