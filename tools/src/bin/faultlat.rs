@@ -14,8 +14,9 @@
 //!    `setcv` with nobody waiting at node 0, which manages both (no message); a barrier of all
 //!    nodes.
 //! 7. Atomic fetch-adds on a word homed at node 0: by the last node (relaxed, and acq_rel: a
-//!    release and an acquire), beside its lock acquire + release above; by node 0 itself, beside
-//!    a plain atomic fetch-add of the CPU on private memory.
+//!    release and an acquire), beside its lock acquire + release above, and by 4 of its threads
+//!    at once (the mean cost of an add when they contend); by node 0 itself, beside a plain
+//!    atomic fetch-add of the CPU on private memory.
 //!
 //! Prints one table of medians and 99th percentiles, and the ratio of the remote read fault to the
 //! busy-polling floor.
@@ -383,6 +384,27 @@ fn main() {
         let acq_rel = timed(reps, std::sync::atomic::Ordering::AcqRel);
         println!("{}", summary("remote atomic fetch-add, relaxed", relaxed).0);
         println!("{}", summary("remote atomic fetch-add, acq_rel", acq_rel).0);
+        // Threads of one node adding to the same remote word at once (a work queue's head):
+        // what each add costs when they contend.
+        const THREADS: usize = 4;
+        let each = reps.max(THREADS) / THREADS;
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    let counter = dsm.atomic_u64(word, 0);
+                    for _ in 0..each {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
+                });
+            }
+        });
+        let per_add = t.elapsed().as_secs_f64() * 1e6 / (THREADS * each) as f64;
+        println!(
+            "remote atomic fetch-add, acq_rel, {THREADS} threads of a node at once: {per_add:.2} us \
+             per add (mean of {})",
+            THREADS * each
+        );
     }
     dsm.barrier();
     if me == 0 {
