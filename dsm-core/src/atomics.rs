@@ -23,9 +23,18 @@
 //! name the page and a node ordered after them drops its copy too. Pages holding atomic words
 //! never move home (home migration skips them): a copy marked written that way is not the
 //! page's last bytes.
+//!
+//! Combining: a fetch-add (or fetch-sub) of a thread of this node on a word that already has a
+//! fetch-add of this node on its way, with the same width and order, waits for that one's
+//! answer; then every fetch-add that waited goes as one operation adding their sum, and each
+//! thread's answer is the value before plus the adds of those ahead of it, as if the adds had
+//! been applied one after the other at the home (they are: nothing comes between them). The
+//! threads of a node hammering one counter (a work queue's head) so cost the home one operation
+//! per round trip, not one per thread. A combined operation is a release if its adds are (the
+//! node's writes go home first, naming the pages of all of them) and an acquire if they are.
 
 use crate::error::{ProtocolError, UsageError};
-use crate::local::{AfterFlush, AtomicOut};
+use crate::local::{AfterFlush, AtomicOut, Combined};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
@@ -63,26 +72,62 @@ impl<M: PageMemory> Node<M> {
             return Ok(());
         }
         let home = self.table[page.index()].home;
-        let id = self.atomics.next_id;
-        self.atomics.next_id = id.wrapping_add(1);
         self.atomics.pages.insert(page);
-        self.atomics.out.insert(
-            id,
-            AtomicOut {
-                waiter,
-                addr,
-                width,
-                op,
-                acquire: order.acquire,
-                home,
-                since: now,
-            },
-        );
         if home == self.cfg.node {
             self.stats.atomics_local += 1;
         } else {
             self.stats.atomics_remote += 1;
         }
+        if let Some(add) = added(op, width) {
+            let key = (addr.0, width, order.acquire, order.release);
+            let on_its_way = self.atomics.out.values().any(|o| {
+                (o.addr.0, o.width, o.order.acquire, o.order.release) == key
+                    && added(o.op, o.width).is_some()
+            });
+            if on_its_way {
+                self.stats.atomics_combined += 1;
+                self.atomics
+                    .combined
+                    .entry(key)
+                    .or_default()
+                    .push(Combined {
+                        waiter,
+                        add,
+                        since: now,
+                    });
+                return Ok(());
+            }
+        }
+        self.issue_atomic(now, vec![(waiter, 0)], (addr, width), op, order, now);
+        Ok(())
+    }
+
+    /// Sends `op` on the word at `addr` to its home for `waiters` (each with what its answer
+    /// adds to the value before), a release's writes first.
+    fn issue_atomic(
+        &mut self,
+        now: Time,
+        waiters: Vec<(WaiterId, u64)>,
+        (addr, width): (GlobalAddr, u8),
+        op: AtomicOp,
+        order: AtomicOrder,
+        since: Time,
+    ) {
+        let home = self.table[addr.page().index()].home;
+        let id = self.atomics.next_id;
+        self.atomics.next_id = id.wrapping_add(1);
+        self.atomics.out.insert(
+            id,
+            AtomicOut {
+                waiters,
+                addr,
+                width,
+                op,
+                order,
+                home,
+                since,
+            },
+        );
         let seen = self.atomics.seen.get(&addr.0).copied().unwrap_or(0);
         let mut msg = Msg::Atomic {
             id,
@@ -120,7 +165,31 @@ impl<M: PageMemory> Node<M> {
             self.send(home, msg);
         }
         self.drain_loopback(now);
-        Ok(())
+    }
+
+    /// The fetch-adds that waited behind the operation on `key`'s word just answered, as one
+    /// operation (see "Combining" above).
+    fn issue_combined(&mut self, now: Time, key: (u64, u8, bool, bool)) {
+        let Some(waiting) = self.atomics.combined.remove(&key) else {
+            return;
+        };
+        let (addr, width, acquire, release) = key;
+        let mut sum = 0u64;
+        let mut waiters = Vec::with_capacity(waiting.len());
+        for c in &waiting {
+            waiters.push((c.waiter, sum));
+            sum = sum.wrapping_add(c.add);
+        }
+        let since = waiting.iter().map(|c| c.since).min().unwrap_or(now);
+        let order = AtomicOrder { acquire, release };
+        self.issue_atomic(
+            now,
+            waiters,
+            (GlobalAddr(addr), width),
+            AtomicOp::FetchAdd(sum),
+            order,
+            since,
+        );
     }
 
     /// The value before the atomic operation that resumed `waiter`.
@@ -207,7 +276,7 @@ impl<M: PageMemory> Node<M> {
             return Ok(());
         };
         let page = out.addr.page();
-        if out.acquire {
+        if out.order.acquire {
             self.invalidate(now, notices);
             let seen = self.atomics.seen.entry(out.addr.0).or_insert(0);
             *seen = (*seen).max(counter);
@@ -217,8 +286,17 @@ impl<M: PageMemory> Node<M> {
         }
         self.mark_written(page);
         self.stats.atomic_wait_ns += now.since(out.since);
-        self.atomics.results.insert(out.waiter, old);
-        self.resume(out.waiter);
+        let mask = width_mask(out.width);
+        for &(waiter, ahead) in &out.waiters {
+            self.atomics
+                .results
+                .insert(waiter, old.wrapping_add(ahead) & mask);
+            self.resume(waiter);
+        }
+        if added(out.op, out.width).is_some() {
+            let key = (out.addr.0, out.width, out.order.acquire, out.order.release);
+            self.issue_combined(now, key);
+        }
         Ok(())
     }
 
@@ -247,5 +325,23 @@ impl<M: PageMemory> Node<M> {
             let made = self.atomic(now, waiter, (addr, width), op, order);
             debug_assert!(made.is_ok(), "{made:?}");
         }
+    }
+}
+
+/// The bits of a `width`-byte word.
+fn width_mask(width: u8) -> u64 {
+    if width >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * u32::from(width))) - 1
+    }
+}
+
+/// What `op` adds to a `width`-byte word, if it is a fetch-add or a fetch-sub (which combine).
+fn added(op: AtomicOp, width: u8) -> Option<u64> {
+    match op {
+        AtomicOp::FetchAdd(v) => Some(v & width_mask(width)),
+        AtomicOp::FetchSub(v) => Some(v.wrapping_neg() & width_mask(width)),
+        _ => None,
     }
 }

@@ -100,12 +100,26 @@ impl AfterFlush {
 /// An atomic operation sent and not yet answered.
 #[derive(Debug)]
 pub(crate) struct AtomicOut {
-    pub waiter: WaiterId,
+    /// The threads it answers, each with what its answer adds to the word's value before: one
+    /// thread (adding 0), or the fetch-adds of several threads combined into one operation
+    /// (each thread's answer is the value its own add found, as if the adds had been applied
+    /// one after the other).
+    pub waiters: Vec<(WaiterId, u64)>,
     pub addr: GlobalAddr,
     pub width: u8,
     pub op: AtomicOp,
-    pub acquire: bool,
+    pub order: crate::types::AtomicOrder,
     pub home: NodeId,
+    pub since: Time,
+}
+
+/// A fetch-add (or fetch-sub) that waits for the same word's operation on its way, to go with
+/// others in one operation when that one is answered (`atomics.rs`, "Combining").
+#[derive(Debug)]
+pub(crate) struct Combined {
+    pub waiter: WaiterId,
+    /// What it adds (a subtraction as the addition of its negation, wrapping).
+    pub add: u64,
     pub since: Time,
 }
 
@@ -115,6 +129,9 @@ pub(crate) struct Atomics {
     pub next_id: u32,
     /// Operations on their way, by id.
     pub out: BTreeMap<u32, AtomicOut>,
+    /// Fetch-adds waiting to be combined, per word, width and order, behind an operation of
+    /// the same kind on its way.
+    pub combined: BTreeMap<(u64, u8, bool, bool), Vec<Combined>>,
     /// Answers their threads have not taken yet.
     pub results: BTreeMap<WaiterId, u64>,
     /// Per word (its offset): the interval of this node's last release through it.

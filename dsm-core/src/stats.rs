@@ -94,6 +94,9 @@ stats! {
     atomics_local,
     /// Atomic operations applied here as the words' home.
     atomics_served,
+    /// Of this node's atomic operations, fetch-adds that waited for one of its threads' on the
+    /// same word and then went in one operation with the others that waited.
+    atomics_combined,
     /// Nanoseconds atomic operations waited for their answers.
     atomic_wait_ns,
     /// Forwards this node could not answer (its copies dropped or written since): the home

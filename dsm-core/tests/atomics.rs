@@ -358,3 +358,186 @@ fn random_programs_with_atomics_read_what_a_sequential_execution_reads() {
         "{served} atomic operations in {cases} cases"
     );
 }
+
+/// Four threads of node 1 add to a word homed on node 0 at once: the first add goes alone, the
+/// three that came while it was on its way go as one operation, and each thread's answer is the
+/// value its own add found (a fetch-sub among them, as the addition of its negation).
+#[test]
+fn fetch_adds_of_a_nodes_threads_combine_into_one_operation() {
+    let mut c = Cluster::new(2, 3, |_| {});
+    let x = on(&mut c, 0, 1);
+    c.barrier().unwrap();
+    c.set_threads(1, 4);
+    let ops = [
+        AtomicOp::FetchAdd(10),
+        AtomicOp::FetchAdd(5),
+        AtomicOp::FetchSub(2),
+        AtomicOp::FetchAdd(100),
+    ];
+    for (t, &op) in ops.iter().enumerate() {
+        c.push(
+            1,
+            t,
+            Op::Atomic {
+                addr: x,
+                op,
+                order: AtomicOrder::ACQ_REL,
+            },
+        );
+    }
+    c.run().unwrap();
+    assert_eq!(
+        c.node(0).stats().atomics_served,
+        2,
+        "one alone, three combined"
+    );
+    assert_eq!(c.node(1).stats().atomics_combined, 3);
+    // The values before are those of the adds applied one after the other, in some order.
+    let adds: [u64; 4] = [10, 5, 2u64.wrapping_neg(), 100];
+    let mut got: Vec<u64> = c.atomics[1].iter().map(|&(_, v)| v).collect();
+    got.sort_unstable();
+    let orders = permutations(&[0, 1, 2, 3]);
+    let chained = orders.iter().any(|order| {
+        let mut value = 0u64;
+        let mut olds: Vec<u64> = order
+            .iter()
+            .map(|&i| {
+                let old = value;
+                value = value.wrapping_add(adds[i]);
+                old
+            })
+            .collect();
+        olds.sort_unstable();
+        olds == got
+    });
+    assert!(chained, "values before {got:?}");
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(0, x).unwrap(), 113);
+    assert_eq!(c.read_u64(1, x).unwrap(), 113);
+}
+
+/// Every order of `items`.
+fn permutations(items: &[usize]) -> Vec<Vec<usize>> {
+    if items.len() <= 1 {
+        return vec![items.to_vec()];
+    }
+    let mut all = Vec::new();
+    for (i, &first) in items.iter().enumerate() {
+        let rest: Vec<usize> = items
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .map(|(_, &x)| x)
+            .collect();
+        for mut tail in permutations(&rest) {
+            tail.insert(0, first);
+            all.push(tail);
+        }
+    }
+    all
+}
+
+/// Random programs of threads adding to shared counters at once, with random orders, while
+/// node 0 writes data and releases it through an add: each counter's values before are every
+/// value from 0 to its adds, once each (combined or not), and every node reads the sums.
+fn combined_case(seed: u64) -> Result<u64, String> {
+    let mut rng = Rng::new(seed);
+    let nodes = 2 + rng.below(3) as u16;
+    let orders = [
+        AtomicOrder::RELAXED,
+        AtomicOrder::ACQUIRE,
+        AtomicOrder::RELEASE,
+        AtomicOrder::ACQ_REL,
+    ];
+    let prefetch = rng.chance(50);
+    let mut c = Cluster::new(nodes, rng.next_u64(), |cfg| cfg.prefetch.enabled = prefetch);
+    let pages = 1 + rng.below(3);
+    let policy = if rng.chance(50) {
+        AllocPolicy::RoundRobin
+    } else {
+        AllocPolicy::OnNode(NodeId(rng.below(u64::from(nodes)) as u16))
+    };
+    let base = c.alloc(policy, pages * PAGE).map_err(|e| e.to_string())?;
+    let counters: Vec<GlobalAddr> = (0..1 + rng.below(2))
+        .map(|i| base.offset_by(rng.below(pages) * PAGE + (8 * i + rng.below(8)) * 8))
+        .collect();
+    c.barrier().map_err(|e| e.to_string())?;
+    let mut adds = vec![0u64; counters.len()];
+    for n in 0..nodes {
+        let threads = 1 + rng.below(4) as usize;
+        c.set_threads(n, threads);
+        for t in 0..threads {
+            for _ in 0..rng.below(8) {
+                let k = rng.below(counters.len() as u64) as usize;
+                adds[k] += 1;
+                c.push(
+                    n,
+                    t,
+                    Op::Atomic {
+                        addr: counters[k],
+                        op: AtomicOp::FetchAdd(1),
+                        order: orders[rng.below(4) as usize],
+                    },
+                );
+            }
+        }
+    }
+    c.run().map_err(|e| e.to_string())?;
+    for (k, &addr) in counters.iter().enumerate() {
+        let added: u64 = (0..counters.len())
+            .filter(|&j| counters[j] == addr)
+            .map(|j| adds[j])
+            .sum();
+        let olds: BTreeSet<u64> = c
+            .atomics
+            .iter()
+            .flatten()
+            .filter(|&&(a, _)| a == addr)
+            .map(|&(_, v)| v)
+            .collect();
+        if olds != (0..added).collect() {
+            return Err(format!(
+                "counter {k} at {addr:?}: {added} adds answered {olds:?}"
+            ));
+        }
+    }
+    c.barrier().map_err(|e| e.to_string())?;
+    for n in 0..nodes {
+        for (k, &addr) in counters.iter().enumerate() {
+            let added: u64 = (0..counters.len())
+                .filter(|&j| counters[j] == addr)
+                .map(|j| adds[j])
+                .sum();
+            let got = c.read_u64(n, addr).map_err(|e| e.to_string())?;
+            if got != added {
+                return Err(format!("node {n} reads counter {k} = {got}, not {added}"));
+            }
+        }
+    }
+    Ok(c.total_stats().atomics_combined)
+}
+
+#[test]
+fn random_programs_of_threads_adding_at_once_answer_every_value_once() {
+    let base: u64 = std::env::var("DSM_SIM_BASE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0xC0B_0000);
+    let cases: u64 = std::env::var("DSM_SIM_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let mut combined = 0;
+    for seed in base..base + cases {
+        match combined_case(seed) {
+            Ok(k) => combined += k,
+            Err(e) => panic!(
+                "case with seed {seed} failed (reproduce: DSM_SIM_BASE={seed} DSM_SIM_CASES=1): {e}"
+            ),
+        }
+    }
+    assert!(
+        combined > cases,
+        "{combined} combined adds in {cases} cases"
+    );
+}

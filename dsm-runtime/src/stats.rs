@@ -128,9 +128,10 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
             "atomics_remote",
             "atomics_local",
             "atomics_served",
+            "atomics_combined",
             "atomic_wait_ns",
         ],
-        "atomic operations made here on words homed elsewhere / here (relaxed ones a thread applied with the CPU's atomics not counted), applied here as home; ns they waited",
+        "atomic operations made here on words homed elsewhere / here (relaxed ones a thread applied with the CPU's atomics not counted), applied here as home; fetch-adds that waited for another of this node's on the same word and went combined in one operation; ns they waited",
     ),
     (
         "*forward*",
