@@ -338,9 +338,10 @@ static int __jia_sscanf(const char *s, const char *f, ...)
  * _CONSUME (taken as acquire), _ACQUIRE, _RELEASE, _ACQ_REL, _SEQ_CST, or memory_order_* of
  * <stdatomic.h>, the same numbers). Each operation is applied at the word's home, in one order
  * per word, and returns the value before. A release makes this node's writes before it visible
- * to a node whose acquire reads the value it wrote, as unlock and lock do. A C11 atomic or
- * __atomic_* / __sync_* builtin on shared memory is atomic only among the threads of one node:
- * use these across nodes. */
+ * to a node whose acquire reads the value it wrote, as unlock and lock do. C11 atomics and
+ * __atomic_* / __sync_* builtins on shared memory are the same when dsmcc builds the program
+ * (it instruments them); built by a compiler outside dsmcc they are atomic only among the
+ * threads of one node: use these across nodes then. */
 unsigned long jia_atomic_load_64(volatile unsigned long *p, int order);
 void jia_atomic_store_64(volatile unsigned long *p, unsigned long v, int order);
 unsigned long jia_atomic_exchange_64(volatile unsigned long *p, unsigned long v, int order);

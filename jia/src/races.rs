@@ -88,6 +88,55 @@ pub extern "C" fn __tsan_init() {
     INSTRUMENTED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// What the hooks of plain accesses (and `__tsan_init`) of an object gcc instrumented for its
+/// atomics are renamed to (dsmcc's `Renames::PlainAccesses`, `__tsan_X` to
+/// `__dsm_unchecked_X`): functions that do nothing. Each takes whatever arguments its hook had
+/// (in registers the caller does not expect kept) and ignores them.
+macro_rules! unchecked_hooks {
+    ($($name:ident),* $(,)?) => {$(
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() {}
+    )*};
+}
+
+unchecked_hooks!(
+    __dsm_unchecked_init,
+    __dsm_unchecked_func_entry,
+    __dsm_unchecked_func_exit,
+    __dsm_unchecked_read1,
+    __dsm_unchecked_read2,
+    __dsm_unchecked_read4,
+    __dsm_unchecked_read8,
+    __dsm_unchecked_read16,
+    __dsm_unchecked_write1,
+    __dsm_unchecked_write2,
+    __dsm_unchecked_write4,
+    __dsm_unchecked_write8,
+    __dsm_unchecked_write16,
+    __dsm_unchecked_unaligned_read2,
+    __dsm_unchecked_unaligned_read4,
+    __dsm_unchecked_unaligned_read8,
+    __dsm_unchecked_unaligned_read16,
+    __dsm_unchecked_unaligned_write2,
+    __dsm_unchecked_unaligned_write4,
+    __dsm_unchecked_unaligned_write8,
+    __dsm_unchecked_unaligned_write16,
+    __dsm_unchecked_volatile_read1,
+    __dsm_unchecked_volatile_read2,
+    __dsm_unchecked_volatile_read4,
+    __dsm_unchecked_volatile_read8,
+    __dsm_unchecked_volatile_read16,
+    __dsm_unchecked_volatile_write1,
+    __dsm_unchecked_volatile_write2,
+    __dsm_unchecked_volatile_write4,
+    __dsm_unchecked_volatile_write8,
+    __dsm_unchecked_volatile_write16,
+    __dsm_unchecked_read_range,
+    __dsm_unchecked_write_range,
+    __dsm_unchecked_vptr_update,
+    __dsm_unchecked_vptr_read,
+);
+
 /// Called at every instrumented function's entry: not needed (lines come from each access).
 #[unsafe(no_mangle)]
 pub extern "C" fn __tsan_func_entry(_pc: *const u8) {}

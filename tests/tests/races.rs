@@ -313,13 +313,29 @@ fn every_call_dsmcc_renames_has_its_entry_in_libjia() {
         .args(["--show", "--check-races", "x.c", "-o", "x"])
         .output()
         .expect("run dsmcc --show");
-    let shown = String::from_utf8_lossy(&show.stdout);
+    // With gcc, a source with atomics: its plain accesses' hooks renamed.
+    let atomic = std::env::temp_dir().join(format!("dsm-renames-{}.c", std::process::id()));
+    std::fs::write(&atomic, "#include <stdatomic.h>\n").unwrap();
+    let show_atomic = Command::new(bin("dsmcc"))
+        .env("DSMCC_CC", "gcc")
+        .arg("--show")
+        .arg(&atomic)
+        .args(["-o", "x"])
+        .output()
+        .expect("run dsmcc --show");
+    let _ = std::fs::remove_file(&atomic);
+    let shown = String::from_utf8_lossy(&show.stdout).into_owned()
+        + &String::from_utf8_lossy(&show_atomic.stdout);
     let renamed: Vec<&str> = shown
         .split_whitespace()
         .filter_map(|w| w.strip_prefix("--redefine-sym="))
         .filter_map(|w| w.split_once('=').map(|(_, to)| to))
         .collect();
     assert!(renamed.len() >= 20, "{shown}");
+    assert!(
+        renamed.contains(&"__dsm_unchecked_read8"),
+        "gcc's atomics build renames no plain access hook: {shown}"
+    );
     let lib = bin("dsmcc").with_file_name("libjia.a");
     let Ok(nm) = Command::new("nm").arg("--defined-only").arg(&lib).output() else {
         eprintln!("skipped: nm is not installed (apt-get install binutils)");

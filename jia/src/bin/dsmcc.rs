@@ -49,11 +49,11 @@ fn usage() -> String {
          Runs ${{DSMCC_CC:-cc}} CC-ARGS with -I{INCLUDE} and, when linking, libjia from the\n\
          directory dsmcc is in, with an rpath to it. --show prints the command instead;\n\
          --static-jia links libjia.a; --check-races builds for dsmrun --check-races (sources\n\
-         compiled with -fsanitize=thread -g, linked without). With clang (DSMCC_CC=clang),\n\
-         C11 atomics and __atomic/__sync builtins are instrumented so that they are exact\n\
-         across nodes on shared memory; with gcc they are atomic within one node only (dsmcc\n\
-         warns of sources that use them). Other arguments, --version included, go to the\n\
-         compiler."
+         compiled with -fsanitize=thread -g, linked without). C11 atomics and __atomic/__sync\n\
+         builtins are instrumented so that they are exact across nodes on shared memory: with\n\
+         clang (DSMCC_CC=clang) the atomics alone; with gcc, which cannot instrument them\n\
+         alone, every access of the sources that use them (dsmcc names each). Other\n\
+         arguments, --version included, go to the compiler."
     )
 }
 
@@ -107,30 +107,44 @@ fn main() {
         );
     }
     let checking = check_races.then(|| instrument_flags(&cc));
+    let mut objects_dir = None;
     if !check_races {
         if is_clang(&cc) {
             // Atomics alone instrumented: each C11 atomic and builtin calls libjia's hooks,
             // exact across nodes on shared memory (`jia/src/atomics.rs`).
             args.extend(ATOMICS_ONLY.iter().map(OsString::from));
-        } else {
-            warn_of_atomics(&args);
+        } else if let atomic = atomic_sources(&args)
+            && !atomic.is_empty()
+        {
+            // gcc instruments every access or none: the sources with atomics get all of it,
+            // their plain accesses' hooks then renamed to one that does nothing.
+            let flags: Vec<String> = GCC_ATOMICS.iter().map(|f| f.to_string()).collect();
+            let sources = |a: &OsString| atomic.contains(a);
+            if links {
+                let (dir, linked) =
+                    compile_apart(&cc, &args, &flags, sources, Renames::PlainAccesses, show);
+                args = linked;
+                objects_dir = Some(dir);
+            } else {
+                args.extend(flags.iter().map(OsString::from));
+                compile_objects_renamed(&cc, &args, Renames::PlainAccesses, show);
+            }
         }
     }
     // The checker's hooks are called at every load and store: linked into the program, each
     // call is a direct one (through libjia.so, one more jump; matmul.c 512 on 2 nodes, checking
     // off: 0.56 s static, 0.75 s shared).
     static_jia |= check_races;
-    let mut objects_dir = None;
     if let Some(flags) = &checking {
         if links {
             // Compiled here with the flags, each source to an object; linked below without them.
-            let (dir, linked) = compile_for_checking(&cc, &args, flags, show);
+            let (dir, linked) = compile_apart(&cc, &args, flags, is_source, Renames::Checked, show);
             args = linked;
             objects_dir = Some(dir);
         } else {
             args.extend(flags.iter().map(OsString::from));
             if args.iter().any(|a| a == "-c") {
-                compile_objects_for_checking(&cc, &args, show);
+                compile_objects_renamed(&cc, &args, Renames::Checked, show);
             }
         }
     }
@@ -243,9 +257,33 @@ fn is_clang(cc: &OsString) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("clang"))
 }
 
-/// With gcc, whose instrumentation cannot be limited to atomics: says so for each C source
-/// among `args` that uses atomic operations (they stay atomic among one node's threads only).
-fn warn_of_atomics(args: &[OsString]) {
+/// gcc's flags for a source with atomic operations: ThreadSanitizer's instrumentation (gcc's
+/// cannot be limited to atomics), no call at every function's entry and exit. The atomics call
+/// libjia's hooks, exact across nodes; the plain accesses' hooks are renamed to one that does
+/// nothing ([`Renames::PlainAccesses`]).
+const GCC_ATOMICS: &[&str] = &[
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+];
+
+/// The C sources among `args` that use atomic operations (C11 atomics, `__atomic_*` and
+/// `__sync_*` builtins, OpenMP's atomics); for gcc, which builds them apart: each said so.
+fn atomic_sources(args: &[OsString]) -> Vec<OsString> {
+    let atomic: Vec<OsString> = args.iter().filter(|a| uses_atomics(a)).cloned().collect();
+    for a in &atomic {
+        eprintln!(
+            "dsmcc: note: {} uses atomic operations: compiled with gcc's -fsanitize=thread so \
+             that they are exact across nodes on shared memory; every load and store of it then \
+             calls libjia too, and its loops run several times slower (DSMCC_CC=clang \
+             instruments the atomics alone)",
+            Path::new(a).display()
+        );
+    }
+    atomic
+}
+
+/// Whether `a` is a C source that uses atomic operations.
+fn uses_atomics(a: &OsString) -> bool {
     const MARKS: &[&str] = &[
         "_Atomic",
         "stdatomic.h",
@@ -253,23 +291,14 @@ fn warn_of_atomics(args: &[OsString]) {
         "__sync_",
         "omp atomic",
     ];
-    for a in args {
-        let path = Path::new(a);
-        if path.extension().is_none_or(|e| e != "c") {
-            continue;
-        }
-        let Ok(src) = std::fs::read_to_string(path) else {
-            continue;
-        };
-        if MARKS.iter().any(|m| src.contains(m)) {
-            eprintln!(
-                "dsmcc: warning: {} uses atomic operations: built with gcc they are atomic only \
-                 among the threads of one node, not on shared memory across nodes; build with \
-                 DSMCC_CC=clang (dsmcc then makes them exact across nodes) or call jia_atomic_*",
-                path.display()
-            );
-        }
+    let path = Path::new(a);
+    if path.extension().is_none_or(|e| e != "c") {
+        return false;
     }
+    let Ok(src) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    MARKS.iter().any(|m| src.contains(m))
 }
 
 /// The compiler's own part of [`instrument_flags`].
@@ -371,23 +400,86 @@ const CHECKED_SYNC_FUNCTIONS: &[&str] = &[
 /// The command that renames a checked object's calls of [`CHECKED_MEMORY_FUNCTIONS`],
 /// [`CHECKED_IO_FUNCTIONS`] and [`CHECKED_SYNC_FUNCTIONS`] to libjia's entries
 /// (`__dsm_checked_<name>`).
-fn rename_calls(object: &Path) -> Command {
+/// The renames a compiled object gets.
+#[derive(Clone, Copy)]
+enum Renames {
+    /// `--check-races`: the calls of the C library's memory, I/O and pthread functions go to
+    /// libjia's entries, which record what they touch.
+    Checked,
+    /// gcc's instrumentation of a source for its atomics: every hook of a plain access (and
+    /// `__tsan_init`, which marks a program as built for the checker) goes to libjia's
+    /// `__dsm_unchecked_*` of the same name, which does nothing: such an object's accesses are
+    /// not the checker's, whose other calls it does not see.
+    PlainAccesses,
+}
+
+/// ThreadSanitizer's hooks of gcc's instrumentation other than the atomics' (`__tsan_atomic*`).
+const PLAIN_ACCESS_HOOKS: &[&str] = &[
+    "__tsan_init",
+    "__tsan_func_entry",
+    "__tsan_func_exit",
+    "__tsan_read1",
+    "__tsan_read2",
+    "__tsan_read4",
+    "__tsan_read8",
+    "__tsan_read16",
+    "__tsan_write1",
+    "__tsan_write2",
+    "__tsan_write4",
+    "__tsan_write8",
+    "__tsan_write16",
+    "__tsan_unaligned_read2",
+    "__tsan_unaligned_read4",
+    "__tsan_unaligned_read8",
+    "__tsan_unaligned_read16",
+    "__tsan_unaligned_write2",
+    "__tsan_unaligned_write4",
+    "__tsan_unaligned_write8",
+    "__tsan_unaligned_write16",
+    "__tsan_volatile_read1",
+    "__tsan_volatile_read2",
+    "__tsan_volatile_read4",
+    "__tsan_volatile_read8",
+    "__tsan_volatile_read16",
+    "__tsan_volatile_write1",
+    "__tsan_volatile_write2",
+    "__tsan_volatile_write4",
+    "__tsan_volatile_write8",
+    "__tsan_volatile_write16",
+    "__tsan_read_range",
+    "__tsan_write_range",
+    "__tsan_vptr_update",
+    "__tsan_vptr_read",
+];
+
+/// `objcopy` renaming the symbols `renames` names in `object`.
+fn rename_calls(object: &Path, renames: Renames) -> Command {
     let objcopy = std::env::var_os("DSMCC_OBJCOPY").unwrap_or_else(|| "objcopy".into());
     let mut cmd = Command::new(objcopy);
-    for f in CHECKED_MEMORY_FUNCTIONS
-        .iter()
-        .chain(CHECKED_IO_FUNCTIONS)
-        .chain(CHECKED_SYNC_FUNCTIONS)
-    {
-        cmd.arg(format!("--redefine-sym={f}=__dsm_checked_{f}"));
+    match renames {
+        Renames::Checked => {
+            for f in CHECKED_MEMORY_FUNCTIONS
+                .iter()
+                .chain(CHECKED_IO_FUNCTIONS)
+                .chain(CHECKED_SYNC_FUNCTIONS)
+            {
+                cmd.arg(format!("--redefine-sym={f}=__dsm_checked_{f}"));
+            }
+        }
+        Renames::PlainAccesses => {
+            for f in PLAIN_ACCESS_HOOKS {
+                let hook = f.trim_start_matches("__tsan_");
+                cmd.arg(format!("--redefine-sym={f}=__dsm_unchecked_{hook}"));
+            }
+        }
     }
     cmd.arg(object);
     cmd
 }
 
 /// Runs (or with `show`, prints) [`rename_calls`] on `object`; a failure ends dsmcc.
-fn rename_calls_in(object: &Path, show: bool) {
-    let mut cmd = rename_calls(object);
+fn rename_calls_in(object: &Path, renames: Renames, show: bool) {
+    let mut cmd = rename_calls(object, renames);
     if show {
         show_command(&cmd);
         return;
@@ -395,8 +487,7 @@ fn rename_calls_in(object: &Path, show: bool) {
     match cmd.status() {
         Ok(s) if s.success() => {}
         Ok(s) => fail(&format!(
-            "objcopy failed on {} ({s}): the checked object's calls of the C library's memory \
-             and pthread functions could not be renamed",
+            "objcopy failed on {} ({s}): the instrumented object's calls could not be renamed",
             object.display()
         )),
         Err(e) => fail(&format!(
@@ -430,9 +521,9 @@ fn compile_or_show(cmd: &mut Command, cc: &OsString, show: bool, undo: impl FnOn
     }
 }
 
-/// `--check-races -c`: compiles as asked, then renames the objects' calls of the C library's
-/// memory functions ([`rename_calls`]): the `-o` file, or each source's `.o` here. Exits.
-fn compile_objects_for_checking(cc: &OsString, args: &[OsString], show: bool) -> ! {
+/// `-c` with instrumentation: compiles as asked, then renames the objects' calls
+/// ([`rename_calls`]): the `-o` file, or each source's `.o` here. Exits.
+fn compile_objects_renamed(cc: &OsString, args: &[OsString], renames: Renames, show: bool) -> ! {
     let mut cmd = Command::new(cc);
     cmd.arg(format!("-I{INCLUDE}")).args(args);
     let joined = args.iter().find_map(|a| {
@@ -451,18 +542,21 @@ fn compile_objects_for_checking(cc: &OsString, args: &[OsString], show: bool) ->
     };
     compile_or_show(&mut cmd, cc, show, || {});
     for object in &objects {
-        rename_calls_in(object, show);
+        rename_calls_in(object, renames, show);
     }
     exit(0);
 }
 
-/// `--check-races` with linking: compiles each source in `args` with `flags` to an object in a
-/// directory of its own (the other arguments too, but for the output and the linker's), and
-/// returns that directory and the arguments with the objects in place of the sources.
-fn compile_for_checking(
+/// Instrumentation with linking: compiles each source in `args` that `which` takes with `flags`
+/// to an object in a directory of its own (the other arguments too, but for the output and the
+/// linker's), renames its calls ([`rename_calls`]), and returns that directory and the
+/// arguments with the objects in place of those sources.
+fn compile_apart(
     cc: &OsString,
     args: &[OsString],
     flags: &[String],
+    which: impl Fn(&OsString) -> bool,
+    renames: Renames,
     show: bool,
 ) -> (PathBuf, Vec<OsString>) {
     // Private and unpredictable: another user cannot block the name or plant links in it.
@@ -492,7 +586,7 @@ fn compile_for_checking(
     }
     let mut linked = Vec::new();
     for (k, a) in args.iter().enumerate() {
-        if !is_source(a) {
+        if !is_source(a) || !which(a) {
             linked.push(a.clone());
             continue;
         }
@@ -508,7 +602,7 @@ fn compile_for_checking(
         compile_or_show(&mut cmd, cc, show, || {
             let _ = std::fs::remove_dir_all(&dir);
         });
-        rename_calls_in(&object, show);
+        rename_calls_in(&object, renames, show);
         linked.push(object.into_os_string());
     }
     (dir, linked)
