@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Threads per node the vector clocks have room for.
-pub const VC_THREADS: usize = 64;
+pub const VC_THREADS: usize = 1024;
 /// The exit status of a job in which races were found (ThreadSanitizer's).
 pub const EXIT_RACES: i32 = 66;
 const PAGE: usize = dsm_core::PAGE_SIZE;
@@ -96,9 +96,9 @@ struct Checker {
     /// the end of one. A thread idle in a pool (OpenMP's) has none.
     open: Mutex<usize>,
     ended: std::sync::Condvar,
-    /// Numbers of threads that ended, with their last clock: once all 64 numbers were given,
-    /// a new thread takes one and goes on from that clock (a program may run many rounds of
-    /// threads; 64 at once at most).
+    /// Numbers of threads that ended, with their last clock: once all [`VC_THREADS`] numbers
+    /// were given, a new thread takes one and goes on from that clock (a program may run many
+    /// rounds of threads; [`VC_THREADS`] at once at most, as many as the door's slots).
     free_numbers: Mutex<Vec<(usize, u32)>>,
     /// The hidden clock slots: one per lock, then one per condition variable and node.
     slots: &'static [AtomicU32],
@@ -107,7 +107,7 @@ struct Checker {
     /// Clocks of the synchronisation of this node's threads that the DSM does not make (a C
     /// program's pthread mutexes, barriers and semaphores by address, ended threads by id):
     /// the epoch each is for, and the clock.
-    local: Mutex<HashMap<Local, (u32, Vec<u32>)>>,
+    local: Mutex<HashMap<Local, (u32, Entries)>>,
     log: Mutex<Log>,
     site_ids: Mutex<HashMap<Site, u32>>,
     /// At node 0, from its exit on: every node's records.
@@ -228,6 +228,39 @@ impl From {
     }
 }
 
+/// A clock as it travels (a slot of shared memory, a node's own synchronisation object, a
+/// thread's creation): its nonzero entries (thread, value), by thread.
+pub type Entries = Vec<(u32, u32)>;
+
+/// The entries of both clocks, each thread's larger value.
+fn merged(a: &[(u32, u32)], b: &[(u32, u32)]) -> Entries {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x.0 == y.0 => {
+                out.push((x.0, x.1.max(y.1)));
+                i += 1;
+                j += 1;
+            }
+            (Some(&x), Some(&y)) if x.0 < y.0 => {
+                out.push(x);
+                i += 1;
+            }
+            (Some(&x), None) => {
+                out.push(x);
+                i += 1;
+            }
+            (_, Some(&y)) => {
+                out.push(y);
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    out
+}
+
 /// The bytes of a page one site read (or wrote) in a segment: one bit each.
 pub(crate) type PageBits = [u64; PAGE / 64];
 
@@ -260,6 +293,9 @@ struct Recorder {
     epoch: u32,
     /// Dense: node * VC_THREADS + thread number.
     clock: Vec<u32>,
+    /// The entries of `clock` that are not 0 (so a clock's handing over and a barrier's reset
+    /// cost what the thread has seen, not the job's thousands of possible threads).
+    nonzero: Vec<u32>,
     /// (page, site, write) -> its slot in `bits`.
     slots: HashMap<(u32, u32, bool), u32>,
     bits: Vec<((u32, u32, bool), Box<PageBits>)>,
@@ -301,7 +337,7 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
 impl Drop for Recorder {
     fn drop(&mut self) {
         if let (Some(me), Some(c)) = (self.joinable, CHECKER.get()) {
-            c.leave_clock(Local::Thread(me), self.epoch, &self.clock);
+            c.leave_clock(Local::Thread(me), self.epoch, self.entries());
         }
         self.close();
         incoming::slices_dropped(self.snapshots.len());
@@ -393,9 +429,11 @@ pub fn start(start: Start) {
     ON.store(true, Ordering::Release);
 }
 
-/// Words of one clock slot: its epoch, then a clock per thread of the job.
+/// Words of one clock slot: its epoch, its count of entries, then room for an entry (thread,
+/// value) per thread of the job. A slot holds the nonzero entries only: a lock passed among a
+/// few threads reads and writes the first words of its slot, one page.
 fn slot_words(nodes: u16) -> usize {
-    1 + usize::from(nodes) * VC_THREADS
+    2 + 2 * usize::from(nodes) * VC_THREADS
 }
 
 /// A read or write of `len` bytes at `addr` by this thread (anywhere: only the shared region's
@@ -483,17 +521,13 @@ impl Checker {
     /// one `what` carries for that epoch, or replaces one of an earlier epoch. One released
     /// past a barrier this thread is not past yet is left: what it did is ordered before the
     /// acquirer's anyway.
-    fn leave_clock(&self, what: Local, epoch: u32, clock: &[u32]) {
+    fn leave_clock(&self, what: Local, epoch: u32, clock: Entries) {
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         match local.get_mut(&what) {
-            Some((e, joined)) if *e == epoch => {
-                for (a, &b) in joined.iter_mut().zip(clock) {
-                    *a = (*a).max(b);
-                }
-            }
+            Some((e, joined)) if *e == epoch => *joined = merged(joined, &clock),
             Some((e, _)) if *e > epoch => {}
             _ => {
-                local.insert(what, (epoch, clock.to_vec()));
+                local.insert(what, (epoch, clock));
             }
         }
     }
@@ -522,12 +556,11 @@ impl Checker {
             ));
         }
         let thread = (usize::from(self.node) * VC_THREADS + n) as u32;
-        let mut clock = vec![0; usize::from(self.nodes) * VC_THREADS];
-        clock[thread as usize] = last + 1;
-        Recorder {
+        let mut r = Recorder {
             thread,
             epoch: self.epoch.load(Ordering::Acquire),
-            clock,
+            clock: vec![0; usize::from(self.nodes) * VC_THREADS],
+            nonzero: Vec::new(),
             slots: HashMap::new(),
             bits: Vec::new(),
             sites: HashMap::new(),
@@ -538,7 +571,9 @@ impl Checker {
             spare_bits: Vec::new(),
             joinable: None,
             rounds: HashMap::new(),
-        }
+        };
+        r.set(thread, last + 1);
+        r
     }
 
     fn intern(&self, site: Site) -> u32 {
@@ -555,23 +590,32 @@ impl Checker {
 
     /// The clock in slot `k` (zeros if written in another epoch).
     /// The clock in slot `k` and the epoch it is for (`None`: never written).
-    fn read_slot(&self, k: usize) -> Option<(u32, Vec<u32>)> {
+    fn read_slot(&self, k: usize) -> Option<(u32, Entries)> {
         let w = slot_words(self.nodes);
         let at = k * w;
         let epoch = self.slots[at].load(Ordering::Relaxed).checked_sub(1)?;
-        Some((
-            epoch,
-            (1..w)
-                .map(|i| self.slots[at + i].load(Ordering::Relaxed))
-                .collect(),
-        ))
+        let count = (self.slots[at + 1].load(Ordering::Relaxed) as usize).min((w - 2) / 2);
+        let entries = (0..count)
+            .map(|i| {
+                let e = at + 2 + 2 * i;
+                (
+                    self.slots[e].load(Ordering::Relaxed),
+                    self.slots[e + 1].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        Some((epoch, entries))
     }
 
-    fn write_slot(&self, k: usize, epoch: u32, clock: &[u32]) {
+    /// Writes `entries` (at most every thread of the job: the slot has room) for `epoch` into
+    /// slot `k`.
+    fn write_slot(&self, k: usize, epoch: u32, entries: &[(u32, u32)]) {
         let at = k * slot_words(self.nodes);
-        for (i, &v) in clock.iter().enumerate() {
-            self.slots[at + 1 + i].store(v, Ordering::Relaxed);
+        for (i, &(t, v)) in entries.iter().enumerate() {
+            self.slots[at + 2 + 2 * i].store(t, Ordering::Relaxed);
+            self.slots[at + 3 + 2 * i].store(v, Ordering::Relaxed);
         }
+        self.slots[at + 1].store(entries.len() as u32, Ordering::Relaxed);
         self.slots[at].store(epoch + 1, Ordering::Relaxed);
     }
 
@@ -712,13 +756,8 @@ impl Recorder {
                     bytes: Bytes::Bits(bits),
                 })
                 .collect();
-            let seen = self
-                .clock
-                .iter()
-                .enumerate()
-                .filter(|&(t, &v)| v > 0 && t != self.thread as usize)
-                .map(|(t, &v)| (t as u32, v))
-                .collect();
+            let mut seen = self.entries();
+            seen.retain(|&(t, _)| t != self.thread);
             let segment = Segment {
                 thread: self.thread,
                 epoch: self.epoch,
@@ -748,7 +787,7 @@ impl Recorder {
 
     /// An acquire of what a slot holds: a clock of a later epoch moves this thread on to it
     /// first; one of an earlier epoch says nothing (a barrier orders it already).
-    fn acquire(&mut self, slot: Option<(u32, Vec<u32>)>) {
+    fn acquire(&mut self, slot: Option<(u32, Entries)>) {
         let Some((epoch, clock)) = slot else { return };
         self.catch_up(epoch);
         if epoch == self.epoch {
@@ -756,10 +795,33 @@ impl Recorder {
         }
     }
 
-    fn join(&mut self, other: &[u32]) {
-        for (a, &b) in self.clock.iter_mut().zip(other) {
-            *a = (*a).max(b);
+    /// This thread has seen what `other`'s entries say. Entries of no thread of the job (a
+    /// slot's bytes are shared memory) are left out.
+    fn join(&mut self, other: &[(u32, u32)]) {
+        for &(t, v) in other {
+            if self.clock.get(t as usize).is_some_and(|&now| v > now) {
+                self.set(t, v);
+            }
         }
+    }
+
+    /// Entry `t` of the clock is `v` (not 0).
+    fn set(&mut self, t: u32, v: u32) {
+        if self.clock[t as usize] == 0 {
+            self.nonzero.push(t);
+        }
+        self.clock[t as usize] = v;
+    }
+
+    /// The clock's nonzero entries, by thread.
+    fn entries(&self) -> Entries {
+        let mut e: Entries = self
+            .nonzero
+            .iter()
+            .map(|&t| (t, self.clock[t as usize]))
+            .collect();
+        e.sort_unstable();
+        e
     }
 
     /// [`Recorder::catch_up`] with the node's epoch now.
@@ -786,8 +848,10 @@ impl Recorder {
     fn enter_epoch(&mut self, epoch: u32) {
         self.close();
         self.epoch = epoch;
-        self.clock.iter_mut().for_each(|v| *v = 0);
-        self.clock[self.thread as usize] = 1;
+        for t in std::mem::take(&mut self.nonzero) {
+            self.clock[t as usize] = 0;
+        }
+        self.set(self.thread, 1);
     }
 }
 
@@ -862,7 +926,7 @@ fn unlocking(lock: u16) {
     with_recorder(|r, c| {
         r.catch_up_with(c);
         // The clock of the segment that ends here: what follows the release is not covered.
-        c.write_slot(usize::from(lock), r.epoch, &r.clock);
+        c.write_slot(usize::from(lock), r.epoch, &r.entries());
         r.close();
     });
 }
@@ -908,13 +972,10 @@ fn release_into_node_slot(slot: impl FnOnce(&Checker) -> usize) {
                 // Set by another thread of the node past a barrier this one is not: what this
                 // one did is in an earlier epoch, ordered before the acquirer's anyway.
                 Some((e, _)) if e > r.epoch => {}
-                Some((e, mut slot)) if e == r.epoch => {
-                    for (a, &b) in slot.iter_mut().zip(&r.clock) {
-                        *a = (*a).max(b);
-                    }
-                    c.write_slot(k, r.epoch, &slot);
+                Some((e, slot)) if e == r.epoch => {
+                    c.write_slot(k, r.epoch, &merged(&slot, &r.entries()));
                 }
-                _ => c.write_slot(k, r.epoch, &r.clock),
+                _ => c.write_slot(k, r.epoch, &r.entries()),
             }
         }
         // After the clock went out: the segment that ends here is the one the release covers.
@@ -1003,7 +1064,7 @@ pub fn local_release(what: Local) {
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
-        c.leave_clock(what, r.epoch, &r.clock);
+        c.leave_clock(what, r.epoch, r.entries());
         r.close();
     });
 }
@@ -1031,13 +1092,13 @@ pub fn local_acquire(what: Local) {
 
 /// A thread creating another: its segment ends, and its clock is what the new thread starts
 /// from ([`thread_started`]). `None` when not checking.
-pub fn thread_spawning() -> Option<(u32, Vec<u32>)> {
+pub fn thread_spawning() -> Option<(u32, Entries)> {
     if !on() {
         return None;
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
-        let clock = (r.epoch, r.clock.clone());
+        let clock = (r.epoch, r.entries());
         r.close();
         clock
     })
@@ -1048,7 +1109,7 @@ pub fn thread_spawning() -> Option<(u32, Vec<u32>)> {
 /// `me`: the thread's `pthread_t` if a `pthread_join` may wait for it: its clock is left for
 /// the joiner when it ends, however it ends (`pthread_exit` too: in its thread-local
 /// destructor).
-pub fn thread_started(creator: (u32, Vec<u32>), me: Option<libc::pthread_t>) {
+pub fn thread_started(creator: (u32, Entries), me: Option<libc::pthread_t>) {
     if !on() {
         return;
     }
@@ -1228,6 +1289,17 @@ pub fn report_at_node0() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two clocks' entries merge by thread, each thread's larger value, in thread order.
+    #[test]
+    fn clocks_merge_entry_by_entry() {
+        assert_eq!(merged(&[], &[]), vec![]);
+        assert_eq!(merged(&[(3, 1)], &[]), vec![(3, 1)]);
+        assert_eq!(
+            merged(&[(1, 5), (4, 2), (2000, 7)], &[(0, 1), (4, 9), (1500, 3)]),
+            vec![(0, 1), (1, 5), (4, 9), (1500, 3), (2000, 7)]
+        );
+    }
 
     #[test]
     fn bits_become_the_runs_of_bytes_touched() {

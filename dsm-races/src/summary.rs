@@ -13,8 +13,8 @@
 //! candidates: u32 count, each  epoch u32  lo u32  hi u32
 //! ```
 //!
-//! Pages `[lo, hi)`; a thread is bit `number % 64` of its node's masks (the checker's thread
-//! numbers, [`super::VC_THREADS`] per node).
+//! Pages `[lo, hi)`; a thread numbered below 63 on its node is bit `number` of its node's masks,
+//! and bit 63 stands for all those numbered 63 or more ([`thread_bit`]).
 
 use super::VC_THREADS;
 use super::records::walk_packed;
@@ -43,7 +43,7 @@ pub(crate) struct Candidate {
 pub(crate) fn touches(packed: &[u8], count: u32) -> Result<Vec<Touch>, String> {
     let mut each: Vec<(u32, u32, u64, u64)> = Vec::new();
     walk_packed(packed, count, |seg| {
-        let bit = 1u64 << (seg.thread as usize % VC_THREADS);
+        let bit = thread_bit(seg.thread);
         for &(page, write, _) in &seg.accesses {
             let (r, w) = if write { (0, bit) } else { (bit, 0) };
             each.push((seg.epoch, page, r, w));
@@ -81,6 +81,20 @@ pub(crate) fn touches(packed: &[u8], count: u32) -> Result<Vec<Touch>, String> {
     Ok(out)
 }
 
+/// Thread `thread`'s bit in its node's masks: its number on the node below 63; bit 63 for every
+/// thread numbered 63 or more (a node may have 1,024), which [`threads_in`] counts as two.
+fn thread_bit(thread: u32) -> u64 {
+    let n = thread as usize % VC_THREADS;
+    1u64 << n.min(63)
+}
+
+/// The threads a mask stands for, at least: bit 63 (any of the threads numbered 63 or more)
+/// counts as two, so a page one of them wrote is a candidate even if no other thread touched
+/// it: more pages travel in full, and none where two of them met is missed.
+fn threads_in(mask: u64) -> u32 {
+    mask.count_ones() + u32::from(mask >> 63 == 1)
+}
+
 /// The candidates of every node's touches (`all[node]`), in (epoch, page) order, neighbouring
 /// pages in one run.
 pub(crate) fn candidates(all: &[Vec<Touch>]) -> Vec<Candidate> {
@@ -116,7 +130,7 @@ pub(crate) fn candidates(all: &[Vec<Touch>]) -> Vec<Candidate> {
                 .min(next_start);
             let threads: u32 = active
                 .iter()
-                .map(|t| (t.readers | t.writers).count_ones())
+                .map(|t| threads_in(t.readers | t.writers))
                 .sum();
             let writers: u32 = active.iter().map(|t| t.writers.count_ones()).sum();
             if writers >= 1 && threads >= 2 {
@@ -286,6 +300,27 @@ mod tests {
         }
     }
 
+    /// Threads numbered 63 or more on their node share bit 63, which counts as two threads: a
+    /// page one of them wrote is a candidate (no race between two of them is missed), one that
+    /// two threads below 63 only read is not.
+    #[test]
+    fn threads_past_the_masks_bits_are_counted_as_two() {
+        assert_eq!(thread_bit(5), 1 << 5);
+        assert_eq!(thread_bit(63), 1 << 63);
+        assert_eq!(thread_bit(1000), 1 << 63);
+        assert_eq!(
+            thread_bit(VC_THREADS as u32 + 2),
+            1 << 2,
+            "node 1's thread 2"
+        );
+        let written_by_one_high = [vec![touch(0, 7, 8, 0, 1 << 63)]];
+        assert_eq!(candidates(&written_by_one_high), vec![cand(0, 7, 8)]);
+        let read_by_two = [vec![touch(0, 7, 8, 0b11, 0)]];
+        assert_eq!(candidates(&read_by_two), vec![]);
+        let written_by_one_low = [vec![touch(0, 7, 8, 0, 0b1)]];
+        assert_eq!(candidates(&written_by_one_low), vec![]);
+    }
+
     /// Each access of a node's records becomes a touch of its page; pages with the same threads
     /// join in runs; the same page from two segments joins their threads.
     #[test]
@@ -307,10 +342,12 @@ mod tests {
                 .collect(),
         };
         let mut packed = Vec::new();
+        // Node 1's threads 0 and 1.
+        let (t0, t1) = (VC_THREADS as u32, VC_THREADS as u32 + 1);
         let segments = [
-            seg(64, 0, &[(1, true), (2, true), (3, true)]),
-            seg(65, 0, &[(3, false), (4, false)]),
-            seg(64, 1, &[(3, true)]),
+            seg(t0, 0, &[(1, true), (2, true), (3, true)]),
+            seg(t1, 0, &[(3, false), (4, false)]),
+            seg(t0, 1, &[(3, true)]),
         ];
         for s in &segments {
             super::super::records::put_segment(&mut packed, s);

@@ -721,7 +721,7 @@ pub unsafe extern "C" fn __dsm_checked_pthread_barrier_wait(
 struct Start {
     run: extern "C" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
-    creator: Option<(u32, Vec<u32>)>,
+    creator: Option<(u32, dsm_races::Entries)>,
 }
 
 /// The start routine of a thread created through [`__dsm_checked_pthread_create`]: starts from
@@ -807,7 +807,7 @@ fn gomp(cache: &std::sync::atomic::AtomicUsize, name: &'static [u8]) -> usize {
 struct Region {
     run: extern "C" fn(*mut c_void),
     data: *mut c_void,
-    opener: Option<(u32, Vec<u32>)>,
+    opener: Option<(u32, dsm_races::Entries)>,
 }
 
 /// Every team thread's part of a region opened through [`__dsm_checked_GOMP_parallel`].

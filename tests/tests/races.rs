@@ -77,6 +77,7 @@ fn race_free_programs_are_not_reported() {
         (2, "free-guard-home-incoming"),
         (2, "free-slices-home-last"),
         (2, "free-many-threads"),
+        (2, "free-hundreds-of-threads"),
         (3, "free-helper-locks"),
         (4, "free-helper-locks"),
     ] {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dsm_tests::{bin, dsmrun, run_with_deadline, text};
 
-fn probe_ok(nodes: usize, flags: &[&str], case: &str, expect: &str) {
+fn probe_ok(nodes: usize, flags: &[&str], case: &str, expect: &str) -> std::process::Output {
     let out = dsmrun(nodes, flags, "probe", &[case]);
     let t = text(&out);
     assert!(out.status.success(), "{case} on {nodes} nodes failed:\n{t}");
@@ -15,6 +15,7 @@ fn probe_ok(nodes: usize, flags: &[&str], case: &str, expect: &str) {
         String::from_utf8_lossy(&out.stdout).contains(expect),
         "{case}: no `{expect}`:\n{t}"
     );
+    out
 }
 
 #[test]
@@ -209,6 +210,22 @@ fn threads_that_end_give_their_slot_to_the_next() {
 #[test]
 fn a_thousand_threads_of_a_node_fault_lock_and_meet_at_once() {
     probe_ok(2, &[], "thousand-threads", "thousand-threads OK 2000");
+}
+
+/// The same under the race checker, whose clocks have room for every thread (they had 64).
+#[test]
+fn a_thousand_checked_threads_of_a_node_run_and_race_with_nothing() {
+    let out = probe_ok(
+        2,
+        &["--check-races"],
+        "thousand-threads",
+        "thousand-threads OK 2000",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("check_races: no data race found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -104,6 +104,49 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 std::hint::black_box(a.get(8)); // race: read-from
             }
         }
+        "threads-past-64" => {
+            // 100 threads of node 0 alive at once, numbered by the checker in the order of
+            // their first access (each waits for its turn, which std's atomics order for the
+            // program but not for the checker); threads 80 and 90 alone touch element 600's
+            // page, with no synchronisation between them.
+            if me == 0 {
+                let turn = std::sync::atomic::AtomicUsize::new(0);
+                let done = std::sync::Barrier::new(100);
+                std::thread::scope(|s| {
+                    for k in 0..100 {
+                        let (turn, done) = (&turn, &done);
+                        s.spawn(move || {
+                            while turn.load(Acquire) != k {
+                                std::thread::yield_now();
+                            }
+                            a.set(200 + k, 1);
+                            turn.store(k + 1, Release);
+                            done.wait();
+                            if k == 80 {
+                                a.set(600, 1); // race: threads-past-64
+                            } else if k == 90 {
+                                a.set(600, 2); // race: threads-past-64
+                            }
+                        });
+                    }
+                });
+            }
+        }
+        "free-hundreds-of-threads" => {
+            // 300 threads on each node at once write their own element, meet in one barrier of
+            // every node's threads, and read another node's thread's element.
+            let threads = 300;
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    s.spawn(move || {
+                        a.set(me * threads + t, (me * threads + t) as u64);
+                        dsm.barrier_threads(threads);
+                        let other = (1 - me) * threads + (t + 1) % threads;
+                        assert_eq!(a.get(other), other as u64);
+                    });
+                }
+            });
+        }
         "free-many-threads" => {
             // 20 rounds of 4 scoped threads (never more than 4 at once), each writing its own
             // element: 80 threads in all on node 0.
