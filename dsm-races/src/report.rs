@@ -250,6 +250,38 @@ pub(super) fn site_now(site: &Site) -> String {
     symbols.name(site)
 }
 
+/// The frames (function, `file:line`) of each address in `addr2line -a -i -f` output, in order.
+fn address_blocks(text: &str) -> Vec<Vec<(&str, &str)>> {
+    let mut blocks: Vec<Vec<(&str, &str)>> = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        if l.starts_with("0x") && u64::from_str_radix(&l[2..], 16).is_ok() {
+            blocks.push(Vec::new());
+            continue;
+        }
+        if let (Some(block), Some(line)) = (blocks.last_mut(), lines.next()) {
+            block.push((l, line));
+        }
+    }
+    blocks
+}
+
+/// The frame an address names for the program's author: the innermost one outside the system's
+/// and the compiler's headers (a C library function inlined from them, such as glibc's `atoi`
+/// calling `strtol`, is named at the program's line that called it), else the innermost.
+fn program_frame(frames: &[(&str, &str)]) -> Option<String> {
+    let system = |line: &str| line.starts_with("/usr/include/") || line.starts_with("/usr/lib/");
+    let &(func, line) = frames
+        .iter()
+        .find(|(_, line)| !system(line))
+        .or(frames.first())?;
+    if line.starts_with("??") {
+        return None;
+    }
+    let line = line.split(" (discriminator").next().unwrap_or(line);
+    Some(format!("{line} ({func})"))
+}
+
 /// Source lines for code addresses (by `addr2line`, one run per object file).
 #[derive(Default)]
 struct Symbols {
@@ -271,22 +303,19 @@ impl Symbols {
                 .iter()
                 .map(|o| format!("{:#x}", o.saturating_sub(1)))
                 .collect();
+            // `-a`: each address's block starts with it; `-i`: the functions inlined there, the
+            // innermost first.
             let Ok(out) = std::process::Command::new("addr2line")
-                .args(["-e", module, "-f", "-C"])
+                .args(["-e", module, "-a", "-i", "-f", "-C"])
                 .args(&args)
                 .output()
             else {
                 continue;
             };
             let text = String::from_utf8_lossy(&out.stdout);
-            let lines: Vec<&str> = text.lines().collect();
-            for (o, pair) in offsets.iter().zip(lines.chunks(2)) {
-                if let [func, line] = pair
-                    && !line.starts_with("??")
-                {
-                    let line = line.split(" (discriminator").next().unwrap_or(line);
-                    self.found
-                        .insert((module.clone(), *o), format!("{line} ({func})"));
+            for (o, frames) in offsets.iter().zip(address_blocks(&text)) {
+                if let Some(named) = program_frame(&frames) {
+                    self.found.insert((module.clone(), *o), named);
                 }
             }
         }
@@ -306,6 +335,32 @@ impl Symbols {
 
 #[cfg(test)]
 mod tests {
+    /// addr2line's blocks: an address, then its frames innermost first; a frame inlined from a
+    /// system header is named at the program's line that called it.
+    #[test]
+    fn a_call_inlined_from_a_system_header_is_named_at_the_programs_line() {
+        let out = "0x0000000000001234\natoi\n/usr/include/stdlib.h:364\nmain\n/src/p.c:19 (discriminator 2)\n0x0000000000001240\nmain\n/src/p.c:21\n0x0000000000001250\n??\n??:0\n";
+        let blocks = super::address_blocks(out);
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(
+            super::program_frame(&blocks[0]).as_deref(),
+            Some("/src/p.c:19 (main)")
+        );
+        assert_eq!(
+            super::program_frame(&blocks[1]).as_deref(),
+            Some("/src/p.c:21 (main)")
+        );
+        assert_eq!(super::program_frame(&blocks[2]), None);
+        let only_system = [(
+            "memcpy",
+            "/usr/include/x86_64-linux-gnu/bits/string_fortified.h:29",
+        )];
+        assert_eq!(
+            super::program_frame(&only_system).as_deref(),
+            Some("/usr/include/x86_64-linux-gnu/bits/string_fortified.h:29 (memcpy)")
+        );
+    }
+
     use super::super::{Access, Alloc, Bytes, Log, PageBits, Segment, Site};
     use super::*;
 

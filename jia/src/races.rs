@@ -382,6 +382,378 @@ unsafe extern "C" fn qsort_at(
     unsafe { libc::qsort(base, n, size, cmp) }
 }
 
+unsafe extern "C" fn mempcpy_at(
+    d: *mut c_void,
+    s: *const c_void,
+    n: usize,
+    pc: usize,
+) -> *mut c_void {
+    touched(s, n, false, pc);
+    touched(d, n, true, pc);
+    // SAFETY: the caller's arguments, as to mempcpy.
+    unsafe { libc::mempcpy(d, s, n) }
+}
+
+unsafe extern "C" fn memccpy_at(
+    d: *mut c_void,
+    s: *const c_void,
+    c: c_int,
+    n: usize,
+    pc: usize,
+) -> *mut c_void {
+    // SAFETY: `s` holds n bytes (the caller's promise, as to memccpy): up to `c`, included.
+    let found = unsafe { libc::memchr(s, c, n) };
+    let copied = if found.is_null() {
+        n
+    } else {
+        found as usize - s as usize + 1
+    };
+    touched(s, copied, false, pc);
+    touched(d, copied, true, pc);
+    // SAFETY: the caller's arguments, as to memccpy.
+    unsafe { libc::memccpy(d, s, c, n) }
+}
+
+unsafe extern "C" {
+    fn bzero(s: *mut c_void, n: usize);
+    fn rawmemchr(s: *const c_void, c: c_int) -> *mut c_void;
+}
+
+unsafe extern "C" fn bzero_at(d: *mut c_void, n: usize, pc: usize) {
+    touched(d, n, true, pc);
+    // SAFETY: the caller's arguments, as to bzero.
+    unsafe { bzero(d, n) }
+}
+
+unsafe extern "C" fn explicit_bzero_at(d: *mut c_void, n: usize, pc: usize) {
+    touched(d, n, true, pc);
+    // SAFETY: the caller's arguments, as to explicit_bzero.
+    unsafe { libc::explicit_bzero(d, n) }
+}
+
+unsafe extern "C" fn stpncpy_at(
+    d: *mut c_char,
+    s: *const c_char,
+    n: usize,
+    pc: usize,
+) -> *mut c_char {
+    // SAFETY: `s` holds a string or n bytes (the caller's promise, as to stpncpy).
+    let read = (unsafe { libc::strnlen(s, n) } + 1).min(n);
+    touched(s.cast(), read, false, pc);
+    touched(d.cast(), n, true, pc);
+    // SAFETY: the caller's arguments, as to stpncpy.
+    unsafe { libc::stpncpy(d, s, n) }
+}
+
+unsafe extern "C" fn strdup_at(s: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to strdup).
+    let n = unsafe { libc::strlen(s) } + 1;
+    touched(s.cast(), n, false, pc);
+    // SAFETY: as above.
+    unsafe { libc::strdup(s) }
+}
+
+unsafe extern "C" fn strndup_at(s: *const c_char, n: usize, pc: usize) -> *mut c_char {
+    // SAFETY: `s` holds a string or n bytes (the caller's promise, as to strndup).
+    let read = (unsafe { libc::strnlen(s, n) } + 1).min(n);
+    touched(s.cast(), read, false, pc);
+    // SAFETY: as above.
+    unsafe { libc::strndup(s, n) }
+}
+
+/// A span function's reads: `s` up to the byte that stopped it (`stop` bytes in, the NUL if it
+/// went to the end), included, and all of the set `set` with its NUL.
+///
+/// # Safety
+/// `s` and `set` are strings, `stop` at most `s`'s length.
+unsafe fn spanned(s: *const c_char, stop: usize, set: *const c_char, pc: usize) {
+    touched(s.cast(), stop + 1, false, pc);
+    // SAFETY: the caller's promise.
+    let n = unsafe { libc::strlen(set) } + 1;
+    touched(set.cast(), n, false, pc);
+}
+
+unsafe extern "C" fn strspn_at(s: *const c_char, accept: *const c_char, pc: usize) -> usize {
+    // SAFETY: both are strings (the caller's promise, as to strspn).
+    let n = unsafe { libc::strspn(s, accept) };
+    // SAFETY: as above; n is at most s's length.
+    unsafe { spanned(s, n, accept, pc) };
+    n
+}
+
+unsafe extern "C" fn strcspn_at(s: *const c_char, reject: *const c_char, pc: usize) -> usize {
+    // SAFETY: both are strings (the caller's promise, as to strcspn).
+    let n = unsafe { libc::strcspn(s, reject) };
+    // SAFETY: as above.
+    unsafe { spanned(s, n, reject, pc) };
+    n
+}
+
+unsafe extern "C" fn strpbrk_at(s: *const c_char, accept: *const c_char, pc: usize) -> *mut c_char {
+    // SAFETY: both are strings (the caller's promise, as to strpbrk).
+    let n = unsafe { libc::strcspn(s, accept) };
+    // SAFETY: as above.
+    unsafe { spanned(s, n, accept, pc) };
+    // SAFETY: as above.
+    unsafe { libc::strpbrk(s, accept) }
+}
+
+/// How many bytes of strings `a` and `b` a comparison that ignores case reads, at most `n`: up
+/// to the first that differs, or the NUL, included.
+///
+/// # Safety
+/// `a` and `b` are strings or hold `n` bytes.
+unsafe fn compared_ignoring_case(a: *const c_char, b: *const c_char, n: usize) -> usize {
+    let (a, b) = (a.cast::<u8>(), b.cast::<u8>());
+    let mut i = 0;
+    while i < n {
+        // SAFETY: byte i of each lies before the end the caller promises.
+        let (x, y) = unsafe { (*a.add(i), *b.add(i)) };
+        if x.eq_ignore_ascii_case(&y) && x != 0 {
+            i += 1;
+            continue;
+        }
+        return i + 1;
+    }
+    n
+}
+
+unsafe extern "C" fn strcasecmp_at(a: *const c_char, b: *const c_char, pc: usize) -> c_int {
+    // SAFETY: both are strings (the caller's promise, as to strcasecmp).
+    let n = unsafe { compared_ignoring_case(a, b, usize::MAX) };
+    touched(a.cast(), n, false, pc);
+    touched(b.cast(), n, false, pc);
+    // SAFETY: as above.
+    unsafe { libc::strcasecmp(a, b) }
+}
+
+unsafe extern "C" fn strncasecmp_at(
+    a: *const c_char,
+    b: *const c_char,
+    n: usize,
+    pc: usize,
+) -> c_int {
+    // SAFETY: both are strings or hold n bytes (the caller's promise, as to strncasecmp).
+    let read = unsafe { compared_ignoring_case(a, b, n) };
+    touched(a.cast(), read, false, pc);
+    touched(b.cast(), read, false, pc);
+    // SAFETY: as above.
+    unsafe { libc::strncasecmp(a, b, n) }
+}
+
+unsafe extern "C" fn memrchr_at(s: *const c_void, c: c_int, n: usize, pc: usize) -> *mut c_void {
+    // SAFETY: `s` holds n bytes (the caller's promise, as to memrchr): read from its end down
+    // to what it found.
+    let found = unsafe { libc::memrchr(s, c, n) };
+    if found.is_null() {
+        touched(s, n, false, pc);
+    } else {
+        touched(found, s as usize + n - found as usize, false, pc);
+    }
+    found
+}
+
+unsafe extern "C" fn rawmemchr_at(s: *const c_void, c: c_int, pc: usize) -> *mut c_void {
+    // SAFETY: `s` holds `c` (the caller's promise, as to rawmemchr).
+    let found = unsafe { rawmemchr(s, c) };
+    touched(s, found as usize - s as usize + 1, false, pc);
+    found
+}
+
+unsafe extern "C" fn strchrnul_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
+    // SAFETY: `s` is a string (the caller's promise, as to strchrnul): up to what it found or
+    // the NUL.
+    let found = unsafe { libc::strchrnul(s, c) };
+    touched(s.cast(), found as usize - s as usize + 1, false, pc);
+    found
+}
+
+unsafe extern "C" fn memmem_at(
+    h: *const c_void,
+    hl: usize,
+    needle: *const c_void,
+    nl: usize,
+    pc: usize,
+) -> *mut c_void {
+    // SAFETY: the caller's arguments, as to memmem.
+    let found = unsafe { libc::memmem(h, hl, needle, nl) };
+    let read = if found.is_null() {
+        hl
+    } else {
+        found as usize - h as usize + nl
+    };
+    touched(h, read, false, pc);
+    touched(needle, nl, false, pc);
+    found
+}
+
+unsafe extern "C" fn strcasestr_at(
+    h: *const c_char,
+    needle: *const c_char,
+    pc: usize,
+) -> *mut c_char {
+    // SAFETY: both are strings (the caller's promise, as to strcasestr).
+    let (found, nl) = unsafe { (libc::strcasestr(h, needle), libc::strlen(needle)) };
+    let read = if found.is_null() {
+        // SAFETY: as above.
+        (unsafe { libc::strlen(h) }) + 1
+    } else {
+        found as usize - h as usize + nl
+    };
+    touched(h.cast(), read, false, pc);
+    touched(needle.cast(), nl + 1, false, pc);
+    found
+}
+
+/// `strtok_r` on the string at `from` (`s`, or where `*save` left off): its bytes read up to
+/// where the next call will start (or its end and NUL), the NUL it writes in place of the
+/// delimiter that ends the token, and the delimiters read.
+///
+/// # Safety
+/// As `strtok_r`: `from` and `delim` are strings, `save` points to a pointer.
+unsafe fn tokenised(
+    s: *mut c_char,
+    delim: *const c_char,
+    save: *mut *mut c_char,
+    pc: usize,
+) -> *mut c_char {
+    // SAFETY: the caller's promise.
+    let from = if s.is_null() { unsafe { *save } } else { s };
+    if from.is_null() {
+        // SAFETY: as above (glibc answers null).
+        return unsafe { libc::strtok_r(s, delim, save) };
+    }
+    // SAFETY: as above.
+    let (len, dl) = unsafe { (libc::strlen(from), libc::strlen(delim)) };
+    // SAFETY: the caller's arguments, as to strtok_r.
+    let token = unsafe { libc::strtok_r(s, delim, save) };
+    // SAFETY: as above: strtok_r left `*save` inside the string, or at its end.
+    let next = unsafe { *save } as usize;
+    let end = from as usize + len;
+    if token.is_null() || next < from as usize || next > end {
+        touched(from.cast(), len + 1, false, pc);
+    } else if next == end {
+        // The token ran to the string's end: nothing written.
+        touched(from.cast(), len + 1, false, pc);
+    } else {
+        // A delimiter ended it, now its NUL.
+        touched(from.cast(), next - from as usize, false, pc);
+        touched((next - 1) as *const c_void, 1, true, pc);
+    }
+    touched(delim.cast(), dl + 1, false, pc);
+    token
+}
+
+unsafe extern "C" fn strtok_r_at(
+    s: *mut c_char,
+    delim: *const c_char,
+    save: *mut *mut c_char,
+    pc: usize,
+) -> *mut c_char {
+    // SAFETY: the caller's arguments, as to strtok_r.
+    unsafe { tokenised(s, delim, save, pc) }
+}
+
+/// Where `strtok` goes on from: the checked objects' own (the C library's is not reachable;
+/// like it, one for the whole process).
+static STRTOK_SAVED: std::sync::atomic::AtomicPtr<c_char> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+unsafe extern "C" fn strtok_at(s: *mut c_char, delim: *const c_char, pc: usize) -> *mut c_char {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut save = STRTOK_SAVED.load(Relaxed);
+    // SAFETY: the caller's arguments, as to strtok, with the saved place.
+    let token = unsafe { tokenised(s, delim, &mut save, pc) };
+    STRTOK_SAVED.store(save, Relaxed);
+    token
+}
+
+/// A number parsed from string `s` (`strtol` and the others): its bytes read up to the first
+/// not taken (`end`), included; where nothing was taken, up to the first byte that is neither
+/// white space nor a sign, included.
+///
+/// # Safety
+/// `s` is a string and `end` inside it, at or after `s`.
+unsafe fn parsed(s: *const c_char, end: *const c_char, pc: usize) {
+    let mut n = end as usize - s as usize;
+    if n == 0 {
+        loop {
+            // SAFETY: the caller's promise: the scan stops at the NUL at the latest.
+            let byte = unsafe { *s.add(n) } as u8;
+            if !matches!(byte, b' ' | b'\t'..=b'\r' | b'+' | b'-') {
+                break;
+            }
+            n += 1;
+        }
+    }
+    touched(s.cast(), n + 1, false, pc);
+}
+
+/// `strtol`-like entry `$name` (`$imp`), of type `$t`, with a base or not.
+macro_rules! parse_entry {
+    ($imp:ident, $lib:path, $t:ty, base) => {
+        unsafe extern "C" fn $imp(
+            s: *const c_char,
+            end: *mut *mut c_char,
+            base: c_int,
+            pc: usize,
+        ) -> $t {
+            let mut stop = std::ptr::null_mut();
+            // SAFETY: the caller's arguments, as to the C library's function, with a place of
+            // ours for the end when the caller gave none.
+            let v = unsafe { $lib(s, &mut stop, base) };
+            // SAFETY: `stop` is inside `s`, at or after it.
+            unsafe { parsed(s, stop, pc) };
+            if !end.is_null() {
+                // SAFETY: the caller's pointer, as the C library's function writes it.
+                unsafe { *end = stop };
+            }
+            v
+        }
+    };
+    ($imp:ident, $lib:path, $t:ty) => {
+        unsafe extern "C" fn $imp(s: *const c_char, end: *mut *mut c_char, pc: usize) -> $t {
+            let mut stop = std::ptr::null_mut();
+            // SAFETY: as above.
+            let v = unsafe { $lib(s, &mut stop) };
+            // SAFETY: as above.
+            unsafe { parsed(s, stop, pc) };
+            if !end.is_null() {
+                // SAFETY: as above.
+                unsafe { *end = stop };
+            }
+            v
+        }
+    };
+}
+
+parse_entry!(strtol_at, libc::strtol, libc::c_long, base);
+parse_entry!(strtoul_at, libc::strtoul, libc::c_ulong, base);
+parse_entry!(strtoll_at, libc::strtoll, libc::c_longlong, base);
+parse_entry!(strtoull_at, libc::strtoull, libc::c_ulonglong, base);
+parse_entry!(strtod_at, libc::strtod, f64);
+parse_entry!(strtof_at, libc::strtof, f32);
+
+unsafe extern "C" fn atoi_at(s: *const c_char, pc: usize) -> c_int {
+    // SAFETY: `s` is a string (the caller's promise, as to atoi, which is strtol base 10).
+    unsafe { strtol_at(s, std::ptr::null_mut(), 10, pc) as c_int }
+}
+
+unsafe extern "C" fn atol_at(s: *const c_char, pc: usize) -> libc::c_long {
+    // SAFETY: as above.
+    unsafe { strtol_at(s, std::ptr::null_mut(), 10, pc) }
+}
+
+unsafe extern "C" fn atoll_at(s: *const c_char, pc: usize) -> libc::c_longlong {
+    // SAFETY: as above.
+    unsafe { strtoll_at(s, std::ptr::null_mut(), 10, pc) }
+}
+
+unsafe extern "C" fn atof_at(s: *const c_char, pc: usize) -> f64 {
+    // SAFETY: as above (atof is strtod).
+    unsafe { strtod_at(s, std::ptr::null_mut(), pc) }
+}
+
 /// `n` bytes at `p` read (`write` 0) or written by a call of the printf or scanf family made at
 /// `pc` (a return address in the program): what jia.h's wrappers of those calls found in their
 /// arguments, in checked builds.
@@ -450,6 +822,48 @@ pc_entry! {
         (h: *const c_char, needle: *const c_char) -> *mut c_char;
     __dsm_checked_qsort => qsort_at, "r8",
         (base: *mut c_void, n: usize, size: usize, cmp: Option<Compare>) -> ();
+    __dsm_checked_mempcpy => mempcpy_at, "rcx",
+        (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void;
+    __dsm_checked_memccpy => memccpy_at, "r8",
+        (d: *mut c_void, s: *const c_void, c: c_int, n: usize) -> *mut c_void;
+    __dsm_checked_bzero => bzero_at, "rdx", (d: *mut c_void, n: usize) -> ();
+    __dsm_checked_explicit_bzero => explicit_bzero_at, "rdx", (d: *mut c_void, n: usize) -> ();
+    __dsm_checked_stpncpy => stpncpy_at, "rcx",
+        (d: *mut c_char, s: *const c_char, n: usize) -> *mut c_char;
+    __dsm_checked_strdup => strdup_at, "rsi", (s: *const c_char) -> *mut c_char;
+    __dsm_checked_strndup => strndup_at, "rdx", (s: *const c_char, n: usize) -> *mut c_char;
+    __dsm_checked_strspn => strspn_at, "rdx", (s: *const c_char, accept: *const c_char) -> usize;
+    __dsm_checked_strcspn => strcspn_at, "rdx", (s: *const c_char, reject: *const c_char) -> usize;
+    __dsm_checked_strpbrk => strpbrk_at, "rdx",
+        (s: *const c_char, accept: *const c_char) -> *mut c_char;
+    __dsm_checked_strcasecmp => strcasecmp_at, "rdx", (a: *const c_char, b: *const c_char) -> c_int;
+    __dsm_checked_strncasecmp => strncasecmp_at, "rcx",
+        (a: *const c_char, b: *const c_char, n: usize) -> c_int;
+    __dsm_checked_memrchr => memrchr_at, "rcx",
+        (s: *const c_void, c: c_int, n: usize) -> *mut c_void;
+    __dsm_checked_rawmemchr => rawmemchr_at, "rdx", (s: *const c_void, c: c_int) -> *mut c_void;
+    __dsm_checked_strchrnul => strchrnul_at, "rdx", (s: *const c_char, c: c_int) -> *mut c_char;
+    __dsm_checked_memmem => memmem_at, "r8",
+        (h: *const c_void, hl: usize, needle: *const c_void, nl: usize) -> *mut c_void;
+    __dsm_checked_strcasestr => strcasestr_at, "rdx",
+        (h: *const c_char, needle: *const c_char) -> *mut c_char;
+    __dsm_checked_strtok => strtok_at, "rdx", (s: *mut c_char, delim: *const c_char) -> *mut c_char;
+    __dsm_checked_strtok_r => strtok_r_at, "rcx",
+        (s: *mut c_char, delim: *const c_char, save: *mut *mut c_char) -> *mut c_char;
+    __dsm_checked_strtol => strtol_at, "rcx",
+        (s: *const c_char, end: *mut *mut c_char, base: c_int) -> libc::c_long;
+    __dsm_checked_strtoul => strtoul_at, "rcx",
+        (s: *const c_char, end: *mut *mut c_char, base: c_int) -> libc::c_ulong;
+    __dsm_checked_strtoll => strtoll_at, "rcx",
+        (s: *const c_char, end: *mut *mut c_char, base: c_int) -> libc::c_longlong;
+    __dsm_checked_strtoull => strtoull_at, "rcx",
+        (s: *const c_char, end: *mut *mut c_char, base: c_int) -> libc::c_ulonglong;
+    __dsm_checked_strtod => strtod_at, "rdx", (s: *const c_char, end: *mut *mut c_char) -> f64;
+    __dsm_checked_strtof => strtof_at, "rdx", (s: *const c_char, end: *mut *mut c_char) -> f32;
+    __dsm_checked_atoi => atoi_at, "rsi", (s: *const c_char) -> c_int;
+    __dsm_checked_atol => atol_at, "rsi", (s: *const c_char) -> libc::c_long;
+    __dsm_checked_atoll => atoll_at, "rsi", (s: *const c_char) -> libc::c_longlong;
+    __dsm_checked_atof => atof_at, "rsi", (s: *const c_char) -> f64;
 }
 
 // ----- The program's signal handlers, when checking -----
