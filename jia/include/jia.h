@@ -62,11 +62,12 @@ void jia_waitcv(int cvnum);
 
 #ifdef JIA_CHECK_RACES
 /* Built by `dsmcc --check-races`: the race checker sees what the printf family writes into a
- * string (sprintf, snprintf, vsprintf, vsnprintf: the string and its NUL) and what its %s
- * arguments read (up to their NUL or precision) and its %n arguments store, and what sscanf
- * reads (its input string, up to its NUL) and what its conversions store (the assigned ones:
- * each integer, float or pointer whole, a %c's characters, a %s's or %['s string and its NUL),
- * at the caller's line. Each argument is evaluated once. A format with positional arguments
+ * string (sprintf, snprintf, vsprintf, vsnprintf: the string and its NUL) and, for every one of
+ * them (printf, fprintf, dprintf and their v forms too), what its %s arguments read (up to
+ * their NUL or precision) and its %n arguments store; and what the scanf family reads (sscanf,
+ * vsscanf: the input string, up to its NUL) and what its conversions store (scanf, fscanf,
+ * sscanf and their v forms: the assigned ones, each integer, float or pointer whole, a %c's
+ * characters, a %s's or %['s string and its NUL), at the caller's line. Each argument is evaluated once. A format with positional arguments
  * (%1$s) or a conversion these do not know is followed up to there. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -321,16 +322,153 @@ static int __jia_sscanf(const char *s, const char *f, ...)
     return r;
 }
 
+__attribute__((noinline, unused, format(scanf, 2, 0)))
+static int __jia_vsscanf(const char *s, const char *f, va_list ap)
+{
+    const void *pc = __builtin_return_address(0);
+    va_list walk;
+    va_copy(walk, ap);
+    int r = (vsscanf)(s, f, ap);
+    if (s)
+        __dsm_checked_string_at(s, (size_t)-1, 0, pc);
+    if (r > 0)
+        __jia_scanf_stores(pc, r, f, walk);
+    va_end(walk);
+    return r;
+}
+
+/* The printf family onto a stream or a descriptor: what its %s arguments read and %n store. */
+__attribute__((noinline, unused, format(printf, 3, 0)))
+static int __jia_vfprintf_at(const void *pc, FILE *out, const char *f, va_list ap)
+{
+    va_list walk;
+    va_copy(walk, ap);
+    __jia_printf_reads(pc, f, walk);
+    va_end(walk);
+    return (vfprintf)(out, f, ap);
+}
+
+__attribute__((noinline, unused, format(printf, 1, 2)))
+static int __jia_printf(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int r = __jia_vfprintf_at(__builtin_return_address(0), stdout, f, ap);
+    va_end(ap);
+    return r;
+}
+
+__attribute__((noinline, unused, format(printf, 2, 3)))
+static int __jia_fprintf(FILE *out, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int r = __jia_vfprintf_at(__builtin_return_address(0), out, f, ap);
+    va_end(ap);
+    return r;
+}
+
+__attribute__((noinline, unused, format(printf, 1, 0)))
+static int __jia_vprintf(const char *f, va_list ap)
+{
+    return __jia_vfprintf_at(__builtin_return_address(0), stdout, f, ap);
+}
+
+__attribute__((noinline, unused, format(printf, 2, 0)))
+static int __jia_vfprintf(FILE *out, const char *f, va_list ap)
+{
+    return __jia_vfprintf_at(__builtin_return_address(0), out, f, ap);
+}
+
+__attribute__((noinline, unused, format(printf, 2, 3)))
+static int __jia_dprintf(int fd, const char *f, ...)
+{
+    const void *pc = __builtin_return_address(0);
+    va_list ap, walk;
+    va_start(ap, f);
+    va_copy(walk, ap);
+    __jia_printf_reads(pc, f, walk);
+    va_end(walk);
+    int r = (vdprintf)(fd, f, ap);
+    va_end(ap);
+    return r;
+}
+
+/* The scanf family from a stream: what its assigned conversions store. */
+__attribute__((noinline, unused, format(scanf, 3, 0)))
+static int __jia_vfscanf_at(const void *pc, FILE *in, const char *f, va_list ap)
+{
+    va_list walk;
+    va_copy(walk, ap);
+    int r = (vfscanf)(in, f, ap);
+    if (r > 0)
+        __jia_scanf_stores(pc, r, f, walk);
+    va_end(walk);
+    return r;
+}
+
+__attribute__((noinline, unused, format(scanf, 1, 2)))
+static int __jia_scanf(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int r = __jia_vfscanf_at(__builtin_return_address(0), stdin, f, ap);
+    va_end(ap);
+    return r;
+}
+
+__attribute__((noinline, unused, format(scanf, 2, 3)))
+static int __jia_fscanf(FILE *in, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int r = __jia_vfscanf_at(__builtin_return_address(0), in, f, ap);
+    va_end(ap);
+    return r;
+}
+
+__attribute__((noinline, unused, format(scanf, 1, 0)))
+static int __jia_vscanf(const char *f, va_list ap)
+{
+    return __jia_vfscanf_at(__builtin_return_address(0), stdin, f, ap);
+}
+
+__attribute__((noinline, unused, format(scanf, 2, 0)))
+static int __jia_vfscanf(FILE *in, const char *f, va_list ap)
+{
+    return __jia_vfscanf_at(__builtin_return_address(0), in, f, ap);
+}
+
 #undef sprintf
 #undef snprintf
 #undef vsprintf
 #undef vsnprintf
 #undef sscanf
+#undef vsscanf
+#undef printf
+#undef fprintf
+#undef vprintf
+#undef vfprintf
+#undef dprintf
+#undef scanf
+#undef fscanf
+#undef vscanf
+#undef vfscanf
 #define sprintf __jia_sprintf
 #define snprintf __jia_snprintf
 #define vsprintf __jia_vsprintf
 #define vsnprintf __jia_vsnprintf
 #define sscanf __jia_sscanf
+#define vsscanf __jia_vsscanf
+#define printf __jia_printf
+#define fprintf __jia_fprintf
+#define vprintf __jia_vprintf
+#define vfprintf __jia_vfprintf
+#define dprintf __jia_dprintf
+#define scanf __jia_scanf
+#define fscanf __jia_fscanf
+#define vscanf __jia_vscanf
+#define vfscanf __jia_vfscanf
 #endif
 
 /* Atomic operations on shared memory, exact across nodes (ours; JIAJIA has none). `p` is an
