@@ -112,6 +112,12 @@ pub(super) fn kept(off: usize, len: usize, write: bool, from: From) -> bool {
     HANDLER.with(|h| h.keep(off, len, write, from))
 }
 
+/// Whether this thread runs a signal handler of the program's now.
+#[inline]
+pub(super) fn in_handler() -> bool {
+    HANDLER.with(|h| h.depth.get()) > 0
+}
+
 /// Whether this thread's handlers kept accesses not recorded yet.
 #[inline]
 pub(super) fn any_kept() -> bool {

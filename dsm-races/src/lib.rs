@@ -68,6 +68,8 @@ static ON: AtomicBool = AtomicBool::new(false);
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static LEN: AtomicUsize = AtomicUsize::new(0);
 static CHECKER: OnceLock<Checker> = OnceLock::new();
+/// The node's barrier epoch (the checker's `epoch`), read by every access's fast path.
+static NODE_EPOCH: AtomicU32 = AtomicU32::new(0);
 /// How the process ends when the checker cannot go on (the runtime's end, given at [`start`]).
 static END: OnceLock<fn(&str) -> !> = OnceLock::new();
 
@@ -220,7 +222,7 @@ pub enum From {
 }
 
 impl From {
-    fn key(self) -> usize {
+    pub(crate) fn key(self) -> usize {
         match self {
             From::Caller(l) => l as *const Location<'static> as usize,
             From::Code(pc) => pc,
@@ -298,7 +300,7 @@ struct Recorder {
     nonzero: Vec<u32>,
     /// (page, site, write) -> its slot in `bits`.
     slots: HashMap<(u32, u32, bool), u32>,
-    bits: Vec<((u32, u32, bool), Box<PageBits>)>,
+    bits: Vec<((u32, u32, bool), sys::LiveBits)>,
     sites: HashMap<usize, u32>,
     memo: [Memo; MEMO],
     /// Mutable slices this thread holds, taken in this segment or an earlier one.
@@ -446,6 +448,21 @@ pub fn access(addr: usize, len: usize, write: bool, from: From) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     if off >= LEN.load(Ordering::Relaxed) || len == 0 {
         return;
+    }
+    let (page, lo) = (off / PAGE, off % PAGE);
+    if lo % 64 + len <= 64 && !handler::in_handler() {
+        let ones = if len == 64 { !0 } else { (1u64 << len) - 1 };
+        let epoch = NODE_EPOCH.load(Ordering::Acquire);
+        if sys::fast::hit(
+            page as u32,
+            lo / 64,
+            ones << (lo % 64),
+            write,
+            from.key(),
+            epoch,
+        ) {
+            return;
+        }
     }
     if handler::kept(off, len, write, from) {
         return;
@@ -656,7 +673,8 @@ impl Recorder {
             if self.bits.is_empty() {
                 *c.open.lock().unwrap_or_else(|e| e.into_inner()) += 1;
             }
-            self.bits.push(((page, site, write), bits));
+            self.bits
+                .push(((page, site, write), sys::LiveBits::new(bits)));
         }
         slot
     }
@@ -677,10 +695,12 @@ impl Recorder {
         let (page, lo) = (off / PAGE, off % PAGE);
         if lo + len <= 64 * (lo / 64 + 1) {
             // Within one word of bits (all a program's loads and stores but unaligned ones
-            // across 64 bytes): one OR.
-            let bits = self.bits_for(c, page as u32, write, from);
+            // across 64 bytes): one OR; the next ones of this site and page on the fast path.
+            let live = self.live_for(c, page as u32, write, from);
             let ones = if len == 64 { !0 } else { (1u64 << len) - 1 };
-            bits[lo / 64] |= ones << (lo % 64);
+            live.get_mut()[lo / 64] |= ones << (lo % 64);
+            let bits = live.ptr();
+            sys::fast::remember(from.key(), page as u32, write, bits, self.epoch);
             return;
         }
         self.mark_pages(c, off, len, write, from);
@@ -704,6 +724,12 @@ impl Recorder {
     /// The bits of (`from`'s site, `page`, `write`) in this segment.
     #[inline]
     fn bits_for(&mut self, c: &Checker, page: u32, write: bool, from: From) -> &mut PageBits {
+        self.live_for(c, page, write, from).get_mut()
+    }
+
+    /// [`Recorder::bits_for`], owned through the pointer the fast path copies.
+    #[inline]
+    fn live_for(&mut self, c: &Checker, page: u32, write: bool, from: From) -> &mut sys::LiveBits {
         let key = from.key();
         let set = memo_set(key, page, write);
         let is = |m: &Memo| m.from == key && m.page == page && m.write == write;
@@ -741,6 +767,8 @@ impl Recorder {
         if !self.snapshots.is_empty() {
             self.compare_snapshots();
         }
+        // Before the bits go: the fast path's pointers to them are stale from here on.
+        sys::fast::forget();
         self.memo = [NO_MEMO; MEMO];
         self.slots.clear();
         let bits = std::mem::take(&mut self.bits);
@@ -753,7 +781,7 @@ impl Recorder {
                     page,
                     site,
                     write,
-                    bytes: Bytes::Bits(bits),
+                    bytes: Bytes::Bits(bits.into_box()),
                 })
                 .collect();
             let mut seen = self.entries();
@@ -1141,7 +1169,8 @@ fn segment_ends() {
 /// it).
 fn barrier_done() {
     if let Some(c) = CHECKER.get() {
-        c.epoch.fetch_add(1, Ordering::AcqRel);
+        let epoch = c.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        NODE_EPOCH.fetch_max(epoch, Ordering::AcqRel);
     }
 }
 

@@ -2,7 +2,185 @@
 //! contract made once, at [`Region::new`]), the object file holding a code address, and the
 //! vector compare of a slice's bytes with its snapshot.
 //!
-//! Every `unsafe` block of the crate is here, each with its `SAFETY` comment.
+//! The recorder's fast path (`fast`), which writes the bits of a segment through pointers it
+//! keeps. Every `unsafe` block of the crate is here, each with its `SAFETY` comment.
+
+use std::ptr::NonNull;
+
+use crate::PageBits;
+
+/// A page's bits while a segment records them, owned through a raw pointer: the recorder writes
+/// them through [`LiveBits::get_mut`], its fast path through copies of the pointer
+/// ([`BitsPtr`]) while it does not hold them borrowed.
+pub(crate) struct LiveBits(NonNull<PageBits>);
+
+impl LiveBits {
+    pub(crate) fn new(bits: Box<PageBits>) -> LiveBits {
+        LiveBits(NonNull::from(Box::leak(bits)))
+    }
+
+    /// The bits, for this borrow.
+    pub(crate) fn get_mut(&mut self) -> &mut PageBits {
+        // SAFETY: the pointer is a leaked box's, owned by `self` until `into_box` or drop; the
+        // fast path's copies write only while no reference to the bits lives (`BitsPtr::or`),
+        // and this one lives as long as the borrow of `self`.
+        unsafe { self.0.as_mut() }
+    }
+
+    /// A copy of the pointer, for the fast path.
+    pub(crate) fn ptr(&self) -> BitsPtr {
+        BitsPtr(self.0)
+    }
+
+    /// The bits, owned again (the segment ends).
+    pub(crate) fn into_box(self) -> Box<PageBits> {
+        let p = self.0;
+        std::mem::forget(self);
+        // SAFETY: a leaked box's pointer, given back once: `self` is forgotten, so its drop
+        // does not free it too.
+        unsafe { Box::from_raw(p.as_ptr()) }
+    }
+}
+
+impl Drop for LiveBits {
+    fn drop(&mut self) {
+        // SAFETY: as in `into_box`: the box is freed once, here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// A copy of a [`LiveBits`]' pointer (the recorder's fast path: `fast.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct BitsPtr(NonNull<PageBits>);
+
+impl BitsPtr {
+    /// ORs `mask` into word `word` (below 64) of the bits.
+    ///
+    /// # Safety
+    /// The [`LiveBits`] this was copied from is alive, and no reference to its bits is (the
+    /// recorder that owns it is not borrowed meanwhile).
+    #[inline]
+    pub(crate) unsafe fn or(self, word: usize, mask: u64) {
+        debug_assert!(word < 64);
+        // SAFETY: the caller's promise; `word` lies inside the 64 words.
+        unsafe { *self.0.as_ptr().cast::<u64>().add(word) |= mask };
+    }
+}
+
+pub(crate) mod fast {
+    //! The recorder's fast path: a thread's recent (site, page, read or write) with a pointer to
+    //! their bits, so that most accesses are one OR, with no borrow of the recorder, no epoch
+    //! catch-up and no memo hash.
+    //!
+    //! The entries hold for one segment of the thread's: the recorder ends a segment (and lets its
+    //! bits go) only after [`forget`], which makes every entry stale; an entry also stands only
+    //! while the node's barrier epoch is the one it was made in (a barrier another thread of the
+    //! node took ends this thread's segment at its next access, on the slow path). Signal context
+    //! never comes here (a handler's accesses are kept apart: `handler.rs`).
+
+    use std::cell::Cell;
+
+    use super::BitsPtr;
+
+    /// Entries, direct-mapped.
+    const ENTRIES: usize = 64;
+
+    #[derive(Clone, Copy)]
+    struct Entry {
+        from: usize,
+        page: u32,
+        write: bool,
+        serial: u64,
+        bits: Option<BitsPtr>,
+    }
+
+    const EMPTY: Entry = Entry {
+        from: usize::MAX,
+        page: 0,
+        write: false,
+        serial: 0,
+        bits: None,
+    };
+
+    struct Fast {
+        /// The recorder's segment (bumped by [`forget`]).
+        serial: Cell<u64>,
+        /// The barrier epoch of the entries made since.
+        epoch: Cell<u32>,
+        entries: [Cell<Entry>; ENTRIES],
+    }
+
+    thread_local! {
+        // No destructor: reaching it registers none.
+        static FAST: Fast = const {
+            Fast {
+                serial: Cell::new(1),
+                epoch: Cell::new(0),
+                entries: [const { Cell::new(EMPTY) }; ENTRIES],
+            }
+        };
+    }
+
+    /// The entry of (`from`, `page`, `write`): the product's top bits, which every bit of the key
+    /// reaches (two sites a few bytes apart, a read and a write of one place, differ there).
+    #[inline]
+    fn index(from: usize, page: u32, write: bool) -> usize {
+        let key = (from as u64) ^ (u64::from(page) << 32) ^ (u64::from(write) << 63);
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - ENTRIES.trailing_zeros())) as usize
+    }
+
+    /// Records the access (`mask` into word `word` of the page's bits) if the entry of (`from`,
+    /// `page`, `write`) stands in node epoch `epoch`; whether it did.
+    #[inline]
+    pub(crate) fn hit(
+        page: u32,
+        word: usize,
+        mask: u64,
+        write: bool,
+        from: usize,
+        epoch: u32,
+    ) -> bool {
+        FAST.with(|f| {
+            let e = f.entries[index(from, page, write)].get();
+            match e.bits {
+                Some(bits)
+                    if e.from == from
+                        && e.page == page
+                        && e.write == write
+                        && e.serial == f.serial.get()
+                        && f.epoch.get() == epoch =>
+                {
+                    // SAFETY: the serial is the segment's now, so the recorder still owns these
+                    // bits (it calls `forget` before letting any go); and it is not borrowed: this
+                    // is the thread's access, outside any recording (signal handlers do not come
+                    // here), and word < 64.
+                    unsafe { bits.or(word, mask) };
+                    true
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// The recorder, in epoch `epoch`, keeps the bits of (`from`, `page`, `write`) at `bits`.
+    pub(crate) fn remember(from: usize, page: u32, write: bool, bits: BitsPtr, epoch: u32) {
+        FAST.with(|f| {
+            f.epoch.set(epoch);
+            f.entries[index(from, page, write)].set(Entry {
+                from,
+                page,
+                write,
+                serial: f.serial.get(),
+                bits: Some(bits),
+            });
+        });
+    }
+
+    /// The recorder's segment ends (its bits go): every entry is stale.
+    pub(crate) fn forget() {
+        FAST.with(|f| f.serial.set(f.serial.get() + 1));
+    }
+}
 
 /// The object file (executable or shared library) whose code holds `pc`, and the address it is
 /// loaded at. The executable is named by `/proc/self/exe` (the loader knows it by the name it
