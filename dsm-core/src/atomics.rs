@@ -98,7 +98,7 @@ impl<M: PageMemory> Node<M> {
                 return Ok(());
             }
         }
-        self.issue_atomic(now, vec![(waiter, 0)], (addr, width), op, order, now);
+        self.issue_atomic(now, vec![(waiter, 0, now)], (addr, width), op, order);
         Ok(())
     }
 
@@ -107,11 +107,10 @@ impl<M: PageMemory> Node<M> {
     fn issue_atomic(
         &mut self,
         now: Time,
-        waiters: Vec<(WaiterId, u64)>,
+        waiters: Vec<(WaiterId, u64, Time)>,
         (addr, width): (GlobalAddr, u8),
         op: AtomicOp,
         order: AtomicOrder,
-        since: Time,
     ) {
         let home = self.table[addr.page().index()].home;
         let id = self.atomics.next_id;
@@ -125,7 +124,7 @@ impl<M: PageMemory> Node<M> {
                 op,
                 order,
                 home,
-                since,
+                since: now,
             },
         );
         let seen = self.atomics.seen.get(&addr.0).copied().unwrap_or(0);
@@ -177,10 +176,9 @@ impl<M: PageMemory> Node<M> {
         let mut sum = 0u64;
         let mut waiters = Vec::with_capacity(waiting.len());
         for c in &waiting {
-            waiters.push((c.waiter, sum));
+            waiters.push((c.waiter, sum, c.since));
             sum = sum.wrapping_add(c.add);
         }
-        let since = waiting.iter().map(|c| c.since).min().unwrap_or(now);
         let order = AtomicOrder { acquire, release };
         self.issue_atomic(
             now,
@@ -188,7 +186,6 @@ impl<M: PageMemory> Node<M> {
             (GlobalAddr(addr), width),
             AtomicOp::FetchAdd(sum),
             order,
-            since,
         );
     }
 
@@ -285,9 +282,9 @@ impl<M: PageMemory> Node<M> {
             self.invalidate(now, [page]);
         }
         self.mark_written(page);
-        self.stats.atomic_wait_ns += now.since(out.since);
         let mask = width_mask(out.width);
-        for &(waiter, ahead) in &out.waiters {
+        for &(waiter, ahead, asked) in &out.waiters {
+            self.stats.atomic_wait_ns += now.since(asked);
             self.atomics
                 .results
                 .insert(waiter, old.wrapping_add(ahead) & mask);

@@ -100,16 +100,17 @@ impl AfterFlush {
 /// An atomic operation sent and not yet answered.
 #[derive(Debug)]
 pub(crate) struct AtomicOut {
-    /// The threads it answers, each with what its answer adds to the word's value before: one
-    /// thread (adding 0), or the fetch-adds of several threads combined into one operation
-    /// (each thread's answer is the value its own add found, as if the adds had been applied
-    /// one after the other).
-    pub waiters: Vec<(WaiterId, u64)>,
+    /// The threads it answers, each with what its answer adds to the word's value before and
+    /// when it asked: one thread (adding 0), or the fetch-adds of several threads combined
+    /// into one operation (each thread's answer is the value its own add found, as if the adds
+    /// had been applied one after the other).
+    pub waiters: Vec<(WaiterId, u64, Time)>,
     pub addr: GlobalAddr,
     pub width: u8,
     pub op: AtomicOp,
     pub order: crate::types::AtomicOrder,
     pub home: NodeId,
+    /// When it was sent (its answer is late from then on).
     pub since: Time,
 }
 

@@ -112,10 +112,12 @@ pub(super) fn kept(off: usize, len: usize, write: bool, from: From) -> bool {
     HANDLER.with(|h| h.keep(off, len, write, from))
 }
 
-/// Whether this thread runs a signal handler of the program's now.
+/// Whether an access of this thread may take the recorder's fast path: it runs no signal
+/// handler of the program's, and none left accesses to record first (they are recorded on the
+/// slow path, in the segment and epoch they belong to).
 #[inline]
-pub(super) fn in_handler() -> bool {
-    HANDLER.with(|h| h.depth.get()) > 0
+pub(super) fn fast_path_open() -> bool {
+    HANDLER.with(|h| h.depth.get() == 0 && h.len.load(Ordering::Relaxed) == 0)
 }
 
 /// Whether this thread's handlers kept accesses not recorded yet.

@@ -338,6 +338,12 @@ fn memo_set(from: usize, page: u32, write: bool) -> usize {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
+        // What its signal handlers did since its last access, in its last segment.
+        if let Some(c) = CHECKER.get()
+            && handler::any_kept()
+        {
+            self.record_handlers(c);
+        }
         if let (Some(me), Some(c)) = (self.joinable, CHECKER.get()) {
             c.leave_clock(Local::Thread(me), self.epoch, self.entries());
         }
@@ -450,7 +456,7 @@ pub fn access(addr: usize, len: usize, write: bool, from: From) {
         return;
     }
     let (page, lo) = (off / PAGE, off % PAGE);
-    if lo % 64 + len <= 64 && !handler::in_handler() {
+    if lo % 64 + len <= 64 && handler::fast_path_open() {
         let ones = if len == 64 { !0 } else { (1u64 << len) - 1 };
         let epoch = NODE_EPOCH.load(Ordering::Acquire);
         if sys::fast::hit(

@@ -166,7 +166,14 @@ pub(crate) mod fast {
     pub(crate) fn remember(from: usize, page: u32, write: bool, bits: BitsPtr, epoch: u32) {
         FAST.with(|f| {
             f.epoch.set(epoch);
-            f.entries[index(from, page, write)].set(Entry {
+            let slot = &f.entries[index(from, page, write)];
+            // Emptied first: an access made by a signal handler interrupting the write below
+            // (one not run through `in_signal_handler`, against the contract) finds no site
+            // (`from` is usize::MAX), no serial or no bits in any half-written entry, never
+            // an old pointer with a new key.
+            slot.set(EMPTY);
+            std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+            slot.set(Entry {
                 from,
                 page,
                 write,

@@ -46,11 +46,12 @@ pub(crate) fn call(call: Call) -> CallResult {
             .then(BlockedSignals::asynchronous);
         if let Some(mut driving) = Driving::own(true) {
             driving.run(slot, Request::Call(call));
-            // The state goes back (and the service thread is woken for what is left) before
-            // the wait.
-            driving.let_go();
-            context::set_may_hold_state(false);
-            drop(held_off);
+            // The state goes back, the mark and the held-off signals go, and then the service
+            // thread is woken for what is left: all before the wait.
+            driving.let_go_then(|| {
+                context::set_may_hold_state(false);
+                drop(held_off);
+            });
             SLOTS.wait(slot);
             return SLOTS.finish_call(slot);
         }

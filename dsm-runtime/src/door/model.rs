@@ -169,7 +169,7 @@ fn fault_driven_or_posted(flaw: Flaw) {
             Some(mut held) => {
                 slots.take_own(i, false);
                 held.as_mut().expect("the model's state").handed_back = Some(i);
-                state.let_go(held, true, &slots);
+                state.let_go(held, || {}, true, &slots);
                 slots.wait(i);
                 slots.finish_fault(i)
             }

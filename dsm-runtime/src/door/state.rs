@@ -110,11 +110,14 @@ impl<T> NodeState<T> {
         self.take(true)
     }
 
-    /// Lets go of the state, then, if `work_left`, wakes the service thread for what is left:
-    /// after, since woken before it would find the state taken and nap. Async-signal-safe.
+    /// Lets go of the state, runs `then` (what the thread must undo before the service thread
+    /// can run: a call's mark and its held-off signals), and then, if `work_left`, wakes the
+    /// service thread for what is left: after, since woken before it would find the state
+    /// taken and nap. Async-signal-safe if `then` is.
     pub(crate) fn let_go<const N: usize>(
         &self,
         held: Held<'_, T>,
+        then: impl FnOnce(),
         work_left: bool,
         slots: &Slots<N>,
     ) {
@@ -125,10 +128,12 @@ impl<T> NodeState<T> {
             }
             self.before_unlock();
             drop(held);
+            then();
             return;
         }
         self.before_unlock();
         drop(held);
+        then();
         if work_left {
             slots.nudge_service();
         }

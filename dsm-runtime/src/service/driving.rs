@@ -207,6 +207,14 @@ impl Driving<'_> {
     /// service thread, and wakes it for that once the state is free; the service thread lets
     /// go of it to spin or sleep.
     pub(crate) fn let_go(self) -> Left {
+        self.let_go_then(|| {})
+    }
+
+    /// [`Driving::let_go`], running `then` once the state is free and before the service
+    /// thread is woken (a call clears its mark and lets its held-off signals through: a
+    /// handler's fault meanwhile must not find the mark with the state taken by the thread
+    /// just woken).
+    pub(crate) fn let_go_then(self, then: impl FnOnce()) -> Left {
         let Driving {
             mut held,
             who,
@@ -216,6 +224,7 @@ impl Driving<'_> {
         } = self;
         let Some(s) = held.as_mut().filter(|_| who == Who::Own) else {
             drop(held);
+            then();
             return Left::default();
         };
         s.driver = None;
@@ -238,7 +247,7 @@ impl Driving<'_> {
             || !s.deferred.is_empty()
             || SLOTS.posted() > 0
             || (s.acks_owed && !STATE.napping());
-        STATE.let_go(held, work_left, &SLOTS);
+        STATE.let_go(held, then, work_left, &SLOTS);
         Left { handed_back }
     }
 }
