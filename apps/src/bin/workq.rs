@@ -1,9 +1,11 @@
 //! A dynamic work queue: every node takes the next task with an atomic fetch-add on one shared
 //! counter until none is left, so faster nodes take more tasks.
 //!
-//! `workq [TASKS] [GRAIN]` (default 2,000 tasks of 20,000 steps at most). Task t's cost varies
-//! with t (1 to 8 times a base), its result goes to `results[t]` and the taking node's number to
-//! `taker[t]`, plain writes published by the next fetch-add (acquire and release). After a
+//! `workq [TASKS] [GRAIN] [--threads T]` (default 2,000 tasks of 20,000 steps at most, one
+//! thread per node). Task t's cost varies with t (1 to 8 times a base), its result goes to
+//! `results[t]` and the taking node's number to `taker[t]`, plain writes published by the next
+//! fetch-add (acquire and release). With T threads, every thread of every node takes tasks: a
+//! node's threads' fetch-adds on the counter combine into one operation each round trip. After a
 //! barrier, every node checks that each task was taken exactly once (each result and taker
 //! present, the takers' counts summing to the tasks, a relaxed count of them equal) and each
 //! result is right.
@@ -60,19 +62,25 @@ fn main() {
         .expect("alloc the count of tasks done");
     dsm.barrier();
     let t0 = dsm.clock();
-    let counter = dsm.atomic_u64(next, 0);
-    let mut mine = 0u64;
-    loop {
-        // Acquire and release: the writes of the tasks taken before are published with it.
-        let t = counter.fetch_add(1, Ordering::AcqRel);
-        if t >= tasks {
-            break;
+    let take = || {
+        let counter = dsm.atomic_u64(next, 0);
+        let mut mine = 0u64;
+        loop {
+            // Acquire and release: the writes of the tasks taken before are published with it.
+            let t = counter.fetch_add(1, Ordering::AcqRel);
+            if t >= tasks {
+                break mine;
+            }
+            dsm.atomic_u64(hits, 0).fetch_add(1, Ordering::Relaxed);
+            results.set(t as usize, task(t, grain));
+            taker.set(t as usize, me as u64 + 1);
+            mine += 1;
         }
-        dsm.atomic_u64(hits, 0).fetch_add(1, Ordering::Relaxed);
-        results.set(t as usize, task(t, grain));
-        taker.set(t as usize, me as u64 + 1);
-        mine += 1;
-    }
+    };
+    let mine: u64 = std::thread::scope(|s| {
+        let others: Vec<_> = (1..dsm_apps::threads()).map(|_| s.spawn(take)).collect();
+        take() + others.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+    });
     dsm.atomic_u64(done, 0).fetch_add(mine, Ordering::Release);
     dsm.barrier();
     let elapsed = dsm.clock() - t0;
