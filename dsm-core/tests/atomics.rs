@@ -334,16 +334,19 @@ fn run_case(seed: u64) -> Result<u64, String> {
     Ok(c.total_stats().atomics_served)
 }
 
+/// The first seed and the number of random cases: `DSM_SIM_BASE` (else `default_base`) and
+/// `DSM_SIM_CASES` (else 500).
+fn seeds(default_base: u64) -> (u64, u64) {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    (
+        var("DSM_SIM_BASE").unwrap_or(default_base),
+        var("DSM_SIM_CASES").unwrap_or(500),
+    )
+}
+
 #[test]
 fn random_programs_with_atomics_read_what_a_sequential_execution_reads() {
-    let base: u64 = std::env::var("DSM_SIM_BASE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0xA70_0000);
-    let cases: u64 = std::env::var("DSM_SIM_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+    let (base, cases) = seeds(0xA70_0000);
     let mut served = 0;
     for seed in base..base + cases {
         match run_case(seed) {
@@ -519,14 +522,7 @@ fn combined_case(seed: u64) -> Result<u64, String> {
 
 #[test]
 fn random_programs_of_threads_adding_at_once_answer_every_value_once() {
-    let base: u64 = std::env::var("DSM_SIM_BASE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0xC0B_0000);
-    let cases: u64 = std::env::var("DSM_SIM_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+    let (base, cases) = seeds(0xC0B_0000);
     let mut combined = 0;
     for seed in base..base + cases {
         match combined_case(seed) {

@@ -437,11 +437,21 @@ pub fn start(start: Start) {
     ON.store(true, Ordering::Release);
 }
 
-/// Words of one clock slot: its epoch, its count of entries, then room for an entry (thread,
-/// value) per thread of the job. A slot holds the nonzero entries only: a lock passed among a
-/// few threads reads and writes the first words of its slot, one page.
+/// Entries a clock slot has room for: every thread of a job of `nodes`, up to
+/// [`SLOT_ENTRIES`] (the slots grow with the nodes twice over, in number and in size).
+fn slot_entries(nodes: u16) -> usize {
+    (usize::from(nodes) * VC_THREADS).min(SLOT_ENTRIES)
+}
+
+/// The most entries a clock slot holds: threads that synchronised through one lock, condition
+/// variable or atomic word in one barrier epoch (32 KiB a slot).
+const SLOT_ENTRIES: usize = 4096;
+
+/// Words of one clock slot: its epoch, its count of entries, then room for
+/// [`slot_entries`] (thread, value). A slot holds the nonzero entries only: a lock passed among
+/// a few threads reads and writes the first words of its slot, one page.
 fn slot_words(nodes: u16) -> usize {
-    2 + 2 * usize::from(nodes) * VC_THREADS
+    2 + 2 * slot_entries(nodes)
 }
 
 /// A read or write of `len` bytes at `addr` by this thread (anywhere: only the shared region's
@@ -617,7 +627,8 @@ impl Checker {
         let w = slot_words(self.nodes);
         let at = k * w;
         let epoch = self.slots[at].load(Ordering::Relaxed).checked_sub(1)?;
-        let count = (self.slots[at + 1].load(Ordering::Relaxed) as usize).min((w - 2) / 2);
+        let count =
+            (self.slots[at + 1].load(Ordering::Relaxed) as usize).min(slot_entries(self.nodes));
         let entries = (0..count)
             .map(|i| {
                 let e = at + 2 + 2 * i;
@@ -633,6 +644,16 @@ impl Checker {
     /// Writes `entries` (at most every thread of the job: the slot has room) for `epoch` into
     /// slot `k`.
     fn write_slot(&self, k: usize, epoch: u32, entries: &[(u32, u32)]) {
+        let room = slot_entries(self.nodes);
+        if entries.len() > room {
+            fatal(&format!(
+                "check_races: node {} released a clock of {} threads, and a clock slot has room \
+                 for {room}: more threads synchronised through one lock, condition variable or \
+                 atomic word within one barrier epoch than the checker can follow",
+                self.node,
+                entries.len()
+            ));
+        }
         let at = k * slot_words(self.nodes);
         for (i, &(t, v)) in entries.iter().enumerate() {
             self.slots[at + 2 + 2 * i].store(t, Ordering::Relaxed);

@@ -183,8 +183,7 @@ unsafe extern "C" fn memcpy_at(
     n: usize,
     pc: usize,
 ) -> *mut c_void {
-    touched(s, n, false, pc);
-    touched(d, n, true, pc);
+    bytes_copied(d, s, n, pc);
     // SAFETY: the caller's arguments, as to memcpy.
     unsafe { libc::memcpy(d, s, n) }
 }
@@ -195,8 +194,7 @@ unsafe extern "C" fn memmove_at(
     n: usize,
     pc: usize,
 ) -> *mut c_void {
-    touched(s, n, false, pc);
-    touched(d, n, true, pc);
+    bytes_copied(d, s, n, pc);
     // SAFETY: the caller's arguments, as to memmove.
     unsafe { libc::memmove(d, s, n) }
 }
@@ -205,6 +203,12 @@ unsafe extern "C" fn memset_at(d: *mut c_void, c: c_int, n: usize, pc: usize) ->
     touched(d, n, true, pc);
     // SAFETY: the caller's arguments, as to memset.
     unsafe { libc::memset(d, c, n) }
+}
+
+/// `n` bytes copied from `s` to `d` from `pc`: read at `s`, written at `d`.
+fn bytes_copied(d: *mut c_void, s: *const c_void, n: usize, pc: usize) {
+    touched(s, n, false, pc);
+    touched(d, n, true, pc);
 }
 
 /// A string copied from `s` to `d` from `pc` (`strcpy`, `stpcpy`): its bytes and NUL read at
@@ -388,8 +392,7 @@ unsafe extern "C" fn mempcpy_at(
     n: usize,
     pc: usize,
 ) -> *mut c_void {
-    touched(s, n, false, pc);
-    touched(d, n, true, pc);
+    bytes_copied(d, s, n, pc);
     // SAFETY: the caller's arguments, as to mempcpy.
     unsafe { libc::mempcpy(d, s, n) }
 }
@@ -408,8 +411,7 @@ unsafe extern "C" fn memccpy_at(
     } else {
         found as usize - s as usize + 1
     };
-    touched(s, copied, false, pc);
-    touched(d, copied, true, pc);
+    bytes_copied(d, s, copied, pc);
     // SAFETY: the caller's arguments, as to memccpy.
     unsafe { libc::memccpy(d, s, c, n) }
 }

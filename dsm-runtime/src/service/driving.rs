@@ -1,5 +1,6 @@
 //! Driving the node: the one interface through which a thread runs the node's state, whichever
-//! thread it is. The service thread drives it most of the time ([`Driving::service`]); a fault
+//! thread it is. The service thread drives it most of the time ([`Driving::service`],
+//! [`Driving::service_waiting`]); a fault
 //! handler that finds it free drives it until its page is in, and an application thread runs its
 //! call on it ([`Driving::own`]). Each then runs requests ([`Driving::run`]), polls
 //! ([`Driving::poll`], [`Driving::poll_until_done`]), and lets go ([`Driving::let_go`]), which
@@ -81,21 +82,24 @@ impl Driving<'static> {
         })
     }
 
-    /// The state for the service thread: taken if free; waited for if `wait`. `None`: another
-    /// thread drives it.
-    pub(super) fn service(wait: bool) -> Option<Driving<'static>> {
-        let held = if wait {
-            STATE.lock()
-        } else {
-            STATE.try_lock()?
-        };
-        Some(Driving {
+    /// The state for the service thread, if it is free (`None`: another thread drives it).
+    pub(super) fn service() -> Option<Driving<'static>> {
+        STATE.try_lock().map(Driving::for_service)
+    }
+
+    /// The state for the service thread, waited for.
+    pub(super) fn service_waiting() -> Driving<'static> {
+        Driving::for_service(STATE.lock())
+    }
+
+    fn for_service(held: Held<'static, Service>) -> Driving<'static> {
+        Driving {
             held,
             who: Who::Service,
             own: None,
             sent_before: 0,
             polled: false,
-        })
+        }
     }
 }
 

@@ -74,12 +74,12 @@ pub(crate) fn run(service: Service) {
             sys::sched_yield();
             continue;
         }
-        let mut driving = match Driving::service(false) {
+        let mut driving = match Driving::service() {
             Some(d) => d,
             // Requests wait (calls, which handlers do not run): take the state as soon as the
             // thread holding it lets go of it (threads run their own requests only while
             // nothing is posted, so they do not take it back first).
-            None if SLOTS.posted() > 0 => Driving::service(true).expect("waited for"),
+            None if SLOTS.posted() > 0 => Driving::service_waiting(),
             None => {
                 // A fault handler drives the node and watches the network meanwhile (or a
                 // thread runs its call).

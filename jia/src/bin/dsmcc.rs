@@ -113,21 +113,22 @@ fn main() {
             // Atomics alone instrumented: each C11 atomic and builtin calls libjia's hooks,
             // exact across nodes on shared memory (`jia/src/atomics.rs`).
             args.extend(ATOMICS_ONLY.iter().map(OsString::from));
-        } else if let atomic = atomic_sources(&args)
-            && !atomic.is_empty()
-        {
-            // gcc instruments every access or none: the sources with atomics get all of it,
-            // their plain accesses' hooks then renamed to one that does nothing.
-            let flags: Vec<String> = GCC_ATOMICS.iter().map(|f| f.to_string()).collect();
-            let sources = |a: &OsString| atomic.contains(a);
-            if links {
-                let (dir, linked) =
-                    compile_apart(&cc, &args, &flags, sources, Renames::PlainAccesses, show);
-                args = linked;
-                objects_dir = Some(dir);
-            } else {
-                args.extend(flags.iter().map(OsString::from));
-                compile_objects_renamed(&cc, &args, Renames::PlainAccesses, show);
+        } else {
+            let atomic = atomic_sources(&args);
+            if !atomic.is_empty() {
+                // gcc instruments every access or none: the sources with atomics get all of it,
+                // their plain accesses' hooks then renamed to one that does nothing.
+                let flags: Vec<String> = GCC_ATOMICS.iter().map(|f| f.to_string()).collect();
+                let sources = |a: &OsString| atomic.contains(a);
+                if links {
+                    let (dir, linked) =
+                        compile_apart(&cc, &args, &flags, sources, Renames::PlainAccesses, show);
+                    args = linked;
+                    objects_dir = Some(dir);
+                } else {
+                    args.extend(flags.iter().map(OsString::from));
+                    compile_objects_renamed(&cc, &args, Renames::PlainAccesses, show);
+                }
             }
         }
     }
