@@ -48,7 +48,7 @@ pub use handler::in_signal_handler;
 pub use incoming::incoming_write;
 use slices::Snapshot;
 pub use slices::{Taken, slice_dropped, slice_taken};
-pub use sys::Region;
+pub use sys::{Region, hooks};
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};

@@ -268,9 +268,21 @@ fn address_blocks(text: &str) -> Vec<Vec<(&str, &str)>> {
 
 /// The frame an address names for the program's author: the innermost one outside the system's
 /// and the compiler's headers (a C library function inlined from them, such as glibc's `atoi`
-/// calling `strtol`, is named at the program's line that called it), else the innermost.
+/// calling `strtol`, is named at the program's line that called it) and outside the code Rust
+/// libraries lend (a slice iterator's loop, inlined from the standard library's sources, is
+/// named at the program's line that iterates), else the innermost.
 fn program_frame(frames: &[(&str, &str)]) -> Option<String> {
-    let system = |line: &str| line.starts_with("/usr/include/") || line.starts_with("/usr/lib/");
+    let system = |line: &str| {
+        line.starts_with("/usr/include/")
+            || line.starts_with("/usr/lib/")
+            || line.starts_with("/rustc/")
+            || line.contains("/lib/rustlib/src/")
+            || line.contains("/.cargo/registry/")
+            || line.contains("/.cargo/git/")
+            || ["dsm-runtime/src/", "dsm-races/src/", "dsm-core/src/"]
+                .iter()
+                .any(|dsm| line.starts_with(dsm) || line.contains(&format!("/{dsm}")))
+    };
     let &(func, line) = frames
         .iter()
         .find(|(_, line)| !system(line))
@@ -358,6 +370,37 @@ mod tests {
         assert_eq!(
             super::program_frame(&only_system).as_deref(),
             Some("/usr/include/x86_64-linux-gnu/bits/string_fortified.h:29 (memcpy)")
+        );
+    }
+
+    /// A Rust program's access inside a slice iterator (the standard library's source) or a DSM
+    /// method inlined into it is named at the program's line.
+    #[test]
+    fn code_lent_by_rust_libraries_is_named_at_the_programs_line() {
+        let frames = [
+            (
+                "<Iter<u64> as Iterator>::fold",
+                "/rustc/59807616e1fa/library/core/src/slice/iter/macros.rs:279",
+            ),
+            ("get<u64>", "dsm-runtime/src/array.rs:140"),
+            (
+                "step",
+                "/home/u/.cargo/registry/src/index/crate-1.0/src/lib.rs:9",
+            ),
+            ("racy::run", "tests/src/bin/racy.rs:114"),
+            ("racy::main", "tests/src/bin/racy.rs:15"),
+        ];
+        for first in 0..4 {
+            assert_eq!(
+                super::program_frame(&frames[first..]).as_deref(),
+                Some("tests/src/bin/racy.rs:114 (racy::run)"),
+                "from frame {first}"
+            );
+        }
+        let outside = [("fold", "/work/main/dsm-runtime/src/array.rs:7")];
+        assert_eq!(
+            super::program_frame(&outside).as_deref(),
+            Some("/work/main/dsm-runtime/src/array.rs:7 (fold)")
         );
     }
 

@@ -411,6 +411,192 @@ fn differing_bytes_by_words(a: &[u8; 64], b: &[u8; 64]) -> u64 {
     m
 }
 
+/// ThreadSanitizer's hooks, which code compiled for the checker calls (C through `dsmcc
+/// --check-races`, Rust through `cargo dsm-races`; ThreadSanitizer's runtime is never linked):
+/// `__tsan_read4(addr)` and the like at every load and store, each passing the access and its
+/// return address (its source line) on to [`crate::access`]. Off (no `check_races`), that is
+/// one load and a branch. Each is a trampoline that reads the return address at `[rsp]` (the
+/// call just pushed it), puts the size and kind in the next argument registers and jumps to the
+/// Rust function, which returns to the program directly: no stack, no other register touched.
+pub mod hooks {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// One access from instrumented code: `size` bytes at `addr`, a write if `write` is
+    /// nonzero, made at the return address `pc`.
+    extern "C" fn access(addr: usize, pc: usize, size: usize, write: usize) {
+        crate::access(addr, size, write != 0, crate::From::Code(pc));
+    }
+
+    /// `__tsan_<name>(addr)` for an access of `size` bytes.
+    macro_rules! access_hook {
+        ($($name:ident: $size:literal, $write:literal;)*) => {$(
+            #[doc = concat!("`", stringify!($name), "(addr)`: ", $size, " bytes at `addr`.")]
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the body is the three moves and the jump above, which keep the stack and
+            // the registers the C calling convention says a callee keeps; `access` returns to
+            // the caller, whose address is still at [rsp].
+            #[unsafe(naked)]
+            #[unsafe(no_mangle)]
+            pub extern "C" fn $name(_addr: *const u8) {
+                core::arch::naked_asm!(
+                    "mov rsi, [rsp]",
+                    concat!("mov edx, ", $size),
+                    concat!("mov ecx, ", $write),
+                    "jmp {hook}",
+                    hook = sym access,
+                )
+            }
+        )*};
+    }
+
+    access_hook! {
+        __tsan_read1: 1, 0; __tsan_read2: 2, 0; __tsan_read4: 4, 0; __tsan_read8: 8, 0;
+        __tsan_read16: 16, 0;
+        __tsan_write1: 1, 1; __tsan_write2: 2, 1; __tsan_write4: 4, 1; __tsan_write8: 8, 1;
+        __tsan_write16: 16, 1;
+        __tsan_unaligned_read2: 2, 0; __tsan_unaligned_read4: 4, 0; __tsan_unaligned_read8: 8, 0;
+        __tsan_unaligned_read16: 16, 0;
+        __tsan_unaligned_write2: 2, 1; __tsan_unaligned_write4: 4, 1;
+        __tsan_unaligned_write8: 8, 1; __tsan_unaligned_write16: 16, 1;
+        __tsan_volatile_read1: 1, 0; __tsan_volatile_read2: 2, 0; __tsan_volatile_read4: 4, 0;
+        __tsan_volatile_read8: 8, 0; __tsan_volatile_read16: 16, 0;
+        __tsan_volatile_write1: 1, 1; __tsan_volatile_write2: 2, 1;
+        __tsan_volatile_write4: 4, 1; __tsan_volatile_write8: 8, 1;
+        __tsan_volatile_write16: 16, 1;
+    }
+
+    /// `__tsan_<name>(addr, size)`.
+    macro_rules! range_hook {
+        ($($name:ident: $write:literal;)*) => {$(
+            #[doc = concat!("`", stringify!($name), "(addr, size)`.")]
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as the hooks above.
+            #[unsafe(naked)]
+            #[unsafe(no_mangle)]
+            pub extern "C" fn $name(_addr: *const u8, _size: usize) {
+                core::arch::naked_asm!(
+                    "mov rdx, rsi",
+                    "mov rsi, [rsp]",
+                    concat!("mov ecx, ", $write),
+                    "jmp {hook}",
+                    hook = sym access,
+                )
+            }
+        )*};
+    }
+
+    range_hook! {
+        __tsan_read_range: 0;
+        __tsan_write_range: 1;
+    }
+
+    /// `__tsan_<name>(dst, src_or_byte, n)`, the compiler's copies and fills (LLVM's
+    /// instrumentation calls these in place of `memcpy`, `memmove` and `memset`): `$imp(dst,
+    /// src_or_byte, n, return address)`.
+    macro_rules! copy_hook {
+        ($($name:ident => $imp:ident, $second:ty;)*) => {$(
+            #[doc = concat!("`", stringify!($name), "`: recorded, then done by the C library's.")]
+            ///
+            /// # Safety
+            /// The C library function's contract (the instrumented code's own copy or fill).
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a move into the fourth argument register and a jump, as the hooks above.
+            #[unsafe(naked)]
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name(
+                _dst: *mut libc::c_void,
+                _src: $second,
+                _n: usize,
+            ) -> *mut libc::c_void {
+                core::arch::naked_asm!("mov rcx, [rsp]", "jmp {imp}", imp = sym $imp)
+            }
+        )*};
+    }
+
+    copy_hook! {
+        __tsan_memcpy => memcpy_at, *const libc::c_void;
+        __tsan_memmove => memmove_at, *const libc::c_void;
+        __tsan_memset => memset_at, libc::c_int;
+    }
+
+    /// `n` bytes at `addr` read or written from `pc`.
+    fn touched(addr: *const libc::c_void, n: usize, write: bool, pc: usize) {
+        crate::access(addr as usize, n, write, crate::From::Code(pc));
+    }
+
+    /// `memcpy(dst, src, n)` from `pc`.
+    ///
+    /// # Safety
+    /// `memcpy`'s contract (the instrumented code's own copy).
+    unsafe extern "C" fn memcpy_at(
+        dst: *mut libc::c_void,
+        src: *const libc::c_void,
+        n: usize,
+        pc: usize,
+    ) -> *mut libc::c_void {
+        touched(src, n, false, pc);
+        touched(dst, n, true, pc);
+        // SAFETY: the caller's promise: the compiler's copy, whose operands are valid.
+        unsafe { libc::memcpy(dst, src, n) }
+    }
+
+    /// `memmove(dst, src, n)` from `pc`.
+    ///
+    /// # Safety
+    /// `memmove`'s contract.
+    unsafe extern "C" fn memmove_at(
+        dst: *mut libc::c_void,
+        src: *const libc::c_void,
+        n: usize,
+        pc: usize,
+    ) -> *mut libc::c_void {
+        touched(src, n, false, pc);
+        touched(dst, n, true, pc);
+        // SAFETY: as memcpy_at.
+        unsafe { libc::memmove(dst, src, n) }
+    }
+
+    /// `memset(dst, byte, n)` from `pc`.
+    ///
+    /// # Safety
+    /// `memset`'s contract.
+    unsafe extern "C" fn memset_at(
+        dst: *mut libc::c_void,
+        byte: libc::c_int,
+        n: usize,
+        pc: usize,
+    ) -> *mut libc::c_void {
+        touched(dst, n, true, pc);
+        // SAFETY: as memcpy_at.
+        unsafe { libc::memset(dst, byte, n) }
+    }
+
+    /// Whether an instrumented object called [`__tsan_init`] (its constructor does, before
+    /// `main`).
+    static INSTRUMENTED: AtomicBool = AtomicBool::new(false);
+
+    /// Whether the program has code built for the race checker.
+    pub fn instrumented() -> bool {
+        INSTRUMENTED.load(Ordering::Relaxed)
+    }
+
+    /// ThreadSanitizer's start-up call, made by every instrumented object's constructor: noted
+    /// (the checker itself starts with the DSM).
+    #[unsafe(no_mangle)]
+    pub extern "C" fn __tsan_init() {
+        INSTRUMENTED.store(true, Ordering::Relaxed);
+    }
+
+    /// Called at every instrumented function's entry (C; `cargo dsm-races` turns it off): not
+    /// needed, lines come from each access.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn __tsan_func_entry(_pc: *const u8) {}
+
+    /// Called at every instrumented function's exit.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn __tsan_func_exit() {}
+}
+
 #[cfg(test)]
 mod tests {
     /// The chunk walker (AVX2 here when the processor has it) finds what a comparison of

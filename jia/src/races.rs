@@ -15,77 +15,10 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::entry::pc_entry;
 
-/// One access from instrumented code: `size` bytes at `addr`, a write if `write` is nonzero,
-/// made at the return address `pc`.
-extern "C" fn access(addr: usize, pc: usize, size: usize, write: usize) {
-    dsm_races::access(addr, size, write != 0, dsm_races::From::Code(pc));
-}
-
-/// `__tsan_<name>(addr)` for an access of `size` bytes.
-macro_rules! access_hook {
-    ($($name:ident: $size:literal, $write:literal;)*) => {$(
-        #[cfg(target_arch = "x86_64")]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub extern "C" fn $name(_addr: *const u8) {
-            core::arch::naked_asm!(
-                "mov rsi, [rsp]",
-                concat!("mov edx, ", $size),
-                concat!("mov ecx, ", $write),
-                "jmp {hook}",
-                hook = sym access,
-            )
-        }
-    )*};
-}
-
-access_hook! {
-    __tsan_read1: 1, 0; __tsan_read2: 2, 0; __tsan_read4: 4, 0; __tsan_read8: 8, 0;
-    __tsan_read16: 16, 0;
-    __tsan_write1: 1, 1; __tsan_write2: 2, 1; __tsan_write4: 4, 1; __tsan_write8: 8, 1;
-    __tsan_write16: 16, 1;
-    __tsan_unaligned_read2: 2, 0; __tsan_unaligned_read4: 4, 0; __tsan_unaligned_read8: 8, 0;
-    __tsan_unaligned_read16: 16, 0;
-    __tsan_unaligned_write2: 2, 1; __tsan_unaligned_write4: 4, 1;
-    __tsan_unaligned_write8: 8, 1; __tsan_unaligned_write16: 16, 1;
-}
-
-/// `__tsan_<name>(addr, size)`.
-macro_rules! range_hook {
-    ($($name:ident: $write:literal;)*) => {$(
-        #[cfg(target_arch = "x86_64")]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub extern "C" fn $name(_addr: *const u8, _size: usize) {
-            core::arch::naked_asm!(
-                "mov rdx, rsi",
-                "mov rsi, [rsp]",
-                concat!("mov ecx, ", $write),
-                "jmp {hook}",
-                hook = sym access,
-            )
-        }
-    )*};
-}
-
-range_hook! {
-    __tsan_read_range: 0;
-    __tsan_write_range: 1;
-}
-
-/// Whether an instrumented object called [`__tsan_init`] (its constructor does, before `main`).
-static INSTRUMENTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether the program has code built for the race checker.
+/// Whether the program has code built for the checker (its hooks, `__tsan_read4` and the like,
+/// are the checker's own: `dsm_races::hooks`).
 pub(crate) fn instrumented() -> bool {
-    INSTRUMENTED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// ThreadSanitizer's start-up call, made by every instrumented object's constructor: noted (the
-/// checker itself starts at `jia_init`).
-#[unsafe(no_mangle)]
-pub extern "C" fn __tsan_init() {
-    INSTRUMENTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    dsm_races::hooks::instrumented()
 }
 
 /// What the hooks of plain accesses (and `__tsan_init`) of an object gcc instrumented for its
@@ -136,14 +69,6 @@ unchecked_hooks!(
     __dsm_unchecked_vptr_update,
     __dsm_unchecked_vptr_read,
 );
-
-/// Called at every instrumented function's entry: not needed (lines come from each access).
-#[unsafe(no_mangle)]
-pub extern "C" fn __tsan_func_entry(_pc: *const u8) {}
-
-/// Called at every instrumented function's exit.
-#[unsafe(no_mangle)]
-pub extern "C" fn __tsan_func_exit() {}
 
 // ----- The C library's memory and string functions, seen by the race checker -----
 //

@@ -12,20 +12,30 @@ const SOURCE: &str = include_str!("../src/bin/racy.rs");
 
 /// The lines of `racy.rs` marked `// race: CASE`, as the report names them.
 fn marked(case: &str) -> Vec<String> {
+    marked_with("race", case)
+}
+
+/// The lines of `racy.rs` marked `// MARK: CASE`.
+fn marked_with(mark: &str, case: &str) -> Vec<String> {
     SOURCE
         .lines()
         .enumerate()
-        .filter(|(_, l)| l.trim_end().ends_with(&format!("// race: {case}")))
+        .filter(|(_, l)| l.trim_end().ends_with(&format!("// {mark}: {case}")))
         .map(|(i, _)| format!("tests/src/bin/racy.rs:{}", i + 1))
         .collect()
 }
 
 /// The racy cases: every `// race: CASE` in the source.
 fn racy_cases() -> Vec<String> {
+    cases_marked("race")
+}
+
+/// Every case marked `// MARK: CASE` in the source.
+fn cases_marked(mark: &str) -> Vec<String> {
     let mut cases: Vec<String> = SOURCE
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
-        .filter_map(|l| l.split("// race: ").nth(1))
+        .filter_map(|l| l.split(&format!("// {mark}: ")).nth(1))
         .map(|c| c.trim().to_string())
         .collect();
     cases.dedup();
@@ -113,6 +123,114 @@ fn the_apps_are_not_reported() {
                 text(&out)
             );
         }
+    }
+}
+
+// ----- Rust programs built for the checker with `cargo dsm-races` -----
+
+/// `racy` and `sor` built with `cargo dsm-races` (once per run of these tests, into
+/// `target/dsm-races`, beside the plain build's directory).
+fn built_for_the_checker() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let mut cmd = Command::new(bin("cargo-dsm-races"));
+            cmd.current_dir(repo()).args([
+                "build",
+                "--release",
+                "-p",
+                "dsm-tests",
+                "--bin",
+                "racy",
+                "-p",
+                "dsm-apps",
+                "--bin",
+                "sor",
+            ]);
+            let out = run_with_deadline(cmd, Duration::from_secs(1200));
+            assert!(out.status.success(), "cargo dsm-races: {}", text(&out));
+            let dir = dsm_tests::bin_dir()
+                .parent()
+                .expect("the target directory")
+                .join("dsm-races/release");
+            assert!(dir.join("racy").exists(), "{}: no racy", dir.display());
+            dir
+        })
+        .clone()
+}
+
+fn dsmrun_checked_build(nodes: usize, program: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", &nodes.to_string(), "--check-races"])
+        .arg(built_for_the_checker().join(program))
+        .args(args);
+    run_with_deadline(cmd, Duration::from_secs(120))
+}
+
+/// Whether one report names every line of `lines` (a line racing with itself twice), each
+/// followed by a space or the line's end (line 4 is not line 40).
+fn one_report_names_rust(stderr: &str, lines: &[String]) -> bool {
+    stderr.split("dsm: data race ").skip(1).any(|r| {
+        let count =
+            |l: &String| r.matches(&format!("{l} ")).count() + r.matches(&format!("{l}\n")).count();
+        match lines {
+            [one] => count(one) >= 2,
+            many => many.iter().all(|l| count(l) >= 1),
+        }
+    })
+}
+
+/// Built with `cargo dsm-races`, a Rust program's reads through slices are seen: a read in a
+/// slice's iterator racing with another node's write is reported at the program's line, and a
+/// row whose even elements one node reads through a slice while another writes its odd ones
+/// (red-black SOR, and the sor app itself) is not. Every case of the plain build is found, or
+/// not, as there.
+#[test]
+fn reads_through_slices_are_seen_in_a_build_for_the_checker() {
+    let seen_built = cases_marked("race (cargo dsm-races)");
+    assert!(!seen_built.is_empty());
+    for case in seen_built.iter().chain(&racy_cases()) {
+        let lines = match marked(case) {
+            l if l.is_empty() => marked_with("race (cargo dsm-races)", case),
+            l => l,
+        };
+        let out = dsmrun_checked_build(2, "racy", &[case]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(66), "{case}: {}", text(&out));
+        assert!(
+            one_report_names_rust(&stderr, &lines),
+            "{case}: no report names {lines:?}: {}",
+            text(&out)
+        );
+    }
+    for (nodes, case) in [
+        (2, "free-red-black-reads"),
+        (2, "free-slices-of-one-row"),
+        (2, "free-guard-across-barriers"),
+        (2, "free-guard-home-incoming"),
+        (2, "free-slices-home-last"),
+        (2, "free-false-sharing"),
+        (2, "free-lock"),
+        (2, "free-cv"),
+        (2, "free-atomic-flag"),
+        (2, "free-barrier"),
+        (2, "free-many-threads"),
+        (3, "free-helper-locks"),
+    ] {
+        let out = dsmrun_checked_build(nodes, "racy", &[case]);
+        assert!(
+            out.status.success() && text(&out).contains("check_races: no data race found"),
+            "{case} on {nodes} nodes: {}",
+            text(&out)
+        );
+    }
+    for nodes in [2, 3] {
+        let out = dsmrun_checked_build(nodes, "sor", &["64", "4"]);
+        assert!(
+            out.status.success() && text(&out).contains("check_races: no data race found"),
+            "sor on {nodes} nodes: {}",
+            text(&out)
+        );
     }
 }
 

@@ -104,6 +104,16 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 std::hint::black_box(a.get(8)); // race: read-from
             }
         }
+        "slice-read" => {
+            // Seen in a build for the checker (`cargo dsm-races`): a read through a slice.
+            if me == 0 {
+                a.set(40, 1); // race (cargo dsm-races): slice-read
+            } else {
+                // SAFETY: racy on purpose, between the nodes; nothing else writes the row.
+                let row = unsafe { a.slice(40..48) };
+                std::hint::black_box(row.iter().sum::<u64>()); // race (cargo dsm-races): slice-read
+            }
+        }
         "threads-past-64" => {
             // 100 threads of node 0 alive at once, numbered by the checker in the order of
             // their first access (each waits for its turn, which std's atomics order for the
@@ -215,6 +225,22 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             let mut row = unsafe { a.slice_mut(16..32) };
             for x in row.iter_mut().skip(me).step_by(2) {
                 *x += 1;
+            }
+        }
+        "free-red-black-reads" => {
+            // Node 0 reads a row's even elements through a slice while node 1 writes its odd
+            // ones (red-black SOR's pattern): different bytes, no race, in a build for the
+            // checker too (it sees the elements read, not the whole slice).
+            if me == 0 {
+                // SAFETY: node 1 writes only the odd elements, which this loop does not read.
+                let row = unsafe { a.slice(48..64) };
+                std::hint::black_box(row.iter().step_by(2).sum::<u64>());
+            } else {
+                // SAFETY: as above.
+                let mut row = unsafe { a.slice_mut(48..64) };
+                for x in row.iter_mut().skip(1).step_by(2) {
+                    *x = 5;
+                }
             }
         }
         "free-guard-across-barriers" => {
