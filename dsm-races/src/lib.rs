@@ -458,28 +458,42 @@ fn slot_words(nodes: u16) -> usize {
 /// are recorded). Signal context inside [`in_signal_handler`] (kept for later, see there).
 #[inline]
 pub fn access(addr: usize, len: usize, write: bool, from: From) {
-    if !on() {
-        return;
+    if !recorded_fast(addr, len, write, from.key()) {
+        access_slow(addr, len, write, from);
     }
+}
+
+/// [`access`]'s fast path, inlined into each of its callers (the compiler's hooks among them): an
+/// access outside the region (or with the checker off: the region is empty then) or one the
+/// thread's table of recent (site, page, read or write) records with one OR. False sends it to
+/// [`access_slow`].
+#[inline(always)]
+pub(crate) fn recorded_fast(addr: usize, len: usize, write: bool, key: usize) -> bool {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     if off >= LEN.load(Ordering::Relaxed) || len == 0 {
-        return;
+        return true;
     }
     let (page, lo) = (off / PAGE, off % PAGE);
-    if lo % 64 + len <= 64 && handler::fast_path_open() {
-        let ones = if len == 64 { !0 } else { (1u64 << len) - 1 };
-        let epoch = NODE_EPOCH.load(Ordering::Acquire);
-        if sys::fast::hit(
+    if lo % 64 + len > 64 {
+        return false;
+    }
+    let ones = if len == 64 { !0 } else { (1u64 << len) - 1 };
+    handler::fast_path_open()
+        && sys::fast::hit(
             page as u32,
             lo / 64,
             ones << (lo % 64),
             write,
-            from.key(),
-            epoch,
-        ) {
-            return;
-        }
-    }
+            key,
+            NODE_EPOCH.load(Ordering::Acquire),
+        )
+}
+
+/// An access the fast path did not record: one inside the region (the checker is on).
+#[cold]
+#[inline(never)]
+pub(crate) fn access_slow(addr: usize, len: usize, write: bool, from: From) {
+    let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
     if handler::kept(off, len, write, from) {
         return;
     }

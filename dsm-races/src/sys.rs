@@ -72,11 +72,11 @@ pub(crate) mod fast {
     //! their bits, so that most accesses are one OR, with no borrow of the recorder, no epoch
     //! catch-up and no memo hash.
     //!
-    //! The entries hold for one segment of the thread's: the recorder ends a segment (and lets its
-    //! bits go) only after [`forget`], which makes every entry stale; an entry also stands only
-    //! while the node's barrier epoch is the one it was made in (a barrier another thread of the
-    //! node took ends this thread's segment at its next access, on the slow path). Signal context
-    //! never comes here (a handler's accesses are kept apart: `handler.rs`).
+    //! The entries hold for one segment of the thread's: the recorder empties the table
+    //! ([`forget`]) before it ends a segment and lets its bits go; an entry also stands only in
+    //! the node's barrier epoch it was made in (a barrier another thread of the node took ends
+    //! this thread's segment at its next access, on the slow path). Signal context never comes
+    //! here (a handler's accesses are kept apart: `handler.rs`).
 
     use std::cell::Cell;
 
@@ -85,53 +85,50 @@ pub(crate) mod fast {
     /// Entries, direct-mapped.
     const ENTRIES: usize = 64;
 
+    /// The write bit of a key (above any site: code addresses and `Location`s of user space).
+    const WRITE: usize = 1 << 63;
+
+    /// One (site, page, read or write) in one epoch, and its bits. A hit compares two words.
     #[derive(Clone, Copy)]
     struct Entry {
-        from: usize,
-        page: u32,
-        write: bool,
-        serial: u64,
+        /// The site, with [`WRITE`] for a write; `usize::MAX` in an empty entry (no site).
+        key: usize,
+        /// The page, and the epoch in the high half.
+        tag: u64,
         bits: Option<BitsPtr>,
     }
 
     const EMPTY: Entry = Entry {
-        from: usize::MAX,
-        page: 0,
-        write: false,
-        serial: 0,
+        key: usize::MAX,
+        tag: 0,
         bits: None,
     };
 
-    struct Fast {
-        /// The recorder's segment (bumped by [`forget`]).
-        serial: Cell<u64>,
-        /// The barrier epoch of the entries made since.
-        epoch: Cell<u32>,
-        entries: [Cell<Entry>; ENTRIES],
-    }
-
     thread_local! {
         // No destructor: reaching it registers none.
-        static FAST: Fast = const {
-            Fast {
-                serial: Cell::new(1),
-                epoch: Cell::new(0),
-                entries: [const { Cell::new(EMPTY) }; ENTRIES],
-            }
-        };
+        static TABLE: [Cell<Entry>; ENTRIES] = const { [const { Cell::new(EMPTY) }; ENTRIES] };
     }
 
-    /// The entry of (`from`, `page`, `write`): the product's top bits, which every bit of the key
-    /// reaches (two sites a few bytes apart, a read and a write of one place, differ there).
-    #[inline]
-    fn index(from: usize, page: u32, write: bool) -> usize {
-        let key = (from as u64) ^ (u64::from(page) << 32) ^ (u64::from(write) << 63);
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - ENTRIES.trailing_zeros())) as usize
+    /// The key and tag of (`from`, `page`, `write`) in `epoch`.
+    #[inline(always)]
+    fn key_tag(from: usize, page: u32, write: bool, epoch: u32) -> (usize, u64) {
+        (
+            from | if write { WRITE } else { 0 },
+            u64::from(page) | u64::from(epoch) << 32,
+        )
+    }
+
+    /// The entry of a key and tag: the product's top bits, which every bit of the key reaches
+    /// (two sites a few bytes apart, a read and a write of one place, differ there).
+    #[inline(always)]
+    fn index(key: usize, tag: u64) -> usize {
+        let mixed = (key as u64) ^ (tag << 32);
+        (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - ENTRIES.trailing_zeros())) as usize
     }
 
     /// Records the access (`mask` into word `word` of the page's bits) if the entry of (`from`,
     /// `page`, `write`) stands in node epoch `epoch`; whether it did.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hit(
         page: u32,
         word: usize,
@@ -140,20 +137,15 @@ pub(crate) mod fast {
         from: usize,
         epoch: u32,
     ) -> bool {
-        FAST.with(|f| {
-            let e = f.entries[index(from, page, write)].get();
+        let (key, tag) = key_tag(from, page, write, epoch);
+        TABLE.with(|t| {
+            let e = t[index(key, tag)].get();
             match e.bits {
-                Some(bits)
-                    if e.from == from
-                        && e.page == page
-                        && e.write == write
-                        && e.serial == f.serial.get()
-                        && f.epoch.get() == epoch =>
-                {
-                    // SAFETY: the serial is the segment's now, so the recorder still owns these
-                    // bits (it calls `forget` before letting any go); and it is not borrowed: this
-                    // is the thread's access, outside any recording (signal handlers do not come
-                    // here), and word < 64.
+                Some(bits) if e.key == key && e.tag == tag => {
+                    // SAFETY: the entry was made in this segment (the recorder empties the
+                    // table before any segment's bits go), so the recorder still owns these
+                    // bits; and it is not borrowed: this is the thread's access, outside any
+                    // recording (signal handlers do not come here), and word < 64.
                     unsafe { bits.or(word, mask) };
                     true
                 }
@@ -164,28 +156,26 @@ pub(crate) mod fast {
 
     /// The recorder, in epoch `epoch`, keeps the bits of (`from`, `page`, `write`) at `bits`.
     pub(crate) fn remember(from: usize, page: u32, write: bool, bits: BitsPtr, epoch: u32) {
-        FAST.with(|f| {
-            f.epoch.set(epoch);
-            let slot = &f.entries[index(from, page, write)];
+        let (key, tag) = key_tag(from, page, write, epoch);
+        TABLE.with(|t| {
+            let slot = &t[index(key, tag)];
             // Emptied first: an access made by a signal handler interrupting the write below
             // (one not run through `in_signal_handler`, against the contract) finds no site
-            // (`from` is usize::MAX), no serial or no bits in any half-written entry, never
-            // an old pointer with a new key.
+            // (`key` is usize::MAX) or no bits in any half-written entry, never an old pointer
+            // with a new key.
             slot.set(EMPTY);
             std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
             slot.set(Entry {
-                from,
-                page,
-                write,
-                serial: f.serial.get(),
+                key,
+                tag,
                 bits: Some(bits),
             });
         });
     }
 
-    /// The recorder's segment ends (its bits go): every entry is stale.
+    /// The recorder's segment ends (its bits go): the table is emptied.
     pub(crate) fn forget() {
-        FAST.with(|f| f.serial.set(f.serial.get() + 1));
+        TABLE.with(|t| t.iter().for_each(|e| e.set(EMPTY)));
     }
 }
 
@@ -424,7 +414,31 @@ pub mod hooks {
     /// One access from instrumented code: `size` bytes at `addr`, a write if `write` is
     /// nonzero, made at the return address `pc`.
     extern "C" fn access(addr: usize, pc: usize, size: usize, write: usize) {
-        crate::access(addr, size, write != 0, crate::From::Code(pc));
+        if !crate::recorded_fast(addr, size, write != 0, pc) {
+            slow(addr, pc, size, write);
+        }
+    }
+
+    /// [`access`] for an access of `SIZE` bytes, a write if `WRITE`: the mask and the kind are
+    /// constants of each hook's copy, and the slow path's call a jump.
+    extern "C" fn access_of<const SIZE: usize, const WRITE: bool>(addr: usize, pc: usize) {
+        if !crate::recorded_fast(addr, SIZE, WRITE, pc) {
+            slow_of::<SIZE, WRITE>(addr, pc);
+        }
+    }
+
+    /// [`access_of`]'s slow path.
+    #[cold]
+    #[inline(never)]
+    extern "C" fn slow_of<const SIZE: usize, const WRITE: bool>(addr: usize, pc: usize) {
+        crate::access_slow(addr, SIZE, WRITE, crate::From::Code(pc));
+    }
+
+    /// The accesses the fast path did not record.
+    #[cold]
+    #[inline(never)]
+    extern "C" fn slow(addr: usize, pc: usize, size: usize, write: usize) {
+        crate::access_slow(addr, size, write != 0, crate::From::Code(pc));
     }
 
     /// `__tsan_<name>(addr)` for an access of `size` bytes.
@@ -432,37 +446,36 @@ pub mod hooks {
         ($($name:ident: $size:literal, $write:literal;)*) => {$(
             #[doc = concat!("`", stringify!($name), "(addr)`: ", $size, " bytes at `addr`.")]
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the body is the three moves and the jump above, which keep the stack and
-            // the registers the C calling convention says a callee keeps; `access` returns to
-            // the caller, whose address is still at [rsp].
+            // SAFETY: the body is the move and the jump below, which keep the stack and the
+            // registers the C calling convention says a callee keeps; the Rust function returns
+            // to the caller, whose address is still at [rsp].
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
             pub extern "C" fn $name(_addr: *const u8) {
                 core::arch::naked_asm!(
                     "mov rsi, [rsp]",
-                    concat!("mov edx, ", $size),
-                    concat!("mov ecx, ", $write),
                     "jmp {hook}",
-                    hook = sym access,
+                    hook = sym access_of::<$size, $write>,
                 )
             }
         )*};
     }
 
     access_hook! {
-        __tsan_read1: 1, 0; __tsan_read2: 2, 0; __tsan_read4: 4, 0; __tsan_read8: 8, 0;
-        __tsan_read16: 16, 0;
-        __tsan_write1: 1, 1; __tsan_write2: 2, 1; __tsan_write4: 4, 1; __tsan_write8: 8, 1;
-        __tsan_write16: 16, 1;
-        __tsan_unaligned_read2: 2, 0; __tsan_unaligned_read4: 4, 0; __tsan_unaligned_read8: 8, 0;
-        __tsan_unaligned_read16: 16, 0;
-        __tsan_unaligned_write2: 2, 1; __tsan_unaligned_write4: 4, 1;
-        __tsan_unaligned_write8: 8, 1; __tsan_unaligned_write16: 16, 1;
-        __tsan_volatile_read1: 1, 0; __tsan_volatile_read2: 2, 0; __tsan_volatile_read4: 4, 0;
-        __tsan_volatile_read8: 8, 0; __tsan_volatile_read16: 16, 0;
-        __tsan_volatile_write1: 1, 1; __tsan_volatile_write2: 2, 1;
-        __tsan_volatile_write4: 4, 1; __tsan_volatile_write8: 8, 1;
-        __tsan_volatile_write16: 16, 1;
+        __tsan_read1: 1, false; __tsan_read2: 2, false; __tsan_read4: 4, false;
+        __tsan_read8: 8, false; __tsan_read16: 16, false;
+        __tsan_write1: 1, true; __tsan_write2: 2, true; __tsan_write4: 4, true;
+        __tsan_write8: 8, true; __tsan_write16: 16, true;
+        __tsan_unaligned_read2: 2, false; __tsan_unaligned_read4: 4, false;
+        __tsan_unaligned_read8: 8, false; __tsan_unaligned_read16: 16, false;
+        __tsan_unaligned_write2: 2, true; __tsan_unaligned_write4: 4, true;
+        __tsan_unaligned_write8: 8, true; __tsan_unaligned_write16: 16, true;
+        __tsan_volatile_read1: 1, false; __tsan_volatile_read2: 2, false;
+        __tsan_volatile_read4: 4, false; __tsan_volatile_read8: 8, false;
+        __tsan_volatile_read16: 16, false;
+        __tsan_volatile_write1: 1, true; __tsan_volatile_write2: 2, true;
+        __tsan_volatile_write4: 4, true; __tsan_volatile_write8: 8, true;
+        __tsan_volatile_write16: 16, true;
     }
 
     /// `__tsan_<name>(addr, size)`.
