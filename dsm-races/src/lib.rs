@@ -64,9 +64,10 @@ const PAGE: usize = dsm_core::PAGE_SIZE;
 
 /// Whether this process checks for races.
 static ON: AtomicBool = AtomicBool::new(false);
-/// The shared region (`[BASE, BASE + LEN)`), whose accesses are recorded.
-static BASE: AtomicUsize = AtomicUsize::new(0);
-static LEN: AtomicUsize = AtomicUsize::new(0);
+/// The shared region (`[BASE, BASE + LEN)`), whose accesses are recorded (empty while the
+/// checker is off). The compiler's hooks test it first, in their trampolines (`sys::hooks`).
+pub(crate) static BASE: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static LEN: AtomicUsize = AtomicUsize::new(0);
 static CHECKER: OnceLock<Checker> = OnceLock::new();
 /// The node's barrier epoch (the checker's `epoch`), read by every access's fast path.
 static NODE_EPOCH: AtomicU32 = AtomicU32::new(0);

@@ -441,20 +441,32 @@ pub mod hooks {
         crate::access_slow(addr, size, write != 0, crate::From::Code(pc));
     }
 
-    /// `__tsan_<name>(addr)` for an access of `size` bytes.
+    /// `__tsan_<name>(addr)` for an access of `size` bytes. An address outside the shared
+    /// region (the program's stack and heap; every address while the checker is off) returns at
+    /// once, without the Rust function's prologue.
     macro_rules! access_hook {
         ($($name:ident: $size:literal, $write:literal;)*) => {$(
             #[doc = concat!("`", stringify!($name), "(addr)`: ", $size, " bytes at `addr`.")]
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the body is the move and the jump below, which keep the stack and the
-            // registers the C calling convention says a callee keeps; the Rust function returns
-            // to the caller, whose address is still at [rsp].
+            // SAFETY: the body reads two words of this crate's statics (the region's base and
+            // length: plain loads, as Relaxed atomic loads are on x86-64) into rax, a register
+            // the caller does not expect kept, and then returns, or puts the return address in
+            // rsi and jumps to the Rust function, which returns to the caller (its address
+            // still at [rsp]); the stack and the registers a callee keeps are untouched.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
             pub extern "C" fn $name(_addr: *const u8) {
                 core::arch::naked_asm!(
+                    "mov rax, rdi",
+                    "sub rax, qword ptr [rip + {base}]",
+                    "cmp rax, qword ptr [rip + {len}]",
+                    "jae 2f",
                     "mov rsi, [rsp]",
                     "jmp {hook}",
+                    "2:",
+                    "ret",
+                    base = sym crate::BASE,
+                    len = sym crate::LEN,
                     hook = sym access_of::<$size, $write>,
                 )
             }
