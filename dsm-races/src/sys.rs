@@ -605,6 +605,24 @@ pub mod hooks {
         INSTRUMENTED.load(Ordering::Relaxed)
     }
 
+    /// Whether the program is C (libjia's `jia_init` says so: [`program_is_c`]).
+    static C_PROGRAM: AtomicBool = AtomicBool::new(false);
+
+    /// The program is C: a build for the checker is `dsmcc --check-races`'s (libjia says so),
+    /// not `cargo dsm-races`'.
+    pub fn program_is_c() {
+        C_PROGRAM.store(true, Ordering::Relaxed);
+    }
+
+    /// What to tell the user of a checked program not built for the checker, if anything: C's
+    /// hint is libjia's (it prints it), a Rust program's this.
+    pub fn rust_build_hint() -> Option<&'static str> {
+        (crate::on() && !instrumented() && !C_PROGRAM.load(Ordering::Relaxed)).then_some(
+            "dsm: check_races: reads through slices and raw pointers are not seen in this \
+             build; build with `cargo dsm-races` to see them",
+        )
+    }
+
     /// ThreadSanitizer's start-up call, made by every instrumented object's constructor: noted
     /// (the checker itself starts with the DSM).
     #[unsafe(no_mangle)]

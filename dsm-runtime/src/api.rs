@@ -422,6 +422,9 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
             slots: slots.as_atomic_words(),
             end: fatal,
         });
+        if let Some(hint) = races::hooks::rust_build_hint().filter(|_| dsm.id() == 0) {
+            eprintln!("{hint}");
+        }
     }
     Ok(dsm)
 }

@@ -129,6 +129,8 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
         return;
     }
     clock0();
+    // The race checker's hints for a program not built for it are libjia's.
+    dsm_races::hooks::program_is_c();
     // The launcher's job, or (started directly with a .jiahosts) the job this process starts.
     let result = dsm_runtime::init();
     let d = result.unwrap_or_else(|e| die(&e.to_string()));

@@ -224,6 +224,12 @@ fn reads_through_slices_are_seen_in_a_build_for_the_checker() {
             text(&out)
         );
     }
+    // A plain build is told how to see more; a build for the checker is not.
+    let hint = "build with `cargo dsm-races` to see them";
+    let plain = dsmrun(2, &["--check-races"], "racy", &["free-lock"]);
+    assert!(text(&plain).contains(hint), "{}", text(&plain));
+    let built = dsmrun_checked_build(2, "racy", &["free-lock"]);
+    assert!(!text(&built).contains(hint), "{}", text(&built));
     for nodes in [2, 3] {
         let out = dsmrun_checked_build(nodes, "sor", &["64", "4"]);
         assert!(
