@@ -272,20 +272,30 @@ fn address_blocks(text: &str) -> Vec<Vec<(&str, &str)>> {
 /// libraries lend (a slice iterator's loop, inlined from the standard library's sources, is
 /// named at the program's line that iterates), else the innermost.
 fn program_frame(frames: &[(&str, &str)]) -> Option<String> {
+    // Rust's libraries wherever they lie: the standard library's sources under /rustc/, a
+    // toolchain's rust-src or a distribution's /usr/src/rustc-*; cargo's registry and git
+    // checkouts under any CARGO_HOME; vendored crates. And the DSM's own crates.
+    const LIBRARIES: [&str; 6] = [
+        "/library/core/src/",
+        "/library/alloc/src/",
+        "/library/std/src/",
+        "/registry/src/",
+        "/git/checkouts/",
+        "/vendor/",
+    ];
+    const DSM: [&str; 3] = ["dsm-runtime/src/", "dsm-races/src/", "dsm-core/src/"];
     let system = |line: &str| {
         line.starts_with("/usr/include/")
             || line.starts_with("/usr/lib/")
             || line.starts_with("/rustc/")
-            || line.contains("/lib/rustlib/src/")
-            || line.contains("/.cargo/registry/")
-            || line.contains("/.cargo/git/")
-            || ["dsm-runtime/src/", "dsm-races/src/", "dsm-core/src/"]
+            || LIBRARIES.iter().any(|l| line.contains(l))
+            || DSM
                 .iter()
-                .any(|dsm| line.starts_with(dsm) || line.contains(&format!("/{dsm}")))
+                .any(|d| line.starts_with(d) || line.contains(&format!("/{d}")))
     };
     let &(func, line) = frames
         .iter()
-        .find(|(_, line)| !system(line))
+        .find(|(_, line)| !system(line) && !line.starts_with("??"))
         .or(frames.first())?;
     if line.starts_with("??") {
         return None;
@@ -397,6 +407,25 @@ mod tests {
                 "from frame {first}"
             );
         }
+        // A distribution's toolchain, a CARGO_HOME elsewhere, vendored crates, a frame without
+        // a line: all passed over.
+        let elsewhere = [
+            (
+                "fold",
+                "/usr/src/rustc-1.85.0/library/core/src/iter/mod.rs:3",
+            ),
+            (
+                "step",
+                "/usr/local/cargo/registry/src/index/c-1.0/src/lib.rs:9",
+            ),
+            ("v", "/work/app/vendor/c/src/lib.rs:4"),
+            ("??", "??:0"),
+            ("app::main", "src/main.rs:12"),
+        ];
+        assert_eq!(
+            super::program_frame(&elsewhere).as_deref(),
+            Some("src/main.rs:12 (app::main)")
+        );
         let outside = [("fold", "/work/main/dsm-runtime/src/array.rs:7")];
         assert_eq!(
             super::program_frame(&outside).as_deref(),
