@@ -1171,7 +1171,7 @@ impl Dsm {
         if self.exited.load(Ordering::SeqCst) {
             return;
         }
-        door::end::set_ending();
+        door::end::set_ending_with(status);
         let _ = self.call(Call::Error(format!(
             "node {} ended with status {status} without leaving the job (exit or a return from \
              main before jia_exit)",

@@ -335,6 +335,18 @@ fn a_node_that_exits_with_a_status_gives_the_job_that_status() {
             text(&out)
         );
     }
+    // 4 nodes over TCP: the others take the news and leave, closing their connections, while
+    // node 1 still waits for the last acknowledgements; losing them must not end node 1 with
+    // the peers' status (86) instead of its own (a soak saw it: 5 runs in 40 before the fix).
+    for run in 0..20 {
+        let out = dsmrun(4, "tcp", &[], &["exit", "3"]);
+        assert_status(&out, 3);
+        assert!(
+            stderr(&out).contains("dsmrun: node 1 (127.0.0.1) exited with status 3"),
+            "4 nodes, run {run}:\n{}",
+            text(&out)
+        );
+    }
     let out = dsmrun(2, "udp", &["--check-races"], &["exit", "3"]);
     assert_status(&out, 3);
     // Started directly with a .jiahosts: node 0, the job's launcher, ends with the status too.

@@ -29,6 +29,12 @@ static ENDING: AtomicBool = AtomicBool::new(false);
 /// another status meanwhile (the peers' ends, which follow, would otherwise end it with 86).
 static LEAVING: AtomicBool = AtomicBool::new(false);
 
+/// The program's own status (`exit(3)` without `jia_exit`) while the node tells the others it
+/// ends with it (0: none): a peer seen ending meanwhile (one that took the news and left, closing
+/// its connection, before every other node acknowledged it) ends the process with this status,
+/// not with [`EXIT_PEER_FAILED`], or the launcher would name the wrong cause.
+static OWN_STATUS: AtomicI32 = AtomicI32::new(0);
+
 /// The status this process ends with when it ends because another node failed: [`EXIT_PEER_FAILED`],
 /// except in a node 0 that started its job itself (`.jiahosts`), which is also the job's launcher:
 /// it ends with the failing node's status, as dsmrun would.
@@ -83,8 +89,10 @@ fn final_status(status: i32) -> i32 {
     }
 }
 
-/// The node ends with an error from now on (its exit handlers must not leave the job).
-pub(crate) fn set_ending() {
+/// The node ends with the program's own `status` (nonzero) from now on, once it has told the
+/// others: whatever ends it first ends it with this status (see [`OWN_STATUS`]).
+pub(crate) fn set_ending_with(status: i32) {
+    OWN_STATUS.store(status, Ordering::SeqCst);
     ENDING.store(true, Ordering::SeqCst);
 }
 
@@ -133,8 +141,16 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
             std::thread::park();
         }
     }
-    ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
+    let own = OWN_STATUS.load(Ordering::SeqCst);
+    if own != 0 {
+        // The program is ending with its own status on another thread, inside `exit`: this
+        // thread (the service thread, which lost a peer that took the news first) ends the
+        // process as that thread would, without calling `exit` a second time.
+        sys::write_stderr(line.as_bytes());
+        leave_with(own);
+    }
+    ENDING.store(true, Ordering::SeqCst);
     sys::write_stderr(line.as_bytes());
     if status == EXIT_PEER_FAILED {
         await_verdict();
@@ -159,7 +175,8 @@ pub(crate) fn die(msg: &str, status: i32) -> ! {
     line.push(b": error: ");
     line.push(msg.as_bytes());
     sys::write_stderr(line.ended());
-    sys::signals::exit_now(final_status(status))
+    let own = OWN_STATUS.load(Ordering::SeqCst);
+    sys::signals::exit_now(if own != 0 { own } else { final_status(status) })
 }
 
 /// A line built without allocating, for signal context.
