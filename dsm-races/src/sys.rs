@@ -544,16 +544,17 @@ pub mod hooks {
         __tsan_memset => memset_at, libc::c_int;
     }
 
-    /// `n` bytes at `addr` read or written from `pc`.
-    fn touched(addr: *const libc::c_void, n: usize, write: bool, pc: usize) {
+    /// `n` bytes at `addr` read (or written) from `pc`.
+    pub fn touched(addr: *const libc::c_void, n: usize, write: bool, pc: usize) {
         crate::access(addr as usize, n, write, crate::From::Code(pc));
     }
 
-    /// `memcpy(dst, src, n)` from `pc`.
+    /// `memcpy(dst, src, n)` from `pc`: recorded, then made (also libjia's
+    /// `__dsm_checked_memcpy`, which `dsmcc` renames a checked object's calls to).
     ///
     /// # Safety
     /// `memcpy`'s contract (the instrumented code's own copy).
-    unsafe extern "C" fn memcpy_at(
+    pub unsafe extern "C" fn memcpy_at(
         dst: *mut libc::c_void,
         src: *const libc::c_void,
         n: usize,
@@ -569,7 +570,7 @@ pub mod hooks {
     ///
     /// # Safety
     /// `memmove`'s contract.
-    unsafe extern "C" fn memmove_at(
+    pub unsafe extern "C" fn memmove_at(
         dst: *mut libc::c_void,
         src: *const libc::c_void,
         n: usize,
@@ -585,7 +586,7 @@ pub mod hooks {
     ///
     /// # Safety
     /// `memset`'s contract.
-    unsafe extern "C" fn memset_at(
+    pub unsafe extern "C" fn memset_at(
         dst: *mut libc::c_void,
         byte: libc::c_int,
         n: usize,

@@ -77,10 +77,8 @@ unchecked_hooks!(
 // `memset`). Each records what the function reads and writes, from its caller's line, and then
 // calls the C library's. Off (no `check_races`), the recording is one load and a branch.
 
-/// `len` bytes at `addr` read (or written) from `pc`, for the race checker.
-pub(crate) fn touched(addr: *const c_void, len: usize, write: bool, pc: usize) {
-    dsm_races::access(addr as usize, len, write, dsm_races::From::Code(pc));
-}
+pub(crate) use dsm_races::hooks::touched;
+use dsm_races::hooks::{memcpy_at, memmove_at, memset_at};
 
 /// How many bytes of `a` and `b` a comparison of at most `n` reads: up to the first that
 /// differs, or (`strings`) the first NUL, included.
@@ -100,34 +98,6 @@ unsafe fn compared(a: *const c_void, b: *const c_void, n: usize, strings: bool) 
         i += 1;
     }
     n
-}
-
-unsafe extern "C" fn memcpy_at(
-    d: *mut c_void,
-    s: *const c_void,
-    n: usize,
-    pc: usize,
-) -> *mut c_void {
-    bytes_copied(d, s, n, pc);
-    // SAFETY: the caller's arguments, as to memcpy.
-    unsafe { libc::memcpy(d, s, n) }
-}
-
-unsafe extern "C" fn memmove_at(
-    d: *mut c_void,
-    s: *const c_void,
-    n: usize,
-    pc: usize,
-) -> *mut c_void {
-    bytes_copied(d, s, n, pc);
-    // SAFETY: the caller's arguments, as to memmove.
-    unsafe { libc::memmove(d, s, n) }
-}
-
-unsafe extern "C" fn memset_at(d: *mut c_void, c: c_int, n: usize, pc: usize) -> *mut c_void {
-    touched(d, n, true, pc);
-    // SAFETY: the caller's arguments, as to memset.
-    unsafe { libc::memset(d, c, n) }
 }
 
 /// `n` bytes copied from `s` to `d` from `pc`: read at `s`, written at `d`.

@@ -141,17 +141,16 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
             std::thread::park();
         }
     }
+    ENDING.store(true, Ordering::SeqCst);
     let line = format!("dsm node {}: error: {msg}\n", rank());
+    sys::write_stderr(line.as_bytes());
     let own = OWN_STATUS.load(Ordering::SeqCst);
     if own != 0 {
         // The program is ending with its own status on another thread, inside `exit`: this
         // thread (the service thread, which lost a peer that took the news first) ends the
         // process as that thread would, without calling `exit` a second time.
-        sys::write_stderr(line.as_bytes());
         leave_with(own);
     }
-    ENDING.store(true, Ordering::SeqCst);
-    sys::write_stderr(line.as_bytes());
     if status == EXIT_PEER_FAILED {
         await_verdict();
     }
