@@ -150,6 +150,10 @@ pub struct Tuning {
     /// `service_slice_us`: the time slice the service thread asks the scheduler for (0: keep the
     /// default).
     pub service_slice_us: u32,
+    /// `service_priority`: `realtime` (the default) puts the service thread in `SCHED_FIFO` while
+    /// it sleeps for messages, where the process may; `normal` leaves it to the time-sharing
+    /// scheduler.
+    pub service_realtime: bool,
     /// `wait_spin_us`: how long a blocked application thread spins before it sleeps.
     pub wait_spin_us: u32,
     /// `drive`: fault handlers may run the node themselves when it is free.
@@ -166,6 +170,7 @@ impl Default for Tuning {
             spin_blocked_us: 200,
             spin_again_us: 0,
             service_slice_us: 100,
+            service_realtime: true,
             wait_spin_us: 0,
             drive: true,
             drive_spin_us: 30,
@@ -315,6 +320,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "service_slice_us",
         "0 (the scheduler's default) or 50 to 100000",
+    ),
+    (
+        "service_priority",
+        "realtime (while it sleeps for messages, where allowed) or normal",
     ),
     ("wait_spin_us", "0 to 100000"),
     (
@@ -509,6 +518,13 @@ impl Config {
                 }
                 self.tuning.service_slice_us = us as u32;
             }
+            "service_priority" => {
+                self.tuning.service_realtime = match value {
+                    "realtime" => true,
+                    "normal" => false,
+                    _ => return Err(bad()),
+                }
+            }
             "wait_spin_us" => self.tuning.wait_spin_us = range(0, 100_000)? as u32,
             "drive" => self.tuning.drive = parse_bool(value).ok_or_else(bad)?,
             "drive_spin_us" => self.tuning.drive_spin_us = range(0, 100_000)? as u32,
@@ -629,6 +645,14 @@ impl Config {
             format!("spin_blocked_us={}", self.tuning.spin_blocked_us),
             format!("spin_again_us={}", self.tuning.spin_again_us),
             format!("service_slice_us={}", self.tuning.service_slice_us),
+            format!(
+                "service_priority={}",
+                if self.tuning.service_realtime {
+                    "realtime"
+                } else {
+                    "normal"
+                }
+            ),
             format!("wait_spin_us={}", self.tuning.wait_spin_us),
             format!("drive={}", if self.tuning.drive { "on" } else { "off" }),
             format!("drive_spin_us={}", self.tuning.drive_spin_us),

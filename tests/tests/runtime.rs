@@ -1129,3 +1129,144 @@ fn a_thread_computing_before_its_barrier_of_threads_is_not_taken_for_a_deadlock(
         text(&out)
     );
 }
+
+/// The scheduling policy of each `dsm-service` thread of process `pid` (field 41 of its
+/// `/proc/PID/task/TID/stat`: 0 time-sharing, 1 SCHED_FIFO).
+fn service_thread_policies(pid: &str) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            if comm.trim() != "dsm-service" {
+                return None;
+            }
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Fields after the command's closing parenthesis start at field 3 (the state).
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().nth(41 - 3)?.parse().ok()
+        })
+        .collect()
+}
+
+/// Each node's service thread sleeps for messages in the realtime class (SCHED_FIFO) by
+/// default, so that a message wakes it ahead of its node's computation (a time-sharing one,
+/// preempted at a scheduler tick, left a request waiting for the next tick: faultlat's remote
+/// fault while its home computes took up to 4 ms); `service_priority = normal` leaves it
+/// time-sharing, and so does a process that may not use the realtime class (without
+/// CAP_SYS_NICE: `setpriv`), whose job runs as before. Skipped where this process may not use
+/// the realtime class.
+#[test]
+fn service_threads_sleep_in_the_realtime_class_unless_told_otherwise() {
+    use std::io::BufRead as _;
+    match Command::new("chrt").args(["-f", "1", "true"]).output() {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "skipped: this process may not use the realtime class (chrt -f 1: {})",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("skipped: chrt cannot run ({e}; apt-get install util-linux)");
+            return;
+        }
+    }
+    let no_nice = [
+        "--bounding-set",
+        "-sys_nice",
+        "--inh-caps",
+        "-sys_nice",
+        "--",
+    ];
+    let setpriv = Command::new("setpriv")
+        .args(no_nice)
+        .arg("true")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !setpriv {
+        eprintln!("skipped in part: setpriv cannot drop CAP_SYS_NICE (apt-get install util-linux)");
+    }
+    let normal = ["--set", "service_priority=normal"];
+    let cases = [
+        ("default", &[][..], libc::SCHED_FIFO as u32),
+        (
+            "service_priority=normal",
+            &normal[..],
+            libc::SCHED_OTHER as u32,
+        ),
+        (
+            "without CAP_SYS_NICE",
+            &no_nice[..],
+            libc::SCHED_OTHER as u32,
+        ),
+    ];
+    for (case, flags, want) in cases {
+        let mut cmd = if flags == no_nice {
+            if !setpriv {
+                continue;
+            }
+            let mut c = Command::new("setpriv");
+            c.args(no_nice).arg(bin("dsmrun"));
+            c
+        } else {
+            let mut c = Command::new(bin("dsmrun"));
+            c.args(flags);
+            c
+        };
+        let mut child = cmd
+            .args(["-n", "2"])
+            .arg(bin("probe"))
+            .arg("sleep")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id().to_string();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (mut line, mut running) = (String::new(), 0);
+        while running < 2 {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "{case}: the job ended before its nodes ran"
+            );
+            running += usize::from(line.contains("running"));
+        }
+        let nodes = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+        let nodes: Vec<String> = String::from_utf8_lossy(&nodes.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(nodes.len(), 2, "{case}: nodes {nodes:?}");
+        // Idle, each service thread sleeps for messages (and wakes once a second to look at
+        // its node): it is in the realtime class from its first such sleep on.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        for node in &nodes {
+            loop {
+                seen = service_thread_policies(node);
+                if seen == [want] || std::time::Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if seen != [want] {
+                break;
+            }
+        }
+        let _ = child.kill();
+        for node in &nodes {
+            let _ = Command::new("kill").args(["-KILL", node]).status();
+        }
+        let _ = child.wait();
+        assert_eq!(
+            seen,
+            [want],
+            "{case}: the service thread's policy (0 time-sharing, 1 SCHED_FIFO)"
+        );
+    }
+}

@@ -544,8 +544,14 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Gives the CPU to another runnable thread, if any. Async-signal-safe.
+/// Gives the CPU to another runnable thread, if any. A thread in the realtime class
+/// ([`set_realtime`]) leaves it first: a yield of a `SCHED_FIFO` thread lets no time-sharing
+/// thread run, and whatever it waits for (a thread between two steps, the state's holder) may be
+/// one on its CPU. Async-signal-safe (errno is the caller's to keep).
 pub fn sched_yield() {
+    if REALTIME.get() {
+        let _ = set_realtime(false);
+    }
     // SAFETY: no arguments, no memory touched.
     unsafe { libc::sched_yield() };
 }
@@ -668,33 +674,47 @@ fn poll_readable(polls: &mut [libc::pollfd], timeout: std::time::Duration) {
     };
 }
 
-/// Asks the scheduler for a time slice of `slice` for the calling thread, keeping its policy
-/// (`SCHED_OTHER`) and nice value (`sched_setattr` with `sched_runtime`; honoured by the EEVDF
-/// scheduler since Linux 6.12, 0.1 to 100 ms). A thread with a short slice that wakes up
-/// preempts a thread with a longer one, and its yields cost it little standing.
-pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
-    #[repr(C)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-        util_min: u32,
-        util_max: u32,
-    }
+thread_local! {
+    /// Whether the calling thread is in the realtime class ([`set_realtime`]).
+    static REALTIME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The time slice the calling thread asked for in the time-sharing class, in nanoseconds (0:
+    /// the scheduler's default).
+    static SLICE_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// `struct sched_attr` of `sched_setattr(2)`.
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// `SCHED_FLAG_RESET_ON_FORK`: a child the thread forks starts in the time-sharing class.
+const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
+
+/// `sched_setattr` for the calling thread. Async-signal-safe.
+fn set_sched_attr(realtime: bool) -> io::Result<()> {
     // SAFETY: getpriority reads the calling thread's nice value (0 = this thread).
     let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: 0,
+        policy: if realtime {
+            libc::SCHED_FIFO as u32
+        } else {
+            libc::SCHED_OTHER as u32
+        },
+        flags: SCHED_FLAG_RESET_ON_FORK,
         nice,
-        priority: 0,
-        runtime: slice.as_nanos() as u64,
+        priority: u32::from(realtime),
+        runtime: if realtime { 0 } else { SLICE_NS.get() },
         deadline: 0,
         period: 0,
         util_min: 0,
@@ -706,6 +726,42 @@ pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Asks the scheduler for a time slice of `slice` for the calling thread, keeping its policy
+/// (`SCHED_OTHER`) and nice value (`sched_setattr` with `sched_runtime`; honoured by the EEVDF
+/// scheduler since Linux 6.12, 0.1 to 100 ms). A thread with a short slice that wakes up
+/// preempts a thread with a longer one, and its yields cost it little standing. The slice holds
+/// again whenever the thread leaves the realtime class.
+pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
+    let before = SLICE_NS.replace(slice.as_nanos() as u64);
+    let r = set_sched_attr(REALTIME.get());
+    if r.is_err() {
+        SLICE_NS.set(before);
+    }
+    r
+}
+
+/// Puts the calling thread in the realtime class (`SCHED_FIFO`, the lowest priority) or back in
+/// the time-sharing one (`SCHED_OTHER`, its nice value and the slice of
+/// [`request_time_slice`]). Realtime, a wake-up of the thread preempts any time-sharing thread
+/// on its CPU at once, and no time-sharing thread preempts it: it runs until it sleeps or leaves
+/// the class. It must not spin for a time-sharing thread meanwhile (its yields leave the class
+/// first: [`sched_yield`]). Needs `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of 1 or more (else
+/// `EPERM`, and the thread stays as it was); children it forks start time-sharing.
+/// Async-signal-safe.
+pub fn set_realtime(on: bool) -> io::Result<()> {
+    if REALTIME.get() == on {
+        return Ok(());
+    }
+    set_sched_attr(on)?;
+    REALTIME.set(on);
+    Ok(())
+}
+
+/// Whether the calling thread is in the realtime class ([`set_realtime`]).
+pub fn is_realtime() -> bool {
+    REALTIME.get()
 }
 
 /// Flushes every C stream (`fflush(NULL)`). Not for signal context.
@@ -739,6 +795,75 @@ pub fn exit_status_at_end(status: i32) {
 
 #[cfg(test)]
 mod tests {
+    /// The calling thread's policy and, in the time-sharing class, its slice (`sched_getattr`).
+    fn sched_of_this_thread() -> (u32, u64) {
+        let mut attr = super::SchedAttr {
+            size: 0,
+            policy: 0,
+            flags: 0,
+            nice: 0,
+            priority: 0,
+            runtime: 0,
+            deadline: 0,
+            period: 0,
+            util_min: 0,
+            util_max: 0,
+        };
+        let size = std::mem::size_of::<super::SchedAttr>() as u32;
+        // SAFETY: sched_getattr writes at most `size` bytes into the live local `attr`, for
+        // thread 0, the calling thread.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_sched_getattr,
+                0,
+                &mut attr as *mut super::SchedAttr,
+                size,
+                0,
+            )
+        };
+        assert_eq!(r, 0, "sched_getattr: {}", std::io::Error::last_os_error());
+        (attr.policy, attr.runtime)
+    }
+
+    /// A realtime thread is in SCHED_FIFO until it yields: then it is back in SCHED_OTHER with
+    /// the slice it asked for, and its children start time-sharing.
+    #[test]
+    fn a_realtime_thread_leaves_the_class_when_it_yields() {
+        std::thread::spawn(|| {
+            let slice = std::time::Duration::from_micros(300);
+            if let Err(e) = super::request_time_slice(slice) {
+                eprintln!("skipped: this kernel refuses a time slice ({e}; Linux 6.12 or later)");
+                return;
+            }
+            match super::set_realtime(true) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    eprintln!(
+                        "skipped: this process may not enter the realtime class (no CAP_SYS_NICE, RLIMIT_RTPRIO 0)"
+                    );
+                    return;
+                }
+                r => r.expect("set_realtime"),
+            }
+            assert!(super::is_realtime());
+            assert_eq!(sched_of_this_thread().0, libc::SCHED_FIFO as u32);
+            super::sched_yield();
+            assert!(!super::is_realtime());
+            assert_eq!(
+                sched_of_this_thread(),
+                (libc::SCHED_OTHER as u32, slice.as_nanos() as u64),
+                "back to time-sharing with the slice asked for"
+            );
+            // Leaving twice is no call at all; entering again works.
+            super::set_realtime(false).expect("set_realtime(false)");
+            super::set_realtime(true).expect("set_realtime(true) again");
+            assert_eq!(sched_of_this_thread().0, libc::SCHED_FIFO as u32);
+            super::set_realtime(false).expect("set_realtime(false)");
+            assert_eq!(sched_of_this_thread().0, libc::SCHED_OTHER as u32);
+        })
+        .join()
+        .expect("the test's thread");
+    }
+
     /// A live process is not on its way out; a zombie or a pid that is gone is not either (a
     /// zombie is reaped, not waited for).
     #[test]

@@ -486,6 +486,10 @@ impl Floors {
                     "TCP round trip, busy (us)",
                 ),
                 ("remote read fault (GETP)", "remote read fault, UDP (us)"),
+                (
+                    "remote read fault, home computing",
+                    "remote read fault, UDP, home computing (us)",
+                ),
                 ("local write fault", "local write fault (us)"),
                 (
                     "lock acquire + release",
@@ -573,6 +577,9 @@ impl Floors {
         rows.extend(ratios);
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
         let minimal = get(MINIMAL_ROW);
+        let computing = get("remote read fault, UDP, home computing (us)")
+            .zip(get("remote read fault, UDP (us)"))
+            .map(|(busy, idle)| busy / idle);
         if let (Some(f), Some(u), Some(r)) = (
             get("bare fault + mprotect (us)"),
             get("UDP round trip, busy (us)"),
@@ -590,6 +597,9 @@ impl Floors {
                 ));
                 rows.push(("remote fault / minimal fault".into(), r / m));
             }
+        }
+        if let Some(r) = computing {
+            rows.push(("remote fault, home computing / home idle".into(), r));
         }
         rows
     }
