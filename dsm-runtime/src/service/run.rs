@@ -27,9 +27,10 @@
 //!   Time-sharing alone, a service thread that had used up its slice was preempted by its
 //!   node's computing thread at a scheduler tick, runnable but off the CPU: a message that came
 //!   then woke nobody, and waited for the next tick (4 ms at 250 Hz). faultlat's remote read
-//!   fault while the home computes: up to 4 ms, 4-9 faults in 500 over 100 us; realtime, under
-//!   0.3 ms. It leaves the class before it spins or yields, and after [`REALTIME_BUDGET`] of
-//!   work without sleeping.
+//!   fault while the home computes: up to 4 ms, 4-9 faults in 500 over 100 us; realtime, 0.5 ms
+//!   at most. It leaves the class before it spins or yields, while it naps with the launcher's
+//!   channel unread, and once it has gone [`REALTIME_BUDGET`] without blocking; a node started
+//!   in another class (`chrt`) keeps that class.
 //!
 //! Measurements behind the defaults: `docs/perf/`.
 
@@ -47,50 +48,80 @@ use crate::sys::{self, Epoll};
 /// second).
 const WATCH_MS: i32 = 1000;
 
-/// The longest the service thread works in the realtime class without sleeping: then it goes
-/// back to time-sharing until it next sleeps (a flood of requests shares the CPU with the
-/// node's computation as before).
+/// The longest the service thread stays in the realtime class without blocking once: then it
+/// goes back to time-sharing until it has blocked again (a flood of requests shares the CPU
+/// with the node's computation as before).
 const REALTIME_BUDGET: Duration = Duration::from_millis(1);
 
 /// The service thread's standing with the scheduler (`service_priority`): realtime from the
 /// moment it sleeps for messages until it spins, yields ([`sys::sched_yield`] leaves the class
-/// itself) or has worked [`REALTIME_BUDGET`] without sleeping.
+/// itself), naps while another thread drives the node, or has gone [`REALTIME_BUDGET`] without
+/// blocking. Only the service thread changes its class, with asynchronous signals blocked
+/// (`set_realtime` is not reentrant).
 struct Standing {
-    /// Realtime is asked for (and was not refused).
+    /// Realtime is asked for, the thread started time-sharing, and the kernel did not refuse.
     wanted: bool,
-    /// When the thread last woke.
-    woke: Instant,
+    /// Since when the budget runs.
+    since: Instant,
+    /// The thread's voluntary context switches then (`sys::blocked_count`): more now, and it has
+    /// blocked since.
+    blocked_then: u64,
+    /// The budget is spent: time-sharing until the thread has blocked again.
+    spent: bool,
 }
 
 impl Standing {
     fn new(wanted: bool) -> Standing {
         Standing {
             wanted,
-            woke: Instant::now(),
+            since: Instant::now(),
+            blocked_then: sys::blocked_count(),
+            spent: false,
         }
     }
 
-    /// The thread is about to sleep for messages: realtime, if asked for.
+    /// Whether the thread blocked since the budget started; if so, it starts again now.
+    fn blocked_since(&mut self, now: Instant) -> bool {
+        let blocked = sys::blocked_count();
+        if blocked == self.blocked_then {
+            return false;
+        }
+        self.blocked_then = blocked;
+        self.since = now;
+        true
+    }
+
+    /// The thread is about to sleep for messages: realtime, if asked for (and, once the budget
+    /// was spent, after the thread has blocked again).
     fn before_sleep(&mut self) {
-        if self.wanted && !sys::is_realtime() {
-            if let Err(e) = sys::set_realtime(true) {
-                log::debug!(
-                    "the service thread stays time-sharing ({e}): realtime needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or more"
-                );
-                self.wanted = false;
+        if !self.wanted || sys::is_realtime() {
+            return;
+        }
+        if self.spent {
+            if !self.blocked_since(Instant::now()) {
+                return;
             }
+            self.spent = false;
+        }
+        if let Err(e) = sys::set_realtime(true) {
+            log::debug!(
+                "the service thread stays time-sharing ({e}): realtime needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or more"
+            );
+            self.wanted = false;
         }
     }
 
-    /// The thread woke from its sleep for messages.
-    fn woke(&mut self) {
-        self.woke = Instant::now();
+    /// The thread waits for another that drives the node and its nap returns at once:
+    /// realtime, it would keep that thread off a CPU they share.
+    fn leave(&mut self) {
+        let _ = sys::set_realtime(false);
     }
 
-    /// The thread found work again without sleeping: back to time-sharing once it has worked
-    /// [`REALTIME_BUDGET`] since it woke.
+    /// A pass is done: back to time-sharing if the thread has not blocked for
+    /// [`REALTIME_BUDGET`] (looked at once per budget: one system call).
     fn worked(&mut self, now: Instant) {
-        if sys::is_realtime() && now - self.woke > REALTIME_BUDGET {
+        if sys::is_realtime() && now - self.since > REALTIME_BUDGET && !self.blocked_since(now) {
+            self.spent = true;
             let _ = sys::set_realtime(false);
         }
     }
@@ -109,12 +140,17 @@ pub(crate) fn run(service: Service) {
     let spin_again = Duration::from_micros(u64::from(tuning.spin_again_us));
     let spin_blocked = Duration::from_micros(u64::from(tuning.spin_blocked_us));
     let slice = Duration::from_micros(u64::from(tuning.service_slice_us));
-    if !slice.is_zero() {
+    // A process started in another class (`chrt`) keeps it: no slice, no realtime.
+    let time_sharing = sys::is_time_sharing();
+    if !time_sharing {
+        log::debug!("the service thread keeps the scheduling class the node was started in");
+    }
+    if time_sharing && !slice.is_zero() {
         if let Err(e) = sys::request_time_slice(slice) {
             log::debug!("cannot ask for a {slice:?} time slice: {e}");
         }
     }
-    let mut standing = Standing::new(tuning.service_realtime);
+    let mut standing = Standing::new(tuning.service_realtime && time_sharing);
     let epoll = service.epoll.clone();
     let quiet = service.quiet.clone();
     let evfd = service.evfd.as_raw_fd();
@@ -142,6 +178,11 @@ pub(crate) fn run(service: Service) {
                 // A fault handler drives the node and watches the network meanwhile (or a
                 // thread runs its call).
                 STATE.set_napping(true);
+                // The launcher's channel, unread until the state is ours, keeps the nap from
+                // sleeping at all.
+                if woke_for_control {
+                    standing.leave();
+                }
                 woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
                 continue;
@@ -195,9 +236,9 @@ pub(crate) fn run(service: Service) {
             }
         }
         let now = Instant::now();
+        standing.worked(now);
         if busy {
             last_busy = now;
-            standing.worked(now);
             continue;
         }
         // Spin while one of our application threads is blocked on us, or was just resumed and
@@ -244,7 +285,6 @@ pub(crate) fn run(service: Service) {
         STATE.set_napping((0..=DRIVEN_NAP).contains(&timeout_ms));
         standing.before_sleep();
         woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
-        standing.woke();
         STATE.set_sleeps_on_transport(false);
         last_busy = Instant::now();
     }

@@ -549,8 +549,15 @@ pub fn monotonic_ns() -> u64 {
 /// thread run, and whatever it waits for (a thread between two steps, the state's holder) may be
 /// one on its CPU. Async-signal-safe (errno is the caller's to keep).
 pub fn sched_yield() {
-    if REALTIME.get() {
-        let _ = set_realtime(false);
+    if REALTIME.get() && set_realtime(false).is_err() {
+        // Still realtime: sleep instead, so that time-sharing threads run meanwhile.
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000,
+        };
+        // SAFETY: nanosleep reads the live local `ts`; no remainder is asked for.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+        return;
     }
     // SAFETY: no arguments, no memory touched.
     unsafe { libc::sched_yield() };
@@ -744,7 +751,8 @@ pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
 
 /// Puts the calling thread in the realtime class (`SCHED_FIFO`, the lowest priority) or back in
 /// the time-sharing one (`SCHED_OTHER`, its nice value and the slice of
-/// [`request_time_slice`]). Realtime, a wake-up of the thread preempts any time-sharing thread
+/// [`request_time_slice`]); for a thread started time-sharing, with asynchronous signals
+/// blocked (not reentrant: the class changes before the thread's record of it). Realtime, a wake-up of the thread preempts any time-sharing thread
 /// on its CPU at once, and no time-sharing thread preempts it: it runs until it sleeps or leaves
 /// the class. It must not spin for a time-sharing thread meanwhile (its yields leave the class
 /// first: [`sched_yield`]). Needs `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of 1 or more (else
@@ -762,6 +770,27 @@ pub fn set_realtime(on: bool) -> io::Result<()> {
 /// Whether the calling thread is in the realtime class ([`set_realtime`]).
 pub fn is_realtime() -> bool {
     REALTIME.get()
+}
+
+/// How many times the calling thread has blocked (its voluntary context switches,
+/// `getrusage(RUSAGE_THREAD)`); 0 if the kernel does not say.
+pub fn blocked_count() -> u64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into the live local.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    if r != 0 {
+        return 0;
+    }
+    usage.ru_nvcsw as u64
+}
+
+/// Whether the calling thread is in the default time-sharing class (`SCHED_OTHER`), not in one
+/// it was started in (`chrt`: batch, idle, realtime, deadline).
+pub fn is_time_sharing() -> bool {
+    // SAFETY: sched_getscheduler takes a thread id (0: the calling thread) and touches no memory.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    policy & !libc::SCHED_RESET_ON_FORK == libc::SCHED_OTHER
 }
 
 /// Flushes every C stream (`fflush(NULL)`). Not for signal context.
@@ -826,7 +855,7 @@ mod tests {
     }
 
     /// A realtime thread is in SCHED_FIFO until it yields: then it is back in SCHED_OTHER with
-    /// the slice it asked for, and its children start time-sharing.
+    /// the slice it asked for.
     #[test]
     fn a_realtime_thread_leaves_the_class_when_it_yields() {
         std::thread::spawn(|| {
@@ -835,6 +864,7 @@ mod tests {
                 eprintln!("skipped: this kernel refuses a time slice ({e}; Linux 6.12 or later)");
                 return;
             }
+            let kept_slice = sched_of_this_thread().1;
             match super::set_realtime(true) {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                     eprintln!(
@@ -845,12 +875,15 @@ mod tests {
                 r => r.expect("set_realtime"),
             }
             assert!(super::is_realtime());
+            assert!(!super::is_time_sharing());
             assert_eq!(sched_of_this_thread().0, libc::SCHED_FIFO as u32);
             super::sched_yield();
             assert!(!super::is_realtime());
+            assert!(super::is_time_sharing());
+            // What the kernel keeps of the slice (kernels before 6.12 keep none).
             assert_eq!(
                 sched_of_this_thread(),
-                (libc::SCHED_OTHER as u32, slice.as_nanos() as u64),
+                (libc::SCHED_OTHER as u32, kept_slice),
                 "back to time-sharing with the slice asked for"
             );
             // Leaving twice is no call at all; entering again works.
