@@ -24,23 +24,30 @@ pub struct RuntimeStats {
     /// Arrivals in `jia_barrier_threads` that waited for other threads of their node (every one
     /// but the last of each round): waits that cost no message.
     pub thread_barrier_waits: u64,
+    /// The service thread's sleeps for messages.
+    pub service_sleeps: u64,
+    /// Of them, sleeps in the realtime class (`service_priority`): 0 where the class is refused
+    /// or not asked for.
+    pub service_sleeps_realtime: u64,
     /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
     pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 8] = [
         "retransmissions",
         "rejected_frames",
         "faults_driven",
         "drives_handed_back",
         "threads",
         "thread_barrier_waits",
+        "service_sleeps",
+        "service_sleeps_realtime",
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
-    pub fn named(&self) -> [u64; 6] {
+    pub fn named(&self) -> [u64; 8] {
         [
             self.retransmissions,
             self.rejected_frames,
@@ -48,6 +55,8 @@ impl RuntimeStats {
             self.drives_handed_back,
             self.threads,
             self.thread_barrier_waits,
+            self.service_sleeps,
+            self.service_sleeps_realtime,
         ]
     }
 
@@ -70,6 +79,8 @@ impl RuntimeStats {
             drives_handed_back: at(3),
             threads: at(4),
             thread_barrier_waits: at(5),
+            service_sleeps: at(6),
+            service_sleeps_realtime: at(7),
             transport: transport_names
                 .iter()
                 .enumerate()
@@ -197,6 +208,11 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "most application threads using the DSM at once; jia_barrier_threads arrivals that waited",
     ),
     (
+        "service_sleeps*",
+        &["service_sleeps", "service_sleeps_realtime"],
+        "the service thread's sleeps for messages; of them, in the realtime class (service_priority)",
+    ),
+    (
         "msgs/bytes sent/received",
         &["msgs *", "bytes *"],
         "messages and their bytes (whole frames) per message kind, and in all",
@@ -224,7 +240,7 @@ pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
     for (i, name) in Stats::SCALAR_NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), scalars.iter().map(|s| s[i]).collect()));
     }
-    let runtime: Vec<[u64; 6]> = nodes.iter().map(|n| n.runtime.named()).collect();
+    let runtime: Vec<[u64; 8]> = nodes.iter().map(|n| n.runtime.named()).collect();
     for (i, name) in RuntimeStats::NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), runtime.iter().map(|s| s[i]).collect()));
     }
@@ -480,6 +496,8 @@ mod tests {
             drives_handed_back: 4,
             threads: 2,
             thread_barrier_waits: 7,
+            service_sleeps: 9,
+            service_sleeps_realtime: 8,
             transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
         };
         let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();

@@ -1219,6 +1219,34 @@ fn service_threads_sleep_in_the_realtime_class_unless_told_otherwise() {
             text(&out)
         );
     }
+    // `--stats-json`: every node counts its service thread's sleeps, and those in the class.
+    for (setting, realtime) in [("realtime", true), ("normal", false)] {
+        let file =
+            std::env::temp_dir().join(format!("dsm-sleeps-{setting}-{}.json", std::process::id()));
+        let priority = format!("service_priority={setting}");
+        let out = dsmrun(
+            2,
+            &["--stats-json", file.to_str().unwrap(), "--set", &priority],
+            "probe",
+            &["faults"],
+        );
+        assert!(out.status.success(), "{setting}: {}", text(&out));
+        let json = std::fs::read_to_string(&file).expect("stats file written");
+        let _ = std::fs::remove_file(&file);
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        for node in v["nodes"].as_array().expect("a nodes array") {
+            let sleeps = node["service_sleeps"].as_u64().expect("service_sleeps");
+            let in_class = node["service_sleeps_realtime"]
+                .as_u64()
+                .expect("service_sleeps_realtime");
+            assert!(sleeps > 0, "{setting}: {json}");
+            if realtime {
+                assert!(in_class > 0 && in_class <= sleeps, "{setting}: {json}");
+            } else {
+                assert_eq!(in_class, 0, "{setting}: {json}");
+            }
+        }
+    }
     let normal = ["--set", "service_priority=normal"];
     let cases = [
         ("default", &[][..], libc::SCHED_FIFO as u32),

@@ -149,7 +149,7 @@ pub(crate) struct Service {
     /// it all.
     unread: bool,
     /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
-    counted_from: [u64; 6],
+    counted_from: [u64; 8],
 }
 
 impl Service {
@@ -204,7 +204,7 @@ impl Service {
             own_error: false,
             resumed: None,
             gaps_after: BTreeMap::new(),
-            counted_from: [0; 6],
+            counted_from: [0; 8],
             acks_owed: false,
             unread: false,
             stats_json: std::env::var("DSM_STATS_JSON")
@@ -360,7 +360,7 @@ impl Service {
 
     /// The runtime's own counters (retransmissions, rejected frames, driven faults, drives
     /// handed back), counted since the process started.
-    fn runtime_counters(&self) -> [u64; 6] {
+    fn runtime_counters(&self) -> [u64; 8] {
         let (r, j) = self
             .transport
             .as_ref()
@@ -372,6 +372,8 @@ impl Service {
             HANDED_BACK.load(Ordering::Relaxed),
             crate::door::threads_seen(),
             crate::team::local_waits(),
+            run::SLEEPS.load(Ordering::Relaxed),
+            run::SLEEPS_REALTIME.load(Ordering::Relaxed),
         ]
     }
 
@@ -402,7 +404,7 @@ impl Service {
     /// which sends them to node 0 at exit beside its own.
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
-        let [r, j, d, h, _, b] =
+        let [r, j, d, h, _, b, sl, rt] =
             std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
         let transport = self
             .transport_counters_now()
@@ -421,6 +423,8 @@ impl Service {
             // Threads over the node's life, not since the counters were zeroed.
             threads: now[4],
             thread_barrier_waits: b,
+            service_sleeps: sl,
+            service_sleeps_realtime: rt,
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());

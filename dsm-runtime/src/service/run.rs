@@ -35,7 +35,7 @@
 //! Measurements behind the defaults: `docs/perf/`.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Driving, EXIT_GRACE, POLLS_PER_PASS, STATE, Service};
@@ -52,6 +52,11 @@ const WATCH_MS: i32 = 1000;
 /// goes back to time-sharing until it has blocked again (a flood of requests shares the CPU
 /// with the node's computation as before).
 const REALTIME_BUDGET: Duration = Duration::from_millis(1);
+
+/// The service thread's sleeps for messages (`--stats`: `service_sleeps`).
+pub(super) static SLEEPS: AtomicU64 = AtomicU64::new(0);
+/// Of them, those in the realtime class (`service_sleeps_realtime`).
+pub(super) static SLEEPS_REALTIME: AtomicU64 = AtomicU64::new(0);
 
 /// The service thread's standing with the scheduler (`service_priority`): realtime from the
 /// moment it sleeps for messages until it spins, yields ([`sys::sched_yield`] leaves the class
@@ -284,6 +289,10 @@ pub(crate) fn run(service: Service) {
         driving.let_go();
         STATE.set_napping((0..=DRIVEN_NAP).contains(&timeout_ms));
         standing.before_sleep();
+        SLEEPS.fetch_add(1, Ordering::Relaxed);
+        if sys::is_realtime() {
+            SLEEPS_REALTIME.fetch_add(1, Ordering::Relaxed);
+        }
         woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
         STATE.set_sleeps_on_transport(false);
         last_busy = Instant::now();
