@@ -210,7 +210,8 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
     (
         "service_sleeps*",
         &["service_sleeps", "service_sleeps_realtime"],
-        "the service thread's sleeps for messages; of them, in the realtime class (service_priority)",
+        "the service thread's sleeps for messages; of them, in the realtime class \
+         (service_priority)",
     ),
     (
         "msgs/bytes sent/received",

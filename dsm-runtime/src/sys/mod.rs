@@ -752,12 +752,13 @@ pub fn request_time_slice(slice: std::time::Duration) -> io::Result<()> {
 /// Puts the calling thread in the realtime class (`SCHED_FIFO`, the lowest priority) or back in
 /// the time-sharing one (`SCHED_OTHER`, its nice value and the slice of
 /// [`request_time_slice`]); for a thread started time-sharing, with asynchronous signals
-/// blocked (not reentrant: the class changes before the thread's record of it). Realtime, a wake-up of the thread preempts any time-sharing thread
-/// on its CPU at once, and no time-sharing thread preempts it: it runs until it sleeps or leaves
-/// the class. It must not spin for a time-sharing thread meanwhile (its yields leave the class
-/// first: [`sched_yield`]). Needs `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of 1 or more (else
-/// `EPERM`, and the thread stays as it was); children it forks start time-sharing.
-/// Async-signal-safe.
+/// blocked (not reentrant: the class changes before the thread's record of it).
+///
+/// Realtime, a wake-up of the thread preempts any time-sharing thread on its CPU at once, and no
+/// time-sharing thread preempts it: it runs until it sleeps or leaves the class. It must not
+/// spin for a time-sharing thread meanwhile (its yields leave the class first:
+/// [`sched_yield`]). Needs `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of 1 or more (else `EPERM`, and
+/// the thread stays as it was); children it forks start time-sharing. Async-signal-safe.
 pub fn set_realtime(on: bool) -> io::Result<()> {
     if REALTIME.get() == on {
         return Ok(());
