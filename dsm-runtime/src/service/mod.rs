@@ -358,13 +358,17 @@ impl Service {
         });
     }
 
-    /// The runtime's own counters (retransmissions, rejected frames, driven faults, drives
-    /// handed back), counted since the process started.
+    /// The runtime's own counters ([`RuntimeStats::NAMES`]: retransmissions, rejected frames,
+    /// driven faults and drives handed back, threads, waits at thread barriers, the service
+    /// thread's sleeps and those in the realtime class), counted since the process started.
     fn runtime_counters(&self) -> [u64; 8] {
         let (r, j) = self
             .transport
             .as_ref()
             .map_or((0, 0), |t| (t.retransmissions(), t.rejected()));
+        // The realtime sleeps first: `run` counts a sleep before it counts it as realtime.
+        let realtime = run::SLEEPS_REALTIME.load(Ordering::Acquire);
+        let sleeps = run::SLEEPS.load(Ordering::Acquire);
         [
             r,
             j + self.rejected_frames,
@@ -372,8 +376,8 @@ impl Service {
             HANDED_BACK.load(Ordering::Relaxed),
             crate::door::threads_seen(),
             crate::team::local_waits(),
-            run::SLEEPS.load(Ordering::Relaxed),
-            run::SLEEPS_REALTIME.load(Ordering::Relaxed),
+            sleeps,
+            realtime,
         ]
     }
 
@@ -424,7 +428,8 @@ impl Service {
             threads: now[4],
             thread_barrier_waits: b,
             service_sleeps: sl,
-            service_sleeps_realtime: rt,
+            // A sleep counted in `counted_from` may be counted as realtime only after it.
+            service_sleeps_realtime: rt.min(sl),
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());

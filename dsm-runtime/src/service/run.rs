@@ -29,8 +29,9 @@
 //!   then woke nobody, and waited for the next tick (4 ms at 250 Hz). faultlat's remote read
 //!   fault while the home computes: up to 4 ms, 4-9 faults in 500 over 100 us; realtime, 0.5 ms
 //!   at most. It leaves the class before it spins or yields, while it naps with the launcher's
-//!   channel unread, and once it has gone [`REALTIME_BUDGET`] without blocking; a node started
-//!   in another class (`chrt`) keeps that class.
+//!   channel unread, and once it has gone [`REALTIME_BUDGET`] without blocking (up to twice
+//!   that: it looks once per budget); a node started in another class (`chrt`) keeps that
+//!   class.
 //!
 //! Measurements behind the defaults: `docs/perf/`.
 
@@ -59,10 +60,12 @@ pub(super) static SLEEPS: AtomicU64 = AtomicU64::new(0);
 pub(super) static SLEEPS_REALTIME: AtomicU64 = AtomicU64::new(0);
 
 /// The service thread's standing with the scheduler (`service_priority`): realtime from the
-/// moment it sleeps for messages until it spins, yields ([`sys::sched_yield`] leaves the class
-/// itself), naps while another thread drives the node, or has gone [`REALTIME_BUDGET`] without
-/// blocking. Only the service thread changes its class, with asynchronous signals blocked
-/// (`set_realtime` is not reentrant).
+/// moment it sleeps for messages until it spins or yields ([`sys::sched_yield`] leaves the class
+/// itself), naps with the launcher's channel unread while another thread drives the node, or has
+/// gone [`REALTIME_BUDGET`] without blocking (looked at once per budget: up to twice as long).
+/// After a yield or a nap it enters again at its next sleep for messages; after the budget, at
+/// a sleep once it has blocked. Only the service thread changes its class, with asynchronous
+/// signals blocked (`set_realtime` is not reentrant).
 struct Standing {
     /// Realtime is asked for, the thread started time-sharing, and the kernel did not refuse.
     wanted: bool,
@@ -113,11 +116,15 @@ impl Standing {
                 "the service thread stays time-sharing ({e}): realtime needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or more"
             );
             self.wanted = false;
+            return;
         }
+        // The budget runs from here: blocks before do not count.
+        self.since = Instant::now();
+        self.blocked_then = sys::blocked_count();
     }
 
-    /// The thread waits for another that drives the node and its nap returns at once:
-    /// realtime, it would keep that thread off a CPU they share.
+    /// The thread waits for another that drives the node and its nap returns at once (the
+    /// launcher's channel is unread): realtime, it would keep that thread off a CPU they share.
     fn leave(&mut self) {
         let _ = sys::set_realtime(false);
     }
@@ -190,6 +197,8 @@ pub(crate) fn run(service: Service) {
                 }
                 woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
+                // Naps that end at once (wake-ups for fast-path reports) are work too.
+                standing.worked(last_busy);
                 continue;
             }
         };
@@ -289,9 +298,11 @@ pub(crate) fn run(service: Service) {
         driving.let_go();
         STATE.set_napping((0..=DRIVEN_NAP).contains(&timeout_ms));
         standing.before_sleep();
-        SLEEPS.fetch_add(1, Ordering::Relaxed);
+        // Counted before the realtime ones, which are read first (`Service::runtime_counters`):
+        // never more realtime sleeps than sleeps.
+        SLEEPS.fetch_add(1, Ordering::Release);
         if sys::is_realtime() {
-            SLEEPS_REALTIME.fetch_add(1, Ordering::Relaxed);
+            SLEEPS_REALTIME.fetch_add(1, Ordering::Release);
         }
         woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
         STATE.set_sleeps_on_transport(false);
@@ -308,4 +319,51 @@ fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32)
     }
     sys::eventfd_drain(evfd);
     ready.iter().any(|&(token, _)| token == 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{REALTIME_BUDGET, Standing};
+    use crate::sys;
+    use std::time::{Duration, Instant};
+
+    /// The budget: a thread that works in the realtime class without blocking goes back to
+    /// time-sharing after [`REALTIME_BUDGET`] (twice at most), stays there at a sleep until it
+    /// has blocked, and enters again at the sleep after a block.
+    #[test]
+    fn a_service_thread_that_never_blocks_leaves_the_realtime_class() {
+        std::thread::spawn(|| {
+            let mut standing = Standing::new(true);
+            standing.before_sleep();
+            if !standing.wanted {
+                eprintln!(
+                    "skipped: this process may not enter the realtime class (no CAP_SYS_NICE, RLIMIT_RTPRIO 0)"
+                );
+                return;
+            }
+            assert!(sys::is_realtime());
+            // Work without blocking (a preemption is not a block).
+            let start = Instant::now();
+            while sys::is_realtime() {
+                assert!(
+                    start.elapsed() < REALTIME_BUDGET * 4,
+                    "still realtime after {:?} without blocking",
+                    start.elapsed()
+                );
+                standing.worked(Instant::now());
+            }
+            assert!(start.elapsed() >= REALTIME_BUDGET, "left before the budget");
+            assert!(standing.spent);
+            // Not blocked since: stays time-sharing at the next sleep.
+            standing.before_sleep();
+            assert!(!sys::is_realtime());
+            std::thread::sleep(Duration::from_millis(1));
+            standing.before_sleep();
+            assert!(sys::is_realtime(), "blocked since, it enters again");
+            sys::sched_yield();
+            assert!(!sys::is_realtime(), "a yield leaves the class");
+        })
+        .join()
+        .expect("the test's thread");
+    }
 }

@@ -18,8 +18,8 @@
 //!    at once (the mean cost of an add when they contend); by node 0 itself, beside a plain
 //!    atomic fetch-add of the CPU on private memory.
 //!
-//! Prints one table of medians, 99th percentiles and maxima, and the ratio of the remote read fault to the
-//! busy-polling floor.
+//! Prints one table of medians, 99th percentiles and maxima, and the ratio of the remote read
+//! fault to the busy-polling floor.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
