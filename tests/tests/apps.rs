@@ -228,8 +228,8 @@ fn stats_json_holds_the_jobs_metadata_and_every_nodes_counters() {
 
 /// `dsm-bench --floors-only`: every floor measured, each a positive number, the minimal remote
 /// fault (a forked home over plain UDP) dearer than the bare fault and the round trip it is made
-/// of, backing a fresh page cheaper than the minimal fault (which does not pay it), and the
-/// ratios computed from them.
+/// of, backing a fresh page cheaper than the minimal fault (which does not pay it), the streams
+/// beside their yardsticks, and the ratios computed from them.
 #[test]
 fn dsm_bench_measures_the_floors() {
     let mut cmd = Command::new(bin("dsm-bench"));
@@ -259,6 +259,21 @@ fn dsm_bench_measures_the_floors() {
     let ratio = row("remote fault / minimal fault");
     assert!((ratio - fault / minimal).abs() < 0.01, "{t}");
     row("minimal fault / (fault floor + busy UDP round trip)");
+    // The streams beside their two yardsticks, and the ratios taken from them.
+    let plain = row("a plain TCP stream between two processes of this machine (MB/s)");
+    let landed = row("the same stream landed in fresh pages of a memory file and read (MB/s)");
+    let tcp = row("remote pages streamed, TCP, 2 nodes (MB/s)");
+    row("remote pages streamed, UDP, 2 nodes (MB/s)");
+    let close = |name: &str, want: f64| {
+        let got = row(name);
+        assert!(
+            (got - want).abs() < 0.01,
+            "`{name}` is {got}, not {want}:\n{t}"
+        );
+    };
+    close("landed stream / plain TCP stream", landed / plain);
+    close("remote pages streamed, TCP / landed stream", tcp / landed);
+    close("remote pages streamed, TCP / plain TCP stream", tcp / plain);
 }
 
 /// `dsm-bench --json/--csv/--chart`: every run's raw samples and every floor sample in the files,

@@ -1,7 +1,9 @@
-//! The machine's yardstick for streaming remote pages: a plain TCP stream on loopback between two
-//! processes, MB megabytes written in 1 MiB writes and read in 1 MiB reads, as
-//! `shared/scale/tcpstream.c` does. The receiver is the calling process; the sender is a second
-//! process the caller starts (the caller's own binary in sender mode: [`send`]).
+//! The machine's yardsticks for streaming remote pages: a TCP stream on loopback between two
+//! processes, MB megabytes written in 1 MiB writes. The receiver is the calling process; the
+//! sender is a second process the caller starts (the caller's own binary in sender mode:
+//! [`send`]). The receiver either only reads ([`Receiver::Plain`], 1 MiB reads, as
+//! `shared/scale/tcpstream.c` does), or does the least a page-based DSM does with what it
+//! receives ([`Receiver::IntoFreshPages`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -11,9 +13,26 @@ use std::time::{Duration, Instant};
 /// The environment variable that puts a binary in sender mode: `PORT:MB`.
 pub const SENDER_ENV: &str = "DSM_TCP_STREAM_SEND";
 
+/// What the receiving end does with the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receiver {
+    /// Reads them into one buffer, 1 MiB at a time, and drops them.
+    Plain,
+    /// Reads them in runs of [`RUN_BYTES`] (a TCP grant's run of pages), writes each run into
+    /// fresh pages of a memory file with one `pwrite`, as a node lands a run of received pages,
+    /// and sums its u64 words through a mapping of the file, as the `stream` app reads them:
+    /// the ceiling of any page-based DSM that delivers into fresh shared memory here, whatever
+    /// its protocol.
+    IntoFreshPages,
+}
+
+/// The run [`Receiver::IntoFreshPages`] reads and lands at once: 64 pages, TCP's grant run.
+pub const RUN_BYTES: usize = 64 * 4096;
+
 /// Megabytes per second a second process, `sender` (given [`SENDER_ENV`]), streams to this one
-/// over TCP loopback: `mb` megabytes, timed from the first byte to the last.
-pub fn receive_mbps(mut sender: Command, mb: usize) -> io::Result<f64> {
+/// over TCP loopback: `mb` megabytes, timed from the first byte to the last, received as `how`
+/// says.
+pub fn receive_mbps(mut sender: Command, mb: usize, how: Receiver) -> io::Result<f64> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     let port = listener.local_addr()?.port();
     let mut child = sender
@@ -45,9 +64,27 @@ pub fn receive_mbps(mut sender: Command, mb: usize) -> io::Result<f64> {
     };
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let mut buf = vec![0u8; 1 << 20];
     let total = mb << 20;
-    // Timed from the first read on (the connection and the sender's start are not the stream).
+    let received = match how {
+        Receiver::Plain => read_plain(&mut s, total),
+        Receiver::IntoFreshPages => read_into_fresh_pages(&mut s, total),
+    };
+    // Closed before the wait: a sender blocked on a full socket ends instead of waiting forever.
+    drop(s);
+    let status = child.wait()?;
+    let (got, timed, secs) = received?;
+    if got != total || !status.success() {
+        return Err(io::Error::other(format!(
+            "the TCP stream's sender ended with {status} after {got} of {total} bytes"
+        )));
+    }
+    Ok(timed as f64 / (1 << 20) as f64 / secs.max(1e-9))
+}
+
+/// Reads up to `total` bytes, 1 MiB at a time: the bytes read, those timed (all but the first
+/// read's: the connection and the sender's start are not the stream) and the seconds they took.
+fn read_plain(s: &mut TcpStream, total: usize) -> io::Result<(usize, usize, f64)> {
+    let mut buf = vec![0u8; 1 << 20];
     let first = s.read(&mut buf)?;
     let mut got = first;
     let t0 = Instant::now();
@@ -57,14 +94,61 @@ pub fn receive_mbps(mut sender: Command, mb: usize) -> io::Result<f64> {
             n => got += n,
         }
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let status = child.wait()?;
-    if got != total || !status.success() {
-        return Err(io::Error::other(format!(
-            "the TCP stream's sender ended with {status} after {got} of {total} bytes"
-        )));
+    Ok((got, got - first, t0.elapsed().as_secs_f64()))
+}
+
+/// Reads up to `total` bytes in runs of [`RUN_BYTES`], each landed in fresh pages of a memory
+/// file and summed through its mapping ([`Receiver::IntoFreshPages`]); timed from the end of
+/// the first run.
+fn read_into_fresh_pages(s: &mut impl Read, total: usize) -> io::Result<(usize, usize, f64)> {
+    let landed = land(s, total)?;
+    // The sum is what a program would use: keep the reads from being optimised away.
+    std::hint::black_box(landed.sum);
+    Ok((landed.got, landed.timed, landed.secs))
+}
+
+/// What [`land`] received.
+struct Landed {
+    /// Bytes read.
+    got: usize,
+    /// Bytes timed: all but the first run's.
+    timed: usize,
+    /// Seconds from the end of the first run to the end of the last.
+    secs: f64,
+    /// The wrapping sum of the u64 words read back through the mapping.
+    sum: u64,
+}
+
+fn land(s: &mut impl Read, total: usize) -> io::Result<Landed> {
+    let mut file = crate::sys::FileView::new(c"dsm-landing-stream", total.next_multiple_of(4096))?;
+    let mut run = vec![0u8; RUN_BYTES];
+    let mut got = 0;
+    let mut sum = 0u64;
+    let mut t0 = None;
+    while got < total {
+        let want = RUN_BYTES.min(total - got);
+        let mut have = 0;
+        while have < want {
+            match s.read(&mut run[have..want])? {
+                0 => break,
+                n => have += n,
+            }
+        }
+        if have < want {
+            got += have;
+            break;
+        }
+        file.write_at(&run[..want], got)?;
+        sum = sum.wrapping_add(file.sum_words(got, want - want % 8));
+        got += want;
+        t0.get_or_insert_with(Instant::now);
     }
-    Ok((total - first) as f64 / (1 << 20) as f64 / secs.max(1e-9))
+    Ok(Landed {
+        got,
+        timed: got - RUN_BYTES.min(got),
+        secs: t0.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+        sum,
+    })
 }
 
 /// Sender mode: when [`SENDER_ENV`] is set, streams what it says to the receiver and returns
@@ -93,4 +177,51 @@ pub fn send() -> Option<i32> {
             1
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that hands out its bytes a few at a time, as a socket may.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.0.len()).min(7_001);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    fn words(bytes: usize) -> Vec<u8> {
+        (0..bytes as u64 / 8)
+            .flat_map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_ne_bytes())
+            .collect()
+    }
+
+    fn sum(bytes: &[u8]) -> u64 {
+        bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .fold(0, u64::wrapping_add)
+    }
+
+    #[test]
+    fn landed_runs_read_back_through_the_mapping_are_the_bytes_sent() {
+        let sent = words(3 * RUN_BYTES + 4096);
+        let landed = land(&mut Trickle(&sent), sent.len()).unwrap();
+        assert_eq!(landed.got, sent.len());
+        assert_eq!(landed.timed, sent.len() - RUN_BYTES);
+        assert_eq!(landed.sum, sum(&sent));
+    }
+
+    #[test]
+    fn a_stream_that_ends_early_is_counted_short() {
+        let sent = words(RUN_BYTES + 100 * 8);
+        let landed = land(&mut Trickle(&sent), 2 * RUN_BYTES).unwrap();
+        assert_eq!(landed.got, sent.len());
+        assert_eq!(landed.sum, sum(&sent[..RUN_BYTES]));
+    }
 }

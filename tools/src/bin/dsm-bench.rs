@@ -17,7 +17,9 @@
 //! mprotect cost, the cost of backing a fresh page with memory, the UDP and TCP round trip of a
 //! page-shaped exchange, and the remote fault latency as a ratio to them; and remote pages
 //! streamed (the `stream` app, 2 nodes, UDP and TCP, default settings) beside a plain TCP stream
-//! between two processes of the machine, in the same sample, with their ratios. With 1 and
+//! between two processes of the machine and the same stream landed in fresh pages of a memory
+//! file and read (what any page-based DSM must do with what it receives), in the same sample,
+//! with their ratios. With 1 and
 //! more nodes in the matrix, every round also runs two 1-node jobs of each app at once (row
 //! `2 jobs`): twice the time of one job alone over their time together is how much work the
 //! machine does in parallel right then, the ceiling of a 2-node ratio (`--no-pairs` leaves them
@@ -28,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use dsm_tools::stream::Receiver;
 use plotters::prelude::*;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -428,6 +431,8 @@ const FLOOR_RUNS: usize = 5;
 const STREAM_MB: usize = 256;
 /// The floor rows of the streams.
 const TCP_STREAM_ROW: &str = "a plain TCP stream between two processes of this machine (MB/s)";
+/// What any page-based DSM must at least do with the bytes it receives, timed the same way.
+const LANDING_ROW: &str = "the same stream landed in fresh pages of a memory file and read (MB/s)";
 const STREAM_UDP_ROW: &str = "remote pages streamed, UDP, 2 nodes (MB/s)";
 const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
 
@@ -519,11 +524,16 @@ impl Floors {
             Some(r) => r.1.push(v),
             None => self.runs.push((name.to_string(), vec![v])),
         };
-        match std::env::current_exe()
-            .and_then(|me| dsm_tools::stream::receive_mbps(Command::new(me), STREAM_MB))
-        {
-            Ok(v) => put(TCP_STREAM_ROW, v),
-            Err(e) => eprintln!("dsm-bench: plain TCP stream: {e}"),
+        for (how, row) in [
+            (Receiver::Plain, TCP_STREAM_ROW),
+            (Receiver::IntoFreshPages, LANDING_ROW),
+        ] {
+            match std::env::current_exe()
+                .and_then(|me| dsm_tools::stream::receive_mbps(Command::new(me), STREAM_MB, how))
+            {
+                Ok(v) => put(row, v),
+                Err(e) => eprintln!("dsm-bench: TCP stream ({how:?}): {e}"),
+            }
         }
         for (transport, row) in [("udp", STREAM_UDP_ROW), ("tcp", STREAM_TCP_ROW)] {
             let out = Command::new(bin("dsmrun"))
@@ -560,19 +570,35 @@ impl Floors {
         }
         rows.extend(self.runs.iter().map(|(name, v)| (name.clone(), median(v))));
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
-        let plain = get(TCP_STREAM_ROW);
         let ratios: Vec<(String, f64)> = [
             (
                 STREAM_UDP_ROW,
+                TCP_STREAM_ROW,
                 "remote pages streamed, UDP / plain TCP stream",
             ),
             (
                 STREAM_TCP_ROW,
+                TCP_STREAM_ROW,
                 "remote pages streamed, TCP / plain TCP stream",
+            ),
+            (
+                LANDING_ROW,
+                TCP_STREAM_ROW,
+                "landed stream / plain TCP stream",
+            ),
+            (
+                STREAM_UDP_ROW,
+                LANDING_ROW,
+                "remote pages streamed, UDP / landed stream",
+            ),
+            (
+                STREAM_TCP_ROW,
+                LANDING_ROW,
+                "remote pages streamed, TCP / landed stream",
             ),
         ]
         .into_iter()
-        .filter_map(|(row, ratio)| Some((ratio.to_string(), get(row)? / plain?)))
+        .filter_map(|(row, of, ratio)| Some((ratio.to_string(), get(row)? / get(of)?)))
         .collect();
         rows.extend(ratios);
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);

@@ -53,3 +53,50 @@ fn populate_write(addr: *mut u8, len: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// A memory file mapped read-only: pages written into the file (`pwrite`, as the runtime lands a
+/// run of received pages) are read back through the mapping, as a program reads them.
+pub(crate) struct FileView {
+    file: std::fs::File,
+    view: *const u8,
+    len: usize,
+}
+
+impl FileView {
+    /// A fresh memory file of `len` bytes (no page backed yet), mapped whole.
+    pub(crate) fn new(name: &std::ffi::CStr, len: usize) -> io::Result<FileView> {
+        let fd = memfd(name, len as u64)?;
+        let view = map_shared(&fd, len, libc::PROT_READ)?;
+        Ok(FileView {
+            file: fd.into(),
+            view,
+            len,
+        })
+    }
+
+    /// Writes `bytes` into the file at `offset` (one `pwrite`).
+    pub(crate) fn write_at(&mut self, bytes: &[u8], offset: usize) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, offset as u64)
+    }
+
+    /// The wrapping sum of the native-endian u64 words of `len` bytes at `offset`, read through
+    /// the mapping. Panics outside the file or off an 8-byte boundary.
+    pub(crate) fn sum_words(&self, offset: usize, len: usize) -> u64 {
+        assert!(offset % 8 == 0 && len % 8 == 0 && offset + len <= self.len);
+        // SAFETY: the range lies inside the live read-only mapping (checked above) and is
+        // 8-byte aligned (mappings are page-aligned); the file is ours alone, and nothing writes
+        // it while the slice lives (`write_at` takes `&mut self`).
+        let words = unsafe {
+            std::slice::from_raw_parts(self.view.wrapping_add(offset).cast::<u64>(), len / 8)
+        };
+        words.iter().fold(0u64, |s, &w| s.wrapping_add(w))
+    }
+}
+
+impl Drop for FileView {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes; no slice into it outlives `sum_words`.
+        unsafe { libc::munmap(self.view.cast_mut().cast(), self.len) };
+    }
+}
