@@ -126,6 +126,9 @@ pub(crate) enum Flaw {
     /// A thread that ran the node's state and left work wakes the service thread before it
     /// lets go of the state (`NodeState::let_go`).
     NudgeBeforeLettingGo,
+    /// The service thread waits for the state held by a driving handler without signalling the
+    /// eventfd the handler sleeps on (`NodeState::lock_for_posted`).
+    LockWithoutNudge,
 }
 
 /// The slots of a process, and what the service thread's sleep and wake-up need.

@@ -87,9 +87,10 @@ impl Driving<'static> {
         STATE.try_lock().map(Driving::for_service)
     }
 
-    /// The state for the service thread, waited for.
+    /// The state for the service thread, waited for while requests are posted (its holder is
+    /// told: [`NodeState::lock_for_posted`]).
     pub(super) fn service_waiting() -> Driving<'static> {
-        Driving::for_service(STATE.lock())
+        Driving::for_service(STATE.lock_for_posted(&SLOTS))
     }
 
     fn for_service(held: Held<'static, Service>) -> Driving<'static> {
