@@ -69,8 +69,12 @@ pub fn receive_mbps(mut sender: Command, mb: usize, how: Receiver) -> io::Result
         Receiver::Plain => read_plain(&mut s, total),
         Receiver::IntoFreshPages => read_into_fresh_pages(&mut s, total),
     };
-    // Closed before the wait: a sender blocked on a full socket ends instead of waiting forever.
+    // Closed before the wait: a sender blocked on a full socket ends instead of waiting forever;
+    // after a failed receive, it is ended whatever it waits for.
     drop(s);
+    if received.is_err() {
+        let _ = child.kill();
+    }
     let status = child.wait()?;
     let (got, timed, secs) = received?;
     if got != total || !status.success() {

@@ -126,9 +126,10 @@ pub(crate) enum Flaw {
     /// A thread that ran the node's state and left work wakes the service thread before it
     /// lets go of the state (`NodeState::let_go`).
     NudgeBeforeLettingGo,
-    /// The service thread waits for the state held by a driving handler without signalling the
-    /// eventfd the handler sleeps on (`NodeState::lock_for_posted`).
-    LockWithoutNudge,
+    /// The service thread, waiting for the state held by a driving handler, signals the
+    /// eventfd the handler sleeps on once, but posters do not signal it while it waits
+    /// (`Slots::while_waiting_for_state`).
+    SignalOnceWhileWaiting,
 }
 
 /// The slots of a process, and what the service thread's sleep and wake-up need.
@@ -140,7 +141,8 @@ pub(crate) struct Slots<const N: usize> {
     /// Requests posted and not yet taken (a hint that spares the service thread a scan, and what
     /// it looks at before it sleeps).
     posted: AtomicU32,
-    /// The service thread is, or is about to be, asleep in epoll.
+    /// The service thread is, or is about to be, asleep in epoll, or waits for the state
+    /// (`Slots::while_waiting_for_state`): a poster signals the eventfd.
     service_sleeping: AtomicBool,
     /// Its eventfd.
     wakeup: Wakeup,
@@ -438,6 +440,25 @@ impl<const N: usize> Slots<N> {
     /// Wakes the service thread whether or not it sleeps now (work is left for its next pass).
     pub(crate) fn nudge_service(&self) {
         self.wakeup.signal();
+    }
+
+    /// The service thread's wait for the node's state while requests are posted: `wait` (the
+    /// lock) runs with the eventfd signalled once and signalled by every poster meanwhile, as
+    /// during [`Slots::service_sleep`]. The holder may be a fault handler asleep on the eventfd
+    /// (`Driving::poll_until_done`), which takes posted faults itself and lets go for a call: a
+    /// call posted after it took a fault must wake it too, or it sleeps out `drive_limit_us`.
+    pub(crate) fn while_waiting_for_state<R>(&self, wait: impl FnOnce() -> R) -> R {
+        #[cfg(dsm_loom)]
+        if self.flaw == Flaw::SignalOnceWhileWaiting {
+            self.wakeup.signal();
+            return wait();
+        }
+        self.service_sleeping.store(true, SeqCst);
+        fence(SeqCst);
+        self.wakeup.signal();
+        let r = wait();
+        self.service_sleeping.store(false, SeqCst);
+        r
     }
 
     /// The service thread's sleep: `sleep` (its epoll wait, which the eventfd ends) runs unless

@@ -74,20 +74,14 @@ impl<T> NodeState<T> {
     }
 
     /// Takes the state for the service thread, waiting for it, when requests are posted and
-    /// another thread holds it. The eventfd is signalled first: the holder may be a fault handler
-    /// asleep on it (`Driving::poll_until_done`), which then sees the posted requests and lets
-    /// go. A poster signals it only while the service thread sleeps, and a napping service
-    /// thread drains it, so the handler could otherwise sleep out its `drive_limit_us` while a
-    /// call waits. Never from signal context.
+    /// another thread holds it. The holder may be a fault handler asleep on the eventfd
+    /// (`Driving::poll_until_done`): the eventfd is signalled now and by every request posted
+    /// while the service thread waits ([`Slots::while_waiting_for_state`]), so the handler sees
+    /// them and lets go. A poster otherwise signals it only while the service thread sleeps,
+    /// and a napping service thread drains it: the handler slept out its `drive_limit_us` while
+    /// a call waited. Never from signal context.
     pub(crate) fn lock_for_posted<const N: usize>(&self, slots: &Slots<N>) -> Held<'_, T> {
-        #[cfg(dsm_loom)]
-        let nudge = slots.flaw != super::slots::Flaw::LockWithoutNudge;
-        #[cfg(not(dsm_loom))]
-        let nudge = true;
-        if nudge {
-            slots.nudge_service();
-        }
-        self.lock()
+        slots.while_waiting_for_state(|| self.lock())
     }
 
     /// Takes the state if it is free.

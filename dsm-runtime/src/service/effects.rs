@@ -15,6 +15,10 @@ use crate::door::request::FaultOutcome;
 use crate::stats::{self, NodeStats, RuntimeStats};
 use crate::trace::{self, Step};
 
+/// Grant bytes queued in the transport that make it flush in the middle of a drain (see
+/// `Service::drain_core`): about one UDP datagram's pages.
+const FLUSH_GRANT_BYTES: usize = 32 << 10;
+
 impl Service {
     /// Turns a GETP into one-sided reads of the home's memory, one per run of consecutive
     /// pages; `false` (nothing issued) when the transport cannot take them all now.
@@ -47,8 +51,11 @@ impl Service {
         let mut any = false;
         let one_sided = self.node.config().remote_reads;
         let mut fetching: Vec<PageNum> = Vec::new();
-        // Grants sent, for the fault trace.
+        // Grants sent, for the fault trace (stamped once they have left).
         let mut granted: Vec<PageNum> = Vec::new();
+        // Grant bytes handed to the transport since it last flushed, and whether it has yet in
+        // this drain.
+        let (mut unflushed, mut flushed) = (0usize, false);
         while let Some(tx) = self.node.poll_transmit() {
             any = true;
             if let (true, Msg::GetPageGrant { page, .. }) = (trace::on(), &tx.msg) {
@@ -80,10 +87,20 @@ impl Service {
             match body {
                 Some(body) => {
                     t.send_parts(Instant::now(), tx.to.0, frame, Arc::clone(body));
-                    // A run of a read-ahead window leaves before the next is copied: UDP sends
+                    // The runs of a read-ahead window leave while the next are copied: UDP sends
                     // only at a flush, and a window of 1,024 pages copied whole first made its
-                    // requester wait 1-2 ms for the first run, and again at every window.
-                    t.flush(Instant::now());
+                    // requester wait 1-2 ms for the first run, and again at every window. The
+                    // first grant (a demand page's, as a rule) goes at once, then the grants
+                    // queued since the last flush once they fill about a datagram: short runs (a
+                    // strided window's single pages) still share datagrams.
+                    unflushed += body.len();
+                    if !flushed || unflushed >= FLUSH_GRANT_BYTES {
+                        t.flush(Instant::now());
+                        (unflushed, flushed) = (0, true);
+                        for p in granted.drain(..) {
+                            trace::stamp(u64::from(p.0), Step::GrantSent);
+                        }
+                    }
                 }
                 None => t.send_owned(Instant::now(), tx.to.0, frame),
             }

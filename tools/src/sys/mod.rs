@@ -83,7 +83,11 @@ impl FileView {
     /// The wrapping sum of the native-endian u64 words of `len` bytes at `offset`, read through
     /// the mapping. Panics outside the file or off an 8-byte boundary.
     pub(crate) fn sum_words(&self, offset: usize, len: usize) -> u64 {
-        assert!(offset % 8 == 0 && len % 8 == 0 && offset + len <= self.len);
+        assert!(
+            offset % 8 == 0
+                && len % 8 == 0
+                && offset.checked_add(len).is_some_and(|end| end <= self.len)
+        );
         // SAFETY: the range lies inside the live read-only mapping (checked above) and is
         // 8-byte aligned (mappings are page-aligned); the file is ours alone, and nothing writes
         // it while the slice lives (`write_at` takes `&mut self`).
