@@ -213,14 +213,21 @@ fn main() {
         late.sort_by(f64::total_cmp);
         let mut d: Vec<f64> = prepared.iter().map(|p| p.0).collect();
         d.sort_by(f64::total_cmp);
+        // The grant may never have been in first (its stamp is taken as it leaves the home).
+        let first = match late.is_empty() {
+            true => "never".to_string(),
+            false => format!(
+                "in {:.1}% of faults, by {:.2} us at the median",
+                100.0 * late.len() as f64 / prepared.len() as f64,
+                percentile(&late, 0.5)
+            ),
+        };
         println!(
-            "{:<40} {:>8.2} {:>8.2} {:>8.2}   (while the GETP travels; the grant was in first in {:.1}% of faults, by {:.2} us at the median)",
+            "{:<40} {:>8.2} {:>8.2} {:>8.2}   (while the GETP travels; the grant was in first {first})",
             "requester: GETP sent -> page prepared",
             percentile(&d, 0.5),
             percentile(&d, 0.1),
             percentile(&d, 0.9),
-            100.0 * late.len() as f64 / prepared.len() as f64,
-            percentile(&late, 0.5)
         );
     }
 }
