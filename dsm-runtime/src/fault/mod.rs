@@ -112,6 +112,10 @@ static CRASHING: AtomicBool = AtomicBool::new(false);
 
 /// When [`watch_handlers`] last looked, in `sys::monotonic_ns`.
 static WATCHED_AT: AtomicU64 = AtomicU64::new(0);
+/// [`watch_handlers`] saw a handler replaced at its last look.
+static REPLACED_SEEN: AtomicBool = AtomicBool::new(false);
+/// How long after a handler is first seen replaced [`watch_handlers`] looks again.
+const RECHECK_NS: u64 = 100_000_000;
 
 /// Alternate signal stacks given to threads that had none, by slot: a thread that takes over an
 /// ended thread's slot reuses its stack.
@@ -163,8 +167,12 @@ extern "C" fn in_forked_child() {
 /// SIGBUS handler behind its back (a Rust program, which nothing stands between, or a raw system
 /// call): then no fault on shared memory can be served again, and a thread that takes one faults
 /// forever in the program's handler. Returns the signal's name and what is there now (its
-/// handler's address, or `SIG_DFL`/`SIG_IGN`). Also notes handlers of asynchronous signals
-/// installed meanwhile.
+/// handler's address, or `SIG_DFL`/`SIG_IGN`). A replacement counts once it is seen again
+/// [`RECHECK_NS`] later: a program's handler that ends the process (Rust's own, on a fault that
+/// is not a stack overflow) puts the default action back and returns, and the process dies of
+/// the fault a moment later; seen in between, a crash was once reported as a replaced handler,
+/// with status 1 instead of the signal. Also notes handlers of asynchronous signals installed
+/// meanwhile.
 pub(crate) fn watch_handlers() -> Option<(&'static str, usize)> {
     let now = sys::monotonic_ns();
     if now.saturating_sub(WATCHED_AT.load(Ordering::Relaxed)) < 1_000_000_000 {
@@ -175,14 +183,30 @@ pub(crate) fn watch_handlers() -> Option<(&'static str, usize)> {
     if !INSTALLED.load(Ordering::SeqCst) {
         return None;
     }
-    [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGBUS, "SIGBUS")]
+    let replaced = [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGBUS, "SIGBUS")]
         .into_iter()
         .find_map(|(sig, name)| {
             let action = signals::current_action(sig)?;
             let replaced =
                 !signals::is_handler(&action, handler) && !CRASHING.load(Ordering::SeqCst);
             replaced.then_some((name, action.sa_sigaction))
-        })
+        });
+    match replaced {
+        None => {
+            REPLACED_SEEN.store(false, Ordering::Relaxed);
+            None
+        }
+        Some(_) if REPLACED_SEEN.load(Ordering::Relaxed) => replaced,
+        Some(_) => {
+            // Look again in RECHECK_NS rather than in a second.
+            REPLACED_SEEN.store(true, Ordering::Relaxed);
+            WATCHED_AT.store(
+                now.saturating_sub(1_000_000_000 - RECHECK_NS),
+                Ordering::Relaxed,
+            );
+            None
+        }
+    }
 }
 
 /// Passes the signal on to the program's handler (see [`CHAINED`]).
