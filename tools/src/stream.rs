@@ -67,7 +67,11 @@ pub fn receive_mbps(mut sender: Command, mb: usize, how: Receiver) -> io::Result
     let total = mb << 20;
     let received = match how {
         Receiver::Plain => read_plain(&mut s, total),
-        Receiver::IntoFreshPages => read_into_fresh_pages(&mut s, total),
+        Receiver::IntoFreshPages => land(&mut s, total).map(|l| {
+            // The sum is what a program would use: kept from being optimised away.
+            std::hint::black_box(l.sum);
+            (l.got, l.timed, l.secs)
+        }),
     };
     // Closed before the wait: a sender blocked on a full socket ends instead of waiting forever;
     // after a failed receive, it is ended whatever it waits for.
@@ -101,16 +105,6 @@ fn read_plain(s: &mut TcpStream, total: usize) -> io::Result<(usize, usize, f64)
     Ok((got, got - first, t0.elapsed().as_secs_f64()))
 }
 
-/// Reads up to `total` bytes in runs of [`RUN_BYTES`], each landed in fresh pages of a memory
-/// file and summed through its mapping ([`Receiver::IntoFreshPages`]); timed from the end of
-/// the first run.
-fn read_into_fresh_pages(s: &mut impl Read, total: usize) -> io::Result<(usize, usize, f64)> {
-    let landed = land(s, total)?;
-    // The sum is what a program would use: keep the reads from being optimised away.
-    std::hint::black_box(landed.sum);
-    Ok((landed.got, landed.timed, landed.secs))
-}
-
 /// What [`land`] received.
 struct Landed {
     /// Bytes read.
@@ -123,6 +117,9 @@ struct Landed {
     sum: u64,
 }
 
+/// Reads up to `total` bytes in runs of [`RUN_BYTES`], each landed in fresh pages of a memory
+/// file and summed through its mapping ([`Receiver::IntoFreshPages`]); timed from the end of the
+/// first run.
 fn land(s: &mut impl Read, total: usize) -> io::Result<Landed> {
     let mut file = crate::sys::FileView::new(c"dsm-landing-stream", total.next_multiple_of(4096))?;
     let mut run = vec![0u8; RUN_BYTES];

@@ -25,6 +25,21 @@ fn fault() -> Fault {
     }
 }
 
+/// The model's answer to a posted request: a fault (checked whole) opens, a lock call gets the
+/// lock's number back.
+fn answer<const N: usize>(slots: &Slots<N>, i: usize, r: Request) {
+    match r {
+        Request::Fault(f) => {
+            assert_eq!(f, fault(), "the fault arrives whole");
+            slots.complete_fault(i, FaultOutcome::Open, true);
+        }
+        Request::Call(Call::Lock(l)) => {
+            slots.complete_call(i, Ok(Reply::Allocated(u64::from(l.0))), true)
+        }
+        Request::Call(c) => panic!("unexpected call {c:?}"),
+    }
+}
+
 /// The service thread of the model: takes requests as they come, sleeps (without a timeout)
 /// when there are none, answers each at once, and stops after `requests`.
 fn service<const N: usize>(slots: &Slots<N>, requests: usize) {
@@ -32,16 +47,7 @@ fn service<const N: usize>(slots: &Slots<N>, requests: usize) {
     while served < requests {
         let took = slots.take_posted(false, |i, r| {
             served += 1;
-            match r {
-                Request::Fault(f) => {
-                    assert_eq!(f, fault(), "the fault arrives whole");
-                    slots.complete_fault(i, FaultOutcome::Open, true);
-                }
-                Request::Call(Call::Lock(l)) => {
-                    slots.complete_call(i, Ok(Reply::Allocated(u64::from(l.0))), true)
-                }
-                Request::Call(c) => panic!("unexpected call {c:?}"),
-            }
+            answer(slots, i, r);
         });
         if !took {
             slots.service_sleep(|| slots.wait_for_wakeup());
@@ -147,16 +153,7 @@ fn service_with_state<const N: usize>(
         }
         slots.take_posted(false, |i, r| {
             served += usize::from(counted(&r));
-            match r {
-                Request::Fault(f) => {
-                    assert_eq!(f, fault(), "the fault arrives whole");
-                    slots.complete_fault(i, FaultOutcome::Open, true);
-                }
-                Request::Call(Call::Lock(l)) => {
-                    slots.complete_call(i, Ok(Reply::Allocated(u64::from(l.0))), true)
-                }
-                Request::Call(c) => panic!("unexpected call {c:?}"),
-            }
+            answer(slots, i, r);
         });
         drop(held);
         if served < requests {
