@@ -246,6 +246,9 @@ struct Peer {
     /// Fragments came out of order: a pure acknowledgement telling which are held is due, even
     /// if data carries the cumulative one.
     sack_due: bool,
+    /// Data datagrams (and their bytes) received since an acknowledgement last went to this
+    /// peer: at half the sender's window, one goes at once (see [`Reliable::accept`]).
+    received_since_ack: (usize, usize),
     last_heard: Instant,
     last_sent: Instant,
     srtt: Option<Duration>,
@@ -295,6 +298,7 @@ impl Reliable {
                 partial: Vec::new(),
                 ack_due: false,
                 sack_due: false,
+                received_since_ack: (0, 0),
                 last_heard: now,
                 last_sent: now,
                 srtt: None,
@@ -543,8 +547,18 @@ impl Reliable {
             }
         }
         // Data.
+        let mut ack_now = false;
         if flags & FLAG_DATA != 0 {
             peer.ack_due = true;
+            // Half the sender's window (both are the job's settings) unacknowledged: the
+            // acknowledgement goes now, not at the next flush. A node whose acknowledgements
+            // wait for a reply or a timer (a fault handler driving the node leaves them to the
+            // service thread's nap, up to 1 ms) would otherwise hold back a sender whose window
+            // is full: a stream's runs, or every datagram with a window of one or two.
+            let (count, bytes) = &mut peer.received_since_ack;
+            *count += 1;
+            *bytes += d.len();
+            ack_now = *count >= (window as usize / 2).max(1) || *bytes >= self.cfg.window_bytes / 2;
             if seq == peer.expected {
                 deliver(peer, from, flags, payload, &mut self.events)?;
                 while let Some((f, p)) = peer.out_of_order.remove(&peer.expected) {
@@ -559,6 +573,9 @@ impl Reliable {
             if !peer.out_of_order.is_empty() {
                 peer.sack_due = true;
             }
+        }
+        if ack_now {
+            self.push_pure_ack(now, from);
         }
         Ok(())
     }
@@ -598,35 +615,43 @@ impl Reliable {
                 sacked: false,
             });
             peer.ack_due = false;
+            peer.received_since_ack = (0, 0);
             peer.last_sent = now;
         }
         if (peer.ack_due || peer.sack_due) && pure_acks {
-            peer.ack_due = false;
-            peer.sack_due = false;
-            let (flags, sack) = if peer.out_of_order.is_empty() {
-                (0, Vec::new())
-            } else {
-                let mut bits = 0u64;
-                for &s in peer.out_of_order.keys() {
-                    let off = s.wrapping_sub(peer.expected).wrapping_sub(1);
-                    if off < 64 {
-                        bits |= 1 << off;
-                    }
-                }
-                (FLAG_GAP, bits.to_le_bytes().to_vec())
-            };
-            let dg = datagram(
-                self.cookie,
-                self.me,
-                flags,
-                peer.next_seq,
-                peer.expected,
-                &sack,
-            );
-            self.out.push_back(Out::Bytes { to, dg });
-            self.stats.acks_sent += 1;
-            peer.last_sent = now;
+            self.push_pure_ack(now, to);
         }
+    }
+
+    /// Queues a pure acknowledgement to `to` (with the fragments held out of order, if any).
+    fn push_pure_ack(&mut self, now: Instant, to: u16) {
+        let peer = &mut self.peers[usize::from(to)];
+        peer.ack_due = false;
+        peer.sack_due = false;
+        peer.received_since_ack = (0, 0);
+        let (flags, sack) = if peer.out_of_order.is_empty() {
+            (0, Vec::new())
+        } else {
+            let mut bits = 0u64;
+            for &s in peer.out_of_order.keys() {
+                let off = s.wrapping_sub(peer.expected).wrapping_sub(1);
+                if off < 64 {
+                    bits |= 1 << off;
+                }
+            }
+            (FLAG_GAP, bits.to_le_bytes().to_vec())
+        };
+        let dg = datagram(
+            self.cookie,
+            self.me,
+            flags,
+            peer.next_seq,
+            peer.expected,
+            &sack,
+        );
+        self.out.push_back(Out::Bytes { to, dg });
+        self.stats.acks_sent += 1;
+        peer.last_sent = now;
     }
 
     /// Hands every datagram due to `send(to, header, payload)`: a datagram is the two slices
@@ -1223,6 +1248,67 @@ mod tests {
         a.flush(t0);
         let sent = std::iter::from_fn(|| a.poll_transmit()).count();
         assert_eq!(sent, 2, "two 60 KB datagrams fill a 100 KB window");
+    }
+
+    /// A receiver that never flushes (a fault handler driving the node leaves its pure
+    /// acknowledgements to the service thread) still acknowledges at half the sender's window,
+    /// by datagrams and by bytes, so a sender with a full window is not held back.
+    #[test]
+    fn half_a_window_received_is_acknowledged_without_a_flush() {
+        let t0 = Instant::now();
+        for (cfg, each, sends, acked_after) in [
+            (
+                ReliableConfig {
+                    window: 4,
+                    max_datagram_bytes: 1024,
+                    ..Default::default()
+                },
+                1000,
+                4,
+                2,
+            ),
+            (
+                ReliableConfig {
+                    window_bytes: 200_000,
+                    ..Default::default()
+                },
+                60_000,
+                4,
+                2,
+            ),
+            (
+                ReliableConfig {
+                    window: 1,
+                    ..Default::default()
+                },
+                100,
+                1,
+                1,
+            ),
+        ] {
+            let mut a = Reliable::new(0, 2, 42, cfg.clone(), t0);
+            let mut b = Reliable::new(1, 2, 42, cfg, t0);
+            for _ in 0..sends {
+                a.send(1, &vec![7u8; each]);
+            }
+            a.flush(t0);
+            let sent: Vec<Vec<u8>> = std::iter::from_fn(|| a.poll_transmit())
+                .map(|(_, d)| d)
+                .collect();
+            assert!(sent.len() >= acked_after, "{} sent", sent.len());
+            for (i, d) in sent.iter().enumerate() {
+                b.handle_datagram(t0, 0, d).unwrap();
+                let ack = b.poll_transmit();
+                if i + 1 == acked_after {
+                    let (to, ack) = ack.expect("an acknowledgement at half the window");
+                    assert_eq!(to, 0);
+                    a.handle_datagram(t0, 1, &ack).unwrap();
+                    assert_eq!(a.peers[1].unacked.len(), sent.len() - acked_after);
+                    break;
+                }
+                assert!(ack.is_none(), "acknowledged after {} datagrams", i + 1);
+            }
+        }
     }
 
     #[test]
