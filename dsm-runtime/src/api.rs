@@ -71,6 +71,29 @@ pub fn check_region(config: &Config) -> Result<(), String> {
     })
 }
 
+/// The impairment the environment variable `DSM_IMPAIR` asks for, if any (see
+/// [`dsm_transport::impair`]): dropped, duplicated and reordered datagrams, for loss tests. Only
+/// the transports that send datagrams through our reliable layer can be impaired (udp,
+/// rdma-ud); with tcp or rdma-rc it is refused rather than ignored. The launcher's check and the
+/// node's use give the same message.
+pub fn impairment(comm: CommType) -> Result<Option<dsm_transport::impair::ImpairConfig>, String> {
+    let Some(spec) = std::env::var_os("DSM_IMPAIR") else {
+        return Ok(None);
+    };
+    let spec = spec.to_string_lossy();
+    let cfg = dsm_transport::impair::ImpairConfig::parse(&spec)
+        .map_err(|e| format!("environment variable {e}"))?;
+    match comm {
+        CommType::Udp | CommType::RdmaUd => Ok(Some(cfg)),
+        CommType::Tcp | CommType::RdmaRc => Err(format!(
+            "environment variable DSM_IMPAIR={spec}: comm_type = {} sends no datagrams of ours \
+             to impair; allowed with udp or rdma-ud (unset DSM_IMPAIR for {})",
+            comm.name(),
+            comm.name()
+        )),
+    }
+}
+
 /// Makes `len` bytes at `ptr` ready for a system call that reads them (`write`, `send`...) or,
 /// with `kernel_writes`, writes them (`read`, `recv`...), if any of them is shared memory: each
 /// page is brought in with that access, as the program's own access would. Returns whether the
@@ -496,6 +519,7 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
     let os = |what| move |source| InitError::Os { what, source };
     let peer_timeout = Duration::from_millis(config.peer_timeout_ms);
     let heartbeat = Duration::from_millis((config.peer_timeout_ms / 10).clamp(20, 1000));
+    let impair = impairment(config.comm_type).map_err(InitError::Job)?;
     match config.comm_type {
         CommType::Udp => {
             let sock = udp::bind(SocketAddr::new(env.bind, port)).map_err(bind_failed(
@@ -516,9 +540,7 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
                 ..ReliableConfig::default()
             };
             let mut t = UdpTransport::new(sock, env.rank, peers, env.cookie, rel, Instant::now());
-            if let Ok(spec) = std::env::var("DSM_IMPAIR") {
-                let cfg =
-                    dsm_transport::impair::ImpairConfig::parse(&spec).map_err(InitError::Job)?;
+            if let Some(cfg) = impair {
                 t.impair(cfg, u64::from(env.rank));
             }
             Ok((Box::new(t), control))
@@ -587,10 +609,13 @@ fn connect(env: &job::JobEnv, config: &Config) -> Result<Connected, InitError> {
                     heartbeat,
                     ..ReliableConfig::default()
                 };
-                Box::new(
+                let mut t =
                     UdTransport::establish(listener, env.rank, &peers, env.cookie, &cfg, rel)
-                        .map_err(unavailable)?,
-                )
+                        .map_err(unavailable)?;
+                if let Some(cfg) = impair {
+                    t.impair(cfg, u64::from(env.rank));
+                }
+                Box::new(t)
             };
             log::debug!("{name} up");
             Ok((t, control))

@@ -10,6 +10,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
+/// The longest hold `delay_us` may ask for: 10 s, the default `peer_timeout_ms`.
+pub const MAX_DELAY_US: u64 = 10_000_000;
+
 /// How to mistreat datagrams.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ImpairConfig {
@@ -36,22 +39,24 @@ impl ImpairConfig {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| format!("DSM_IMPAIR: `{kv}` is not key=value"))?;
-            let num: f64 = v
-                .parse()
-                .map_err(|_| format!("DSM_IMPAIR: {k}={v} is not a number"))?;
-            let pct = |n: f64| {
-                if (0.0..=100.0).contains(&n) {
-                    Ok(n)
-                } else {
-                    Err(format!("DSM_IMPAIR: {k}={v}: allowed 0 to 100"))
-                }
+            let pct = || match v.parse::<f64>() {
+                Ok(n) if (0.0..=100.0).contains(&n) => Ok(n),
+                _ => Err(format!(
+                    "DSM_IMPAIR: {k}={v}: allowed a percentage, 0 to 100"
+                )),
+            };
+            let whole = |most: u64| match v.parse::<u64>() {
+                Ok(n) if n <= most => Ok(n),
+                _ => Err(format!(
+                    "DSM_IMPAIR: {k}={v}: allowed a whole number, 0 to {most}"
+                )),
             };
             match k {
-                "drop" => c.drop_pct = pct(num)?,
-                "dup" => c.dup_pct = pct(num)?,
-                "reorder" => c.reorder_pct = pct(num)?,
-                "delay_us" => c.delay = Duration::from_micros(num as u64),
-                "seed" => c.seed = num as u64,
+                "drop" => c.drop_pct = pct()?,
+                "dup" => c.dup_pct = pct()?,
+                "reorder" => c.reorder_pct = pct()?,
+                "delay_us" => c.delay = Duration::from_micros(whole(MAX_DELAY_US)?),
+                "seed" => c.seed = whole(u64::MAX)?,
                 _ => {
                     return Err(format!(
                         "DSM_IMPAIR: unknown key `{k}`; known: drop, dup, reorder, delay_us, seed"
@@ -175,6 +180,25 @@ mod tests {
         );
         assert!(
             ImpairConfig::parse("drop=500")
+                .unwrap_err()
+                .contains("0 to 100")
+        );
+        for bad in [
+            "delay_us=-1",
+            "delay_us=1e30",
+            "delay_us=10000001",
+            "seed=-5",
+            "seed=1.5",
+        ] {
+            assert!(
+                ImpairConfig::parse(bad)
+                    .unwrap_err()
+                    .contains("allowed a whole number"),
+                "{bad}"
+            );
+        }
+        assert!(
+            ImpairConfig::parse("drop=x")
                 .unwrap_err()
                 .contains("0 to 100")
         );

@@ -3,7 +3,8 @@
 # binaries of an RDMA build in $B (default target/rdma/release). Started by scripts/test-rdma.
 #
 #   in-vm.sh one          2 and 4 nodes in this VM over rxe0: apps exact on rdma-rc (one-sided
-#                         reads on and off) and rdma-ud; the transport conformance suite; a node
+#                         reads on and off) and rdma-ud; runs of pages and strided walks exact
+#                         (rdma-ud under DSM_IMPAIR); the transport conformance suite; a node
 #                         killed (kill -9) or stopped (SIGSTOP) mid-job ends the job with an
 #                         error naming it
 #   in-vm.sh pair JOBID   one node in each of two VMs (run with --pair): apps exact over the cable
@@ -65,6 +66,26 @@ one)
     check "$t 4 nodes matmul" "matmul OK" "$B/dsmrun" -n 4 --transport $t "$B/matmul" 192 f64
   done
   check "rdma-rc C matmul on jia.h" "OK" "$B/dsmrun" -n 2 --transport rdma-rc "$B/c-matmul" 128
+  # Runs of pages (read-ahead windows, a cache smaller than the stream) and a strided walk
+  # arrive exact: over rdma-ud with its datagrams dropped, duplicated and reordered, over
+  # rdma-rc as they are (its queue pairs are reliable; DSM_IMPAIR is refused there).
+  imp="drop=3,dup=2,reorder=10,delay_us=300,seed=21"
+  for t in rdma-rc rdma-ud; do
+    i=""; [ $t = rdma-ud ] && i=$imp
+    check "$t 3 nodes, runs of pages${i:+ under $i}" "stream OK nodes=3 mb=24" \
+      env ${i:+DSM_IMPAIR=$i} "$B/dsmrun" -n 3 --stats --transport $t --set cache_pages=2048 "$B/stream" 24
+    if [ $t = rdma-ud ] && ! grep "impair: dropped" "$log" | grep -q "[1-9]"; then
+      echo "FAIL $t: no datagram dropped by DSM_IMPAIR"; grep "impair" "$log"; fails=$((fails + 1))
+    fi
+    check "$t 3 nodes, strided walk${i:+ under $i}" "stream OK nodes=3 mb=24 stride=16" \
+      env ${i:+DSM_IMPAIR=$i} "$B/dsmrun" -n 3 --transport $t "$B/stream" 24 16
+  done
+  out=$(DSM_IMPAIR=$imp "$B/dsmrun" -n 2 --transport rdma-rc "$B/pi" 100 2>&1); rc=$?
+  if [ $rc -eq 2 ] && echo "$out" | grep -q "comm_type = rdma-rc sends no datagrams of ours"; then
+    echo "ok   DSM_IMPAIR refused on rdma-rc: $out"
+  else
+    echo "FAIL DSM_IMPAIR on rdma-rc (rc=$rc): $out"; fails=$((fails + 1))
+  fi
   conf=$(ls -t "$B"/deps/conformance-* 2>/dev/null | grep -v '\.d$' | head -1)
   if [ -n "$conf" ]; then
     check "conformance suite (rdma-rc, rdma-ud)" "test result: ok" \

@@ -206,6 +206,30 @@ const CASES: &[Case] = &[
         expect: &["environment variable DSM_IMPAIR", "drop=lots"],
     },
     Case {
+        name: "negative impairment delay",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[("DSM_IMPAIR", "reorder=10,delay_us=-1")],
+        args: &["-n", "2"],
+        expect: &[
+            "DSM_IMPAIR",
+            "delay_us=-1",
+            "allowed a whole number, 0 to 10000000",
+        ],
+    },
+    Case {
+        name: "impairment of a transport without our datagrams",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[("DSM_IMPAIR", "drop=50")],
+        args: &["-n", "2", "--transport", "tcp"],
+        expect: &[
+            "DSM_IMPAIR=drop=50",
+            "comm_type = tcp sends no datagrams of ours",
+            "allowed with udp or rdma-ud",
+        ],
+    },
+    Case {
         name: "region that cannot be reserved",
         jiaconf: Some("global_start_addr = 0x7e0000000000\nregion_gib = 16384\n"),
         jiahosts: None,

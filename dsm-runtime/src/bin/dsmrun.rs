@@ -258,10 +258,8 @@ fn main() -> ExitCode {
     if let Err(e) = dsm_runtime::check_region(&cfg) {
         return usage_error(&e);
     }
-    if let Ok(spec) = std::env::var("DSM_IMPAIR") {
-        if let Err(e) = dsm_transport::impair::ImpairConfig::parse(&spec) {
-            return usage_error(&format!("environment variable {e}"));
-        }
+    if let Err(e) = dsm_runtime::impairment(cfg.comm_type) {
+        return usage_error(&e);
     }
     if let Some(path) = &args.stats_json {
         if let Err(e) = dsm_runtime::files::check_own_file(path) {

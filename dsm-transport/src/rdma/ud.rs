@@ -22,6 +22,7 @@ use super::{
     decode_endpoint, encode_endpoint,
 };
 use crate::Transport;
+use crate::impair::{ImpairConfig, Impairment};
 use crate::reliable::{Event, Reliable, ReliableConfig};
 use crate::sys::Epoll;
 
@@ -61,6 +62,9 @@ pub struct UdTransport {
     completions: Vec<Completion>,
     datagram: Vec<u8>,
     stats: RdmaStats,
+    impair: Option<Impairment>,
+    /// The impaired datagrams of one flush (kept for its allocation).
+    impaired: Vec<(u16, Vec<u8>)>,
 }
 
 impl UdTransport {
@@ -164,6 +168,8 @@ impl UdTransport {
             completions: Vec::with_capacity(64),
             datagram: Vec::with_capacity(mtu),
             stats: RdmaStats::default(),
+            impair: None,
+            impaired: Vec::new(),
         })
     }
 
@@ -235,6 +241,11 @@ impl UdTransport {
         self.repost.clear();
     }
 
+    /// Mistreats outgoing datagrams from now on (see [`crate::impair`]), as UDP's does.
+    pub fn impair(&mut self, cfg: ImpairConfig, salt: u64) {
+        self.impair = Some(Impairment::new(cfg, salt));
+    }
+
     /// Posts every datagram the reliable layer wants sent, as one chained list.
     fn flush(&mut self) {
         let mut ops: Vec<(u64, SendOp<'_>)> = Vec::new();
@@ -242,7 +253,7 @@ impl UdTransport {
         let (free, stats) = (&mut self.free_send, &mut self.stats);
         // Header and payload straight into a registered buffer (the payload lent by the
         // reliable layer's retransmission queue).
-        self.rel.transmit(|to, head, body| {
+        let mut post = |to: u16, head: &[u8], body: &[u8]| {
             // One buffer per send-queue entry: a free buffer is a free entry too.
             let Some(slot) = free.pop() else {
                 // Lost like a datagram the kernel refuses; the reliable layer sends it again.
@@ -267,7 +278,22 @@ impl UdTransport {
                     ud: Some((ah, qpns[usize::from(to)], qkey)),
                 },
             ));
-        });
+        };
+        match &mut self.impair {
+            None => self.rel.transmit(&mut post),
+            Some(imp) => {
+                // Impaired: datagrams of their own, which the impairment may hold back.
+                let now = Instant::now();
+                let batch = &mut self.impaired;
+                imp.release(now, batch);
+                while let Some((to, d)) = self.rel.poll_transmit() {
+                    imp.outgoing(now, to, d, batch);
+                }
+                for (to, d) in batch.drain(..) {
+                    post(to, &d, &[]);
+                }
+            }
+        }
         if ops.is_empty() {
             return;
         }
@@ -350,10 +376,11 @@ impl Transport for UdTransport {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        match (self.rel.poll_timeout(), self.ctl.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let held = self.impair.as_ref().and_then(Impairment::next_release);
+        [self.rel.poll_timeout(), self.ctl.poll_timeout(), held]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -370,7 +397,7 @@ impl Transport for UdTransport {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let r = self.rel.stats();
         let s = &self.stats;
-        vec![
+        let mut v = vec![
             ("datagrams sent", r.datagrams_sent),
             ("datagrams received", r.datagrams_received),
             ("retransmissions", r.retransmissions),
@@ -380,7 +407,13 @@ impl Transport for UdTransport {
             ("completion events", self.cq.events()),
             ("no send buffer", s.send_failures),
             ("rejected", r.rejected + s.rejected + self.ctl.rejected),
-        ]
+        ];
+        if let Some(i) = self.impair.as_ref().map(Impairment::stats) {
+            v.push(("impair: dropped", i.dropped));
+            v.push(("impair: duplicated", i.duplicated));
+            v.push(("impair: delayed", i.delayed));
+        }
+        v
     }
 
     fn retransmissions(&self) -> u64 {
