@@ -51,7 +51,7 @@ pub enum Origin {
     File {
         /// The file.
         path: String,
-        /// The line, from 1.
+        /// The line, from 1; 0 for the file as a whole (it cannot be read, or lists nothing).
         line: usize,
     },
     /// An environment variable.
@@ -63,6 +63,7 @@ pub enum Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Origin::File { path, line: 0 } => write!(f, "{path}"),
             Origin::File { path, line } => write!(f, "{path}:{line}"),
             Origin::Env(v) => write!(f, "environment variable {v}"),
             Origin::Flag(v) => write!(f, "command-line flag {v}"),
@@ -547,6 +548,8 @@ impl Config {
         let mut notices = Vec::new();
         // A UTF-8 byte-order mark (some editors write one) is not part of the first key.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        // Each key's first line: a key given twice is refused, not silently the last one's.
+        let mut first_at: Vec<(&str, usize)> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let origin = Origin::File {
                 path: path.to_owned(),
@@ -563,6 +566,16 @@ impl Config {
                 });
             };
             let (k, v) = (k.trim(), v.trim());
+            if let Some(&(_, first)) = first_at.iter().find(|(seen, _)| *seen == k) {
+                return Err(ConfigError {
+                    origin,
+                    what: format!(
+                        "`{}` given again (first at line {first}): give each key once",
+                        shown(k)
+                    ),
+                });
+            }
+            first_at.push((k, i + 1));
             if let Some(n) = jiajia_meaning(k, v) {
                 notices.push(format!("{origin}: {n}"));
                 continue;
@@ -1079,6 +1092,22 @@ mod tests {
         assert!(file_err("global_start_addr = 0x1001").contains("page-aligned"));
         assert!(file_err("comm_type = carrier-pigeon").contains("udp, tcp, rdma-rc, rdma-ud"));
         assert!(file_err("just words").contains("is not `key = value`"));
+        assert_eq!(
+            file_err("cache_pages = 32\n# again\ncache_pages = 40\n"),
+            ".jiaconf:3: `cache_pages` given again (first at line 1): give each key once"
+        );
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_named_without_a_line() {
+        let e = read_text(Path::new("/nonexistent/jiaconf")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/jiaconf: cannot read: "),
+            "{e}"
+        );
+        let e = parse_hosts("hosts", "# nobody\n", |_| {}).unwrap_err();
+        assert_eq!(e.to_string(), "hosts: no hosts listed");
     }
 
     #[test]
