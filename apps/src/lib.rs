@@ -8,7 +8,7 @@ pub use kernels::interior_first;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, Shared, SharedArray};
 
 /// The program checks its result (not with `--no-check`).
 static CHECK: AtomicBool = AtomicBool::new(true);
@@ -102,13 +102,25 @@ pub fn banded(rows: usize, row_bytes: usize, nodes: usize) -> AllocPolicy {
     }
 }
 
+/// `len` elements allocated collectively under `policy` ([`Dsm::alloc`]). A refusal (a
+/// region too small for the array, with the setting that sizes it) ends the job on every node
+/// with the reason and status 1, as `jia_error` does: not a panic.
+#[track_caller]
+pub fn alloc<T: Shared>(dsm: &Dsm, len: usize, policy: AllocPolicy) -> SharedArray<T> {
+    match dsm.alloc(len, policy) {
+        Ok(a) => a,
+        Err(e) => dsm.error(&format!(
+            "allocating {len} elements of {} bytes: {e}",
+            std::mem::size_of::<T>()
+        )),
+    }
+}
+
 /// Combines every node's verdict: each node writes whether its part is right; after a barrier
 /// node 0 learns whether all are. Returns the job-wide verdict at node 0 (and this node's
 /// elsewhere).
 pub fn all_ok(dsm: &Dsm, ok: bool) -> bool {
-    let flags: SharedArray<u64> = dsm
-        .alloc(dsm.nodes(), AllocPolicy::OnNode(NodeId(0)))
-        .expect("allocate verdicts");
+    let flags: SharedArray<u64> = alloc(dsm, dsm.nodes(), AllocPolicy::OnNode(NodeId(0)));
     flags.set(dsm.id(), u64::from(ok));
     dsm.barrier();
     if dsm.id() == 0 {

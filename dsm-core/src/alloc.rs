@@ -39,7 +39,8 @@ pub enum AllocError {
     Empty,
     /// Not enough address space left.
     #[error(
-        "allocation of {asked_bytes} bytes exceeds the {left_bytes} bytes left in the shared region"
+        "allocation of {asked_bytes} bytes exceeds the {left_bytes} bytes left in the shared \
+         region: raise region_gib (in .jiaconf, --set region_gib=N or DSM_REGION_GIB)"
     )]
     OutOfSpace {
         /// Bytes asked (rounded to pages).

@@ -9,7 +9,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Gen, arg_num, init, report};
+use dsm_apps::{Gen, alloc, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 const BINS: usize = 10;
@@ -47,9 +47,7 @@ fn main() {
     let n = arg_num(&args, 0, "pairs", 1 << 23);
     let dsm = init("ep");
     let (me, nodes) = (dsm.id(), dsm.nodes());
-    let totals: SharedArray<f64> = dsm
-        .alloc(BINS + 2, AllocPolicy::OnNode(NodeId(0)))
-        .expect("alloc");
+    let totals: SharedArray<f64> = alloc(&dsm, BINS + 2, AllocPolicy::OnNode(NodeId(0)));
     dsm.barrier();
     let t0 = dsm.clock();
     let (q, sx, sy) = ep(n * me / nodes, n * (me + 1) / nodes);

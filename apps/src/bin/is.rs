@@ -7,7 +7,7 @@
 //! node reads another's keys. A barrier. Verified: the output is sorted and has the
 //! same multiset of keys (counts per value) as the input.
 
-use dsm_apps::{Gen, arg_num, band, banded, init, report};
+use dsm_apps::{Gen, alloc, arg_num, band, banded, init, report};
 use dsm_runtime::SharedArray;
 
 fn key(i: usize, max: usize) -> u32 {
@@ -28,11 +28,9 @@ fn main() {
     let max = arg_num(&args, 1, "max key", 1 << 16).max(1);
     let dsm = init("is");
     let (me, nodes) = (dsm.id(), dsm.nodes());
-    let keys: SharedArray<u32> = dsm.alloc(n, banded(n, 4, nodes)).expect("alloc");
-    let out: SharedArray<u32> = dsm.alloc(n, banded(n, 4, nodes)).expect("alloc");
-    let hist: SharedArray<u64> = dsm
-        .alloc(nodes * max, banded(nodes, max * 8, nodes))
-        .expect("alloc");
+    let keys: SharedArray<u32> = alloc(&dsm, n, banded(n, 4, nodes));
+    let out: SharedArray<u32> = alloc(&dsm, n, banded(n, 4, nodes));
+    let hist: SharedArray<u64> = alloc(&dsm, nodes * max, banded(nodes, max * 8, nodes));
     let mine = band(n, me, nodes);
     for i in mine.0..mine.1 {
         keys.set(i, key(i, max));

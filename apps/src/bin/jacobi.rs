@@ -13,7 +13,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Bands, arg_num, init, interior_first, report};
+use dsm_apps::{Bands, alloc, arg_num, init, interior_first, report};
 use dsm_runtime::SharedArray;
 
 fn border(i: usize, j: usize, w: usize) -> f64 {
@@ -49,8 +49,8 @@ fn main() {
         bands.policy()
     };
     let grids: [SharedArray<f64>; 2] = [
-        dsm.alloc(w * w, policy.clone()).expect("alloc"),
-        dsm.alloc(w * w, policy).expect("alloc"),
+        alloc(&dsm, w * w, policy.clone()),
+        alloc(&dsm, w * w, policy),
     ];
     let rows = bands.of(dsm.id());
     for g in &grids {

@@ -12,7 +12,7 @@
 //! barrier per step). Every element sees its updates in the same order as the sequential algorithm, so node 0
 //! recomputes sequentially and the results agree to rounding (checked to 1e-9, relative).
 
-use dsm_apps::{arg_num, init, lu_matrix, report, spread};
+use dsm_apps::{alloc, arg_num, init, lu_matrix, report, spread};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray, SliceMut};
 
 /// One block step `k` restricted to the rows `owns(row)` says we own; `get`/`set` reach the matrix.
@@ -96,8 +96,7 @@ impl Matrix {
             .map(|k| {
                 let rows = b.min(n - k * b);
                 let home = NodeId(owner_of_block(k, nodes) as u16);
-                dsm.alloc(rows * n, AllocPolicy::OnNode(home))
-                    .expect("alloc a block row")
+                alloc(dsm, rows * n, AllocPolicy::OnNode(home))
             })
             .collect();
         Matrix { n, b, blocks }

@@ -3,7 +3,7 @@
 //! `pi [INTERVALS]` (default 50,000,000). Checks the total against pi (1e-9) and against the
 //! sum of the same partial sums computed by node 0 alone (1e-12).
 
-use dsm_apps::{arg_num, init, report};
+use dsm_apps::{alloc, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 fn partial(n: usize, from: usize, to: usize) -> f64 {
@@ -26,7 +26,7 @@ fn main() {
     let n = arg_num(&args, 0, "intervals", 50_000_000).max(1);
     let dsm = init("pi");
     let (me, nodes) = (dsm.id(), dsm.nodes());
-    let total: SharedArray<f64> = dsm.alloc(1, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    let total: SharedArray<f64> = alloc(&dsm, 1, AllocPolicy::OnNode(NodeId(0)));
     dsm.barrier();
     let t0 = dsm.clock();
     // Several chunks per node, each added under the lock (by the node's threads in turn, with

@@ -11,7 +11,7 @@
 )]
 
 use dsm_apps::kernels::{SOR_OMEGA as OMEGA, sor_row};
-use dsm_apps::{Bands, arg_num, init, interior_first, report, spread};
+use dsm_apps::{Bands, alloc, arg_num, init, interior_first, report, spread};
 use dsm_runtime::SharedArray;
 
 fn initial(i: usize, j: usize, n: usize) -> f64 {
@@ -102,7 +102,7 @@ fn main() {
     let dsm = init("sor");
     let w = n + 2;
     let bands = Bands::page_aligned(w, w * 8, dsm.nodes());
-    let g: SharedArray<f64> = dsm.alloc(w * w, bands.policy()).expect("alloc grid");
+    let g: SharedArray<f64> = alloc(&dsm, w * w, bands.policy());
     let rows = bands.of(dsm.id());
     for i in rows.0..rows.1 {
         for j in 0..w {

@@ -6,7 +6,7 @@
 //! Prints the slowest reader's time and MB/s of the pages read; checks each reader's sum against
 //! the closed form of what node 0 wrote.
 
-use dsm_apps::{arg_num, init, report};
+use dsm_apps::{alloc, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, PAGE_SIZE, SharedArray};
 
 /// The indices of the words read: every word of one page in every `stride` pages.
@@ -39,7 +39,7 @@ fn main() {
     let n = mb * 1024 * 1024 / 8;
     let dsm = init("stream");
     let me = dsm.id();
-    let a: SharedArray<u64> = dsm.alloc(n, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    let a: SharedArray<u64> = alloc(&dsm, n, AllocPolicy::OnNode(NodeId(0)));
     if me == 0 {
         // SAFETY: node 0 alone writes the array before the barrier; nothing reads it meanwhile.
         let mut w = unsafe { a.slice_mut(0..n) };
@@ -60,9 +60,7 @@ fn main() {
             .fold(0u64, |s, &x| s.wrapping_add(x));
     }
     let elapsed = dsm.clock() - t0;
-    let times: SharedArray<f64> = dsm
-        .alloc(dsm.nodes(), AllocPolicy::OnNode(NodeId(0)))
-        .expect("alloc");
+    let times: SharedArray<f64> = alloc(&dsm, dsm.nodes(), AllocPolicy::OnNode(NodeId(0)));
     times.set(me, elapsed);
     let ok = !check
         || me == 0

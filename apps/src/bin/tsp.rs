@@ -11,7 +11,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Gen, arg_num, init, report};
+use dsm_apps::{Gen, alloc, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
 
 fn distances(n: usize) -> Vec<u64> {
@@ -123,7 +123,7 @@ fn main() {
     let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
     let dsm = init("tsp");
     let d = distances(n);
-    let state: SharedArray<u64> = dsm.alloc(2, AllocPolicy::OnNode(NodeId(0))).expect("alloc");
+    let state: SharedArray<u64> = alloc(&dsm, 2, AllocPolicy::OnNode(NodeId(0)));
     if dsm.id() == 0 {
         state.set(BEST, u64::MAX);
     }

@@ -11,7 +11,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Gen, arg_num, band, banded, init, report};
+use dsm_apps::{Gen, alloc, arg_num, band, banded, init, report};
 use dsm_runtime::SharedArray;
 
 const DT: f64 = 1e-3;
@@ -61,7 +61,7 @@ fn main() {
     let steps = arg_num(&args, 1, "steps", 6);
     let dsm = init("water");
     // Per molecule: x y z vx vy vz.
-    let m: SharedArray<f64> = dsm.alloc(n * 6, banded(n, 48, dsm.nodes())).expect("alloc");
+    let m: SharedArray<f64> = alloc(&dsm, n * 6, banded(n, 48, dsm.nodes()));
     let mine = band(n, dsm.id(), dsm.nodes());
     let s0 = start(n);
     for k in mine.0 * 6..mine.1 * 6 {

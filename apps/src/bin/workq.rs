@@ -12,7 +12,7 @@
 
 use std::sync::atomic::Ordering;
 
-use dsm_apps::{arg_num, init, report};
+use dsm_apps::{alloc, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 /// Task `t`'s result: a short integer recurrence whose length varies with `t`.
@@ -40,26 +40,17 @@ fn main() {
     let grain = arg_num(&args, 1, "grain", 20_000) as u64;
     let dsm = init("workq");
     let (me, nodes) = (dsm.id(), dsm.nodes());
-    let next: SharedArray<u64> = dsm
-        .alloc(1, AllocPolicy::OnNode(NodeId(0)))
-        .expect("alloc the counter");
-    let results: SharedArray<u64> = dsm
-        .alloc(tasks as usize, AllocPolicy::RoundRobin)
-        .expect("alloc the results");
-    let taker: SharedArray<u64> = dsm
-        .alloc(tasks as usize, AllocPolicy::RoundRobin)
-        .expect("alloc the takers");
+    let next: SharedArray<u64> = alloc(&dsm, 1, AllocPolicy::OnNode(NodeId(0)));
+    let results: SharedArray<u64> = alloc(&dsm, tasks as usize, AllocPolicy::RoundRobin);
+    let taker: SharedArray<u64> = alloc(&dsm, tasks as usize, AllocPolicy::RoundRobin);
     // Counted with relaxed fetch-adds (node 0, their home, applies its own with the CPU's
     // atomics, the others' through its service thread): one per task.
-    let hits: SharedArray<u64> = dsm
-        .alloc(1, AllocPolicy::OnNode(NodeId(0)))
-        .expect("alloc the count of tasks taken");
-    let done: SharedArray<u64> = dsm
-        .alloc(
-            1,
-            AllocPolicy::OnNode(NodeId(nodes.saturating_sub(1) as u16)),
-        )
-        .expect("alloc the count of tasks done");
+    let hits: SharedArray<u64> = alloc(&dsm, 1, AllocPolicy::OnNode(NodeId(0)));
+    let done: SharedArray<u64> = alloc(
+        &dsm,
+        1,
+        AllocPolicy::OnNode(NodeId(nodes.saturating_sub(1) as u16)),
+    );
     dsm.barrier();
     let t0 = dsm.clock();
     let take = || {
