@@ -886,3 +886,84 @@ fn a_job_started_from_a_jiahosts_ends_with_the_status_dsmrun_gives() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A self-launched job (a `.jiahosts`, UDP) whose node 0 is killed with SIGKILL mid-job: the
+/// nodes it started end at once, naming node 0, not after the transport's silence
+/// (`peer_timeout_ms`, 120 s here; 10 s by default).
+#[test]
+fn a_self_launched_job_whose_node_0_is_killed_ends_at_once_naming_it() {
+    use std::io::{BufRead, Read};
+    use std::sync::mpsc;
+    use std::time::Instant;
+    let dir = std::env::temp_dir().join(format!("dsm-jiahosts-kill0-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(".jiahosts"), "127.0.0.1\n".repeat(3)).unwrap();
+    let mut job = Command::new(bin("probe"))
+        .arg("sleep")
+        .current_dir(&dir)
+        .env("DSM_PEER_TIMEOUT_MS", "120000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let node0 = job.id();
+    // Every node's output goes to node 0's pipes (the nodes it starts inherit them).
+    let (lines_tx, lines) = mpsc::channel();
+    let stdout = job.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(l);
+        }
+    });
+    let (err_tx, err) = mpsc::channel();
+    let mut stderr = job.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        let _ = err_tx.send(s);
+    });
+    let mut running = 0;
+    while running < 3 {
+        let l = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("3 nodes running within 60 s");
+        running += usize::from(l.contains("probe: node") && l.contains("running"));
+    }
+    let started: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(node0)
+            })
+        })
+        .collect();
+    assert!(!started.is_empty(), "no node started by node 0 found");
+    let _ = job.kill();
+    let _ = job.wait();
+    let killed = Instant::now();
+    // The pipe closes once every node holding it has ended.
+    let said = err.recv_timeout(Duration::from_secs(60));
+    if said.is_err() {
+        // Still running (so these pids are still theirs): they must not outlive the test.
+        for pid in &started {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let said = said.expect("the nodes node 0 started still ran 60 s after it was killed");
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "took {:?}:\n{said}",
+        killed.elapsed()
+    );
+    assert!(
+        said.contains("lost node 0: its process ended"),
+        "no word of node 0:\n{said}"
+    );
+}

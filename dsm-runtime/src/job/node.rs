@@ -114,6 +114,10 @@ pub struct Control {
     /// A launcher outside the job watches (dsmrun): the channel closing means it is gone.
     /// Otherwise rank 0 does, and the channel closes when rank 0 ends.
     pub launcher_outside: bool,
+    /// Rank 0 watches and started this node itself (a `.jiahosts` self-launch): it waits for
+    /// the nodes it started at its normal exit, so the channel closing before this node left
+    /// the job means node 0 died. (Under srun or mpirun, rank 0 may end first.)
+    pub started_by_rank0: bool,
 }
 
 /// A node joins the job: sends its address, receives everyone's, and the control channel if
@@ -164,6 +168,8 @@ pub fn join(
                 Some(Control {
                     stream,
                     launcher_outside: how == PeersWord::Keep,
+                    // Our launcher's code started it (srun and mpirun give no place on a host).
+                    started_by_rank0: how == PeersWord::Watch && env.on_host.is_some(),
                 })
             };
             Ok((peers, control))

@@ -13,8 +13,9 @@ use crate::sys;
 impl Service {
     /// Reads the control channel: `DSM1 LOST <node> <how>` ends this node naming the lost one,
     /// `DSM1 STUCK <what>` ends it because the job cannot go on (rank 0 says what every node
-    /// waits for). The channel closing means dsmrun is gone; when rank 0 watches (srun, mpirun,
-    /// `.jiahosts`), it means only that rank 0 ended, which the transport reports if it matters.
+    /// waits for). The channel closing means dsmrun is gone, or a self-launching node 0 that
+    /// started this node died; when rank 0 watches under srun or mpirun, it means only that rank
+    /// 0 ended, which the transport reports if it matters.
     pub(super) fn check_control(&mut self) {
         self.control_checked = Instant::now();
         let Some(c) = &mut self.control else { return };
@@ -49,6 +50,16 @@ impl Service {
                 }
                 Some(e) => fatal(&format!("the launcher's control connection failed: {e}")),
             }
+        }
+        // A node 0 that started this node waits for it at a normal exit, and tells it first of
+        // any failure it ends with: the channel closing unannounced means node 0 died. Said at
+        // once, not after the transport's `peer_timeout_ms` of silence (10 s over UDP).
+        if self.exit_done_at.is_none() && self.started_by_rank0 && self.node.id().0 != 0 {
+            fatal_with(
+                "lost node 0: its process ended (the control connection of the node 0 that \
+                 started this node closed before this node left the job)",
+                EXIT_PEER_FAILED,
+            );
         }
         self.control = None;
     }

@@ -106,6 +106,9 @@ pub(crate) struct Service {
     control: Option<std::net::TcpStream>,
     /// The watcher is a launcher outside the job (dsmrun), not rank 0.
     launcher_outside: bool,
+    /// The control channel is rank 0's, and rank 0 started this node (see
+    /// `job::node::Control::started_by_rank0`).
+    started_by_rank0: bool,
     /// The control connection's lines, as they complete.
     control_lines: crate::job::wire::Lines,
     control_checked: Instant,
@@ -168,6 +171,7 @@ impl Service {
         epoll.add(evfd.as_raw_fd(), 0, false)?;
         quiet.add(evfd.as_raw_fd(), 0, false)?;
         let launcher_outside = control.as_ref().is_some_and(|c| c.launcher_outside);
+        let started_by_rank0 = control.as_ref().is_some_and(|c| c.started_by_rank0);
         let control = control.map(|c| c.stream);
         if let Some(c) = &control {
             epoll.add(c.as_raw_fd(), 2, false)?;
@@ -192,6 +196,7 @@ impl Service {
             exit_done_at: None,
             control,
             launcher_outside,
+            started_by_rank0,
             control_lines: crate::job::wire::Lines::default(),
             control_checked: Instant::now(),
             warned_thrashing: false,
