@@ -137,13 +137,21 @@ impl Service {
         // What the program allocated: a cache as large as every page it can touch never evicts.
         let allocated = self.node.pages_allocated();
         let suggest = allocated.clamp(cache * 2, 1 << 24);
+        let why = if suggest == allocated {
+            "that is every page the program allocated, so nothing is evicted; a smaller raise \
+             may do"
+        } else if suggest == cache * 2 {
+            "twice the cache"
+        } else {
+            "the largest allowed"
+        };
         use std::io::Write as _;
         let _ = writeln!(
             std::io::stderr(),
             "dsm node {}: warning: the page cache is too small for this program: {again} pages \
              were fetched again in the barrier epoch that evicted them (cache_pages = {cache}, \
              pages of 4 KiB); the job may run many times slower. Raise it: --set \
-             cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf)",
+             cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf); {why}",
             self.node.id().0,
         );
     }
