@@ -112,6 +112,11 @@ pub trait Transport: Send {
     /// messages into shared datagrams, TCP writes each connection's frames with one writev,
     /// RDMA RC posts one chained work-request list per peer.
     fn flush(&mut self, _now: Instant) {}
+    /// The node leaves: its last acknowledgements go to every peer it heard from, more than
+    /// once where datagrams may be lost (UDP, RDMA UD), so that one lost acknowledgement does
+    /// not leave a peer resending to a node that is gone until its exit linger ends. Sent at
+    /// once; nothing is read after it.
+    fn farewell(&mut self, _now: Instant) {}
 
     // ----- one-sided reads: a capability, offered by RDMA RC -----
 

@@ -47,6 +47,10 @@ const RECORD_HEADER: usize = 4;
 /// In the send queue only: a whole message in one fragment (so it may be packed).
 const QUEUED_WHOLE: u8 = 0x80;
 
+/// How many times a leaving node sends its last acknowledgement to each peer
+/// ([`Reliable::farewell`]): at 10% loss, one in a thousand peers then waits out its linger.
+pub const FAREWELL_ACKS: usize = 3;
+
 /// Settings of the reliability layer.
 #[derive(Clone, Debug)]
 pub struct ReliableConfig {
@@ -620,6 +624,28 @@ impl Reliable {
         }
         if (peer.ack_due || peer.sack_due) && pure_acks {
             self.push_pure_ack(now, to);
+        }
+    }
+
+    /// Queues [`FAREWELL_ACKS`] plain acknowledgements to every peer this node heard from: it
+    /// leaves, and a peer whose last datagram's acknowledgement was lost would otherwise resend
+    /// it to a node that is gone. (Cumulative only: repeated selective acknowledgements would
+    /// count as duplicates and trigger a fast retransmission.)
+    pub fn farewell(&mut self, now: Instant) {
+        for to in 0..self.peers.len() as u16 {
+            let peer = &mut self.peers[usize::from(to)];
+            if to == self.me || peer.expected == 0 {
+                continue;
+            }
+            peer.ack_due = false;
+            peer.sack_due = false;
+            peer.received_since_ack = (0, 0);
+            peer.last_sent = now;
+            let dg = datagram(self.cookie, self.me, 0, peer.next_seq, peer.expected, &[]);
+            for _ in 0..FAREWELL_ACKS {
+                self.out.push_back(Out::Bytes { to, dg: dg.clone() });
+                self.stats.acks_sent += 1;
+            }
         }
     }
 
@@ -1309,6 +1335,34 @@ mod tests {
                 assert!(ack.is_none(), "acknowledged after {} datagrams", i + 1);
             }
         }
+    }
+
+    /// A leaving node acknowledges, three times, what it has from every peer it heard from:
+    /// any one of them ends the peer's wait; a peer never heard from gets none.
+    #[test]
+    fn a_farewell_repeats_the_last_acknowledgement_to_each_peer_heard_from() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 3, 42, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 3, 42, cfg, t0);
+        a.send(1, b"the exit grant");
+        a.flush(t0);
+        let (_, d) = a.poll_transmit().unwrap();
+        b.handle_datagram(t0, 0, &d).unwrap();
+        b.farewell(t0);
+        let acks: Vec<(u16, Vec<u8>)> = std::iter::from_fn(|| b.poll_transmit()).collect();
+        assert_eq!(acks.len(), FAREWELL_ACKS, "{acks:?}");
+        assert!(
+            acks.iter()
+                .all(|(to, d)| *to == 0 && d[3] == 0 && d.len() == HEADER_BYTES)
+        );
+        // The first two lost: the last one is enough.
+        a.handle_datagram(t0, 1, &acks[FAREWELL_ACKS - 1].1)
+            .unwrap();
+        assert_eq!(a.pending(1), 0, "acknowledged");
+        // Duplicates of it change nothing (no fast retransmission of anything).
+        a.handle_datagram(t0, 1, &acks[0].1).unwrap();
+        assert!(a.poll_transmit().is_none());
     }
 
     #[test]

@@ -327,6 +327,10 @@ impl Transport for UdpTransport {
     fn fd(&self) -> RawFd {
         UdpTransport::fd(self)
     }
+    fn farewell(&mut self, now: Instant) {
+        self.rel.farewell(now);
+        self.transmit();
+    }
     fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
         UdpTransport::send(self, to, msg);
     }

@@ -646,8 +646,8 @@ impl Service {
     }
 
     /// Reads what waits on the transport (up to 64 reads) and flushes: a read that finds the
-    /// socket empty lets the acknowledgements no reply carried go (UDP, RDMA UD). For a node
-    /// about to close its transport or end.
+    /// socket empty lets the acknowledgements no reply carried go (UDP, RDMA UD); then the
+    /// farewell repeats them, for a lost one. For a node about to close its transport or end.
     pub(crate) fn acknowledge_what_came(&mut self) {
         if let Some(t) = &mut self.transport {
             for _ in 0..64 {
@@ -656,6 +656,7 @@ impl Service {
                 }
             }
             t.flush(Instant::now());
+            t.farewell(Instant::now());
         }
     }
 

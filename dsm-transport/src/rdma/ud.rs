@@ -358,6 +358,11 @@ impl Transport for UdTransport {
         UdTransport::flush(self);
     }
 
+    fn farewell(&mut self, now: Instant) {
+        self.rel.farewell(now);
+        UdTransport::flush(self);
+    }
+
     fn poll_recv(&mut self, now: Instant) -> usize {
         self.handle_control(now, false);
         let n = self.handle_completions(now);
