@@ -1228,7 +1228,7 @@ impl Dsm {
         }
         self.left.store(true, Ordering::SeqCst);
         if races::report_at_node0() {
-            sys::exit_status_at_end(races::EXIT_RACES);
+            sys::exit_status_at_end(races::EXIT_RACES, job::launcher::before_a_quick_exit);
         }
     }
 }

@@ -194,7 +194,8 @@ impl UdpTransport {
                 }
             }
         }
-        // Fast retransmissions the acks called for go out now; the acknowledgement of a message
+        // Fast retransmissions the acks called for go out now, and an acknowledgement owed for
+        // half the sender's window (see `Reliable`); any other acknowledgement of a message
         // read waits for the next flush, which the caller makes after handling it, so it rides
         // on the reply (a pure ack sent here cost every remote fault a sendto on each side,
         // before the reply).

@@ -1148,6 +1148,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
     // status.
     signals::at_exit(wait_for_the_other_nodes)
         .map_err(|e| JobFailure::Start(format!("atexit: {e}")))?;
+    STARTED_ITS_JOB.store(true, Ordering::SeqCst);
     Ok(env)
 }
 
@@ -1186,6 +1187,18 @@ impl Latch {
             .wait_timeout_while(set, within, |set| set.is_none())
             .unwrap_or_else(|e| e.into_inner());
         set.clone()
+    }
+}
+
+/// This process is a node 0 that started its job itself: its exit waits for the other nodes.
+static STARTED_ITS_JOB: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For an exit that skips the process's exit handlers (`sys::exit_status_at_end`, the race
+/// checker's status): a node 0 that started its job itself first waits for the nodes it
+/// started, as its handler would, rather than end them mid-exit.
+pub(crate) fn before_a_quick_exit() {
+    if STARTED_ITS_JOB.load(Ordering::SeqCst) {
+        wait_for_the_other_nodes();
     }
 }
 

@@ -5,7 +5,7 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use super::Service;
+use super::{RANK0_GRACE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
 use crate::job::wire::Line;
 use crate::sys;
@@ -52,16 +52,27 @@ impl Service {
             }
         }
         // A node 0 that started this node waits for it at a normal exit, and tells it first of
-        // any failure it ends with: the channel closing unannounced means node 0 died. Said at
-        // once, not after the transport's `peer_timeout_ms` of silence (10 s over UDP).
+        // any failure it ends with: the channel closing unannounced means node 0 died. Said
+        // within `RANK0_GRACE`, not after the transport's `peer_timeout_ms` of silence (10 s
+        // over UDP); the grace lets node 0's own last words, still on the transport (its error,
+        // read behind another peer's close), be the ones reported.
         if self.exit_done_at.is_none() && self.started_by_rank0 && self.node.id().0 != 0 {
+            self.rank0_gone_at.get_or_insert(Instant::now());
+        }
+        self.control = None;
+    }
+
+    /// Ends the node once [`RANK0_GRACE`] passed since the self-launching node 0 that started
+    /// it was found gone (see `check_control`), unless the node left the job meanwhile.
+    pub(super) fn check_rank0_gone(&self) {
+        let Some(at) = self.rank0_gone_at else { return };
+        if self.exit_done_at.is_none() && at.elapsed() >= RANK0_GRACE {
             fatal_with(
                 "lost node 0: its process ended (the control connection of the node 0 that \
                  started this node closed before this node left the job)",
                 EXIT_PEER_FAILED,
             );
         }
-        self.control = None;
     }
 
     /// Acts on the lines that came on the control channel: the launcher's verdicts.

@@ -54,6 +54,9 @@ pub(crate) static STATE: NodeState<Service> = NodeState::new();
 const LAUNCHER_VERDICT: Duration = Duration::from_millis(300);
 /// How long a node that exited keeps serving so its last messages are acknowledged.
 const LINGER: Duration = Duration::from_secs(2);
+/// How long a node that a self-launching node 0 started waits, once node 0's control connection
+/// closed unannounced, before it ends naming node 0 (its last words on the transport win).
+const RANK0_GRACE: Duration = Duration::from_millis(200);
 /// How long a node in exit waits for its grant after node 0 closed its connections.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// How long `jia_error` waits for every node to acknowledge its error message before its node
@@ -130,6 +133,9 @@ pub(crate) struct Service {
     /// Node 0 closed its connections while we waited for our exit grant: when, and the error
     /// to report if the grant does not arrive within [`EXIT_GRACE`].
     lost_in_exit: Option<(Instant, String)>,
+    /// When the self-launching node 0 that started this node was found gone (its control
+    /// connection closed before this node left the job).
+    rank0_gone_at: Option<Instant>,
     /// The call each waiting thread made, by slot (taken when it is resumed).
     pending: BTreeMap<usize, Pending>,
     /// The thread waiting in `jia_error` for its message to be acknowledged, and since when.
@@ -204,6 +210,7 @@ impl Service {
             in_flight_sampled: 0,
             reported_waiting: false,
             lost_in_exit: None,
+            rank0_gone_at: None,
             pending: BTreeMap::new(),
             error_waiter: None,
             own_error: false,
@@ -311,7 +318,8 @@ impl Service {
         let e = self.exit_done_at.map(|d| d + LINGER);
         let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
         let r = self.error_waiter.map(|(_, at)| at + ERROR_GRACE);
-        [t, c, e, g, r].into_iter().flatten().min()
+        let z = self.rank0_gone_at.map(|at| at + RANK0_GRACE);
+        [t, c, e, g, r, z].into_iter().flatten().min()
     }
 
     /// Takes a thread's request (posted, or its own on the state).

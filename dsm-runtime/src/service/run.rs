@@ -249,6 +249,7 @@ pub(crate) fn run(service: Service) {
                 fatal_with(msg, EXIT_PEER_FAILED);
             }
         }
+        s.check_rank0_gone();
         let now = Instant::now();
         standing.worked(now);
         if busy {

@@ -801,23 +801,28 @@ pub fn flush_c_stdio() {
 }
 
 static EXIT_STATUS_AT_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static BEFORE_EXIT_AT_END: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// Makes the process end with `status` when it exits normally with status 0 (`exit(0)`, or a
-/// return of 0 from `main`); a failing status of the program's own is kept. C's stdio is
-/// flushed first.
-pub fn exit_status_at_end(status: i32) {
+/// return of 0 from `main`); a failing status of the program's own is kept. `before` runs
+/// first, then C's stdio is flushed.
+pub fn exit_status_at_end(status: i32, before: fn()) {
     extern "C" fn end(exiting_with: libc::c_int, _: *mut libc::c_void) {
         let status = match exiting_with {
             0 => EXIT_STATUS_AT_END.load(std::sync::atomic::Ordering::Relaxed),
             own => own,
         };
-        // `_exit` skips the handlers registered before this one (none of them matters once
-        // the job has left) but for the one that ends what the node started: ended here.
+        if let Some(before) = BEFORE_EXIT_AT_END.get() {
+            before();
+        }
+        // `_exit` skips the handlers registered before this one (`before` does what matters
+        // of them) but for the one that ends what the node started: ended here.
         flush_c_stdio();
         process::end_descendants();
         signals::exit_now(status);
     }
     EXIT_STATUS_AT_END.store(status, std::sync::atomic::Ordering::Relaxed);
+    let _ = BEFORE_EXIT_AT_END.set(before);
     if process::on_exit(end).is_err() {
         signals::exit_now(status);
     }

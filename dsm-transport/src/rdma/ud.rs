@@ -368,7 +368,8 @@ impl Transport for UdTransport {
         let n = self.handle_completions(now);
         self.repost_receives();
         // As for UDP: the acknowledgements of this batch wait for the next flush, to ride on
-        // the replies; fast retransmissions go out now.
+        // the replies, but for one owed for half the sender's window; fast retransmissions go
+        // out now.
         self.flush();
         n
     }
