@@ -633,29 +633,34 @@ impl Reliable {
     /// count as duplicates and trigger a fast retransmission.)
     pub fn farewell(&mut self, now: Instant) {
         for to in 0..self.peers.len() as u16 {
-            let peer = &mut self.peers[usize::from(to)];
-            if to == self.me || peer.expected == 0 {
+            if to == self.me || self.peers[usize::from(to)].expected == 0 {
                 continue;
             }
-            peer.ack_due = false;
-            peer.sack_due = false;
-            peer.received_since_ack = (0, 0);
-            peer.last_sent = now;
-            let dg = datagram(self.cookie, self.me, 0, peer.next_seq, peer.expected, &[]);
-            for _ in 0..FAREWELL_ACKS {
+            let dg = self.pure_ack(now, to, false);
+            for _ in 1..FAREWELL_ACKS {
                 self.out.push_back(Out::Bytes { to, dg: dg.clone() });
-                self.stats.acks_sent += 1;
             }
+            self.out.push_back(Out::Bytes { to, dg });
+            self.stats.acks_sent += FAREWELL_ACKS as u64;
         }
     }
 
     /// Queues a pure acknowledgement to `to` (with the fragments held out of order, if any).
     fn push_pure_ack(&mut self, now: Instant, to: u16) {
+        let dg = self.pure_ack(now, to, true);
+        self.out.push_back(Out::Bytes { to, dg });
+        self.stats.acks_sent += 1;
+    }
+
+    /// A pure acknowledgement to `to`, selective (naming the fragments held out of order) if
+    /// `selective` and any are; the acknowledgements owed to `to` are paid by it.
+    fn pure_ack(&mut self, now: Instant, to: u16, selective: bool) -> Vec<u8> {
         let peer = &mut self.peers[usize::from(to)];
         peer.ack_due = false;
         peer.sack_due = false;
         peer.received_since_ack = (0, 0);
-        let (flags, sack) = if peer.out_of_order.is_empty() {
+        peer.last_sent = now;
+        let (flags, sack) = if !selective || peer.out_of_order.is_empty() {
             (0, Vec::new())
         } else {
             let mut bits = 0u64;
@@ -667,17 +672,14 @@ impl Reliable {
             }
             (FLAG_GAP, bits.to_le_bytes().to_vec())
         };
-        let dg = datagram(
+        datagram(
             self.cookie,
             self.me,
             flags,
             peer.next_seq,
             peer.expected,
             &sack,
-        );
-        self.out.push_back(Out::Bytes { to, dg });
-        self.stats.acks_sent += 1;
-        peer.last_sent = now;
+        )
     }
 
     /// Hands every datagram due to `send(to, header, payload)`: a datagram is the two slices
