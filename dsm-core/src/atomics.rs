@@ -40,7 +40,7 @@ use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
 use crate::sync::written_after;
 use crate::table::Frame;
-use crate::types::{AtomicOp, AtomicOrder, GlobalAddr, NodeId, PageNum, Time, WaiterId};
+use crate::types::{AtomicOp, AtomicOrder, GlobalAddr, NodeId, PageNum, Prot, Time, WaiterId};
 
 impl<M: PageMemory> Node<M> {
     /// The waiter applies `op` to the `width`-byte word at `addr` (4 or 8, aligned), with the
@@ -136,7 +136,8 @@ impl<M: PageMemory> Node<M> {
             acquire: order.acquire,
             release: order.release,
             seen,
-            epoch: self.epoch + u32::from(self.sync.awaiting_grant),
+            epoch: self.epoch,
+            in_barrier: self.sync.awaiting_grant,
             notices: Vec::new(),
             earlier: Vec::new(),
         };
@@ -161,9 +162,26 @@ impl<M: PageMemory> Node<M> {
             });
             self.complete_flushes();
         } else {
+            self.diff_written_word_page(now, addr.page());
             self.send(home, msg);
         }
         self.drain_loopback(now);
+    }
+
+    /// Before an operation without release semantics: if this node writes the word's page
+    /// (read-write here, homed elsewhere), its diff goes home first. The diff and the
+    /// operation go to the same home, in that order, so the operation applies to the value
+    /// this node's own plain stores left (C11's order of one word's modifications), and the
+    /// diff cannot land after it and undo it.
+    fn diff_written_word_page(&mut self, now: Time, page: PageNum) {
+        if self.table[page.index()].home == self.cfg.node || !self.rw.remove(&page) {
+            return;
+        }
+        // Protect first, then diff: a racing store either made it into the page or faults.
+        self.protect_pages(&[page], Prot::Read);
+        self.table[page.index()].frame = Frame::ReadOnly;
+        self.diff_page(page);
+        self.send_diffs(now);
     }
 
     /// The fetch-adds that waited behind the operation on `key`'s word just answered, as one
@@ -205,6 +223,7 @@ impl<M: PageMemory> Node<M> {
             release,
             seen,
             epoch,
+            in_barrier,
             notices,
             earlier,
         } = msg
@@ -234,9 +253,12 @@ impl<M: PageMemory> Node<M> {
             self.mark_written(page);
         }
         if release {
+            // As a lock's release: the writes of a node with a thread in a barrier belong to
+            // the next epoch. An acquire below asks from the sender's own epoch.
             let node_epoch = self.epoch;
+            let released_in = epoch.saturating_add(u32::from(in_barrier));
             self.mgr
-                .on_atomic_release(addr, epoch, (notices, earlier), node_epoch);
+                .on_atomic_release(addr, released_in, (notices, earlier), node_epoch);
         }
         let (counter, notices) = self.mgr.atomic_notices(addr, seen, epoch, acquire);
         self.stats.atomics_served += 1;
@@ -278,7 +300,12 @@ impl<M: PageMemory> Node<M> {
             let seen = self.atomics.seen.entry(out.addr.0).or_insert(0);
             *seen = (*seen).max(counter);
         }
-        if out.home != self.cfg.node && self.copy_lacks(out.addr, out.width, out.op, old) {
+        // A copy on its way may predate the operation (a holder the home forwarded the request
+        // to, or a one-sided read): `invalidate` marks its fetch stale, so it is asked again.
+        let fetching = self.table[page.index()].fetch.is_some();
+        if out.home != self.cfg.node
+            && (fetching || self.copy_lacks(out.addr, out.width, out.op, old))
+        {
             self.invalidate(now, [page]);
         }
         self.mark_written(page);

@@ -24,7 +24,7 @@ use crate::types::{
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 10;
+pub const VERSION: u8 = 11;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -144,7 +144,7 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Migrated { vetoes: pages, .. } | Msg::MigrateGrant { vetoed: pages, .. } => {
             4 + 4 + 4 * pages.len()
         }
-        Msg::SetCv { notices, .. } => 2 + 4 + 4 * notices.len(),
+        Msg::SetCv { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
         Msg::ResetCv { .. } | Msg::LockWanted { .. } => 2,
         Msg::WaitCv { .. } => 2 + 4,
         Msg::CvGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
@@ -236,6 +236,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             release,
             seen,
             epoch,
+            in_barrier,
             notices,
             earlier,
         } => {
@@ -246,7 +247,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.push(tag);
             out.extend_from_slice(&a.to_le_bytes());
             out.extend_from_slice(&b.to_le_bytes());
-            out.push(u8::from(*acquire) | u8::from(*release) << 1);
+            out.push(u8::from(*acquire) | u8::from(*release) << 1 | u8::from(*in_barrier) << 2);
             out.extend_from_slice(&seen.to_le_bytes());
             out.extend_from_slice(&epoch.to_le_bytes());
             put_pages(out, notices);
@@ -346,8 +347,9 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.extend_from_slice(&epoch.to_le_bytes());
             put_pages(out, pages);
         }
-        Msg::SetCv { cv, notices } => {
+        Msg::SetCv { cv, epoch, notices } => {
             out.extend_from_slice(&cv.0.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
             put_pages(out, notices);
         }
         Msg::ResetCv { cv } => out.extend_from_slice(&cv.0.to_le_bytes()),
@@ -611,6 +613,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         MsgKind::WaitGrant => Msg::WaitGrant { epoch: r.u32()? },
         MsgKind::SetCv => Msg::SetCv {
             cv: r.cv()?,
+            epoch: r.u32()?,
             notices: r.pages()?,
         },
         MsgKind::ResetCv => Msg::ResetCv { cv: r.cv()? },
@@ -625,6 +628,13 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                     value: addr | u64::from(width),
                 });
             }
+            if addr / PAGE_SIZE as u64 > u64::from(u32::MAX) {
+                // Beyond every page number: it must not be read as a lower page.
+                return Err(DecodeError::BadValue {
+                    field: "atomic word's address",
+                    value: addr,
+                });
+            }
             let tag = r.u8()?;
             let (a, b) = (r.u64()?, r.u64()?);
             let op = atomic_op_from(tag, a, b).ok_or(DecodeError::BadValue {
@@ -632,9 +642,9 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 value: tag.into(),
             })?;
             let flags = r.u8()?;
-            if flags > 3 {
+            if flags > 7 {
                 return Err(DecodeError::BadValue {
-                    field: "atomic order",
+                    field: "atomic order and barrier flags",
                     value: flags.into(),
                 });
             }
@@ -647,6 +657,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 release: flags & 2 != 0,
                 seen: r.u32()?,
                 epoch: r.u32()?,
+                in_barrier: flags & 4 != 0,
                 notices: r.pages()?,
                 earlier: r.pages()?,
             }

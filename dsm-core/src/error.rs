@@ -59,6 +59,24 @@ pub enum JobError {
         /// `jia_barrier` or `jia_exit`.
         reached: &'static str,
     },
+    /// Another node asked this one for pages as their home before this node made the
+    /// allocation that holds them, and this node's allocation homes them elsewhere: the two
+    /// made different allocation calls.
+    #[error(
+        "{node} asked {here} for {page} as its home, but {here}'s allocations home it on {home}: \
+         the nodes made different allocation calls (allocations must be the same calls, with the \
+         same sizes and policies, in the same order on every node)"
+    )]
+    HomeMismatch {
+        /// The node that asked.
+        node: NodeId,
+        /// The first page asked for that is not homed here.
+        page: PageNum,
+        /// This node.
+        here: NodeId,
+        /// Its home by this node's allocations.
+        home: NodeId,
+    },
     /// Another node's application failed.
     #[error("{from} failed: {text}")]
     Remote {

@@ -490,12 +490,13 @@ impl Managers {
         Ok(self.cvs.entry(cv).or_default())
     }
 
-    /// `from` sets `cv` with the pages it wrote: every waiter is granted.
+    /// `from` sets `cv` with the pages it wrote (in its epoch `epoch`, as a lock's release
+    /// names it): every waiter is granted.
     pub fn on_set_cv(
         &mut self,
         from: NodeId,
         cv: CvId,
-        notices: Vec<PageNum>,
+        (epoch, notices): (u32, Vec<PageNum>),
         node_epoch: u32,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
@@ -503,7 +504,9 @@ impl Managers {
         m.set = true;
         m.counter += 1;
         let counter = m.counter;
-        record_notices(&mut m.notices, notices, counter, node_epoch, node_epoch);
+        // Tagged with the setter's epoch, not this node's: a manager that has not had the last
+        // barrier's grant yet would tag them one epoch old, and drop them a barrier early.
+        record_notices(&mut m.notices, notices, counter, epoch, node_epoch);
         for (n, seen) in std::mem::take(&mut m.waiters) {
             let grant = Msg::CvGrant {
                 cv,

@@ -178,8 +178,12 @@ pub enum Msg {
         release: bool,
         /// The word's notice counter the sender has seen.
         seen: u32,
-        /// The sender's barrier epoch.
+        /// The sender's barrier epoch (the barrier grants it has had): an acquire is sent the
+        /// word's notices of writes from this epoch on.
         epoch: u32,
+        /// A thread of the sender waits in a barrier (called, not granted): the writes a
+        /// release carries belong to the next epoch, `epoch + 1`, as a lock's release tags them.
+        in_barrier: bool,
         /// Pages written since the sender last released this word (release only).
         notices: Vec<PageNum>,
         /// Pages of the epoch before, as `Msg::Release::earlier` (release only).
@@ -221,6 +225,8 @@ pub enum Msg {
     SetCv {
         /// The condition variable.
         cv: CvId,
+        /// The epoch the sender's writes belong to, as [`Msg::Release::epoch`].
+        epoch: u32,
         /// Pages written since the sender last set this variable.
         notices: Vec<PageNum>,
     },

@@ -396,9 +396,21 @@ impl<M: PageMemory> Node<M> {
             .partition(|(_, _, pages)| pages.iter().all(|p| p.index() < allocated));
         self.early_requests = waiting;
         for (from, access, pages) in ready {
-            if let Err(e) = self.on_get_page(None, from, access, pages) {
-                debug_assert!(false, "held request rejected: {e}");
+            // Asked before this allocation by a node that made it already: the pages must be
+            // homed here by this node's allocations too, or the nodes' calls differ.
+            let me = self.cfg.node;
+            if let Some(&page) = pages.iter().find(|p| self.table[p.index()].home != me) {
+                let home = self.table[page.index()].home;
+                self.abort(JobError::HomeMismatch {
+                    node: from,
+                    page,
+                    here: me,
+                    home,
+                });
+                continue;
             }
+            // Its one refusal once the pages exist (not homed here) was checked above.
+            let _ = self.on_get_page(None, from, access, pages);
         }
         Ok(first.addr())
     }
@@ -601,9 +613,9 @@ impl<M: PageMemory> Node<M> {
             Msg::MigrateGrant { epoch, vetoed } => self.on_migrate_grant(now, from, epoch, vetoed),
             Msg::Wait { epoch } => self.managed(|m, o| m.on_wait(from, epoch, o)),
             Msg::WaitGrant { epoch } => self.on_wait_grant(now, from, epoch),
-            Msg::SetCv { cv, notices } => {
+            Msg::SetCv { cv, epoch, notices } => {
                 let node_epoch = self.epoch;
-                self.managed(|m, o| m.on_set_cv(from, cv, notices, node_epoch, o))
+                self.managed(|m, o| m.on_set_cv(from, cv, (epoch, notices), node_epoch, o))
             }
             Msg::ResetCv { cv } => self.managed(|m, _| m.on_reset_cv(from, cv)),
             Msg::LockWanted { lock } => self.on_lock_wanted(from, lock),

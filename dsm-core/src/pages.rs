@@ -1266,7 +1266,7 @@ impl<M: PageMemory> Node<M> {
     ///   move),
     ///
     /// or, moving here, the claimed copy was overtaken (named by a lock's grant since the claim:
-    /// another node wrote it during the barrier), or, moving away from here, another node's
+    /// another node wrote it during the barrier) or the page was not claimed, or, moving away from here, another node's
     /// diff changed it since the last grant (a writer before its barrier call would have named
     /// it, so that write was made during the barrier). Closing first, then checking, leaves no
     /// gap: a later write faults and waits for the decision (`handle_fault`).
@@ -1297,6 +1297,8 @@ impl<M: PageMemory> Node<M> {
                 || (!at_old_home && self.rw.contains(&p))
                 || (at_old_home && self.written.contains_key(&p))
                 || (n.writer == Some(me) && overtaken.contains(&p))
+                // Node 0 proposes a move only to a node that claimed the page.
+                || (n.writer == Some(me) && !self.claims.contains_key(&p))
                 || (at_old_home
                     && diffed_here
                         .range((p, NodeId(0))..=(p, NodeId(u16::MAX)))

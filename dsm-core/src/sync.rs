@@ -233,14 +233,20 @@ impl<M: PageMemory> Node<M> {
                     ..
                 } => {
                     let manager = self.manager_of(cv.0);
-                    self.send(manager, Msg::SetCv { cv, notices });
+                    // As a lock's release: writes after this node's barrier call belong to
+                    // the next epoch.
+                    let epoch = self.epoch + u32::from(self.sync.awaiting_grant);
+                    self.send(manager, Msg::SetCv { cv, epoch, notices });
                     self.resume(waiter);
                 }
                 AfterFlush::Atomic { home, mut msg, .. } => {
-                    // As a lock's release: writes after this node's barrier call belong to
-                    // the next epoch.
-                    if let Msg::Atomic { epoch, .. } = &mut msg {
-                        *epoch = self.epoch + u32::from(self.sync.awaiting_grant);
+                    // The epoch as it is now the release leaves (see `Msg::Atomic::in_barrier`).
+                    if let Msg::Atomic {
+                        epoch, in_barrier, ..
+                    } = &mut msg
+                    {
+                        *epoch = self.epoch;
+                        *in_barrier = self.sync.awaiting_grant;
                     }
                     self.send(home, msg);
                 }
@@ -457,6 +463,15 @@ impl<M: PageMemory> Node<M> {
         epoch: u32,
         notices: Vec<WriteNotice>,
     ) -> Result<(), ProtocolError> {
+        // Checked before anything changes: a refused grant must leave the barrier as it was,
+        // for node 0's own grant to end it.
+        if from != NodeId(0) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::BarrierGrant,
+                why: "a barrier grant comes from node 0 only",
+            });
+        }
         if epoch != self.epoch
             || !self
                 .sync
@@ -468,6 +483,16 @@ impl<M: PageMemory> Node<M> {
                 from,
                 kind: MsgKind::BarrierGrant,
                 why: "not in that barrier",
+            });
+        }
+        if notices
+            .iter()
+            .any(|n| n.writer.is_some_and(|w| w.0 >= self.cfg.nodes))
+        {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::BarrierGrant,
+                why: "a notice names a writer outside the job",
             });
         }
         let me = self.cfg.node;

@@ -116,6 +116,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         },
         11 => Msg::SetCv {
             cv,
+            epoch: rng.next_u64() as u32,
             notices: pages(rng),
         },
         12 => Msg::ResetCv { cv },
@@ -160,13 +161,14 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             let release = rng.chance(50);
             Msg::Atomic {
                 id: rng.next_u64() as u32,
-                addr: (rng.next_u64() >> 8) & !7,
+                addr: (rng.next_u64() >> 20) & !7,
                 width,
                 op,
                 acquire: rng.chance(50),
                 release,
                 seen: rng.next_u64() as u32,
                 epoch: rng.next_u64() as u32,
+                in_barrier: rng.chance(50),
                 notices: if release { pages(rng) } else { Vec::new() },
                 earlier: if release { pages(rng) } else { Vec::new() },
             }
@@ -410,6 +412,32 @@ fn malformed_frames_are_errors_naming_the_fault() {
         codec::decode_frame(&huge),
         Err(DecodeError::Truncated { .. })
     ));
+    // An atomic word beyond every page number (it would be read as a low page).
+    let far = 1u64 << 50;
+    let atomic = encode(
+        1,
+        0,
+        &Msg::Atomic {
+            id: 0,
+            addr: far,
+            width: 8,
+            op: AtomicOp::Load,
+            acquire: false,
+            release: false,
+            seen: 0,
+            epoch: 0,
+            in_barrier: false,
+            notices: vec![],
+            earlier: vec![],
+        },
+    );
+    assert_eq!(
+        codec::decode_frame(&atomic),
+        Err(DecodeError::BadValue {
+            field: "atomic word's address",
+            value: far
+        })
+    );
 }
 
 #[test]

@@ -1,0 +1,392 @@
+//! Orders of delivery that a review of the protocol core found mishandled (each test failed
+//! before its fix). Nodes are driven by hand so that the order of deliveries is the one the
+//! case needs (every order used is one the network allows: FIFO per pair of nodes, any order
+//! across pairs).
+
+use dsm_core::{
+    Access, AllocPolicy, CoreConfig, CvId, Effect, JobError, Msg, Node, NodeId, PAGE_SIZE, PageNum,
+    PageState, Time, VecMemory, WaiterId,
+};
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Delivers every message between `nodes` until none is left, except the ones `hold` keeps back
+/// (returned, in order). Effects are collected per node.
+fn pump(
+    nodes: &mut [Node<VecMemory>],
+    effects: &mut Vec<(usize, Effect)>,
+    hold: &dyn Fn(usize, usize, &Msg) -> bool,
+) -> Vec<(usize, usize, Msg)> {
+    let mut held = Vec::new();
+    loop {
+        let mut any = false;
+        for from in 0..nodes.len() {
+            while let Some(tx) = nodes[from].poll_transmit() {
+                let to = usize::from(tx.to.0);
+                if hold(from, to, &tx.msg) {
+                    held.push((from, to, tx.msg));
+                    continue;
+                }
+                any = true;
+                nodes[to]
+                    .handle_message(Time(0), NodeId(from as u16), tx.msg)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            while let Some(e) = nodes[from].poll_effect() {
+                effects.push((from, e));
+            }
+        }
+        if !any {
+            return held;
+        }
+    }
+}
+
+fn deliver(nodes: &mut [Node<VecMemory>], held: Vec<(usize, usize, Msg)>) {
+    for (from, to, m) in held {
+        nodes[to]
+            .handle_message(Time(0), NodeId(from as u16), m)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+fn resumed(effects: &[(usize, Effect)], node: usize, w: u64) -> bool {
+    effects.iter().any(|(n, e)| {
+        *n == node
+            && *e
+                == Effect::Resume {
+                    waiter: WaiterId(w),
+                }
+    })
+}
+
+/// A condition variable's manager records a set's write notices under the setter's epoch, as a
+/// lock's manager records a release's (`Msg::SetCv::epoch`). It used its own: a manager that had
+/// not yet had the last barrier's grant when a set came from a node that had tagged the notices
+/// one epoch too old, and dropped them (`forget_before`) a barrier too early, at the grant of
+/// the next barrier, while a node whose first thread still waited for that grant could have a
+/// second thread in `waitcv`. That thread was granted without the notice and read its stale
+/// copy, though the set happened before its wait.
+///
+/// Node 0 manages barriers, node 1 condition variable 1, node 2 sets it, node 3 (two
+/// threads) waits on it; page P is homed at node 0.
+#[test]
+fn a_cv_set_reaching_a_manager_one_barrier_behind_keeps_its_notice_for_the_setters_epoch() {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 4);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..4).map(mk).collect();
+    nodes[3].note_threads(2);
+    let p = PageNum(0);
+    let t = Time(0);
+    let mut fx = Vec::new();
+    // Node 3 caches P (value 0).
+    nodes[3]
+        .handle_fault(t, p, Access::Read, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[3].page_state(p), PageState::ReadOnly);
+    // Barrier 0; its grant to node 1 (the cv manager) is slow.
+    for n in &mut nodes {
+        n.barrier(t, WaiterId(0)).unwrap();
+    }
+    let late_grant = pump(&mut nodes, &mut fx, &|_, to, m| {
+        to == 1 && matches!(m, Msg::BarrierGrant { .. })
+    });
+    assert_eq!(late_grant.len(), 1);
+    // Node 2, in epoch 1, writes P and sets cv 1: its SETCV reaches node 1 before the grant.
+    nodes[2]
+        .handle_fault(t, p, Access::Write, WaiterId(1))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, to, m| {
+        to == 1 && matches!(m, Msg::BarrierGrant { .. })
+    });
+    nodes[2].memory_mut().store_u64(p, 0, 42);
+    nodes[2].setcv(t, CvId(1), WaiterId(1)).unwrap();
+    let none = pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(none.is_empty());
+    assert_eq!(nodes[0].memory().load_u64(p, 0), 42, "the diff is home");
+    deliver(&mut nodes, late_grant);
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    // Barrier 1 (node 3's first thread); its grant to node 3 is slow.
+    for n in &mut nodes {
+        n.barrier(t, WaiterId(0)).unwrap();
+    }
+    let late_grant = pump(&mut nodes, &mut fx, &|_, to, m| {
+        to == 3 && matches!(m, Msg::BarrierGrant { .. })
+    });
+    assert_eq!(late_grant.len(), 1);
+    // Node 3's second thread waits on cv 1, which was set before: granted at once.
+    fx.clear();
+    nodes[3].waitcv(t, CvId(1), WaiterId(1)).unwrap();
+    pump(&mut nodes, &mut fx, &|_, to, m| {
+        to == 3 && matches!(m, Msg::BarrierGrant { .. })
+    });
+    assert!(resumed(&fx, 3, 1), "the wait returned: {fx:?}");
+    // It reads P: its copy must not be the one from before node 2's write.
+    let stale =
+        nodes[3].page_state(p) != PageState::Invalid && nodes[3].memory().load_u64(p, 0) == 0;
+    assert!(
+        !stale,
+        "node 3 reads P = 0 after waitcv returned, though node 2 wrote 42 before its setcv"
+    );
+}
+
+/// An acquire atomic made while another thread of the node is in a barrier (called, grant not
+/// yet in) is sent the word's notices from the node's own epoch on. The operation's one epoch
+/// field was `epoch + awaiting_grant`, right for tagging a release but one too high for an
+/// acquire's filter: writes released through the word in the current epoch were left out,
+/// though this node's copies of them were still valid (the barrier's grant, which would drop
+/// them, had not come). `Msg::Atomic` now carries the epoch and `in_barrier` apart.
+///
+/// Node 0 homes P and manages barriers; node 1 homes the flag word, writes P and
+/// release-stores the flag; node 2 caches P, its first thread calls the barrier, its second
+/// acquire-loads the flag, reads 1, then reads P.
+#[test]
+fn an_acquire_atomic_during_this_nodes_barrier_gets_the_notices_of_the_current_epoch() {
+    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 3);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
+    nodes[2].note_threads(2);
+    let (p, flag) = (PageNum(0), GlobalAddr(PAGE));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[2]
+        .handle_fault(t, p, Access::Read, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[2].page_state(p), PageState::ReadOnly);
+    // Node 1 writes P = 42, then stores 1 to the flag with release.
+    nodes[1]
+        .handle_fault(t, p, Access::Write, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    nodes[1].memory_mut().store_u64(p, 0, 42);
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (flag, 8),
+            AtomicOp::Store(1),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[0].memory().load_u64(p, 0), 42, "the diff is home");
+    // Node 2's first thread calls the barrier (the others have not: no grant).
+    nodes[2].barrier(t, WaiterId(0)).unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    // Its second thread acquire-loads the flag.
+    fx.clear();
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (flag, 8),
+            AtomicOp::Load,
+            AtomicOrder::ACQUIRE,
+        )
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(resumed(&fx, 2, 1), "{fx:?}");
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(1));
+    let stale =
+        nodes[2].page_state(p) != PageState::Invalid && nodes[2].memory().load_u64(p, 0) == 0;
+    assert!(
+        !stale,
+        "node 2 read the flag's 1 with acquire, then reads P = 0: node 1 wrote 42 before its \
+         release-store"
+    );
+}
+
+/// A node's own atomic operation on a word is seen by its own plain reads even when the page
+/// was on its way from a holder the home forwarded the node's request to (`forward_within`):
+/// the operation's answer marks a fetch in flight stale, and the page is asked for again. Before,
+/// `on_atomic_grant` dropped only a valid copy; the home's `mark_written` forgot the holder
+/// (`forget_held`), but the FWD had gone before, and the holder's copy, from before the
+/// operation, was installed after the operation's answer.
+///
+/// Node 0 homes pages Q0, Q1 (the word at Q0's offset 0); node 1 reads them (and holds
+/// them); node 2's thread 0 reads Q0 at offset 8 (asking for Q0 and Q1: forwarded to node 1),
+/// and, while that is on its way, its thread 1 fetch-adds 5 to the word, then reads it.
+#[test]
+fn a_forwarded_grant_does_not_overwrite_the_askers_own_atomic_update() {
+    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+    use std::time::Duration;
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 3);
+        cfg.prefetch.prefetch_pages = 1;
+        cfg.prefetch.max_checking_pages = 1;
+        cfg.forward_within = Some(Duration::from_secs(3600));
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
+    nodes[2].note_threads(2);
+    let q0 = PageNum(0);
+    let word = GlobalAddr(0);
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[1]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    nodes[0].settle_serves();
+    // Node 2 asks for Q0 and Q1: the home forwards to node 1, whose grant is slow.
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    let slow = pump(&mut nodes, &mut fx, &|from, to, m| {
+        from == 1 && to == 2 && matches!(m, Msg::GetPageGrant { .. })
+    });
+    assert_eq!(slow.len(), 1, "the request was forwarded to node 1");
+    // Thread 1 of node 2 fetch-adds 5 to the word (relaxed): answered at once.
+    fx.clear();
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (word, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(resumed(&fx, 2, 1), "{fx:?}");
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(0));
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 5, "applied at the home");
+    // The forwarded grant arrives: thread 0 is resumed; then thread 1 reads the word.
+    deliver(&mut nodes, slow);
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(resumed(&fx, 2, 0), "{fx:?}");
+    assert_ne!(nodes[2].page_state(q0), PageState::Invalid);
+    assert_eq!(
+        nodes[2].memory().load_u64(q0, 0),
+        5,
+        "node 2's thread reads the word it fetch-added 5 to as the value before"
+    );
+}
+
+/// A relaxed atomic operation on a word this node wrote with a plain store (not yet diffed: no
+/// release since) applies to the stored value: the page's diff goes to the home ahead of the
+/// operation. Before, only a release sent the node's diffs first: the home applied the
+/// operation to the value from before the store, and the store's diff, sent later, overwrote its
+/// result. One thread: `*w = 10; fetch_add(w, 1, relaxed)` answered 0 (C11's coherence asks for
+/// 10) and left 10 (asks for 11).
+#[test]
+fn a_relaxed_atomic_after_a_plain_store_to_the_same_word_applies_to_the_stored_value() {
+    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 2);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..2).map(mk).collect();
+    let (p, w) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[1]
+        .handle_fault(t, p, Access::Write, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    nodes[1].memory_mut().store_u64(p, 0, 10);
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (w, 8),
+            AtomicOp::FetchAdd(1),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    let before = nodes[1].take_atomic_result(WaiterId(0));
+    for n in &mut nodes {
+        n.barrier(t, WaiterId(0)).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    let at_home = nodes[0].memory().load_u64(p, 0);
+    assert_eq!(
+        (before, at_home),
+        (Some(10), 11),
+        "(value before the fetch-add, the word after the barrier)"
+    );
+}
+
+/// A GETP for pages this node has not allocated is held (`early_requests`) and answered at the
+/// allocation that makes them (`Node::alloc`). If that allocation homes them elsewhere, the two
+/// nodes made different allocation calls: the job ends, naming both. Before, `alloc` hit a
+/// `debug_assert!` (bytes from a peer panicked a debug build; a release one dropped the request
+/// silently and its asker waited for `peer_timeout_ms`).
+#[test]
+fn a_held_early_request_for_pages_homed_elsewhere_ends_the_job_naming_the_mismatch() {
+    let mut n = Node::new(CoreConfig::new(NodeId(0), 2), VecMemory::new());
+    n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+    n.handle_message(
+        Time(0),
+        NodeId(1),
+        Msg::GetPage {
+            access: Access::Read,
+            pages: vec![PageNum(3)],
+        },
+    )
+    .unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        n.alloc(AllocPolicy::OnNode(NodeId(1)), 4 * PAGE)
+            .map(|_| ())
+    }));
+    assert!(
+        r.is_ok(),
+        "alloc panicked on a peer's request held since before it"
+    );
+    let effects: Vec<Effect> = std::iter::from_fn(|| n.poll_effect()).collect();
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            Effect::Abort {
+                error: JobError::HomeMismatch {
+                    node: NodeId(1),
+                    page: PageNum(3),
+                    here: NodeId(0),
+                    home: NodeId(1),
+                }
+            }
+        )),
+        "{effects:?}"
+    );
+}
+
+/// A BARRGRANT from a node other than node 0 is refused before it changes anything. It was
+/// refused only at the end of `on_barrier_grant`, after the node had invalidated, advanced its
+/// epoch and reset the locks' records (and not at all when the grant proposed moves): node 0's
+/// real grant was then refused too ("not in that barrier"), and the barrier never ended.
+#[test]
+fn a_barrier_grant_from_a_node_other_than_0_is_refused_before_it_takes_effect() {
+    let mut n = Node::new(CoreConfig::new(NodeId(1), 3), VecMemory::new());
+    n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+    n.barrier(Time(0), WaiterId(0)).unwrap();
+    let grant = Msg::BarrierGrant {
+        epoch: 0,
+        notices: vec![],
+    };
+    assert!(n.handle_message(Time(0), NodeId(2), grant.clone()).is_err());
+    let real = n.handle_message(Time(0), NodeId(0), grant);
+    assert!(
+        real.is_ok(),
+        "node 0's grant refused after node 2's: {real:?}"
+    );
+}
