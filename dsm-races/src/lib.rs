@@ -6,7 +6,16 @@
 //! a lock's clock travels in a hidden slot of shared memory written by its holder before the
 //! release (so the lock itself makes it coherent), a condition variable's in one slot per node,
 //! and a barrier orders everything before it before everything after it (an epoch: clocks start
-//! again). Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At
+//! again).
+//!
+//! The clocks follow the memory's scope consistency: a release through a lock, condition
+//! variable or atomic word passes to other nodes what its own node's threads did before it (the
+//! writes its notices name), not what its thread had learned from other objects (the DSM passes
+//! no notices on: a node that takes lock 1 after the writer and then releases lock 2 does not
+//! make the writer's writes visible to the next holder of lock 2). So the slots of shared memory
+//! hold the entries of the releasing node's threads, gathered over the epoch's releases (the
+//! managers gather the notices so), and the node's own threads pass each other the whole clock
+//! through the node's memory ([`Local::Shared`]), which does carry what any of them learned. Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At
 //! `jia_exit` every node sends its segments to node 0 (letters on a channel of their own);
 //! node 0, once every node has left, reports each pair of accesses to the same bytes from
 //! different threads, one of them a write, that no synchronisation orders (`report`), and the
@@ -580,6 +589,12 @@ impl Checker {
         }
     }
 
+    /// The clock `what` carries on this node, and the epoch it is for.
+    fn local_clock(&self, what: Local) -> Option<(u32, Entries)> {
+        let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        local.get(&what).cloned()
+    }
+
     #[cold]
     #[inline(never)]
     fn new_recorder(&self) -> Recorder {
@@ -926,7 +941,7 @@ impl Recorder {
 }
 
 /// A synchronisation object of the DSM's, between nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Object {
     /// A lock, by number.
     Lock(u16),
@@ -973,7 +988,8 @@ pub fn sync_event(event: Event) {
     }
 }
 
-/// This thread acquired `lock`: it has seen what the lock's earlier holders did.
+/// This thread acquired `lock`: it has seen what the lock's earlier holders' nodes did, and
+/// all that its own node's earlier holders had seen.
 fn lock_acquired(lock: u16) {
     if !on() {
         return;
@@ -982,13 +998,16 @@ fn lock_acquired(lock: u16) {
         r.resnapshot();
         r.catch_up_with(c);
         let slot = c.read_slot(usize::from(lock));
+        let here = c.local_clock(Local::Shared(Object::Lock(lock)));
         r.close();
         r.acquire(slot);
+        r.acquire(here);
     });
 }
 
-/// This thread is about to release `lock`: its clock goes into the lock's slot (written under
-/// the lock, so the next holder reads it coherently).
+/// This thread is about to release `lock`: its node's entries of its clock join the lock's
+/// slot (written under the lock, so the next holder reads it coherently), its whole clock the
+/// node's own record of the lock.
 fn unlocking(lock: u16) {
     if !on() {
         return;
@@ -996,14 +1015,34 @@ fn unlocking(lock: u16) {
     with_recorder(|r, c| {
         r.catch_up_with(c);
         // The clock of the segment that ends here: what follows the release is not covered.
-        c.write_slot(usize::from(lock), r.epoch, &r.entries());
+        let clock = r.entries();
+        let k = usize::from(lock);
+        let mine = of_node(&clock, c.node);
+        match c.read_slot(k) {
+            // Released past a barrier this thread is not past: what it did is ordered before
+            // the acquirer's anyway.
+            Some((e, _)) if e > r.epoch => {}
+            Some((e, slot)) if e == r.epoch => c.write_slot(k, r.epoch, &merged(&slot, &mine)),
+            _ => c.write_slot(k, r.epoch, &mine),
+        }
+        c.leave_clock(Local::Shared(Object::Lock(lock)), r.epoch, clock);
         r.close();
     });
 }
 
-/// This thread is about to set `cv`: its clock joins this node's slot of it.
+/// The entries of `clock` of `node`'s threads.
+fn of_node(clock: &[(u32, u32)], node: u16) -> Entries {
+    clock
+        .iter()
+        .copied()
+        .filter(|&(t, _)| t as usize / VC_THREADS == usize::from(node))
+        .collect()
+}
+
+/// This thread is about to set `cv`: its node's entries of its clock join this node's slot of
+/// it.
 fn setting_cv(cv: u16) {
-    release_into_node_slot(|c| c.cv_slot(cv, c.node));
+    release_into_node_slot(Object::Cv(cv), |c| c.cv_slot(cv, c.node));
 }
 
 /// This thread is about to release through the atomic word at `addr` (an operation with
@@ -1011,30 +1050,33 @@ fn setting_cv(cv: u16) {
 /// condition variable's does.
 fn atomic_releasing(addr: usize) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
-    release_into_node_slot(|c| c.atomic_slot(off, c.node));
+    release_into_node_slot(Object::Atomic(addr), |c| c.atomic_slot(off, c.node));
 }
 
 /// This thread's wait on `cv` ended: it has seen what the setters did before setting it.
 fn cv_waited(cv: u16) {
-    acquire_every_node_slot(|c, node| c.cv_slot(cv, node));
+    acquire_every_node_slot(Object::Cv(cv), |c, node| c.cv_slot(cv, node));
 }
 
 /// This thread's operation with acquire semantics on the atomic word at `addr` is done: it has
 /// seen what the word's releasers did before their releases.
 fn atomic_acquired(addr: usize) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
-    acquire_every_node_slot(|c, node| c.atomic_slot(off, node));
+    acquire_every_node_slot(Object::Atomic(addr), |c, node| c.atomic_slot(off, node));
 }
 
 /// A release into an object whose slots are per node (a condition variable, an atomic word):
-/// this thread's clock joins this node's slot (`slot`), which other threads of the node may
-/// have joined theirs into in this epoch.
-fn release_into_node_slot(slot: impl FnOnce(&Checker) -> usize) {
+/// this node's entries of this thread's clock join this node's slot (`slot`), which other
+/// threads of the node may have joined theirs into in this epoch; the whole clock joins the
+/// node's own record of `object`.
+fn release_into_node_slot(object: Object, slot: impl FnOnce(&Checker) -> usize) {
     if !on() {
         return;
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
+        let clock = r.entries();
+        let mine = of_node(&clock, c.node);
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
             let k = slot(c);
@@ -1043,19 +1085,21 @@ fn release_into_node_slot(slot: impl FnOnce(&Checker) -> usize) {
                 // one did is in an earlier epoch, ordered before the acquirer's anyway.
                 Some((e, _)) if e > r.epoch => {}
                 Some((e, slot)) if e == r.epoch => {
-                    c.write_slot(k, r.epoch, &merged(&slot, &r.entries()));
+                    c.write_slot(k, r.epoch, &merged(&slot, &mine));
                 }
-                _ => c.write_slot(k, r.epoch, &r.entries()),
+                _ => c.write_slot(k, r.epoch, &mine),
             }
         }
+        c.leave_clock(Local::Shared(object), r.epoch, clock);
         // After the clock went out: the segment that ends here is the one the release covers.
         r.close();
     });
 }
 
 /// An acquire from an object whose slots are per node: this thread has seen what every node's
-/// releasers did before their releases (`slot(checker, node)`).
-fn acquire_every_node_slot(slot: impl Fn(&Checker, u16) -> usize) {
+/// releasers did before their releases (`slot(checker, node)`), and all that this node's
+/// releasers of `object` had seen.
+fn acquire_every_node_slot(object: Object, slot: impl Fn(&Checker, u16) -> usize) {
     if !on() {
         return;
     }
@@ -1072,12 +1116,16 @@ fn acquire_every_node_slot(slot: impl Fn(&Checker, u16) -> usize) {
         for slot in slots {
             r.acquire(Some(slot));
         }
+        r.acquire(c.local_clock(Local::Shared(object)));
     });
 }
 
 /// A synchronisation of a node's threads that the DSM does not make (see [`local_release`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Local {
+    /// A synchronisation object of the DSM's as this node's threads pass it to each other: the
+    /// whole clock of its releasers here (other nodes take what its slots carry).
+    Shared(Object),
     /// A synchronisation object of the process (a pthread mutex, barrier or semaphore), by
     /// address.
     Object(usize),
@@ -1153,7 +1201,7 @@ pub fn local_acquire(what: Local) {
             let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
             match what {
                 Local::Thread(_) | Local::Team(_) => local.remove(&what),
-                Local::Object(_) | Local::Round(..) => local.get(&what).cloned(),
+                Local::Object(_) | Local::Round(..) | Local::Shared(_) => local.get(&what).cloned(),
             }
         };
         r.acquire(slot);

@@ -100,6 +100,32 @@ fn race_free_programs_are_not_reported() {
     }
 }
 
+/// Orders that pass through a third node: scope consistency orders a write before a read only
+/// through one object (a node that takes lock 1 and then releases lock 2 passes nothing of lock
+/// 1's on), so a chain through two objects is a race, reported with its two lines; a chain
+/// through one lock, or through two inside one node, is not.
+#[test]
+fn chains_through_two_objects_are_races_and_through_one_are_not() {
+    let cases = cases_marked("race (3 nodes)");
+    assert!(cases.len() >= 2, "{cases:?}");
+    for case in &cases {
+        let out = dsmrun(3, &["--check-races"], "racy", &[case]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(66), "{case}: {}", text(&out));
+        for line in marked_with("race (3 nodes)", case) {
+            assert!(stderr.contains(&line), "{case}: {line} not named: {stderr}");
+        }
+    }
+    for (nodes, case) in [(3, "free-lock-chain"), (2, "free-chain-in-a-node")] {
+        let out = dsmrun(nodes, &["--check-races"], "racy", &[case]);
+        assert!(
+            out.status.success() && text(&out).contains("check_races: no data race found"),
+            "{case} on {nodes} nodes: {}",
+            text(&out)
+        );
+    }
+}
+
 /// The apps, race-free, on 1, 2 and 4 nodes: no report, status 0.
 #[test]
 fn the_apps_are_not_reported() {

@@ -202,6 +202,103 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             }
             count.fetch_add(1, AcqRel);
         }
+        "lock-chain" => {
+            // Scope consistency: node 1 takes lock 1 after node 0 released it, then releases
+            // lock 2; node 2, which takes lock 2 only, is not ordered after node 0's write (the
+            // DSM passes no notices on). Relaxed flags only keep the steps in this order.
+            let (go1, go2) = (dsm.atomic_u64(*a, 1003), dsm.atomic_u64(*a, 1004));
+            match me {
+                0 => {
+                    {
+                        let _g = dsm.lock(1);
+                        a.set(9, 42); // race (3 nodes): lock-chain
+                    }
+                    go1.store(1, Relaxed);
+                }
+                1 => {
+                    while go1.load(Relaxed) == 0 {}
+                    drop(dsm.lock(1));
+                    drop(dsm.lock(2));
+                    go2.store(1, Relaxed);
+                }
+                _ => {
+                    while go2.load(Relaxed) == 0 {}
+                    let _g = dsm.lock(2);
+                    std::hint::black_box(a.get(9)); // race (3 nodes): lock-chain
+                }
+            }
+        }
+        "cv-chain" => {
+            // The same through condition variables: 0 sets 1, 1 waits on 1 and sets 2, 2 waits
+            // on 2 and reads what 0 wrote.
+            match me {
+                0 => {
+                    a.set(10, 42); // race (3 nodes): cv-chain
+                    dsm.setcv(1);
+                }
+                1 => {
+                    dsm.waitcv(1);
+                    dsm.setcv(2);
+                }
+                _ => {
+                    dsm.waitcv(2);
+                    std::hint::black_box(a.get(10)); // race (3 nodes): cv-chain
+                }
+            }
+        }
+        "free-lock-chain" => {
+            // A chain through one lock is ordered: its manager gathers every holder's notices.
+            let (go1, go2) = (dsm.atomic_u64(*a, 1003), dsm.atomic_u64(*a, 1004));
+            match me {
+                0 => {
+                    {
+                        let _g = dsm.lock(1);
+                        a.set(9, 42);
+                    }
+                    go1.store(1, Relaxed);
+                }
+                1 => {
+                    while go1.load(Relaxed) == 0 {}
+                    drop(dsm.lock(1));
+                    go2.store(1, Relaxed);
+                }
+                _ => {
+                    while go2.load(Relaxed) == 0 {}
+                    let _g = dsm.lock(1);
+                    assert_eq!(a.get(9), 42);
+                }
+            }
+        }
+        "free-chain-in-a-node" => {
+            // Node 1's first thread takes lock 1 after node 0 wrote under it and releases lock
+            // 2; its second thread takes lock 2 and reads: the node's own memory carries what
+            // the first learned.
+            let go = dsm.atomic_u64(*a, 1003);
+            if me == 0 {
+                {
+                    let _g = dsm.lock(1);
+                    a.set(11, 42);
+                }
+                go.store(1, Relaxed);
+            } else if me == 1 {
+                while go.load(Relaxed) == 0 {}
+                let taken = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        drop(dsm.lock(1));
+                        drop(dsm.lock(2));
+                        taken.store(true, Release);
+                    });
+                    s.spawn(|| {
+                        while !taken.load(Acquire) {
+                            std::hint::spin_loop();
+                        }
+                        let _g = dsm.lock(2);
+                        assert_eq!(a.get(11), 42);
+                    });
+                });
+            }
+        }
         "free-lock" => {
             let _g = dsm.lock(1);
             a.set(3, a.get(3) + 1);
