@@ -1243,8 +1243,7 @@ pub(crate) fn in_the_nodes_process(what: &str) {
         door::end::die(
             &format!(
                 "{what} in a process forked from node {} (pid {}): only the node's own process \
-                 takes part in the job; a forked child can read and write only the shared pages \
-                 its parent held at the fork",
+                 takes part in the job, and a forked child may not touch shared memory",
                 door::end::rank(),
                 std::process::id()
             ),

@@ -7,16 +7,21 @@
 //! which writes it on its next pass (`write_deferred`). A record that finds the queue busy or
 //! full is counted and the count reported with the next written record.
 //!
+//! Records are written with one write(2) each, not through `std::io::stderr()`'s lock: a thread
+//! of the program may hold that lock (in `eprintln!`) when a signal handler of its touches a
+//! page the node does not hold and waits for the service thread, which must then never wait
+//! for the lock.
+//!
 //! A Rust program that installs a logger of its own before `dsm_runtime::init` keeps it; it then
 //! receives the runtime's records too, signal context included.
 
-use std::io::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use log::{Level, Log, Metadata, Record};
 
 use crate::door::context::in_signal_context;
+use crate::sys;
 
 /// Records queued from signal context, at most [`QUEUED_MAX`].
 static QUEUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -69,15 +74,16 @@ impl Log for Logger {
             return;
         }
         let dropped = DROPPED.swap(0, Ordering::Relaxed);
-        let mut err = std::io::stderr().lock();
         if dropped > 0 {
-            let _ = writeln!(
-                err,
-                "{}: warning: {dropped} log records made in a fault handler were dropped",
-                self.who
+            sys::write_stderr(
+                format!(
+                    "{}: warning: {dropped} log records made in a fault handler were dropped\n",
+                    self.who
+                )
+                .as_bytes(),
             );
         }
-        let _ = err.write_all(line.as_bytes());
+        sys::write_stderr(line.as_bytes());
     }
 
     fn flush(&self) {}
@@ -116,8 +122,7 @@ pub(crate) fn write_deferred() {
             return;
         }
     };
-    let mut err = std::io::stderr().lock();
     for l in lines {
-        let _ = err.write_all(l.as_bytes());
+        sys::write_stderr(l.as_bytes());
     }
 }

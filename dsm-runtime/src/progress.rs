@@ -15,8 +15,8 @@
 //! page fault is never waiting in this sense: pages are always served.)
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, TryLockError};
 
 use crate::door::slots::Use;
 use crate::door::{self, MAX_THREADS, SLOTS};
@@ -183,7 +183,15 @@ const WAITS_FOR_A_THREAD: &str =
 /// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen,
 /// and a barrier of threads not all of whose threads have come keeps the node running.
 pub(crate) fn node_waits() -> Option<String> {
-    let waits = WAITS.lock().unwrap_or_else(|p| p.into_inner());
+    // The service thread never waits for this lock: a thread of the program takes it with
+    // signals open, and a handler of that thread that touches a page the node does not hold
+    // waits for the service thread. Taken right now: the node runs (a thread is entering or
+    // leaving a call), and the next report looks again.
+    let waits = match WAITS.try_lock() {
+        Ok(w) => w,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
+    };
     let mut what: Vec<(String, i32)> = Vec::new();
     // Threads that hold a slot and do not wait in a DSM call: they run the program (idle
     // slot), unless they wait for another thread.

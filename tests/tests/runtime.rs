@@ -86,18 +86,22 @@ fn a_node_that_exits_without_leaving_the_job_is_named_at_once() {
     }
 }
 
-/// A child forked from a node that touches a page its parent did not hold ends with a message
-/// (it must not drive the parent's protocol from a copy); the job goes on.
+/// A child forked from a node that touches shared memory ends with a message, the job goes on:
+/// a page its parent did not hold (it must not drive the parent's protocol from a copy), and a
+/// page its parent holds writable (the view maps the parent's own pages: the write must not
+/// reach them).
 #[test]
 fn a_forked_child_touching_shared_memory_ends_with_a_message() {
-    let out = dsmrun(2, &[], "probe", &["fork-and-touch"]);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert!(t.contains("fork-and-touch OK"), "{t}");
-    assert!(
-        t.contains("dsm node 1: error: a process forked from a DSM node touched a shared page"),
-        "{t}"
-    );
+    for case in ["fork-and-touch", "fork-and-write"] {
+        let out = dsmrun(2, &[], "probe", &[case]);
+        let t = text(&out);
+        assert!(out.status.success(), "{case}: {t}");
+        assert!(t.contains(&format!("{case} OK")), "{t}");
+        assert!(
+            t.contains("dsm node 1: error: a process forked from a DSM node touched shared memory"),
+            "{t}"
+        );
+    }
 }
 
 /// A cache far too small for what the program touches between barriers: each node says so once,

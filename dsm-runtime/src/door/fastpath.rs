@@ -57,6 +57,10 @@ static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
 /// loop while any page was queued).
 static FILLED: [AtomicU64; QUEUE / 64] = [const { AtomicU64::new(0) }; QUEUE / 64];
 static PENDING: AtomicU32 = AtomicU32::new(0);
+/// Slots of the queue promised to pages [`claim_following`] claimed and not queued yet: counted
+/// with the pending reports, so that threads claiming runs at once never promise more room than
+/// the queue has (each thread could add a whole run after reading the same free room).
+static RESERVED: AtomicU32 = AtomicU32::new(0);
 
 /// Whether fast-path faults wait for [`drain`].
 pub(crate) fn pending() -> bool {
@@ -155,14 +159,31 @@ pub(crate) fn claim(page: usize, write: bool) -> Option<Claimed> {
 const MAX_RUN: usize = 63;
 
 /// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
-/// after it, as many as the queue surely has room for (it may fill only with other threads'
-/// pages meanwhile, up to [`super::slots::MAX_THREADS`] of them). Returns how many, and
-/// whether one of them is to wake the service thread.
+/// after it, as many as the queue surely has room for, reserved first (besides what is
+/// reserved, the queue may fill only with other threads' single pages meanwhile, up to
+/// [`super::slots::MAX_THREADS`] of them). Returns how many, and whether one of them is to wake
+/// the service thread. Each is then queued by [`opened_along`], which ends its reservation.
 pub(crate) fn claim_following(page: usize) -> (usize, bool) {
-    let room = QUEUE
-        .saturating_sub(PENDING.load(Ordering::SeqCst) as usize)
-        .saturating_sub(super::slots::MAX_THREADS + 1)
-        .min(MAX_RUN);
+    let mut reserved = RESERVED.load(Ordering::SeqCst);
+    let room = loop {
+        let used = PENDING.load(Ordering::SeqCst) as usize + reserved as usize;
+        let room = QUEUE
+            .saturating_sub(used)
+            .saturating_sub(super::slots::MAX_THREADS + 1)
+            .min(MAX_RUN);
+        if room == 0 {
+            return (0, false);
+        }
+        match RESERVED.compare_exchange(
+            reserved,
+            reserved + room as u32,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => break room,
+            Err(now) => reserved = now,
+        }
+    };
     let (mut n, mut wake) = (0, false);
     while n < room {
         let Some(c) = claim(page + n + 1, false) else {
@@ -171,6 +192,7 @@ pub(crate) fn claim_following(page: usize) -> (usize, bool) {
         wake |= c.wake;
         n += 1;
     }
+    RESERVED.fetch_sub((room - n) as u32, Ordering::SeqCst);
     (n, wake)
 }
 
@@ -185,9 +207,11 @@ pub(crate) fn opened(page: usize, write: bool) -> bool {
 }
 
 /// In the fault handler, after the mprotect: marks `page`, opened along with the faulting page
-/// before it (see [`claim_following`]), and queues it.
+/// before it (see [`claim_following`]), and queues it in the room reserved for it.
 pub(crate) fn opened_along(page: usize) -> bool {
-    queue_opened(page, (page as u64 + 1) | PREFETCH_BIT | ALONG_BIT)
+    let queued = queue_opened(page, (page as u64 + 1) | PREFETCH_BIT | ALONG_BIT);
+    RESERVED.fetch_sub(1, Ordering::SeqCst);
+    queued
 }
 
 fn queue_opened(page: usize, value: u64) -> bool {
@@ -251,8 +275,14 @@ pub(crate) fn drain(mut report: impl FnMut(Opened)) {
 mod tests {
     use super::*;
 
-    /// The only test touching the queue (a process-wide static).
+    /// The only test touching the queue (a process-wide static): both checks run in it, one
+    /// after the other.
     #[test]
+    fn the_queue_drains_every_page_once_and_concurrent_runs_never_overfill_it() {
+        every_queued_page_is_drained_once_whatever_its_slot();
+        threads_claiming_runs_at_once_lose_no_report();
+    }
+
     fn every_queued_page_is_drained_once_whatever_its_slot() {
         // 5 and 1029 start at the same slot; 1023 is the last slot, 64 and 63 sit either side
         // of a word of the bitmap.
@@ -261,6 +291,8 @@ mod tests {
             assert!(if k % 2 == 0 {
                 opened(p, true)
             } else {
+                // As `claim_following` would have reserved its room.
+                RESERVED.fetch_add(1, Ordering::SeqCst);
                 opened_along(p)
             });
         }
@@ -289,5 +321,47 @@ mod tests {
         let mut again = Vec::new();
         drain(|o| again.push(o));
         assert!(again.is_empty());
+    }
+
+    /// 20 threads, with 3,000 reports waiting for a busy service thread, each claim a page and
+    /// the run after it before any of them queues (each is an mprotect away from it): every
+    /// report finds room. Without the reservation, each read the same free room and 181 reports
+    /// of pages opened along were refused (a review), their pages left opened and unreported.
+    fn threads_claiming_runs_at_once_lose_no_report() {
+        init(crate::sys::atomic_bytes(1 << 20).expect("state"));
+        let waiting = 3000;
+        for p in 0..waiting {
+            assert!(opened(500_000 + p, true));
+        }
+        let threads = 20;
+        for t in 0..threads {
+            for k in 0..64 {
+                allow_prefetch_open(t * 1000 + k, false);
+            }
+        }
+        let runs: Vec<(usize, usize)> = (0..threads)
+            .map(|t| {
+                let page = t * 1000;
+                assert!(claim(page, false).is_some());
+                (page, claim_following(page).0)
+            })
+            .collect();
+        assert!(runs.iter().any(|&(_, n)| n > 0), "{runs:?}");
+        for &(page, n) in &runs {
+            for q in page + 1..=page + n {
+                assert!(
+                    opened_along(q),
+                    "the report of page {q}, opened along, was refused"
+                );
+            }
+            assert!(opened(page, false), "the report of page {page} was refused");
+        }
+        assert_eq!(RESERVED.load(Ordering::SeqCst), 0);
+        drain(|_| {});
+        let unreported = (0..threads)
+            .flat_map(|t| t * 1000..t * 1000 + 64)
+            .filter(|&p| state(p).is_some_and(|s| s.load(Ordering::SeqCst) == OPENED))
+            .count();
+        assert_eq!(unreported, 0);
     }
 }

@@ -50,7 +50,7 @@ fn service<const N: usize>(slots: &Slots<N>, requests: usize) {
             answer(slots, i, r);
         });
         if !took {
-            slots.service_sleep(|| slots.wait_for_wakeup());
+            slots.service_sleep(|| false, || slots.wait_for_wakeup());
         }
     }
 }
@@ -100,7 +100,7 @@ fn a_request_handed_back_is_completed_and_its_thread_woken() {
         let s = slots.clone();
         let svc = thread::spawn(move || {
             // Woken by the nudge (or awake already), it finds the answer due.
-            s.service_sleep(|| s.wait_for_wakeup());
+            s.service_sleep(|| false, || s.wait_for_wakeup());
             s.complete_fault(0, FaultOutcome::Unallocated, true);
         });
         slots.nudge_service();
@@ -142,7 +142,7 @@ fn service_with_state<const N: usize>(
             None if slots.posted() > 0 => state.lock_for_posted(slots),
             None => {
                 // Another thread drives: nap until woken.
-                slots.service_sleep(|| slots.wait_for_wakeup());
+                slots.service_sleep(|| false, || slots.wait_for_wakeup());
                 continue;
             }
         };
@@ -157,7 +157,7 @@ fn service_with_state<const N: usize>(
         });
         drop(held);
         if served < requests {
-            slots.service_sleep(|| slots.wait_for_wakeup());
+            slots.service_sleep(|| false, || slots.wait_for_wakeup());
         }
     }
 }

@@ -462,15 +462,21 @@ impl<const N: usize> Slots<N> {
     }
 
     /// The service thread's sleep: `sleep` (its epoll wait, which the eventfd ends) runs unless
-    /// a request is posted; a thread that posts meanwhile sees the flag and signals the eventfd.
-    pub(crate) fn service_sleep<R>(&self, sleep: impl FnOnce() -> R) -> Option<R> {
+    /// a request is posted or `reported` (a fault handler's report waits: one queued before the
+    /// flag was set saw it unset and did not signal); a thread that posts or reports meanwhile
+    /// sees the flag and signals the eventfd.
+    pub(crate) fn service_sleep<R>(
+        &self,
+        reported: impl FnOnce() -> bool,
+        sleep: impl FnOnce() -> R,
+    ) -> Option<R> {
         self.service_sleeping.store(true, SeqCst);
         fence(SeqCst);
         #[cfg(dsm_loom)]
         let look = self.flaw != Flaw::SleepWithoutLooking;
         #[cfg(not(dsm_loom))]
         let look = true;
-        let r = (!look || self.posted.load(SeqCst) == 0).then(sleep);
+        let r = (!look || (self.posted.load(SeqCst) == 0 && !reported())).then(sleep);
         self.service_sleeping.store(false, SeqCst);
         r
     }

@@ -159,8 +159,18 @@ pub(crate) fn install(start: usize, len: usize) -> std::io::Result<()> {
     signals::at_fork_child(in_forked_child)
 }
 
+/// In a child forked from the node (async-signal-safe, as the child of a threaded process must
+/// be): the application's view maps the parent node's pages themselves (shared memory, not a
+/// copy), so it is closed, and the child's first touch of it ends the child with a message
+/// instead of reading pages the parent is changing or writing into the parent's.
 extern "C" fn in_forked_child() {
     flags::FORKED.store(true, Ordering::Relaxed);
+    let start = REGION_START.load(Ordering::Relaxed);
+    let end = REGION_END.load(Ordering::Relaxed);
+    // SAFETY: closes the application's view of the region (mapped for the process's life); the
+    // child holds no reference into it, and a thread of it that touches it faults into
+    // `handler`, which ends the child.
+    let _ = unsafe { sys::mprotect(start, end - start, Protection::None) };
 }
 
 /// Service thread, at most once a second: whether the program replaced the DSM's SIGSEGV or
@@ -308,8 +318,9 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
         // connections and the homes' records of this node are the parent's: running it here
         // would drive the parent's protocol from a stale copy and hang both.
         die(
-            "a process forked from a DSM node touched a shared page it does not hold: a forked \
-             child can read and write only what its parent held at the fork",
+            "a process forked from a DSM node touched shared memory: its pages are the parent \
+             node's own (shared, not copied), so a forked child may not read or write them \
+             (exec another program, or copy what the child needs before the fork)",
             1,
         );
     }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use super::{Driving, EXIT_GRACE, POLLS_PER_PASS, STATE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
 use crate::door::flags::{DRIVE, DRIVEN, DRIVEN_NAP, EXITED};
-use crate::door::{SLOTS, context};
+use crate::door::{SLOTS, context, fastpath};
 use crate::sys::{self, Epoll};
 
 /// The longest the service thread sleeps, in milliseconds (it looks at the fault handlers once a
@@ -315,7 +315,8 @@ pub(crate) fn run(service: Service) {
 /// `timeout_ms` passes; returns whether the launcher's control channel is readable.
 fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
     ready.clear();
-    if let Some(Err(e)) = SLOTS.service_sleep(|| epoll.ready(timeout_ms, ready)) {
+    if let Some(Err(e)) = SLOTS.service_sleep(fastpath::pending, || epoll.ready(timeout_ms, ready))
+    {
         fatal(&format!("epoll_wait failed: {e}"));
     }
     sys::eventfd_drain(evfd);

@@ -314,10 +314,19 @@ pub fn process_exiting(pid: u32) -> bool {
     state != Some("Z") && flags.is_some_and(|f| f & PF_EXITING != 0)
 }
 
-/// Writes `msg` to stderr with write(2). Async-signal-safe.
-pub fn write_stderr(msg: &[u8]) {
-    // SAFETY: writes from a live byte slice to fd 2.
-    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+/// Writes `msg` to stderr with write(2), again after a partial write or an interrupted one,
+/// and no more after any other failure. Takes no lock. Async-signal-safe (errno is changed:
+/// signal-context callers keep it themselves).
+pub fn write_stderr(mut msg: &[u8]) {
+    while !msg.is_empty() {
+        // SAFETY: writes from a live byte slice to fd 2.
+        let n = unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        match n {
+            n if n > 0 => msg = &msg[n as usize..],
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return,
+        }
+    }
 }
 
 /// `bytes` of zeroed, private, lazily backed read-write memory that lives as long as the process.

@@ -513,17 +513,30 @@ fn main() {
             }
             dsm.barrier();
         }
-        "fork-and-touch" => {
+        "fork-and-touch" | "fork-and-write" => {
             let a = blocks_per_node(&dsm, 1);
+            // Node 1's own block, open for writing here when the child is forked.
+            let own = WORDS;
+            if dsm.id() == 1 {
+                a.set(own, 7);
+            }
             dsm.barrier();
             if dsm.id() == 1 {
+                a.set(own, 8);
                 // SAFETY: fork in a process with threads: the child only touches memory and
                 // exits (no locks, no allocation before it faults).
                 #[allow(unsafe_code)]
                 let pid = unsafe { c_fork() };
                 if pid == 0 {
-                    // Node 0's block, never fetched here: the child must not try to fetch it.
-                    std::hint::black_box(a.get(0));
+                    if case == "fork-and-touch" {
+                        // Node 0's block, never fetched here: the child must not try to fetch
+                        // it.
+                        std::hint::black_box(a.get(0));
+                    } else {
+                        // The parent's own page, writable in the parent: the child's write
+                        // must not reach it.
+                        a.set(own, 99);
+                    }
                     // SAFETY: _exit ends the child without the parent's atexit work.
                     #[allow(unsafe_code)]
                     unsafe {
@@ -538,10 +551,15 @@ fn main() {
                 };
                 // Ended with status 1 (`_exit`: it is in a signal handler), after its message.
                 check(&dsm, status == 1 << 8, &format!("child status {status:#x}"));
+                check(
+                    &dsm,
+                    a.get(own) == 8,
+                    &format!("parent's word {}", a.get(own)),
+                );
             }
             dsm.barrier();
             if dsm.id() == 0 {
-                println!("fork-and-touch OK");
+                println!("{case} OK");
             }
         }
         // A file read into shared memory this node does not hold, and written back from it.
