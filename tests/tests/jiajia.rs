@@ -431,6 +431,85 @@ fn c_atomics_are_exact_across_nodes() {
     let _ = std::fs::remove_file(exe);
 }
 
+/// Atomics gcc's build must find in a source although its text does not spell them as dsmcc
+/// looked for: a builtin called in a header of the program's, and OpenMP's atomic directive
+/// with other spacing (`#pragma   omp\tatomic`). dsmcc looks at the preprocessed source: both
+/// are named and exact across 2 nodes (they were built plain and lost adds, silently).
+#[test]
+fn atomics_in_a_header_or_an_oddly_spaced_pragma_are_found() {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED: atomics_in_a_header_or_an_oddly_spaced_pragma_are_found (gcc is not installed)"
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dsm-hidden-atomics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("bump.h"),
+        "static inline void bump(long *p) { __atomic_fetch_add(p, 1, __ATOMIC_SEQ_CST); }\n",
+    )
+    .unwrap();
+    let body = |inner: &str| {
+        format!(
+            "#include <stdio.h>\n#include \"jia.h\"\n#include \"bump.h\"\n\
+             int main(int c, char **v) {{\n\
+               jia_init(c, v);\n\
+               long *p = (long *)jia_alloc2p(4096, 0);\n\
+               jia_barrier();\n\
+               {inner}\n\
+               jia_barrier();\n\
+               int ok = *p == 2000L * jiahosts;\n\
+               printf(\"node %d: %s %ld\\n\", jiapid, ok ? \"HIDDEN OK\" : \"HIDDEN WRONG\", *p);\n\
+               jia_exit();\n\
+               return ok ? 0 : 1; }}\n"
+        )
+    };
+    let cases = [
+        (
+            "header",
+            body("for (int i = 0; i < 2000; i++) bump(p);"),
+            &[][..],
+        ),
+        (
+            "pragma",
+            body(
+                "#pragma omp parallel for num_threads(2)\n\
+                 for (int i = 0; i < 2000; i++) {\n\
+                 #pragma   omp\tatomic\n\
+                 (*p)++;\n\
+                 }",
+            ),
+            &["-fopenmp"][..],
+        ),
+    ];
+    for (name, src, flags) in cases {
+        let c = dir.join(format!("{name}.c"));
+        std::fs::write(&c, src).unwrap();
+        let exe = dir.join(name);
+        let out = Command::new(bin("dsmcc"))
+            .env("DSMCC_CC", "gcc")
+            .args(["-O2"])
+            .args(flags)
+            .arg(&c)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("uses atomic operations"),
+            "{name}: {}",
+            text(&out)
+        );
+        let out = run(2, "udp", &exe, &[], None);
+        let t = text(&out);
+        assert!(out.status.success(), "{name}: {t}");
+        assert_eq!(t.matches("HIDDEN OK").count(), 2, "{name}: {t}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// C11 atomics and the `__atomic`/`__sync` builtins on shared memory, built by dsmcc with clang
 /// (atomics alone instrumented, calling libjia), with gcc (the source instrumented whole, its
 /// plain accesses' hooks doing nothing; dsmcc names the source) and with `--check-races` (gcc,

@@ -114,7 +114,7 @@ fn main() {
             // exact across nodes on shared memory (`jia/src/atomics.rs`).
             args.extend(ATOMICS_ONLY.iter().map(OsString::from));
         } else {
-            let atomic = atomic_sources(&args);
+            let atomic = atomic_sources(&cc, &args);
             if !atomic.is_empty() {
                 // gcc instruments every access or none: the sources with atomics get all of it,
                 // their plain accesses' hooks then renamed to one that does nothing.
@@ -269,8 +269,12 @@ const GCC_ATOMICS: &[&str] = &[
 
 /// The C sources among `args` that use atomic operations (C11 atomics, `__atomic_*` and
 /// `__sync_*` builtins, OpenMP's atomics); for gcc, which builds them apart: each said so.
-fn atomic_sources(args: &[OsString]) -> Vec<OsString> {
-    let atomic: Vec<OsString> = args.iter().filter(|a| uses_atomics(a)).cloned().collect();
+fn atomic_sources(cc: &OsString, args: &[OsString]) -> Vec<OsString> {
+    let atomic: Vec<OsString> = args
+        .iter()
+        .filter(|a| uses_atomics(cc, args, a))
+        .cloned()
+        .collect();
     for a in &atomic {
         eprintln!(
             "dsmcc: note: {} uses atomic operations: compiled with gcc's -fsanitize=thread so \
@@ -283,23 +287,104 @@ fn atomic_sources(args: &[OsString]) -> Vec<OsString> {
     atomic
 }
 
-/// Whether `a` is a C source that uses atomic operations.
-fn uses_atomics(a: &OsString) -> bool {
-    const MARKS: &[&str] = &[
-        "_Atomic",
-        "stdatomic.h",
-        "__atomic_",
-        "__sync_",
-        "omp atomic",
-    ];
+/// Whether `a` is a C source that uses atomic operations, as the compiler sees it: its text
+/// after the preprocessor (run with the preprocessor's flags among `args`), so that an atomic in
+/// a header of the program's, behind a macro, or a pragma spelled with other spacing
+/// (`#pragma   omp atomic`, `_Pragma("omp atomic")`) counts, and one in a comment does not.
+/// Where the preprocessor fails, the source's own text (the compile then says what is wrong).
+fn uses_atomics(cc: &OsString, args: &[OsString], a: &OsString) -> bool {
     let path = Path::new(a);
     if path.extension().is_none_or(|e| e != "c") {
         return false;
     }
-    let Ok(src) = std::fs::read_to_string(path) else {
-        return false;
-    };
-    MARKS.iter().any(|m| src.contains(m))
+    let out = Command::new(cc)
+        .arg("-E")
+        .arg(format!("-I{INCLUDE}"))
+        .args(preprocessor_flags(args))
+        .arg(a)
+        .output();
+    match out {
+        Ok(out) if out.status.success() => has_atomics(&String::from_utf8_lossy(&out.stdout)),
+        _ => std::fs::read_to_string(path).is_ok_and(|src| has_atomics(&src)),
+    }
+}
+
+/// The flags among a compiler command's `args` that change what the preprocessor makes of a
+/// source (include paths, macros, the language standard, `-f` and `-m` options), each with its
+/// value when that is the next argument; not the ones that name outputs or make files
+/// (`-o`, `-MD`, `-MF`...).
+fn preprocessor_flags(args: &[OsString]) -> Vec<OsString> {
+    const WITH_VALUE: &[&str] = &[
+        "-I",
+        "-D",
+        "-U",
+        "-include",
+        "-imacros",
+        "-isystem",
+        "-iquote",
+        "-idirafter",
+        "-isysroot",
+    ];
+    const PREFIXES: &[&str] = &["-I", "-D", "-U", "-std=", "-f", "-m", "-O", "--sysroot="];
+    let mut kept = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if WITH_VALUE.contains(&s.as_ref()) {
+            kept.push(a.clone());
+            kept.extend(it.next().cloned());
+        } else if PREFIXES.iter().any(|p| s.starts_with(p))
+            || ["-ansi", "-nostdinc", "-pthread", "-fopenmp"].contains(&s.as_ref())
+        {
+            kept.push(a.clone());
+        }
+    }
+    kept
+}
+
+/// Whether C text (preprocessed, or a source) has atomic operations: `_Atomic`, a call of an
+/// `__atomic_*`, `__sync_*` or `__c11_atomic_*` builtin, or OpenMP's `atomic` directive,
+/// however spaced. (The system headers name such builtins only as types, as glibc's
+/// `__atomic_wide_counter`, never as calls.)
+fn has_atomics(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        if !ident(bytes[i]) || (i > 0 && ident(bytes[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && ident(bytes[i]) {
+            i += 1;
+        }
+        let word = &text[start..i];
+        if word == "_Atomic" {
+            return true;
+        }
+        if ["__atomic_", "__sync_", "__c11_atomic_"]
+            .iter()
+            .any(|p| word.starts_with(p))
+            && text[i..].trim_start().starts_with('(')
+        {
+            return true;
+        }
+    }
+    text.lines().any(|line| {
+        let line = line.trim_start();
+        let directive = match line.strip_prefix('#') {
+            Some(rest) => rest.trim_start().strip_prefix("pragma"),
+            None => line
+                .find("_Pragma")
+                .map(|at| line[at + "_Pragma".len()..].trim_start_matches(['(', ' ', '"'])),
+        };
+        let mut words = directive
+            .unwrap_or("")
+            .split(|c: char| c.is_whitespace() || c == '"' || c == ')');
+        let mut words = words.by_ref().filter(|w| !w.is_empty());
+        words.next() == Some("omp") && words.next() == Some("atomic")
+    })
 }
 
 /// The compiler's own part of [`instrument_flags`].
@@ -652,4 +737,35 @@ fn compile_apart(
         linked.push(object.into_os_string());
     }
     (dir, linked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_atomics;
+
+    #[test]
+    fn atomics_are_found_however_spelled_and_only_where_they_are() {
+        for yes in [
+            "_Atomic int x;",
+            "__atomic_fetch_add(p, 1, 5);",
+            "__atomic_fetch_add ((p), 1, 5);",
+            "__sync_fetch_and_add(p, 1);",
+            "__c11_atomic_load(p, 5);",
+            "#pragma omp atomic\n(*p)++;",
+            "  #  pragma   omp\tatomic update\n",
+            "_Pragma(\"omp   atomic\") (*p)++;",
+        ] {
+            assert!(has_atomics(yes), "{yes:?}");
+        }
+        for no in [
+            "typedef union { int x; } __atomic_wide_counter;",
+            "__atomic_wide_counter __wseq;",
+            "int my__atomic_fetch_add(int);",
+            "#pragma omp parallel for\nfor (;;) {}",
+            "#pragma omp critical\n",
+            "int atomic = 1;",
+        ] {
+            assert!(!has_atomics(no), "{no:?}");
+        }
+    }
 }
