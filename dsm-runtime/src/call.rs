@@ -28,6 +28,16 @@ use crate::sys::signals::BlockedSignals;
 
 /// Runs `call` for the calling thread and returns the node's answer.
 pub(crate) fn call(call: Call) -> CallResult {
+    if context::in_call() {
+        // A handler of the program's that interrupted a call of this thread: the inner call
+        // would take the outer one's slot, and the outer cannot end until the handler returns.
+        fatal(&format!(
+            "{}: called in a signal handler that interrupted another DSM call of the same \
+             thread; a DSM call cannot run inside another (make it after the handler returns, \
+             or block the signal around the thread's DSM calls)",
+            call.name()
+        ));
+    }
     // A fault taken from here on comes from a signal handler that interrupted the call (the
     // call's own code never touches shared memory): the fault handler then leaves the call's
     // slot and state alone.

@@ -175,13 +175,16 @@ const WAITS_FOR_A_THREAD: &str =
 
 /// What the node waits for, if no thread of the program can go on: each of its threads is in a
 /// DSM call that waits for other nodes, or sleeps until another thread of the process wakes it
-/// (`pthread_join`, a mutex, a condition variable: an untimed futex wait), and at least one is
-/// in such a DSM call. Each wait, with its threads. `None` while any thread of the program runs
-/// or waits for something else (a timer, a file, a socket), or is in a DSM call that does not
-/// wait for other nodes (a fault, an allocation).
+/// (`pthread_join`, a mutex, a condition variable: an untimed futex wait on a futex of the
+/// process's own). Each wait, with its threads. `None` while any thread of the program runs or
+/// waits for something else (a timer, a file, a socket, a futex another process may wake), or
+/// is in a DSM call that does not wait for other nodes (a fault, an allocation). A node whose
+/// threads all wait for each other, none in a DSM call, waits too: nothing can wake them, and
+/// the other nodes wait for it.
 ///
-/// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen,
-/// and a barrier of threads not all of whose threads have come keeps the node running.
+/// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen:
+/// one of them must wait in a DSM call, and a barrier of threads not all of whose threads have
+/// come keeps the node running.
 pub(crate) fn node_waits() -> Option<String> {
     // The service thread never waits for this lock: a thread of the program takes it with
     // signals open, and a handler of that thread that touches a page the node does not hold
@@ -214,12 +217,12 @@ pub(crate) fn node_waits() -> Option<String> {
     drop(waits);
     // A thread registered in a waiting call may still be working on its way in or out (the
     // race checker's records at jia_exit): only one the kernel has asleep waits.
-    if what.is_empty() || what.iter().any(|&(_, tid)| sys::process::runs(tid)) {
+    if what.iter().any(|&(_, tid)| sys::process::runs(tid)) {
         return None;
     }
     let Some(threads) = sys::process::threads() else {
         // Only the DSM's threads are seen (see above).
-        if !undecided.is_empty() || open_round().is_some() {
+        if what.is_empty() || !undecided.is_empty() || open_round().is_some() {
             return None;
         }
         return Some(spell_waits(&what));
@@ -235,7 +238,7 @@ pub(crate) fn node_waits() -> Option<String> {
         }
         what.push((WAITS_FOR_A_THREAD.to_owned(), tid));
     }
-    Some(spell_waits(&what))
+    (!what.is_empty()).then(|| spell_waits(&what))
 }
 
 #[cfg(test)]

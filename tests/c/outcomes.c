@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "jia.h"
@@ -54,6 +55,57 @@ static void deadlock(void)
         jia_unlock(1);
         team(2, 2);
     }
+}
+
+static pthread_mutex_t first = PTHREAD_MUTEX_INITIALIZER, second = PTHREAD_MUTEX_INITIALIZER;
+static pthread_barrier_t both_hold;
+
+/* Takes one mutex, waits until the other thread holds the other, then takes that one. */
+static void *take_both(void *arg)
+{
+    int mine = arg != NULL;
+    pthread_mutex_lock(mine ? &second : &first);
+    pthread_barrier_wait(&both_hold);
+    pthread_mutex_lock(mine ? &first : &second);
+    return NULL;
+}
+
+/* Node 0's two threads take two mutexes in opposite orders while its main thread joins them:
+ * no thread of node 0 is in a DSM call, and node 1 waits in jia_barrier for it. */
+static void mutexes(void)
+{
+    jia_barrier();
+    if (jiapid == 0) {
+        pthread_t a, b;
+        pthread_barrier_init(&both_hold, NULL, 2);
+        pthread_create(&a, NULL, take_both, NULL);
+        pthread_create(&b, NULL, take_both, (void *)1);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+    }
+    jia_barrier();
+}
+
+static void lock_in_handler(int sig)
+{
+    (void)sig;
+    jia_lock(2);
+    jia_unlock(2);
+}
+
+/* A SIGALRM handler makes a DSM call while node 0's thread waits in jia_barrier (node 1 comes a
+ * second later): the handler's call is refused by name. */
+static void nested(void)
+{
+    jia_barrier();
+    if (jiapid == 0) {
+        struct itimerval once = {{0, 0}, {0, 100000}};
+        signal(SIGALRM, lock_in_handler);
+        setitimer(ITIMER_REAL, &once, NULL);
+    } else {
+        sleep(1);
+    }
+    jia_barrier();
 }
 
 /* jia_barrier from one thread while another waits in jia_barrier_threads(2). */
@@ -177,6 +229,8 @@ int main(int argc, char **argv)
     const char *arg = argc > 2 ? argv[2] : "";
     jia_init(argc, argv);
     if (!strcmp(what, "deadlock")) deadlock();
+    else if (!strcmp(what, "mutexes")) mutexes();
+    else if (!strcmp(what, "nested")) nested();
     else if (!strcmp(what, "team_short")) team(2, 3);
     else if (!strcmp(what, "team_mixed")) mixed();
     else if (!strcmp(what, "team_huge")) team(1, 100000);

@@ -90,6 +90,45 @@ fn a_deadlock_inside_a_threaded_node_is_named_thread_by_thread() {
     }
 }
 
+/// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits
+/// in `jia_barrier` for it: the verdict names node 0's three threads (it hung before: a node
+/// with no thread in a DSM call was taken as running).
+#[test]
+fn a_node_whose_threads_wait_for_each_other_outside_the_dsm_is_named() {
+    let start = Instant::now();
+    let out = dsmrun(2, "udp", &[], &["mutexes"]);
+    assert_status(&out, 1);
+    let e = stderr(&out);
+    assert!(e.contains("the job cannot go on"), "{}", text(&out));
+    assert!(e.contains("node 1 waits in jia_barrier"), "{}", text(&out));
+    assert_eq!(
+        e.matches("a wait for another thread of its process")
+            .count(),
+        1,
+        "{}",
+        text(&out)
+    );
+    assert!(e.contains("(main thread"), "{}", text(&out));
+    assert!(start.elapsed() < Duration::from_secs(60), "too slow");
+}
+
+/// A signal handler's DSM call while its thread waits in another (jia_lock in a SIGALRM handler
+/// that interrupted jia_barrier) ends the job naming it: it took the outer call's slot, and a
+/// barrier so made hung the job with no word.
+#[test]
+fn a_dsm_call_in_a_handler_that_interrupted_one_is_refused_by_name() {
+    let out = dsmrun(2, "udp", &[], &["nested"]);
+    assert_status(&out, 1);
+    assert!(
+        stderr(&out).contains(
+            "dsm node 0: error: jia_lock: called in a signal handler that interrupted another DSM \
+             call of the same thread"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
 /// Row 2: a barrier of 3 threads that 2 threads of each node call; `jia_barrier` mixed with a
 /// barrier of threads; a count over the thread limit.
 #[test]
