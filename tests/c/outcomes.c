@@ -71,9 +71,11 @@ static void *take_both(void *arg)
 }
 
 /* Node 0's two threads take two mutexes in opposite orders while its main thread joins them:
- * no thread of node 0 is in a DSM call, and node 1 waits in jia_barrier for it. */
+ * no thread of node 0 is in a DSM call, and node 1 waits in jia_barrier for it. Each node
+ * prints a line first, left in stdio's buffer (stdout is a pipe). */
 static void mutexes(void)
 {
+    printf("node %d before the hang\n", jiapid);
     jia_barrier();
     if (jiapid == 0) {
         pthread_t a, b;

@@ -92,7 +92,8 @@ fn a_deadlock_inside_a_threaded_node_is_named_thread_by_thread() {
 
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits
 /// in `jia_barrier` for it: the verdict names node 0's three threads (it hung before: a node
-/// with no thread in a DSM call was taken as running).
+/// with no thread in a DSM call was taken as running), and what each node printed before the
+/// hang, still in its stdio buffer, is not lost (dsmrun killed the nodes at once).
 #[test]
 fn a_node_whose_threads_wait_for_each_other_outside_the_dsm_is_named() {
     let start = Instant::now();
@@ -109,6 +110,13 @@ fn a_node_whose_threads_wait_for_each_other_outside_the_dsm_is_named() {
         text(&out)
     );
     assert!(e.contains("(main thread"), "{}", text(&out));
+    for node in 0..2 {
+        assert!(
+            stdout(&out).contains(&format!("node {node} before the hang")),
+            "{}",
+            text(&out)
+        );
+    }
     assert!(start.elapsed() < Duration::from_secs(60), "too slow");
 }
 

@@ -134,6 +134,17 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     if in_signal_context() {
         die(msg, status);
     }
+    end_with(Some(msg), status)
+}
+
+/// Ends the node with `status` and no word of its own (its launcher says why), as
+/// [`fatal_with`] does otherwise: the program's exit handlers run, C's stdio is flushed. Thread
+/// context.
+pub(crate) fn end_quietly(status: i32) -> ! {
+    end_with(None, status)
+}
+
+fn end_with(msg: Option<&str>, status: i32) -> ! {
     if LEAVING.load(Ordering::SeqCst) {
         // The process is in `exit` with the program's status on another thread: this one (the
         // service thread seeing its peers end, most likely) waits for that end.
@@ -142,8 +153,10 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
         }
     }
     ENDING.store(true, Ordering::SeqCst);
-    let line = format!("dsm node {}: error: {msg}\n", rank());
-    sys::write_stderr(line.as_bytes());
+    if let Some(msg) = msg {
+        let line = format!("dsm node {}: error: {msg}\n", rank());
+        sys::write_stderr(line.as_bytes());
+    }
     let own = OWN_STATUS.load(Ordering::SeqCst);
     if own != 0 {
         // The program is ending with its own status on another thread, inside `exit`: this

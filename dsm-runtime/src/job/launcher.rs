@@ -843,8 +843,9 @@ fn end_for(w: &mut Watched<'_>, failure: JobFailure) -> JobFailure {
             how: how.clone(),
         }
         .encode(),
-        // dsmrun says it itself; a node 0 that watches says it as its own end.
-        JobFailure::Stuck(what) if w.in_node0 => Line::Stuck(what.clone()).encode(),
+        // A node 0 that watches says it as its own end; under dsmrun, which says it itself, the
+        // nodes end without a word (their output flushed: a printf before the hang is kept).
+        JobFailure::Stuck(what) => Line::Stuck(what.clone()).encode(),
         _ => String::new(),
     };
     // A node 0 that watches its own job is told last, once the others have ended: it ends this
@@ -852,13 +853,8 @@ fn end_for(w: &mut Watched<'_>, failure: JobFailure) -> JobFailure {
     let first = usize::from(w.in_node0).min(w.control.len());
     let (own, others) = w.control.split_at_mut(first);
     tell(others, &line);
-    if matches!(failure, JobFailure::Stuck(_)) {
-        // Nothing will change: the nodes are ended at once.
-        end_all(w.children);
-    } else {
-        wait_a_moment(w.children, Duration::from_secs(2));
-        end_all(w.children);
-    }
+    wait_a_moment(w.children, Duration::from_secs(2));
+    end_all(w.children);
     if w.in_node0 {
         crate::door::end::end_peer_failure_with(i32::from(failure.exit_code()));
     }

@@ -79,6 +79,8 @@ impl Service {
     fn act_on_control_lines(&self, lines: Vec<Line>) {
         for line in lines {
             match line {
+                // dsmrun says it: the node ends without a word, its output flushed.
+                Line::Stuck(_) if self.launcher_outside => crate::door::end::end_quietly(1),
                 Line::Stuck(what) if self.node.id().0 == 0 => {
                     fatal(&crate::job::JobFailure::Stuck(what).to_string());
                 }
