@@ -227,6 +227,9 @@ fn instrument_flags(cc: &OsString) -> Vec<String> {
     let mut flags: Vec<String> = compiler_flags(cc).iter().map(|f| f.to_string()).collect();
     // jia.h then wraps the printf and scanf calls that write or read strings in memory.
     flags.push("-DJIA_CHECK_RACES".to_string());
+    // Fortified string functions (`__strcpy_chk`, which Debian's and Fedora's build flags and
+    // some compilers' defaults turn on) would go around the calls renamed to libjia's: off.
+    flags.push("-U_FORTIFY_SOURCE".to_string());
     flags.extend(
         CHECKED_MEMORY_FUNCTIONS
             .iter()
