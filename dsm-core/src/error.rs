@@ -139,6 +139,18 @@ pub enum UsageError {
         /// Its width in bytes.
         width: u8,
     },
+    /// An atomic operation on a word outside the shared region (private memory, a null
+    /// pointer).
+    #[error(
+        "atomic operation on {width} bytes at address {addr:#x}, which is not in the shared \
+         region: atomics across nodes take a word of allocated shared memory"
+    )]
+    AtomicNotShared {
+        /// The word's address.
+        addr: u64,
+        /// Its width in bytes.
+        width: u8,
+    },
 }
 
 /// A message that breaks the protocol (from a buggy or hostile peer); it was ignored.

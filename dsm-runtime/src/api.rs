@@ -813,11 +813,14 @@ impl Dsm {
         self.call_or_die_at(c, std::panic::Location::caller())
     }
 
-    /// [`Dsm::call_or_die`] naming `at` as the application's line.
+    /// [`Dsm::call_or_die`] naming `at` as the application's line (not a line of the runtime's
+    /// or libjia's own, which says nothing to the program's author: a C program's call comes
+    /// through libjia).
     fn call_or_die_at(&self, c: Call, at: &std::panic::Location<'_>) -> Reply {
         let what = c.name();
         match self.call(c) {
             Ok(r) => r,
+            Err(e) if ours(at) => fatal(&format!("{what}: {e}")),
             Err(e) => fatal(&format!("{what}: {e} (at {at})")),
         }
     }
@@ -1105,8 +1108,8 @@ impl Dsm {
     ) -> Result<u64, UsageError> {
         let offset = addr.wrapping_sub(self.base) as u64;
         if !self.in_region(addr, usize::from(width)) {
-            return Err(UsageError::BadAtomic {
-                addr: offset,
+            return Err(UsageError::AtomicNotShared {
+                addr: addr as u64,
                 width,
             });
         }
@@ -1206,6 +1209,7 @@ impl Dsm {
     }
 
     /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
+    #[track_caller]
     pub fn exit(&self) {
         in_the_nodes_process("jia_exit");
         if self.exited.swap(true, Ordering::SeqCst) {
@@ -1250,6 +1254,19 @@ pub(crate) fn in_the_nodes_process(what: &str) {
             1,
         );
     }
+}
+
+/// Whether `at` is a line of the runtime's or libjia's own sources.
+fn ours(at: &std::panic::Location<'_>) -> bool {
+    let file = std::path::Path::new(at.file());
+    [
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../jia/src"),
+        "dsm-runtime/src".into(),
+        "jia/src".into(),
+    ]
+    .iter()
+    .any(|dir| file.starts_with(dir))
 }
 
 /// A reply of the wrong kind: a runtime bug.

@@ -35,6 +35,30 @@ fn order_of(order: c_int, what: &str) -> AtomicOrder {
     }
 }
 
+/// [`order_of`] for a load: C11 gives a load no release semantics (3 release, 4 acq_rel are
+/// refused, as C11 leaves them undefined and Rust's atomics panic on them).
+fn load_order(order: c_int, what: &str) -> AtomicOrder {
+    if matches!(order, 3 | 4) {
+        die(&format!(
+            "{what}: memory order {order} is not one for a load (allowed: 0 relaxed, 1 consume, \
+             2 acquire, 5 seq_cst)"
+        ));
+    }
+    order_of(order, what)
+}
+
+/// [`order_of`] for a store: C11 gives a store no acquire semantics (1 consume, 2 acquire, 4
+/// acq_rel are refused).
+fn store_order(order: c_int, what: &str) -> AtomicOrder {
+    if matches!(order, 1 | 2 | 4) {
+        die(&format!(
+            "{what}: memory order {order} is not one for a store (allowed: 0 relaxed, 3 release, \
+             5 seq_cst)"
+        ));
+    }
+    order_of(order, what)
+}
+
 /// Whether `bytes` bytes at `addr` are shared memory (after `jia_init`).
 fn shared(addr: usize, bytes: usize) -> bool {
     dsm_if_joined().is_some_and(|d| d.in_region(addr, bytes))
@@ -72,7 +96,7 @@ macro_rules! jia_atomics {
         #[unsafe(no_mangle)]
         pub extern "C" fn $load(p: *mut $t, order: c_int) -> $t {
             let what = stringify!($load);
-            on_shared(p as usize, $width, AtomicOp::Load, both(order_of(order, what)), what) as $t
+            on_shared(p as usize, $width, AtomicOp::Load, both(load_order(order, what)), what) as $t
         }
 
         /// `jia_atomic_store_*`.
@@ -80,7 +104,7 @@ macro_rules! jia_atomics {
         pub extern "C" fn $store(p: *mut $t, v: $t, order: c_int) {
             let what = stringify!($store);
             let op = AtomicOp::Store(v as u64);
-            on_shared(p as usize, $width, op, both(order_of(order, what)), what);
+            on_shared(p as usize, $width, op, both(store_order(order, what)), what);
         }
 
         /// `jia_atomic_exchange_*`: the value before.

@@ -107,9 +107,13 @@ fn dsm_if_joined() -> Option<&'static Dsm> {
     DSM.get()
 }
 
-fn dsm() -> &'static Dsm {
-    DSM.get()
-        .unwrap_or_else(|| die("jia_init must be called before any other jia_ function"))
+/// The node, for the call `what`; before `jia_init`, the node ends naming the call.
+fn dsm_for(what: &str) -> &'static Dsm {
+    DSM.get().unwrap_or_else(|| {
+        die(&format!(
+            "{what} before jia_init: jia_init must be called before any other jia_ function"
+        ))
+    })
 }
 
 /// `void jia_init(int argc, char **argv)`: joins the job the program was started in. Started
@@ -177,7 +181,7 @@ extern "C" fn exit_at_process_end(status: c_int, _: *mut c_void) {
 /// `void jia_exit(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_exit() {
-    dsm().exit();
+    dsm_for("jia_exit").exit();
 }
 
 /// An allocation for the program's call at `pc` (its return address, for the race checker's
@@ -187,17 +191,17 @@ fn alloc(total: c_int, policy: AllocPolicy, pc: usize) -> c_ulong {
         die(&format!("jia_alloc: size {total} must be positive"));
     }
     let from = dsm_races::From::Code(pc);
-    match dsm().alloc_from::<u8>(total as usize, policy, from) {
+    match dsm_for("jia_alloc").alloc_from::<u8>(total as usize, policy, from) {
         Ok(a) => a.as_ptr() as c_ulong,
         Err(e) => die(&format!("jia_alloc of {total} bytes: {e}")),
     }
 }
 
 fn host(h: c_int, what: &str) -> NodeId {
-    if h < 0 || h >= dsm().nodes() as c_int {
+    if h < 0 || h >= dsm_for(what).nodes() as c_int {
         die(&format!(
             "{what}: start host {h} is not in the job (nodes 0 to {})",
-            dsm().nodes() - 1
+            dsm_for(what).nodes() - 1
         ));
     }
     NodeId(h as u16)
@@ -283,7 +287,7 @@ fn id(v: c_int, count: u16, what: &str) -> u16 {
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_lock(lockid: c_int) {
     let l = id(lockid, dsm_runtime::MAX_LOCKS, "jia_lock");
-    if let Err(e) = dsm().lock_raw(l) {
+    if let Err(e) = dsm_for("jia_lock").lock_raw(l) {
         die(&format!("jia_lock({lockid}): {e}"));
     }
 }
@@ -292,7 +296,7 @@ pub extern "C" fn jia_lock(lockid: c_int) {
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_unlock(lockid: c_int) {
     let l = id(lockid, dsm_runtime::MAX_LOCKS, "jia_unlock");
-    if let Err(e) = dsm().unlock_raw(l) {
+    if let Err(e) = dsm_for("jia_unlock").unlock_raw(l) {
         die(&format!("jia_unlock({lockid}): {e}"));
     }
 }
@@ -300,7 +304,7 @@ pub extern "C" fn jia_unlock(lockid: c_int) {
 /// `void jia_barrier(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_barrier() {
-    dsm().barrier();
+    dsm_for("jia_barrier").barrier();
 }
 
 /// `void jia_barrier_threads(int threads)`: a barrier of `threads` threads of every node
@@ -308,7 +312,7 @@ pub extern "C" fn jia_barrier() {
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_barrier_threads(threads: c_int) {
     match usize::try_from(threads) {
-        Ok(t) if t > 0 => dsm().barrier_threads(t),
+        Ok(t) if t > 0 => dsm_for("jia_barrier_threads").barrier_threads(t),
         _ => die(&format!(
             "jia_barrier_threads({threads}): the count of threads per node must be 1 or more"
         )),
@@ -318,25 +322,25 @@ pub extern "C" fn jia_barrier_threads(threads: c_int) {
 /// `void jia_wait(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_wait() {
-    dsm().wait();
+    dsm_for("jia_wait").wait();
 }
 
 /// `void jia_setcv(int cvnum)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_setcv(cv: c_int) {
-    dsm().setcv(id(cv, dsm_runtime::MAX_CVS, "jia_setcv"));
+    dsm_for("jia_setcv").setcv(id(cv, dsm_runtime::MAX_CVS, "jia_setcv"));
 }
 
 /// `void jia_resetcv(int cvnum)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_resetcv(cv: c_int) {
-    dsm().resetcv(id(cv, dsm_runtime::MAX_CVS, "jia_resetcv"));
+    dsm_for("jia_resetcv").resetcv(id(cv, dsm_runtime::MAX_CVS, "jia_resetcv"));
 }
 
 /// `void jia_waitcv(int cvnum)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_waitcv(cv: c_int) {
-    dsm().waitcv(id(cv, dsm_runtime::MAX_CVS, "jia_waitcv"));
+    dsm_for("jia_waitcv").waitcv(id(cv, dsm_runtime::MAX_CVS, "jia_waitcv"));
 }
 
 /// `double jia_clock(void)`: seconds since `jia_init` (or since the first `jia_clock` call, if
@@ -371,14 +375,14 @@ pub extern "C" fn jia_current_time() -> c_ulong {
 /// `unsigned int jia_startstat(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_startstat() -> c_uint {
-    dsm().start_stats();
+    dsm_for("jia_startstat").start_stats();
     0
 }
 
 /// `unsigned int jia_stopstat(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_stopstat() -> c_uint {
-    dsm().stop_stats();
+    dsm_for("jia_stopstat").stop_stats();
     0
 }
 
@@ -443,7 +447,7 @@ pub(crate) extern "C" fn jia_alloc_random_at(totalsize: c_int, pc: usize) -> c_u
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
-    let home = (z % dsm().nodes() as u64) as u16;
+    let home = (z % dsm_for("jia_alloc_random").nodes() as u64) as u16;
     alloc(totalsize, AllocPolicy::OnNode(NodeId(home)), pc)
 }
 
@@ -470,7 +474,7 @@ pub extern "C" fn jia_free(addr: *mut c_void) {
     if addr.is_null() {
         return;
     }
-    let d = dsm();
+    let d = dsm_for("jia_free");
     let a = addr as usize;
     if a < d.region_start() {
         die(&format!(
@@ -558,8 +562,8 @@ static HMIG_ASKED: AtomicI32 = AtomicI32::new(-1);
 /// Applies a `jia_config(HMIG, ...)` made before `jia_init`.
 fn apply_home_migration_asked() {
     match HMIG_ASKED.load(Ordering::Relaxed) {
-        0 => dsm().set_home_migration(false),
-        1 => dsm().set_home_migration(true),
+        0 => dsm_for("jia_config").set_home_migration(false),
+        1 => dsm_for("jia_config").set_home_migration(true),
         _ => {}
     }
 }
@@ -578,7 +582,7 @@ pub extern "C" fn jia_config(feature: c_int, on_off: c_int) {
     }
     if feature == HMIG {
         if DSM.get().is_some() {
-            dsm().set_home_migration(on_off == 1);
+            dsm_for("jia_config").set_home_migration(on_off == 1);
         } else {
             HMIG_ASKED.store(on_off, Ordering::Relaxed);
         }
@@ -631,7 +635,7 @@ pub unsafe extern "C" fn jia_divtask(begin: *mut c_int, end: *mut c_int) {
     if begin.is_null() || end.is_null() {
         die("jia_divtask: begin and end must point to ints");
     }
-    let d = dsm();
+    let d = dsm_for("jia_divtask");
     // SAFETY: the caller passes pointers to two ints.
     let (b, e) = unsafe { (i64::from(*begin), i64::from(*end)) };
     let (nb, ne) = share(b, e, d.id() as i64, d.nodes() as i64).unwrap_or((e + 1, e));
@@ -646,7 +650,7 @@ pub unsafe extern "C" fn jia_divtask(begin: *mut c_int, end: *mut c_int) {
 /// `jia_divtask`; the division here is static, so there is nothing to measure.
 #[unsafe(no_mangle)]
 pub extern "C" fn jia_loadcheck() {
-    let _ = dsm();
+    let _ = dsm_for("jia_loadcheck");
 }
 
 /// JIAJIA's wildcards for `jia_recv`: any sender, any tag.
@@ -664,7 +668,7 @@ fn length(len: c_int, buf: *const c_char, what: &str) -> usize {
 }
 
 fn node_arg(n: c_int, what: &str, role: &str) -> usize {
-    let nodes = dsm().nodes();
+    let nodes = dsm_for(what).nodes();
     if n < 0 || n as usize >= nodes {
         die(&format!(
             "{what}: {role} {n} is not a node of the job (nodes 0 to {})",
@@ -697,7 +701,7 @@ pub(crate) unsafe extern "C" fn jia_send_at(
         // in this thread, like any other access).
         unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }
     };
-    dsm().send(to, tag, data);
+    dsm_for("jia_send").send(to, tag, data);
 }
 
 /// `int jia_recv(char *buf, int len, int frompid, int tag)`: waits for the oldest message from
@@ -724,7 +728,7 @@ pub(crate) unsafe extern "C" fn jia_recv_at(
         // SAFETY: the caller passes room for len bytes.
         unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
     };
-    let got = dsm().recv_into(from, tag, buf).len;
+    let got = dsm_for("jia_recv").recv_into(from, tag, buf).len;
     dsm_races::access(buf.as_ptr() as usize, got, true, dsm_races::From::Code(pc));
     got as c_int
 }
@@ -744,7 +748,7 @@ pub unsafe extern "C" fn jia_bcast(buf: *mut c_char, len: c_int, root: c_int) {
         // SAFETY: the caller passes len bytes.
         unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
     };
-    dsm().bcast(root, buf);
+    dsm_for("jia_bcast").bcast(root, buf);
 }
 
 /// `jia_reduce`'s operations (JIAJIA 2.1's numbering): the type and the combination.
@@ -779,7 +783,7 @@ unsafe fn reduce_as<T: Reducible + Default>(
     // SAFETY: the caller passes cnt values at snd.
     let input = unsafe { std::slice::from_raw_parts(snd.cast::<u8>(), bytes) };
     let values: Vec<T> = input.chunks_exact(T::BYTES).map(T::get).collect();
-    let d = dsm();
+    let d = dsm_for("jia_reduce");
     let mut out = vec![T::default(); cnt];
     d.reduce(&values, &mut out, op, root);
     if d.id() == root {
@@ -816,7 +820,7 @@ pub unsafe extern "C" fn jia_reduce(
         die(&format!("jia_reduce: count {cnt} is negative"));
     }
     let root = node_arg(root, "jia_reduce", "root");
-    if cnt > 0 && (snd.is_null() || (dsm().id() == root && rcv.is_null())) {
+    if cnt > 0 && (snd.is_null() || (dsm_for("jia_reduce").id() == root && rcv.is_null())) {
         die("jia_reduce: a null buffer");
     }
     let cnt = cnt as usize;

@@ -229,6 +229,7 @@ int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
     const char *arg = argc > 2 ? argv[2] : "";
+    if (!strcmp(what, "lock_before_init")) jia_lock(1);
     jia_init(argc, argv);
     if (!strcmp(what, "deadlock")) deadlock();
     else if (!strcmp(what, "mutexes")) mutexes();
@@ -246,6 +247,13 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "after_exit")) return after_exit();
     else if (!strcmp(what, "overrun")) overrun();
     else if (!strcmp(what, "init_twice")) jia_init(argc, argv);
+    else if (!strcmp(what, "atomic_private")) {
+        static unsigned long private_word;
+        jia_atomic_fetch_add_64(&private_word, 1, __ATOMIC_RELAXED);
+    } else if (!strcmp(what, "store_acquire")) {
+        unsigned long *w = (unsigned long *)jia_alloc(4096);
+        jia_atomic_store_64(w, 1, __ATOMIC_ACQUIRE);
+    }
     else {
         fprintf(stderr, "outcomes: unknown case '%s'\n", what);
         return 2;

@@ -620,6 +620,26 @@ fn a_second_jia_init_a_bad_thread_count_and_a_port_in_the_hosts_are_named() {
     );
 }
 
+/// Misuse named by the call: a call before `jia_init`, an atomic on private memory (said to be
+/// outside the shared region, where it was called an offset of it), a store with acquire order
+/// (C11 has none; it was taken silently).
+#[test]
+fn misused_calls_are_named_with_what_was_wrong() {
+    for (case, want) in [
+        ("lock_before_init", "jia_lock before jia_init"),
+        ("atomic_private", "which is not in the shared region"),
+        (
+            "store_acquire",
+            "jia_atomic_store_64: memory order 2 is not one for a store",
+        ),
+    ] {
+        let out = dsmrun(2, "udp", &[], &[case]);
+        assert_status(&out, 1);
+        assert!(stderr(&out).contains(want), "{case}: {}", text(&out));
+        assert!(!stderr(&out).contains("(at "), "{case}: {}", text(&out));
+    }
+}
+
 /// Row 14: SIGHUP or SIGUSR1 to dsmrun ends the nodes with a word, as SIGTERM does.
 #[test]
 fn dsmrun_ends_its_nodes_and_says_why_on_hangup_and_user_signals() {
