@@ -42,6 +42,8 @@ pub(crate) enum FaultOutcome {
     Open,
     /// Nothing is allocated at the address: behave like a plain segmentation fault.
     Unallocated,
+    /// The node left the job before serving it (another thread's `jia_exit`): nothing will.
+    Left,
 }
 
 impl FaultOutcome {
@@ -49,14 +51,15 @@ impl FaultOutcome {
         match self {
             FaultOutcome::Open => 0,
             FaultOutcome::Unallocated => 1,
+            FaultOutcome::Left => 2,
         }
     }
 
     pub(crate) fn from_word(w: u32) -> FaultOutcome {
-        if w == 0 {
-            FaultOutcome::Open
-        } else {
-            FaultOutcome::Unallocated
+        match w {
+            0 => FaultOutcome::Open,
+            1 => FaultOutcome::Unallocated,
+            _ => FaultOutcome::Left,
         }
     }
 }

@@ -239,11 +239,29 @@ impl<const N: usize> Slots<N> {
     // ---- The application's side ----
 
     /// Posts fault `f` in slot `i` and waits for the node's answer.
+    #[cfg(dsm_loom)]
     pub(crate) fn post_fault(&self, i: usize, f: Fault) -> FaultOutcome {
+        self.post_fault_unless(i, f, || false)
+    }
+
+    /// Posts fault `f` in slot `i` and waits for the node's answer, unless `gone()`, asked once
+    /// the fault is posted, says the service thread serves no more (the node left the job):
+    /// then [`FaultOutcome::Left`] at once. The service thread answers the faults it finds
+    /// posted as it leaves with the same, after setting what `gone` reads: each side stores,
+    /// then looks at what the other stored, so a fault is either found or finds the node gone.
+    pub(crate) fn post_fault_unless(
+        &self,
+        i: usize,
+        f: Fault,
+        gone: impl FnOnce() -> bool,
+    ) -> FaultOutcome {
         let slot = &self.slots[i];
         slot.kind.store(KIND_FAULT, Relaxed);
         slot.fault.store(f.to_word(), Relaxed);
         self.post(i);
+        if gone() {
+            return FaultOutcome::Left;
+        }
         self.wait(i);
         self.finish_fault(i)
     }

@@ -93,6 +93,15 @@ use crate::service::STATE;
 use crate::sys::signals::{self, Chained};
 use crate::sys::{self, Protection, stack};
 
+/// What a fault taken once the node has left the job says.
+const LEFT: &str = "a shared page not held here was touched after this node left the job (after \
+                    jia_exit / Dsm::exit)";
+
+/// Whether the node left the job: its service thread serves no fault any more.
+fn node_left() -> bool {
+    flags::EXITED.load(Ordering::SeqCst)
+}
+
 static REGION_START: AtomicUsize = AtomicUsize::new(0);
 static REGION_END: AtomicUsize = AtomicUsize::new(0);
 
@@ -324,13 +333,9 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
             1,
         );
     }
-    if flags::EXITED.load(Ordering::SeqCst) {
+    if node_left() {
         // Waiting would hang: no service thread, no connection to the homes.
-        die(
-            "a shared page not held here was touched after this node left the job (after \
-             jia_exit / Dsm::exit)",
-            1,
-        );
+        die(LEFT, 1);
     }
     let Some(slot) = door::my_slot() else {
         die(
@@ -386,12 +391,16 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
                 1,
             );
         };
-        let outcome = SLOTS.post_fault(spare, fault);
+        let outcome = SLOTS.post_fault_unless(spare, fault, node_left);
         SLOTS.release(spare);
         outcome
     } else {
-        drive::drive_fault(slot, fault).unwrap_or_else(|| SLOTS.post_fault(slot, fault))
+        drive::drive_fault(slot, fault)
+            .unwrap_or_else(|| SLOTS.post_fault_unless(slot, fault, node_left))
     };
+    if outcome == FaultOutcome::Left {
+        die(LEFT, 1);
+    }
     crate::trace::stamp(page as u64, crate::trace::Step::Resumed);
     Some(outcome)
 }

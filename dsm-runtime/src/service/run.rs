@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use super::{Driving, EXIT_GRACE, POLLS_PER_PASS, STATE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
 use crate::door::flags::{DRIVE, DRIVEN, DRIVEN_NAP, EXITED};
+use crate::door::request::FaultOutcome;
 use crate::door::{SLOTS, context, fastpath};
 use crate::sys::{self, Epoll};
 
@@ -240,8 +241,13 @@ pub(crate) fn run(service: Service) {
             s.acknowledge_what_came();
             // Closing the transport tells the other nodes this one is done.
             crate::trace::write(s.node.id().0);
-            driving.end();
+            // Before the state goes: a fault posted from here on finds the node gone, and one
+            // posted before is answered so (see `Slots::post_fault_unless`).
             EXITED.store(true, Ordering::SeqCst);
+            SLOTS.take_posted(true, |i, _| {
+                SLOTS.complete_fault(i, FaultOutcome::Left, true);
+            });
+            driving.end();
             return;
         }
         if let Some((at, msg)) = &s.lost_in_exit {
