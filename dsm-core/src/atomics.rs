@@ -300,13 +300,21 @@ impl<M: PageMemory> Node<M> {
             let seen = self.atomics.seen.entry(out.addr.0).or_insert(0);
             *seen = (*seen).max(counter);
         }
-        // A copy on its way may predate the operation (a holder the home forwarded the request
-        // to, or a one-sided read): `invalidate` marks its fetch stale, so it is asked again.
-        let fetching = self.table[page.index()].fetch.is_some();
-        if out.home != self.cfg.node
-            && (fetching || self.copy_lacks(out.addr, out.width, out.op, old))
-        {
-            self.invalidate(now, [page]);
+        // A copy on its way may predate an operation that changed the word, if it does not
+        // come from the home itself: the value is kept for it (`on_page_grant`). Marking its
+        // fetch stale instead made a thread spinning on the word (each answer marking the
+        // sibling's request, asked again behind the next operation) starve a fault on its page.
+        if out.home != self.cfg.node {
+            let new = out.op.apply(old, out.width).filter(|&new| new != old);
+            let (at, width) = (out.addr.offset(), out.width);
+            if let Some(f) = &mut self.table[page.index()].fetch {
+                if let Some(new) = new {
+                    f.atomics.retain(|&(a, _, _)| a != at);
+                    f.atomics.push((at, width, new));
+                }
+            } else if self.copy_lacks(out.addr, out.width, out.op, old) {
+                self.invalidate(now, [page]);
+            }
         }
         self.mark_written(page);
         let mask = width_mask(out.width);

@@ -154,6 +154,7 @@ impl<M: PageMemory> Node<M> {
             waiters: vec![(waiter, access, now)],
             stale: false,
             asked: home,
+            atomics: Vec::new(),
         });
         self.fetches.insert(page, now);
         self.stats.pages_fetched += 1;
@@ -206,6 +207,7 @@ impl<M: PageMemory> Node<M> {
                 waiters: Vec::new(),
                 stale: false,
                 asked: e.home,
+                atomics: Vec::new(),
             });
             by_home.entry(e.home).or_default().push(candidate);
             self.fetches.insert(candidate, now);
@@ -749,6 +751,20 @@ impl<M: PageMemory> Node<M> {
             self.mem
                 .write_run(run, &data[at..at + n as usize * PAGE_SIZE]);
         }
+        // A copy from a holder, or read one-sided, may predate this node's atomic operations
+        // answered while it was on its way (a copy sent by the home itself cannot: it would have
+        // come before their answers): their values are put in, so the node's own plain reads
+        // see them. (Asking again instead let a thread that kept changing a word keep its
+        // sibling's copy from ever arriving.) A copy newer than them loses a later value of
+        // another node's, which no synchronisation made visible here yet.
+        if forwarded || self.cfg.remote_reads {
+            for (page, fetch) in &accepted {
+                for &(at, width, value) in &fetch.atomics {
+                    let w = usize::from(width);
+                    self.mem.write(*page, at, &value.to_le_bytes()[..w]);
+                }
+            }
+        }
         for (page, fetch) in accepted {
             self.open_granted(now, page, fetch);
         }
@@ -811,6 +827,7 @@ impl<M: PageMemory> Node<M> {
                     waiters: fetch.waiters,
                     stale: false,
                     asked: home,
+                    atomics: fetch.atomics,
                 });
                 self.fetches.insert(page, now);
                 self.send_get_page(home, access, vec![page]);

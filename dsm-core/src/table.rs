@@ -34,6 +34,11 @@ pub(crate) struct Fetch {
     pub stale: bool,
     /// The node asked (the page's home when the request left; homes move at barriers).
     pub asked: NodeId,
+    /// The values this node's atomic operations answered while the request was out left in
+    /// words of the page (offset, width, value; the last for each word): a copy that did not
+    /// come straight from the home (a holder's it forwarded the request to, or a one-sided
+    /// read) may predate them, and is given them when it is installed (`on_page_grant`).
+    pub atomics: Vec<(usize, u8, u64)>,
 }
 
 /// What a node has yet to send of the page requests it answers, in order (see
