@@ -162,7 +162,7 @@ impl<M: PageMemory> Node<M> {
             });
             self.complete_flushes();
         } else {
-            self.diff_written_word_page(now, addr.page());
+            self.diff_written_word_page(now, addr, width);
             self.send(home, msg);
         }
         self.drain_loopback(now);
@@ -173,10 +173,22 @@ impl<M: PageMemory> Node<M> {
     /// operation go to the same home, in that order, so the operation applies to the value
     /// this node's own plain stores left (C11's order of one word's modifications), and the
     /// diff cannot land after it and undo it.
-    fn diff_written_word_page(&mut self, now: Time, page: PageNum) {
-        if self.table[page.index()].home == self.cfg.node || !self.rw.remove(&page) {
+    fn diff_written_word_page(&mut self, now: Time, addr: GlobalAddr, width: u8) {
+        let page = addr.page();
+        let e = &self.table[page.index()];
+        if e.home == self.cfg.node || !self.rw.contains(&page) {
             return;
         }
+        // Only if this node changed the word itself (a store to another word of the page can
+        // wait for the next release, as any write does).
+        let (at, w) = (addr.offset(), usize::from(width));
+        if let Some(twin) = &e.twin {
+            self.mem.read(page, &mut self.scratch);
+            if twin.0[at..at + w] == self.scratch[at..at + w] {
+                return;
+            }
+        }
+        self.rw.remove(&page);
         // Protect first, then diff: a racing store either made it into the page or faults.
         self.protect_pages(&[page], Prot::Read);
         self.table[page.index()].frame = Frame::ReadOnly;
@@ -305,13 +317,13 @@ impl<M: PageMemory> Node<M> {
         // fetch stale instead made a thread spinning on the word (each answer marking the
         // sibling's request, asked again behind the next operation) starve a fault on its page.
         if out.home != self.cfg.node {
-            let new = out.op.apply(old, out.width).filter(|&new| new != old);
+            // What the word holds after the operation, whether it changed it or only read it
+            // (a load, a failed compare-exchange): a copy must not show an older value.
+            let now_value = out.op.apply(old, out.width).unwrap_or(old);
             let (at, width) = (out.addr.offset(), out.width);
             if let Some(f) = &mut self.table[page.index()].fetch {
-                if let Some(new) = new {
-                    f.atomics.retain(|&(a, _, _)| a != at);
-                    f.atomics.push((at, width, new));
-                }
+                f.atomics.retain(|&(a, _, _)| a != at);
+                f.atomics.push((at, width, now_value));
             } else if self.copy_lacks(out.addr, out.width, out.op, old) {
                 self.invalidate(now, [page]);
             }

@@ -752,11 +752,12 @@ impl<M: PageMemory> Node<M> {
                 .write_run(run, &data[at..at + n as usize * PAGE_SIZE]);
         }
         // A copy from a holder, or read one-sided, may predate this node's atomic operations
-        // answered while it was on its way (a copy sent by the home itself cannot: it would have
-        // come before their answers): their values are put in, so the node's own plain reads
-        // see them. (Asking again instead let a thread that kept changing a word keep its
-        // sibling's copy from ever arriving.) A copy newer than them loses a later value of
-        // another node's, which no synchronisation made visible here yet.
+        // answered while it was on its way: the values they left or read are put in, so the
+        // node's own plain reads see them. (A copy the home sends itself is taken after it
+        // applied every operation that came before the request, and the operations that came
+        // after it are answered after the copy.) Asking again instead let a thread that kept
+        // changing a word keep its sibling's copy from ever arriving. A copy newer than them
+        // loses a later value of another node's, which no synchronisation made visible here.
         if forwarded || self.cfg.remote_reads {
             for (page, fetch) in &accepted {
                 for &(at, width, value) in &fetch.atomics {
@@ -827,7 +828,8 @@ impl<M: PageMemory> Node<M> {
                     waiters: fetch.waiters,
                     stale: false,
                     asked: home,
-                    atomics: fetch.atomics,
+                    // Asked now, after the operations' answers: its copy is newer than them.
+                    atomics: Vec::new(),
                 });
                 self.fetches.insert(page, now);
                 self.send_get_page(home, access, vec![page]);

@@ -390,3 +390,264 @@ fn a_barrier_grant_from_a_node_other_than_0_is_refused_before_it_takes_effect() 
         "node 0's grant refused after node 2's: {real:?}"
     );
 }
+
+// ----- The copy-patching path of the fix for the forwarded grant (a second review) -----
+
+use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+
+/// Node 0 homes Q0 (word X at 0), Q1 and F (page 2). Node 1 holds Q0; node 2's T0 faults on
+/// Q0 (forwarded to node 1, grant held); node 2's T1 fetch-adds 5 to X (recorded on the fetch);
+/// node 1 fetch-adds 100 to X, then release-stores F; node 3 reads Q0 (a fresh holder);
+/// node 2's T1 acquire-loads F (1): Q0 named, the fetch is stale. The slow grant comes, the
+/// refetch is forwarded to node 3 (copy X = 105): it was patched with 5 (the values recorded on
+/// the first request were carried to the second, which left after their answers); now it
+/// carries none.
+#[test]
+fn a_stale_refetch_carries_no_older_atomic_value() {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 4);
+        cfg.prefetch.prefetch_pages = 1;
+        cfg.prefetch.max_checking_pages = 1;
+        cfg.forward_within = Some(std::time::Duration::from_secs(3600));
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..4).map(mk).collect();
+    nodes[2].note_threads(2);
+    let q0 = PageNum(0);
+    let x = GlobalAddr(0);
+    let f = GlobalAddr(2 * PAGE);
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[1]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    nodes[0].settle_serves();
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    let slow = pump(&mut nodes, &mut fx, &|from, to, m| {
+        from == 1 && to == 2 && matches!(m, Msg::GetPageGrant { .. })
+    });
+    assert_eq!(slow.len(), 1, "forwarded to node 1");
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (x, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    let more = pump(&mut nodes, &mut fx, &|from, to, _| from == 1 && to == 2);
+    assert!(more.is_empty());
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(0));
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    let more = pump(&mut nodes, &mut fx, &|from, to, _| from == 1 && to == 2);
+    assert!(more.is_empty());
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (f, 8),
+            AtomicOp::Store(1),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    let more = pump(&mut nodes, &mut fx, &|from, to, _| from == 1 && to == 2);
+    assert!(more.is_empty());
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 105);
+    nodes[3]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|from, to, _| from == 1 && to == 2);
+    nodes[0].settle_serves();
+    fx.clear();
+    nodes[2]
+        .atomic(t, WaiterId(1), (f, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    let more = pump(&mut nodes, &mut fx, &|from, to, _| from == 1 && to == 2);
+    assert!(more.is_empty());
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(1));
+    for (from, to, m) in slow {
+        nodes[to].handle_message(t, NodeId(from as u16), m).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(resumed(&fx, 2, 0), "{fx:?}");
+    assert_ne!(nodes[2].page_state(q0), PageState::Invalid);
+    eprintln!(
+        "stats node 0: forwarded {:?}",
+        nodes[0].stats().requests_forwarded
+    );
+    assert_eq!(
+        nodes[2].memory().load_u64(q0, 0),
+        105,
+        "node 2 acquired F (released after node 1's +100), then reads X"
+    );
+}
+
+/// As above, with node 2 reading pages one-sided (`remote_reads`): node 2's T0 faults on Q0
+/// (a one-sided read, slow); T1 fetch-adds 5 to X (recorded on the fetch); node 1 fetch-adds
+/// 100 to X and release-stores F; T1 acquire-loads F = 1 (Q0 named: the fetch is stale). The
+/// slow read arrives: stale, asked again; the second read (X = 105 at the home) was patched
+/// back to 5 with the values carried from the first; now it is not.
+#[test]
+fn a_stale_one_sided_refetch_keeps_the_value_an_acquire_made_visible() {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 3);
+        cfg.prefetch.enabled = false;
+        cfg.remote_reads = i == 2;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
+    nodes[2].note_threads(2);
+    let q0 = PageNum(0);
+    let x = GlobalAddr(0);
+    let f = GlobalAddr(2 * PAGE);
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let getp =
+        |from: usize, to: usize, m: &Msg| from == 2 && to == 0 && matches!(m, Msg::GetPage { .. });
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    let reads = pump(&mut nodes, &mut fx, &getp);
+    assert_eq!(reads.len(), 1);
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (x, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(0));
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (f, 8),
+            AtomicOp::Store(1),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 105);
+    nodes[2]
+        .atomic(t, WaiterId(1), (f, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(1));
+    // The first read lands (read at any time: it is stale anyway), then the one it asks again.
+    let mut data = vec![0u8; PAGE_SIZE];
+    for _ in 0..3 {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&nodes[0].memory().load_u64(q0, 0).to_le_bytes());
+        data[..8].copy_from_slice(&bytes);
+        nodes[2].handle_page_read(t, NodeId(0), q0, &data).unwrap();
+        let again = pump(&mut nodes, &mut fx, &getp);
+        if again.is_empty() {
+            break;
+        }
+    }
+    assert!(resumed(&fx, 2, 0), "{fx:?}");
+    assert_ne!(nodes[2].page_state(q0), PageState::Invalid);
+    assert_eq!(
+        nodes[2].memory().load_u64(q0, 0),
+        105,
+        "node 2 acquired F (released after node 1's +100 to X), then reads X"
+    );
+}
+
+/// One-sided reads, no invalidation: T0 faults on Q0 (read slow); T1 fetch-adds 5 to X
+/// (recorded); node 1 fetch-adds 100 to X with release; T1 acquire-loads X: 105 (a load records
+/// nothing). The read lands (X = 105) and was patched to 5: T1 read X plainly after its acquire
+/// load returned 105 and saw 5 (read-read coherence; no race: node 1's release RMW is ordered
+/// before T1's read). Now a load records the value it read too.
+#[test]
+fn a_load_answered_while_a_one_sided_read_is_out_replaces_an_older_recorded_value() {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 3);
+        cfg.prefetch.enabled = false;
+        cfg.remote_reads = i == 2;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
+    nodes[2].note_threads(2);
+    let q0 = PageNum(0);
+    let x = GlobalAddr(0);
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let getp =
+        |from: usize, to: usize, m: &Msg| from == 2 && to == 0 && matches!(m, Msg::GetPage { .. });
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    let reads = pump(&mut nodes, &mut fx, &getp);
+    assert_eq!(reads.len(), 1);
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (x, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    nodes[2]
+        .atomic(t, WaiterId(1), (x, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    assert!(pump(&mut nodes, &mut fx, &getp).is_empty());
+    let _ = nodes[2].take_atomic_result(WaiterId(1));
+    let mut data = vec![0u8; PAGE_SIZE];
+    for _ in 0..3 {
+        data[..8].copy_from_slice(&nodes[0].memory().load_u64(q0, 0).to_le_bytes());
+        nodes[2].handle_page_read(t, NodeId(0), q0, &data).unwrap();
+        if pump(&mut nodes, &mut fx, &getp).is_empty() {
+            break;
+        }
+    }
+    assert!(resumed(&fx, 2, 0), "{fx:?}");
+    assert_eq!(
+        nodes[2].memory().load_u64(q0, 0),
+        105,
+        "T1's acquire load returned 105, then its plain read of X"
+    );
+}

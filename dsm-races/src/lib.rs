@@ -701,9 +701,8 @@ impl Checker {
 
     /// The slot of atomic word `addr` (its offset in the region) for `node`'s releases.
     fn atomic_slot(&self, addr: usize, node: u16) -> usize {
-        let word = (addr / 4).wrapping_mul(0x9E37_79B9) >> 7;
         usize::from(dsm_core::MAX_LOCKS)
-            + (usize::from(dsm_core::MAX_CVS) + word % ATOMIC_SLOTS) * usize::from(self.nodes)
+            + (usize::from(dsm_core::MAX_CVS) + atomic_word_slot(addr)) * usize::from(self.nodes)
             + usize::from(node)
     }
 }
@@ -1045,12 +1044,24 @@ fn setting_cv(cv: u16) {
     release_into_node_slot(Object::Cv(cv), |c| c.cv_slot(cv, c.node));
 }
 
+/// Which of the [`ATOMIC_SLOTS`] the atomic word at region offset `off` shares.
+fn atomic_word_slot(off: usize) -> usize {
+    ((off / 4).wrapping_mul(0x9E37_79B9) >> 7) % ATOMIC_SLOTS
+}
+
+/// The node's own record of the atomic word at region offset `off`: one per slot, as the
+/// slots of shared memory are (one per word would grow with every word a program releases
+/// through).
+fn atomic_object(off: usize) -> Object {
+    Object::Atomic(atomic_word_slot(off))
+}
+
 /// This thread is about to release through the atomic word at `addr` (an operation with
 /// release semantics): its clock joins this node's slot of the word, as a setting of a
 /// condition variable's does.
 fn atomic_releasing(addr: usize) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
-    release_into_node_slot(Object::Atomic(addr), |c| c.atomic_slot(off, c.node));
+    release_into_node_slot(atomic_object(off), |c| c.atomic_slot(off, c.node));
 }
 
 /// This thread's wait on `cv` ended: it has seen what the setters did before setting it.
@@ -1062,7 +1073,7 @@ fn cv_waited(cv: u16) {
 /// seen what the word's releasers did before their releases.
 fn atomic_acquired(addr: usize) {
     let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
-    acquire_every_node_slot(Object::Atomic(addr), |c, node| c.atomic_slot(off, node));
+    acquire_every_node_slot(atomic_object(off), |c, node| c.atomic_slot(off, node));
 }
 
 /// A release into an object whose slots are per node (a condition variable, an atomic word):
@@ -1124,7 +1135,8 @@ fn acquire_every_node_slot(object: Object, slot: impl Fn(&Checker, u16) -> usize
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Local {
     /// A synchronisation object of the DSM's as this node's threads pass it to each other: the
-    /// whole clock of its releasers here (other nodes take what its slots carry).
+    /// whole clock of its releasers here (other nodes take what its slots carry). An atomic
+    /// word is named by its slot (`Object::Atomic(slot)`).
     Shared(Object),
     /// A synchronisation object of the process (a pthread mutex, barrier or semaphore), by
     /// address.

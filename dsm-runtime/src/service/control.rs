@@ -158,14 +158,17 @@ impl Service {
         } else {
             "the largest allowed"
         };
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "dsm node {}: warning: the page cache is too small for this program: {again} pages \
-             were fetched again in the barrier epoch that evicted them (cache_pages = {cache}, \
-             pages of 4 KiB); the job may run many times slower. Raise it: --set \
-             cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf); {why}",
-            self.node.id().0,
+        // One write(2), not through stderr's lock: a thread of the program may hold it while
+        // it formats shared memory and faults (see `crate::logging`).
+        crate::sys::write_stderr(
+            format!(
+                "dsm node {}: warning: the page cache is too small for this program: {again} \
+                 pages were fetched again in the barrier epoch that evicted them (cache_pages = \
+                 {cache}, pages of 4 KiB); the job may run many times slower. Raise it: --set \
+                 cache_pages={suggest} (or DSM_CACHE_PAGES, or cache_pages in .jiaconf); {why}\n",
+                self.node.id().0,
+            )
+            .as_bytes(),
         );
     }
 

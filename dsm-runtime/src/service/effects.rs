@@ -230,12 +230,15 @@ impl Service {
                     stats::job_json(&meta, json).as_bytes(),
                 );
                 if let Err(e) = written {
-                    eprintln!("dsm node 0: cannot write statistics to {path}: {e}");
+                    crate::sys::write_stderr(
+                        format!("dsm node 0: cannot write statistics to {path}: {e}\n").as_bytes(),
+                    );
                 }
             }
         }
         if self.print_stats {
-            eprint!("{}", stats::render(nodes, &self.transport_counters()));
+            // One write(2), not through stderr's lock (see `crate::logging`).
+            crate::sys::write_stderr(stats::render(nodes, &self.transport_counters()).as_bytes());
         }
     }
 

@@ -196,7 +196,9 @@ pub(crate) fn run(service: Service) {
                 if woke_for_control {
                     standing.leave();
                 }
-                woke_for_control |= sleep(&quiet, evfd, &mut ready, DRIVEN_NAP);
+                // Reports waiting do not end the nap: they wait for the state, which another
+                // thread holds (looking at them, the nap ended at once, again and again).
+                woke_for_control |= nap(&quiet, evfd, &mut ready, DRIVEN_NAP);
                 last_busy = Instant::now();
                 // Naps that end at once (wake-ups for fast-path reports) are work too.
                 standing.worked(last_busy);
@@ -318,11 +320,26 @@ pub(crate) fn run(service: Service) {
 }
 
 /// Sleeps in `epoll` until a request, a message or the launcher wakes the service thread, or
-/// `timeout_ms` passes; returns whether the launcher's control channel is readable.
+/// `timeout_ms` passes; returns whether the launcher's control channel is readable. Not at all
+/// while fast-path reports wait (one queued as the thread fell asleep did not wake it).
 fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
+    wait_in_epoll(epoll, evfd, ready, timeout_ms, fastpath::pending)
+}
+
+/// [`sleep`] while another thread holds the node's state: reports waiting do not keep it awake.
+fn nap(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
+    wait_in_epoll(epoll, evfd, ready, timeout_ms, || false)
+}
+
+fn wait_in_epoll(
+    epoll: &Epoll,
+    evfd: i32,
+    ready: &mut Vec<(u64, u32)>,
+    timeout_ms: i32,
+    reported: impl FnOnce() -> bool,
+) -> bool {
     ready.clear();
-    if let Some(Err(e)) = SLOTS.service_sleep(fastpath::pending, || epoll.ready(timeout_ms, ready))
-    {
+    if let Some(Err(e)) = SLOTS.service_sleep(reported, || epoll.ready(timeout_ms, ready)) {
         fatal(&format!("epoll_wait failed: {e}"));
     }
     sys::eventfd_drain(evfd);
