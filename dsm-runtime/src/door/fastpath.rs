@@ -21,7 +21,7 @@
 //! atomics and syscalls only: async-signal-safe.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 /// Room for every thread's opening at once (`MAX_THREADS`) and the runs read faults open.
 const QUEUE: usize = 4096;
@@ -61,10 +61,26 @@ static PENDING: AtomicU32 = AtomicU32::new(0);
 /// with the pending reports, so that threads claiming runs at once never promise more room than
 /// the queue has (each thread could add a whole run after reading the same free room).
 static RESERVED: AtomicU32 = AtomicU32::new(0);
+/// A report queued since the last drain is to reach the service thread at once (a home write,
+/// the read-ahead's marker, a crowded queue): the service thread does not fall asleep while it
+/// is set (its handler looked at the sleeping flag before the thread set it). Other reports wait
+/// for its next pass, as they always did.
+static WAKE_WANTED: AtomicBool = AtomicBool::new(false);
 
 /// Whether fast-path faults wait for [`drain`].
 pub(crate) fn pending() -> bool {
     PENDING.load(Ordering::Relaxed) > 0
+}
+
+/// In the fault handler, after queueing a report that is to reach the service thread at once,
+/// before waking it.
+pub(crate) fn want_wake() {
+    WAKE_WANTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether a report queued since the last drain is to reach the service thread at once.
+pub(crate) fn wake_wanted() -> bool {
+    WAKE_WANTED.load(Ordering::SeqCst)
 }
 
 /// Sets up the state of the region's pages, one byte each (zeroed: nothing allowed).
@@ -235,6 +251,8 @@ fn queue_opened(page: usize, value: u64) -> bool {
 
 /// Service thread: reports every queued page.
 pub(crate) fn drain(mut report: impl FnMut(Opened)) {
+    // Before the slots are read: a report queued after this is marked again.
+    WAKE_WANTED.store(false, Ordering::SeqCst);
     if PENDING.load(Ordering::SeqCst) == 0 {
         return;
     }

@@ -436,6 +436,9 @@ fn resolve(start: usize, page: usize, write: bool) -> bool {
     }
     if fastpath::opened(page, write) {
         if wake || fastpath::crowded() {
+            // Marked before the service thread's sleeping flag is looked at (see
+            // `fastpath::wake_wanted`).
+            fastpath::want_wake();
             SLOTS.wake_service();
         }
         return true;

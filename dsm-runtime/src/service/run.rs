@@ -321,9 +321,10 @@ pub(crate) fn run(service: Service) {
 
 /// Sleeps in `epoll` until a request, a message or the launcher wakes the service thread, or
 /// `timeout_ms` passes; returns whether the launcher's control channel is readable. Not at all
-/// while fast-path reports wait (one queued as the thread fell asleep did not wake it).
+/// while a fast-path report that wants it awake waits (one queued as the thread fell asleep
+/// did not wake it); the others wait for its next pass.
 fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
-    wait_in_epoll(epoll, evfd, ready, timeout_ms, fastpath::pending)
+    wait_in_epoll(epoll, evfd, ready, timeout_ms, fastpath::wake_wanted)
 }
 
 /// [`sleep`] while another thread holds the node's state: reports waiting do not keep it awake.
