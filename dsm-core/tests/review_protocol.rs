@@ -395,6 +395,23 @@ fn a_barrier_grant_from_a_node_other_than_0_is_refused_before_it_takes_effect() 
 
 use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
 
+/// Three nodes, node 0 homing three pages; node 2 (two threads) reads pages one-sided.
+fn one_sided_reader() -> Vec<Node<VecMemory>> {
+    (0..3)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 3);
+            cfg.prefetch.enabled = false;
+            cfg.remote_reads = i == 2;
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
+            if i == 2 {
+                n.note_threads(2);
+            }
+            n
+        })
+        .collect()
+}
+
 /// Node 0 homes Q0 (word X at 0), Q1 and F (page 2). Node 1 holds Q0; node 2's T0 faults on
 /// Q0 (forwarded to node 1, grant held); node 2's T1 fetch-adds 5 to X (recorded on the fetch);
 /// node 1 fetch-adds 100 to X, then release-stores F; node 3 reads Q0 (a fresh holder);
@@ -485,10 +502,6 @@ fn a_stale_refetch_carries_no_older_atomic_value() {
     pump(&mut nodes, &mut fx, &|_, _, _| false);
     assert!(resumed(&fx, 2, 0), "{fx:?}");
     assert_ne!(nodes[2].page_state(q0), PageState::Invalid);
-    eprintln!(
-        "stats node 0: forwarded {:?}",
-        nodes[0].stats().requests_forwarded
-    );
     assert_eq!(
         nodes[2].memory().load_u64(q0, 0),
         105,
@@ -503,16 +516,7 @@ fn a_stale_refetch_carries_no_older_atomic_value() {
 /// back to 5 with the values carried from the first; now it is not.
 #[test]
 fn a_stale_one_sided_refetch_keeps_the_value_an_acquire_made_visible() {
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 3);
-        cfg.prefetch.enabled = false;
-        cfg.remote_reads = i == 2;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
-        n
-    };
-    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
-    nodes[2].note_threads(2);
+    let mut nodes = one_sided_reader();
     let q0 = PageNum(0);
     let x = GlobalAddr(0);
     let f = GlobalAddr(2 * PAGE);
@@ -590,16 +594,7 @@ fn a_stale_one_sided_refetch_keeps_the_value_an_acquire_made_visible() {
 /// before T1's read). Now a load records the value it read too.
 #[test]
 fn a_load_answered_while_a_one_sided_read_is_out_replaces_an_older_recorded_value() {
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 3);
-        cfg.prefetch.enabled = false;
-        cfg.remote_reads = i == 2;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
-        n
-    };
-    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
-    nodes[2].note_threads(2);
+    let mut nodes = one_sided_reader();
     let q0 = PageNum(0);
     let x = GlobalAddr(0);
     let t = Time(0);
