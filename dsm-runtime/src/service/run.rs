@@ -246,6 +246,8 @@ pub(crate) fn run(service: Service) {
             // Before the state goes: a fault posted from here on finds the node gone, and one
             // posted before is answered so (see `Slots::post_fault_unless`).
             EXITED.store(true, Ordering::SeqCst);
+            // Against the poster's store of its fault, fence, then look (`Slots::post`).
+            std::sync::atomic::fence(Ordering::SeqCst);
             SLOTS.take_posted(true, |i, _| {
                 SLOTS.complete_fault(i, FaultOutcome::Left, true);
             });
