@@ -76,6 +76,9 @@ pub(crate) fn pending() -> bool {
 /// before waking it.
 pub(crate) fn want_wake() {
     WAKE_WANTED.store(true, Ordering::SeqCst);
+    // Against the service thread's sleep: store, fence, then the caller looks at its flag; it
+    // stores its flag, fences, then looks at this one (`Slots::service_sleep`).
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Whether a report queued since the last drain is to reach the service thread at once.
