@@ -327,6 +327,80 @@ fn a_relaxed_atomic_after_a_plain_store_to_the_same_word_applies_to_the_stored_v
     );
 }
 
+/// The diff sent ahead of a relaxed atomic is sent only when this node changed the word: a
+/// store to another word of the page is not sent ahead of the operation. Both stores reach the
+/// home.
+#[test]
+fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
+    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 2);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..2).map(mk).collect();
+    let (p, w) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[1]
+        .handle_fault(t, p, Access::Write, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    // What node 1 sends for one relaxed fetch-add of the word.
+    let add = |nodes: &mut Vec<Node<VecMemory>>, fx: &mut Vec<(usize, Effect)>| {
+        nodes[1]
+            .atomic(
+                t,
+                WaiterId(0),
+                (w, 8),
+                AtomicOp::FetchAdd(1),
+                AtomicOrder::RELAXED,
+            )
+            .unwrap();
+        let sent = std::cell::RefCell::new(Vec::new());
+        pump(nodes, fx, &|from, _, m| {
+            if from == 1 {
+                sent.borrow_mut().push(match m {
+                    Msg::Diff { .. } => "diff",
+                    Msg::Atomic { .. } => "atomic",
+                    _ => "other",
+                });
+            }
+            false
+        });
+        sent.into_inner()
+    };
+    // Another word of the page: no diff ahead of the operation (the copy, which lacks the
+    // operation's value, is dropped at its answer, and diffed then).
+    nodes[1].memory_mut().store_u64(p, 8, 7);
+    let sent = add(&mut nodes, &mut fx);
+    assert_eq!(sent.first(), Some(&"atomic"), "{sent:?}");
+    // The word itself: its diff goes first.
+    if nodes[1].page_state(p) != PageState::ReadWrite {
+        nodes[1]
+            .handle_fault(t, p, Access::Write, WaiterId(0))
+            .unwrap();
+        pump(&mut nodes, &mut fx, &|_, _, _| false);
+    }
+    nodes[1].memory_mut().store_u64(p, 0, 10);
+    let sent = add(&mut nodes, &mut fx);
+    assert_eq!(sent.first(), Some(&"diff"), "{sent:?}");
+    for n in &mut nodes {
+        n.barrier(t, WaiterId(0)).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(
+        (
+            nodes[0].memory().load_u64(p, 0),
+            nodes[0].memory().load_u64(p, 8)
+        ),
+        (11, 7),
+        "(the word: 10 stored, then one add; the other word)"
+    );
+}
+
 /// A GETP for pages this node has not allocated is held (`early_requests`) and answered at the
 /// allocation that makes them (`Node::alloc`). If that allocation homes them elsewhere, the two
 /// nodes made different allocation calls: the job ends, naming both. Before, `alloc` hit a
