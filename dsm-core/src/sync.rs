@@ -165,6 +165,15 @@ impl<M: PageMemory> Node<M> {
         pages
     }
 
+    /// The epoch a release made now names its writes with: between this node's barrier call and
+    /// the grant (another thread is in the barrier), writes are no longer in the barrier's
+    /// notices: they belong to the next epoch, and the manager must keep them past this barrier
+    /// (it drops notices of epochs the barrier has covered). An atomic's release sends the two
+    /// apart (`Msg::Atomic::in_barrier`): its acquire half asks from the node's own epoch.
+    fn release_epoch(&self) -> u32 {
+        self.epoch + u32::from(self.sync.awaiting_grant)
+    }
+
     /// Runs the releases whose diffs are all acknowledged, in order.
     pub(crate) fn complete_flushes(&mut self) {
         while let Some(front) = self.flush.after_flush.front() {
@@ -189,11 +198,7 @@ impl<M: PageMemory> Node<M> {
                     ..
                 } => {
                     let manager = self.manager_of(lock.0);
-                    // Between this node's barrier call and the grant (another thread is in the
-                    // barrier), writes are no longer in the barrier's notices: they belong to
-                    // the next epoch, and the manager must keep them past this barrier (it
-                    // drops notices of epochs the barrier has covered).
-                    let epoch = self.epoch + u32::from(self.sync.awaiting_grant);
+                    let epoch = self.release_epoch();
                     self.send(
                         manager,
                         Msg::Release {
@@ -233,9 +238,7 @@ impl<M: PageMemory> Node<M> {
                     ..
                 } => {
                     let manager = self.manager_of(cv.0);
-                    // As a lock's release: writes after this node's barrier call belong to
-                    // the next epoch.
-                    let epoch = self.epoch + u32::from(self.sync.awaiting_grant);
+                    let epoch = self.release_epoch();
                     self.send(manager, Msg::SetCv { cv, epoch, notices });
                     self.resume(waiter);
                 }

@@ -15,8 +15,9 @@
 //! make the writer's writes visible to the next holder of lock 2). So the slots of shared memory
 //! hold the entries of the releasing node's threads, gathered over the epoch's releases (the
 //! managers gather the notices so), and the node's own threads pass each other the whole clock
-//! through the node's memory ([`Local::Shared`]), which does carry what any of them learned. Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At
-//! `jia_exit` every node sends its segments to node 0 (letters on a channel of their own);
+//! through the node's memory ([`Local::Shared`]), which does carry what any of them learned.
+//!
+//! Letters (`jia_send`) and `jia_wait` order nothing: they carry no coherence. At `jia_exit` every node sends its segments to node 0 (letters on a channel of their own);
 //! node 0, once every node has left, reports each pair of accesses to the same bytes from
 //! different threads, one of them a write, that no synchronisation orders (`report`), and the
 //! process ends with status 66 if there was any.
@@ -589,6 +590,17 @@ impl Checker {
         }
     }
 
+    /// `entries`, released in `epoch`, join slot `k`'s for that epoch, or replace one of an
+    /// earlier epoch. A slot of a later epoch (released past a barrier the releaser is not past
+    /// yet) is left: what the releaser did is ordered before the acquirer's anyway.
+    fn join_slot(&self, k: usize, epoch: u32, entries: &[(u32, u32)]) {
+        match self.read_slot(k) {
+            Some((e, _)) if e > epoch => {}
+            Some((e, slot)) if e == epoch => self.write_slot(k, epoch, &merged(&slot, entries)),
+            _ => self.write_slot(k, epoch, entries),
+        }
+    }
+
     /// The clock `what` carries on this node, and the epoch it is for.
     fn local_clock(&self, what: Local) -> Option<(u32, Entries)> {
         let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
@@ -1015,15 +1027,7 @@ fn unlocking(lock: u16) {
         r.catch_up_with(c);
         // The clock of the segment that ends here: what follows the release is not covered.
         let clock = r.entries();
-        let k = usize::from(lock);
-        let mine = of_node(&clock, c.node);
-        match c.read_slot(k) {
-            // Released past a barrier this thread is not past: what it did is ordered before
-            // the acquirer's anyway.
-            Some((e, _)) if e > r.epoch => {}
-            Some((e, slot)) if e == r.epoch => c.write_slot(k, r.epoch, &merged(&slot, &mine)),
-            _ => c.write_slot(k, r.epoch, &mine),
-        }
+        c.join_slot(usize::from(lock), r.epoch, &of_node(&clock, c.node));
         c.leave_clock(Local::Shared(Object::Lock(lock)), r.epoch, clock);
         r.close();
     });
@@ -1087,19 +1091,9 @@ fn release_into_node_slot(object: Object, slot: impl FnOnce(&Checker) -> usize) 
     with_recorder(|r, c| {
         r.catch_up_with(c);
         let clock = r.entries();
-        let mine = of_node(&clock, c.node);
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
-            let k = slot(c);
-            match c.read_slot(k) {
-                // Set by another thread of the node past a barrier this one is not: what this
-                // one did is in an earlier epoch, ordered before the acquirer's anyway.
-                Some((e, _)) if e > r.epoch => {}
-                Some((e, slot)) if e == r.epoch => {
-                    c.write_slot(k, r.epoch, &merged(&slot, &mine));
-                }
-                _ => c.write_slot(k, r.epoch, &mine),
-            }
+            c.join_slot(slot(c), r.epoch, &of_node(&clock, c.node));
         }
         c.leave_clock(Local::Shared(object), r.epoch, clock);
         // After the clock went out: the segment that ends here is the one the release covers.

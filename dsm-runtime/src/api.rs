@@ -1257,11 +1257,16 @@ pub(crate) fn in_the_nodes_process(what: &str) {
 }
 
 /// Whether `at` is a line of the runtime's or libjia's own sources.
+/// (As built in this workspace the paths are relative to it; as a dependency of another
+/// project, absolute.)
 fn ours(at: &std::panic::Location<'_>) -> bool {
-    let file = std::path::Path::new(at.file());
+    use std::path::Path;
+    let file = Path::new(at.file());
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = crate_dir.parent().unwrap_or(crate_dir);
     [
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../jia/src"),
+        crate_dir.join("src"),
+        workspace.join("jia/src"),
         "dsm-runtime/src".into(),
         "jia/src".into(),
     ]

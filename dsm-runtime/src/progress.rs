@@ -179,8 +179,9 @@ const WAITS_FOR_A_THREAD: &str =
 /// process's own). Each wait, with its threads. `None` while any thread of the program runs or
 /// waits for something else (a timer, a file, a socket, a futex another process may wake), or
 /// is in a DSM call that does not wait for other nodes (a fault, an allocation). A node whose
-/// threads all wait for each other, none in a DSM call, waits too: nothing can wake them, and
-/// the other nodes wait for it.
+/// threads all wait for each other, none in a DSM call, waits too (only a signal handler could
+/// wake one, as it could beside a DSM call; the launcher's verdict also waits for nothing to
+/// change for a while).
 ///
 /// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen:
 /// one of them must wait in a DSM call, and a barrier of threads not all of whose threads have

@@ -254,8 +254,11 @@ fn queue_opened(page: usize, value: u64) -> bool {
 
 /// Service thread: reports every queued page.
 pub(crate) fn drain(mut report: impl FnMut(Opened)) {
-    // Before the slots are read: a report queued after this is marked again.
-    WAKE_WANTED.store(false, Ordering::SeqCst);
+    // Before the slots are read: a report queued after this is marked again. (Looked at first:
+    // this runs at every pass of the service loop, and the mark is rarely set.)
+    if WAKE_WANTED.load(Ordering::Relaxed) {
+        WAKE_WANTED.store(false, Ordering::SeqCst);
+    }
     if PENDING.load(Ordering::SeqCst) == 0 {
         return;
     }

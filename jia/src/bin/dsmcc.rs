@@ -337,7 +337,7 @@ fn preprocessor_flags(args: &[OsString]) -> Vec<OsString> {
             kept.push(a.clone());
             kept.extend(it.next().cloned());
         } else if PREFIXES.iter().any(|p| s.starts_with(p))
-            || ["-ansi", "-nostdinc", "-pthread", "-fopenmp"].contains(&s.as_ref())
+            || ["-ansi", "-nostdinc", "-pthread"].contains(&s.as_ref())
         {
             kept.push(a.clone());
         }
