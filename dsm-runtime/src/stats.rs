@@ -219,9 +219,9 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "messages and their bytes (whole frames) per message kind, and in all",
     ),
     (
-        "node 0 ...",
-        &["node 0 *"],
-        "node 0's transport counters and rejected frames, since its start",
+        "udp .., tcp .., rdma-*",
+        &["udp *", "tcp *", "rdma-rc *", "rdma-ud *", "loopback *"],
+        "the transport's own counters (datagrams, frames, acknowledgements, resends)",
     ),
 ];
 
@@ -234,8 +234,9 @@ fn legend_covers(names: &[&str], row: &str) -> bool {
 }
 
 /// Renders the table (counters that are zero on every node are left out), then a legend of the
-/// rows it printed: what each counts, and in which unit.
-pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
+/// rows it printed: what each counts, and in which unit. `transport`: the job's transport's
+/// name, which heads the rows of its own counters.
+pub fn render(nodes: &[NodeStats], transport: &str) -> String {
     let mut rows: Vec<(String, Vec<u64>)> = Vec::new();
     let scalars: Vec<Vec<u64>> = nodes.iter().map(|n| n.core.scalars()).collect();
     for (i, name) in Stats::SCALAR_NAMES.iter().enumerate() {
@@ -245,6 +246,24 @@ pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
     for (i, name) in RuntimeStats::NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), runtime.iter().map(|s| s[i]).collect()));
     }
+    // The transport's counters, by name (every node runs the same transport; a node whose
+    // report lacks one shows 0).
+    let mut counters: Vec<&str> = Vec::new();
+    for (name, _) in nodes.iter().flat_map(|n| &n.runtime.transport) {
+        if !counters.contains(&name.as_str()) {
+            counters.push(name);
+        }
+    }
+    let transport_rows: Vec<(String, Vec<u64>)> = counters
+        .iter()
+        .map(|&c| {
+            let of = |n: &NodeStats| {
+                let found = n.runtime.transport.iter().find(|(k, _)| k == c);
+                found.map_or(0, |&(_, v)| v)
+            };
+            (format!("{transport} {c}"), nodes.iter().map(of).collect())
+        })
+        .collect();
     let nodes: Vec<&Stats> = nodes.iter().map(|n| &n.core).collect();
     let nodes = nodes.as_slice();
     for k in MsgKind::ALL {
@@ -274,24 +293,23 @@ pub fn render(nodes: &[NodeStats], extra: &[(String, u64)]) -> String {
         "bytes sent total".into(),
         nodes.iter().map(|s| s.total_bytes_sent()).collect(),
     ));
+    rows.extend(transport_rows);
+    rows.retain(|(_, v)| v.iter().any(|&x| x != 0));
+    let width = rows.iter().map(|(name, _)| name.len()).fold(28, usize::max);
     let mut out = String::new();
-    let _ = write!(out, "{:<28}", "statistics");
+    let _ = write!(out, "{:<width$}", "statistics");
     for n in 0..nodes.len() {
         let _ = write!(out, " {:>12}", format!("node {n}"));
     }
     out.push('\n');
     let mut printed: Vec<String> = Vec::new();
-    for (name, vals) in rows.into_iter().filter(|(_, v)| v.iter().any(|&x| x != 0)) {
-        let _ = write!(out, "{name:<28}");
+    for (name, vals) in rows {
+        let _ = write!(out, "{name:<width$}");
         for v in vals {
             let _ = write!(out, " {v:>12}");
         }
         out.push('\n');
         printed.push(name);
-    }
-    for (name, v) in extra {
-        let _ = writeln!(out, "{name:<28} {v:>12}");
-        printed.push(name.clone());
     }
     out.push_str(
         "legend: per node since the start or jia_startstat; _ns: nanoseconds; bytes: bytes; else counts\n",
@@ -460,7 +478,7 @@ mod tests {
             }
         }
         rows.extend(["msgs sent total".into(), "bytes sent total".into()]);
-        rows.push("node 0 udp datagrams sent".into());
+        rows.push("udp datagrams sent".into());
         for row in &rows {
             let lines = LEGEND
                 .iter()
@@ -475,7 +493,7 @@ mod tests {
         a.core.getp_sent = 3;
         a.core.lock_wait_ns = 1500;
         a.runtime.faults_driven = 2;
-        let table = render(&[a, NodeStats::default()], &[]);
+        let table = render(&[a, NodeStats::default()], "udp");
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[0].starts_with("statistics") && lines[0].ends_with("node 1"));
         assert!(lines.iter().any(|l| l.starts_with("getp_sent ")));
@@ -486,6 +504,33 @@ mod tests {
             .collect();
         assert_eq!(explained, ["*_wait_ns", "getp_sent,", "faults_driven,"]);
         assert!(table.lines().all(|l| l.len() <= 100), "{table}");
+    }
+
+    #[test]
+    fn each_nodes_transport_counters_have_its_column_and_long_names_keep_the_columns() {
+        let mut a = NodeStats::default();
+        a.runtime.transport = vec![
+            ("datagrams sent".into(), 5),
+            ("retransmissions from selective acks".into(), 0),
+        ];
+        let mut b = NodeStats::default();
+        b.runtime.transport = vec![
+            ("datagrams sent".into(), 7),
+            ("retransmissions from selective acks".into(), 2),
+        ];
+        let table = render(&[a, b], "udp");
+        let row = |name: &str| {
+            let line = table.lines().find(|l| l.starts_with(name)).expect(name);
+            let values: Vec<&str> = line[name.len()..].split_whitespace().collect();
+            (line.len(), values)
+        };
+        let (len, values) = row("udp datagrams sent");
+        assert_eq!(values, ["5", "7"]);
+        let (long_len, values) = row("udp retransmissions from selective acks");
+        assert_eq!(values, ["0", "2"]);
+        assert_eq!(len, long_len, "{table}");
+        assert_eq!(table.lines().next().unwrap().len(), len, "{table}");
+        assert!(table.contains("  udp .., tcp .., rdma-*"), "{table}");
     }
 
     #[test]

@@ -100,6 +100,23 @@ pub fn text(out: &Output) -> String {
     )
 }
 
+/// The values of row `name` of the `--stats` table in `out`'s stderr, one per node (node 0's
+/// first); empty when the table has no such row (a counter that stayed zero on every node).
+pub fn stats_row(out: &Output, name: &str) -> Vec<u64> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| {
+        l.strip_prefix(name).is_some_and(|rest| {
+            rest.starts_with(' ') && !rest.trim_start().starts_with(char::is_alphabetic)
+        })
+    });
+    line.map_or_else(Vec::new, |l| {
+        l[name.len()..]
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect()
+    })
+}
+
 /// Every application with small arguments and the start of its result line: the table the
 /// application, TCP and loss tests run.
 pub const SMALL_APPS: &[(&str, &[&str], &str)] = &[

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dsm_core::{Access, Msg, NodeId, PageDiff, PageNum, codec};
-use dsm_tests::{bin, run_with_deadline, text};
+use dsm_tests::{bin, run_with_deadline, stats_row, text};
 
 /// Frames a forger would send: GETPs and DIFFs that would overwrite page 0.. with 0xFF.
 fn forged_frames() -> Vec<Vec<u8>> {
@@ -109,18 +109,12 @@ fn run_under_attack(transport: &str, base: u16) {
         "{transport}: {t}"
     );
     assert!(sent > 0, "the forger sent nothing");
-    let err = String::from_utf8_lossy(&out.stderr);
     let counter = if transport == "udp" {
         "udp rejected datagrams"
     } else {
         "tcp connections refused"
     };
-    let rejected: u64 = err
-        .lines()
-        .find(|l| l.contains(counter))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let rejected = stats_row(&out, counter).first().copied().unwrap_or(0);
     assert!(
         rejected > 0,
         "{transport}: node 0 counted no rejected traffic:\n{t}"
@@ -361,11 +355,9 @@ fn forged_acknowledgements_from_a_spoofed_peer_are_refused() {
         "{t}"
     );
     assert!(sent > 0, "the attacker never found the cookie");
-    let forged: u64 = String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .find(|l| l.contains("node 0 udp forged acknowledgements"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
+    let forged = stats_row(&out, "udp forged acknowledgements")
+        .first()
+        .copied()
         .unwrap_or(0);
     assert!(
         forged > 0,

@@ -238,21 +238,8 @@ impl Service {
         }
         if self.print_stats {
             // One write(2), not through stderr's lock (see `crate::logging`).
-            crate::sys::write_stderr(stats::render(nodes, &self.transport_counters()).as_bytes());
+            let transport = self.transport.as_ref().map_or("", |t| t.name());
+            crate::sys::write_stderr(stats::render(nodes, transport).as_bytes());
         }
-    }
-
-    /// Node 0's transport counters, for the statistics table.
-    fn transport_counters(&self) -> Vec<(String, u64)> {
-        let Some(t) = &self.transport else {
-            return Vec::new();
-        };
-        let mut v: Vec<(String, u64)> = t
-            .counters()
-            .into_iter()
-            .map(|(k, v)| (format!("node 0 {} {k}", t.name()), v))
-            .collect();
-        v.push(("node 0 rejected frames".into(), self.rejected_frames));
-        v
     }
 }
