@@ -17,10 +17,11 @@
 //! every earlier release of the word).
 //!
 //! The word's own page: the home writes the new value in place (a home write, recorded as
-//! such: a barrier's notices name the page). The node that asked drops its copy of the page if
-//! that copy does not hold the value the operation left, so its own plain reads after the
-//! operation see it, and counts the page as written by it in its interval, so its later releases
-//! name the page and a node ordered after them drops its copy too. Pages holding atomic words
+//! such: a barrier's notices name the page). The node that asked puts the value the operation
+//! left in its copy of the page, if it has one (and in the copy's twin, so no diff carries it),
+//! so its own plain reads after the operation see it, and counts the page as written by it in
+//! its interval, so its later releases name the page and a node ordered after them drops its
+//! copy. Pages holding atomic words
 //! never move home (home migration skips them): a copy marked written that way is not the
 //! page's last bytes.
 //!
@@ -287,8 +288,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// ATOMICGRANT: the operation's answer. For an acquire, the pages released through the
-    /// word are invalidated first; this node's copy of the word's page is dropped if it does
-    /// not hold the word's value now.
+    /// word are invalidated first; this node's copy of the word's page takes the word's value.
     pub(crate) fn on_atomic_grant(
         &mut self,
         now: Time,
@@ -324,9 +324,8 @@ impl<M: PageMemory> Node<M> {
             if let Some(f) = &mut self.table[page.index()].fetch {
                 f.atomics.retain(|&(a, _, _)| a != at);
                 f.atomics.push((at, width, now_value));
-            } else if self.copy_lacks(out.addr, out.width, out.op, old) {
-                self.invalidate(now, [page]);
             }
+            self.put_in_copy(out.addr, width, now_value);
         }
         self.mark_written(page);
         let mask = width_mask(out.width);
@@ -344,17 +343,27 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// Whether this node's copy of the page of the `width`-byte word at `addr` does not hold
-    /// the value `op` left there (its value before was `old`), or there is no valid copy.
-    fn copy_lacks(&mut self, addr: GlobalAddr, width: u8, op: AtomicOp, old: u64) -> bool {
+    /// Puts `value` in the `width`-byte word at `addr` of this node's valid copy of its page, if
+    /// there is one, and in the copy's twin if it has one: the home holds that value now, and
+    /// the copy's other words stay as they were (no synchronisation asks for newer ones).
+    /// Dropping the copy instead made every operation of a thread cost its siblings that read
+    /// the page a refetch. The twin takes the value too, or the next diff would carry it to
+    /// the home as this node's write, over later operations of other nodes.
+    fn put_in_copy(&mut self, addr: GlobalAddr, width: u8, value: u64) {
         let page = addr.page();
-        if matches!(self.table[page.index()].frame, Frame::Invalid) {
-            return false;
+        let entry = &mut self.table[page.index()];
+        if matches!(entry.frame, Frame::Invalid) {
+            return;
         }
-        let now_value = op.apply(old, width).unwrap_or(old);
         let (at, w) = (addr.offset(), usize::from(width));
+        let bytes = &value.to_le_bytes()[..w];
+        if let Some(twin) = &mut entry.twin {
+            twin.0[at..at + w].copy_from_slice(bytes);
+        }
         self.mem.read(page, &mut self.scratch);
-        self.scratch[at..at + w] != now_value.to_le_bytes()[..w]
+        if &self.scratch[at..at + w] != bytes {
+            self.mem.write(page, at, bytes);
+        }
     }
 
     /// Pages holding atomic words (never moved home).

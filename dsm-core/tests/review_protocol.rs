@@ -372,8 +372,8 @@ fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
         });
         sent.into_inner()
     };
-    // Another word of the page: no diff ahead of the operation (the copy, which lacks the
-    // operation's value, is dropped at its answer, and diffed then).
+    // Another word of the page: no diff ahead of the operation (the copy and its twin take
+    // the operation's value at its answer; the store is diffed at the barrier).
     nodes[1].memory_mut().store_u64(p, 8, 7);
     let sent = add(&mut nodes, &mut fx);
     assert_eq!(sent.first(), Some(&"atomic"), "{sent:?}");
@@ -399,6 +399,102 @@ fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
         (11, 7),
         "(the word: 10 stored, then one add; the other word)"
     );
+}
+
+/// An atomic operation's answer puts the word's value in the node's copy of its page, which
+/// stays valid: a sibling thread reading the page goes on without a fault. Before, the copy was
+/// dropped whenever it lacked the value, and a thread adding to a counter in a loop made its
+/// siblings refetch the counter's page after every add.
+#[test]
+fn an_atomic_answer_puts_its_value_in_the_copy_and_keeps_it() {
+    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+    let mut nodes = two_nodes_one_page();
+    let (p, w) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[0].memory_mut().store_u64(p, 8, 5);
+    nodes[1]
+        .handle_fault(t, p, Access::Read, WaiterId(1))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    let fetched = nodes[1].stats().pages_fetched;
+    for i in 0..3 {
+        nodes[1]
+            .atomic(
+                t,
+                WaiterId(0),
+                (w, 8),
+                AtomicOp::FetchAdd(1),
+                AtomicOrder::RELAXED,
+            )
+            .unwrap();
+        pump(&mut nodes, &mut fx, &|_, _, _| false);
+        assert_eq!(nodes[1].take_atomic_result(WaiterId(0)), Some(i));
+        assert_eq!(nodes[1].page_state(p), PageState::ReadOnly, "add {i}");
+        let copy = nodes[1].memory();
+        assert_eq!((copy.load_u64(p, 0), copy.load_u64(p, 8)), (i + 1, 5));
+    }
+    assert_eq!(nodes[1].stats().pages_fetched, fetched, "no refetch");
+}
+
+/// The value an operation's answer puts in a copy goes in its twin too: the node's next diff
+/// (another word of the page written) must not carry the word as this node's write. Node 1
+/// writes word 1 of the page, adds 1 to word 0; node 2 then adds 1 to word 0; node 1's diff at
+/// the barrier must leave the home's word 0 at 2, not put back node 1's 1.
+#[test]
+fn an_atomic_value_put_in_a_written_copy_is_not_diffed_as_a_write() {
+    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 3);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
+    let (p, w) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    nodes[1]
+        .handle_fault(t, p, Access::Write, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    nodes[1].memory_mut().store_u64(p, 8, 7);
+    for n in [1, 2] {
+        nodes[n]
+            .atomic(
+                t,
+                WaiterId(0),
+                (w, 8),
+                AtomicOp::FetchAdd(1),
+                AtomicOrder::RELAXED,
+            )
+            .unwrap();
+        pump(&mut nodes, &mut fx, &|_, _, _| false);
+    }
+    assert_eq!(nodes[1].page_state(p), PageState::ReadWrite);
+    assert_eq!(nodes[1].memory().load_u64(p, 0), 1, "node 1's copy");
+    for n in &mut nodes {
+        n.barrier(t, WaiterId(0)).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    let home = nodes[0].memory();
+    assert_eq!(
+        (home.load_u64(p, 0), home.load_u64(p, 8)),
+        (2, 7),
+        "(the word: two adds; the word node 1 stored)"
+    );
+}
+
+fn two_nodes_one_page() -> Vec<Node<VecMemory>> {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), 2);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    (0..2).map(mk).collect()
 }
 
 /// A GETP for pages this node has not allocated is held (`early_requests`) and answered at the
