@@ -42,6 +42,18 @@ fn pump(
     }
 }
 
+/// `count` nodes without prefetch that have allocated one page, homed at node 0.
+fn nodes_with_one_page(count: u16) -> Vec<Node<VecMemory>> {
+    let mk = |i| {
+        let mut cfg = CoreConfig::new(NodeId(i), count);
+        cfg.prefetch.enabled = false;
+        let mut n = Node::new(cfg, VecMemory::new());
+        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
+        n
+    };
+    (0..count).map(mk).collect()
+}
+
 fn deliver(nodes: &mut [Node<VecMemory>], held: Vec<(usize, usize, Msg)>) {
     for (from, to, m) in held {
         nodes[to]
@@ -72,14 +84,7 @@ fn resumed(effects: &[(usize, Effect)], node: usize, w: u64) -> bool {
 /// threads) waits on it; page P is homed at node 0.
 #[test]
 fn a_cv_set_reaching_a_manager_one_barrier_behind_keeps_its_notice_for_the_setters_epoch() {
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 4);
-        cfg.prefetch.enabled = false;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
-        n
-    };
-    let mut nodes: Vec<Node<VecMemory>> = (0..4).map(mk).collect();
+    let mut nodes = nodes_with_one_page(4);
     nodes[3].note_threads(2);
     let p = PageNum(0);
     let t = Time(0);
@@ -288,14 +293,7 @@ fn a_forwarded_grant_does_not_overwrite_the_askers_own_atomic_update() {
 #[test]
 fn a_relaxed_atomic_after_a_plain_store_to_the_same_word_applies_to_the_stored_value() {
     use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 2);
-        cfg.prefetch.enabled = false;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
-        n
-    };
-    let mut nodes: Vec<Node<VecMemory>> = (0..2).map(mk).collect();
+    let mut nodes = nodes_with_one_page(2);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
     let mut fx = Vec::new();
@@ -333,14 +331,7 @@ fn a_relaxed_atomic_after_a_plain_store_to_the_same_word_applies_to_the_stored_v
 #[test]
 fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
     use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 2);
-        cfg.prefetch.enabled = false;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
-        n
-    };
-    let mut nodes: Vec<Node<VecMemory>> = (0..2).map(mk).collect();
+    let mut nodes = nodes_with_one_page(2);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
     let mut fx = Vec::new();
@@ -408,7 +399,7 @@ fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
 #[test]
 fn an_atomic_answer_puts_its_value_in_the_copy_and_keeps_it() {
     use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
-    let mut nodes = two_nodes_one_page();
+    let mut nodes = nodes_with_one_page(2);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
     let mut fx = Vec::new();
@@ -444,14 +435,7 @@ fn an_atomic_answer_puts_its_value_in_the_copy_and_keeps_it() {
 #[test]
 fn an_atomic_value_put_in_a_written_copy_is_not_diffed_as_a_write() {
     use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 3);
-        cfg.prefetch.enabled = false;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
-        n
-    };
-    let mut nodes: Vec<Node<VecMemory>> = (0..3).map(mk).collect();
+    let mut nodes = nodes_with_one_page(3);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
     let mut fx = Vec::new();
@@ -484,17 +468,6 @@ fn an_atomic_value_put_in_a_written_copy_is_not_diffed_as_a_write() {
         (2, 7),
         "(the word: two adds; the word node 1 stored)"
     );
-}
-
-fn two_nodes_one_page() -> Vec<Node<VecMemory>> {
-    let mk = |i| {
-        let mut cfg = CoreConfig::new(NodeId(i), 2);
-        cfg.prefetch.enabled = false;
-        let mut n = Node::new(cfg, VecMemory::new());
-        n.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
-        n
-    };
-    (0..2).map(mk).collect()
 }
 
 /// A GETP for pages this node has not allocated is held (`early_requests`) and answered at the
