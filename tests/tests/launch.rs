@@ -324,6 +324,16 @@ impl NetnsCluster {
     }
 }
 
+/// Loads nftables `rules` in network namespace `ns`.
+fn nft(ns: &str, rules: &str) {
+    let mut nft = Command::new("ip");
+    nft.args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped());
+    let mut child = nft.spawn().expect("nft (install nftables)");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), rules.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success(), "nft rules in {ns}");
+}
+
 impl Drop for NetnsCluster {
     fn drop(&mut self) {
         let _ = self.script("down");
@@ -460,12 +470,7 @@ fn matmul_and_lu_are_exact_with_five_percent_kernel_udp_loss_between_hosts() {
         let ns = format!("dsm{}h{h}", c.id);
         // The first rule counts every datagram sent, the second drops one in twenty.
         let rules = "add table inet dsmloss\nadd chain inet dsmloss out { type filter hook output priority 0 ; }\nadd rule inet dsmloss out meta l4proto udp counter\nadd rule inet dsmloss out meta l4proto udp numgen random mod 100 < 5 counter drop\n";
-        let mut nft = Command::new("ip");
-        nft.args(["netns", "exec", &ns, "nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped());
-        let mut child = nft.spawn().expect("nft (install nftables)");
-        std::io::Write::write_all(child.stdin.as_mut().unwrap(), rules.as_bytes()).unwrap();
-        assert!(child.wait().unwrap().success(), "nft rules in {ns}");
+        nft(&ns, rules);
     }
     let out = c.run(&[1, 2, 3], "matmul", &["256"]);
     assert!(
@@ -508,6 +513,160 @@ fn matmul_and_lu_are_exact_with_five_percent_kernel_udp_loss_between_hosts() {
     );
 }
 
+/// A remote node's ssh client is the launcher's only view of how that node ends. Killed
+/// (SIGKILL): the job ends at once, naming node 1 as out of reach, status 1 (it was told as
+/// "killed by signal 9", though nothing signalled the node). Host 2 cut off from the launcher's
+/// host (not from host 1) while its node runs: ssh's keep-alives give up and the job ends
+/// naming node 1 (dsmrun waited for that ssh forever, its job finished). Both times the nodes
+/// end too (node 1, unreachable, by its peer's silence).
+#[test]
+fn a_remote_node_whose_ssh_is_killed_or_cut_off_is_named() {
+    use std::io::BufRead;
+    use std::time::Instant;
+    let c = NetnsCluster::up(1 + (std::process::id() % 40), 2);
+    let hosts = c.dir.join("jiahosts");
+    std::fs::write(&hosts, format!("{}\n{}\n", c.addr(1), c.addr(2))).unwrap();
+    let ssh = std::fs::read_to_string(c.dir.join("ssh")).unwrap();
+    // Starts `probe sleep` and returns once both nodes run, with dsmrun's ssh client of host 2.
+    let start = || {
+        let mut job = Command::new(bin("dsmrun"))
+            .arg("--hosts")
+            .arg(&hosts)
+            .arg(bin("probe"))
+            .arg("sleep")
+            .env("DSM_SSH", ssh.trim())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read to its end by a thread of its own (dsmrun forwards the nodes' output there).
+        let stdout = std::io::BufReader::new(job.stdout.take().unwrap());
+        let (lines_tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in stdout.lines().map_while(Result::ok) {
+                let _ = lines_tx.send(l);
+            }
+        });
+        let mut running = 0;
+        while running < 2 {
+            let line = lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("both nodes running within 60 s");
+            running += usize::from(line.starts_with("probe: node"));
+        }
+        let ssh2 = children_of(job.id())
+            .into_iter()
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|cmd| String::from_utf8_lossy(&cmd).contains(&c.addr(2)))
+            })
+            .expect("dsmrun's ssh client of host 2");
+        (job, ssh2)
+    };
+    let end = |job: std::process::Child| {
+        let out = run_until_ended(job, Duration::from_secs(90));
+        let left = || {
+            (1..=2)
+                .flat_map(|h| {
+                    let ns = format!("dsm{}h{h}", c.id);
+                    let pids = Command::new("ip")
+                        .args(["netns", "pids", &ns])
+                        .output()
+                        .unwrap();
+                    String::from_utf8_lossy(&pids.stdout)
+                        .into_owned()
+                        .lines()
+                        .filter_map(|p| p.trim().parse::<u32>().ok())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|pid| {
+                    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == bin("probe"))
+                })
+                .collect::<Vec<_>>()
+        };
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while !left().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(
+            left(),
+            Vec::<u32>::new(),
+            "nodes left running:\n{}",
+            text(&out)
+        );
+        out
+    };
+
+    let (job, ssh2) = start();
+    Command::new("kill")
+        .args(["-9", &ssh2.to_string()])
+        .status()
+        .unwrap();
+    let out = end(job);
+    let want = format!(
+        "node 1 ({}) is out of reach: its ssh client was killed by signal 9 (SIGKILL)",
+        c.addr(2)
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains(&want), "{want}:\n{}", text(&out));
+
+    let (job, _) = start();
+    let launcher = format!("10.213.{}.1", c.id);
+    nft(
+        &format!("dsm{}h2", c.id),
+        &format!(
+            "add table inet dsmcut\n\
+             add chain inet dsmcut in {{ type filter hook input priority 0 ; }}\n\
+             add chain inet dsmcut out {{ type filter hook output priority 0 ; }}\n\
+             add rule inet dsmcut in ip saddr {launcher} drop\n\
+             add rule inet dsmcut out ip daddr {launcher} drop\n"
+        ),
+    );
+    let cut = Instant::now();
+    let out = end(job);
+    assert!(!out.status.success(), "{}", text(&out));
+    let want = format!("node 1 ({})", c.addr(2));
+    assert!(text(&out).contains(&want), "{want}:\n{}", text(&out));
+    assert!(
+        cut.elapsed() < Duration::from_secs(80),
+        "took {:?}",
+        cut.elapsed()
+    );
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// Waits for `job` (its output piped) at most `limit`, then kills it and fails.
+fn run_until_ended(job: std::process::Child, limit: Duration) -> std::process::Output {
+    let pid = job.id();
+    let waiter = std::thread::spawn(move || job.wait_with_output().unwrap());
+    let start = std::time::Instant::now();
+    while !waiter.is_finished() {
+        if start.elapsed() > limit {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!(
+                "dsmrun still ran {limit:?} after the cut: {:?}",
+                waiter.join()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    waiter.join().unwrap()
+}
+
 /// A one-node job never meets the rendezvous: it runs past the join timeout.
 /// A host whose sshd never answers (its namespace drops every SYN to port 22, and ssh has no
 /// connect timeout): dsmrun gives up after `--join-timeout` with status 2, naming the host and
@@ -517,12 +676,7 @@ fn a_host_that_never_answers_ssh_between_hosts_is_named_and_leaves_no_ssh_client
     let c = NetnsCluster::up(201 + (std::process::id() % 50), 2);
     let ns = format!("dsm{}h2", c.id);
     let rules = "add table inet dsmdeaf\nadd chain inet dsmdeaf in { type filter hook input priority 0 ; }\nadd rule inet dsmdeaf in tcp dport 22 drop\n";
-    let mut nft = Command::new("ip");
-    nft.args(["netns", "exec", &ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped());
-    let mut child = nft.spawn().expect("nft (install nftables)");
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), rules.as_bytes()).unwrap();
-    assert!(child.wait().unwrap().success(), "nft rules in {ns}");
+    nft(&ns, rules);
     // ssh as the cluster gives it, without its connect timeout: it would wait minutes.
     let ssh = std::fs::read_to_string(c.dir.join("ssh")).unwrap();
     let ssh = ssh.trim().replace("-o ConnectTimeout=5", "");

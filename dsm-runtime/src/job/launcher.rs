@@ -497,6 +497,15 @@ fn started_on(spec: &JobSpec, rv: Rendezvous, local: &[bool]) -> Rendezvous {
 
 /// Starts node `i`; the threads forwarding its output by lines go to `forwarders` (unless it
 /// goes to files, `--output-filename`, or `forward` is off: the nodes then share our terminal).
+/// The command that starts a remote node, unless `DSM_SSH` gives another.
+const DEFAULT_SSH: &str = "ssh -o BatchMode=yes -o ControlMaster=no";
+
+/// Added to the ssh command unless it sets keep-alives itself. ssh alone never gives up on a
+/// host that stops answering (the network cut between this host and it): once its node has
+/// ended, unheard, the job would wait for that ssh forever. With these it ends (status 255)
+/// after 15-20 s of silence from the host.
+const SSH_KEEP_ALIVE: [&str; 4] = ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"];
+
 fn spawn_node(
     spec: &JobSpec,
     p: &Prepared,
@@ -555,11 +564,13 @@ fn spawn_node(
         // DSM_SSH replaces the ssh command (e.g. to give a key or a port).
         // Never a ControlMaster of ours: a persisting master forked by our ssh would be among
         // the job's processes, ended with it (an existing master of the user's is used).
-        let ssh = std::env::var("DSM_SSH")
-            .unwrap_or_else(|_| "ssh -o BatchMode=yes -o ControlMaster=no".into());
+        let ssh = std::env::var("DSM_SSH").unwrap_or_else(|_| DEFAULT_SSH.into());
         let mut words = ssh.split_whitespace();
         let mut c = Command::new(words.next().unwrap_or("ssh"));
         c.args(words);
+        if !ssh.contains("ServerAlive") {
+            c.args(SSH_KEEP_ALIVE);
+        }
         if let Some(u) = &spec.hosts[i].user {
             c.args(["-l", u]);
         }
@@ -724,7 +735,7 @@ impl Watched<'_> {
         if let Some(pos) = self.nodes.iter().position(|&i| i == k) {
             return match ended(&mut self.children[pos], self.remote[k]) {
                 Ok(None) => Standing::Running,
-                Ok(Some(s)) if s.success() => Standing::EndedWell,
+                Ok(Some(e)) if e.success() => Standing::EndedWell,
                 _ => Standing::Failed,
             };
         }
@@ -862,15 +873,63 @@ fn end_for(w: &mut Watched<'_>, failure: JobFailure) -> JobFailure {
     failure
 }
 
-/// How a node's process ended, `Ok(None)` while it runs. A remote node's status is its remote
-/// shell's, through ssh: 128 + N there is a node killed by signal N (ssh itself would exit with
-/// 255 for any signal), and is told as that signal.
-fn ended(c: &mut Child, remote: bool) -> std::io::Result<Option<ExitStatus>> {
+/// How a node's process ended, as its watcher knows it.
+#[derive(Clone, Copy, Debug)]
+enum Exit {
+    /// The node's own status. A remote node's is its remote shell's, through ssh: 128 + N
+    /// there is a node killed by signal N, told as that signal.
+    Node(ExitStatus),
+    /// A remote node's ssh client was killed by this signal: how the node itself ended is not
+    /// known here (ssh passes on a remote signal as a status, never as its own death).
+    SshKilled(i32),
+}
+
+impl Exit {
+    fn success(self) -> bool {
+        matches!(self, Exit::Node(s) if s.success())
+    }
+
+    /// It ended because another node failed.
+    fn for_another(self) -> bool {
+        matches!(self, Exit::Node(s) if s.code() == Some(crate::door::end::EXIT_PEER_FAILED))
+    }
+
+    /// How it ended, in words; `local_pid`: the process, if it ran on this host.
+    fn describe(self, local_pid: Option<u32>) -> String {
+        match self {
+            // ssh's own status when it fails (its host unreachable, or silent past its
+            // keep-alives) is also a status a program may end with.
+            Exit::Node(s) if local_pid.is_none() && s.code() == Some(255) => {
+                "exited with status 255 (or its ssh gave up on the host: ssh's own status for a \
+                 failure is 255 too)"
+                    .into()
+            }
+            Exit::Node(s) => describe(s, local_pid),
+            Exit::SshKilled(sig) => format!(
+                "is out of reach: its ssh client was killed by signal {sig} ({}), so how the node \
+                 ended is not known",
+                signals::name(sig)
+            ),
+        }
+    }
+
+    /// dsmrun's exit status for it (a node out of reach is lost: 1).
+    fn status_code(self) -> u8 {
+        match self {
+            Exit::Node(s) => status_code(s),
+            Exit::SshKilled(_) => 1,
+        }
+    }
+}
+
+/// How a node's process ended, `Ok(None)` while it runs (see [`Exit`]).
+fn ended(c: &mut Child, remote: bool) -> std::io::Result<Option<Exit>> {
     use std::os::unix::process::ExitStatusExt;
     let status = c.try_wait()?;
-    Ok(status.map(|s| match s.code() {
-        Some(code @ 129..=192) if remote => ExitStatus::from_raw(code - 128),
-        _ => s,
+    Ok(status.map(|s| match (s.code(), s.signal()) {
+        (Some(code @ 129..=192), _) if remote => Exit::Node(ExitStatus::from_raw(code - 128)),
+        (None, Some(sig)) if remote => Exit::SshKilled(sig),
+        _ => Exit::Node(s),
     }))
 }
 
@@ -908,7 +967,7 @@ fn poll_children(
     let mut all_done = true;
     for (c, &i) in children.iter_mut().zip(nodes) {
         match ended(c, remote[i]) {
-            Ok(Some(status)) if status.success() => {
+            Ok(Some(exit)) if exit.success() => {
                 if i < control.len() && !words.said_goodbye(control, i) {
                     return Err(JobFailure::Node {
                         node: i,
@@ -922,16 +981,14 @@ fn poll_children(
                 }
             }
             // Once one echo of another node's failure is known, look past the others.
-            Ok(Some(status))
-                if known.is_some() && status.code() == Some(crate::door::end::EXIT_PEER_FAILED) => {
-            }
-            Ok(Some(status)) => {
+            Ok(Some(exit)) if known.is_some() && exit.for_another() => {}
+            Ok(Some(exit)) => {
                 return Err(JobFailure::Node {
                     node: i,
                     host: spec.hosts[i].address.clone(),
-                    how: describe(status, (!remote[i]).then(|| c.id())),
-                    peer_failed: status.code() == Some(crate::door::end::EXIT_PEER_FAILED),
-                    code: status_code(status),
+                    how: exit.describe((!remote[i]).then(|| c.id())),
+                    peer_failed: exit.for_another(),
+                    code: exit.status_code(),
                 });
             }
             Ok(None) => all_done = false,
@@ -950,12 +1007,9 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
     let mut seen = vec![first];
     let child_of = |node: usize| w.nodes.iter().position(|&i| i == node);
     while node < w.spec.hosts.len() && !seen.contains(&node) {
-        let ended_for_another = child_of(node).is_some_and(|c| {
-            matches!(
-                ended(&mut w.children[c], w.remote[node]),
-                Ok(Some(s)) if s.code() == Some(crate::door::end::EXIT_PEER_FAILED)
-            )
-        });
+        let ended_for_another = child_of(node).is_some_and(
+            |c| matches!(ended(&mut w.children[c], w.remote[node]), Ok(Some(e)) if e.for_another()),
+        );
         let Some((next, next_why)) = ended_for_another
             .then(|| w.words.blamed(w.control, node))
             .flatten()
@@ -991,16 +1045,13 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
             deadline = Instant::now() + Duration::from_millis(50);
         }
         match ended(&mut w.children[c], w.remote[node]) {
-            Ok(Some(status))
-                if !status.success()
-                    && status.code() != Some(crate::door::end::EXIT_PEER_FAILED) =>
-            {
+            Ok(Some(exit)) if !exit.success() && !exit.for_another() => {
                 return Some(JobFailure::Node {
                     node,
                     host: spec.hosts[node].address.clone(),
-                    how: describe(status, (!w.remote[node]).then(|| w.children[c].id())),
+                    how: exit.describe((!w.remote[node]).then(|| w.children[c].id())),
                     peer_failed: false,
-                    code: status_code(status),
+                    code: exit.status_code(),
                 });
             }
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),

@@ -87,6 +87,11 @@ impl Service {
                 Line::Stuck(_) => {
                     fatal("the job cannot go on (node 0 says what every node waits for)")
                 }
+                // The verdict may name this very node: its peers lost it (a network cut).
+                Line::Lost { node, how } if node == self.node.id().0 => fatal_with(
+                    &format!("the launcher ended the job: this node (node {node}) {how}"),
+                    EXIT_PEER_FAILED,
+                ),
                 Line::Lost { node, how } => fatal_with(
                     &format!("lost node {node}: it {how} (reported by the launcher)"),
                     EXIT_PEER_FAILED,
