@@ -40,7 +40,7 @@ use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
 use crate::sync::written_after;
-use crate::table::Frame;
+use crate::table::{AtomicValue, Frame};
 use crate::types::{AtomicOp, AtomicOrder, GlobalAddr, NodeId, PageNum, Prot, Time, WaiterId};
 
 impl<M: PageMemory> Node<M> {
@@ -126,6 +126,7 @@ impl<M: PageMemory> Node<M> {
                 order,
                 home,
                 since: now,
+                sent_at: 0,
             },
         );
         let seen = self.atomics.seen.get(&addr.0).copied().unwrap_or(0);
@@ -322,10 +323,15 @@ impl<M: PageMemory> Node<M> {
             let now_value = out.op.apply(old, out.width).unwrap_or(old);
             let (at, width) = (out.addr.offset(), out.width);
             if let Some(f) = &mut self.table[page.index()].fetch {
-                f.atomics.retain(|&(a, _, _)| a != at);
-                f.atomics.push((at, width, now_value));
+                f.atomics.retain(|v| v.at != at);
+                f.atomics.push(AtomicValue {
+                    at,
+                    width,
+                    value: now_value,
+                    after_request: out.sent_at > f.asked_at,
+                });
             }
-            self.put_in_copy(out.addr, width, now_value);
+            self.put_in_copy(now, out.addr, width, now_value, out.sent_at);
         }
         self.mark_written(page);
         let mask = width_mask(out.width);
@@ -343,27 +349,40 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// Puts `value` in the `width`-byte word at `addr` of this node's valid copy of its page, if
-    /// there is one, and in the copy's twin if it has one: the home holds that value now, and
-    /// the copy's other words stay as they were (no synchronisation asks for newer ones).
-    /// Dropping the copy instead made every operation of a thread cost its siblings that read
-    /// the page a refetch. The twin takes the value too, or the next diff would carry it to
-    /// the home as this node's write, over later operations of other nodes.
-    fn put_in_copy(&mut self, addr: GlobalAddr, width: u8, value: u64) {
+    /// Brings this node's valid copy of the page of the `width`-byte word at `addr`, if there is
+    /// one, to the `value` the home's word took at the operation just answered, which left at
+    /// `sent_at` (`Node::sent_msgs`).
+    ///
+    /// A copy the home sent itself came before the answer on one ordered channel: it is older.
+    /// So is a copy from a holder or read one-sided whose request left before the operation
+    /// (see `placed_after_its_answers`). Such a copy takes the value, in its twin too if it has
+    /// one (or the next diff would carry the word to the home as this node's write, over later
+    /// operations of other nodes). Its other words stay as they were: no synchronisation asks
+    /// for newer ones. Dropping the copy instead made a thread adding to a counter cost its
+    /// siblings that read the page a refetch per add. Any other copy may be newer than the
+    /// answer (another node's later value, made visible here by an acquire): if it does not
+    /// hold the value, it is dropped, and fetched again on its next touch.
+    fn put_in_copy(&mut self, now: Time, addr: GlobalAddr, width: u8, value: u64, sent_at: u64) {
         let page = addr.page();
-        let entry = &mut self.table[page.index()];
+        let entry = &self.table[page.index()];
         if matches!(entry.frame, Frame::Invalid) {
             return;
         }
+        let older = entry.copy_asked_at.is_none_or(|asked| sent_at > asked);
         let (at, w) = (addr.offset(), usize::from(width));
         let bytes = &value.to_le_bytes()[..w];
-        if let Some(twin) = &mut entry.twin {
+        self.mem.read(page, &mut self.scratch);
+        if &self.scratch[at..at + w] == bytes {
+            return;
+        }
+        if !older {
+            self.invalidate(now, [page]);
+            return;
+        }
+        if let Some(twin) = &mut self.table[page.index()].twin {
             twin.0[at..at + w].copy_from_slice(bytes);
         }
-        self.mem.read(page, &mut self.scratch);
-        if &self.scratch[at..at + w] != bytes {
-            self.mem.write(page, at, bytes);
-        }
+        self.mem.write(page, at, bytes);
     }
 
     /// Pages holding atomic words (never moved home).

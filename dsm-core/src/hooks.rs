@@ -11,7 +11,7 @@ use crate::error::ProtocolError;
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
-use crate::table::Frame;
+use crate::table::{Frame, GrantSource};
 use crate::types::{Access, MAX_RUNTIME_COUNTERS, NodeId, PAGE_SIZE, PageNum, Prot, Time};
 
 impl<M: PageMemory> Node<M> {
@@ -98,6 +98,13 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// Whether a GETP for `pages` may go as one-sided reads of the home's memory
+    /// ([`crate::CoreConfig::remote_reads`]): not if one of them must be asked of its home as
+    /// a message (a read of it could not be placed among this node's atomic operations).
+    pub fn may_read_one_sided(&self, pages: &[PageNum]) -> bool {
+        !pages.iter().any(|p| self.ask_home.contains(p))
+    }
+
     /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided
     /// reads of the home's memory: it never went on the wire, so it leaves the message counts.
     pub fn sent_as_reads(&mut self, msg: &Msg) {
@@ -125,7 +132,7 @@ impl<M: PageMemory> Node<M> {
             });
         }
         self.stats.pages_read_one_sided += (data.len() / PAGE_SIZE) as u64;
-        let result = self.on_page_grant(now, from, (page, data, false));
+        let result = self.on_page_grant(now, from, (page, data, GrantSource::OneSided));
         self.drain_loopback(now);
         result
     }

@@ -112,6 +112,8 @@ pub(crate) struct AtomicOut {
     pub home: NodeId,
     /// When it was sent (its answer is late from then on).
     pub since: Time,
+    /// `Node::sent_msgs` once its message left (0 while it waits for a release's diffs).
+    pub sent_at: u64,
 }
 
 /// A fetch-add (or fetch-sub) that waits for the same word's operation on its way, to go with

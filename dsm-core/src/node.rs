@@ -23,7 +23,7 @@ use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::stats::Stats;
-use crate::table::{HeldRun, PageTable, Serve};
+use crate::table::{GrantSource, HeldRun, PageTable, Serve};
 use crate::types::{
     Access, GlobalAddr, LockId, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
     PageState, Time, WaiterId,
@@ -233,6 +233,14 @@ pub struct Node<M: PageMemory> {
     /// grant: written elsewhere since, so the claimed bytes are not the page's last.
     pub(crate) claims_overtaken: BTreeSet<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
+    /// Messages this node has sent to other nodes: a stamp of when a page request or an atomic
+    /// operation left, which tells, per home, which of the two the home took first (each pair
+    /// of nodes is an ordered channel; an RDMA READ is posted no later than what is sent after
+    /// it).
+    pub(crate) sent_msgs: u64,
+    /// Pages whose next request must go to the home as a message, not as a one-sided read (a
+    /// read could not be placed before or after an atomic operation's answer).
+    pub(crate) ask_home: BTreeSet<PageNum>,
 }
 
 impl<M: PageMemory> Node<M> {
@@ -288,6 +296,8 @@ impl<M: PageMemory> Node<M> {
             last_demands: [None; 2],
             read_ahead_mark: None,
             scratch: Box::new([0; PAGE_SIZE]),
+            sent_msgs: 0,
+            ask_home: BTreeSet::new(),
         }
     }
 
@@ -537,7 +547,7 @@ impl<M: PageMemory> Node<M> {
                 page,
                 data,
                 forwarded,
-            } => self.on_page_grant(now, from, (page, data, forwarded)),
+            } => self.on_page_grant(now, from, (page, data, GrantSource::of(forwarded))),
         };
         self.drain_loopback(now);
         result
@@ -559,7 +569,7 @@ impl<M: PageMemory> Node<M> {
                 page,
                 data,
                 forwarded,
-            } => self.on_page_grant(now, from, (page, &data, forwarded)),
+            } => self.on_page_grant(now, from, (page, &data, GrantSource::of(forwarded))),
             Msg::Forward { to, first, count } => self.on_forward(from, to, first, count),
             msg @ Msg::Atomic { .. } => self.on_atomic(from, msg),
             Msg::AtomicGrant {
@@ -765,6 +775,12 @@ impl<M: PageMemory> Node<M> {
         if to == self.cfg.node {
             self.out.loopback.push_back(msg);
             return;
+        }
+        self.sent_msgs += 1;
+        if let Msg::Atomic { id, .. } = &msg {
+            if let Some(out) = self.atomics.out.get_mut(id) {
+                out.sent_at = self.sent_msgs;
+            }
         }
         let k = msg.kind().index();
         self.stats.msgs_sent[k] += 1;

@@ -16,7 +16,7 @@ use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::node::Node;
 use crate::node::{MAX_FORWARDS, MAX_HELD_RUNS};
-use crate::table::{Fetch, Frame, HeldRun, Serve, runs_of};
+use crate::table::{Fetch, Frame, GrantSource, HeldRun, Serve, runs_of};
 use crate::types::{Access, GlobalAddr, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 
@@ -155,6 +155,7 @@ impl<M: PageMemory> Node<M> {
             stale: false,
             asked: home,
             atomics: Vec::new(),
+            asked_at: 0,
         });
         self.fetches.insert(page, now);
         self.stats.pages_fetched += 1;
@@ -208,6 +209,7 @@ impl<M: PageMemory> Node<M> {
                 stale: false,
                 asked: e.home,
                 atomics: Vec::new(),
+                asked_at: 0,
             });
             by_home.entry(e.home).or_default().push(candidate);
             self.fetches.insert(candidate, now);
@@ -318,11 +320,6 @@ impl<M: PageMemory> Node<M> {
     /// GETP for `pages` (the demand page first, if any): one request per
     /// [`MAX_GETP_PAGES`].
     pub(crate) fn send_get_page(&mut self, home: NodeId, access: Access, pages: Vec<PageNum>) {
-        if pages.len() <= MAX_GETP_PAGES {
-            self.stats.getp_sent += 1;
-            self.send(home, Msg::GetPage { access, pages });
-            return;
-        }
         for (i, chunk) in pages.chunks(MAX_GETP_PAGES).enumerate() {
             let access = if i == 0 { access } else { Access::Read };
             self.stats.getp_sent += 1;
@@ -333,6 +330,11 @@ impl<M: PageMemory> Node<M> {
                     pages: chunk.to_vec(),
                 },
             );
+            for p in chunk {
+                if let Some(f) = &mut self.table[p.index()].fetch {
+                    f.asked_at = self.sent_msgs;
+                }
+            }
         }
     }
 
@@ -720,7 +722,7 @@ impl<M: PageMemory> Node<M> {
         &mut self,
         now: Time,
         from: NodeId,
-        (first, data, forwarded): (PageNum, &[u8], bool),
+        (first, data, source): (PageNum, &[u8], GrantSource),
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -739,8 +741,17 @@ impl<M: PageMemory> Node<M> {
         let mut accepted = Vec::with_capacity(count);
         for i in 0..count {
             let page = PageNum(first.0 + i as u32);
+            let forwarded = source == GrantSource::Forwarded;
             match self.accept_granted(now, from, page, forwarded) {
-                Ok(Some(fetch)) => accepted.push((page, fetch)),
+                Ok(Some(fetch)) => {
+                    let at = i * PAGE_SIZE;
+                    let bytes = &data[at..at + PAGE_SIZE];
+                    if Self::placed_after_its_answers(source, &fetch, bytes) {
+                        accepted.push((page, fetch));
+                    } else {
+                        self.ask_again(now, page, fetch, true);
+                    }
+                }
                 Ok(None) => {}
                 Err(e) => result = result.and(Err(e)),
             }
@@ -751,25 +762,70 @@ impl<M: PageMemory> Node<M> {
             self.mem
                 .write_run(run, &data[at..at + n as usize * PAGE_SIZE]);
         }
-        // A copy from a holder, or read one-sided, may predate this node's atomic operations
-        // answered while it was on its way: the values they left or read are put in, so the
-        // node's own plain reads see them. (A copy the home sends itself is taken after it
-        // applied every operation that came before the request, and the operations that came
-        // after it are answered after the copy.) Asking again instead let a thread that kept
-        // changing a word keep its sibling's copy from ever arriving. A copy newer than them
-        // loses a later value of another node's, which no synchronisation made visible here.
-        if forwarded || self.cfg.remote_reads {
-            for (page, fetch) in &accepted {
-                for &(at, width, value) in &fetch.atomics {
-                    let w = usize::from(width);
-                    self.mem.write(*page, at, &value.to_le_bytes()[..w]);
+        for (page, fetch) in accepted {
+            // The values of the operations that left after the request: the copy predates
+            // them (see `placed_after_its_answers`). Asking again instead let a thread that
+            // kept changing a word keep its sibling's copy from ever arriving.
+            if source != GrantSource::Home {
+                for v in fetch.atomics.iter().filter(|v| v.after_request) {
+                    let w = usize::from(v.width);
+                    self.mem.write(page, v.at, &v.value.to_le_bytes()[..w]);
                 }
             }
-        }
-        for (page, fetch) in accepted {
+            let e = &mut self.table[page.index()];
+            e.copy_asked_at = (source != GrantSource::Home).then_some(fetch.asked_at);
+            self.ask_home.remove(&page);
             self.open_granted(now, page, fetch);
         }
         result
+    }
+
+    /// Whether a copy of `bytes` for `fetch` can be placed among the answers to this node's
+    /// atomic operations on its words that came while it was on its way (`fetch.atomics`), so
+    /// that it is installed with their values where it predates them.
+    ///
+    /// - From the home itself: the home took the request after every operation that left
+    ///   before it (one ordered channel each way), and answers those that left after it
+    ///   after the copy. It holds every such value, or newer ones.
+    /// - From a holder: the holder's copy is the home's page when the home forwarded the
+    ///   request, so it holds the values of the operations that left before the request (or
+    ///   newer ones), and predates those that left after it.
+    /// - Read one-sided: the read is posted before anything sent after it, so it predates the
+    ///   operations that left after it; but an operation that left before it may be applied
+    ///   at the home after the read (the home's service thread takes messages after its NIC
+    ///   serves reads). If the copy lacks such an operation's value, it is older or newer than
+    ///   the operation (another node's later value, which an acquire may have made visible
+    ///   here), and cannot be placed: it is asked for again, of the home, as a message.
+    fn placed_after_its_answers(source: GrantSource, fetch: &Fetch, bytes: &[u8]) -> bool {
+        source != GrantSource::OneSided
+            || fetch.atomics.iter().all(|v| {
+                let w = usize::from(v.width);
+                v.after_request || bytes[v.at..v.at + w] == v.value.to_le_bytes()[..w]
+            })
+    }
+
+    /// Asks for `page` again, of its home, for `fetch`'s waiters (a prefetch is dropped).
+    /// `as_message`: not as a one-sided read.
+    fn ask_again(&mut self, now: Time, page: PageNum, fetch: Fetch, as_message: bool) {
+        if fetch.waiters.is_empty() {
+            self.stats.prefetch_unused += 1;
+            return;
+        }
+        let access = Self::strongest(&fetch.waiters);
+        let entry = &mut self.table[page.index()];
+        let home = entry.home;
+        entry.fetch = Some(Fetch {
+            waiters: fetch.waiters,
+            stale: false,
+            asked: home,
+            atomics: Vec::new(),
+            asked_at: 0,
+        });
+        if as_message {
+            self.ask_home.insert(page);
+        }
+        self.fetches.insert(page, now);
+        self.send_get_page(home, access, vec![page]);
     }
 
     /// Whether the bytes granted for `page` by `from` are to be installed: its fetch, taken,
@@ -818,22 +874,8 @@ impl<M: PageMemory> Node<M> {
             return Ok(None);
         }
         if fetch.stale {
-            if fetch.waiters.is_empty() {
-                self.stats.prefetch_unused += 1;
-            } else {
-                // The copy may predate a write we were notified of: ask again, of the home now.
-                let access = Self::strongest(&fetch.waiters);
-                let home = entry.home;
-                entry.fetch = Some(Fetch {
-                    waiters: fetch.waiters,
-                    stale: false,
-                    asked: home,
-                    // Asked now, after the operations' answers: its copy is newer than them.
-                    atomics: Vec::new(),
-                });
-                self.fetches.insert(page, now);
-                self.send_get_page(home, access, vec![page]);
-            }
+            // The copy may predate a write we were notified of: ask again, of the home now.
+            self.ask_again(now, page, fetch, false);
             return Ok(None);
         }
         Ok(Some(fetch))

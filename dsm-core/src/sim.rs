@@ -735,9 +735,11 @@ impl Cluster {
         if let (true, Frame::Msg(msg @ Msg::GetPage { pages, .. })) = (self.one_sided_reads, &msg) {
             // The reader's NIC reads the home's memory; the home's core never sees the request.
             // Pages the home has not allocated yet fall back to a GETP, as the runtime does when
-            // it does not know the home's memory key yet.
+            // it does not know the home's memory key yet, and so do pages the reader must ask
+            // of their home as a message (they stay so until their grant).
+            let may_read = self.nodes[usize::from(from)].may_read_one_sided(pages);
             let home = &mut self.nodes[to];
-            if pages.iter().all(|p| p.index() < home.pages_allocated()) {
+            if may_read && pages.iter().all(|p| p.index() < home.pages_allocated()) {
                 let mut replies = Vec::new();
                 for &page in pages {
                     let mut data = PageBuf::zeroed();

@@ -35,10 +35,46 @@ pub(crate) struct Fetch {
     /// The node asked (the page's home when the request left; homes move at barriers).
     pub asked: NodeId,
     /// The values this node's atomic operations answered while the request was out left in
-    /// words of the page (offset, width, value; the last for each word): a copy that did not
-    /// come straight from the home (a holder's it forwarded the request to, or a one-sided
-    /// read) may predate them, and is given them when it is installed (`on_page_grant`).
-    pub atomics: Vec<(usize, u8, u64)>,
+    /// words of the page (the last for each word), and whether the operation left after the
+    /// request: a copy that did not come straight from the home may predate them, and is
+    /// given them when it is installed (`on_page_grant`).
+    pub atomics: Vec<AtomicValue>,
+    /// `Node::sent_msgs` once the request left.
+    pub asked_at: u64,
+}
+
+/// A value an atomic operation of this node left in a word of a page being fetched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AtomicValue {
+    /// Offset of the word in its page, and its width in bytes.
+    pub at: usize,
+    pub width: u8,
+    /// What the word held once the operation was applied.
+    pub value: u64,
+    /// The operation left after the request did: the home took the request first.
+    pub after_request: bool,
+}
+
+/// Where a page's granted bytes come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GrantSource {
+    /// The home's GETPGRANT: on the ordered channel from the home, as the operations' answers.
+    Home,
+    /// A holder's, on the home's behalf.
+    Forwarded,
+    /// Read one-sided from the home's memory.
+    OneSided,
+}
+
+impl GrantSource {
+    /// A GETPGRANT's source: `forwarded` by a holder, or the home's.
+    pub fn of(forwarded: bool) -> GrantSource {
+        if forwarded {
+            GrantSource::Forwarded
+        } else {
+            GrantSource::Home
+        }
+    }
 }
 
 /// What a node has yet to send of the page requests it answers, in order (see
@@ -106,6 +142,11 @@ pub(crate) struct PageEntry {
     /// Barriers in a row that found this copy fetched again and not opened since.
     pub unused_refetches: u8,
     pub twin: Option<PageBuf>,
+    /// The valid copy came from a holder the home forwarded the request to, or was read
+    /// one-sided, and was asked for at this `Node::sent_msgs`; `None`: from the home itself, on
+    /// its ordered channel to this node, so that it predates every answer to this node's
+    /// atomic operations that comes after it.
+    pub copy_asked_at: Option<u64>,
     pub fetch: Option<Fetch>,
     pub in_cache: bool,
     /// Which cache insertion is current (older queue entries for this page are stale).
@@ -131,6 +172,7 @@ impl PageEntry {
             refreshed: false,
             unused_refetches: 0,
             twin: None,
+            copy_asked_at: None,
             fetch: None,
             in_cache: false,
             cache_gen: 0,

@@ -4,8 +4,8 @@
 //! across pairs).
 
 use dsm_core::{
-    Access, AllocPolicy, CoreConfig, CvId, Effect, JobError, Msg, Node, NodeId, PAGE_SIZE, PageNum,
-    PageState, Time, VecMemory, WaiterId,
+    Access, AllocPolicy, AtomicOp, AtomicOrder, CoreConfig, CvId, Effect, GlobalAddr, JobError,
+    Msg, Node, NodeId, PAGE_SIZE, PageNum, PageState, Time, VecMemory, WaiterId,
 };
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -153,7 +153,6 @@ fn a_cv_set_reaching_a_manager_one_barrier_behind_keeps_its_notice_for_the_sette
 /// acquire-loads the flag, reads 1, then reads P.
 #[test]
 fn an_acquire_atomic_during_this_nodes_barrier_gets_the_notices_of_the_current_epoch() {
-    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
     let mk = |i| {
         let mut cfg = CoreConfig::new(NodeId(i), 3);
         cfg.prefetch.enabled = false;
@@ -227,7 +226,6 @@ fn an_acquire_atomic_during_this_nodes_barrier_gets_the_notices_of_the_current_e
 /// and, while that is on its way, its thread 1 fetch-adds 5 to the word, then reads it.
 #[test]
 fn a_forwarded_grant_does_not_overwrite_the_askers_own_atomic_update() {
-    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
     use std::time::Duration;
     let mk = |i| {
         let mut cfg = CoreConfig::new(NodeId(i), 3);
@@ -292,7 +290,6 @@ fn a_forwarded_grant_does_not_overwrite_the_askers_own_atomic_update() {
 /// 10) and left 10 (asks for 11).
 #[test]
 fn a_relaxed_atomic_after_a_plain_store_to_the_same_word_applies_to_the_stored_value() {
-    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
     let mut nodes = nodes_with_one_page(2);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
@@ -330,7 +327,6 @@ fn a_relaxed_atomic_after_a_plain_store_to_the_same_word_applies_to_the_stored_v
 /// home.
 #[test]
 fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
-    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
     let mut nodes = nodes_with_one_page(2);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
@@ -398,7 +394,6 @@ fn a_relaxed_atomic_diffs_its_page_first_only_if_this_node_changed_the_word() {
 /// siblings refetch the counter's page after every add.
 #[test]
 fn an_atomic_answer_puts_its_value_in_the_copy_and_keeps_it() {
-    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
     let mut nodes = nodes_with_one_page(2);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
@@ -434,7 +429,6 @@ fn an_atomic_answer_puts_its_value_in_the_copy_and_keeps_it() {
 /// the barrier must leave the home's word 0 at 2, not put back node 1's 1.
 #[test]
 fn an_atomic_value_put_in_a_written_copy_is_not_diffed_as_a_write() {
-    use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
     let mut nodes = nodes_with_one_page(3);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
@@ -535,8 +529,6 @@ fn a_barrier_grant_from_a_node_other_than_0_is_refused_before_it_takes_effect() 
 }
 
 // ----- The copy-patching path of the fix for the forwarded grant (a second review) -----
-
-use dsm_core::{AtomicOp, AtomicOrder, GlobalAddr};
 
 /// Three nodes, node 0 homing three pages; node 2 (two threads) reads pages one-sided.
 fn one_sided_reader() -> Vec<Node<VecMemory>> {
@@ -787,5 +779,272 @@ fn a_load_answered_while_a_one_sided_read_is_out_replaces_an_older_recorded_valu
         nodes[2].memory().load_u64(q0, 0),
         105,
         "T1's acquire load returned 105, then its plain read of X"
+    );
+}
+
+/// `count` nodes: pages Q0, Q1 homed at node 0, F (page 2) homed at node 1. Node 2 has two
+/// threads.
+fn nodes_with_a_flag_page(count: u16, configure: impl Fn(&mut CoreConfig)) -> Vec<Node<VecMemory>> {
+    (0..count)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), count);
+            configure(&mut cfg);
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+            n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+            if i == 2 {
+                n.note_threads(2);
+            }
+            n
+        })
+        .collect()
+}
+
+/// One-sided reads. Node 2's T1 relaxed-loads X (word 0 of Q0, homed at node 0): the home
+/// answers 0, the answer is slow (link 0 -> 2). Node 1 fetch-adds 100 to X, then release-stores
+/// F (homed at node 1). Node 2's T0 acquire-loads F = 1 (its answer from node 1 names Q0), then
+/// reads X: a one-sided read of Q0 (X = 100) installs the copy; T0 reads 100. Then the load's
+/// answer lands. C11 asks for 100 on T0's next read too (node 1's add happens before it; T1's
+/// load writes nothing). When answers put their value in any copy (07149c4), the copy went
+/// back to 0: a copy read one-sided after the operation left may be newer than its answer.
+#[test]
+fn a_late_answer_leaves_a_newer_one_sided_copy_as_it_is() {
+    let mut nodes = nodes_with_a_flag_page(3, |c| {
+        c.prefetch.enabled = false;
+        c.remote_reads = true;
+    });
+    let (q0, x, f) = (PageNum(0), GlobalAddr(0), GlobalAddr(2 * PAGE));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let slow = |from: usize, to: usize, m: &Msg| {
+        (from == 0 && to == 2) || (from == 2 && to == 0 && matches!(m, Msg::GetPage { .. }))
+    };
+    nodes[2]
+        .atomic(t, WaiterId(1), (x, 8), AtomicOp::Load, AtomicOrder::RELAXED)
+        .unwrap();
+    let mut late = pump(&mut nodes, &mut fx, &slow);
+    assert!(
+        matches!(late[..], [(0, 2, Msg::AtomicGrant { old: 0, .. })]),
+        "{late:?}"
+    );
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (f, 8),
+            AtomicOp::Store(1),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 100);
+    nodes[2]
+        .atomic(t, WaiterId(0), (f, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(0)), Some(1));
+    // T0 reads X: the one-sided read of Q0 comes back (on its own channel) with X = 100.
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    let getp: Vec<_> = pump(&mut nodes, &mut fx, &slow)
+        .into_iter()
+        .filter(|(from, to, m)| {
+            let read = *from == 2 && *to == 0 && matches!(m, Msg::GetPage { .. });
+            if !read {
+                late.push((*from, *to, m.clone()));
+            }
+            read
+        })
+        .collect();
+    assert_eq!(getp.len(), 1);
+    let mut data = vec![0u8; PAGE_SIZE];
+    data[..8].copy_from_slice(&nodes[0].memory().load_u64(q0, 0).to_le_bytes());
+    nodes[2].handle_page_read(t, NodeId(0), q0, &data).unwrap();
+    pump(&mut nodes, &mut fx, &slow);
+    assert!(resumed(&fx, 2, 0), "{fx:?}");
+    assert_eq!(nodes[2].memory().load_u64(q0, 0), 100, "T0's first read");
+    // The load's answer lands.
+    for (from, to, m) in late {
+        nodes[to].handle_message(t, NodeId(from as u16), m).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(0));
+    let second =
+        (nodes[2].page_state(q0) != PageState::Invalid).then(|| nodes[2].memory().load_u64(q0, 0));
+    assert!(
+        second.is_none_or(|v| v == 100),
+        "T0's second read of X sees {second:?} after 100 (node 1's add happens before it)"
+    );
+}
+
+/// Forwarding, no one-sided reads. Node 2's T1 fetch-adds 5 to X (applied first: X = 5; the
+/// answer is slow). Node 1 fetch-adds 100 (X = 105) and release-stores F. Node 3 reads Q0 and
+/// Q1 (a holder, X = 105). Node 2's T0 acquire-loads F = 1, then reads Q0: forwarded to node 3,
+/// copy X = 105. Then the add's answer lands. Both adds happen before a read of X by node 2
+/// after T1 returns (T0 signals T1 through a node-local mutex, say): C11 asks for 105. When
+/// answers put their value in any copy (07149c4), the copy went back to 5: a holder's copy
+/// asked for after the operation left may be newer than its answer.
+#[test]
+fn a_late_answer_leaves_a_newer_forwarded_copy_as_it_is() {
+    let mut nodes = nodes_with_a_flag_page(4, |c| {
+        c.prefetch.prefetch_pages = 1;
+        c.prefetch.max_checking_pages = 1;
+        c.forward_within = Some(std::time::Duration::from_secs(3600));
+    });
+    let (q0, x, f) = (PageNum(0), GlobalAddr(0), GlobalAddr(2 * PAGE));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let slow = |from: usize, to: usize, _: &Msg| from == 0 && to == 2;
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (x, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    let mut late = pump(&mut nodes, &mut fx, &slow);
+    assert_eq!(late.len(), 1);
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (f, 8),
+            AtomicOp::Store(1),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 105);
+    nodes[3]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    nodes[0].settle_serves();
+    nodes[2]
+        .atomic(t, WaiterId(0), (f, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(0)), Some(1));
+    fx.clear();
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    assert!(
+        resumed(&fx, 2, 0),
+        "forwarded to node 3 and installed: {fx:?}"
+    );
+    assert_eq!(nodes[2].memory().load_u64(q0, 0), 105, "the forwarded copy");
+    assert!(
+        matches!(late[..], [(0, 2, Msg::AtomicGrant { old: 0, .. })]),
+        "{late:?}"
+    );
+    for (from, to, m) in late {
+        nodes[to].handle_message(t, NodeId(from as u16), m).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(0));
+    let read =
+        (nodes[2].page_state(q0) != PageState::Invalid).then(|| nodes[2].memory().load_u64(q0, 0));
+    assert!(
+        read.is_none_or(|v| v == 105),
+        "node 2 reads X = {read:?}; the home holds 105, and node 1's add happens before the read"
+    );
+}
+
+/// As `a_late_answer_leaves_a_newer_one_sided_copy_as_it_is`, but the load's answer lands
+/// while the one-sided read that T0 started after its acquire is still out. The read (X = 100)
+/// cannot be placed among the answer (0): it may be older or newer than the load, which left
+/// before it and may be taken by the home after the home's NIC served the read. It is asked for
+/// again, of the home, as a message; T0 reads 100. Before, every answer that came while a
+/// one-sided read was out was put in its copy: T0 read 0 after acquiring F.
+#[test]
+fn a_one_sided_copy_that_cannot_be_placed_among_the_answers_is_asked_of_the_home() {
+    let mut nodes = nodes_with_a_flag_page(3, |c| {
+        c.prefetch.enabled = false;
+        c.remote_reads = true;
+    });
+    let (q0, x, f) = (PageNum(0), GlobalAddr(0), GlobalAddr(2 * PAGE));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let slow = |from: usize, to: usize, m: &Msg| {
+        (from == 0 && to == 2) || (from == 2 && to == 0 && matches!(m, Msg::GetPage { .. }))
+    };
+    nodes[2]
+        .atomic(t, WaiterId(1), (x, 8), AtomicOp::Load, AtomicOrder::RELAXED)
+        .unwrap();
+    let mut late = pump(&mut nodes, &mut fx, &slow);
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    nodes[1]
+        .atomic(
+            t,
+            WaiterId(0),
+            (f, 8),
+            AtomicOp::Store(1),
+            AtomicOrder::RELEASE,
+        )
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    nodes[2]
+        .atomic(t, WaiterId(0), (f, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    late.extend(pump(&mut nodes, &mut fx, &slow));
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(0)), Some(1));
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    let out = pump(&mut nodes, &mut fx, &slow);
+    assert!(matches!(out[..], [(2, 0, Msg::GetPage { .. })]), "{out:?}");
+    // The load's answer lands first, then the read (X = 100 at the home).
+    assert!(
+        matches!(late[..], [(0, 2, Msg::AtomicGrant { old: 0, .. })]),
+        "{late:?}"
+    );
+    for (from, to, m) in late {
+        nodes[to].handle_message(t, NodeId(from as u16), m).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    let mut data = vec![0u8; PAGE_SIZE];
+    data[..8].copy_from_slice(&nodes[0].memory().load_u64(q0, 0).to_le_bytes());
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 100);
+    nodes[2].handle_page_read(t, NodeId(0), q0, &data).unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(resumed(&fx, 2, 0), "{fx:?}");
+    assert_eq!(
+        nodes[2].memory().load_u64(q0, 0),
+        100,
+        "T0 acquired F (released after node 1's add), then reads X"
     );
 }

@@ -65,7 +65,7 @@ impl Service {
                 fetching.extend_from_slice(pages);
             }
             if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
-                if self.read_one_sided(tx.to, pages) {
+                if self.node.may_read_one_sided(pages) && self.read_one_sided(tx.to, pages) {
                     self.node.sent_as_reads(&tx.msg);
                     self.frames_sent += 1;
                     continue;
