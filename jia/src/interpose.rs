@@ -45,6 +45,49 @@ fn on_shared(
     )
 }
 
+/// Moves `len` bytes at `ptr` with `call(offset, bytes)`, a piece the cache holds at a time
+/// ([`dsm_runtime::io_piece_bytes`]) where the buffer is shared memory, each piece made ready
+/// right before its call (a buffer larger than the cache lost its first pages to its last ones
+/// before the kernel reached them: the call came back short). `go_on`: after a piece moved
+/// whole, the next one is moved too (a file, or a write); otherwise the count so far is returned
+/// (a short read, which a read of a pipe or a socket may give anyway: one that waited for more
+/// could wait forever). Returns the bytes moved, or the first piece's failure. Async-signal-safe
+/// for buffers outside shared memory (one call, as the C library's).
+fn in_pieces(
+    ptr: *const c_void,
+    len: usize,
+    kernel_writes: bool,
+    go_on: bool,
+    call: impl Fn(usize, usize) -> isize,
+) -> isize {
+    let piece = dsm_runtime::io_piece_bytes();
+    if piece == 0 || len <= piece || !dsm_runtime::in_shared_region(ptr.cast(), len) {
+        return on_shared(ptr, len, kernel_writes, || call(0, len));
+    }
+    let mut done = 0usize;
+    while done < len {
+        let n = piece.min(len - done);
+        let at = ptr.cast::<u8>().wrapping_add(done).cast::<c_void>();
+        let r = on_shared(at, n, kernel_writes, || call(done, n));
+        if r < 0 {
+            return if done > 0 { done as isize } else { r };
+        }
+        done += r as usize;
+        if (r as usize) < n || !go_on {
+            break;
+        }
+    }
+    done as isize
+}
+
+/// Whether `fd` is a regular file (reading one in pieces reads what one call would).
+fn is_file(fd: c_int) -> bool {
+    // SAFETY: fstat writes the zeroed stat it is given.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a plain fstat of the caller's descriptor into `st`.
+    unsafe { libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG }
+}
+
 /// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
 /// EFAULT on shared memory, prepares again and retries, a few times.
 fn retried(prepare: impl Fn() -> bool, call: impl Fn() -> isize) -> isize {
@@ -93,7 +136,9 @@ crate::entry::pc_entry! {
 /// As the C library's `read`.
 unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
     // SAFETY: the C library's read with the caller's arguments.
-    let r = on_shared(buf, n, true, || unsafe { __read(fd, buf, n) });
+    let r = in_pieces(buf, n, true, is_file(fd), |at, k| unsafe {
+        __read(fd, buf.cast::<u8>().add(at).cast(), k)
+    });
     record(buf, r, true, pc);
     r
 }
@@ -105,7 +150,9 @@ unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -
 /// As the C library's `write`.
 unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize) -> isize {
     // SAFETY: the C library's write with the caller's arguments.
-    let r = on_shared(buf, n, false, || unsafe { __write(fd, buf, n) });
+    let r = in_pieces(buf, n, false, true, |at, k| unsafe {
+        __write(fd, buf.cast::<u8>().add(at).cast(), k)
+    });
     record(buf, r, false, pc);
     r
 }
@@ -116,7 +163,9 @@ unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize
 /// As the C library's `pread`.
 unsafe extern "C" fn pread_at(fd: c_int, buf: *mut c_void, n: usize, off: i64, pc: usize) -> isize {
     // SAFETY: the C library's pread with the caller's arguments.
-    let r = on_shared(buf, n, true, || unsafe { __pread64(fd, buf, n, off) });
+    let r = in_pieces(buf, n, true, true, |at, k| unsafe {
+        __pread64(fd, buf.cast::<u8>().add(at).cast(), k, off + at as i64)
+    });
     record(buf, r, true, pc);
     r
 }
@@ -133,7 +182,9 @@ unsafe extern "C" fn pwrite_at(
     pc: usize,
 ) -> isize {
     // SAFETY: the C library's pwrite with the caller's arguments.
-    let r = on_shared(buf, n, false, || unsafe { __pwrite64(fd, buf, n, off) });
+    let r = in_pieces(buf, n, false, true, |at, k| unsafe {
+        __pwrite64(fd, buf.cast::<u8>().add(at).cast(), k, off + at as i64)
+    });
     record(buf, r, false, pc);
     r
 }
@@ -151,11 +202,10 @@ unsafe extern "C" fn fread_at(
     f: *mut libc::FILE,
     pc: usize,
 ) -> usize {
-    // SAFETY: the buffer is the kernel's (through fread) for the call: the program's threads do
-    // not write it meanwhile.
-    unsafe { dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), true) };
-    // SAFETY: the C library's fread with the caller's arguments.
-    let got = unsafe { _IO_fread(ptr, size, n, f) };
+    let got = stdio_in_pieces(ptr, (size, n), f, true, |at, k| {
+        // SAFETY: the C library's fread of `k` bytes into the caller's buffer, at `at`.
+        unsafe { _IO_fread(ptr.cast::<u8>().add(at).cast(), 1, k, f) }
+    });
     record(ptr, got.saturating_mul(size) as isize, true, pc);
     got
 }
@@ -172,12 +222,59 @@ unsafe extern "C" fn fwrite_at(
     f: *mut libc::FILE,
     pc: usize,
 ) -> usize {
-    // SAFETY: as in fread; nothing is written here (a read touch).
-    unsafe { dsm_runtime::prepare_for_io(ptr.cast(), size.saturating_mul(n), false) };
-    // SAFETY: the C library's fwrite with the caller's arguments.
-    let put = unsafe { _IO_fwrite(ptr, size, n, f) };
+    let put = stdio_in_pieces(ptr, (size, n), f, false, |at, k| {
+        // SAFETY: the C library's fwrite of `k` bytes of the caller's buffer, from `at`.
+        unsafe { _IO_fwrite(ptr.cast::<u8>().add(at).cast(), 1, k, f) }
+    });
     record(ptr, put.saturating_mul(size) as isize, false, pc);
     put
+}
+
+/// `fread`/`fwrite` of `n` items of `size` bytes at `ptr` on stream `f` with `call(offset,
+/// bytes)`, in pieces as [`in_pieces`]: the stream moves the same bytes, and the count is of
+/// whole items moved. A piece whose pages were taken away before the kernel reached them (the
+/// stream's error is EFAULT) is made ready and moved again, a few times, the error cleared. A
+/// buffer outside shared memory goes in one call, as the caller made it.
+fn stdio_in_pieces(
+    ptr: *const c_void,
+    (size, n): (usize, usize),
+    f: *mut libc::FILE,
+    kernel_writes: bool,
+    call: impl Fn(usize, usize) -> usize,
+) -> usize {
+    let Some(len) = size.checked_mul(n).filter(|&l| l > 0) else {
+        return call(0, 0);
+    };
+    let piece = dsm_runtime::io_piece_bytes();
+    if piece == 0 || len <= piece || !dsm_runtime::in_shared_region(ptr.cast(), len) {
+        // SAFETY: the buffer is the kernel's (through the C library) for the call: the
+        // program's threads do not write it meanwhile; only its part in shared memory is
+        // touched.
+        unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) };
+        return call(0, len) / size;
+    }
+    let mut done = 0usize;
+    let mut retries = 0;
+    while done < len {
+        let k = piece.min(len - done);
+        let at = ptr.cast::<u8>().wrapping_add(done);
+        // SAFETY: the buffer is the kernel's for the call (as above), this piece right before
+        // its call.
+        unsafe { dsm_runtime::prepare_for_io(at, k, kernel_writes) };
+        let moved = call(done, k);
+        done += moved;
+        if moved < k {
+            let efault = std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT);
+            // SAFETY: the caller's stream, which the C library's call just used.
+            if retries == 4 || !efault || unsafe { libc::ferror(f) } == 0 {
+                break;
+            }
+            retries += 1;
+            // SAFETY: as above.
+            unsafe { libc::clearerr(f) };
+        }
+    }
+    done / size
 }
 
 // Calls a checked object makes to these entries instead (`dsmcc --check-races` renames them: its

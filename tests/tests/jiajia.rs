@@ -81,6 +81,34 @@ fn the_c_test_programs_are_exact_on_one_two_and_four_nodes_over_udp_and_tcp() {
     }
 }
 
+/// I/O on shared buffers four times larger than the cache (`io 512`: 128 pages each, through a
+/// 32-page cache): libjia moves them in pieces the cache holds, each made ready right before
+/// its call. In one piece, the first pages were evicted by the last ones before the kernel
+/// reached them: `read` failed, `write`, `pwrite` and `fwrite` came back short.
+#[test]
+fn io_on_shared_buffers_larger_than_the_cache_moves_every_byte() {
+    let exe = compile("io", &[]);
+    for transport in ["udp", "tcp"] {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args([
+            "-n",
+            "2",
+            "--transport",
+            transport,
+            "--set",
+            "cache_pages=32",
+        ])
+        .arg(&exe)
+        .arg("512");
+        assert_ok(
+            &run_with_deadline(cmd, Duration::from_secs(120)),
+            "c-io OK kib=512",
+            2,
+        );
+    }
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A 2.1 program that declares `float jia_clock();` itself conflicts with 3.0's `double`: it
 /// compiles with `-DJIA_FLOAT_CLOCK`, and without it fails at compile time (not at run time).
 #[test]

@@ -52,8 +52,9 @@ pub(crate) static STATE: NodeState<Service> = NodeState::new();
 /// How long a node that saw a peer's connections close waits for the launcher to name the node
 /// that failed first (the launcher polls its children every 10 ms).
 const LAUNCHER_VERDICT: Duration = Duration::from_millis(300);
-/// How long a node that exited keeps serving so its last messages are acknowledged.
-const LINGER: Duration = Duration::from_secs(2);
+/// How long a node that exited keeps serving so its last messages are acknowledged, at least
+/// (see `Service::linger`).
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 /// How long a node that a self-launching node 0 started waits, once node 0's control connection
 /// closed unannounced, before it ends naming node 0 (its last words on the transport win).
 const RANK0_GRACE: Duration = Duration::from_millis(200);
@@ -100,6 +101,12 @@ pub(crate) struct Service {
     print_stats: bool,
     exit_waiter: Option<usize>,
     exit_done_at: Option<Instant>,
+    /// How long the node, once it left the job, keeps serving until every peer acknowledged
+    /// its last messages: the transport's `peer_timeout_ms`, after which it gives up on a
+    /// silent peer anyway (and at least [`LINGER`]). A node that left before then had a peer
+    /// waiting in `jia_exit` for a message still being resent (UDP at heavy loss): the job was
+    /// ended as one that cannot go on.
+    pub(crate) linger: Duration,
     /// Frames dropped: wrong cookie, undecodable, or rejected by the protocol.
     pub rejected_frames: u64,
     /// Frames handed to the transport (and one-sided reads issued), since the node started.
@@ -200,6 +207,7 @@ impl Service {
             print_stats,
             exit_waiter: None,
             exit_done_at: None,
+            linger: LINGER,
             control,
             launcher_outside,
             started_by_rank0,
@@ -315,7 +323,7 @@ impl Service {
             .node
             .poll_timeout()
             .map(|c| self.t0 + Duration::from_nanos(c.0));
-        let e = self.exit_done_at.map(|d| d + LINGER);
+        let e = self.exit_done_at.map(|d| d + self.linger);
         let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
         let r = self.error_waiter.map(|(_, at)| at + ERROR_GRACE);
         let z = self.rank0_gone_at.map(|at| at + RANK0_GRACE);
@@ -632,7 +640,7 @@ impl Service {
             return false;
         };
         let idle = self.all_acknowledged();
-        if idle || done.elapsed() > LINGER {
+        if idle || done.elapsed() > self.linger {
             if idle {
                 log::debug!("left the job: every node acknowledged its last messages");
             } else {
