@@ -337,7 +337,10 @@ fn main() {
             // The node's threads: this one first does the look-ahead (the next panel, on the
             // critical path); every thread takes rows of the trailing update a chunk at a time
             // (each row by one thread; the pivot rows only read); joined before the step's
-            // barrier.
+            // barrier. They meet in a barrier of threads as they start and as they end: the
+            // race checker sees no spawn or join of Rust's, and with 2 nodes or more no DSM
+            // barrier comes between two steps (a row one thread updated in one step and another
+            // in the next was reported as a race).
             threads => {
                 let taken = std::sync::atomic::AtomicUsize::new(0);
                 let chunk = b.clamp(1, 16);
@@ -351,12 +354,19 @@ fn main() {
                         update_rows(&a, k, mine[lo..hi].iter().copied());
                     }
                 };
+                let worker = || {
+                    dsm.barrier_threads(threads);
+                    work();
+                    dsm.barrier_threads(threads);
+                };
                 std::thread::scope(|s| {
                     for _ in 1..threads {
-                        s.spawn(work);
+                        s.spawn(worker);
                     }
+                    dsm.barrier_threads(threads);
                     look_ahead();
                     work();
+                    dsm.barrier_threads(threads);
                 });
             }
         }
