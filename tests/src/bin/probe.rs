@@ -164,7 +164,7 @@ fn evict(dsm: &Dsm) {
             let w = i % WORDS;
             let owner_block = i / (pages * WORDS);
             let writer = (owner_block + n - 1) % n;
-            let expect = if n > 1 && w == 1 + writer {
+            let expect = if w == 1 + writer {
                 7_000_000 + i as u64
             } else {
                 i as u64
@@ -901,6 +901,9 @@ fn main() {
             // for it once, has set the flag under it: node 1 must get the lock (the hand-offs
             // stop a bounded number of times after its request), or node 0 loops for ever.
             let me = dsm.id();
+            if dsm.nodes() < 2 {
+                dsm.error("probe lock-wanted needs 2 nodes or more (node 1 ends node 0's loop)");
+            }
             let flag: SharedArray<u64> = dsm
                 .alloc(1, AllocPolicy::OnNode(NodeId(0)))
                 .expect("allocate");
