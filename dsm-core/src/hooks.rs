@@ -100,9 +100,12 @@ impl<M: PageMemory> Node<M> {
 
     /// Whether a GETP for `pages` may go as one-sided reads of the home's memory
     /// ([`crate::CoreConfig::remote_reads`]): not if one of them must be asked of its home as
-    /// a message (a read of it could not be placed among this node's atomic operations).
+    /// a message (a read of it could not be placed among this node's atomic operations, or
+    /// could overtake this node's diff of it on its way home).
     pub fn may_read_one_sided(&self, pages: &[PageNum]) -> bool {
-        !pages.iter().any(|p| self.ask_home.contains(p))
+        !pages
+            .iter()
+            .any(|p| self.ask_home.contains(p) || self.diffs_on_their_way.contains_key(p))
     }
 
     /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided

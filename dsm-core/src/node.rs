@@ -241,6 +241,11 @@ pub struct Node<M: PageMemory> {
     /// Pages whose next request must go to the home as a message, not as a one-sided read (a
     /// read could not be placed before or after an atomic operation's answer).
     pub(crate) ask_home: BTreeSet<PageNum>,
+    /// With one-sided reads: pages with a diff on its way home, by the diff's id. Until it is
+    /// acknowledged a request for them goes as a message, behind the diff: a read could reach
+    /// the home's memory before the home's service thread applied it, and the copy would lack
+    /// this node's own writes (a page evicted dirty, then touched again).
+    pub(crate) diffs_on_their_way: BTreeMap<PageNum, u32>,
 }
 
 impl<M: PageMemory> Node<M> {
@@ -298,6 +303,7 @@ impl<M: PageMemory> Node<M> {
             scratch: Box::new([0; PAGE_SIZE]),
             sent_msgs: 0,
             ask_home: BTreeSet::new(),
+            diffs_on_their_way: BTreeMap::new(),
         }
     }
 

@@ -1012,6 +1012,10 @@ impl<M: PageMemory> Node<M> {
         let id = self.flush.next_diff_id;
         self.flush.next_diff_id = self.flush.next_diff_id.wrapping_add(1);
         self.flush.diffs_out.insert(id, (home, now));
+        if self.cfg.remote_reads {
+            self.diffs_on_their_way
+                .extend(diffs.iter().map(|d| (d.page, id)));
+        }
         self.send(home, Msg::Diff { id, diffs });
     }
 
@@ -1067,6 +1071,7 @@ impl<M: PageMemory> Node<M> {
         match self.flush.diffs_out.get(&id) {
             Some(&(home, _)) if home == from => {
                 self.flush.diffs_out.remove(&id);
+                self.diffs_on_their_way.retain(|_, d| *d != id);
                 self.complete_flushes();
                 Ok(())
             }

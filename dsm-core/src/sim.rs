@@ -231,8 +231,10 @@ pub struct Cluster {
     /// How many times each thread was resumed (for tests of waiting).
     pub resumes: u64,
     /// Serve GETPs as one-sided reads (RDMA READ): the home's memory is read when the request
-    /// arrives, without its core, and the pages come back on a channel of their own (not behind
-    /// the home's other messages). Set it together with [`CoreConfig::remote_reads`].
+    /// arrives, without its core; requests and pages travel on channels of their own (a read
+    /// may overtake messages sent before it, as a NIC serves a read before the home's service
+    /// thread takes the messages that came first). Set it together with
+    /// [`CoreConfig::remote_reads`].
     pub one_sided_reads: bool,
 }
 
@@ -598,7 +600,26 @@ impl Cluster {
                 codec::frame_len(&tx.msg),
                 "frame_len disagrees with encoding"
             );
-            self.enqueue((n as u16, tx.to.0), frame);
+            // A GETP goes as one-sided reads where the node lets it and the home has made the
+            // pages (else as a message, as the runtime does when it does not know the home's
+            // memory key yet).
+            let to = usize::from(tx.to.0);
+            let read = match &tx.msg {
+                Msg::GetPage { pages, .. } => {
+                    self.one_sided_reads
+                        && self.nodes[n].may_read_one_sided(pages)
+                        && pages
+                            .iter()
+                            .all(|p| p.index() < self.nodes[to].pages_allocated())
+                }
+                _ => false,
+            };
+            if read {
+                self.nodes[n].sent_as_reads(&tx.msg);
+                self.enqueue((n as u16 | READ_CHANNEL, tx.to.0), frame);
+            } else {
+                self.enqueue((n as u16, tx.to.0), frame);
+            }
         }
         // The runtime starts tracking served home pages once their grants are sent, while the
         // application runs on: here at once or after later steps (by seed), so threads write
@@ -732,33 +753,26 @@ impl Cluster {
             return Err(SimError::Protocol("frame header mangled".into()));
         }
         let to = usize::from(key.1);
-        if let (true, Frame::Msg(msg @ Msg::GetPage { pages, .. })) = (self.one_sided_reads, &msg) {
+        if let (true, Frame::Msg(Msg::GetPage { pages, .. })) = (key.0 & READ_CHANNEL != 0, &msg) {
             // The reader's NIC reads the home's memory; the home's core never sees the request.
-            // Pages the home has not allocated yet fall back to a GETP, as the runtime does when
-            // it does not know the home's memory key yet, and so do pages the reader must ask
-            // of their home as a message (they stay so until their grant).
-            let may_read = self.nodes[usize::from(from)].may_read_one_sided(pages);
             let home = &mut self.nodes[to];
-            if may_read && pages.iter().all(|p| p.index() < home.pages_allocated()) {
-                let mut replies = Vec::new();
-                for &page in pages {
-                    let mut data = PageBuf::zeroed();
-                    home.memory_mut().read(page, &mut data.0);
-                    let mut frame = Vec::new();
-                    let reply = Msg::GetPageGrant {
-                        page,
-                        data: Arc::from(&data.0[..]),
-                        forwarded: false,
-                    };
-                    codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);
-                    replies.push(frame);
-                }
-                for frame in replies {
-                    self.enqueue((key.1 | READ_CHANNEL, from), frame);
-                }
-                self.nodes[usize::from(from)].sent_as_reads(msg);
-                return Ok(());
+            let mut replies = Vec::new();
+            for &page in pages {
+                let mut data = PageBuf::zeroed();
+                home.memory_mut().read(page, &mut data.0);
+                let mut frame = Vec::new();
+                let reply = Msg::GetPageGrant {
+                    page,
+                    data: Arc::from(&data.0[..]),
+                    forwarded: false,
+                };
+                codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);
+                replies.push(frame);
             }
+            for frame in replies {
+                self.enqueue((key.1 | READ_CHANNEL, from), frame);
+            }
+            return Ok(());
         }
         if let Some(trace) = &mut self.trace {
             trace.push(TraceEntry {
