@@ -331,7 +331,7 @@ impl<M: PageMemory> Node<M> {
                     after_request: out.sent_at > f.asked_at,
                 });
             }
-            self.put_in_copy(now, out.addr, width, now_value, out.sent_at);
+            self.put_in_copy(now, out.addr, width, now_value);
         }
         self.mark_written(page);
         let mask = width_mask(out.width);
@@ -350,25 +350,25 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// Brings this node's valid copy of the page of the `width`-byte word at `addr`, if there is
-    /// one, to the `value` the home's word took at the operation just answered, which left at
-    /// `sent_at` (`Node::sent_msgs`).
+    /// one, to the `value` the home's word took at the operation just answered.
     ///
-    /// A copy the home sent itself came before the answer on one ordered channel: it is older.
-    /// So is a copy from a holder or read one-sided whose request left before the operation
-    /// (see `placed_after_its_answers`). Such a copy takes the value, in its twin too if it has
-    /// one (or the next diff would carry the word to the home as this node's write, over later
-    /// operations of other nodes). Its other words stay as they were: no synchronisation asks
-    /// for newer ones. Dropping the copy instead made a thread adding to a counter cost its
-    /// siblings that read the page a refetch per add. Any other copy may be newer than the
-    /// answer (another node's later value, made visible here by an acquire): if it does not
-    /// hold the value, it is dropped, and fetched again on its next touch.
-    fn put_in_copy(&mut self, now: Time, addr: GlobalAddr, width: u8, value: u64, sent_at: u64) {
+    /// A copy the home sent itself came before the answer on one ordered channel: it is older,
+    /// and takes the value, in its twin too if it has one (or the next diff would carry the
+    /// word to the home as this node's write, over later operations of other nodes). Its other
+    /// words stay as they were: no synchronisation asks for newer ones. Dropping the copy
+    /// instead made a thread adding to a counter cost its siblings that read the page a refetch
+    /// per add. A copy from a holder or read one-sided may be newer than the answer, whenever
+    /// its request left (a holder serves its copy as it is when the forward reaches it, its own
+    /// operations' values in it; a READ need not be served before a later operation is
+    /// applied): if it does not hold the value, it is dropped, and fetched again on its next
+    /// touch. Its threads may have read it: an older value must not follow a newer one.
+    fn put_in_copy(&mut self, now: Time, addr: GlobalAddr, width: u8, value: u64) {
         let page = addr.page();
         let entry = &self.table[page.index()];
         if matches!(entry.frame, Frame::Invalid) {
             return;
         }
-        let older = entry.copy_asked_at.is_none_or(|asked| sent_at > asked);
+        let older = entry.from_home;
         let (at, w) = (addr.offset(), usize::from(width));
         let bytes = &value.to_le_bytes()[..w];
         self.mem.read(page, &mut self.scratch);

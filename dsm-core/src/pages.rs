@@ -763,17 +763,18 @@ impl<M: PageMemory> Node<M> {
                 .write_run(run, &data[at..at + n as usize * PAGE_SIZE]);
         }
         for (page, fetch) in accepted {
-            // The values of the operations that left after the request: the copy predates
-            // them (see `placed_after_its_answers`). Asking again instead let a thread that
-            // kept changing a word keep its sibling's copy from ever arriving.
+            // The values of the operations that left after the request, which the copy may
+            // predate (see `placed_after_its_answers`). If it does not, no thread has read it
+            // yet, and no synchronisation made its newer value visible here (an acquire since
+            // the request left marked it stale). Asking again instead let a thread that kept
+            // changing a word keep its sibling's copy from ever arriving.
             if source != GrantSource::Home {
                 for v in fetch.atomics.iter().filter(|v| v.after_request) {
                     let w = usize::from(v.width);
                     self.mem.write(page, v.at, &v.value.to_le_bytes()[..w]);
                 }
             }
-            let e = &mut self.table[page.index()];
-            e.copy_asked_at = (source != GrantSource::Home).then_some(fetch.asked_at);
+            self.table[page.index()].from_home = source == GrantSource::Home;
             self.ask_home.remove(&page);
             self.open_granted(now, page, fetch);
         }
@@ -787,15 +788,16 @@ impl<M: PageMemory> Node<M> {
     /// - From the home itself: the home took the request after every operation that left
     ///   before it (one ordered channel each way), and answers those that left after it
     ///   after the copy. It holds every such value, or newer ones.
-    /// - From a holder: the holder's copy is the home's page when the home forwarded the
-    ///   request, so it holds the values of the operations that left before the request (or
-    ///   newer ones), and predates those that left after it.
-    /// - Read one-sided: the read is posted before anything sent after it, so it predates the
-    ///   operations that left after it; but an operation that left before it may be applied
-    ///   at the home after the read (the home's service thread takes messages after its NIC
-    ///   serves reads). If the copy lacks such an operation's value, it is older or newer than
-    ///   the operation (another node's later value, which an acquire may have made visible
-    ///   here), and cannot be placed: it is asked for again, of the home, as a message.
+    /// - From a holder: the holder's copy is at least the home's page when the home forwarded
+    ///   the request, so it holds the values of the operations that left before the request
+    ///   (or newer ones).
+    /// - Read one-sided: an operation that left before the read may be applied at the home
+    ///   after it (the home's service thread takes messages after its NIC serves reads). If
+    ///   the copy lacks such an operation's value, it is older or newer than the operation
+    ///   (another node's later value, which an acquire may have made visible here), and
+    ///   cannot be placed: it is asked for again, of the home, as a message.
+    ///
+    /// Operations that left after the request are given to the copy as it is installed.
     fn placed_after_its_answers(source: GrantSource, fetch: &Fetch, bytes: &[u8]) -> bool {
         source != GrantSource::OneSided
             || fetch.atomics.iter().all(|v| {

@@ -1048,3 +1048,115 @@ fn a_one_sided_copy_that_cannot_be_placed_among_the_answers_is_asked_of_the_home
         "T0 acquired F (released after node 1's add), then reads X"
     );
 }
+
+/// Every message `node` has to send, taken without delivering them: (to, message).
+fn take(node: &mut Node<VecMemory>) -> Vec<(usize, Msg)> {
+    let mut v = Vec::new();
+    while let Some(tx) = node.poll_transmit() {
+        v.push((usize::from(tx.to.0), tx.msg));
+    }
+    v
+}
+
+/// Forwarding. Four pages Q0..Q3 homed at node 0. Node 3 holds Q0, Q1 (the home remembers it).
+/// In one batch the home takes: node 1's GETP for Q2, Q3 (two runs: the second waits in the
+/// home's serving queue), node 2's GETP for Q0, Q1 (R: forwarded to node 3, the FWD queued
+/// behind Q3's run), node 2's T1 fetch-add 5 on X (word 0 of Q0; left after R: X = 5), node 3's
+/// fetch-add 100 (X = 105). The answers leave before the queued FWD: node 3 puts 105 in its copy
+/// (a copy from the home) and then forwards that copy to node 2. Node 2's T0 reads X = 105.
+/// Then the late answer of T1's add (left after R) comes: the copy is taken as older than it,
+/// and X went back to 5: T0 read 105, then 5, though 5 precedes 105 in X's modification order
+/// (C11's read-read coherence). A copy from a holder now takes no value from a late answer; one
+/// that lacks it is dropped.
+#[test]
+fn a_late_answer_leaves_a_forwarded_copy_newer_than_its_request_as_it_is() {
+    let mut nodes: Vec<Node<VecMemory>> = (0..4)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 4);
+            cfg.prefetch.prefetch_pages = 1;
+            cfg.prefetch.max_checking_pages = 1;
+            cfg.grant_run_pages = 1;
+            cfg.forward_within = Some(std::time::Duration::from_secs(3600));
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(0)), 4 * PAGE).unwrap();
+            if i == 2 {
+                n.note_threads(2);
+            }
+            n
+        })
+        .collect();
+    let (q0, x) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    // Node 3 holds Q0 and Q1.
+    nodes[3]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[3].page_state(q0), PageState::ReadOnly);
+    nodes[0].settle_serves();
+    // The requests, each taken from its sender in order.
+    nodes[1]
+        .handle_fault(t, PageNum(2), Access::Read, WaiterId(0))
+        .unwrap();
+    let from1 = take(&mut nodes[1]);
+    nodes[2]
+        .handle_fault(t, q0, Access::Read, WaiterId(0))
+        .unwrap();
+    nodes[2]
+        .atomic(
+            t,
+            WaiterId(1),
+            (x, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    let from2 = take(&mut nodes[2]);
+    nodes[3]
+        .atomic(
+            t,
+            WaiterId(0),
+            (x, 8),
+            AtomicOp::FetchAdd(100),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    let from3 = take(&mut nodes[3]);
+    assert!(
+        matches!(
+            from2[..],
+            [(0, Msg::GetPage { .. }), (0, Msg::Atomic { .. })]
+        ),
+        "{from2:?}"
+    );
+    // The home takes them all in one batch (as the runtime's pass does), then sends.
+    for (from, msgs) in [(1usize, from1), (2, from2), (3, from3)] {
+        for (to, m) in msgs {
+            assert_eq!(to, 0);
+            nodes[0].handle_message(t, NodeId(from as u16), m).unwrap();
+        }
+    }
+    assert_eq!(nodes[0].memory().load_u64(q0, 0), 105);
+    // Everything flows, except the home's messages to node 2 (slow link).
+    let late = pump(&mut nodes, &mut fx, &|from, to, _| from == 0 && to == 2);
+    assert!(resumed(&fx, 2, 0), "T0 resumed with node 3's copy: {fx:?}");
+    let first = nodes[2].memory().load_u64(q0, 0);
+    assert_eq!(first, 105, "T0's first read of X");
+    assert!(
+        late.iter()
+            .any(|(_, _, m)| matches!(m, Msg::AtomicGrant { old: 0, .. })),
+        "{late:?}"
+    );
+    for (from, to, m) in late {
+        nodes[to].handle_message(t, NodeId(from as u16), m).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert_eq!(nodes[2].take_atomic_result(WaiterId(1)), Some(0));
+    let second =
+        (nodes[2].page_state(q0) != PageState::Invalid).then(|| nodes[2].memory().load_u64(q0, 0));
+    assert!(
+        second.is_none_or(|v| v == first),
+        "T0 read X = {first}, then {second:?} (the add of 5 precedes the add of 100)"
+    );
+}

@@ -106,13 +106,13 @@ pub mod fault_trace {
 }
 
 #[cfg(not(dsm_loom))]
-pub use api::{
-    Dsm, InitError, LockGuard, in_shared_region, init, init_job, io_piece_bytes, prepare_for_io,
-};
+pub use api::{Dsm, InitError, LockGuard, init, init_job, prepare_for_io};
 #[cfg(not(dsm_loom))]
 pub use api::{SharedAtomicU32, SharedAtomicU64, atomic_order};
 #[cfg(not(dsm_loom))]
 pub use api::{check_region, impairment};
+#[cfg(not(dsm_loom))]
+pub use api::{in_shared_region, io_piece_bytes};
 #[cfg(not(dsm_loom))]
 pub use array::{Shared, SharedArray, SliceMut};
 pub use door::MAX_THREADS;
