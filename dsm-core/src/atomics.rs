@@ -17,11 +17,11 @@
 //! every earlier release of the word).
 //!
 //! The word's own page: the home writes the new value in place (a home write, recorded as
-//! such: a barrier's notices name the page). The node that asked puts the value the operation
-//! left in its copy of the page, if it has one (and in the copy's twin, so no diff carries it),
-//! so its own plain reads after the operation see it, and counts the page as written by it in
-//! its interval, so its later releases name the page and a node ordered after them drops its
-//! copy. Pages holding atomic words
+//! such: a barrier's notices name the page). The node that asked drops its copy of the page if
+//! that copy does not hold the value the operation left, so its own plain reads after the
+//! operation see it (a copy on its way takes it as it is installed, where it is older: see
+//! `on_page_grant`), and counts the page as written by it in its interval, so its later
+//! releases name the page and a node ordered after them drops its copy too. Pages holding atomic words
 //! never move home (home migration skips them): a copy marked written that way is not the
 //! page's last bytes.
 //!
@@ -289,7 +289,8 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// ATOMICGRANT: the operation's answer. For an acquire, the pages released through the
-    /// word are invalidated first; this node's copy of the word's page takes the word's value.
+    /// word are invalidated first; this node's copy of the word's page is dropped if it does
+    /// not hold the word's value now.
     pub(crate) fn on_atomic_grant(
         &mut self,
         now: Time,
@@ -331,7 +332,7 @@ impl<M: PageMemory> Node<M> {
                     after_request: out.sent_at > f.asked_at,
                 });
             }
-            self.put_in_copy(now, out.addr, width, now_value);
+            self.drop_copy_without(now, out.addr, width, now_value);
         }
         self.mark_written(page);
         let mask = width_mask(out.width);
@@ -349,40 +350,22 @@ impl<M: PageMemory> Node<M> {
         Ok(())
     }
 
-    /// Brings this node's valid copy of the page of the `width`-byte word at `addr`, if there is
-    /// one, to the `value` the home's word took at the operation just answered.
-    ///
-    /// A copy the home sent itself came before the answer on one ordered channel: it is older,
-    /// and takes the value, in its twin too if it has one (or the next diff would carry the
-    /// word to the home as this node's write, over later operations of other nodes). Its other
-    /// words stay as they were: no synchronisation asks for newer ones. Dropping the copy
-    /// instead made a thread adding to a counter cost its siblings that read the page a refetch
-    /// per add. A copy from a holder or read one-sided may be newer than the answer, whenever
-    /// its request left (a holder serves its copy as it is when the forward reaches it, its own
-    /// operations' values in it; a READ need not be served before a later operation is
-    /// applied): if it does not hold the value, it is dropped, and fetched again on its next
-    /// touch. Its threads may have read it: an older value must not follow a newer one.
-    fn put_in_copy(&mut self, now: Time, addr: GlobalAddr, width: u8, value: u64) {
+    /// Drops this node's valid copy of the page of the `width`-byte word at `addr`, if there is
+    /// one and it does not hold the `value` the home's word took at the operation just
+    /// answered: fetched again on its next touch, it holds that value or a newer one. (Putting
+    /// the value in a copy from the home, which is older, instead kept the simulator's
+    /// `mixed_sync` seed 73000280 from completing; a copy from a holder or read one-sided may
+    /// be newer than the answer whenever its request left, and its threads may have read it.)
+    fn drop_copy_without(&mut self, now: Time, addr: GlobalAddr, width: u8, value: u64) {
         let page = addr.page();
-        let entry = &self.table[page.index()];
-        if matches!(entry.frame, Frame::Invalid) {
+        if matches!(self.table[page.index()].frame, Frame::Invalid) {
             return;
         }
-        let older = entry.from_home;
         let (at, w) = (addr.offset(), usize::from(width));
-        let bytes = &value.to_le_bytes()[..w];
         self.mem.read(page, &mut self.scratch);
-        if &self.scratch[at..at + w] == bytes {
-            return;
-        }
-        if !older {
+        if self.scratch[at..at + w] != value.to_le_bytes()[..w] {
             self.invalidate(now, [page]);
-            return;
         }
-        if let Some(twin) = &mut self.table[page.index()].twin {
-            twin.0[at..at + w].copy_from_slice(bytes);
-        }
-        self.mem.write(page, at, bytes);
     }
 
     /// Pages holding atomic words (never moved home).

@@ -774,7 +774,6 @@ impl<M: PageMemory> Node<M> {
                     self.mem.write(page, v.at, &v.value.to_le_bytes()[..w]);
                 }
             }
-            self.table[page.index()].from_home = source == GrantSource::Home;
             self.ask_home.remove(&page);
             self.open_granted(now, page, fetch);
         }

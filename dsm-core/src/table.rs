@@ -142,10 +142,6 @@ pub(crate) struct PageEntry {
     /// Barriers in a row that found this copy fetched again and not opened since.
     pub unused_refetches: u8,
     pub twin: Option<PageBuf>,
-    /// The valid copy came from the home itself, on its ordered channel to this node (not from
-    /// a holder the home forwarded the request to, nor read one-sided): it predates every
-    /// answer to this node's atomic operations that comes after it.
-    pub from_home: bool,
     pub fetch: Option<Fetch>,
     pub in_cache: bool,
     /// Which cache insertion is current (older queue entries for this page are stale).
@@ -171,7 +167,6 @@ impl PageEntry {
             refreshed: false,
             unused_refetches: 0,
             twin: None,
-            from_home: false,
             fetch: None,
             in_cache: false,
             cache_gen: 0,
