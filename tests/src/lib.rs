@@ -29,7 +29,12 @@ pub fn bin(name: &str) -> PathBuf {
 /// Runs `cmd`, killing it after `limit`; returns its output (status, stdout, stderr).
 pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
+    wait_with_deadline(cmd.spawn().expect("spawn"), limit)
+}
+
+/// Waits for `child` at most `limit`, then ends it (SIGTERM) and fails; returns its output
+/// (what of it was piped and not taken).
+pub fn wait_with_deadline(child: std::process::Child, limit: Duration) -> Output {
     let pid = child.id();
     let start = Instant::now();
     let waiter = std::thread::spawn(move || child.wait_with_output().expect("wait"));

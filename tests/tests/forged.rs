@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dsm_core::{Access, Msg, NodeId, PageDiff, PageNum, codec};
-use dsm_tests::{bin, run_with_deadline, stats_row, text};
+use dsm_tests::{bin, run_with_deadline, stats_row, text, wait_with_deadline};
 
 /// Frames a forger would send: GETPs and DIFFs that would overwrite page 0.. with 0xFF.
 fn forged_frames() -> Vec<Vec<u8>> {
@@ -345,7 +345,7 @@ fn forged_acknowledgements_from_a_spoofed_peer_are_refused() {
             sent
         })
     };
-    let out = run_until(child, Duration::from_secs(120));
+    let out = wait_with_deadline(child, Duration::from_secs(120));
     stop.store(true, Ordering::Relaxed);
     let sent = attacker.join().unwrap();
     let t = text(&out);
@@ -363,22 +363,4 @@ fn forged_acknowledgements_from_a_spoofed_peer_are_refused() {
         forged > 0,
         "node 0 counted no forged acknowledgement ({sent} sent):\n{t}"
     );
-}
-
-/// Waits for `child` at most `limit`, then kills it and fails.
-fn run_until(child: std::process::Child, limit: Duration) -> std::process::Output {
-    let pid = child.id();
-    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
-    let start = std::time::Instant::now();
-    while !waiter.is_finished() {
-        if start.elapsed() > limit {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            let out = waiter.join().unwrap();
-            panic!("still running after {limit:?}; killed:\n{}", text(&out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    waiter.join().unwrap()
 }

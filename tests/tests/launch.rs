@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dsm_tests::{bin, run_with_deadline, stats_row, text};
+use dsm_tests::{bin, run_with_deadline, stats_row, text, wait_with_deadline};
 
 /// Starts `size` ranks of `program` as a cluster launcher would, with `vars(rank)` set.
 fn launch_like(
@@ -564,7 +564,7 @@ fn a_remote_node_whose_ssh_is_killed_or_cut_off_is_named() {
         (job, ssh2)
     };
     let end = |job: std::process::Child| {
-        let out = run_until_ended(job, Duration::from_secs(90));
+        let out = wait_with_deadline(job, Duration::from_secs(90));
         let left = || {
             (1..=2)
                 .flat_map(|h| {
@@ -647,24 +647,6 @@ fn children_of(pid: u32) -> Vec<u32> {
             })
         })
         .collect()
-}
-
-/// Waits for `job` (its output piped) at most `limit`, then kills it and fails.
-fn run_until_ended(job: std::process::Child, limit: Duration) -> std::process::Output {
-    let pid = job.id();
-    let waiter = std::thread::spawn(move || job.wait_with_output().unwrap());
-    let start = std::time::Instant::now();
-    while !waiter.is_finished() {
-        if start.elapsed() > limit {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!(
-                "dsmrun still ran {limit:?} after the cut: {:?}",
-                waiter.join()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    waiter.join().unwrap()
 }
 
 /// A one-node job never meets the rendezvous: it runs past the join timeout.
