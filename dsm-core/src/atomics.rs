@@ -21,9 +21,9 @@
 //! that copy does not hold the value the operation left, so its own plain reads after the
 //! operation see it (a copy on its way takes it as it is installed, where it is older: see
 //! `on_page_grant`), and counts the page as written by it in its interval, so its later
-//! releases name the page and a node ordered after them drops its copy too. Pages holding atomic words
-//! never move home (home migration skips them): a copy marked written that way is not the
-//! page's last bytes.
+//! releases name the page and a node ordered after them drops its copy too. Pages holding
+//! atomic words never move home (home migration skips them): a copy marked written that way is
+//! not the page's last bytes.
 //!
 //! Combining: a fetch-add (or fetch-sub) of a thread of this node on a word that already has a
 //! fetch-add of this node on its way, with the same width and order, waits for that one's

@@ -1335,8 +1335,9 @@ impl<M: PageMemory> Node<M> {
     /// or, moving here, the claimed copy was overtaken (named by a lock's grant since the claim:
     /// another node wrote it during the barrier) or the page was not claimed, or, moving away
     /// from here, another node's diff changed it since the last grant (a writer before its
-    /// barrier call would have named it, so that write was made during the barrier). Closing first, then checking, leaves no
-    /// gap: a later write faults and waits for the decision (`handle_fault`).
+    /// barrier call would have named it, so that write was made during the barrier). Closing
+    /// first, then checking, leaves no gap: a later write faults and waits for the decision
+    /// (`handle_fault`).
     pub(crate) fn close_moving_pages(&mut self, proposed: &[WriteNotice]) -> Vec<PageNum> {
         let me = self.cfg.node;
         // Home writes not yet seen (pages served untracked) become visible as writes.

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -130,15 +130,15 @@ pub unsafe fn prepare_for_io(ptr: *const u8, len: usize, kernel_writes: bool) ->
 
 /// The most bytes of shared memory a system call should move at once: an eighth of this node's
 /// page cache (at least a page; 0 before `init`), which leaves room for the read-ahead the
-/// touches start. [`prepare_for_io`] brings a buffer's pages in
-/// and the cache keeps them for the call only if they fit: a larger buffer is moved in pieces
-/// of this size, each made ready right before its call (`libjia` does so for `read`, `write`,
-/// `pread`, `pwrite`, `fread` and `fwrite`). Async-signal-safe.
+/// touches start. [`prepare_for_io`] brings a buffer's pages in and the cache keeps them for
+/// the call only if they fit: a larger buffer is moved in pieces of this size, each made ready
+/// right before its call (`libjia` does so for `read`, `write`, `pread`, `pwrite`, `fread` and
+/// `fwrite`). Async-signal-safe.
 pub fn io_piece_bytes() -> usize {
     IO_PIECE_BYTES.load(Ordering::Relaxed)
 }
 
-static IO_PIECE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static IO_PIECE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether any of the `len` bytes at `ptr` lies in the shared region. Async-signal-safe.
 pub fn in_shared_region(ptr: *const u8, len: usize) -> bool {
@@ -375,7 +375,10 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     core_cfg.grant_run_pages = grant_run_pages(&config);
     core_cfg.forward_within = (config.forward_within_us > 0)
         .then(|| Duration::from_micros(u64::from(config.forward_within_us)));
-    let core_cfg_cache_pages = core_cfg.cache_pages;
+    IO_PIECE_BYTES.store(
+        (core_cfg.cache_pages / 8).max(1) * PAGE_SIZE,
+        Ordering::Relaxed,
+    );
     let node = Node::new(core_cfg, region);
     let service = Service::new(
         node,
@@ -390,10 +393,6 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         what: "starting the service thread",
         source,
     })?;
-    IO_PIECE_BYTES.store(
-        (core_cfg_cache_pages / 8).max(1) * PAGE_SIZE,
-        Ordering::Relaxed,
-    );
     let mut service = service;
     service.linger = crate::service::LINGER.max(Duration::from_millis(config.peer_timeout_ms));
     if rank == 0 {

@@ -48,22 +48,24 @@ fn on_shared(
 /// Moves `len` bytes at `ptr` with `call(offset, bytes)`, a piece the cache holds at a time
 /// ([`dsm_runtime::io_piece_bytes`]) where the buffer is shared memory, each piece made ready
 /// right before its call (a buffer larger than the cache lost its first pages to its last ones
-/// before the kernel reached them: the call came back short). `go_on`: after a piece moved
-/// whole, the next one is moved too (a file, or a write); otherwise the count so far is returned
-/// (a short read, which a read of a pipe or a socket may give anyway: one that waited for more
-/// could wait forever). Returns the bytes moved, or the first piece's failure. Async-signal-safe
-/// for buffers outside shared memory (one call, as the C library's).
+/// before the kernel reached them: the call came back short). `go_on()`, asked only for a
+/// buffer moved in pieces: after a piece moved whole, the next one is moved too (a file, or a
+/// write); otherwise the count so far is returned (a short read, which a read of a pipe or a
+/// socket may give anyway: one that waited for more could wait forever). Returns the bytes
+/// moved, or the first piece's failure. Async-signal-safe for buffers outside shared memory
+/// (one call, as the C library's).
 fn in_pieces(
     ptr: *const c_void,
     len: usize,
     kernel_writes: bool,
-    go_on: bool,
+    go_on: impl Fn() -> bool,
     call: impl Fn(usize, usize) -> isize,
 ) -> isize {
     let piece = dsm_runtime::io_piece_bytes();
     if piece == 0 || len <= piece || !dsm_runtime::in_shared_region(ptr.cast(), len) {
         return on_shared(ptr, len, kernel_writes, || call(0, len));
     }
+    let go_on = go_on();
     let mut done = 0usize;
     while done < len {
         let n = piece.min(len - done);
@@ -136,9 +138,13 @@ crate::entry::pc_entry! {
 /// As the C library's `read`.
 unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
     // SAFETY: the C library's read with the caller's arguments.
-    let r = in_pieces(buf, n, true, is_file(fd), |at, k| unsafe {
-        __read(fd, buf.cast::<u8>().add(at).cast(), k)
-    });
+    let r = in_pieces(
+        buf,
+        n,
+        true,
+        || is_file(fd),
+        |at, k| unsafe { __read(fd, buf.cast::<u8>().add(at).cast(), k) },
+    );
     record(buf, r, true, pc);
     r
 }
@@ -150,9 +156,13 @@ unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -
 /// As the C library's `write`.
 unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize) -> isize {
     // SAFETY: the C library's write with the caller's arguments.
-    let r = in_pieces(buf, n, false, true, |at, k| unsafe {
-        __write(fd, buf.cast::<u8>().add(at).cast(), k)
-    });
+    let r = in_pieces(
+        buf,
+        n,
+        false,
+        || true,
+        |at, k| unsafe { __write(fd, buf.cast::<u8>().add(at).cast(), k) },
+    );
     record(buf, r, false, pc);
     r
 }
@@ -163,9 +173,13 @@ unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize
 /// As the C library's `pread`.
 unsafe extern "C" fn pread_at(fd: c_int, buf: *mut c_void, n: usize, off: i64, pc: usize) -> isize {
     // SAFETY: the C library's pread with the caller's arguments.
-    let r = in_pieces(buf, n, true, true, |at, k| unsafe {
-        __pread64(fd, buf.cast::<u8>().add(at).cast(), k, off + at as i64)
-    });
+    let r = in_pieces(
+        buf,
+        n,
+        true,
+        || true,
+        |at, k| unsafe { __pread64(fd, buf.cast::<u8>().add(at).cast(), k, off + at as i64) },
+    );
     record(buf, r, true, pc);
     r
 }
@@ -182,9 +196,13 @@ unsafe extern "C" fn pwrite_at(
     pc: usize,
 ) -> isize {
     // SAFETY: the C library's pwrite with the caller's arguments.
-    let r = in_pieces(buf, n, false, true, |at, k| unsafe {
-        __pwrite64(fd, buf.cast::<u8>().add(at).cast(), k, off + at as i64)
-    });
+    let r = in_pieces(
+        buf,
+        n,
+        false,
+        || true,
+        |at, k| unsafe { __pwrite64(fd, buf.cast::<u8>().add(at).cast(), k, off + at as i64) },
+    );
     record(buf, r, false, pc);
     r
 }
