@@ -20,6 +20,7 @@ fn run(app: &str, args: &[&str], impair: &str, nodes: usize) -> std::process::Ou
 
 #[test]
 fn every_app_is_exact_with_loss_duplication_and_reordering() {
+    let mut dropped = 0u64;
     for (i, (app, args, want)) in APPS.iter().enumerate() {
         let impair = format!("drop=5,dup=1,reorder=10,delay_us=500,seed={}", 11 + i);
         let out = run(app, args, &impair, 3);
@@ -29,10 +30,11 @@ fn every_app_is_exact_with_loss_duplication_and_reordering() {
             String::from_utf8_lossy(&out.stdout).contains(want),
             "{app}: {t}"
         );
-        // The impairment really happened.
-        let dropped = stats_row(&out, "udp impair: dropped");
-        assert!(!dropped.is_empty(), "{app}: no impairment counters:\n{t}");
+        dropped += stats_row(&out, "udp impair: dropped").iter().sum::<u64>();
     }
+    // The impairment really happened: counted over every app, as the table counts from the
+    // job's start, and a small job (`is`) may send too few datagrams for one in twenty to hit.
+    assert!(dropped > 0, "no datagram dropped in any app");
 }
 
 #[test]
