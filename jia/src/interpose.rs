@@ -49,8 +49,8 @@ fn on_shared(
 /// ([`dsm_runtime::io_piece_bytes`]) where the buffer is shared memory, each piece made ready
 /// right before its call (a buffer larger than the cache lost its first pages to its last ones
 /// before the kernel reached them: the call came back short). `go_on()`, asked only for a
-/// buffer moved in pieces: after a piece moved whole, the next one is moved too (a file, or a
-/// write); otherwise the count so far is returned (a short read, which a read of a pipe or a
+/// buffer moved in pieces: after a piece moved, whole or short, the rest is moved too (a file,
+/// or a write; until nothing moves); otherwise the count so far is returned (a short read, which a read of a pipe or a
 /// socket may give anyway: one that waited for more could wait forever). Returns the bytes
 /// moved, or the first piece's failure. Async-signal-safe for buffers outside shared memory
 /// (one call, as the C library's).
@@ -75,7 +75,10 @@ fn in_pieces(
             return if done > 0 { done as isize } else { r };
         }
         done += r as usize;
-        if (r as usize) < n || !go_on {
+        // A short count from a file (or a write) is a piece whose last pages were taken away
+        // before the kernel reached them: the rest goes on as the next piece; nothing moved is
+        // the end (a file's).
+        if r == 0 || !go_on {
             break;
         }
     }
