@@ -262,10 +262,16 @@ impl<M: PageMemory> Node<M> {
             self.mem.atomics_homed_here(page);
         }
         let old = self.mem.atomic_update(page, word.offset(), width, op);
-        if op.apply(old, width).is_some() {
+        if let Some(new) = op.apply(old, width) {
             // A home write: the page's copies elsewhere are stale now.
             self.mark_written(page);
+            if new != old & width_mask(width) {
+                let count = self.atomics.changes.entry(page).or_insert(0);
+                *count = count.wrapping_add(1);
+            }
         }
+        let changes = self.atomics.changes.get(&page).copied().unwrap_or(0);
+        let changes = changes.wrapping_add(self.mem.atomic_changes_by_threads(page));
         if release {
             // As a lock's release: the writes of a node with a thread in a barrier belong to
             // the next epoch. An acquire below asks from the sender's own epoch.
@@ -282,6 +288,7 @@ impl<M: PageMemory> Node<M> {
                 id,
                 old,
                 counter,
+                changes,
                 notices,
             },
         );
@@ -296,7 +303,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         id: u32,
-        (old, counter, notices): (u64, u32, Vec<PageNum>),
+        (old, counter, changes, notices): (u64, u32, u32, Vec<PageNum>),
     ) -> Result<(), ProtocolError> {
         if self.atomics.out.get(&id).is_none_or(|o| o.home != from) {
             return Err(ProtocolError {
@@ -310,7 +317,7 @@ impl<M: PageMemory> Node<M> {
         };
         let page = out.addr.page();
         if out.order.acquire {
-            self.invalidate(now, notices);
+            self.invalidate_notified(now, Some(from), notices);
             let seen = self.atomics.seen.entry(out.addr.0).or_insert(0);
             *seen = (*seen).max(counter);
         }
@@ -318,10 +325,10 @@ impl<M: PageMemory> Node<M> {
         // come from the home itself: the value is kept for it (`on_page_grant`). Marking its
         // fetch stale instead made a thread spinning on the word (each answer marking the
         // sibling's request, asked again behind the next operation) starve a fault on its page.
+        // What the word holds after the operation, whether it changed it or only read it (a
+        // load, a failed compare-exchange): a copy must not show an older value.
+        let now_value = out.op.apply(old, out.width).unwrap_or(old);
         if out.home != self.cfg.node {
-            // What the word holds after the operation, whether it changed it or only read it
-            // (a load, a failed compare-exchange): a copy must not show an older value.
-            let now_value = out.op.apply(old, out.width).unwrap_or(old);
             let (at, width) = (out.addr.offset(), out.width);
             if let Some(f) = &mut self.table[page.index()].fetch {
                 f.atomics.retain(|v| v.at != at);
@@ -334,7 +341,15 @@ impl<M: PageMemory> Node<M> {
             }
             self.drop_copy_without(now, out.addr, width, now_value);
         }
-        self.mark_written(page);
+        // The page counts as written by this node in its interval if the operation showed it
+        // anything new: a value, or changes of the page's words, unlike its last operation on
+        // the word. A spin that keeps loading the same value (with release, a word's page named
+        // by every release) names the page once, not at every release: those releases made
+        // every fetch of the page elsewhere stale on arrival, for ever.
+        let seen_now = (out.width, now_value, changes);
+        if self.atomics.observed.insert(out.addr.0, seen_now) != Some(seen_now) {
+            self.mark_written(page);
+        }
         let mask = width_mask(out.width);
         for &(waiter, ahead, asked) in &out.waiters {
             self.stats.atomic_wait_ns += now.since(asked);

@@ -156,7 +156,7 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Atomic {
             notices, earlier, ..
         } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 4 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
-        Msg::AtomicGrant { notices, .. } => 4 + 8 + 4 + 4 + 4 * notices.len(),
+        Msg::AtomicGrant { notices, .. } => 4 + 8 + 4 + 4 + 4 + 4 * notices.len(),
     }
 }
 
@@ -257,11 +257,13 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             id,
             old,
             counter,
+            changes,
             notices,
         } => {
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&old.to_le_bytes());
             out.extend_from_slice(&counter.to_le_bytes());
+            out.extend_from_slice(&changes.to_le_bytes());
             put_pages(out, notices);
         }
         Msg::Forward { to, first, count } | Msg::ForwardRefused { to, first, count } => {
@@ -666,6 +668,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             id: r.u32()?,
             old: r.u64()?,
             counter: r.u32()?,
+            changes: r.u32()?,
             notices: r.pages()?,
         },
         MsgKind::Forward | MsgKind::ForwardRefused => {

@@ -156,6 +156,12 @@ pub(crate) struct Atomics {
     /// Of them, those homed here that the memory was told of
     /// (`PageMemory::atomics_homed_here`).
     pub homed: BTreeSet<PageNum>,
+    /// Per page homed here: how many operations this core applied changed a word of it
+    /// (wrapping; see `Msg::AtomicGrant::changes`).
+    pub changes: BTreeMap<PageNum, u32>,
+    /// Per word (its address): what this node's last operation on it saw, its width, the
+    /// value it left and the page's `changes` then.
+    pub observed: BTreeMap<u64, (u8, u64, u32)>,
 }
 
 /// Diffs on their way to their homes, and the releases waiting for them.

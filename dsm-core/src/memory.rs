@@ -83,6 +83,13 @@ pub trait PageMemory {
         old
     }
 
+    /// How many operations other than loads this node's threads applied to words of home page
+    /// `page` with the CPU's atomics, where the runtime lets them (see below), wrapping, each
+    /// counted before it is applied. (The core counts those it applies itself.)
+    fn atomic_changes_by_threads(&self, _page: PageNum) -> u32 {
+        0
+    }
+
     /// Home page `page` holds atomic words and keeps its home for the job's life: the runtime
     /// may let this node's threads apply relaxed operations to its words with the CPU's own
     /// atomics, beside those [`PageMemory::atomic_update`] applies for other nodes.

@@ -198,6 +198,11 @@ pub enum Msg {
         old: u64,
         /// The word's notice counter.
         counter: u32,
+        /// How many atomic operations changed a word of the page at its home so far, this one
+        /// included (wrapping; operations of the home's own threads applied with the CPU's
+        /// atomics are counted whether they changed it or not): with the value, what tells the
+        /// node whether the operation showed it anything its last one on the word did not.
+        changes: u32,
         /// Pages written by releases the sender has not seen.
         notices: Vec<PageNum>,
     },

@@ -582,8 +582,9 @@ impl<M: PageMemory> Node<M> {
                 id,
                 old,
                 counter,
+                changes,
                 notices,
-            } => self.on_atomic_grant(now, from, id, (old, counter, notices)),
+            } => self.on_atomic_grant(now, from, id, (old, counter, changes, notices)),
             Msg::ForwardRefused { to, first, count } => {
                 self.on_forward_refused(from, to, first, count)
             }

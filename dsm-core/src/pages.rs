@@ -153,6 +153,7 @@ impl<M: PageMemory> Node<M> {
         self.table[page.index()].fetch = Some(Fetch {
             waiters: vec![(waiter, access, now)],
             stale: false,
+            notified_by_asked: false,
             asked: home,
             atomics: Vec::new(),
             asked_at: 0,
@@ -207,6 +208,7 @@ impl<M: PageMemory> Node<M> {
             e.fetch = Some(Fetch {
                 waiters: Vec::new(),
                 stale: false,
+                notified_by_asked: false,
                 asked: e.home,
                 atomics: Vec::new(),
                 asked_at: 0,
@@ -741,8 +743,7 @@ impl<M: PageMemory> Node<M> {
         let mut accepted = Vec::with_capacity(count);
         for i in 0..count {
             let page = PageNum(first.0 + i as u32);
-            let forwarded = source == GrantSource::Forwarded;
-            match self.accept_granted(now, from, page, forwarded) {
+            match self.accept_granted(now, from, page, source) {
                 Ok(Some(fetch)) => {
                     let at = i * PAGE_SIZE;
                     let bytes = &data[at..at + PAGE_SIZE];
@@ -818,6 +819,7 @@ impl<M: PageMemory> Node<M> {
         entry.fetch = Some(Fetch {
             waiters: fetch.waiters,
             stale: false,
+            notified_by_asked: false,
             asked: home,
             atomics: Vec::new(),
             asked_at: 0,
@@ -831,7 +833,7 @@ impl<M: PageMemory> Node<M> {
 
     /// Whether the bytes granted for `page` by `from` are to be installed: its fetch, taken,
     /// if so. A fetch whose page is moving home, or stale, is settled here (its waiters wait
-    /// for the move, or the page is asked again). `forwarded`: sent by a holder on the
+    /// for the move, or the page is asked again). `source`: a holder's grant is sent on the
     /// home's behalf (any node but the one asked may be that holder; each request's page
     /// gets exactly one grant, from the home or from the holder it chose).
     fn accept_granted(
@@ -839,8 +841,9 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         page: PageNum,
-        forwarded: bool,
+        source: GrantSource,
     ) -> Result<Option<Fetch>, ProtocolError> {
+        let forwarded = source == GrantSource::Forwarded;
         let err = |why| ProtocolError {
             from,
             kind: MsgKind::GetPageGrant,
@@ -874,7 +877,7 @@ impl<M: PageMemory> Node<M> {
             }
             return Ok(None);
         }
-        if fetch.stale {
+        if fetch.stale || (fetch.notified_by_asked && source != GrantSource::Home) {
             // The copy may predate a write we were notified of: ask again, of the home now.
             self.ask_again(now, page, fetch, false);
             return Ok(None);
@@ -1131,8 +1134,25 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Write notices: invalidate our copies of these pages (dirty ones send their diff first).
+    /// Drops our copies of these pages (dirty ones send their diff first), not on a write
+    /// notice's word: a request out for one of them is answered stale.
     pub(crate) fn invalidate(&mut self, now: Time, pages: impl IntoIterator<Item = PageNum>) {
+        self.invalidate_notified(now, None, pages);
+    }
+
+    /// Write notices, from the synchronisation grant `from` sent (`None`: no grant's): our
+    /// copies of these pages are dropped (dirty ones send their diff first), and a request out
+    /// for one of them is answered stale, unless the node asked answers it itself after the
+    /// notice (see `Fetch::notified_by_asked`). Without that exception, a thread spinning with
+    /// acquire loads on a word whose home keeps naming a page (another node's releases through
+    /// the word name it, as a contended lock word's page) made every fetch of that page by a
+    /// sibling stale on arrival, for ever: a load was always out when the fetch left.
+    pub(crate) fn invalidate_notified(
+        &mut self,
+        now: Time,
+        from: Option<NodeId>,
+        pages: impl IntoIterator<Item = PageNum>,
+    ) {
         let me = self.cfg.node;
         let mut opened = Vec::new();
         for page in pages {
@@ -1148,7 +1168,11 @@ impl<M: PageMemory> Node<M> {
                 continue;
             }
             if let Some(f) = &mut e.fetch {
-                f.stale = true;
+                if from == Some(f.asked) {
+                    f.notified_by_asked = true;
+                } else {
+                    f.stale = true;
+                }
             }
             match e.frame {
                 Frame::Invalid => continue,

@@ -282,7 +282,7 @@ impl<M: PageMemory> Node<M> {
                 why: "lock was not requested from that node",
             });
         }
-        self.invalidate(now, notices);
+        self.invalidate_notified(now, Some(from), notices);
         let l = &mut self.sync.locks[i];
         let Some((waiter, since)) = l.acquiring.take() else {
             return Ok(());
@@ -675,7 +675,7 @@ impl<M: PageMemory> Node<M> {
                 why: "no wait on that variable",
             });
         }
-        self.invalidate(now, notices);
+        self.invalidate_notified(now, Some(from), notices);
         self.sync.cvs[c].seen = counter;
         for w in std::mem::take(&mut self.sync.cvs[c].waiting) {
             self.stats.cv_waits += 1;

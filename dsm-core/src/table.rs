@@ -32,6 +32,12 @@ pub(crate) struct Fetch {
     pub waiters: Vec<(WaiterId, Access, Time)>,
     /// A write notice arrived after the request left: the grant may predate that write.
     pub stale: bool,
+    /// A write notice arrived after the request left, from the node asked. If that node
+    /// answers itself, its grant comes after the notice on their ordered channel, and so
+    /// after the writes the notice names were applied there (a release's writes are at their
+    /// homes before its notices leave its manager): the grant holds them. A holder's copy or
+    /// a one-sided read may not: for those this counts as `stale`.
+    pub notified_by_asked: bool,
     /// The node asked (the page's home when the request left; homes move at barriers).
     pub asked: NodeId,
     /// The values this node's atomic operations answered while the request was out left in

@@ -177,6 +177,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             id: rng.next_u64() as u32,
             old: rng.next_u64(),
             counter: rng.next_u64() as u32,
+            changes: rng.next_u64() as u32,
             notices: pages(rng),
         },
         22 | 23 => {

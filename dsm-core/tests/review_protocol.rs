@@ -1118,3 +1118,166 @@ fn a_late_answer_leaves_a_forwarded_copy_newer_than_its_request_as_it_is() {
         "T0 read X = {first:?}, then {second:?} (the add of 5 precedes the add of 100)"
     );
 }
+
+/// Page P (word W at 0) is homed at node 1, whose releases through W name P (its own atomic
+/// answers count P as written). Node 0's T0 acquire-loads W while T1's write fault on P is out:
+/// both go to node 1, the load first, so its answer, naming P, reaches node 0 before P's grant
+/// on the same channel. The grant was copied after the notice left, so it holds what the
+/// notice names: T1 goes on. It was taken as stale and P asked again; with T0 spinning on W
+/// (a load always out when the fault left), T1 never went on (the simulator's `mixed_sync`
+/// seed 73000280, once answers put their values in copies).
+#[test]
+fn a_grant_from_the_home_after_its_own_notice_of_the_page_is_not_stale() {
+    let mut nodes: Vec<Node<VecMemory>> = (0..2)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 2);
+            cfg.prefetch.enabled = false;
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+            n
+        })
+        .collect();
+    nodes[0].note_threads(2);
+    let (p, w) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    for _ in 0..2 {
+        nodes[1]
+            .atomic(
+                t,
+                WaiterId(0),
+                (w, 8),
+                AtomicOp::FetchAdd(1),
+                AtomicOrder::RELEASE,
+            )
+            .unwrap();
+        pump(&mut nodes, &mut fx, &|_, _, _| false);
+    }
+    nodes[0]
+        .atomic(t, WaiterId(0), (w, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    nodes[0]
+        .handle_fault(t, p, Access::Write, WaiterId(1))
+        .unwrap();
+    let to_home = take(&mut nodes[0]);
+    assert!(
+        matches!(
+            to_home[..],
+            [(1, Msg::Atomic { .. }), (1, Msg::GetPage { .. })]
+        ),
+        "{to_home:?}"
+    );
+    for (_, m) in to_home {
+        nodes[1].handle_message(t, NodeId(0), m).unwrap();
+    }
+    let answers = take(&mut nodes[1]);
+    assert!(
+        matches!(
+            &answers[..],
+            [(0, Msg::AtomicGrant { notices, .. }), (0, Msg::GetPageGrant { .. })]
+                if notices.contains(&p)
+        ),
+        "the load's answer names P, and comes first: {answers:?}"
+    );
+    for (_, m) in answers {
+        nodes[0].handle_message(t, NodeId(1), m).unwrap();
+    }
+    while let Some(e) = nodes[0].poll_effect() {
+        fx.push((0, e));
+    }
+    assert!(resumed(&fx, 0, 0) && resumed(&fx, 0, 1), "{fx:?}");
+    assert_eq!(nodes[0].take_atomic_result(WaiterId(0)), Some(2));
+    assert!(
+        take(&mut nodes[0]).is_empty(),
+        "P was not asked again, nor anything else sent"
+    );
+    assert_eq!(nodes[0].page_state(p), PageState::ReadWrite);
+    assert_eq!(nodes[0].memory().load_u64(p, 0), 2);
+}
+
+/// Three nodes: page P (word X at 0) homed at node 2, page Q (word W at 0) at node 1. Node 1
+/// loads X (acquire-release: a release each time) and then W with acquire-release, so its
+/// releases through W name P; node 0 acquire-loads W, seeing that notice, and node 0's T1 then
+/// takes a write fault on P. `x_between` runs on node 2 between node 1's two rounds.
+/// Returns the notices of node 0's second load of W, which left while T1's request was out
+/// (its grant held until then), and whether T1 went on when the grant came. (Q is named once
+/// more: node 1's first load of W, its home, showed it W.)
+fn spin_rounds_with_a_fault_out(x_between: &[AtomicOp]) -> (Vec<PageNum>, bool) {
+    let mut nodes: Vec<Node<VecMemory>> = (0..3)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 3);
+            cfg.prefetch.enabled = false;
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(2)), PAGE).unwrap();
+            n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+            n
+        })
+        .collect();
+    nodes[0].note_threads(2);
+    let (p, x, w) = (PageNum(0), GlobalAddr(0), GlobalAddr(PAGE));
+    let t = Time(0);
+    let op = |nodes: &mut Vec<Node<VecMemory>>, n: usize, a, op, order| {
+        nodes[n].atomic(t, WaiterId(0), (a, 8), op, order).unwrap();
+        pump(nodes, &mut Vec::new(), &|_, _, _| false);
+    };
+    let spin = |nodes: &mut Vec<Node<VecMemory>>| {
+        op(nodes, 1, x, AtomicOp::Load, AtomicOrder::ACQ_REL);
+        op(nodes, 1, w, AtomicOp::Load, AtomicOrder::ACQ_REL);
+    };
+    spin(&mut nodes);
+    op(&mut nodes, 0, w, AtomicOp::Load, AtomicOrder::ACQUIRE);
+    nodes[0]
+        .handle_fault(t, p, Access::Write, WaiterId(1))
+        .unwrap();
+    let slow = pump(&mut nodes, &mut Vec::new(), &|from, to, m| {
+        (from, to) == (2, 0) && matches!(m, Msg::GetPageGrant { .. })
+    });
+    assert_eq!(slow.len(), 1);
+    for &o in x_between {
+        op(&mut nodes, 2, x, o, AtomicOrder::RELAXED);
+    }
+    spin(&mut nodes);
+    nodes[0]
+        .atomic(t, WaiterId(0), (w, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    let ask = take(&mut nodes[0]);
+    for (to, m) in ask {
+        nodes[to].handle_message(t, NodeId(0), m).unwrap();
+    }
+    let answer = take(&mut nodes[1]);
+    let notices = match &answer[..] {
+        [(0, Msg::AtomicGrant { notices, .. })] => notices.clone(),
+        other => panic!("{other:?}"),
+    };
+    for (_, m) in answer {
+        nodes[0].handle_message(t, NodeId(1), m).unwrap();
+    }
+    deliver(&mut nodes, slow);
+    let mut fx = Vec::new();
+    while let Some(e) = nodes[0].poll_effect() {
+        fx.push((0, e));
+    }
+    (notices, resumed(&fx, 0, 1))
+}
+
+/// Node 1 keeps loading X, unchanged, with release: its second round showed it nothing new, so
+/// its release through W names P no more, and node 0's fetch of P is not made stale by it.
+/// Every such release named P, and a spinner on W made every fetch of P by its sibling stale
+/// (the simulator's `mixed_sync` seed 826008283, once grants from the home after its own
+/// notice were kept).
+#[test]
+fn a_load_that_sees_nothing_new_does_not_name_its_page_again() {
+    let (notices, went_on) = spin_rounds_with_a_fault_out(&[]);
+    assert!(!notices.contains(&PageNum(0)), "{notices:?}");
+    assert!(went_on);
+}
+
+/// As above, but X went 0 -> 1 -> 0 between node 1's rounds: the same value, changed twice.
+/// Node 1 saw a newer 0, and its release names P again: node 0's fetch is stale.
+#[test]
+fn a_load_that_sees_the_same_value_changed_names_its_page_again() {
+    let (notices, went_on) =
+        spin_rounds_with_a_fault_out(&[AtomicOp::FetchAdd(1), AtomicOp::FetchSub(1)]);
+    assert!(notices.contains(&PageNum(0)), "{notices:?}");
+    assert!(!went_on, "P asked again");
+}

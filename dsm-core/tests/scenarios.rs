@@ -870,7 +870,12 @@ fn pair() -> (Node<VecMemory>, Node<VecMemory>) {
 
 #[test]
 fn a_grant_older_than_a_write_notice_is_fetched_again() {
-    let (_, mut n1) = pair();
+    // Three nodes: page 0 homed at node 0, lock 2 managed by node 2 (a grant from the home
+    // after its own notice would hold the write: see `Fetch::notified_by_asked`).
+    let mut cfg = CoreConfig::new(NodeId(1), 3);
+    cfg.prefetch.enabled = false;
+    let mut n1 = Node::new(cfg, VecMemory::new());
+    n1.alloc(AllocPolicy::OnNode(NodeId(0)), PAGE).unwrap();
     let t = Time(0);
     n1.handle_fault(t, PageNum(0), Access::Read, WaiterId(0))
         .unwrap();
@@ -878,14 +883,14 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         n1.poll_transmit().unwrap().msg,
         Msg::GetPage { .. }
     ));
-    // Node 1 takes lock 0 (managed by node 0) and learns page 0 was written.
-    n1.acquire(t, LockId(0), WaiterId(1)).unwrap();
+    // Node 1 takes lock 2 and learns page 0 was written.
+    n1.acquire(t, LockId(2), WaiterId(1)).unwrap();
     let _ = n1.poll_transmit();
     n1.handle_message(
         t,
-        NodeId(0),
+        NodeId(2),
         Msg::AcquireGrant {
-            lock: LockId(0),
+            lock: LockId(2),
             counter: 1,
             notices: vec![PageNum(0)],
         },

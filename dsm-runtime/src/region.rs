@@ -16,7 +16,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 
 use dsm_core::{AtomicOp, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 
@@ -43,6 +43,12 @@ pub(crate) struct Region {
 /// words with the CPU's atomics, no call ([`relaxed_at_home`]).
 static ATOMIC_HOMES: OnceLock<(usize, &'static [AtomicU8])> = OnceLock::new();
 
+/// One counter per page of the region: the operations other than loads this node's threads
+/// applied to its words with the CPU's atomics ([`relaxed_at_home`]), each counted before it is
+/// applied, so the core, having read a word one changed, reads its count too
+/// (`PageMemory::atomic_changes_by_threads`).
+static ATOMIC_CHANGES: OnceLock<&'static [AtomicU32]> = OnceLock::new();
+
 /// A relaxed atomic operation on the `width`-byte word at `addr` of the application's view,
 /// applied with the CPU's atomics if the word is aligned, in the region, and on a page homed
 /// here that holds atomic words (the core applies other nodes' operations to such words with
@@ -56,6 +62,11 @@ pub(crate) fn relaxed_at_home(addr: usize, width: u8, op: AtomicOp) -> Option<u6
         .is_some_and(|b| b.load(Ordering::Acquire) == 1);
     if !homed || !(width == 4 || width == 8) || addr % usize::from(width) != 0 {
         return None;
+    }
+    if op != AtomicOp::Load
+        && let Some(c) = ATOMIC_CHANGES.get().and_then(|m| m.get(off / PAGE_SIZE))
+    {
+        c.fetch_add(1, Ordering::SeqCst);
     }
     // SAFETY: aligned to its width (checked), inside one page of the application's view of the
     // region (its page has a byte in the map), mapped for the process's life; the page is homed
@@ -91,6 +102,7 @@ impl Region {
         crate::door::fastpath::init(sys::atomic_bytes(pages)?);
         // A second job in one process maps a region of its own: the first's map stays.
         let _ = ATOMIC_HOMES.set((app as usize, sys::atomic_bytes(pages)?));
+        let _ = ATOMIC_CHANGES.set(sys::atomic_counters(pages)?);
         let mem = File::open("/proc/self/mem")
             .inspect_err(|e| {
                 log::debug!("cannot open /proc/self/mem ({e}): first touches of fetched pages take a page-table fault");
@@ -188,6 +200,13 @@ impl PageMemory for Region {
         // SAFETY: the word is aligned to its width (checked above) and lies in one page of the
         // service view (`page_ptr` checks the page), mapped read-write for the process's life.
         unsafe { sys::atomic_rmw(addr, width, op) }
+    }
+
+    fn atomic_changes_by_threads(&self, page: PageNum) -> u32 {
+        ATOMIC_CHANGES
+            .get()
+            .and_then(|m| m.get(page.index()))
+            .map_or(0, |c| c.load(Ordering::SeqCst))
     }
 
     fn atomics_homed_here(&mut self, page: PageNum) {

@@ -358,6 +358,16 @@ pub fn atomic_bytes(n: usize) -> io::Result<&'static [std::sync::atomic::AtomicU
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU8>(), n) })
 }
 
+/// `n` zeroed atomic 32-bit counters, lazily backed, that live as long as the process (one per
+/// page of the shared region).
+pub fn atomic_counters(n: usize) -> io::Result<&'static [std::sync::atomic::AtomicU32]> {
+    let p = map_anonymous(n * 4)?;
+    // SAFETY: `p` is a fresh page-aligned mapping of at least `4 * n` zeroed bytes, never
+    // unmapped, which nothing else refers to; AtomicU32 has the size of u32, its alignment (4)
+    // divides the page's, and zero is a valid value.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU32>(), n) })
+}
+
 /// Applies `op` to the `width`-byte word (4 or 8) at `addr` as one sequentially consistent
 /// atomic operation of the CPU (a `lock`ed instruction, or a compare-exchange loop); the value
 /// before. A store is a swap, a load a plain atomic load.
