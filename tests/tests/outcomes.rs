@@ -137,6 +137,30 @@ fn a_dsm_call_in_a_handler_that_interrupted_one_is_refused_by_name() {
     );
 }
 
+/// A one-node job has no launcher watching it (it meets nobody, run by dsmrun or alone): it
+/// judges itself by the launcher's rule. It hung for ever before.
+#[test]
+fn a_one_node_job_that_cannot_go_on_ends_naming_its_waits() {
+    let out = dsmrun(1, "udp", &[], &["team_short"]);
+    assert_status(&out, 1);
+    let e = stderr(&out);
+    assert!(
+        e.contains("the job cannot go on: every thread of this one-node job waits")
+            && e.contains("jia_barrier_threads(3) (thread "),
+        "{}",
+        text(&out)
+    );
+    let mut alone = Command::new(outcomes());
+    alone.arg("waitcv");
+    let out = run_with_deadline(alone, Duration::from_secs(120));
+    assert_status(&out, 1);
+    assert!(
+        stderr(&out).contains("node 0 waits in jia_waitcv(5)"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// Row 2: a barrier of 3 threads that 2 threads of each node call; `jia_barrier` mixed with a
 /// barrier of threads; a count over the thread limit.
 #[test]

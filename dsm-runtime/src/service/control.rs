@@ -10,6 +10,10 @@ use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
 use crate::job::wire::Line;
 use crate::sys;
 
+/// How long a one-node job's threads must all wait the same way before it is ended as one that
+/// cannot go on: the launcher's rule for larger jobs (`job::watch::NO_PROGRESS_FOR`).
+const ALONE_STUCK_FOR: Duration = Duration::from_secs(3);
+
 impl Service {
     /// Reads the control channel: `DSM1 LOST <node> <how>` ends this node naming the lost one,
     /// `DSM1 STUCK <what>` ends it because the job cannot go on (rank 0 says what every node
@@ -182,8 +186,19 @@ impl Service {
     /// locks it holds, the messages it still has on their way and those it has received:
     /// `DSM1 WAIT <in flight> <received> <what>`; and `DSM1 RUN` once it goes on. The launcher
     /// ends a job whose every node waits with nothing in flight and nothing received for a while.
+    ///
+    /// A one-node job has no launcher watching it (none is needed to meet nobody): the node is
+    /// its own judge, with the launcher's rule. Every thread waiting for another the same way
+    /// for [`ALONE_STUCK_FOR`] ends it, naming the waits.
     pub(super) fn report_progress(&mut self) {
-        if self.control.is_none() || self.progress_reported.elapsed() < Duration::from_millis(250) {
+        if self.progress_reported.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        if self.control.is_none() {
+            if self.node.nodes() == 1 {
+                self.progress_reported = Instant::now();
+                self.judge_alone();
+            }
             return;
         }
         self.progress_reported = Instant::now();
@@ -221,6 +236,26 @@ impl Service {
         };
         if let Some(c) = &mut self.control {
             let _ = std::io::Write::write_all(c, line.as_bytes());
+        }
+    }
+
+    /// A one-node job's verdict (see `report_progress`): nothing else can wake a thread of it
+    /// but a signal handler, as the launcher's verdict on a larger job assumes.
+    fn judge_alone(&mut self) {
+        let Some(what) = crate::progress::node_waits() else {
+            self.alone_waiting = None;
+            return;
+        };
+        match &self.alone_waiting {
+            Some((same, since)) if *same == what => {
+                if since.elapsed() >= ALONE_STUCK_FOR {
+                    fatal(&format!(
+                        "the job cannot go on: every thread of this one-node job waits for \
+                         another and nothing can wake it: node 0 waits in {what}"
+                    ));
+                }
+            }
+            _ => self.alone_waiting = Some((what, Instant::now())),
         }
     }
 

@@ -129,6 +129,9 @@ pub(crate) struct Service {
     /// What was on its way at the last report (see `report_progress`).
     in_flight_sampled: usize,
     reported_waiting: bool,
+    /// A one-node job (no launcher watches it): what its threads wait for, and since when
+    /// unchanged (see `report_progress`).
+    alone_waiting: Option<(String, Instant)>,
     /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`): sent to
     /// the launcher on its control channel if there is one (it adds what it knows of the job),
     /// else written there with what this node knows.
@@ -217,6 +220,7 @@ impl Service {
             progress_reported: Instant::now(),
             in_flight_sampled: 0,
             reported_waiting: false,
+            alone_waiting: None,
             lost_in_exit: None,
             rank0_gone_at: None,
             pending: BTreeMap::new(),
