@@ -161,6 +161,29 @@ fn a_one_node_job_that_cannot_go_on_ends_naming_its_waits() {
     );
 }
 
+/// Node 1 returns from main with status 0 before jia_init, while node 0 waits for it there: the
+/// job ends at once naming it, under dsmrun and started from a `.jiahosts` (it waited for the
+/// join timeout, 60 s, and then said node 1 had not been started or had not called jia_init).
+#[test]
+fn a_node_that_ends_well_before_joining_is_named_at_once() {
+    let start = Instant::now();
+    let out = dsmrun(2, "udp", &[], &["return_before_init"]);
+    assert_status(&out, 1);
+    let says = "node 1 (127.0.0.1) exited with status 0 before it joined the job";
+    assert!(stderr(&out).contains(says), "{}", text(&out));
+
+    let dir = std::env::temp_dir().join(format!("dsm-early-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(".jiahosts"), "127.0.0.1\n127.0.0.1\n").unwrap();
+    let mut cmd = Command::new(outcomes());
+    cmd.arg("return_before_init").current_dir(&dir);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_status(&out, 1);
+    assert!(stderr(&out).contains(says), "{}", text(&out));
+    assert!(start.elapsed() < Duration::from_secs(50), "too slow");
+}
+
 /// Row 2: a barrier of 3 threads that 2 threads of each node call; `jia_barrier` mixed with a
 /// barrier of threads; a count over the thread limit.
 #[test]

@@ -696,6 +696,7 @@ fn run_watched(
     );
     // A one-node job has nobody to meet: its node never calls the rendezvous, and waiting for it
     // would end every run longer than the join timeout.
+    let hellos = (n > 1).then(|| rv.hellos());
     let rv_thread = (n > 1)
         .then(|| std::thread::spawn(move || rv.serve(n as u16, cookie, timeout, Keep::Launcher)));
     let nodes: Vec<usize> = (0..n).collect();
@@ -708,6 +709,7 @@ fn run_watched(
         control,
         words,
         in_node0: false,
+        hellos,
     };
     watch(watched, rv_thread, Some(interrupted))
 }
@@ -726,6 +728,8 @@ struct Watched<'a> {
     /// The watcher is node 0's own thread (a job node 0 started itself): node 0 ends with the
     /// job's status.
     in_node0: bool,
+    /// The nodes that said hello to the rendezvous so far (none: no rendezvous).
+    hellos: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Watched<'_> {
@@ -811,9 +815,14 @@ fn watch(
             w.words,
         ) {
             Ok(true) if echo.is_none() => {
-                // Every node ended well, but the rendezvous still waits: some never joined (a
-                // program that never calls jia_init ran as separate processes).
-                if rv_thread.as_ref().is_some_and(|t| !t.is_finished()) {
+                // Every node ended well, but the rendezvous still waits: some never joined. A
+                // node that did (node 0 that started its job itself) waits for them; if none
+                // did, a program that never calls jia_init ran as separate processes.
+                let waiting = rv_thread.as_ref().is_some_and(|t| !t.is_finished());
+                if let Some(f) = ended_before_joining(&mut w).filter(|_| waiting) {
+                    return Err(end_for(&mut w, f));
+                }
+                if waiting {
                     log::warn!(
                         "the {} processes ended with status 0, but not all of them joined the \
                          job: the program never called jia_init (dsm_runtime::init), so they ran \
@@ -822,6 +831,12 @@ fn watch(
                     );
                 }
                 return Ok(());
+            }
+            Ok(_) if rv_thread.is_some() => {
+                if let Some(f) = ended_before_joining(&mut w) {
+                    return Err(end_for(&mut w, f));
+                }
+                wait_for_an_exit(w.children, &exits);
             }
             Ok(_) => wait_for_an_exit(w.children, &exits),
             Err(
@@ -843,6 +858,31 @@ fn watch(
             Err(e) => return Err(end_for(&mut w, e)),
         }
     }
+}
+
+/// While the rendezvous waits: a node that ended with status 0 before it joined, once another
+/// node has joined (a program that never calls jia_init on any node runs as separate processes,
+/// see `watch`). The others would wait for it until the join timeout, named as not started.
+fn ended_before_joining(w: &mut Watched<'_>) -> Option<JobFailure> {
+    // Node 0 that started its job itself is in jia_init: it joins, if it has not yet.
+    let hellos = w.hellos.as_ref()?.load(Ordering::SeqCst);
+    if hellos == 0 && !w.in_node0 {
+        return None;
+    }
+    let k = (0..w.children.len()).find(|&k| {
+        let node = w.nodes[k];
+        matches!(ended(&mut w.children[k], w.remote[node]), Ok(Some(e)) if e.success())
+    })?;
+    let node = w.nodes[k];
+    Some(JobFailure::Node {
+        node,
+        host: w.spec.hosts[node].address.clone(),
+        how: "exited with status 0 before it joined the job (its program returned from main or \
+              called exit before jia_init), while the other nodes meet in jia_init"
+            .into(),
+        peer_failed: false,
+        code: 1,
+    })
 }
 
 /// Ends the job for `failure`: tells every node, gives them a moment to end by themselves, then
@@ -1158,6 +1198,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
         .name("dsm-launcher".into())
         .spawn(move || {
             let _runtime = crate::door::threads::runtime_thread();
+            let hellos = Some(rv.hellos());
             let rv_thread = std::thread::spawn(move || {
                 let _runtime = crate::door::threads::runtime_thread();
                 rv.serve(n as u16, cookie, timeout, Keep::Rank0)
@@ -1172,6 +1213,7 @@ pub fn start_as_node0(spec: &JobSpec) -> Result<JobEnv, JobFailure> {
                 control: &mut control,
                 words: &mut words,
                 in_node0: true,
+                hellos,
             };
             match watch(watched, Some(rv_thread), None) {
                 Ok(()) => {

@@ -4,6 +4,8 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::wire::{Line, PeersWord};
@@ -28,6 +30,8 @@ pub struct Rendezvous {
     /// Where each node was started, for the words on a node that does not join: `(host, through
     /// ssh)` (empty: not known here).
     hosts: Vec<(String, bool)>,
+    /// The nodes that said hello so far.
+    hellos: Arc<AtomicUsize>,
 }
 
 impl Rendezvous {
@@ -36,7 +40,14 @@ impl Rendezvous {
         Ok(Rendezvous {
             listener: TcpListener::bind(SocketAddr::new(ip, 0))?,
             hosts: Vec::new(),
+            hellos: Arc::default(),
         })
+    }
+
+    /// How many nodes have said hello, as [`Rendezvous::serve`] goes on: a watcher that sees a
+    /// node end well before it joined knows by it that other nodes meant to meet it.
+    pub fn hellos(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.hellos)
     }
 
     /// Names where each node was started (`(host, through ssh)` by node), for the words on a
@@ -198,6 +209,7 @@ impl Rendezvous {
                     Some((r, a)) if joined[usize::from(r)].is_none() => {
                         let _ = p.stream.set_nonblocking(false);
                         joined[usize::from(r)] = Some((a, p.stream));
+                        self.hellos.fetch_add(1, Ordering::SeqCst);
                     }
                     _ => {
                         let refusal = Line::Error("bad hello".into()).encode();
