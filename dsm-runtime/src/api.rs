@@ -1217,6 +1217,8 @@ impl Dsm {
         if door::end::ending() || door::flags::FORKED.load(Ordering::Relaxed) {
             return;
         }
+        // What the process's parent sees: `exit(256)` ends it with status 0.
+        let status = status & 0xff;
         if status == 0 {
             return self.exit();
         }

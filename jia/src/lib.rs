@@ -241,15 +241,28 @@ pub(crate) unsafe extern "C" fn jia_alloc4_at(
     starthost: c_int,
     pc: usize,
 ) -> c_ulong {
+    // SAFETY: the caller's promise.
+    unsafe { alloc_blocks("jia_alloc4", (totalsize, blocks, n, starthost), pc) }
+}
+
+/// `jia_alloc4` and `jia_alloc_array` (named `call` in their errors).
+///
+/// # Safety
+/// `blocks` must point to `n` ints.
+unsafe fn alloc_blocks(
+    call: &str,
+    (totalsize, blocks, n, starthost): (c_int, *const c_int, c_int, c_int),
+    pc: usize,
+) -> c_ulong {
     if blocks.is_null() || n <= 0 {
-        die("jia_alloc4: no block sizes given");
+        die(&format!("{call}: no block sizes given"));
     }
     // SAFETY: the caller passes n ints at blocks.
     let sizes = unsafe { std::slice::from_raw_parts(blocks, n as usize) };
     if sizes.iter().any(|&b| b <= 0) {
-        die("jia_alloc4: block sizes must be positive");
+        die(&format!("{call}: block sizes must be positive"));
     }
-    let start = host(starthost, "jia_alloc4");
+    let start = host(starthost, call);
     alloc(
         totalsize,
         AllocPolicy::Blocks {
@@ -463,7 +476,7 @@ pub(crate) unsafe extern "C" fn jia_alloc_array_at(
     pc: usize,
 ) -> c_ulong {
     // SAFETY: the caller's promise is jia_alloc4's.
-    unsafe { jia_alloc4_at(totalsize, blocks, n, 0, pc) }
+    unsafe { alloc_blocks("jia_alloc_array", (totalsize, blocks, n, 0), pc) }
 }
 
 /// `void jia_free(void *addr)`: JIAJIA 3.0. Shared memory is not reused within a job (every
@@ -474,9 +487,8 @@ pub extern "C" fn jia_free(addr: *mut c_void) {
     if addr.is_null() {
         return;
     }
-    let d = dsm_for("jia_free");
-    let a = addr as usize;
-    if a < d.region_start() {
+    let _ = dsm_for("jia_free");
+    if !dsm_runtime::in_shared_region(addr.cast::<u8>(), 1) {
         die(&format!(
             "jia_free({addr:p}): not an address of shared memory"
         ));

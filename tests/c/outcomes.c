@@ -239,6 +239,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "nested")) nested();
     else if (!strcmp(what, "team_short")) team(2, 3);
     else if (!strcmp(what, "waitcv")) jia_waitcv(5); /* nobody sets it */
+    else if (!strcmp(what, "free_stack")) { int x; jia_free(&x); }
+    else if (!strcmp(what, "array_none")) jia_alloc_array(100, NULL, 3);
     else if (!strcmp(what, "team_mixed")) mixed();
     else if (!strcmp(what, "team_huge")) team(1, 100000);
     else if (!strcmp(what, "team_counts")) team(1 + jiapid, 1 + jiapid);

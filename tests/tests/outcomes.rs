@@ -456,13 +456,32 @@ fn a_node_that_exits_with_a_status_gives_the_job_that_status() {
         "{}",
         text(&out)
     );
-    let out = dsmrun(2, "udp", &[], &["exit", "0"]);
-    assert_status(&out, 1);
-    assert!(
-        stderr(&out).contains("node 1 waits in jia_exit"),
-        "{}",
-        text(&out)
-    );
+    // exit(256) ends a process with status 0, as its parent sees it: it leaves the job as
+    // exit(0) does (it was taken as status 256).
+    for status in ["0", "256"] {
+        let out = dsmrun(2, "udp", &[], &["exit", status]);
+        assert_status(&out, 1);
+        assert!(
+            stderr(&out).contains("node 1 waits in jia_exit"),
+            "exit({status}):\n{}",
+            text(&out)
+        );
+    }
+}
+
+/// Misused calls are named as the program called them: `jia_free` of a stack address (taken
+/// as shared: only addresses below the region were refused), `jia_alloc_array` without block
+/// sizes (named `jia_alloc4`).
+#[test]
+fn misused_allocation_calls_are_named_as_called() {
+    for (case, says) in [
+        ("free_stack", "): not an address of shared memory"),
+        ("array_none", "jia_alloc_array: no block sizes given"),
+    ] {
+        let out = dsmrun(2, "udp", &[], &[case]);
+        assert_status(&out, 1);
+        assert!(stderr(&out).contains(says), "{case}:\n{}", text(&out));
+    }
 }
 
 /// Row 8: started directly with a 2-line `.jiahosts`, output to a pipe (fully buffered), node 1

@@ -1012,8 +1012,9 @@ fn poll_children(
                     return Err(JobFailure::Node {
                         node: i,
                         host: spec.hosts[i].address.clone(),
-                        how: "exited with status 0 without leaving the job (the program \
-                              returned from main or called exit before jia_exit)"
+                        how: "exited with status 0 without leaving the job (a C program \
+                              called _exit before jia_exit; a Rust program left main or called \
+                              process::exit before Dsm::exit)"
                             .into(),
                         peer_failed: false,
                         code: 1,
