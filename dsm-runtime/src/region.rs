@@ -29,6 +29,9 @@ pub(crate) struct Region {
     pub len: usize,
     service_base: *mut u8,
     fd: OwnedFd,
+    /// `vm.max_map_count` as the region was mapped (for the words on a protection change the
+    /// kernel refuses; `None`: unknown).
+    max_map_count: Option<u64>,
     /// `/proc/self/mem`, read to map pages in the application's view ahead of their opening;
     /// `None` where it cannot be opened.
     mem: Option<File>,
@@ -48,6 +51,9 @@ static ATOMIC_HOMES: OnceLock<(usize, &'static [AtomicU8])> = OnceLock::new();
 /// applied, so the core, having read a word one changed, reads its count too
 /// (`PageMemory::atomic_changes_by_threads`).
 static ATOMIC_CHANGES: OnceLock<&'static [AtomicU32]> = OnceLock::new();
+
+/// The smallest `cache_pages` the words on too many mappings suggest.
+const MIN_CACHE_HINT: u64 = 1024;
 
 /// A relaxed atomic operation on the `width`-byte word at `addr` of the application's view,
 /// applied with the CPU's atomics if the word is aligned, in the region, and on a page homed
@@ -108,11 +114,15 @@ impl Region {
                 log::debug!("cannot open /proc/self/mem ({e}): first touches of fetched pages take a page-table fault");
             })
             .ok();
+        let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
         Ok(Region {
             app_base: app as usize,
             len,
             service_base,
             fd,
+            max_map_count,
             premap: AtomicBool::new(mem.is_some()),
             mem,
         })
@@ -345,8 +355,19 @@ impl PageMemory for Region {
         let r = unsafe { sys::mprotect(addr, len, p) };
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectEnd);
         if let Err(e) = r {
+            let why = match (e.raw_os_error(), self.max_map_count) {
+                (Some(libc::ENOMEM), Some(max)) => format!(
+                    ": each run of pages with a protection of its own is a mapping of the \
+                     kernel's, and this node holds scattered pages past its limit of {max} \
+                     (vm.max_map_count). Raise it (as root: sysctl -w vm.max_map_count={}), or \
+                     bound the pages a node holds: --set cache_pages={} (see docs/running-jobs.md)",
+                    (max * 4).max(262_144),
+                    (max / 2).saturating_sub(1024).max(MIN_CACHE_HINT),
+                ),
+                _ => String::new(),
+            };
             fatal(&format!(
-                "mprotect of {count} pages at {addr:#x} failed: {e} (for many scattered pages, raise vm.max_map_count)"
+                "mprotect of {count} pages at {addr:#x} failed: {e}{why}"
             ));
         }
     }
