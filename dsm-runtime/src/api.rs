@@ -1220,7 +1220,10 @@ impl Dsm {
         // What the process's parent sees: `exit(256)` ends it with status 0.
         let status = status & 0xff;
         if status == 0 {
-            return self.exit();
+            return self.leave(Some(
+                "exit with status 0 (a return from main, or exit(0) on any thread) before \
+                 jia_exit",
+            ));
         }
         if self.exited.load(Ordering::SeqCst) {
             return;
@@ -1237,6 +1240,13 @@ impl Dsm {
     /// Leaves the job: waits for every node, prints statistics at node 0 if asked (`jia_exit`).
     #[track_caller]
     pub fn exit(&self) {
+        self.leave(None);
+    }
+
+    /// [`Dsm::exit`], called as the program's `jia_exit`, or (`how`) otherwise: what its
+    /// refusal names.
+    #[track_caller]
+    fn leave(&self, how: Option<&str>) {
         in_the_nodes_process("jia_exit");
         if self.exited.swap(true, Ordering::SeqCst) {
             return;
@@ -1247,7 +1257,16 @@ impl Dsm {
             |to, bytes| self.send_race_records(to, bytes),
             |from| self.receive_race_records(from),
         );
-        self.call_or_die(Call::Exit);
+        match how {
+            None => {
+                self.call_or_die(Call::Exit);
+            }
+            Some(how) => {
+                if let Err(e) = self.call(Call::Exit) {
+                    fatal(&format!("{how}: {e}"));
+                }
+            }
+        }
         if let Some(h) = self
             .service
             .lock()

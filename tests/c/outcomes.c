@@ -184,6 +184,27 @@ static void oom(void)
 }
 
 /* Every node says it waits, then sleeps (for the tests that signal the launcher). */
+/* Node 1's second thread calls exit(0) a second after its main thread went into jia_barrier
+ * (node 0 comes to the barrier later). */
+static volatile int in_barrier;
+
+static void *exit_soon(void *arg)
+{
+    (void)arg;
+    while (!in_barrier) usleep(1000);
+    sleep(1);
+    exit(0);
+}
+
+static void thread_exit(void)
+{
+    pthread_t t;
+    if (jiapid == 1) pthread_create(&t, NULL, exit_soon, NULL);
+    else sleep(4);
+    in_barrier = 1;
+    jia_barrier();
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -239,6 +260,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "nested")) nested();
     else if (!strcmp(what, "team_short")) team(2, 3);
     else if (!strcmp(what, "waitcv")) jia_waitcv(5); /* nobody sets it */
+    else if (!strcmp(what, "thread_exit")) thread_exit();
     else if (!strcmp(what, "free_stack")) { int x; jia_free(&x); }
     else if (!strcmp(what, "array_none")) jia_alloc_array(100, NULL, 3);
     else if (!strcmp(what, "team_mixed")) mixed();

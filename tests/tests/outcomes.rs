@@ -469,6 +469,22 @@ fn a_node_that_exits_with_a_status_gives_the_job_that_status() {
     }
 }
 
+/// exit(0) on a thread of node 1 while its main thread is in jia_barrier: named as such (it
+/// was named as a refused jia_exit, which the program never called).
+#[test]
+fn an_exit_on_a_thread_during_a_barrier_is_named_as_an_exit() {
+    let out = dsmrun(2, "udp", &[], &["thread_exit"]);
+    assert_status(&out, 1);
+    assert!(
+        stderr(&out).contains(
+            "exit with status 0 (a return from main, or exit(0) on any thread) before jia_exit: \
+             a barrier, wait or exit is already in progress on this node"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
 /// Misused calls are named as the program called them: `jia_free` of a stack address (taken
 /// as shared: only addresses below the region were refused), `jia_alloc_array` without block
 /// sizes (named `jia_alloc4`).
