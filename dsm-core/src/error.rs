@@ -19,6 +19,20 @@ pub enum JobError {
         /// How long we waited.
         waited_ms: u64,
     },
+    /// Two nodes each broadcast one `jia_bcast` as its root.
+    #[error(
+        "jia_bcast number {} of the job: {other} broadcast it as its root, as {here} did (every \
+         node must name the same root)",
+        round + 1
+    )]
+    BcastRoots {
+        /// The broadcast (its sequence number, from 0).
+        round: u32,
+        /// The other root.
+        other: NodeId,
+        /// This node.
+        here: NodeId,
+    },
     /// Nodes met in one barrier with different counts of threads.
     #[error(
         "a barrier met with different thread counts: {} gave {} and {} gave {} (every node must \

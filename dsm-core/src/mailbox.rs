@@ -88,6 +88,8 @@ pub struct Mailbox {
     waiting: Vec<(WaiterId, Filter)>,
     /// Letters handed to a waiter that has not taken them yet (it is being resumed).
     delivered: BTreeMap<WaiterId, Letter>,
+    /// The broadcasts this node sent as their root, a bit per sequence number.
+    bcast_roots: Vec<u64>,
 }
 
 impl Mailbox {
@@ -135,6 +137,29 @@ impl Mailbox {
         self.held_bytes
     }
 
+    /// This node sends broadcast `round` as its root: another node that sent it as its root
+    /// too, if a letter of it is here.
+    pub fn note_bcast_root(&mut self, round: i32) -> Option<NodeId> {
+        let r = round as u32 as usize;
+        if self.bcast_roots.len() <= r / 64 {
+            self.bcast_roots.resize(r / 64 + 1, 0);
+        }
+        self.bcast_roots[r / 64] |= 1 << (r % 64);
+        self.inbox
+            .iter()
+            .find(|(c, l)| *c == Channel::Bcast && l.tag == round)
+            .map(|(_, l)| l.from)
+    }
+
+    /// Whether this node sent broadcast `round` as its root (a letter of it from another node
+    /// is then a second root's).
+    pub fn was_bcast_root(&self, round: i32) -> bool {
+        let r = round as u32 as usize;
+        self.bcast_roots
+            .get(r / 64)
+            .is_some_and(|w| w & (1 << (r % 64)) != 0)
+    }
+
     /// The receives blocked now, for diagnostics.
     pub fn waiting(&self) -> impl Iterator<Item = &(WaiterId, Filter)> {
         self.waiting.iter()
@@ -159,6 +184,16 @@ mod tests {
             from: None,
             tag: None,
         }
+    }
+
+    #[test]
+    fn a_broadcast_sent_as_root_is_told_from_one_received() {
+        let mut m = Mailbox::default();
+        assert_eq!(m.arrive(Channel::Bcast, letter(2, 70, 1)), None);
+        assert!(!m.was_bcast_root(70) && !m.was_bcast_root(3));
+        assert_eq!(m.note_bcast_root(3), None);
+        assert_eq!(m.note_bcast_root(70), Some(NodeId(2)));
+        assert!(m.was_bcast_root(3) && m.was_bcast_root(70) && !m.was_bcast_root(71));
     }
 
     #[test]

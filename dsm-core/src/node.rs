@@ -645,6 +645,10 @@ impl<M: PageMemory> Node<M> {
             Msg::Exit { stats } => self.managed(|m, o| m.on_exit(from, stats, o)),
             Msg::ExitGrant => self.on_exit_grant(now, from),
             Msg::Send { channel, tag, data } => {
+                if channel == Channel::Bcast && self.mailbox.was_bcast_root(tag) {
+                    self.bcast_roots_differ(tag, from);
+                    return Ok(());
+                }
                 if let Some(waiter) = self.mailbox.arrive(channel, Letter { from, tag, data }) {
                     self.resume(waiter);
                 }
@@ -721,9 +725,28 @@ impl<M: PageMemory> Node<M> {
                 self.resume(waiter);
             }
         } else {
+            if channel == Channel::Bcast
+                && let Some(other) = self.mailbox.note_bcast_root(tag)
+            {
+                self.bcast_roots_differ(tag, other);
+            }
             self.send(to, Msg::Send { channel, tag, data });
         }
         Ok(())
+    }
+
+    /// Broadcast `round` has a second root, `other`: the job ends, every node told.
+    fn bcast_roots_differ(&mut self, round: i32, other: NodeId) {
+        if self.failed {
+            return;
+        }
+        let error = JobError::BcastRoots {
+            round: round as u32,
+            other,
+            here: self.cfg.node,
+        };
+        self.broadcast_error(&error.to_string());
+        self.abort(error);
     }
 
     /// Receives the oldest letter `filter` accepts (`jia_recv`): `Some` at once if one is here;

@@ -485,6 +485,25 @@ fn an_exit_on_a_thread_during_a_barrier_is_named_as_an_exit() {
     );
 }
 
+/// Every node names itself the root of one jia_bcast: no node waits, so nothing was stuck, and
+/// each kept its own buffer, silently. A node that gets a letter of a broadcast it sent as root
+/// (or sends one it has a letter of) ends the job naming both roots.
+#[test]
+fn a_broadcast_with_two_roots_is_named() {
+    for nodes in [2, 3] {
+        let out = dsmrun(nodes, "udp", &[], &["bcast_roots"]);
+        assert_status(&out, 1);
+        let e = stderr(&out);
+        assert!(
+            e.contains("jia_bcast number 1 of the job: node ")
+                && e.contains("broadcast it as its root, as node ")
+                && e.contains("(every node must name the same root)"),
+            "{nodes} nodes:\n{}",
+            text(&out)
+        );
+    }
+}
+
 /// Misused calls are named as the program called them: `jia_free` of a stack address (taken
 /// as shared: only addresses below the region were refused), `jia_alloc_array` without block
 /// sizes (named `jia_alloc4`).
