@@ -262,13 +262,16 @@ impl<M: PageMemory> Node<M> {
             self.mem.atomics_homed_here(page);
         }
         let old = self.mem.atomic_update(page, word.offset(), width, op);
-        if let Some(new) = op.apply(old, width) {
-            // A home write: the page's copies elsewhere are stale now.
+        if op
+            .apply(old, width)
+            .is_some_and(|new| new != old & width_mask(width))
+        {
+            // A home write: the page's copies elsewhere are stale now. (A write of the value
+            // the word holds leaves them as they are: a test-and-set spin on a set word, say,
+            // named the page at each of the home's releases.)
             self.mark_written(page);
-            if new != old & width_mask(width) {
-                let count = self.atomics.changes.entry(page).or_insert(0);
-                *count = count.wrapping_add(1);
-            }
+            let count = self.atomics.changes.entry(page).or_insert(0);
+            *count = count.wrapping_add(1);
         }
         let changes = self.atomics.changes.get(&page).copied().unwrap_or(0);
         let changes = changes.wrapping_add(self.mem.atomic_changes_by_threads(page));

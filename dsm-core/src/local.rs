@@ -188,9 +188,9 @@ pub(crate) struct SyncState {
     pub collective: Option<Collective>,
     pub wait_epoch: u32,
     /// From a barrier grant that would move homes to the barrier's end: page requests and diffs
-    /// received for the pages that may move (`moving`), in order. They are served once the
-    /// moves are decided and applied here (a node that applied them first may already ask the
-    /// new home).
+    /// received for the pages that may move (`moving`), and those of their senders that came
+    /// after them (`Node::behind_held`), in order. They are served once the moves are decided
+    /// and applied here (a node that applied them first may already ask the new home).
     pub held_for_moves: Vec<(NodeId, Msg)>,
     /// Between this node's barrier call and the grant (`awaiting_grant`): the pages it diffed
     /// meanwhile (by another thread; checked against the grant's home moves).

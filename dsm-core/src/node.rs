@@ -565,7 +565,7 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         msg: Msg,
     ) -> Result<(), ProtocolError> {
-        if self.is_for_moving_pages(&msg) {
+        if self.is_for_moving_pages(&msg) || self.behind_held(from, &msg) {
             self.sync.held_for_moves.push((from, msg));
             return Ok(());
         }

@@ -878,8 +878,12 @@ impl<M: PageMemory> Node<M> {
             return Ok(None);
         }
         if fetch.stale || (fetch.notified_by_asked && source != GrantSource::Home) {
-            // The copy may predate a write we were notified of: ask again, of the home now.
-            self.ask_again(now, page, fetch, false);
+            // The copy may predate a write we were notified of: ask again, of the home now. If
+            // only the home's own notice made it stale, as a message: the home's grant then
+            // follows any later notice of its own (a one-sided read asked again and again
+            // could be overtaken by the home's next one every time, for ever).
+            let as_message = !fetch.stale;
+            self.ask_again(now, page, fetch, as_message);
             return Ok(None);
         }
         Ok(Some(fetch))
@@ -1452,6 +1456,22 @@ impl<M: PageMemory> Node<M> {
             self.dispatch(now, from, msg)?;
         }
         Ok(())
+    }
+
+    /// A page request, diff, refused forward or atomic operation from a node that has such a
+    /// message held for the moves: held behind it, whatever its pages, so that the sender's
+    /// messages keep their order. (A relaxed atomic operation on a word whose page was not
+    /// moving was applied before the sender's diff of that word, held for another page it
+    /// carried: the operation missed the sender's own store, and the late diff tore the word;
+    /// the simulator's `mixed_sync` seed 1234071054.)
+    pub(crate) fn behind_held(&self, from: NodeId, msg: &Msg) -> bool {
+        matches!(
+            msg,
+            Msg::GetPage { .. }
+                | Msg::Diff { .. }
+                | Msg::ForwardRefused { .. }
+                | Msg::Atomic { .. }
+        ) && self.sync.held_for_moves.iter().any(|(f, _)| *f == from)
     }
 
     /// A page request or diff for a page whose move is being decided (held until it is: see

@@ -817,3 +817,15 @@ fn a_spin_on_an_atomic_word_does_not_starve_a_fault_on_its_page() {
         panic!("{e}");
     }
 }
+
+/// A diff held at the home because one of its pages' home move was being decided at a barrier,
+/// overtaken by its sender's next message, a relaxed atomic operation on a word of another of
+/// its pages (found by a review, 2 nodes with home migration): the operation missed the
+/// sender's own store to the word, and the late diff tore the word (node 1 read
+/// 0xffff498e6e0eff17). A node's later page messages now wait behind its held one.
+#[test]
+fn a_diff_held_for_a_home_move_is_not_overtaken_by_its_senders_next_operation() {
+    if let Err(e) = run_case(1_234_071_054, 5_000_000) {
+        panic!("{e}");
+    }
+}

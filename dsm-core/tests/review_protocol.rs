@@ -1281,3 +1281,138 @@ fn a_load_that_sees_the_same_value_changed_names_its_page_again() {
     assert!(notices.contains(&PageNum(0)), "{notices:?}");
     assert!(!went_on, "P asked again");
 }
+
+/// Page P (word W at 0) homed at node 1; node 0 reads pages one-sided (`remote_reads`). Node 1
+/// keeps adding to W with release (each add names P in node 1's next release through W).
+/// Node 0's T0 acquire-loads W while T1's fault on P is out. Each round: T1's request goes as a
+/// one-sided read; node 1 adds; T0's load is answered, naming P, by the node asked; the read
+/// completes and is dropped as stale. P was asked for again one-sided, overtaken again, for
+/// ever (found by a review). Now it is asked as a message, whose grant from the home follows
+/// any later notice of the home's, and is kept.
+#[test]
+fn a_one_sided_read_made_stale_by_the_homes_notice_is_asked_again_as_a_message() {
+    let mut nodes: Vec<Node<VecMemory>> = (0..2)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 2);
+            cfg.prefetch.enabled = false;
+            cfg.remote_reads = true;
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+            n
+        })
+        .collect();
+    nodes[0].note_threads(2);
+    let (p, w) = (PageNum(0), GlobalAddr(0));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let add = |nodes: &mut Vec<Node<VecMemory>>, fx: &mut Vec<(usize, Effect)>| {
+        nodes[1]
+            .atomic(
+                t,
+                WaiterId(0),
+                (w, 8),
+                AtomicOp::FetchAdd(1),
+                AtomicOrder::RELEASE,
+            )
+            .unwrap();
+        pump(nodes, fx, &|_, _, _| false);
+    };
+    add(&mut nodes, &mut fx);
+    nodes[0]
+        .handle_fault(t, p, Access::Read, WaiterId(1))
+        .unwrap();
+    // Round 1: the request goes one-sided and is overtaken by the home's notice.
+    let out = take(&mut nodes[0]);
+    let [(1, ref getp @ Msg::GetPage { .. })] = out[..] else {
+        panic!("{out:?}");
+    };
+    assert!(nodes[0].may_read_one_sided(&[p]));
+    nodes[0].sent_as_reads(getp);
+    add(&mut nodes, &mut fx);
+    nodes[0]
+        .atomic(t, WaiterId(0), (w, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    let mut data = vec![0u8; PAGE_SIZE];
+    data[..8].copy_from_slice(&nodes[1].memory().load_u64(p, 0).to_le_bytes());
+    nodes[0].handle_page_read(t, NodeId(1), p, &data).unwrap();
+    while let Some(e) = nodes[0].poll_effect() {
+        fx.push((0, e));
+    }
+    assert!(!resumed(&fx, 0, 1), "a read overtaken by a notice is stale");
+    // Round 2: asked again, as a message; node 1 adds again and T0 loads again meanwhile:
+    // the grant comes on the home's channel, and is kept.
+    let out = take(&mut nodes[0]);
+    assert!(matches!(out[..], [(1, Msg::GetPage { .. })]), "{out:?}");
+    assert!(
+        !nodes[0].may_read_one_sided(&[p]),
+        "asked again as a message"
+    );
+    add(&mut nodes, &mut fx);
+    nodes[0]
+        .atomic(t, WaiterId(0), (w, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    for (_, m) in out.into_iter().chain(take(&mut nodes[0])) {
+        nodes[1].handle_message(t, NodeId(0), m).unwrap();
+    }
+    pump(&mut nodes, &mut fx, &|_, _, _| false);
+    assert!(resumed(&fx, 0, 1), "{fx:?}");
+    assert_eq!(nodes[0].memory().load_u64(p, 0), 3);
+}
+
+/// Page P (word W at 0) and page Q (word Y at 0) homed at node 1. Node 0 sets W to 1 (a change:
+/// the home's next release names P), then swaps 1 into it again (no change). Node 1 releases
+/// through Y after each; node 0 acquires through Y after each. The second release named P
+/// again: a test-and-set spin on a set word made the home name its page at every release
+/// (found by a review).
+#[test]
+fn a_write_at_the_home_that_leaves_the_word_as_it_was_does_not_name_its_page() {
+    let mut nodes: Vec<Node<VecMemory>> = (0..2)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 2);
+            cfg.prefetch.enabled = false;
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(1)), 2 * PAGE).unwrap();
+            n
+        })
+        .collect();
+    let (p, w, y) = (PageNum(0), GlobalAddr(0), GlobalAddr(PAGE));
+    let t = Time(0);
+    let mut fx = Vec::new();
+    let mut round = |nodes: &mut Vec<Node<VecMemory>>, op| -> Vec<PageNum> {
+        nodes[0]
+            .atomic(t, WaiterId(0), (w, 8), op, AtomicOrder::RELAXED)
+            .unwrap();
+        pump(nodes, &mut fx, &|_, _, _| false);
+        nodes[1]
+            .atomic(
+                t,
+                WaiterId(0),
+                (y, 8),
+                AtomicOp::FetchAdd(1),
+                AtomicOrder::RELEASE,
+            )
+            .unwrap();
+        pump(nodes, &mut fx, &|_, _, _| false);
+        nodes[0]
+            .atomic(t, WaiterId(0), (y, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)
+            .unwrap();
+        let ask = take(&mut nodes[0]);
+        for (_, m) in ask {
+            nodes[1].handle_message(t, NodeId(0), m).unwrap();
+        }
+        let answer = take(&mut nodes[1]);
+        let [(0, Msg::AtomicGrant { ref notices, .. })] = answer[..] else {
+            panic!("{answer:?}");
+        };
+        let notices = notices.clone();
+        for (_, m) in answer {
+            nodes[0].handle_message(t, NodeId(1), m).unwrap();
+        }
+        pump(nodes, &mut fx, &|_, _, _| false);
+        notices
+    };
+    assert!(round(&mut nodes, AtomicOp::Store(1)).contains(&p));
+    let again = round(&mut nodes, AtomicOp::Swap(1));
+    assert!(!again.contains(&p), "{again:?}");
+}

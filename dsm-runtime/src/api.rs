@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -264,6 +264,9 @@ pub struct Dsm {
     len: usize,
     t0: Instant,
     exited: AtomicBool,
+    /// The thread that makes the node leave the job (its `gettid`), once `exited`: the calls
+    /// of every other thread are refused from then on.
+    leaving_thread: AtomicI32,
     /// `jia_exit` is done: the service thread is gone, and any further call ends the process
     /// with a message instead of waiting forever for it.
     left: AtomicBool,
@@ -451,6 +454,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         len,
         t0,
         exited: AtomicBool::new(false),
+        leaving_thread: AtomicI32::new(0),
         left: AtomicBool::new(false),
         service: Mutex::new(Some(handle)),
         bcasts: AtomicU32::new(0),
@@ -823,6 +827,18 @@ impl Dsm {
         if self.left.load(Ordering::SeqCst) {
             fatal(&format!(
                 "{} after jia_exit: this node has left the job, nothing can answer it",
+                c.name()
+            ));
+        }
+        if self.exited.load(Ordering::SeqCst)
+            && self.leaving_thread.load(Ordering::SeqCst) != sys::gettid()
+        {
+            // Its messages could reach nodes that have left, and the job's end would depend on
+            // which thread won.
+            fatal(&format!(
+                "{} on one thread while another makes this node leave the job (jia_exit, or \
+                 exit or a return from main): a node's threads are done with the DSM before it \
+                 leaves",
                 c.name()
             ));
         }
@@ -1251,6 +1267,7 @@ impl Dsm {
         if self.exited.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.leaving_thread.store(sys::gettid(), Ordering::SeqCst);
         let _w = progress::waiting("jia_exit");
         // Before this node's exit message: node 0 gathers every node's records.
         races::gather_records(
