@@ -267,6 +267,9 @@ pub struct Dsm {
     /// The thread that makes the node leave the job (its `gettid`), once `exited`: the calls
     /// of every other thread are refused from then on.
     leaving_thread: AtomicI32,
+    /// The first call of another thread refused while the node leaves: the leaving thread ends
+    /// the node with it once the node has left (see [`Dsm::call`]).
+    refused_while_leaving: Mutex<Option<String>>,
     /// `jia_exit` is done: the service thread is gone, and any further call ends the process
     /// with a message instead of waiting forever for it.
     left: AtomicBool,
@@ -455,6 +458,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         t0,
         exited: AtomicBool::new(false),
         leaving_thread: AtomicI32::new(0),
+        refused_while_leaving: Mutex::new(None),
         left: AtomicBool::new(false),
         service: Mutex::new(Some(handle)),
         bcasts: AtomicU32::new(0),
@@ -830,17 +834,42 @@ impl Dsm {
                 c.name()
             ));
         }
-        if self.exited.load(Ordering::SeqCst)
+        // A call that asks other nodes for something (a receive waits for letters already
+        // on their way, an error ends the job as it would have).
+        let asks_peers = !matches!(
+            c,
+            Call::Receive(_)
+                | Call::Error(_)
+                | Call::Stats
+                | Call::StartStats
+                | Call::StopStats
+                | Call::HomeMigration(_)
+        );
+        if asks_peers
+            && self.exited.load(Ordering::SeqCst)
             && self.leaving_thread.load(Ordering::SeqCst) != sys::gettid()
         {
-            // Its messages could reach nodes that have left, and the job's end would depend on
-            // which thread won.
-            fatal(&format!(
+            // Its messages could reach nodes that have left. The thread waits for the end the
+            // leaving thread gives the node with this message: one end, whichever thread
+            // finishes first (two threads ending the process at once, one with its status and
+            // one with the message's, gave either).
+            let msg = format!(
                 "{} on one thread while another makes this node leave the job (jia_exit, or \
                  exit or a return from main): a node's threads are done with the DSM before it \
                  leaves",
                 c.name()
-            ));
+            );
+            self.refused_while_leaving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(msg.clone());
+            if self.left.load(Ordering::SeqCst) {
+                // It left before it could see the message.
+                fatal(&msg);
+            }
+            loop {
+                std::thread::park();
+            }
         }
         call::call(c)
     }
@@ -1293,6 +1322,14 @@ impl Dsm {
             let _ = h.join();
         }
         self.left.store(true, Ordering::SeqCst);
+        let refused = self
+            .refused_while_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(msg) = refused {
+            fatal(&msg);
+        }
         if races::report_at_node0() {
             sys::exit_status_at_end(races::EXIT_RACES, job::launcher::before_a_quick_exit);
         }

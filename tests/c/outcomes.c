@@ -196,6 +196,34 @@ static void *exit_soon(void *arg)
     exit(0);
 }
 
+/* Node 1's second thread keeps taking lock 1 while its main thread leaves the job, and then
+ * waits for that thread (which never ends: its calls are refused). */
+static int *counted;
+static volatile int leaving;
+
+static void *keep_locking(void *arg)
+{
+    (void)arg;
+    while (!leaving) usleep(1000);
+    for (;;) {
+        jia_lock(1);
+        counted[0]++;
+        jia_unlock(1);
+    }
+    return NULL;
+}
+
+static void exit_under_a_worker(void)
+{
+    pthread_t t;
+    counted = (int *)jia_alloc(4096);
+    jia_barrier();
+    if (jiapid == 1) pthread_create(&t, NULL, keep_locking, NULL);
+    leaving = 1;
+    jia_exit();
+    if (jiapid == 1) pthread_join(t, NULL);
+}
+
 static void thread_exit(void)
 {
     pthread_t t;
@@ -261,6 +289,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "team_short")) team(2, 3);
     else if (!strcmp(what, "waitcv")) jia_waitcv(5); /* nobody sets it */
     else if (!strcmp(what, "thread_exit")) thread_exit();
+    else if (!strcmp(what, "exit_under_a_worker")) exit_under_a_worker();
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

@@ -504,6 +504,27 @@ fn a_broadcast_with_two_roots_is_named() {
     }
 }
 
+/// A thread of node 1 keeps taking a lock while its main thread calls jia_exit (then waits
+/// for it): the job ends with status 1 naming the call, made while the node leaves or after it
+/// left, or the worker's touch of shared memory after the node left, by when the worker ran
+/// (it ended with status 0 and a message, or after 10 s of silence: its lock requests went to
+/// nodes that had left).
+#[test]
+fn a_call_made_while_another_thread_leaves_the_job_is_named() {
+    for _ in 0..5 {
+        let out = dsmrun(2, "udp", &[], &["exit_under_a_worker"]);
+        assert_status(&out, 1);
+        let e = stderr(&out);
+        assert!(
+            e.contains("on one thread while another makes this node leave the job")
+                || e.contains("lock after jia_exit: this node has left the job")
+                || e.contains("was touched after this node left the job"),
+            "{}",
+            text(&out)
+        );
+    }
+}
+
 /// Misused calls are named as the program called them: `jia_free` of a stack address (taken
 /// as shared: only addresses below the region were refused), `jia_alloc_array` without block
 /// sizes (named `jia_alloc4`).
