@@ -1119,6 +1119,24 @@ fn a_late_answer_leaves_a_forwarded_copy_newer_than_its_request_as_it_is() {
     );
 }
 
+/// Two nodes without prefetch that allocated `pages` pages homed at node 1, node 0 with two
+/// threads; node 0 reads pages one-sided if `one_sided`.
+fn pair_homed_at_node_1(pages: u64, one_sided: bool) -> Vec<Node<VecMemory>> {
+    let mut nodes: Vec<Node<VecMemory>> = (0..2)
+        .map(|i| {
+            let mut cfg = CoreConfig::new(NodeId(i), 2);
+            cfg.prefetch.enabled = false;
+            cfg.remote_reads = one_sided;
+            let mut n = Node::new(cfg, VecMemory::new());
+            n.alloc(AllocPolicy::OnNode(NodeId(1)), pages * PAGE)
+                .unwrap();
+            n
+        })
+        .collect();
+    nodes[0].note_threads(2);
+    nodes
+}
+
 /// Page P (word W at 0) is homed at node 1, whose releases through W name P (its own atomic
 /// answers count P as written). Node 0's T0 acquire-loads W while T1's write fault on P is out:
 /// both go to node 1, the load first, so its answer, naming P, reaches node 0 before P's grant
@@ -1128,16 +1146,7 @@ fn a_late_answer_leaves_a_forwarded_copy_newer_than_its_request_as_it_is() {
 /// seed 73000280, once answers put their values in copies).
 #[test]
 fn a_grant_from_the_home_after_its_own_notice_of_the_page_is_not_stale() {
-    let mut nodes: Vec<Node<VecMemory>> = (0..2)
-        .map(|i| {
-            let mut cfg = CoreConfig::new(NodeId(i), 2);
-            cfg.prefetch.enabled = false;
-            let mut n = Node::new(cfg, VecMemory::new());
-            n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
-            n
-        })
-        .collect();
-    nodes[0].note_threads(2);
+    let mut nodes = pair_homed_at_node_1(1, false);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
     let mut fx = Vec::new();
@@ -1291,17 +1300,7 @@ fn a_load_that_sees_the_same_value_changed_names_its_page_again() {
 /// any later notice of the home's, and is kept.
 #[test]
 fn a_one_sided_read_made_stale_by_the_homes_notice_is_asked_again_as_a_message() {
-    let mut nodes: Vec<Node<VecMemory>> = (0..2)
-        .map(|i| {
-            let mut cfg = CoreConfig::new(NodeId(i), 2);
-            cfg.prefetch.enabled = false;
-            cfg.remote_reads = true;
-            let mut n = Node::new(cfg, VecMemory::new());
-            n.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
-            n
-        })
-        .collect();
-    nodes[0].note_threads(2);
+    let mut nodes = pair_homed_at_node_1(1, true);
     let (p, w) = (PageNum(0), GlobalAddr(0));
     let t = Time(0);
     let mut fx = Vec::new();
@@ -1367,15 +1366,7 @@ fn a_one_sided_read_made_stale_by_the_homes_notice_is_asked_again_as_a_message()
 /// (found by a review).
 #[test]
 fn a_write_at_the_home_that_leaves_the_word_as_it_was_does_not_name_its_page() {
-    let mut nodes: Vec<Node<VecMemory>> = (0..2)
-        .map(|i| {
-            let mut cfg = CoreConfig::new(NodeId(i), 2);
-            cfg.prefetch.enabled = false;
-            let mut n = Node::new(cfg, VecMemory::new());
-            n.alloc(AllocPolicy::OnNode(NodeId(1)), 2 * PAGE).unwrap();
-            n
-        })
-        .collect();
+    let mut nodes = pair_homed_at_node_1(2, false);
     let (p, w, y) = (PageNum(0), GlobalAddr(0), GlobalAddr(PAGE));
     let t = Time(0);
     let mut fx = Vec::new();
