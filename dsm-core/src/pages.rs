@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::diff;
-use crate::error::{ProtocolError, UsageError};
+use crate::error::{JobError, ProtocolError, UsageError};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
 use crate::node::Node;
@@ -407,11 +407,21 @@ impl<M: PageMemory> Node<M> {
         }
         // A page whose home moved away from here is asked for by a node that sent the request
         // before it knew (its request will be answered stale: the move came with a write notice).
-        if pages.iter().any(|p| {
+        // Any other page not homed here: the nodes' allocations home it differently. The job
+        // ends (dropping the request left the asker's fault waiting for ever).
+        if let Some(&page) = pages.iter().find(|p| {
             let e = &self.table[p.index()];
             e.home != me && !e.moved_away
         }) {
-            return Err(err("asks for a page not homed here"));
+            let error = JobError::HomeMismatch {
+                node: from,
+                page,
+                here: me,
+                home: self.table[page.index()].home,
+            };
+            self.broadcast_error(&error.to_string());
+            self.abort(error);
+            return Ok(());
         }
         // First serving of a page written untracked so far: from now on writes here must be
         // noticed. One page alone (a demand fault) is protected once its grant is on its way

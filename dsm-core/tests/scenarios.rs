@@ -951,10 +951,6 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
             epoch: 0,
             notices: vec![],
         }, // not in a barrier
-        Msg::GetPage {
-            access: Access::Read,
-            pages: vec![PageNum(0)],
-        }, // not homed at node 1
         Msg::Release {
             lock: LockId(1),
             epoch: 0,
@@ -969,6 +965,27 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
         );
     }
     assert!(n1.poll_transmit().is_none());
+    // A request for a page allocated here but homed elsewhere: the nodes' allocation calls
+    // differ, and the job ends saying so (dropped, the asker's fault waited for ever).
+    n1.handle_message(
+        t,
+        NodeId(0),
+        Msg::GetPage {
+            access: Access::Read,
+            pages: vec![PageNum(0)],
+        },
+    )
+    .unwrap();
+    let effects: Vec<_> = std::iter::from_fn(|| n1.poll_effect()).collect();
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            Effect::Abort {
+                error: JobError::HomeMismatch { .. }
+            }
+        )),
+        "{effects:?}"
+    );
     // At the home: a diff for a page past the region, a release of a lock nobody holds.
     assert!(
         n0.handle_message(

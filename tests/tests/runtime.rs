@@ -60,6 +60,32 @@ fn misuse_names_the_call_and_the_programs_line() {
     }
 }
 
+/// Nodes that home one allocation on different nodes (each names the other): node 1's fault
+/// asks node 0, which homes the page on node 1. The job ends naming the mismatch (node 0
+/// dropped the request as a protocol error, and node 1's fault waited for ever).
+#[test]
+fn an_allocation_homed_differently_by_two_nodes_is_named() {
+    for transport in ["udp", "tcp"] {
+        let start = std::time::Instant::now();
+        let out = dsmrun(
+            2,
+            &["--transport", transport],
+            "probe",
+            &["alloc-other-home"],
+        );
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{transport}:\n{t}");
+        assert!(
+            t.contains("node 1 asked node 0 for page 0 as its home, but node 0's allocations home it on node 1"),
+            "{transport}:\n{t}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{transport}: too slow"
+        );
+    }
+}
+
 /// A node that ends with status 0 without leaving the job is the failing node, named at once,
 /// over UDP and TCP, not a survivor blamed after the peer timeout.
 #[test]

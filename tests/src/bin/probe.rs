@@ -505,6 +505,18 @@ fn main() {
             }
             dsm.barrier();
         }
+        "alloc-other-home" => {
+            // Each node homes the page on the other: node 1's write asks node 0, which homes it
+            // on node 1 (the allocation calls differ).
+            let me = dsm.id();
+            let a: SharedArray<u64> = dsm
+                .alloc(WORDS, AllocPolicy::OnNode(NodeId((1 - me) as u16)))
+                .unwrap();
+            if me == 1 {
+                a.set(0, 1);
+            }
+            dsm.barrier();
+        }
         "exit-without-leaving" => {
             dsm.barrier();
             if dsm.id() == 2 {
