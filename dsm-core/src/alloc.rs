@@ -43,7 +43,7 @@ pub enum AllocError {
          region: raise region_gib (in .jiaconf, --set region_gib=N or DSM_REGION_GIB)"
     )]
     OutOfSpace {
-        /// Bytes asked (rounded to pages).
+        /// Bytes asked.
         asked_bytes: u64,
         /// Bytes left.
         left_bytes: u64,

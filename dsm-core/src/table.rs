@@ -285,7 +285,8 @@ impl PageTable {
         let left = region_pages.saturating_sub(used);
         if count > left {
             return Err(AllocError::OutOfSpace {
-                asked_bytes: count * PAGE_SIZE as u64,
+                // As asked: rounded up to pages, the largest sizes wrap.
+                asked_bytes: size_bytes,
                 left_bytes: left * PAGE_SIZE as u64,
             }
             .into());
@@ -435,6 +436,15 @@ mod tests {
         assert!(
             a.alloc(policy, 97 * PAGE_SIZE as u64, 100, NodeId(1), 2)
                 .is_err()
+        );
+        // Rounded up to pages, the largest sizes wrapped: "allocation of 0 bytes".
+        let e = a
+            .alloc(AllocPolicy::RoundRobin, u64::MAX, 100, NodeId(1), 2)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("allocation of {} bytes exceeds", u64::MAX)),
+            "{e}"
         );
     }
 

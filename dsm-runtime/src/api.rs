@@ -696,15 +696,21 @@ macro_rules! shared_atomic {
                     .atomic_at(self.addr, $width, op, atomic_order(order)) as $t
             }
 
-            /// Loads the value.
+            /// Loads the value. Panics on `Release` or `AcqRel`, as std's `load` does.
             #[track_caller]
             pub fn load(&self, order: Ordering) -> $t {
+                if matches!(order, Ordering::Release | Ordering::AcqRel) {
+                    panic!("there is no such thing as a release load (ordering {order:?})");
+                }
                 self.op(AtomicOp::Load, order)
             }
 
-            /// Stores `v`.
+            /// Stores `v`. Panics on `Acquire` or `AcqRel`, as std's `store` does.
             #[track_caller]
             pub fn store(&self, v: $t, order: Ordering) {
+                if matches!(order, Ordering::Acquire | Ordering::AcqRel) {
+                    panic!("there is no such thing as an acquire store (ordering {order:?})");
+                }
                 self.op(AtomicOp::Store(u64::from(v)), order);
             }
 
@@ -715,7 +721,8 @@ macro_rules! shared_atomic {
             }
 
             /// Stores `new` if the value is `current`: `Ok(current)`, else `Err(value)`. The
-            /// operation has `success`'s ordering and `failure`'s acquire if it has one.
+            /// operation has `success`'s ordering and `failure`'s acquire if it has one. Panics
+            /// on a `Release` or `AcqRel` failure ordering, as std's does.
             #[track_caller]
             pub fn compare_exchange(
                 &self,
@@ -724,6 +731,12 @@ macro_rules! shared_atomic {
                 success: Ordering,
                 failure: Ordering,
             ) -> Result<$t, $t> {
+                if matches!(failure, Ordering::Release | Ordering::AcqRel) {
+                    panic!(
+                        "there is no such thing as a release failure ordering (ordering \
+                         {failure:?})"
+                    );
+                }
                 let mut order = atomic_order(success);
                 order.acquire |= atomic_order(failure).acquire;
                 let op = AtomicOp::CompareExchange {

@@ -60,6 +60,19 @@ fn misuse_names_the_call_and_the_programs_line() {
     }
 }
 
+/// An atomic load with release ordering panics naming the line, as std's does (it was taken as
+/// a plain load); the job ends with the panic's status.
+#[test]
+fn an_atomic_ordering_std_refuses_is_refused() {
+    let out = dsmrun(2, &[], "probe", &["release-load"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(101), "{t}");
+    assert!(
+        t.contains("there is no such thing as a release load") && t.contains("probe.rs:"),
+        "{t}"
+    );
+}
+
 /// Nodes that home one allocation on different nodes (each names the other): node 1's fault
 /// asks node 0, which homes the page on node 1. The job ends naming the mismatch (node 0
 /// dropped the request as a protocol error, and node 1's fault waited for ever).

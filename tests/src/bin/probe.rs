@@ -505,6 +505,11 @@ fn main() {
             }
             dsm.barrier();
         }
+        "release-load" => {
+            // Refused as std refuses it (it was taken as a plain load).
+            let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
+            dsm.atomic_u64(a, 0).load(Ordering::Release);
+        }
         "alloc-other-home" => {
             // Each node homes the page on the other: node 1's write asks node 0, which homes it
             // on node 1 (the allocation calls differ).
