@@ -359,10 +359,13 @@ impl PageMemory for Region {
                 (Some(libc::ENOMEM), Some(max)) => format!(
                     ": each run of pages with a protection of its own is a mapping of the \
                      kernel's, and this node holds scattered pages past its limit of {max} \
-                     (vm.max_map_count). Raise it (as root: sysctl -w vm.max_map_count={}), or \
-                     bound the pages a node holds: --set cache_pages={} (see docs/running-jobs.md)",
-                    (max * 4).max(262_144),
+                     (vm.max_map_count): pages it caches (a column walk of a matrix homed \
+                     elsewhere; bound them: --set cache_pages={}), or pages homed here in small \
+                     blocks (a Cyclic or RoundRobin allocation of a page or a few a block: \
+                     larger blocks keep them in fewer mappings). Raising the limit helps both \
+                     (as root: sysctl -w vm.max_map_count={}); see docs/running-jobs.md",
                     (max / 2).saturating_sub(1024).max(MIN_CACHE_HINT),
+                    (max * 4).max(262_144),
                 ),
                 _ => String::new(),
             };
