@@ -50,6 +50,7 @@ fn name_panics_by_node() {
         });
         let line = format!("dsm node {}: panicked{at}: {msg}\n", door::end::rank());
         sys::write_stderr(line.as_bytes());
+        progress::note_panic(&at, msg);
         if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
             standard(info);
         }

@@ -168,6 +168,15 @@ fn spell_waits(waits: &[(String, i32)]) -> String {
     parts.join(", ")
 }
 
+/// The first panic of a thread of this node (where, and its message), if one panicked: its
+/// siblings may wait for it for ever, and what they wait for says so.
+static PANICKED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// A thread of the program panicked (`at`: ` at FILE:LINE:COL` or nothing; `msg`: its message).
+pub(crate) fn note_panic(at: &str, msg: &str) {
+    let _ = PANICKED.set(format!("after a thread of it panicked{at}: {msg}"));
+}
+
 /// What a thread of the program that waits for another thread of its process is said to wait
 /// for.
 const WAITS_FOR_A_THREAD: &str =
@@ -226,7 +235,7 @@ pub(crate) fn node_waits() -> Option<String> {
         if what.is_empty() || !undecided.is_empty() || open_round().is_some() {
             return None;
         }
-        return Some(spell_waits(&what));
+        return Some(with_panic(spell_waits(&what)));
     };
     let runtime = door::threads::runtime_threads();
     let mut look = sys::process::ThreadLook::default();
@@ -239,7 +248,15 @@ pub(crate) fn node_waits() -> Option<String> {
         }
         what.push((WAITS_FOR_A_THREAD.to_owned(), tid));
     }
-    (!what.is_empty()).then(|| spell_waits(&what))
+    (!what.is_empty()).then(|| with_panic(spell_waits(&what)))
+}
+
+/// `waits`, and the panic of a thread of the node if there was one.
+fn with_panic(waits: String) -> String {
+    match PANICKED.get() {
+        Some(p) => format!("{waits}, {p}"),
+        None => waits,
+    }
 }
 
 #[cfg(test)]

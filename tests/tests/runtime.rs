@@ -60,6 +60,23 @@ fn misuse_names_the_call_and_the_programs_line() {
     }
 }
 
+/// A thread of node 0 panics while its sibling waits for it in a barrier of threads: the job
+/// cannot go on, and the verdict names the panic beside the waits (it named the waits alone,
+/// and the panic's line could be far up the output).
+#[test]
+fn a_panic_that_leaves_its_siblings_waiting_is_named_in_the_verdict() {
+    let out = dsmrun(2, &[], "probe", &["panic-in-team"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("the job cannot go on")
+            && t.contains(", after a thread of it panicked at ")
+            && t.contains("probe.rs:")
+            && t.contains(": planted panic"),
+        "{t}"
+    );
+}
+
 /// An atomic load with release ordering panics naming the line, as std's does (it was taken as
 /// a plain load); the job ends with the panic's status.
 #[test]

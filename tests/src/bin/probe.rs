@@ -505,6 +505,17 @@ fn main() {
             }
             dsm.barrier();
         }
+        "panic-in-team" => {
+            // Node 0: one of two threads of a barrier of threads panics; the other waits for it
+            // for ever, and the main thread for them. Node 1 waits in the job's barrier.
+            if dsm.id() == 0 {
+                std::thread::scope(|s| {
+                    s.spawn(|| dsm.barrier_threads(2));
+                    s.spawn(|| panic!("planted panic"));
+                });
+            }
+            dsm.barrier();
+        }
         "release-load" => {
             // Refused as std refuses it (it was taken as a plain load).
             let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
