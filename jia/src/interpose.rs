@@ -254,8 +254,9 @@ unsafe extern "C" fn fwrite_at(
 /// `fread`/`fwrite` of `n` items of `size` bytes at `ptr` on stream `f` with `call(offset,
 /// bytes)`, in pieces as [`in_pieces`]: the stream moves the same bytes, and the count is of
 /// whole items moved. A piece whose pages were taken away before the kernel reached them (the
-/// stream's error is EFAULT) is made ready and moved again, a few times, the error cleared. A
-/// buffer outside shared memory goes in one call, as the caller made it.
+/// stream's error is EFAULT) is made ready and moved again, a few times, the error cleared; a
+/// buffer the cache holds is one such piece. A buffer outside shared memory goes in one call, as
+/// the caller made it.
 fn stdio_in_pieces(
     ptr: *const c_void,
     (size, n): (usize, usize),
@@ -266,14 +267,16 @@ fn stdio_in_pieces(
     let Some(len) = size.checked_mul(n).filter(|&l| l > 0) else {
         return call(0, 0);
     };
-    let piece = dsm_runtime::io_piece_bytes();
-    if piece == 0 || len <= piece || !dsm_runtime::in_shared_region(ptr.cast(), len) {
-        // SAFETY: the buffer is the kernel's (through the C library) for the call: the
-        // program's threads do not write it meanwhile; only its part in shared memory is
-        // touched.
-        unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) };
+    if !dsm_runtime::in_shared_region(ptr.cast(), len) {
         return call(0, len) / size;
     }
+    // A buffer the cache holds goes as one piece, retried as the others (its pages can be
+    // taken away too: a home page written-protected to serve a reader's fault between its
+    // preparation and the kernel's copy made fread come back short).
+    let piece = match dsm_runtime::io_piece_bytes() {
+        0 => len,
+        p => p,
+    };
     let mut done = 0usize;
     let mut retries = 0;
     while done < len {
