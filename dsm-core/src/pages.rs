@@ -1148,8 +1148,8 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Drops our copies of these pages (dirty ones send their diff first), not on a write
-    /// notice's word: a request out for one of them is answered stale.
+    /// Drops our copies of these pages (dirty ones send their diff first) for a reason other
+    /// than a grant's write notices: a request out for one of them is answered stale.
     pub(crate) fn invalidate(&mut self, now: Time, pages: impl IntoIterator<Item = PageNum>) {
         self.invalidate_notified(now, None, pages);
     }

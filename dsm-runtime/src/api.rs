@@ -848,19 +848,19 @@ impl Dsm {
                 c.name()
             ));
         }
-        // A call that asks other nodes for something (a receive waits for letters already
-        // on their way, an error ends the job as it would have).
-        let asks_peers = !matches!(
-            c,
-            Call::Receive(_)
-                | Call::Error(_)
-                | Call::Stats
-                | Call::StartStats
-                | Call::StopStats
-                | Call::HomeMigration(_)
-        );
-        if asks_peers
-            && self.exited.load(Ordering::SeqCst)
+        // A call that asks other nodes for something, on another thread than the one leaving
+        // (a receive waits for letters already on their way, an error ends the job as it
+        // would have).
+        if self.exited.load(Ordering::SeqCst)
+            && !matches!(
+                c,
+                Call::Receive(_)
+                    | Call::Error(_)
+                    | Call::Stats
+                    | Call::StartStats
+                    | Call::StopStats
+                    | Call::HomeMigration(_)
+            )
             && self.leaving_thread.load(Ordering::SeqCst) != sys::gettid()
         {
             // Its messages could reach nodes that have left. The thread waits for the end the

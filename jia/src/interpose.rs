@@ -50,10 +50,10 @@ fn on_shared(
 /// right before its call (a buffer larger than the cache lost its first pages to its last ones
 /// before the kernel reached them: the call came back short). `go_on()`, asked only for a
 /// buffer moved in pieces: after a piece moved, whole or short, the rest is moved too (a file,
-/// or a write; until nothing moves); otherwise the count so far is returned (a short read, which a read of a pipe or a
-/// socket may give anyway: one that waited for more could wait forever). Returns the bytes
-/// moved, or the first piece's failure. Async-signal-safe for buffers outside shared memory
-/// (one call, as the C library's).
+/// or a write; until nothing moves); otherwise the count so far is returned (a short read,
+/// which a read of a pipe or a socket may give anyway: one that waited for more could wait
+/// forever). Returns the bytes moved, or the first piece's failure. Async-signal-safe for
+/// buffers outside shared memory (one call, as the C library's).
 fn in_pieces(
     ptr: *const c_void,
     len: usize,

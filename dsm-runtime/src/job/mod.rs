@@ -17,7 +17,7 @@ pub mod cluster;
 pub mod launcher;
 pub mod node;
 pub mod rendezvous;
-mod watch;
+pub(crate) mod watch;
 pub(crate) mod wire;
 
 pub use launcher::{JobFailure, JobSpec};

@@ -46,8 +46,8 @@ const REPORT_FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// How long every node must wait, with nothing in flight and nothing received anywhere, before
 /// the job is declared unable to go on (a few retransmission timeouts: a reply that was lost is
-/// in flight, counted, until it arrives).
-const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
+/// in flight, counted, until it arrives). A one-node job judges itself by it too.
+pub(crate) const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
 
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
 const KEPT_LINES: usize = 64;

@@ -7,12 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::{RANK0_GRACE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
+use crate::job::watch::NO_PROGRESS_FOR;
 use crate::job::wire::Line;
 use crate::sys;
-
-/// How long a one-node job's threads must all wait the same way before it is ended as one that
-/// cannot go on: the launcher's rule for larger jobs (`job::watch::NO_PROGRESS_FOR`).
-const ALONE_STUCK_FOR: Duration = Duration::from_secs(3);
 
 impl Service {
     /// Reads the control channel: `DSM1 LOST <node> <how>` ends this node naming the lost one,
@@ -189,7 +186,7 @@ impl Service {
     ///
     /// A one-node job has no launcher watching it (none is needed to meet nobody): the node is
     /// its own judge, with the launcher's rule. Every thread waiting for another the same way
-    /// for [`ALONE_STUCK_FOR`] ends it, naming the waits.
+    /// for [`NO_PROGRESS_FOR`] ends it, naming the waits.
     pub(super) fn report_progress(&mut self) {
         if self.progress_reported.elapsed() < Duration::from_millis(250) {
             return;
@@ -248,7 +245,7 @@ impl Service {
         };
         match &self.alone_waiting {
             Some((same, since)) if *same == what => {
-                if since.elapsed() >= ALONE_STUCK_FOR {
+                if since.elapsed() >= NO_PROGRESS_FOR {
                     fatal(&format!(
                         "the job cannot go on: every thread of this one-node job waits for \
                          another and nothing can wake it: node 0 waits in {what}"
