@@ -336,13 +336,15 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     SLOTS.set_wait_spin_us(config.tuning.wait_spin_us);
     let t0 = Instant::now();
     let len = (config.region_gib << 30) as usize;
-    let region = Region::map(config.global_start_addr as usize, len).map_err(|source| {
-        InitError::Region {
+    let (region, backing) = Region::map(config.global_start_addr as usize, len, config.huge_pages)
+        .map_err(|source| InitError::Region {
             addr: config.global_start_addr,
             len_gib: config.region_gib,
             source,
-        }
-    })?;
+        })?;
+    if let crate::region::Backing::Memfd(Some(why)) = &backing {
+        log::debug!("shared memory in 4 KiB pages: {why}");
+    }
     let base = region.app_base;
     let race_region = region.for_race_checker();
     fault::install(base, len).map_err(|source| InitError::Os {

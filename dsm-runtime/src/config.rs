@@ -108,6 +108,10 @@ pub struct Config {
     pub cache_pages: usize,
     /// `region_gib`.
     pub region_gib: u64,
+    /// `huge_pages`: `auto` backs whole 2 MiB stretches of read-ahead windows with huge pages,
+    /// in a tmpfs of the node's own where the system allows one (`region::Backing`); `off`: a
+    /// memfd, 4 KiB pages only.
+    pub huge_pages: bool,
     /// `peer_timeout_ms`.
     pub peer_timeout_ms: u64,
     /// `base_port` (0: any).
@@ -194,6 +198,7 @@ impl Default for Config {
             forward_within_us: 5000,
             cache_pages: 0,
             region_gib: 64,
+            huge_pages: true,
             peer_timeout_ms: 10_000,
             base_port: 0,
             rdma_device: None,
@@ -279,6 +284,11 @@ pub const KEYS: &[(&str, &str)] = &[
          it faults on the next)",
     ),
     ("region_gib", "1 to 16384"),
+    (
+        "huge_pages",
+        "auto (read-ahead windows land in huge pages where the system lets a node mount a tmpfs \
+         of its own) or off",
+    ),
     ("peer_timeout_ms", "100 to 3600000"),
     ("base_port", "0 (any free port) or 1024 to 65000"),
     (
@@ -502,6 +512,13 @@ impl Config {
             "cache_pages" if value == "auto" => self.cache_pages = 0,
             "cache_pages" => self.cache_pages = range(MIN_CACHE_PAGES as u64, 1 << 24)? as usize,
             "region_gib" => self.region_gib = range(1, 16384)?,
+            "huge_pages" => {
+                self.huge_pages = match value {
+                    "auto" => true,
+                    "off" => false,
+                    _ => return Err(bad()),
+                }
+            }
             "peer_timeout_ms" => self.peer_timeout_ms = range(100, 3_600_000)?,
             "base_port" => {
                 let p = parse_num(value).ok_or_else(bad)?;
@@ -627,6 +644,10 @@ impl Config {
                 n => format!("cache_pages={n}"),
             },
             format!("region_gib={}", self.region_gib),
+            format!(
+                "huge_pages={}",
+                if self.huge_pages { "auto" } else { "off" }
+            ),
             format!("peer_timeout_ms={}", self.peer_timeout_ms),
             format!("base_port={}", self.base_port),
             format!(

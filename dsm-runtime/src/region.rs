@@ -7,16 +7,26 @@
 //! application's view early. Both views share the same physical pages, so no copy is made between
 //! them.
 //!
+//! Where the system lets the runtime mount a tmpfs of its own ([`sys::hugefile`]), the file is
+//! one of those, mounted `huge=advise`, and a third view of it, marked for huge pages, backs each
+//! empty 2 MiB stretch a read-ahead window covers whole with one huge page before the window's
+//! runs land ([`Region::prepare`]): writing 512 pages into one huge page costs a fraction of
+//! allocating 512 pages one by one (`docs/perf/2026-11-29-huge-pages.md`). Everything else (a
+//! page fetched alone, a diff, a home's own pages) gets 4 KiB pages, as in a memfd: a node that
+//! caches scattered pages holds no more memory than they need.
+//!
 //! A page fetched for the first time is also mapped in the application's view before it opens,
 //! still without access (see [`Region::prepare`]): otherwise the access that resumes after the
 //! fault takes a second, kernel page fault to map it, about 1 us of a 9.4 us minimal remote
 //! fault here.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use dsm_core::{AtomicOp, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 
@@ -38,6 +48,46 @@ pub(crate) struct Region {
     /// Reads through `mem` map pages (cleared at the first failure: a kernel that refuses
     /// forced access to inaccessible memory, `proc_mem.force_override=never`).
     premap: AtomicBool,
+    /// The view that backs whole stretches with huge pages (`None`: the file is a memfd).
+    huge_view: Option<*mut u8>,
+    /// Stretches backed through `huge_view`, and of them those that took longer than
+    /// [`SLOW_STRETCH`] (for the statistics).
+    huge_backed: AtomicU64,
+    huge_slow: AtomicU64,
+    /// Cleared at the first failure of a backing.
+    huge_on: AtomicBool,
+    /// Slow stretches in a row, and stretches still to leave to 4 KiB pages after two.
+    /// `slow_after`: [`SLOW_STRETCH`] (tests change it).
+    slow_after: Cell<Duration>,
+    slow_in_a_row: Cell<u32>,
+    small_for: Cell<u32>,
+}
+
+/// The pages of one huge page (2 MiB on x86-64 and most arm64 kernels).
+pub(crate) const HUGE_PAGES: usize = 512;
+
+/// The smallest request whose stretches are backed with huge pages: a read-ahead window of a
+/// stream (windows double from `prefetch_pages` up to 1,024 pages).
+const STREAM_PAGES: usize = 256;
+
+/// A stretch whose huge page took longer than this to back cost more than 4 KiB pages would
+/// have (about 1 us a page with `pwrite`, against 0.15 us a page for a huge page the kernel has
+/// at hand). On this development VM a huge page the guest had handed back to its host takes
+/// 1.5-3 ms (`docs/perf/2026-11-29-huge-pages.md`).
+const SLOW_STRETCH: Duration = Duration::from_micros(400);
+
+/// After two slow stretches in a row, this many stretches (256 MiB) are left to 4 KiB pages
+/// before huge pages are tried again: memory freed meanwhile (a stream's evictions) comes back
+/// cheap.
+const SMALL_AFTER_SLOW: u32 = 128;
+
+/// How the region's memory is backed, as `--stats` and the logs name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// A file of the node's own tmpfs: whole stretches of read-ahead windows get huge pages.
+    HugeCapable,
+    /// A memfd, asked for (`huge_pages = off`) or because the tmpfs could not be made (why).
+    Memfd(Option<String>),
 }
 
 /// The application view's first address, and one byte per page of the region: 1 where the page
@@ -98,11 +148,31 @@ impl Region {
         unsafe { dsm_races::Region::new(self.app_base, self.len) }
     }
 
-    /// Reserves `len` bytes at `app_base` (application view, no access) and a service view.
-    pub fn map(app_base: usize, len: usize) -> std::io::Result<Region> {
-        let fd = sys::memfd("dsm-shared", len as u64)?;
+    /// Reserves `len` bytes at `app_base` (application view, no access) and a service view;
+    /// with `huge`, in a file that can take huge pages where the system allows one, with the
+    /// view that backs stretches with them.
+    pub fn map(app_base: usize, len: usize, huge: bool) -> std::io::Result<(Region, Backing)> {
+        let (fd, backing) = if huge {
+            match sys::hugefile::huge_capable_file(len as u64) {
+                Ok(fd) => (fd, Backing::HugeCapable),
+                Err(e) => (
+                    sys::memfd("dsm-shared", len as u64)?,
+                    Backing::Memfd(Some(format!("no tmpfs of its own ({e})"))),
+                ),
+            }
+        } else {
+            (sys::memfd("dsm-shared", len as u64)?, Backing::Memfd(None))
+        };
         let app = sys::map_shared(&fd, len, Some(app_base), Protection::None)?;
         let service_base = sys::map_shared(&fd, len, None, Protection::ReadWrite)?;
+        let huge_view = match backing {
+            Backing::HugeCapable => {
+                let view = sys::map_shared_aligned(&fd, len, HUGE_PAGES * PAGE_SIZE)?;
+                sys::advise_huge(view, len)?;
+                Some(view)
+            }
+            Backing::Memfd(_) => None,
+        };
         // One state byte per page for the home-write fast path (zeroed, lazily backed).
         let pages = len / PAGE_SIZE;
         crate::door::fastpath::init(sys::atomic_bytes(pages)?);
@@ -117,7 +187,7 @@ impl Region {
         let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
             .ok()
             .and_then(|s| s.trim().parse().ok());
-        Ok(Region {
+        let region = Region {
             app_base: app as usize,
             len,
             service_base,
@@ -125,7 +195,76 @@ impl Region {
             max_map_count,
             premap: AtomicBool::new(mem.is_some()),
             mem,
-        })
+            huge_on: AtomicBool::new(huge_view.is_some()),
+            huge_view,
+            huge_backed: AtomicU64::new(0),
+            huge_slow: AtomicU64::new(0),
+            slow_after: Cell::new(SLOW_STRETCH),
+            slow_in_a_row: Cell::new(0),
+            small_for: Cell::new(0),
+        };
+        Ok((region, backing))
+    }
+
+    /// The 2 MiB stretches backed with huge pages so far, and of them the slow ones.
+    pub fn huge_backed(&self) -> (u64, u64) {
+        (
+            self.huge_backed.load(Ordering::Relaxed),
+            self.huge_slow.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Backs each empty 2 MiB stretch that a read-ahead window of `count` pages from `first`
+    /// reaches into with one huge page (zeroed: the runs that fill it are written into it).
+    /// A window of a stream rarely starts on a stretch's boundary: the stretch it ends in is
+    /// filled by the next window, and the one it starts in was backed by the window before. A
+    /// stretch that holds a page already is left to 4 KiB pages (the kernel would not make it
+    /// one huge page), and so is every stretch of a smaller request: pages fetched alone or a
+    /// few at a time take no more memory than they need. At most the stretch a stream ends in
+    /// holds pages it never fetched (zeros, freed with the region).
+    ///
+    /// Where huge pages come slow (a host that takes back the memory its guest frees), two slow
+    /// stretches in a row leave the next [`SMALL_AFTER_SLOW`] to 4 KiB pages.
+    fn back_stretches(&self, first: PageNum, count: usize) {
+        let Some(view) = self.huge_view else { return };
+        if count < STREAM_PAGES || !self.huge_on.load(Ordering::Relaxed) {
+            return;
+        }
+        let start = first.index() / HUGE_PAGES * HUGE_PAGES;
+        let end = (first.index() + count)
+            .next_multiple_of(HUGE_PAGES)
+            .min(self.len / PAGE_SIZE / HUGE_PAGES * HUGE_PAGES);
+        let bytes = HUGE_PAGES * PAGE_SIZE;
+        for stretch in (start..end).step_by(HUGE_PAGES) {
+            let off = stretch * PAGE_SIZE;
+            if sys::file_holds_data(&self.fd, off as u64, bytes as u64) {
+                continue;
+            }
+            if self.small_for.get() > 0 {
+                self.small_for.set(self.small_for.get() - 1);
+                continue;
+            }
+            let t0 = Instant::now();
+            // In bounds: `prepare` checked the pages are in the region.
+            if let Err(e) = sys::back_file_range(view.wrapping_add(off), bytes) {
+                log::debug!(
+                    "backing a stretch with a huge page failed ({e}): 4 KiB pages from now"
+                );
+                self.huge_on.store(false, Ordering::Relaxed);
+                return;
+            }
+            self.huge_backed.fetch_add(1, Ordering::Relaxed);
+            if t0.elapsed() >= self.slow_after.get() {
+                self.huge_slow.fetch_add(1, Ordering::Relaxed);
+                self.slow_in_a_row.set(self.slow_in_a_row.get() + 1);
+                if self.slow_in_a_row.get() >= 2 {
+                    self.slow_in_a_row.set(0);
+                    self.small_for.set(SMALL_AFTER_SLOW);
+                }
+            } else {
+                self.slow_in_a_row.set(0);
+            }
+        }
     }
 
     /// The service view's address of region byte `off` (for registering home pages with an
@@ -154,6 +293,8 @@ impl Region {
         if first.index() + count > self.len / PAGE_SIZE {
             return;
         }
+        // Before the first page is mapped: mapping it backs it, and its stretch with it.
+        self.back_stretches(first, count);
         self.map_closed(first, 1);
         if crate::trace::on() {
             for page in first.index()..first.index() + count {
@@ -431,7 +572,8 @@ mod tests {
     #[test]
     fn prepared_pages_are_mapped_in_the_application_view_and_stay_closed() {
         let pages = 64;
-        let mut region = Region::map(0x6100_0000_0000, pages * PAGE_SIZE).expect("region");
+        let (mut region, _) =
+            Region::map(0x6100_0000_0000, pages * PAGE_SIZE, false).expect("region");
         let base = region.app_base;
         let app = |p: usize| base + p * PAGE_SIZE;
         // 3..23 crosses a fault-around boundary (16). Prepared while the request travels: the
@@ -471,5 +613,99 @@ mod tests {
         let got = unsafe { std::ptr::read_volatile((app(5) + 9) as *const u8) };
         assert_eq!(got, 43);
         assert_eq!(permissions(app(5), app(6)), ["r--s"]);
+    }
+
+    /// The kernel's count of file huge pages it allocated, or failed to and fell back from.
+    fn file_huge_page_attempts() -> u64 {
+        std::fs::read_to_string("/proc/vmstat")
+            .expect("vmstat")
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(k, _)| *k == "thp_file_alloc" || *k == "thp_file_fallback")
+            .map(|(_, v)| v.parse::<u64>().expect("a count"))
+            .sum()
+    }
+
+    #[test]
+    fn a_streams_window_lands_in_huge_pages_and_a_page_alone_does_not() {
+        let stretch = HUGE_PAGES * PAGE_SIZE;
+        let (mut region, backing) =
+            Region::map(0x6200_0000_0000, 8 * stretch, true).expect("region");
+        if let Backing::Memfd(why) = backing {
+            eprintln!("skipped: no huge-capable file here ({why:?})");
+            return;
+        }
+        // However long the kernel takes here: this test is not about slow huge pages.
+        region.slow_after.set(Duration::MAX);
+        let before = file_huge_page_attempts();
+        // A page alone, and a request smaller than a stream's window: 4 KiB pages.
+        region.prepare(PageNum(3 * HUGE_PAGES as u32 + 7), 1);
+        region.write_run(PageNum(3 * HUGE_PAGES as u32 + 7), &[9u8; PAGE_SIZE]);
+        region.prepare(PageNum(5 * HUGE_PAGES as u32), STREAM_PAGES - 1);
+        assert_eq!(region.huge_backed().0, 0, "a small request was backed huge");
+        // A window from page 1 over 1,100 pages reaches into stretches 0, 1 and 2.
+        region.prepare(PageNum(1), 1100);
+        assert_eq!(
+            region.huge_backed().0,
+            3,
+            "the stretches the window reaches into"
+        );
+        assert!(
+            file_huge_page_attempts() > before,
+            "the kernel was never asked for a huge page of the file"
+        );
+        let bytes: Vec<u8> = (0..1100 * PAGE_SIZE)
+            .map(|i| (i / PAGE_SIZE) as u8)
+            .collect();
+        region.write_run(PageNum(1), &bytes);
+        // A stretch holding a page already (the one landed alone) is left to 4 KiB pages.
+        region.prepare(PageNum(3 * HUGE_PAGES as u32), HUGE_PAGES);
+        assert_eq!(
+            region.huge_backed().0,
+            3,
+            "a stretch holding a page was backed"
+        );
+        // The bytes open as landed, a page punched out of a huge page reads back zeros, and
+        // its neighbours keep theirs.
+        region.discard(PageNum(600), 1);
+        region.protect(PageNum(0), 1200, Prot::Read);
+        let at = |page: usize, byte: usize| {
+            // SAFETY: pages 0..1200 of the application view were just opened for reading.
+            unsafe {
+                std::ptr::read_volatile((region.app_base + page * PAGE_SIZE + byte) as *const u8)
+            }
+        };
+        assert_eq!(at(0, 5), 0, "page 0 was never landed: zeros");
+        assert_eq!(at(1, 100), 0);
+        assert_eq!(at(513, 4095), (512 % 256) as u8);
+        assert_eq!(at(599, 0), (598 % 256) as u8);
+        assert_eq!(at(600, 17), 0, "the discarded page");
+        assert_eq!(at(601, 17), (600 % 256) as u8);
+        assert_eq!(at(1100, 1), (1099 % 256) as u8);
+        assert_eq!(at(1101, 1), 0, "past the window: zeros");
+    }
+
+    #[test]
+    fn two_slow_huge_pages_in_a_row_leave_the_next_stretches_to_small_pages() {
+        let stretch = HUGE_PAGES * PAGE_SIZE;
+        let (region, backing) = Region::map(0x6300_0000_0000, 8 * stretch, true).expect("region");
+        if let Backing::Memfd(why) = backing {
+            eprintln!("skipped: no huge-capable file here ({why:?})");
+            return;
+        }
+        // Every huge page is slow.
+        region.slow_after.set(Duration::ZERO);
+        region.prepare(PageNum(0), 4 * HUGE_PAGES);
+        assert_eq!(region.huge_backed(), (2, 2), "two slow ones, then none");
+        assert_eq!(region.small_for.get(), SMALL_AFTER_SLOW - 2);
+        // Fast again: still small pages until the count runs out.
+        region.slow_after.set(Duration::MAX);
+        region.small_for.set(1);
+        region.prepare(PageNum(4 * HUGE_PAGES as u32), 2 * HUGE_PAGES);
+        assert_eq!(
+            region.huge_backed(),
+            (3, 2),
+            "one left small, the next backed"
+        );
     }
 }

@@ -29,13 +29,17 @@ pub struct RuntimeStats {
     /// Of them, sleeps in the realtime class (`service_priority`): 0 where the class is refused
     /// or not asked for.
     pub service_sleeps_realtime: u64,
+    /// 2 MiB stretches of read-ahead windows backed with one huge page each (`huge_pages`).
+    pub huge_stretches: u64,
+    /// Of them, those whose huge page was slow to come (`region::SLOW_STRETCH`).
+    pub huge_stretches_slow: u64,
     /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
     pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 10] = [
         "retransmissions",
         "rejected_frames",
         "faults_driven",
@@ -44,10 +48,12 @@ impl RuntimeStats {
         "thread_barrier_waits",
         "service_sleeps",
         "service_sleeps_realtime",
+        "huge_stretches",
+        "huge_stretches_slow",
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
-    pub fn named(&self) -> [u64; 8] {
+    pub fn named(&self) -> [u64; 10] {
         [
             self.retransmissions,
             self.rejected_frames,
@@ -57,6 +63,8 @@ impl RuntimeStats {
             self.thread_barrier_waits,
             self.service_sleeps,
             self.service_sleeps_realtime,
+            self.huge_stretches,
+            self.huge_stretches_slow,
         ]
     }
 
@@ -81,6 +89,8 @@ impl RuntimeStats {
             thread_barrier_waits: at(5),
             service_sleeps: at(6),
             service_sleeps_realtime: at(7),
+            huge_stretches: at(8),
+            huge_stretches_slow: at(9),
             transport: transport_names
                 .iter()
                 .enumerate()
@@ -214,6 +224,12 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
          (service_priority)",
     ),
     (
+        "huge_stretches*",
+        &["huge_stretches", "huge_stretches_slow"],
+        "2 MiB stretches of read-ahead windows backed with a huge page (huge_pages); of them, \
+         slow to come (two in a row leave the next 128 to 4 KiB pages)",
+    ),
+    (
         "msgs/bytes sent/received",
         &["msgs *", "bytes *"],
         "messages and their bytes (whole frames) per message kind, and in all",
@@ -242,7 +258,7 @@ pub fn render(nodes: &[NodeStats], transport: &str) -> String {
     for (i, name) in Stats::SCALAR_NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), scalars.iter().map(|s| s[i]).collect()));
     }
-    let runtime: Vec<[u64; 8]> = nodes.iter().map(|n| n.runtime.named()).collect();
+    let runtime: Vec<[u64; 10]> = nodes.iter().map(|n| n.runtime.named()).collect();
     for (i, name) in RuntimeStats::NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), runtime.iter().map(|s| s[i]).collect()));
     }
@@ -544,6 +560,8 @@ mod tests {
             thread_barrier_waits: 7,
             service_sleeps: 9,
             service_sleeps_realtime: 8,
+            huge_stretches: 10,
+            huge_stretches_slow: 11,
             transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
         };
         let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();

@@ -1,10 +1,13 @@
 //! Remote memory streamed: node 0 writes MB megabytes homed on it, and every other node reads
 //! all of them once, in order (a sum of u64 words), with the default read-ahead.
 //!
-//! `stream [MB] [STRIDE]` (default 256, 1). With a stride, each reader reads one page in every
-//! STRIDE (a column of a row-major matrix with rows of STRIDE pages): all of that page's words.
-//! Prints the slowest reader's time and MB/s of the pages read; checks each reader's sum against
-//! the closed form of what node 0 wrote.
+//! `stream [MB] [STRIDE] [PASSES]` (default 256, 1, 1). With a stride, each reader reads one page
+//! in every STRIDE (a column of a row-major matrix with rows of STRIDE pages): all of that page's
+//! words. With more passes, node 0 writes the array again before each further pass and the
+//! readers fetch it again into the memory the first pass gave them (an iterative program's
+//! next sweep). Prints the slowest reader's time and MB/s of the pages read in the first pass
+//! (and `again_mbps`, the later passes' together); checks each reader's sums against the closed
+//! form of what node 0 wrote.
 
 use dsm_apps::{alloc, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, PAGE_SIZE, SharedArray};
@@ -31,53 +34,82 @@ fn main() {
                 "STRIDE",
                 "read one page in every STRIDE pages (default 1: every page)",
             ),
+            (
+                "PASSES",
+                "passes, node 0 writing the array again before each (default 1)",
+            ),
         ],
     );
     let mb = arg_num(&args, 0, "megabytes", 256).max(1);
     let stride = arg_num(&args, 1, "stride", 1).max(1);
+    let passes = arg_num(&args, 2, "passes", 1).max(1);
     let per_page = PAGE_SIZE / 8;
     let n = mb * 1024 * 1024 / 8;
     let dsm = init("stream");
     let me = dsm.id();
     let a: SharedArray<u64> = alloc(&dsm, n, AllocPolicy::OnNode(NodeId(0)));
-    if me == 0 {
-        // SAFETY: node 0 alone writes the array before the barrier; nothing reads it meanwhile.
-        let mut w = unsafe { a.slice_mut(0..n) };
-        for (i, x) in w.iter_mut().enumerate() {
-            *x = word(i);
+    let times: SharedArray<f64> = alloc(&dsm, 2 * dsm.nodes(), AllocPolicy::OnNode(NodeId(0)));
+    let expected = read_pages(n, stride, per_page).fold(0u64, |s, i| s.wrapping_add(word(i)));
+    let words_read = read_pages(n, stride, per_page).count() as u64;
+    let mut ok = true;
+    let mut again = 0.0;
+    for pass in 0..passes {
+        if me == 0 {
+            // SAFETY: node 0 alone writes the array between the barriers; nothing reads it
+            // meanwhile.
+            let mut w = unsafe { a.slice_mut(0..n) };
+            for (i, x) in w.iter_mut().enumerate() {
+                *x = word(i).wrapping_add(pass as u64);
+            }
         }
+        dsm.barrier();
+        let t0 = dsm.clock();
+        if me != 0 {
+            // SAFETY: nothing writes the array until the next barrier.
+            let r = unsafe { a.slice(0..n) };
+            let sum = r
+                .chunks(per_page)
+                .step_by(stride)
+                .flatten()
+                .fold(0u64, |s, &x| s.wrapping_add(x));
+            ok &= sum == expected.wrapping_add(words_read.wrapping_mul(pass as u64));
+        }
+        let elapsed = dsm.clock() - t0;
+        if pass == 0 {
+            times.set(me, elapsed);
+        } else {
+            again += elapsed;
+        }
+        dsm.barrier();
     }
-    dsm.barrier();
-    let t0 = dsm.clock();
-    let mut sum = 0u64;
-    if me != 0 {
-        // SAFETY: nothing writes the array after the barrier.
-        let r = unsafe { a.slice(0..n) };
-        sum = r
-            .chunks(per_page)
-            .step_by(stride)
-            .flatten()
-            .fold(0u64, |s, &x| s.wrapping_add(x));
-    }
-    let elapsed = dsm.clock() - t0;
-    let times: SharedArray<f64> = alloc(&dsm, dsm.nodes(), AllocPolicy::OnNode(NodeId(0)));
-    times.set(me, elapsed);
-    let ok = !check
-        || me == 0
-        || sum == read_pages(n, stride, per_page).fold(0u64, |s, i| s.wrapping_add(word(i)));
+    times.set(dsm.nodes() + me, again);
+    let ok = !check || me == 0 || ok;
     let read_mb = ((n / per_page).div_ceil(stride) * PAGE_SIZE) as f64 / (1024.0 * 1024.0);
     dsm.barrier();
-    let slowest = (1..dsm.nodes()).map(|i| times.get(i)).fold(0.0, f64::max);
-    let rate = if slowest > 0.0 {
-        read_mb / slowest
+    let slowest_of = |at: usize| {
+        (1..dsm.nodes())
+            .map(|i| times.get(at + i))
+            .fold(0.0, f64::max)
+    };
+    let rate_of = |mb: f64, secs: f64| if secs > 0.0 { mb / secs } else { 0.0 };
+    let slowest = slowest_of(0);
+    let rate = rate_of(read_mb, slowest);
+    let again = if passes > 1 {
+        let secs = slowest_of(dsm.nodes());
+        format!(
+            " passes={passes} again_mbps={:.0}",
+            rate_of(read_mb * (passes - 1) as f64, secs)
+        )
     } else {
-        0.0
+        String::new()
     };
     report(
         &dsm,
         "stream",
         ok,
-        &format!("mb={mb} stride={stride} read_mb={read_mb:.1} time={slowest:.3}s mbps={rate:.0}"),
+        &format!(
+            "mb={mb} stride={stride} read_mb={read_mb:.1} time={slowest:.3}s mbps={rate:.0}{again}"
+        ),
     );
     dsm.exit();
 }

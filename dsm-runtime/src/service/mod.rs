@@ -168,7 +168,7 @@ pub(crate) struct Service {
     /// it all.
     unread: bool,
     /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
-    counted_from: [u64; 8],
+    counted_from: [u64; 10],
 }
 
 impl Service {
@@ -228,7 +228,7 @@ impl Service {
             own_error: false,
             resumed: None,
             gaps_after: BTreeMap::new(),
-            counted_from: [0; 8],
+            counted_from: [0; 10],
             acks_owed: false,
             unread: false,
             stats_json: std::env::var("DSM_STATS_JSON")
@@ -386,7 +386,7 @@ impl Service {
     /// The runtime's own counters ([`RuntimeStats::NAMES`]: retransmissions, rejected frames,
     /// driven faults and drives handed back, threads, waits at thread barriers, the service
     /// thread's sleeps and those in the realtime class), counted since the process started.
-    fn runtime_counters(&self) -> [u64; 8] {
+    fn runtime_counters(&mut self) -> [u64; 10] {
         let (r, j) = self
             .transport
             .as_ref()
@@ -394,6 +394,7 @@ impl Service {
         // The realtime sleeps first: `run` counts a sleep before it counts it as realtime.
         let realtime = run::SLEEPS_REALTIME.load(Ordering::Acquire);
         let sleeps = run::SLEEPS.load(Ordering::Acquire);
+        let (huge, slow) = self.node.memory().huge_backed();
         [
             r,
             j + self.rejected_frames,
@@ -403,6 +404,8 @@ impl Service {
             crate::team::local_waits(),
             sleeps,
             realtime,
+            huge,
+            slow,
         ]
     }
 
@@ -433,7 +436,7 @@ impl Service {
     /// which sends them to node 0 at exit beside its own.
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
-        let [r, j, d, h, _, b, sl, rt] =
+        let [r, j, d, h, _, b, sl, rt, hs, hsl] =
             std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
         let transport = self
             .transport_counters_now()
@@ -455,6 +458,8 @@ impl Service {
             service_sleeps: sl,
             // A sleep counted in `counted_from` may be counted as realtime only after it.
             service_sleeps_realtime: rt.min(sl),
+            huge_stretches: hs,
+            huge_stretches_slow: hsl,
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());

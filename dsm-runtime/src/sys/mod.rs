@@ -7,6 +7,7 @@
 //! symbols are libjia's own, which refuse the program's calls on shared memory, and the runtime
 //! is the one that may make them.
 
+pub mod hugefile;
 pub mod process;
 pub mod signals;
 pub mod stack;
@@ -92,6 +93,91 @@ pub fn map_shared(
         }
     }
     Ok(p.cast())
+}
+
+/// Maps `size` bytes of `fd` shared and read-write, anywhere, at an address aligned to `align`
+/// (a power of two) as the file's offset 0 is: the kernel maps a huge page of the file only where
+/// the mapping's address and the file's offset agree to the huge page.
+pub fn map_shared_aligned(fd: &OwnedFd, size: usize, align: usize) -> io::Result<*mut u8> {
+    // SAFETY: a new reservation the kernel places; nothing else refers to it.
+    let r = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size + align,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let at = (r as usize).next_multiple_of(align);
+    // SAFETY: at..at+size lies inside the reservation just made (at most `align` past its
+    // start), which MAP_FIXED replaces; the fd is a valid memory file at least `size` long.
+    let p = unsafe {
+        libc::mmap(
+            at as *mut libc::c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    let e = io::Error::last_os_error();
+    // SAFETY: the reservation's parts before and after the mapping are the reservation's own,
+    // used by nothing.
+    unsafe {
+        raw_munmap(r as usize, at - r as usize);
+        raw_munmap(at + size, r as usize + size + align - (at + size));
+    }
+    if p == libc::MAP_FAILED {
+        // SAFETY: the reservation's middle, not replaced.
+        unsafe { raw_munmap(at, size) };
+        return Err(e);
+    }
+    Ok(p.cast())
+}
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14).
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// `madvise` as a raw system call (in libjia, `madvise` is libjia's own).
+fn raw_madvise(addr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
+    // SAFETY: the kernel checks the range; each caller below passes a live mapping of its own
+    // and advice that changes none of its bytes.
+    let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Marks `len` bytes at `addr`, a mapping made by [`map_shared_aligned`], for huge pages.
+pub fn advise_huge(addr: *mut u8, len: usize) -> io::Result<()> {
+    raw_madvise(addr, len, libc::MADV_HUGEPAGE)
+}
+
+/// Backs `len` bytes at `addr` of a shared file mapping with memory, as writes would, without
+/// writing (zeros where the file had none; the bytes it holds stay), then takes the mapping's
+/// page-table entries away again (the file keeps the memory: a shared mapping's pages are the
+/// file's).
+pub fn back_file_range(addr: *mut u8, len: usize) -> io::Result<()> {
+    raw_madvise(addr, len, MADV_POPULATE_WRITE)?;
+    raw_madvise(addr, len, libc::MADV_DONTNEED)
+}
+
+/// Whether the memory file `fd` holds memory anywhere in `[offset, offset + len)` (not a hole).
+pub fn file_holds_data(fd: &OwnedFd, offset: u64, len: u64) -> bool {
+    // SAFETY: lseek on a valid descriptor moves its offset only, which the runtime never uses.
+    let at = unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
+    // ENXIO: no data past `offset`; any other error: say it holds some (nothing is backed).
+    match at {
+        -1 => io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO),
+        at => (at as u64) < offset + len,
+    }
 }
 
 /// Whether `len` bytes at exactly `at` can be reserved in this process (a launcher's check of a
