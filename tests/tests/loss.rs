@@ -173,6 +173,68 @@ fn runs_landed_in_huge_pages_arrive_exact_under_loss_and_again_in_place() {
     }
 }
 
+/// A node run by a user other than root makes its tmpfs in a user namespace of its own (a child
+/// enters it and passes the file back): its stream lands in huge pages, or the node says why not
+/// and streams in 4 KiB pages. Run as user 65534 through `setpriv`, where this test is root.
+#[test]
+fn a_node_of_another_user_streams_in_huge_pages_or_says_why_not() {
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+    });
+    let as_nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    let setpriv = root
+        && Command::new("setpriv")
+            .args(as_nobody)
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.success());
+    if !setpriv {
+        eprintln!(
+            "skipped: needs root and setpriv to run a job as another user (apt-get install util-linux)"
+        );
+        return;
+    }
+    let reachable = Command::new("setpriv")
+        .args(as_nobody)
+        .arg(bin("dsmrun"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !reachable {
+        eprintln!(
+            "skipped: user 65534 cannot run {} (a directory above it is closed to others)",
+            bin("dsmrun").display()
+        );
+        return;
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(as_nobody)
+        .arg(bin("dsmrun"))
+        .args(["-n", "2", "--stats", "--transport", "tcp"])
+        .env("RUST_LOG", "dsm_runtime::api=debug")
+        .arg(bin("stream"))
+        .arg("24");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("stream OK"),
+        "as user 65534: {t}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    match err
+        .lines()
+        .find(|l| l.contains("shared memory in 4 KiB pages"))
+    {
+        Some(why) => eprintln!("as user 65534, no huge pages: {why}"),
+        None => assert!(
+            stat(&err, "huge_stretches") >= 2,
+            "as user 65534: neither huge stretches nor a reason:\n{t}"
+        ),
+    }
+}
+
 /// A strided walk (one page in every 16, read ahead at its stride once three demand faults find
 /// it: a stride longer than the first window, `prefetch_pages`) arrives exact over UDP with loss, duplication and reordering, and over TCP: each reader
 /// checks the sum of the pages it read.

@@ -165,9 +165,10 @@ fn in_a_user_namespace() -> io::Result<RawFd> {
     // SAFETY: both descriptors were just made and are owned here.
     let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
     // SAFETY: a raw clone with no new stack is a fork that runs no atfork handler (libjia's
-    // would mark the child as a forked program). The child runs `child` alone, which keeps the
-    // contract in the module's comment, and never returns.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) };
+    // would mark the child as a forked program), and with no exit signal: the program's own
+    // SIGCHLD handling never sees this child (it is reaped below with __WALL). The child runs
+    // `child` alone, which keeps the contract in the module's comment, and never returns.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, 0 as libc::c_long, 0, 0, 0, 0) };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -180,9 +181,11 @@ fn in_a_user_namespace() -> io::Result<RawFd> {
     drop(theirs);
     let got = receive(&ours);
     let mut status = 0;
-    // SAFETY: reaps the child made above (a program's own SIGCHLD handler may have reaped it
-    // first: ECHILD, ignored).
-    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+    // SAFETY: reaps the child made above, which ends right after its message (or at once if it
+    // fails earlier: the receive above then saw its end); __WALL: a child without exit signal.
+    while unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
     got
 }
 
