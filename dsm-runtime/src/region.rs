@@ -8,12 +8,13 @@
 //! them.
 //!
 //! Where the system lets the runtime mount a tmpfs of its own ([`sys::hugefile`]), the file is
-//! one of those, mounted `huge=advise`, and a third view of it, marked for huge pages, backs each
-//! empty 2 MiB stretch a read-ahead window covers whole with one huge page before the window's
-//! runs land ([`Region::prepare`]): writing 512 pages into one huge page costs a fraction of
-//! allocating 512 pages one by one (`docs/perf/2026-11-29-huge-pages.md`). Everything else (a
-//! page fetched alone, a diff, a home's own pages) gets 4 KiB pages, as in a memfd: a node that
-//! caches scattered pages holds no more memory than they need.
+//! one of those, mounted `huge=advise`: each empty 2 MiB stretch a read-ahead window covers whole
+//! is backed with one huge page before the window's runs land ([`Region::prepare`]), through a
+//! slot of address space that maps the stretch, marked for huge pages, only while it is backed:
+//! writing 512 pages into one huge page costs a fraction of allocating 512 pages one by one
+//! (`docs/perf/2026-11-29-huge-pages.md`). Everything else (a page fetched alone, a diff, a
+//! home's own pages) gets 4 KiB pages, as in a memfd: a node that caches scattered pages holds no
+//! more memory than they need.
 //!
 //! A page fetched for the first time is also mapped in the application's view before it opens,
 //! still without access (see [`Region::prepare`]): otherwise the access that resumes after the
@@ -48,9 +49,10 @@ pub(crate) struct Region {
     /// Reads through `mem` map pages (cleared at the first failure: a kernel that refuses
     /// forced access to inaccessible memory, `proc_mem.force_override=never`).
     premap: AtomicBool,
-    /// The view that backs whole stretches with huge pages (`None`: the file is a memfd).
-    huge_view: Option<*mut u8>,
-    /// Stretches backed through `huge_view`, and of them those that took longer than
+    /// The slot a stretch is mapped into to be backed with a huge page (`None`: the file is a
+    /// memfd).
+    huge_slot: Option<*mut u8>,
+    /// Stretches backed through `huge_slot`, and of them those that took longer than
     /// [`SLOW_STRETCH`] (for the statistics).
     huge_backed: AtomicU64,
     huge_slow: AtomicU64,
@@ -61,14 +63,12 @@ pub(crate) struct Region {
     slow_after: Cell<Duration>,
     slow_in_a_row: Cell<u32>,
     small_for: Cell<u32>,
+    /// Whether the first stretch's huge page was seen to come (`/proc/vmstat`).
+    huge_checked: Cell<bool>,
 }
 
 /// The pages of one huge page (2 MiB on x86-64 and most arm64 kernels).
 pub(crate) const HUGE_PAGES: usize = 512;
-
-/// The smallest request whose stretches are backed with huge pages: a read-ahead window of a
-/// stream (windows double from `prefetch_pages` up to 1,024 pages).
-const STREAM_PAGES: usize = 256;
 
 /// A stretch whose huge page took longer than this to back cost more than 4 KiB pages would
 /// have (about 1 us a page with `pwrite`, against 0.15 us a page for a huge page the kernel has
@@ -139,6 +139,18 @@ const FAULT_AROUND_PAGES: usize = 16;
 // never unmapped); the one Region value is owned by the service thread.
 unsafe impl Send for Region {}
 
+/// The file huge pages the kernel has made since it started (`thp_file_alloc` in
+/// `/proc/vmstat`; `None`: unreadable).
+fn file_huge_pages_made() -> Option<u64> {
+    std::fs::read_to_string("/proc/vmstat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("thp_file_alloc "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 impl Region {
     /// The application's view, as the race checker reads it.
     pub fn for_race_checker(&self) -> dsm_races::Region {
@@ -152,7 +164,14 @@ impl Region {
     /// with `huge`, in a file that can take huge pages where the system allows one, with the
     /// view that backs stretches with them.
     pub fn map(app_base: usize, len: usize, huge: bool) -> std::io::Result<(Region, Backing)> {
-        let (fd, backing) = if huge {
+        let (fd, backing) = if huge && sys::huge_pages_disabled_here() {
+            (
+                sys::memfd("dsm-shared", len as u64)?,
+                Backing::Memfd(Some(
+                    "transparent huge pages are off for this process (PR_SET_THP_DISABLE)".into(),
+                )),
+            )
+        } else if huge {
             match sys::hugefile::huge_capable_file(len as u64) {
                 Ok(fd) => (fd, Backing::HugeCapable),
                 Err(e) => (
@@ -165,12 +184,11 @@ impl Region {
         };
         let app = sys::map_shared(&fd, len, Some(app_base), Protection::None)?;
         let service_base = sys::map_shared(&fd, len, None, Protection::ReadWrite)?;
-        let huge_view = match backing {
-            Backing::HugeCapable => {
-                let view = sys::map_shared_aligned(&fd, len, HUGE_PAGES * PAGE_SIZE)?;
-                sys::advise_huge(view, len)?;
-                Some(view)
-            }
+        let huge_slot = match backing {
+            Backing::HugeCapable => Some(sys::reserve_aligned(
+                HUGE_PAGES * PAGE_SIZE,
+                HUGE_PAGES * PAGE_SIZE,
+            )?),
             Backing::Memfd(_) => None,
         };
         // One state byte per page for the home-write fast path (zeroed, lazily backed).
@@ -195,8 +213,9 @@ impl Region {
             max_map_count,
             premap: AtomicBool::new(mem.is_some()),
             mem,
-            huge_on: AtomicBool::new(huge_view.is_some()),
-            huge_view,
+            huge_on: AtomicBool::new(huge_slot.is_some()),
+            huge_slot,
+            huge_checked: Cell::new(false),
             huge_backed: AtomicU64::new(0),
             huge_slow: AtomicU64::new(0),
             slow_after: Cell::new(SLOW_STRETCH),
@@ -214,47 +233,55 @@ impl Region {
         )
     }
 
-    /// Backs each empty 2 MiB stretch that a read-ahead window of `count` pages from `first`
-    /// reaches into with one huge page (zeroed: the runs that fill it are written into it).
-    /// A window of a stream rarely starts on a stretch's boundary: the stretch it ends in is
-    /// filled by the next window, and the one it starts in was backed by the window before. A
-    /// stretch that holds a page already is left to 4 KiB pages (the kernel would not make it
-    /// one huge page), and so is every stretch of a smaller request: pages fetched alone or a
-    /// few at a time take no more memory than they need. At most the stretch a stream ends in
-    /// holds pages it never fetched (zeros, freed with the region).
+    /// Backs each empty 2 MiB stretch that the `count` pages from `first` (a read-ahead window's
+    /// run) cover whole with one huge page (zeroed: the runs that fill it are written into it).
+    /// A stream's windows end on stretches once they are large (`Prefetch::align_pages`), so
+    /// they cover them whole; pages fetched alone or a few at a time never do, and take no more
+    /// memory than they need. A stretch that holds a page already is left to 4 KiB pages.
     ///
     /// Where huge pages come slow (a host that takes back the memory its guest frees), two slow
-    /// stretches in a row leave the next [`SMALL_AFTER_SLOW`] to 4 KiB pages.
+    /// stretches in a row leave the next [`SMALL_AFTER_SLOW`] to 4 KiB pages. Where the first
+    /// stretch gets 4 KiB pages from the kernel (memory too fragmented, a policy), huge pages are
+    /// not asked for again.
     fn back_stretches(&self, first: PageNum, count: usize) {
-        let Some(view) = self.huge_view else { return };
-        if count < STREAM_PAGES || !self.huge_on.load(Ordering::Relaxed) {
+        let Some(slot) = self.huge_slot else { return };
+        if count < HUGE_PAGES || !self.huge_on.load(Ordering::Relaxed) {
             return;
         }
-        let start = first.index() / HUGE_PAGES * HUGE_PAGES;
-        let end = (first.index() + count)
-            .next_multiple_of(HUGE_PAGES)
-            .min(self.len / PAGE_SIZE / HUGE_PAGES * HUGE_PAGES);
+        let start = first.index().next_multiple_of(HUGE_PAGES);
+        let end = (first.index() + count) / HUGE_PAGES * HUGE_PAGES;
         let bytes = HUGE_PAGES * PAGE_SIZE;
         for stretch in (start..end).step_by(HUGE_PAGES) {
-            let off = stretch * PAGE_SIZE;
-            if sys::file_holds_data(&self.fd, off as u64, bytes as u64) {
+            let off = (stretch * PAGE_SIZE) as u64;
+            if sys::file_holds_data(&self.fd, off, bytes as u64) {
                 continue;
             }
             if self.small_for.get() > 0 {
                 self.small_for.set(self.small_for.get() - 1);
                 continue;
             }
+            let before = (!self.huge_checked.get()).then(file_huge_pages_made);
             let t0 = Instant::now();
-            // In bounds: `prepare` checked the pages are in the region.
-            if let Err(e) = sys::back_file_range(view.wrapping_add(off), bytes) {
+            if let Err(e) = sys::back_with_huge_page(slot, &self.fd, off, bytes) {
                 log::debug!(
                     "backing a stretch with a huge page failed ({e}): 4 KiB pages from now"
                 );
                 self.huge_on.store(false, Ordering::Relaxed);
                 return;
             }
+            let took = t0.elapsed();
+            if let Some(before) = before {
+                self.huge_checked.set(true);
+                if before.is_some() && file_huge_pages_made() == before {
+                    log::debug!(
+                        "the kernel backed a stretch with 4 KiB pages, not a huge page: 4 KiB pages from now"
+                    );
+                    self.huge_on.store(false, Ordering::Relaxed);
+                    return;
+                }
+            }
             self.huge_backed.fetch_add(1, Ordering::Relaxed);
-            if t0.elapsed() >= self.slow_after.get() {
+            if took >= self.slow_after.get() {
                 self.huge_slow.fetch_add(1, Ordering::Relaxed);
                 self.slow_in_a_row.set(self.slow_in_a_row.get() + 1);
                 if self.slow_in_a_row.get() >= 2 {
@@ -638,51 +665,53 @@ mod tests {
         // However long the kernel takes here: this test is not about slow huge pages.
         region.slow_after.set(Duration::MAX);
         let before = file_huge_page_attempts();
-        // A page alone, and a request smaller than a stream's window: 4 KiB pages.
-        region.prepare(PageNum(3 * HUGE_PAGES as u32 + 7), 1);
-        region.write_run(PageNum(3 * HUGE_PAGES as u32 + 7), &[9u8; PAGE_SIZE]);
-        region.prepare(PageNum(5 * HUGE_PAGES as u32), STREAM_PAGES - 1);
+        let h = HUGE_PAGES as u32;
+        // A page alone, and a request smaller than a stretch: 4 KiB pages.
+        region.prepare(PageNum(3 * h + 7), 1);
+        region.write_run(PageNum(3 * h + 7), &[9u8; PAGE_SIZE]);
+        region.prepare(PageNum(5 * h), HUGE_PAGES - 1);
         assert_eq!(region.huge_backed().0, 0, "a small request was backed huge");
-        // A window from page 1 over 1,100 pages reaches into stretches 0, 1 and 2.
+        // A window from page 1 over 1,100 pages covers stretch 1 whole, 0 and 2 in part.
         region.prepare(PageNum(1), 1100);
+        if !region.huge_on.load(Ordering::Relaxed) {
+            eprintln!("skipped in part: the kernel gave 4 KiB pages for a huge stretch");
+            return;
+        }
         assert_eq!(
             region.huge_backed().0,
-            3,
-            "the stretches the window reaches into"
+            1,
+            "the stretch the window covers whole"
         );
         assert!(
             file_huge_page_attempts() > before,
             "the kernel was never asked for a huge page of the file"
         );
-        let bytes: Vec<u8> = (0..1100 * PAGE_SIZE)
+        // The next window covers 3 (which holds the page landed alone: left small) and 4.
+        region.prepare(PageNum(1101), 2560 - 1101);
+        assert_eq!(region.huge_backed().0, 2, "stretch 4 alone");
+        let bytes: Vec<u8> = (0..2559 * PAGE_SIZE)
             .map(|i| (i / PAGE_SIZE) as u8)
             .collect();
-        region.write_run(PageNum(1), &bytes);
-        // A stretch holding a page already (the one landed alone) is left to 4 KiB pages.
-        region.prepare(PageNum(3 * HUGE_PAGES as u32), HUGE_PAGES);
-        assert_eq!(
-            region.huge_backed().0,
-            3,
-            "a stretch holding a page was backed"
-        );
+        region.write_run(PageNum(1), &bytes[..1100 * PAGE_SIZE]);
+        region.write_run(PageNum(1101), &bytes[1100 * PAGE_SIZE..]);
         // The bytes open as landed, a page punched out of a huge page reads back zeros, and
         // its neighbours keep theirs.
         region.discard(PageNum(600), 1);
-        region.protect(PageNum(0), 1200, Prot::Read);
+        region.protect(PageNum(0), 2600, Prot::Read);
         let at = |page: usize, byte: usize| {
-            // SAFETY: pages 0..1200 of the application view were just opened for reading.
+            // SAFETY: pages 0..2600 of the application view were just opened for reading.
             unsafe {
                 std::ptr::read_volatile((region.app_base + page * PAGE_SIZE + byte) as *const u8)
             }
         };
         assert_eq!(at(0, 5), 0, "page 0 was never landed: zeros");
-        assert_eq!(at(1, 100), 0);
         assert_eq!(at(513, 4095), (512 % 256) as u8);
         assert_eq!(at(599, 0), (598 % 256) as u8);
         assert_eq!(at(600, 17), 0, "the discarded page");
         assert_eq!(at(601, 17), (600 % 256) as u8);
-        assert_eq!(at(1100, 1), (1099 % 256) as u8);
-        assert_eq!(at(1101, 1), 0, "past the window: zeros");
+        assert_eq!(at(2100, 1), (2099 % 256) as u8);
+        assert_eq!(at(2559, 1), (2558 % 256) as u8);
+        assert_eq!(at(2560, 1), 0, "past the windows: zeros");
     }
 
     #[test]
@@ -696,6 +725,10 @@ mod tests {
         // Every huge page is slow.
         region.slow_after.set(Duration::ZERO);
         region.prepare(PageNum(0), 4 * HUGE_PAGES);
+        if !region.huge_on.load(Ordering::Relaxed) {
+            eprintln!("skipped: the kernel gave 4 KiB pages for a huge stretch");
+            return;
+        }
         assert_eq!(region.huge_backed(), (2, 2), "two slow ones, then none");
         assert_eq!(region.small_for.get(), SMALL_AFTER_SLOW - 2);
         // Fast again: still small pages until the count runs out.

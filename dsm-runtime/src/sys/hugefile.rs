@@ -38,7 +38,12 @@ pub fn huge_capable_file(size: u64) -> io::Result<OwnedFd> {
     }
     // SAFETY: geteuid has no preconditions.
     let fd = if unsafe { libc::geteuid() } == 0 {
-        tmpfs_file().map_err(|(step, errno)| failed(step, errno))?
+        // Root without the capability (a container's root): a user namespace gives it one.
+        match tmpfs_file() {
+            Ok(fd) => fd,
+            Err((_, libc::EPERM)) => in_a_user_namespace()?,
+            Err((step, errno)) => return Err(failed(step, errno)),
+        }
     } else {
         in_a_user_namespace()?
     };
@@ -144,8 +149,9 @@ fn tmpfs_file() -> Result<RawFd, (&'static str, i32)> {
 /// For a user other than root: a child enters a user and a mount namespace of its own, makes the
 /// file there and passes it back.
 fn in_a_user_namespace() -> io::Result<RawFd> {
-    // SAFETY: getuid and getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // The namespace maps the ids the kernel checks its writer against: the effective ones.
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     // Prepared before the clone: the child allocates nothing.
     let uid_map = format!("{uid} {uid} 1");
     let gid_map = format!("{gid} {gid} 1");
@@ -179,7 +185,31 @@ fn in_a_user_namespace() -> io::Result<RawFd> {
         unreachable!("exit_group returned");
     }
     drop(theirs);
-    let got = receive(&ours);
+    // A child that never answers (a kernel that hangs a mount) is not waited for for ever.
+    let limit = libc::timeval {
+        tv_sec: 10,
+        tv_usec: 0,
+    };
+    // SAFETY: setsockopt reads the timeval built here, live for the call.
+    unsafe {
+        libc::setsockopt(
+            ours.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&limit as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    let got = match receive(&ours) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            // SAFETY: signals the child made above, not yet reaped (the wait below reaps it).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            Err(io::Error::other(
+                "the child that makes the file gave no answer in 10 s",
+            ))
+        }
+        got => got,
+    };
     let mut status = 0;
     // SAFETY: reaps the child made above, which ends right after its message (or at once if it
     // fails earlier: the receive above then saw its end); __WALL: a child without exit signal.
@@ -209,10 +239,18 @@ fn child(sock: RawFd, uid_map: &str, gid_map: &str) -> libc::c_long {
                     path.as_ptr(),
                     libc::O_WRONLY | libc::O_CLOEXEC,
                 );
-                let ok = f >= 0
-                    && libc::syscall(libc::SYS_write, f, text.as_ptr(), text.len())
-                        == text.len() as libc::c_long;
-                let errno = *libc::__errno_location();
+                let written = if f >= 0 {
+                    libc::syscall(libc::SYS_write, f, text.as_ptr(), text.len())
+                } else {
+                    -1
+                };
+                let ok = written == text.len() as libc::c_long;
+                // A short write sets no errno of its own.
+                let errno = if written >= 0 {
+                    libc::EIO
+                } else {
+                    *libc::__errno_location()
+                };
                 if f >= 0 {
                     close(f);
                 }
@@ -296,7 +334,8 @@ fn receive(sock: &OwnedFd) -> io::Result<RawFd> {
             return Err(failed(step, errno));
         }
         let c = libc::CMSG_FIRSTHDR(&msg);
-        if c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
+        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+        {
             return Err(io::Error::other(
                 "the child that makes the file passed no file",
             ));

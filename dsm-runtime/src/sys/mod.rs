@@ -95,15 +95,14 @@ pub fn map_shared(
     Ok(p.cast())
 }
 
-/// Maps `size` bytes of `fd` shared and read-write, anywhere, at an address aligned to `align`
-/// (a power of two) as the file's offset 0 is: the kernel maps a huge page of the file only where
-/// the mapping's address and the file's offset agree to the huge page.
-pub fn map_shared_aligned(fd: &OwnedFd, size: usize, align: usize) -> io::Result<*mut u8> {
+/// Reserves `len` bytes of address space, without access, at an address aligned to `align` (a
+/// power of two): the slot [`back_with_huge_page`] maps a stretch of a file into.
+pub fn reserve_aligned(len: usize, align: usize) -> io::Result<*mut u8> {
     // SAFETY: a new reservation the kernel places; nothing else refers to it.
     let r = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            size + align,
+            len + align,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
@@ -114,31 +113,13 @@ pub fn map_shared_aligned(fd: &OwnedFd, size: usize, align: usize) -> io::Result
         return Err(io::Error::last_os_error());
     }
     let at = (r as usize).next_multiple_of(align);
-    // SAFETY: at..at+size lies inside the reservation just made (at most `align` past its
-    // start), which MAP_FIXED replaces; the fd is a valid memory file at least `size` long.
-    let p = unsafe {
-        libc::mmap(
-            at as *mut libc::c_void,
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    let e = io::Error::last_os_error();
-    // SAFETY: the reservation's parts before and after the mapping are the reservation's own,
-    // used by nothing.
+    // SAFETY: the parts of the reservation just made before and after [at, at + len), used by
+    // nothing.
     unsafe {
         raw_munmap(r as usize, at - r as usize);
-        raw_munmap(at + size, r as usize + size + align - (at + size));
+        raw_munmap(at + len, r as usize + len + align - (at + len));
     }
-    if p == libc::MAP_FAILED {
-        // SAFETY: the reservation's middle, not replaced.
-        unsafe { raw_munmap(at, size) };
-        return Err(e);
-    }
-    Ok(p.cast())
+    Ok(at as *mut u8)
 }
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14).
@@ -146,8 +127,8 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 /// `madvise` as a raw system call (in libjia, `madvise` is libjia's own).
 fn raw_madvise(addr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
-    // SAFETY: the kernel checks the range; each caller below passes a live mapping of its own
-    // and advice that changes none of its bytes.
+    // SAFETY: the kernel checks the range; the caller passes a mapping of its own and advice
+    // that changes none of its bytes.
     let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) };
     if r != 0 {
         return Err(io::Error::last_os_error());
@@ -155,18 +136,54 @@ fn raw_madvise(addr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()>
     Ok(())
 }
 
-/// Marks `len` bytes at `addr`, a mapping made by [`map_shared_aligned`], for huge pages.
-pub fn advise_huge(addr: *mut u8, len: usize) -> io::Result<()> {
-    raw_madvise(addr, len, libc::MADV_HUGEPAGE)
+/// Backs `len` bytes at `offset` of the shared memory file `fd` with memory, as writes would,
+/// without writing (zeros where the file had none; bytes it holds stay), asking the kernel for
+/// huge pages: maps the range at `slot` (a reservation of [`reserve_aligned`], aligned to a
+/// huge page as `offset` is), marked `MADV_HUGEPAGE`, populates it, and puts the reservation
+/// back. The file keeps the memory; no mapping marked for huge pages stays for the kernel's
+/// background collapsing to find (it would turn scattered 4 KiB pages into huge ones).
+pub fn back_with_huge_page(slot: *mut u8, fd: &OwnedFd, offset: u64, len: usize) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces the slot's own reservation (made by `reserve_aligned`, used by
+    // nothing else) with `len` bytes of the file, which is at least `offset + len` long.
+    let p = unsafe {
+        libc::mmap(
+            slot.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let backed = raw_madvise(slot, len, libc::MADV_HUGEPAGE)
+        .and_then(|()| raw_madvise(slot, len, MADV_POPULATE_WRITE));
+    // SAFETY: MAP_FIXED puts an inaccessible reservation back over the slot's file mapping,
+    // which nothing refers to (the memory stays the file's).
+    let r = unsafe {
+        libc::mmap(
+            slot.cast(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    backed
 }
 
-/// Backs `len` bytes at `addr` of a shared file mapping with memory, as writes would, without
-/// writing (zeros where the file had none; the bytes it holds stay), then takes the mapping's
-/// page-table entries away again (the file keeps the memory: a shared mapping's pages are the
-/// file's).
-pub fn back_file_range(addr: *mut u8, len: usize) -> io::Result<()> {
-    raw_madvise(addr, len, MADV_POPULATE_WRITE)?;
-    raw_madvise(addr, len, libc::MADV_DONTNEED)
+/// Whether transparent huge pages are switched off for this process (`PR_SET_THP_DISABLE`,
+/// inherited from whoever started it).
+pub fn huge_pages_disabled_here() -> bool {
+    const PR_GET_THP_DISABLE: libc::c_int = 42;
+    // SAFETY: prctl with PR_GET_THP_DISABLE reads a flag of this process.
+    unsafe { libc::prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0 }
 }
 
 /// Whether the memory file `fd` holds memory anywhere in `[offset, offset + len)` (not a hole).
