@@ -452,6 +452,9 @@ struct Floors {
     backing: Vec<f64>,
     /// faultlat's rows, each with its medians, in the order the rows first appear.
     runs: Vec<(String, Vec<f64>)>,
+    /// Per stream row, per sample: the reader's 2 MiB stretches backed with huge pages
+    /// (`huge_stretches`: how much of the stream landed in huge pages).
+    huge: Vec<(String, Vec<u64>)>,
 }
 
 impl Floors {
@@ -537,18 +540,30 @@ impl Floors {
         }
         for (transport, row) in [("udp", STREAM_UDP_ROW), ("tcp", STREAM_TCP_ROW)] {
             let out = Command::new(bin("dsmrun"))
-                .args(["-n", "2", "--transport", transport])
+                .args(["-n", "2", "--stats", "--transport", transport])
                 .arg(bin("stream"))
                 .args(["--no-check", &STREAM_MB.to_string()])
                 .output();
-            let rate = out.ok().and_then(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("mbps=").and_then(|v| v.parse::<f64>().ok()))
-            });
+            let Ok(out) = out else {
+                eprintln!("dsm-bench: the stream app over {transport} did not start");
+                continue;
+            };
+            let rate = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("mbps=").and_then(|v| v.parse::<f64>().ok()));
             match rate {
                 Some(v) => put(row, v),
                 None => eprintln!("dsm-bench: the stream app over {transport} gave no rate"),
+            }
+            // Node 1's count (a row left out of the table is 0 on every node).
+            let huge = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .find_map(|l| l.strip_prefix("huge_stretches "))
+                .and_then(|rest| rest.split_whitespace().last()?.parse().ok())
+                .unwrap_or(0);
+            match self.huge.iter_mut().find(|r| r.0 == row) {
+                Some(r) => r.1.push(huge),
+                None => self.huge.push((row.to_string(), vec![huge])),
             }
         }
     }
@@ -726,6 +741,9 @@ fn to_json(
             .iter()
             .map(|(name, v)| json!({"name": name, "samples": v})),
     );
+    floor_samples.extend(floors.huge.iter().map(
+        |(name, v)| json!({"name": format!("{name}: 2 MiB stretches in huge pages"), "samples": v}),
+    ));
     let medians: Vec<serde_json::Value> = floors
         .rows()
         .into_iter()
@@ -1108,6 +1126,14 @@ fn print_floors(floors: &Floors) {
     println!("{:<w$} {:>10}", "floor", "median");
     for (name, v) in rows {
         println!("{name:<w$} {v:>10.2}");
+    }
+    for (name, samples) in &floors.huge {
+        let each: Vec<String> = samples.iter().map(u64::to_string).collect();
+        println!(
+            "{name}: the reader's 2 MiB stretches in huge pages, of {}, per sample: {}",
+            STREAM_MB / 2,
+            each.join(" ")
+        );
     }
     println!();
 }
