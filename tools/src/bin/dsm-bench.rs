@@ -1130,7 +1130,7 @@ fn print_floors(floors: &Floors) {
     for (name, samples) in &floors.huge {
         let each: Vec<String> = samples.iter().map(u64::to_string).collect();
         println!(
-            "{name}: the reader's 2 MiB stretches in huge pages, of {}, per sample: {}",
+            "the reader's 2 MiB stretches in huge pages, of {}, per sample, in {name}: {}",
             STREAM_MB / 2,
             each.join(" ")
         );
