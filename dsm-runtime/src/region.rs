@@ -63,8 +63,6 @@ pub(crate) struct Region {
     slow_after: Cell<Duration>,
     slow_in_a_row: Cell<u32>,
     small_for: Cell<u32>,
-    /// Whether the first stretch's huge page was seen to come (`/proc/vmstat`).
-    huge_checked: Cell<bool>,
 }
 
 /// The pages of one huge page (2 MiB on x86-64 and most arm64 kernels).
@@ -73,7 +71,7 @@ pub(crate) const HUGE_PAGES: usize = 512;
 /// A stretch whose huge page took longer than this to back cost more than 4 KiB pages would
 /// have (about 1 us a page with `pwrite`, against 0.15 us a page for a huge page the kernel has
 /// at hand). On this development VM a huge page the guest had handed back to its host takes
-/// 1.5-3 ms (`docs/perf/2026-11-29-huge-pages.md`).
+/// 1.5-5 ms (`docs/perf/2026-11-29-huge-pages.md`).
 const SLOW_STRETCH: Duration = Duration::from_micros(400);
 
 /// After two slow stretches in a row, this many stretches (256 MiB) are left to 4 KiB pages
@@ -139,18 +137,6 @@ const FAULT_AROUND_PAGES: usize = 16;
 // never unmapped); the one Region value is owned by the service thread.
 unsafe impl Send for Region {}
 
-/// The file huge pages the kernel has made since it started (`thp_file_alloc` in
-/// `/proc/vmstat`; `None`: unreadable).
-fn file_huge_pages_made() -> Option<u64> {
-    std::fs::read_to_string("/proc/vmstat")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("thp_file_alloc "))?
-        .trim()
-        .parse()
-        .ok()
-}
-
 impl Region {
     /// The application's view, as the race checker reads it.
     pub fn for_race_checker(&self) -> dsm_races::Region {
@@ -215,7 +201,6 @@ impl Region {
             mem,
             huge_on: AtomicBool::new(huge_slot.is_some()),
             huge_slot,
-            huge_checked: Cell::new(false),
             huge_backed: AtomicU64::new(0),
             huge_slow: AtomicU64::new(0),
             slow_after: Cell::new(SLOW_STRETCH),
@@ -240,9 +225,9 @@ impl Region {
     /// memory than they need. A stretch that holds a page already is left to 4 KiB pages.
     ///
     /// Where huge pages come slow (a host that takes back the memory its guest frees), two slow
-    /// stretches in a row leave the next [`SMALL_AFTER_SLOW`] to 4 KiB pages. Where the first
-    /// stretch gets 4 KiB pages from the kernel (memory too fragmented, a policy), huge pages are
-    /// not asked for again.
+    /// stretches in a row leave the next [`SMALL_AFTER_SLOW`] to 4 KiB pages. Whether a stretch
+    /// did get a huge page is not checked: this runs in a fault handler's drive too, where the
+    /// node reads no file; 4 KiB pages backed instead cost about what landing in fresh ones does.
     fn back_stretches(&self, first: PageNum, count: usize) {
         let Some(slot) = self.huge_slot else { return };
         if count < HUGE_PAGES || !self.huge_on.load(Ordering::Relaxed) {
@@ -260,7 +245,6 @@ impl Region {
                 self.small_for.set(self.small_for.get() - 1);
                 continue;
             }
-            let before = (!self.huge_checked.get()).then(file_huge_pages_made);
             let t0 = Instant::now();
             if let Err(e) = sys::back_with_huge_page(slot, &self.fd, off, bytes) {
                 log::debug!(
@@ -270,16 +254,6 @@ impl Region {
                 return;
             }
             let took = t0.elapsed();
-            if let Some(before) = before {
-                self.huge_checked.set(true);
-                if before.is_some() && file_huge_pages_made() == before {
-                    log::debug!(
-                        "the kernel backed a stretch with 4 KiB pages, not a huge page: 4 KiB pages from now"
-                    );
-                    self.huge_on.store(false, Ordering::Relaxed);
-                    return;
-                }
-            }
             self.huge_backed.fetch_add(1, Ordering::Relaxed);
             if took >= self.slow_after.get() {
                 self.huge_slow.fetch_add(1, Ordering::Relaxed);
@@ -302,11 +276,13 @@ impl Region {
     }
 
     /// Readies `count` pages from `first` for their bytes while a GETP for them is on its way:
-    /// maps the first (the page faulted on, when there is one) in the application's view, still
-    /// inaccessible, with those of its fault-around window that are in memory. The others are
-    /// mapped once their bytes are in ([`PageMemory::write_run`]): their memory is allocated
-    /// then, by the write into the memfd, which does not zero whole pages first and needs no
-    /// entry in the service view (mapping them now would allocate and zero them first).
+    /// backs the stretches they cover whole with huge pages (zeroed once, 2 MiB at a time:
+    /// [`Region::back_stretches`]), then maps the first (the page faulted on, when there is one)
+    /// in the application's view, still inaccessible, with those of its fault-around window that
+    /// are in memory. The others are mapped once their bytes are in ([`PageMemory::write_run`]):
+    /// outside backed stretches their memory is allocated then, by the write into the file,
+    /// which does not zero whole pages first and needs no entry in the service view (mapping
+    /// them now would allocate and zero them first).
     ///
     /// The mapping is made by reading a byte of each through `/proc/self/mem`, whose forced
     /// access faults a page in even where the protection forbids access, as a debugger's read
@@ -674,7 +650,7 @@ mod tests {
         // A window from page 1 over 1,100 pages covers stretch 1 whole, 0 and 2 in part.
         region.prepare(PageNum(1), 1100);
         if !region.huge_on.load(Ordering::Relaxed) {
-            eprintln!("skipped in part: the kernel gave 4 KiB pages for a huge stretch");
+            eprintln!("skipped in part: backing a stretch failed here");
             return;
         }
         assert_eq!(
@@ -726,7 +702,7 @@ mod tests {
         region.slow_after.set(Duration::ZERO);
         region.prepare(PageNum(0), 4 * HUGE_PAGES);
         if !region.huge_on.load(Ordering::Relaxed) {
-            eprintln!("skipped: the kernel gave 4 KiB pages for a huge stretch");
+            eprintln!("skipped: backing a stretch failed here");
             return;
         }
         assert_eq!(region.huge_backed(), (2, 2), "two slow ones, then none");

@@ -173,7 +173,11 @@ pub fn back_with_huge_page(slot: *mut u8, fd: &OwnedFd, offset: u64, len: usize)
         )
     };
     if r == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        // Not left mapped for huge pages: the caller uses the slot no more.
+        // SAFETY: the slot's range, which nothing refers to.
+        unsafe { raw_munmap(slot as usize, len) };
+        return Err(e);
     }
     backed
 }
