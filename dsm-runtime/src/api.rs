@@ -1376,6 +1376,16 @@ pub(crate) fn in_the_nodes_process(what: &str) {
     }
 }
 
+/// `msg`, with the program's line `at` when it is not one of the runtime's or libjia's own
+/// (libjia's C calls name their call and values already).
+pub(crate) fn at_the_callers_line(msg: String, at: &std::panic::Location<'_>) -> String {
+    if ours(at) {
+        msg
+    } else {
+        format!("{msg} (at {at})")
+    }
+}
+
 /// Whether `at` is a line of the runtime's or libjia's own sources.
 /// (As built in this workspace the paths are relative to it; as a dependency of another
 /// project, absolute.)

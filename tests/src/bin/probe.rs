@@ -516,6 +516,26 @@ fn main() {
             }
             dsm.barrier();
         }
+        "recv-overlong" => {
+            // Node 1 sends 64 bytes; node 0 receives them into 16.
+            if dsm.id() == 1 {
+                dsm.send(0, 3, &[7u8; 64]);
+            } else {
+                let mut buf = [0u8; 16];
+                dsm.recv_into(Some(1), Some(3), &mut buf);
+            }
+            dsm.barrier();
+        }
+        "bcast-lengths" => {
+            // Node 0 broadcasts 8 bytes; node 1 passes a buffer of 4.
+            let mut buf = vec![1u8; if dsm.id() == 0 { 8 } else { 4 }];
+            dsm.bcast(0, &mut buf);
+            dsm.barrier();
+        }
+        "send-to-nobody" => {
+            // A node past the job.
+            dsm.send(dsm.nodes() + 3, 1, &[1]);
+        }
         "release-load" => {
             // Refused as std refuses it (it was taken as a plain load).
             let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
