@@ -38,8 +38,11 @@ pub struct RuntimeStats {
 }
 
 impl RuntimeStats {
+    /// How many counters [`RuntimeStats::NAMES`] names.
+    pub const COUNT: usize = 10;
+
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; Self::COUNT] = [
         "retransmissions",
         "rejected_frames",
         "faults_driven",
@@ -53,7 +56,7 @@ impl RuntimeStats {
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
-    pub fn named(&self) -> [u64; 10] {
+    pub fn named(&self) -> [u64; Self::COUNT] {
         [
             self.retransmissions,
             self.rejected_frames,
@@ -258,7 +261,8 @@ pub fn render(nodes: &[NodeStats], transport: &str) -> String {
     for (i, name) in Stats::SCALAR_NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), scalars.iter().map(|s| s[i]).collect()));
     }
-    let runtime: Vec<[u64; 10]> = nodes.iter().map(|n| n.runtime.named()).collect();
+    let runtime: Vec<[u64; RuntimeStats::COUNT]> =
+        nodes.iter().map(|n| n.runtime.named()).collect();
     for (i, name) in RuntimeStats::NAMES.iter().enumerate() {
         rows.push(((*name).to_string(), runtime.iter().map(|s| s[i]).collect()));
     }

@@ -15,6 +15,14 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// Whether this process runs as root (its effective user id, from `/proc/self/status`).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    })
+}
+
 /// The path of workspace binary `name`; panics with a hint when it was not built.
 pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);

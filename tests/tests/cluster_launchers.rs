@@ -161,11 +161,7 @@ impl Drop for Slurm {
 
 #[test]
 fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
-    // Root: the effective user id, from /proc.
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    });
+    let root = dsm_tests::is_root();
     let missing: Vec<&str> = [
         ("srun", "slurm-wlm"),
         ("slurmctld", "slurm-wlm"),

@@ -201,13 +201,8 @@ fn runs_landed_in_huge_pages_arrive_exact_under_loss_and_again_in_place() {
 /// and streams in 4 KiB pages. Run as user 65534 through `setpriv`, where this test is root.
 #[test]
 fn a_node_of_another_user_streams_in_huge_pages_or_says_why_not() {
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
-    });
     let as_nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
-    let setpriv = root
+    let setpriv = dsm_tests::is_root()
         && Command::new("setpriv")
             .args(as_nobody)
             .arg("true")

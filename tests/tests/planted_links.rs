@@ -22,12 +22,8 @@ fn as_nobody(args: &[&str]) {
 
 /// A shared sticky directory (mode 1777, as /tmp), and a victim file of root's outside it.
 fn setup(name: &str) -> (PathBuf, PathBuf) {
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    });
     assert!(
-        root,
+        dsm_tests::is_root(),
         "needs root (to be the victim, and to act as nobody): run ./scripts/test, which skips it \
          by name otherwise"
     );

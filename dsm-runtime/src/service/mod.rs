@@ -168,7 +168,7 @@ pub(crate) struct Service {
     /// it all.
     unread: bool,
     /// The runtime's counters when the statistics were last zeroed ([`Service::reset_stats`]).
-    counted_from: [u64; 10],
+    counted_from: [u64; RuntimeStats::COUNT],
 }
 
 impl Service {
@@ -228,7 +228,7 @@ impl Service {
             own_error: false,
             resumed: None,
             gaps_after: BTreeMap::new(),
-            counted_from: [0; 10],
+            counted_from: [0; RuntimeStats::COUNT],
             acks_owed: false,
             unread: false,
             stats_json: std::env::var("DSM_STATS_JSON")
@@ -385,8 +385,9 @@ impl Service {
 
     /// The runtime's own counters ([`RuntimeStats::NAMES`]: retransmissions, rejected frames,
     /// driven faults and drives handed back, threads, waits at thread barriers, the service
-    /// thread's sleeps and those in the realtime class), counted since the process started.
-    fn runtime_counters(&mut self) -> [u64; 10] {
+    /// thread's sleeps and those in the realtime class, stretches backed with huge pages and the
+    /// slow ones), counted since the process started.
+    fn runtime_counters(&self) -> [u64; RuntimeStats::COUNT] {
         let (r, j) = self
             .transport
             .as_ref()

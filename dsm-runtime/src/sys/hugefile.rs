@@ -42,7 +42,7 @@ pub fn huge_capable_file(size: u64) -> io::Result<OwnedFd> {
         match tmpfs_file() {
             Ok(fd) => fd,
             Err((_, libc::EPERM)) => in_a_user_namespace()?,
-            Err((step, errno)) => return Err(failed(step, errno)),
+            Err((step, errno)) => return Err(failed(STEPS[step], errno)),
         }
     } else {
         in_a_user_namespace()?
@@ -79,12 +79,13 @@ const STEPS: [&str; 8] = [
     "passing the file back",
 ];
 
-/// Makes the file in this process's mount namespace: `Err((step, errno))`. Raw system calls
-/// only, on static strings (the child's contract, see the module's comment).
-fn tmpfs_file() -> Result<RawFd, (&'static str, i32)> {
+/// Makes the file in this process's mount namespace: `Err((step, errno))`, `step` an index of
+/// [`STEPS`]. Raw system calls only, on static strings (the child's contract, see the module's
+/// comment).
+fn tmpfs_file() -> Result<RawFd, (usize, i32)> {
     let step = |i: usize| {
         // SAFETY: reading errno has no preconditions.
-        (STEPS[i], unsafe { *libc::__errno_location() })
+        (i, unsafe { *libc::__errno_location() })
     };
     // SAFETY: each call below takes NUL-terminated static strings and descriptors made here;
     // a descriptor no longer needed is closed on every path.
@@ -226,7 +227,7 @@ fn child(sock: RawFd, uid_map: &str, gid_map: &str) -> libc::c_long {
         // descriptors of this process.
         unsafe {
             if libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return Err((5usize, *libc::__errno_location()));
+                return Err((5, *libc::__errno_location()));
             }
             for (path, text) in [
                 (c"/proc/self/setgroups", "deny"),
@@ -260,7 +261,6 @@ fn child(sock: RawFd, uid_map: &str, gid_map: &str) -> libc::c_long {
             }
         }
         tmpfs_file()
-            .map_err(|(name, errno)| (STEPS.iter().position(|s| *s == name).unwrap_or(0), errno))
     })();
     let (message, fd) = match result {
         Ok(fd) => ([0u8; 5], Some(fd)),

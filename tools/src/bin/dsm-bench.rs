@@ -439,6 +439,14 @@ const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
 /// The floor row of [`dsm_tools::floors::minimal_remote_fault_us`].
 const MINIMAL_ROW: &str = "minimal remote fault, plain UDP (us)";
 
+/// Adds `v` to the samples of the row named `name`, which is added after the others if new.
+fn push_sample<T>(rows: &mut Vec<(String, Vec<T>)>, name: &str, v: T) {
+    match rows.iter_mut().find(|r| r.0 == name) {
+        Some(r) => r.1.push(v),
+        None => rows.push((name.to_string(), vec![v])),
+    }
+}
+
 /// The floors' samples, taken a few at the start of each round rather than all at once: this
 /// machine has slow minutes (every step of a traced fault 1.3-1.5x its usual cost, the bare fault
 /// 3.9 us instead of 2.96), and five samples in a row can all fall in one.
@@ -512,10 +520,7 @@ impl Floors {
                 else {
                     continue;
                 };
-                match self.runs.iter_mut().find(|r| r.0 == name) {
-                    Some(r) => r.1.push(med),
-                    None => self.runs.push((name.to_string(), vec![med])),
-                }
+                push_sample(&mut self.runs, name, med);
             }
         }
     }
@@ -523,10 +528,6 @@ impl Floors {
     /// Remote pages streamed (the `stream` app on 2 nodes, UDP and TCP, default settings) beside a
     /// plain TCP stream between two processes, one after the other in the same sample.
     fn sample_streams(&mut self) {
-        let mut put = |name: &str, v: f64| match self.runs.iter_mut().find(|r| r.0 == name) {
-            Some(r) => r.1.push(v),
-            None => self.runs.push((name.to_string(), vec![v])),
-        };
         for (how, row) in [
             (Receiver::Plain, TCP_STREAM_ROW),
             (Receiver::IntoFreshPages, LANDING_ROW),
@@ -534,7 +535,7 @@ impl Floors {
             match std::env::current_exe()
                 .and_then(|me| dsm_tools::stream::receive_mbps(Command::new(me), STREAM_MB, how))
             {
-                Ok(v) => put(row, v),
+                Ok(v) => push_sample(&mut self.runs, row, v),
                 Err(e) => eprintln!("dsm-bench: TCP stream ({how:?}): {e}"),
             }
         }
@@ -552,7 +553,7 @@ impl Floors {
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("mbps=").and_then(|v| v.parse::<f64>().ok()));
             match rate {
-                Some(v) => put(row, v),
+                Some(v) => push_sample(&mut self.runs, row, v),
                 None => eprintln!("dsm-bench: the stream app over {transport} gave no rate"),
             }
             // Node 1's count (a row left out of the table is 0 on every node).
@@ -561,10 +562,7 @@ impl Floors {
                 .find_map(|l| l.strip_prefix("huge_stretches "))
                 .and_then(|rest| rest.split_whitespace().last()?.parse().ok())
                 .unwrap_or(0);
-            match self.huge.iter_mut().find(|r| r.0 == row) {
-                Some(r) => r.1.push(huge),
-                None => self.huge.push((row.to_string(), vec![huge])),
-            }
+            push_sample(&mut self.huge, row, huge);
         }
     }
 
