@@ -254,9 +254,9 @@ unsafe extern "C" fn fwrite_at(
 /// `fread`/`fwrite` of `n` items of `size` bytes at `ptr` on stream `f` with `call(offset,
 /// bytes)`, in pieces as [`in_pieces`]: the stream moves the same bytes, and the count is of
 /// whole items moved. A piece whose pages were taken away before the kernel reached them (the
-/// stream's error is EFAULT) is made ready and moved again, a few times, the error cleared; a
-/// buffer the cache holds is one such piece. A buffer outside shared memory goes in one call, as
-/// the caller made it.
+/// stream's error is EFAULT) is made ready and moved again, a few times in a row without a
+/// byte moved, the error cleared; a buffer the cache holds is one such piece. A buffer outside
+/// shared memory goes in one call, as the caller made it.
 fn stdio_in_pieces(
     ptr: *const c_void,
     (size, n): (usize, usize),
@@ -287,6 +287,11 @@ fn stdio_in_pieces(
         unsafe { dsm_runtime::prepare_for_io(at, k, kernel_writes) };
         let moved = call(done, k);
         done += moved;
+        // A few retries in a row that move nothing, not a few for the whole buffer: under load,
+        // pieces far apart may each lose a page once.
+        if moved > 0 {
+            retries = 0;
+        }
         if moved < k {
             let efault = std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT);
             // SAFETY: the caller's stream, which the C library's call just used.
