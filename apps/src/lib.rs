@@ -193,17 +193,20 @@ fn command(
     let mut cmd = clap::Command::new(name)
         .version(env!("CARGO_PKG_VERSION"))
         .about(about)
-        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.")
-        .arg(
-            clap::Arg::new("threads")
-                .long("threads")
-                .value_name("T")
-                .value_parser(clap::value_parser!(u16).range(1..=MAX_THREADS_PER_NODE))
-                .help(
-                    "Threads per node (default 1; dsmrun --threads T sets DSM_THREADS): each \
-                     node's share is split among T threads of it",
-                ),
-        );
+        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.");
+    // Only the programs that run threads offer `--threads`; the others say so if given it.
+    let threaded = THREADED.contains(&name);
+    cmd = cmd.arg(
+        clap::Arg::new("threads")
+            .long("threads")
+            .value_name("T")
+            .value_parser(clap::value_parser!(u16).range(1..=MAX_THREADS_PER_NODE))
+            .hide(!threaded)
+            .help(
+                "Threads per node (default 1; dsmrun --threads T sets DSM_THREADS): each \
+                 node's share is split among T threads of it",
+            ),
+    );
     for (i, (arg, help)) in positional.iter().enumerate() {
         cmd = cmd.arg(
             clap::Arg::new(*arg)

@@ -41,11 +41,6 @@ pub struct Prefetch {
     /// The read-ahead window grows, while a thread keeps using what it brings, up to this many
     /// pages (never more than a quarter of the cache).
     pub read_ahead_max_pages: u32,
-    /// A sequential window of at least twice this many pages ends on a multiple of it (its
-    /// page numbers are the region's), so the windows after it start on one (0: anywhere). The
-    /// runtime sets the pages of a huge page, whose stretches it backs only where a window
-    /// covers them whole.
-    pub align_pages: u32,
 }
 
 impl Default for Prefetch {
@@ -55,7 +50,6 @@ impl Default for Prefetch {
             prefetch_pages: 8,
             max_checking_pages: 16,
             read_ahead_max_pages: 1024,
-            align_pages: 0,
         }
     }
 }

@@ -44,29 +44,6 @@ fn runs_in_order(pages: &[PageNum], max: usize) -> Vec<(PageNum, usize)> {
     runs
 }
 
-/// A sequential read-ahead window (`candidates`, ascending) cut to end on a multiple of `align`
-/// pages, when the window is at least twice `align` and keeps at least `enough` pages: the
-/// windows after it then start on such a boundary ([`crate::Prefetch::align_pages`]).
-fn aligned_window(
-    mut candidates: Vec<PageNum>,
-    align: u32,
-    window: usize,
-    enough: usize,
-) -> Vec<PageNum> {
-    let Some(last) = candidates.last() else {
-        return candidates;
-    };
-    if align == 0 || window < 2 * align as usize {
-        return candidates;
-    }
-    let end = (last.0 + 1) / align * align;
-    let keep = candidates.partition_point(|p| p.0 < end);
-    if keep >= enough {
-        candidates.truncate(keep);
-    }
-    candidates
-}
-
 impl<M: PageMemory> Node<M> {
     /// An application thread faulted on `page` with `access`. The thread is resumed by an
     /// [`crate::Effect::Resume`] once the page is accessible.
@@ -301,11 +278,6 @@ impl<M: PageMemory> Node<M> {
         if candidates.is_empty() || (candidates.len() as u64) < (enough as u64).min(left) {
             return;
         }
-        let candidates = if stride == 1 {
-            aligned_window(candidates, pf.align_pages, window, enough)
-        } else {
-            candidates
-        };
         self.read_ahead_pages = (window * 2).min(self.read_ahead_max());
         self.stream_next = candidates.last().map(|p| PageNum(p.0 + self.stride));
         self.mark_read_ahead(&candidates);

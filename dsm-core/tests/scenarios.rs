@@ -269,60 +269,6 @@ fn the_read_ahead_marks_the_page_that_asks_for_the_next_window() {
     );
 }
 
-/// With `align_pages`, a sequential stream's windows end on multiples of it once they are twice
-/// as large (the runtime backs a huge page only where a window covers its stretch whole): at
-/// each checkpoint, once what was asked has arrived, the last page here ends on such a boundary
-/// (the region's page numbers), and every page read is exact.
-#[test]
-fn a_streams_windows_end_on_the_alignment_once_large_enough() {
-    let pages = 1500u64;
-    for align in [0u32, 64] {
-        let mut c = Cluster::new(2, 11, |cfg| {
-            cfg.prefetch.prefetch_pages = 4;
-            cfg.prefetch.read_ahead_max_pages = 256;
-            cfg.prefetch.align_pages = align;
-            cfg.cache_pages = 8192;
-        });
-        // The stream starts off any boundary.
-        c.alloc(AllocPolicy::OnNode(NodeId(0)), 37 * PAGE).unwrap();
-        let x = c
-            .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
-            .unwrap();
-        for p in 0..pages {
-            c.write_u64(0, x.offset_by(p * PAGE), p + 1).unwrap();
-        }
-        c.barrier().unwrap();
-        let start = x.page().0;
-        let mut ends = Vec::new();
-        for p in 0..700 {
-            assert_eq!(
-                c.read_u64(1, x.offset_by(p * PAGE)).unwrap(),
-                p + 1,
-                "align {align}"
-            );
-            if [400, 550, 699].contains(&p) {
-                // Let what was asked arrive (each lock and unlock runs the cluster further).
-                for _ in 0..50 {
-                    c.lock(1, 0).unwrap();
-                    c.unlock(1, 0).unwrap();
-                }
-                let m = c.node(1).memory();
-                let last = (start..start + pages as u32)
-                    .rev()
-                    .find(|&q| m.load_u64(PageNum(q), 0) == u64::from(q - start) + 1)
-                    .expect("pages arrived");
-                ends.push(last + 1);
-            }
-        }
-        let aligned = ends.iter().all(|e| e % 64 == 0);
-        assert_eq!(
-            aligned,
-            align == 64,
-            "align {align}: ends {ends:?} (start {start})"
-        );
-    }
-}
-
 /// A thread walking down a column of a row-major matrix (one page in every 20): after three
 /// demand faults equally spaced, the read-ahead follows the stride, asking for the column's
 /// pages and not those in between, in windows that grow as a sequential stream's do.

@@ -379,11 +379,6 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         prefetch_pages: config.prefetch_pages,
         max_checking_pages: config.max_checking_pages,
         read_ahead_max_pages: config.read_ahead_max_kib / (PAGE_SIZE as u32 / 1024),
-        // Windows end on huge pages' boundaries where stretches are backed with them.
-        align_pages: match backing {
-            crate::region::Backing::HugeCapable => crate::region::HUGE_PAGES as u32,
-            crate::region::Backing::Memfd(_) => 0,
-        },
     };
     // A grant carries as many pages as one message of the transport carries whole.
     core_cfg.grant_run_pages = grant_run_pages(&config);

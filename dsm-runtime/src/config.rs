@@ -108,9 +108,8 @@ pub struct Config {
     pub cache_pages: usize,
     /// `region_gib`.
     pub region_gib: u64,
-    /// `huge_pages`: `auto` backs whole 2 MiB stretches of read-ahead windows with huge pages,
-    /// in a tmpfs of the node's own where the system allows one (`region::Backing`); `off`: a
-    /// memfd, 4 KiB pages only.
+    /// `huge_pages`: `auto` lands fetched runs in large folios, in a tmpfs of the node's own
+    /// where the system allows one (`region::Backing`); `off`: a memfd, 4 KiB pages only.
     pub huge_pages: bool,
     /// `peer_timeout_ms`.
     pub peer_timeout_ms: u64,
@@ -286,8 +285,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("region_gib", "1 to 16384"),
     (
         "huge_pages",
-        "auto (read-ahead windows land in huge pages where the system lets a node mount a tmpfs \
-         of its own) or off",
+        "auto (fetched runs land in large folios where the system lets a node mount a tmpfs of \
+         its own) or off",
     ),
     ("peer_timeout_ms", "100 to 3600000"),
     ("base_port", "0 (any free port) or 1024 to 65000"),

@@ -8,26 +8,23 @@
 //! them.
 //!
 //! Where the system lets the runtime mount a tmpfs of its own ([`sys::hugefile`]), the file is
-//! one of those, mounted `huge=advise`: each empty 2 MiB stretch a read-ahead window covers whole
-//! is backed with one huge page before the window's runs land ([`Region::prepare`]), through a
-//! slot of address space that maps the stretch, marked for huge pages, only while it is backed:
-//! writing 512 pages into one huge page costs a fraction of allocating 512 pages one by one
-//! (`docs/perf/2026-11-29-huge-pages.md`). Everything else (a page fetched alone, a diff, a
-//! home's own pages) gets 4 KiB pages, as in a memfd: a node that caches scattered pages holds no
-//! more memory than they need.
+//! one of those, mounted `huge=within_size`, and fetched runs written into it land in large
+//! folios (16 KiB to 1 MiB): writing a stream into them costs a fraction of allocating its pages
+//! 4 KiB at a time (`docs/perf/2026-11-29-large-folios.md`). [`Region::prepare`] keeps each
+//! folio inside the pages asked for and under 2 MiB; pages faulted through either view (a home's
+//! own, a diff's) stay 4 KiB, as in a memfd: a node that caches scattered pages holds no more
+//! memory than they need.
 //!
 //! A page fetched for the first time is also mapped in the application's view before it opens,
 //! still without access (see [`Region::prepare`]): otherwise the access that resumes after the
 //! fault takes a second, kernel page fault to map it, about 1 us of a 9.4 us minimal remote
 //! fault here.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use dsm_core::{AtomicOp, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 
@@ -49,41 +46,21 @@ pub(crate) struct Region {
     /// Reads through `mem` map pages (cleared at the first failure: a kernel that refuses
     /// forced access to inaccessible memory, `proc_mem.force_override=never`).
     premap: AtomicBool,
-    /// The slot a stretch is mapped into to be backed with a huge page (`None`: the file is a
-    /// memfd).
-    huge_slot: Option<*mut u8>,
-    /// Stretches backed through `huge_slot`, and of them those that took longer than
-    /// [`SLOW_STRETCH`] (for the statistics).
-    huge_backed: AtomicU64,
-    huge_slow: AtomicU64,
-    /// Cleared at the first failure of a backing.
-    huge_on: AtomicBool,
-    /// Slow stretches in a row, and stretches still to leave to 4 KiB pages after two.
-    /// `slow_after`: [`SLOW_STRETCH`] (tests change it).
-    slow_after: Cell<Duration>,
-    slow_in_a_row: Cell<u32>,
-    small_for: Cell<u32>,
+    /// Writes into the file land in large folios ([`Backing::LargeFolios`]).
+    large_folios: bool,
+    /// Requests of two pages or more prepared in large folios (for the statistics).
+    large_runs: AtomicU64,
 }
 
-/// The pages of one huge page (2 MiB on x86-64 and most arm64 kernels).
+/// The pages of a huge page (2 MiB on x86-64 and most arm64 kernels), the largest folio a
+/// file of [`sys::hugefile`] could get.
 pub(crate) const HUGE_PAGES: usize = 512;
-
-/// A stretch whose huge page took longer than this to back cost more than 4 KiB pages would
-/// have (about 1 us a page with `pwrite`, against 0.15 us a page for a huge page the kernel has
-/// at hand). On this development VM a huge page the guest had handed back to its host takes
-/// 1.5-5 ms (`docs/perf/2026-11-29-huge-pages.md`).
-const SLOW_STRETCH: Duration = Duration::from_micros(400);
-
-/// After two slow stretches in a row, this many stretches (256 MiB) are left to 4 KiB pages
-/// before huge pages are tried again: memory freed meanwhile (a stream's evictions) comes back
-/// cheap.
-const SMALL_AFTER_SLOW: u32 = 128;
 
 /// How the region's memory is backed, as `--stats` and the logs name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Backing {
-    /// A file of the node's own tmpfs: whole stretches of read-ahead windows get huge pages.
-    HugeCapable,
+    /// A file of the node's own tmpfs: fetched runs land in large folios.
+    LargeFolios,
     /// A memfd, asked for (`huge_pages = off`) or because the tmpfs could not be made (why).
     Memfd(Option<String>),
 }
@@ -147,8 +124,8 @@ impl Region {
     }
 
     /// Reserves `len` bytes at `app_base` (application view, no access) and a service view;
-    /// with `huge`, in a file that can take huge pages where the system allows one, with the
-    /// view that backs stretches with them.
+    /// with `huge`, in a file whose written runs land in large folios where the system allows
+    /// one.
     pub fn map(app_base: usize, len: usize, huge: bool) -> std::io::Result<(Region, Backing)> {
         let (fd, backing) = if huge && sys::huge_pages_disabled_here() {
             (
@@ -159,7 +136,7 @@ impl Region {
             )
         } else if huge {
             match sys::hugefile::huge_capable_file(len as u64) {
-                Ok(fd) => (fd, Backing::HugeCapable),
+                Ok(fd) => (fd, Backing::LargeFolios),
                 Err(e) => (
                     sys::memfd("dsm-shared", len as u64)?,
                     Backing::Memfd(Some(format!("no tmpfs of its own ({e})"))),
@@ -170,13 +147,11 @@ impl Region {
         };
         let app = sys::map_shared(&fd, len, Some(app_base), Protection::None)?;
         let service_base = sys::map_shared(&fd, len, None, Protection::ReadWrite)?;
-        let huge_slot = match backing {
-            Backing::HugeCapable => Some(sys::reserve_aligned(
-                HUGE_PAGES * PAGE_SIZE,
-                HUGE_PAGES * PAGE_SIZE,
-            )?),
-            Backing::Memfd(_) => None,
-        };
+        if backing == Backing::LargeFolios {
+            // Pages faulted through either view (a home's own, a diff's) stay 4 KiB.
+            sys::small_pages_on_fault(app, len)?;
+            sys::small_pages_on_fault(service_base, len)?;
+        }
         // One state byte per page for the home-write fast path (zeroed, lazily backed).
         let pages = len / PAGE_SIZE;
         crate::door::fastpath::init(sys::atomic_bytes(pages)?);
@@ -199,73 +174,64 @@ impl Region {
             max_map_count,
             premap: AtomicBool::new(mem.is_some()),
             mem,
-            huge_on: AtomicBool::new(huge_slot.is_some()),
-            huge_slot,
-            huge_backed: AtomicU64::new(0),
-            huge_slow: AtomicU64::new(0),
-            slow_after: Cell::new(SLOW_STRETCH),
-            slow_in_a_row: Cell::new(0),
-            small_for: Cell::new(0),
+            large_folios: backing == Backing::LargeFolios,
+            large_runs: AtomicU64::new(0),
         };
         Ok((region, backing))
     }
 
-    /// The 2 MiB stretches backed with huge pages so far, and of them the slow ones.
-    pub fn huge_backed(&self) -> (u64, u64) {
-        (
-            self.huge_backed.load(Ordering::Relaxed),
-            self.huge_slow.load(Ordering::Relaxed),
-        )
+    /// Requests of two pages or more prepared so far to land in large folios.
+    pub fn large_runs(&self) -> u64 {
+        self.large_runs.load(Ordering::Relaxed)
     }
 
-    /// Backs each empty 2 MiB stretch that the `count` pages from `first` (a read-ahead window's
-    /// run) cover whole with one huge page (zeroed: the runs that fill it are written into it).
-    /// A stream's windows end on stretches once they are large (`Prefetch::align_pages`), so
-    /// they cover them whole; pages fetched alone or a few at a time never do, and take no more
-    /// memory than they need. A stretch that holds a page already is left to 4 KiB pages.
+    /// Keeps the folios that writing the `count` pages from `first` into the file will allocate
+    /// inside those pages, and below 2 MiB, where the file takes large folios
+    /// ([`Backing::LargeFolios`]).
     ///
-    /// Where huge pages come slow (a host that takes back the memory its guest frees), two slow
-    /// stretches in a row leave the next [`SMALL_AFTER_SLOW`] to 4 KiB pages. Whether a stretch
-    /// did get a huge page is not checked: this runs in a fault handler's drive too, where the
-    /// node reads no file; 4 KiB pages backed instead cost about what landing in fresh ones does.
-    fn back_stretches(&self, first: PageNum, count: usize) {
-        let Some(slot) = self.huge_slot else { return };
-        if count < HUGE_PAGES || !self.huge_on.load(Ordering::Relaxed) {
+    /// Its tmpfs is mounted `huge=within_size`: `pwrite` into a hole gets the largest folio
+    /// (up to 2 MiB) whose aligned extent around the page holds no page in memory yet. Folios of
+    /// 16 KiB to 1 MiB cost a fraction of 4 KiB pages one by one, and come at once where a huge
+    /// page does not (this VM's host takes back freed 2 MiB blocks, and gives them again in
+    /// 1.5-5 ms: `docs/perf/2026-11-29-large-folios.md`). A page in memory stops every extent
+    /// around it, so the first and last pages are backed first, 4 KiB each (faulted through a
+    /// view, which takes 4 KiB pages only: the first by [`Region::prepare`]'s mapping of it,
+    /// the others through the service view), and the last page of each 2 MiB stretch
+    /// between them: no folio reaches outside the pages asked for, or is a huge page. The core
+    /// lands only pages it asked for, and the service prepares every page it asks for.
+    fn bound_folios(&self, first: PageNum, count: usize) {
+        if !self.large_folios || count == 0 {
             return;
         }
-        let start = first.index().next_multiple_of(HUGE_PAGES);
-        let end = (first.index() + count) / HUGE_PAGES * HUGE_PAGES;
-        let bytes = HUGE_PAGES * PAGE_SIZE;
-        for stretch in (start..end).step_by(HUGE_PAGES) {
-            let off = (stretch * PAGE_SIZE) as u64;
-            if sys::file_holds_data(&self.fd, off, bytes as u64) {
-                continue;
-            }
-            if self.small_for.get() > 0 {
-                self.small_for.set(self.small_for.get() - 1);
-                continue;
-            }
-            let t0 = Instant::now();
-            if let Err(e) = sys::back_with_huge_page(slot, &self.fd, off, bytes) {
-                log::debug!(
-                    "backing a stretch with a huge page failed ({e}): 4 KiB pages from now"
-                );
-                self.huge_on.store(false, Ordering::Relaxed);
-                return;
-            }
-            let took = t0.elapsed();
-            self.huge_backed.fetch_add(1, Ordering::Relaxed);
-            if took >= self.slow_after.get() {
-                self.huge_slow.fetch_add(1, Ordering::Relaxed);
-                self.slow_in_a_row.set(self.slow_in_a_row.get() + 1);
-                if self.slow_in_a_row.get() >= 2 {
-                    self.slow_in_a_row.set(0);
-                    self.small_for.set(SMALL_AFTER_SLOW);
-                }
-            } else {
-                self.slow_in_a_row.set(0);
-            }
+        if count > 1 {
+            self.large_runs.fetch_add(1, Ordering::Relaxed);
         }
+        let (first, last) = (first.index(), first.index() + count - 1);
+        // `prepare` backed the first page already, mapping it through the application's view,
+        // unless that read is refused here.
+        if !self.premap.load(Ordering::Relaxed) {
+            self.touch(first);
+        }
+        if last != first {
+            self.touch(last);
+        }
+        let mut stretch_end = (first / HUGE_PAGES + 1) * HUGE_PAGES - 1;
+        while stretch_end < last {
+            if stretch_end > first {
+                self.touch(stretch_end);
+            }
+            stretch_end += HUGE_PAGES;
+        }
+    }
+
+    /// Faults `page` into memory through the service view (4 KiB, zeros where the file had
+    /// none; bytes it holds stay).
+    fn touch(&self, page: usize) {
+        let p = self.service_base.wrapping_add(page * PAGE_SIZE);
+        // SAFETY: `page` lies in the region (the callers check the run against its length), so
+        // `p` is a byte of the service view, mapped read-write for the process's life; a volatile
+        // read of shared memory changes nothing.
+        unsafe { std::ptr::read_volatile(p) };
     }
 
     /// The service view's address of region byte `off` (for registering home pages with an
@@ -276,13 +242,13 @@ impl Region {
     }
 
     /// Readies `count` pages from `first` for their bytes while a GETP for them is on its way:
-    /// backs the stretches they cover whole with huge pages (zeroed once, 2 MiB at a time:
-    /// [`Region::back_stretches`]), then maps the first (the page faulted on, when there is one)
-    /// in the application's view, still inaccessible, with those of its fault-around window that
-    /// are in memory. The others are mapped once their bytes are in ([`PageMemory::write_run`]):
-    /// outside backed stretches their memory is allocated then, by the write into the file,
-    /// which does not zero whole pages first and needs no entry in the service view (mapping
-    /// them now would allocate and zero them first).
+    /// maps the first (the page faulted on, when there is one) in the application's view, still
+    /// inaccessible, with those of its fault-around window that are in memory, then bounds the
+    /// folios the others' writes will allocate ([`Region::bound_folios`]). The others are
+    /// mapped once their bytes are in ([`PageMemory::write_run`]): their memory is allocated
+    /// then, by the write into the file, which does not zero whole pages first and needs no
+    /// entry in the service view (mapping them now would allocate and zero them first, 4 KiB
+    /// at a time).
     ///
     /// The mapping is made by reading a byte of each through `/proc/self/mem`, whose forced
     /// access faults a page in even where the protection forbids access, as a debugger's read
@@ -296,9 +262,8 @@ impl Region {
         if first.index() + count > self.len / PAGE_SIZE {
             return;
         }
-        // Before the first page is mapped: mapping it backs it, and its stretch with it.
-        self.back_stretches(first, count);
         self.map_closed(first, 1);
+        self.bound_folios(first, count);
         if crate::trace::on() {
             for page in first.index()..first.index() + count {
                 crate::trace::stamp(page as u64, crate::trace::Step::Prepared);
@@ -618,103 +583,114 @@ mod tests {
         assert_eq!(permissions(app(5), app(6)), ["r--s"]);
     }
 
-    /// The kernel's count of file huge pages it allocated, or failed to and fell back from.
-    fn file_huge_page_attempts() -> u64 {
-        std::fs::read_to_string("/proc/vmstat")
-            .expect("vmstat")
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .filter(|(k, _)| *k == "thp_file_alloc" || *k == "thp_file_fallback")
-            .map(|(_, v)| v.parse::<u64>().expect("a count"))
-            .sum()
+    /// The bytes of memory the region's file holds.
+    fn file_bytes(region: &Region) -> u64 {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fstat fills the zeroed struct for a descriptor the region owns.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fstat(region.fd.as_raw_fd(), &mut st) }, 0);
+        st.st_blocks as u64 * 512
+    }
+
+    /// The sizes, in pages, of the folios holding the `count` pages from `first` (each mapped
+    /// in the service view, which reading them does), in order, from the kernel's page flags;
+    /// `None` where they cannot be read (root only).
+    fn folios(region: &Region, first: usize, count: usize) -> Option<Vec<usize>> {
+        const TAIL: u64 = 1 << 16; // KPF_COMPOUND_TAIL
+        let pagemap = File::open("/proc/self/pagemap").ok()?;
+        let flags = File::open("/proc/kpageflags").ok()?;
+        let mut sizes: Vec<usize> = Vec::new();
+        for page in first..first + count {
+            region.touch(page);
+            let addr = region.service_base as usize + page * PAGE_SIZE;
+            let mut entry = [0u8; 8];
+            pagemap
+                .read_exact_at(&mut entry, (addr / PAGE_SIZE * 8) as u64)
+                .ok()?;
+            let pfn = u64::from_le_bytes(entry) & ((1 << 55) - 1);
+            if pfn == 0 {
+                return None; // not root: the kernel hides frame numbers
+            }
+            let mut f = [0u8; 8];
+            flags.read_exact_at(&mut f, pfn * 8).ok()?;
+            let f = u64::from_le_bytes(f);
+            match sizes.last_mut() {
+                Some(n) if f & TAIL != 0 => *n += 1,
+                _ if f & TAIL != 0 => panic!("page {page}, the first asked for, is a folio's tail"),
+                _ => sizes.push(1),
+            }
+        }
+        Some(sizes)
     }
 
     #[test]
-    fn a_streams_window_lands_in_huge_pages_and_a_page_alone_does_not() {
+    fn writes_into_the_file_take_the_memory_of_the_pages_asked_for_in_folios_under_2_mib() {
         let stretch = HUGE_PAGES * PAGE_SIZE;
         let (mut region, backing) =
-            Region::map(0x6200_0000_0000, 8 * stretch, true).expect("region");
+            Region::map(0x6400_0000_0000, 8 * stretch, true).expect("region");
         if let Backing::Memfd(why) = backing {
-            eprintln!("skipped: no huge-capable file here ({why:?})");
+            eprintln!("skipped: no tmpfs of its own here ({why:?})");
             return;
         }
-        // However long the kernel takes here: this test is not about slow huge pages.
-        region.slow_after.set(Duration::MAX);
-        let before = file_huge_page_attempts();
-        let h = HUGE_PAGES as u32;
-        // A page alone, and a request smaller than a stretch: 4 KiB pages.
-        region.prepare(PageNum(3 * h + 7), 1);
-        region.write_run(PageNum(3 * h + 7), &[9u8; PAGE_SIZE]);
-        region.prepare(PageNum(5 * h), HUGE_PAGES - 1);
-        assert_eq!(region.huge_backed().0, 0, "a small request was backed huge");
-        // A window from page 1 over 1,100 pages covers stretch 1 whole, 0 and 2 in part.
-        region.prepare(PageNum(1), 1100);
-        if !region.huge_on.load(Ordering::Relaxed) {
-            eprintln!("skipped in part: backing a stretch failed here");
-            return;
-        }
-        assert_eq!(
-            region.huge_backed().0,
-            1,
-            "the stretch the window covers whole"
-        );
-        assert!(
-            file_huge_page_attempts() > before,
-            "the kernel was never asked for a huge page of the file"
-        );
-        // The next window covers 3 (which holds the page landed alone: left small) and 4.
-        region.prepare(PageNum(1101), 2560 - 1101);
-        assert_eq!(region.huge_backed().0, 2, "stretch 4 alone");
-        let bytes: Vec<u8> = (0..2559 * PAGE_SIZE)
-            .map(|i| (i / PAGE_SIZE) as u8)
-            .collect();
-        region.write_run(PageNum(1), &bytes[..1100 * PAGE_SIZE]);
-        region.write_run(PageNum(1101), &bytes[1100 * PAGE_SIZE..]);
-        // The bytes open as landed, a page punched out of a huge page reads back zeros, and
-        // its neighbours keep theirs.
-        region.discard(PageNum(600), 1);
-        region.protect(PageNum(0), 2600, Prot::Read);
-        let at = |page: usize, byte: usize| {
-            // SAFETY: pages 0..2600 of the application view were just opened for reading.
+        let h = HUGE_PAGES;
+        let mut asked = 0;
+        let mut land = |region: &mut Region, first: usize, count: usize, run: usize, rev: bool| {
+            region.prepare(PageNum(first as u32), count);
+            let mut runs: Vec<usize> = (first..first + count).step_by(run).collect();
+            if rev {
+                runs.reverse();
+            }
+            for at in runs {
+                let n = run.min(first + count - at);
+                region.write_run(PageNum(at as u32), &vec![at as u8; n * PAGE_SIZE]);
+            }
+            asked += count;
+            assert_eq!(
+                file_bytes(region),
+                (asked * PAGE_SIZE) as u64,
+                "{count} pages from {first} in runs of {run} took more memory than they hold"
+            );
+        };
+        // A page alone in an empty stretch; a window of UDP's 15-page runs over part of two
+        // stretches; one of TCP's 64-page runs, landing last to first, over two whole ones
+        // and a little; one of single pages (RDMA's) off every boundary.
+        land(&mut region, 3 * h + 7, 1, 1, false);
+        land(&mut region, 100, 700, 15, false);
+        land(&mut region, 4 * h, 2 * h + 5, 64, true);
+        land(&mut region, 7 * h + 3, 200, 1, false);
+        // The bytes are where they were written.
+        region.protect(PageNum(0), 8 * h as u32, Prot::Read);
+        let at = |page: usize| {
+            // SAFETY: the region's application view was just opened for reading.
             unsafe {
-                std::ptr::read_volatile((region.app_base + page * PAGE_SIZE + byte) as *const u8)
+                std::ptr::read_volatile((region.app_base + page * PAGE_SIZE + 5) as *const u8)
             }
         };
-        assert_eq!(at(0, 5), 0, "page 0 was never landed: zeros");
-        assert_eq!(at(513, 4095), (512 % 256) as u8);
-        assert_eq!(at(599, 0), (598 % 256) as u8);
-        assert_eq!(at(600, 17), 0, "the discarded page");
-        assert_eq!(at(601, 17), (600 % 256) as u8);
-        assert_eq!(at(2100, 1), (2099 % 256) as u8);
-        assert_eq!(at(2559, 1), (2558 % 256) as u8);
-        assert_eq!(at(2560, 1), 0, "past the windows: zeros");
-    }
-
-    #[test]
-    fn two_slow_huge_pages_in_a_row_leave_the_next_stretches_to_small_pages() {
-        let stretch = HUGE_PAGES * PAGE_SIZE;
-        let (region, backing) = Region::map(0x6300_0000_0000, 8 * stretch, true).expect("region");
-        if let Backing::Memfd(why) = backing {
-            eprintln!("skipped: no huge-capable file here ({why:?})");
-            return;
+        assert_eq!(at(3 * h + 7), (3 * h + 7) as u8);
+        assert_eq!(at(100 + 15 * 3 + 2), (100 + 15 * 3) as u8);
+        assert_eq!(at(4 * h + 64 * 9 + 63), (4 * h + 64 * 9) as u8);
+        assert_eq!(at(7 * h + 150), (7 * h + 150) as u8);
+        assert_eq!(at(99), 0, "never written: zeros");
+        match folios(&region, 4 * h, 2 * h + 5) {
+            None => eprintln!("folio sizes not checked: /proc/kpageflags is root's"),
+            Some(sizes) => {
+                assert!(
+                    sizes.iter().all(|&n| n < h),
+                    "a huge page among the folios: {sizes:?}"
+                );
+                assert_eq!(sizes.iter().sum::<usize>(), 2 * h + 5);
+                // Kernels before 6.14 give tmpfs writes 4 KiB pages or huge ones only.
+                if sizes.iter().any(|&n| n > 1) {
+                    assert!(
+                        sizes.len() < 64,
+                        "{} folios for 1,029 pages: {sizes:?}",
+                        sizes.len()
+                    );
+                } else {
+                    eprintln!("this kernel gives tmpfs writes no large folios");
+                }
+            }
         }
-        // Every huge page is slow.
-        region.slow_after.set(Duration::ZERO);
-        region.prepare(PageNum(0), 4 * HUGE_PAGES);
-        if !region.huge_on.load(Ordering::Relaxed) {
-            eprintln!("skipped: backing a stretch failed here");
-            return;
-        }
-        assert_eq!(region.huge_backed(), (2, 2), "two slow ones, then none");
-        assert_eq!(region.small_for.get(), SMALL_AFTER_SLOW - 2);
-        // Fast again: still small pages until the count runs out.
-        region.slow_after.set(Duration::MAX);
-        region.small_for.set(1);
-        region.prepare(PageNum(4 * HUGE_PAGES as u32), 2 * HUGE_PAGES);
-        assert_eq!(
-            region.huge_backed(),
-            (3, 2),
-            "one left small, the next backed"
-        );
     }
 }

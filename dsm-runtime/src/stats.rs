@@ -29,17 +29,15 @@ pub struct RuntimeStats {
     /// Of them, sleeps in the realtime class (`service_priority`): 0 where the class is refused
     /// or not asked for.
     pub service_sleeps_realtime: u64,
-    /// 2 MiB stretches of read-ahead windows backed with one huge page each (`huge_pages`).
-    pub huge_stretches: u64,
-    /// Of them, those whose huge page was slow to come (`region::SLOW_STRETCH`).
-    pub huge_stretches_slow: u64,
+    /// Requests of two pages or more whose runs land in large folios (`huge_pages`).
+    pub large_folio_requests: u64,
     /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
     pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
     /// How many counters [`RuntimeStats::NAMES`] names.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 9;
 
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
     pub const NAMES: [&'static str; Self::COUNT] = [
@@ -51,8 +49,7 @@ impl RuntimeStats {
         "thread_barrier_waits",
         "service_sleeps",
         "service_sleeps_realtime",
-        "huge_stretches",
-        "huge_stretches_slow",
+        "large_folio_requests",
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
@@ -66,8 +63,7 @@ impl RuntimeStats {
             self.thread_barrier_waits,
             self.service_sleeps,
             self.service_sleeps_realtime,
-            self.huge_stretches,
-            self.huge_stretches_slow,
+            self.large_folio_requests,
         ]
     }
 
@@ -92,8 +88,7 @@ impl RuntimeStats {
             thread_barrier_waits: at(5),
             service_sleeps: at(6),
             service_sleeps_realtime: at(7),
-            huge_stretches: at(8),
-            huge_stretches_slow: at(9),
+            large_folio_requests: at(8),
             transport: transport_names
                 .iter()
                 .enumerate()
@@ -227,10 +222,10 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
          (service_priority)",
     ),
     (
-        "huge_stretches*",
-        &["huge_stretches", "huge_stretches_slow"],
-        "2 MiB stretches of read-ahead windows backed with a huge page (huge_pages); of them, \
-         slow to come (two in a row leave the next 128 to 4 KiB pages)",
+        "large_folio_requests",
+        &["large_folio_requests"],
+        "requests of two pages or more whose runs land in large folios of the node's own tmpfs \
+         (huge_pages = auto); 0 where the node uses a memfd",
     ),
     (
         "msgs/bytes sent/received",
@@ -564,8 +559,7 @@ mod tests {
             thread_barrier_waits: 7,
             service_sleeps: 9,
             service_sleeps_realtime: 8,
-            huge_stretches: 10,
-            huge_stretches_slow: 11,
+            large_folio_requests: 10,
             transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
         };
         let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();

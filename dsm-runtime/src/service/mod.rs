@@ -385,8 +385,8 @@ impl Service {
 
     /// The runtime's own counters ([`RuntimeStats::NAMES`]: retransmissions, rejected frames,
     /// driven faults and drives handed back, threads, waits at thread barriers, the service
-    /// thread's sleeps and those in the realtime class, stretches backed with huge pages and the
-    /// slow ones), counted since the process started.
+    /// thread's sleeps and those in the realtime class, requests prepared to land in large
+    /// folios), counted since the process started.
     fn runtime_counters(&self) -> [u64; RuntimeStats::COUNT] {
         let (r, j) = self
             .transport
@@ -395,7 +395,6 @@ impl Service {
         // The realtime sleeps first: `run` counts a sleep before it counts it as realtime.
         let realtime = run::SLEEPS_REALTIME.load(Ordering::Acquire);
         let sleeps = run::SLEEPS.load(Ordering::Acquire);
-        let (huge, slow) = self.node.memory().huge_backed();
         [
             r,
             j + self.rejected_frames,
@@ -405,8 +404,7 @@ impl Service {
             crate::team::local_waits(),
             sleeps,
             realtime,
-            huge,
-            slow,
+            self.node.memory().large_runs(),
         ]
     }
 
@@ -437,7 +435,7 @@ impl Service {
     /// which sends them to node 0 at exit beside its own.
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
-        let [r, j, d, h, _, b, sl, rt, hs, hsl] =
+        let [r, j, d, h, _, b, sl, rt, lf] =
             std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
         let transport = self
             .transport_counters_now()
@@ -459,8 +457,7 @@ impl Service {
             service_sleeps: sl,
             // A sleep counted in `counted_from` may be counted as realtime only after it.
             service_sleeps_realtime: rt.min(sl),
-            huge_stretches: hs,
-            huge_stretches_slow: hsl,
+            large_folio_requests: lf,
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());

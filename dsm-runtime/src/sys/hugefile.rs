@@ -1,14 +1,15 @@
-//! A memory file whose pages the kernel may back with huge pages where the runtime asks: a file
-//! of a private tmpfs mounted with `huge=advise`, made with the mount API (`fsopen`, `fsmount`)
-//! and never attached anywhere.
+//! A memory file whose written pages the kernel backs with large folios: a file of a private
+//! tmpfs mounted with `huge=within_size`, made with the mount API (`fsopen`, `fsmount`) and never
+//! attached anywhere.
 //!
 //! A memfd's memory comes a 4 KiB page at a time on most systems (`shmem_enabled = never`, which
 //! only root may change). Landing a stream of fetched pages in such a file costs more than the
-//! network does here (`docs/perf/2026-11-29-huge-pages.md`). A tmpfs of the process's own, mounted
-//! `huge=advise`, backs 2 MiB of the file with one huge page when a mapping marked
-//! `MADV_HUGEPAGE` faults on an empty 2 MiB stretch of it, and nowhere else: a page written with
-//! `pwrite` (a fetched run, a diff) gets 4 KiB as in a memfd. The region uses it where a
-//! read-ahead window covers whole stretches ([`crate::region`]).
+//! network does here (`docs/perf/2026-11-28-landed-stream.md`). A tmpfs of the process's own,
+//! mounted `huge=within_size`, gives a write into a hole the largest folio (up to 2 MiB, Linux
+//! 6.14 and later; PMD-sized only before) that fits around it among the pages already in memory,
+//! and a fault through a mapping marked `MADV_NOHUGEPAGE` 4 KiB. The region keeps the folios of
+//! its writes inside the pages asked for and under 2 MiB ([`crate::region`]), and marks its
+//! views.
 //!
 //! Mounting needs `CAP_SYS_ADMIN` over the mount namespace. Root has it; another user gets it in a
 //! user namespace of its own, which a process with threads cannot enter, so a child made for the
@@ -25,11 +26,11 @@ const FSMOUNT_CLOEXEC: libc::c_long = 1;
 const FSCONFIG_SET_STRING: libc::c_long = 1;
 const FSCONFIG_CMD_CREATE: libc::c_long = 6;
 
-/// A file of `size` bytes (sparse) in a private tmpfs mounted with `huge=advise`, or why there is
-/// none (the caller falls back to a memfd).
+/// A file of `size` bytes (sparse) in a private tmpfs mounted with `huge=within_size`, or why
+/// there is none (the caller falls back to a memfd).
 pub fn huge_capable_file(size: u64) -> io::Result<OwnedFd> {
-    // `deny` (root's switch for every tmpfs) would leave the mount without huge pages: a memfd
-    // then, as the caller falls back to.
+    // `deny` (root's switch for every tmpfs) would leave the mount without large folios: a
+    // memfd then, as the caller falls back to.
     let policy = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
     if policy.is_ok_and(|p| p.contains("[deny]")) {
         return Err(io::Error::other(
@@ -70,7 +71,7 @@ fn close(fd: libc::c_long) {
 /// The steps, as the errors name them.
 const STEPS: [&str; 8] = [
     "fsopen(tmpfs)",
-    "fsconfig(huge=advise)",
+    "fsconfig(huge=within_size)",
     "fsconfig(create)",
     "fsmount",
     "open(O_TMPFILE)",
@@ -105,7 +106,7 @@ fn tmpfs_file() -> Result<RawFd, (usize, i32)> {
             )
         };
         // No size limit (a memfd has none), no access for others.
-        if set(c"huge", c"advise") < 0 || set(c"size", c"0") < 0 || set(c"mode", c"0700") < 0 {
+        if set(c"huge", c"within_size") < 0 || set(c"size", c"0") < 0 || set(c"mode", c"0700") < 0 {
             let e = step(1);
             close(fs);
             return Err(e);

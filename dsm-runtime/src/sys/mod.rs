@@ -95,36 +95,6 @@ pub fn map_shared(
     Ok(p.cast())
 }
 
-/// Reserves `len` bytes of address space, without access, at an address aligned to `align` (a
-/// power of two): the slot [`back_with_huge_page`] maps a stretch of a file into.
-pub fn reserve_aligned(len: usize, align: usize) -> io::Result<*mut u8> {
-    // SAFETY: a new reservation the kernel places; nothing else refers to it.
-    let r = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len + align,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if r == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let at = (r as usize).next_multiple_of(align);
-    // SAFETY: the parts of the reservation just made before and after [at, at + len), used by
-    // nothing.
-    unsafe {
-        raw_munmap(r as usize, at - r as usize);
-        raw_munmap(at + len, r as usize + len + align - (at + len));
-    }
-    Ok(at as *mut u8)
-}
-
-/// `MADV_POPULATE_WRITE` (Linux 5.14).
-const MADV_POPULATE_WRITE: libc::c_int = 23;
-
 /// `madvise` as a raw system call (in libjia, `madvise` is libjia's own).
 fn raw_madvise(addr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
     // SAFETY: the kernel checks the range; the caller passes a mapping of its own and advice
@@ -136,50 +106,12 @@ fn raw_madvise(addr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()>
     Ok(())
 }
 
-/// Backs `len` bytes at `offset` of the shared memory file `fd` with memory, as writes would,
-/// without writing (zeros where the file had none; bytes it holds stay), asking the kernel for
-/// huge pages: maps the range at `slot` (a reservation of [`reserve_aligned`], aligned to a
-/// huge page as `offset` is), marked `MADV_HUGEPAGE`, populates it, and puts the reservation
-/// back. The file keeps the memory; no mapping marked for huge pages stays for the kernel's
-/// background collapsing to find (it would turn scattered 4 KiB pages into huge ones).
-pub fn back_with_huge_page(slot: *mut u8, fd: &OwnedFd, offset: u64, len: usize) -> io::Result<()> {
-    // SAFETY: MAP_FIXED replaces the slot's own reservation (made by `reserve_aligned`, used by
-    // nothing else) with `len` bytes of the file, which is at least `offset + len` long.
-    let p = unsafe {
-        libc::mmap(
-            slot.cast(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-            fd.as_raw_fd(),
-            offset as libc::off_t,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let backed = raw_madvise(slot, len, libc::MADV_HUGEPAGE)
-        .and_then(|()| raw_madvise(slot, len, MADV_POPULATE_WRITE));
-    // SAFETY: MAP_FIXED puts an inaccessible reservation back over the slot's file mapping,
-    // which nothing refers to (the memory stays the file's).
-    let r = unsafe {
-        libc::mmap(
-            slot.cast(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-            -1,
-            0,
-        )
-    };
-    if r == libc::MAP_FAILED {
-        let e = io::Error::last_os_error();
-        // Not left mapped for huge pages: the caller uses the slot no more.
-        // SAFETY: the slot's range, which nothing refers to.
-        unsafe { raw_munmap(slot as usize, len) };
-        return Err(e);
-    }
-    backed
+/// Marks `len` bytes at `addr`, a shared mapping of the region's file, so that a page the kernel
+/// backs on a fault through it gets 4 KiB and never a large folio (`MADV_NOHUGEPAGE`): the file
+/// of [`hugefile`] gives large folios wherever nothing stops it, and a page a thread touches
+/// must not back its neighbours with it.
+pub fn small_pages_on_fault(addr: *mut u8, len: usize) -> io::Result<()> {
+    raw_madvise(addr, len, libc::MADV_NOHUGEPAGE)
 }
 
 /// Whether transparent huge pages are switched off for this process (`PR_SET_THP_DISABLE`,
@@ -188,17 +120,6 @@ pub fn huge_pages_disabled_here() -> bool {
     const PR_GET_THP_DISABLE: libc::c_int = 42;
     // SAFETY: prctl with PR_GET_THP_DISABLE reads a flag of this process.
     unsafe { libc::prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0 }
-}
-
-/// Whether the memory file `fd` holds memory anywhere in `[offset, offset + len)` (not a hole).
-pub fn file_holds_data(fd: &OwnedFd, offset: u64, len: u64) -> bool {
-    // SAFETY: lseek on a valid descriptor moves its offset only, which the runtime never uses.
-    let at = unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
-    // ENXIO: no data past `offset`; any other error: say it holds some (nothing is backed).
-    match at {
-        -1 => io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO),
-        at => (at as u64) < offset + len,
-    }
 }
 
 /// Whether `len` bytes at exactly `at` can be reserved in this process (a launcher's check of a

@@ -460,9 +460,9 @@ struct Floors {
     backing: Vec<f64>,
     /// faultlat's rows, each with its medians, in the order the rows first appear.
     runs: Vec<(String, Vec<f64>)>,
-    /// Per stream row, per sample: the reader's 2 MiB stretches backed with huge pages
-    /// (`huge_stretches`: how much of the stream landed in huge pages).
-    huge: Vec<(String, Vec<u64>)>,
+    /// Per stream row, per sample: the reader's requests whose runs landed in large folios
+    /// (`large_folio_requests`; 0 where the node used a memfd).
+    large: Vec<(String, Vec<u64>)>,
 }
 
 impl Floors {
@@ -557,12 +557,12 @@ impl Floors {
                 None => eprintln!("dsm-bench: the stream app over {transport} gave no rate"),
             }
             // Node 1's count (a row left out of the table is 0 on every node).
-            let huge = String::from_utf8_lossy(&out.stderr)
+            let large = String::from_utf8_lossy(&out.stderr)
                 .lines()
-                .find_map(|l| l.strip_prefix("huge_stretches "))
+                .find_map(|l| l.strip_prefix("large_folio_requests "))
                 .and_then(|rest| rest.split_whitespace().last()?.parse().ok())
                 .unwrap_or(0);
-            push_sample(&mut self.huge, row, huge);
+            push_sample(&mut self.large, row, large);
         }
     }
 
@@ -739,8 +739,8 @@ fn to_json(
             .iter()
             .map(|(name, v)| json!({"name": name, "samples": v})),
     );
-    floor_samples.extend(floors.huge.iter().map(
-        |(name, v)| json!({"name": format!("{name}: 2 MiB stretches in huge pages"), "samples": v}),
+    floor_samples.extend(floors.large.iter().map(
+        |(name, v)| json!({"name": format!("{name}: requests in large folios"), "samples": v}),
     ));
     let medians: Vec<serde_json::Value> = floors
         .rows()
@@ -1125,11 +1125,10 @@ fn print_floors(floors: &Floors) {
     for (name, v) in rows {
         println!("{name:<w$} {v:>10.2}");
     }
-    for (name, samples) in &floors.huge {
+    for (name, samples) in &floors.large {
         let each: Vec<String> = samples.iter().map(u64::to_string).collect();
         println!(
-            "the reader's 2 MiB stretches in huge pages, of {}, per sample, in {name}: {}",
-            STREAM_MB / 2,
+            "the reader's requests landed in large folios, per sample, in {name}: {}",
             each.join(" ")
         );
     }
