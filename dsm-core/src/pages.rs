@@ -30,6 +30,15 @@ const MAX_STRIDE_PAGES: u32 = 4096;
 /// A full cache evicts this fraction of itself at once (see `make_room`).
 const EVICT_BATCH_DIVISOR: usize = 64;
 
+/// Home pages written untracked start being tracked (protected) at their first serving; with
+/// them, the home pages written untracked and never served between each and a tracked page at
+/// most this many pages away ([`Node::untracked_gaps`]). A reader walking a column (one page in
+/// every few) would otherwise leave the home's pages protected one in every few, each run a
+/// mapping of the kernel's, and a large array past `vm.max_map_count`. A page so protected costs
+/// the home one write fault if it writes it before the next barrier; a home serving the same
+/// rows every iteration (sor's boundaries) has no tracked page near them, and fills no gap.
+const TRACK_GAP: u32 = 64;
+
 /// `pages` in their order, cut into runs of consecutive ascending pages of at most `max`.
 fn runs_in_order(pages: &[PageNum], max: usize) -> Vec<(PageNum, usize)> {
     let mut runs: Vec<(PageNum, usize)> = Vec::new();
@@ -366,6 +375,46 @@ impl<M: PageMemory> Node<M> {
             .collect()
     }
 
+    /// The pages between each of `pages` (ascending, about to be protected to track writes)
+    /// and the nearest page at most [`TRACK_GAP`] away on either side that is tracked too (one
+    /// of `pages`, or a home page protected already), where every page between is homed here,
+    /// written untracked and never served: protected with `pages`, they keep the home's pages
+    /// in few runs of one protection. None of them is held anywhere, so their tracking can
+    /// start at any time.
+    pub(crate) fn untracked_gaps(&self, pages: &[PageNum]) -> Vec<PageNum> {
+        let me = self.cfg.node;
+        let fillable = |q: PageNum| {
+            let e = &self.table[q.index()];
+            e.home == me && !e.served && self.writes_untracked(q)
+        };
+        let tracked = |q: PageNum| {
+            let e = &self.table[q.index()];
+            pages.binary_search(&q).is_ok() || (e.home == me && e.frame == Frame::ReadOnly)
+        };
+        let len = self.table.len() as u32;
+        let mut out = Vec::new();
+        for &p in pages {
+            let below = (p.0.saturating_sub(TRACK_GAP)..p.0).rev();
+            let above = p.0 + 1..(p.0 + 1 + TRACK_GAP).min(len);
+            for side in [below.collect::<Vec<u32>>(), above.collect()] {
+                let mut gap = Vec::new();
+                for q in side.into_iter().map(PageNum) {
+                    if tracked(q) {
+                        out.append(&mut gap);
+                        break;
+                    }
+                    if !fillable(q) {
+                        break;
+                    }
+                    gap.push(q);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Whether writes to `page` (a home page) go unseen: writable, and not known as written.
     pub(crate) fn writes_untracked(&self, page: PageNum) -> bool {
         self.table[page.index()].frame == Frame::ReadWrite && !self.rw.contains(&page)
@@ -443,6 +492,10 @@ impl<M: PageMemory> Node<M> {
             Vec::new()
         };
         if !protect_first.is_empty() {
+            let mut protect_first = protect_first;
+            protect_first.sort_unstable();
+            protect_first.extend(self.untracked_gaps(&protect_first));
+            protect_first.sort_unstable();
             self.protect_pages(&protect_first, Prot::Read);
             for &page in &protect_first {
                 self.table[page.index()].frame = Frame::ReadOnly;

@@ -3,7 +3,8 @@
 use dsm_core::sim::{Cluster, Op, SimError, TraceEntry};
 use dsm_core::{
     Access, AllocPolicy, CoreConfig, CvId, Effect, GlobalAddr, JobError, LockId, Msg, MsgKind,
-    Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Time, UsageError, VecMemory, WaiterId,
+    Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, Time, UsageError, VecMemory,
+    WaiterId,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -302,6 +303,60 @@ fn a_strided_walk_is_read_ahead_at_its_stride() {
         s.prefetch_requested
     );
     assert!(s.getp_sent < 20, "{} requests for {rows} rows", s.getp_sent);
+}
+
+/// A reader walking a column of an array the home wrote (one page in every 12), by demand
+/// faults or by strided read-ahead: the home starts tracking the pages it serves with the
+/// pages it wrote untracked and never served between them, so its array stays a few runs of
+/// one protection (a kernel mapping each), not one run per page served. A
+/// home write to such a neighbour afterwards is tracked: it reaches the reader after a barrier.
+#[test]
+fn a_column_walk_leaves_the_homes_pages_in_few_runs_of_one_protection() {
+    let (stride, rows) = (12u64, 100u64);
+    for prefetch in [false, true] {
+        let mut c = Cluster::new(2, 13, |cfg| {
+            cfg.prefetch.enabled = prefetch;
+            cfg.prefetch.prefetch_pages = 4;
+            cfg.prefetch.read_ahead_max_pages = 64;
+            cfg.cache_pages = 8192;
+        });
+        let x = c
+            .alloc(AllocPolicy::OnNode(NodeId(0)), rows * stride * PAGE)
+            .unwrap();
+        for p in 0..rows * stride {
+            c.write_u64(0, x.offset_by(p * PAGE), p).unwrap();
+        }
+        c.barrier().unwrap();
+        for r in 0..rows {
+            let p = r * stride;
+            assert_eq!(c.read_u64(1, x.offset_by(p * PAGE)).unwrap(), p);
+        }
+        // Let every grant be sent and every serve settled.
+        for _ in 0..20 {
+            c.lock(0, 0).unwrap();
+            c.unlock(0, 0).unwrap();
+        }
+        let first = x.page().0;
+        let m = c.node(0).memory();
+        let prots: Vec<Prot> = (first..first + (rows * stride) as u32)
+            .map(|q| m.prot(PageNum(q)))
+            .collect();
+        let runs = 1 + prots.windows(2).filter(|w| w[0] != w[1]).count();
+        // The column's first page and the pages after its last stay open.
+        assert!(
+            runs <= 3,
+            "prefetch {prefetch}: the home's {} pages in {runs} runs of one protection",
+            prots.len()
+        );
+        // A page between two served ones, written by the home now: tracked, so it reaches the
+        // reader (which fetched it never) and a served one written too.
+        let (between, served) = (5 * stride + 3, 6 * stride);
+        c.write_u64(0, x.offset_by(between * PAGE), 7_000).unwrap();
+        c.write_u64(0, x.offset_by(served * PAGE), 7_001).unwrap();
+        c.barrier().unwrap();
+        assert_eq!(c.read_u64(1, x.offset_by(between * PAGE)).unwrap(), 7_000);
+        assert_eq!(c.read_u64(1, x.offset_by(served * PAGE)).unwrap(), 7_001);
+    }
 }
 
 /// A walk that only looks strided (two equal steps, then another) falls back to sequential

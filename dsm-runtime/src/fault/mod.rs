@@ -427,7 +427,19 @@ fn resolve(start: usize, page: usize, write: bool) -> bool {
     };
     // SAFETY: the run lies in the application view of the shared region (the fast-path table
     // holds only its pages), into which the runtime holds no reference.
-    if unsafe { sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot) }.is_err() {
+    if let Err(e) = unsafe { sys::mprotect(page_addr, run * dsm_core::PAGE_SIZE, prot) } {
+        // Static words: no formatting in signal context.
+        if e.raw_os_error() == Some(libc::ENOMEM) {
+            die(
+                "mprotect failed in the fault handler: out of mappings (each run of pages with a \
+                 protection of its own is one; vm.max_map_count bounds them): this node holds \
+                 scattered pages, cached (a column walk of an array homed elsewhere: bound them \
+                 with --set cache_pages, below half of the limit) or homed here in small blocks \
+                 (allocate larger ones). Raising the limit helps both (as root: sysctl -w \
+                 vm.max_map_count=262144); see docs/running-jobs.md",
+                1,
+            );
+        }
         die("mprotect failed in the fault handler", 1);
     }
     // The pages after the first were claimed only if the queue had room for them.

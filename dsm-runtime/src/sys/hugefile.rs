@@ -37,6 +37,15 @@ pub fn huge_capable_file(size: u64) -> io::Result<OwnedFd> {
             "huge pages of shared memory are denied (transparent_hugepage/shmem_enabled)",
         ));
     }
+    // Before 6.14 a tmpfs write gets a 4 KiB page or a huge one, and tries the huge one first:
+    // no gain over a memfd, and a failed 2 MiB allocation for every page landed.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if !large_folios_in_tmpfs_writes(&release) {
+        return Err(io::Error::other(format!(
+            "Linux {} gives tmpfs writes no large folios (6.14 or later does)",
+            release.trim()
+        )));
+    }
     // SAFETY: geteuid has no preconditions.
     let fd = if unsafe { libc::geteuid() } == 0 {
         // Root without the capability (a container's root): a user namespace gives it one.
@@ -55,6 +64,15 @@ pub fn huge_capable_file(size: u64) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// Whether a kernel of this release (`6.18.44-fc`) gives tmpfs writes folios of every size
+/// (Linux 6.14); an unreadable release is taken as too old.
+fn large_folios_in_tmpfs_writes(release: &str) -> bool {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|v| v.parse::<u32>().ok());
+    let minor = parts.next().and_then(|v| v.parse::<u32>().ok());
+    matches!((major, minor), (Some(a), Some(b)) if (a, b) >= (6, 14))
 }
 
 fn failed(step: &str, errno: i32) -> io::Error {
@@ -350,6 +368,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kernels_from_6_14_on_give_tmpfs_writes_large_folios() {
+        for (release, large) in [
+            ("6.18.44-fc-v595", true),
+            ("6.14.0", true),
+            ("7.0-rc1", true),
+            ("6.13.12-200.fc41.x86_64", false),
+            ("6.1.0-56-amd64", false),
+            ("5.15.0", false),
+            ("", false),
+            ("junk", false),
+        ] {
+            assert_eq!(large_folios_in_tmpfs_writes(release), large, "{release:?}");
+        }
+    }
+
+    #[test]
     fn a_huge_capable_file_is_made_or_the_step_that_failed_is_named() {
         match huge_capable_file(64 << 20) {
             Ok(fd) => {
@@ -363,7 +397,10 @@ mod tests {
             Err(e) => {
                 let text = e.to_string();
                 assert!(
-                    STEPS.iter().any(|s| text.starts_with(s)) || text.contains("child"),
+                    STEPS.iter().any(|s| text.starts_with(s))
+                        || ["child", "no large folios", "denied"]
+                            .iter()
+                            .any(|w| text.contains(w)),
                     "an error that names no step: {text}"
                 );
                 eprintln!("no huge-capable file here: {text}");
