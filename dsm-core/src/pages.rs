@@ -378,35 +378,48 @@ impl<M: PageMemory> Node<M> {
     /// The pages between each of `pages` (ascending, about to be protected to track writes)
     /// and the nearest page at most [`TRACK_GAP`] away on either side that is tracked too (one
     /// of `pages`, or a home page protected already), where every page between is homed here,
-    /// written untracked and never served: protected with `pages`, they keep the home's pages
-    /// in few runs of one protection. None of them is held anywhere, so their tracking can
-    /// start at any time.
+    /// written untracked and never served since the last barrier: protected with `pages`, they
+    /// keep the home's pages in few runs of one protection. Tracking them can start at any
+    /// time: a copy of one elsewhere is already doomed by a recorded write notice (the
+    /// barrier's that untracked it, or its home move's), as for any page written untracked.
     pub(crate) fn untracked_gaps(&self, pages: &[PageNum]) -> Vec<PageNum> {
         let me = self.cfg.node;
-        let fillable = |q: PageNum| {
-            let e = &self.table[q.index()];
-            e.home == me && !e.served && self.writes_untracked(q)
+        let fillable = |q: u32| {
+            let e = &self.table[q as usize];
+            e.home == me && !e.served && self.writes_untracked(PageNum(q))
         };
-        let tracked = |q: PageNum| {
-            let e = &self.table[q.index()];
-            pages.binary_search(&q).is_ok() || (e.home == me && e.frame == Frame::ReadOnly)
+        let listed = |q: u32| pages.binary_search(&PageNum(q)).is_ok();
+        let tracked = |q: u32| {
+            let e = &self.table[q as usize];
+            listed(q) || (e.home == me && e.frame == Frame::ReadOnly)
         };
         let len = self.table.len() as u32;
         let mut out = Vec::new();
+        // The first fillable page and the tracked one that ends the gap, walking `side`.
+        let gap = |side: &mut dyn Iterator<Item = u32>| -> Option<(u32, u32)> {
+            let mut first = None;
+            for q in side {
+                if tracked(q) {
+                    return first.map(|f| (f, q));
+                }
+                if !fillable(q) {
+                    return None;
+                }
+                first.get_or_insert(q);
+            }
+            None
+        };
         for &p in pages {
-            let below = (p.0.saturating_sub(TRACK_GAP)..p.0).rev();
-            let above = p.0 + 1..(p.0 + 1 + TRACK_GAP).min(len);
-            for side in [below.collect::<Vec<u32>>(), above.collect()] {
-                let mut gap = Vec::new();
-                for q in side.into_iter().map(PageNum) {
-                    if tracked(q) {
-                        out.append(&mut gap);
-                        break;
-                    }
-                    if !fillable(q) {
-                        break;
-                    }
-                    gap.push(q);
+            // Only the ends of a run of `pages` can border a gap.
+            if p.0 > 0 && !listed(p.0 - 1) {
+                if let Some((nearest, end)) = gap(&mut (p.0.saturating_sub(TRACK_GAP)..p.0).rev()) {
+                    out.extend((end + 1..=nearest).map(PageNum));
+                }
+            }
+            if p.0 + 1 < len && !listed(p.0 + 1) {
+                let above = p.0 + 1..(p.0 + 1 + TRACK_GAP).min(len);
+                if let Some((nearest, end)) = gap(&mut above.into_iter()) {
+                    out.extend((nearest..end).map(PageNum));
                 }
             }
         }
