@@ -865,7 +865,10 @@ pub unsafe extern "C" fn mremap(
 }
 
 /// `int madvise(void *addr, size_t len, int advice)`: advice that discards memory (or poisons
-/// it) refused on shared memory (see the section comment); other advice is the kernel's.
+/// it) refused on shared memory (see the section comment); advice that asks for huge pages
+/// (`MADV_HUGEPAGE`, `MADV_COLLAPSE`) taken and ignored on a range that overlaps it (the DSM
+/// chooses the sizes of its pages: 4 KiB where a page is faulted alone, large folios where a
+/// run lands); other advice is the kernel's.
 ///
 /// # Safety
 /// As the C library's `madvise`.
@@ -883,6 +886,12 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
         && dsm_runtime::interpose::refused_on_shared("madvise", addr as usize, len, discards)
     {
         return -1;
+    }
+    const MADV_COLLAPSE: c_int = 25;
+    if matches!(advice, libc::MADV_HUGEPAGE | MADV_COLLAPSE)
+        && dsm_runtime::in_shared_region(addr.cast_const().cast(), len)
+    {
+        return 0;
     }
     // SAFETY: the kernel's madvise with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }

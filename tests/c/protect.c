@@ -5,7 +5,8 @@
  * succeeded, the writes no longer faulted, and all 512 were lost without a word; munmap
  * succeeded and the node ended later asking to raise vm.max_map_count). The same calls on the
  * program's own memory, and madvise(MADV_WILLNEED) on shared memory, are made as before.
- * Usage: protect */
+ * madvise(MADV_HUGEPAGE) on shared memory is taken (0) and ignored: the mapping is not marked for
+ * huge pages (smaps' VmFlags has no "hg"). Usage: protect */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -25,6 +26,25 @@ static void expect_refused(long r, const char *what)
                 jiapid, what, r, errno, strerror(errno));
         failures++;
     }
+}
+
+/* Whether the mapping holding `p` is marked for huge pages (VmFlags "hg" in /proc/self/smaps). */
+static int marked_huge(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int inside = 0, huge = 0;
+    if (!f)
+        jia_error("/proc/self/smaps: %s", strerror(errno));
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (unsigned long)p >= lo && (unsigned long)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0)
+            huge = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return huge;
 }
 
 static void expect_done(long r, const char *what)
@@ -69,6 +89,14 @@ int main(int argc, char **argv)
         expect_refused((long)mremap(a, 4096, 8192, MREMAP_MAYMOVE), "mremap");
         expect_refused(madvise(a, 4096, MADV_DONTNEED), "madvise(MADV_DONTNEED)");
         expect_refused(mprotect((char *)a - 4096, 8192, PROT_NONE), "mprotect of a range that ends in it");
+        if (madvise(a, 4096, MADV_HUGEPAGE) != 0) {
+            fprintf(stderr, "protect: madvise(MADV_HUGEPAGE) on shared memory failed: %s\n", strerror(errno));
+            failures++;
+        }
+        if (marked_huge(a)) {
+            fprintf(stderr, "protect: madvise(MADV_HUGEPAGE) marked shared memory for huge pages\n");
+            failures++;
+        }
         if (madvise(a, 4096, MADV_WILLNEED) != 0) {
             fprintf(stderr, "protect: madvise(MADV_WILLNEED) on shared memory failed: %s\n", strerror(errno));
             failures++;

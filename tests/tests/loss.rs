@@ -52,6 +52,26 @@ fn heavy_loss_is_survived_too() {
     );
 }
 
+/// A job whose impairment drops every datagram cannot go on: it ends once a peer has been
+/// silent for `peer_timeout_ms`, and the message names the impairment as a likely cause.
+#[test]
+fn a_job_that_drops_every_datagram_ends_naming_its_impairment() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "--set", "peer_timeout_ms=1000"])
+        .arg(bin("pi"))
+        .env("DSM_IMPAIR", "drop=100,seed=3");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(
+        !out.status.success(),
+        "a job with every datagram dropped succeeded: {t}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("DSM_IMPAIR=drop=100,seed=3 drops"),
+        "the impairment is not named: {t}"
+    );
+}
+
 /// Sums a `--stats` row over the nodes (`msgs received GETPGRANT  0  4421 ...`).
 fn stat(stderr: &str, row: &str) -> u64 {
     stderr

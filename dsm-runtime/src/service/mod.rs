@@ -564,8 +564,12 @@ impl Service {
             return;
         }
         let what = if cause == LostCause::Silent {
+            // Datagrams this job drops itself may be the cause: say so.
+            let impaired = std::env::var("DSM_IMPAIR")
+                .map(|spec| format!("; DSM_IMPAIR={spec} drops this job's datagrams"))
+                .unwrap_or_default();
             format!(
-                "no answer for {:.1} s (it died, stopped or is unreachable)",
+                "no answer for {:.1} s (it died, stopped or is unreachable{impaired})",
                 silent_for.as_secs_f64()
             )
         } else {

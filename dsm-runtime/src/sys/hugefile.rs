@@ -5,9 +5,10 @@
 //! A memfd's memory comes a 4 KiB page at a time on most systems (`shmem_enabled = never`, which
 //! only root may change). Landing a stream of fetched pages in such a file costs more than the
 //! network does here (`docs/perf/2026-11-28-landed-stream.md`). A tmpfs of the process's own,
-//! mounted `huge=within_size`, gives a write into a hole the largest folio (up to 2 MiB, Linux
-//! 6.14 and later; PMD-sized only before) that fits around it among the pages already in memory,
-//! and a fault through a mapping marked `MADV_NOHUGEPAGE` 4 KiB. The region keeps the folios of
+//! mounted `huge=within_size`, gives a write into a hole the largest folio (up to 2 MiB) that
+//! fits around it among the pages already in memory, and a fault through a mapping marked
+//! `MADV_NOHUGEPAGE` 4 KiB. Before Linux 6.14 its writes try a huge page first, then 4 KiB: no
+//! file is made there (the caller falls back to a memfd). The region keeps the folios of
 //! its writes inside the pages asked for and under 2 MiB ([`crate::region`]), and marks its
 //! views.
 //!
