@@ -67,7 +67,8 @@ impl<M: PageMemory> Node<M> {
 
     /// Starts tracking the writes to the home pages served untracked since the last call: call
     /// it once their grants are sent. Each page is protected (in ranges, with the home's
-    /// untracked pages between it and a tracked one near it: `Node::untracked_gaps`); one whose bytes differ
+    /// untracked pages between it and a tracked one near it: `Node::protect_to_track`); one
+    /// whose bytes differ
     /// from those sent was written in between, and is recorded as written (its copies will be
     /// invalidated at the next release) and left open. Runs by itself before anything that
     /// needs the tracking (a release, a diff applied here).
@@ -78,16 +79,8 @@ impl<M: PageMemory> Node<M> {
         let mut unsettled = std::mem::take(&mut self.unsettled);
         // Only pages still as they were served (each is queued once, at its first serve).
         unsettled.retain(|(p, _, _)| self.table[p.index()].served && self.writes_untracked(*p));
-        let mut pages: Vec<PageNum> = unsettled.iter().map(|(p, _, _)| *p).collect();
-        pages.sort_unstable();
-        let neighbours = self.untracked_gaps(&pages);
-        pages.extend(&neighbours);
-        pages.sort_unstable();
-        self.protect_pages(&pages, Prot::Read);
-        for &page in &neighbours {
-            self.table[page.index()].frame = Frame::ReadOnly;
-            self.mem.allow_home_write(page);
-        }
+        let pages: Vec<PageNum> = unsettled.iter().map(|(p, _, _)| *p).collect();
+        self.protect_to_track(&pages);
         let mut written = Vec::new();
         for (page, sent, at) in &unsettled {
             self.mem.read(*page, &mut self.scratch);

@@ -411,21 +411,38 @@ impl<M: PageMemory> Node<M> {
         };
         for &p in pages {
             // Only the ends of a run of `pages` can border a gap.
-            if p.0 > 0 && !listed(p.0 - 1) {
-                if let Some((nearest, end)) = gap(&mut (p.0.saturating_sub(TRACK_GAP)..p.0).rev()) {
-                    out.extend((end + 1..=nearest).map(PageNum));
-                }
+            if p.0 > 0
+                && !listed(p.0 - 1)
+                && let Some((nearest, end)) = gap(&mut (p.0.saturating_sub(TRACK_GAP)..p.0).rev())
+            {
+                out.extend((end + 1..=nearest).map(PageNum));
             }
-            if p.0 + 1 < len && !listed(p.0 + 1) {
-                let above = p.0 + 1..(p.0 + 1 + TRACK_GAP).min(len);
-                if let Some((nearest, end)) = gap(&mut above.into_iter()) {
-                    out.extend((nearest..end).map(PageNum));
-                }
+            if p.0 + 1 < len
+                && !listed(p.0 + 1)
+                && let Some((nearest, end)) = gap(&mut (p.0 + 1..(p.0 + 1 + TRACK_GAP).min(len)))
+            {
+                out.extend((nearest..end).map(PageNum));
             }
         }
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// Protects `pages` (home pages written untracked, whose writes are to be tracked from now
+    /// on) for reading, with the untracked gaps around them ([`Node::untracked_gaps`]), which
+    /// are tracked from now on too. What `pages` become is the caller's.
+    pub(crate) fn protect_to_track(&mut self, pages: &[PageNum]) {
+        let mut sorted = pages.to_vec();
+        sorted.sort_unstable();
+        let gaps = self.untracked_gaps(&sorted);
+        sorted.extend(&gaps);
+        sorted.sort_unstable();
+        self.protect_pages(&sorted, Prot::Read);
+        for page in gaps {
+            self.table[page.index()].frame = Frame::ReadOnly;
+            self.mem.allow_home_write(page);
+        }
     }
 
     /// Whether writes to `page` (a home page) go unseen: writable, and not known as written.
@@ -505,11 +522,7 @@ impl<M: PageMemory> Node<M> {
             Vec::new()
         };
         if !protect_first.is_empty() {
-            let mut protect_first = protect_first;
-            protect_first.sort_unstable();
-            protect_first.extend(self.untracked_gaps(&protect_first));
-            protect_first.sort_unstable();
-            self.protect_pages(&protect_first, Prot::Read);
+            self.protect_to_track(&protect_first);
             for &page in &protect_first {
                 self.table[page.index()].frame = Frame::ReadOnly;
                 self.mem.allow_home_write(page);

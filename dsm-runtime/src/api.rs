@@ -905,8 +905,7 @@ impl Dsm {
         let what = c.name();
         match self.call(c) {
             Ok(r) => r,
-            Err(e) if ours(at) => fatal(&format!("{what}: {e}")),
-            Err(e) => fatal(&format!("{what}: {e} (at {at})")),
+            Err(e) => die_at(format!("{what}: {e}"), at),
         }
     }
 
@@ -1371,13 +1370,13 @@ pub(crate) fn in_the_nodes_process(what: &str) {
     }
 }
 
-/// `msg`, with the program's line `at` when it is not one of the runtime's or libjia's own
-/// (libjia's C calls name their call and values already).
-pub(crate) fn at_the_callers_line(msg: String, at: &std::panic::Location<'_>) -> String {
+/// Ends the process with `msg` (a misuse of the API), naming the program's line `at` when it is
+/// not one of the runtime's or libjia's own (libjia's C calls name their call and values).
+pub(crate) fn die_at(msg: String, at: &std::panic::Location<'_>) -> ! {
     if ours(at) {
-        msg
+        fatal(&msg)
     } else {
-        format!("{msg} (at {at})")
+        fatal(&format!("{msg} (at {at})"))
     }
 }
 

@@ -93,13 +93,13 @@ impl Dsm {
     #[track_caller]
     fn node_id(&self, n: usize, what: &str) -> NodeId {
         if n >= self.nodes() {
-            fatal(&crate::api::at_the_callers_line(
+            crate::api::die_at(
                 format!(
                     "{what}: node {n} is not in the job (nodes 0 to {})",
                     self.nodes() - 1
                 ),
                 std::panic::Location::caller(),
-            ));
+            );
         }
         NodeId(n as u16)
     }
@@ -215,7 +215,7 @@ impl Dsm {
     pub fn recv_into(&self, from: Option<usize>, tag: Option<i32>, buf: &mut [u8]) -> Received {
         let l = self.recv(from, tag);
         if l.data.len() > buf.len() {
-            fatal(&crate::api::at_the_callers_line(
+            crate::api::die_at(
                 format!(
                     "jia_recv: the message from node {} with tag {} has {} bytes, more than the {} of the buffer",
                     l.from.0,
@@ -224,7 +224,7 @@ impl Dsm {
                     buf.len()
                 ),
                 std::panic::Location::caller(),
-            ));
+            );
         }
         buf[..l.data.len()].copy_from_slice(&l.data);
         Received {
@@ -252,7 +252,7 @@ impl Dsm {
             tag: Some(seq),
         });
         if l.data.len() != buf.len() {
-            fatal(&crate::api::at_the_callers_line(
+            crate::api::die_at(
                 format!(
                     "jia_bcast: node {} broadcast {} bytes, and this node's buffer has {} (every node must pass the same length)",
                     root.0,
@@ -260,7 +260,7 @@ impl Dsm {
                     buf.len()
                 ),
                 std::panic::Location::caller(),
-            ));
+            );
         }
         buf.copy_from_slice(&l.data);
     }

@@ -135,7 +135,7 @@ impl Region {
                 )),
             )
         } else if huge {
-            match sys::hugefile::huge_capable_file(len as u64) {
+            match sys::hugefile::large_folio_file(len as u64) {
                 Ok(fd) => (fd, Backing::LargeFolios),
                 Err(e) => (
                     sys::memfd("dsm-shared", len as u64)?,

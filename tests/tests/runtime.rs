@@ -36,7 +36,8 @@ fn a_lock_protected_counter_is_exact_on_four_nodes() {
 }
 
 /// A call after `exit` ends the node with a message instead of waiting forever for a service
-/// thread that is gone; a misuse names the call, what was wrong and the program's own line.
+/// thread that is gone; a misuse (a lock, a message) names the call, what was wrong and the
+/// program's own line.
 #[test]
 fn misuse_names_the_call_and_the_programs_line() {
     for (case, want) in [
@@ -47,6 +48,20 @@ fn misuse_names_the_call_and_the_programs_line() {
         (
             "lock-twice",
             "dsm node 1: error: jia_lock: lock 2 is already held or requested by this thread (at tests/src/bin/probe.rs:",
+        ),
+        // Messages misused: a receive into a buffer too short, a broadcast whose buffers differ
+        // in length, a send to a node past the job.
+        (
+            "recv-overlong",
+            "jia_recv: the message from node 1 with tag 3 has 64 bytes, more than the 16 of the buffer (at tests/src/bin/probe.rs:",
+        ),
+        (
+            "bcast-lengths",
+            "jia_bcast: node 0 broadcast 8 bytes, and this node's buffer has 4 (every node must pass the same length) (at tests/src/bin/probe.rs:",
+        ),
+        (
+            "send-to-nobody",
+            "jia_send: node 5 is not in the job (nodes 0 to 1) (at tests/src/bin/probe.rs:",
         ),
     ] {
         let out = dsmrun(2, &[], "probe", &[case]);
@@ -75,32 +90,6 @@ fn a_panic_that_leaves_its_siblings_waiting_is_named_in_the_verdict() {
             && t.contains(": planted panic"),
         "{t}"
     );
-}
-
-/// Misused messages end the job naming the program's line, beside what was wrong: a receive
-/// into a buffer too short, a broadcast whose buffers differ in length, a send to a node past
-/// the job (libjia's C calls name their call and values, and no line of libjia's).
-#[test]
-fn misused_messages_name_the_programs_line() {
-    for (case, want) in [
-        (
-            "recv-overlong",
-            "jia_recv: the message from node 1 with tag 3 has 64 bytes, more than the 16 of the buffer (at ",
-        ),
-        (
-            "bcast-lengths",
-            "jia_bcast: node 0 broadcast 8 bytes, and this node's buffer has 4 (every node must pass the same length) (at ",
-        ),
-        (
-            "send-to-nobody",
-            "jia_send: node 5 is not in the job (nodes 0 to 1) (at ",
-        ),
-    ] {
-        let out = dsmrun(2, &[], "probe", &[case]);
-        let t = text(&out);
-        assert_eq!(out.status.code(), Some(1), "{case}: {t}");
-        assert!(t.contains(want) && t.contains("probe.rs:"), "{case}: {t}");
-    }
 }
 
 /// An atomic load with release ordering panics naming the line, as std's does (it was taken as

@@ -29,7 +29,7 @@ const FSCONFIG_CMD_CREATE: libc::c_long = 6;
 
 /// A file of `size` bytes (sparse) in a private tmpfs mounted with `huge=within_size`, or why
 /// there is none (the caller falls back to a memfd).
-pub fn huge_capable_file(size: u64) -> io::Result<OwnedFd> {
+pub fn large_folio_file(size: u64) -> io::Result<OwnedFd> {
     // `deny` (root's switch for every tmpfs) would leave the mount without large folios: a
     // memfd then, as the caller falls back to.
     let policy = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
@@ -385,8 +385,8 @@ mod tests {
     }
 
     #[test]
-    fn a_huge_capable_file_is_made_or_the_step_that_failed_is_named() {
-        match huge_capable_file(64 << 20) {
+    fn a_large_folio_file_is_made_or_the_step_that_failed_is_named() {
+        match large_folio_file(64 << 20) {
             Ok(fd) => {
                 // SAFETY: fstat fills the struct for a descriptor owned here.
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -404,7 +404,7 @@ mod tests {
                             .any(|w| text.contains(w)),
                     "an error that names no step: {text}"
                 );
-                eprintln!("no huge-capable file here: {text}");
+                eprintln!("no large-folio file here: {text}");
             }
         }
     }
