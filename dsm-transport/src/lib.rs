@@ -59,8 +59,9 @@ pub trait Transport: Send {
         self.send(now, to, &msg);
     }
     /// [`Transport::send_owned`] of the message `head` followed by `body` (a grant's page run,
-    /// shared with the sender's records): TCP writes the two with one `writev`, never joining
-    /// them; the others join them here, with one copy.
+    /// shared with the sender's records): TCP writes the two with one `writev`, UDP and RDMA UD
+    /// keep them apart for retransmission and gather them into each datagram, never joining
+    /// them; the others (RDMA RC, loopback) join them here, with one copy.
     fn send_parts(&mut self, now: Instant, to: u16, mut head: Vec<u8>, body: Arc<[u8]>) {
         head.reserve_exact(body.len());
         head.extend_from_slice(&body);

@@ -22,7 +22,9 @@
 //! fragment. `ack` is the next sequence number the sender expects from the receiver. A packed
 //! datagram (`FLAG_PACKED`) carries whole messages as records: `len u32` then the bytes.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// First two bytes of every datagram.
@@ -225,11 +227,37 @@ pub struct ReliableStats {
 /// Largest message reassembled (bounds memory a peer can make us hold).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+/// A fragment's bytes as queued and kept for retransmission: one buffer, or a message's head and
+/// the shared body it was given with (a grant's page run: sent gathered, never joined).
+#[derive(Debug)]
+struct Payload {
+    head: Vec<u8>,
+    body: Option<Arc<[u8]>>,
+}
+
+impl Payload {
+    fn whole(bytes: Vec<u8>) -> Payload {
+        Payload {
+            head: bytes,
+            body: None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.head.len() + self.body.as_ref().map_or(0, |b| b.len())
+    }
+
+    /// The bytes, in order, as two slices (the second empty for one buffer).
+    fn parts(&self) -> [&[u8]; 2] {
+        [&self.head, self.body.as_deref().unwrap_or_default()]
+    }
+}
+
 #[derive(Debug)]
 struct Unacked {
     seq: u32,
     flags: u8,
-    payload: Vec<u8>,
+    payload: Payload,
     last_sent: Instant,
     retransmitted: bool,
     /// The receiver holds it (selective acknowledgement): never resent.
@@ -242,7 +270,7 @@ struct Peer {
     unacked: VecDeque<Unacked>,
     /// Payload bytes of `unacked`.
     unacked_bytes: usize,
-    queued: VecDeque<(u8, Vec<u8>)>,
+    queued: VecDeque<(u8, Payload)>,
     expected: u32,
     out_of_order: BTreeMap<u32, (u8, Vec<u8>)>,
     partial: Vec<u8>,
@@ -354,7 +382,24 @@ impl Reliable {
         }
         self.peers[usize::from(to)]
             .queued
-            .push_back((FLAG_DATA | QUEUED_WHOLE, msg));
+            .push_back((FLAG_DATA | QUEUED_WHOLE, Payload::whole(msg)));
+    }
+
+    /// [`Reliable::send_owned`] of the message `head` followed by `body`: kept as the two
+    /// parts, which each datagram gathers (a grant's page run is never copied into one buffer
+    /// with its header). Joined, with one copy, only to be cut into fragments.
+    pub fn send_parts(&mut self, to: u16, mut head: Vec<u8>, body: Arc<[u8]>) {
+        if head.len() + body.len() > self.fragment_bytes() {
+            head.extend_from_slice(&body);
+            return self.queue_fragments(to, &head);
+        }
+        let payload = Payload {
+            head,
+            body: Some(body),
+        };
+        self.peers[usize::from(to)]
+            .queued
+            .push_back((FLAG_DATA | QUEUED_WHOLE, payload));
     }
 
     /// Queues a message larger than a fragment, cut into fragments.
@@ -368,7 +413,8 @@ impl Reliable {
             } else {
                 FLAG_DATA
             };
-            peer.queued.push_back((flags, chunk.to_vec()));
+            peer.queued
+                .push_back((flags, Payload::whole(chunk.to_vec())));
         }
     }
 
@@ -405,7 +451,21 @@ impl Reliable {
         from: u16,
         dgram: &[u8],
     ) -> Result<(), DatagramError> {
-        let r = self.accept(now, from, dgram);
+        let (head, payload) = dgram.split_at(dgram.len().min(HEADER_BYTES));
+        self.handle_datagram_parts(now, from, head, Cow::Borrowed(payload))
+    }
+
+    /// [`Reliable::handle_datagram`] of a datagram read as its header (`head`, shorter only if
+    /// the datagram is) and its payload: one in a buffer of its own (`Cow::Owned`) becomes the
+    /// delivered message without a copy when it is one whole message.
+    pub fn handle_datagram_parts(
+        &mut self,
+        now: Instant,
+        from: u16,
+        head: &[u8],
+        payload: Cow<'_, [u8]>,
+    ) -> Result<(), DatagramError> {
+        let r = self.accept(now, from, head, payload);
         if let Err(e) = &r {
             self.stats.rejected += 1;
             if matches!(e, DatagramError::ForgedAck { .. }) {
@@ -417,7 +477,13 @@ impl Reliable {
         r
     }
 
-    fn accept(&mut self, now: Instant, from: u16, d: &[u8]) -> Result<(), DatagramError> {
+    fn accept(
+        &mut self,
+        now: Instant,
+        from: u16,
+        d: &[u8],
+        payload: Cow<'_, [u8]>,
+    ) -> Result<(), DatagramError> {
         if d.len() < HEADER_BYTES {
             return Err(DatagramError::Short(d.len()));
         }
@@ -440,10 +506,9 @@ impl Reliable {
         }
         let seq = u32::from_le_bytes(d[14..18].try_into().unwrap_or_default());
         let ack = u32::from_le_bytes(d[18..22].try_into().unwrap_or_default());
-        let payload = &d[HEADER_BYTES..];
         if flags & FLAG_PACKED != 0 {
             // Whole before anything is taken from it.
-            records(payload).try_for_each(|r| r.map(drop))?;
+            records(&payload).try_for_each(|r| r.map(drop))?;
         }
         let window = self.cfg.window as u32;
         let peer = &mut self.peers[usize::from(from)];
@@ -490,7 +555,7 @@ impl Reliable {
         // every hole below the highest fragment held is resent at once (once per round trip):
         // a window's losses are recovered in one round trip, not one timeout each.
         let sack = (flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP && payload.len() == SACK_BYTES)
-            .then(|| u64::from_le_bytes(payload.try_into().unwrap_or_default()));
+            .then(|| u64::from_le_bytes(payload[..].try_into().unwrap_or_default()));
         if let Some(bits) = sack {
             let mut highest = None;
             for u in peer.unacked.iter_mut() {
@@ -561,18 +626,18 @@ impl Reliable {
             // is full: a stream's runs, or every datagram with a window of one or two.
             let (count, bytes) = &mut peer.received_since_ack;
             *count += 1;
-            *bytes += d.len();
+            *bytes += HEADER_BYTES + payload.len();
             ack_now = *count >= (window as usize / 2).max(1) || *bytes >= self.cfg.window_bytes / 2;
             if seq == peer.expected {
                 deliver(peer, from, flags, payload, &mut self.events)?;
                 while let Some((f, p)) = peer.out_of_order.remove(&peer.expected) {
-                    deliver(peer, from, f, &p, &mut self.events)?;
+                    deliver(peer, from, f, Cow::Owned(p), &mut self.events)?;
                 }
             } else if seq_lt(seq, peer.expected) || peer.out_of_order.contains_key(&seq) {
                 self.stats.duplicates += 1;
             } else {
                 self.stats.out_of_order += 1;
-                peer.out_of_order.insert(seq, (flags, payload.to_vec()));
+                peer.out_of_order.insert(seq, (flags, payload.into_owned()));
             }
             if !peer.out_of_order.is_empty() {
                 peer.sack_due = true;
@@ -601,7 +666,7 @@ impl Reliable {
                 match pack(&mut peer.queued, payload, frag) {
                     Ok(packed) => {
                         self.stats.packed += 1;
-                        (FLAG_DATA | FLAG_PACKED, packed)
+                        (FLAG_DATA | FLAG_PACKED, Payload::whole(packed))
                     }
                     Err(alone) => (FLAG_DATA, alone),
                 }
@@ -682,21 +747,21 @@ impl Reliable {
         )
     }
 
-    /// Hands every datagram due to `send(to, header, payload)`: a datagram is the two slices
-    /// one after the other. A data fragment's payload is lent from the retransmission queue (no
-    /// copy: a sender gathers the two, as `sendmsg` does); its header is built now, with the
-    /// latest acknowledgement.
-    pub fn transmit(&mut self, mut send: impl FnMut(u16, &[u8], &[u8])) {
+    /// Hands every datagram due to `send(to, parts)`: a datagram is the slices one after the
+    /// other. A data fragment's payload is lent from the retransmission queue (no copy: a sender
+    /// gathers the slices, as `sendmsg` does); its header is built now, with the latest
+    /// acknowledgement.
+    pub fn transmit(&mut self, mut send: impl FnMut(u16, &[&[u8]])) {
         while let Some(o) = self.out.pop_front() {
             match o {
                 Out::Bytes { to, dg } => {
                     self.stats.datagrams_sent += 1;
-                    send(to, &dg, &[]);
+                    send(to, &[&dg]);
                 }
                 Out::Data { to, seq } => {
                     // None: acknowledged before it went out (a retransmission made moot).
-                    if let Some((h, payload)) = self.data_datagram(to, seq) {
-                        send(to, &h, payload);
+                    if let Some((h, [head, body])) = self.data_datagram(to, seq) {
+                        send(to, &[&h, head, body]);
                         self.stats.datagrams_sent += 1;
                     }
                 }
@@ -714,7 +779,7 @@ impl Reliable {
                 Out::Bytes { to, dg } => Some((to, dg)),
                 Out::Data { to, seq } => self
                     .data_datagram(to, seq)
-                    .map(|(h, payload)| (to, [&h[..], payload].concat())),
+                    .map(|(h, [head, body])| (to, [&h[..], head, body].concat())),
             };
             if d.is_some() {
                 self.stats.datagrams_sent += 1;
@@ -725,12 +790,12 @@ impl Reliable {
     }
 
     /// The header and payload of data fragment `seq` to `to`, if it is still unacknowledged.
-    fn data_datagram(&self, to: u16, seq: u32) -> Option<([u8; HEADER_BYTES], &[u8])> {
+    fn data_datagram(&self, to: u16, seq: u32) -> Option<([u8; HEADER_BYTES], [&[u8]; 2])> {
         let peer = &self.peers[usize::from(to)];
         let first = peer.unacked.front()?.seq;
         let u = peer.unacked.get(seq.wrapping_sub(first) as usize)?;
         let h = header(self.cookie, self.me, u.flags, u.seq, peer.expected);
-        Some((h, &u.payload))
+        Some((h, u.payload.parts()))
     }
 
     /// Whether an event waits for [`Reliable::poll_event`].
@@ -886,11 +951,11 @@ fn reset_rto(peer: &mut Peer, cfg: &ReliableConfig) {
 /// Packs `first` (a whole message) with the whole messages queued after it, while they fit in
 /// `frag` bytes; `Err(first)` when not even one more fits (it goes alone, unpacked).
 fn pack(
-    queued: &mut VecDeque<(u8, Vec<u8>)>,
-    first: Vec<u8>,
+    queued: &mut VecDeque<(u8, Payload)>,
+    first: Payload,
     frag: usize,
-) -> Result<Vec<u8>, Vec<u8>> {
-    let fits = |used: usize, (flags, msg): &(u8, Vec<u8>)| {
+) -> Result<Vec<u8>, Payload> {
+    let fits = |used: usize, (flags, msg): &(u8, Payload)| {
         flags & QUEUED_WHOLE != 0 && used + RECORD_HEADER + msg.len() <= frag
     };
     if !queued
@@ -900,18 +965,22 @@ fn pack(
         return Err(first);
     }
     let mut packed = Vec::with_capacity(frag);
-    push_record(&mut packed, &first);
+    push_record(&mut packed, &first.parts());
     while queued.front().is_some_and(|next| fits(packed.len(), next)) {
         if let Some((_, msg)) = queued.pop_front() {
-            push_record(&mut packed, &msg);
+            push_record(&mut packed, &msg.parts());
         }
     }
     Ok(packed)
 }
 
-fn push_record(packed: &mut Vec<u8>, msg: &[u8]) {
-    packed.extend_from_slice(&(msg.len() as u32).to_le_bytes());
-    packed.extend_from_slice(msg);
+/// Appends one record: the length of `parts` together, then each.
+fn push_record(packed: &mut Vec<u8>, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    packed.extend_from_slice(&(len as u32).to_le_bytes());
+    for part in parts {
+        packed.extend_from_slice(part);
+    }
 }
 
 /// The records of a packed payload, in order; an error (with the byte offset) where one does not
@@ -934,12 +1003,14 @@ fn records(payload: &[u8]) -> impl Iterator<Item = Result<&[u8], DatagramError>>
     })
 }
 
-/// Hands the in-order fragment `payload` on: copied once, into the message(s) it completes.
+/// Hands the in-order fragment `payload` on: as the message itself if it is one whole message
+/// (no copy if it came in a buffer of its own), else copied once, into the message(s) it
+/// completes.
 fn deliver(
     peer: &mut Peer,
     from: u16,
     flags: u8,
-    payload: &[u8],
+    payload: Cow<'_, [u8]>,
     events: &mut VecDeque<Event>,
 ) -> Result<(), DatagramError> {
     peer.expected = peer.expected.wrapping_add(1);
@@ -949,7 +1020,7 @@ fn deliver(
             peer.partial.clear();
             return Err(DatagramError::Packing(0));
         }
-        for bytes in records(payload) {
+        for bytes in records(&payload) {
             events.push_back(Event::Message {
                 from,
                 bytes: bytes?.to_vec(),
@@ -964,11 +1035,11 @@ fn deliver(
     if peer.partial.is_empty() && flags & FLAG_MORE == 0 {
         events.push_back(Event::Message {
             from,
-            bytes: payload.to_vec(),
+            bytes: payload.into_owned(),
         });
         return Ok(());
     }
-    peer.partial.extend_from_slice(payload);
+    peer.partial.extend_from_slice(&payload);
     if flags & FLAG_MORE == 0 {
         events.push_back(Event::Message {
             from,
@@ -1049,13 +1120,17 @@ mod tests {
         let mut now = t0;
         // In flight: (arrival time, to, datagram); arrival order is by time, so delays reorder.
         let mut wire: Vec<(Instant, u16, Vec<u8>)> = Vec::new();
-        // Every other message given away (send_owned), the others lent (send): both paths carry
-        // whole and fragmented messages over the same link.
+        // A third of the messages lent (send), a third given away (send_owned), a third given as
+        // a head and a shared body cut anywhere (send_parts): each path carries whole, packed
+        // and fragmented messages over the same link.
         for (i, m) in msgs.iter().enumerate() {
-            if i % 2 == 0 {
-                a.send(1, m);
-            } else {
-                a.send_owned(1, m.clone());
+            match i % 3 {
+                0 => a.send(1, m),
+                1 => a.send_owned(1, m.clone()),
+                _ => {
+                    let cut = rng.below(m.len() as u64 + 1) as usize;
+                    a.send_parts(1, m[..cut].to_vec(), Arc::from(&m[cut..]));
+                }
             }
         }
         let mut got = Vec::new();
@@ -1095,9 +1170,18 @@ mod tests {
             now = now.max(next);
             let (due, rest): (Vec<_>, Vec<_>) = wire.drain(..).partition(|w| w.0 <= now);
             wire = rest;
-            for (_, to, d) in due {
+            for (i, (_, to, d)) in due.into_iter().enumerate() {
                 let ep = if to == 0 { &mut a } else { &mut b };
-                ep.handle_datagram(now, 1 - to, &d).unwrap();
+                // Read whole, or as a header and a payload in a buffer of its own (as UDP
+                // reads a large one).
+                if i % 2 == 0 {
+                    ep.handle_datagram(now, 1 - to, &d).unwrap();
+                } else {
+                    let (head, payload) = d.split_at(HEADER_BYTES.min(d.len()));
+                    let payload = Cow::Owned(payload.to_vec());
+                    ep.handle_datagram_parts(now, 1 - to, head, payload)
+                        .unwrap();
+                }
             }
             a.handle_timeout(now);
             b.handle_timeout(now);
@@ -1231,8 +1315,8 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Reliable::new(0, 2, 42, ReliableConfig::default(), t0);
         let mut p = Vec::new();
-        push_record(&mut p, b"one");
-        push_record(&mut p, b"two");
+        push_record(&mut p, &[b"one"]);
+        push_record(&mut p, &[b"two"]);
         let mut bad = p.clone();
         bad.truncate(bad.len() - 1);
         for payload in [bad, vec![1, 0, 0], vec![9, 0, 0, 0, 1]] {

@@ -1,4 +1,5 @@
-//! The few system calls the transports make beyond std: epoll, eventfd, writev and sendmsg.
+//! The few system calls the transports make beyond std: epoll, eventfd, writev, sendmsg and
+//! recvmsg.
 //! Every unsafe block of the crate is here.
 
 #![allow(unsafe_code)]
@@ -88,6 +89,83 @@ pub fn read_into_spare(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<u
     // SAFETY: the read initialized the first `n` (<= want) bytes after the current length.
     unsafe { buf.set_len(buf.len() + n as usize) };
     Ok(n as usize)
+}
+
+/// Reads one datagram from `fd`, its first `head.len()` bytes into `head` and the rest into
+/// `body`'s spare capacity (at most `max_body` bytes, after reserving them; `body` is cleared
+/// first), with one `recvmsg`: the datagram's payload lands in a buffer the caller can keep,
+/// without a copy. Returns the datagram's length as read (`head` is filled up to it, `body`
+/// holds the rest) and its sender. A longer datagram is cut short, as `recv_from` cuts it.
+pub fn recv_split(
+    fd: RawFd,
+    head: &mut [u8],
+    body: &mut Vec<u8>,
+    max_body: usize,
+) -> io::Result<(usize, std::net::SocketAddr)> {
+    body.clear();
+    body.reserve(max_body);
+    let spare = body.spare_capacity_mut();
+    let want = spare.len().min(max_body);
+    let mut iov = [
+        libc::iovec {
+            iov_base: head.as_mut_ptr().cast(),
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: spare.as_mut_ptr().cast(),
+            iov_len: want,
+        },
+    ];
+    // SAFETY: zeroed sockaddr_storage and msghdr are valid plain data.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&raw mut storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    let n = loop {
+        // SAFETY: msg points to the address storage and the two iovecs above (`head`, and
+        // `want` bytes of `body`'s allocated, unaliased spare capacity), all alive for the
+        // call; the kernel writes at most their lengths.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let in_body = n.saturating_sub(head.len()).min(want);
+    // SAFETY: the kernel initialized the first `in_body` (<= want) bytes of the spare capacity.
+    unsafe { body.set_len(in_body) };
+    let from = match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into the storage, which
+            // is larger and suitably aligned.
+            let a = unsafe { std::ptr::read((&raw const storage).cast::<libc::sockaddr_in>()) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            std::net::SocketAddr::from((ip, u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a sockaddr_in6 (family AF_INET6).
+            let a = unsafe { std::ptr::read((&raw const storage).cast::<libc::sockaddr_in6>()) };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            ))
+        }
+        family => {
+            return Err(io::Error::other(format!(
+                "a datagram from an address of family {family}"
+            )));
+        }
+    };
+    Ok((n, from))
 }
 
 /// Bytes in a TCP socket's kernel send queue that the peer has not acknowledged yet, sent or
@@ -191,14 +269,13 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends one datagram made of `head` then `body` to `to`, or to the socket's connected peer if
-/// `to` is `None` (`sendmsg`: the kernel gathers them, no copy into one buffer first). Never
-/// blocks on a non-blocking socket.
+/// Sends one datagram made of `parts` (at most three), one after the other, to `to`, or to the
+/// socket's connected peer if `to` is `None` (`sendmsg`: the kernel gathers them, no copy into
+/// one buffer first). Never blocks on a non-blocking socket.
 pub fn send_gathered(
     fd: RawFd,
     to: Option<&std::net::SocketAddr>,
-    head: &[u8],
-    body: &[u8],
+    parts: &[&[u8]],
 ) -> io::Result<usize> {
     // SAFETY: zeroed sockaddr_storage is valid plain data.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -232,10 +309,17 @@ pub fn send_gathered(
             std::mem::size_of::<libc::sockaddr_in6>()
         }
     };
-    let mut iov = [head, body].map(|p| libc::iovec {
-        iov_base: p.as_ptr() as *mut libc::c_void,
-        iov_len: p.len(),
-    });
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 3];
+    for (v, p) in iov.iter_mut().zip(parts) {
+        *v = libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        };
+    }
+    let used = parts.len().min(iov.len());
     // SAFETY: zeroed msghdr is valid plain data; the fields set below point to live buffers.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     if len > 0 {
@@ -243,7 +327,7 @@ pub fn send_gathered(
         msg.msg_namelen = len as libc::socklen_t;
     }
     msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = iov.len() as _;
+    msg.msg_iovlen = used as _;
     loop {
         // SAFETY: msg points to the address and iovecs above, all alive for the call; the
         // kernel only reads the buffers.
@@ -254,6 +338,48 @@ pub fn send_gathered(
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    /// One datagram of `len` bytes from `tx` read by `recv_split` on `rx`, with a 22-byte head
+    /// and at most `max_body` bytes of body.
+    fn split_one(tx: &UdpSocket, rx: &UdpSocket, len: usize, max_body: usize) -> [Vec<u8>; 3] {
+        let sent: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        tx.send_to(&sent, rx.local_addr().unwrap()).unwrap();
+        let mut head = [0u8; 22];
+        let mut body = vec![9; 5];
+        let (n, from) = recv_split(rx.as_raw_fd(), &mut head, &mut body, max_body).unwrap();
+        assert_eq!(from, tx.local_addr().unwrap());
+        assert_eq!(n, len.min(22 + max_body));
+        [sent, head[..n.min(22)].to_vec(), body]
+    }
+
+    #[test]
+    fn recv_split_puts_the_header_and_the_payload_apart_and_names_the_sender() {
+        for any in ["127.0.0.1:0", "[::1]:0"] {
+            let (Ok(tx), Ok(rx)) = (UdpSocket::bind(any), UdpSocket::bind(any)) else {
+                eprintln!("skipped {any}: no such address here");
+                continue;
+            };
+            rx.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            // A page run's datagram, one shorter than a header, one cut at the body's limit.
+            let [sent, head, body] = split_one(&tx, &rx, 61_462, 65_000);
+            assert_eq!((&head[..], &body[..]), sent.split_at(22), "{any}");
+            let [sent, head, body] = split_one(&tx, &rx, 7, 65_000);
+            assert_eq!((&head[..], body.len()), (&sent[..], 0), "{any}");
+            let [sent, head, body] = split_one(&tx, &rx, 1_000, 100);
+            assert_eq!(
+                (&head[..], &body[..]),
+                (&sent[..22], &sent[22..122]),
+                "{any}"
+            );
         }
     }
 }

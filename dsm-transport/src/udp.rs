@@ -5,17 +5,23 @@
 //! a datagram the kernel refuses (send buffer full) is simply lost and retransmitted later, exactly
 //! like one lost on the wire.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::impair::{ImpairConfig, ImpairStats, Impairment};
 use crate::probe::{self, Probe};
-use crate::reliable::{Event, Reliable, ReliableConfig, ReliableStats};
+use crate::reliable::{Event, HEADER_BYTES, Reliable, ReliableConfig, ReliableStats};
 use crate::{Transport, sys};
+
+/// A datagram payload this large is handed on in the buffer it was read into (see
+/// [`UdpTransport::poll_recv`]); a smaller one is copied out of it.
+const OWN_BUFFER_BYTES: usize = 4096;
 
 /// Socket buffer size asked of the kernel (it may grant less).
 const SOCKET_BUFFER_BYTES: libc::c_int = 8 << 20;
@@ -51,7 +57,14 @@ pub struct UdpTransport {
     peers: Vec<SocketAddr>,
     by_addr: HashMap<SocketAddr, u16, BuildHasherDefault<AddrHasher>>,
     rel: Reliable,
-    buf: Vec<u8>,
+    /// The header of the last datagram read (shorter datagrams: `head_len` bytes of it).
+    head: [u8; HEADER_BYTES],
+    head_len: usize,
+    /// The payload of the last datagram read, in a buffer of its own: a large one (a grant's
+    /// run) is handed on as the message, without a copy, and a new buffer takes its place.
+    body: Vec<u8>,
+    /// Bytes of payload a datagram may carry.
+    max_body: usize,
     stats: UdpStats,
     impair: Option<Impairment>,
     batch: Vec<(u16, Vec<u8>)>,
@@ -59,9 +72,9 @@ pub struct UdpTransport {
     unread: bool,
     /// The socket is connected to the job's only other node (see [`UdpTransport::new`]).
     connected: bool,
-    /// A datagram [`UdpTransport::poll_ready`] read ahead (its bytes in `buf`): its length and
+    /// A datagram [`UdpTransport::poll_ready`] read ahead (its bytes in `head` and `body`): its
     /// sender. [`UdpTransport::poll_recv`] takes it first.
-    ahead: Option<(usize, SocketAddr)>,
+    ahead: Option<SocketAddr>,
 }
 
 /// Binds a non-blocking UDP socket with large buffers at `addr` (port 0: any free port).
@@ -108,7 +121,10 @@ impl UdpTransport {
             peers,
             by_addr,
             rel,
-            buf: vec![0; max.max(2048)],
+            head: [0; HEADER_BYTES],
+            head_len: 0,
+            body: Vec::new(),
+            max_body: max.max(2048) - HEADER_BYTES,
             stats: UdpStats::default(),
             impair: None,
             batch: Vec::new(),
@@ -161,11 +177,19 @@ impl UdpTransport {
                 None => self.recv_datagram(),
             };
             match read {
-                Ok((len, src)) => {
+                Ok(src) => {
                     n += 1;
                     match self.by_addr.get(&src) {
                         Some(&from) => {
-                            if let Err(e) = self.rel.handle_datagram(now, from, &self.buf[..len]) {
+                            let head = &self.head[..self.head_len];
+                            // A large payload goes on in its buffer; a small one is copied
+                            // from it (an acknowledgement, a packed datagram's records).
+                            let body = if self.body.len() >= OWN_BUFFER_BYTES {
+                                Cow::Owned(std::mem::take(&mut self.body))
+                            } else {
+                                Cow::Borrowed(&self.body[..])
+                            };
+                            if let Err(e) = self.rel.handle_datagram_parts(now, from, head, body) {
                                 log::debug!("dropped datagram from {src}: {e}");
                             }
                             // A message to handle: the caller handles it (and answers) before
@@ -235,13 +259,13 @@ impl UdpTransport {
         }
     }
 
-    /// Reads the next datagram into `buf`: its length and sender.
-    fn recv_datagram(&mut self) -> io::Result<(usize, SocketAddr)> {
-        let read = self.sock.recv_from(&mut self.buf);
-        if read.is_ok() {
-            probe::report(Probe::Received);
-        }
-        read
+    /// Reads the next datagram into `head` and `body`: its sender.
+    fn recv_datagram(&mut self) -> io::Result<SocketAddr> {
+        let (fd, max) = (self.sock.as_raw_fd(), self.max_body);
+        let (len, src) = sys::recv_split(fd, &mut self.head, &mut self.body, max)?;
+        self.head_len = len.min(HEADER_BYTES);
+        probe::report(Probe::Received);
+        Ok(src)
     }
 
     /// The next delivered message or lost peer.
@@ -289,10 +313,10 @@ impl UdpTransport {
             // Each datagram is gathered from its header and the payload kept for retransmission.
             let (fd, peers, failures) = (self.sock.as_raw_fd(), &self.peers, &mut self.stats);
             let connected = self.connected;
-            self.rel.transmit(|to, head, body| {
+            self.rel.transmit(|to, parts| {
                 probe::report(Probe::SendStart);
                 let addr = (!connected).then(|| &peers[usize::from(to)]);
-                if sys::send_gathered(fd, addr, head, body).is_err() {
+                if sys::send_gathered(fd, addr, parts).is_err() {
                     failures.send_failures += 1;
                 }
             });
@@ -307,7 +331,7 @@ impl UdpTransport {
         }
         for (to, d) in batch.drain(..) {
             let addr = (!self.connected).then(|| &self.peers[usize::from(to)]);
-            if sys::send_gathered(self.sock.as_raw_fd(), addr, &d, &[]).is_err() {
+            if sys::send_gathered(self.sock.as_raw_fd(), addr, &[&d]).is_err() {
                 self.stats.send_failures += 1;
             }
         }
@@ -337,6 +361,9 @@ impl Transport for UdpTransport {
     }
     fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
         self.rel.send_owned(to, msg);
+    }
+    fn send_parts(&mut self, _now: Instant, to: u16, head: Vec<u8>, body: Arc<[u8]>) {
+        self.rel.send_parts(to, head, body);
     }
     fn flush(&mut self, now: Instant) {
         UdpTransport::flush(self, now);

@@ -253,7 +253,7 @@ impl UdTransport {
         let (free, stats) = (&mut self.free_send, &mut self.stats);
         // Header and payload straight into a registered buffer (the payload lent by the
         // reliable layer's retransmission queue).
-        let mut post = |to: u16, head: &[u8], body: &[u8]| {
+        let mut post = |to: u16, parts: &[&[u8]]| {
             // One buffer per send-queue entry: a free buffer is a free entry too.
             let Some(slot) = free.pop() else {
                 // Lost like a datagram the kernel refuses; the reliable layer sends it again.
@@ -264,8 +264,11 @@ impl UdTransport {
                 free.push(slot);
                 return;
             };
-            pool.write(slot, 0, head);
-            pool.write(slot, head.len(), body);
+            let mut len = 0;
+            for part in parts {
+                pool.write(slot, len, part);
+                len += part.len();
+            }
             ops.push((
                 wr_id(KIND_SEND, slot),
                 SendOp::Send {
@@ -273,7 +276,7 @@ impl UdTransport {
                         pool,
                         slot,
                         offset: 0,
-                        len: head.len() + body.len(),
+                        len,
                     },
                     ud: Some((ah, qpns[usize::from(to)], qkey)),
                 },
@@ -290,7 +293,7 @@ impl UdTransport {
                     imp.outgoing(now, to, d, batch);
                 }
                 for (to, d) in batch.drain(..) {
-                    post(to, &d, &[]);
+                    post(to, &[&d]);
                 }
             }
         }
@@ -351,6 +354,9 @@ impl Transport for UdTransport {
     }
     fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
         self.rel.send_owned(to, msg);
+    }
+    fn send_parts(&mut self, _now: Instant, to: u16, head: Vec<u8>, body: Arc<[u8]>) {
+        self.rel.send_parts(to, head, body);
     }
 
     fn flush(&mut self, now: Instant) {
