@@ -70,7 +70,7 @@ fn main() {
     }
     let grant = Msg::GetPageGrant {
         page: PageNum(5),
-        data: std::sync::Arc::from(&PageBuf::zeroed().0[..]),
+        data: dsm_core::RunData::Copied(std::sync::Arc::from(&PageBuf::zeroed().0[..])),
         forwarded: false,
     };
     let acq = Msg::AcquireGrant {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::diff;
 use crate::mailbox::{Channel, MAX_LETTER_BYTES};
-use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
+use crate::msg::{Msg, MsgKind, PageDiff, RunData, WriteNotice};
 use crate::types::{
     Access, AtomicOp, CvId, LockId, MAX_CVS, MAX_GETP_PAGES, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum,
 };
@@ -85,21 +85,26 @@ pub enum DecodeError {
     Diff(#[from] diff::DiffError),
 }
 
-/// Appends a whole frame (header and payload) for `msg` to `out`.
+/// Appends a whole frame (header and payload) for `msg` to `out`. A grant whose run is lent
+/// ([`RunData::Lent`]) is its sender's to finish with its memory's bytes (see
+/// [`encode_frame_head`]): here its frame would end short, and its receiver refuse it.
 pub fn encode_frame(cookie: u64, from: NodeId, msg: &Msg, out: &mut Vec<u8>) {
-    if let Some(body) = encode_frame_head(cookie, from, msg, out) {
-        out.extend_from_slice(body);
+    match encode_frame_head(cookie, from, msg, out) {
+        Some(RunData::Copied(body)) => out.extend_from_slice(body),
+        Some(RunData::Lent(_)) => debug_assert!(false, "a lent run encoded without its bytes"),
+        None => {}
     }
 }
 
-/// Appends `msg`'s frame to `out` but for a grant's page bytes, which it returns: the frame is
-/// `out`'s new bytes followed by them (a transport writes the two without joining them).
+/// Appends `msg`'s frame to `out` but for a grant's page bytes, whose run it returns: the frame
+/// is `out`'s new bytes followed by them (a transport writes the two without joining them; a
+/// lent run's bytes are the sender's memory's).
 pub fn encode_frame_head<'m>(
     cookie: u64,
     from: NodeId,
     msg: &'m Msg,
     out: &mut Vec<u8>,
-) -> Option<&'m Arc<[u8]>> {
+) -> Option<&'m RunData> {
     let start = out.len();
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.push(VERSION);
@@ -449,7 +454,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
             forwarded,
         } => Msg::GetPageGrant {
             page,
-            data: Arc::from(data),
+            data: RunData::Copied(Arc::from(data)),
             forwarded,
         },
         Frame::Msg(m) => m,

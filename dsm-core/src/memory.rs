@@ -34,6 +34,13 @@ pub trait PageMemory {
         self.read_run(first, &mut data);
         data.into()
     }
+    /// Whether a home may grant its window runs lent ([`crate::RunData::Lent`]): the transport
+    /// then reads their bytes from this memory when it sends them, however long after, and
+    /// the memory keeps what it lent sound meanwhile (a lent page given back to the system is
+    /// copied for the transport first).
+    fn lends_runs(&self) -> bool {
+        false
+    }
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Writes the whole pages of `data` (a grant's run, or part of it) from `first`, before
@@ -124,6 +131,12 @@ pub struct VecMemory {
     pub protect_calls: u64,
     /// Pages hinted with [`PageMemory::warm`], in order.
     pub warmed: std::cell::RefCell<Vec<PageNum>>,
+    /// Lend runs ([`PageMemory::lends_runs`]): the simulator reads them when it sends them and
+    /// again when it delivers them.
+    pub lends: bool,
+    /// Number of `discard` calls (a lent run delivered after one keeps the bytes it was sent
+    /// with, as the runtime's memory keeps a lent page it gives back).
+    pub discards: u64,
 }
 
 impl VecMemory {
@@ -197,6 +210,10 @@ impl VecMemory {
 }
 
 impl PageMemory for VecMemory {
+    fn lends_runs(&self) -> bool {
+        self.lends
+    }
+
     fn warm(&self, page: PageNum) {
         self.warmed.borrow_mut().push(page);
     }
@@ -228,6 +245,7 @@ impl PageMemory for VecMemory {
     }
 
     fn discard(&mut self, first: PageNum, count: u32) {
+        self.discards += 1;
         for p in first.0..first.0.saturating_add(count) {
             if let Some(slot) = self.pages.get_mut(p as usize) {
                 *slot = None;

@@ -1,7 +1,7 @@
 //! The protocol's messages, in JIAJIA's vocabulary.
 //!
 //! These are typed values; [`crate::codec`] turns them into bytes and back. A message names pages,
-//! locks and nodes by typed id; page bytes travel as shared runs of whole pages (`Arc<[u8]>`) and
+//! locks and nodes by typed id; page bytes travel as shared runs of whole pages ([`RunData`]) and
 //! diffs in their encoded form (see [`crate::diff`]).
 
 use std::sync::Arc;
@@ -30,6 +30,36 @@ pub struct WriteNotice {
     pub moves: bool,
 }
 
+/// The bytes of a grant's run of pages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunData {
+    /// Copied into a buffer of their own when the grant was made, shared with the home's
+    /// record of what it sent (a page served before its writes were tracked is compared with
+    /// them once the grant is out).
+    Copied(Arc<[u8]>),
+    /// This many of the sender's own pages, from the grant's first: not copied, but read from
+    /// its memory when the transport sends them, and again should it send them again (see
+    /// [`crate::PageMemory::lends_runs`]). Only a home lends, only pages whose every write
+    /// here is tracked: bytes read later are the ones granted or newer, and a newer write
+    /// comes with its write notice, as a write made just after the grant would.
+    Lent(u16),
+}
+
+impl RunData {
+    /// Bytes in the run.
+    pub fn len(&self) -> usize {
+        match self {
+            RunData::Copied(b) => b.len(),
+            RunData::Lent(pages) => usize::from(*pages) * crate::PAGE_SIZE,
+        }
+    }
+
+    /// Whether the run is empty (never, in a grant).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A protocol message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -47,10 +77,8 @@ pub enum Msg {
         /// The run's first page.
         page: PageNum,
         /// The run's bytes at the home, [`crate::PAGE_SIZE`] per page (1 to
-        /// [`crate::codec::MAX_RUN_PAGES`] pages), shared with the home's record of what it sent
-        /// (a page served before its writes were tracked is compared with them once the grant
-        /// is out).
-        data: Arc<[u8]>,
+        /// [`crate::codec::MAX_RUN_PAGES`] pages): copied, or lent by the sender's memory.
+        data: RunData,
         /// Sent by a node holding a copy, on the home's behalf ([`Msg::Forward`]), not by the
         /// node asked.
         forwarded: bool,

@@ -21,7 +21,7 @@ use crate::local::{Atomics, Flush, SyncState};
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
-use crate::msg::{Msg, MsgKind};
+use crate::msg::{Msg, MsgKind, RunData};
 use crate::stats::Stats;
 use crate::table::{GrantSource, HeldRun, PageTable, Serve};
 use crate::types::{
@@ -573,9 +573,17 @@ impl<M: PageMemory> Node<M> {
             Msg::GetPage { access, pages } => self.on_get_page(Some(now), from, access, pages),
             Msg::GetPageGrant {
                 page,
-                data,
+                data: RunData::Copied(data),
                 forwarded,
             } => self.on_page_grant(now, from, (page, &data, GrantSource::of(forwarded))),
+            Msg::GetPageGrant {
+                data: RunData::Lent(_),
+                ..
+            } => Err(ProtocolError {
+                from,
+                kind: MsgKind::GetPageGrant,
+                why: "a lent run is its sender's memory, never a message received",
+            }),
             Msg::Forward { to, first, count } => self.on_forward(from, to, first, count),
             msg @ Msg::Atomic { .. } => self.on_atomic(from, msg),
             Msg::AtomicGrant {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::diff;
 use crate::error::{JobError, ProtocolError, UsageError};
 use crate::memory::PageMemory;
-use crate::msg::{Msg, MsgKind, PageDiff, WriteNotice};
+use crate::msg::{Msg, MsgKind, PageDiff, RunData, WriteNotice};
 use crate::node::Node;
 use crate::node::{MAX_FORWARDS, MAX_HELD_RUNS};
 use crate::table::{Fetch, Frame, GrantSource, HeldRun, Serve, runs_of};
@@ -630,6 +630,21 @@ impl<M: PageMemory> Node<M> {
             self.send(home, Msg::ForwardRefused { to, first, count });
             return;
         }
+        // A home's pages whose every write is tracked are lent (the transport reads them when
+        // it sends them: one copy less, see `RunData::Lent`); any other run is copied now.
+        if !forwarded && self.mem.lends_runs() && self.lendable(first, n) {
+            self.stats.pages_served += n as u64;
+            self.stats.pages_lent += n as u64;
+            self.send(
+                to,
+                Msg::GetPageGrant {
+                    page: first,
+                    data: RunData::Lent(n as u16),
+                    forwarded,
+                },
+            );
+            return;
+        }
         let data = self.mem.copy_run(first, n);
         if forwarded {
             self.stats.pages_forwarded += n as u64;
@@ -652,10 +667,23 @@ impl<M: PageMemory> Node<M> {
             to,
             Msg::GetPageGrant {
                 page: first,
-                data,
+                data: RunData::Copied(data),
                 forwarded,
             },
         );
+    }
+
+    /// Whether the `n` pages from `first` may be granted lent: all homed here, not moving, and
+    /// every write to them here tracked (read-only until a write faults, or recorded dirty),
+    /// so that whatever bytes the transport reads later, the grant's or newer, a write notice
+    /// covers the difference.
+    fn lendable(&self, first: PageNum, n: usize) -> bool {
+        let me = self.cfg.node;
+        self.sync.moving.is_empty()
+            && (first.index()..first.index() + n).all(|i| {
+                let e = &self.table[i];
+                e.home == me && !e.moved_away && !self.writes_untracked(PageNum(i as u32))
+            })
     }
 
     // ----- many readers: forwarding -----

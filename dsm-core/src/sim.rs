@@ -19,11 +19,12 @@ use crate::codec::{self, Frame};
 use crate::error::{JobError, UsageError};
 use crate::mailbox::{Channel, Filter, Letter};
 use crate::memory::{PageMemory, VecMemory};
-use crate::msg::{Msg, MsgKind};
+use crate::msg::{Msg, MsgKind, RunData};
 use crate::node::{CoreConfig, Effect, Node};
 use crate::stats::Stats;
 use crate::types::{
-    Access, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, PageBuf, Prot, Time, WaiterId,
+    Access, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, PageBuf, PageNum, Prot, Time,
+    WaiterId,
 };
 
 /// Scheduling weight of a runnable thread against a link's speed.
@@ -198,7 +199,7 @@ pub enum SimError {
 pub struct Cluster {
     nodes: Vec<Node<VecMemory>>,
     threads: Vec<Vec<SimThread>>,
-    queues: BTreeMap<(u16, u16), VecDeque<Vec<u8>>>,
+    queues: BTreeMap<(u16, u16), VecDeque<Wire>>,
     active: Vec<(u16, u16)>,
     /// Relative delivery speed of each link, drawn from the seed on first use: slow links hold
     /// messages back for long stretches, which is what exposes races between peers.
@@ -236,6 +237,24 @@ pub struct Cluster {
     /// thread takes the messages that came first). Set it together with
     /// [`CoreConfig::remote_reads`].
     pub one_sided_reads: bool,
+}
+
+/// A frame on its way.
+struct Wire {
+    frame: Vec<u8>,
+    /// A grant of a lent run: read from the sender's memory when sent, and again when
+    /// delivered (as a transport reads lent memory again to send it again).
+    lent: Option<LentWire>,
+}
+
+/// Where a lent run's bytes are in its frame, and where they come from.
+struct LentWire {
+    from: usize,
+    at: usize,
+    first: PageNum,
+    /// The sender's `discards` when it was sent: after a discard, the run keeps the bytes it
+    /// was sent with (see [`PageMemory::lends_runs`]).
+    discards: u64,
 }
 
 /// Queue keys with this bit set in the sender carry one-sided read replies.
@@ -276,6 +295,14 @@ impl Cluster {
             team: vec![Vec::new(); usize::from(n)],
             resumes: 0,
             one_sided_reads: false,
+        }
+    }
+
+    /// Has every node's memory lend runs ([`PageMemory::lends_runs`], as the runtime's does):
+    /// their bytes are read when sent and again when delivered.
+    pub fn lend_runs(&mut self, on: bool) {
+        for node in &mut self.nodes {
+            node.memory_mut().lends = on;
         }
     }
 
@@ -594,7 +621,29 @@ impl Cluster {
     fn after_input(&mut self, n: usize) -> Result<(), SimError> {
         while let Some(tx) = self.nodes[n].poll_transmit() {
             let mut frame = Vec::new();
-            codec::encode_frame(self.cookie, NodeId(n as u16), &tx.msg, &mut frame);
+            let from = NodeId(n as u16);
+            let lent = match codec::encode_frame_head(self.cookie, from, &tx.msg, &mut frame) {
+                Some(RunData::Copied(body)) => {
+                    frame.extend_from_slice(body);
+                    None
+                }
+                Some(data @ RunData::Lent(_)) => {
+                    let Msg::GetPageGrant { page, .. } = &tx.msg else {
+                        unreachable!("only a grant has a run")
+                    };
+                    let at = frame.len();
+                    frame.resize(at + data.len(), 0);
+                    let mem = self.nodes[n].memory();
+                    mem.read_run(*page, &mut frame[at..]);
+                    Some(LentWire {
+                        from: n,
+                        at,
+                        first: *page,
+                        discards: mem.discards,
+                    })
+                }
+                None => None,
+            };
             debug_assert_eq!(
                 frame.len(),
                 codec::frame_len(&tx.msg),
@@ -618,7 +667,7 @@ impl Cluster {
                 self.nodes[n].sent_as_reads(&tx.msg);
                 self.enqueue((n as u16 | READ_CHANNEL, tx.to.0), frame);
             } else {
-                self.enqueue((n as u16, tx.to.0), frame);
+                self.enqueue_wire((n as u16, tx.to.0), Wire { frame, lent });
             }
         }
         // The runtime starts tracking served home pages once their grants are sent, while the
@@ -715,6 +764,10 @@ impl Cluster {
     }
 
     fn enqueue(&mut self, key: (u16, u16), frame: Vec<u8>) {
+        self.enqueue_wire(key, Wire { frame, lent: None });
+    }
+
+    fn enqueue_wire(&mut self, key: (u16, u16), wire: Wire) {
         if !self.link_speed.contains_key(&key) {
             let speed = if self.rng.chance(25) {
                 1
@@ -727,7 +780,7 @@ impl Cluster {
         if q.is_empty() {
             self.active.push(key);
         }
-        q.push_back(frame);
+        q.push_back(wire);
     }
 
     fn deliver(&mut self, idx: usize) -> Result<(), SimError> {
@@ -736,11 +789,18 @@ impl Cluster {
             .queues
             .get_mut(&key)
             .ok_or_else(|| SimError::Protocol("empty queue".into()))?;
-        let frame = q
+        let Wire { mut frame, lent } = q
             .pop_front()
             .ok_or_else(|| SimError::Protocol("empty queue".into()))?;
         if q.is_empty() {
             self.active.swap_remove(idx);
+        }
+        if let Some(l) = lent {
+            // Read again now: the sender's pages as they are, granted or newer.
+            let mem = self.nodes[l.from].memory();
+            if mem.discards == l.discards {
+                mem.read_run(l.first, &mut frame[l.at..]);
+            }
         }
         if self.drop_per_mille > 0 && self.rng.below(1000) < self.drop_per_mille {
             return Ok(());
@@ -763,7 +823,7 @@ impl Cluster {
                 let mut frame = Vec::new();
                 let reply = Msg::GetPageGrant {
                     page,
-                    data: Arc::from(&data.0[..]),
+                    data: RunData::Copied(Arc::from(&data.0[..])),
                     forwarded: false,
                 };
                 codec::encode_frame(self.cookie, NodeId(key.1), &reply, &mut frame);

@@ -84,6 +84,9 @@ stats! {
     pages_fetched,
     /// Pages served to other nodes as their home.
     pages_served,
+    /// Of those, pages granted lent: the transport read them from this node's memory when it
+    /// sent them, no copy made first ([`crate::RunData::Lent`]).
+    pages_lent,
     /// Requests for pages homed here that the home had a node holding them answer (FWD).
     requests_forwarded,
     /// Pages this node sent from its copies on their home's behalf.

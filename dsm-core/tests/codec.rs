@@ -8,7 +8,7 @@ use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{
     Access, AtomicOp, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff,
-    PageNum, WriteNotice, diff,
+    PageNum, RunData, WriteNotice, diff,
 };
 use proptest::prelude::*;
 
@@ -42,7 +42,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             }
             Msg::GetPageGrant {
                 page: PageNum(rng.next_u64() as u32 % (u32::MAX - 20)),
-                data: data.into(),
+                data: RunData::Copied(data.into()),
                 forwarded: rng.chance(50),
             }
         }
@@ -242,7 +242,7 @@ fn a_frame_head_and_its_body_are_the_whole_frame() {
             matches!(msg, Msg::GetPageGrant { .. }),
             "{msg:?}"
         );
-        if let Some(body) = body {
+        if let Some(RunData::Copied(body)) = body {
             head.extend_from_slice(body);
         }
         assert_eq!(head, encode(5, 2, &msg), "{msg:?}");
@@ -262,7 +262,7 @@ fn a_grant_decodes_in_place_and_everything_else_as_a_message() {
             (
                 Msg::GetPageGrant {
                     page,
-                    data,
+                    data: RunData::Copied(data),
                     forwarded,
                 },
                 Frame::Grant {

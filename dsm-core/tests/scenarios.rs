@@ -3,8 +3,8 @@
 use dsm_core::sim::{Cluster, Op, SimError, TraceEntry};
 use dsm_core::{
     Access, AllocPolicy, CoreConfig, CvId, Effect, GlobalAddr, JobError, LockId, Msg, MsgKind,
-    Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, Time, UsageError, VecMemory,
-    WaiterId,
+    Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, RunData, Time, UsageError,
+    VecMemory, WaiterId,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -357,6 +357,47 @@ fn a_column_walk_leaves_the_homes_pages_in_few_runs_of_one_protection() {
         assert_eq!(c.read_u64(1, x.offset_by(between * PAGE)).unwrap(), 7_000);
         assert_eq!(c.read_u64(1, x.offset_by(served * PAGE)).unwrap(), 7_001);
     }
+}
+
+/// A home lends its window runs (the transport reads them when it sends them, and again should
+/// it send them again): while a reader streams the home's pages, the home writes some of them,
+/// and each run is read from the home's memory when sent and again when delivered (the
+/// simulator's model of a late send). Whatever bytes the reader got, granted or newer, after
+/// the barrier it reads the home's writes.
+#[test]
+fn lent_runs_read_late_still_leave_the_reader_with_every_write_of_the_home() {
+    let pages = 48u64;
+    let mut lent = 0;
+    for seed in 0..150 {
+        let mut c = Cluster::new(2, seed, |cfg| {
+            cfg.prefetch.prefetch_pages = 8;
+            cfg.prefetch.read_ahead_max_pages = 32;
+        });
+        c.lend_runs(true);
+        let x = c
+            .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
+            .unwrap();
+        for p in 0..pages {
+            c.write_u64(0, x.offset_by(p * PAGE), p).unwrap();
+        }
+        c.barrier().unwrap();
+        for p in 0..pages {
+            c.push(1, 0, Op::Read(x.offset_by(p * PAGE + 8)));
+        }
+        let written: Vec<u64> = (0..pages).filter(|p| (p + seed) % 5 == 0).collect();
+        for &p in &written {
+            c.push(0, 0, Op::Write(x.offset_by(p * PAGE + 8), 1_000 + p));
+        }
+        c.push_all(Op::Barrier);
+        c.run().unwrap();
+        for p in 0..pages {
+            let want = if written.contains(&p) { 1_000 + p } else { 0 };
+            let got = c.read_u64(1, x.offset_by(p * PAGE + 8)).unwrap();
+            assert_eq!(got, want, "seed {seed}, page {p}");
+        }
+        lent += c.node(0).stats().pages_lent;
+    }
+    assert!(lent > 0, "the home lent no run");
 }
 
 /// A walk that only looks strided (two equal steps, then another) falls back to sequential
@@ -957,7 +998,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         NodeId(0),
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: Arc::from(&PageBuf::zeroed().0[..]),
+            data: RunData::Copied(Arc::from(&PageBuf::zeroed().0[..])),
             forwarded: false,
         },
     )
@@ -974,7 +1015,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
         NodeId(0),
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: Arc::from(&fresh.0[..]),
+            data: RunData::Copied(Arc::from(&fresh.0[..])),
             forwarded: false,
         },
     )
@@ -993,7 +1034,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
     let bogus = [
         Msg::GetPageGrant {
             page: PageNum(0),
-            data: Arc::from(&PageBuf::zeroed().0[..]),
+            data: RunData::Copied(Arc::from(&PageBuf::zeroed().0[..])),
             forwarded: false,
         }, // not requested
         Msg::DiffGrant { id: 9 }, // nothing outstanding

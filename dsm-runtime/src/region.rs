@@ -23,10 +23,11 @@
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use dsm_core::{AtomicOp, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
+use dsm_transport::LentBytes;
 
 use crate::door::end::fatal;
 use crate::sys::{self, Protection};
@@ -50,7 +51,54 @@ pub(crate) struct Region {
     large_folios: bool,
     /// Requests of two pages or more prepared in large folios (for the statistics).
     large_runs: AtomicU64,
+    /// Runs lent to the transport ([`Region::lend`]) it may still hold: a discard keeps their
+    /// bytes for it first.
+    lent: Vec<Weak<LentPages>>,
+    /// `lent`'s length at which it is next pruned.
+    lent_prune_at: usize,
 }
+
+/// A run of this node's home pages lent to the transport (`RunData::Lent`): read through the
+/// service view whenever the transport sends it, until the region gives any of the pages back
+/// to the system ([`PageMemory::discard`], a page cached here since its home moved), which
+/// first keeps a copy of the run here for the transport. A home page changes only by writes
+/// the protocol tracks, so what the transport reads is the grant's bytes or newer ones.
+pub(crate) struct LentPages {
+    ptr: *const u8,
+    first: usize,
+    count: usize,
+    kept: OnceLock<Box<[u8]>>,
+}
+
+// SAFETY: `ptr` points into the service mapping, which lives as long as the process (never
+// unmapped); the bytes there are only read, as plain bytes (by the kernel's sendmsg or writev,
+// or copied), as `Region::copy_run` reads them while application threads may store to them.
+unsafe impl Send for LentPages {}
+// SAFETY: as for Send: shared references only read, and `kept` is a OnceLock.
+unsafe impl Sync for LentPages {}
+
+impl LentBytes for LentPages {
+    fn bytes(&self) -> &[u8] {
+        if let Some(kept) = self.kept.get() {
+            return kept;
+        }
+        // SAFETY: `count` pages from `ptr` lie in the service mapping (checked when lent), which
+        // is never unmapped; concurrent stores by application threads are plain byte copies of
+        // shared memory, as in `Region::read`, and the slice is only read.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.count * PAGE_SIZE) }
+    }
+}
+
+impl LentPages {
+    /// Whether the run holds any of the `count` pages from `first`.
+    fn overlaps(&self, first: usize, count: usize) -> bool {
+        first < self.first + self.count && self.first < first + count
+    }
+}
+
+/// Lent runs recorded, beyond twice those alive at the last count, before the region forgets
+/// those the transport let go of.
+const LENT_PRUNE: usize = 256;
 
 /// The pages of a huge page (2 MiB on x86-64 and most arm64 kernels), the largest folio a
 /// file of [`sys::hugefile`] could get.
@@ -176,8 +224,33 @@ impl Region {
             mem,
             large_folios: backing == Backing::LargeFolios,
             large_runs: AtomicU64::new(0),
+            lent: Vec::new(),
+            lent_prune_at: LENT_PRUNE,
         };
         Ok((region, backing))
+    }
+
+    /// The `count` pages from `first`, lent to the transport (see [`LentPages`]).
+    pub fn lend(&mut self, first: PageNum, count: usize) -> Arc<LentPages> {
+        if (first.index() + count) * PAGE_SIZE > self.len {
+            fatal(&format!(
+                "{count} pages from {first} reach past the shared region of {} bytes",
+                self.len
+            ));
+        }
+        // Runs the transport let go of (acknowledged, written) are forgotten now and then.
+        if self.lent.len() >= self.lent_prune_at {
+            self.lent.retain(|l| l.strong_count() > 0);
+            self.lent_prune_at = 2 * self.lent.len() + LENT_PRUNE;
+        }
+        let run = Arc::new(LentPages {
+            ptr: self.page_ptr(first).cast_const(),
+            first: first.index(),
+            count,
+            kept: OnceLock::new(),
+        });
+        self.lent.push(Arc::downgrade(&run));
+        run
     }
 
     /// Requests of two pages or more prepared so far to land in large folios.
@@ -496,7 +569,24 @@ impl PageMemory for Region {
         crate::door::fastpath::opened_unreported(page.index())
     }
 
+    fn lends_runs(&self) -> bool {
+        // The race checker sees the bytes a home sends as copies it makes.
+        !dsm_races::on()
+    }
+
     fn discard(&mut self, first: PageNum, count: u32) {
+        // A lent run that holds any of these pages keeps its bytes first (rare: only a page
+        // cached here since its home moved away is discarded).
+        let (start, n) = (first.index(), count as usize);
+        self.lent.retain(|l| match l.upgrade() {
+            Some(run) => {
+                if run.overlaps(start, n) {
+                    run.kept.get_or_init(|| run.bytes().into());
+                }
+                true
+            }
+            None => false,
+        });
         let _ = sys::punch_hole(
             &self.fd,
             (first.index() * PAGE_SIZE) as u64,
@@ -535,6 +625,46 @@ mod tests {
                 (a < end && b > start).then(|| rest[..4].to_string())
             })
             .collect()
+    }
+
+    #[test]
+    fn a_lent_run_reads_the_pages_as_they_are_until_one_is_given_back_then_keeps_them() {
+        let pages = 32;
+        let (mut region, _) =
+            Region::map(0x6180_0000_0000, pages * PAGE_SIZE, false).expect("region");
+        let fill = |region: &mut Region, value: u8| {
+            region.write_run(PageNum(4), &vec![value; 8 * PAGE_SIZE]);
+        };
+        fill(&mut region, 1);
+        let run = region.lend(PageNum(4), 8);
+        let other = region.lend(PageNum(20), 2);
+        assert_eq!(run.bytes(), &vec![1; 8 * PAGE_SIZE][..]);
+        // Written since it was lent: the transport reads the newer bytes.
+        fill(&mut region, 2);
+        assert_eq!(run.bytes(), &vec![2; 8 * PAGE_SIZE][..]);
+        // One of its pages given back to the system: the run keeps what it held.
+        region.discard(PageNum(11), 3);
+        assert_eq!(
+            run.bytes(),
+            &vec![2; 8 * PAGE_SIZE][..],
+            "kept before the discard"
+        );
+        let mut page = [9u8; PAGE_SIZE];
+        region.read(PageNum(11), &mut page);
+        assert_eq!(page, [0; PAGE_SIZE], "the page itself was given back");
+        fill(&mut region, 3);
+        assert_eq!(run.bytes()[0], 2, "a kept run is the transport's own");
+        // A run not discarded goes on reading the memory; one the transport let go is forgotten.
+        assert!(other.kept.get().is_none());
+        drop(run);
+        for _ in 0..2 * LENT_PRUNE {
+            drop(region.lend(PageNum(0), 1));
+        }
+        assert!(
+            region.lent.len() <= LENT_PRUNE + 2,
+            "{} runs recorded",
+            region.lent.len()
+        );
     }
 
     #[test]

@@ -142,6 +142,11 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         "page requests; pages fetched on demand, served as home, read by RDMA",
     ),
     (
+        "pages_lent",
+        &["pages_lent"],
+        "of the pages served, those the transport sent from memory, no copy made first",
+    ),
+    (
         "atomic*",
         &[
             "atomics_remote",

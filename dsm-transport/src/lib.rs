@@ -33,6 +33,43 @@ use std::time::Instant;
 
 pub use reliable::Event;
 
+/// The bytes of a message's body, given apart from its head ([`Transport::send_parts`]): read
+/// when the transport sends them, and again should it send them again.
+#[derive(Clone)]
+pub enum Body {
+    /// A buffer shared with the sender (a grant's pages, copied).
+    Shared(Arc<[u8]>),
+    /// Memory lent by the sender (a home's own pages): readable for as long as the transport
+    /// holds it, its bytes possibly changing meanwhile (the lender keeps what they are worth).
+    Lent(Arc<dyn LentBytes>),
+}
+
+/// Memory lent to a transport ([`Body::Lent`]).
+pub trait LentBytes: Send + Sync {
+    /// The bytes as they are now.
+    fn bytes(&self) -> &[u8];
+}
+
+impl Body {
+    /// The bytes (of lent memory: as they are now).
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Shared(b) => b,
+            Body::Lent(l) => l.bytes(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Body::Shared(_) => "shared",
+            Body::Lent(_) => "lent",
+        };
+        write!(f, "Body({kind}, {} bytes)", self.bytes().len())
+    }
+}
+
 /// One range of a one-sided read: `len` bytes at region `offset`, reported with `token`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadRange {
@@ -59,14 +96,15 @@ pub trait Transport: Send {
         self.send(now, to, &msg);
     }
     /// [`Transport::send_owned`] of the message `head` followed by `body` (a grant's page run,
-    /// shared with the sender's records): TCP writes the two with one `writev`, UDP and RDMA UD
-    /// keep them apart for retransmission and gather them into each datagram, never joining
-    /// them; the others (RDMA RC, loopback) join them here, with one copy.
-    fn send_parts(&mut self, now: Instant, to: u16, mut head: Vec<u8>, body: Arc<[u8]>) {
-        head.reserve_exact(body.len());
-        head.extend_from_slice(&body);
+    /// shared with the sender's records, or its memory lent): TCP writes the two with one
+    /// `writev`, UDP and RDMA UD keep them apart for retransmission and gather them into each
+    /// datagram, never joining them; the others (RDMA RC, loopback) join them here, with one
+    /// copy.
+    fn send_parts(&mut self, now: Instant, to: u16, mut head: Vec<u8>, body: Body) {
+        head.extend_from_slice(body.bytes());
         self.send_owned(now, to, head);
     }
+
     /// Takes in whatever arrived; returns how many units (datagrams, ready sockets) were handled.
     /// Acknowledgements of what it took in (UDP, RDMA UD) go out at the next
     /// [`Transport::flush`], on the replies if there are any, and otherwise once everything

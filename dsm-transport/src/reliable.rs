@@ -24,8 +24,9 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::Body;
 
 /// First two bytes of every datagram.
 pub const MAGIC: u16 = 0x5544;
@@ -232,7 +233,7 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 #[derive(Debug)]
 struct Payload {
     head: Vec<u8>,
-    body: Option<Arc<[u8]>>,
+    body: Option<Body>,
 }
 
 impl Payload {
@@ -244,12 +245,12 @@ impl Payload {
     }
 
     fn len(&self) -> usize {
-        self.head.len() + self.body.as_ref().map_or(0, |b| b.len())
+        self.head.len() + self.body.as_ref().map_or(0, |b| b.bytes().len())
     }
 
     /// The bytes, in order, as two slices (the second empty for one buffer).
     fn parts(&self) -> [&[u8]; 2] {
-        [&self.head, self.body.as_deref().unwrap_or_default()]
+        [&self.head, self.body.as_ref().map_or(&[], Body::bytes)]
     }
 }
 
@@ -388,9 +389,9 @@ impl Reliable {
     /// [`Reliable::send_owned`] of the message `head` followed by `body`: kept as the two
     /// parts, which each datagram gathers (a grant's page run is never copied into one buffer
     /// with its header). Joined, with one copy, only to be cut into fragments.
-    pub fn send_parts(&mut self, to: u16, mut head: Vec<u8>, body: Arc<[u8]>) {
-        if head.len() + body.len() > self.fragment_bytes() {
-            head.extend_from_slice(&body);
+    pub fn send_parts(&mut self, to: u16, mut head: Vec<u8>, body: Body) {
+        if head.len() + body.bytes().len() > self.fragment_bytes() {
+            head.extend_from_slice(body.bytes());
             return self.queue_fragments(to, &head);
         }
         let payload = Payload {
@@ -1079,6 +1080,7 @@ enum Out {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// SplitMix64, for seeded link behaviour.
     struct Rng(u64);
@@ -1093,6 +1095,69 @@ mod tests {
         fn below(&mut self, n: u64) -> u64 {
             self.next() % n
         }
+    }
+
+    /// Lent bytes that count how often they are read.
+    struct Counted {
+        bytes: Vec<u8>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counted {
+        fn new(bytes: &[u8]) -> Counted {
+            Counted {
+                bytes: bytes.to_vec(),
+                reads: Default::default(),
+            }
+        }
+        fn reads(&self) -> usize {
+            self.reads.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    impl crate::LentBytes for Counted {
+        fn bytes(&self) -> &[u8] {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            &self.bytes
+        }
+    }
+
+    #[test]
+    fn a_lent_body_is_read_at_each_send() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        let lent = Arc::new(Counted::new(&[5u8; 40_000]));
+        a.send_parts(1, b"head".to_vec(), Body::Lent(lent.clone()));
+        a.flush(t0);
+        // Sent once and lost.
+        let first = a.poll_transmit().expect("the datagram");
+        let read = lent.reads();
+        assert!(read >= 1);
+        // Sent again on a timeout: read again, not kept from the first send.
+        let later = t0 + Duration::from_secs(1);
+        a.handle_timeout(later);
+        let again = a.poll_transmit().expect("the retransmission");
+        assert_eq!(again.1[HEADER_BYTES..], first.1[HEADER_BYTES..]);
+        assert!(
+            lent.reads() > read,
+            "a retransmission reads the lent memory again"
+        );
+        b.handle_datagram(later, 0, &again.1).unwrap();
+        match b.poll_event() {
+            Some(Event::Message { bytes, .. }) => {
+                assert_eq!(&bytes[..4], b"head");
+                assert_eq!(&bytes[4..], &[5u8; 40_000][..]);
+            }
+            other => panic!("expected the message, got {other:?}"),
+        }
+        // Acknowledged: the transport holds it no more.
+        b.flush(later);
+        let (_, ack) = b.poll_transmit().expect("the acknowledgement");
+        a.handle_datagram(later, 1, &ack).unwrap();
+        assert_eq!(Arc::strong_count(&lent), 1, "let go once acknowledged");
     }
 
     struct Link {
@@ -1129,7 +1194,12 @@ mod tests {
                 1 => a.send_owned(1, m.clone()),
                 _ => {
                     let cut = rng.below(m.len() as u64 + 1) as usize;
-                    a.send_parts(1, m[..cut].to_vec(), Arc::from(&m[cut..]));
+                    let body = if i % 2 == 0 {
+                        Body::Shared(Arc::from(&m[cut..]))
+                    } else {
+                        Body::Lent(Arc::new(Counted::new(&m[cut..])))
+                    };
+                    a.send_parts(1, m[..cut].to_vec(), body);
                 }
             }
         }

@@ -15,12 +15,11 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::Transport;
 use crate::reliable::{Event, LostCause};
 use crate::sys::{self, Epoll};
+use crate::{Body, Transport};
 
 const HELLO_MAGIC: &[u8; 4] = b"DSMT";
 const HELLO_BYTES: usize = 4 + 1 + 8 + 2;
@@ -48,7 +47,7 @@ const MAX_IOVECS: usize = 1020;
 struct OutFrame {
     prefix: [u8; 4],
     head: Vec<u8>,
-    body: Option<Arc<[u8]>>,
+    body: Option<Body>,
 }
 
 impl OutFrame {
@@ -56,7 +55,7 @@ impl OutFrame {
         [
             &self.prefix,
             &self.head,
-            self.body.as_deref().unwrap_or(&[]),
+            self.body.as_ref().map_or(&[], Body::bytes),
         ]
     }
 
@@ -387,14 +386,15 @@ impl TcpTransport {
 
     /// Queues a frame; [`TcpTransport::write_queued`] writes the queue of every connection
     /// with one writev each (a GETP's grants: one system call, not one per page).
-    fn write_frame(&mut self, to: usize, now: Instant, head: Vec<u8>, body: Option<Arc<[u8]>>) {
+    fn write_frame(&mut self, to: usize, now: Instant, head: Vec<u8>, body: Option<Body>) {
         let Some(c) = &mut self.conns[to] else { return };
         if c.lost {
             return;
         }
         c.last_sent = now;
         let frame = OutFrame {
-            prefix: ((head.len() + body.as_ref().map_or(0, |b| b.len())) as u32).to_le_bytes(),
+            prefix: ((head.len() + body.as_ref().map_or(0, |b| b.bytes().len())) as u32)
+                .to_le_bytes(),
             head,
             body,
         };
@@ -533,7 +533,7 @@ impl Transport for TcpTransport {
         self.write_frame(usize::from(to), now, msg, None);
     }
 
-    fn send_parts(&mut self, now: Instant, to: u16, head: Vec<u8>, body: Arc<[u8]>) {
+    fn send_parts(&mut self, now: Instant, to: u16, head: Vec<u8>, body: Body) {
         self.stats.frames_sent += 1;
         self.write_frame(usize::from(to), now, head, Some(body));
     }

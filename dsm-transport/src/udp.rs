@@ -11,13 +11,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::impair::{ImpairConfig, ImpairStats, Impairment};
 use crate::probe::{self, Probe};
 use crate::reliable::{Event, HEADER_BYTES, Reliable, ReliableConfig, ReliableStats};
-use crate::{Transport, sys};
+use crate::{Body, Transport, sys};
 
 /// A datagram payload this large is handed on in the buffer it was read into (see
 /// [`UdpTransport::poll_recv`]); a smaller one is copied out of it.
@@ -362,7 +361,7 @@ impl Transport for UdpTransport {
     fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
         self.rel.send_owned(to, msg);
     }
-    fn send_parts(&mut self, _now: Instant, to: u16, head: Vec<u8>, body: Arc<[u8]>) {
+    fn send_parts(&mut self, _now: Instant, to: u16, head: Vec<u8>, body: Body) {
         self.rel.send_parts(to, head, body);
     }
     fn flush(&mut self, now: Instant) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use dsm_transport::reliable::{Event, ReliableConfig};
 use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
 use dsm_transport::udp::{self, UdpTransport};
-use dsm_transport::{Transport, loopback};
+use dsm_transport::{Body, LentBytes, Transport, loopback};
 
 type Job = Vec<Option<Box<dyn Transport>>>;
 
@@ -274,6 +274,15 @@ fn large_messages_arrive_whole() {
     }
 }
 
+/// Bytes lent to a transport.
+struct Lent(Vec<u8>);
+
+impl LentBytes for Lent {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// A message given as a head and a shared body (a grant's page run) arrives as one message, in
 /// order with whole ones, whatever its size against the transport's reads and datagrams.
 #[test]
@@ -289,12 +298,13 @@ fn messages_sent_in_parts_arrive_joined_and_in_order() {
             let joined = numbered(i as u32, 12 + body_len);
             let t = job[0].as_mut().unwrap();
             t.send(Instant::now(), 1, &whole);
-            t.send_parts(
-                Instant::now(),
-                1,
-                joined[..12].to_vec(),
-                std::sync::Arc::from(&joined[12..]),
-            );
+            // Shared and lent bodies alike.
+            let body = if i % 2 == 0 {
+                Body::Shared(std::sync::Arc::from(&joined[12..]))
+            } else {
+                Body::Lent(std::sync::Arc::new(Lent(joined[12..].to_vec())))
+            };
+            t.send_parts(Instant::now(), 1, joined[..12].to_vec(), body);
             sent.push(whole);
             sent.push(joined);
         }

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, codec};
-use dsm_transport::ReadRange;
+use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, RunData, codec};
+use dsm_transport::{Body, ReadRange};
 
 use super::Service;
 use crate::door::SLOTS;
@@ -72,28 +72,41 @@ impl Service {
                 }
             }
             // Encoded into a buffer of its own, which the transport keeps (UDP and RDMA queue
-            // it without copying it again); a grant's page bytes stay in their own buffer,
-            // which TCP writes as it is (`send_parts`).
+            // it without copying it again); a grant's page bytes stay apart: a buffer of their
+            // own, or the home's pages lent (read by the transport when it sends them), which
+            // TCP writes as they are and UDP gathers into its datagrams (`send_parts`).
             let head_len = match &tx.msg {
                 Msg::GetPageGrant { data, .. } => codec::frame_len(&tx.msg) - data.len(),
                 _ => codec::frame_len(&tx.msg),
             };
             let mut frame = Vec::with_capacity(head_len);
-            let body = codec::encode_frame_head(self.cookie, self.node.id(), &tx.msg, &mut frame);
+            let body =
+                match codec::encode_frame_head(self.cookie, self.node.id(), &tx.msg, &mut frame) {
+                    Some(RunData::Copied(bytes)) => Some(Body::Shared(Arc::clone(bytes))),
+                    Some(RunData::Lent(pages)) => {
+                        let Msg::GetPageGrant { page, .. } = &tx.msg else {
+                            unreachable!("only a grant has a run")
+                        };
+                        let lent = self.node.memory_mut().lend(*page, usize::from(*pages));
+                        Some(Body::Lent(lent))
+                    }
+                    None => None,
+                };
             self.frames_sent += 1;
             let Some(t) = &mut self.transport else {
                 fatal("a one-node job tried to send a message")
             };
             match body {
                 Some(body) => {
-                    t.send_parts(Instant::now(), tx.to.0, frame, Arc::clone(body));
+                    let body_len = body.bytes().len();
+                    t.send_parts(Instant::now(), tx.to.0, frame, body);
                     // The runs of a read-ahead window leave while the next are copied: UDP sends
                     // only at a flush, and a window of 1,024 pages copied whole first made its
                     // requester wait 1-2 ms for the first run, and again at every window. The
                     // first grant (a demand page's, as a rule) goes at once, then the grants
                     // queued since the last flush once they fill about a datagram: short runs (a
                     // strided window's single pages) still share datagrams.
-                    unflushed += body.len();
+                    unflushed += body_len;
                     if !flushed || unflushed >= FLUSH_GRANT_BYTES {
                         t.flush(Instant::now());
                         (unflushed, flushed) = (0, true);

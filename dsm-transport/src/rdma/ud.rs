@@ -21,10 +21,10 @@ use super::{
     Control, RdmaConfig, RdmaError, RdmaStats, TAG_ENDPOINT, TAG_READY, combined_epoll,
     decode_endpoint, encode_endpoint,
 };
-use crate::Transport;
 use crate::impair::{ImpairConfig, Impairment};
 use crate::reliable::{Event, Reliable, ReliableConfig};
 use crate::sys::Epoll;
+use crate::{Body, Transport};
 
 const NAME: &str = "rdma-ud";
 /// Bytes of Global Routing Header the NIC puts before every received datagram.
@@ -355,7 +355,7 @@ impl Transport for UdTransport {
     fn send_owned(&mut self, _now: Instant, to: u16, msg: Vec<u8>) {
         self.rel.send_owned(to, msg);
     }
-    fn send_parts(&mut self, _now: Instant, to: u16, head: Vec<u8>, body: Arc<[u8]>) {
+    fn send_parts(&mut self, _now: Instant, to: u16, head: Vec<u8>, body: Body) {
         self.rel.send_parts(to, head, body);
     }
 
