@@ -134,9 +134,9 @@ pub struct VecMemory {
     /// Lend runs ([`PageMemory::lends_runs`]): the simulator reads them when it sends them and
     /// again when it delivers them.
     pub lends: bool,
-    /// Number of `discard` calls (a lent run delivered after one keeps the bytes it was sent
-    /// with, as the runtime's memory keeps a lent page it gives back).
-    pub discards: u64,
+    /// Every `discard`, in order (a lent run that holds a page discarded after it was sent keeps
+    /// the bytes it was sent with, as the runtime's memory keeps a lent page it gives back).
+    pub discards: Vec<(PageNum, u32)>,
 }
 
 impl VecMemory {
@@ -245,7 +245,7 @@ impl PageMemory for VecMemory {
     }
 
     fn discard(&mut self, first: PageNum, count: u32) {
-        self.discards += 1;
+        self.discards.push((first, count));
         for p in first.0..first.0.saturating_add(count) {
             if let Some(slot) = self.pages.get_mut(p as usize) {
                 *slot = None;

@@ -23,8 +23,8 @@ use crate::msg::{Msg, MsgKind, RunData};
 use crate::node::{CoreConfig, Effect, Node};
 use crate::stats::Stats;
 use crate::types::{
-    Access, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, PageBuf, PageNum, Prot, Time,
-    WaiterId,
+    Access, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, PAGE_SIZE, PageBuf, PageNum,
+    Prot, Time, WaiterId,
 };
 
 /// Scheduling weight of a runnable thread against a link's speed.
@@ -231,6 +231,9 @@ pub struct Cluster {
     team: Vec<Vec<usize>>,
     /// How many times each thread was resumed (for tests of waiting).
     pub resumes: u64,
+    /// Lent runs whose bytes changed between their send and their delivery (each delivered
+    /// with the newer bytes).
+    pub lent_read_newer: u64,
     /// Serve GETPs as one-sided reads (RDMA READ): the home's memory is read when the request
     /// arrives, without its core; requests and pages travel on channels of their own (a read
     /// may overtake messages sent before it, as a NIC serves a read before the home's service
@@ -252,9 +255,10 @@ struct LentWire {
     from: usize,
     at: usize,
     first: PageNum,
-    /// The sender's `discards` when it was sent: after a discard, the run keeps the bytes it
-    /// was sent with (see [`PageMemory::lends_runs`]).
-    discards: u64,
+    pages: usize,
+    /// The sender's `discards` when it was sent: after a discard of any of its pages, the run
+    /// keeps the bytes it was sent with (see [`PageMemory::lends_runs`]).
+    discards: usize,
 }
 
 /// Queue keys with this bit set in the sender carry one-sided read replies.
@@ -294,6 +298,7 @@ impl Cluster {
             job_stats: None,
             team: vec![Vec::new(); usize::from(n)],
             resumes: 0,
+            lent_read_newer: 0,
             one_sided_reads: false,
         }
     }
@@ -639,7 +644,8 @@ impl Cluster {
                         from: n,
                         at,
                         first: *page,
-                        discards: mem.discards,
+                        pages: data.len() / PAGE_SIZE,
+                        discards: mem.discards.len(),
                     })
                 }
                 None => None,
@@ -798,8 +804,16 @@ impl Cluster {
         if let Some(l) = lent {
             // Read again now: the sender's pages as they are, granted or newer.
             let mem = self.nodes[l.from].memory();
-            if mem.discards == l.discards {
+            let (first, last) = (l.first.0, l.first.0 + l.pages as u32);
+            let kept = mem.discards[l.discards..]
+                .iter()
+                .any(|&(p, n)| p.0 < last && first < p.0 + n);
+            if !kept {
+                let sent = frame[l.at..].to_vec();
                 mem.read_run(l.first, &mut frame[l.at..]);
+                if frame[l.at..] != sent[..] {
+                    self.lent_read_newer += 1;
+                }
             }
         }
         if self.drop_per_mille > 0 && self.rng.below(1000) < self.drop_per_mille {

@@ -367,7 +367,7 @@ fn a_column_walk_leaves_the_homes_pages_in_few_runs_of_one_protection() {
 #[test]
 fn lent_runs_read_late_still_leave_the_reader_with_every_write_of_the_home() {
     let pages = 48u64;
-    let mut lent = 0;
+    let (mut lent, mut newer) = (0, 0);
     for seed in 0..150 {
         let mut c = Cluster::new(2, seed, |cfg| {
             cfg.prefetch.prefetch_pages = 8;
@@ -396,8 +396,13 @@ fn lent_runs_read_late_still_leave_the_reader_with_every_write_of_the_home() {
             assert_eq!(got, want, "seed {seed}, page {p}");
         }
         lent += c.node(0).stats().pages_lent;
+        newer += c.lent_read_newer;
     }
     assert!(lent > 0, "the home lent no run");
+    assert!(
+        newer > 0,
+        "no lent run was delivered with bytes newer than it was sent with"
+    );
 }
 
 /// A walk that only looks strided (two equal steps, then another) falls back to sequential

@@ -956,12 +956,20 @@ fn pack(
     first: Payload,
     frag: usize,
 ) -> Result<Vec<u8>, Payload> {
-    let fits = |used: usize, (flags, msg): &(u8, Payload)| {
-        flags & QUEUED_WHOLE != 0 && used + RECORD_HEADER + msg.len() <= frag
+    // A message with a body over half a fragment (a grant's run) goes alone, gathered: packing
+    // it would copy the body for the few bytes beside it.
+    let alone = |msg: &Payload| {
+        msg.body
+            .as_ref()
+            .is_some_and(|b| b.bytes().len() > frag / 2)
     };
-    if !queued
-        .front()
-        .is_some_and(|next| fits(RECORD_HEADER + first.len(), next))
+    let fits = |used: usize, (flags, msg): &(u8, Payload)| {
+        flags & QUEUED_WHOLE != 0 && !alone(msg) && used + RECORD_HEADER + msg.len() <= frag
+    };
+    if alone(&first)
+        || !queued
+            .front()
+            .is_some_and(|next| fits(RECORD_HEADER + first.len(), next))
     {
         return Err(first);
     }
@@ -973,6 +981,12 @@ fn pack(
         }
     }
     Ok(packed)
+}
+
+/// Whether a datagram with header `head` carries one whole message alone (not a fragment, not
+/// packed): its payload is then the message itself (see [`Reliable::handle_datagram_parts`]).
+pub fn carries_one_message(head: &[u8]) -> bool {
+    head.len() == HEADER_BYTES && head[3] & (FLAG_DATA | FLAG_MORE | FLAG_PACKED) == FLAG_DATA
 }
 
 /// Appends one record: the length of `parts` together, then each.
@@ -1097,9 +1111,12 @@ mod tests {
         }
     }
 
-    /// Lent bytes that count how often they are read.
+    /// Lent bytes that count how often they are read, and change once when told (as a home's
+    /// page written after its grant was made).
     struct Counted {
         bytes: Vec<u8>,
+        newer: Vec<u8>,
+        changed: std::sync::atomic::AtomicBool,
         reads: std::sync::atomic::AtomicUsize,
     }
 
@@ -1107,11 +1124,17 @@ mod tests {
         fn new(bytes: &[u8]) -> Counted {
             Counted {
                 bytes: bytes.to_vec(),
+                newer: bytes.iter().map(|b| b.wrapping_add(1)).collect(),
+                changed: Default::default(),
                 reads: Default::default(),
             }
         }
         fn reads(&self) -> usize {
             self.reads.load(std::sync::atomic::Ordering::Relaxed)
+        }
+        fn change(&self) {
+            self.changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -1119,12 +1142,15 @@ mod tests {
         fn bytes(&self) -> &[u8] {
             self.reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            &self.bytes
+            match self.changed.load(std::sync::atomic::Ordering::Relaxed) {
+                false => &self.bytes,
+                true => &self.newer,
+            }
         }
     }
 
     #[test]
-    fn a_lent_body_is_read_at_each_send() {
+    fn a_lent_body_is_read_at_each_send_with_the_bytes_it_holds_then() {
         let t0 = Instant::now();
         let cfg = ReliableConfig::default();
         let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
@@ -1134,13 +1160,15 @@ mod tests {
         a.flush(t0);
         // Sent once and lost.
         let first = a.poll_transmit().expect("the datagram");
+        assert_eq!(first.1[HEADER_BYTES + 4..], [5u8; 40_000][..]);
         let read = lent.reads();
         assert!(read >= 1);
-        // Sent again on a timeout: read again, not kept from the first send.
+        // Written since: sent again on a timeout, read again, with the newer bytes.
+        lent.change();
         let later = t0 + Duration::from_secs(1);
         a.handle_timeout(later);
         let again = a.poll_transmit().expect("the retransmission");
-        assert_eq!(again.1[HEADER_BYTES..], first.1[HEADER_BYTES..]);
+        assert_eq!(again.1.len(), first.1.len());
         assert!(
             lent.reads() > read,
             "a retransmission reads the lent memory again"
@@ -1149,7 +1177,7 @@ mod tests {
         match b.poll_event() {
             Some(Event::Message { bytes, .. }) => {
                 assert_eq!(&bytes[..4], b"head");
-                assert_eq!(&bytes[4..], &[5u8; 40_000][..]);
+                assert_eq!(&bytes[4..], &[6u8; 40_000][..]);
             }
             other => panic!("expected the message, got {other:?}"),
         }
@@ -1158,6 +1186,23 @@ mod tests {
         let (_, ack) = b.poll_transmit().expect("the acknowledgement");
         a.handle_datagram(later, 1, &ack).unwrap();
         assert_eq!(Arc::strong_count(&lent), 1, "let go once acknowledged");
+    }
+
+    #[test]
+    fn a_grants_run_goes_alone_gathered_and_small_messages_still_share_datagrams() {
+        let t0 = Instant::now();
+        let mut a = Reliable::new(0, 2, 7, ReliableConfig::default(), t0);
+        // A 15-page run with room for a small message beside it, then small ones and a page.
+        let run = Arc::new(Counted::new(&[1u8; 15 * 4096]));
+        a.send_parts(1, vec![0; 14], Body::Lent(run.clone()));
+        a.send(1, &[2u8; 100]);
+        a.send(1, &[3u8; 100]);
+        a.send_parts(1, vec![0; 14], Body::Shared(Arc::from(&[4u8; 4096][..])));
+        a.flush(t0);
+        let sent: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+        assert_eq!(sent.len(), 2, "the run alone, the three small ones packed");
+        assert_eq!(sent[0].1.len(), HEADER_BYTES + 14 + 15 * 4096);
+        assert_eq!(a.stats().packed, 1);
     }
 
     struct Link {

@@ -319,6 +319,11 @@ pub fn send_gathered(
             iov_len: p.len(),
         };
     }
+    debug_assert!(
+        parts.len() <= iov.len(),
+        "a datagram of {} parts",
+        parts.len()
+    );
     let used = parts.len().min(iov.len());
     // SAFETY: zeroed msghdr is valid plain data; the fields set below point to live buffers.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };

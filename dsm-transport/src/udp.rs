@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::impair::{ImpairConfig, ImpairStats, Impairment};
 use crate::probe::{self, Probe};
-use crate::reliable::{Event, HEADER_BYTES, Reliable, ReliableConfig, ReliableStats};
+use crate::reliable::{self, Event, HEADER_BYTES, Reliable, ReliableConfig, ReliableStats};
 use crate::{Body, Transport, sys};
 
 /// A datagram payload this large is handed on in the buffer it was read into (see
@@ -181,9 +181,11 @@ impl UdpTransport {
                     match self.by_addr.get(&src) {
                         Some(&from) => {
                             let head = &self.head[..self.head_len];
-                            // A large payload goes on in its buffer; a small one is copied
-                            // from it (an acknowledgement, a packed datagram's records).
-                            let body = if self.body.len() >= OWN_BUFFER_BYTES {
+                            // A large whole message goes on in its buffer; anything else is
+                            // copied from it (an acknowledgement, a packed datagram's records,
+                            // a fragment), and the buffer read into again.
+                            let whole = reliable::carries_one_message(head);
+                            let body = if whole && self.body.len() >= OWN_BUFFER_BYTES {
                                 Cow::Owned(std::mem::take(&mut self.body))
                             } else {
                                 Cow::Borrowed(&self.body[..])
