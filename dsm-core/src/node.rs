@@ -177,7 +177,7 @@ pub struct Node<M: PageMemory> {
     pub(crate) interval: u32,
     /// The barrier epoch this node is in.
     pub(crate) epoch: u32,
-    /// Outstanding page requests and when they were sent.
+    /// Outstanding page requests and when they were sent (kept only with a reply timeout).
     pub(crate) fetches: BTreeMap<PageNum, Time>,
     /// Diffs on their way to their homes, and what waits for them.
     pub(crate) flush: Flush,

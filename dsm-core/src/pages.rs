@@ -167,7 +167,7 @@ impl<M: PageMemory> Node<M> {
             atomics: Vec::new(),
             asked_at: 0,
         });
-        self.fetches.insert(page, now);
+        self.note_fetch(page, now);
         self.stats.pages_fetched += 1;
         let pf = self.cfg.prefetch;
         // A fault right after the last window: the thread outran the read-ahead; ask for a
@@ -223,7 +223,7 @@ impl<M: PageMemory> Node<M> {
                 asked_at: 0,
             });
             by_home.entry(e.home).or_default().push(candidate);
-            self.fetches.insert(candidate, now);
+            self.note_fetch(candidate, now);
             self.stats.prefetch_requested += 1;
         }
     }
@@ -944,8 +944,16 @@ impl<M: PageMemory> Node<M> {
         if as_message {
             self.ask_home.insert(page);
         }
-        self.fetches.insert(page, now);
+        self.note_fetch(page, now);
         self.send_get_page(home, access, vec![page]);
+    }
+
+    /// Records when `page` was asked for, for the reply timeout (with none configured, as in
+    /// the runtime, nothing: a stream asks for every page it reads).
+    fn note_fetch(&mut self, page: PageNum, now: Time) {
+        if self.cfg.reply_timeout.is_some() {
+            self.fetches.insert(page, now);
+        }
     }
 
     /// Whether the bytes granted for `page` by `from` are to be installed: its fetch, taken,
