@@ -156,6 +156,14 @@ impl Impairment {
         }
     }
 
+    /// Every held datagram, due or not, in the order of their release times: the node leaves,
+    /// and what the network holds back is on its way, not lost with the sender.
+    pub fn release_all(&mut self, out: &mut Vec<(u16, Vec<u8>)>) {
+        while let Some(Reverse((_, _, to, d))) = self.held.pop() {
+            out.push((to, d));
+        }
+    }
+
     /// When the next held datagram is due.
     pub fn next_release(&self) -> Option<Instant> {
         self.held.peek().map(|Reverse((t, ..))| *t)

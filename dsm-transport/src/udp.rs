@@ -356,6 +356,20 @@ impl Transport for UdpTransport {
     fn farewell(&mut self, now: Instant) {
         self.rel.farewell(now);
         self.transmit();
+        // Datagrams an impairment holds back are on the network, not in this process: they go
+        // now rather than die with it (held farewell acknowledgements left a peer lingering
+        // for its whole `peer_timeout_ms` under `reorder`).
+        if let Some(imp) = &mut self.impair {
+            let mut batch = std::mem::take(&mut self.batch);
+            imp.release_all(&mut batch);
+            for (to, d) in batch.drain(..) {
+                let addr = (!self.connected).then(|| &self.peers[usize::from(to)]);
+                if sys::send_gathered(self.sock.as_raw_fd(), addr, &[&d]).is_err() {
+                    self.stats.send_failures += 1;
+                }
+            }
+            self.batch = batch;
+        }
     }
     fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
         UdpTransport::send(self, to, msg);
@@ -430,6 +444,36 @@ mod tests {
             UdpTransport::new(a, 0, peers.clone(), 9, cfg.clone(), now),
             UdpTransport::new(b, 1, peers, 9, cfg, now),
         )
+    }
+
+    #[test]
+    fn a_leaving_node_sends_what_its_impairment_holds_back() {
+        let (mut a, mut b) = pair();
+        // Every datagram of b's held back for up to 10 s: reordered, never lost.
+        b.impair(
+            ImpairConfig::parse("reorder=100,delay_us=10000000,seed=1").unwrap(),
+            1,
+        );
+        a.send(1, b"last words");
+        a.flush(Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !matches!(b.poll_event(), Some(Event::Message { .. })) {
+            assert!(Instant::now() < deadline, "nothing arrived");
+            b.poll_recv(Instant::now());
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert_eq!(a.pending(1), 1, "not acknowledged yet");
+        // b leaves: its acknowledgements go now, not when their holds end.
+        b.farewell(Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while a.pending(1) > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the leaving node's acknowledgement stayed held"
+            );
+            a.poll_recv(Instant::now());
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     fn recv_one(t: &mut UdpTransport, other: &mut UdpTransport) -> Vec<u8> {

@@ -65,6 +65,8 @@ pub struct UdTransport {
     impair: Option<Impairment>,
     /// The impaired datagrams of one flush (kept for its allocation).
     impaired: Vec<(u16, Vec<u8>)>,
+    /// The node is leaving ([`Transport::farewell`]): what the impairment holds back goes now.
+    leaving: bool,
 }
 
 impl UdTransport {
@@ -170,6 +172,7 @@ impl UdTransport {
             stats: RdmaStats::default(),
             impair: None,
             impaired: Vec::new(),
+            leaving: false,
         })
     }
 
@@ -292,6 +295,10 @@ impl UdTransport {
                 while let Some((to, d)) = self.rel.poll_transmit() {
                     imp.outgoing(now, to, d, batch);
                 }
+                // Leaving: datagrams held back are on the network, not lost with this node.
+                if self.leaving {
+                    imp.release_all(batch);
+                }
                 for (to, d) in batch.drain(..) {
                     post(to, &[&d]);
                 }
@@ -366,6 +373,7 @@ impl Transport for UdTransport {
 
     fn farewell(&mut self, now: Instant) {
         self.rel.farewell(now);
+        self.leaving = true;
         UdTransport::flush(self);
     }
 
