@@ -627,15 +627,13 @@ impl Cluster {
         while let Some(tx) = self.nodes[n].poll_transmit() {
             let mut frame = Vec::new();
             let from = NodeId(n as u16);
-            let lent = match codec::encode_frame_head(self.cookie, from, &tx.msg, &mut frame) {
-                Some(RunData::Copied(body)) => {
+            let run = codec::encode_frame_head(self.cookie, from, &tx.msg, &mut frame);
+            let lent = match (&tx.msg, run) {
+                (_, Some(RunData::Copied(body))) => {
                     frame.extend_from_slice(body);
                     None
                 }
-                Some(data @ RunData::Lent(_)) => {
-                    let Msg::GetPageGrant { page, .. } = &tx.msg else {
-                        unreachable!("only a grant has a run")
-                    };
+                (Msg::GetPageGrant { page, .. }, Some(data @ RunData::Lent(_))) => {
                     let at = frame.len();
                     frame.resize(at + data.len(), 0);
                     let mem = self.nodes[n].memory();
@@ -648,7 +646,7 @@ impl Cluster {
                         discards: mem.discards.len(),
                     })
                 }
-                None => None,
+                _ => None,
             };
             debug_assert_eq!(
                 frame.len(),

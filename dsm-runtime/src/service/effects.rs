@@ -80,18 +80,15 @@ impl Service {
                 _ => codec::frame_len(&tx.msg),
             };
             let mut frame = Vec::with_capacity(head_len);
-            let body =
-                match codec::encode_frame_head(self.cookie, self.node.id(), &tx.msg, &mut frame) {
-                    Some(RunData::Copied(bytes)) => Some(Body::Shared(Arc::clone(bytes))),
-                    Some(RunData::Lent(pages)) => {
-                        let Msg::GetPageGrant { page, .. } = &tx.msg else {
-                            unreachable!("only a grant has a run")
-                        };
-                        let lent = self.node.memory_mut().lend(*page, usize::from(*pages));
-                        Some(Body::Lent(lent))
-                    }
-                    None => None,
-                };
+            let run = codec::encode_frame_head(self.cookie, self.node.id(), &tx.msg, &mut frame);
+            let body = match (&tx.msg, run) {
+                (_, Some(RunData::Copied(bytes))) => Some(Body::Shared(Arc::clone(bytes))),
+                (Msg::GetPageGrant { page, .. }, Some(&RunData::Lent(pages))) => {
+                    let lent = self.node.memory_mut().lend(*page, usize::from(pages));
+                    Some(Body::Lent(lent))
+                }
+                _ => None,
+            };
             self.frames_sent += 1;
             let Some(t) = &mut self.transport else {
                 fatal("a one-node job tried to send a message")
