@@ -18,8 +18,8 @@ use crate::probe::{self, Probe};
 use crate::reliable::{self, Event, HEADER_BYTES, Reliable, ReliableConfig, ReliableStats};
 use crate::{Body, Transport, sys};
 
-/// A datagram payload this large is handed on in the buffer it was read into (see
-/// [`UdpTransport::poll_recv`]); a smaller one is copied out of it.
+/// A datagram that carries one whole message this large hands it on in the buffer it was read
+/// into (see [`UdpTransport::poll_recv`]); anything else is copied out of it.
 const OWN_BUFFER_BYTES: usize = 4096;
 
 /// Socket buffer size asked of the kernel (it may grant less).
