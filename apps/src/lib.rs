@@ -296,6 +296,17 @@ pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {
     }
 }
 
+/// [`arg_num`] of a count that must be at least 1: 0 exits with a usage message too.
+pub fn arg_count(args: &[String], i: usize, name: &str, default: usize) -> usize {
+    match arg_num(args, i, name, default) {
+        0 => {
+            eprintln!("{name} must be a positive number, got `0`");
+            std::process::exit(2)
+        }
+        n => n,
+    }
+}
+
 /// Prints the result line at node 0 (`NAME OK key=value...`, `NAME FAILED ...`, or `NAME
 /// UNCHECKED ...` with `--no-check`) from every node's verdict, and ends the job with an error if
 /// any node's part is wrong.

@@ -473,6 +473,29 @@ fn every_binary_has_help_and_version() {
     }
 }
 
+/// A count of 0 is refused before the program joins a job, with the argument named.
+#[test]
+fn stream_refuses_a_count_of_zero() {
+    for (args, name) in [
+        (&["0"][..], "megabytes"),
+        (&["16", "0"][..], "stride"),
+        (&["16", "1", "0"][..], "passes"),
+    ] {
+        let out = Command::new(bin("stream")).args(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "stream {args:?}:\n{}",
+            text(&out)
+        );
+        assert!(
+            text(&out).contains(&format!("{name} must be a positive number, got `0`")),
+            "stream {args:?}:\n{}",
+            text(&out)
+        );
+    }
+}
+
 /// A `.jiahosts` in the working directory means the same job to every entry point: dsmrun
 /// (which says it uses it), a Rust program started directly, and (above) a C program started
 /// directly.

@@ -9,7 +9,7 @@
 //! (and `again_mbps`, the later passes' together); checks each reader's sums against the closed
 //! form of what node 0 wrote.
 
-use dsm_apps::{alloc, arg_num, init, report};
+use dsm_apps::{alloc, arg_count, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, PAGE_SIZE, SharedArray};
 
 /// The indices of the words read: every word of one page in every `stride` pages.
@@ -40,9 +40,9 @@ fn main() {
             ),
         ],
     );
-    let mb = arg_num(&args, 0, "megabytes", 256).max(1);
-    let stride = arg_num(&args, 1, "stride", 1).max(1);
-    let passes = arg_num(&args, 2, "passes", 1).max(1);
+    let mb = arg_count(&args, 0, "megabytes", 256);
+    let stride = arg_count(&args, 1, "stride", 1);
+    let passes = arg_count(&args, 2, "passes", 1);
     let per_page = PAGE_SIZE / 8;
     let n = mb * 1024 * 1024 / 8;
     let dsm = init("stream");
