@@ -230,14 +230,20 @@ impl Region {
         Ok((region, backing))
     }
 
-    /// The `count` pages from `first`, lent to the transport (see [`LentPages`]).
-    pub fn lend(&mut self, first: PageNum, count: usize) -> Arc<LentPages> {
+    /// Ends the job if the `count` pages from `first` reach past the region (a run served or
+    /// lent).
+    fn check_run(&self, first: PageNum, count: usize) {
         if (first.index() + count) * PAGE_SIZE > self.len {
             fatal(&format!(
                 "{count} pages from {first} reach past the shared region of {} bytes",
                 self.len
             ));
         }
+    }
+
+    /// The `count` pages from `first`, lent to the transport (see [`LentPages`]).
+    pub fn lend(&mut self, first: PageNum, count: usize) -> Arc<LentPages> {
+        self.check_run(first, count);
         // Runs the transport let go of (acknowledged, written) are forgotten now and then.
         if self.lent.len() >= self.lent_prune_at {
             self.lent.retain(|l| l.strong_count() > 0);
@@ -448,12 +454,7 @@ impl PageMemory for Region {
 
     fn copy_run(&self, first: PageNum, count: usize) -> std::sync::Arc<[u8]> {
         // Straight into the new buffer, no zeroing first (a run is copied at every GETP).
-        if (first.index() + count) * PAGE_SIZE > self.len {
-            fatal(&format!(
-                "{count} pages from {first} reach past the shared region of {} bytes",
-                self.len
-            ));
-        }
+        self.check_run(first, count);
         let src = self.page_ptr(first);
         let mut buf = std::sync::Arc::<[u8]>::new_uninit_slice(count * PAGE_SIZE);
         let dst = std::sync::Arc::get_mut(&mut buf).expect("a new Arc is unique");

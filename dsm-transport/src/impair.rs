@@ -90,6 +90,8 @@ pub struct Impairment {
     held: BinaryHeap<Reverse<Held>>,
     order: u64,
     stats: ImpairStats,
+    /// The sender is leaving ([`Impairment::leave`]).
+    leaving: bool,
 }
 
 impl Impairment {
@@ -102,6 +104,7 @@ impl Impairment {
             held: BinaryHeap::new(),
             order: 0,
             stats: ImpairStats::default(),
+            leaving: false,
         }
     }
 
@@ -132,7 +135,7 @@ impl Impairment {
             1
         };
         for _ in 0..copies {
-            if self.roll() < self.cfg.reorder_pct {
+            if !self.leaving && self.roll() < self.cfg.reorder_pct {
                 let hold = self.cfg.delay.mul_f64(self.roll() / 100.0);
                 self.order += 1;
                 self.stats.delayed += 1;
@@ -144,10 +147,10 @@ impl Impairment {
         }
     }
 
-    /// Held datagrams whose time has come.
+    /// Held datagrams whose time has come (all of them once the sender leaves).
     pub fn release(&mut self, now: Instant, out: &mut Vec<(u16, Vec<u8>)>) {
         while let Some(Reverse((t, ..))) = self.held.peek() {
-            if *t > now {
+            if *t > now && !self.leaving {
                 break;
             }
             if let Some(Reverse((_, _, to, d))) = self.held.pop() {
@@ -156,12 +159,11 @@ impl Impairment {
         }
     }
 
-    /// Every held datagram, due or not, in the order of their release times: the node leaves,
-    /// and what the network holds back is on its way, not lost with the sender.
-    pub fn release_all(&mut self, out: &mut Vec<(u16, Vec<u8>)>) {
-        while let Some(Reverse((_, _, to, d))) = self.held.pop() {
-            out.push((to, d));
-        }
+    /// The sender leaves: what is held is on the network, not lost with the sender, so the next
+    /// [`Impairment::release`] gives it all, and nothing more is held back (drops and
+    /// duplicates go on).
+    pub fn leave(&mut self) {
+        self.leaving = true;
     }
 
     /// When the next held datagram is due.

@@ -478,6 +478,7 @@ impl Reliable {
         r
     }
 
+    /// A datagram as its header `d` (shorter only if the datagram is) and its payload.
     fn accept(
         &mut self,
         now: Instant,

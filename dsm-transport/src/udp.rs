@@ -354,22 +354,14 @@ impl Transport for UdpTransport {
         UdpTransport::fd(self)
     }
     fn farewell(&mut self, now: Instant) {
-        self.rel.farewell(now);
-        self.transmit();
         // Datagrams an impairment holds back are on the network, not in this process: they go
         // now rather than die with it (held farewell acknowledgements left a peer lingering
         // for its whole `peer_timeout_ms` under `reorder`).
         if let Some(imp) = &mut self.impair {
-            let mut batch = std::mem::take(&mut self.batch);
-            imp.release_all(&mut batch);
-            for (to, d) in batch.drain(..) {
-                let addr = (!self.connected).then(|| &self.peers[usize::from(to)]);
-                if sys::send_gathered(self.sock.as_raw_fd(), addr, &[&d]).is_err() {
-                    self.stats.send_failures += 1;
-                }
-            }
-            self.batch = batch;
+            imp.leave();
         }
+        self.rel.farewell(now);
+        self.transmit();
     }
     fn send(&mut self, _now: Instant, to: u16, msg: &[u8]) {
         UdpTransport::send(self, to, msg);

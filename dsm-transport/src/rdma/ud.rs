@@ -65,8 +65,6 @@ pub struct UdTransport {
     impair: Option<Impairment>,
     /// The impaired datagrams of one flush (kept for its allocation).
     impaired: Vec<(u16, Vec<u8>)>,
-    /// The node is leaving ([`Transport::farewell`]): what the impairment holds back goes now.
-    leaving: bool,
 }
 
 impl UdTransport {
@@ -172,7 +170,6 @@ impl UdTransport {
             stats: RdmaStats::default(),
             impair: None,
             impaired: Vec::new(),
-            leaving: false,
         })
     }
 
@@ -295,10 +292,6 @@ impl UdTransport {
                 while let Some((to, d)) = self.rel.poll_transmit() {
                     imp.outgoing(now, to, d, batch);
                 }
-                // Leaving: datagrams held back are on the network, not lost with this node.
-                if self.leaving {
-                    imp.release_all(batch);
-                }
                 for (to, d) in batch.drain(..) {
                     post(to, &[&d]);
                 }
@@ -372,8 +365,11 @@ impl Transport for UdTransport {
     }
 
     fn farewell(&mut self, now: Instant) {
+        // What the impairment holds back goes with the farewell (see `Impairment::leave`).
+        if let Some(imp) = &mut self.impair {
+            imp.leave();
+        }
         self.rel.farewell(now);
-        self.leaving = true;
         UdTransport::flush(self);
     }
 
