@@ -24,6 +24,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use crate::Body;
@@ -38,11 +39,15 @@ pub const HEADER_BYTES: usize = 22;
 const FLAG_DATA: u8 = 1;
 const FLAG_MORE: u8 = 2;
 /// On an ack: the receiver holds fragments beyond a gap (a duplicate ack that means loss). A
-/// pure acknowledgement with this flag carries [`SACK_BYTES`] of selective acknowledgement: bit
-/// `i` set when fragment `ack + 1 + i` is held.
+/// pure acknowledgement with this flag carries up to [`MAX_SACK_BYTES`] of selective
+/// acknowledgement, a multiple of 8: bit `i` set when fragment `ack + 1 + i` is held.
 const FLAG_GAP: u8 = 4;
-/// Bytes of a selective acknowledgement: 64 fragments past the cumulative one.
-const SACK_BYTES: usize = 8;
+/// Most bytes of a selective acknowledgement: 1,024 fragments past the cumulative one (a
+/// window of datagrams of a path's MTU is thousands).
+const MAX_SACK_BYTES: usize = 128;
+/// The smallest datagram a path may ask for ([`Reliable::set_path`]): IPv4's minimum MTU, 576,
+/// less its headers, rounded down.
+pub const MIN_DATAGRAM_BYTES: usize = 512;
 /// The payload is several whole messages, each as `len u32` + bytes.
 const FLAG_PACKED: u8 = 8;
 /// Bytes of a packed record's length.
@@ -229,11 +234,12 @@ pub struct ReliableStats {
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// A fragment's bytes as queued and kept for retransmission: one buffer, or a message's head and
-/// the shared body it was given with (a grant's page run: sent gathered, never joined).
+/// (a stretch of) the shared body it was given with (a grant's page run: sent gathered, never
+/// joined, and cut into fragments without a copy).
 #[derive(Debug)]
 struct Payload {
     head: Vec<u8>,
-    body: Option<Body>,
+    body: Option<(Body, Range<usize>)>,
 }
 
 impl Payload {
@@ -245,12 +251,15 @@ impl Payload {
     }
 
     fn len(&self) -> usize {
-        self.head.len() + self.body.as_ref().map_or(0, |b| b.bytes().len())
+        self.head.len() + self.body.as_ref().map_or(0, |(_, r)| r.len())
     }
 
     /// The bytes, in order, as two slices (the second empty for one buffer).
     fn parts(&self) -> [&[u8]; 2] {
-        [&self.head, self.body.as_ref().map_or(&[], Body::bytes)]
+        let body = self.body.as_ref().map_or(&[][..], |(b, r)| {
+            b.bytes().get(r.clone()).unwrap_or_default()
+        });
+        [&self.head, body]
     }
 }
 
@@ -267,6 +276,14 @@ struct Unacked {
 
 #[derive(Debug)]
 struct Peer {
+    /// Largest datagram to this peer, header included ([`Reliable::set_path`]).
+    datagram: usize,
+    /// Fragments in flight to this peer before new ones wait (and the receiver's measure of how
+    /// far ahead a sender may be): the configured window, scaled up where the path's datagrams
+    /// are smaller than the configured ones, so the window holds as many bytes.
+    window: usize,
+    /// Full datagrams to this peer may leave several at a time ([`Reliable::transmit_segmented`]).
+    segmented: bool,
     next_seq: u32,
     unacked: VecDeque<Unacked>,
     /// Payload bytes of `unacked`.
@@ -322,6 +339,9 @@ impl Reliable {
     pub fn new(me: u16, nodes: u16, cookie: u64, cfg: ReliableConfig, now: Instant) -> Reliable {
         let peers = (0..nodes)
             .map(|_| Peer {
+                datagram: cfg.max_datagram_bytes,
+                window: cfg.window,
+                segmented: false,
                 next_seq: 0,
                 unacked: VecDeque::new(),
                 unacked_bytes: 0,
@@ -360,26 +380,47 @@ impl Reliable {
         &self.stats
     }
 
-    /// Bytes of message per fragment.
-    pub fn fragment_bytes(&self) -> usize {
-        self.cfg.max_datagram_bytes - HEADER_BYTES
+    /// Bytes of message per fragment to `to`.
+    pub fn fragment_bytes(&self, to: u16) -> usize {
+        self.peers[usize::from(to)].datagram - HEADER_BYTES
+    }
+
+    /// What the path to `to` carries: datagrams of at most `max_datagram` bytes (header
+    /// included; the configured size where it is smaller, [`MIN_DATAGRAM_BYTES`] at least),
+    /// several at a time if `segmented` ([`Reliable::transmit_segmented`]). Smaller datagrams
+    /// than configured scale the window in datagrams up to hold as many bytes. For messages
+    /// queued from now on; call before any.
+    pub fn set_path(&mut self, to: u16, max_datagram: usize, segmented: bool) {
+        let configured = self.cfg.max_datagram_bytes;
+        let datagram = max_datagram.clamp(MIN_DATAGRAM_BYTES.min(configured), configured);
+        let peer = &mut self.peers[usize::from(to)];
+        peer.datagram = datagram;
+        peer.window = self.cfg.window * configured.div_ceil(datagram);
+        peer.segmented = segmented;
+    }
+
+    /// No peer's datagrams leave several at a time from now on (the kernel refused it).
+    pub fn stop_segmenting(&mut self) {
+        for p in &mut self.peers {
+            p.segmented = false;
+        }
     }
 
     /// Queues `msg` for `to`, cut into fragments; [`Reliable::flush`] sends what the window
     /// allows.
     pub fn send(&mut self, to: u16, msg: &[u8]) {
-        if msg.len() <= self.fragment_bytes() {
+        if msg.len() <= self.fragment_bytes(to) {
             self.send_owned(to, msg.to_vec());
         } else {
-            self.queue_fragments(to, msg);
+            self.queue_fragments(to, Vec::new(), Some(Body::Shared(msg.into())));
         }
     }
 
     /// [`Reliable::send`] of a message the caller gives away: one that fits in a fragment is
     /// queued as it is, without a copy.
     pub fn send_owned(&mut self, to: u16, msg: Vec<u8>) {
-        if msg.len() > self.fragment_bytes() {
-            return self.queue_fragments(to, &msg);
+        if msg.len() > self.fragment_bytes(to) {
+            return self.queue_fragments(to, Vec::new(), Some(Body::Shared(msg.into())));
         }
         self.peers[usize::from(to)]
             .queued
@@ -388,34 +429,68 @@ impl Reliable {
 
     /// [`Reliable::send_owned`] of the message `head` followed by `body`: kept as the two
     /// parts, which each datagram gathers (a grant's page run is never copied into one buffer
-    /// with its header). Joined, with one copy, only to be cut into fragments.
-    pub fn send_parts(&mut self, to: u16, mut head: Vec<u8>, body: Body) {
-        if head.len() + body.bytes().len() > self.fragment_bytes() {
-            head.extend_from_slice(body.bytes());
-            return self.queue_fragments(to, &head);
+    /// with its header), and cut into fragments where it is larger than one, each a stretch of
+    /// the body.
+    pub fn send_parts(&mut self, to: u16, head: Vec<u8>, body: Body) {
+        if head.len() + body.bytes().len() > self.fragment_bytes(to) {
+            return self.queue_fragments(to, head, Some(body));
         }
+        let range = 0..body.bytes().len();
         let payload = Payload {
             head,
-            body: Some(body),
+            body: Some((body, range)),
         };
         self.peers[usize::from(to)]
             .queued
             .push_back((FLAG_DATA | QUEUED_WHOLE, payload));
     }
 
-    /// Queues a message larger than a fragment, cut into fragments.
-    fn queue_fragments(&mut self, to: u16, msg: &[u8]) {
-        let frag = self.fragment_bytes();
+    /// Queues the message `head` + `body`, larger than a fragment, as fragments: the first
+    /// carries the head (copied if it is longer than a fragment) and the body's start, the
+    /// others stretches of the body, none copied.
+    fn queue_fragments(&mut self, to: u16, mut head: Vec<u8>, body: Option<Body>) {
+        let frag = self.fragment_bytes(to);
         let peer = &mut self.peers[usize::from(to)];
-        let mut chunks = msg.chunks(frag).peekable();
-        while let Some(chunk) = chunks.next() {
-            let flags = if chunks.peek().is_some() {
+        let body_len = body.as_ref().map_or(0, |b| b.bytes().len());
+        if head.len() >= frag {
+            // A head longer than a fragment (not one of ours): whole fragments of it first.
+            let rest = head.split_off(head.len() / frag * frag);
+            for chunk in head.chunks(frag) {
+                let more = !rest.is_empty() || body_len > 0;
+                let flags = if more {
+                    FLAG_DATA | FLAG_MORE
+                } else {
+                    FLAG_DATA
+                };
+                peer.queued
+                    .push_back((flags, Payload::whole(chunk.to_vec())));
+            }
+            head = rest;
+            if head.is_empty() && body_len == 0 {
+                return;
+            }
+        }
+        let mut at = 0;
+        loop {
+            let take = (frag - head.len()).min(body_len - at);
+            let more = at + take < body_len;
+            let flags = if more {
                 FLAG_DATA | FLAG_MORE
             } else {
                 FLAG_DATA
             };
-            peer.queued
-                .push_back((flags, Payload::whole(chunk.to_vec())));
+            let body = body.as_ref().map(|b| (b.clone(), at..at + take));
+            let payload = Payload {
+                head: std::mem::take(&mut head),
+                body,
+            };
+            if payload.len() > 0 || !more {
+                peer.queued.push_back((flags, payload));
+            }
+            at += take;
+            if !more {
+                break;
+            }
         }
     }
 
@@ -512,8 +587,8 @@ impl Reliable {
             // Whole before anything is taken from it.
             records(&payload).try_for_each(|r| r.map(drop))?;
         }
-        let window = self.cfg.window as u32;
         let peer = &mut self.peers[usize::from(from)];
+        let window = peer.window as u32;
         if flags & FLAG_DATA != 0 {
             let ahead = seq.wrapping_sub(peer.expected);
             if ahead > 4 * window && !seq_lt(seq, peer.expected) {
@@ -556,13 +631,20 @@ impl Reliable {
         // Selective acknowledgement: what the receiver holds beyond the gap is never resent, and
         // every hole below the highest fragment held is resent at once (once per round trip):
         // a window's losses are recovered in one round trip, not one timeout each.
-        let sack = (flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP && payload.len() == SACK_BYTES)
-            .then(|| u64::from_le_bytes(payload[..].try_into().unwrap_or_default()));
+        let sack = (flags & (FLAG_DATA | FLAG_GAP) == FLAG_GAP
+            && !payload.is_empty()
+            && payload.len() <= MAX_SACK_BYTES
+            && payload.len() % 8 == 0)
+            .then_some(&payload[..]);
         if let Some(bits) = sack {
+            let held = |off: u32| {
+                let byte = (off / 8) as usize;
+                byte < bits.len() && bits[byte] & (1 << (off % 8)) != 0
+            };
             let mut highest = None;
             for u in peer.unacked.iter_mut() {
                 let off = u.seq.wrapping_sub(ack).wrapping_sub(1);
-                if off < 64 && bits & (1 << off) != 0 {
+                if held(off) {
                     if !u.sacked && clean(u, peer.last_resend) {
                         newest_sample = Some(now.saturating_duration_since(u.last_sent));
                     }
@@ -654,9 +736,9 @@ impl Reliable {
     /// Moves queued fragments into the window, packing whole messages queued together, and
     /// emits a pure ack if one is due.
     fn flush_peer(&mut self, now: Instant, to: u16, pure_acks: bool) {
-        let frag = self.fragment_bytes();
+        let frag = self.fragment_bytes(to);
         let peer = &mut self.peers[usize::from(to)];
-        while peer.unacked.len() < self.cfg.window
+        while peer.unacked.len() < peer.window
             && (peer.unacked.is_empty() || peer.unacked_bytes < self.cfg.window_bytes)
         {
             let Some((flags, payload)) = peer.queued.pop_front() else {
@@ -730,14 +812,17 @@ impl Reliable {
         let (flags, sack) = if !selective || peer.out_of_order.is_empty() {
             (0, Vec::new())
         } else {
-            let mut bits = 0u64;
+            let mut bits = vec![0u8; MAX_SACK_BYTES];
+            let mut used = 8;
             for &s in peer.out_of_order.keys() {
-                let off = s.wrapping_sub(peer.expected).wrapping_sub(1);
-                if off < 64 {
-                    bits |= 1 << off;
+                let off = s.wrapping_sub(peer.expected).wrapping_sub(1) as usize;
+                if off < 8 * MAX_SACK_BYTES {
+                    bits[off / 8] |= 1 << (off % 8);
+                    used = used.max((off / 64 + 1) * 8);
                 }
             }
-            (FLAG_GAP, bits.to_le_bytes().to_vec())
+            bits.truncate(used);
+            (FLAG_GAP, bits)
         };
         datagram(
             self.cookie,
@@ -771,6 +856,76 @@ impl Reliable {
         }
     }
 
+    /// [`Reliable::transmit`], but data datagrams due to one peer whose path is `segmented`
+    /// ([`Reliable::set_path`]) go several at a time: `send(to, parts, Some(size))` is datagrams
+    /// of `size` bytes back to back (the last possibly shorter; at most `max_segments` of them,
+    /// `max_bytes` in all), for the kernel to cut apart (`UDP_SEGMENT`). `send(to, parts, None)`
+    /// is one datagram, as in [`Reliable::transmit`].
+    pub fn transmit_segmented(
+        &mut self,
+        max_segments: usize,
+        max_bytes: usize,
+        mut send: impl FnMut(u16, &[&[u8]], Option<u16>),
+    ) {
+        let mut batch: Vec<u32> = Vec::new();
+        while let Some(o) = self.out.pop_front() {
+            let (to, seq) = match o {
+                Out::Bytes { to, dg } => {
+                    self.stats.datagrams_sent += 1;
+                    send(to, &[&dg], None);
+                    continue;
+                }
+                Out::Data { to, seq } => (to, seq),
+            };
+            // The datagrams due next to the same peer, while all but the last are as long as
+            // the first (the segment size).
+            batch.clear();
+            let peer = &self.peers[usize::from(to)];
+            let Some(first) = data_len(peer, seq) else {
+                continue;
+            };
+            batch.push(seq);
+            let mut total = first;
+            let mut last = first;
+            while peer.segmented
+                && last == first
+                && batch.len() < max_segments
+                && let Some(&Out::Data {
+                    to: next_to,
+                    seq: next,
+                }) = self.out.front()
+                && next_to == to
+            {
+                match data_len(peer, next) {
+                    Some(len) if len <= first && total + len <= max_bytes => {
+                        batch.push(next);
+                        total += len;
+                        last = len;
+                        self.out.pop_front();
+                    }
+                    // Acknowledged before it went out: nothing to send.
+                    None => drop(self.out.pop_front()),
+                    Some(_) => break,
+                }
+            }
+            let heads: Vec<[u8; HEADER_BYTES]> = batch
+                .iter()
+                .map(|&s| data_header(self.cookie, self.me, peer, s))
+                .collect();
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(3 * batch.len());
+            for (h, &s) in heads.iter().zip(&batch) {
+                if let Some(u) = unacked(peer, s) {
+                    let [head, body] = u.payload.parts();
+                    parts.extend([&h[..], head, body]);
+                }
+            }
+            self.stats.datagrams_sent += batch.len() as u64;
+            // (A datagram is at most `max_datagram_bytes`, 65,000.)
+            let segment = (batch.len() > 1).then_some(first as u16);
+            send(to, &parts, segment);
+        }
+    }
+
     /// The next datagram to send, and to whom, as one buffer of its own (a copy: for callers
     /// that keep datagrams, like the impairment layer and the tests; see
     /// [`Reliable::transmit`]).
@@ -794,10 +949,11 @@ impl Reliable {
     /// The header and payload of data fragment `seq` to `to`, if it is still unacknowledged.
     fn data_datagram(&self, to: u16, seq: u32) -> Option<([u8; HEADER_BYTES], [&[u8]; 2])> {
         let peer = &self.peers[usize::from(to)];
-        let first = peer.unacked.front()?.seq;
-        let u = peer.unacked.get(seq.wrapping_sub(first) as usize)?;
-        let h = header(self.cookie, self.me, u.flags, u.seq, peer.expected);
-        Some((h, u.payload.parts()))
+        let u = unacked(peer, seq)?;
+        Some((
+            data_header(self.cookie, self.me, peer, seq),
+            u.payload.parts(),
+        ))
     }
 
     /// Whether an event waits for [`Reliable::poll_event`].
@@ -885,6 +1041,25 @@ impl Reliable {
     }
 }
 
+/// `peer`'s unacknowledged fragment `seq`, if it still is.
+fn unacked(peer: &Peer, seq: u32) -> Option<&Unacked> {
+    let first = peer.unacked.front()?.seq;
+    peer.unacked.get(seq.wrapping_sub(first) as usize)
+}
+
+/// The length of the datagram of `peer`'s unacknowledged fragment `seq`, if it still is.
+fn data_len(peer: &Peer, seq: u32) -> Option<usize> {
+    unacked(peer, seq).map(|u| HEADER_BYTES + u.payload.len())
+}
+
+/// The header of the datagram of `peer`'s fragment `seq` (with the latest acknowledgement);
+/// all zeros if it is acknowledged already (never sent: see [`unacked`]).
+fn data_header(cookie: u64, me: u16, peer: &Peer, seq: u32) -> [u8; HEADER_BYTES] {
+    unacked(peer, seq).map_or([0; HEADER_BYTES], |u| {
+        header(cookie, me, u.flags, u.seq, peer.expected)
+    })
+}
+
 /// Resends `peer`'s oldest unacknowledged datagram (to node `to`) now; returns whether there was
 /// one. The caller counts it.
 fn resend_oldest(peer: &mut Peer, to: u16, now: Instant, out: &mut VecDeque<Out>) -> bool {
@@ -959,11 +1134,7 @@ fn pack(
 ) -> Result<Vec<u8>, Payload> {
     // A message with a body over half a fragment (a grant's run) goes alone, gathered: packing
     // it would copy the body for the few bytes beside it.
-    let alone = |msg: &Payload| {
-        msg.body
-            .as_ref()
-            .is_some_and(|b| b.bytes().len() > frag / 2)
-    };
+    let alone = |msg: &Payload| msg.body.as_ref().is_some_and(|(_, r)| r.len() > frag / 2);
     let fits = |used: usize, (flags, msg): &(u8, Payload)| {
         flags & QUEUED_WHOLE != 0 && !alone(msg) && used + RECORD_HEADER + msg.len() <= frag
     };
@@ -1206,6 +1377,79 @@ mod tests {
         assert_eq!(a.stats().packed, 1);
     }
 
+    /// Two endpoints whose path carries 1,472-byte datagrams (a 1,500-byte Ethernet's) that
+    /// leave several at a time.
+    fn small_path(t0: Instant) -> (Reliable, Reliable) {
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        a.set_path(1, 1472, true);
+        b.set_path(0, 1472, true);
+        (a, b)
+    }
+
+    #[test]
+    fn a_run_over_a_small_path_goes_in_segmented_sends_cut_from_its_body_at_send_time() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = small_path(t0);
+        assert_eq!(a.peers[1].window, 64 * 45, "the window holds as many bytes");
+        let run = Arc::new(Counted::new(&[1u8; 15 * 4096]));
+        a.send_parts(1, b"grant head".to_vec(), Body::Lent(run.clone()));
+        a.flush(t0);
+        // Written after it was queued: every fragment carries the newer bytes (no copy was
+        // made when it was cut).
+        run.change();
+        let mut sends = Vec::new();
+        a.transmit_segmented(16, 65_000, |to, parts, segment| {
+            sends.push(cut_segments(to, parts, segment));
+        });
+        let datagrams: Vec<_> = sends.iter().flatten().collect();
+        let fragments = (10 + 15 * 4096usize).div_ceil(1472 - HEADER_BYTES);
+        assert_eq!(datagrams.len(), fragments);
+        assert_eq!(sends.len(), fragments.div_ceil(16), "16 datagrams a send");
+        for (_, d) in &datagrams {
+            b.handle_datagram(t0, 0, d).unwrap();
+        }
+        match b.poll_event() {
+            Some(Event::Message { bytes, .. }) => {
+                assert_eq!(&bytes[..10], b"grant head");
+                assert_eq!(&bytes[10..], &[2u8; 15 * 4096][..]);
+            }
+            other => panic!("expected the run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_selective_acknowledgement_names_what_is_held_up_to_1024_fragments_past_a_hole() {
+        // (Its first 64 bits alone would leave 535 fragments to be resent.)
+        let t0 = Instant::now();
+        let (mut a, mut b) = small_path(t0);
+        // 600 fragments; the first is lost, the rest arrive.
+        a.send(1, &vec![9u8; 600 * 1450]);
+        a.flush(t0);
+        let sent: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+        assert_eq!(sent.len(), 600);
+        for (_, d) in &sent[1..] {
+            b.handle_datagram(t0, 0, d).unwrap();
+        }
+        b.flush(t0);
+        let acks: Vec<_> = std::iter::from_fn(|| b.poll_transmit()).collect();
+        for (_, ack) in &acks {
+            a.handle_datagram(t0, 1, ack).unwrap();
+        }
+        assert_eq!(
+            a.peers[1].unacked.iter().filter(|u| u.sacked).count(),
+            599,
+            "every fragment held is named"
+        );
+        // The one hole is resent at once (later fragments are held), nothing else.
+        let resent: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+        assert_eq!(resent.len(), 1);
+        assert_eq!(a.stats().sack_retransmissions, 1);
+        b.handle_datagram(t0, 0, &resent[0].1).unwrap();
+        assert!(matches!(b.poll_event(), Some(Event::Message { .. })));
+    }
+
     struct Link {
         drop_pct: u64,
         dup_pct: u64,
@@ -1227,6 +1471,14 @@ mod tests {
         };
         let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
         let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        // Odd seeds: a's path carries datagrams of a third of the configured size, which leave
+        // several at a time (as UDP's segmentation sends them), its window scaled to match.
+        let segmented = seed % 2 == 1;
+        if segmented {
+            let small = HEADER_BYTES + frag / 3;
+            a.set_path(1, small, true);
+            b.set_path(0, small, true);
+        }
         let mut rng = Rng(seed);
         let mut now = t0;
         // In flight: (arrival time, to, datagram); arrival order is by time, so delays reorder.
@@ -1261,7 +1513,15 @@ mod tests {
             );
             for (ep, from) in [(&mut a, 0u16), (&mut b, 1u16)] {
                 ep.flush(now);
-                while let Some((to, d)) = ep.poll_transmit() {
+                let mut sent = Vec::new();
+                if segmented {
+                    ep.transmit_segmented(5, 4 * frag, |to, parts, segment| {
+                        sent.extend(cut_segments(to, parts, segment));
+                    });
+                } else {
+                    sent.extend(std::iter::from_fn(|| ep.poll_transmit()));
+                }
+                for (to, d) in sent {
                     assert_ne!(to, from);
                     if rng.below(100) < link.drop_pct {
                         continue;
@@ -1313,6 +1573,28 @@ mod tests {
             while a.poll_event().is_some() {}
         }
         (got, a.stats().clone(), now - t0)
+    }
+
+    /// The datagrams of one send of [`Reliable::transmit_segmented`], cut as the kernel cuts a
+    /// segmented send, after checking it is one: datagrams of three parts, all `segment` long
+    /// but the last, which may be shorter.
+    fn cut_segments(to: u16, parts: &[&[u8]], segment: Option<u16>) -> Vec<(u16, Vec<u8>)> {
+        let bytes = parts.concat();
+        let Some(segment) = segment else {
+            return vec![(to, bytes)];
+        };
+        let lens: Vec<usize> = parts.chunks(3).map(|d| d.concat().len()).collect();
+        assert_eq!(parts.len() % 3, 0, "datagrams of three parts");
+        assert!(lens.len() > 1, "a segmented send of one datagram");
+        let (last, full) = lens.split_last().unwrap();
+        assert!(
+            full.iter().all(|&l| l == usize::from(segment)) && *last <= usize::from(segment),
+            "datagrams of {lens:?} sent as segments of {segment}"
+        );
+        bytes
+            .chunks(usize::from(segment))
+            .map(|d| (to, d.to_vec()))
+            .collect()
     }
 
     fn messages(n: usize, max_len: usize, seed: u64) -> Vec<Vec<u8>> {

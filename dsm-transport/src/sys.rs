@@ -91,17 +91,50 @@ pub fn read_into_spare(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<u
     Ok(n as usize)
 }
 
+/// `setsockopt` level and options of UDP segmentation offload (`linux/udp.h`; not in `libc` for
+/// glibc targets).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// Most datagrams one segmented send carries (Linux's `UDP_MAX_SEGMENTS` was 64 before 6.2).
+pub const MAX_SEGMENTS: usize = 64;
+/// Most bytes (headers of ours included) one segmented send carries: under the 65,507 bytes of
+/// one IPv4 datagram, the most the kernel segments at once.
+pub const MAX_SEGMENTED_BYTES: usize = 65_000;
+/// Most parts [`send_gathered`] takes: [`MAX_SEGMENTS`] datagrams of three parts each.
+pub const MAX_GATHER: usize = 3 * MAX_SEGMENTS;
+
+/// An aligned control-message buffer, room for one `int` (or `u16`) message.
+#[repr(C, align(8))]
+struct Control([u8; 32]);
+
+/// What [`recv_split`] read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Bytes read (`head` is filled up to them, `body` holds the rest).
+    pub len: usize,
+    /// The sender.
+    pub from: std::net::SocketAddr,
+    /// Several datagrams coalesced by the kernel (`UDP_GRO`): each this many bytes, the last
+    /// possibly shorter. `None`: one datagram.
+    pub segment: Option<usize>,
+    /// More was waiting than the buffers held (the rest is lost, as `recv_from` loses it).
+    pub truncated: bool,
+}
+
 /// Reads one datagram from `fd`, its first `head.len()` bytes into `head` and the rest into
 /// `body`'s spare capacity (at most `max_body` bytes, after reserving them; `body` is cleared
 /// first), with one `recvmsg`: the datagram's payload lands in a buffer the caller can keep,
-/// without a copy. Returns the datagram's length as read (`head` is filled up to it, `body`
-/// holds the rest) and its sender. A longer datagram is cut short, as `recv_from` cuts it.
+/// without a copy. A longer datagram is cut short, as `recv_from` cuts it. On a socket with
+/// [`enable_udp_gro`] the read may be several datagrams of one sender back to back, which
+/// `coalesce` reports ([`Received::segment`]).
 pub fn recv_split(
     fd: RawFd,
     head: &mut [u8],
     body: &mut Vec<u8>,
     max_body: usize,
-) -> io::Result<(usize, std::net::SocketAddr)> {
+    coalesce: bool,
+) -> io::Result<Received> {
     body.clear();
     body.reserve(max_body);
     let spare = body.spare_capacity_mut();
@@ -120,14 +153,19 @@ pub fn recv_split(
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    let mut control = Control([0; 32]);
     msg.msg_name = (&raw mut storage).cast();
     msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
+    if coalesce {
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len() as _;
+    }
     let n = loop {
-        // SAFETY: msg points to the address storage and the two iovecs above (`head`, and
-        // `want` bytes of `body`'s allocated, unaliased spare capacity), all alive for the
-        // call; the kernel writes at most their lengths.
+        // SAFETY: msg points to the address storage, the two iovecs above (`head`, and
+        // `want` bytes of `body`'s allocated, unaliased spare capacity) and the control buffer,
+        // all alive for the call; the kernel writes at most their lengths.
         let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
         if n >= 0 {
             break n as usize;
@@ -140,32 +178,114 @@ pub fn recv_split(
     let in_body = n.saturating_sub(head.len()).min(want);
     // SAFETY: the kernel initialized the first `in_body` (<= want) bytes of the spare capacity.
     unsafe { body.set_len(in_body) };
-    let from = match i32::from(storage.ss_family) {
+    let mut segment = None;
+    // SAFETY: msg's control fields describe `control`, filled by the kernel up to the length it
+    // set; CMSG_FIRSTHDR/CMSG_NXTHDR stay within it and return null past its end.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !cmsg.is_null() {
+        // SAFETY: a non-null cmsg points to a whole header inside `control`.
+        let c = unsafe { &*cmsg };
+        if c.cmsg_level == libc::SOL_UDP && c.cmsg_type == UDP_GRO {
+            // SAFETY: the kernel's UDP_GRO message carries one int (the segment size);
+            // read_unaligned, for CMSG_DATA's alignment is the header's.
+            let size =
+                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>()) };
+            segment = usize::try_from(size).ok().filter(|&s| s > 0);
+        }
+        // SAFETY: as for CMSG_FIRSTHDR.
+        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+    }
+    let from = socket_addr(&storage)?;
+    let truncated = msg.msg_flags & libc::MSG_TRUNC != 0;
+    Ok(Received {
+        len: n,
+        from,
+        segment,
+        truncated,
+    })
+}
+
+/// The address the kernel wrote into `storage`.
+fn socket_addr(storage: &libc::sockaddr_storage) -> io::Result<std::net::SocketAddr> {
+    match i32::from(storage.ss_family) {
         libc::AF_INET => {
             // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into the storage, which
             // is larger and suitably aligned.
-            let a = unsafe { std::ptr::read((&raw const storage).cast::<libc::sockaddr_in>()) };
+            let a = unsafe {
+                std::ptr::read(
+                    (storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>(),
+                )
+            };
             let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            std::net::SocketAddr::from((ip, u16::from_be(a.sin_port)))
+            Ok(std::net::SocketAddr::from((ip, u16::from_be(a.sin_port))))
         }
         libc::AF_INET6 => {
             // SAFETY: as above, a sockaddr_in6 (family AF_INET6).
-            let a = unsafe { std::ptr::read((&raw const storage).cast::<libc::sockaddr_in6>()) };
+            let a = unsafe {
+                std::ptr::read(
+                    (storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>(),
+                )
+            };
             let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+            Ok(std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
                 ip,
                 u16::from_be(a.sin6_port),
                 a.sin6_flowinfo,
                 a.sin6_scope_id,
-            ))
+            )))
         }
-        family => {
-            return Err(io::Error::other(format!(
-                "a datagram from an address of family {family}"
-            )));
-        }
+        family => Err(io::Error::other(format!(
+            "a datagram from an address of family {family}"
+        ))),
+    }
+}
+
+/// Asks the kernel to hand datagrams of one sender that arrive together to one read
+/// (`UDP_GRO`, Linux 5.0): a segmented send ([`send_gathered`] with a segment size) arrives
+/// whole, and a network card's GRO coalesces a burst of datagrams of a path's MTU.
+pub fn enable_udp_gro(fd: RawFd) -> io::Result<()> {
+    set_option(fd, libc::SOL_UDP, UDP_GRO, 1)
+}
+
+/// Whether the kernel segments a send ([`send_gathered`] with a segment size; `UDP_SEGMENT`,
+/// Linux 4.18): asked by setting the socket's default segment size to 0 (none), which changes
+/// nothing.
+pub fn udp_segmentation(fd: RawFd) -> bool {
+    set_option(fd, libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
+}
+
+/// The largest IP packet the route to `to` carries unfragmented, as the kernel knows it
+/// (`IP_MTU`/`IPV6_MTU` of a socket connected there: the interface's MTU, or a lower one it
+/// learned for that path). No packet is sent.
+pub fn path_mtu(to: &std::net::SocketAddr) -> io::Result<usize> {
+    let any: std::net::SocketAddr = if to.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    Ok((n, from))
+    let probe = std::net::UdpSocket::bind(any)?;
+    probe.connect(to)?;
+    let (level, opt) = if to.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live c_int and updates `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            probe.as_raw_fd(),
+            level,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    usize::try_from(v).map_err(|_| io::Error::other(format!("path MTU {v}")))
 }
 
 /// Bytes in a TCP socket's kernel send queue that the peer has not acknowledged yet, sent or
@@ -238,11 +358,21 @@ pub fn set_socket_buffers(fd: RawFd, bytes: libc::c_int) {
 
 /// `setsockopt(fd, SOL_SOCKET, opt, &value)`.
 fn set_int_option(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    set_option(fd, libc::SOL_SOCKET, opt, value)
+}
+
+/// `setsockopt(fd, level, opt, &value)` of an `int` option.
+fn set_option(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: setsockopt reads size_of::<c_int>() bytes from a live c_int.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
+            level,
             opt,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
@@ -269,13 +399,17 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends one datagram made of `parts` (at most three), one after the other, to `to`, or to the
-/// socket's connected peer if `to` is `None` (`sendmsg`: the kernel gathers them, no copy into
-/// one buffer first). Never blocks on a non-blocking socket.
+/// Sends `parts` (at most [`MAX_GATHER`]), one after the other, to `to`, or to the socket's
+/// connected peer if `to` is `None` (`sendmsg`: the kernel gathers them, no copy into one buffer
+/// first). Without `segment` they are one datagram; with it, the kernel cuts them into
+/// datagrams of `segment` bytes each, the last possibly shorter (`UDP_SEGMENT`: one system call
+/// and one trip down the stack for up to [`MAX_SEGMENTS`] datagrams of a path's MTU). Never
+/// blocks on a non-blocking socket.
 pub fn send_gathered(
     fd: RawFd,
     to: Option<&std::net::SocketAddr>,
     parts: &[&[u8]],
+    segment: Option<u16>,
 ) -> io::Result<usize> {
     // SAFETY: zeroed sockaddr_storage is valid plain data.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -309,22 +443,26 @@ pub fn send_gathered(
             std::mem::size_of::<libc::sockaddr_in6>()
         }
     };
-    let mut iov = [libc::iovec {
+    debug_assert!(parts.len() <= MAX_GATHER, "a send of {} parts", parts.len());
+    let to_iovec = |p: &&[u8]| libc::iovec {
+        iov_base: p.as_ptr() as *mut libc::c_void,
+        iov_len: p.len(),
+    };
+    // One datagram's parts on the stack; a segmented send's (once per 64 KB) in a vector.
+    let mut one = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     }; 3];
-    for (v, p) in iov.iter_mut().zip(parts) {
-        *v = libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        };
-    }
-    debug_assert!(
-        parts.len() <= iov.len(),
-        "a datagram of {} parts",
-        parts.len()
-    );
-    let used = parts.len().min(iov.len());
+    let mut many = Vec::new();
+    let iov: &mut [libc::iovec] = if parts.len() <= one.len() {
+        for (v, p) in one.iter_mut().zip(parts) {
+            *v = to_iovec(p);
+        }
+        &mut one[..parts.len()]
+    } else {
+        many.extend(parts.iter().take(MAX_GATHER).map(to_iovec));
+        &mut many
+    };
     // SAFETY: zeroed msghdr is valid plain data; the fields set below point to live buffers.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     if len > 0 {
@@ -332,10 +470,25 @@ pub fn send_gathered(
         msg.msg_namelen = len as libc::socklen_t;
     }
     msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = used as _;
+    msg.msg_iovlen = iov.len() as _;
+    let mut control = Control([0; 32]);
+    if let Some(size) = segment {
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a length.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+        // SAFETY: msg_control points to `control`, 8-aligned and longer than msg_controllen,
+        // which has room for one header and a u16: CMSG_FIRSTHDR returns its start.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
+        }
+    }
     loop {
-        // SAFETY: msg points to the address and iovecs above, all alive for the call; the
-        // kernel only reads the buffers.
+        // SAFETY: msg points to the address, the iovecs and the control buffer above, all
+        // alive for the call; the kernel only reads them.
         let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
         if n >= 0 {
             return Ok(n as usize);
@@ -359,7 +512,10 @@ mod tests {
         tx.send_to(&sent, rx.local_addr().unwrap()).unwrap();
         let mut head = [0u8; 22];
         let mut body = vec![9; 5];
-        let (n, from) = recv_split(rx.as_raw_fd(), &mut head, &mut body, max_body).unwrap();
+        let r = recv_split(rx.as_raw_fd(), &mut head, &mut body, max_body, true).unwrap();
+        let (n, from) = (r.len, r.from);
+        assert_eq!(r.segment, None);
+        assert_eq!(r.truncated, len > 22 + max_body);
         assert_eq!(from, tx.local_addr().unwrap());
         assert_eq!(n, len.min(22 + max_body));
         [sent, head[..n.min(22)].to_vec(), body]
@@ -386,5 +542,55 @@ mod tests {
                 "{any}"
             );
         }
+    }
+
+    #[test]
+    fn a_segmented_send_is_datagrams_of_the_segment_size_read_at_once_where_reads_coalesce() {
+        let any = "127.0.0.1:0";
+        let (tx, plain, gro) = (
+            UdpSocket::bind(any).unwrap(),
+            UdpSocket::bind(any).unwrap(),
+            UdpSocket::bind(any).unwrap(),
+        );
+        if !udp_segmentation(tx.as_raw_fd()) || enable_udp_gro(gro.as_raw_fd()).is_err() {
+            eprintln!("skipped: this kernel segments no UDP send (UDP_SEGMENT, UDP_GRO)");
+            return;
+        }
+        for s in [&plain, &gro] {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+        }
+        let sent: Vec<u8> = (0..3_500u32).map(|i| (i * 13 + 1) as u8).collect();
+        let parts = [&sent[..700], &sent[700..2_100], &sent[2_100..]];
+        // Read one by one: four datagrams, cut at every 1,000 bytes of the parts together.
+        let to = plain.local_addr().unwrap();
+        assert_eq!(
+            send_gathered(tx.as_raw_fd(), Some(&to), &parts, Some(1_000)).unwrap(),
+            3_500
+        );
+        let mut buf = [0u8; 4_096];
+        for k in 0..4 {
+            let n = plain.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &sent[k * 1_000..(k * 1_000 + 1_000).min(3_500)]);
+        }
+        // Read where reads coalesce: the four at once, and the segment size said.
+        let to = gro.local_addr().unwrap();
+        send_gathered(tx.as_raw_fd(), Some(&to), &parts, Some(1_000)).unwrap();
+        let (mut head, mut body) = ([0u8; 22], Vec::new());
+        let r = recv_split(gro.as_raw_fd(), &mut head, &mut body, 65_536, true).unwrap();
+        assert_eq!((r.len, r.segment, r.truncated), (3_500, Some(1_000), false));
+        assert_eq!([&head[..], &body[..]].concat(), sent);
+        // One datagram alone: no segment size.
+        send_gathered(tx.as_raw_fd(), Some(&to), &[&sent[..900]], None).unwrap();
+        let r = recv_split(gro.as_raw_fd(), &mut head, &mut body, 65_536, true).unwrap();
+        assert_eq!((r.len, r.segment), (900, None));
+    }
+
+    #[test]
+    fn the_path_mtu_to_loopback_is_its_interface_mtu() {
+        let mtu = path_mtu(&"127.0.0.1:9".parse().unwrap()).unwrap();
+        let lo = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap();
+        // An IPv4 packet is at most 65,535 bytes, whatever the interface says.
+        assert_eq!(mtu, lo.trim().parse::<usize>().unwrap().min(65_535));
     }
 }

@@ -25,13 +25,29 @@ const OWN_BUFFER_BYTES: usize = 4096;
 /// Socket buffer size asked of the kernel (it may grant less).
 const SOCKET_BUFFER_BYTES: libc::c_int = 8 << 20;
 
+/// The payload buffer of a socket whose reads may coalesce datagrams (`UDP_GRO`): the most one
+/// read returns, 64 KiB.
+const COALESCED_BYTES: usize = 64 << 10;
+
 /// Counters of the UDP transport.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UdpStats {
     /// Datagrams from addresses outside the job.
     pub unknown_source: u64,
-    /// Datagrams the kernel refused to send (retransmitted later).
+    /// Sends the kernel refused (their datagrams are retransmitted later).
     pub send_failures: u64,
+    /// Sends of several datagrams the kernel cut apart (`UDP_SEGMENT`).
+    pub segmented_sends: u64,
+    /// Reads that returned several datagrams (`UDP_GRO`).
+    pub coalesced_reads: u64,
+    /// Reads cut short (the rest lost, and retransmitted).
+    pub truncated_reads: u64,
+}
+
+/// The largest UDP payload a path of `mtu` bytes carries unfragmented to `to`.
+fn datagram_for_mtu(to: &SocketAddr, mtu: usize) -> usize {
+    let ip_header = if to.is_ipv4() { 20 } else { 40 };
+    mtu.saturating_sub(ip_header + 8)
 }
 
 /// A cheap hash for the peers' addresses, looked up for every datagram (the default SipHash
@@ -56,14 +72,21 @@ pub struct UdpTransport {
     peers: Vec<SocketAddr>,
     by_addr: HashMap<SocketAddr, u16, BuildHasherDefault<AddrHasher>>,
     rel: Reliable,
-    /// The header of the last datagram read (shorter datagrams: `head_len` bytes of it).
+    /// The header of the last datagram read (shorter datagrams: `head_len` bytes of it; a read
+    /// of several datagrams: the first's).
     head: [u8; HEADER_BYTES],
     head_len: usize,
+    /// The last read returned several datagrams of this many bytes each (the last possibly
+    /// shorter), back to back in `head` and `body`.
+    segment: Option<usize>,
     /// The payload of the last datagram read, in a buffer of its own: a large one (a grant's
     /// run) is handed on as the message, without a copy, and a new buffer takes its place.
     body: Vec<u8>,
-    /// Bytes of payload a datagram may carry.
+    /// Bytes of payload a datagram may carry (a coalesced read: datagrams).
     max_body: usize,
+    /// Datagrams to some peers leave several at a time, and reads may coalesce them (see
+    /// [`set_paths`]).
+    segmented: bool,
     stats: UdpStats,
     impair: Option<Impairment>,
     batch: Vec<(u16, Vec<u8>)>,
@@ -74,6 +97,54 @@ pub struct UdpTransport {
     /// A datagram [`UdpTransport::poll_ready`] read ahead (its bytes in `head` and `body`): its
     /// sender. [`UdpTransport::poll_recv`] takes it first.
     ahead: Option<SocketAddr>,
+}
+
+/// How a node reaches each peer: datagrams as large as the path carries unfragmented (its MTU),
+/// where that is less than `msg_buffer_size`, sent several at a time and read several at a time
+/// when the kernel can (`UDP_SEGMENT`, `UDP_GRO`). A 64 KB datagram over a 1,500-byte Ethernet
+/// is 45 IP fragments, which the receiver reassembles one by one (and loses whole when one is
+/// lost); cut by the kernel into datagrams of the MTU after one `sendmsg`, and coalesced again
+/// before the `recvmsg`, a run costs the two sides about what a TCP write and read of it cost.
+/// Where every path carries the configured datagrams whole (the nodes of one machine, over
+/// loopback), nothing changes. Returns whether datagrams are segmented (and reads coalesce).
+fn set_paths(
+    sock: &UdpSocket,
+    me: u16,
+    peers: &[SocketAddr],
+    configured: usize,
+    rel: &mut Reliable,
+) -> bool {
+    let narrow: Vec<(u16, usize)> = peers
+        .iter()
+        .enumerate()
+        .filter(|&(to, _)| to != usize::from(me))
+        .filter_map(|(to, addr)| match sys::path_mtu(addr) {
+            Ok(mtu) => Some((to as u16, datagram_for_mtu(addr, mtu))),
+            Err(e) => {
+                log::debug!("the path MTU to {addr} is unknown ({e})");
+                None
+            }
+        })
+        .filter(|&(_, datagram)| datagram < configured)
+        .collect();
+    if narrow.is_empty() {
+        return false;
+    }
+    let fd = sock.as_raw_fd();
+    // Datagrams of a path's MTU one system call each are slower than IP fragments: without
+    // segmentation the configured size stays.
+    if !sys::udp_segmentation(fd) {
+        log::debug!("no UDP segmentation here: datagrams larger than a path's MTU are fragmented");
+        return false;
+    }
+    if let Err(e) = sys::enable_udp_gro(fd) {
+        log::debug!("UDP_GRO refused ({e}): datagrams larger than a path's MTU are fragmented");
+        return false;
+    }
+    for (to, datagram) in narrow {
+        rel.set_path(to, datagram, true);
+    }
+    true
 }
 
 /// Binds a non-blocking UDP socket with large buffers at `addr` (port 0: any free port).
@@ -105,7 +176,8 @@ impl UdpTransport {
             .map(|(i, a)| (*a, i as u16))
             .collect();
         let max = cfg.max_datagram_bytes;
-        let rel = Reliable::new(me, peers.len() as u16, cookie, cfg, now);
+        let mut rel = Reliable::new(me, peers.len() as u16, cookie, cfg, now);
+        let segmented = set_paths(&sock, me, &peers, max, &mut rel);
         // A node with one peer connects its socket to it: the kernel then keeps the route
         // instead of looking it up for every datagram (a loopback `sendto` 0.2 us less, as much
         // for the reply: 8.9 -> 8.65 us for the minimal remote fault), and drops strangers'
@@ -122,8 +194,14 @@ impl UdpTransport {
             rel,
             head: [0; HEADER_BYTES],
             head_len: 0,
+            segment: None,
             body: Vec::new(),
-            max_body: max.max(2048) - HEADER_BYTES,
+            segmented,
+            max_body: if segmented {
+                max.max(COALESCED_BYTES)
+            } else {
+                max.max(2048)
+            } - HEADER_BYTES,
             stats: UdpStats::default(),
             impair: None,
             batch: Vec::new(),
@@ -179,6 +257,13 @@ impl UdpTransport {
                 Ok(src) => {
                     n += 1;
                     match self.by_addr.get(&src) {
+                        Some(&from) if self.segment.is_some() => {
+                            self.handle_coalesced(now, from, src);
+                            if self.rel.has_events() {
+                                self.unread = true;
+                                break;
+                            }
+                        }
                         Some(&from) => {
                             let head = &self.head[..self.head_len];
                             // A large whole message goes on in its buffer; anything else is
@@ -260,13 +345,44 @@ impl UdpTransport {
         }
     }
 
-    /// Reads the next datagram into `head` and `body`: its sender.
+    /// Reads the next datagram (or datagrams, coalesced) into `head` and `body`: its sender.
     fn recv_datagram(&mut self) -> io::Result<SocketAddr> {
         let (fd, max) = (self.sock.as_raw_fd(), self.max_body);
-        let (len, src) = sys::recv_split(fd, &mut self.head, &mut self.body, max)?;
-        self.head_len = len.min(HEADER_BYTES);
+        let r = sys::recv_split(fd, &mut self.head, &mut self.body, max, self.segmented)?;
+        self.head_len = r.len.min(HEADER_BYTES);
+        self.segment = r.segment.filter(|&s| s < r.len);
+        if r.truncated {
+            self.stats.truncated_reads += 1;
+            log::debug!("a read from {} was cut at {} bytes", r.from, r.len);
+        }
         probe::report(Probe::Received);
-        Ok(src)
+        Ok(r.from)
+    }
+
+    /// The datagrams of a coalesced read from `from` (each `segment` bytes, the last possibly
+    /// shorter), handled in order, each copied from the read's buffer where it is kept.
+    fn handle_coalesced(&mut self, now: Instant, from: u16, src: SocketAddr) {
+        let Some(segment) = self.segment else { return };
+        self.stats.coalesced_reads += 1;
+        // The first datagram: the header read apart, then its payload at the body's start.
+        let first = segment.saturating_sub(HEADER_BYTES).min(self.body.len());
+        let (body, rest) = self.body.split_at(first);
+        let head = &self.head[..self.head_len];
+        let mut results =
+            vec![
+                self.rel
+                    .handle_datagram_parts(now, from, head, Cow::Borrowed(body)),
+            ];
+        for d in rest.chunks(segment) {
+            let (head, payload) = d.split_at(d.len().min(HEADER_BYTES));
+            results.push(
+                self.rel
+                    .handle_datagram_parts(now, from, head, Cow::Borrowed(payload)),
+            );
+        }
+        for e in results.into_iter().filter_map(Result::err) {
+            log::debug!("dropped datagram from {src}: {e}");
+        }
     }
 
     /// The next delivered message or lost peer.
@@ -314,13 +430,44 @@ impl UdpTransport {
             // Each datagram is gathered from its header and the payload kept for retransmission.
             let (fd, peers, failures) = (self.sock.as_raw_fd(), &self.peers, &mut self.stats);
             let connected = self.connected;
-            self.rel.transmit(|to, parts| {
-                probe::report(Probe::SendStart);
-                let addr = (!connected).then(|| &peers[usize::from(to)]);
-                if sys::send_gathered(fd, addr, parts).is_err() {
-                    failures.send_failures += 1;
-                }
-            });
+            if !self.segmented {
+                self.rel.transmit(|to, parts| {
+                    probe::report(Probe::SendStart);
+                    let addr = (!connected).then(|| &peers[usize::from(to)]);
+                    if sys::send_gathered(fd, addr, parts, None).is_err() {
+                        failures.send_failures += 1;
+                    }
+                });
+                return;
+            }
+            let mut refused = None;
+            let (segments, bytes) = (sys::MAX_SEGMENTS, sys::MAX_SEGMENTED_BYTES);
+            self.rel
+                .transmit_segmented(segments, bytes, |to, parts, segment| {
+                    probe::report(Probe::SendStart);
+                    let addr = (!connected).then(|| &peers[usize::from(to)]);
+                    match sys::send_gathered(fd, addr, parts, segment) {
+                        Ok(_) if segment.is_some() => failures.segmented_sends += 1,
+                        Ok(_) => {}
+                        // A full buffer, a peer's port closed: lost, as on the wire.
+                        Err(e) if segment.is_none() || transient(&e) => failures.send_failures += 1,
+                        // The kernel will not segment here (no checksum offload on the route, an
+                        // MTU lowered since): these go one by one, and all from now on.
+                        Err(e) => {
+                            refused = Some(e);
+                            for d in parts.chunks(3) {
+                                if sys::send_gathered(fd, addr, d, None).is_err() {
+                                    failures.send_failures += 1;
+                                }
+                            }
+                        }
+                    }
+                });
+            if let Some(e) = refused {
+                log::warn!("UDP segmentation refused ({e}): datagrams go one at a time");
+                // (Reads still coalesce what peers segment.)
+                self.rel.stop_segmenting();
+            }
             return;
         };
         // Impaired: datagrams of their own, which the impairment may hold back.
@@ -332,12 +479,23 @@ impl UdpTransport {
         }
         for (to, d) in batch.drain(..) {
             let addr = (!self.connected).then(|| &self.peers[usize::from(to)]);
-            if sys::send_gathered(self.sock.as_raw_fd(), addr, &[&d]).is_err() {
+            if sys::send_gathered(self.sock.as_raw_fd(), addr, &[&d], None).is_err() {
                 self.stats.send_failures += 1;
             }
         }
         self.batch = batch;
     }
+}
+
+/// A send error that says nothing about segmentation: the datagrams are lost as on the wire (a
+/// full buffer, a peer's port closed, a firewall's drop: EPERM). The kernel refuses to segment
+/// with EIO (no checksum offload on the route), EINVAL or EMSGSIZE (segments over the MTU or too
+/// many), EOPNOTSUPP.
+fn transient(e: &io::Error) -> bool {
+    !matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::EOPNOTSUPP)
+    )
 }
 
 impl Transport for UdpTransport {
@@ -410,6 +568,8 @@ impl Transport for UdpTransport {
             ("packed datagrams", r.packed),
             ("pure acks", r.acks_sent),
             ("rejected datagrams", r.rejected + self.stats.unknown_source),
+            ("segmented sends", self.stats.segmented_sends),
+            ("coalesced reads", self.stats.coalesced_reads),
             ("forged acknowledgements", r.forged_acks),
         ];
         if let Some(i) = self.impair_stats() {
