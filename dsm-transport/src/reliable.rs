@@ -32,7 +32,7 @@ use crate::Body;
 /// First two bytes of every datagram.
 pub const MAGIC: u16 = 0x5544;
 /// Datagram format version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of datagram header.
 pub const HEADER_BYTES: usize = 22;
 
@@ -257,6 +257,8 @@ impl Payload {
     /// The bytes, in order, as two slices (the second empty for one buffer).
     fn parts(&self) -> [&[u8]; 2] {
         let body = self.body.as_ref().map_or(&[][..], |(b, r)| {
+            // A body's length never changes (lent memory changes its bytes only).
+            debug_assert!(r.end <= b.bytes().len(), "{r:?} of {b:?}");
             b.bytes().get(r.clone()).unwrap_or_default()
         });
         [&self.head, body]
@@ -587,11 +589,16 @@ impl Reliable {
             // Whole before anything is taken from it.
             records(&payload).try_for_each(|r| r.map(drop))?;
         }
+        // How far ahead a sender may be: four windows of the smallest datagrams a path may ask
+        // for, whatever this side's own path (a sender whose datagrams are smaller than this
+        // side's has a larger window in datagrams).
+        let farthest =
+            4 * self.cfg.window * self.cfg.max_datagram_bytes.div_ceil(MIN_DATAGRAM_BYTES);
         let peer = &mut self.peers[usize::from(from)];
-        let window = peer.window as u32;
+        let window = peer.window;
         if flags & FLAG_DATA != 0 {
             let ahead = seq.wrapping_sub(peer.expected);
-            if ahead > 4 * window && !seq_lt(seq, peer.expected) {
+            if ahead as usize > farthest && !seq_lt(seq, peer.expected) {
                 return Err(DatagramError::OutOfWindow {
                     seq,
                     expected: peer.expected,
@@ -703,7 +710,8 @@ impl Reliable {
         let mut ack_now = false;
         if flags & FLAG_DATA != 0 {
             peer.ack_due = true;
-            // Half the sender's window (both are the job's settings) unacknowledged: the
+            // Half the sender's window (the job's settings, scaled alike on both sides of a
+            // path: where not, the acknowledgement goes sooner) unacknowledged: the
             // acknowledgement goes now, not at the next flush. A node whose acknowledgements
             // wait for a reply or a timer (a fault handler driving the node leaves them to the
             // service thread's nap, up to 1 ms) would otherwise hold back a sender whose window
@@ -711,7 +719,7 @@ impl Reliable {
             let (count, bytes) = &mut peer.received_since_ack;
             *count += 1;
             *bytes += HEADER_BYTES + payload.len();
-            ack_now = *count >= (window as usize / 2).max(1) || *bytes >= self.cfg.window_bytes / 2;
+            ack_now = *count >= (window / 2).max(1) || *bytes >= self.cfg.window_bytes / 2;
             if seq == peer.expected {
                 deliver(peer, from, flags, payload, &mut self.events)?;
                 while let Some((f, p)) = peer.out_of_order.remove(&peer.expected) {
@@ -812,17 +820,28 @@ impl Reliable {
         let (flags, sack) = if !selective || peer.out_of_order.is_empty() {
             (0, Vec::new())
         } else {
-            let mut bits = vec![0u8; MAX_SACK_BYTES];
+            let mut bits = [0u8; MAX_SACK_BYTES];
             let mut used = 8;
-            for &s in peer.out_of_order.keys() {
-                let off = s.wrapping_sub(peer.expected).wrapping_sub(1) as usize;
-                if off < 8 * MAX_SACK_BYTES {
-                    bits[off / 8] |= 1 << (off % 8);
-                    used = used.max((off / 64 + 1) * 8);
-                }
+            // The fragments held that a selective acknowledgement can name (in sequence
+            // order, which wraps around in the map's).
+            let first = peer.expected.wrapping_add(1);
+            let end = first.wrapping_add(8 * MAX_SACK_BYTES as u32);
+            let named: Vec<u32> = if first < end {
+                peer.out_of_order
+                    .range(first..end)
+                    .map(|(&s, _)| s)
+                    .collect()
+            } else {
+                let tail = peer.out_of_order.range(first..);
+                let head = peer.out_of_order.range(..end);
+                tail.chain(head).map(|(&s, _)| s).collect()
+            };
+            for s in named {
+                let off = s.wrapping_sub(first) as usize;
+                bits[off / 8] |= 1 << (off % 8);
+                used = used.max((off / 64 + 1) * 8);
             }
-            bits.truncate(used);
-            (FLAG_GAP, bits)
+            (FLAG_GAP, bits[..used].to_vec())
         };
         datagram(
             self.cookie,
@@ -867,11 +886,18 @@ impl Reliable {
         max_bytes: usize,
         mut send: impl FnMut(u16, &[&[u8]], Option<u16>),
     ) {
-        let mut batch: Vec<u32> = Vec::new();
-        while let Some(o) = self.out.pop_front() {
+        let Reliable {
+            out,
+            peers,
+            stats,
+            cookie,
+            me,
+            ..
+        } = self;
+        while let Some(o) = out.pop_front() {
             let (to, seq) = match o {
                 Out::Bytes { to, dg } => {
-                    self.stats.datagrams_sent += 1;
+                    stats.datagrams_sent += 1;
                     send(to, &[&dg], None);
                     continue;
                 }
@@ -879,47 +905,45 @@ impl Reliable {
             };
             // The datagrams due next to the same peer, while all but the last are as long as
             // the first (the segment size).
-            batch.clear();
-            let peer = &self.peers[usize::from(to)];
-            let Some(first) = data_len(peer, seq) else {
+            let peer = &peers[usize::from(to)];
+            // None: acknowledged before it went out (a retransmission made moot).
+            let Some(u) = unacked(peer, seq) else {
                 continue;
             };
-            batch.push(seq);
-            let mut total = first;
-            let mut last = first;
+            let first = HEADER_BYTES + u.payload.len();
+            let mut batch = vec![u];
+            let (mut total, mut last) = (first, first);
             while peer.segmented
                 && last == first
                 && batch.len() < max_segments
                 && let Some(&Out::Data {
                     to: next_to,
                     seq: next,
-                }) = self.out.front()
+                }) = out.front()
                 && next_to == to
             {
-                match data_len(peer, next) {
-                    Some(len) if len <= first && total + len <= max_bytes => {
-                        batch.push(next);
-                        total += len;
-                        last = len;
-                        self.out.pop_front();
-                    }
-                    // Acknowledged before it went out: nothing to send.
-                    None => drop(self.out.pop_front()),
-                    Some(_) => break,
+                let Some(u) = unacked(peer, next) else {
+                    out.pop_front();
+                    continue;
+                };
+                let len = HEADER_BYTES + u.payload.len();
+                if len > first || total + len > max_bytes {
+                    break;
                 }
+                out.pop_front();
+                batch.push(u);
+                (total, last) = (total + len, len);
             }
             let heads: Vec<[u8; HEADER_BYTES]> = batch
                 .iter()
-                .map(|&s| data_header(self.cookie, self.me, peer, s))
+                .map(|u| header(*cookie, *me, u.flags, u.seq, peer.expected))
                 .collect();
             let mut parts: Vec<&[u8]> = Vec::with_capacity(3 * batch.len());
-            for (h, &s) in heads.iter().zip(&batch) {
-                if let Some(u) = unacked(peer, s) {
-                    let [head, body] = u.payload.parts();
-                    parts.extend([&h[..], head, body]);
-                }
+            for (h, u) in heads.iter().zip(&batch) {
+                let [head, body] = u.payload.parts();
+                parts.extend([&h[..], head, body]);
             }
-            self.stats.datagrams_sent += batch.len() as u64;
+            stats.datagrams_sent += batch.len() as u64;
             // (A datagram is at most `max_datagram_bytes`, 65,000.)
             let segment = (batch.len() > 1).then_some(first as u16);
             send(to, &parts, segment);
@@ -950,10 +974,8 @@ impl Reliable {
     fn data_datagram(&self, to: u16, seq: u32) -> Option<([u8; HEADER_BYTES], [&[u8]; 2])> {
         let peer = &self.peers[usize::from(to)];
         let u = unacked(peer, seq)?;
-        Some((
-            data_header(self.cookie, self.me, peer, seq),
-            u.payload.parts(),
-        ))
+        let h = header(self.cookie, self.me, u.flags, u.seq, peer.expected);
+        Some((h, u.payload.parts()))
     }
 
     /// Whether an event waits for [`Reliable::poll_event`].
@@ -1045,19 +1067,6 @@ impl Reliable {
 fn unacked(peer: &Peer, seq: u32) -> Option<&Unacked> {
     let first = peer.unacked.front()?.seq;
     peer.unacked.get(seq.wrapping_sub(first) as usize)
-}
-
-/// The length of the datagram of `peer`'s unacknowledged fragment `seq`, if it still is.
-fn data_len(peer: &Peer, seq: u32) -> Option<usize> {
-    unacked(peer, seq).map(|u| HEADER_BYTES + u.payload.len())
-}
-
-/// The header of the datagram of `peer`'s fragment `seq` (with the latest acknowledgement);
-/// all zeros if it is acknowledged already (never sent: see [`unacked`]).
-fn data_header(cookie: u64, me: u16, peer: &Peer, seq: u32) -> [u8; HEADER_BYTES] {
-    unacked(peer, seq).map_or([0; HEADER_BYTES], |u| {
-        header(cookie, me, u.flags, u.seq, peer.expected)
-    })
 }
 
 /// Resends `peer`'s oldest unacknowledged datagram (to node `to`) now; returns whether there was

@@ -118,7 +118,8 @@ pub struct Received {
     /// Several datagrams coalesced by the kernel (`UDP_GRO`): each this many bytes, the last
     /// possibly shorter. `None`: one datagram.
     pub segment: Option<usize>,
-    /// More was waiting than the buffers held (the rest is lost, as `recv_from` loses it).
+    /// More was waiting than the buffers held (the rest is lost, as `recv_from` loses it), or
+    /// than the control buffer held (a segment size may be lost).
     pub truncated: bool,
 }
 
@@ -196,7 +197,7 @@ pub fn recv_split(
         cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
     let from = socket_addr(&storage)?;
-    let truncated = msg.msg_flags & libc::MSG_TRUNC != 0;
+    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
     Ok(Received {
         len: n,
         from,
@@ -443,7 +444,12 @@ pub fn send_gathered(
             std::mem::size_of::<libc::sockaddr_in6>()
         }
     };
-    debug_assert!(parts.len() <= MAX_GATHER, "a send of {} parts", parts.len());
+    if parts.len() > MAX_GATHER {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a send of {} parts, over {MAX_GATHER}", parts.len()),
+        ));
+    }
     let to_iovec = |p: &&[u8]| libc::iovec {
         iov_base: p.as_ptr() as *mut libc::c_void,
         iov_len: p.len(),
@@ -460,7 +466,7 @@ pub fn send_gathered(
         }
         &mut one[..parts.len()]
     } else {
-        many.extend(parts.iter().take(MAX_GATHER).map(to_iovec));
+        many.extend(parts.iter().map(to_iovec));
         &mut many
     };
     // SAFETY: zeroed msghdr is valid plain data; the fields set below point to live buffers.
@@ -580,6 +586,10 @@ mod tests {
         let r = recv_split(gro.as_raw_fd(), &mut head, &mut body, 65_536, true).unwrap();
         assert_eq!((r.len, r.segment, r.truncated), (3_500, Some(1_000), false));
         assert_eq!([&head[..], &body[..]].concat(), sent);
+        // Coalesced beyond the buffer: said to be cut.
+        send_gathered(tx.as_raw_fd(), Some(&to), &parts, Some(1_000)).unwrap();
+        let r = recv_split(gro.as_raw_fd(), &mut head, &mut body, 2_000, true).unwrap();
+        assert_eq!((r.len, r.segment, r.truncated), (2_022, Some(1_000), true));
         // One datagram alone: no segment size.
         send_gathered(tx.as_raw_fd(), Some(&to), &[&sent[..900]], None).unwrap();
         let r = recv_split(gro.as_raw_fd(), &mut head, &mut body, 65_536, true).unwrap();

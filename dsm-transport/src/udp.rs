@@ -79,13 +79,16 @@ pub struct UdpTransport {
     /// The last read returned several datagrams of this many bytes each (the last possibly
     /// shorter), back to back in `head` and `body`.
     segment: Option<usize>,
+    /// The last read cannot be taken apart (cut short, or its segment size lost): dropped
+    /// whole, its datagrams resent by their sender.
+    cut: bool,
     /// The payload of the last datagram read, in a buffer of its own: a large one (a grant's
     /// run) is handed on as the message, without a copy, and a new buffer takes its place.
     body: Vec<u8>,
     /// Bytes of payload a datagram may carry (a coalesced read: datagrams).
     max_body: usize,
     /// Datagrams to some peers leave several at a time, and reads may coalesce them (see
-    /// [`set_paths`]).
+    /// [`narrow_paths`]).
     segmented: bool,
     stats: UdpStats,
     impair: Option<Impairment>,
@@ -106,14 +109,15 @@ pub struct UdpTransport {
 /// lost); cut by the kernel into datagrams of the MTU after one `sendmsg`, and coalesced again
 /// before the `recvmsg`, a run costs the two sides about what a TCP write and read of it cost.
 /// Where every path carries the configured datagrams whole (the nodes of one machine, over
-/// loopback), nothing changes. Returns whether datagrams are segmented (and reads coalesce).
-fn set_paths(
+/// loopback), nothing changes. Returns the peers to send datagrams of their path's size to,
+/// several at a time, and enables coalesced reads for them; none where the kernel can do
+/// neither.
+fn narrow_paths(
     sock: &UdpSocket,
     me: u16,
     peers: &[SocketAddr],
     configured: usize,
-    rel: &mut Reliable,
-) -> bool {
+) -> Vec<(u16, usize)> {
     let narrow: Vec<(u16, usize)> = peers
         .iter()
         .enumerate()
@@ -128,23 +132,20 @@ fn set_paths(
         .filter(|&(_, datagram)| datagram < configured)
         .collect();
     if narrow.is_empty() {
-        return false;
+        return narrow;
     }
     let fd = sock.as_raw_fd();
     // Datagrams of a path's MTU one system call each are slower than IP fragments: without
     // segmentation the configured size stays.
     if !sys::udp_segmentation(fd) {
         log::debug!("no UDP segmentation here: datagrams larger than a path's MTU are fragmented");
-        return false;
+        return Vec::new();
     }
     if let Err(e) = sys::enable_udp_gro(fd) {
         log::debug!("UDP_GRO refused ({e}): datagrams larger than a path's MTU are fragmented");
-        return false;
+        return Vec::new();
     }
-    for (to, datagram) in narrow {
-        rel.set_path(to, datagram, true);
-    }
-    true
+    narrow
 }
 
 /// Binds a non-blocking UDP socket with large buffers at `addr` (port 0: any free port).
@@ -176,8 +177,17 @@ impl UdpTransport {
             .map(|(i, a)| (*a, i as u16))
             .collect();
         let max = cfg.max_datagram_bytes;
+        let narrow = narrow_paths(&sock, me, &peers, max);
+        if !narrow.is_empty() {
+            // Datagrams of a path's MTU that arrive one by one (a card without GRO) cost the
+            // receive buffer twice their size or more: half the window's bytes.
+            cfg.window_bytes = (cfg.window_bytes / 2).max(cfg.max_datagram_bytes);
+        }
         let mut rel = Reliable::new(me, peers.len() as u16, cookie, cfg, now);
-        let segmented = set_paths(&sock, me, &peers, max, &mut rel);
+        for &(to, datagram) in &narrow {
+            rel.set_path(to, datagram, true);
+        }
+        let segmented = !narrow.is_empty();
         // A node with one peer connects its socket to it: the kernel then keeps the route
         // instead of looking it up for every datagram (a loopback `sendto` 0.2 us less, as much
         // for the reply: 8.9 -> 8.65 us for the minimal remote fault), and drops strangers'
@@ -195,6 +205,7 @@ impl UdpTransport {
             head: [0; HEADER_BYTES],
             head_len: 0,
             segment: None,
+            cut: false,
             body: Vec::new(),
             segmented,
             max_body: if segmented {
@@ -254,6 +265,7 @@ impl UdpTransport {
                 None => self.recv_datagram(),
             };
             match read {
+                Ok(_) if self.cut => n += 1,
                 Ok(src) => {
                     n += 1;
                     match self.by_addr.get(&src) {
@@ -351,9 +363,12 @@ impl UdpTransport {
         let r = sys::recv_split(fd, &mut self.head, &mut self.body, max, self.segmented)?;
         self.head_len = r.len.min(HEADER_BYTES);
         self.segment = r.segment.filter(|&s| s < r.len);
-        if r.truncated {
+        // A datagram cut short would be taken for a shorter one (a fragment carries no length
+        // of its own), and a read whose segments are shorter than a header is none of ours.
+        self.cut = r.truncated || self.segment.is_some_and(|s| s < HEADER_BYTES);
+        if self.cut {
             self.stats.truncated_reads += 1;
-            log::debug!("a read from {} was cut at {} bytes", r.from, r.len);
+            log::debug!("dropped a read from {} cut at {} bytes", r.from, r.len);
         }
         probe::report(Probe::Received);
         Ok(r.from)
