@@ -381,22 +381,16 @@ impl UdpTransport {
         self.stats.coalesced_reads += 1;
         // The first datagram: the header read apart, then its payload at the body's start.
         let first = segment.saturating_sub(HEADER_BYTES).min(self.body.len());
-        let (body, rest) = self.body.split_at(first);
-        let head = &self.head[..self.head_len];
-        let mut results =
-            vec![
-                self.rel
-                    .handle_datagram_parts(now, from, head, Cow::Borrowed(body)),
-            ];
-        for d in rest.chunks(segment) {
-            let (head, payload) = d.split_at(d.len().min(HEADER_BYTES));
-            results.push(
-                self.rel
-                    .handle_datagram_parts(now, from, head, Cow::Borrowed(payload)),
-            );
-        }
-        for e in results.into_iter().filter_map(Result::err) {
-            log::debug!("dropped datagram from {src}: {e}");
+        let (payload, rest) = self.body.split_at(first);
+        let later = rest
+            .chunks(segment)
+            .map(|d| d.split_at(d.len().min(HEADER_BYTES)));
+        for (head, payload) in std::iter::once((&self.head[..self.head_len], payload)).chain(later)
+        {
+            let payload = Cow::Borrowed(payload);
+            if let Err(e) = self.rel.handle_datagram_parts(now, from, head, payload) {
+                log::debug!("dropped datagram from {src}: {e}");
+            }
         }
     }
 
@@ -585,6 +579,7 @@ impl Transport for UdpTransport {
             ("rejected datagrams", r.rejected + self.stats.unknown_source),
             ("segmented sends", self.stats.segmented_sends),
             ("coalesced reads", self.stats.coalesced_reads),
+            ("reads cut short", self.stats.truncated_reads),
             ("forged acknowledgements", r.forged_acks),
         ];
         if let Some(i) = self.impair_stats() {
