@@ -391,7 +391,7 @@ impl Reliable {
     /// included; the configured size where it is smaller, [`MIN_DATAGRAM_BYTES`] at least),
     /// several at a time if `segmented` ([`Reliable::transmit_segmented`]). Smaller datagrams
     /// than configured scale the window in datagrams up to hold as many bytes. For messages
-    /// queued from now on; call before any.
+    /// queued from now on (those queued keep their size).
     pub fn set_path(&mut self, to: u16, max_datagram: usize, segmented: bool) {
         let configured = self.cfg.max_datagram_bytes;
         let datagram = max_datagram.clamp(MIN_DATAGRAM_BYTES.min(configured), configured);
@@ -913,7 +913,9 @@ impl Reliable {
             let first = HEADER_BYTES + u.payload.len();
             let mut batch = vec![u];
             let (mut total, mut last) = (first, first);
+            // (Datagrams cut for a larger size than the path's now go one by one.)
             while peer.segmented
+                && first <= peer.datagram
                 && last == first
                 && batch.len() < max_segments
                 && let Some(&Out::Data {
@@ -1426,6 +1428,29 @@ mod tests {
             }
             other => panic!("expected the run, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn after_a_path_narrows_datagrams_cut_before_go_one_by_one_and_new_ones_in_segments() {
+        let t0 = Instant::now();
+        let (mut a, _) = small_path(t0);
+        a.send(1, &[1u8; 20_000]);
+        a.flush(t0);
+        // The MTU fell (the kernel refused a segmented send with EMSGSIZE): the 14 fragments
+        // already cut at 1,472 bytes are too large to segment now.
+        a.set_path(1, 1_000, true);
+        a.send(1, &[2u8; 20_000]);
+        a.flush(t0);
+        let mut sends = Vec::new();
+        a.transmit_segmented(64, 65_000, |_, parts, segment| {
+            sends.push((segment, parts.concat().len()));
+        });
+        let (singles, segmented): (Vec<&(Option<u16>, usize)>, Vec<_>) =
+            sends.iter().partition(|s| s.0.is_none());
+        assert_eq!(singles.len(), 14, "{sends:?}");
+        assert!(singles.iter().all(|s| s.1 <= 1_472), "{sends:?}");
+        assert_eq!(segmented.len(), 1, "{sends:?}");
+        assert_eq!(segmented[0].0, Some(1_000));
     }
 
     #[test]

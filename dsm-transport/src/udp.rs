@@ -374,6 +374,32 @@ impl UdpTransport {
         Ok(r.from)
     }
 
+    /// A segmented send to `to` was refused with `e`. Where the path's MTU fell (EMSGSIZE),
+    /// datagrams of the new size from now on (those cut before go one by one, fragmented by
+    /// IP); otherwise every datagram goes one by one from now on (reads still coalesce what
+    /// peers segment).
+    fn segmentation_refused(&mut self, to: u16, e: &io::Error) {
+        let addr = self.peers[usize::from(to)];
+        let now = self.rel.fragment_bytes(to) + HEADER_BYTES;
+        let fell = (e.raw_os_error() == Some(libc::EMSGSIZE))
+            .then(|| sys::path_mtu(&addr).ok())
+            .flatten()
+            .map(|mtu| datagram_for_mtu(&addr, mtu))
+            .filter(|&datagram| datagram < now);
+        match fell {
+            Some(datagram) => {
+                log::warn!(
+                    "the path MTU to {addr} fell: datagrams of {datagram} bytes, not {now}, from now on"
+                );
+                self.rel.set_path(to, datagram, true);
+            }
+            None => {
+                log::warn!("UDP segmentation refused ({e}): datagrams go one at a time");
+                self.rel.stop_segmenting();
+            }
+        }
+    }
+
     /// The datagrams of a coalesced read from `from` (each `segment` bytes, the last possibly
     /// shorter), handled in order, each copied from the read's buffer where it is kept.
     fn handle_coalesced(&mut self, now: Instant, from: u16, src: SocketAddr) {
@@ -461,9 +487,9 @@ impl UdpTransport {
                         // A full buffer, a peer's port closed: lost, as on the wire.
                         Err(e) if segment.is_none() || transient(&e) => failures.send_failures += 1,
                         // The kernel will not segment here (no checksum offload on the route, an
-                        // MTU lowered since): these go one by one, and all from now on.
+                        // MTU lowered since): these go one by one, and see below.
                         Err(e) => {
-                            refused = Some(e);
+                            refused = Some((to, e));
                             for d in parts.chunks(3) {
                                 if sys::send_gathered(fd, addr, d, None).is_err() {
                                     failures.send_failures += 1;
@@ -472,10 +498,8 @@ impl UdpTransport {
                         }
                     }
                 });
-            if let Some(e) = refused {
-                log::warn!("UDP segmentation refused ({e}): datagrams go one at a time");
-                // (Reads still coalesce what peers segment.)
-                self.rel.stop_segmenting();
+            if let Some((to, e)) = refused {
+                self.segmentation_refused(to, &e);
             }
             return;
         };
