@@ -41,9 +41,17 @@ fn forged_frames() -> Vec<Vec<u8>> {
     frames
 }
 
+/// The first bytes of a UDP datagram of ours: magic, version, `flags`.
+fn udp_header_start(flags: u8) -> Vec<u8> {
+    use dsm_transport::reliable::{MAGIC, VERSION};
+    let mut d = MAGIC.to_le_bytes().to_vec();
+    d.extend([VERSION, flags]);
+    d
+}
+
 /// Wraps a frame as the UDP reliability layer would (header with a guessed cookie).
 fn as_datagram(frame: &[u8], seq: u32) -> Vec<u8> {
-    let mut d = vec![0x44, 0x55, 1, 1];
+    let mut d = udp_header_start(1);
     d.extend_from_slice(&0u64.to_le_bytes());
     d.extend_from_slice(&1u16.to_le_bytes());
     d.extend_from_slice(&seq.to_le_bytes());
@@ -334,7 +342,7 @@ fn forged_acknowledgements_from_a_spoofed_peer_are_refused() {
                 cookie = cookie.or_else(|| node_cookie(launcher, 0));
                 if let Some(c) = cookie {
                     // A pure acknowledgement from "node 1" of 2^30 sequence numbers.
-                    let mut d = vec![0x44, 0x55, 1, 0];
+                    let mut d = udp_header_start(0);
                     d.extend_from_slice(&c.to_le_bytes());
                     d.extend_from_slice(&1u16.to_le_bytes());
                     d.extend_from_slice(&0u32.to_le_bytes());
