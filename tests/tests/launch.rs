@@ -556,6 +556,69 @@ fn a_stream_between_hosts_goes_in_datagrams_of_the_path_mtu_and_arrives_exact_un
     }
 }
 
+/// `dsm-bench --floors-only --hosts` measures between two hosts: the plain TCP stream between
+/// them (dsm-bench on both, started by dsmrun), the DSM's streams over UDP and TCP and their
+/// ratios to it, and faultlat's latencies; a file of one host, or `--hosts` without
+/// `--floors-only`, is refused with status 2 and a reason.
+#[test]
+fn dsm_bench_measures_the_streams_between_two_hosts_beside_a_plain_tcp_stream() {
+    let c = NetnsCluster::up(141 + (std::process::id() % 50), 2);
+    let file = c.dir.join("jiahosts");
+    std::fs::write(&file, format!("{}\n{}\n", c.addr(1), c.addr(2))).unwrap();
+    let ssh = std::fs::read_to_string(c.dir.join("ssh")).unwrap();
+    let bench = |args: &[&str], hosts: &std::path::Path| {
+        let mut cmd = Command::new(bin("dsm-bench"));
+        cmd.args(args)
+            .arg("--hosts")
+            .arg(hosts)
+            .env("DSM_SSH", ssh.trim());
+        run_with_deadline(cmd, Duration::from_secs(300))
+    };
+    let out = bench(&["--floors-only", "--repeat", "1"], &file);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    let row = |name: &str| {
+        stdout.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    for name in [
+        "a plain TCP stream between the two hosts (MB/s)",
+        "remote pages streamed, UDP, 2 nodes (MB/s)",
+        "remote pages streamed, TCP, 2 nodes (MB/s)",
+        "remote pages streamed, UDP / plain TCP stream",
+        "remote pages streamed, TCP / plain TCP stream",
+        "remote read fault, UDP (us)",
+    ] {
+        assert!(
+            row(name).is_some_and(|v| v > 0.0),
+            "no `{name}` row:\n{}",
+            text(&out)
+        );
+    }
+    assert!(
+        stdout.contains(&format!("between {} (the streams' home)", c.addr(1))),
+        "{}",
+        text(&out)
+    );
+    // This machine's own floors are not what was asked.
+    assert!(row("bare fault + mprotect (us)").is_none(), "{stdout}");
+    let one = c.dir.join("one-host");
+    std::fs::write(&one, format!("{}\n", c.addr(1))).unwrap();
+    for (args, hosts, says) in [
+        (&["--floors-only"][..], &one, "two are needed"),
+        (&[][..], &file, "--floors-only"),
+    ] {
+        let out = bench(args, hosts);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(says), "no `{says}`:\n{}", text(&out));
+    }
+}
+
 /// A remote node's ssh client is the launcher's only view of how that node ends. Killed
 /// (SIGKILL): the job ends at once, naming node 1 as out of reach, status 1 (it was told as
 /// "killed by signal 9", though nothing signalled the node). Host 2 cut off from the launcher's

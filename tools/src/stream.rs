@@ -6,12 +6,23 @@
 //! receives ([`Receiver::IntoFreshPages`]).
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The environment variable that puts a binary in sender mode: `PORT:MB`.
 pub const SENDER_ENV: &str = "DSM_TCP_STREAM_SEND";
+
+/// The environment variable that puts a binary, started on two hosts as ranks 0 and 1 (by
+/// `dsmrun --hosts`, which gives `DSM_RANK`), in the mode of [`between`]: `MB:PORT:HOST`, HOST
+/// the receiving host (rank 1's) as the hosts file names it.
+pub const BETWEEN_ENV: &str = "DSM_TCP_STREAM_BETWEEN";
+
+/// What rank 1 of [`between`] prints before the rate.
+pub const BETWEEN_PREFIX: &str = "plain_tcp_mbps=";
+
+/// How long either end of [`between`] waits for the other.
+const BETWEEN_WAIT: Duration = Duration::from_secs(60);
 
 /// What the receiving end does with the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +186,81 @@ pub fn send() -> Option<i32> {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("TCP stream sender: {e}");
+            1
+        }
+    })
+}
+
+/// The plain TCP stream between two hosts: when [`BETWEEN_ENV`] is set, rank 0 (`DSM_RANK`)
+/// connects to HOST:PORT (retrying while rank 1 starts) and writes MB megabytes in 1 MiB writes;
+/// rank 1 listens on PORT, reads them 1 MiB at a time and prints [`BETWEEN_PREFIX`] and the
+/// MB/s; other ranks do nothing. Neither waits for the other longer than a minute. Returns the
+/// exit status to end with; `None` without the variable.
+pub fn between() -> Option<i32> {
+    let spec = std::env::var(BETWEEN_ENV).ok()?;
+    let parsed = spec.split_once(':').and_then(|(mb, rest)| {
+        let (port, host) = rest.split_once(':')?;
+        Some((mb.parse::<usize>().ok()?, port.parse::<u16>().ok()?, host))
+    });
+    let Some((mb, port, host)) = parsed else {
+        eprintln!("{BETWEEN_ENV}={spec}: expected MB:PORT:HOST");
+        return Some(2);
+    };
+    let rank = std::env::var("DSM_RANK").unwrap_or_default();
+    let run = || -> io::Result<()> {
+        match rank.as_str() {
+            "0" => {
+                let to: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+                let deadline = Instant::now() + BETWEEN_WAIT;
+                let mut c = loop {
+                    match TcpStream::connect(&to[..]) {
+                        Ok(c) => break c,
+                        Err(e) if Instant::now() > deadline => return Err(e),
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                };
+                let buf = vec![7u8; 1 << 20];
+                for _ in 0..mb {
+                    c.write_all(&buf)?;
+                }
+                Ok(())
+            }
+            "1" => {
+                let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))?;
+                listener.set_nonblocking(true)?;
+                let deadline = Instant::now() + BETWEEN_WAIT;
+                let mut s = loop {
+                    match listener.accept() {
+                        Ok((s, _)) => break s,
+                        Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                        Err(_) if Instant::now() > deadline => {
+                            return Err(io::Error::other("rank 0 did not connect within 60 s"));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                };
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(BETWEEN_WAIT))?;
+                let (got, timed, secs) = read_plain(&mut s, mb << 20)?;
+                if got != mb << 20 {
+                    return Err(io::Error::other(format!(
+                        "{got} of {} bytes arrived",
+                        mb << 20
+                    )));
+                }
+                println!(
+                    "{BETWEEN_PREFIX}{:.0}",
+                    timed as f64 / (1 << 20) as f64 / secs.max(1e-9)
+                );
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    };
+    Some(match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("TCP stream between hosts, rank {rank}: {e}");
             1
         }
     })

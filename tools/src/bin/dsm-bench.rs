@@ -5,7 +5,7 @@
 //!           [--transports udp,tcp]
 //!           [--prefetch on,off] [--repeat 5] [--baseline nodes=1] [--csv F] [--json F]
 //!           [--chart PREFIX] [--no-floors] [--no-pairs]
-//! dsm-bench --floors-only [--repeat 5]
+//! dsm-bench --floors-only [--repeat 5] [--hosts FILE]
 //! ```
 //!
 //! Runs every combination through `dsmrun` (next to this binary), `--repeat` rounds of every
@@ -24,6 +24,12 @@
 //! `2 jobs`): twice the time of one job alone over their time together is how much work the
 //! machine does in parallel right then, the ceiling of a 2-node ratio (`--no-pairs` leaves them
 //! out). Writes CSV, JSON, and a chart (SVG and PNG) of time per app per transport.
+//!
+//! `--floors-only --hosts FILE` measures between the first two hosts of a `.jiahosts` instead:
+//! remote pages streamed from the first to the second (`dsmrun --hosts`, UDP and TCP) beside a
+//! plain TCP stream between the same two hosts (this binary on both, started by `dsmrun`), and
+//! the fault and round-trip latencies of `faultlat` there. The binaries must be at the same
+//! path on both hosts, as for any `dsmrun --hosts` job.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -149,6 +155,10 @@ struct Args {
     /// Only the floors, --repeat samples.
     #[arg(long, conflicts_with = "no_floors")]
     floors_only: bool,
+    /// With --floors-only: measure between the first two hosts of FILE (a .jiahosts), the
+    /// streams beside a plain TCP stream between those hosts, instead of on this machine.
+    #[arg(long, value_name = "FILE", requires = "floors_only")]
+    hosts: Option<PathBuf>,
     /// Leave out the "2 jobs" rows (two 1-node jobs at once: the machine's ceiling).
     #[arg(long)]
     no_pairs: bool,
@@ -179,6 +189,8 @@ struct Options {
     floors: bool,
     /// Only the floors, `repeat` samples.
     floors_only: bool,
+    /// `--hosts`: the floors between two hosts.
+    between: Option<Between>,
     pairs: bool,
     mpi: bool,
 }
@@ -214,6 +226,7 @@ fn options() -> Options {
         chart: (!a.no_chart).then_some(a.chart),
         floors: !a.no_floors,
         floors_only: a.floors_only,
+        between: a.hosts.as_deref().map(Between::from_file),
         pairs: !a.no_pairs,
         mpi: a.mpi,
     };
@@ -271,6 +284,88 @@ fn options() -> Options {
         usage("--threads: counts from 1 to 1024");
     }
     o
+}
+
+/// The two hosts `--hosts` measures between.
+#[derive(Debug)]
+struct Between {
+    /// A hosts file of the two (in the temporary directory, removed on drop).
+    file: PathBuf,
+    /// The first host (the home of the streams) and the second (their reader), as named.
+    hosts: [String; 2],
+}
+
+impl Between {
+    /// The first two hosts of the `.jiahosts` at `path`; a usage error if it cannot be read or
+    /// names fewer than two hosts.
+    fn from_file(path: &Path) -> Between {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| usage(&format!("--hosts {shown}: {e}")));
+        let hosts = dsm_runtime::config::parse_hosts(&shown, &text, |w| {
+            eprintln!("dsm-bench: {w}");
+        })
+        .unwrap_or_else(|e| usage(&format!("--hosts: {e}")));
+        if hosts.len() < 2 {
+            usage(&format!(
+                "--hosts {shown}: {} host(s); two are needed, the streams go from the first to \
+                 the second",
+                hosts.len()
+            ));
+        }
+        let line = |h: &dsm_runtime::config::Host| match &h.user {
+            Some(u) => format!("{} {u}\n", h.address),
+            None => format!("{}\n", h.address),
+        };
+        let file = std::env::temp_dir().join(format!("dsm-bench-hosts-{}", std::process::id()));
+        std::fs::write(&file, line(&hosts[0]) + &line(&hosts[1]))
+            .unwrap_or_else(|e| usage(&format!("writing {}: {e}", file.display())));
+        Between {
+            file,
+            hosts: [hosts[0].address.clone(), hosts[1].address.clone()],
+        }
+    }
+
+    /// A plain TCP stream of [`STREAM_MB`] from the first host to the second: this binary on
+    /// both, started by `dsmrun --hosts` (see [`dsm_tools::stream::between`]), on a port picked
+    /// at random (another, up to three times, if it is taken).
+    fn plain_stream(&self) -> Result<f64, String> {
+        use dsm_tools::stream::{BETWEEN_ENV, BETWEEN_PREFIX};
+        let me = std::env::current_exe().map_err(|e| format!("my own path: {e}"))?;
+        let mut failed = String::new();
+        for attempt in 0..3u32 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let port = 20_000 + (nanos ^ std::process::id() ^ attempt.wrapping_mul(7_919)) % 40_000;
+            let out = Command::new(bin("dsmrun"))
+                .arg("--hosts")
+                .arg(&self.file)
+                .arg(&me)
+                .env(BETWEEN_ENV, format!("{STREAM_MB}:{port}:{}", self.hosts[1]))
+                .output()
+                .map_err(|e| format!("dsmrun: {e}"))?;
+            let rate = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+                let at = l.find(BETWEEN_PREFIX)?;
+                l[at + BETWEEN_PREFIX.len()..].trim().parse::<f64>().ok()
+            });
+            if let Some(v) = rate {
+                return Ok(v);
+            }
+            failed = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.contains("never called jia_init"))
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        Err(format!("no rate in three tries ({failed})"))
+    }
+}
+
+impl Drop for Between {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
 }
 
 fn bin(name: &str) -> PathBuf {
@@ -435,6 +530,8 @@ const TCP_STREAM_ROW: &str = "a plain TCP stream between two processes of this m
 const LANDING_ROW: &str = "the same stream landed in fresh pages of a memory file and read (MB/s)";
 const STREAM_UDP_ROW: &str = "remote pages streamed, UDP, 2 nodes (MB/s)";
 const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
+/// The plain stream's row between two hosts (`--hosts`).
+const HOSTS_STREAM_ROW: &str = "a plain TCP stream between the two hosts (MB/s)";
 
 /// The floor row of [`dsm_tools::floors::minimal_remote_fault_us`].
 const MINIMAL_ROW: &str = "minimal remote fault, plain UDP (us)";
@@ -463,11 +560,54 @@ struct Floors {
     /// Per stream row, per sample: the reader's requests whose runs landed in large folios
     /// (`large_folio_requests`; 0 where the node used a memfd).
     large: Vec<(String, Vec<u64>)>,
+    /// `--hosts`: every sample is taken between these two hosts, and only what can be.
+    between: Option<Between>,
 }
 
 impl Floors {
+    /// The floors between two hosts (`--hosts`).
+    fn between(between: Between) -> Floors {
+        Floors {
+            between: Some(between),
+            ..Floors::default()
+        }
+    }
+
+    /// Where the 2-node jobs run: `dsmrun -n 2`, or `dsmrun --hosts` of the two hosts.
+    fn nodes(&self) -> Vec<std::ffi::OsString> {
+        match &self.between {
+            Some(b) => vec!["--hosts".into(), b.file.clone().into()],
+            None => vec!["-n".into(), "2".into()],
+        }
+    }
+
+    /// The plain stream's row.
+    fn plain_row(&self) -> &'static str {
+        match self.between {
+            Some(_) => HOSTS_STREAM_ROW,
+            None => TCP_STREAM_ROW,
+        }
+    }
+
     /// One sample: the bare fault, then a faultlat run.
     fn sample(&mut self) {
+        if self.between.is_none() {
+            self.sample_this_machine();
+        }
+        self.sample_streams();
+        let out = Command::new(bin("dsmrun"))
+            .args(self.nodes())
+            .args(["--set", "prefetch=off"])
+            .arg(bin("faultlat"))
+            .arg("1000")
+            .output();
+        let Ok(out) = out else { return };
+        self.take_faultlat(&String::from_utf8_lossy(&out.stdout));
+    }
+
+    /// The floors of this machine alone: the bare fault, the minimal remote fault over plain
+    /// UDP, backing a fresh page.
+    fn sample_this_machine(&mut self) {
         match dsm_tools::floors::bare_fault_us(2000) {
             Ok(v) => self.bare.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: bare fault floor: {e}"),
@@ -480,14 +620,11 @@ impl Floors {
             Ok(v) => self.backing.push(median(&v)),
             Err(e) => eprintln!("dsm-bench: backing a fresh page: {e}"),
         }
-        self.sample_streams();
-        let out = Command::new(bin("dsmrun"))
-            .args(["-n", "2", "--set", "prefetch=off"])
-            .arg(bin("faultlat"))
-            .arg("1000")
-            .output();
-        let Ok(out) = out else { return };
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
+    }
+
+    /// The medians of `faultlat`'s rows in its output.
+    fn take_faultlat(&mut self, out: &str) {
+        for line in out.lines() {
             for (prefix, name) in [
                 (
                     "UDP round trip 64 B / 4 KiB, busy-polling",
@@ -528,10 +665,17 @@ impl Floors {
     /// Remote pages streamed (the `stream` app on 2 nodes, UDP and TCP, default settings) beside a
     /// plain TCP stream between two processes, one after the other in the same sample.
     fn sample_streams(&mut self) {
-        for (how, row) in [
+        if let Some(b) = &self.between {
+            match b.plain_stream() {
+                Ok(v) => push_sample(&mut self.runs, HOSTS_STREAM_ROW, v),
+                Err(e) => eprintln!("dsm-bench: TCP stream between the hosts: {e}"),
+            }
+        }
+        let here = [
             (Receiver::Plain, TCP_STREAM_ROW),
             (Receiver::IntoFreshPages, LANDING_ROW),
-        ] {
+        ];
+        for (how, row) in here.into_iter().filter(|_| self.between.is_none()) {
             match std::env::current_exe()
                 .and_then(|me| dsm_tools::stream::receive_mbps(Command::new(me), STREAM_MB, how))
             {
@@ -541,7 +685,8 @@ impl Floors {
         }
         for (transport, row) in [("udp", STREAM_UDP_ROW), ("tcp", STREAM_TCP_ROW)] {
             let out = Command::new(bin("dsmrun"))
-                .args(["-n", "2", "--stats", "--transport", transport])
+                .args(self.nodes())
+                .args(["--stats", "--transport", transport])
                 .arg(bin("stream"))
                 .args(["--no-check", &STREAM_MB.to_string()])
                 .output();
@@ -583,15 +728,16 @@ impl Floors {
         }
         rows.extend(self.runs.iter().map(|(name, v)| (name.clone(), median(v))));
         let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
+        let plain = self.plain_row();
         let ratios: Vec<(String, f64)> = [
             (
                 STREAM_UDP_ROW,
-                TCP_STREAM_ROW,
+                plain,
                 "remote pages streamed, UDP / plain TCP stream",
             ),
             (
                 STREAM_TCP_ROW,
-                TCP_STREAM_ROW,
+                plain,
                 "remote pages streamed, TCP / plain TCP stream",
             ),
             (
@@ -1119,6 +1265,12 @@ fn continue_line(done: usize, total: usize, cell: &Cell, k: usize, repeat: usize
 }
 
 fn print_floors(floors: &Floors) {
+    if let Some(b) = &floors.between {
+        println!(
+            "between {} (the streams' home) and {} (their reader)",
+            b.hosts[0], b.hosts[1]
+        );
+    }
     let rows = floors.rows();
     let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(52);
     println!("{:<w$} {:>10}", "floor", "median");
@@ -1140,7 +1292,11 @@ fn main() {
     if let Some(status) = dsm_tools::stream::send() {
         std::process::exit(status);
     }
-    let o = options();
+    // Either end of the plain TCP stream between two hosts (started by dsmrun, see Between).
+    if let Some(status) = dsm_tools::stream::between() {
+        std::process::exit(status);
+    }
+    let mut o = options();
     if o.mpi {
         let missing: Vec<String> = o
             .apps
@@ -1157,7 +1313,10 @@ fn main() {
             ));
         }
     }
-    let mut floors = Floors::default();
+    let mut floors = match o.between.take() {
+        Some(b) => Floors::between(b),
+        None => Floors::default(),
+    };
     if o.floors_only {
         for k in 0..o.repeat {
             eprintln!("dsm-bench: floor sample {}/{}", k + 1, o.repeat);
