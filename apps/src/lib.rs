@@ -307,6 +307,27 @@ pub fn arg_count(args: &[String], i: usize, name: &str, default: usize) -> usize
     }
 }
 
+/// [`arg_num`] of a number that must lie in `allowed`: anything else exits with a usage message
+/// naming the range (never taken as the nearest allowed value).
+pub fn arg_range(
+    args: &[String],
+    i: usize,
+    name: &str,
+    default: usize,
+    allowed: std::ops::RangeInclusive<usize>,
+) -> usize {
+    let n = arg_num(args, i, name, default);
+    if !allowed.contains(&n) {
+        eprintln!(
+            "{name} must be {} to {}, got `{n}`",
+            allowed.start(),
+            allowed.end()
+        );
+        std::process::exit(2)
+    }
+    n
+}
+
 /// Prints the result line at node 0 (`NAME OK key=value...`, `NAME FAILED ...`, or `NAME
 /// UNCHECKED ...` with `--no-check`) from every node's verdict, and ends the job with an error if
 /// any node's part is wrong.

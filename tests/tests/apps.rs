@@ -481,18 +481,57 @@ fn stream_refuses_a_count_of_zero() {
         (&["16", "0"][..], "stride"),
         (&["16", "1", "0"][..], "passes"),
     ] {
-        let out = Command::new(bin("stream")).args(args).output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "stream {args:?}:\n{}",
-            text(&out)
+        refused(
+            "stream",
+            args,
+            &format!("{name} must be a positive number, got `0`"),
         );
-        assert!(
-            text(&out).contains(&format!("{name} must be a positive number, got `0`")),
-            "stream {args:?}:\n{}",
-            text(&out)
+    }
+}
+
+/// `app args` (started directly: one node) ends with status 2 and says `says`, before any
+/// work.
+fn refused(app: &str, args: &[&str], says: &str) {
+    let out = Command::new(bin(app)).args(args).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{app} {args:?}:\n{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains(says),
+        "{app} {args:?}: no `{says}`:\n{}",
+        text(&out)
+    );
+}
+
+/// A size, count or block of 0 is refused, naming the argument, where the apps took it as 1 or
+/// ran a job of nothing and called it OK; tsp's cities outside 4 to 16 are refused, where it
+/// took the nearest. Iterations and steps may be 0.
+#[test]
+fn the_apps_refuse_sizes_of_zero_and_cities_out_of_range() {
+    for (app, args, name) in [
+        ("matmul", &["0"][..], "matrix size"),
+        ("lu", &["0"][..], "matrix size"),
+        ("lu", &["64", "0"][..], "block size"),
+        ("sor", &["0"][..], "grid size"),
+        ("jacobi", &["0"][..], "grid size"),
+        ("water", &["0"][..], "molecules"),
+        ("is", &["0"][..], "keys"),
+        ("is", &["1000", "0"][..], "max key"),
+        ("pi", &["0"][..], "intervals"),
+        ("ep", &["0"][..], "pairs"),
+        ("workq", &["0"][..], "tasks"),
+    ] {
+        refused(
+            app,
+            args,
+            &format!("{name} must be a positive number, got `0`"),
         );
+    }
+    for n in ["3", "17"] {
+        refused("tsp", &[n], &format!("cities must be 4 to 16, got `{n}`"));
     }
 }
 

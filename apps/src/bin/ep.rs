@@ -9,7 +9,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Gen, alloc, arg_num, init, report};
+use dsm_apps::{Gen, alloc, arg_count, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 const BINS: usize = 10;
@@ -44,7 +44,7 @@ fn main() {
         "Gaussian pairs counted by annulus; node 0 recomputes",
         &[("PAIRS", "pairs (default 8388608)")],
     );
-    let n = arg_num(&args, 0, "pairs", 1 << 23);
+    let n = arg_count(&args, 0, "pairs", 1 << 23);
     let dsm = init("ep");
     let (me, nodes) = (dsm.id(), dsm.nodes());
     let totals: SharedArray<f64> = alloc(&dsm, BINS + 2, AllocPolicy::OnNode(NodeId(0)));

@@ -13,7 +13,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Bands, alloc, arg_num, init, interior_first, report};
+use dsm_apps::{Bands, alloc, arg_count, arg_num, init, interior_first, report};
 use dsm_runtime::SharedArray;
 
 fn border(i: usize, j: usize, w: usize) -> f64 {
@@ -38,7 +38,7 @@ fn main() {
         )],
     );
     let on_node_0 = flags[0];
-    let n = arg_num(&args, 0, "grid size", 512);
+    let n = arg_count(&args, 0, "grid size", 512);
     let iters = arg_num(&args, 1, "iterations", 20);
     let dsm = init("jacobi");
     let w = n + 2;

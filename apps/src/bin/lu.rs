@@ -12,7 +12,7 @@
 //! barrier per step). Every element sees its updates in the same order as the sequential algorithm, so node 0
 //! recomputes sequentially and the results agree to rounding (checked to 1e-9, relative).
 
-use dsm_apps::{alloc, arg_num, init, lu_matrix, report, spread};
+use dsm_apps::{alloc, arg_count, init, lu_matrix, report, spread};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray, SliceMut};
 
 /// One block step `k` restricted to the rows `owns(row)` says we own; `get`/`set` reach the matrix.
@@ -278,8 +278,8 @@ fn main() {
             ("BLOCK", "block size (default 32)"),
         ],
     );
-    let n = arg_num(&args, 0, "matrix size", 512);
-    let b = arg_num(&args, 1, "block size", 32).max(1);
+    let n = arg_count(&args, 0, "matrix size", 512);
+    let b = arg_count(&args, 1, "block size", 32);
     let dsm = init("lu");
     let (me, nodes) = (dsm.id(), dsm.nodes());
     let owner = |row: usize| owner_of_block(row / b, nodes);

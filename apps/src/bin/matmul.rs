@@ -17,7 +17,7 @@
 use std::ops::{Add, Mul};
 
 use dsm_apps::sys::Gemm;
-use dsm_apps::{all_ok, arg_num, band, banded};
+use dsm_apps::{all_ok, arg_count, band, banded};
 use dsm_runtime::{Dsm, Shared, SharedArray};
 
 trait Real: Shared + Gemm + Add<Output = Self> + Mul<Output = Self> + Default {
@@ -360,7 +360,7 @@ fn main() {
             ),
         ],
     );
-    let n = arg_num(&args, 0, "matrix size", 1024);
+    let n = arg_count(&args, 0, "matrix size", 1024);
     let ty = args.get(1).map_or("f64", String::as_str);
     let kernel = match args.get(2).map_or("gemm", String::as_str) {
         "gemm" => Some(Kernel::Gemm),

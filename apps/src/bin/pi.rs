@@ -3,7 +3,7 @@
 //! `pi [INTERVALS]` (default 50,000,000). Checks the total against pi (1e-9) and against the
 //! sum of the same partial sums computed by node 0 alone (1e-12).
 
-use dsm_apps::{alloc, arg_num, init, report};
+use dsm_apps::{alloc, arg_count, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 fn partial(n: usize, from: usize, to: usize) -> f64 {
@@ -23,7 +23,7 @@ fn main() {
         "Pi by the midpoint rule, a lock-protected sum",
         &[("INTERVALS", "intervals (default 50000000)")],
     );
-    let n = arg_num(&args, 0, "intervals", 50_000_000).max(1);
+    let n = arg_count(&args, 0, "intervals", 50_000_000);
     let dsm = init("pi");
     let (me, nodes) = (dsm.id(), dsm.nodes());
     let total: SharedArray<f64> = alloc(&dsm, 1, AllocPolicy::OnNode(NodeId(0)));

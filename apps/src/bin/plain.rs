@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use dsm_apps::kernels::sor_row;
 use dsm_apps::sys::{Gemm, SharedRows};
-use dsm_apps::{arg_num, lu_matrix, share};
+use dsm_apps::{arg_count, arg_num, lu_matrix, share};
 
 fn matmul(n: usize, threads: usize) -> f64 {
     let a: Vec<f64> = (0..n * n)
@@ -152,23 +152,23 @@ fn main() {
             ("T", "sor, lu: threads"),
         ],
     );
-    let n = arg_num(&args, 1, "size", 1024).max(1);
+    let n = arg_count(&args, 1, "size", 1024);
     match args.first().map(String::as_str) {
         Some("matmul") => {
-            let t = arg_num(&args, 2, "threads", 1).max(1);
+            let t = arg_count(&args, 2, "threads", 1);
             println!("plain matmul n={n} threads={t} time={:.3}s", matmul(n, t));
         }
         Some("sor") => {
             let iters = arg_num(&args, 2, "iterations", 20);
-            let t = arg_num(&args, 3, "threads", 1).max(1);
+            let t = arg_count(&args, 3, "threads", 1);
             println!(
                 "plain sor n={n} iterations={iters} threads={t} time={:.3}s",
                 sor(n, iters, t)
             );
         }
         Some("lu") => {
-            let b = arg_num(&args, 2, "block size", 32).max(1);
-            let t = arg_num(&args, 3, "threads", 1).max(1);
+            let b = arg_count(&args, 2, "block size", 32);
+            let t = arg_count(&args, 3, "threads", 1);
             println!(
                 "plain lu n={n} block={b} threads={t} time={:.3}s",
                 lu(n, b, t)

@@ -11,7 +11,7 @@
 )]
 
 use dsm_apps::kernels::{SOR_OMEGA as OMEGA, sor_row};
-use dsm_apps::{Bands, alloc, arg_num, init, interior_first, report, spread};
+use dsm_apps::{Bands, alloc, arg_count, arg_num, init, interior_first, report, spread};
 use dsm_runtime::SharedArray;
 
 fn initial(i: usize, j: usize, n: usize) -> f64 {
@@ -97,7 +97,7 @@ fn main() {
             ("ITERS", "iterations (default 20)"),
         ],
     );
-    let n = arg_num(&args, 0, "grid size", 512);
+    let n = arg_count(&args, 0, "grid size", 512);
     let iters = arg_num(&args, 1, "iterations", 20);
     let dsm = init("sor");
     let w = n + 2;

@@ -11,7 +11,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Gen, alloc, arg_num, init, report};
+use dsm_apps::{Gen, alloc, arg_range, init, report};
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, SharedArray};
 
 fn distances(n: usize) -> Vec<u64> {
@@ -120,7 +120,7 @@ fn main() {
         "Travelling salesman by branch and bound, a lock-protected queue; node 0 checks alone",
         &[("CITIES", "cities, 4 to 16 (default 12)")],
     );
-    let n = arg_num(&args, 0, "cities", 12).clamp(4, 16);
+    let n = arg_range(&args, 0, "cities", 12, 4..=16);
     let dsm = init("tsp");
     let d = distances(n);
     let state: SharedArray<u64> = alloc(&dsm, 2, AllocPolicy::OnNode(NodeId(0)));

@@ -11,7 +11,7 @@
     reason = "numerical kernels read clearest with explicit indices"
 )]
 
-use dsm_apps::{Gen, alloc, arg_num, band, banded, init, report};
+use dsm_apps::{Gen, alloc, arg_count, arg_num, band, banded, init, report};
 use dsm_runtime::SharedArray;
 
 const DT: f64 = 1e-3;
@@ -57,7 +57,7 @@ fn main() {
             ("STEPS", "steps (default 6)"),
         ],
     );
-    let n = arg_num(&args, 0, "molecules", 2048);
+    let n = arg_count(&args, 0, "molecules", 2048);
     let steps = arg_num(&args, 1, "steps", 6);
     let dsm = init("water");
     // Per molecule: x y z vx vy vz.

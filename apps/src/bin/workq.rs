@@ -12,7 +12,7 @@
 
 use std::sync::atomic::Ordering;
 
-use dsm_apps::{alloc, arg_num, init, report};
+use dsm_apps::{alloc, arg_count, arg_num, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, SharedArray};
 
 /// Task `t`'s result: a short integer recurrence whose length varies with `t`.
@@ -36,7 +36,7 @@ fn main() {
             ("GRAIN", "steps of the costliest task (default 20000)"),
         ],
     );
-    let tasks = arg_num(&args, 0, "tasks", 2000).max(1) as u64;
+    let tasks = arg_count(&args, 0, "tasks", 2000) as u64;
     let grain = arg_num(&args, 1, "grain", 20_000) as u64;
     let dsm = init("workq");
     let (me, nodes) = (dsm.id(), dsm.nodes());
