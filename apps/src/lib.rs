@@ -290,7 +290,7 @@ pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {
     match args.get(i) {
         None => default,
         Some(v) => v.parse().unwrap_or_else(|_| {
-            eprintln!("{name} must be a positive number, got `{v}`");
+            eprintln!("{name} must be a whole number (0 or more), got `{v}`");
             std::process::exit(2)
         }),
     }

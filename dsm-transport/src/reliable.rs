@@ -394,18 +394,22 @@ impl Reliable {
     /// queued from now on (those queued keep their size).
     pub fn set_path(&mut self, to: u16, max_datagram: usize, segmented: bool) {
         let configured = self.cfg.max_datagram_bytes;
-        let datagram = max_datagram.clamp(MIN_DATAGRAM_BYTES.min(configured), configured);
+        let datagram = self.path_datagram(max_datagram);
         let peer = &mut self.peers[usize::from(to)];
         peer.datagram = datagram;
         peer.window = self.cfg.window * configured.div_ceil(datagram);
         peer.segmented = segmented;
     }
 
-    /// No peer's datagrams leave several at a time from now on (the kernel refused it).
-    pub fn stop_segmenting(&mut self) {
-        for p in &mut self.peers {
-            p.segmented = false;
-        }
+    /// `to`'s datagrams no longer leave several at a time (the kernel refused it).
+    pub fn stop_segmenting(&mut self, to: u16) {
+        self.peers[usize::from(to)].segmented = false;
+    }
+
+    /// The datagram size [`Reliable::set_path`] would give `to` for a path of `max_datagram`.
+    pub fn path_datagram(&self, max_datagram: usize) -> usize {
+        let configured = self.cfg.max_datagram_bytes;
+        max_datagram.clamp(MIN_DATAGRAM_BYTES.min(configured), configured)
     }
 
     /// Queues `msg` for `to`, cut into fragments; [`Reliable::flush`] sends what the window

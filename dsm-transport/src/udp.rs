@@ -374,17 +374,18 @@ impl UdpTransport {
         Ok(r.from)
     }
 
-    /// A segmented send to `to` was refused with `e`. Where the path's MTU fell (EMSGSIZE),
-    /// datagrams of the new size from now on (those cut before go one by one, fragmented by
-    /// IP); otherwise every datagram goes one by one from now on (reads still coalesce what
-    /// peers segment).
+    /// A segmented send to `to` was refused with `e`. Where the path's MTU fell (EMSGSIZE;
+    /// EINVAL on kernels before 5.19 or so), datagrams of the new size from now on (those cut
+    /// before go one by one, fragmented by IP); otherwise (EIO: no checksum offload on the
+    /// route, or an MTU that cannot be followed) `to`'s datagrams go one by one from now on
+    /// (reads still coalesce what peers segment).
     fn segmentation_refused(&mut self, to: u16, e: &io::Error) {
         let addr = self.peers[usize::from(to)];
         let now = self.rel.fragment_bytes(to) + HEADER_BYTES;
-        let fell = (e.raw_os_error() == Some(libc::EMSGSIZE))
+        let fell = matches!(e.raw_os_error(), Some(libc::EMSGSIZE | libc::EINVAL))
             .then(|| sys::path_mtu(&addr).ok())
             .flatten()
-            .map(|mtu| datagram_for_mtu(&addr, mtu))
+            .map(|mtu| self.rel.path_datagram(datagram_for_mtu(&addr, mtu)))
             .filter(|&datagram| datagram < now);
         match fell {
             Some(datagram) => {
@@ -394,8 +395,10 @@ impl UdpTransport {
                 self.rel.set_path(to, datagram, true);
             }
             None => {
-                log::warn!("UDP segmentation refused ({e}): datagrams go one at a time");
-                self.rel.stop_segmenting();
+                log::warn!(
+                    "UDP segmentation to {addr} refused ({e}): its datagrams go one at a time"
+                );
+                self.rel.stop_segmenting(to);
             }
         }
     }
@@ -475,7 +478,7 @@ impl UdpTransport {
                 });
                 return;
             }
-            let mut refused = None;
+            let mut refused: Vec<(u16, io::Error)> = Vec::new();
             let (segments, bytes) = (sys::MAX_SEGMENTS, sys::MAX_SEGMENTED_BYTES);
             self.rel
                 .transmit_segmented(segments, bytes, |to, parts, segment| {
@@ -489,7 +492,9 @@ impl UdpTransport {
                         // The kernel will not segment here (no checksum offload on the route, an
                         // MTU lowered since): these go one by one, and see below.
                         Err(e) => {
-                            refused = Some((to, e));
+                            if !refused.iter().any(|(t, _)| *t == to) {
+                                refused.push((to, e));
+                            }
                             for d in parts.chunks(3) {
                                 if sys::send_gathered(fd, addr, d, None).is_err() {
                                     failures.send_failures += 1;
@@ -498,7 +503,7 @@ impl UdpTransport {
                         }
                     }
                 });
-            if let Some((to, e)) = refused {
+            for (to, e) in refused {
                 self.segmentation_refused(to, &e);
             }
             return;

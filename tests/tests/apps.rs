@@ -508,7 +508,8 @@ fn refused(app: &str, args: &[&str], says: &str) {
 
 /// A size, count or block of 0 is refused, naming the argument, where the apps took it as 1 or
 /// ran a job of nothing and called it OK; tsp's cities outside 4 to 16 are refused, where it
-/// took the nearest. Iterations and steps may be 0.
+/// took the nearest, and is' keys of 2^32 or more, which it cut to 32 bits. Iterations and
+/// steps may be 0.
 #[test]
 fn the_apps_refuse_sizes_of_zero_and_cities_out_of_range() {
     for (app, args, name) in [
@@ -519,7 +520,6 @@ fn the_apps_refuse_sizes_of_zero_and_cities_out_of_range() {
         ("jacobi", &["0"][..], "grid size"),
         ("water", &["0"][..], "molecules"),
         ("is", &["0"][..], "keys"),
-        ("is", &["1000", "0"][..], "max key"),
         ("pi", &["0"][..], "intervals"),
         ("ep", &["0"][..], "pairs"),
         ("workq", &["0"][..], "tasks"),
@@ -532,6 +532,13 @@ fn the_apps_refuse_sizes_of_zero_and_cities_out_of_range() {
     }
     for n in ["3", "17"] {
         refused("tsp", &[n], &format!("cities must be 4 to 16, got `{n}`"));
+    }
+    for n in ["0", "4294967297"] {
+        refused(
+            "is",
+            &["1000", n],
+            &format!("max key must be 1 to 4294967296, got `{n}`"),
+        );
     }
 }
 

@@ -609,8 +609,19 @@ fn dsm_bench_measures_the_streams_between_two_hosts_beside_a_plain_tcp_stream() 
     assert!(row("bare fault + mprotect (us)").is_none(), "{stdout}");
     let one = c.dir.join("one-host");
     std::fs::write(&one, format!("{}\n", c.addr(1))).unwrap();
+    let twice = c.dir.join("one-host-twice");
+    std::fs::write(&twice, format!("{0} slots=2\n{0}\n", c.addr(1))).unwrap();
     for (args, hosts, says) in [
-        (&["--floors-only"][..], &one, "two are needed"),
+        (
+            &["--floors-only"][..],
+            &one,
+            "two different ones are needed",
+        ),
+        (
+            &["--floors-only"][..],
+            &twice,
+            "two different ones are needed",
+        ),
         (&[][..], &file, "--floors-only"),
     ] {
         let out = bench(args, hosts);

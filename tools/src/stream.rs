@@ -14,9 +14,13 @@ use std::time::{Duration, Instant};
 pub const SENDER_ENV: &str = "DSM_TCP_STREAM_SEND";
 
 /// The environment variable that puts a binary, started on two hosts as ranks 0 and 1 (by
-/// `dsmrun --hosts`, which gives `DSM_RANK`), in the mode of [`between`]: `MB:PORT:HOST`, HOST
-/// the receiving host (rank 1's) as the hosts file names it.
+/// `dsmrun --hosts`, which gives `DSM_RANK`), in the mode of [`between`]: `MB:PORT:NONCE:HOST`,
+/// NONCE a hexadecimal u64 both ends show each other, HOST the receiving host (rank 1's) as the
+/// hosts file names it (an IPv6 address with or without brackets).
 pub const BETWEEN_ENV: &str = "DSM_TCP_STREAM_BETWEEN";
+
+/// What rank 1 of [`between`] says when its port is taken (another port is worth a try).
+pub const PORT_TAKEN: &str = "port taken";
 
 /// What rank 1 of [`between`] prints before the rate.
 pub const BETWEEN_PREFIX: &str = "plain_tcp_mbps=";
@@ -199,25 +203,47 @@ pub fn send() -> Option<i32> {
 pub fn between() -> Option<i32> {
     let spec = std::env::var(BETWEEN_ENV).ok()?;
     let parsed = spec.split_once(':').and_then(|(mb, rest)| {
-        let (port, host) = rest.split_once(':')?;
-        Some((mb.parse::<usize>().ok()?, port.parse::<u16>().ok()?, host))
+        let (port, rest) = rest.split_once(':')?;
+        let (nonce, host) = rest.split_once(':')?;
+        Some((
+            mb.parse::<usize>().ok()?,
+            port.parse::<u16>().ok()?,
+            u64::from_str_radix(nonce, 16).ok()?,
+            host.trim_start_matches('[').trim_end_matches(']'),
+        ))
     });
-    let Some((mb, port, host)) = parsed else {
-        eprintln!("{BETWEEN_ENV}={spec}: expected MB:PORT:HOST");
+    let Some((mb, port, nonce, host)) = parsed else {
+        eprintln!("{BETWEEN_ENV}={spec}: expected MB:PORT:NONCE:HOST");
         return Some(2);
     };
     let rank = std::env::var("DSM_RANK").unwrap_or_default();
+    let deadline = Instant::now() + BETWEEN_WAIT;
+    let left = || deadline.saturating_duration_since(Instant::now());
     let run = || -> io::Result<()> {
         match rank.as_str() {
             "0" => {
                 let to: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
-                let deadline = Instant::now() + BETWEEN_WAIT;
-                let mut c = loop {
-                    match TcpStream::connect(&to[..]) {
-                        Ok(c) => break c,
-                        Err(e) if Instant::now() > deadline => return Err(e),
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                let mut c = 'connected: loop {
+                    for a in &to {
+                        // Each try bounded by what is left (a firewall that drops the SYN would
+                        // hold a plain connect for minutes).
+                        let wait = left().max(Duration::from_millis(100));
+                        if let Ok(mut c) = TcpStream::connect_timeout(a, wait) {
+                            // The receiver's word first: a stranger on the port gets nothing.
+                            c.set_read_timeout(Some(left().max(Duration::from_secs(1))))?;
+                            c.write_all(&nonce.to_le_bytes())?;
+                            let mut echo = [0u8; 8];
+                            if c.read_exact(&mut echo).is_ok() && echo == nonce.to_le_bytes() {
+                                break 'connected c;
+                            }
+                        }
                     }
+                    if left().is_zero() {
+                        return Err(io::Error::other(format!(
+                            "rank 1 did not answer at {host}:{port} within 60 s"
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
                 };
                 let buf = vec![7u8; 1 << 20];
                 for _ in 0..mb {
@@ -226,20 +252,35 @@ pub fn between() -> Option<i32> {
                 Ok(())
             }
             "1" => {
-                let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))?;
+                // Both families where the host has IPv6 (a dual-stack socket), else IPv4.
+                let listener = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port))
+                    .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
+                    .map_err(|e| match e.kind() {
+                        io::ErrorKind::AddrInUse => {
+                            io::Error::other(format!("{PORT_TAKEN} ({port}): {e}"))
+                        }
+                        _ => e,
+                    })?;
                 listener.set_nonblocking(true)?;
-                let deadline = Instant::now() + BETWEEN_WAIT;
                 let mut s = loop {
                     match listener.accept() {
-                        Ok((s, _)) => break s,
+                        Ok((mut s, _)) => {
+                            // Rank 0 shows the nonce; anyone else is dropped, unanswered.
+                            s.set_nonblocking(false)?;
+                            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                            let mut shown = [0u8; 8];
+                            if s.read_exact(&mut shown).is_ok() && shown == nonce.to_le_bytes() {
+                                s.write_all(&shown)?;
+                                break s;
+                            }
+                        }
                         Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
-                        Err(_) if Instant::now() > deadline => {
+                        Err(_) if left().is_zero() => {
                             return Err(io::Error::other("rank 0 did not connect within 60 s"));
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
                 };
-                s.set_nonblocking(false)?;
                 s.set_read_timeout(Some(BETWEEN_WAIT))?;
                 let (got, timed, secs) = read_plain(&mut s, mb << 20)?;
                 if got != mb << 20 {

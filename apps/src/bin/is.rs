@@ -7,7 +7,7 @@
 //! node reads another's keys. A barrier. Verified: the output is sorted and has the
 //! same multiset of keys (counts per value) as the input.
 
-use dsm_apps::{Gen, alloc, arg_count, band, banded, init, report};
+use dsm_apps::{Gen, alloc, arg_count, arg_range, band, banded, init, report};
 use dsm_runtime::SharedArray;
 
 fn key(i: usize, max: usize) -> u32 {
@@ -21,11 +21,14 @@ fn main() {
         "Integer sort by counting; checks sorted and the same multiset",
         &[
             ("KEYS", "keys (default 4194304)"),
-            ("MAX_KEY", "largest key (default 65536)"),
+            (
+                "MAX_KEY",
+                "keys are below it, 1 to 4294967296 (default 65536)",
+            ),
         ],
     );
     let n = arg_count(&args, 0, "keys", 1 << 22);
-    let max = arg_count(&args, 1, "max key", 1 << 16);
+    let max = arg_range(&args, 1, "max key", 1 << 16, 1..=1 << 32);
     let dsm = init("is");
     let (me, nodes) = (dsm.id(), dsm.nodes());
     let keys: SharedArray<u32> = alloc(&dsm, n, banded(n, 4, nodes));

@@ -189,8 +189,8 @@ struct Options {
     floors: bool,
     /// Only the floors, `repeat` samples.
     floors_only: bool,
-    /// `--hosts`: the floors between two hosts.
-    between: Option<Between>,
+    /// `--hosts`: the two hosts to take the floors between.
+    between: Option<[dsm_runtime::config::Host; 2]>,
     pairs: bool,
     mpi: bool,
 }
@@ -226,7 +226,7 @@ fn options() -> Options {
         chart: (!a.no_chart).then_some(a.chart),
         floors: !a.no_floors,
         floors_only: a.floors_only,
-        between: a.hosts.as_deref().map(Between::from_file),
+        between: a.hosts.as_deref().map(two_hosts),
         pairs: !a.no_pairs,
         mpi: a.mpi,
     };
@@ -286,6 +286,30 @@ fn options() -> Options {
     o
 }
 
+/// The first two different hosts of the `.jiahosts` at `path`; a usage error if it cannot be
+/// read or names fewer.
+fn two_hosts(path: &Path) -> [dsm_runtime::config::Host; 2] {
+    let shown = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("--hosts {shown}: {e}")));
+    let mut hosts = dsm_runtime::config::parse_hosts(&shown, &text, |w| {
+        eprintln!("dsm-bench: {w}");
+    })
+    .unwrap_or_else(|e| usage(&format!("--hosts: {e}")))
+    .into_iter();
+    let first = hosts
+        .next()
+        .unwrap_or_else(|| usage(&format!("--hosts {shown}: no host")));
+    let second = hosts.find(|h| h.address != first.address).unwrap_or_else(|| {
+        usage(&format!(
+            "--hosts {shown}: one host ({}); two different ones are needed, the streams go from \
+             the first to the second",
+            first.address
+        ))
+    });
+    [first, second]
+}
+
 /// The two hosts `--hosts` measures between.
 #[derive(Debug)]
 struct Between {
@@ -296,41 +320,38 @@ struct Between {
 }
 
 impl Between {
-    /// The first two hosts of the `.jiahosts` at `path`; a usage error if it cannot be read or
-    /// names fewer than two hosts.
-    fn from_file(path: &Path) -> Between {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| usage(&format!("--hosts {shown}: {e}")));
-        let hosts = dsm_runtime::config::parse_hosts(&shown, &text, |w| {
-            eprintln!("dsm-bench: {w}");
-        })
-        .unwrap_or_else(|e| usage(&format!("--hosts: {e}")));
-        if hosts.len() < 2 {
-            usage(&format!(
-                "--hosts {shown}: {} host(s); two are needed, the streams go from the first to \
-                 the second",
-                hosts.len()
-            ));
-        }
+    /// A hosts file of `hosts`, new, in the temporary directory.
+    fn new(hosts: [dsm_runtime::config::Host; 2]) -> std::io::Result<Between> {
+        use std::io::Write as _;
         let line = |h: &dsm_runtime::config::Host| match &h.user {
             Some(u) => format!("{} {u}\n", h.address),
             None => format!("{}\n", h.address),
         };
-        let file = std::env::temp_dir().join(format!("dsm-bench-hosts-{}", std::process::id()));
-        std::fs::write(&file, line(&hosts[0]) + &line(&hosts[1]))
-            .unwrap_or_else(|e| usage(&format!("writing {}: {e}", file.display())));
-        Between {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let file = std::env::temp_dir().join(format!(
+            "dsm-bench-hosts-{}-{nanos:08x}",
+            std::process::id()
+        ));
+        // A new file of ours (never one planted there, or a link).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)?
+            .write_all((line(&hosts[0]) + &line(&hosts[1])).as_bytes())?;
+        let [a, b] = hosts;
+        Ok(Between {
             file,
-            hosts: [hosts[0].address.clone(), hosts[1].address.clone()],
-        }
+            hosts: [a.address, b.address],
+        })
     }
 
     /// A plain TCP stream of [`STREAM_MB`] from the first host to the second: this binary on
     /// both, started by `dsmrun --hosts` (see [`dsm_tools::stream::between`]), on a port picked
     /// at random (another, up to three times, if it is taken).
     fn plain_stream(&self) -> Result<f64, String> {
-        use dsm_tools::stream::{BETWEEN_ENV, BETWEEN_PREFIX};
+        use dsm_tools::stream::{BETWEEN_ENV, BETWEEN_PREFIX, PORT_TAKEN};
         let me = std::env::current_exe().map_err(|e| format!("my own path: {e}"))?;
         let mut failed = String::new();
         for attempt in 0..3u32 {
@@ -338,11 +359,16 @@ impl Between {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
             let port = 20_000 + (nanos ^ std::process::id() ^ attempt.wrapping_mul(7_919)) % 40_000;
+            // The two ends know each other by this: a stranger on the port is not measured.
+            let nonce = u64::from(nanos) << 32 | u64::from(std::process::id());
             let out = Command::new(bin("dsmrun"))
                 .arg("--hosts")
                 .arg(&self.file)
                 .arg(&me)
-                .env(BETWEEN_ENV, format!("{STREAM_MB}:{port}:{}", self.hosts[1]))
+                .env(
+                    BETWEEN_ENV,
+                    format!("{STREAM_MB}:{port}:{nonce:x}:{}", self.hosts[1]),
+                )
                 .output()
                 .map_err(|e| format!("dsmrun: {e}"))?;
             let rate = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
@@ -357,8 +383,12 @@ impl Between {
                 .filter(|l| !l.contains("never called jia_init"))
                 .collect::<Vec<_>>()
                 .join("; ");
+            // Only a port taken on the receiving host is worth another try (another port).
+            if !failed.contains(PORT_TAKEN) {
+                return Err(format!("port {port}: {failed}"));
+            }
         }
-        Err(format!("no rate in three tries ({failed})"))
+        Err(format!("three ports taken ({failed})"))
     }
 }
 
@@ -879,6 +909,8 @@ fn to_json(
         json!({"name": "bare fault + mprotect (us)", "samples": floors.bare}),
         json!({"name": MINIMAL_ROW, "samples": floors.minimal}),
     ];
+    // Rows not measured (this machine's own, between hosts) are left out.
+    floor_samples.retain(|f| f["samples"].as_array().is_some_and(|a| !a.is_empty()));
     floor_samples.extend(
         floors
             .runs
@@ -925,6 +957,7 @@ fn to_json(
         "cpus": run.cpus,
         "kernel": run.kernel,
         "command": run.command,
+        "between_hosts": floors.between.as_ref().map(|b| &b.hosts),
         "repeat": o.repeat,
         "baseline": format!("{}={}", o.baseline.0, o.baseline.1),
         "floors": {"samples": floor_samples, "medians": medians},
@@ -1313,8 +1346,9 @@ fn main() {
             ));
         }
     }
-    let mut floors = match o.between.take() {
-        Some(b) => Floors::between(b),
+    let mut floors = match o.between.take().map(Between::new) {
+        Some(Ok(b)) => Floors::between(b),
+        Some(Err(e)) => usage(&format!("--hosts: a hosts file of the two: {e}")),
         None => Floors::default(),
     };
     if o.floors_only {

@@ -24,7 +24,6 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use dsm_apps::arg_num;
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, PAGE_SIZE, SharedArray};
 
 const WORDS: usize = PAGE_SIZE / 8;
@@ -198,7 +197,7 @@ fn main() {
         "Fault, lock and barrier latency next to the floors",
         &[("PAGES", "pages faulted per node (default 2000)")],
     );
-    let pages = arg_num(&args, 0, "pages", 2000);
+    let pages = dsm_apps::arg_count(&args, 0, "pages", 2000);
     let dsm = dsm_runtime::init().unwrap_or_else(|e| {
         eprintln!("faultlat: {e}");
         std::process::exit(2)
