@@ -52,8 +52,17 @@ pub const MIN_DATAGRAM_BYTES: usize = 512;
 const FLAG_PACKED: u8 = 8;
 /// Bytes of a packed record's length.
 const RECORD_HEADER: usize = 4;
+/// A probe of the path's size (no data, no sequence number: padding up to the size probed), or,
+/// with a 4-byte payload (the probe's length), its answer (see [`Reliable::probe_path`]).
+const FLAG_PROBE: u8 = 16;
 /// In the send queue only: a whole message in one fragment (so it may be packed).
 const QUEUED_WHOLE: u8 = 0x80;
+/// Probes of each size sent before a path is taken to carry no larger datagrams than the
+/// largest one answered.
+const PROBE_TRIES: u32 = 6;
+/// Datagram sizes probed below a path's own (its MTU's): a 1,500-byte Ethernet's, and what
+/// IPv6's minimum MTU carries.
+const PROBE_STEPS: [usize; 2] = [1_472, 1_232];
 
 /// How many times a leaving node sends its last acknowledgement to each peer
 /// ([`Reliable::farewell`]): at 10% loss, one in a thousand peers then waits out its linger.
@@ -286,6 +295,8 @@ struct Peer {
     window: usize,
     /// Full datagrams to this peer may leave several at a time ([`Reliable::transmit_segmented`]).
     segmented: bool,
+    /// The path's sizes being probed ([`Reliable::probe_path`]).
+    probe: Option<PathProbe>,
     next_seq: u32,
     unacked: VecDeque<Unacked>,
     /// Payload bytes of `unacked`.
@@ -319,6 +330,17 @@ struct Peer {
     lost: bool,
 }
 
+/// A path's datagram sizes on trial: probes of each go until one is answered or the tries end.
+#[derive(Debug)]
+struct PathProbe {
+    /// The sizes probed, largest first (the path's own first).
+    sizes: Vec<usize>,
+    /// The largest size answered so far.
+    answered: Option<usize>,
+    tries: u32,
+    next_at: Instant,
+}
+
 /// True if `a` comes before `b` in serial-number arithmetic.
 fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
@@ -344,6 +366,7 @@ impl Reliable {
                 datagram: cfg.max_datagram_bytes,
                 window: cfg.window,
                 segmented: false,
+                probe: None,
                 next_seq: 0,
                 unacked: VecDeque::new(),
                 unacked_bytes: 0,
@@ -410,6 +433,76 @@ impl Reliable {
     pub fn path_datagram(&self, max_datagram: usize) -> usize {
         let configured = self.cfg.max_datagram_bytes;
         max_datagram.clamp(MIN_DATAGRAM_BYTES.min(configured), configured)
+    }
+
+    /// [`Reliable::set_path`] once the path has shown it carries such datagrams: until a probe
+    /// of that size (or of [`PROBE_STEPS`] below it) is answered, datagrams of
+    /// [`MIN_DATAGRAM_BYTES`]. A path that loses datagrams of the size its MTU says it carries
+    /// (hosts of one link whose interfaces disagree on the MTU, a router that drops its
+    /// "too big" messages) would otherwise lose every large datagram, resent until the peer is
+    /// taken for lost. Probes go with the next flush and every retransmission timeout after,
+    /// [`PROBE_TRIES`] times; the largest size answered is taken as soon as no larger one can
+    /// be, and a path that answered none of them keeps the smallest datagrams (and says so).
+    pub fn probe_path(&mut self, to: u16, max_datagram: usize, segmented: bool, now: Instant) {
+        let path = self.path_datagram(max_datagram);
+        let mut sizes = vec![path];
+        sizes.extend(PROBE_STEPS.iter().copied().filter(|&s| s < path));
+        sizes.retain(|&s| s > MIN_DATAGRAM_BYTES.min(self.cfg.max_datagram_bytes));
+        self.set_path(to, MIN_DATAGRAM_BYTES, segmented);
+        if !sizes.is_empty() {
+            self.peers[usize::from(to)].probe = Some(PathProbe {
+                sizes,
+                answered: None,
+                tries: 0,
+                next_at: now,
+            });
+        }
+    }
+
+    /// The probes due to `to` now, queued.
+    fn send_probes(&mut self, now: Instant, to: u16) {
+        let (cookie, me) = (self.cookie, self.me);
+        let peer = &mut self.peers[usize::from(to)];
+        let Some(probe) = &mut peer.probe else { return };
+        if now < probe.next_at {
+            return;
+        }
+        if probe.tries == PROBE_TRIES {
+            let largest = probe.sizes[0];
+            let taken = probe.answered.unwrap_or(MIN_DATAGRAM_BYTES);
+            log::warn!(
+                "datagrams of {largest} bytes to node {to} are lost though its path's MTU \
+                 carries them (do the hosts' interfaces on that link agree on the MTU?): \
+                 datagrams of {taken} bytes from now on"
+            );
+            peer.probe = None;
+            return;
+        }
+        probe.tries += 1;
+        probe.next_at = now + peer.rto;
+        let answered = probe.answered.unwrap_or(0);
+        for &size in probe.sizes.iter().filter(|&&s| s > answered) {
+            let mut dg = header(cookie, me, FLAG_PROBE, peer.next_seq, peer.expected).to_vec();
+            dg.resize(size, 0);
+            self.out.push_back(Out::Bytes { to, dg });
+        }
+    }
+
+    /// A probe's answer from `from`: its size, if probed, is carried from now on; probing ends
+    /// once no larger size is on trial.
+    fn probe_answered(&mut self, from: u16, size: usize) {
+        let peer = &mut self.peers[usize::from(from)];
+        let Some(probe) = &mut peer.probe else { return };
+        if !probe.sizes.contains(&size) || probe.answered.is_some_and(|a| a >= size) {
+            return;
+        }
+        probe.answered = Some(size);
+        let done = probe.sizes[0] == size;
+        let segmented = peer.segmented;
+        if done {
+            peer.probe = None;
+        }
+        self.set_path(from, size, segmented);
     }
 
     /// Queues `msg` for `to`, cut into fragments; [`Reliable::flush`] sends what the window
@@ -710,6 +803,29 @@ impl Reliable {
                 self.stats.fast_retransmissions += 1;
             }
         }
+        // A path's probe: answered with its length; a probe's answer: that length is carried.
+        if flags & (FLAG_DATA | FLAG_PROBE) == FLAG_PROBE {
+            if payload.len() == 4 {
+                let size = u32::from_le_bytes(payload[..].try_into().unwrap_or_default());
+                self.probe_answered(from, size as usize);
+            } else {
+                let size = (HEADER_BYTES + payload.len()) as u32;
+                let peer = &self.peers[usize::from(from)];
+                let answer = datagram(
+                    self.cookie,
+                    self.me,
+                    FLAG_PROBE,
+                    peer.next_seq,
+                    peer.expected,
+                    &size.to_le_bytes(),
+                );
+                self.out.push_back(Out::Bytes {
+                    to: from,
+                    dg: answer,
+                });
+            }
+            return Ok(());
+        }
         // Data.
         let mut ack_now = false;
         if flags & FLAG_DATA != 0 {
@@ -748,6 +864,7 @@ impl Reliable {
     /// Moves queued fragments into the window, packing whole messages queued together, and
     /// emits a pure ack if one is due.
     fn flush_peer(&mut self, now: Instant, to: u16, pure_acks: bool) {
+        self.send_probes(now, to);
         let frag = self.fragment_bytes(to);
         let peer = &mut self.peers[usize::from(to)];
         while peer.unacked.len() < peer.window
@@ -1009,6 +1126,9 @@ impl Reliable {
             }
             consider(p.last_sent + self.cfg.heartbeat);
             consider(p.last_heard + self.cfg.peer_timeout);
+            if let Some(probe) = &p.probe {
+                consider(probe.next_at);
+            }
         }
         t
     }
@@ -1432,6 +1552,76 @@ mod tests {
             }
             other => panic!("expected the run, got {other:?}"),
         }
+    }
+
+    /// Delivers what `from` has to send to `to`, dropping datagrams over `mtu` bytes; returns
+    /// how many went.
+    fn deliver_up_to(from: &mut Reliable, to: &mut Reliable, mtu: usize, now: Instant) -> usize {
+        let sent: Vec<_> = std::iter::from_fn(|| from.poll_transmit()).collect();
+        let mut n = 0;
+        for (_, d) in sent.iter().filter(|(_, d)| d.len() <= mtu) {
+            to.handle_datagram(now, from.me, d).unwrap();
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn a_probed_path_carries_its_size_once_a_probe_of_it_is_answered() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        a.probe_path(1, 1_472, true, t0);
+        assert_eq!(a.fragment_bytes(1), MIN_DATAGRAM_BYTES - HEADER_BYTES);
+        a.flush(t0);
+        let probes: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+        let sizes: Vec<usize> = probes.iter().map(|(_, d)| d.len()).collect();
+        assert_eq!(
+            sizes,
+            [1_472, 1_232],
+            "the path's size and the step below it"
+        );
+        for (_, d) in &probes {
+            b.handle_datagram(t0, 0, d).unwrap();
+        }
+        assert_eq!(deliver_up_to(&mut b, &mut a, 65_535, t0), 2, "two answers");
+        assert_eq!(a.fragment_bytes(1), 1_472 - HEADER_BYTES);
+        assert!(
+            a.peers[1].probe.is_none(),
+            "the largest size answered: done"
+        );
+        assert!(b.poll_event().is_none(), "a probe is no message");
+    }
+
+    #[test]
+    fn a_path_that_loses_its_mtu_s_datagrams_keeps_the_largest_size_answered() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        // The peer's interface takes 1,260 bytes at most (an MTU of 1,288 says 1,472 here).
+        a.probe_path(1, 1_472, true, t0);
+        let mut now = t0;
+        for _ in 0..PROBE_TRIES + 1 {
+            a.handle_timeout(now);
+            deliver_up_to(&mut a, &mut b, 1_260, now);
+            deliver_up_to(&mut b, &mut a, 1_260, now);
+            now += Duration::from_secs(1);
+        }
+        assert!(a.peers[1].probe.is_none(), "probing ended");
+        assert_eq!(a.fragment_bytes(1), 1_232 - HEADER_BYTES);
+        // Messages go in datagrams the path carries.
+        a.send(1, &[3u8; 10_000]);
+        a.flush(now);
+        let sent: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+        assert!(sent.iter().all(|(_, d)| d.len() <= 1_232), "{sent:?}");
+        for (_, d) in &sent {
+            b.handle_datagram(now, 0, d).unwrap();
+        }
+        assert!(
+            matches!(b.poll_event(), Some(Event::Message { bytes, .. }) if bytes == [3u8; 10_000])
+        );
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl UdpTransport {
         }
         let mut rel = Reliable::new(me, peers.len() as u16, cookie, cfg, now);
         for &(to, datagram) in &narrow {
-            rel.set_path(to, datagram, true);
+            rel.probe_path(to, datagram, true, now);
         }
         let segmented = !narrow.is_empty();
         // A node with one peer connects its socket to it: the kernel then keeps the route
