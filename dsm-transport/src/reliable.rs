@@ -414,8 +414,14 @@ impl Reliable {
     /// included; the configured size where it is smaller, [`MIN_DATAGRAM_BYTES`] at least),
     /// several at a time if `segmented` ([`Reliable::transmit_segmented`]). Smaller datagrams
     /// than configured scale the window in datagrams up to hold as many bytes. For messages
-    /// queued from now on (those queued keep their size).
+    /// queued from now on (those queued keep their size). Ends a probe of the path on trial.
     pub fn set_path(&mut self, to: u16, max_datagram: usize, segmented: bool) {
+        self.peers[usize::from(to)].probe = None;
+        self.take_path(to, max_datagram, segmented);
+    }
+
+    /// [`Reliable::set_path`], leaving a probe on trial as it is.
+    fn take_path(&mut self, to: u16, max_datagram: usize, segmented: bool) {
         let configured = self.cfg.max_datagram_bytes;
         let datagram = self.path_datagram(max_datagram);
         let peer = &mut self.peers[usize::from(to)];
@@ -502,7 +508,7 @@ impl Reliable {
         if done {
             peer.probe = None;
         }
-        self.set_path(from, size, segmented);
+        self.take_path(from, size, segmented);
     }
 
     /// Queues `msg` for `to`, cut into fragments; [`Reliable::flush`] sends what the window
