@@ -478,8 +478,9 @@ impl Reliable {
             let taken = probe.answered.unwrap_or(MIN_DATAGRAM_BYTES);
             log::warn!(
                 "datagrams of {largest} bytes to node {to} are lost though its path's MTU \
-                 carries them (do the hosts' interfaces on that link agree on the MTU?): \
-                 datagrams of {taken} bytes from now on"
+                 carries them ({PROBE_TRIES} probes: do the hosts' interfaces on that link \
+                 agree on the MTU? or is the loss that heavy?): datagrams of {taken} bytes from \
+                 now on"
             );
             peer.probe = None;
             return;
