@@ -44,6 +44,10 @@ pub struct UdpStats {
     pub truncated_reads: u64,
 }
 
+/// A path that carries datagrams this large whole is the machine's own (loopback: 65,507): one
+/// of the largest `msg_buffer_size` goes as one packet.
+const LOOPBACK_DATAGRAM: usize = 65_000;
+
 /// The largest UDP payload a path of `mtu` bytes carries unfragmented to `to`.
 fn datagram_for_mtu(to: &SocketAddr, mtu: usize) -> usize {
     let ip_header = if to.is_ipv4() { 20 } else { 40 };
@@ -108,16 +112,13 @@ pub struct UdpTransport {
 /// is 45 IP fragments, which the receiver reassembles one by one (and loses whole when one is
 /// lost); cut by the kernel into datagrams of the MTU after one `sendmsg`, and coalesced again
 /// before the `recvmsg`, a run costs the two sides about what a TCP write and read of it cost.
-/// Where every path carries the configured datagrams whole (the nodes of one machine, over
-/// loopback), nothing changes. Returns the peers to send datagrams of their path's size to,
-/// several at a time, and enables coalesced reads for them; none where the kernel can do
-/// neither.
-fn narrow_paths(
-    sock: &UdpSocket,
-    me: u16,
-    peers: &[SocketAddr],
-    configured: usize,
-) -> Vec<(u16, usize)> {
+/// Where every path carries the largest datagrams whole (the nodes of one machine, over
+/// loopback), nothing changes. Returns the peers over a network (a path of a smaller MTU) with
+/// the datagram their path carries, to be sent datagrams of that size or the configured one,
+/// whichever is smaller, once probed, several at a time; enables coalesced reads for them; none
+/// where the kernel can do neither. (A configured size below the path's is probed too: hosts
+/// whose interfaces disagree on the MTU drop it as well.)
+fn narrow_paths(sock: &UdpSocket, me: u16, peers: &[SocketAddr]) -> Vec<(u16, usize)> {
     let narrow: Vec<(u16, usize)> = peers
         .iter()
         .enumerate()
@@ -129,7 +130,7 @@ fn narrow_paths(
                 None
             }
         })
-        .filter(|&(_, datagram)| datagram < configured)
+        .filter(|&(_, datagram)| datagram < LOOPBACK_DATAGRAM)
         .collect();
     if narrow.is_empty() {
         return narrow;
@@ -177,7 +178,7 @@ impl UdpTransport {
             .map(|(i, a)| (*a, i as u16))
             .collect();
         let max = cfg.max_datagram_bytes;
-        let narrow = narrow_paths(&sock, me, &peers, max);
+        let narrow = narrow_paths(&sock, me, &peers);
         if !narrow.is_empty() {
             // Datagrams of a path's MTU that arrive one by one (a card without GRO) cost the
             // receive buffer twice their size or more: half the window's bytes.

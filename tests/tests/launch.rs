@@ -580,6 +580,19 @@ fn a_stream_between_hosts_goes_in_datagrams_of_the_path_mtu_and_arrives_exact_un
         "interfaces of 1,280 and 1,500 bytes:\n{}",
         text(&out)
     );
+    // A configured size below the path's MTU (1,450 < 1,472) is probed too: it was not, and
+    // every job on that link ended after 10 s.
+    let out = c.run_with(
+        &[1, 2],
+        &["--set", "msg_buffer_size=1450"],
+        "pi",
+        &["100000"],
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("pi OK nodes=2"),
+        "msg_buffer_size = 1450 over interfaces of 1,280 and 1,500 bytes:\n{}",
+        text(&out)
+    );
 }
 
 /// Every app is exact with two nodes on each of two hosts joined by a 1,500-byte Ethernet
@@ -654,6 +667,37 @@ fn dsm_bench_measures_the_streams_between_two_hosts_beside_a_plain_tcp_stream() 
     );
     // This machine's own floors are not what was asked.
     assert!(row("bare fault + mprotect (us)").is_none(), "{stdout}");
+    // A host out of reach: every row missing, status 1, and nothing left running on the host
+    // that was reached (its end of the plain stream gives up: no route to the other).
+    let unreachable = c.dir.join("unreachable");
+    std::fs::write(&unreachable, format!("{}\n10.213.{}.99\n", c.addr(1), c.id)).unwrap();
+    let out = bench(&["--floors-only", "--repeat", "1"], &unreachable);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no sample of"), "{}", text(&out));
+    let ns = format!("dsm{}h1", c.id);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pids = Command::new("ip")
+            .args(["netns", "pids", &ns])
+            .output()
+            .unwrap();
+        let left: Vec<String> = String::from_utf8_lossy(&pids.stdout)
+            .split_whitespace()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "dsm-bench")
+            })
+            .map(str::to_string)
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dsm-bench still runs on host 1: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let one = c.dir.join("one-host");
     std::fs::write(&one, format!("{}\n", c.addr(1))).unwrap();
     let twice = c.dir.join("one-host-twice");

@@ -228,7 +228,17 @@ pub fn between() -> Option<i32> {
                         // Each try bounded by what is left (a firewall that drops the SYN would
                         // hold a plain connect for minutes).
                         let wait = left().max(Duration::from_millis(100));
-                        if let Ok(mut c) = TcpStream::connect_timeout(a, wait) {
+                        let tried = TcpStream::connect_timeout(a, wait);
+                        // No route there: rank 1 is not coming (its host is out of reach).
+                        if let Err(e) = &tried
+                            && matches!(
+                                e.kind(),
+                                io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
+                            )
+                        {
+                            return Err(io::Error::new(e.kind(), format!("{host}:{port}: {e}")));
+                        }
+                        if let Ok(mut c) = tried {
                             // The receiver's word first: a stranger on the port gets nothing.
                             c.set_read_timeout(Some(left().max(Duration::from_secs(1))))?;
                             c.write_all(&nonce.to_le_bytes())?;

@@ -1364,6 +1364,16 @@ fn main() {
         if let Some(p) = &o.json {
             let _ = std::fs::write(p, to_json(&o, &run, &floors, &[], &[]));
         }
+        // A stream that gave no sample failed (its error is above): status 1, as a failed run.
+        let missing: Vec<&str> = [floors.plain_row(), STREAM_UDP_ROW, STREAM_TCP_ROW]
+            .into_iter()
+            .filter(|row| !floors.runs.iter().any(|(name, _)| name == row))
+            .collect();
+        if !missing.is_empty() {
+            eprintln!("dsm-bench: no sample of {}", missing.join(", "));
+            drop(floors);
+            std::process::exit(1);
+        }
         return;
     }
     // Floor samples at the start of each round, FLOOR_RUNS at least in all.
