@@ -59,10 +59,10 @@ const FLAG_PROBE: u8 = 16;
 const QUEUED_WHOLE: u8 = 0x80;
 /// Probes of each size sent before a path is taken to carry no larger datagrams than the
 /// largest one answered.
-const PROBE_TRIES: u32 = 6;
+pub const PROBE_TRIES: u32 = 6;
 /// Datagram sizes probed below a path's own (its MTU's): a 1,500-byte Ethernet's, and what
 /// IPv6's minimum MTU carries.
-const PROBE_STEPS: [usize; 2] = [1_472, 1_232];
+pub const PROBE_STEPS: [usize; 2] = [1_472, 1_232];
 
 /// How many times a leaving node sends its last acknowledgement to each peer
 /// ([`Reliable::farewell`]): at 10% loss, one in a thousand peers then waits out its linger.
