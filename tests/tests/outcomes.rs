@@ -707,6 +707,22 @@ fn threads_count_in_the_oversubscription_warning() {
     );
 }
 
+/// dsmrun's --threads goes to the runtime's limit, 1,024 (it stopped at 128: a 256-CPU host
+/// could not run one node of 256 threads), and a program with a lower one says so.
+#[test]
+fn dsmrun_threads_go_to_the_runtime_s_limit_and_a_program_names_its_own() {
+    let out = dsmrun_pi(&["-n", "1", "--threads", "1025"], &[]);
+    assert_status(&out, 2);
+    assert!(stderr(&out).contains("1025"), "{}", text(&out));
+    let out = dsmrun_pi(&["-n", "1", "--threads", "600"], &[]);
+    assert_status(&out, 2);
+    assert!(
+        stderr(&out).contains("DSM_THREADS=600: threads per node must be 1 to 512"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// Row 13: jia_init twice, a DSM_THREADS that is no number, a port in a hosts file.
 #[test]
 fn a_second_jia_init_a_bad_thread_count_and_a_port_in_the_hosts_are_named() {

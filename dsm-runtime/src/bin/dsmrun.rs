@@ -44,8 +44,10 @@ struct Args {
     bind_to: Option<String>,
     /// Threads per node: each node started on a host gets T CPUs of its own under --bind-to
     /// core, and T is passed on (DSM_THREADS: the apps' --threads). Open MPI's spelling:
-    /// --cpus-per-rank.
-    #[arg(long, alias = "cpus-per-rank", value_name = "T", value_parser = clap::value_parser!(u16).range(1..=128))]
+    /// --cpus-per-rank. 1 to 1,024, the runtime's thread limit (a program may allow fewer:
+    /// the apps 512).
+    #[arg(long, alias = "cpus-per-rank", value_name = "T",
+          value_parser = clap::value_parser!(u16).range(1..=dsm_runtime::MAX_THREADS as i64))]
     threads: Option<u16>,
     /// Configuration file (default: .jiaconf in the working directory, if present).
     #[arg(long)]
