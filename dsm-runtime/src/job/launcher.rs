@@ -1047,69 +1047,87 @@ fn first_failure(w: &mut Watched<'_>, first: usize) -> Option<JobFailure> {
     let mut reporter = first;
     let mut seen = vec![first];
     let child_of = |node: usize| w.nodes.iter().position(|&i| i == node);
-    while node < w.spec.hosts.len() && !seen.contains(&node) {
-        let ended_for_another = child_of(node).is_some_and(
-            |c| matches!(ended(&mut w.children[c], w.remote[node]), Ok(Some(e)) if e.for_another()),
-        );
-        let Some((next, next_why)) = ended_for_another
-            .then(|| w.words.blamed(w.control, node))
-            .flatten()
-        else {
-            break;
+    'chain: loop {
+        while node < w.spec.hosts.len() && !seen.contains(&node) {
+            let ended_for_another = child_of(node).is_some_and(|c| {
+                matches!(ended(&mut w.children[c], w.remote[node]), Ok(Some(e)) if e.for_another())
+            });
+            let Some((next, next_why)) = ended_for_another
+                .then(|| w.words.blamed(w.control, node))
+                .flatten()
+            else {
+                break;
+            };
+            seen.push(node);
+            reporter = node;
+            (node, why) = (next, next_why);
+        }
+        let spec = w.spec;
+        if node >= spec.hosts.len() {
+            return None;
+        }
+        // The node blamed may have died a moment ago and not be reaped yet (a survivor's word
+        // can come first): how it ended says more than the survivor's "connection failed". One
+        // that ended the job with an error is on its way out, after up to 500 ms waiting for the
+        // others to acknowledge the error.
+        let reaped_within = match why.starts_with("error: ") {
+            true => Duration::from_secs(2),
+            false => Duration::from_millis(500),
         };
-        seen.push(node);
-        reporter = node;
-        (node, why) = (next, next_why);
-    }
-    let spec = w.spec;
-    if node >= spec.hosts.len() {
-        return None;
-    }
-    // The node blamed may have died a moment ago and not be reaped yet (a survivor's word can
-    // come first): how it ended says more than the survivor's "connection failed". One that
-    // ended the job with an error is on its way out, after up to 500 ms waiting for the others
-    // to acknowledge the error.
-    let reaped_within = match why.starts_with("error: ") {
-        true => Duration::from_secs(2),
-        false => Duration::from_millis(500),
-    };
-    let started = Instant::now();
-    let mut deadline = started + reaped_within;
-    while let Some(c) = child_of(node) {
-        // A node killed a moment ago closes its sockets before it has torn down its memory, which
-        // on a busy machine can outlast the wait (a kill -9 was once told as "lost: connection
-        // failed"): while it is visibly on its way out, wait for it, 10 s at most.
-        if Instant::now() >= deadline
-            && started.elapsed() < Duration::from_secs(10)
-            && crate::sys::process_exiting(w.children[c].id())
-        {
-            deadline = Instant::now() + Duration::from_millis(50);
-        }
-        match ended(&mut w.children[c], w.remote[node]) {
-            Ok(Some(exit)) if !exit.success() && !exit.for_another() => {
-                return Some(JobFailure::Node {
-                    node,
-                    host: spec.hosts[node].address.clone(),
-                    how: exit.describe((!w.remote[node]).then(|| w.children[c].id())),
-                    peer_failed: false,
-                    code: exit.status_code(),
-                });
+        let started = Instant::now();
+        let mut deadline = started + reaped_within;
+        while let Some(c) = child_of(node) {
+            // A node killed a moment ago closes its sockets before it has torn down its memory,
+            // which on a busy machine can outlast the wait (a kill -9 was once told as "lost:
+            // connection failed"): while it is visibly on its way out, wait for it, 10 s at most.
+            if Instant::now() >= deadline
+                && started.elapsed() < Duration::from_secs(10)
+                && crate::sys::process_exiting(w.children[c].id())
+            {
+                deadline = Instant::now() + Duration::from_millis(50);
             }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            _ => break,
+            match ended(&mut w.children[c], w.remote[node]) {
+                Ok(Some(exit)) if !exit.success() && !exit.for_another() => {
+                    return Some(JobFailure::Node {
+                        node,
+                        host: spec.hosts[node].address.clone(),
+                        how: exit.describe((!w.remote[node]).then(|| w.children[c].id())),
+                        peer_failed: false,
+                        code: exit.status_code(),
+                    });
+                }
+                // It ended for another's sake after all (a node that left on hearing that a
+                // third failed: its survivors saw only its connection close, on a busy machine
+                // before it was reaped): its word names the one to blame.
+                Ok(Some(exit)) if exit.for_another() && !seen.contains(&node) => {
+                    if let Some((next, next_why)) = w.words.blamed(w.control, node) {
+                        seen.push(node);
+                        reporter = node;
+                        (node, why) = (next, next_why);
+                        continue 'chain;
+                    }
+                    break;
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                _ => break,
+            }
         }
+        let how = match why.strip_prefix("error: ") {
+            Some(text) => {
+                format!("ended the job with an error: {text} (reported by node {reporter})")
+            }
+            None => format!("was lost: {why}, reported by node {reporter}"),
+        };
+        return Some(JobFailure::Node {
+            node,
+            host: spec.hosts[node].address.clone(),
+            how,
+            peer_failed: false,
+            code: 1,
+        });
     }
-    let how = match why.strip_prefix("error: ") {
-        Some(text) => format!("ended the job with an error: {text} (reported by node {reporter})"),
-        None => format!("was lost: {why}, reported by node {reporter}"),
-    };
-    Some(JobFailure::Node {
-        node,
-        host: spec.hosts[node].address.clone(),
-        how,
-        peer_failed: false,
-        code: 1,
-    })
 }
 
 /// A program started directly (no dsmrun, srun or mpirun) in a directory with a `.jiahosts` of
