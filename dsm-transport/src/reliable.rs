@@ -954,17 +954,15 @@ impl Reliable {
             // order, which wraps around in the map's).
             let first = peer.expected.wrapping_add(1);
             let end = first.wrapping_add(8 * MAX_SACK_BYTES as u32);
-            let named: Vec<u32> = if first < end {
-                peer.out_of_order
-                    .range(first..end)
-                    .map(|(&s, _)| s)
-                    .collect()
-            } else {
-                let tail = peer.out_of_order.range(first..);
-                let head = peer.out_of_order.range(..end);
-                tail.chain(head).map(|(&s, _)| s).collect()
+            // Two stretches of the map: from `first`, then from 0 where the window wraps
+            // (an empty one otherwise: `0..0`).
+            use std::ops::Bound::{Excluded, Included, Unbounded};
+            let (upper, wrapped_end) = match first < end {
+                true => (Excluded(end), 0),
+                false => (Unbounded, end),
             };
-            for s in named {
+            let held = peer.out_of_order.range((Included(first), upper));
+            for (&s, _) in held.chain(peer.out_of_order.range(0..wrapped_end)) {
                 let off = s.wrapping_sub(first) as usize;
                 bits[off / 8] |= 1 << (off % 8);
                 used = used.max((off / 64 + 1) * 8);
@@ -1466,9 +1464,7 @@ mod tests {
     #[test]
     fn a_lent_body_is_read_at_each_send_with_the_bytes_it_holds_then() {
         let t0 = Instant::now();
-        let cfg = ReliableConfig::default();
-        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
-        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        let (mut a, mut b) = pair(t0);
         let lent = Arc::new(Counted::new(&[5u8; 40_000]));
         a.send_parts(1, b"head".to_vec(), Body::Lent(lent.clone()));
         a.flush(t0);
@@ -1519,12 +1515,19 @@ mod tests {
         assert_eq!(a.stats().packed, 1);
     }
 
+    /// Nodes 0 and 1 of a job, default settings.
+    fn pair(t0: Instant) -> (Reliable, Reliable) {
+        let cfg = ReliableConfig::default();
+        (
+            Reliable::new(0, 2, 7, cfg.clone(), t0),
+            Reliable::new(1, 2, 7, cfg, t0),
+        )
+    }
+
     /// Two endpoints whose path carries 1,472-byte datagrams (a 1,500-byte Ethernet's) that
     /// leave several at a time.
     fn small_path(t0: Instant) -> (Reliable, Reliable) {
-        let cfg = ReliableConfig::default();
-        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
-        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        let (mut a, mut b) = pair(t0);
         a.set_path(1, 1472, true);
         b.set_path(0, 1472, true);
         (a, b)
@@ -1576,9 +1579,7 @@ mod tests {
     #[test]
     fn a_probed_path_carries_its_size_once_a_probe_of_it_is_answered() {
         let t0 = Instant::now();
-        let cfg = ReliableConfig::default();
-        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
-        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        let (mut a, mut b) = pair(t0);
         a.probe_path(1, 1_472, true, t0);
         assert_eq!(a.fragment_bytes(1), MIN_DATAGRAM_BYTES - HEADER_BYTES);
         a.flush(t0);
@@ -1604,9 +1605,7 @@ mod tests {
     #[test]
     fn a_path_that_loses_its_mtu_s_datagrams_keeps_the_largest_size_answered() {
         let t0 = Instant::now();
-        let cfg = ReliableConfig::default();
-        let mut a = Reliable::new(0, 2, 7, cfg.clone(), t0);
-        let mut b = Reliable::new(1, 2, 7, cfg, t0);
+        let (mut a, mut b) = pair(t0);
         // The peer's interface takes 1,260 bytes at most (an MTU of 1,288 says 1,472 here).
         a.probe_path(1, 1_472, true, t0);
         let mut now = t0;
@@ -1652,6 +1651,22 @@ mod tests {
         assert!(singles.iter().all(|s| s.1 <= 1_472), "{sends:?}");
         assert_eq!(segmented.len(), 1, "{sends:?}");
         assert_eq!(segmented[0].0, Some(1_000));
+    }
+
+    #[test]
+    fn a_selective_acknowledgement_names_what_is_held_across_the_wrap_of_sequence_numbers() {
+        let t0 = Instant::now();
+        let mut a = Reliable::new(0, 2, 7, ReliableConfig::default(), t0);
+        let peer = &mut a.peers[1];
+        peer.expected = u32::MAX - 2;
+        // Held: the second after the hole (u32::MAX) and the fourth (1, past the wrap); and
+        // one too far ahead to name.
+        for seq in [u32::MAX, 1, 5_000] {
+            peer.out_of_order.insert(seq, (FLAG_DATA, Vec::new()));
+        }
+        let ack = a.pure_ack(t0, 1, true);
+        assert_eq!(ack[3] & FLAG_GAP, FLAG_GAP);
+        assert_eq!(&ack[HEADER_BYTES..], &[0b1010, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

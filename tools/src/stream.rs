@@ -218,103 +218,109 @@ pub fn between() -> Option<i32> {
     };
     let rank = std::env::var("DSM_RANK").unwrap_or_default();
     let deadline = Instant::now() + BETWEEN_WAIT;
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let run = || -> io::Result<()> {
-        match rank.as_str() {
-            "0" => {
-                let to: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
-                let mut c = 'connected: loop {
-                    for a in &to {
-                        // Each try bounded by what is left (a firewall that drops the SYN would
-                        // hold a plain connect for minutes).
-                        let wait = left().max(Duration::from_millis(100));
-                        let tried = TcpStream::connect_timeout(a, wait);
-                        // No route there: rank 1 is not coming (its host is out of reach).
-                        if let Err(e) = &tried
-                            && matches!(
-                                e.kind(),
-                                io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
-                            )
-                        {
-                            return Err(io::Error::new(e.kind(), format!("{host}:{port}: {e}")));
-                        }
-                        if let Ok(mut c) = tried {
-                            // The receiver's word first: a stranger on the port gets nothing.
-                            c.set_read_timeout(Some(left().max(Duration::from_secs(1))))?;
-                            c.write_all(&nonce.to_le_bytes())?;
-                            let mut echo = [0u8; 8];
-                            if c.read_exact(&mut echo).is_ok() && echo == nonce.to_le_bytes() {
-                                break 'connected c;
-                            }
-                        }
-                    }
-                    if left().is_zero() {
-                        return Err(io::Error::other(format!(
-                            "rank 1 did not answer at {host}:{port} within 60 s"
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                };
-                let buf = vec![7u8; 1 << 20];
-                for _ in 0..mb {
-                    c.write_all(&buf)?;
-                }
-                Ok(())
-            }
-            "1" => {
-                // Both families where the host has IPv6 (a dual-stack socket), else IPv4.
-                let listener = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port))
-                    .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
-                    .map_err(|e| match e.kind() {
-                        io::ErrorKind::AddrInUse => {
-                            io::Error::other(format!("{PORT_TAKEN} ({port}): {e}"))
-                        }
-                        _ => e,
-                    })?;
-                listener.set_nonblocking(true)?;
-                let mut s = loop {
-                    match listener.accept() {
-                        Ok((mut s, _)) => {
-                            // Rank 0 shows the nonce; anyone else is dropped, unanswered.
-                            s.set_nonblocking(false)?;
-                            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                            let mut shown = [0u8; 8];
-                            if s.read_exact(&mut shown).is_ok() && shown == nonce.to_le_bytes() {
-                                s.write_all(&shown)?;
-                                break s;
-                            }
-                        }
-                        Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
-                        Err(_) if left().is_zero() => {
-                            return Err(io::Error::other("rank 0 did not connect within 60 s"));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                };
-                s.set_read_timeout(Some(BETWEEN_WAIT))?;
-                let (got, timed, secs) = read_plain(&mut s, mb << 20)?;
-                if got != mb << 20 {
-                    return Err(io::Error::other(format!(
-                        "{got} of {} bytes arrived",
-                        mb << 20
-                    )));
-                }
-                println!(
-                    "{BETWEEN_PREFIX}{:.0}",
-                    timed as f64 / (1 << 20) as f64 / secs.max(1e-9)
-                );
-                Ok(())
-            }
-            _ => Ok(()),
-        }
+    let run = match rank.as_str() {
+        "0" => send_between(host, port, nonce, mb, deadline),
+        "1" => receive_between(port, nonce, mb, deadline)
+            .map(|mbps| println!("{BETWEEN_PREFIX}{mbps:.0}")),
+        _ => Ok(()),
     };
-    Some(match run() {
+    Some(match run {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("TCP stream between hosts, rank {rank}: {e}");
             1
         }
     })
+}
+
+/// Rank 0 of [`between`]: connects to `host:port` (trying again while rank 1 starts, each try
+/// bounded by what is left before `deadline`), shows `nonce` and checks it comes back, then
+/// writes `mb` MiB in 1 MiB writes.
+fn send_between(host: &str, port: u16, nonce: u64, mb: usize, deadline: Instant) -> io::Result<()> {
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let to: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    let mut c = 'connected: loop {
+        for a in &to {
+            // A firewall that drops the SYN would hold a plain connect for minutes.
+            match TcpStream::connect_timeout(a, left().max(Duration::from_millis(100))) {
+                // No route there: rank 1 is not coming (its host is out of reach).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
+                    ) =>
+                {
+                    return Err(io::Error::new(e.kind(), format!("{host}:{port}: {e}")));
+                }
+                Err(_) => {}
+                Ok(mut c) => {
+                    // The receiver's word first: a stranger on the port gets nothing.
+                    c.set_read_timeout(Some(left().max(Duration::from_secs(1))))?;
+                    c.write_all(&nonce.to_le_bytes())?;
+                    let mut echo = [0u8; 8];
+                    if c.read_exact(&mut echo).is_ok() && echo == nonce.to_le_bytes() {
+                        break 'connected c;
+                    }
+                }
+            }
+        }
+        if left().is_zero() {
+            return Err(io::Error::other(format!(
+                "rank 1 did not answer at {host}:{port} within {} s",
+                BETWEEN_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let buf = vec![7u8; 1 << 20];
+    for _ in 0..mb {
+        c.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// Rank 1 of [`between`]: listens on `port` (both families where the host has IPv6), takes the
+/// first connection that shows `nonce` (answering it back) before `deadline`, and reads `mb`
+/// MiB 1 MiB at a time: the MB/s.
+fn receive_between(port: u16, nonce: u64, mb: usize, deadline: Instant) -> io::Result<f64> {
+    let listener = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port))
+        .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::AddrInUse => io::Error::other(format!("{PORT_TAKEN} ({port}): {e}")),
+            _ => e,
+        })?;
+    listener.set_nonblocking(true)?;
+    let mut s = loop {
+        match listener.accept() {
+            Ok((mut s, _)) => {
+                // Rank 0 shows the nonce; anyone else is dropped, unanswered.
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let mut shown = [0u8; 8];
+                if s.read_exact(&mut shown).is_ok() && shown == nonce.to_le_bytes() {
+                    s.write_all(&shown)?;
+                    break s;
+                }
+            }
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+            Err(_) if Instant::now() >= deadline => {
+                return Err(io::Error::other(format!(
+                    "rank 0 did not connect within {} s",
+                    BETWEEN_WAIT.as_secs()
+                )));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    s.set_read_timeout(Some(BETWEEN_WAIT))?;
+    let (got, timed, secs) = read_plain(&mut s, mb << 20)?;
+    if got != mb << 20 {
+        return Err(io::Error::other(format!(
+            "{got} of {} bytes arrived",
+            mb << 20
+        )));
+    }
+    Ok(timed as f64 / (1 << 20) as f64 / secs.max(1e-9))
 }
 
 #[cfg(test)]

@@ -327,12 +327,10 @@ impl Between {
             Some(u) => format!("{} {u}\n", h.address),
             None => format!("{}\n", h.address),
         };
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
         let file = std::env::temp_dir().join(format!(
-            "dsm-bench-hosts-{}-{nanos:08x}",
-            std::process::id()
+            "dsm-bench-hosts-{}-{:08x}",
+            std::process::id(),
+            nanos()
         ));
         // A new file of ours (never one planted there, or a link).
         std::fs::OpenOptions::new()
@@ -355,9 +353,7 @@ impl Between {
         let me = std::env::current_exe().map_err(|e| format!("my own path: {e}"))?;
         let mut failed = String::new();
         for attempt in 0..3u32 {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos());
+            let nanos = nanos();
             let port = 20_000 + (nanos ^ std::process::id() ^ attempt.wrapping_mul(7_919)) % 40_000;
             // The two ends know each other by this: a stranger on the port is not measured.
             let nonce = u64::from(nanos) << 32 | u64::from(std::process::id());
@@ -390,6 +386,13 @@ impl Between {
         }
         Err(format!("three ports taken ({failed})"))
     }
+}
+
+/// The nanoseconds of the clock's current second: what varies between runs, for names and ports.
+fn nanos() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
 }
 
 impl Drop for Between {
