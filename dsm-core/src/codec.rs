@@ -24,7 +24,7 @@ use crate::types::{
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 11;
+pub const VERSION: u8 = 12;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -32,6 +32,9 @@ pub const HEADER_BYTES: usize = 18;
 pub const GRANT_HEADER_BYTES: usize = 4 + 2;
 /// The top bit of a grant's page count: sent on the home's behalf.
 const GRANT_FORWARDED: u16 = 1 << 15;
+/// The next bit of a grant's page count: the pages are not in the frame but in the sender's
+/// memory, which its receiver reads in place ([`encode_grant_in_place`]).
+const GRANT_IN_PLACE: u16 = 1 << 14;
 /// The most pages one grant carries (1 MiB): a run longer than that travels as several grants.
 pub const MAX_RUN_PAGES: usize = 256;
 
@@ -121,6 +124,28 @@ pub fn encode_frame_head<'m>(
     let len = (out.len() - payload_start + body.map_or(0, |b| b.len())) as u32;
     out[start + 14..start + 18].copy_from_slice(&len.to_le_bytes());
     body
+}
+
+/// Appends the frame of a page grant whose `count` pages from `page` stay in the sender's
+/// memory: a node of the same host, which has that memory mapped, reads them there
+/// ([`Frame::GrantInPlace`]). The frame is the grant's header alone.
+pub fn encode_grant_in_place(
+    cookie: u64,
+    from: NodeId,
+    (page, count): (PageNum, u16),
+    forwarded: bool,
+    out: &mut Vec<u8>,
+) {
+    debug_assert!(count >= 1 && usize::from(count) <= MAX_RUN_PAGES);
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.push(VERSION);
+    out.push(MsgKind::GetPageGrant as u8);
+    out.extend_from_slice(&cookie.to_le_bytes());
+    out.extend_from_slice(&from.0.to_le_bytes());
+    out.extend_from_slice(&(GRANT_HEADER_BYTES as u32).to_le_bytes());
+    out.extend_from_slice(&page.0.to_le_bytes());
+    let flags = GRANT_IN_PLACE | if forwarded { GRANT_FORWARDED } else { 0 };
+    out.extend_from_slice(&(count | flags).to_le_bytes());
 }
 
 /// The length of `msg`'s frame in bytes, without encoding it.
@@ -440,6 +465,16 @@ pub enum Frame<'a> {
         /// Sent on the home's behalf ([`Msg::Forward`]).
         forwarded: bool,
     },
+    /// A page grant whose pages are in its sender's memory ([`encode_grant_in_place`]): its
+    /// receiver reads them there and hands the core a [`Frame::Grant`] of them.
+    GrantInPlace {
+        /// The run's first page.
+        page: PageNum,
+        /// Its pages, 1 to [`MAX_RUN_PAGES`].
+        count: u16,
+        /// Sent on the home's behalf ([`Msg::Forward`]).
+        forwarded: bool,
+    },
     /// Any other message.
     Msg(Msg),
 }
@@ -457,6 +492,12 @@ pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, Msg), DecodeError> {
             data: RunData::Copied(Arc::from(data)),
             forwarded,
         },
+        Frame::GrantInPlace { .. } => {
+            return Err(DecodeError::BadValue {
+                field: "grant's page count (pages in the sender's memory)",
+                value: 0,
+            });
+        }
         Frame::Msg(m) => m,
     };
     Ok((header, msg))
@@ -512,7 +553,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         MsgKind::GetPageGrant => {
             let page = PageNum(r.u32()?);
             let raw = r.u16()?;
-            let (count, forwarded) = (raw & !GRANT_FORWARDED, raw & GRANT_FORWARDED != 0);
+            let (count, forwarded, in_place) = (
+                raw & !(GRANT_FORWARDED | GRANT_IN_PLACE),
+                raw & GRANT_FORWARDED != 0,
+                raw & GRANT_IN_PLACE != 0,
+            );
             if count == 0 || usize::from(count) > MAX_RUN_PAGES {
                 return Err(DecodeError::BadValue {
                     field: "grant's page count",
@@ -523,6 +568,13 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 return Err(DecodeError::BadValue {
                     field: "grant's first page",
                     value: page.0.into(),
+                });
+            }
+            if in_place {
+                return Ok(Frame::GrantInPlace {
+                    page,
+                    count,
+                    forwarded,
                 });
             }
             let data = r.take(usize::from(count) * PAGE_SIZE)?;

@@ -8,7 +8,7 @@
 //! correctness depends on their order: a dirty page is downgraded *before* it is diffed against its
 //! twin, so that a store by another application thread either lands before the diff or faults.
 
-use crate::types::{AtomicOp, PAGE_SIZE, PageBuf, PageNum, Prot};
+use crate::types::{AtomicOp, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot};
 
 /// Page bytes and protections of one node's shared region.
 pub trait PageMemory {
@@ -39,6 +39,12 @@ pub trait PageMemory {
     /// the memory keeps what it lent sound meanwhile (a lent page given back to the system is
     /// copied for the transport first).
     fn lends_runs(&self) -> bool {
+        false
+    }
+    /// Whether runs this home lends to `to` reach it in place: `to` reads them in this memory
+    /// (a node of the same host), so serving it costs this node a grant's header, and a
+    /// holder forwarding it a copy would cost more. The home then serves `to` itself.
+    fn serves_in_place(&mut self, _to: NodeId) -> bool {
         false
     }
     /// Writes `data` at `offset` in `page` (without touching the application's protection).

@@ -537,6 +537,10 @@ impl<M: PageMemory> Node<M> {
                 MsgKind::GetPageGrant,
                 codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES + data.len(),
             ),
+            codec::Frame::GrantInPlace { .. } => (
+                MsgKind::GetPageGrant,
+                codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES,
+            ),
         };
         if from.0 >= self.cfg.nodes || from == self.cfg.node {
             return Err(ProtocolError {
@@ -554,6 +558,13 @@ impl<M: PageMemory> Node<M> {
                 data,
                 forwarded,
             } => self.on_page_grant(now, from, (page, data, GrantSource::of(forwarded))),
+            // The runtime reads such a grant's pages in its sender's memory and hands over a
+            // `Frame::Grant` of them.
+            codec::Frame::GrantInPlace { .. } => Err(ProtocolError {
+                from,
+                kind: MsgKind::GetPageGrant,
+                why: "a grant of pages left in its sender's memory, not read there",
+            }),
         };
         self.drain_loopback(now);
         result

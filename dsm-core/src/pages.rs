@@ -726,6 +726,9 @@ impl<M: PageMemory> Node<M> {
         let Some(within) = self.cfg.forward_within else {
             return false;
         };
+        if self.mem.serves_in_place(from) {
+            return false;
+        }
         let last = PageNum(first.0 + (count - 1));
         let within = u64::try_from(within.as_nanos()).unwrap_or(u64::MAX);
         let Some(held) = self

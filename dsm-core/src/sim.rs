@@ -851,7 +851,7 @@ impl Cluster {
                 from: NodeId(from),
                 to: NodeId(key.1),
                 kind: match &msg {
-                    Frame::Grant { .. } => MsgKind::GetPageGrant,
+                    Frame::Grant { .. } | Frame::GrantInPlace { .. } => MsgKind::GetPageGrant,
                     Frame::Msg(m) => m.kind(),
                 },
             });

@@ -526,3 +526,51 @@ proptest! {
         let _ = diff::validate(&bytes);
     }
 }
+
+/// A grant in place is its header alone, and decodes as such (never as a message, whose pages
+/// would be missing); its flags and bounds are checked as a grant's.
+#[test]
+fn a_grant_in_place_is_its_header_alone() {
+    for (page, count, forwarded) in [
+        (0u32, 1u16, false),
+        (77, 256, true),
+        (u32::MAX - 3, 3, false),
+    ] {
+        let mut frame = Vec::new();
+        codec::encode_grant_in_place(9, NodeId(3), (PageNum(page), count), forwarded, &mut frame);
+        assert_eq!(frame.len(), HEADER_BYTES + codec::GRANT_HEADER_BYTES);
+        let (header, back) = codec::decode_frame_ref(&frame).unwrap();
+        assert_eq!((header.cookie, header.from), (9, NodeId(3)));
+        assert_eq!(
+            back,
+            Frame::GrantInPlace {
+                page: PageNum(page),
+                count,
+                forwarded
+            }
+        );
+        assert!(
+            codec::decode_frame(&frame).is_err(),
+            "a grant in place has no pages to make a message of"
+        );
+        let mut longer = frame.clone();
+        longer.push(0);
+        assert!(codec::decode_frame_ref(&longer).is_err());
+    }
+    // A count of 0 or past the longest run, or a run past the last page, is refused.
+    for (page, count) in [(0u32, 0u16), (0, 257), (u32::MAX, 2)] {
+        let mut frame = Vec::new();
+        codec::encode_grant_in_place(9, NodeId(3), (PageNum(0), 1), false, &mut frame);
+        let at = HEADER_BYTES;
+        frame[at..at + 4].copy_from_slice(&page.to_le_bytes());
+        let raw = u16::from_le_bytes([frame[at + 4], frame[at + 5]]) & !0x1ff | count;
+        frame[at + 4..at + 6].copy_from_slice(&raw.to_le_bytes());
+        assert!(
+            matches!(
+                codec::decode_frame_ref(&frame),
+                Err(DecodeError::BadValue { .. })
+            ),
+            "page {page} count {count}"
+        );
+    }
+}

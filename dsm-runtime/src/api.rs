@@ -388,6 +388,16 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         (core_cfg.cache_pages / 8).max(1) * PAGE_SIZE,
         Ordering::Relaxed,
     );
+    // Between nodes of this host, pages read in place (UDP and TCP: RDMA moves runs its own
+    // way; the race checker sees a home's pages only as copies it makes).
+    let mut region = region;
+    if size > 1
+        && config.same_host_memory
+        && matches!(config.comm_type, CommType::Udp | CommType::Tcp)
+        && !config.check_races
+    {
+        region.share_with_host(rank, size, cookie);
+    }
     let node = Node::new(core_cfg, region);
     let service = Service::new(
         node,

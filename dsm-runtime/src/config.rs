@@ -111,6 +111,9 @@ pub struct Config {
     /// `huge_pages`: `auto` lands fetched runs in large folios, in a tmpfs of the node's own
     /// where the system allows one (`region::Backing`); `off`: a memfd, 4 KiB pages only.
     pub huge_pages: bool,
+    /// `same_host`: `memory` (nodes of one host read each other's pages in place, from the
+    /// home's memory file) or `transport` (through `comm_type`, as between hosts).
+    pub same_host_memory: bool,
     /// `peer_timeout_ms`.
     pub peer_timeout_ms: u64,
     /// `base_port` (0: any).
@@ -198,6 +201,7 @@ impl Default for Config {
             cache_pages: 0,
             region_gib: 64,
             huge_pages: true,
+            same_host_memory: true,
             peer_timeout_ms: 10_000,
             base_port: 0,
             rdma_device: None,
@@ -287,6 +291,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "huge_pages",
         "auto (fetched runs land in large folios where the system lets a node mount a tmpfs of \
          its own) or off",
+    ),
+    (
+        "same_host",
+        "memory (nodes of one host read each other's pages in place, on udp and tcp) or \
+         transport (through comm_type, as between hosts)",
     ),
     ("peer_timeout_ms", "100 to 3600000"),
     ("base_port", "0 (any free port) or 1024 to 65000"),
@@ -518,6 +527,13 @@ impl Config {
                     _ => return Err(bad()),
                 }
             }
+            "same_host" => {
+                self.same_host_memory = match value {
+                    "memory" => true,
+                    "transport" => false,
+                    _ => return Err(bad()),
+                }
+            }
             "peer_timeout_ms" => self.peer_timeout_ms = range(100, 3_600_000)?,
             "base_port" => {
                 let p = parse_num(value).ok_or_else(bad)?;
@@ -646,6 +662,14 @@ impl Config {
             format!(
                 "huge_pages={}",
                 if self.huge_pages { "auto" } else { "off" }
+            ),
+            format!(
+                "same_host={}",
+                if self.same_host_memory {
+                    "memory"
+                } else {
+                    "transport"
+                }
             ),
             format!("peer_timeout_ms={}", self.peer_timeout_ms),
             format!("base_port={}", self.base_port),

@@ -67,6 +67,8 @@ mod progress;
 #[allow(unsafe_code)]
 mod region;
 #[cfg(not(dsm_loom))]
+mod same_host;
+#[cfg(not(dsm_loom))]
 mod service;
 pub mod stats;
 #[allow(unsafe_code)]

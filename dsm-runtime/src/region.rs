@@ -25,11 +25,13 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
 
-use dsm_core::{AtomicOp, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
+use dsm_core::{AtomicOp, NodeId, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 use dsm_transport::LentBytes;
 
 use crate::door::end::fatal;
+use crate::same_host::{InPlaceRun, ReadError, SameHost};
 use crate::sys::{self, Protection};
 
 /// The region of one node.
@@ -56,6 +58,12 @@ pub(crate) struct Region {
     lent: Vec<Weak<LentPages>>,
     /// `lent`'s length at which it is next pruned.
     lent_prune_at: usize,
+    /// This memory offered to the nodes of this host, and theirs read here
+    /// ([`crate::same_host`]; `None`: every page through the transport).
+    same_host: Option<SameHost>,
+    /// One bit per page: granted in place to a node of this host ([`crate::same_host`]), which
+    /// may read it at any time: never punched (empty until the first such grant).
+    in_place: Vec<u64>,
 }
 
 /// A run of this node's home pages lent to the transport (`RunData::Lent`): read through the
@@ -226,6 +234,8 @@ impl Region {
             large_runs: AtomicU64::new(0),
             lent: Vec::new(),
             lent_prune_at: LENT_PRUNE,
+            in_place: Vec::new(),
+            same_host: None,
         };
         Ok((region, backing))
     }
@@ -257,6 +267,68 @@ impl Region {
         });
         self.lent.push(Arc::downgrade(&run));
         run
+    }
+
+    /// Offers this memory to the nodes of this host, node `me` of `nodes` in the job with
+    /// `cookie`, and reads theirs in place ([`crate::same_host`]); where that cannot be set up,
+    /// pages go through the transport.
+    pub fn share_with_host(&mut self, me: u16, nodes: u16, cookie: u64) {
+        self.same_host = crate::same_host::start(me, nodes, cookie, &self.fd, self.len);
+    }
+
+    /// Grants the `count` lent pages from `first` in place to node `to` if it reads this
+    /// memory (offering it the first time): whether it does. Such pages are never punched
+    /// ([`PageMemory::discard`]): `to` reads them when the grant reaches it.
+    pub fn grant_in_place(&mut self, to: NodeId, first: PageNum, count: usize) -> bool {
+        let Some(same_host) = &mut self.same_host else {
+            return false;
+        };
+        if !same_host.sends_in_place(to.0, Instant::now()) {
+            return false;
+        }
+        same_host.sent_pages += count as u64;
+        self.lent_in_place(first, count);
+        true
+    }
+
+    /// The `count` pages from `page` in node `from`'s memory, for a grant it sent in place
+    /// (`None`: this node reads no memory in place).
+    pub fn read_in_place(
+        &mut self,
+        from: u16,
+        page: PageNum,
+        count: u16,
+    ) -> Option<Result<InPlaceRun, ReadError>> {
+        Some(self.same_host.as_mut()?.read(from, page, count))
+    }
+
+    /// Why offers of other nodes' memory were refused here, if any were.
+    pub fn in_place_refusals(&self) -> Option<String> {
+        self.same_host.as_ref()?.last_refusal()
+    }
+
+    /// Pages granted in place, and read in place, so far.
+    pub fn in_place_counts(&self) -> (u64, u64) {
+        self.same_host
+            .as_ref()
+            .map_or((0, 0), |s| (s.sent_pages, s.read_pages))
+    }
+
+    /// Records that the `count` pages from `first` were granted in place: never punched.
+    fn lent_in_place(&mut self, first: PageNum, count: usize) {
+        self.check_run(first, count);
+        if self.in_place.is_empty() {
+            self.in_place = vec![0; (self.len / PAGE_SIZE).div_ceil(64)];
+        }
+        for p in first.index()..first.index() + count {
+            self.in_place[p / 64] |= 1 << (p % 64);
+        }
+    }
+
+    fn granted_in_place(&self, page: usize) -> bool {
+        self.in_place
+            .get(page / 64)
+            .is_some_and(|w| w & (1 << (page % 64)) != 0)
     }
 
     /// Requests of two pages or more prepared so far to land in large folios.
@@ -575,6 +647,12 @@ impl PageMemory for Region {
         !dsm_races::on()
     }
 
+    fn serves_in_place(&mut self, to: NodeId) -> bool {
+        self.same_host
+            .as_mut()
+            .is_some_and(|s| s.sends_in_place(to.0, Instant::now()))
+    }
+
     fn discard(&mut self, first: PageNum, count: u32) {
         // A lent run that holds any of these pages keeps its bytes first (rare: only a page
         // cached here since its home moved away is discarded).
@@ -588,11 +666,20 @@ impl PageMemory for Region {
             }
             None => false,
         });
-        let _ = sys::punch_hole(
-            &self.fd,
-            (first.index() * PAGE_SIZE) as u64,
-            u64::from(count) * PAGE_SIZE as u64,
-        );
+        // Pages granted in place keep their bytes in the file: a node of this host may read
+        // them yet (the grant may still be on its way). Their memory stays until the page is
+        // written again or the node ends: at most the pages once homed here.
+        let mut p = start;
+        while p < start + n {
+            let keep = self.granted_in_place(p);
+            let run = (p..start + n)
+                .take_while(|&q| self.granted_in_place(q) == keep)
+                .count();
+            if !keep {
+                let _ = sys::punch_hole(&self.fd, (p * PAGE_SIZE) as u64, (run * PAGE_SIZE) as u64);
+            }
+            p += run;
+        }
     }
 }
 
@@ -666,6 +753,26 @@ mod tests {
             "{} runs recorded",
             region.lent.len()
         );
+    }
+
+    #[test]
+    fn pages_granted_in_place_keep_their_bytes_when_discarded_and_the_others_are_given_back() {
+        let pages = 200;
+        let (mut region, _) =
+            Region::map(0x6200_0000_0000, pages * PAGE_SIZE, false).expect("region");
+        region.write_run(PageNum(60), &vec![5; 80 * PAGE_SIZE]);
+        region.discard(PageNum(60), 4);
+        // Granted in place: 64..70 and 127..129 (across a word of the map).
+        region.lent_in_place(PageNum(64), 6);
+        region.lent_in_place(PageNum(127), 2);
+        region.discard(PageNum(60), 80);
+        let mut page = [9u8; PAGE_SIZE];
+        for p in 60..140 {
+            region.read(PageNum(p), &mut page);
+            let kept = (64..70).contains(&p) || (127..129).contains(&p);
+            let want = if kept { 5 } else { 0 };
+            assert!(page.iter().all(|&b| b == want), "page {p}: {}", page[0]);
+        }
     }
 
     #[test]

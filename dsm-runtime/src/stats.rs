@@ -31,13 +31,18 @@ pub struct RuntimeStats {
     pub service_sleeps_realtime: u64,
     /// Requests of two pages or more whose runs land in large folios (`huge_pages`).
     pub large_folio_requests: u64,
+    /// Pages this node granted in place to nodes of its host, which read them in its memory
+    /// (`same_host = memory`).
+    pub pages_granted_in_place: u64,
+    /// Pages this node read in place, in the memory of their home on its host.
+    pub pages_read_in_place: u64,
     /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
     pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
     /// How many counters [`RuntimeStats::NAMES`] names.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 11;
 
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
     pub const NAMES: [&'static str; Self::COUNT] = [
@@ -50,6 +55,8 @@ impl RuntimeStats {
         "service_sleeps",
         "service_sleeps_realtime",
         "large_folio_requests",
+        "pages_granted_in_place",
+        "pages_read_in_place",
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
@@ -64,6 +71,8 @@ impl RuntimeStats {
             self.service_sleeps,
             self.service_sleeps_realtime,
             self.large_folio_requests,
+            self.pages_granted_in_place,
+            self.pages_read_in_place,
         ]
     }
 
@@ -89,6 +98,8 @@ impl RuntimeStats {
             service_sleeps: at(6),
             service_sleeps_realtime: at(7),
             large_folio_requests: at(8),
+            pages_granted_in_place: at(9),
+            pages_read_in_place: at(10),
             transport: transport_names
                 .iter()
                 .enumerate()
@@ -231,6 +242,12 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
         &["large_folio_requests"],
         "requests of two pages or more whose runs land in large folios of the node's own tmpfs \
          (huge_pages = auto); 0 where the node uses a memfd",
+    ),
+    (
+        "pages_*_in_place",
+        &["pages_granted_in_place", "pages_read_in_place"],
+        "pages granted to nodes of this host, which read them in this node's memory; pages \
+         read so in their home's memory (same_host = memory)",
     ),
     (
         "msgs/bytes sent/received",
@@ -565,6 +582,8 @@ mod tests {
             service_sleeps: 9,
             service_sleeps_realtime: 8,
             large_folio_requests: 10,
+            pages_granted_in_place: 11,
+            pages_read_in_place: 12,
             transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
         };
         let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();

@@ -264,6 +264,7 @@ fn dsm_bench_measures_the_floors() {
     let landed = row("the same stream landed in fresh pages of a memory file and read (MB/s)");
     let tcp = row("remote pages streamed, TCP, 2 nodes (MB/s)");
     row("remote pages streamed, UDP, 2 nodes (MB/s)");
+    let in_place = row("remote pages streamed, in place, 2 nodes (MB/s)");
     let close = |name: &str, want: f64| {
         let got = row(name);
         assert!(
@@ -274,6 +275,10 @@ fn dsm_bench_measures_the_floors() {
     close("landed stream / plain TCP stream", landed / plain);
     close("remote pages streamed, TCP / landed stream", tcp / landed);
     close("remote pages streamed, TCP / plain TCP stream", tcp / plain);
+    close(
+        "remote pages streamed, in place / plain TCP stream",
+        in_place / plain,
+    );
     // How much of each stream landed in large folios: the reader's requests, one count per
     // sample (0 only where the node could not make its tmpfs and says so at debug level).
     for transport in ["UDP", "TCP"] {

@@ -614,6 +614,20 @@ fn every_app_is_exact_on_two_hosts_of_a_narrow_path_with_kernel_loss() {
             text(&out)
         );
     }
+    // Node 0's array read by node 1 beside it in place (same_host = memory), by nodes 2 and 3
+    // of the other host through the transport: a namespace's abstract sockets are its own.
+    let out = c.run_with(&[1, 1, 2, 2], &["--stats"], "stream", &["16"]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("stream OK nodes=4"),
+        "stream:\n{}",
+        text(&out)
+    );
+    let read = stats_row(&out, "pages_read_in_place");
+    assert!(
+        read.len() == 4 && read[1] >= 4096 && read[2] == 0 && read[3] == 0,
+        "pages read in place by node {read:?}:\n{}",
+        text(&out)
+    );
 }
 
 /// `dsm-bench --floors-only --hosts` measures between two hosts: the plain TCP stream between

@@ -19,7 +19,70 @@ use crate::trace::{self, Step};
 /// `Service::drain_core`): about one UDP datagram's pages.
 const FLUSH_GRANT_BYTES: usize = 32 << 10;
 
+/// A grant in place that starts between two multiples of this many pages ends at the next.
+const FIRST_IN_PLACE_PAGES: u64 = 16;
+
+/// A grant in place: `count` pages from `page` of this node's memory, for node `to` to read
+/// there (see `crate::same_host`).
+struct InPlace {
+    to: NodeId,
+    page: PageNum,
+    count: u16,
+    forwarded: bool,
+}
+
+impl InPlace {
+    /// Whether a run from `page` granted to `to` continues this grant.
+    fn continued_by(&self, to: NodeId, page: PageNum, forwarded: bool) -> bool {
+        self.to == to
+            && self.forwarded == forwarded
+            && self.page.0.checked_add(u32::from(self.count)) == Some(page.0)
+    }
+
+    /// The pages this grant may still take: it ends at the next multiple of the longest grant
+    /// ([`codec::MAX_RUN_PAGES`], 1 MiB), or of [`FIRST_IN_PLACE_PAGES`] for one that starts
+    /// between two (the first of a request, whose first page its reader may be waiting for:
+    /// a short grant lands sooner). The reader writes each grant with one `pwrite`, and the
+    /// large folios of its file never straddle such a boundary (they are aligned to their
+    /// size, at most 1 MiB, and none holds the request's first page, which is in memory
+    /// before: see `Region::prepare`): every folio is written whole by one grant, never zeroed
+    /// first for the part another grant brings.
+    fn room(&self) -> u16 {
+        let page = u64::from(self.page.0);
+        let step = if page % FIRST_IN_PLACE_PAGES == 0 {
+            codec::MAX_RUN_PAGES as u64
+        } else {
+            FIRST_IN_PLACE_PAGES
+        };
+        let end = (page / step + 1) * step;
+        (end - page - u64::from(self.count)) as u16
+    }
+}
+
 impl Service {
+    /// Sends a grant in place, if there is one; the first of a drain (`flushed` still false)
+    /// leaves at once, as the first grant with its pages does.
+    fn send_in_place(&mut self, grant: Option<InPlace>, flushed: &mut bool) {
+        let Some(g) = grant else { return };
+        let Some(t) = &mut self.transport else {
+            fatal("a one-node job tried to send a message")
+        };
+        let mut frame = Vec::with_capacity(codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES);
+        codec::encode_grant_in_place(
+            self.cookie,
+            self.node.id(),
+            (g.page, g.count),
+            g.forwarded,
+            &mut frame,
+        );
+        t.send_owned(Instant::now(), g.to.0, frame);
+        if !*flushed {
+            t.flush(Instant::now());
+            *flushed = true;
+        }
+        self.frames_sent += 1;
+    }
+
     /// Turns a GETP into one-sided reads of the home's memory, one per run of consecutive
     /// pages; `false` (nothing issued) when the transport cannot take them all now.
     pub(super) fn read_one_sided(&mut self, home: NodeId, pages: &[PageNum]) -> bool {
@@ -56,6 +119,8 @@ impl Service {
         // Grant bytes handed to the transport since it last flushed, and whether it has yet in
         // this drain.
         let (mut unflushed, mut flushed) = (0usize, false);
+        // A grant in place being joined.
+        let mut in_place: Option<InPlace> = None;
         while let Some(tx) = self.node.poll_transmit() {
             any = true;
             if let (true, Msg::GetPageGrant { page, .. }) = (trace::on(), &tx.msg) {
@@ -64,6 +129,43 @@ impl Service {
             if let Msg::GetPage { pages, .. } = &tx.msg {
                 fetching.extend_from_slice(pages);
             }
+            // A run lent to a node of this host goes as the grant's header: the node reads the
+            // pages in this node's memory. Consecutive runs to one node join into one grant,
+            // sent before any other message (the order between two nodes is kept).
+            if let Msg::GetPageGrant {
+                page,
+                data: RunData::Lent(pages),
+                forwarded,
+            } = tx.msg
+                && self
+                    .node
+                    .memory_mut()
+                    .grant_in_place(tx.to, page, usize::from(pages))
+            {
+                let (mut page, mut pages) = (page, pages);
+                while pages > 0 {
+                    let joined = match &mut in_place {
+                        Some(joined) if joined.continued_by(tx.to, page, forwarded) => joined,
+                        _ => {
+                            self.send_in_place(in_place.take(), &mut flushed);
+                            in_place.insert(InPlace {
+                                to: tx.to,
+                                page,
+                                count: 0,
+                                forwarded,
+                            })
+                        }
+                    };
+                    let taken = joined.room().min(pages);
+                    joined.count += taken;
+                    (page, pages) = (PageNum(page.0 + u32::from(taken)), pages - taken);
+                    if joined.room() == 0 {
+                        self.send_in_place(in_place.take(), &mut flushed);
+                    }
+                }
+                continue;
+            }
+            self.send_in_place(in_place.take(), &mut flushed);
             if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
                 if self.node.may_read_one_sided(pages) && self.read_one_sided(tx.to, pages) {
                     self.node.sent_as_reads(&tx.msg);
@@ -115,6 +217,7 @@ impl Service {
                 None => t.send_owned(Instant::now(), tx.to.0, frame),
             }
         }
+        self.send_in_place(in_place, &mut flushed);
         if any {
             // The acknowledgements owed ride on these messages (those to other peers too, once
             // everything is read).
@@ -251,5 +354,44 @@ impl Service {
             let transport = self.transport.as_ref().map_or("", |t| t.name());
             crate::sys::write_stderr(stats::render(nodes, transport).as_bytes());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(page: u32, count: u16) -> InPlace {
+        InPlace {
+            to: NodeId(1),
+            page: PageNum(page),
+            count,
+            forwarded: false,
+        }
+    }
+
+    #[test]
+    fn a_grant_in_place_ends_at_the_next_mebibyte_and_joins_only_what_continues_it() {
+        assert_eq!(grant(0, 0).room(), 256);
+        assert_eq!(grant(0, 15).room(), 241);
+        assert_eq!(grant(240, 10).room(), 6);
+        assert_eq!(grant(240, 16).room(), 0);
+        // Starting between two multiples of 16 pages: to the next.
+        assert_eq!(grant(250, 3).room(), 3);
+        assert_eq!(grant(250, 6).room(), 0);
+        assert_eq!(grant(256 * 7 + 1, 0).room(), 15);
+        assert_eq!(grant(u32::MAX, 0).room(), 1);
+        let g = grant(100, 15);
+        assert!(g.continued_by(NodeId(1), PageNum(115), false));
+        assert!(!g.continued_by(NodeId(1), PageNum(116), false), "a gap");
+        assert!(
+            !g.continued_by(NodeId(2), PageNum(115), false),
+            "another node"
+        );
+        assert!(
+            !g.continued_by(NodeId(1), PageNum(115), true),
+            "on the home's behalf"
+        );
+        assert!(!grant(u32::MAX, 1).continued_by(NodeId(1), PageNum(0), false));
     }
 }

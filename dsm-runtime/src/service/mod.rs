@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use dsm_core::codec::Frame;
 use dsm_core::{AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Time, UsageError, WaiterId, codec};
 use dsm_transport::Transport;
 use dsm_transport::reliable::{Event, LostCause};
@@ -42,6 +43,7 @@ use crate::door::request::{Fault, FaultOutcome, Request};
 use crate::door::state::NodeState;
 use crate::door::{SLOTS, fastpath};
 use crate::region::Region;
+use crate::same_host::{InPlaceRun, ReadError};
 use crate::stats::{NodeStats, RuntimeStats};
 use crate::sys::{self, Epoll};
 use crate::trace::{self, Step};
@@ -405,6 +407,8 @@ impl Service {
             sleeps,
             realtime,
             self.node.memory().large_runs(),
+            self.node.memory().in_place_counts().0,
+            self.node.memory().in_place_counts().1,
         ]
     }
 
@@ -435,7 +439,7 @@ impl Service {
     /// which sends them to node 0 at exit beside its own.
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
-        let [r, j, d, h, _, b, sl, rt, lf] =
+        let [r, j, d, h, _, b, sl, rt, lf, gi, ri] =
             std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
         let transport = self
             .transport_counters_now()
@@ -458,6 +462,8 @@ impl Service {
             // A sleep counted in `counted_from` may be counted as realtime only after it.
             service_sleeps_realtime: rt.min(sl),
             large_folio_requests: lf,
+            pages_granted_in_place: gi,
+            pages_read_in_place: ri,
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());
@@ -480,9 +486,27 @@ impl Service {
             match ev {
                 Event::Message { from, bytes } => {
                     let now = self.now();
-                    // A grant's page is copied once, from these bytes into place.
+                    // A grant's page is copied once, from these bytes into place (or from its
+                    // sender's memory, for a grant in place).
                     match codec::decode_frame_ref(&bytes) {
                         Ok((h, frame)) if h.cookie == self.cookie && h.from.0 == from => {
+                            // The bytes of a grant in place, read in its sender's memory.
+                            let run;
+                            let frame = match frame {
+                                Frame::GrantInPlace {
+                                    page,
+                                    count,
+                                    forwarded,
+                                } => {
+                                    run = self.in_place_run(from, page, count);
+                                    Frame::Grant {
+                                        page,
+                                        data: run.bytes(),
+                                        forwarded,
+                                    }
+                                }
+                                f => f,
+                            };
                             let granted = trace::arrived(&frame);
                             if let Err(e) = self.node.handle_frame(now, NodeId(from), frame) {
                                 self.rejected_frames += 1;
@@ -525,6 +549,33 @@ impl Service {
                 }
             }
         }
+    }
+
+    /// The pages of a grant in place from `from`, read in its memory. One that cannot be read
+    /// ends the job, saying why: the pages would never come otherwise (a home sends in place
+    /// only to a node that listens for its memory, once its offer is queued there).
+    fn in_place_run(&mut self, from: u16, page: PageNum, count: u16) -> InPlaceRun {
+        let why = match self.node.memory_mut().read_in_place(from, page, count) {
+            Some(Ok(run)) => return run,
+            Some(Err(ReadError::NotMapped)) => format!(
+                "its memory could not be mapped here ({})",
+                self.node
+                    .memory()
+                    .in_place_refusals()
+                    .unwrap_or_else(|| "no offer of it came".into())
+            ),
+            Some(Err(ReadError::OutOfRegion)) => {
+                format!("{count} pages from {page} reach past the shared region")
+            }
+            None => "this node reads no memory in place".into(),
+        };
+        fatal(&format!(
+            "node {from} granted pages from {page} in its memory, but {why}; set same_host = \
+             transport to move pages through {}",
+            self.transport
+                .as_ref()
+                .map_or("the transport", |t| t.name())
+        ))
     }
 
     /// Does what the core work left for the service thread (service thread only).

@@ -26,6 +26,9 @@ macro_rules! syscall {
     }};
 }
 
+// After the macro, which it uses.
+pub mod host_socket;
+
 /// Page protection of the application's view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protection {

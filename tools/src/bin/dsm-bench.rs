@@ -16,8 +16,10 @@
 //! the start of each round it samples the floors too, printed before the table: the bare fault +
 //! mprotect cost, the cost of backing a fresh page with memory, the UDP and TCP round trip of a
 //! page-shaped exchange, and the remote fault latency as a ratio to them; and remote pages
-//! streamed (the `stream` app, 2 nodes, UDP and TCP, default settings) beside a plain TCP stream
-//! between two processes of the machine and the same stream landed in fresh pages of a memory
+//! streamed (the `stream` app, 2 nodes, UDP and TCP through the transport, `same_host =
+//! transport`, and read in place in the home's memory, the default between nodes of one host)
+//! beside a plain TCP stream between two processes of the machine and the same stream landed in
+//! fresh pages of a memory
 //! file and read (what any page-based DSM must do with what it receives), in the same sample,
 //! with their ratios. With 1 and
 //! more nodes in the matrix, every round also runs two 1-node jobs of each app at once (row
@@ -563,6 +565,9 @@ const TCP_STREAM_ROW: &str = "a plain TCP stream between two processes of this m
 const LANDING_ROW: &str = "the same stream landed in fresh pages of a memory file and read (MB/s)";
 const STREAM_UDP_ROW: &str = "remote pages streamed, UDP, 2 nodes (MB/s)";
 const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
+/// The same stream with the pages read in place in their home's memory (`same_host = memory`,
+/// the default between nodes of one host; the two rows above move them through the transport).
+const STREAM_IN_PLACE_ROW: &str = "remote pages streamed, in place, 2 nodes (MB/s)";
 /// The plain stream's row between two hosts (`--hosts`).
 const HOSTS_STREAM_ROW: &str = "a plain TCP stream between the two hosts (MB/s)";
 
@@ -716,10 +721,17 @@ impl Floors {
                 Err(e) => eprintln!("dsm-bench: TCP stream ({how:?}): {e}"),
             }
         }
-        for (transport, row) in [("udp", STREAM_UDP_ROW), ("tcp", STREAM_TCP_ROW)] {
+        let in_place = [("udp", "same_host=memory", STREAM_IN_PLACE_ROW)];
+        let streams = [
+            ("udp", "same_host=transport", STREAM_UDP_ROW),
+            ("tcp", "same_host=transport", STREAM_TCP_ROW),
+        ]
+        .into_iter()
+        .chain(in_place.into_iter().filter(|_| self.between.is_none()));
+        for (transport, same_host, row) in streams {
             let out = Command::new(bin("dsmrun"))
                 .args(self.nodes())
-                .args(["--stats", "--transport", transport])
+                .args(["--stats", "--transport", transport, "--set", same_host])
                 .arg(bin("stream"))
                 .args(["--no-check", &STREAM_MB.to_string()])
                 .output();
@@ -772,6 +784,11 @@ impl Floors {
                 STREAM_TCP_ROW,
                 plain,
                 "remote pages streamed, TCP / plain TCP stream",
+            ),
+            (
+                STREAM_IN_PLACE_ROW,
+                plain,
+                "remote pages streamed, in place / plain TCP stream",
             ),
             (
                 LANDING_ROW,
@@ -1368,8 +1385,10 @@ fn main() {
             let _ = std::fs::write(p, to_json(&o, &run, &floors, &[], &[]));
         }
         // A stream that gave no sample failed (its error is above): status 1, as a failed run.
+        let in_place = Some(STREAM_IN_PLACE_ROW).filter(|_| floors.between.is_none());
         let missing: Vec<&str> = [floors.plain_row(), STREAM_UDP_ROW, STREAM_TCP_ROW]
             .into_iter()
+            .chain(in_place)
             .filter(|row| !floors.runs.iter().any(|(name, _)| name == row))
             .collect();
         if !missing.is_empty() {
