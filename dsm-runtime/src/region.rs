@@ -25,7 +25,6 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
 
 use dsm_core::{AtomicOp, NodeId, PAGE_SIZE, PageBuf, PageMemory, PageNum, Prot};
 use dsm_transport::LentBytes;
@@ -58,7 +57,7 @@ pub(crate) struct Region {
     lent: Vec<Weak<LentPages>>,
     /// `lent`'s length at which it is next pruned.
     lent_prune_at: usize,
-    /// This memory offered to the nodes of this host, and theirs read here
+    /// This memory given to the nodes of this host that ask, and theirs read here
     /// ([`crate::same_host`]; `None`: every page through the transport).
     same_host: Option<SameHost>,
     /// One bit per page: granted in place to a node of this host ([`crate::same_host`]), which
@@ -269,26 +268,34 @@ impl Region {
         run
     }
 
-    /// Offers this memory to the nodes of this host, node `me` of `nodes` in the job with
-    /// `cookie`, and reads theirs in place ([`crate::same_host`]); where that cannot be set up,
+    /// Shares this memory with the nodes of this host that ask, node `me` of `nodes` in the job
+    /// with `cookie`, and reads theirs in place ([`crate::same_host`]); where that cannot be set up,
     /// pages go through the transport.
     pub fn share_with_host(&mut self, me: u16, nodes: u16, cookie: u64) {
         self.same_host = crate::same_host::start(me, nodes, cookie, &self.fd, self.len);
     }
 
     /// Grants the `count` lent pages from `first` in place to node `to` if it reads this
-    /// memory (offering it the first time): whether it does. Such pages are never punched
-    /// ([`PageMemory::discard`]): `to` reads them when the grant reaches it.
+    /// memory (decided at the first, by whether `to` asked): whether it does. Such pages are
+    /// never punched ([`PageMemory::discard`]): `to` reads them when the grant reaches it.
     pub fn grant_in_place(&mut self, to: NodeId, first: PageNum, count: usize) -> bool {
         let Some(same_host) = &mut self.same_host else {
             return false;
         };
-        if !same_host.sends_in_place(to.0, Instant::now()) {
+        if !same_host.sends_in_place(to.0) {
             return false;
         }
         same_host.sent_pages += count as u64;
         self.lent_in_place(first, count);
         true
+    }
+
+    /// Before this node's first request to `home`: asks for its memory, if it is of this host
+    /// ([`crate::same_host`]).
+    pub fn ask_in_place(&mut self, home: NodeId) {
+        if let Some(same_host) = &mut self.same_host {
+            same_host.ask(home.0);
+        }
     }
 
     /// The `count` pages from `page` in node `from`'s memory, for a grant it sent in place
@@ -302,7 +309,7 @@ impl Region {
         Some(self.same_host.as_mut()?.read(from, page, count))
     }
 
-    /// Why offers of other nodes' memory were refused here, if any were.
+    /// Why answers of other nodes were refused here, if any were.
     pub fn in_place_refusals(&self) -> Option<String> {
         self.same_host.as_ref()?.last_refusal()
     }
@@ -650,7 +657,7 @@ impl PageMemory for Region {
     fn serves_in_place(&mut self, to: NodeId) -> bool {
         self.same_host
             .as_mut()
-            .is_some_and(|s| s.sends_in_place(to.0, Instant::now()))
+            .is_some_and(|s| s.sends_in_place(to.0))
     }
 
     fn discard(&mut self, first: PageNum, count: u32) {

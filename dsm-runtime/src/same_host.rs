@@ -3,25 +3,37 @@
 //! Between nodes of one host, a grant's pages need not cross the transport: the home's memory
 //! file is on the same machine. A home that lends a run (`RunData::Lent`: its own pages, every
 //! write to them tracked) to a node of its host sends the grant's header alone
-//! ([`codec::encode_grant_in_place`]), and the reader writes the pages into its own memory file
-//! straight from a read-only mapping of the home's: one copy, made by the reader, where the
-//! transport made three (the home's send, the reader's receive and its landing) and the home's
-//! CPU made one of them. The grant is a lent run read at its delivery, the latest a transport
-//! could read it: what the protocol already allows (the simulator reads lent runs then).
+//! ([`dsm_core::codec::encode_grant_in_place`]), and the reader writes the pages into its own
+//! memory file straight from a read-only mapping of the home's: one copy, made by the reader,
+//! where the transport made three (the home's send, the reader's receive and its landing) and
+//! the home's CPU made one of them. The grant is a lent run read at its delivery, the latest a
+//! transport could read it: what the protocol already allows (the simulator reads lent runs
+//! then).
 //!
-//! Which nodes share the host: each node listens on a Unix socket in the abstract namespace,
-//! named by a keyed hash of its node number (SipHash-2-4, the job's cookie the key: abstract
-//! names are listed in `/proc/net/unix`, and one node's name tells nothing of the cookie or of
-//! another's). That namespace belongs to a network namespace, so only processes of this host
-//! and network namespace reach it: nodes of other hosts, or of network namespaces that stand
-//! for hosts, are refused at once (`ECONNREFUSED`) and keep the transport. The first time a
-//! home lends a run to a node, it connects to that node's name, checks that the listener is a
-//! process of its own user (`SO_PEERCRED`: another user who took the name first gets nothing,
-//! and that node gets its pages through the transport), and sends over the connection a
-//! read-only descriptor of its memory file (`SCM_RIGHTS`) with a keyed hash of its node number
-//! and region; only once that is queued does it send grants in place to the node, so the
-//! reader finds the descriptor waiting by the time the grant comes (it maps it then). The
-//! reader takes descriptors only from its own user's processes, with the hash right.
+//! The handshake, once per pair, started by the reader, which is the one that must end up
+//! holding the home's memory:
+//!
+//! 1. Every node listens on a Unix socket (`SOCK_SEQPACKET`) in the abstract namespace, named
+//!    by a keyed hash of its node number (SipHash-2-4 under the job's cookie: abstract names
+//!    are listed in `/proc/net/unix`, and a name tells nothing of the cookie or of another's).
+//!    The namespace is the network namespace's: nodes of other hosts, or of namespaces that
+//!    stand for hosts, are refused at once (`ECONNREFUSED`) and keep the transport.
+//! 2. Before its first request to a home, a reader connects to the home's name, checks that
+//!    the listener runs as its own user (`SO_PEERCRED`), and asks: its number and a keyed hash
+//!    of it (only the job's nodes know the key).
+//! 3. The home, the first time it would lend a run to that reader (the request came after the
+//!    question, so the question waits on its socket), accepts what waits there: a question of
+//!    its own user with the right hash is answered on its connection with a read-only
+//!    descriptor of its memory file (`SCM_RIGHTS`) and a keyed hash of the home's number;
+//!    anything else is closed. Only once that answer is sent do the home's grants to the
+//!    reader go in place; a reader that did not ask gets them through the transport.
+//! 4. The reader, given its first grant in place by a home, reads the answer waiting on its
+//!    own connection (sent before the grant), checks its hash and the file's size, and maps
+//!    the file read-only.
+//!
+//! Another user, or garbage on a socket, can at most make a pair fall back to the transport
+//! (a full queue of connections, a question crowded out): never hand a node a false memory,
+//! get one, or fail a job.
 //!
 //! A home never punches a hole in a page it lent in place (`PageMemory::discard`, a page cached
 //! since its home moved away): a reader may still be about to read it.
@@ -32,38 +44,26 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use dsm_core::{PAGE_SIZE, PageNum};
 
 use crate::sys;
 use crate::sys::host_socket;
 
+/// A question: the magic, the reader's node, its region's length, their keyed hash.
+const ASK: &[u8; 8] = b"DSMASK03";
+/// An answer (with the home's memory file): the magic, the home's node, its region's length,
+/// their keyed hash.
+const ANSWER: &[u8; 8] = b"DSMMEM03";
+/// Bytes of a question or an answer.
+const MESSAGE_BYTES: usize = 8 + 2 + 8 + 8;
+/// Connections a home takes from its socket at once, at most (beyond them, questions wait for
+/// its next look, or crowd out: that pair keeps the transport).
+const TAKEN_AT_ONCE: usize = 256;
+
 /// The system's error number of `e` (0 if none).
 fn os_errno(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
-}
-
-/// The first bytes of an offer (a message carrying a memory file's descriptor).
-const MAGIC: &[u8; 8] = b"DSMHOST2";
-/// An offer: the magic, the sender's node, its region's length, their keyed hash.
-const OFFER_BYTES: usize = 8 + 2 + 8 + 8;
-/// How long a home waits before it offers its memory again to a node whose queue was full.
-const RETRY_FULL: Duration = Duration::from_millis(10);
-
-/// Whether a home sends its grants in place to a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sending {
-    /// Not offered yet.
-    Untried,
-    /// The node's queue of connections was full at this moment: offered again after
-    /// [`RETRY_FULL`].
-    Full(Instant),
-    /// The descriptor is queued or taken there: grants go in place.
-    InPlace,
-    /// No such socket here (another host or network namespace, a node whose memory is not
-    /// shared), or one of another user: grants go through the transport.
-    Transport,
 }
 
 /// SipHash-2-4 of `msg` under the key `(k0, k1)` (Aumasson and Bernstein): a keyed hash whose
@@ -109,7 +109,7 @@ fn siphash24((k0, k1): (u64, u64), msg: &[u8]) -> u64 {
     v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
-/// The job's key for its names and offers, from its cookie.
+/// The job's key for its names, questions and answers, from its cookie.
 fn key(cookie: u64) -> (u64, u64) {
     (cookie, cookie.rotate_left(32) ^ 0x5349_4d45_484f_5354)
 }
@@ -121,10 +121,11 @@ fn socket_name(cookie: u64, node: u16) -> Vec<u8> {
     format!("dsm-{:016x}", siphash24(key(cookie), &msg)).into_bytes()
 }
 
-/// An offer of node `node`'s memory of `len` bytes in the job with `cookie`.
-fn offer(cookie: u64, node: u16, len: u64) -> [u8; OFFER_BYTES] {
-    let mut o = [0u8; OFFER_BYTES];
-    o[..8].copy_from_slice(MAGIC);
+/// A question (`ASK`) or an answer (`ANSWER`) of node `node` of `len` bytes in the job with
+/// `cookie`.
+fn message(magic: &[u8; 8], cookie: u64, node: u16, len: u64) -> [u8; MESSAGE_BYTES] {
+    let mut o = [0u8; MESSAGE_BYTES];
+    o[..8].copy_from_slice(magic);
     o[8..10].copy_from_slice(&node.to_le_bytes());
     o[10..18].copy_from_slice(&len.to_le_bytes());
     let mac = siphash24(key(cookie), &o[..18]);
@@ -132,34 +133,55 @@ fn offer(cookie: u64, node: u16, len: u64) -> [u8; OFFER_BYTES] {
     o
 }
 
-/// One node's side: its socket, its memory offered to the host's other nodes, theirs mapped.
+/// What this node, as a home, does with its grants to a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sending {
+    /// Nothing decided: the node's question is looked for at the first grant.
+    Untried,
+    /// Answered: grants go in place.
+    InPlace,
+    /// No question came (another host, a node not sharing, crowded out): the transport.
+    Transport,
+}
+
+/// What this node, as a reader, knows of a home's memory.
+enum Reading {
+    /// Not asked yet.
+    Untried,
+    /// Asked on this connection: the answer comes before the home's first grant in place.
+    Asked(OwnedFd),
+    /// Mapped here.
+    Mapped(Arc<host_socket::ReadOnlyMapping>),
+    /// Not to be read here (no socket there, another user's, the question not sent, the
+    /// answer refused: why in `SameHost::last_refusal`).
+    No,
+}
+
+/// One node's side: its socket, the homes' memory it asked for or mapped, and what it decided
+/// for its own grants.
 pub(crate) struct SameHost {
     me: u16,
     cookie: u64,
     len: usize,
     uid: u32,
     listening: OwnedFd,
-    /// Connections accepted whose offer has not come yet (room for one per node, reserved).
-    pending: Vec<OwnedFd>,
-    /// This node's memory file, read-only: what it offers.
+    /// This node's memory file, read-only: what it answers with.
     own: OwnedFd,
     /// Every node's socket name (this node's own too).
     names: Vec<Vec<u8>>,
     sending: Vec<Sending>,
-    /// Every node's memory, once it offered it and this node mapped it.
-    memory: Vec<Option<Arc<host_socket::ReadOnlyMapping>>>,
+    reading: Vec<Reading>,
     /// Pages granted in place by this node, and read in place here.
     pub sent_pages: u64,
     pub read_pages: u64,
-    /// Offers refused here (another user, a wrong hash, no descriptor, unmappable), and why
-    /// the last one was.
-    pub refused: u64,
+    /// Answers refused here, and why the last one was (with the system's error number, or 0).
+    refused: u64,
     last_refusal: Option<(&'static str, i32)>,
 }
 
 impl SameHost {
-    /// Listens as node `me` (of a job of `nodes` with `cookie`), offering `file`, the node's
-    /// memory file of `len` bytes, reopened read-only.
+    /// Listens as node `me` (of a job of `nodes` with `cookie`), answering with `file`, the
+    /// node's memory file of `len` bytes, reopened read-only.
     pub fn new(
         me: u16,
         nodes: u16,
@@ -172,17 +194,18 @@ impl SameHost {
         let own = host_socket::reopen_read_only(file)?;
         let mut sending = vec![Sending::Untried; usize::from(nodes)];
         sending[usize::from(me)] = Sending::Transport;
+        let mut reading: Vec<Reading> = (0..nodes).map(|_| Reading::Untried).collect();
+        reading[usize::from(me)] = Reading::No;
         Ok(SameHost {
             me,
             cookie,
             len,
             uid: sys::euid(),
             listening,
-            pending: Vec::with_capacity(usize::from(nodes)),
             own,
             names,
             sending,
-            memory: (0..nodes).map(|_| None).collect(),
+            reading,
             sent_pages: 0,
             read_pages: 0,
             refused: 0,
@@ -190,105 +213,127 @@ impl SameHost {
         })
     }
 
-    /// Whether this node's grants to `to` go in place: offers its memory the first time
-    /// (system calls only, no logging: fault handlers driving the node call it).
-    pub fn sends_in_place(&mut self, to: u16, now: Instant) -> bool {
-        let Some(state) = self.sending.get(usize::from(to)).copied() else {
-            return false;
+    /// Before this node's first request to `home`: asks for its memory (once; system calls
+    /// only, no logging).
+    pub fn ask(&mut self, home: u16) {
+        let Some(Reading::Untried) = self.reading.get(usize::from(home)) else {
+            return;
         };
-        match state {
-            Sending::InPlace => return true,
-            Sending::Transport => return false,
-            Sending::Full(at) if now.duration_since(at) < RETRY_FULL => return false,
-            Sending::Full(_) | Sending::Untried => {}
-        }
-        let next = match self.offer_to(to) {
-            Ok(true) => Sending::InPlace,
-            Ok(false) => Sending::Transport,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) => {
-                Sending::Full(now)
-            }
-            Err(_) => Sending::Transport,
-        };
-        self.sending[usize::from(to)] = next;
-        next == Sending::InPlace
-    }
-
-    /// Offers this node's memory to `to`: `Ok(false)` if its socket is another user's.
-    fn offer_to(&self, to: u16) -> std::io::Result<bool> {
-        let conn = host_socket::connect_abstract(&self.names[usize::from(to)])?;
-        if host_socket::peer_uid(&conn)? != self.uid {
-            return Ok(false);
-        }
-        let o = offer(self.cookie, self.me, self.len as u64);
-        host_socket::send_with_fd(&conn, &o, self.own.as_fd())?;
-        Ok(true)
-    }
-
-    /// Maps the memory every node offered since the last call (signal context: system calls,
-    /// no logging).
-    fn take_offers(&mut self) {
-        // Connections accepted before their offer came (a home connects, then sends) are
-        // read again; new ones join them, as many as there are nodes.
-        while self.pending.len() < self.pending.capacity() {
-            match host_socket::accept(&self.listening) {
-                Ok(Some(c)) => self.pending.push(c),
-                Ok(None) => break,
-                Err(e) => {
-                    self.refuse(("accepting an offer", os_errno(&e)));
-                    break;
-                }
-            }
-        }
-        let mut i = 0;
-        while i < self.pending.len() {
-            match self.take_offer(i) {
-                Ok(false) => i += 1,
-                Ok(true) => drop(self.pending.swap_remove(i)),
-                Err(why) => {
-                    drop(self.pending.swap_remove(i));
+        self.reading[usize::from(home)] = match self.question_to(home) {
+            Ok(conn) => Reading::Asked(conn),
+            Err(why) => {
+                // No socket there is the rule between hosts, not a refusal.
+                if why.1 != libc::ECONNREFUSED {
                     self.refuse(why);
                 }
+                Reading::No
+            }
+        };
+    }
+
+    fn question_to(&self, home: u16) -> Result<OwnedFd, (&'static str, i32)> {
+        let os = |what: &'static str| move |e: std::io::Error| (what, os_errno(&e));
+        let conn = host_socket::connect_abstract(&self.names[usize::from(home)])
+            .map_err(os("connecting to the home's socket"))?;
+        if host_socket::peer_uid(&conn).map_err(os("asking who listens"))? != self.uid {
+            return Err(("the home's socket is another user's", 0));
+        }
+        let q = message(ASK, self.cookie, self.me, self.len as u64);
+        host_socket::send(&conn, &q).map_err(os("asking the home"))?;
+        Ok(conn)
+    }
+
+    /// Whether this node's grants to `to` go in place: decided at the first, by the question
+    /// `to` asked before its first request (system calls only, no logging: fault handlers
+    /// driving the node call it).
+    pub fn sends_in_place(&mut self, to: u16) -> bool {
+        match self.sending.get(usize::from(to)).copied() {
+            Some(Sending::InPlace) => true,
+            Some(Sending::Untried) => {
+                self.answer_questions();
+                let state = &mut self.sending[usize::from(to)];
+                if *state == Sending::Untried {
+                    *state = Sending::Transport;
+                }
+                *state == Sending::InPlace
+            }
+            Some(Sending::Transport) | None => false,
+        }
+    }
+
+    /// Answers the questions waiting on this node's socket, closes everything else there.
+    fn answer_questions(&mut self) {
+        for _ in 0..TAKEN_AT_ONCE {
+            let Ok(Some(conn)) = host_socket::accept(&self.listening) else {
+                return;
+            };
+            if let Some(reader) = self.question_on(&conn) {
+                let a = message(ANSWER, self.cookie, self.me, self.len as u64);
+                if host_socket::send_with_fd(&conn, &a, self.own.as_fd()).is_ok()
+                    && self.sending[usize::from(reader)] == Sending::Untried
+                {
+                    self.sending[usize::from(reader)] = Sending::InPlace;
+                }
             }
         }
     }
 
-    /// Takes the offer on the pending connection `i`: `Ok(false)` if it has not come yet;
-    /// `Err`: why not, and the system's error number (0 if none).
-    fn take_offer(&mut self, i: usize) -> Result<bool, (&'static str, i32)> {
+    /// The node whose valid question waits on `conn`, if one does.
+    fn question_on(&self, conn: &OwnedFd) -> Option<u16> {
+        if host_socket::peer_uid(conn).ok()? != self.uid {
+            return None;
+        }
+        let mut buf = [0u8; MESSAGE_BYTES + 1];
+        let (n, fd) = host_socket::recv_with_fd(conn, &mut buf).ok()??;
+        let reader = u16::from_le_bytes([buf[8], buf[9]]);
+        (n == MESSAGE_BYTES
+            && fd.is_none()
+            && buf[..n] == message(ASK, self.cookie, reader, self.len as u64)
+            && reader != self.me
+            && usize::from(reader) < self.sending.len())
+        .then_some(reader)
+    }
+
+    /// Maps `home`'s memory from the answer waiting on the connection this node asked on.
+    fn take_answer(&mut self, home: u16) {
+        let reading = std::mem::replace(&mut self.reading[usize::from(home)], Reading::No);
+        let Reading::Asked(conn) = reading else {
+            self.reading[usize::from(home)] = reading;
+            return;
+        };
+        match self.answer_on(&conn, home) {
+            Ok(m) => self.reading[usize::from(home)] = Reading::Mapped(Arc::new(m)),
+            Err(why) => self.refuse(why),
+        }
+    }
+
+    fn answer_on(
+        &self,
+        conn: &OwnedFd,
+        home: u16,
+    ) -> Result<host_socket::ReadOnlyMapping, (&'static str, i32)> {
         let os = |what: &'static str| move |e: std::io::Error| (what, os_errno(&e));
-        let conn = &self.pending[i];
-        if host_socket::peer_uid(conn).map_err(os("asking who offered"))? != self.uid {
-            return Err(("an offer from another user", 0));
-        }
-        let mut buf = [0u8; OFFER_BYTES + 1];
+        let mut buf = [0u8; MESSAGE_BYTES + 1];
         let Some((n, fd)) =
-            host_socket::recv_with_fd(conn, &mut buf).map_err(os("receiving an offer"))?
+            host_socket::recv_with_fd(conn, &mut buf).map_err(os("receiving the answer"))?
         else {
-            return Ok(false);
+            return Err(("no answer came", 0));
         };
-        let (Some(fd), OFFER_BYTES) = (fd, n) else {
-            return Err(("a malformed offer", 0));
+        let (Some(fd), MESSAGE_BYTES) = (fd, n) else {
+            return Err(("a malformed answer", 0));
         };
-        let node = u16::from_le_bytes([buf[8], buf[9]]);
-        if buf[..OFFER_BYTES] != offer(self.cookie, node, self.len as u64)
-            || node == self.me
-            || usize::from(node) >= self.memory.len()
-        {
-            return Err(("an offer not of this job", 0));
+        if buf[..n] != message(ANSWER, self.cookie, home, self.len as u64) {
+            return Err(("an answer not of this job's home", 0));
         }
-        if host_socket::file_size(&fd).map_err(os("the offered file's size"))? < self.len as u64 {
-            return Err(("an offered file shorter than the region", 0));
+        if host_socket::file_size(&fd).map_err(os("the answered file's size"))? < self.len as u64 {
+            return Err(("an answered file shorter than the region", 0));
         }
-        if self.memory[usize::from(node)].is_none() {
-            let m = host_socket::ReadOnlyMapping::new(&fd, self.len)
-                .map_err(os("mapping an offered file"))?;
-            // Pages read through it that the home has not backed yet get 4 KiB, as the
-            // home's own faults give them.
-            let _ = sys::small_pages_on_fault(m.base().cast_mut(), self.len);
-            self.memory[usize::from(node)] = Some(Arc::new(m));
-        }
-        Ok(true)
+        let m = host_socket::ReadOnlyMapping::new(&fd, self.len)
+            .map_err(os("mapping the home's memory"))?;
+        // Pages read through it that the home has not backed yet get 4 KiB, as the home's own
+        // faults give them.
+        let _ = sys::small_pages_on_fault(m.base().cast_mut(), self.len);
+        Ok(m)
     }
 
     fn refuse(&mut self, why: (&'static str, i32)) {
@@ -296,15 +341,15 @@ impl SameHost {
         self.last_refusal = Some(why);
     }
 
-    /// Why the last offer was refused here, if one was (for the words on a grant that cannot
+    /// Why the last answer was refused here, if one was (for the words on a grant that cannot
     /// be read).
     pub fn last_refusal(&self) -> Option<String> {
         let (what, errno) = self.last_refusal?;
         Some(if errno == 0 {
-            format!("{} offers refused, the last: {what}", self.refused)
+            format!("{} refused, the last: {what}", self.refused)
         } else {
             format!(
-                "{} offers refused, the last: {what}: {}",
+                "{} refused, the last: {what}: {}",
                 self.refused,
                 std::io::Error::from_raw_os_error(errno)
             )
@@ -319,12 +364,11 @@ impl SameHost {
         if off.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(ReadError::OutOfRegion);
         }
-        let from = usize::from(from);
-        if self.memory.get(from).is_some_and(Option::is_none) {
-            self.take_offers();
+        if matches!(self.reading.get(usize::from(from)), Some(Reading::Asked(_))) {
+            self.take_answer(from);
         }
-        match self.memory.get(from) {
-            Some(Some(m)) => {
+        match self.reading.get(usize::from(from)) {
+            Some(Reading::Mapped(m)) => {
                 self.read_pages += u64::from(count);
                 // Mapped here with one call, not a fault per 16 pages as `pwrite` reads them.
                 m.populate(off, len);
@@ -413,29 +457,19 @@ mod tests {
     }
 
     #[test]
-    fn a_home_offers_its_memory_once_and_the_reader_reads_its_pages_there() {
+    fn a_reader_asks_the_home_answers_and_the_reader_reads_its_pages_there() {
         let (mut home, mut reader, fa, _fb) = pair(16 * PAGE_SIZE);
         sys::write_file_at(&fa, &[7u8; PAGE_SIZE], 3 * PAGE_SIZE as u64).unwrap();
-        assert_eq!(
-            reader.read(0, PageNum(3), 1).err(),
-            Some(ReadError::NotMapped),
-            "nothing offered yet"
-        );
-        assert!(home.sends_in_place(1, Instant::now()));
-        assert!(
-            home.sends_in_place(1, Instant::now()),
-            "offered once, then in place"
-        );
+        reader.ask(0);
+        reader.ask(0);
+        assert!(home.sends_in_place(1));
+        assert!(home.sends_in_place(1), "answered once, then in place");
         let run = reader.read(0, PageNum(3), 2).unwrap();
         let bytes = run.bytes();
         assert_eq!(bytes.len(), 2 * PAGE_SIZE);
         assert!(bytes[..PAGE_SIZE].iter().all(|&b| b == 7));
         assert!(bytes[PAGE_SIZE..].iter().all(|&b| b == 0));
-        // Written after the offer: read as it is now.
-        sys::write_file_at(&fa, &[9u8; PAGE_SIZE], 4 * PAGE_SIZE as u64).unwrap();
-        let again = reader.read(0, PageNum(4), 1).unwrap();
-        assert!(again.bytes().iter().all(|&b| b == 9));
-        assert_eq!(reader.read_pages, 3);
+        assert_eq!(reader.read_pages, 2);
         assert_eq!(
             reader.read(0, PageNum(15), 2).err(),
             Some(ReadError::OutOfRegion)
@@ -444,52 +478,74 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_accepted_before_its_offer_came_is_read_again() {
-        let (cookie, len) = (sys::random_u64(), 4 * PAGE_SIZE);
-        let f = sys::memfd("same-host-d", len as u64).unwrap();
-        let mut reader = SameHost::new(0, 2, cookie, &f, len).unwrap();
-        let home_file = sys::memfd("same-host-e", len as u64).unwrap();
-        sys::write_file_at(&home_file, &[3u8; PAGE_SIZE], 0).unwrap();
-        let conn = host_socket::connect_abstract(&reader.names[0]).unwrap();
-        assert_eq!(
-            reader.read(1, PageNum(0), 1).err(),
-            Some(ReadError::NotMapped),
-            "connected, nothing sent yet"
-        );
-        assert_eq!((reader.refused, reader.pending.len()), (0, 1));
-        host_socket::send_with_fd(&conn, &offer(cookie, 1, len as u64), home_file.as_fd()).unwrap();
-        let run = reader.read(1, PageNum(0), 1).unwrap();
-        assert!(run.bytes().iter().all(|&b| b == 3));
-        assert_eq!((reader.refused, reader.pending.len()), (0, 0));
-        // A connection closed before its offer: refused, not kept.
-        drop(host_socket::connect_abstract(&reader.names[0]).unwrap());
-        reader.take_offers();
-        assert_eq!((reader.refused, reader.pending.len()), (1, 0));
+    fn the_home_reads_memory_as_it_is_when_read() {
+        let (mut home, mut reader, fa, _fb) = pair(8 * PAGE_SIZE);
+        reader.ask(0);
+        assert!(home.sends_in_place(1));
+        sys::write_file_at(&fa, &[9u8; PAGE_SIZE], 4 * PAGE_SIZE as u64).unwrap();
+        let run = reader.read(0, PageNum(4), 1).unwrap();
+        assert!(run.bytes().iter().all(|&b| b == 9));
     }
 
     #[test]
-    fn a_node_without_a_socket_and_an_offer_of_another_job_are_refused() {
+    fn a_reader_that_did_not_ask_gets_the_transport_and_strangers_are_closed() {
         let len = 4 * PAGE_SIZE;
-        let (mut a, _b, _fa, _fb) = pair(len);
-        // Node 1 of a job of three whose node 2 never listened.
+        let (mut home, mut reader, _fa, _fb) = pair(len);
+        // Idle connections, garbage and another job's question before the reader's own.
+        let idle = host_socket::connect_abstract(&home.names[0]).unwrap();
+        let junk = host_socket::connect_abstract(&home.names[0]).unwrap();
+        host_socket::send(&junk, b"garbage").unwrap();
+        let other = host_socket::connect_abstract(&home.names[0]).unwrap();
+        host_socket::send(&other, &message(ASK, sys::random_u64(), 1, len as u64)).unwrap();
+        reader.ask(0);
+        assert!(
+            home.sends_in_place(1),
+            "the reader's question found among them"
+        );
+        let mut buf = [0u8; 64];
+        for (what, conn) in [("idle", &idle), ("garbage", &junk), ("another job", &other)] {
+            let got = host_socket::recv_with_fd(conn, &mut buf).unwrap();
+            assert!(
+                got.is_some_and(|(n, fd)| n == 0 && fd.is_none()),
+                "{what}: closed without an answer"
+            );
+        }
+        assert!(reader.read(0, PageNum(0), 1).is_ok());
+        // A node of a job of three that never asked: the transport, for good.
         let f = sys::memfd("same-host-c", len as u64).unwrap();
-        let mut three = SameHost::new(1, 3, sys::random_u64(), &f, len).unwrap();
-        assert!(
-            !three.sends_in_place(2, Instant::now()),
-            "no socket: the transport"
+        let mut three = SameHost::new(0, 3, sys::random_u64(), &f, len).unwrap();
+        assert!(!three.sends_in_place(2));
+        assert!(!three.sends_in_place(0), "not to itself");
+        assert!(!three.sends_in_place(7), "no such node");
+        // Asking a node that does not listen: nothing to read, and no refusal counted.
+        three.ask(1);
+        assert_eq!(
+            three.read(1, PageNum(0), 1).err(),
+            Some(ReadError::NotMapped)
         );
-        assert!(!three.sends_in_place(1, Instant::now()), "not to itself");
-        assert!(!three.sends_in_place(7, Instant::now()), "no such node");
-        // An offer made with another job's key reaches node 0 of the pair: refused there.
-        let mut other = SameHost::new(1, 2, sys::random_u64(), &f, len).unwrap();
-        other.names[0] = a.names[0].clone();
+        assert_eq!(three.last_refusal(), None);
+    }
+
+    #[test]
+    fn an_answer_of_another_jobs_home_is_refused() {
+        let len = 4 * PAGE_SIZE;
+        let (_home, mut reader, _fa, _fb) = pair(len);
+        let f = sys::memfd("same-host-d", len as u64).unwrap();
+        let mut stranger = SameHost::new(0, 2, sys::random_u64(), &f, len).unwrap();
+        reader.names[0] = stranger.names[0].clone();
+        reader.ask(0);
         assert!(
-            other.sends_in_place(0, Instant::now()),
-            "sent: the sender cannot tell"
+            !stranger.sends_in_place(1),
+            "its question is not of this job"
         );
-        assert_eq!(a.read(1, PageNum(0), 1).err(), Some(ReadError::NotMapped));
-        assert_eq!(a.refused, 1);
-        let why = a.last_refusal().unwrap();
-        assert!(why.contains("an offer not of this job"), "{why}");
+        assert_eq!(
+            reader.read(0, PageNum(0), 1).err(),
+            Some(ReadError::NotMapped)
+        );
+        let why = reader.last_refusal().unwrap();
+        assert!(
+            why.contains("no answer came") || why.contains("malformed"),
+            "{why}"
+        );
     }
 }

@@ -128,6 +128,8 @@ impl Service {
             }
             if let Msg::GetPage { pages, .. } = &tx.msg {
                 fetching.extend_from_slice(pages);
+                // A home of this host is asked for its memory before the first request.
+                self.node.memory_mut().ask_in_place(tx.to);
             }
             // A run lent to a node of this host goes as the grant's header: the node reads the
             // pages in this node's memory. Consecutive runs to one node join into one grant,

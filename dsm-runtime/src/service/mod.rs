@@ -553,7 +553,7 @@ impl Service {
 
     /// The pages of a grant in place from `from`, read in its memory. One that cannot be read
     /// ends the job, saying why: the pages would never come otherwise (a home sends in place
-    /// only to a node that listens for its memory, once its offer is queued there).
+    /// only to a node that asked for its memory, once its answer is sent).
     fn in_place_run(&mut self, from: u16, page: PageNum, count: u16) -> InPlaceRun {
         let why = match self.node.memory_mut().read_in_place(from, page, count) {
             Some(Ok(run)) => return run,
@@ -562,7 +562,7 @@ impl Service {
                 self.node
                     .memory()
                     .in_place_refusals()
-                    .unwrap_or_else(|| "no offer of it came".into())
+                    .unwrap_or_else(|| "it was never asked for".into())
             ),
             Some(Err(ReadError::OutOfRegion)) => {
                 format!("{count} pages from {page} reach past the shared region")

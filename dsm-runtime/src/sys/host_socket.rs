@@ -58,7 +58,9 @@ pub fn listen_abstract(name: &[u8]) -> io::Result<OwnedFd> {
         len
     ))?;
     // fd is a bound socket.
-    syscall!(listen(fd.as_raw_fd(), 128))?;
+    // As many waiting connections as the system allows (net.core.somaxconn): every node of a
+    // large host may ask at once.
+    syscall!(listen(fd.as_raw_fd(), 4096))?;
     Ok(fd)
 }
 
@@ -109,6 +111,21 @@ pub fn peer_uid(sock: &OwnedFd) -> io::Result<u32> {
         &raw mut len
     ))?;
     Ok(cred.uid)
+}
+
+/// Sends `payload` over the connection `sock`, without waiting. Async-signal-safe.
+pub fn send(sock: &OwnedFd, payload: &[u8]) -> io::Result<()> {
+    // payload lives across the call; sock is a connected socket.
+    let sent = syscall!(send(
+        sock.as_raw_fd(),
+        payload.as_ptr().cast(),
+        payload.len(),
+        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+    ))?;
+    if sent as usize != payload.len() {
+        return Err(io::Error::other("message sent short"));
+    }
+    Ok(())
 }
 
 /// Sends `payload` with the descriptor `fd` attached over the connection `sock`, without
