@@ -403,13 +403,14 @@ impl InPlaceRun {
 pub(crate) enum ReadError {
     /// The pages reach past the region: a malformed grant.
     OutOfRegion,
-    /// The sender's memory is not mapped here (its descriptor never came, or did not map).
+    /// The sender's memory is not mapped here (never asked for, its answer refused, or not
+    /// mappable).
     NotMapped,
 }
 
-/// Whether `same_host = memory` can work here: the node's memory file, a socket, the
-/// configuration. `None` (with the reason logged at debug level) where it cannot: the job then
-/// moves every page through its transport.
+/// This node's side of `same_host = memory`: its socket listening and its memory file reopened
+/// read-only. `None` (with a warning that says why) where that cannot be made: this node's
+/// pages then move through the transport, to and from every node.
 pub(crate) fn start(
     me: u16,
     nodes: u16,
