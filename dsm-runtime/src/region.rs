@@ -674,8 +674,8 @@ impl PageMemory for Region {
             None => false,
         });
         // Pages granted in place keep their bytes in the file: a node of this host may read
-        // them yet (the grant may still be on its way). Their memory stays until the page is
-        // written again or the node ends: at most the pages once homed here.
+        // them yet (the grant may still be on its way). Their memory stays for the node's
+        // life, outside `cache_pages`: at most the pages once homed here.
         let mut p = start;
         while p < start + n {
             let keep = self.granted_in_place(p);

@@ -61,9 +61,10 @@ const MESSAGE_BYTES: usize = 8 + 2 + 8 + 8;
 /// its next look, or crowd out: that pair keeps the transport).
 const TAKEN_AT_ONCE: usize = 256;
 
-/// The system's error number of `e` (0 if none).
-fn os_errno(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(0)
+/// A system call's error as a refusal: what was being done, and the system's error number (0
+/// if none), for `map_err`.
+fn os(what: &'static str) -> impl Fn(std::io::Error) -> (&'static str, i32) {
+    move |e| (what, e.raw_os_error().unwrap_or(0))
 }
 
 /// SipHash-2-4 of `msg` under the key `(k0, k1)` (Aumasson and Bernstein): a keyed hash whose
@@ -174,7 +175,8 @@ pub(crate) struct SameHost {
     /// Pages granted in place by this node, and read in place here.
     pub sent_pages: u64,
     pub read_pages: u64,
-    /// Answers refused here, and why the last one was (with the system's error number, or 0).
+    /// Questions that could not be asked and answers refused here, and why the last one was
+    /// (with the system's error number, or 0).
     refused: u64,
     last_refusal: Option<(&'static str, i32)>,
 }
@@ -232,7 +234,6 @@ impl SameHost {
     }
 
     fn question_to(&self, home: u16) -> Result<OwnedFd, (&'static str, i32)> {
-        let os = |what: &'static str| move |e: std::io::Error| (what, os_errno(&e));
         let conn = host_socket::connect_abstract(&self.names[usize::from(home)])
             .map_err(os("connecting to the home's socket"))?;
         if host_socket::peer_uid(&conn).map_err(os("asking who listens"))? != self.uid {
@@ -312,7 +313,6 @@ impl SameHost {
         conn: &OwnedFd,
         home: u16,
     ) -> Result<host_socket::ReadOnlyMapping, (&'static str, i32)> {
-        let os = |what: &'static str| move |e: std::io::Error| (what, os_errno(&e));
         let mut buf = [0u8; MESSAGE_BYTES + 1];
         let Some((n, fd)) =
             host_socket::recv_with_fd(conn, &mut buf).map_err(os("receiving the answer"))?

@@ -397,6 +397,7 @@ impl Service {
         // The realtime sleeps first: `run` counts a sleep before it counts it as realtime.
         let realtime = run::SLEEPS_REALTIME.load(Ordering::Acquire);
         let sleeps = run::SLEEPS.load(Ordering::Acquire);
+        let (granted_in_place, read_in_place) = self.node.memory().in_place_counts();
         [
             r,
             j + self.rejected_frames,
@@ -407,8 +408,8 @@ impl Service {
             sleeps,
             realtime,
             self.node.memory().large_runs(),
-            self.node.memory().in_place_counts().0,
-            self.node.memory().in_place_counts().1,
+            granted_in_place,
+            read_in_place,
         ]
     }
 

@@ -208,7 +208,7 @@ pub fn recv_with_fd(
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-                let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let bytes = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                 for i in 0..bytes / std::mem::size_of::<libc::c_int>() {
                     let raw = data.add(i).read_unaligned();
                     // The kernel installed this descriptor for us: we own it.
