@@ -347,7 +347,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     }
     let base = region.app_base;
     let race_region = region.for_race_checker();
-    fault::install(base, len).map_err(|source| InitError::Os {
+    fault::install(base, region.service_addr(0) as usize, len).map_err(|source| InitError::Os {
         what: "installing the fault handler",
         source,
     })?;

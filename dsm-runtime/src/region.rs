@@ -585,8 +585,16 @@ impl PageMemory for Region {
         // Into the memfd, not through the service view: no page-table entry to make, and fresh
         // pages are not zeroed before they are overwritten.
         if let Err(e) = sys::write_file_at(&self.fd, data, off as u64) {
+            // Bytes that cannot be read (EFAULT) can only be a home's memory read in place.
+            let home = self.same_host.as_ref().and_then(|s| s.whose(data.as_ptr()));
+            let hint = home.map_or(String::new(), |h| {
+                format!(
+                    " (they were node {h}'s memory, read in place: did its memory file shrink? \
+                     same_host = transport moves pages through the transport)"
+                )
+            });
             fatal(&format!(
-                "writing {} fetched pages from {first} into the shared memory failed: {e}",
+                "writing {} fetched pages from {first} into the shared memory failed: {e}{hint}",
                 data.len() / PAGE_SIZE
             ));
         }

@@ -383,6 +383,22 @@ impl SameHost {
     }
 }
 
+impl SameHost {
+    /// The node whose memory, mapped here, holds the byte at `at`, if any (to name it when its
+    /// bytes could not be read).
+    pub fn whose(&self, at: *const u8) -> Option<u16> {
+        self.reading
+            .iter()
+            .position(|r| match r {
+                Reading::Mapped(m) => {
+                    (m.base() as usize..m.base() as usize + self.len).contains(&(at as usize))
+                }
+                _ => false,
+            })
+            .map(|n| n as u16)
+    }
+}
+
 /// A run of another node's memory, read in place.
 pub(crate) struct InPlaceRun {
     memory: Arc<host_socket::ReadOnlyMapping>,

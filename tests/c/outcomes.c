@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -274,6 +275,37 @@ static void overrun(void)
     jia_exit();
 }
 
+/* Node 0 shrinks the memory file behind the shared region to nothing (found as the descriptor
+ * whose file is the one mapped at an allocation), then writes a page of it: a bus error. */
+static void shrink(void)
+{
+    char *a = (char *)jia_alloc(4096 * jiahosts);
+    char line[512], path[64];
+    unsigned long lo, hi, dev_major, dev_minor, inode = 0;
+    struct stat st;
+    FILE *maps;
+    int fd;
+    jia_barrier();
+    if (jiapid == 0) {
+        maps = fopen("/proc/self/maps", "r");
+        while (maps && fgets(line, sizeof line, maps))
+            if (sscanf(line, "%lx-%lx %*s %*x %lx:%lx %lu", &lo, &hi, &dev_major, &dev_minor, &inode) == 5
+                && (unsigned long)a >= lo && (unsigned long)a < hi)
+                break;
+        for (fd = 0; fd < 1024; fd++) {
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+            if (stat(path, &st) == 0 && st.st_ino == inode && S_ISREG(st.st_mode) && st.st_size > 0) {
+                if (ftruncate(fd, 0) != 0) jia_error("ftruncate failed");
+                break;
+            }
+        }
+        if (fd == 1024) jia_error("no descriptor of the memory file");
+        a[0] = 1;
+    }
+    jia_barrier();
+    jia_exit();
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
@@ -307,6 +339,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "return")) return exits(atoi(arg), 1);
     else if (!strcmp(what, "after_exit")) return after_exit();
     else if (!strcmp(what, "overrun")) overrun();
+    else if (!strcmp(what, "shrink")) shrink();
     else if (!strcmp(what, "init_twice")) jia_init(argc, argv);
     else if (!strcmp(what, "atomic_private")) {
         static unsigned long private_word;

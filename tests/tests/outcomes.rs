@@ -644,6 +644,29 @@ fn a_wild_write_in_the_shared_region_names_the_nearest_allocation() {
     );
 }
 
+/// A node whose memory file shrinks under it (another process of its user truncates it) takes
+/// a bus error in the shared region: named as such, and the node ends by it, where it once
+/// faulted on the same page forever.
+#[test]
+fn a_bus_error_in_the_shared_region_is_named_and_ends_the_node() {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "ulimit -c 0 && exec \"$@\"", "sh"])
+        .arg(bin("dsmrun"))
+        .args(["-n", "2"])
+        .arg(outcomes())
+        .arg("shrink");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert_status(&out, 135);
+    let e = stderr(&out);
+    assert!(
+        e.contains("dsm node 0: error: a bus error (SIGBUS) at 0x")
+            && e.contains("the node's memory file cannot give that page")
+            && e.contains("node 0 (127.0.0.1) was killed by signal 7 (SIGBUS)"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// dsmrun on the `pi` app with `flags` and the environment `env`, its stderr.
 fn dsmrun_pi(flags: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(bin("dsmrun"));

@@ -1,7 +1,8 @@
 //! The fault path: everything that runs in signal context.
 //!
-//! A thread that touches a shared page it does not hold takes a SIGSEGV (SIGBUS for a page of the
-//! memory file not yet backed). [`handler`] classifies the fault and does one of three things:
+//! A thread that touches a shared page it does not hold takes a SIGSEGV. [`handler`] classifies
+//! the fault and does one of three things (a SIGBUS in the shared region, memory its file cannot
+//! give, is said and passed on as in 1):
 //!
 //! 1. **Not ours** (sent by `kill` or `raise`, outside the shared region, or an address nothing
 //!    was allocated at): chain to the program's handler ([`CHAINED`]: the one installed before
@@ -104,6 +105,8 @@ fn node_left() -> bool {
 
 static REGION_START: AtomicUsize = AtomicUsize::new(0);
 static REGION_END: AtomicUsize = AtomicUsize::new(0);
+/// The region's service view (the runtime's threads read and write pages through it).
+static SERVICE_VIEW: AtomicUsize = AtomicUsize::new(0);
 
 /// The actions faults outside the shared region are passed to, for SIGSEGV and SIGBUS: the
 /// handler installed before ours (Rust's stack-overflow reporter, a handler the program installed
@@ -148,10 +151,12 @@ fn chained(sig: libc::c_int) -> &'static Chained {
     &CHAINED[usize::from(sig == libc::SIGBUS)]
 }
 
-/// Installs the handler for faults in `[start, start + len)`. Idempotent for the process.
-pub(crate) fn install(start: usize, len: usize) -> std::io::Result<()> {
+/// Installs the handler for faults in `[start, start + len)`, the region's application view
+/// (the service view of the same memory file at `service`). Idempotent for the process.
+pub(crate) fn install(start: usize, service: usize, len: usize) -> std::io::Result<()> {
     REGION_START.store(start, Ordering::SeqCst);
     REGION_END.store(start + len, Ordering::SeqCst);
+    SERVICE_VIEW.store(service, Ordering::SeqCst);
     if INSTALLED.load(Ordering::SeqCst) {
         return Ok(());
     }
@@ -253,6 +258,17 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // SAFETY: the kernel's siginfo, as passed to this SA_SIGINFO handler.
     let addr = unsafe { signals::fault_addr(info) };
     let (start, end) = region();
+    let service = SERVICE_VIEW.load(Ordering::Relaxed);
+    if sig == libc::SIGBUS
+        && ((start..end).contains(&addr) || (service..service + (end - start)).contains(&addr))
+    {
+        // The runtime's own faults are all SIGSEGV (a page's protection); a bus error in
+        // either view of the region is memory its file cannot give (shrunk under the node, a
+        // memory error): serving it would return to the same bus error forever.
+        say_bus_error(addr);
+        // SAFETY: this handler's own arguments.
+        return unsafe { chain(sig, info, ctx) };
+    }
     if addr < start || addr >= end {
         // SAFETY: this handler's own arguments.
         return unsafe { chain(sig, info, ctx) };
@@ -272,6 +288,22 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // SAFETY: this handler's own arguments.
         unsafe { chain(sig, info, ctx) };
     }
+}
+
+/// Says, in one write, that the access at `addr`, in either view of the shared region, met a
+/// bus error.
+/// Signal context.
+fn say_bus_error(addr: usize) {
+    let mut line = Line::default();
+    line.push(b"dsm node ");
+    line.push_decimal(crate::door::end::rank());
+    line.push(b": error: a bus error (SIGBUS) at ");
+    line.push_hex(addr);
+    line.push(
+        b", in the shared region's memory: the node's memory file cannot give that page (the file \
+          shrank under the node, or a memory error); the node cannot go on",
+    );
+    crate::sys::write_stderr(line.ended());
 }
 
 /// Says, in one write, that the access at `addr` lies in the shared region outside every
