@@ -55,6 +55,9 @@ const RECORD_HEADER: usize = 4;
 /// A probe of the path's size (no data, no sequence number: padding up to the size probed), or,
 /// with a 4-byte payload (the probe's length), its answer (see [`Reliable::probe_path`]).
 const FLAG_PROBE: u8 = 16;
+/// On a pure acknowledgement: the sender is leaving the job ([`Reliable::farewell`]); nothing
+/// sent to it from now on is waited for.
+const FLAG_FAREWELL: u8 = 32;
 /// In the send queue only: a whole message in one fragment (so it may be packed).
 const QUEUED_WHOLE: u8 = 0x80;
 /// Probes of each size sent before a path is taken to carry no larger datagrams than the
@@ -328,6 +331,8 @@ struct Peer {
     /// cumulative): it is resent at once.
     recover: Option<u32>,
     lost: bool,
+    /// It said farewell: it left the job, and what is queued or in flight to it is dropped.
+    left: bool,
 }
 
 /// A path's datagram sizes on trial: probes of each go until one is answered or the tries end.
@@ -387,6 +392,7 @@ impl Reliable {
                 recover: None,
                 last_resend: None,
                 lost: false,
+                left: false,
             })
             .collect();
         Reliable {
@@ -620,9 +626,13 @@ impl Reliable {
         }
     }
 
-    /// Messages queued or in flight to `to` (for back-pressure).
+    /// Messages queued or in flight to `to` (for back-pressure, and a leaving node's wait for
+    /// its last acknowledgements); none to a peer that left.
     pub fn pending(&self, to: u16) -> usize {
         let p = &self.peers[usize::from(to)];
+        if p.left {
+            return 0;
+        }
         p.unacked.len() + p.queued.len()
     }
 
@@ -781,6 +791,18 @@ impl Reliable {
         if let Some(sample) = newest_sample {
             update_rtt(peer, sample, &self.cfg);
         }
+        if flags & FLAG_FAREWELL != 0 {
+            // It left: what it had not acknowledged (a read-ahead's grant it no longer waited
+            // for, sent or on its way as it left) would be resent until this node's own exit
+            // linger ran out (10 s at the default peer timeout). Its data, if any still comes
+            // (reordered behind this), is taken as usual.
+            peer.left = true;
+            peer.unacked.clear();
+            peer.unacked_bytes = 0;
+            peer.queued.clear();
+            peer.recover = None;
+            return Ok(());
+        }
         if let (true, Some(recover)) = (acked_any, peer.recover) {
             match peer.unacked.front_mut() {
                 // A partial acknowledgement after a timeout: the receiver has everything before
@@ -871,6 +893,11 @@ impl Reliable {
     /// Moves queued fragments into the window, packing whole messages queued together, and
     /// emits a pure ack if one is due.
     fn flush_peer(&mut self, now: Instant, to: u16, pure_acks: bool) {
+        if self.peers[usize::from(to)].left {
+            // Gone: nothing for it leaves.
+            self.peers[usize::from(to)].queued.clear();
+            return;
+        }
         self.send_probes(now, to);
         let frag = self.fragment_bytes(to);
         let peer = &mut self.peers[usize::from(to)];
@@ -912,16 +939,19 @@ impl Reliable {
         }
     }
 
-    /// Queues [`FAREWELL_ACKS`] plain acknowledgements to every peer this node heard from: it
-    /// leaves, and a peer whose last datagram's acknowledgement was lost would otherwise resend
-    /// it to a node that is gone. (Cumulative only: repeated selective acknowledgements would
-    /// count as duplicates and trigger a fast retransmission.)
+    /// Queues [`FAREWELL_ACKS`] plain acknowledgements to every peer this node heard from,
+    /// marked as a farewell: it leaves, and a peer whose last datagram's acknowledgement was
+    /// lost, or that sends it more (a grant of a read-ahead this node no longer waits for),
+    /// would otherwise resend them to a node that is gone until its own linger ran out; a peer
+    /// that gets one drops what it has for this node. (Cumulative only: repeated selective
+    /// acknowledgements would count as duplicates and trigger a fast retransmission.)
     pub fn farewell(&mut self, now: Instant) {
         for to in 0..self.peers.len() as u16 {
             if to == self.me || self.peers[usize::from(to)].expected == 0 {
                 continue;
             }
-            let dg = self.pure_ack(now, to, false);
+            let mut dg = self.pure_ack(now, to, false);
+            dg[3] |= FLAG_FAREWELL;
             for _ in 1..FAREWELL_ACKS {
                 self.out.push_back(Out::Bytes { to, dg: dg.clone() });
             }
@@ -1123,7 +1153,7 @@ impl Reliable {
         let mut t: Option<Instant> = None;
         let mut consider = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         for (i, p) in self.peers.iter().enumerate() {
-            if i == usize::from(self.me) || p.lost {
+            if i == usize::from(self.me) || p.lost || p.left {
                 continue;
             }
             if let Some(u) = p.unacked.front() {
@@ -1141,7 +1171,8 @@ impl Reliable {
     /// Retransmits what timed out, sends heartbeats, reports silent peers.
     pub fn handle_timeout(&mut self, now: Instant) {
         for i in 0..self.peers.len() {
-            if i == usize::from(self.me) || self.peers[i].lost {
+            // A peer that left is silent by right: neither lost nor sent heartbeats.
+            if i == usize::from(self.me) || self.peers[i].lost || self.peers[i].left {
                 continue;
             }
             let silent = now.saturating_duration_since(self.peers[i].last_heard);
@@ -2088,7 +2119,7 @@ mod tests {
         assert_eq!(acks.len(), FAREWELL_ACKS, "{acks:?}");
         assert!(
             acks.iter()
-                .all(|(to, d)| *to == 0 && d[3] == 0 && d.len() == HEADER_BYTES)
+                .all(|(to, d)| *to == 0 && d[3] == FLAG_FAREWELL && d.len() == HEADER_BYTES)
         );
         // The first two lost: the last one is enough.
         a.handle_datagram(t0, 1, &acks[FAREWELL_ACKS - 1].1)
@@ -2097,6 +2128,40 @@ mod tests {
         // Duplicates of it change nothing (no fast retransmission of anything).
         a.handle_datagram(t0, 1, &acks[0].1).unwrap();
         assert!(a.poll_transmit().is_none());
+    }
+
+    /// A peer that said farewell is gone: what was in flight or queued for it (a grant it no
+    /// longer waited for) is dropped, not resent until this node's linger ran out; nothing sent
+    /// to it later leaves; its silence is not a loss.
+    #[test]
+    fn what_is_pending_for_a_peer_that_said_farewell_is_dropped() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 42, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 42, cfg.clone(), t0);
+        // b has heard from a (so its farewell goes to a), then a sends a message b never gets.
+        a.send(1, b"a request's grant");
+        a.flush(t0);
+        let (_, d) = a.poll_transmit().unwrap();
+        b.handle_datagram(t0, 0, &d).unwrap();
+        a.send(1, b"a read-ahead's grant, lost");
+        a.flush(t0);
+        while a.poll_transmit().is_some() {}
+        assert_eq!(a.pending(1), 2);
+        b.farewell(t0);
+        let (_, farewell) = b.poll_transmit().unwrap();
+        a.handle_datagram(t0, 1, &farewell).unwrap();
+        assert_eq!(a.pending(1), 0, "nothing waited for once b left");
+        a.send(1, b"sent after b left");
+        a.flush(t0);
+        let later = t0 + cfg.peer_timeout * 2;
+        a.handle_timeout(later);
+        assert!(
+            a.poll_transmit().is_none(),
+            "nothing sent to a node that left"
+        );
+        assert!(a.poll_event().is_none(), "a peer that left is not lost");
+        assert_eq!(a.poll_timeout(), None);
     }
 
     #[test]
