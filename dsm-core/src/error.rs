@@ -51,10 +51,11 @@ pub enum JobError {
         /// The node that differs.
         node: NodeId,
     },
-    /// Another node touched pages this node had not allocated when it reached a barrier or
-    /// its exit: the nodes made different allocation calls before it.
+    /// Another node asked for pages (touched them, or read ahead to them) this node had not
+    /// allocated when it reached a barrier or its exit: the nodes made different allocation
+    /// calls before it.
     #[error(
-        "{node} touched {page}, beyond the {pages} page(s) of the {calls} allocation call(s) \
+        "{node} asked for {page} (touched, or read ahead to), beyond the {pages} page(s) of the {calls} allocation call(s) \
          {here} had made when it reached {reached}: {node} made allocation calls {here} did not \
          make, or larger ones (allocations must be the same calls, with the same sizes, in the \
          same order on every node)"

@@ -1322,7 +1322,11 @@ impl Dsm {
             return;
         }
         self.leaving_thread.store(sys::gettid(), Ordering::SeqCst);
-        let _w = progress::waiting("jia_exit");
+        // A wait in an exit the program did not call by name says how it got there.
+        let _w = progress::waiting(match how {
+            None => "jia_exit".to_string(),
+            Some(how) => format!("jia_exit, reached by {how}"),
+        });
         // Before this node's exit message: node 0 gathers every node's records.
         races::gather_records(
             |to, bytes| self.send_race_records(to, bytes),

@@ -36,9 +36,10 @@ fn order_of(order: c_int, what: &str) -> AtomicOrder {
 }
 
 /// [`order_of`] for a load: C11 gives a load no release semantics (3 release, 4 acq_rel are
-/// refused, as C11 leaves them undefined and Rust's atomics panic on them).
+/// refused, as C11 leaves them undefined and Rust's atomics panic on them), and the message
+/// for any other order names only those a load may have.
 fn load_order(order: c_int, what: &str) -> AtomicOrder {
-    if matches!(order, 3 | 4) {
+    if !matches!(order, 0 | 1 | 2 | 5) {
         die(&format!(
             "{what}: memory order {order} is not one for a load (allowed: 0 relaxed, 1 consume, \
              2 acquire, 5 seq_cst)"
@@ -48,9 +49,10 @@ fn load_order(order: c_int, what: &str) -> AtomicOrder {
 }
 
 /// [`order_of`] for a store: C11 gives a store no acquire semantics (1 consume, 2 acquire, 4
-/// acq_rel are refused).
+/// acq_rel are refused), and the message for any other order names only those a store may
+/// have.
 fn store_order(order: c_int, what: &str) -> AtomicOrder {
-    if matches!(order, 1 | 2 | 4) {
+    if !matches!(order, 0 | 3 | 5) {
         die(&format!(
             "{what}: memory order {order} is not one for a store (allowed: 0 relaxed, 3 release, \
              5 seq_cst)"

@@ -1,7 +1,8 @@
 //! How libjia's entry points are made. Those that need the program's return address, which
 //! stable Rust cannot read, are small trampolines (x86-64) that pass it on as one more argument
-//! ([`pc_entry`]): the allocation calls (`jia_alloc` ...) and `jia_send`/`jia_recv` (the race
-//! checker names an allocation, and a message's buffer, by its line) and the race checker's own
+//! ([`pc_entry`]): the allocation calls (`jia_alloc` ...) and the message calls (`jia_send`,
+//! `jia_recv`, `jia_bcast`, `jia_reduce`: the race checker names an allocation, and a message's
+//! buffer, by its line) and the race checker's own
 //! entry points ([`crate::races`]). And the C library's own name for `sigaction`, which libjia
 //! defines in its place ([`crate::interpose`]) and the race checker's handlers call.
 //!

@@ -41,7 +41,8 @@ mod with_caller {
 
     use crate::{
         jia_alloc_array_at, jia_alloc_at, jia_alloc_random_at, jia_alloc1_at, jia_alloc2_at,
-        jia_alloc2p_at, jia_alloc3_at, jia_alloc4_at, jia_recv_at, jia_send_at,
+        jia_alloc2p_at, jia_alloc3_at, jia_alloc4_at, jia_bcast_at, jia_recv_at, jia_reduce_at,
+        jia_send_at,
     };
 
     crate::entry::pc_entry! {
@@ -60,6 +61,9 @@ mod with_caller {
             (buf: *const c_char, len: c_int, topid: c_int, tag: c_int) -> ();
         jia_recv => jia_recv_at, "r8",
             (buf: *mut c_char, len: c_int, frompid: c_int, tag: c_int) -> c_int;
+        jia_bcast => jia_bcast_at, "rcx", (buf: *mut c_char, len: c_int, root: c_int) -> ();
+        jia_reduce => jia_reduce_at, "r9",
+            (snd: *const c_char, rcv: *mut c_char, cnt: c_int, op: c_int, root: c_int) -> ();
     }
 }
 
@@ -746,21 +750,29 @@ pub(crate) unsafe extern "C" fn jia_recv_at(
 }
 
 /// `void jia_bcast(char *buf, int len, int root)`: every node calls it; node `root`'s `len`
-/// bytes at `buf` are copied into every node's `buf`.
+/// bytes at `buf` are copied into every node's `buf`. Exported by `sys` with the caller's
+/// address as `pc` (the race checker's line for the root's read of `buf`, the others' write).
 ///
 /// # Safety
 /// `buf` must hold `len` bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_bcast(buf: *mut c_char, len: c_int, root: c_int) {
+pub(crate) unsafe extern "C" fn jia_bcast_at(buf: *mut c_char, len: c_int, root: c_int, pc: usize) {
     let n = length(len, buf, "jia_bcast");
     let root = node_arg(root, "jia_bcast", "root");
+    let d = dsm_for("jia_bcast");
+    let at = buf as usize;
+    if d.id() == root {
+        dsm_races::access(at, n, false, dsm_races::From::Code(pc));
+    }
     let buf = if n == 0 {
         &mut [][..]
     } else {
         // SAFETY: the caller passes len bytes.
         unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
     };
-    dsm_for("jia_bcast").bcast(root, buf);
+    d.bcast(root, buf);
+    if d.id() != root {
+        dsm_races::access(at, n, true, dsm_races::From::Code(pc));
+    }
 }
 
 /// `jia_reduce`'s operations (JIAJIA 2.1's numbering): the type and the combination.
@@ -780,7 +792,8 @@ fn reduce_op(op: c_int) -> Option<(char, ReduceOp)> {
     (op >= 0).then_some((ty, how))
 }
 
-/// Reduces `cnt` values of type `T` read from `snd` into `rcv` (at the root).
+/// Reduces `cnt` values of type `T` read from `snd` into `rcv` (at the root); the race checker
+/// sees the read of `snd` and the root's write of `rcv` at the caller's `pc`.
 ///
 /// # Safety
 /// `snd` holds `cnt` values of `T`; at the root `rcv` has room for as many (no alignment needed).
@@ -790,8 +803,10 @@ unsafe fn reduce_as<T: Reducible + Default>(
     cnt: usize,
     op: ReduceOp,
     root: usize,
+    pc: usize,
 ) {
     let bytes = cnt * T::BYTES;
+    dsm_races::access(snd as usize, bytes, false, dsm_races::From::Code(pc));
     // SAFETY: the caller passes cnt values at snd.
     let input = unsafe { std::slice::from_raw_parts(snd.cast::<u8>(), bytes) };
     let values: Vec<T> = input.chunks_exact(T::BYTES).map(T::get).collect();
@@ -805,23 +820,25 @@ unsafe fn reduce_as<T: Reducible + Default>(
         }
         // SAFETY: the caller passes room for cnt values at rcv on the root.
         unsafe { std::ptr::copy_nonoverlapping(result.as_ptr(), rcv.cast::<u8>(), bytes) };
+        dsm_races::access(rcv as usize, bytes, true, dsm_races::From::Code(pc));
     }
 }
 
 /// `void jia_reduce(char *snd, char *rcv, int cnt, int op, int root)`: every node calls it; the
 /// `cnt` values at each node's `snd` are combined element by element with `op` (`SUM_INT`,
 /// `MAX_FLOAT`, `MIN_DOUBLE`...: `jia.h`), in node order, into `rcv` at node `root`. Other nodes'
-/// `rcv` is not touched.
+/// `rcv` is not touched. Exported by `sys` with the caller's address as `pc` (the race
+/// checker's line for the read of `snd` and the root's write of `rcv`).
 ///
 /// # Safety
 /// `snd` must hold `cnt` values of the operation's type, and `rcv` at the root room for as many.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jia_reduce(
+pub(crate) unsafe extern "C" fn jia_reduce_at(
     snd: *const c_char,
     rcv: *mut c_char,
     cnt: c_int,
     op: c_int,
     root: c_int,
+    pc: usize,
 ) {
     let Some((ty, how)) = reduce_op(op) else {
         die(&format!(
@@ -839,9 +856,9 @@ pub unsafe extern "C" fn jia_reduce(
     // SAFETY: the caller's promise, for the type its operation names.
     unsafe {
         match ty {
-            'i' => reduce_as::<i32>(snd, rcv, cnt, how, root),
-            'f' => reduce_as::<f32>(snd, rcv, cnt, how, root),
-            _ => reduce_as::<f64>(snd, rcv, cnt, how, root),
+            'i' => reduce_as::<i32>(snd, rcv, cnt, how, root, pc),
+            'f' => reduce_as::<f32>(snd, rcv, cnt, how, root, pc),
+            _ => reduce_as::<f64>(snd, rcv, cnt, how, root, pc),
         }
     }
 }

@@ -347,6 +347,9 @@ int main(int argc, char **argv)
     } else if (!strcmp(what, "store_acquire")) {
         unsigned long *w = (unsigned long *)jia_alloc(4096);
         jia_atomic_store_64(w, 1, __ATOMIC_ACQUIRE);
+    } else if (!strcmp(what, "load_order_99")) {
+        unsigned long *w = (unsigned long *)jia_alloc(4096);
+        jia_atomic_load_64(w, 99);
     }
     else {
         fprintf(stderr, "outcomes: unknown case '%s'\n", what);

@@ -102,7 +102,18 @@ const CASES: &[Case] = &[
         jiahosts: None,
         env: &[],
         args: &["-n", "2"],
-        expect: &["rdma-rc", "--features dsm-runtime/rdma"],
+        expect: &[
+            ".jiaconf:1: comm_type rdma-rc",
+            "--features dsm-runtime/rdma",
+        ],
+    },
+    Case {
+        name: "rdma named in the environment",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[("DSM_COMM_TYPE", "rdma-ud")],
+        args: &["-n", "2"],
+        expect: &["environment variable DSM_COMM_TYPE: comm_type rdma-ud"],
     },
     Case {
         name: "rdma port out of range",
@@ -340,6 +351,27 @@ fn bad_configuration_hosts_and_options_are_refused_before_any_node_starts() {
         let (out, started) = run_case(c, &[]);
         check(c, &out, started);
     }
+}
+
+/// No time to join is not a timeout: refused with the range allowed (it started the nodes and
+/// ended them with a stray rendezvous error).
+#[test]
+fn a_join_timeout_of_nothing_is_refused() {
+    let c = Case {
+        name: "no time to join",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["--join-timeout", "0", "-n", "2"],
+        expect: &["--join-timeout", "0 is not in 1..=604800"],
+    };
+    let (out, started) = run_case(&c, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    for e in c.expect {
+        assert!(err.contains(e), "`{e}` missing in: {err}");
+    }
+    assert!(!started, "a node was started");
 }
 
 #[test]

@@ -462,7 +462,7 @@ fn a_node_that_exits_with_a_status_gives_the_job_that_status() {
         let out = dsmrun(2, "udp", &[], &["exit", status]);
         assert_status(&out, 1);
         assert!(
-            stderr(&out).contains("node 1 waits in jia_exit"),
+            stderr(&out).contains("node 1 waits in jia_exit, reached by exit with status 0"),
             "exit({status}):\n{}",
             text(&out)
         );
@@ -783,7 +783,7 @@ fn a_second_jia_init_a_bad_thread_count_and_a_port_in_the_hosts_are_named() {
 
 /// Misuse named by the call: a call before `jia_init`, an atomic on private memory (said to be
 /// outside the shared region, where it was called an offset of it), a store with acquire order
-/// (C11 has none; it was taken silently).
+/// (C11 has none; it was taken silently), a load with an order that is none.
 #[test]
 fn misused_calls_are_named_with_what_was_wrong() {
     for (case, want) in [
@@ -792,6 +792,12 @@ fn misused_calls_are_named_with_what_was_wrong() {
         (
             "store_acquire",
             "jia_atomic_store_64: memory order 2 is not one for a store",
+        ),
+        // Only the orders a load may have are offered (release was among them).
+        (
+            "load_order_99",
+            "jia_atomic_load_64: memory order 99 is not one for a load (allowed: 0 relaxed, 1 \
+             consume, 2 acquire, 5 seq_cst)",
         ),
     ] {
         let out = dsmrun(2, "udp", &[], &[case]);

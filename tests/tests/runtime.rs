@@ -995,7 +995,7 @@ fn allocations_that_differ_and_are_touched_before_the_barrier_are_named() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{case} {comm}: {}", text(&out));
             assert!(
-                err.contains("node 1 touched page")
+                err.contains("node 1 asked for page")
                     && err.contains("node 0 had made when it reached jia_barrier")
                     && err.contains("dsmrun: node 0"),
                 "{case} {comm}: {}",

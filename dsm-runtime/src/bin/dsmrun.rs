@@ -74,8 +74,8 @@ struct Args {
     /// Write each node's output to DIR/1/rank.N/stdout and stderr (as Open MPI's option does).
     #[arg(long, value_name = "DIR")]
     output_filename: Option<PathBuf>,
-    /// Seconds to wait for every node to join.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds to wait for every node to join (1 to a week).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     join_timeout: u64,
     /// The program and its arguments.
     #[arg(required = true)]
@@ -142,10 +142,16 @@ fn main() -> ExitCode {
     }
     // Settings: defaults < .jiaconf < environment < command line.
     let mut cfg = Config::default();
-    let file_result = match &args.config {
-        Some(p) => cfg.apply_file(p, true),
-        None => cfg.apply_file(std::path::Path::new(".jiaconf"), false),
-    };
+    let conf_path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(".jiaconf"));
+    let file_result = cfg.apply_file(&conf_path, args.config.is_some());
+    // Where comm_type was set last, for an error about the transport it names.
+    let mut transport_from = comm_type_line(&conf_path).map(|line| Origin::File {
+        path: conf_path.display().to_string(),
+        line,
+    });
     match file_result {
         Ok(notices) => {
             for n in notices {
@@ -157,6 +163,9 @@ fn main() -> ExitCode {
     if let Err(e) = cfg.apply_env() {
         return usage_error(&e.to_string());
     }
+    if std::env::var_os("DSM_COMM_TYPE").is_some() {
+        transport_from = Some(Origin::Env("DSM_COMM_TYPE".into()));
+    }
     for kv in &args.set {
         let origin = Origin::Flag(format!("--set {kv}"));
         let Some((k, v)) = kv.split_once('=') else {
@@ -165,21 +174,26 @@ fn main() -> ExitCode {
         if let Err(e) = cfg.set(k.trim(), v.trim(), &origin) {
             return usage_error(&e.to_string());
         }
+        if k.trim() == "comm_type" {
+            transport_from = Some(origin);
+        }
     }
     if args.check_races {
         cfg.check_races = true;
     }
     if let Some(t) = &args.transport {
-        if let Err(e) = cfg.set("comm_type", t, &Origin::Flag("--transport".into())) {
+        let origin = Origin::Flag("--transport".into());
+        if let Err(e) = cfg.set("comm_type", t, &origin) {
             return usage_error(&e.to_string());
         }
+        transport_from = Some(origin);
     }
     if let Some(b) = &args.bind_to {
         if let Err(e) = cfg.set("bind_to", b, &Origin::Flag("--bind-to".into())) {
             return usage_error(&e.to_string());
         }
     }
-    if let Err(e) = transport_available(cfg.comm_type) {
+    if let Err(e) = transport_available(cfg.comm_type, transport_from.as_ref()) {
         return usage_error(&e);
     }
     // A .jiahosts in the working directory is the job's hosts, as for a program started
@@ -384,18 +398,30 @@ fn write_stats(
     }
 }
 
-/// Whether this build and this machine can run `comm_type`, checked before any node starts.
-/// (Checked here for local nodes; remote hosts check their own devices at start.)
-fn transport_available(comm_type: CommType) -> Result<(), String> {
+/// The line of the configuration file at `path` that sets `comm_type` (from 1), if any.
+fn comm_type_line(path: &std::path::Path) -> Option<usize> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().position(|l| {
+        l.split('=')
+            .next()
+            .is_some_and(|k| k.trim() == "comm_type" && l.contains('='))
+    })?;
+    Some(line + 1)
+}
+
+/// Whether this build and this machine can run `comm_type` (set at `from`), checked before any
+/// node starts. (Checked here for local nodes; remote hosts check their own devices at start.)
+fn transport_available(comm_type: CommType, from: Option<&Origin>) -> Result<(), String> {
+    let at = from.map_or(String::new(), |o| format!("{o}: "));
     match comm_type {
         CommType::Udp | CommType::Tcp => Ok(()),
         #[cfg(feature = "rdma")]
         CommType::RdmaRc | CommType::RdmaUd => dsm_transport::rdma::probe(comm_type.name())
             .map(|_| ())
-            .map_err(|e| format!("--transport {e}")),
+            .map_err(|e| format!("{at}comm_type {e}")),
         #[cfg(not(feature = "rdma"))]
         CommType::RdmaRc | CommType::RdmaUd => Err(format!(
-            "--transport {}: this dsmrun was built without RDMA; build with `cargo build --release --features dsm-runtime/rdma`",
+            "{at}comm_type {}: this dsmrun was built without RDMA; build with `cargo build --release --features dsm-runtime/rdma`",
             comm_type.name()
         )),
     }

@@ -102,12 +102,18 @@ impl Rendezvous {
         while joined.iter().any(Option::is_none) {
             if Instant::now() > next_notice {
                 next_notice += Duration::from_secs(10);
+                let waited = missing(&joined);
                 log::warn!(
                     "waiting for {} to join the job ({:.0} s of the {} s allowed): {}",
-                    node_list(&missing(&joined)),
+                    node_list(&waited),
                     started.elapsed().as_secs_f64(),
                     timeout.as_secs(),
-                    "its host may not answer (ssh), or its program has not called jia_init yet"
+                    if waited.len() == 1 {
+                        "its host may not answer (ssh), or its program has not called jia_init yet"
+                    } else {
+                        "their hosts may not answer (ssh), or their programs have not called \
+                         jia_init yet"
+                    }
                 );
             }
             if Instant::now() > deadline {
@@ -118,9 +124,13 @@ impl Rendezvous {
                     .filter(|(_, ssh)| *ssh)
                     .map(|(h, _)| h.as_str())
                     .collect();
-                let why = if through_ssh.is_empty() {
+                let why = if through_ssh.is_empty() && late.len() == 1 {
                     "its host did not start it (ssh), or its program did not call jia_init in \
                      that time"
+                        .to_owned()
+                } else if through_ssh.is_empty() {
+                    "their hosts did not start them (ssh), or their programs did not call \
+                     jia_init in that time"
                         .to_owned()
                 } else {
                     format!(
