@@ -9,6 +9,15 @@
 # After `up`, DIR/ssh is the ssh command to reach the hosts (for DSM_SSH).
 set -euo pipefail
 cmd=$1 id=$2 hosts=$3 dir=$4
+# ID is the third byte of the addresses, HOSTS the fourth from 11.
+if ! [[ $id =~ ^[0-9]+$ ]] || [ "$id" -lt 1 ] || [ "$id" -gt 254 ]; then
+    echo "cluster.sh: ID $id: allowed 1 to 254 (the third byte of 10.213.ID.x)" >&2
+    exit 2
+fi
+if ! [[ $hosts =~ ^[0-9]+$ ]] || [ "$hosts" -lt 1 ] || [ "$hosts" -gt 240 ]; then
+    echo "cluster.sh: HOSTS $hosts: allowed 1 to 240 (addresses 10.213.ID.11 up to .250)" >&2
+    exit 2
+fi
 br="dsmbr$id"
 net="10.213.$id"
 
