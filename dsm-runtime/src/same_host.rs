@@ -158,6 +158,16 @@ enum Reading {
     No,
 }
 
+/// What a connection to this node's socket brought.
+enum Heard {
+    /// A valid question of this node.
+    Question(u16),
+    /// Nothing yet, from a process of this user: its question may still come.
+    NotYet,
+    /// Nothing to answer.
+    Nothing,
+}
+
 /// One node's side: its socket, the homes' memory it asked for or mapped, and what it decided
 /// for its own grants.
 pub(crate) struct SameHost {
@@ -172,6 +182,10 @@ pub(crate) struct SameHost {
     names: Vec<Vec<u8>>,
     sending: Vec<Sending>,
     reading: Vec<Reading>,
+    /// Connections of this user accepted before their question came (a reader connects, then
+    /// sends it: another reader's first grant may accept in between): looked at again at the
+    /// next answer, [`TAKEN_AT_ONCE`] at most.
+    unasked: Vec<OwnedFd>,
     /// Pages granted in place by this node, and read in place here.
     pub sent_pages: u64,
     pub read_pages: u64,
@@ -208,6 +222,7 @@ impl SameHost {
             names,
             sending,
             reading,
+            unasked: Vec::new(),
             sent_pages: 0,
             read_pages: 0,
             refused: 0,
@@ -262,37 +277,54 @@ impl SameHost {
         }
     }
 
-    /// Answers the questions waiting on this node's socket, closes everything else there.
+    /// Answers the questions waiting on this node's socket (on connections accepted before
+    /// their question came too), closes everything else there.
     fn answer_questions(&mut self) {
-        for _ in 0..TAKEN_AT_ONCE {
-            let Ok(Some(conn)) = host_socket::accept(&self.listening) else {
-                return;
-            };
-            if let Some(reader) = self.question_on(&conn) {
-                let a = message(ANSWER, self.cookie, self.me, self.len as u64);
-                if host_socket::send_with_fd(&conn, &a, self.own.as_fd()).is_ok()
-                    && self.sending[usize::from(reader)] == Sending::Untried
-                {
-                    self.sending[usize::from(reader)] = Sending::InPlace;
+        let earlier = std::mem::take(&mut self.unasked);
+        let accepted = std::iter::from_fn(|| host_socket::accept(&self.listening).ok().flatten());
+        let conns: Vec<OwnedFd> = earlier
+            .into_iter()
+            .chain(accepted.take(TAKEN_AT_ONCE))
+            .collect();
+        for conn in conns {
+            match self.question_on(&conn) {
+                Heard::Question(reader) => {
+                    let a = message(ANSWER, self.cookie, self.me, self.len as u64);
+                    if host_socket::send_with_fd(&conn, &a, self.own.as_fd()).is_ok()
+                        && self.sending[usize::from(reader)] == Sending::Untried
+                    {
+                        self.sending[usize::from(reader)] = Sending::InPlace;
+                    }
                 }
+                Heard::NotYet if self.unasked.len() < TAKEN_AT_ONCE => self.unasked.push(conn),
+                Heard::NotYet | Heard::Nothing => {}
             }
         }
     }
 
-    /// The node whose valid question waits on `conn`, if one does.
-    fn question_on(&self, conn: &OwnedFd) -> Option<u16> {
-        if host_socket::peer_uid(conn).ok()? != self.uid {
-            return None;
+    /// What waits on `conn`: a valid question, nothing yet from one of this user, or nothing
+    /// to wait for (another user's, not a question, or closed).
+    fn question_on(&self, conn: &OwnedFd) -> Heard {
+        if host_socket::peer_uid(conn).ok() != Some(self.uid) {
+            return Heard::Nothing;
         }
         let mut buf = [0u8; MESSAGE_BYTES + 1];
-        let (n, fd) = host_socket::recv_with_fd(conn, &mut buf).ok()??;
+        let (n, fd) = match host_socket::recv_with_fd(conn, &mut buf) {
+            Ok(Some(got)) => got,
+            Ok(None) => return Heard::NotYet,
+            Err(_) => return Heard::Nothing,
+        };
         let reader = u16::from_le_bytes([buf[8], buf[9]]);
-        (n == MESSAGE_BYTES
+        let valid = n == MESSAGE_BYTES
             && fd.is_none()
             && buf[..n] == message(ASK, self.cookie, reader, self.len as u64)
             && reader != self.me
-            && usize::from(reader) < self.sending.len())
-        .then_some(reader)
+            && usize::from(reader) < self.sending.len();
+        if valid {
+            Heard::Question(reader)
+        } else {
+            Heard::Nothing
+        }
     }
 
     /// Maps `home`'s memory from the answer waiting on the connection this node asked on.
@@ -487,6 +519,14 @@ mod tests {
         assert!(bytes[..PAGE_SIZE].iter().all(|&b| b == 7));
         assert!(bytes[PAGE_SIZE..].iter().all(|&b| b == 0));
         assert_eq!(reader.read_pages, 2);
+        // Bytes of the run are named as the home's (an unreadable grant's message), others not.
+        assert_eq!(reader.whose(bytes[PAGE_SIZE..].as_ptr()), Some(0));
+        assert_eq!(reader.whose([0u8; 4].as_ptr()), None);
+        assert_eq!(
+            home.whose(bytes.as_ptr()),
+            None,
+            "the home maps no one's memory"
+        );
         assert_eq!(
             reader.read(0, PageNum(15), 2).err(),
             Some(ReadError::OutOfRegion)
@@ -520,13 +560,20 @@ mod tests {
             "the reader's question found among them"
         );
         let mut buf = [0u8; 64];
-        for (what, conn) in [("idle", &idle), ("garbage", &junk), ("another job", &other)] {
+        for (what, conn) in [("garbage", &junk), ("another job", &other)] {
             let got = host_socket::recv_with_fd(conn, &mut buf).unwrap();
             assert!(
                 got.is_some_and(|(n, fd)| n == 0 && fd.is_none()),
                 "{what}: closed without an answer"
             );
         }
+        // An idle connection of this user is kept, unanswered: its question may still come.
+        assert!(
+            host_socket::recv_with_fd(&idle, &mut buf)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(home.unasked.len(), 1);
         assert!(reader.read(0, PageNum(0), 1).is_ok());
         // A node of a job of three that never asked: the transport, for good.
         let f = sys::memfd("same-host-c", len as u64).unwrap();
@@ -541,6 +588,35 @@ mod tests {
             Some(ReadError::NotMapped)
         );
         assert_eq!(three.last_refusal(), None);
+    }
+
+    /// A reader whose connection the home accepted before its question came (another reader's
+    /// first grant took it between the reader's connect and its send) is answered once the
+    /// question comes: it once fell back to the transport without a word.
+    #[test]
+    fn a_question_that_comes_after_its_connection_was_taken_is_answered() {
+        let len = 4 * PAGE_SIZE;
+        let cookie = sys::random_u64();
+        let files: Vec<OwnedFd> = (0..3)
+            .map(|_| sys::memfd("same-host", len as u64).unwrap())
+            .collect();
+        let mut nodes: Vec<SameHost> = (0..3)
+            .map(|n| SameHost::new(n, 3, cookie, &files[usize::from(n)], len).unwrap())
+            .collect();
+        // Node 1 has connected to node 0 and not yet sent its question; node 2 asks in full.
+        let conn = host_socket::connect_abstract(&nodes[0].names[0]).unwrap();
+        nodes[2].ask(0);
+        assert!(nodes[0].sends_in_place(2));
+        assert_eq!(nodes[0].unasked.len(), 1, "node 1's connection, kept");
+        host_socket::send(&conn, &message(ASK, cookie, 1, len as u64)).unwrap();
+        nodes[1].reading[0] = Reading::Asked(conn);
+        assert!(
+            nodes[0].sends_in_place(1),
+            "node 1's late question answered"
+        );
+        assert!(nodes[0].unasked.is_empty());
+        assert!(nodes[1].read(0, PageNum(1), 2).is_ok());
+        assert!(nodes[2].read(0, PageNum(0), 1).is_ok());
     }
 
     #[test]
