@@ -41,7 +41,9 @@ use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
 use crate::sync::written_after;
 use crate::table::{AtomicValue, Frame};
-use crate::types::{AtomicOp, AtomicOrder, GlobalAddr, NodeId, PageNum, Prot, Time, WaiterId};
+use crate::types::{
+    AtomicOp, AtomicOrder, GlobalAddr, MAX_EARLY_REQUESTS, NodeId, PageNum, Prot, Time, WaiterId,
+};
 
 impl<M: PageMemory> Node<M> {
     /// The waiter applies `op` to the `width`-byte word at `addr` (4 or 8, aligned), with the
@@ -226,8 +228,30 @@ impl<M: PageMemory> Node<M> {
         self.atomics.results.remove(&waiter)
     }
 
-    /// ATOMIC at the word's home: apply it, record its release, answer.
+    /// ATOMIC at the word's home: apply it, record its release, answer. One on a word past
+    /// this node's allocations is held until it makes them, as a GETP is (`early_atomics`):
+    /// allocation is collective but not a barrier, and a node may use a word at once.
     pub(crate) fn on_atomic(&mut self, from: NodeId, msg: Msg) -> Result<(), ProtocolError> {
+        if let Msg::Atomic { addr, .. } = &msg
+            && GlobalAddr(*addr).page().index() >= self.table.len()
+        {
+            // Unless this node is in a barrier or its exit: it makes no allocation before the
+            // others arrive, so it never will (the job ends naming the sender).
+            if self.sync.collective.is_some() {
+                self.early_atomics.push((from, msg));
+                self.refuse_early_requests();
+                return Ok(());
+            }
+            if self.early_atomics.len() >= MAX_EARLY_REQUESTS {
+                return Err(ProtocolError {
+                    from,
+                    kind: MsgKind::Atomic,
+                    why: "too many atomic operations on words not allocated here yet",
+                });
+            }
+            self.early_atomics.push((from, msg));
+            return Ok(());
+        }
         let Msg::Atomic {
             id,
             addr,

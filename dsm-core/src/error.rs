@@ -51,17 +51,18 @@ pub enum JobError {
         /// The node that differs.
         node: NodeId,
     },
-    /// Another node asked for pages (touched them, or read ahead to them) this node had not
-    /// allocated when it reached a barrier or its exit: the nodes made different allocation
-    /// calls before it.
+    /// Another node asked for pages (touched them, read ahead to them, or made an atomic
+    /// operation on a word of them) this node had not allocated when it reached a barrier or
+    /// its exit: the nodes made different allocation calls before it.
     #[error(
-        "{node} asked for {page} (touched, or read ahead to), beyond the {pages} page(s) of the {calls} allocation call(s) \
-         {here} had made when it reached {reached}: {node} made allocation calls {here} did not \
-         make, or larger ones (allocations must be the same calls, with the same sizes, in the \
-         same order on every node)"
+        "{node} asked for {page} (a touch, a read-ahead or an atomic operation), beyond the \
+         {pages} page(s) of the {calls} allocation call(s) {here} had made when it reached \
+         {reached}: {node} made allocation calls {here} did not make, or larger ones \
+         (allocations must be the same calls, with the same sizes, in the same order on every \
+         node)"
     )]
     AllocMissing {
-        /// The node that touched the page.
+        /// The node that asked for the page.
         node: NodeId,
         /// The first page it asked for that is not allocated here.
         page: PageNum,

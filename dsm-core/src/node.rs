@@ -210,6 +210,9 @@ pub struct Node<M: PageMemory> {
     pub(crate) read_ahead_mark: Option<PageNum>,
     /// GETPs for pages past our allocations, answered when we allocate them.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
+    /// ATOMICs on words past our allocations (a node used the word right after allocating it,
+    /// before this home made the same allocation), applied when we allocate them.
+    pub(crate) early_atomics: Vec<(NodeId, Msg)>,
     /// Home pages served untracked, whose write tracking starts once their grants are on the
     /// way ([`Node::settle_serves`]), with the bytes sent.
     pub(crate) unsettled: Vec<(PageNum, Arc<[u8]>, usize)>,
@@ -287,6 +290,7 @@ impl<M: PageMemory> Node<M> {
             runtime_counters: Vec::new(),
             failed: false,
             early_requests: Vec::new(),
+            early_atomics: Vec::new(),
             unsettled: Vec::new(),
             serving: VecDeque::new(),
             held: Vec::new(),
@@ -427,6 +431,32 @@ impl<M: PageMemory> Node<M> {
             }
             // Its one refusal once the pages exist (not homed here) was checked above.
             let _ = self.on_get_page(None, from, access, pages);
+        }
+        // Atomics held since before this allocation, in the order they came.
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_atomics)
+            .into_iter()
+            .partition(|(_, msg)| {
+                matches!(msg, Msg::Atomic { addr, .. } if GlobalAddr(*addr).page().index() < allocated)
+            });
+        self.early_atomics = waiting;
+        for (from, msg) in ready {
+            let Msg::Atomic { addr, .. } = &msg else {
+                continue;
+            };
+            let page = GlobalAddr(*addr).page();
+            let home = self.table[page.index()].home;
+            if home != self.cfg.node {
+                // Homed elsewhere by this node's allocations: the nodes' calls differ.
+                self.abort(JobError::HomeMismatch {
+                    node: from,
+                    page,
+                    here: self.cfg.node,
+                    home,
+                });
+                continue;
+            }
+            // Its one refusal (a word not homed here) was checked above.
+            let _ = self.on_atomic(from, msg);
         }
         Ok(first.addr())
     }

@@ -22,7 +22,7 @@ use crate::local::{AfterFlush, Collective, CollectiveKind};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, WriteNotice};
 use crate::node::Node;
-use crate::types::{CvId, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
+use crate::types::{CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// The pages of `written` (page -> interval of its last write) written after `interval`.
 pub(crate) fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum> {
@@ -408,10 +408,16 @@ impl<M: PageMemory> Node<M> {
     /// requester waits in its fault): the nodes made different allocation calls. Ends the job
     /// naming the requester and its page, rather than hang.
     pub(crate) fn refuse_early_requests(&mut self) {
-        let Some((from, page)) = self.early_requests.first().and_then(|(from, _, pages)| {
-            let p = pages.iter().find(|p| p.index() >= self.table.len())?;
+        let allocated = self.table.len();
+        let request = self.early_requests.first().and_then(|(from, _, pages)| {
+            let p = pages.iter().find(|p| p.index() >= allocated)?;
             Some((*from, *p))
-        }) else {
+        });
+        let atomic = self.early_atomics.iter().find_map(|(from, msg)| match msg {
+            Msg::Atomic { addr, .. } => Some((*from, GlobalAddr(*addr).page())),
+            _ => None,
+        });
+        let Some((from, page)) = request.or(atomic) else {
             return;
         };
         let reached = match self.sync.collective.as_ref().map(|c| c.kind) {

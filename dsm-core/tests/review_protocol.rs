@@ -470,6 +470,77 @@ fn a_held_early_request_for_pages_homed_elsewhere_ends_the_job_naming_the_mismat
     );
 }
 
+/// An ATOMIC on a word this node has not allocated yet is held (`early_atomics`) and made at
+/// the allocation that makes it, as a GETP is: it was refused as a protocol error (dropped by
+/// the runtime), and its sender waited until the job was taken for deadlocked. One that a
+/// barrier finds still held ends the job naming the mismatch.
+#[test]
+fn an_atomic_on_a_word_not_allocated_yet_is_made_at_the_allocation() {
+    let mut nodes: Vec<Node<VecMemory>> = (0..2)
+        .map(|i| Node::new(CoreConfig::new(NodeId(i), 2), VecMemory::new()))
+        .collect();
+    // Node 1 allocates first (homed at node 0) and adds to the first word at once.
+    let at = nodes[1]
+        .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE)
+        .unwrap();
+    nodes[1]
+        .atomic(
+            Time(0),
+            WaiterId(0),
+            (at, 8),
+            AtomicOp::FetchAdd(5),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    let mut effects = Vec::new();
+    let held = pump(&mut nodes, &mut effects, &|_, _, _| false);
+    assert!(held.is_empty());
+    assert_eq!(
+        nodes[1].take_atomic_result(WaiterId(0)),
+        None,
+        "not made yet"
+    );
+    nodes[0]
+        .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE)
+        .unwrap();
+    pump(&mut nodes, &mut effects, &|_, _, _| false);
+    assert_eq!(
+        nodes[1].take_atomic_result(WaiterId(0)),
+        Some(0),
+        "{effects:?}"
+    );
+    // Node 1 allocates a page node 0 never does, and adds to it; node 0 reaches a barrier.
+    let more = nodes[1]
+        .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE)
+        .unwrap();
+    nodes[1]
+        .atomic(
+            Time(0),
+            WaiterId(0),
+            (more, 8),
+            AtomicOp::FetchAdd(1),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    pump(&mut nodes, &mut effects, &|_, _, _| false);
+    nodes[0].barrier(Time(0), WaiterId(0)).unwrap();
+    pump(&mut nodes, &mut effects, &|_, _, _| false);
+    assert!(
+        effects.iter().any(|(n, e)| *n == 0
+            && matches!(
+                e,
+                Effect::Abort {
+                    error: JobError::AllocMissing {
+                        node: NodeId(1),
+                        page: PageNum(1),
+                        ..
+                    }
+                }
+            )),
+        "{effects:?}"
+    );
+}
+
 /// A BARRGRANT from a node other than node 0 is refused before it changes anything. It was
 /// refused only at the end of `on_barrier_grant`, after the node had invalidated, advanced its
 /// epoch and reset the locks' records (and not at all when the grant proposed moves): node 0's

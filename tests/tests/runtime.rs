@@ -982,6 +982,46 @@ fn the_fault_trace_splits_remote_faults_into_their_steps() {
 /// Different allocation calls on different nodes, touched before the next barrier: the node
 /// asked for pages it has not allocated, once in the barrier, names the mismatch at once, on UDP
 /// and TCP (it held the request as early and the job hung, no line).
+/// An atomic operation that reaches its home before the home made the allocation (it is
+/// collective, not a barrier) is held and made then, as a page request is: it was dropped as a
+/// protocol error, and the job ended as a deadlock (every run with a home 300 ms late). One on
+/// an allocation the home never makes ends the job naming the mismatch.
+#[test]
+fn an_atomic_that_reaches_its_home_before_its_allocation_waits_for_it() {
+    for comm in ["udp", "tcp"] {
+        let set = format!("comm_type={comm}");
+        let out = dsmrun(
+            3,
+            &["--set", &set],
+            "probe",
+            &["atomic-before-home-allocates"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{comm}: {}", text(&out));
+        let said = String::from_utf8_lossy(&out.stdout);
+        for n in 0..3 {
+            assert!(
+                said.contains(&format!("node {n} sees 2 adds")),
+                "{comm}: {}",
+                text(&out)
+            );
+        }
+        let out = dsmrun(
+            2,
+            &["--set", &set],
+            "probe",
+            &["atomic-only-node-1-allocates"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{comm}: {}", text(&out));
+        assert!(
+            err.contains("node 1 asked for page")
+                && err.contains("node 0 had made when it reached jia_barrier"),
+            "{comm}: {}",
+            text(&out)
+        );
+    }
+}
+
 #[test]
 fn allocations_that_differ_and_are_touched_before_the_barrier_are_named() {
     for case in [

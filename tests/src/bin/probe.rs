@@ -811,6 +811,40 @@ fn main() {
             println!("node {} read every page (sum {sum}): too late", dsm.id());
             dsm.barrier();
         }
+        "atomic-before-home-allocates" => {
+            // The home (node 1) is late to the allocation; the others add to its word at once,
+            // before it has made it (their operations were dropped, and the job ended as a
+            // deadlock). Every add counts.
+            dsm.barrier();
+            if dsm.id() == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            let a = dsm
+                .alloc::<u64>(512, AllocPolicy::OnNode(NodeId(1)))
+                .expect("allocate");
+            if dsm.id() != 1 {
+                dsm.atomic_u64(a, 0)
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            dsm.barrier();
+            let sum = dsm
+                .atomic_u64(a, 0)
+                .load(std::sync::atomic::Ordering::SeqCst);
+            println!("node {} sees {sum} adds", dsm.id());
+            dsm.barrier();
+        }
+        "atomic-only-node-1-allocates" => {
+            // Node 1 makes an allocation node 0 (its home) does not, and adds to a word of it.
+            dsm.barrier();
+            if dsm.id() == 1 {
+                let a = dsm
+                    .alloc::<u64>(512, AllocPolicy::OnNode(NodeId(0)))
+                    .expect("allocate");
+                dsm.atomic_u64(a, 0)
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            dsm.barrier();
+        }
         "alloc-only-node-1-touches" => {
             // Node 1 makes an allocation node 0 does not, homed at node 0, and reads it before
             // the barrier; node 0 goes straight to the barrier (its requests were held forever).
