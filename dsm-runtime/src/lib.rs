@@ -97,7 +97,7 @@ pub mod files {
 #[doc(hidden)]
 pub mod interpose {
     pub use crate::fault::program::{
-        REFUSED_ERRNO, note_handler, program_sigaction, refused_on_shared,
+        REFUSED_ERRNO, note_c_program, note_handler, program_sigaction, refused_on_shared,
     };
 }
 

@@ -139,6 +139,8 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     clock0();
     // The race checker's hints for a program not built for it are libjia's.
     dsm_races::hooks::program_is_c();
+    // Its SIGSEGV handlers are its own (a fault the DSM passes on is the program's to take).
+    dsm_runtime::interpose::note_c_program();
     // The launcher's job, or (started directly with a .jiahosts) the job this process starts.
     let result = dsm_runtime::init();
     let d = result.unwrap_or_else(|e| die(&e.to_string()));

@@ -449,6 +449,8 @@ fn a_segfault_outside_the_region_still_kills_the_process() {
     assert_eq!(out.status.signal(), Some(11), "{}", text(&out));
 }
 
+/// A wild write in a Rust program is said before the node dies of it (the line was left out:
+/// the standard library's stack-overflow handler, chained to, was taken for the program's own).
 #[test]
 fn a_touch_of_an_unallocated_page_in_the_region_is_a_segfault() {
     let out = run_with_deadline(
@@ -456,6 +458,13 @@ fn a_touch_of_an_unallocated_page_in_the_region_is_a_segfault() {
         Duration::from_secs(60),
     );
     assert_eq!(out.status.signal(), Some(11), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: a write to 0x")
+            && err.contains("in the shared region but outside every allocation"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

@@ -281,8 +281,9 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // Not allocated: a wild access in the region. Behave as if we were not here (out of
         // signal context: the program's handler may leave by longjmp), but if nothing of the
         // program's handles it, first say where it was: the default action kills the node with
-        // no word of its own.
-        if !signals::runs_a_function(&chained(sig).load()) {
+        // no word of its own. (A Rust program's handler is the standard library's, which
+        // takes only stack overflows and then leaves the fault to the default action.)
+        if !signals::runs_a_function(&chained(sig).load()) || !program::is_c() {
             say_wild_access(addr, ctx);
         }
         // SAFETY: this handler's own arguments.

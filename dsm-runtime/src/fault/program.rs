@@ -3,7 +3,7 @@
 //! fault handler stays first, with the program's behind it, and shared memory's protection and
 //! mapping stay the DSM's. Everything here is async-signal-safe, as the calls it stands for are.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{INSTALLED, chained, region};
 use crate::door::end::{Line, rank};
@@ -33,6 +33,21 @@ pub fn program_sigaction(
         *old = before;
     }
     true
+}
+
+/// The program is C, linked with libjia (its `jia_init` says so): a SIGSEGV handler chained to
+/// is then the program's own. A Rust program's is the standard library's stack-overflow
+/// reporter, installed before `main`, which takes no fault in the shared region.
+static C_PROGRAM: AtomicBool = AtomicBool::new(false);
+
+/// libjia's `jia_init`: the program is C.
+pub fn note_c_program() {
+    C_PROGRAM.store(true, Ordering::Relaxed);
+}
+
+/// Whether the program is C (see [`note_c_program`]). Async-signal-safe.
+pub(crate) fn is_c() -> bool {
+    C_PROGRAM.load(Ordering::Relaxed)
 }
 
 /// Notes a handler the program installs for `sig`: one for an asynchronous signal makes the
