@@ -59,7 +59,7 @@ pub enum AllocError {
         element_bytes: u64,
     },
     /// A node id past the job.
-    #[error("start host {node} is not in the job (nodes 0 to {last})", last = .nodes.saturating_sub(1))]
+    #[error("node {node} is not in the job (nodes 0 to {last})", last = .nodes.saturating_sub(1))]
     BadHost {
         /// The id given.
         node: u16,
@@ -200,7 +200,7 @@ mod tests {
         // Ranges as a C user reads them: both ends included.
         assert_eq!(
             AllocError::BadHost { node: 3, nodes: 3 }.to_string(),
-            "start host 3 is not in the job (nodes 0 to 2)"
+            "node 3 is not in the job (nodes 0 to 2)"
         );
         let p = AllocPolicy::Blocks {
             blocks_bytes: vec![0],

@@ -176,7 +176,7 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
     (
         "prefetch_*",
         &["prefetch_requested", "prefetch_used", "prefetch_unused"],
-        "pages asked for ahead of a fault; of them, touched / dropped untouched",
+        "pages asked for ahead of a fault; of them, touched / dropped untouched (a program's start_stats or jia_startstat zeroes them: pages asked before it count only when touched or dropped)",
     ),
     (
         "homes_moved_here, home_moves_vetoed",

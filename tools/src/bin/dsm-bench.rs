@@ -86,11 +86,21 @@ struct Outcome {
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        f64::NAN
-    } else {
-        s[s.len() / 2]
+    match s.len() {
+        0 => f64::NAN,
+        // Even: the mean of the two middle samples (the upper one alone made the median of two
+        // runs their maximum).
+        n if n % 2 == 0 => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+        n => s[n / 2],
     }
+}
+
+/// What a failed job said: its output and the last lines of its errors (the program's own
+/// complaint comes before the launcher's line naming the node).
+fn failure_text(stdout: &str, stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = &lines[lines.len().saturating_sub(3)..];
+    format!("{stdout}{}", last.join(" | "))
 }
 
 /// The command line (clap): what to run and where the results go.
@@ -136,9 +146,9 @@ struct Args {
     #[arg(long, value_name = "N")]
     repeat: Option<usize>,
     /// The cell each ratio is taken against: nodes=N, threads=T, transport=T, prefetch=on|off
-    /// or set=KEY=VALUE.
-    #[arg(long, value_name = "KEY=VALUE", default_value = "nodes=1")]
-    baseline: String,
+    /// or set=KEY=VALUE [default: nodes=1].
+    #[arg(long, value_name = "KEY=VALUE")]
+    baseline: Option<String>,
     /// Every run's samples and the floors as CSV.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
@@ -271,14 +281,38 @@ fn options() -> Options {
         }
         o.sets = sets.into_iter().map(Some).collect();
     }
-    let (k, v) = a
-        .baseline
+    let given = a.baseline.is_some();
+    let baseline = a.baseline.unwrap_or_else(|| "nodes=1".into());
+    let (k, v) = baseline
         .split_once('=')
         .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch, set)"));
     if !matches!(k, "nodes" | "threads" | "transport" | "prefetch" | "set") {
         usage("--baseline: the key is nodes, threads, transport, prefetch or set");
     }
     o.baseline = (k.into(), v.into());
+    // A baseline asked for is a cell of the matrix, or every ratio would be blank (the default,
+    // 1 node, may be left out: its ratios are then blank).
+    let values: Vec<String> = match k {
+        "nodes" => o.nodes.iter().map(ToString::to_string).collect(),
+        "threads" => o.threads.iter().map(ToString::to_string).collect(),
+        "transport" => o.transports.clone(),
+        "prefetch" => o
+            .prefetch
+            .iter()
+            .map(|&p| if p { "on" } else { "off" }.to_string())
+            .collect(),
+        _ => o.sets.iter().flatten().cloned().collect(),
+    };
+    if given && !values.iter().any(|x| x == v) {
+        usage(&format!(
+            "--baseline {k}={v}: no cell has {k}={v} (the matrix's {k}: {})",
+            if values.is_empty() {
+                "none".to_string()
+            } else {
+                values.join(", ")
+            }
+        ));
+    }
     if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() || o.nodes.contains(&0) {
         usage("nothing to run (--repeat, --apps and --nodes need at least one, nodes above 0)");
     }
@@ -499,7 +533,7 @@ fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
         let verdict = if checked { " OK " } else { " UNCHECKED " };
         if !out.status.success() || !stdout.contains(verdict) {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(format!("{stdout}{}", stderr.lines().last().unwrap_or("")));
+            return Err(failure_text(&stdout, &stderr));
         }
         let compute = stdout
             .split_whitespace()
@@ -536,7 +570,7 @@ fn run_job(cell: &Cell, checked: bool) -> Result<(f64, f64, u64), String> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let verdict = if checked { " OK " } else { " UNCHECKED " };
     if !out.status.success() || !stdout.contains(verdict) {
-        return Err(format!("{}{}", stdout, stderr.lines().last().unwrap_or("")));
+        return Err(failure_text(&stdout, &stderr));
     }
     let compute = reported_time(&stdout);
     let getp = stderr
@@ -1641,5 +1675,29 @@ fn main() {
     }
     if results.iter().any(|r| r.failures > 0) {
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{failure_text, median};
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[1.0, 3.0]), 2.0, "not the maximum");
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn a_failure_keeps_the_programs_complaint_before_the_launchers_line() {
+        let stderr = "warning: slow\nsize must be a number, got `abc`\n\ndsmrun: node 0 exited \
+                      with status 2\n";
+        let t = failure_text("", stderr);
+        assert!(
+            t.contains("got `abc`") && t.ends_with("exited with status 2"),
+            "{t}"
+        );
     }
 }
