@@ -413,8 +413,12 @@ impl<M: PageMemory> Node<M> {
             let p = pages.iter().find(|p| p.index() >= allocated)?;
             Some((*from, *p))
         });
+        // An atomic sent after a barrier this node has not left yet waits for its allocation
+        // after it.
         let atomic = self.early_atomics.iter().find_map(|(from, msg)| match msg {
-            Msg::Atomic { addr, .. } => Some((*from, GlobalAddr(*addr).page())),
+            Msg::Atomic { addr, epoch, .. } if *epoch <= self.epoch => {
+                Some((*from, GlobalAddr(*addr).page()))
+            }
             _ => None,
         });
         let Some((from, page)) = request.or(atomic) else {

@@ -541,6 +541,70 @@ fn an_atomic_on_a_word_not_allocated_yet_is_made_at_the_allocation() {
     );
 }
 
+/// A node whose barrier grant is late (lost, resent) while another node, already past the
+/// barrier, allocates and makes an atomic operation on a word it homes: the operation waits for
+/// the late node's allocation after the barrier, and the job is not ended as one of different
+/// allocations (a review found it refused at once, a correct program ended).
+#[test]
+fn an_atomic_from_past_a_barrier_its_home_is_still_in_waits_for_the_allocation() {
+    let mut nodes: Vec<Node<VecMemory>> = (0..3)
+        .map(|i| Node::new(CoreConfig::new(NodeId(i), 3), VecMemory::new()))
+        .collect();
+    for n in nodes.iter_mut() {
+        n.barrier(Time(0), WaiterId(0)).unwrap();
+    }
+    let mut effects = Vec::new();
+    // Node 0's grant to node 1 held back.
+    let late = |from: usize, to: usize, m: &Msg| {
+        from == 0 && to == 1 && matches!(m, Msg::BarrierGrant { .. })
+    };
+    let held = pump(&mut nodes, &mut effects, &late);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let at = nodes[2]
+        .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
+        .unwrap();
+    nodes[2]
+        .atomic(
+            Time(0),
+            WaiterId(0),
+            (at, 8),
+            AtomicOp::FetchAdd(3),
+            AtomicOrder::RELAXED,
+        )
+        .unwrap();
+    pump(&mut nodes, &mut effects, &late);
+    assert!(
+        !effects
+            .iter()
+            .any(|(_, e)| matches!(e, Effect::Abort { .. })),
+        "{effects:?}"
+    );
+    // The grant comes; node 1 allocates after the barrier, as node 2 did.
+    for (from, to, msg) in held {
+        nodes[to]
+            .handle_message(Time(0), NodeId(from as u16), msg)
+            .unwrap();
+    }
+    nodes[1]
+        .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
+        .unwrap();
+    nodes[0]
+        .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
+        .unwrap();
+    pump(&mut nodes, &mut effects, &|_, _, _| false);
+    assert_eq!(
+        nodes[2].take_atomic_result(WaiterId(0)),
+        Some(0),
+        "{effects:?}"
+    );
+    assert!(
+        !effects
+            .iter()
+            .any(|(_, e)| matches!(e, Effect::Abort { .. })),
+        "{effects:?}"
+    );
+}
+
 /// A BARRGRANT from a node other than node 0 is refused before it changes anything. It was
 /// refused only at the end of `on_barrier_grant`, after the node had invalidated, advanced its
 /// epoch and reset the locks' records (and not at all when the grant proposed moves): node 0's

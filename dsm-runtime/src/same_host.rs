@@ -24,9 +24,12 @@
 //! 3. The home, the first time it would lend a run to that reader (the request came after the
 //!    question, so the question waits on its socket), accepts what waits there: a question of
 //!    its own user with the right hash is answered on its connection with a read-only
-//!    descriptor of its memory file (`SCM_RIGHTS`) and a keyed hash of the home's number;
-//!    anything else is closed. Only once that answer is sent do the home's grants to the
-//!    reader go in place; a reader that did not ask gets them through the transport.
+//!    descriptor of its memory file (`SCM_RIGHTS`) and a keyed hash of the home's number; a
+//!    connection of its own user whose question has not come yet is kept (up to 256, the
+//!    oldest let go first) and looked at again at the next such moment, until no reader is
+//!    left undecided; anything else is closed. Only once that answer is sent do the home's
+//!    grants to the reader go in place; a reader that did not ask gets them through the
+//!    transport.
 //! 4. The reader, given its first grant in place by a home, reads the answer waiting on its
 //!    own connection (sent before the grant), checks its hash and the file's size, and maps
 //!    the file read-only.
@@ -42,6 +45,7 @@
 //! start, system calls only (connect, send, accept, receive, map), bounded, and no logging;
 //! what is allocated there is a mapping's `Arc`, once per node read.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
@@ -184,8 +188,9 @@ pub(crate) struct SameHost {
     reading: Vec<Reading>,
     /// Connections of this user accepted before their question came (a reader connects, then
     /// sends it: another reader's first grant may accept in between): looked at again at the
-    /// next answer, [`TAKEN_AT_ONCE`] at most.
-    unasked: Vec<OwnedFd>,
+    /// next answer, [`TAKEN_AT_ONCE`] at most (the oldest let go first), and closed once every
+    /// reader is decided.
+    unasked: VecDeque<OwnedFd>,
     /// Pages granted in place by this node, and read in place here.
     pub sent_pages: u64,
     pub read_pages: u64,
@@ -222,7 +227,7 @@ impl SameHost {
             names,
             sending,
             reading,
-            unasked: Vec::new(),
+            unasked: VecDeque::new(),
             sent_pages: 0,
             read_pages: 0,
             refused: 0,
@@ -271,7 +276,12 @@ impl SameHost {
                 if *state == Sending::Untried {
                     *state = Sending::Transport;
                 }
-                *state == Sending::InPlace
+                let in_place = *state == Sending::InPlace;
+                if !self.sending.contains(&Sending::Untried) {
+                    // Every reader decided: no question is waited for.
+                    self.unasked.clear();
+                }
+                in_place
             }
             Some(Sending::Transport) | None => false,
         }
@@ -296,8 +306,13 @@ impl SameHost {
                         self.sending[usize::from(reader)] = Sending::InPlace;
                     }
                 }
-                Heard::NotYet if self.unasked.len() < TAKEN_AT_ONCE => self.unasked.push(conn),
-                Heard::NotYet | Heard::Nothing => {}
+                Heard::NotYet => {
+                    if self.unasked.len() == TAKEN_AT_ONCE {
+                        self.unasked.pop_front();
+                    }
+                    self.unasked.push_back(conn);
+                }
+                Heard::Nothing => {}
             }
         }
     }
@@ -567,13 +582,14 @@ mod tests {
                 "{what}: closed without an answer"
             );
         }
-        // An idle connection of this user is kept, unanswered: its question may still come.
+        // An idle connection of this user was kept while a reader was undecided; with every
+        // reader decided, none is waited for: closed without an answer.
+        assert!(home.unasked.is_empty());
+        let got = host_socket::recv_with_fd(&idle, &mut buf).unwrap();
         assert!(
-            host_socket::recv_with_fd(&idle, &mut buf)
-                .unwrap()
-                .is_none()
+            got.is_some_and(|(n, fd)| n == 0 && fd.is_none()),
+            "idle: closed"
         );
-        assert_eq!(home.unasked.len(), 1);
         assert!(reader.read(0, PageNum(0), 1).is_ok());
         // A node of a job of three that never asked: the transport, for good.
         let f = sys::memfd("same-host-c", len as u64).unwrap();

@@ -791,11 +791,13 @@ impl Reliable {
         if let Some(sample) = newest_sample {
             update_rtt(peer, sample, &self.cfg);
         }
-        if flags & FLAG_FAREWELL != 0 {
-            // It left: what it had not acknowledged (a read-ahead's grant it no longer waited
-            // for, sent or on its way as it left) would be resent until this node's own exit
-            // linger ran out (10 s at the default peer timeout). Its data, if any still comes
-            // (reordered behind this), is taken as usual.
+        if flags & FLAG_FAREWELL != 0 && seq == peer.expected {
+            // It left, with everything it sent here received (a leaver whose linger ran out
+            // with data for this node unacknowledged is not taken to have left: that data is
+            // lost, and its silence is noticed as before). What it had not acknowledged (a
+            // read-ahead's grant it no longer waited for, sent or on its way as it left) would
+            // be resent until this node's own exit linger ran out (10 s at the default peer
+            // timeout).
             peer.left = true;
             peer.unacked.clear();
             peer.unacked_bytes = 0;
@@ -939,15 +941,17 @@ impl Reliable {
         }
     }
 
-    /// Queues [`FAREWELL_ACKS`] plain acknowledgements to every peer this node heard from,
-    /// marked as a farewell: it leaves, and a peer whose last datagram's acknowledgement was
+    /// Queues [`FAREWELL_ACKS`] plain acknowledgements to every peer this node heard from or
+    /// sent to, marked as a farewell: it leaves, and a peer whose last datagram's acknowledgement was
     /// lost, or that sends it more (a grant of a read-ahead this node no longer waits for),
     /// would otherwise resend them to a node that is gone until its own linger ran out; a peer
     /// that gets one drops what it has for this node. (Cumulative only: repeated selective
     /// acknowledgements would count as duplicates and trigger a fast retransmission.)
     pub fn farewell(&mut self, now: Instant) {
         for to in 0..self.peers.len() as u16 {
-            if to == self.me || self.peers[usize::from(to)].expected == 0 {
+            let p = &self.peers[usize::from(to)];
+            // Peers this node exchanged nothing with have nothing for it.
+            if to == self.me || (p.expected == 0 && p.next_seq == 0) {
                 continue;
             }
             let mut dg = self.pure_ack(now, to, false);
@@ -2162,6 +2166,53 @@ mod tests {
         );
         assert!(a.poll_event().is_none(), "a peer that left is not lost");
         assert_eq!(a.poll_timeout(), None);
+    }
+
+    /// A leaver whose data for this node was lost (its linger ran out: node 0's exit grant at
+    /// heavy loss) is not taken to have left: its silence is noticed as a loss, as before the
+    /// farewell was marked (a review: a peer waited in its exit for a grant that never came).
+    /// And a node that only sent to a peer (a reader whose read-ahead grants were all lost)
+    /// says farewell to it too.
+    #[test]
+    fn a_farewell_with_data_missing_is_no_leave_and_a_reader_that_only_asked_says_it() {
+        let t0 = Instant::now();
+        let cfg = ReliableConfig::default();
+        let mut a = Reliable::new(0, 2, 42, cfg.clone(), t0);
+        let mut b = Reliable::new(1, 2, 42, cfg.clone(), t0);
+        // b's data for a is lost; b leaves anyway.
+        b.send(0, b"the exit grant, lost");
+        b.flush(t0);
+        while b.poll_transmit().is_some() {}
+        a.send(1, b"something");
+        a.flush(t0);
+        let (_, d) = a.poll_transmit().unwrap();
+        b.handle_datagram(t0, 0, &d).unwrap();
+        b.farewell(t0);
+        let (_, farewell) = b.poll_transmit().unwrap();
+        a.handle_datagram(t0, 1, &farewell).unwrap();
+        a.handle_timeout(t0 + cfg.peer_timeout * 2);
+        assert!(
+            matches!(a.poll_event(), Some(Event::PeerLost { peer: 1, .. })),
+            "a leaver that took data for a with it is a loss"
+        );
+        // c only sent to d (d's answers all lost): its farewell still reaches d, which drops
+        // what it had for c.
+        let mut c = Reliable::new(0, 2, 7, cfg.clone(), t0);
+        let mut d = Reliable::new(1, 2, 7, cfg.clone(), t0);
+        c.send(1, b"a request");
+        c.flush(t0);
+        let (_, q) = c.poll_transmit().unwrap();
+        d.handle_datagram(t0, 0, &q).unwrap();
+        d.send(0, b"its grant, lost");
+        d.flush(t0);
+        while d.poll_transmit().is_some() {}
+        assert_eq!(d.pending(0), 1);
+        c.farewell(t0);
+        let (_, bye) = c
+            .poll_transmit()
+            .expect("a farewell to a peer only sent to");
+        d.handle_datagram(t0, 0, &bye).unwrap();
+        assert_eq!(d.pending(0), 0);
     }
 
     #[test]

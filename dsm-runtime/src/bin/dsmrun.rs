@@ -401,6 +401,8 @@ fn write_stats(
 /// The line of the configuration file at `path` that sets `comm_type` (from 1), if any.
 fn comm_type_line(path: &std::path::Path) -> Option<usize> {
     let text = std::fs::read_to_string(path).ok()?;
+    // As the parser reads it: a byte-order mark at the start is not part of line 1's key.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let line = text.lines().position(|l| {
         l.split('=')
             .next()

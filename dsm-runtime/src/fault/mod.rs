@@ -265,7 +265,10 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // The runtime's own faults are all SIGSEGV (a page's protection); a bus error in
         // either view of the region is memory its file cannot give (shrunk under the node, a
         // memory error): serving it would return to the same bus error forever.
+        let errno = signals::errno();
         say_bus_error(addr);
+        // The program's handler, chained to, sees the errno the fault interrupted.
+        signals::set_errno(errno);
         // SAFETY: this handler's own arguments.
         return unsafe { chain(sig, info, ctx) };
     }
@@ -284,7 +287,9 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // no word of its own. (A Rust program's handler is the standard library's, which
         // takes only stack overflows and then leaves the fault to the default action.)
         if !signals::runs_a_function(&chained(sig).load()) || !program::is_c() {
+            let errno = signals::errno();
             say_wild_access(addr, ctx);
+            signals::set_errno(errno);
         }
         // SAFETY: this handler's own arguments.
         unsafe { chain(sig, info, ctx) };
