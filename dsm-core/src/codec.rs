@@ -24,7 +24,7 @@ use crate::types::{
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 12;
+pub const VERSION: u8 = 13;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -155,7 +155,7 @@ pub fn frame_len(msg: &Msg) -> usize {
 
 fn payload_len(msg: &Msg) -> usize {
     match msg {
-        Msg::GetPage { pages, .. } => 1 + 4 + 4 * pages.len(),
+        Msg::GetPage { pages, .. } => 1 + 4 + 4 + 4 * pages.len(),
         Msg::GetPageGrant { data, .. } => GRANT_HEADER_BYTES + data.len(),
         Msg::Diff { diffs, .. } => {
             4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
@@ -235,11 +235,16 @@ fn atomic_op_from(tag: u8, a: u64, b: u64) -> Option<AtomicOp> {
 
 fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
     match msg {
-        Msg::GetPage { access, pages } => {
+        Msg::GetPage {
+            access,
+            pages,
+            epoch,
+        } => {
             out.push(match access {
                 Access::Read => 0,
                 Access::Write => 1,
             });
+            out.extend_from_slice(&epoch.to_le_bytes());
             put_pages(out, pages);
         }
         Msg::GetPageGrant {
@@ -541,6 +546,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                     });
                 }
             };
+            let epoch = r.u32()?;
             let pages = r.pages()?;
             if pages.is_empty() {
                 return Err(DecodeError::BadValue {
@@ -548,7 +554,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                     value: 0,
                 });
             }
-            Msg::GetPage { access, pages }
+            Msg::GetPage {
+                access,
+                pages,
+                epoch,
+            }
         }
         MsgKind::GetPageGrant => {
             let page = PageNum(r.u32()?);

@@ -208,8 +208,9 @@ pub struct Node<M: PageMemory> {
     /// The page whose first touch asks for the next read-ahead window (the first of the last
     /// requested pages that sit less than half a window ahead): opening it is reported at once.
     pub(crate) read_ahead_mark: Option<PageNum>,
-    /// GETPs for pages past our allocations, answered when we allocate them.
-    pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>)>,
+    /// GETPs for pages past our allocations, answered when we allocate them, with their
+    /// senders' barrier epochs.
+    pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>, u32)>,
     /// ATOMICs on words past our allocations (a node used the word right after allocating it,
     /// before this home made the same allocation), applied when we allocate them.
     pub(crate) early_atomics: Vec<(NodeId, Msg)>,
@@ -413,9 +414,9 @@ impl<M: PageMemory> Node<M> {
         let allocated = self.table.len();
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_requests)
             .into_iter()
-            .partition(|(_, _, pages)| pages.iter().all(|p| p.index() < allocated));
+            .partition(|(_, _, pages, _)| pages.iter().all(|p| p.index() < allocated));
         self.early_requests = waiting;
-        for (from, access, pages) in ready {
+        for (from, access, pages, epoch) in ready {
             // Asked before this allocation by a node that made it already: the pages must be
             // homed here by this node's allocations too, or the nodes' calls differ.
             let me = self.cfg.node;
@@ -430,7 +431,7 @@ impl<M: PageMemory> Node<M> {
                 continue;
             }
             // Its one refusal once the pages exist (not homed here) was checked above.
-            let _ = self.on_get_page(None, from, access, pages);
+            let _ = self.on_get_page(None, from, access, (pages, epoch));
         }
         // Atomics held since before this allocation, in the order they came.
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_atomics)
@@ -611,7 +612,11 @@ impl<M: PageMemory> Node<M> {
             return Ok(());
         }
         match msg {
-            Msg::GetPage { access, pages } => self.on_get_page(Some(now), from, access, pages),
+            Msg::GetPage {
+                access,
+                pages,
+                epoch,
+            } => self.on_get_page(Some(now), from, access, (pages, epoch)),
             Msg::GetPageGrant {
                 page,
                 data: RunData::Copied(data),

@@ -339,6 +339,7 @@ impl<M: PageMemory> Node<M> {
                 Msg::GetPage {
                     access,
                     pages: chunk.to_vec(),
+                    epoch: self.epoch,
                 },
             );
             for p in chunk {
@@ -458,7 +459,7 @@ impl<M: PageMemory> Node<M> {
         now: Option<Time>,
         from: NodeId,
         access: Access,
-        pages: Vec<PageNum>,
+        (pages, epoch): (Vec<PageNum>, u32),
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -472,16 +473,19 @@ impl<M: PageMemory> Node<M> {
         if pages.iter().any(|p| p.index() >= self.table.len()) {
             // The requester allocated ahead of us (allocation is collective but not a barrier):
             // answer once we have made the same allocation. Unless this node is in a barrier or
-            // its exit: it makes no allocation before the others arrive, so it never will.
-            if self.sync.collective.is_some() {
-                self.early_requests.push((from, access, pages));
+            // its exit: it makes no allocation before the others arrive, so it never will. A
+            // requester already past the barrier this node is in (its grant came first: the
+            // grants of node 0 and a request of another node are not ordered) allocated after
+            // it, as this node will once its own grant comes: held.
+            if self.sync.collective.is_some() && epoch <= self.epoch {
+                self.early_requests.push((from, access, pages, epoch));
                 self.refuse_early_requests();
                 return Ok(());
             }
             if self.early_requests.len() >= MAX_EARLY_REQUESTS {
                 return Err(err("too many requests for pages not allocated here yet"));
             }
-            self.early_requests.push((from, access, pages));
+            self.early_requests.push((from, access, pages, epoch));
             return Ok(());
         }
         // A page whose home moved away from here is asked for by a node that sent the request
@@ -833,7 +837,9 @@ impl<M: PageMemory> Node<M> {
         let pages: Vec<PageNum> = (0..u32::from(count))
             .map(|i| PageNum(first.0 + i))
             .collect();
-        self.on_get_page(None, to, Access::Read, pages)
+        // Pages served from here before, so allocated: the epoch checks nothing.
+        let epoch = self.epoch;
+        self.on_get_page(None, to, Access::Read, (pages, epoch))
     }
 
     /// GETPGRANT: install a run of pages and resume their waiters. Room is made for the whole

@@ -409,12 +409,15 @@ impl<M: PageMemory> Node<M> {
     /// naming the requester and its page, rather than hang.
     pub(crate) fn refuse_early_requests(&mut self) {
         let allocated = self.table.len();
-        let request = self.early_requests.first().and_then(|(from, _, pages)| {
-            let p = pages.iter().find(|p| p.index() >= allocated)?;
-            Some((*from, *p))
-        });
-        // An atomic sent after a barrier this node has not left yet waits for its allocation
-        // after it.
+        // A request or an atomic sent after a barrier this node has not left yet waits for
+        // its allocation after it.
+        let request = self
+            .early_requests
+            .iter()
+            .find_map(|(from, _, pages, epoch)| {
+                let p = pages.iter().find(|p| p.index() >= allocated)?;
+                (*epoch <= self.epoch).then_some((*from, *p))
+            });
         let atomic = self.early_atomics.iter().find_map(|(from, msg)| match msg {
             Msg::Atomic { addr, epoch, .. } if *epoch <= self.epoch => {
                 Some((*from, GlobalAddr(*addr).page()))
