@@ -137,6 +137,23 @@ pub(crate) fn fatal_with(msg: &str, status: i32) -> ! {
     end_with(Some(msg), status)
 }
 
+/// Rank 0's watch (under srun or mpirun) said why the job ends: its node, told, ends quietly.
+static VERDICT_SAID: AtomicBool = AtomicBool::new(false);
+
+/// Rank 0's watch says why the job ends, as `dsm node 0: error: MSG`, before it tells the
+/// other ranks: mpirun ends every rank once one exits non-zero, and rank 0's own line, said
+/// once the others had ended, was lost so (once in four deadlocked runs). Thread context.
+pub(crate) fn say_verdict(msg: &str) {
+    let line = format!("dsm node {}: error: {msg}\n", rank());
+    sys::write_stderr(line.as_bytes());
+    VERDICT_SAID.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`say_verdict`] said it.
+pub(crate) fn verdict_said() -> bool {
+    VERDICT_SAID.load(Ordering::SeqCst)
+}
+
 /// Ends the node with `status` and no word of its own (its launcher says why), as
 /// [`fatal_with`] does otherwise: the program's exit handlers run, C's stdio is flushed. Thread
 /// context.

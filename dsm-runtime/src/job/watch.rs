@@ -239,6 +239,10 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
             // 0's node ends as soon as it is told, and this thread with it, and a connection
             // closed with a node's reports unread is reset, which may overtake the line (rank
             // 1 then waited 10 s and blamed rank 0, once in a full-suite run).
+            // Said here first: mpirun ends every rank once one exits with its status.
+            crate::door::end::say_verdict(
+                &super::launcher::JobFailure::Stuck(what.clone()).to_string(),
+            );
             let line = Line::Stuck(what).encode();
             let split = 1.min(control.len());
             tell(&mut control[split..], &line);

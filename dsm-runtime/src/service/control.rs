@@ -82,6 +82,10 @@ impl Service {
             match line {
                 // dsmrun says it: the node ends without a word, its output flushed.
                 Line::Stuck(_) if self.launcher_outside => crate::door::end::end_quietly(1),
+                // Said by rank 0's watch already.
+                Line::Stuck(_) if crate::door::end::verdict_said() => {
+                    crate::door::end::end_quietly(1)
+                }
                 Line::Stuck(what) if self.node.id().0 == 0 => {
                     fatal(&crate::job::JobFailure::Stuck(what).to_string());
                 }
