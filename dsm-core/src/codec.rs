@@ -238,13 +238,13 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
         Msg::GetPage {
             access,
             pages,
-            epoch,
+            passed,
         } => {
             out.push(match access {
                 Access::Read => 0,
                 Access::Write => 1,
             });
-            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&passed.to_le_bytes());
             put_pages(out, pages);
         }
         Msg::GetPageGrant {
@@ -546,7 +546,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                     });
                 }
             };
-            let epoch = r.u32()?;
+            let passed = r.u32()?;
             let pages = r.pages()?;
             if pages.is_empty() {
                 return Err(DecodeError::BadValue {
@@ -557,7 +557,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             Msg::GetPage {
                 access,
                 pages,
-                epoch,
+                passed,
             }
         }
         MsgKind::GetPageGrant => {

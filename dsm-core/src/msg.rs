@@ -70,10 +70,10 @@ pub enum Msg {
         access: Access,
         /// The pages wanted, all homed at the receiver.
         pages: Vec<PageNum>,
-        /// The sender's barrier epoch (the barrier grants it has had): a home still in an
-        /// earlier barrier (its grant late) holds a request for pages it has not allocated yet,
-        /// made after that barrier, instead of taking it for different allocations.
-        epoch: u32,
+        /// The barriers and `jia_wait`s the sender has passed (`Node::collectives_passed`): a
+        /// home still in an earlier one (its grant late) holds a request for pages it has not
+        /// allocated yet, made after it, instead of taking it for different allocations.
+        passed: u32,
     },
     /// GETPGRANT: the bytes of a run of consecutive pages (one page or many: a home answers a
     /// request with as few grants as its pages' runs and the transport's message size allow).

@@ -208,8 +208,8 @@ pub struct Node<M: PageMemory> {
     /// The page whose first touch asks for the next read-ahead window (the first of the last
     /// requested pages that sit less than half a window ahead): opening it is reported at once.
     pub(crate) read_ahead_mark: Option<PageNum>,
-    /// GETPs for pages past our allocations, answered when we allocate them, with their
-    /// senders' barrier epochs.
+    /// GETPs for pages past our allocations, answered when we allocate them, with the
+    /// collectives their senders had passed.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>, u32)>,
     /// ATOMICs on words past our allocations (a node used the word right after allocating it,
     /// before this home made the same allocation), applied when we allocate them.
@@ -416,7 +416,7 @@ impl<M: PageMemory> Node<M> {
             .into_iter()
             .partition(|(_, _, pages, _)| pages.iter().all(|p| p.index() < allocated));
         self.early_requests = waiting;
-        for (from, access, pages, epoch) in ready {
+        for (from, access, pages, passed) in ready {
             // Asked before this allocation by a node that made it already: the pages must be
             // homed here by this node's allocations too, or the nodes' calls differ.
             let me = self.cfg.node;
@@ -431,7 +431,7 @@ impl<M: PageMemory> Node<M> {
                 continue;
             }
             // Its one refusal once the pages exist (not homed here) was checked above.
-            let _ = self.on_get_page(None, from, access, (pages, epoch));
+            let _ = self.on_get_page(None, from, access, (pages, passed));
         }
         // Atomics held since before this allocation, in the order they came.
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_atomics)
@@ -460,6 +460,12 @@ impl<M: PageMemory> Node<M> {
             let _ = self.on_atomic(from, msg);
         }
         Ok(first.addr())
+    }
+
+    /// The barriers and `jia_wait`s this node has passed (their grants had): what a page
+    /// request carries, so a home still in one can tell a request made after it.
+    pub(crate) fn collectives_passed(&self) -> u32 {
+        self.epoch.wrapping_add(self.sync.wait_epoch)
     }
 
     /// Drains the next message to send.
@@ -615,8 +621,8 @@ impl<M: PageMemory> Node<M> {
             Msg::GetPage {
                 access,
                 pages,
-                epoch,
-            } => self.on_get_page(Some(now), from, access, (pages, epoch)),
+                passed,
+            } => self.on_get_page(Some(now), from, access, (pages, passed)),
             Msg::GetPageGrant {
                 page,
                 data: RunData::Copied(data),

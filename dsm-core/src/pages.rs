@@ -339,7 +339,7 @@ impl<M: PageMemory> Node<M> {
                 Msg::GetPage {
                     access,
                     pages: chunk.to_vec(),
-                    epoch: self.epoch,
+                    passed: self.collectives_passed(),
                 },
             );
             for p in chunk {
@@ -459,7 +459,7 @@ impl<M: PageMemory> Node<M> {
         now: Option<Time>,
         from: NodeId,
         access: Access,
-        (pages, epoch): (Vec<PageNum>, u32),
+        (pages, passed): (Vec<PageNum>, u32),
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -476,16 +476,16 @@ impl<M: PageMemory> Node<M> {
             // its exit: it makes no allocation before the others arrive, so it never will. A
             // requester already past the barrier this node is in (its grant came first: the
             // grants of node 0 and a request of another node are not ordered) allocated after
-            // it, as this node will once its own grant comes: held.
-            if self.sync.collective.is_some() && epoch <= self.epoch {
-                self.early_requests.push((from, access, pages, epoch));
+            // it, as this node will once its own grant comes: held. (A barrier or a jia_wait.)
+            if self.sync.collective.is_some() && passed <= self.collectives_passed() {
+                self.early_requests.push((from, access, pages, passed));
                 self.refuse_early_requests();
                 return Ok(());
             }
             if self.early_requests.len() >= MAX_EARLY_REQUESTS {
                 return Err(err("too many requests for pages not allocated here yet"));
             }
-            self.early_requests.push((from, access, pages, epoch));
+            self.early_requests.push((from, access, pages, passed));
             return Ok(());
         }
         // A page whose home moved away from here is asked for by a node that sent the request
@@ -837,9 +837,9 @@ impl<M: PageMemory> Node<M> {
         let pages: Vec<PageNum> = (0..u32::from(count))
             .map(|i| PageNum(first.0 + i))
             .collect();
-        // Pages served from here before, so allocated: the epoch checks nothing.
-        let epoch = self.epoch;
-        self.on_get_page(None, to, Access::Read, (pages, epoch))
+        // Pages served from here before, so allocated: what was passed checks nothing.
+        let passed = self.collectives_passed();
+        self.on_get_page(None, to, Access::Read, (pages, passed))
     }
 
     /// GETPGRANT: install a run of pages and resume their waiters. Room is made for the whole

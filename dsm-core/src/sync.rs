@@ -411,12 +411,13 @@ impl<M: PageMemory> Node<M> {
         let allocated = self.table.len();
         // A request or an atomic sent after a barrier this node has not left yet waits for
         // its allocation after it.
+        let passed = self.collectives_passed();
         let request = self
             .early_requests
             .iter()
-            .find_map(|(from, _, pages, epoch)| {
+            .find_map(|(from, _, pages, sent_after)| {
                 let p = pages.iter().find(|p| p.index() >= allocated)?;
-                (*epoch <= self.epoch).then_some((*from, *p))
+                (*sent_after <= passed).then_some((*from, *p))
             });
         let atomic = self.early_atomics.iter().find_map(|(from, msg)| match msg {
             Msg::Atomic { addr, epoch, .. } if *epoch <= self.epoch => {

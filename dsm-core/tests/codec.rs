@@ -32,7 +32,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             pages: (0..1 + rng.below(5))
                 .map(|_| PageNum(rng.next_u64() as u32))
                 .collect(),
-            epoch: rng.next_u64() as u32,
+            passed: rng.next_u64() as u32,
         },
         1 => {
             // A run of 1 to 20 pages (a page or a datagram's worth, and beyond).
@@ -307,7 +307,7 @@ fn small_messages_carry_only_their_payload() {
     let getp = Msg::GetPage {
         access: Access::Read,
         pages: vec![PageNum(3)],
-        epoch: 7,
+        passed: 7,
     };
     assert_eq!(codec::frame_len(&getp), HEADER_BYTES + 13);
 }

@@ -442,7 +442,7 @@ fn a_held_early_request_for_pages_homed_elsewhere_ends_the_job_naming_the_mismat
         Msg::GetPage {
             access: Access::Read,
             pages: vec![PageNum(3)],
-            epoch: 0,
+            passed: 0,
         },
     )
     .unwrap();
@@ -612,15 +612,30 @@ fn an_atomic_from_past_a_barrier_its_home_is_still_in_waits_for_the_allocation()
 /// 2's request come on two connections, a plain `barrier; alloc; touch` could end so).
 #[test]
 fn a_page_request_from_past_a_barrier_its_home_is_still_in_waits_for_the_allocation() {
+    page_request_from_past(false);
+}
+
+/// The same past a `jia_wait` (a barrier without coherence, which counts apart).
+#[test]
+fn a_page_request_from_past_a_wait_its_home_is_still_in_waits_for_the_allocation() {
+    page_request_from_past(true);
+}
+
+/// A node past a barrier or a `jia_wait` node 1 is still in allocates and asks node 1 for a page.
+fn page_request_from_past(wait: bool) {
     let mut nodes: Vec<Node<VecMemory>> = (0..3)
         .map(|i| Node::new(CoreConfig::new(NodeId(i), 3), VecMemory::new()))
         .collect();
     for n in nodes.iter_mut() {
-        n.barrier(Time(0), WaiterId(0)).unwrap();
+        if wait {
+            n.wait(Time(0), WaiterId(0)).unwrap();
+        } else {
+            n.barrier(Time(0), WaiterId(0)).unwrap();
+        }
     }
     let mut effects = Vec::new();
     let late = |from: usize, to: usize, m: &Msg| {
-        from == 0 && to == 1 && matches!(m, Msg::BarrierGrant { .. })
+        from == 0 && to == 1 && matches!(m, Msg::BarrierGrant { .. } | Msg::WaitGrant { .. })
     };
     let held = pump(&mut nodes, &mut effects, &late);
     let at = nodes[2]

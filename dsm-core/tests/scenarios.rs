@@ -1074,7 +1074,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
         Msg::GetPage {
             access: Access::Read,
             pages: vec![PageNum(0)],
-            epoch: 0,
+            passed: 0,
         },
     )
     .unwrap();

@@ -23,7 +23,7 @@ fn forged_frames() -> Vec<Vec<u8>> {
                 Msg::GetPage {
                     access: Access::Write,
                     pages: vec![PageNum(page)],
-                    epoch: 0,
+                    passed: 0,
                 },
                 Msg::Diff {
                     id: page,
