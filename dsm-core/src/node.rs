@@ -419,47 +419,48 @@ impl<M: PageMemory> Node<M> {
         for (from, access, pages, passed) in ready {
             // Asked before this allocation by a node that made it already: the pages must be
             // homed here by this node's allocations too, or the nodes' calls differ.
-            let me = self.cfg.node;
-            if let Some(&page) = pages.iter().find(|p| self.table[p.index()].home != me) {
-                let home = self.table[page.index()].home;
-                self.abort(JobError::HomeMismatch {
-                    node: from,
-                    page,
-                    here: me,
-                    home,
-                });
-                continue;
+            if self.homed_here_or_abort(from, &pages) {
+                // Its one refusal once the pages exist (not homed here) was checked.
+                let _ = self.on_get_page(None, from, access, (pages, passed));
             }
-            // Its one refusal once the pages exist (not homed here) was checked above.
-            let _ = self.on_get_page(None, from, access, (pages, passed));
         }
         // Atomics held since before this allocation, in the order they came.
+        let word_page = |msg: &Msg| match msg {
+            Msg::Atomic { addr, .. } => Some(GlobalAddr(*addr).page()),
+            _ => None,
+        };
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early_atomics)
             .into_iter()
-            .partition(|(_, msg)| {
-                matches!(msg, Msg::Atomic { addr, .. } if GlobalAddr(*addr).page().index() < allocated)
-            });
+            .partition(|(_, msg)| word_page(msg).is_some_and(|p| p.index() < allocated));
         self.early_atomics = waiting;
         for (from, msg) in ready {
-            let Msg::Atomic { addr, .. } = &msg else {
+            let Some(page) = word_page(&msg) else {
                 continue;
             };
-            let page = GlobalAddr(*addr).page();
-            let home = self.table[page.index()].home;
-            if home != self.cfg.node {
-                // Homed elsewhere by this node's allocations: the nodes' calls differ.
-                self.abort(JobError::HomeMismatch {
-                    node: from,
-                    page,
-                    here: self.cfg.node,
-                    home,
-                });
-                continue;
+            if self.homed_here_or_abort(from, &[page]) {
+                // Its one refusal (a word not homed here) was checked.
+                let _ = self.on_atomic(from, msg);
             }
-            // Its one refusal (a word not homed here) was checked above.
-            let _ = self.on_atomic(from, msg);
         }
         Ok(first.addr())
+    }
+
+    /// Whether every one of `pages`, which `from` asked for before this node allocated them,
+    /// is homed here by this node's allocations; if not, the nodes' allocation calls differ
+    /// and the job ends naming the first.
+    fn homed_here_or_abort(&mut self, from: NodeId, pages: &[PageNum]) -> bool {
+        let me = self.cfg.node;
+        let Some(&page) = pages.iter().find(|p| self.table[p.index()].home != me) else {
+            return true;
+        };
+        let home = self.table[page.index()].home;
+        self.abort(JobError::HomeMismatch {
+            node: from,
+            page,
+            here: me,
+            home,
+        });
+        false
     }
 
     /// The barriers and `jia_wait`s this node has passed (their grants had): what a page

@@ -548,24 +548,8 @@ fn an_atomic_on_a_word_not_allocated_yet_is_made_at_the_allocation() {
 /// allocations (a review found it refused at once, a correct program ended).
 #[test]
 fn an_atomic_from_past_a_barrier_its_home_is_still_in_waits_for_the_allocation() {
-    let mut nodes: Vec<Node<VecMemory>> = (0..3)
-        .map(|i| Node::new(CoreConfig::new(NodeId(i), 3), VecMemory::new()))
-        .collect();
-    for n in nodes.iter_mut() {
-        n.barrier(Time(0), WaiterId(0)).unwrap();
-    }
-    let mut effects = Vec::new();
-    // Node 0's grant to node 1 held back.
-    let late = |from: usize, to: usize, m: &Msg| {
-        from == 0 && to == 1 && matches!(m, Msg::BarrierGrant { .. })
-    };
-    let held = pump(&mut nodes, &mut effects, &late);
-    assert_eq!(held.len(), 1, "{held:?}");
-    let at = nodes[2]
-        .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
-        .unwrap();
-    nodes[2]
-        .atomic(
+    let (mut nodes, effects) = past_a_late_grant(false, |n, at| {
+        n.atomic(
             Time(0),
             WaiterId(0),
             (at, 8),
@@ -573,35 +557,10 @@ fn an_atomic_from_past_a_barrier_its_home_is_still_in_waits_for_the_allocation()
             AtomicOrder::RELAXED,
         )
         .unwrap();
-    pump(&mut nodes, &mut effects, &late);
-    assert!(
-        !effects
-            .iter()
-            .any(|(_, e)| matches!(e, Effect::Abort { .. })),
-        "{effects:?}"
-    );
-    // The grant comes; node 1 allocates after the barrier, as node 2 did.
-    for (from, to, msg) in held {
-        nodes[to]
-            .handle_message(Time(0), NodeId(from as u16), msg)
-            .unwrap();
-    }
-    nodes[1]
-        .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
-        .unwrap();
-    nodes[0]
-        .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
-        .unwrap();
-    pump(&mut nodes, &mut effects, &|_, _, _| false);
+    });
     assert_eq!(
         nodes[2].take_atomic_result(WaiterId(0)),
         Some(0),
-        "{effects:?}"
-    );
-    assert!(
-        !effects
-            .iter()
-            .any(|(_, e)| matches!(e, Effect::Abort { .. })),
         "{effects:?}"
     );
 }
@@ -623,6 +582,30 @@ fn a_page_request_from_past_a_wait_its_home_is_still_in_waits_for_the_allocation
 
 /// A node past a barrier or a `jia_wait` node 1 is still in allocates and asks node 1 for a page.
 fn page_request_from_past(wait: bool) {
+    let (_, effects) = past_a_late_grant(wait, |n, at| {
+        n.handle_fault(Time(0), at.page(), Access::Read, WaiterId(0))
+            .unwrap();
+    });
+    assert!(
+        effects.iter().any(|(n, e)| *n == 2
+            && matches!(
+                e,
+                Effect::Resume {
+                    waiter: WaiterId(0)
+                }
+            )),
+        "node 2's fault served: {effects:?}"
+    );
+}
+
+/// Three nodes pass a barrier (a `jia_wait` if `wait`), node 0's grant to node 1 held back;
+/// node 2 allocates a page homed at node 1 and `asks` it of node 1 (at the page's address).
+/// Then node 1's grant comes and nodes 1 and 0 make the same allocation. The job is never
+/// ended meanwhile; returns the nodes and every effect.
+fn past_a_late_grant(
+    wait: bool,
+    ask: impl FnOnce(&mut Node<VecMemory>, GlobalAddr),
+) -> (Vec<Node<VecMemory>>, Vec<(usize, Effect)>) {
     let mut nodes: Vec<Node<VecMemory>> = (0..3)
         .map(|i| Node::new(CoreConfig::new(NodeId(i), 3), VecMemory::new()))
         .collect();
@@ -638,19 +621,19 @@ fn page_request_from_past(wait: bool) {
         from == 0 && to == 1 && matches!(m, Msg::BarrierGrant { .. } | Msg::WaitGrant { .. })
     };
     let held = pump(&mut nodes, &mut effects, &late);
+    assert_eq!(held.len(), 1, "{held:?}");
     let at = nodes[2]
         .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
         .unwrap();
-    nodes[2]
-        .handle_fault(Time(0), at.page(), Access::Read, WaiterId(0))
-        .unwrap();
+    ask(&mut nodes[2], at);
     pump(&mut nodes, &mut effects, &late);
-    assert!(
-        !effects
+    let aborted = |effects: &[(usize, Effect)]| {
+        effects
             .iter()
-            .any(|(_, e)| matches!(e, Effect::Abort { .. })),
-        "{effects:?}"
-    );
+            .any(|(_, e)| matches!(e, Effect::Abort { .. }))
+    };
+    assert!(!aborted(&effects), "{effects:?}");
+    // The grant comes; node 1 allocates after the barrier, as node 2 did.
     for (from, to, msg) in held {
         nodes[to]
             .handle_message(Time(0), NodeId(from as u16), msg)
@@ -663,22 +646,8 @@ fn page_request_from_past(wait: bool) {
         .alloc(AllocPolicy::OnNode(NodeId(1)), PAGE)
         .unwrap();
     pump(&mut nodes, &mut effects, &|_, _, _| false);
-    assert!(
-        !effects
-            .iter()
-            .any(|(_, e)| matches!(e, Effect::Abort { .. })),
-        "{effects:?}"
-    );
-    assert!(
-        effects.iter().any(|(n, e)| *n == 2
-            && matches!(
-                e,
-                Effect::Resume {
-                    waiter: WaiterId(0)
-                }
-            )),
-        "node 2's fault served: {effects:?}"
-    );
+    assert!(!aborted(&effects), "{effects:?}");
+    (nodes, effects)
 }
 
 /// A BARRGRANT from a node other than node 0 is refused before it changes anything. It was

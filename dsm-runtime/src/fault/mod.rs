@@ -265,10 +265,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // The runtime's own faults are all SIGSEGV (a page's protection); a bus error in
         // either view of the region is memory its file cannot give (shrunk under the node, a
         // memory error): serving it would return to the same bus error forever.
-        let errno = signals::errno();
         say_bus_error(addr);
-        // The program's handler, chained to, sees the errno the fault interrupted.
-        signals::set_errno(errno);
         // SAFETY: this handler's own arguments.
         return unsafe { chain(sig, info, ctx) };
     }
@@ -287,9 +284,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // no word of its own. (A Rust program's handler is the standard library's, which
         // takes only stack overflows and then leaves the fault to the default action.)
         if !signals::runs_a_function(&chained(sig).load()) || !program::is_c() {
-            let errno = signals::errno();
             say_wild_access(addr, ctx);
-            signals::set_errno(errno);
         }
         // SAFETY: this handler's own arguments.
         unsafe { chain(sig, info, ctx) };
@@ -309,7 +304,15 @@ fn say_bus_error(addr: usize) {
         b", in the shared region's memory: the node's memory file cannot give that page (the file \
           shrank under the node, or a memory error); the node cannot go on",
     );
+    write_keeping_errno(&mut line);
+}
+
+/// Writes `line` to stderr, leaving errno as it was: a handler of the program's chained to
+/// after it sees the errno the fault interrupted. Signal context.
+fn write_keeping_errno(line: &mut Line) {
+    let errno = signals::errno();
     crate::sys::write_stderr(line.ended());
+    signals::set_errno(errno);
 }
 
 /// Says, in one write, that the access at `addr` lies in the shared region outside every
@@ -348,7 +351,7 @@ fn say_wild_access(addr: usize, ctx: *mut libc::c_void) {
             line.push(b" bytes before its start");
         }
     }
-    crate::sys::write_stderr(line.ended());
+    write_keeping_errno(&mut line);
 }
 
 /// Serves a fault at `addr` in the region starting at `start`; `None` when resolved on a fast
