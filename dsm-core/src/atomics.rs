@@ -142,6 +142,7 @@ impl<M: PageMemory> Node<M> {
             seen,
             epoch: self.epoch,
             in_barrier: self.sync.awaiting_grant,
+            passed: self.collectives_passed(),
             notices: Vec::new(),
             earlier: Vec::new(),
         };
@@ -232,14 +233,14 @@ impl<M: PageMemory> Node<M> {
     /// this node's allocations is held until it makes them, as a GETP is (`early_atomics`):
     /// allocation is collective but not a barrier, and a node may use a word at once.
     pub(crate) fn on_atomic(&mut self, from: NodeId, msg: Msg) -> Result<(), ProtocolError> {
-        if let Msg::Atomic { addr, epoch, .. } = &msg
+        if let Msg::Atomic { addr, passed, .. } = &msg
             && GlobalAddr(*addr).page().index() >= self.table.len()
         {
             // Unless this node is in a barrier or its exit: it makes no allocation before the
             // others arrive, so it never will (the job ends naming the sender). A sender already
-            // past the barrier this node is in (its grant reached the sender first) allocated
-            // after it, as this node will once its own grant comes: held.
-            if self.sync.collective.is_some() && *epoch <= self.epoch {
+            // past the barrier or `jia_wait` this node is in (its grant reached the sender
+            // first) allocated after it, as this node will once its own grant comes: held.
+            if self.sync.collective.is_some() && *passed <= self.collectives_passed() {
                 self.early_atomics.push((from, msg));
                 self.refuse_early_requests();
                 return Ok(());
@@ -266,6 +267,7 @@ impl<M: PageMemory> Node<M> {
             in_barrier,
             notices,
             earlier,
+            ..
         } = msg
         else {
             return Ok(());

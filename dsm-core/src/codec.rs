@@ -24,7 +24,7 @@ use crate::types::{
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 13;
+pub const VERSION: u8 = 14;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -185,7 +185,7 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Forward { .. } | Msg::ForwardRefused { .. } => 2 + 4 + 2,
         Msg::Atomic {
             notices, earlier, ..
-        } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 4 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
+        } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 4 + 4 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
         Msg::AtomicGrant { notices, .. } => 4 + 8 + 4 + 4 + 4 + 4 * notices.len(),
     }
 }
@@ -272,6 +272,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             seen,
             epoch,
             in_barrier,
+            passed,
             notices,
             earlier,
         } => {
@@ -285,6 +286,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.push(u8::from(*acquire) | u8::from(*release) << 1 | u8::from(*in_barrier) << 2);
             out.extend_from_slice(&seen.to_le_bytes());
             out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&passed.to_le_bytes());
             put_pages(out, notices);
             put_pages(out, earlier);
         }
@@ -727,6 +729,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 seen: r.u32()?,
                 epoch: r.u32()?,
                 in_barrier: flags & 4 != 0,
+                passed: r.u32()?,
                 notices: r.pages()?,
                 earlier: r.pages()?,
             }

@@ -216,6 +216,9 @@ pub enum Msg {
         /// A thread of the sender waits in a barrier (called, not granted): the writes a
         /// release carries belong to the next epoch, `epoch + 1`, as a lock's release tags them.
         in_barrier: bool,
+        /// The barriers and `jia_wait`s the sender has passed, as `GetPage::passed`: a home
+        /// still in an earlier one holds an operation on a word it has not allocated yet.
+        passed: u32,
         /// Pages written since the sender last released this word (release only).
         notices: Vec<PageNum>,
         /// Pages of the epoch before, as `Msg::Release::earlier` (release only).

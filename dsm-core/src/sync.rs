@@ -420,9 +420,11 @@ impl<M: PageMemory> Node<M> {
                 (*sent_after <= passed).then_some((*from, *p))
             });
         let atomic = self.early_atomics.iter().find_map(|(from, msg)| match msg {
-            Msg::Atomic { addr, epoch, .. } if *epoch <= self.epoch => {
-                Some((*from, GlobalAddr(*addr).page()))
-            }
+            Msg::Atomic {
+                addr,
+                passed: sent_after,
+                ..
+            } if *sent_after <= passed => Some((*from, GlobalAddr(*addr).page())),
             _ => None,
         });
         let Some((from, page)) = request.or(atomic) else {

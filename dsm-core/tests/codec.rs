@@ -170,6 +170,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 seen: rng.next_u64() as u32,
                 epoch: rng.next_u64() as u32,
                 in_barrier: rng.chance(50),
+                passed: rng.next_u64() as u32,
                 notices: if release { pages(rng) } else { Vec::new() },
                 earlier: if release { pages(rng) } else { Vec::new() },
             }
@@ -430,6 +431,7 @@ fn malformed_frames_are_errors_naming_the_fault() {
             seen: 0,
             epoch: 0,
             in_barrier: false,
+            passed: 0,
             notices: vec![],
             earlier: vec![],
         },

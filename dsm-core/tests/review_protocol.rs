@@ -548,7 +548,19 @@ fn an_atomic_on_a_word_not_allocated_yet_is_made_at_the_allocation() {
 /// allocations (a review found it refused at once, a correct program ended).
 #[test]
 fn an_atomic_from_past_a_barrier_its_home_is_still_in_waits_for_the_allocation() {
-    let (mut nodes, effects) = past_a_late_grant(false, |n, at| {
+    atomic_from_past(false);
+}
+
+/// The same past a `jia_wait` (an atomic operation carries the waits its sender passed too; it
+/// carried its barrier epoch only, and one past a wait was taken for different allocations).
+#[test]
+fn an_atomic_from_past_a_wait_its_home_is_still_in_waits_for_the_allocation() {
+    atomic_from_past(true);
+}
+
+/// A node past a barrier or a `jia_wait` node 1 is still in allocates and adds to a word there.
+fn atomic_from_past(wait: bool) {
+    let (mut nodes, effects) = past_a_late_grant(wait, |n, at| {
         n.atomic(
             Time(0),
             WaiterId(0),
