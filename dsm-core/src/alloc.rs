@@ -9,8 +9,8 @@ use crate::types::{NodeId, PAGE_SIZE, PageNum};
 /// How an allocation's pages are spread over homes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AllocPolicy {
-    /// `jia_alloc3`: blocks of `block_bytes` (rounded up to pages) to each node in turn, from
-    /// `start`.
+    /// `jia_alloc3`: blocks of `block_bytes` (rounded up to pages, at least one byte) to each
+    /// node in turn, from `start`.
     Cyclic {
         /// Bytes per block.
         block_bytes: u64,
@@ -98,7 +98,10 @@ pub fn homes(
         AllocPolicy::RoundRobin => vec![NodeId((round_robin % u64::from(nodes)) as u16); count],
         AllocPolicy::Cyclic { block_bytes, start } => {
             check(*start)?;
-            let block_pages = pages_for(*block_bytes).max(1);
+            if *block_bytes == 0 {
+                return Err(AllocError::BadBlocks);
+            }
+            let block_pages = pages_for(*block_bytes);
             (0..page_count)
                 .map(|p| wrap(*start, p / block_pages))
                 .collect()
@@ -204,6 +207,13 @@ mod tests {
         );
         let p = AllocPolicy::Blocks {
             blocks_bytes: vec![0],
+            start: NodeId(0),
+        };
+        assert_eq!(homes(&p, 1, 3, 0), Err(AllocError::BadBlocks));
+        // A cyclic block of zero bytes is refused as a zero in the array is (it was taken as
+        // a page per block), and as `jia_alloc3` refuses it.
+        let p = AllocPolicy::Cyclic {
+            block_bytes: 0,
             start: NodeId(0),
         };
         assert_eq!(homes(&p, 1, 3, 0), Err(AllocError::BadBlocks));
