@@ -205,7 +205,9 @@ impl TcpTransport {
                     }
                 }
             };
-            s.write_all(&hello(cookie, me))?;
+            s.write_all(&hello(cookie, me)).map_err(|e| {
+                io::Error::new(e.kind(), format!("saying hello to node {j} at {addr}: {e}"))
+            })?;
             conns[j] = Some(s);
         }
         let mut rejected = 0;
@@ -233,13 +235,30 @@ impl TcpTransport {
             loop {
                 match listener.accept() {
                     Ok((s, _)) => {
-                        s.set_nonblocking(true)?;
-                        pending.push((s, Vec::with_capacity(HELLO_BYTES), Instant::now()));
+                        // A socket that cannot be made non-blocking is dropped: its node, if
+                        // it is one, times out naming this one.
+                        if s.set_nonblocking(true).is_ok() {
+                            pending.push((s, Vec::with_capacity(HELLO_BYTES), Instant::now()));
+                        }
                         busy = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+                    // Reset before it was accepted: whoever it was may connect again.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                        ) => {}
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "accepting the connections of nodes {} to {}: {e}",
+                                usize::from(me) + 1,
+                                n - 1
+                            ),
+                        ));
+                    }
                 }
             }
             let mut i = 0;
@@ -507,8 +526,23 @@ impl TcpTransport {
                     log::debug!("refused a connection from {from}");
                     drop(s);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // Out of descriptors or memory: the stranger stays queued and the listener
+                    // readable, and the level-triggered poll would wake this thread at once,
+                    // again and again. Every peer is connected: stop listening for strangers.
+                    log::warn!("tcp: no longer refusing strangers' connections one by one: {e}");
+                    self.epoll.delete(self.listener.as_raw_fd());
+                    return;
+                }
             }
         }
     }

@@ -73,11 +73,17 @@ fn encode_endpoint(ep: &verbs::Endpoint, mtu: usize) -> Vec<u8> {
     m
 }
 
+/// An endpoint message; `None` if malformed, its MTU included (a verbs MTU: a power of two,
+/// 256 to 4,096 bytes; a smaller one would leave a datagram no room for its header).
 fn decode_endpoint(m: &[u8]) -> Option<(verbs::Endpoint, usize)> {
     if m.len() != 29 || m[0] != TAG_ENDPOINT {
         return None;
     }
     let u32_at = |i: usize| u32::from_le_bytes(m[i..i + 4].try_into().expect("4 bytes"));
+    let mtu = u32_at(25) as usize;
+    if !(256..=4096).contains(&mtu) || !mtu.is_power_of_two() {
+        return None;
+    }
     let mut gid = [0; 16];
     gid.copy_from_slice(&m[1..17]);
     Some((
@@ -86,7 +92,7 @@ fn decode_endpoint(m: &[u8]) -> Option<(verbs::Endpoint, usize)> {
             qpn: u32_at(17),
             psn: u32_at(21) & 0xff_ffff,
         },
-        u32_at(25) as usize,
+        mtu,
     ))
 }
 
@@ -113,17 +119,20 @@ fn encode_export(e: &Export) -> Vec<u8> {
     m
 }
 
+/// An export message; `None` if malformed, a range whose end passes 2^64 included (the
+/// region's offsets or the peer's addresses: reads inside it are computed without a check).
 fn decode_export(m: &[u8]) -> Option<Export> {
     if m.len() != 29 || m[0] != TAG_EXPORT {
         return None;
     }
     let u64_at = |i: usize| u64::from_le_bytes(m[i..i + 8].try_into().expect("8 bytes"));
-    Some(Export {
+    let e = Export {
         offset: u64_at(1),
         len: u64_at(9),
         addr: u64_at(17),
         rkey: u32::from_le_bytes(m[25..29].try_into().expect("4 bytes")),
-    })
+    };
+    (e.offset.checked_add(e.len).is_some() && e.addr.checked_add(e.len).is_some()).then_some(e)
 }
 
 /// The TCP control mesh: bootstrap exchanges, exports, heartbeats, peer loss.
@@ -363,5 +372,22 @@ mod tests {
         let mut wide = ep.clone();
         wide[21..25].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode_endpoint(&wide).unwrap().0.psn, 0xff_ffff);
+        // An MTU no verbs device has (a datagram of 0 bytes could not hold its header: the
+        // sender's arithmetic wrapped).
+        for mtu in [0u32, 21, 255, 300, 8192, u32::MAX] {
+            let mut odd = ep.clone();
+            odd[25..29].copy_from_slice(&mtu.to_le_bytes());
+            assert_eq!(decode_endpoint(&odd), None, "MTU {mtu}");
+        }
+        // A range whose end passes 2^64, in the region or in the peer's memory.
+        for (offset, len, addr) in [(u64::MAX, 1, 0), (1, u64::MAX, 0), (0, 4096, u64::MAX - 1)] {
+            let far = encode_export(&Export {
+                offset,
+                len,
+                addr,
+                rkey: 2,
+            });
+            assert_eq!(decode_export(&far), None, "{offset} {len} {addr}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use super::{
     Control, Export, RdmaConfig, RdmaError, RdmaStats, TAG_ENDPOINT, TAG_EXPORT, TAG_READY,
     combined_epoll, decode_endpoint, decode_export, encode_endpoint, encode_export,
 };
-use crate::reliable::{Event, LostCause};
+use crate::reliable::{Event, LostCause, MAX_MESSAGE_BYTES};
 use crate::sys::Epoll;
 use crate::{ReadRange, Transport};
 
@@ -266,6 +266,14 @@ impl RcTransport {
                 let mut head = Vec::with_capacity(1);
                 self.recv_pool.read(slot, 0, 1, &mut head);
                 let p = &mut self.peers[usize::from(from)];
+                if p.partial.len() + len - 1 > MAX_MESSAGE_BYTES {
+                    log::debug!(
+                        "{NAME}: node {from} sent a message over {MAX_MESSAGE_BYTES} bytes"
+                    );
+                    p.partial = Vec::new();
+                    self.lose(from, LostCause::BadFrame);
+                    return;
+                }
                 self.recv_pool.read(slot, 1, len - 1, &mut p.partial);
                 if head[0] & 1 == 0 {
                     let bytes = std::mem::take(&mut p.partial);
@@ -390,9 +398,13 @@ impl RcTransport {
 
 /// The export of `exports` that holds region bytes `offset..offset + len`.
 fn export_for(exports: &[Export], offset: u64, len: usize) -> Option<&Export> {
-    exports
-        .iter()
-        .find(|e| e.offset <= offset && offset + len as u64 <= e.offset + e.len)
+    exports.iter().find(|e| {
+        // `decode_export` refused ranges whose ends pass 2^64.
+        e.offset <= offset
+            && offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= e.offset + e.len)
+    })
 }
 
 fn recv_buf(pool: &BufferPool, slot: usize) -> Buf<'_> {
