@@ -47,6 +47,10 @@ pub trait PageMemory {
     fn serves_in_place(&mut self, _to: NodeId) -> bool {
         false
     }
+    /// `page`, a valid copy here, is about to be twinned and opened for writing: a memory that
+    /// shows it from another node's (in place) makes the bytes its own first, so the twin and
+    /// this node's writes start from the same bytes (the other node's may change meanwhile).
+    fn make_own(&mut self, _page: PageNum) {}
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Writes the whole pages of `data` (a grant's run, or part of it) from `first`, before

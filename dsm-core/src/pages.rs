@@ -129,6 +129,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     fn make_twin(&mut self, page: PageNum) {
+        self.mem.make_own(page);
         let mut twin = PageBuf::zeroed();
         self.mem.read(page, &mut twin.0);
         self.table[page.index()].twin = Some(twin);

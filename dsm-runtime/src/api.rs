@@ -396,7 +396,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         && matches!(config.comm_type, CommType::Udp | CommType::Tcp)
         && !config.check_races
     {
-        region.share_with_host(rank, size, cookie);
+        region.share_with_host(rank, size, cookie, config.same_host_map);
     }
     let node = Node::new(core_cfg, region);
     let service = Service::new(

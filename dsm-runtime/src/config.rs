@@ -112,8 +112,11 @@ pub struct Config {
     /// where the system allows one (`region::Backing`); `off`: a memfd, 4 KiB pages only.
     pub huge_pages: bool,
     /// `same_host`: `memory` (nodes of one host read each other's pages in place, from the
-    /// home's memory file) or `transport` (through `comm_type`, as between hosts).
+    /// home's memory file), `map` (as `memory`, the pages read mapped from the home's file
+    /// rather than copied from it) or `transport` (through `comm_type`, as between hosts).
     pub same_host_memory: bool,
+    /// `same_host = map`.
+    pub same_host_map: bool,
     /// `peer_timeout_ms`.
     pub peer_timeout_ms: u64,
     /// `base_port` (0: any).
@@ -202,6 +205,7 @@ impl Default for Config {
             region_gib: 64,
             huge_pages: true,
             same_host_memory: true,
+            same_host_map: false,
             peer_timeout_ms: 10_000,
             base_port: 0,
             rdma_device: None,
@@ -294,8 +298,9 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "same_host",
-        "memory (nodes of one host read each other's pages in place, on udp and tcp) or \
-         transport (through comm_type, as between hosts)",
+        "memory (nodes of one host read each other's pages in place, on udp and tcp), map (the \
+         same, the pages read mapped from their home's memory, not copied) or transport \
+         (through comm_type, as between hosts)",
     ),
     ("peer_timeout_ms", "100 to 3600000"),
     ("base_port", "0 (any free port) or 1024 to 65000"),
@@ -528,9 +533,10 @@ impl Config {
                 }
             }
             "same_host" => {
-                self.same_host_memory = match value {
-                    "memory" => true,
-                    "transport" => false,
+                (self.same_host_memory, self.same_host_map) = match value {
+                    "memory" => (true, false),
+                    "map" => (true, true),
+                    "transport" => (false, false),
                     _ => return Err(bad()),
                 }
             }
@@ -665,10 +671,10 @@ impl Config {
             ),
             format!(
                 "same_host={}",
-                if self.same_host_memory {
-                    "memory"
-                } else {
-                    "transport"
+                match (self.same_host_memory, self.same_host_map) {
+                    (true, true) => "map",
+                    (true, false) => "memory",
+                    _ => "transport",
                 }
             ),
             format!("peer_timeout_ms={}", self.peer_timeout_ms),

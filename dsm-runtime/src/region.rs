@@ -63,6 +63,16 @@ pub(crate) struct Region {
     /// One bit per page: granted in place to a node of this host ([`crate::same_host`]), which
     /// may read it at any time: never punched (empty until the first such grant).
     in_place: Vec<u64>,
+    /// `same_host = map`: runs granted in place are shown in the application's view from their
+    /// home's memory file, not copied into this node's ([`Region::show_from`]).
+    map_in_place: bool,
+    /// Per page: 1 + the node whose memory file the application's view shows it from, 0 where
+    /// it shows this node's own (empty until the first page so shown).
+    shown_from: Vec<u16>,
+    /// How many pages are shown from other nodes' memory now.
+    shown: usize,
+    /// Pages shown so, over the node's life (for the statistics).
+    shown_total: u64,
 }
 
 /// A run of this node's home pages lent to the transport (`RunData::Lent`): read through the
@@ -235,6 +245,10 @@ impl Region {
             lent_prune_at: LENT_PRUNE,
             in_place: Vec::new(),
             same_host: None,
+            map_in_place: false,
+            shown_from: Vec::new(),
+            shown: 0,
+            shown_total: 0,
         };
         Ok((region, backing))
     }
@@ -253,6 +267,9 @@ impl Region {
     /// The `count` pages from `first`, lent to the transport (see [`LentPages`]).
     pub fn lend(&mut self, first: PageNum, count: usize) -> Arc<LentPages> {
         self.check_run(first, count);
+        // Home pages: shown from another node's memory only before their home moved here,
+        // which opened them for writing (their bytes this node's own since).
+        self.show_own(first, count, true);
         // Runs the transport let go of (acknowledged, written) are forgotten now and then.
         if self.lent.len() >= self.lent_prune_at {
             self.lent.retain(|l| l.strong_count() > 0);
@@ -271,8 +288,164 @@ impl Region {
     /// Shares this memory with the nodes of this host that ask, node `me` of `nodes` in the job
     /// with `cookie`, and reads theirs in place ([`crate::same_host`]); where that cannot be set up,
     /// pages go through the transport.
-    pub fn share_with_host(&mut self, me: u16, nodes: u16, cookie: u64) {
+    /// With `map`, runs read in place are mapped, not copied ([`Region::show_from`]).
+    pub fn share_with_host(&mut self, me: u16, nodes: u16, cookie: u64, map: bool) {
         self.same_host = crate::same_host::start(me, nodes, cookie, &self.fd, self.len);
+        self.map_in_place = map && self.same_host.is_some();
+    }
+
+    /// Whether requests to `home` are answered in place with the pages shown from its memory
+    /// ([`Region::show_from`]): such pages need no memory of this node's readied for them.
+    pub fn shows_from(&self, home: NodeId) -> bool {
+        self.map_in_place
+            && self
+                .same_host
+                .as_ref()
+                .is_some_and(|s| s.reads_from(home.0))
+    }
+
+    /// The node whose memory the application's view shows `page` from, if another's.
+    fn shown_home(&self, page: usize) -> Option<u16> {
+        match self.shown_from.get(page) {
+            Some(&h) if h != 0 => Some(h - 1),
+            _ => None,
+        }
+    }
+
+    /// Shows the `count` pages from `first` in the application's view from `home`'s memory
+    /// file, mapped there (closed: the core opens them), instead of copying its bytes at
+    /// `data` (that memory, mapped here) into this node's: one copy of a page for every node
+    /// of its home's host that reads it, read where the home's threads write it. Pages so
+    /// shown are read-only in the mapping (the home's file is opened read-only here): before
+    /// one is written here, or changed by anything but a grant, its bytes are copied into
+    /// this node's memory and the view shows them there again ([`Region::show_own`]).
+    /// Returns false, changing nothing, where the run is not shown so (not another node's
+    /// memory, or not at the run's own place in it: then it is copied as any grant).
+    fn show_from(&mut self, first: PageNum, data: &[u8]) -> bool {
+        let Some(same_host) = &self.same_host else {
+            return false;
+        };
+        let Some(home) = same_host.whose(data.as_ptr()) else {
+            return false;
+        };
+        let Some(m) = same_host.mapping(home) else {
+            return false;
+        };
+        let off = first.index() * PAGE_SIZE;
+        if data.as_ptr() as usize != m.base() as usize + off {
+            return false;
+        }
+        let count = data.len() / PAGE_SIZE;
+        if self.shown_from.is_empty() {
+            self.shown_from = vec![0; self.len / PAGE_SIZE];
+        }
+        let newly = self.shown_from[first.index()..first.index() + count]
+            .iter()
+            .filter(|&&h| h == 0)
+            .count();
+        let addr = self.app_base + off;
+        // SAFETY: the run lies in the application view (the caller checked it against the
+        // region), into which the runtime holds no reference; `home`'s file is at least the
+        // region's length (checked when it was mapped).
+        let mapped = unsafe { sys::map_file_fixed(m.file(), addr, data.len(), off as u64) };
+        if mapped.is_err() {
+            // The kernel's mapping count, or memory: the bytes are copied instead (the old
+            // mapping stays, as mmap leaves it on failure).
+            return false;
+        }
+        self.shown_from[first.index()..first.index() + count].fill(home + 1);
+        self.shown += newly;
+        self.shown_total += count as u64;
+        // This node's bytes of the pages, if any (a copy read before, stale now), are given
+        // back, unless granted in place by this node when it was their home.
+        self.punch(first.index(), count);
+        true
+    }
+
+    /// Shows the pages from `first` of the `count` that are shown from another node's memory
+    /// ([`Region::show_from`]) from this node's own memory again, closed; with `keep`, their
+    /// bytes copied into it first (a valid copy about to be written or twinned here), else
+    /// dropped (a page given back, or about to be overwritten by a grant). The core sets their
+    /// protection next.
+    fn show_own(&mut self, first: PageNum, count: usize, keep: bool) {
+        if self.shown == 0 {
+            return;
+        }
+        let end = (first.index() + count).min(self.shown_from.len());
+        let mut p = first.index();
+        while p < end {
+            let Some(home) = self.shown_home(p) else {
+                p += 1;
+                continue;
+            };
+            let run = self.shown_from[p..end]
+                .iter()
+                .take_while(|&&h| h == home + 1)
+                .count();
+            let (off, len) = (p * PAGE_SIZE, run * PAGE_SIZE);
+            if keep {
+                // A home's mapping, once made, lives as long as the node.
+                let Some(m) = self.same_host.as_ref().and_then(|s| s.mapping(home)) else {
+                    fatal(&format!("node {home}'s memory shows pages here but is not mapped"));
+                };
+                if let Err(e) = sys::write_file_at(&self.fd, m.bytes(off, len), off as u64) {
+                    fatal(&format!(
+                        "copying {run} pages from {} of node {home}'s memory into this node's                          failed: {e}",
+                        PageNum(p as u32)
+                    ));
+                }
+            }
+            let addr = self.app_base + off;
+            // SAFETY: the run lies in the application view (inside `shown_from`'s pages), into
+            // which the runtime holds no reference; this node's file is the region's length.
+            let mapped = unsafe { sys::map_file_fixed(&self.fd, addr, len, off as u64) };
+            if let Err(e) = mapped {
+                fatal(&format!(
+                    "mapping {run} pages from {} of this node's memory back failed: {e}",
+                    PageNum(p as u32)
+                ));
+            }
+            self.shown_from[p..p + run].fill(0);
+            self.shown -= run;
+            p += run;
+        }
+    }
+
+    /// Gives the memory of the `n` pages from `start` in this node's file back to the system,
+    /// but for pages granted in place: they keep their bytes in the file, as a node of this
+    /// host may read them yet (the grant may still be on its way). Their memory stays for the
+    /// node's life, outside `cache_pages`: at most the pages once homed here.
+    fn punch(&self, start: usize, n: usize) {
+        let mut p = start;
+        while p < start + n {
+            let keep = self.granted_in_place(p);
+            let run = (p..start + n)
+                .take_while(|&q| self.granted_in_place(q) == keep)
+                .count();
+            if !keep {
+                let _ = sys::punch_hole(&self.fd, (p * PAGE_SIZE) as u64, (run * PAGE_SIZE) as u64);
+            }
+            p += run;
+        }
+    }
+
+    /// The address of `page`'s bytes as this node holds them: the service view, or the memory
+    /// of the node it is shown from ([`Region::show_from`]).
+    fn bytes_of(&self, page: PageNum) -> *const u8 {
+        let ptr = self.page_ptr(page).cast_const();
+        if self.shown == 0 {
+            return ptr;
+        }
+        match self.shown_home(page.index()) {
+            Some(home) => self
+                .same_host
+                .as_ref()
+                .and_then(|s| s.mapping(home))
+                .map_or(ptr, |m| {
+                    m.bytes(page.index() * PAGE_SIZE, PAGE_SIZE).as_ptr()
+                }),
+            None => ptr,
+        }
     }
 
     /// Grants the `count` lent pages from `first` in place to node `to` if it reads this
@@ -287,6 +460,7 @@ impl Region {
         }
         same_host.sent_pages += count as u64;
         self.lent_in_place(first, count);
+        self.show_own(first, count, true);
         true
     }
 
@@ -319,6 +493,11 @@ impl Region {
         self.same_host
             .as_ref()
             .map_or((0, 0), |s| (s.sent_pages, s.read_pages))
+    }
+
+    /// Pages shown from their home's memory so far ([`Region::show_from`]).
+    pub fn shown_in_place(&self) -> u64 {
+        self.shown_total
     }
 
     /// Records that the `count` pages from `first` were granted in place: never punched.
@@ -473,6 +652,7 @@ impl PageMemory for Region {
         if offset + usize::from(width) > PAGE_SIZE || offset % usize::from(width) != 0 {
             fatal("an atomic word off its alignment or past its page");
         }
+        self.show_own(page, 1, true);
         let addr = self.page_ptr(page) as usize + offset;
         // SAFETY: the word is aligned to its width (checked above) and lies in one page of the
         // service view (`page_ptr` checks the page), mapped read-write for the process's life.
@@ -487,6 +667,7 @@ impl PageMemory for Region {
     }
 
     fn atomics_homed_here(&mut self, page: PageNum) {
+        self.show_own(page, 1, true);
         if let Some(b) = ATOMIC_HOMES.get().and_then(|(_, m)| m.get(page.index())) {
             b.store(1, Ordering::Release);
         }
@@ -496,7 +677,7 @@ impl PageMemory for Region {
         if (page.index() + 1) * PAGE_SIZE > self.len {
             return;
         }
-        let p = self.page_ptr(page);
+        let p = self.bytes_of(page);
         for line in (0..PAGE_SIZE).step_by(64) {
             // SAFETY: a prefetch only hints the cache, never faults, and the address lies in
             // the service mapping (checked above).
@@ -511,8 +692,9 @@ impl PageMemory for Region {
     }
 
     fn read(&self, page: PageNum, out: &mut [u8; PAGE_SIZE]) {
-        let src = self.page_ptr(page);
-        // SAFETY: src points to PAGE_SIZE bytes of the service mapping (bounds checked); `out` is a
+        let src = self.bytes_of(page);
+        // SAFETY: src points to PAGE_SIZE bytes of the service mapping (bounds checked), or of
+        // the memory of the node the page is shown from, mapped read-only; `out` is a
         // distinct Rust buffer. Application threads may store to the same physical page through
         // their view concurrently; those are plain byte copies of shared memory, as in any
         // mmap-based shared memory, and the protocol diffs only after downgrading the page.
@@ -521,7 +703,7 @@ impl PageMemory for Region {
 
     fn copy(&self, page: PageNum) -> PageBuf {
         // Straight into a new buffer: no zeroing first (a served page is copied at every GETP).
-        let src = self.page_ptr(page);
+        let src = self.bytes_of(page);
         let mut buf = Box::<[u8; PAGE_SIZE]>::new_uninit();
         // SAFETY: as in `read`; the destination is the new buffer's PAGE_SIZE bytes, all of which
         // the copy initializes before `assume_init`.
@@ -534,6 +716,17 @@ impl PageMemory for Region {
     fn copy_run(&self, first: PageNum, count: usize) -> std::sync::Arc<[u8]> {
         // Straight into the new buffer, no zeroing first (a run is copied at every GETP).
         self.check_run(first, count);
+        if self.shown != 0
+            && (first.index()..first.index() + count).any(|p| self.shown_home(p).is_some())
+        {
+            // A holder's copy of pages shown from their home's memory: page by page.
+            let mut out = vec![0u8; count * PAGE_SIZE];
+            for (i, chunk) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
+                let page: &mut [u8; PAGE_SIZE] = chunk.try_into().expect("a page");
+                self.read(PageNum(first.0 + i as u32), page);
+            }
+            return out.into();
+        }
         let src = self.page_ptr(first);
         let mut buf = std::sync::Arc::<[u8]>::new_uninit_slice(count * PAGE_SIZE);
         let dst = std::sync::Arc::get_mut(&mut buf).expect("a new Arc is unique");
@@ -551,6 +744,7 @@ impl PageMemory for Region {
         if offset + data.len() > PAGE_SIZE {
             fatal("write past the end of a page");
         }
+        self.show_own(page, 1, true);
         let dst = self.page_ptr(page).wrapping_add(offset);
         // What comes in from the protocol is no thread's write (the race checker's slices):
         // copied inside the checker's record of it, with the bytes it replaces.
@@ -582,6 +776,12 @@ impl PageMemory for Region {
                 self.len
             ));
         }
+        if self.map_in_place && self.show_from(first, data) {
+            // Mapped in the application's view, still closed, before they open.
+            self.map_closed(first, data.len() / PAGE_SIZE);
+            return;
+        }
+        self.show_own(first, data.len() / PAGE_SIZE, false);
         // Into the memfd, not through the service view: no page-table entry to make, and fresh
         // pages are not zeroed before they are overwritten.
         if let Err(e) = sys::write_file_at(&self.fd, data, off as u64) {
@@ -616,6 +816,10 @@ impl PageMemory for Region {
             Prot::Read => Protection::Read,
             Prot::ReadWrite => Protection::ReadWrite,
         };
+        if prot == Prot::ReadWrite {
+            // Written here from now: this node's own bytes (see `Region::show_from`).
+            self.show_own(first, count as usize, true);
+        }
         for page in first.index()..first.index() + count as usize {
             crate::door::fastpath::withdraw(page);
         }
@@ -646,7 +850,12 @@ impl PageMemory for Region {
     }
 
     fn allow_home_write(&mut self, page: PageNum) {
+        self.show_own(page, 1, true);
         crate::door::fastpath::allow_home_write(page.index());
+    }
+
+    fn make_own(&mut self, page: PageNum) {
+        self.show_own(page, 1, true);
     }
 
     fn allow_prefetch_open(&mut self, page: PageNum, wake: bool) {
@@ -681,20 +890,8 @@ impl PageMemory for Region {
             }
             None => false,
         });
-        // Pages granted in place keep their bytes in the file: a node of this host may read
-        // them yet (the grant may still be on its way). Their memory stays for the node's
-        // life, outside `cache_pages`: at most the pages once homed here.
-        let mut p = start;
-        while p < start + n {
-            let keep = self.granted_in_place(p);
-            let run = (p..start + n)
-                .take_while(|&q| self.granted_in_place(q) == keep)
-                .count();
-            if !keep {
-                let _ = sys::punch_hole(&self.fd, (p * PAGE_SIZE) as u64, (run * PAGE_SIZE) as u64);
-            }
-            p += run;
-        }
+        self.show_own(first, n, false);
+        self.punch(start, n);
     }
 }
 

@@ -375,7 +375,7 @@ impl SameHost {
         if host_socket::file_size(&fd).map_err(os("the answered file's size"))? < self.len as u64 {
             return Err(("an answered file shorter than the region", 0));
         }
-        let m = host_socket::ReadOnlyMapping::new(&fd, self.len)
+        let m = host_socket::ReadOnlyMapping::new(fd, self.len)
             .map_err(os("mapping the home's memory"))?;
         // Pages read through it that the home has not backed yet get 4 KiB, as the home's own
         // faults give them.
@@ -431,6 +431,23 @@ impl SameHost {
 }
 
 impl SameHost {
+    /// Whether this node reads `home`'s memory in place, or has asked to (its answer comes
+    /// before the home's first grant in place).
+    pub fn reads_from(&self, home: u16) -> bool {
+        matches!(
+            self.reading.get(usize::from(home)),
+            Some(Reading::Mapped(_) | Reading::Asked(_))
+        )
+    }
+
+    /// `home`'s memory as mapped here, if it is.
+    pub fn mapping(&self, home: u16) -> Option<&host_socket::ReadOnlyMapping> {
+        match self.reading.get(usize::from(home)) {
+            Some(Reading::Mapped(m)) => Some(m),
+            _ => None,
+        }
+    }
+
     /// The node whose memory, mapped here, holds the byte at `at`, if any (to name it when its
     /// bytes could not be read).
     pub fn whose(&self, at: *const u8) -> Option<u16> {

@@ -36,13 +36,16 @@ pub struct RuntimeStats {
     pub pages_granted_in_place: u64,
     /// Pages this node read in place, in the memory of their home on its host.
     pub pages_read_in_place: u64,
+    /// Of them, pages shown from their home's memory, mapped there, not copied
+    /// (`same_host = map`).
+    pub pages_shown_in_place: u64,
     /// The transport's own counters (datagrams, acknowledgements, connections...), by name.
     pub transport: Vec<(String, u64)>,
 }
 
 impl RuntimeStats {
     /// How many counters [`RuntimeStats::NAMES`] names.
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 
     /// The counters' names, in [`RuntimeStats::to_counters`] order.
     pub const NAMES: [&'static str; Self::COUNT] = [
@@ -57,6 +60,7 @@ impl RuntimeStats {
         "large_folio_requests",
         "pages_granted_in_place",
         "pages_read_in_place",
+        "pages_shown_in_place",
     ];
 
     /// The counters named in [`RuntimeStats::NAMES`], in that order.
@@ -73,6 +77,7 @@ impl RuntimeStats {
             self.large_folio_requests,
             self.pages_granted_in_place,
             self.pages_read_in_place,
+            self.pages_shown_in_place,
         ]
     }
 
@@ -100,6 +105,7 @@ impl RuntimeStats {
             large_folio_requests: at(8),
             pages_granted_in_place: at(9),
             pages_read_in_place: at(10),
+            pages_shown_in_place: at(11),
             transport: transport_names
                 .iter()
                 .enumerate()
@@ -245,9 +251,14 @@ const LEGEND: &[(&str, &[&str], &str)] = &[
     ),
     (
         "pages_*_in_place",
-        &["pages_granted_in_place", "pages_read_in_place"],
+        &[
+            "pages_granted_in_place",
+            "pages_read_in_place",
+            "pages_shown_in_place",
+        ],
         "pages granted to nodes of this host, which read them in this node's memory; pages \
-         read so in their home's memory (same_host = memory)",
+         read so in their home's memory (same_host = memory or map); of them, pages shown \
+         from it, mapped, not copied (same_host = map)",
     ),
     (
         "msgs/bytes sent/received",
@@ -584,6 +595,7 @@ mod tests {
             large_folio_requests: 10,
             pages_granted_in_place: 11,
             pages_read_in_place: 12,
+            pages_shown_in_place: 13,
             transport: vec![("datagrams sent".into(), 5), ("pure acks".into(), 6)],
         };
         let names: Vec<String> = r.transport.iter().map(|(k, _)| k.clone()).collect();

@@ -324,6 +324,51 @@ fn a_small_cache_evicts_and_stays_exact() {
     );
 }
 
+/// Pages shown from their home's memory (`same_host = map`) stay exact through reads beside
+/// the home's writes, writes beside them (false sharing: without the reader's own copy made
+/// before its twin, one run in four carried the home's word back, older), invalidations,
+/// evictions and a home's move; the same program under `memory` and `transport`, which copy.
+#[test]
+fn pages_shown_from_their_home_stay_exact_through_writes_evictions_and_moves() {
+    for (same_host, shows) in [("map", true), ("memory", false), ("transport", false)] {
+        for transport in ["udp", "tcp"] {
+            let rounds = if shows { 3 } else { 1 };
+            for _ in 0..rounds {
+                let set = format!("same_host={same_host}");
+                let out = probe_ok(
+                    3,
+                    &[
+                        "--transport",
+                        transport,
+                        "--set",
+                        &set,
+                        "--set",
+                        "cache_pages=64",
+                    ],
+                    "shown",
+                    "shown OK",
+                );
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let shown: Vec<u64> = stdout
+                    .lines()
+                    .filter_map(|l| l.split("shown=").nth(1)?.split(' ').next()?.parse().ok())
+                    .collect();
+                assert_eq!(shown.len(), 3, "{same_host} {transport}: {stdout}");
+                let evictions = stdout.matches("evictions=0").count();
+                assert!(evictions <= 1, "readers evict: {stdout}");
+                if shows {
+                    assert!(
+                        shown.iter().filter(|&&s| s > 0).count() == 3,
+                        "{same_host} {transport}: every node shows pages of another: {stdout}"
+                    );
+                } else {
+                    assert!(shown.iter().all(|&s| s == 0), "{same_host}: {stdout}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_finished_job_does_not_wait_out_the_exit_linger() {
     // A node that has its exit grant acknowledges it before it closes its transport; otherwise

@@ -245,7 +245,14 @@ impl Service {
                 .enumerate()
                 .take_while(|&(i, p)| p.0 == first.0 + i as u32)
                 .count();
-            self.node.memory().prepare(first, run);
+            // Pages shown from their home's memory (`same_host = map`) take none of this node's.
+            let shown = self
+                .node
+                .home_of(first)
+                .is_some_and(|h| self.node.memory().shows_from(h));
+            if !shown {
+                self.node.memory().prepare(first, run);
+            }
             rest = &rest[run..];
         }
         while let Some(effect) = self.node.poll_effect() {

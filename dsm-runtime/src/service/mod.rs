@@ -398,6 +398,7 @@ impl Service {
         let realtime = run::SLEEPS_REALTIME.load(Ordering::Acquire);
         let sleeps = run::SLEEPS.load(Ordering::Acquire);
         let (granted_in_place, read_in_place) = self.node.memory().in_place_counts();
+        let shown_in_place = self.node.memory().shown_in_place();
         [
             r,
             j + self.rejected_frames,
@@ -410,6 +411,7 @@ impl Service {
             self.node.memory().large_runs(),
             granted_in_place,
             read_in_place,
+            shown_in_place,
         ]
     }
 
@@ -440,7 +442,7 @@ impl Service {
     /// which sends them to node 0 at exit beside its own.
     pub fn runtime_stats(&mut self) -> RuntimeStats {
         let now = self.runtime_counters();
-        let [r, j, d, h, _, b, sl, rt, lf, gi, ri] =
+        let [r, j, d, h, _, b, sl, rt, lf, gi, ri, si] =
             std::array::from_fn(|i| now[i].saturating_sub(self.counted_from[i]));
         let transport = self
             .transport_counters_now()
@@ -465,6 +467,7 @@ impl Service {
             large_folio_requests: lf,
             pages_granted_in_place: gi,
             pages_read_in_place: ri,
+            pages_shown_in_place: si,
             transport,
         };
         self.node.note_runtime_counters(stats.to_counters());

@@ -248,10 +248,12 @@ pub fn file_size(fd: &OwnedFd) -> io::Result<u64> {
     Ok(st.st_size as u64)
 }
 
-/// Another process's memory file mapped here read-only, shared, for as long as this lives.
+/// Another process's memory file mapped here read-only, shared, for as long as this lives;
+/// with the file, which may be mapped again elsewhere ([`ReadOnlyMapping::file`]).
 pub struct ReadOnlyMapping {
     base: *const u8,
     len: usize,
+    fd: OwnedFd,
 }
 
 // SAFETY: the mapping is only read, as plain bytes, and lives until the value drops.
@@ -262,12 +264,18 @@ unsafe impl Sync for ReadOnlyMapping {}
 impl ReadOnlyMapping {
     /// Maps `len` bytes of `fd` (at least that long: the caller checked its size). Async-signal-
     /// safe.
-    pub fn new(fd: &OwnedFd, len: usize) -> io::Result<ReadOnlyMapping> {
-        let base = super::map_shared(fd, len, None, super::Protection::Read)?;
+    pub fn new(fd: OwnedFd, len: usize) -> io::Result<ReadOnlyMapping> {
+        let base = super::map_shared(&fd, len, None, super::Protection::Read)?;
         Ok(ReadOnlyMapping {
             base: base.cast_const(),
             len,
+            fd,
         })
+    }
+
+    /// The file mapped (opened read-only: what maps it can only read it).
+    pub fn file(&self) -> &OwnedFd {
+        &self.fd
     }
 
     /// The mapping's first byte.
@@ -356,12 +364,13 @@ mod tests {
         );
         let fd = fd.expect("its descriptor");
         assert_eq!(file_size(&fd).unwrap(), 8192);
-        let m = ReadOnlyMapping::new(&fd, 8192).unwrap();
+        let m = ReadOnlyMapping::new(fd, 8192).unwrap();
         assert_eq!(&m.bytes(4096, 8), b"in place");
         m.populate(0, 8192);
         // The descriptor given is read-only: no mapping for writing.
         assert!(
-            super::super::map_shared(&fd, 8192, None, super::super::Protection::ReadWrite).is_err()
+            super::super::map_shared(m.file(), 8192, None, super::super::Protection::ReadWrite)
+                .is_err()
         );
     }
 

@@ -98,6 +98,35 @@ pub fn map_shared(
     Ok(p.cast())
 }
 
+/// Maps `len` bytes of `fd` from `offset` at exactly `addr`, shared, with no access, in place of
+/// what was mapped there (a page of the application's view shown from another file, or given
+/// back to its own). A raw system call: bounded, no allocation, async-signal-safe.
+///
+/// # Safety
+///
+/// `addr..addr + len` lies in a mapping of ours that no Rust reference points into (the shared
+/// region's application view), and `fd` is at least `offset + len` bytes long.
+pub unsafe fn map_file_fixed(fd: &OwnedFd, addr: usize, len: usize, offset: u64) -> io::Result<()> {
+    let flags = libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE;
+    // SAFETY: the caller's promise: the range replaced is ours and unreferenced; the system
+    // call takes plain integers and a descriptor that lives across it.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            addr,
+            len,
+            libc::PROT_NONE,
+            flags,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if p as isize == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `madvise` as a raw system call (in libjia, `madvise` is libjia's own).
 fn raw_madvise(addr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
     // SAFETY: the kernel checks the range; the caller passes a mapping of its own and advice

@@ -184,6 +184,80 @@ fn evict(dsm: &Dsm) {
     dsm.barrier();
 }
 
+/// Pages of node 0 read by the other nodes through each change a cached page goes through
+/// (`same_host = map` shows them from node 0's memory): read while node 0 keeps writing
+/// another word of them, then written beside those writes (false sharing: a twin and the
+/// writes must start from the same bytes, or the writer's diff carries node 0's word back,
+/// older), invalidated at each barrier, evicted by a small cache (run with `cache_pages` below
+/// the pages), and moved home to their one writer (the last node's own pages). Prints the
+/// pages this node showed from their home's memory.
+fn shown(dsm: &Dsm) {
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let pages = 256;
+    let a: SharedArray<u64> = dsm
+        .alloc(pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .unwrap();
+    // Written by the last node alone: their home moves to it.
+    let b: SharedArray<u64> = dsm
+        .alloc(8 * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .unwrap();
+    let val = |round: usize, writer: usize, page: usize| {
+        ((round + 1) * 1_000_000 + writer * 1000 + page) as u64
+    };
+    dsm.barrier();
+    for round in 0..6 {
+        if me == 0 {
+            // Word 0 of every page, again and again while the others read and write theirs.
+            for pass in (0..8).rev() {
+                for p in 0..pages {
+                    a.set(p * WORDS, val(round, 0, p) + pass);
+                }
+            }
+        } else {
+            for p in 0..pages {
+                // Read first (the page shown), then write beside node 0's word.
+                check(dsm, a.get(p * WORDS + me) != u64::MAX, "a read");
+                a.set(p * WORDS + me, val(round, me, p));
+            }
+        }
+        if me == n - 1 {
+            for p in 0..8 {
+                b.set(p * WORDS + 1, val(round, me, p));
+            }
+        }
+        dsm.barrier();
+        for p in 0..pages {
+            for w in 0..n {
+                let got = a.get(p * WORDS + w);
+                check(
+                    dsm,
+                    got == val(round, w, p),
+                    &format!(
+                        "round {round}: page {p} word {w}: {got} != {}",
+                        val(round, w, p)
+                    ),
+                );
+            }
+        }
+        for p in 0..8 {
+            let got = b.get(p * WORDS + 1);
+            let want = val(round, n - 1, p);
+            check(
+                dsm,
+                got == want,
+                &format!("round {round}: moving page {p}: {got} != {want}"),
+            );
+        }
+        dsm.barrier();
+    }
+    let s = dsm.stats();
+    println!(
+        "shown OK node={me} shown={} evictions={}",
+        s.runtime.pages_shown_in_place, s.core.evictions
+    );
+    dsm.barrier();
+}
+
 /// Two threads of each node fault on remote pages at once (same and different pages).
 fn threads(dsm: &Dsm) {
     let me = dsm.id();
@@ -436,6 +510,7 @@ fn main() {
         "cpus" => cpus(&dsm),
         "cv" => cv(&dsm),
         "evict" => evict(&dsm),
+        "shown" => shown(&dsm),
         "threads" => threads(&dsm),
         "many-threads" => many_threads(&dsm),
         "thousand-threads" => thousand_threads(&dsm),
