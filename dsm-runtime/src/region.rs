@@ -73,7 +73,14 @@ pub(crate) struct Region {
     shown: usize,
     /// Pages shown so, over the node's life (for the statistics).
     shown_total: u64,
+    /// Runs of consecutive pages shown from one node's memory: each is a mapping of the
+    /// kernel's at least, counted against `vm.max_map_count`.
+    shown_runs: usize,
 }
+
+/// The share of `vm.max_map_count` runs of pages shown from other nodes' memory may take
+/// (`Region::show_from`): protection changes split mappings too, and need the rest.
+const SHOWN_RUNS_SHARE: u64 = 4;
 
 /// A run of this node's home pages lent to the transport (`RunData::Lent`): read through the
 /// service view whenever the transport sends it, until the region gives any of the pages back
@@ -249,6 +256,7 @@ impl Region {
             shown_from: Vec::new(),
             shown: 0,
             shown_total: 0,
+            shown_runs: 0,
         };
         Ok((region, backing))
     }
@@ -339,6 +347,24 @@ impl Region {
         if self.shown_from.is_empty() {
             self.shown_from = vec![0; self.len / PAGE_SIZE];
         }
+        let pages = first.index()..first.index() + count;
+        if self.shown_from[pages.clone()]
+            .iter()
+            .all(|&h| h == home + 1)
+        {
+            // Shown from there already (a copy invalidated since, asked for again): the view
+            // shows the home's bytes as they are now, the grant's or newer.
+            self.shown_total += count as u64;
+            return true;
+        }
+        // Scattered pages each take a mapping of the kernel's: past a share of its limit,
+        // they are copied (as under `same_host = memory`).
+        let runs = self.shown_runs + self.run_starts(pages.clone(), Some(home + 1))
+            - self.run_starts(pages.clone(), None);
+        let limit = self.max_map_count.unwrap_or(65_530) / SHOWN_RUNS_SHARE;
+        if runs as u64 > limit {
+            return false;
+        }
         let newly = self.shown_from[first.index()..first.index() + count]
             .iter()
             .filter(|&&h| h == 0)
@@ -354,6 +380,7 @@ impl Region {
             return false;
         }
         self.shown_from[first.index()..first.index() + count].fill(home + 1);
+        self.shown_runs = runs;
         self.shown += newly;
         self.shown_total += count as u64;
         // This node's bytes of the pages, if any (a copy read before, stale now), are given
@@ -386,7 +413,9 @@ impl Region {
             if keep {
                 // A home's mapping, once made, lives as long as the node.
                 let Some(m) = self.same_host.as_ref().and_then(|s| s.mapping(home)) else {
-                    fatal(&format!("node {home}'s memory shows pages here but is not mapped"));
+                    fatal(&format!(
+                        "node {home}'s memory shows pages here but is not mapped"
+                    ));
                 };
                 if let Err(e) = sys::write_file_at(&self.fd, m.bytes(off, len), off as u64) {
                     fatal(&format!(
@@ -405,6 +434,9 @@ impl Region {
                     PageNum(p as u32)
                 ));
             }
+            // Giving back the middle of a run splits it in two.
+            self.shown_runs = self.shown_runs + self.run_starts(p..p + run, Some(0))
+                - self.run_starts(p..p + run, None);
             self.shown_from[p..p + run].fill(0);
             self.shown -= run;
             p += run;
@@ -427,6 +459,21 @@ impl Region {
             }
             p += run;
         }
+    }
+
+    /// How many runs of shown pages (see `shown_runs`) begin at the pages of `pages` and at
+    /// the page after them, as `shown_from` is, or with `pages` set to `fill`.
+    fn run_starts(&self, pages: std::ops::Range<usize>, fill: Option<u16>) -> usize {
+        let at = |p: usize| match fill {
+            Some(f) if pages.contains(&p) => f,
+            _ => self.shown_from.get(p).copied().unwrap_or(0),
+        };
+        (pages.start..=pages.end)
+            .filter(|&p| {
+                let h = at(p);
+                h != 0 && (p == 0 || at(p - 1) != h)
+            })
+            .count()
     }
 
     /// The address of `page`'s bytes as this node holds them: the service view, or the memory
@@ -480,7 +527,8 @@ impl Region {
         page: PageNum,
         count: u16,
     ) -> Option<Result<InPlaceRun, ReadError>> {
-        Some(self.same_host.as_mut()?.read(from, page, count))
+        let copied = !self.map_in_place;
+        Some(self.same_host.as_mut()?.read(from, page, count, copied))
     }
 
     /// Why answers of other nodes were refused here, if any were.
@@ -1034,6 +1082,78 @@ mod tests {
     }
 
     /// The bytes of memory the region's file holds.
+    /// A home and a reader of one host (`same_host = map`): the reader shows a run granted in
+    /// place from the home's memory, reads the home's later writes there, makes a page its
+    /// own before writing it (the home's later writes no longer seen there), and gives shown
+    /// pages back; its memory file holds none of the shown pages' bytes, and the count of
+    /// shown runs follows every change.
+    #[test]
+    fn a_run_granted_in_place_is_shown_from_the_home_until_made_its_own_or_given_back() {
+        let pages = 64;
+        let (mut home, _) =
+            Region::map(0x6280_0000_0000, pages * PAGE_SIZE, false).expect("home's region");
+        let (mut reader, _) =
+            Region::map(0x6300_0000_0000, pages * PAGE_SIZE, false).expect("reader's region");
+        let cookie = sys::random_u64();
+        home.share_with_host(0, 2, cookie, true);
+        reader.share_with_host(1, 2, cookie, true);
+        assert!(home.same_host.is_some() && reader.same_host.is_some());
+        home.write_run(PageNum(8), &vec![5u8; 16 * PAGE_SIZE]);
+        reader.ask_in_place(NodeId(0));
+        assert!(reader.shows_from(NodeId(0)));
+        assert!(home.grant_in_place(NodeId(1), PageNum(8), 16));
+        let run = reader
+            .read_in_place(0, PageNum(8), 16)
+            .expect("reads in place")
+            .expect("the home's pages");
+        reader.write_run(PageNum(10), &run.bytes()[2 * PAGE_SIZE..6 * PAGE_SIZE]);
+        reader.write_run(PageNum(14), &run.bytes()[6 * PAGE_SIZE..8 * PAGE_SIZE]);
+        assert_eq!(
+            (reader.shown, reader.shown_runs, reader.shown_total),
+            (6, 1, 6)
+        );
+        assert_eq!(file_bytes(&reader), 0, "no byte of the reader's own");
+        reader.protect(PageNum(10), 6, Prot::Read);
+        let at = |page: usize, off: usize| {
+            // SAFETY: a byte of the reader's application view, opened for reading above.
+            unsafe {
+                std::ptr::read_volatile((0x6300_0000_0000 + page * PAGE_SIZE + off) as *const u8)
+            }
+        };
+        assert_eq!(at(12, 9), 5);
+        // The home writes: the reader sees it where the page is shown.
+        home.write(PageNum(12), 9, &[6]);
+        assert_eq!(at(12, 9), 6);
+        let mut copy = [0u8; PAGE_SIZE];
+        reader.read(PageNum(12), &mut copy);
+        assert_eq!(copy[9], 6, "the core reads what the view shows");
+        // Made its own (before a twin and a write): the home's next write stays there.
+        reader.make_own(PageNum(12));
+        reader.protect(PageNum(12), 1, Prot::ReadWrite);
+        assert_eq!(
+            (reader.shown, reader.shown_runs),
+            (5, 2),
+            "a run split in two"
+        );
+        assert_eq!(at(12, 9), 6);
+        home.write(PageNum(12), 9, &[7]);
+        assert_eq!(at(12, 9), 6, "the reader's own copy");
+        assert_eq!(at(13, 0), 5, "its neighbour still shown");
+        // Shown again: the same pages come back at no cost; a grant from elsewhere (copied)
+        // over shown pages shows the reader's own bytes.
+        reader.write_run(PageNum(10), &run.bytes()[2 * PAGE_SIZE..4 * PAGE_SIZE]);
+        assert_eq!((reader.shown, reader.shown_runs), (5, 2));
+        reader.write_run(PageNum(15), &[9u8; PAGE_SIZE]);
+        assert_eq!((reader.shown, reader.shown_runs), (4, 2));
+        reader.protect(PageNum(15), 1, Prot::Read);
+        assert_eq!(at(15, 0), 9);
+        reader.discard(PageNum(8), 8);
+        assert_eq!((reader.shown, reader.shown_runs), (0, 0));
+        // A run not at its place in the home's memory is copied.
+        reader.write_run(PageNum(20), &run.bytes()[..PAGE_SIZE]);
+        assert_eq!(reader.shown, 0);
+    }
+
     fn file_bytes(region: &Region) -> u64 {
         use std::os::fd::AsRawFd;
         // SAFETY: fstat fills the zeroed struct for a descriptor the region owns.

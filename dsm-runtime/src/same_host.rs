@@ -403,10 +403,16 @@ impl SameHost {
         })
     }
 
-    /// The `count` pages from `page` of node `from`'s memory, for a grant it sent in place.
-    /// `Err`: why they cannot be read. The mapping's one allocation was made when it was
-    /// mapped: here, an `Arc` is cloned.
-    pub fn read(&mut self, from: u16, page: PageNum, count: u16) -> Result<InPlaceRun, ReadError> {
+    /// The `count` pages from `page` of node `from`'s memory, for a grant it sent in place;
+    /// with `copied`, mapped here ahead of their copying. `Err`: why they cannot be read. The
+    /// mapping's one allocation was made when it was mapped: here, an `Arc` is cloned.
+    pub fn read(
+        &mut self,
+        from: u16,
+        page: PageNum,
+        count: u16,
+        copied: bool,
+    ) -> Result<InPlaceRun, ReadError> {
         let (off, len) = (page.index() * PAGE_SIZE, usize::from(count) * PAGE_SIZE);
         if off.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(ReadError::OutOfRegion);
@@ -418,7 +424,9 @@ impl SameHost {
             Some(Reading::Mapped(m)) => {
                 self.read_pages += u64::from(count);
                 // Mapped here with one call, not a fault per 16 pages as `pwrite` reads them.
-                m.populate(off, len);
+                if copied {
+                    m.populate(off, len);
+                }
                 Ok(InPlaceRun {
                     memory: Arc::clone(m),
                     off,
@@ -545,7 +553,7 @@ mod tests {
         reader.ask(0);
         assert!(home.sends_in_place(1));
         assert!(home.sends_in_place(1), "answered once, then in place");
-        let run = reader.read(0, PageNum(3), 2).unwrap();
+        let run = reader.read(0, PageNum(3), 2, true).unwrap();
         let bytes = run.bytes();
         assert_eq!(bytes.len(), 2 * PAGE_SIZE);
         assert!(bytes[..PAGE_SIZE].iter().all(|&b| b == 7));
@@ -560,7 +568,7 @@ mod tests {
             "the home maps no one's memory"
         );
         assert_eq!(
-            reader.read(0, PageNum(15), 2).err(),
+            reader.read(0, PageNum(15), 2, true).err(),
             Some(ReadError::OutOfRegion)
         );
         assert_eq!((reader.refused, reader.last_refusal()), (0, None));
@@ -572,7 +580,7 @@ mod tests {
         reader.ask(0);
         assert!(home.sends_in_place(1));
         sys::write_file_at(&fa, &[9u8; PAGE_SIZE], 4 * PAGE_SIZE as u64).unwrap();
-        let run = reader.read(0, PageNum(4), 1).unwrap();
+        let run = reader.read(0, PageNum(4), 1, true).unwrap();
         assert!(run.bytes().iter().all(|&b| b == 9));
     }
 
@@ -607,7 +615,7 @@ mod tests {
             got.is_some_and(|(n, fd)| n == 0 && fd.is_none()),
             "idle: closed"
         );
-        assert!(reader.read(0, PageNum(0), 1).is_ok());
+        assert!(reader.read(0, PageNum(0), 1, true).is_ok());
         // A node of a job of three that never asked: the transport, for good.
         let f = sys::memfd("same-host-c", len as u64).unwrap();
         let mut three = SameHost::new(0, 3, sys::random_u64(), &f, len).unwrap();
@@ -617,7 +625,7 @@ mod tests {
         // Asking a node that does not listen: nothing to read, and no refusal counted.
         three.ask(1);
         assert_eq!(
-            three.read(1, PageNum(0), 1).err(),
+            three.read(1, PageNum(0), 1, true).err(),
             Some(ReadError::NotMapped)
         );
         assert_eq!(three.last_refusal(), None);
@@ -648,8 +656,8 @@ mod tests {
             "node 1's late question answered"
         );
         assert!(nodes[0].unasked.is_empty());
-        assert!(nodes[1].read(0, PageNum(1), 2).is_ok());
-        assert!(nodes[2].read(0, PageNum(0), 1).is_ok());
+        assert!(nodes[1].read(0, PageNum(1), 2, true).is_ok());
+        assert!(nodes[2].read(0, PageNum(0), 1, true).is_ok());
     }
 
     #[test]
@@ -665,7 +673,7 @@ mod tests {
             "its question is not of this job"
         );
         assert_eq!(
-            reader.read(0, PageNum(0), 1).err(),
+            reader.read(0, PageNum(0), 1, true).err(),
             Some(ReadError::NotMapped)
         );
         let why = reader.last_refusal().unwrap();
