@@ -265,6 +265,7 @@ fn dsm_bench_measures_the_floors() {
     let tcp = row("remote pages streamed, TCP, 2 nodes (MB/s)");
     row("remote pages streamed, UDP, 2 nodes (MB/s)");
     let in_place = row("remote pages streamed, in place, 2 nodes (MB/s)");
+    let copied = row("remote pages streamed, copied in place, 2 nodes (MB/s)");
     let close = |name: &str, want: f64| {
         let got = row(name);
         assert!(
@@ -278,6 +279,10 @@ fn dsm_bench_measures_the_floors() {
     close(
         "remote pages streamed, in place / plain TCP stream",
         in_place / plain,
+    );
+    close(
+        "remote pages streamed, copied in place / plain TCP stream",
+        copied / plain,
     );
     // How much of each stream landed in large folios: the reader's requests, one count per
     // sample (0 only where the node could not make its tmpfs and says so at debug level).

@@ -220,13 +220,21 @@ fn runs_landed_in_large_folios_arrive_exact_under_loss_and_again_in_place() {
 /// read-ahead windows in order and strided, through a cache smaller than the stream (evicting)
 /// and twice over the same array rewritten by its home (invalidated, read again), over UDP with
 /// loss, duplication and reordering of the grants, and over TCP; every reader checks its sums.
-/// The pages went in place: the homes count them granted so, the readers read so.
+/// The pages went in place: the homes count them granted so, the readers read so, copied
+/// (`same_host = memory`) or shown from the home's memory (`map`).
 #[test]
 fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
-    for (transport, impair) in [
-        ("udp", "drop=3,dup=2,reorder=10,delay_us=300,seed=25"),
-        ("tcp", ""),
+    for (transport, impair, same_host) in [
+        ("udp", "drop=3,dup=2,reorder=10,delay_us=300,seed=25", "map"),
+        ("tcp", "", "map"),
+        (
+            "udp",
+            "drop=3,dup=2,reorder=10,delay_us=300,seed=26",
+            "memory",
+        ),
+        ("tcp", "", "memory"),
     ] {
+        let setting = format!("same_host={same_host}");
         for (args, expect) in [
             (&["24", "1", "2"][..], "stream OK nodes=3 mb=24 stride=1"),
             (&["24", "16"][..], "stream OK nodes=3 mb=24 stride=16"),
@@ -235,14 +243,15 @@ fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
                 3,
                 transport,
                 impair,
-                &["cache_pages=2048"],
+                &["cache_pages=2048", &setting],
                 &[],
                 args,
                 expect,
             );
-            let what = format!("{transport} {impair} {args:?}");
+            let what = format!("{transport} {impair} {same_host} {args:?}");
             let granted = stat(&err, "pages_granted_in_place");
             let read = stat(&err, "pages_read_in_place");
+            let shown = stat(&err, "pages_shown_in_place");
             // Two readers of 6,144 pages (384 at stride 16), twice for two passes.
             let least = if args[1] == "1" {
                 2 * 2 * 6144
@@ -253,6 +262,16 @@ fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
                 read >= least && granted >= least,
                 "{what}: {granted} pages granted in place, {read} read so (at least {least}):\n{t}"
             );
+            // Shown as read (a duplicated grant is read, then dropped by the core).
+            let shows = if same_host == "map" {
+                least..=read
+            } else {
+                0..=0
+            };
+            assert!(
+                shows.contains(&shown),
+                "{what}: {shown} pages shown from their home, {read} read in place:\n{t}"
+            );
         }
     }
 }
@@ -260,6 +279,7 @@ fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
 /// A node run by a user other than root makes its tmpfs in a user namespace of its own (a child
 /// enters it and passes the file back): its stream lands in large folios, or the node says why
 /// not and streams in 4 KiB pages. Run as user 65534 through `setpriv`, where this test is root.
+/// (`same_host = memory`: pages shown from their home, as `map` does, land nowhere.)
 #[test]
 fn a_node_of_another_user_streams_in_large_folios_or_says_why_not() {
     let as_nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
@@ -292,6 +312,7 @@ fn a_node_of_another_user_streams_in_large_folios_or_says_why_not() {
     cmd.args(as_nobody)
         .arg(bin("dsmrun"))
         .args(["-n", "2", "--stats", "--transport", "tcp"])
+        .args(["--set", "same_host=memory"])
         .env("RUST_LOG", "dsm_runtime::api=debug")
         .arg(bin("stream"))
         .arg("24");

@@ -17,7 +17,8 @@
 //! mprotect cost, the cost of backing a fresh page with memory, the UDP and TCP round trip of a
 //! page-shaped exchange, and the remote fault latency as a ratio to them; and remote pages
 //! streamed (the `stream` app, 2 nodes, UDP and TCP through the transport, `same_host =
-//! transport`, and read in place in the home's memory, the default between nodes of one host)
+//! transport`, and read in place in the home's memory, shown from it, the default between nodes
+//! of one host, and copied from it, `same_host = memory`)
 //! beside a plain TCP stream between two processes of the machine and the same stream landed in
 //! fresh pages of a memory
 //! file and read (what any page-based DSM must do with what it receives), in the same sample,
@@ -599,9 +600,12 @@ const TCP_STREAM_ROW: &str = "a plain TCP stream between two processes of this m
 const LANDING_ROW: &str = "the same stream landed in fresh pages of a memory file and read (MB/s)";
 const STREAM_UDP_ROW: &str = "remote pages streamed, UDP, 2 nodes (MB/s)";
 const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
-/// The same stream with the pages read in place in their home's memory (`same_host = memory`,
-/// the default between nodes of one host; the two rows above move them through the transport).
+/// The same stream with the pages read in place in their home's memory, shown from it
+/// (`same_host = map`, the default between nodes of one host; the two rows above move them
+/// through the transport).
 const STREAM_IN_PLACE_ROW: &str = "remote pages streamed, in place, 2 nodes (MB/s)";
+/// The same, each page copied from the home's memory (`same_host = memory`).
+const STREAM_COPIED_ROW: &str = "remote pages streamed, copied in place, 2 nodes (MB/s)";
 /// The plain stream's row between two hosts (`--hosts`).
 const HOSTS_STREAM_ROW: &str = "a plain TCP stream between the two hosts (MB/s)";
 
@@ -755,7 +759,10 @@ impl Floors {
                 Err(e) => eprintln!("dsm-bench: TCP stream ({how:?}): {e}"),
             }
         }
-        let in_place = [("udp", "same_host=memory", STREAM_IN_PLACE_ROW)];
+        let in_place = [
+            ("udp", "same_host=map", STREAM_IN_PLACE_ROW),
+            ("udp", "same_host=memory", STREAM_COPIED_ROW),
+        ];
         let streams = [
             ("udp", "same_host=transport", STREAM_UDP_ROW),
             ("tcp", "same_host=transport", STREAM_TCP_ROW),
@@ -823,6 +830,11 @@ impl Floors {
                 STREAM_IN_PLACE_ROW,
                 plain,
                 "remote pages streamed, in place / plain TCP stream",
+            ),
+            (
+                STREAM_COPIED_ROW,
+                plain,
+                "remote pages streamed, copied in place / plain TCP stream",
             ),
             (
                 LANDING_ROW,
@@ -1419,7 +1431,9 @@ fn main() {
             let _ = std::fs::write(p, to_json(&o, &run, &floors, &[], &[]));
         }
         // A stream that gave no sample failed (its error is above): status 1, as a failed run.
-        let in_place = Some(STREAM_IN_PLACE_ROW).filter(|_| floors.between.is_none());
+        let in_place = [STREAM_IN_PLACE_ROW, STREAM_COPIED_ROW]
+            .into_iter()
+            .filter(|_| floors.between.is_none());
         let missing: Vec<&str> = [floors.plain_row(), STREAM_UDP_ROW, STREAM_TCP_ROW]
             .into_iter()
             .chain(in_place)
