@@ -78,6 +78,12 @@ pub(crate) struct Region {
     shown_runs: usize,
 }
 
+/// The fewest pages a run granted in place must have to be shown from its home's memory
+/// (`Region::show_from`); shorter ones are copied: mapping a page costs more than copying it
+/// (a remote read fault of one page took 1 us more shown: `docs/perf/2026-11-29-shown-pages.md`),
+/// and a run shown takes a mapping of the kernel's.
+const MIN_SHOWN_PAGES: usize = 16;
+
 /// The share of `vm.max_map_count` runs of pages shown from other nodes' memory may take
 /// (`Region::show_from`): protection changes split mappings too, and need the rest.
 const SHOWN_RUNS_SHARE: u64 = 4;
@@ -302,10 +308,12 @@ impl Region {
         self.map_in_place = map && self.same_host.is_some();
     }
 
-    /// Whether requests to `home` are answered in place with the pages shown from its memory
-    /// ([`Region::show_from`]): such pages need no memory of this node's readied for them.
-    pub fn shows_from(&self, home: NodeId) -> bool {
-        self.map_in_place
+    /// Whether a request of `count` pages from `home` is answered in place with the pages
+    /// shown from its memory ([`Region::show_from`]): such pages need no memory of this node's
+    /// readied for them. (Its first grant may still be short, and copied.)
+    pub fn shows_from(&self, home: NodeId, count: usize) -> bool {
+        count >= MIN_SHOWN_PAGES
+            && self.map_in_place
             && self
                 .same_host
                 .as_ref()
@@ -328,7 +336,8 @@ impl Region {
     /// one is written here, or changed by anything but a grant, its bytes are copied into
     /// this node's memory and the view shows them there again ([`Region::show_own`]).
     /// Returns false, changing nothing, where the run is not shown so (not another node's
-    /// memory, or not at the run's own place in it: then it is copied as any grant).
+    /// memory, not at the run's own place in it, shorter than [`MIN_SHOWN_PAGES`], or past
+    /// the share of the kernel's mappings: then it is copied as any grant).
     fn show_from(&mut self, first: PageNum, data: &[u8]) -> bool {
         let Some(same_host) = &self.same_host else {
             return false;
@@ -357,8 +366,11 @@ impl Region {
             self.shown_total += count as u64;
             return true;
         }
-        // Scattered pages each take a mapping of the kernel's: past a share of its limit,
-        // they are copied (as under `same_host = memory`).
+        if count < MIN_SHOWN_PAGES {
+            return false;
+        }
+        // Scattered runs each take a mapping of the kernel's: past a share of its limit, they
+        // are copied (as under `same_host = memory`).
         let runs = self.shown_runs + self.run_starts(pages.clone(), Some(home + 1))
             - self.run_starts(pages.clone(), None);
         let limit = self.max_map_count.unwrap_or(65_530) / SHOWN_RUNS_SHARE;
@@ -527,7 +539,8 @@ impl Region {
         page: PageNum,
         count: u16,
     ) -> Option<Result<InPlaceRun, ReadError>> {
-        let copied = !self.map_in_place;
+        // Copied where not shown: shown runs need no mapping of their own here.
+        let copied = !self.map_in_place || usize::from(count) < MIN_SHOWN_PAGES;
         Some(self.same_host.as_mut()?.read(from, page, count, copied))
     }
 
@@ -1089,7 +1102,7 @@ mod tests {
     /// shown runs follows every change.
     #[test]
     fn a_run_granted_in_place_is_shown_from_the_home_until_made_its_own_or_given_back() {
-        let pages = 64;
+        let pages = 128;
         let (mut home, _) =
             Region::map(0x6280_0000_0000, pages * PAGE_SIZE, false).expect("home's region");
         let (mut reader, _) =
@@ -1098,59 +1111,67 @@ mod tests {
         home.share_with_host(0, 2, cookie, true);
         reader.share_with_host(1, 2, cookie, true);
         assert!(home.same_host.is_some() && reader.same_host.is_some());
-        home.write_run(PageNum(8), &vec![5u8; 16 * PAGE_SIZE]);
+        home.write_run(PageNum(16), &vec![5u8; 64 * PAGE_SIZE]);
         reader.ask_in_place(NodeId(0));
-        assert!(reader.shows_from(NodeId(0)));
-        assert!(home.grant_in_place(NodeId(1), PageNum(8), 16));
+        assert!(reader.shows_from(NodeId(0), 64));
+        assert!(!reader.shows_from(NodeId(0), 1), "a page alone is copied");
+        assert!(home.grant_in_place(NodeId(1), PageNum(16), 64));
         let run = reader
-            .read_in_place(0, PageNum(8), 16)
+            .read_in_place(0, PageNum(16), 64)
             .expect("reads in place")
             .expect("the home's pages");
-        reader.write_run(PageNum(10), &run.bytes()[2 * PAGE_SIZE..6 * PAGE_SIZE]);
-        reader.write_run(PageNum(14), &run.bytes()[6 * PAGE_SIZE..8 * PAGE_SIZE]);
+        let part =
+            |from: usize, to: usize| &run.bytes()[(from - 16) * PAGE_SIZE..(to - 16) * PAGE_SIZE];
+        reader.write_run(PageNum(32), part(32, 64));
+        reader.write_run(PageNum(64), part(64, 80));
         assert_eq!(
             (reader.shown, reader.shown_runs, reader.shown_total),
-            (6, 1, 6)
+            (48, 1, 48)
         );
         assert_eq!(file_bytes(&reader), 0, "no byte of the reader's own");
-        reader.protect(PageNum(10), 6, Prot::Read);
+        reader.protect(PageNum(32), 48, Prot::Read);
         let at = |page: usize, off: usize| {
             // SAFETY: a byte of the reader's application view, opened for reading above.
             unsafe {
                 std::ptr::read_volatile((0x6300_0000_0000 + page * PAGE_SIZE + off) as *const u8)
             }
         };
-        assert_eq!(at(12, 9), 5);
+        assert_eq!(at(40, 9), 5);
         // The home writes: the reader sees it where the page is shown.
-        home.write(PageNum(12), 9, &[6]);
-        assert_eq!(at(12, 9), 6);
+        home.write(PageNum(40), 9, &[6]);
+        assert_eq!(at(40, 9), 6);
         let mut copy = [0u8; PAGE_SIZE];
-        reader.read(PageNum(12), &mut copy);
+        reader.read(PageNum(40), &mut copy);
         assert_eq!(copy[9], 6, "the core reads what the view shows");
         // Made its own (before a twin and a write): the home's next write stays there.
-        reader.make_own(PageNum(12));
-        reader.protect(PageNum(12), 1, Prot::ReadWrite);
+        reader.make_own(PageNum(40));
+        reader.protect(PageNum(40), 1, Prot::ReadWrite);
         assert_eq!(
             (reader.shown, reader.shown_runs),
-            (5, 2),
+            (47, 2),
             "a run split in two"
         );
-        assert_eq!(at(12, 9), 6);
-        home.write(PageNum(12), 9, &[7]);
-        assert_eq!(at(12, 9), 6, "the reader's own copy");
-        assert_eq!(at(13, 0), 5, "its neighbour still shown");
+        assert_eq!(at(40, 9), 6);
+        home.write(PageNum(40), 9, &[7]);
+        assert_eq!(at(40, 9), 6, "the reader's own copy");
+        assert_eq!(at(41, 0), 5, "its neighbour still shown");
         // Shown again: the same pages come back at no cost; a grant from elsewhere (copied)
-        // over shown pages shows the reader's own bytes.
-        reader.write_run(PageNum(10), &run.bytes()[2 * PAGE_SIZE..4 * PAGE_SIZE]);
-        assert_eq!((reader.shown, reader.shown_runs), (5, 2));
-        reader.write_run(PageNum(15), &[9u8; PAGE_SIZE]);
-        assert_eq!((reader.shown, reader.shown_runs), (4, 2));
-        reader.protect(PageNum(15), 1, Prot::Read);
-        assert_eq!(at(15, 0), 9);
-        reader.discard(PageNum(8), 8);
+        // over a shown page shows the reader's own bytes.
+        reader.write_run(PageNum(64), part(64, 80));
+        assert_eq!(
+            (reader.shown, reader.shown_runs, reader.shown_total),
+            (47, 2, 64)
+        );
+        reader.write_run(PageNum(79), &[9u8; PAGE_SIZE]);
+        assert_eq!((reader.shown, reader.shown_runs), (46, 2));
+        reader.protect(PageNum(79), 1, Prot::Read);
+        assert_eq!(at(79, 0), 9);
+        reader.discard(PageNum(32), 48);
         assert_eq!((reader.shown, reader.shown_runs), (0, 0));
-        // A run not at its place in the home's memory is copied.
-        reader.write_run(PageNum(20), &run.bytes()[..PAGE_SIZE]);
+        // Copied: a run shorter than MIN_SHOWN_PAGES, and one not at its place in the home's
+        // memory.
+        reader.write_run(PageNum(16), part(16, 16 + MIN_SHOWN_PAGES - 1));
+        reader.write_run(PageNum(96), part(16, 32));
         assert_eq!(reader.shown, 0);
     }
 

@@ -262,9 +262,11 @@ fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
                 read >= least && granted >= least,
                 "{what}: {granted} pages granted in place, {read} read so (at least {least}):\n{t}"
             );
-            // Shown as read (a duplicated grant is read, then dropped by the core).
-            let shows = if same_host == "map" {
-                least..=read
+            // Shown as read, but for runs too short to show, copied (a first window, an
+            // allocation's tail, every page of a strided walk), and duplicated grants, read,
+            // then dropped by the core.
+            let shows = if same_host == "map" && args[1] == "1" {
+                read * 9 / 10..=read
             } else {
                 0..=0
             };

@@ -326,7 +326,7 @@ fn a_small_cache_evicts_and_stays_exact() {
 
 /// Pages shown from their home's memory (`same_host = map`) stay exact through reads beside
 /// the home's writes, writes beside them (false sharing: without the reader's own copy made
-/// before its twin, one run in four carried the home's word back, older), invalidations,
+/// before its twin, six runs of six carried the home's word back, older), invalidations,
 /// evictions and a home's move; the same program under `memory` and `transport`, which copy.
 #[test]
 fn pages_shown_from_their_home_stay_exact_through_writes_evictions_and_moves() {
@@ -343,7 +343,7 @@ fn pages_shown_from_their_home_stay_exact_through_writes_evictions_and_moves() {
                         "--set",
                         &set,
                         "--set",
-                        "cache_pages=64",
+                        "cache_pages=256",
                     ],
                     "shown",
                     "shown OK",

@@ -249,7 +249,7 @@ impl Service {
             let shown = self
                 .node
                 .home_of(first)
-                .is_some_and(|h| self.node.memory().shows_from(h));
+                .is_some_and(|h| self.node.memory().shows_from(h, run));
             if !shown {
                 self.node.memory().prepare(first, run);
             }

@@ -193,13 +193,14 @@ fn evict(dsm: &Dsm) {
 /// pages this node showed from their home's memory.
 fn shown(dsm: &Dsm) {
     let (me, n) = (dsm.id(), dsm.nodes());
-    let pages = 256;
+    let pages = 1024;
+    let moving = 64;
     let a: SharedArray<u64> = dsm
         .alloc(pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
         .unwrap();
     // Written by the last node alone: their home moves to it.
     let b: SharedArray<u64> = dsm
-        .alloc(8 * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .alloc(moving * WORDS, AllocPolicy::OnNode(NodeId(0)))
         .unwrap();
     let val = |round: usize, writer: usize, page: usize| {
         ((round + 1) * 1_000_000 + writer * 1000 + page) as u64
@@ -221,7 +222,7 @@ fn shown(dsm: &Dsm) {
             }
         }
         if me == n - 1 {
-            for p in 0..8 {
+            for p in 0..moving {
                 b.set(p * WORDS + 1, val(round, me, p));
             }
         }
@@ -239,7 +240,7 @@ fn shown(dsm: &Dsm) {
                 );
             }
         }
-        for p in 0..8 {
+        for p in 0..moving {
             let got = b.get(p * WORDS + 1);
             let want = val(round, n - 1, p);
             check(
