@@ -604,10 +604,19 @@ impl Region {
         if count > 1 {
             self.large_runs.fetch_add(1, Ordering::Relaxed);
         }
-        let (first, last) = (first.index(), first.index() + count - 1);
         // `prepare` backed the first page already, mapping it through the application's view,
         // unless that read is refused here.
-        if !self.premap.load(Ordering::Relaxed) {
+        self.bound_run(first, count, self.premap.load(Ordering::Relaxed));
+    }
+
+    /// Backs the first page of the `count` from `first` (unless `first_backed`), the last, and
+    /// the last of each 2 MiB stretch between them: see [`Region::bound_folios`].
+    fn bound_run(&self, first: PageNum, count: usize, first_backed: bool) {
+        if !self.large_folios || count == 0 {
+            return;
+        }
+        let (first, last) = (first.index(), first.index() + count - 1);
+        if !first_backed {
             self.touch(first);
         }
         if last != first {
@@ -837,12 +846,22 @@ impl PageMemory for Region {
                 self.len
             ));
         }
-        if self.map_in_place && self.show_from(first, data) {
-            // Mapped in the application's view, still closed, before they open.
-            self.map_closed(first, data.len() / PAGE_SIZE);
-            return;
+        let count = data.len() / PAGE_SIZE;
+        if self.map_in_place {
+            if self.show_from(first, data) {
+                // Mapped in the application's view, still closed, before they open.
+                self.map_closed(first, count);
+                return;
+            }
+            // A run too short to show, maybe of a request whose pages were not readied (it
+            // was to be shown): its folios bounded to it (a write into a hole of the file
+            // could take a huge page, and this machine's host may take milliseconds to give
+            // one), as for any request.
+            if count < MIN_SHOWN_PAGES {
+                self.bound_run(first, count, false);
+            }
         }
-        self.show_own(first, data.len() / PAGE_SIZE, false);
+        self.show_own(first, count, false);
         // Into the memfd, not through the service view: no page-table entry to make, and fresh
         // pages are not zeroed before they are overwritten.
         if let Err(e) = sys::write_file_at(&self.fd, data, off as u64) {
