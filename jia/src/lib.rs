@@ -143,7 +143,11 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     dsm_runtime::interpose::note_c_program();
     // The launcher's job, or (started directly with a .jiahosts) the job this process starts.
     let result = dsm_runtime::init();
-    let d = result.unwrap_or_else(|e| die(&e.to_string()));
+    // A job that cannot start ends with status 2, as dsmrun and the Rust programs say it.
+    let d = result.unwrap_or_else(|e| {
+        eprintln!("jia: error: {e}");
+        std::process::exit(2)
+    });
     // SAFETY: written once here, before the program reads them (JIAJIA's contract: after
     // jia_init).
     unsafe {

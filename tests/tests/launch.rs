@@ -216,6 +216,52 @@ fn a_rendezvous_file_left_by_an_earlier_job_is_waited_past() {
     all_ok(&outs, "pi OK nodes=2");
 }
 
+/// A rank whose rank 0 published this job's rendezvous and then ended (killed before every rank
+/// joined) says so within seconds and removes the file; it waited its 120 s in silence, then
+/// said only "Connection refused". A rank of a job whose rank 0 cannot publish (the directory
+/// not writable) says where it looks while it waits.
+#[test]
+fn a_rank_whose_rank_0_ended_before_it_joined_says_so_and_removes_the_file() {
+    let dir = std::env::temp_dir().join(format!("dsm-rank0-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(".dsm-rendezvous-gone");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // An address that refuses: a port bound a moment ago and closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)
+            .unwrap();
+        std::io::Write::write_all(
+            &mut f,
+            format!("DSM1 RENDEZVOUS gone 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
+        )
+        .unwrap();
+    }
+    let mut c = Command::new(bin("pi"));
+    c.arg("100000")
+        .current_dir(&dir)
+        .env("DSM_JOB_ID", "gone")
+        .env("PMI_RANK", "1")
+        .env("PMI_SIZE", "2");
+    let out = run_with_deadline(c, Duration::from_secs(100));
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("has refused connections for 10 s since: it ended before every rank joined"),
+        "{t}"
+    );
+    assert!(!file.exists(), "the dead file is removed: {t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn ranks_started_by_srun_find_each_other() {
     let outs = launch_like(

@@ -45,6 +45,10 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         ));
     }
     let (config, stats) = local_config()?;
+    // A rendezvous file written since then is this job's (or, named for another job, that
+    // of a job started with the same file at the same time); the slack covers ranks started
+    // apart and clocks of a shared file system a little apart.
+    let since = std::time::SystemTime::now() - Duration::from_secs(30);
     let file = rendezvous_file();
     let timeout = Duration::from_secs(120);
     let (rendezvous, cookie) = if rank == 0 {
@@ -58,8 +62,13 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
             addr,
             cookie,
         };
-        publish_rendezvous(&file, &published.encode())
-            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+        publish_rendezvous(&file, &published.encode()).map_err(|e| {
+            format!(
+                "writing {}, the rendezvous the other ranks read: {e} (every rank must see it: \
+                 run in a directory rank 0 can write, or set DSM_RENDEZVOUS_FILE to a file of one)",
+                file.display()
+            )
+        })?;
         let published = file.clone();
         // The program's asynchronous signals are for the program's threads (see `Dsm`).
         let held_off = crate::sys::signals::BlockedSignals::asynchronous();
@@ -79,7 +88,7 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
         drop(held_off);
         (addr, cookie)
     } else {
-        live_rendezvous(&file, timeout)?
+        live_rendezvous(&file, timeout, since)?
     };
     let bind = route_to(rendezvous.ip()).unwrap_or_else(my_address);
     Ok(Some(JobEnv {
@@ -94,15 +103,27 @@ pub(crate) fn cluster_job_env() -> Result<Option<JobEnv>, String> {
     }))
 }
 
+/// How long a rendezvous this job's rank 0 published (written since this rank started) may
+/// refuse connections before the rank takes rank 0 for gone.
+const RANK0_GONE_AFTER: Duration = Duration::from_secs(10);
+
 /// Rank 0's rendezvous as published in `file`, once it answers: a file an earlier job's rank 0
 /// left (killed before everyone joined, with the same job id) names an address that refuses
-/// connections, and is waited past until this job's rank 0 replaces it.
-fn live_rendezvous(file: &std::path::Path, timeout: Duration) -> Result<(SocketAddr, u64), String> {
+/// connections, and is waited past until this job's rank 0 replaces it. One written since
+/// `since` that refuses connections for [`RANK0_GONE_AFTER`] is this job's rank 0 gone (it
+/// ended before every rank joined): said, and the file removed.
+fn live_rendezvous(
+    file: &std::path::Path,
+    timeout: Duration,
+    since: std::time::SystemTime,
+) -> Result<(SocketAddr, u64), String> {
     let deadline = Instant::now() + timeout;
     let mut said = false;
+    let mut refused_since: Option<(SocketAddr, Instant)> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let (addr, cookie) = read_rendezvous_file(file, left)?;
+        let p = read_rendezvous_file(file, left, since)?;
+        let (addr, cookie) = (p.addr, p.cookie);
         // A look, not a hello: the rendezvous forgets a connection that says nothing.
         match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
             Ok(_) => return Ok((addr, cookie)),
@@ -110,7 +131,28 @@ fn live_rendezvous(file: &std::path::Path, timeout: Duration) -> Result<(SocketA
                 if e.kind() == std::io::ErrorKind::ConnectionRefused
                     && Instant::now() < deadline =>
             {
-                if !said {
+                if p.written >= since {
+                    let first = match refused_since {
+                        Some((a, t)) if a == addr => t,
+                        _ => Instant::now(),
+                    };
+                    refused_since = Some((addr, first));
+                    if first.elapsed() > RANK0_GONE_AFTER {
+                        // Removed unless rank 0 (or another) replaced it meanwhile.
+                        if read_rendezvous_file(file, Duration::ZERO, since)
+                            .is_ok_and(|again| again.addr == addr)
+                        {
+                            let _ = std::fs::remove_file(file);
+                        }
+                        return Err(format!(
+                            "rank 0 published its rendezvous at {addr} in {} and has refused \
+                             connections for {} s since: it ended before every rank joined (its \
+                             own output, or the launcher's, says why)",
+                            file.display(),
+                            RANK0_GONE_AFTER.as_secs()
+                        ));
+                    }
+                } else if !said {
                     said = true;
                     log::info!(
                         "{} names {addr}, which refuses connections: a file left by an earlier \

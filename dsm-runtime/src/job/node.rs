@@ -15,8 +15,9 @@
 //! | `DSM_LOCAL_RANK`, `DSM_LOCAL_SIZE` | this node's index among the nodes on its host, and their number (for `bind_to`) |
 //!
 //! Each node binds its socket, connects to the rendezvous, says `DSM1 HELLO <cookie> <rank>
-//! <addr>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1> ...`. A hello
-//! with the wrong cookie, a rank out of range or twice is refused.
+//! <addr> <transport>`, and once every node has said hello receives `DSM1 PEERS <addr0> <addr1>
+//! ...`. A hello with the wrong cookie, a rank out of range or twice is refused; one of another
+//! transport than the first node's ends the job, said to every node.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -135,6 +136,7 @@ pub fn join(
         cookie: env.cookie,
         rank: env.rank,
         addr: my_addr,
+        transport: env.config.comm_type.name().to_string(),
     };
     w.write_all(hello.encode().as_bytes()).map_err(fail)?;
     // Byte by byte: the stream outlives this function as the control channel, so nothing past

@@ -92,6 +92,8 @@ impl Rendezvous {
         // Connections are served side by side, each with its own deadline: a stranger that
         // connects and trickles bytes (or says nothing) delays nobody.
         let mut pending: Vec<Pending> = Vec::new();
+        // The first node's transport, and its rank.
+        let mut transport: Option<(u16, String)> = None;
         let started = Instant::now();
         let missing = |joined: &[Option<(SocketAddr, TcpStream)>]| -> Vec<usize> {
             (0..joined.len()).filter(|&i| joined[i].is_none()).collect()
@@ -211,12 +213,31 @@ impl Rendezvous {
                             cookie: c,
                             rank,
                             addr,
+                            transport,
                         }),
-                    ) if c == cookie && rank < size => Some((rank, addr)),
+                    ) if c == cookie && rank < size => Some((rank, addr, transport)),
                     _ => None,
                 };
                 match parsed {
-                    Some((r, a)) if joined[usize::from(r)].is_none() => {
+                    Some((r, a, t)) if joined[usize::from(r)].is_none() => {
+                        // Nodes that run different transports never reach each other: said
+                        // to every node now, rather than as peers lost, or a connection
+                        // refused, a minute later.
+                        if let Some((first, theirs)) = &transport {
+                            if *theirs != t {
+                                let why = format!(
+                                    "node {r} runs {t}, node {first} {theirs}: every node of a                                      job runs one transport (comm_type in .jiaconf,                                      DSM_COMM_TYPE, or dsmrun's --transport)"
+                                );
+                                let refusal = Line::Error(why.clone()).encode();
+                                let _ = p.stream.write_all(refusal.as_bytes());
+                                for (_, s) in joined.iter_mut().flatten() {
+                                    let _ = s.write_all(refusal.as_bytes());
+                                }
+                                return Err(why);
+                            }
+                        } else {
+                            transport = Some((r, t));
+                        }
                         let _ = p.stream.set_nonblocking(false);
                         joined[usize::from(r)] = Some((a, p.stream));
                         self.hellos.fetch_add(1, Ordering::SeqCst);
@@ -290,73 +311,179 @@ pub(crate) fn publish_rendezvous(file: &std::path::Path, line: &str) -> std::io:
     written
 }
 
+/// A rendezvous file read: its address and cookie, and when it was written.
+pub(crate) struct Published {
+    pub addr: SocketAddr,
+    pub cookie: u64,
+    pub written: std::time::SystemTime,
+}
+
+/// Why a rendezvous file is not this job's, or not yet.
+#[derive(Debug, PartialEq, Eq)]
+enum NotYet {
+    /// Another job's, written within the last 5 minutes (its job id).
+    OtherJob(String),
+    /// Anything else (missing, not to be trusted, malformed), said so.
+    Other(String),
+}
+
+impl std::fmt::Display for NotYet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotYet::OtherJob(j) => write!(f, "written for job {j}"),
+            NotYet::Other(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Reads a rendezvous file if it is this job's: a regular file (not a link) of this user's,
 /// readable by nobody else, written within the last 5 minutes, naming job `job`. Returns the
 /// rendezvous address and cookie, or why the file is not to be trusted.
+#[cfg(test)]
 fn read_rendezvous(file: &std::path::Path, job: &str) -> Result<(SocketAddr, u64), String> {
+    read_published(file, job)
+        .map(|p| (p.addr, p.cookie))
+        .map_err(|e| match e {
+            NotYet::OtherJob(j) => format!("written for job {j}, not {job}"),
+            NotYet::Other(why) => why,
+        })
+}
+
+/// [`read_rendezvous`], with when the file was written, or why it is not this job's yet.
+fn read_published(file: &std::path::Path, job: &str) -> Result<Published, NotYet> {
+    let other = NotYet::Other;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(file)
-        .map_err(|e| e.to_string())?;
-    let meta = f.metadata().map_err(|e| e.to_string())?;
+        .map_err(|e| other(e.to_string()))?;
+    let meta = f.metadata().map_err(|e| other(e.to_string()))?;
     let me = crate::sys::euid();
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(other("not a regular file".into()));
     }
     if meta.uid() != me {
-        return Err(format!(
+        return Err(other(format!(
             "owned by uid {}, not by this job's user ({me})",
             meta.uid()
-        ));
+        )));
     }
     if meta.mode() & 0o077 != 0 {
-        return Err(format!(
+        return Err(other(format!(
             "mode {:o}: others may read it",
             meta.mode() & 0o777
-        ));
+        )));
     }
-    let fresh = meta
-        .modified()
-        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age < Duration::from_secs(300)));
+    let written = meta.modified().map_err(|e| other(e.to_string()))?;
+    let fresh = written
+        .elapsed()
+        .is_ok_and(|age| age < Duration::from_secs(300));
     if !fresh {
-        return Err("older than 5 minutes (a job before this one)".into());
+        return Err(other("older than 5 minutes (a job before this one)".into()));
     }
     let mut text = String::new();
     (&f).take(512)
         .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| other(e.to_string()))?;
     match Line::parse(text.lines().next().unwrap_or("")) {
         Ok(Line::Published {
             job: j,
             addr,
             cookie,
-        }) if j == job => Ok((addr, cookie)),
-        Ok(Line::Published { job: j, .. }) => Err(format!("written for job {j}, not {job}")),
-        _ => Err("malformed".into()),
+        }) if j == job => Ok(Published {
+            addr,
+            cookie,
+            written,
+        }),
+        Ok(Line::Published { job: j, .. }) => Err(NotYet::OtherJob(j)),
+        _ => Err(other("malformed".into())),
     }
 }
 
-/// Waits for rank 0's rendezvous file of this job ([`read_rendezvous`]) and parses it.
+/// Waits for rank 0's rendezvous file of this job ([`read_published`]) and parses it. Says,
+/// once, a file of another job written since this rank started (two jobs given one
+/// `DSM_RENDEZVOUS_FILE`), and every 10 s what it finds there, with whether this rank could
+/// write in its directory (rank 0, which must, may not either).
 pub(crate) fn read_rendezvous_file(
     file: &std::path::Path,
     timeout: Duration,
-) -> Result<(SocketAddr, u64), String> {
-    let deadline = Instant::now() + timeout;
+    since: std::time::SystemTime,
+) -> Result<Published, String> {
+    let start = Instant::now();
+    let deadline = start + timeout;
     let job = cluster_job_id();
+    let mut next_notice = start + Duration::from_secs(10);
+    let mut said_other_job = false;
     loop {
-        let why = match read_rendezvous(file, &job) {
+        let why = match read_published(file, &job) {
             Ok(found) => return Ok(found),
             Err(why) => why,
         };
-        if Instant::now() > deadline {
-            return Err(format!(
-                "rank 0 did not publish {} within {timeout:?} (the file there: {why})",
+        if let NotYet::OtherJob(j) = &why
+            && !said_other_job
+            && std::fs::metadata(file)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= since)
+        {
+            said_other_job = true;
+            log::warn!(
+                "{} holds job {j}'s rendezvous, not this job's ({job}): two jobs running at once \
+                 with one DSM_RENDEZVOUS_FILE? Each needs its own (the default, \
+                 .dsm-rendezvous-JOB, is)",
                 file.display()
+            );
+        }
+        let now = Instant::now();
+        if now > deadline {
+            let why = match why {
+                NotYet::OtherJob(j) => format!("written for job {j}, not this job's ({job})"),
+                NotYet::Other(why) => why,
+            };
+            return Err(format!(
+                "rank 0 did not publish {} within {timeout:?} (the file there: {why}){}",
+                file.display(),
+                unwritable(file).map_or(String::new(), |e| format!("; {e}"))
             ));
         }
+        if now > next_notice {
+            next_notice += Duration::from_secs(10);
+            log::warn!(
+                "waiting for rank 0 to publish the rendezvous in {} ({:.0} s of {} s; the file \
+                 there: {why}){}",
+                file.display(),
+                start.elapsed().as_secs_f64(),
+                timeout.as_secs(),
+                unwritable(file).map_or(String::new(), |e| format!("; {e}"))
+            );
+        }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Why `file` could not be made in its directory here, if it could not: a file of a name of
+/// this process's own is made and removed there.
+fn unwritable(file: &std::path::Path) -> Option<String> {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let probe = dir.join(format!(".dsm-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            None
+        }
+        Err(e) => Some(format!(
+            "this rank cannot write in {} ({e}): if rank 0 cannot either, it cannot publish \
+             there; set DSM_RENDEZVOUS_FILE to a file of a directory every rank sees and rank 0 \
+             can write",
+            dir.display()
+        )),
     }
 }
 
@@ -400,6 +527,48 @@ pub fn cluster_job_id() -> String {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// A node of another transport than the first ends the job at once, said to every node
+    /// that joined (under srun it was seen as a peer lost 10 s later, and a connection refused
+    /// a minute later, neither naming the transports).
+    #[test]
+    fn nodes_of_two_transports_are_refused_at_the_rendezvous_and_told_why() {
+        use std::io::{BufRead, BufReader};
+        let rv = Rendezvous::bind("127.0.0.1".parse().unwrap()).unwrap();
+        let at = rv.addr().unwrap();
+        let joined = rv.hellos();
+        let serving =
+            std::thread::spawn(move || rv.serve(3, 0xc0ffee, Duration::from_secs(30), Keep::No));
+        let hello = |rank: u16, transport: &str| {
+            let mut s = TcpStream::connect(at).unwrap();
+            let line = Line::Hello {
+                cookie: 0xc0ffee,
+                rank,
+                addr: "127.0.0.1:7000".parse().unwrap(),
+                transport: transport.into(),
+            };
+            s.write_all(line.encode().as_bytes()).unwrap();
+            s
+        };
+        let first = hello(0, "udp");
+        // The first is joined before the other comes.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while joined.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the first hello was never taken");
+            std::thread::yield_now();
+        }
+        let second = hello(2, "tcp");
+        let why = serving.join().unwrap().unwrap_err();
+        assert!(why.contains("node 2 runs tcp, node 0 udp"), "{why}");
+        for s in [first, second] {
+            let mut line = String::new();
+            BufReader::new(s).read_line(&mut line).unwrap();
+            assert!(
+                line.contains("ERROR") && line.contains("node 2 runs tcp"),
+                "{line}"
+            );
+        }
+    }
 
     /// A rendezvous file is trusted only if it is this user's, private, a regular file, and
     /// this job's; publishing replaces a link instead of writing through it.

@@ -37,11 +37,13 @@ impl PeersWord {
 /// One line of the job's control wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Line {
-    /// Node to rendezvous: this node of the job with `cookie` listens at `addr`.
+    /// Node to rendezvous: this node of the job with `cookie` listens at `addr`, on
+    /// `transport` (its `comm_type`: every node of a job must run the same).
     Hello {
         cookie: u64,
         rank: u16,
         addr: SocketAddr,
+        transport: String,
     },
     /// Rendezvous to node: every node's address, in rank order, and who keeps the connection.
     Peers {
@@ -95,7 +97,12 @@ impl Line {
     /// The line, with its `\n`.
     pub(crate) fn encode(&self) -> String {
         let body = match self {
-            Line::Hello { cookie, rank, addr } => format!("HELLO {cookie:016x} {rank} {addr}"),
+            Line::Hello {
+                cookie,
+                rank,
+                addr,
+                transport,
+            } => format!("HELLO {cookie:016x} {rank} {addr} {transport}"),
             Line::Peers { how, addrs } => {
                 let mut s = how.word().to_owned();
                 for a in addrs {
@@ -151,9 +158,22 @@ impl Line {
                     .parse()
                     .map_err(|_| "a rank is 0 to 65535")?;
                 let addr = next("no address")?.parse().map_err(|_| "not ip:port")?;
+                let transport = next("no transport")?;
+                if transport.len() > 16
+                    || !transport
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b == b'-')
+                {
+                    return Err("a transport is a word of 16 letters or fewer");
+                }
                 match next("") {
-                    Ok(_) => Err("words after the address"),
-                    Err(_) => Ok(Line::Hello { cookie, rank, addr }),
+                    Ok(_) => Err("words after the transport"),
+                    Err(_) => Ok(Line::Hello {
+                        cookie,
+                        rank,
+                        addr,
+                        transport: transport.to_string(),
+                    }),
                 }
             })(),
             "PEERS" | "KEEP" | "WATCH" => {
@@ -262,6 +282,7 @@ mod tests {
                 cookie: 0xab,
                 rank: 7,
                 addr: a,
+                transport: "rdma-ud".into(),
             },
             Line::Peers {
                 how: PeersWord::Keep,
@@ -333,7 +354,21 @@ mod tests {
         assert!(Line::parse("DSM1").is_err());
         assert!(Line::parse("DSM1 HELLO zz 1 1.2.3.4:5").is_err());
         assert!(Line::parse("DSM1 HELLO 00000000000000ab 70000 1.2.3.4:5").is_err());
-        assert!(Line::parse("DSM1 HELLO 00000000000000ab 1 1.2.3.4:5 x").is_err());
+        assert!(Line::parse("DSM1 HELLO 00000000000000ab 1 1.2.3.4:5 udp x").is_err());
+        assert!(
+            Line::parse("DSM1 HELLO 00000000000000ab 1 1.2.3.4:5").is_err(),
+            "no transport"
+        );
+        assert!(Line::parse("DSM1 HELLO 00000000000000ab 1 1.2.3.4:5 UDP").is_err());
+        assert_eq!(
+            Line::parse("DSM1 HELLO 00000000000000ab 1 1.2.3.4:5 rdma-rc"),
+            Ok(Line::Hello {
+                cookie: 0xab,
+                rank: 1,
+                addr: "1.2.3.4:5".parse().unwrap(),
+                transport: "rdma-rc".into()
+            })
+        );
         assert!(Line::parse("DSM1 LOST x how").is_err());
     }
 
