@@ -20,6 +20,7 @@
 //! fault takes a second, kernel page fault to map it, about 1 us of a 9.4 us minimal remote
 //! fault here.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
@@ -76,7 +77,15 @@ pub(crate) struct Region {
     /// Runs of consecutive pages shown from one node's memory: each is a mapping of the
     /// kernel's at least, counted against `vm.max_map_count`.
     shown_runs: usize,
+    /// The last requests not readied because their pages were to be shown (first page, count;
+    /// [`NOT_PREPARED_KEPT`] at most): a grant of theirs too short to show is bounded before
+    /// it is copied ([`Region::bound_run`]), as `prepare` would have.
+    not_prepared: VecDeque<(usize, usize)>,
 }
+
+/// Requests not readied that [`Region`] remembers (more are in flight only with as many
+/// windows at once).
+const NOT_PREPARED_KEPT: usize = 64;
 
 /// The fewest pages a run granted in place must have to be shown from its home's memory
 /// (`Region::show_from`); shorter ones are copied: mapping a page costs more than copying it
@@ -263,6 +272,7 @@ impl Region {
             shown: 0,
             shown_total: 0,
             shown_runs: 0,
+            not_prepared: VecDeque::new(),
         };
         Ok((region, backing))
     }
@@ -306,6 +316,26 @@ impl Region {
     pub fn share_with_host(&mut self, me: u16, nodes: u16, cookie: u64, map: bool) {
         self.same_host = crate::same_host::start(me, nodes, cookie, &self.fd, self.len);
         self.map_in_place = map && self.same_host.is_some();
+    }
+
+    /// A request of the `count` pages from `first` is not readied ([`Region::prepare`]): its
+    /// pages are to be shown from their home's memory ([`Region::shows_from`]).
+    pub fn not_prepared(&mut self, first: PageNum, count: usize) {
+        if self.not_prepared.capacity() == 0 {
+            // Once, wherever it is made (the signal context's contract allows it).
+            self.not_prepared = VecDeque::with_capacity(NOT_PREPARED_KEPT);
+        }
+        if self.not_prepared.len() == NOT_PREPARED_KEPT {
+            self.not_prepared.pop_front();
+        }
+        self.not_prepared.push_back((first.index(), count));
+    }
+
+    /// Whether a request not readied ([`Region::not_prepared`]) holds the `count` pages from
+    /// `first`.
+    fn in_unprepared(&self, first: PageNum, count: usize) -> bool {
+        let (a, b) = (first.index(), first.index() + count);
+        self.not_prepared.iter().any(|&(f, n)| f <= a && b <= f + n)
     }
 
     /// Whether a request of `count` pages from `home` is answered in place with the pages
@@ -853,11 +883,11 @@ impl PageMemory for Region {
                 self.map_closed(first, count);
                 return;
             }
-            // A run too short to show, maybe of a request whose pages were not readied (it
-            // was to be shown): its folios bounded to it (a write into a hole of the file
-            // could take a huge page, and this machine's host may take milliseconds to give
-            // one), as for any request.
-            if count < MIN_SHOWN_PAGES {
+            // A run too short to show of a request whose pages were not readied (it was to be
+            // shown): its folios bounded to it (a write into a hole of the file could take a
+            // huge page, and this machine's host may take milliseconds to give one), as
+            // `prepare` bounds any request's.
+            if count < MIN_SHOWN_PAGES && self.in_unprepared(first, count) {
                 self.bound_run(first, count, false);
             }
         }

@@ -246,12 +246,12 @@ impl Service {
                 .take_while(|&(i, p)| p.0 == first.0 + i as u32)
                 .count();
             // Pages shown from their home's memory (`same_host = map`) take none of this node's.
-            let shown = self
-                .node
-                .home_of(first)
-                .is_some_and(|h| self.node.memory().shows_from(h, run));
-            if !shown {
-                self.node.memory().prepare(first, run);
+            let home = self.node.home_of(first);
+            let memory = self.node.memory_mut();
+            if home.is_some_and(|h| memory.shows_from(h, run)) {
+                memory.not_prepared(first, run);
+            } else {
+                memory.prepare(first, run);
             }
             rest = &rest[run..];
         }
