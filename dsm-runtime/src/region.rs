@@ -417,16 +417,25 @@ impl Region {
         // region's length (checked when it was mapped).
         let mapped = unsafe { sys::map_file_fixed(m.file(), addr, data.len(), off as u64) };
         if mapped.is_err() {
-            // The kernel's mapping count, or memory: the bytes are copied instead (the old
-            // mapping stays, as mmap leaves it on failure).
+            // The kernel's mapping count, or memory: the bytes are copied instead. Kernels
+            // before 6.12 may leave a hole where the old mapping was: this node's file is
+            // mapped there again (the core sets the protection next).
+            self.map_own(first.index(), count);
             return false;
         }
         self.shown_from[first.index()..first.index() + count].fill(home + 1);
         self.shown_runs = runs;
         self.shown += newly;
         self.shown_total += count as u64;
+        // Pages faulted through it stay 4 KiB, as through the view it replaced (and a run
+        // given back merges with its neighbours again).
+        if self.large_folios {
+            let _ = sys::small_pages_on_fault(addr as *mut u8, data.len());
+        }
         // This node's bytes of the pages, if any (a copy read before, stale now), are given
-        // back, unless granted in place by this node when it was their home.
+        // back, unless granted in place by this node when it was their home (and kept first
+        // for a run lent to the transport, homed here before its home moved).
+        self.keep_lent(first.index(), count);
         self.punch(first.index(), count);
         true
     }
@@ -459,23 +468,16 @@ impl Region {
                         "node {home}'s memory shows pages here but is not mapped"
                     ));
                 };
-                if let Err(e) = sys::write_file_at(&self.fd, m.bytes(off, len), off as u64) {
-                    fatal(&format!(
-                        "copying {run} pages from {} of node {home}'s memory into this node's                          failed: {e}",
-                        PageNum(p as u32)
-                    ));
-                }
+                let from = m.bytes(off, len);
+                let to = self.service_base.wrapping_add(off);
+                // Through the service view, whose faults take 4 KiB pages (a write into the
+                // file's hole, punched when the run was shown, could take a huge page).
+                // SAFETY: off..off + len lies in the region (inside `shown_from`'s pages), so
+                // in the service view, mapped read-write for the process's life; `from` is the
+                // home's mapping, another mapping, read as plain bytes.
+                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), to, len) };
             }
-            let addr = self.app_base + off;
-            // SAFETY: the run lies in the application view (inside `shown_from`'s pages), into
-            // which the runtime holds no reference; this node's file is the region's length.
-            let mapped = unsafe { sys::map_file_fixed(&self.fd, addr, len, off as u64) };
-            if let Err(e) = mapped {
-                fatal(&format!(
-                    "mapping {run} pages from {} of this node's memory back failed: {e}",
-                    PageNum(p as u32)
-                ));
-            }
+            self.map_own(p, run);
             // Giving back the middle of a run splits it in two.
             self.shown_runs = self.shown_runs + self.run_starts(p..p + run, Some(0))
                 - self.run_starts(p..p + run, None);
@@ -483,6 +485,20 @@ impl Region {
             self.shown -= run;
             p += run;
         }
+    }
+
+    /// A run lent to the transport ([`LentPages`]) that holds any of the `n` pages from `start`
+    /// keeps a copy of its bytes, before they are given back.
+    fn keep_lent(&mut self, start: usize, n: usize) {
+        self.lent.retain(|l| match l.upgrade() {
+            Some(run) => {
+                if run.overlaps(start, n) {
+                    run.kept.get_or_init(|| run.bytes().into());
+                }
+                true
+            }
+            None => false,
+        });
     }
 
     /// Gives the memory of the `n` pages from `start` in this node's file back to the system,
@@ -516,6 +532,25 @@ impl Region {
                 h != 0 && (p == 0 || at(p - 1) != h)
             })
             .count()
+    }
+
+    /// Maps the `run` pages from `page` of this node's file in the application's view again,
+    /// closed, in place of whatever is there.
+    fn map_own(&self, page: usize, run: usize) {
+        let (off, len) = (page * PAGE_SIZE, run * PAGE_SIZE);
+        let addr = self.app_base + off;
+        // SAFETY: the run lies in the application view (the callers' pages are the region's),
+        // into which the runtime holds no reference; this node's file is the region's length.
+        let mapped = unsafe { sys::map_file_fixed(&self.fd, addr, len, off as u64) };
+        if let Err(e) = mapped {
+            fatal(&format!(
+                "mapping {run} pages from {} of this node's memory back failed: {e}",
+                PageNum(page as u32)
+            ));
+        }
+        if self.large_folios {
+            let _ = sys::small_pages_on_fault(addr as *mut u8, len);
+        }
     }
 
     /// The address of `page`'s bytes as this node holds them: the service view, or the memory
@@ -991,15 +1026,7 @@ impl PageMemory for Region {
         // A lent run that holds any of these pages keeps its bytes first (rare: only a page
         // cached here since its home moved away is discarded).
         let (start, n) = (first.index(), count as usize);
-        self.lent.retain(|l| match l.upgrade() {
-            Some(run) => {
-                if run.overlaps(start, n) {
-                    run.kept.get_or_init(|| run.bytes().into());
-                }
-                true
-            }
-            None => false,
-        });
+        self.keep_lent(start, n);
         self.show_own(first, n, false);
         self.punch(start, n);
     }

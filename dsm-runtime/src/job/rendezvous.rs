@@ -226,7 +226,9 @@ impl Rendezvous {
                         if let Some((first, theirs)) = &transport {
                             if *theirs != t {
                                 let why = format!(
-                                    "node {r} runs {t}, node {first} {theirs}: every node of a                                      job runs one transport (comm_type in .jiaconf,                                      DSM_COMM_TYPE, or dsmrun's --transport)"
+                                    "node {r} runs {t}, node {first} {theirs}: every node of a \
+                                     job runs one transport (comm_type in .jiaconf, \
+                                     DSM_COMM_TYPE, or dsmrun's --transport)"
                                 );
                                 let refusal = Line::Error(why.clone()).encode();
                                 let _ = p.stream.write_all(refusal.as_bytes());

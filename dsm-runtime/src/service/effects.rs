@@ -246,7 +246,11 @@ impl Service {
                 .take_while(|&(i, p)| p.0 == first.0 + i as u32)
                 .count();
             // Pages shown from their home's memory (`same_host = map`) take none of this node's.
-            let home = self.node.home_of(first);
+            // One home for the run (consecutive pages asked of two homes are readied).
+            let home = self
+                .node
+                .home_of(first)
+                .filter(|&h| self.node.home_of(PageNum(first.0 + run as u32 - 1)) == Some(h));
             let memory = self.node.memory_mut();
             if home.is_some_and(|h| memory.shows_from(h, run)) {
                 memory.not_prepared(first, run);

@@ -623,8 +623,17 @@ impl Service {
             let impaired = std::env::var("DSM_IMPAIR")
                 .map(|spec| format!("; DSM_IMPAIR={spec} drops this job's datagrams"))
                 .unwrap_or_default();
+            // srun waits for every task, a stopped one too, unless told to end them.
+            let srun = crate::job::cluster::cluster_rank_size()
+                .is_some_and(|(_, _, who)| who == "srun")
+                && std::env::var("SLURM_KILL_BAD_EXIT").as_deref() != Ok("1");
+            let stopped = if srun {
+                "; a stopped task keeps srun waiting: srun --kill-on-bad-exit=1 ends it"
+            } else {
+                ""
+            };
             format!(
-                "no answer for {:.1} s (it died, stopped or is unreachable{impaired})",
+                "no answer for {:.1} s (it died, stopped or is unreachable{impaired}{stopped})",
                 silent_for.as_secs_f64()
             )
         } else {
