@@ -51,6 +51,10 @@ pub trait PageMemory {
     /// shows it from another node's (in place) makes the bytes its own first, so the twin and
     /// this node's writes start from the same bytes (the other node's may change meanwhile).
     fn make_own(&mut self, _page: PageNum) {}
+    /// `pages` (in increasing order), copies held here, were invalidated (closed, their
+    /// bytes no longer needed): a memory that shows some from another node's may show its own
+    /// again.
+    fn invalidated(&mut self, _pages: &[PageNum]) {}
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Writes the whole pages of `data` (a grant's run, or part of it) from `first`, before

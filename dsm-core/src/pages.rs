@@ -1341,6 +1341,8 @@ impl<M: PageMemory> Node<M> {
                 self.diff_page(page);
             }
         }
+        opened.sort_unstable();
+        self.mem.invalidated(&opened);
         for page in opened {
             let e = &mut self.table[page.index()];
             e.frame = Frame::Invalid;

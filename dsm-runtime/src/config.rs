@@ -205,7 +205,7 @@ impl Default for Config {
             region_gib: 64,
             huge_pages: true,
             same_host_memory: true,
-            same_host_map: true,
+            same_host_map: false,
             peer_timeout_ms: 10_000,
             base_port: 0,
             rdma_device: None,

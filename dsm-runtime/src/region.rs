@@ -74,6 +74,8 @@ pub(crate) struct Region {
     shown: usize,
     /// Pages shown so, over the node's life (for the statistics).
     shown_total: u64,
+    /// Of them, pages made this node's own to be written ([`Region::show_own`] with `keep`).
+    made_own: u64,
     /// Runs of consecutive pages shown from one node's memory: each is a mapping of the
     /// kernel's at least, counted against `vm.max_map_count`.
     shown_runs: usize,
@@ -92,6 +94,9 @@ const NOT_PREPARED_KEPT: usize = 64;
 /// (a remote read fault of one page took 1 us more shown: `docs/perf/2026-11-29-shown-pages.md`),
 /// and a run shown takes a mapping of the kernel's.
 const MIN_SHOWN_PAGES: usize = 16;
+
+/// Pages shown before the share of them made own decides whether to go on showing.
+const MADE_OWN_SAMPLE: u64 = 4096;
 
 /// The share of `vm.max_map_count` runs of pages shown from other nodes' memory may take
 /// (`Region::show_from`): protection changes split mappings too, and need the rest.
@@ -271,6 +276,7 @@ impl Region {
             shown_from: Vec::new(),
             shown: 0,
             shown_total: 0,
+            made_own: 0,
             shown_runs: 0,
             not_prepared: VecDeque::new(),
         };
@@ -399,6 +405,13 @@ impl Region {
         if count < MIN_SHOWN_PAGES {
             return false;
         }
+        // A node that writes a quarter or more of what it is shown pays a copy and a mapping
+        // per page written, where a copy of the run would have done: it is copied from then on
+        // (an outside attack's program writing a word of every page it read took 1.35x its
+        // time under `memory`).
+        if self.shown_total >= MADE_OWN_SAMPLE && self.made_own * 4 >= self.shown_total {
+            return false;
+        }
         // Scattered runs each take a mapping of the kernel's: past a share of its limit, they
         // are copied (as under `same_host = memory`).
         let runs = self.shown_runs + self.run_starts(pages.clone(), Some(home + 1))
@@ -462,6 +475,7 @@ impl Region {
                 .count();
             let (off, len) = (p * PAGE_SIZE, run * PAGE_SIZE);
             if keep {
+                self.made_own += run as u64;
                 // A home's mapping, once made, lives as long as the node.
                 let Some(m) = self.same_host.as_ref().and_then(|s| s.mapping(home)) else {
                     fatal(&format!(
@@ -544,12 +558,32 @@ impl Region {
         let mapped = unsafe { sys::map_file_fixed(&self.fd, addr, len, off as u64) };
         if let Err(e) = mapped {
             fatal(&format!(
-                "mapping {run} pages from {} of this node's memory back failed: {e}",
-                PageNum(page as u32)
+                "mapping {run} pages from {} of this node's memory back failed: {e}{}",
+                PageNum(page as u32),
+                self.map_count_hint(&e)
             ));
         }
         if self.large_folios {
             let _ = sys::small_pages_on_fault(addr as *mut u8, len);
+        }
+    }
+
+    /// What a node out of the kernel's mappings (`ENOMEM` from `mprotect` or `mmap`) should
+    /// do, said after the error; empty for another error.
+    fn map_count_hint(&self, e: &std::io::Error) -> String {
+        match (e.raw_os_error(), self.max_map_count) {
+            (Some(libc::ENOMEM), Some(max)) => format!(
+                ": each run of pages with a protection of its own is a mapping of the \
+                 kernel's, and this node holds scattered pages past its limit of {max} \
+                 (vm.max_map_count): pages it caches (a column walk of a matrix homed \
+                 elsewhere; bound them: --set cache_pages={}), or pages homed here in small \
+                 blocks (a Cyclic or RoundRobin allocation of a page or a few a block: \
+                 larger blocks keep them in fewer mappings). Raising the limit helps both \
+                 (as root: sysctl -w vm.max_map_count={}); see docs/running-jobs.md",
+                (max / 2).saturating_sub(1024).max(MIN_CACHE_HINT),
+                (max * 4).max(262_144),
+            ),
+            _ => String::new(),
         }
     }
 
@@ -974,20 +1008,7 @@ impl PageMemory for Region {
         let r = unsafe { sys::mprotect(addr, len, p) };
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectEnd);
         if let Err(e) = r {
-            let why = match (e.raw_os_error(), self.max_map_count) {
-                (Some(libc::ENOMEM), Some(max)) => format!(
-                    ": each run of pages with a protection of its own is a mapping of the \
-                     kernel's, and this node holds scattered pages past its limit of {max} \
-                     (vm.max_map_count): pages it caches (a column walk of a matrix homed \
-                     elsewhere; bound them: --set cache_pages={}), or pages homed here in small \
-                     blocks (a Cyclic or RoundRobin allocation of a page or a few a block: \
-                     larger blocks keep them in fewer mappings). Raising the limit helps both \
-                     (as root: sysctl -w vm.max_map_count={}); see docs/running-jobs.md",
-                    (max / 2).saturating_sub(1024).max(MIN_CACHE_HINT),
-                    (max * 4).max(262_144),
-                ),
-                _ => String::new(),
-            };
+            let why = self.map_count_hint(&e);
             fatal(&format!(
                 "mprotect of {count} pages at {addr:#x} failed: {e}{why}"
             ));
@@ -1001,6 +1022,27 @@ impl PageMemory for Region {
 
     fn make_own(&mut self, page: PageNum) {
         self.show_own(page, 1, true);
+    }
+
+    fn invalidated(&mut self, pages: &[PageNum]) {
+        if self.shown == 0 {
+            return;
+        }
+        // Shown pages invalidated show this node's file again: closed pages of two files side
+        // by side are two mappings of the kernel's each, which a program that writes scattered
+        // pages of what it reads piled up past `vm.max_map_count` (an outside attack: 20,000
+        // more a round, the node ended in the fourth); its own closed pages merge.
+        let mut i = 0;
+        while i < pages.len() {
+            let first = pages[i];
+            let run = pages[i..]
+                .iter()
+                .enumerate()
+                .take_while(|&(k, p)| p.0 == first.0 + k as u32)
+                .count();
+            self.show_own(first, run, false);
+            i += run;
+        }
     }
 
     fn allow_prefetch_open(&mut self, page: PageNum, wake: bool) {
