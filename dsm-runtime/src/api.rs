@@ -21,7 +21,7 @@ use dsm_transport::udp::{self, UdpTransport};
 use dsm_races::{self as races, Event, Object};
 
 use crate::array::{Shared, SharedArray};
-use crate::config::{CommType, Config};
+use crate::config::{CommType, Config, SameHostMode};
 use crate::door::SLOTS;
 use crate::door::end::fatal;
 use crate::door::request::{Call, CallResult, Reply};
@@ -392,11 +392,11 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     // way; the race checker sees a home's pages only as copies it makes).
     let mut region = region;
     if size > 1
-        && config.same_host_memory
+        && config.same_host != SameHostMode::Transport
         && matches!(config.comm_type, CommType::Udp | CommType::Tcp)
         && !config.check_races
     {
-        region.share_with_host(rank, size, cookie, config.same_host_map);
+        region.share_with_host(rank, size, cookie, config.same_host == SameHostMode::Map);
     }
     let node = Node::new(core_cfg, region);
     let service = Service::new(

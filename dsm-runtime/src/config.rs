@@ -8,6 +8,28 @@
 use std::fmt;
 use std::path::Path;
 
+/// How nodes of one host move pages between them (`same_host`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SameHostMode {
+    /// `memory`: read in place, from the home's memory file, each copied into the reader's.
+    Memory,
+    /// `map`: read in place, shown from the home's memory file (mapped), not copied.
+    Map,
+    /// `transport`: through `comm_type`, as between hosts.
+    Transport,
+}
+
+impl SameHostMode {
+    /// The name used in `.jiaconf`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SameHostMode::Memory => "memory",
+            SameHostMode::Map => "map",
+            SameHostMode::Transport => "transport",
+        }
+    }
+}
+
 /// The transports a job can use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommType {
@@ -111,12 +133,8 @@ pub struct Config {
     /// `huge_pages`: `auto` lands fetched runs in large folios, in a tmpfs of the node's own
     /// where the system allows one (`region::Backing`); `off`: a memfd, 4 KiB pages only.
     pub huge_pages: bool,
-    /// `same_host`: `memory` (nodes of one host read each other's pages in place, from the
-    /// home's memory file), `map` (as `memory`, the pages read mapped from the home's file
-    /// rather than copied from it) or `transport` (through `comm_type`, as between hosts).
-    pub same_host_memory: bool,
-    /// `same_host = map`.
-    pub same_host_map: bool,
+    /// `same_host`.
+    pub same_host: SameHostMode,
     /// `peer_timeout_ms`.
     pub peer_timeout_ms: u64,
     /// `base_port` (0: any).
@@ -204,8 +222,7 @@ impl Default for Config {
             cache_pages: 0,
             region_gib: 64,
             huge_pages: true,
-            same_host_memory: true,
-            same_host_map: false,
+            same_host: SameHostMode::Memory,
             peer_timeout_ms: 10_000,
             base_port: 0,
             rdma_device: None,
@@ -533,10 +550,10 @@ impl Config {
                 }
             }
             "same_host" => {
-                (self.same_host_memory, self.same_host_map) = match value {
-                    "memory" => (true, false),
-                    "map" => (true, true),
-                    "transport" => (false, false),
+                self.same_host = match value {
+                    "memory" => SameHostMode::Memory,
+                    "map" => SameHostMode::Map,
+                    "transport" => SameHostMode::Transport,
                     _ => return Err(bad()),
                 }
             }
@@ -669,14 +686,7 @@ impl Config {
                 "huge_pages={}",
                 if self.huge_pages { "auto" } else { "off" }
             ),
-            format!(
-                "same_host={}",
-                match (self.same_host_memory, self.same_host_map) {
-                    (true, true) => "map",
-                    (true, false) => "memory",
-                    _ => "transport",
-                }
-            ),
+            format!("same_host={}", self.same_host.name()),
             format!("peer_timeout_ms={}", self.peer_timeout_ms),
             format!("base_port={}", self.base_port),
             format!(

@@ -7,9 +7,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use dsm_transport::reliable::{Event, ReliableConfig};
-use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
+use dsm_transport::tcp::TcpConfig;
 use dsm_transport::udp::{self, UdpTransport};
 use dsm_transport::{Body, LentBytes, Transport, loopback};
+
+mod support;
 
 type Job = Vec<Option<Box<dyn Transport>>>;
 
@@ -53,29 +55,15 @@ fn make(kind: &str, n: u16) -> Job {
                 .collect()
         }
         "tcp" => {
-            let listeners: Vec<_> = (0..n)
-                .map(|_| tcp::listen("127.0.0.1:0".parse().unwrap()).unwrap())
-                .collect();
-            let addrs: Vec<SocketAddr> =
-                listeners.iter().map(|l| l.local_addr().unwrap()).collect();
             let cfg = TcpConfig {
                 heartbeat: Duration::from_millis(50),
                 peer_timeout: PEER_TIMEOUT,
                 connect_timeout: Duration::from_secs(10),
             };
-            let handles: Vec<_> = listeners
+            support::tcp_job(n, &cfg)
+                .0
                 .into_iter()
-                .enumerate()
-                .map(|(i, l)| {
-                    let (addrs, cfg) = (addrs.clone(), cfg.clone());
-                    std::thread::spawn(move || {
-                        TcpTransport::establish(l, i as u16, &addrs, 0xC0FFEE, cfg).unwrap()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| Some(Box::new(h.join().unwrap()) as Box<dyn Transport>))
+                .map(|t| Some(Box::new(t) as Box<dyn Transport>))
                 .collect()
         }
         #[cfg(feature = "rdma")]
@@ -88,7 +76,7 @@ fn make(kind: &str, n: u16) -> Job {
 fn rdma_job(kind: &str, n: u16) -> Job {
     use dsm_transport::rdma::{RdmaConfig, rc::RcTransport, ud::UdTransport};
     let listeners: Vec<_> = (0..n)
-        .map(|_| tcp::listen("127.0.0.1:0".parse().unwrap()).unwrap())
+        .map(|_| dsm_transport::tcp::listen("127.0.0.1:0".parse().unwrap()).unwrap())
         .collect();
     let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
     let cfg = RdmaConfig {

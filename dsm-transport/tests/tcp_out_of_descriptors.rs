@@ -4,36 +4,24 @@
 //! (its service thread spun at a full CPU until a descriptor was freed). Alone in its binary:
 //! it lowers the process's descriptor limit for good.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dsm_transport::Transport;
-use dsm_transport::tcp::{self, TcpConfig, TcpTransport};
+use dsm_transport::tcp::TcpConfig;
+
+mod support;
 
 #[test]
 fn a_node_out_of_descriptors_stops_listening_for_strangers_instead_of_spinning() {
-    let listeners: Vec<_> = (0..2)
-        .map(|_| tcp::listen("127.0.0.1:0".parse().unwrap()).unwrap())
-        .collect();
-    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
     // No heartbeat comes during the test: node 0's poll has the listener alone to report.
     let cfg = TcpConfig {
         heartbeat: Duration::from_secs(60),
         peer_timeout: Duration::from_secs(120),
         connect_timeout: Duration::from_secs(10),
     };
-    let handles: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let (addrs, cfg) = (addrs.clone(), cfg.clone());
-            std::thread::spawn(move || {
-                TcpTransport::establish(l, i as u16, &addrs, 0xC0FFEE, cfg).unwrap()
-            })
-        })
-        .collect();
-    let mut job: Vec<TcpTransport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (mut job, addrs) = support::tcp_job(2, &cfg);
     let node0 = &mut job[0];
 
     // The stranger's connection is complete in the kernel before the node can take it.

@@ -180,32 +180,36 @@ fn mismatched_synchronisation_under_a_cluster_launcher_is_named_by_rank_0() {
     }
 }
 
+/// Writes at `file` a private rendezvous file of job `job` naming an address that refuses
+/// connections (a port bound a moment ago and closed), as a rank 0 killed before every rank
+/// joined leaves it.
+fn dead_rendezvous(file: &std::path::Path, job: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .unwrap();
+    std::io::Write::write_all(
+        &mut f,
+        format!("DSM1 RENDEZVOUS {job} 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
+    )
+    .unwrap();
+}
+
 /// A rendezvous file an earlier job left behind (its rank 0 killed before everyone joined), of
 /// the same default name, fresh: a rank that reads it before this job's rank 0 replaces it finds
 /// its address refusing and waits for the new one (it failed at once with "Connection refused").
 #[test]
 fn a_rendezvous_file_left_by_an_earlier_job_is_waited_past() {
     let outs = launch_like_in(
-        |dir| {
-            use std::os::unix::fs::OpenOptionsExt;
-            // An address that refuses: a port bound a moment ago and closed.
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dir.join(".dsm-rendezvous-job"))
-                .unwrap();
-            std::io::Write::write_all(
-                &mut f,
-                format!("DSM1 RENDEZVOUS job 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
-            )
-            .unwrap();
-        },
+        |dir| dead_rendezvous(&dir.join(".dsm-rendezvous-job"), "job"),
         |_| {},
         Duration::from_millis(1500),
         2,
@@ -225,26 +229,7 @@ fn a_rank_whose_rank_0_ended_before_it_joined_says_so_and_removes_the_file() {
     let dir = std::env::temp_dir().join(format!("dsm-rank0-gone-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(".dsm-rendezvous-gone");
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // An address that refuses: a port bound a moment ago and closed.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&file)
-            .unwrap();
-        std::io::Write::write_all(
-            &mut f,
-            format!("DSM1 RENDEZVOUS gone 127.0.0.1:{port} 00000000000000ab\n").as_bytes(),
-        )
-        .unwrap();
-    }
+    dead_rendezvous(&file, "gone");
     let mut c = Command::new(bin("pi"));
     c.arg("100000")
         .current_dir(&dir)

@@ -67,7 +67,7 @@ pub enum JobFailure {
         code: u8,
     },
     /// Every node waits for another and nothing is on its way: the job can never go on.
-    #[error("the job cannot go on, every node waits for another and nothing is on its way: {0}")]
+    #[error("{}", super::watch::stuck_verdict(.0))]
     Stuck(String),
     /// The launcher was interrupted.
     #[error("interrupted by {name} (signal {0}); all nodes ended", name = signals::name(*.0))]

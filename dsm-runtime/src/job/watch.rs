@@ -240,9 +240,7 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
             // closed with a node's reports unread is reset, which may overtake the line (rank
             // 1 then waited 10 s and blamed rank 0, once in a full-suite run).
             // Said here first: mpirun ends every rank once one exits with its status.
-            crate::door::end::say_verdict(
-                &super::launcher::JobFailure::Stuck(what.clone()).to_string(),
-            );
+            crate::door::end::say_verdict(&stuck_verdict(&what));
             let line = Line::Stuck(what).encode();
             let split = 1.min(control.len());
             tell(&mut control[split..], &line);
@@ -278,4 +276,10 @@ pub(super) fn tell(control: &mut [std::net::TcpStream], line: &str) {
         let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = std::io::Write::write_all(c, line.as_bytes());
     }
+}
+
+/// The verdict on a job whose every node waits for another: what dsmrun and rank 0's watch say
+/// (`JobFailure::Stuck`).
+pub(crate) fn stuck_verdict(what: &str) -> String {
+    format!("the job cannot go on, every node waits for another and nothing is on its way: {what}")
 }
