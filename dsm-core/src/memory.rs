@@ -55,6 +55,13 @@ pub trait PageMemory {
     /// bytes no longer needed): a memory that shows some from another node's may show its own
     /// again.
     fn invalidated(&mut self, _pages: &[PageNum]) {}
+    /// Whether the memory closed `page` since the core last set its protection (a page shown
+    /// from another node's memory, made this node's own with the pages around it when one of
+    /// them was written): a fault that finds the page open for its access then sets its
+    /// protection again, as the page would otherwise fault for ever.
+    fn closed_behind(&self, _page: PageNum) -> bool {
+        false
+    }
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Writes the whole pages of `data` (a grant's run, or part of it) from `first`, before
@@ -143,6 +150,8 @@ pub struct VecMemory {
     pub opened_prefetches: Vec<(PageNum, bool)>,
     /// Number of `protect` calls (each one would be one mprotect syscall).
     pub protect_calls: u64,
+    /// Pages closed by [`VecMemory::close_behind`] since the node last protected them.
+    closed_behind: std::collections::BTreeSet<PageNum>,
     /// Pages hinted with [`PageMemory::warm`], in order.
     pub warmed: std::cell::RefCell<Vec<PageNum>>,
     /// Lend runs ([`PageMemory::lends_runs`]): the simulator reads them when it sends them and
@@ -217,6 +226,14 @@ impl VecMemory {
         true
     }
 
+    /// Closes `page` behind the node's back, as the runtime's memory does to a page shown from
+    /// another node's when it makes the pages around it its own ([`PageMemory::closed_behind`]).
+    pub fn close_behind(&mut self, page: PageNum) {
+        self.grow(page);
+        self.prot[page.index()] = Prot::None;
+        self.closed_behind.insert(page);
+    }
+
     /// Stores a little-endian u64 as the application would, ignoring protection.
     pub fn store_u64(&mut self, page: PageNum, offset: usize, value: u64) {
         self.write(page, offset, &value.to_le_bytes());
@@ -253,6 +270,7 @@ impl PageMemory for VecMemory {
         self.grow(PageNum(first.0 + count - 1));
         for p in first.0..first.0 + count {
             self.prot[p as usize] = prot;
+            self.closed_behind.remove(&PageNum(p));
             self.home_write.remove(&PageNum(p));
             self.prefetch_open.remove(&PageNum(p));
         }
@@ -280,5 +298,9 @@ impl PageMemory for VecMemory {
 
     fn opened_unreported(&self, page: PageNum) -> bool {
         self.opened_home_writes.contains(&page)
+    }
+
+    fn closed_behind(&self, page: PageNum) -> bool {
+        self.closed_behind.contains(&page)
     }
 }

@@ -80,8 +80,20 @@ impl<M: PageMemory> Node<M> {
         let entry = &self.table[page.index()];
         match (entry.frame, access) {
             (Frame::ReadWrite, _) | (Frame::ReadOnly, Access::Read) => {
-                // Another thread made the page accessible between this fault and now.
+                // Another thread made the page accessible between this fault and now, or the
+                // memory closed it behind the core's back (`PageMemory::closed_behind`).
                 self.count_local_fault(access);
+                if self.mem.closed_behind(page) {
+                    let prot = match access {
+                        // A write fault finds it open for writing only in that frame.
+                        Access::Write => Prot::ReadWrite,
+                        Access::Read => match self.table[page.index()].frame {
+                            Frame::ReadWrite => Prot::ReadWrite,
+                            _ => Prot::Read,
+                        },
+                    };
+                    self.protect_pages(&[page], prot);
+                }
                 self.resume(waiter);
             }
             (Frame::ReadOnly, Access::Write) => {

@@ -240,6 +240,10 @@ pub struct Cluster {
     /// thread takes the messages that came first). Set it together with
     /// [`CoreConfig::remote_reads`].
     pub one_sided_reads: bool,
+    /// Per-cent chance that a read of a page open for reading first closes it behind its
+    /// node's back ([`VecMemory::close_behind`]), as the runtime's memory closes shown pages
+    /// it makes the node's own with a written one; 0 (no chance drawn): never.
+    pub close_behind_percent: u64,
 }
 
 /// A frame on its way.
@@ -300,6 +304,7 @@ impl Cluster {
             resumes: 0,
             lent_read_newer: 0,
             one_sided_reads: false,
+            close_behind_percent: 0,
         }
     }
 
@@ -498,6 +503,12 @@ impl Cluster {
         match op {
             Op::Read(addr) => {
                 let page = addr.page();
+                if self.close_behind_percent > 0
+                    && node.memory().prot(page) == Prot::Read
+                    && self.rng.chance(self.close_behind_percent)
+                {
+                    node.memory_mut().close_behind(page);
+                }
                 if node.memory().prot(page) == Prot::None && node.memory_mut().open_prefetched(page)
                 {
                     // The runtime's fast path: the page is open now, the node hears of it later.

@@ -155,6 +155,9 @@ fn run_case(seed: u64) -> Result<(u64, Stats), String> {
     // Three cases in four lend home runs, as the runtime does (drawn from the seed, not the
     // case's generator: a seed's case is unchanged).
     c.lend_runs(seed % 4 != 0);
+    // One case in three has pages closed behind the nodes' backs now and then, as shown pages
+    // made own are (from the seed too).
+    c.close_behind_percent = if seed % 3 == 0 { 10 } else { 0 };
     c.one_sided_reads = case.one_sided;
     c.check_reference = true;
     c.alloc(case.policy.clone(), case.pages * PAGE_SIZE as u64)

@@ -63,7 +63,7 @@ pub(crate) struct Region {
     same_host: Option<SameHost>,
     /// One bit per page: granted in place to a node of this host ([`crate::same_host`]), which
     /// may read it at any time: never punched (empty until the first such grant).
-    in_place: Vec<u64>,
+    in_place: PageBits,
     /// `same_host = map`: runs granted in place are shown in the application's view from their
     /// home's memory file, not copied into this node's ([`Region::show_from`]).
     map_in_place: bool,
@@ -74,11 +74,18 @@ pub(crate) struct Region {
     shown: usize,
     /// Pages shown so, over the node's life (for the statistics).
     shown_total: u64,
-    /// Of them, pages made this node's own to be written ([`Region::show_own`] with `keep`).
+    /// Of them, pages made this node's own with a page of their block about to be written
+    /// ([`Region::make_block_own`]).
     made_own: u64,
     /// Runs of consecutive pages shown from one node's memory: each is a mapping of the
     /// kernel's at least, counted against `vm.max_map_count`.
     shown_runs: usize,
+    /// Pages the core last opened for reading ([`PageMemory::protect`]), recorded while pages
+    /// are shown: a block made own opens them again ([`Region::make_block_own`]).
+    opened_read: PageBits,
+    /// Pages a block made own closed behind the core's back, not known to be open before
+    /// ([`PageMemory::closed_behind`]); cleared when the core sets their protection.
+    closed_behind: PageBits,
     /// The last requests not readied because their pages were to be shown (first page, count;
     /// [`NOT_PREPARED_KEPT`] at most): a grant of theirs too short to show is bounded before
     /// it is copied ([`Region::bound_run`]), as `prepare` would have.
@@ -97,6 +104,13 @@ const MIN_SHOWN_PAGES: usize = 16;
 
 /// Pages shown before the share of them made own decides whether to go on showing.
 const MADE_OWN_SAMPLE: u64 = 4096;
+
+/// A shown page about to be written here is made this node's own with every shown page of the
+/// aligned block of this many pages around it (2 MiB; [`Region::make_block_own`]): pages made
+/// own one at a time among shown ones cost two of the kernel's mappings each, which a program
+/// writing one page in two of what it read piled up past `vm.max_map_count`; blocks made own
+/// merge with each other as any of the node's own pages do.
+const OWN_BLOCK_PAGES: usize = 512;
 
 /// The share of `vm.max_map_count` runs of pages shown from other nodes' memory may take
 /// (`Region::show_from`): protection changes split mappings too, and need the rest.
@@ -130,6 +144,35 @@ impl LentBytes for LentPages {
         // is never unmapped; concurrent stores by application threads are plain byte copies of
         // shared memory, as in `Region::read`, and the slice is only read.
         unsafe { std::slice::from_raw_parts(self.ptr, self.count * PAGE_SIZE) }
+    }
+}
+
+/// One bit per page of the region, allocated at the first page set.
+#[derive(Default)]
+struct PageBits(Vec<u64>);
+
+impl PageBits {
+    fn get(&self, page: usize) -> bool {
+        self.0
+            .get(page / 64)
+            .is_some_and(|w| w & (1 << (page % 64)) != 0)
+    }
+
+    /// Sets (`on`) or clears the bits of `pages` (a region of `pages_in_region` pages).
+    fn set(&mut self, pages: std::ops::Range<usize>, on: bool, pages_in_region: usize) {
+        if self.0.is_empty() {
+            if !on {
+                return;
+            }
+            self.0 = vec![0; pages_in_region.div_ceil(64)];
+        }
+        for p in pages {
+            if on {
+                self.0[p / 64] |= 1 << (p % 64);
+            } else {
+                self.0[p / 64] &= !(1 << (p % 64));
+            }
+        }
     }
 }
 
@@ -270,7 +313,7 @@ impl Region {
             large_runs: AtomicU64::new(0),
             lent: Vec::new(),
             lent_prune_at: LENT_PRUNE,
-            in_place: Vec::new(),
+            in_place: PageBits::default(),
             same_host: None,
             map_in_place: false,
             shown_from: Vec::new(),
@@ -278,6 +321,8 @@ impl Region {
             shown_total: 0,
             made_own: 0,
             shown_runs: 0,
+            opened_read: PageBits::default(),
+            closed_behind: PageBits::default(),
             not_prepared: VecDeque::new(),
         };
         Ok((region, backing))
@@ -299,7 +344,7 @@ impl Region {
         self.check_run(first, count);
         // Home pages: shown from another node's memory only before their home moved here,
         // which opened them for writing (their bytes this node's own since).
-        self.show_own(first, count, true);
+        self.make_block_own(first, count);
         // Runs the transport let go of (acknowledged, written) are forgotten now and then.
         if self.lent.len() >= self.lent_prune_at {
             self.lent.retain(|l| l.strong_count() > 0);
@@ -370,7 +415,8 @@ impl Region {
     /// of its home's host that reads it, read where the home's threads write it. Pages so
     /// shown are read-only in the mapping (the home's file is opened read-only here): before
     /// one is written here, or changed by anything but a grant, its bytes are copied into
-    /// this node's memory and the view shows them there again ([`Region::show_own`]).
+    /// this node's memory and the view shows them there again, with the shown pages of its
+    /// block ([`Region::make_block_own`]).
     /// Returns false, changing nothing, where the run is not shown so (not another node's
     /// memory, not at the run's own place in it, shorter than [`MIN_SHOWN_PAGES`], or past
     /// the share of the kernel's mappings: then it is copied as any grant).
@@ -405,10 +451,10 @@ impl Region {
         if count < MIN_SHOWN_PAGES {
             return false;
         }
-        // A node that writes a quarter or more of what it is shown pays a copy and a mapping
-        // per page written, where a copy of the run would have done: it is copied from then on
-        // (an outside attack's program writing a word of every page it read took 1.35x its
-        // time under `memory`).
+        // A node that makes a quarter or more of what it is shown its own (it writes in its
+        // blocks) pays a mapping and a copy of each, where a copy of the run would have done:
+        // it is copied from then on (an outside attack's program writing a word of every page
+        // it read took 1.35x its time under `memory`, made own one page at a time).
         if self.shown_total >= MADE_OWN_SAMPLE && self.made_own * 4 >= self.shown_total {
             return false;
         }
@@ -498,6 +544,66 @@ impl Region {
             self.shown_from[p..p + run].fill(0);
             self.shown -= run;
             p += run;
+        }
+    }
+
+    /// Makes the `count` pages from `first`, about to be written here, this node's own, with
+    /// every page shown from another node's memory in the aligned blocks of
+    /// [`OWN_BLOCK_PAGES`] around them ([`Region::show_own`], their bytes kept): a program
+    /// that writes scattered pages of what it was shown leaves blocks of the node's own
+    /// memory, whose mappings merge, not one page of its own between shown ones for each
+    /// page written. The pages asked for stay closed (the core sets their protection next);
+    /// the others open again as the core last opened them, or stay closed where it did not
+    /// (pages a fault handler opened by itself, unseen here): the core opens those at their
+    /// next fault ([`PageMemory::closed_behind`]).
+    fn make_block_own(&mut self, first: PageNum, count: usize) {
+        if self.shown == 0 {
+            return;
+        }
+        let asked = first.index()..first.index() + count;
+        let start = asked.start / OWN_BLOCK_PAGES * OWN_BLOCK_PAGES;
+        let end = asked.end.div_ceil(OWN_BLOCK_PAGES) * OWN_BLOCK_PAGES;
+        let end = end.min(self.shown_from.len());
+        let mut p = start;
+        while p < end {
+            if self.shown_from[p] == 0 {
+                p += 1;
+                continue;
+            }
+            let run = self.shown_from[p..end]
+                .iter()
+                .take_while(|&&h| h != 0)
+                .count();
+            self.show_own(PageNum(p as u32), run, true);
+            self.reopen(p..p + run, &asked);
+            p += run;
+        }
+    }
+
+    /// Opens the `pages` just made own ([`Region::make_block_own`]) that the core last opened
+    /// for reading, but for those `asked`; marks the others closed behind the core's back.
+    fn reopen(&mut self, pages: std::ops::Range<usize>, asked: &std::ops::Range<usize>) {
+        let open = |p: usize| !asked.contains(&p) && self.opened_read.get(p);
+        let mut p = pages.start;
+        while p < pages.end {
+            let opened = open(p);
+            let n = (p..pages.end).take_while(|&q| open(q) == opened).count();
+            if opened {
+                let addr = self.app_base + p * PAGE_SIZE;
+                // SAFETY: the run lies in the application view (pages of `shown_from`, the
+                // region's), into which the runtime holds no reference; opened for reading as
+                // the core last set it.
+                if let Err(e) = unsafe { sys::mprotect(addr, n * PAGE_SIZE, Protection::Read) } {
+                    fatal(&format!(
+                        "opening {n} pages from {} made this node's own again failed: {e}{}",
+                        PageNum(p as u32),
+                        self.map_count_hint(&e)
+                    ));
+                }
+            } else {
+                self.closed_behind.set(p..p + n, true, self.len / PAGE_SIZE);
+            }
+            p += n;
         }
     }
 
@@ -618,7 +724,7 @@ impl Region {
         }
         same_host.sent_pages += count as u64;
         self.lent_in_place(first, count);
-        self.show_own(first, count, true);
+        self.make_block_own(first, count);
         true
     }
 
@@ -663,18 +769,12 @@ impl Region {
     /// Records that the `count` pages from `first` were granted in place: never punched.
     fn lent_in_place(&mut self, first: PageNum, count: usize) {
         self.check_run(first, count);
-        if self.in_place.is_empty() {
-            self.in_place = vec![0; (self.len / PAGE_SIZE).div_ceil(64)];
-        }
-        for p in first.index()..first.index() + count {
-            self.in_place[p / 64] |= 1 << (p % 64);
-        }
+        let pages = first.index()..first.index() + count;
+        self.in_place.set(pages, true, self.len / PAGE_SIZE);
     }
 
     fn granted_in_place(&self, page: usize) -> bool {
-        self.in_place
-            .get(page / 64)
-            .is_some_and(|w| w & (1 << (page % 64)) != 0)
+        self.in_place.get(page)
     }
 
     /// Requests of two pages or more prepared so far to land in large folios.
@@ -821,7 +921,7 @@ impl PageMemory for Region {
         if offset + usize::from(width) > PAGE_SIZE || offset % usize::from(width) != 0 {
             fatal("an atomic word off its alignment or past its page");
         }
-        self.show_own(page, 1, true);
+        self.make_block_own(page, 1);
         let addr = self.page_ptr(page) as usize + offset;
         // SAFETY: the word is aligned to its width (checked above) and lies in one page of the
         // service view (`page_ptr` checks the page), mapped read-write for the process's life.
@@ -836,7 +936,7 @@ impl PageMemory for Region {
     }
 
     fn atomics_homed_here(&mut self, page: PageNum) {
-        self.show_own(page, 1, true);
+        self.make_block_own(page, 1);
         if let Some(b) = ATOMIC_HOMES.get().and_then(|(_, m)| m.get(page.index())) {
             b.store(1, Ordering::Release);
         }
@@ -913,7 +1013,7 @@ impl PageMemory for Region {
         if offset + data.len() > PAGE_SIZE {
             fatal("write past the end of a page");
         }
-        self.show_own(page, 1, true);
+        self.make_block_own(page, 1);
         let dst = self.page_ptr(page).wrapping_add(offset);
         // What comes in from the protocol is no thread's write (the race checker's slices):
         // copied inside the checker's record of it, with the bytes it replaces.
@@ -997,9 +1097,15 @@ impl PageMemory for Region {
         };
         if prot == Prot::ReadWrite {
             // Written here from now: this node's own bytes (see `Region::show_from`).
-            self.show_own(first, count as usize, true);
+            self.make_block_own(first, count as usize);
         }
-        for page in first.index()..first.index() + count as usize {
+        let pages = first.index()..first.index() + count as usize;
+        if !self.shown_from.is_empty() {
+            let n = self.len / PAGE_SIZE;
+            self.opened_read.set(pages.clone(), prot == Prot::Read, n);
+            self.closed_behind.set(pages.clone(), false, n);
+        }
+        for page in pages {
             crate::door::fastpath::withdraw(page);
         }
         crate::trace::stamp(first.index() as u64, crate::trace::Step::ProtectStart);
@@ -1016,12 +1122,16 @@ impl PageMemory for Region {
     }
 
     fn allow_home_write(&mut self, page: PageNum) {
-        self.show_own(page, 1, true);
+        self.make_block_own(page, 1);
         crate::door::fastpath::allow_home_write(page.index());
     }
 
     fn make_own(&mut self, page: PageNum) {
-        self.show_own(page, 1, true);
+        self.make_block_own(page, 1);
+    }
+
+    fn closed_behind(&self, page: PageNum) -> bool {
+        self.closed_behind.get(page.index())
     }
 
     fn invalidated(&mut self, pages: &[PageNum]) {
@@ -1247,7 +1357,8 @@ mod tests {
             (48, 1, 48)
         );
         assert_eq!(file_bytes(&reader), 0, "no byte of the reader's own");
-        reader.protect(PageNum(32), 48, Prot::Read);
+        // Opened by the core but for the last 8 (as prefetched pages a fault handler opens).
+        reader.protect(PageNum(32), 40, Prot::Read);
         let at = |page: usize, off: usize| {
             // SAFETY: a byte of the reader's application view, opened for reading above.
             unsafe {
@@ -1261,27 +1372,47 @@ mod tests {
         let mut copy = [0u8; PAGE_SIZE];
         reader.read(PageNum(40), &mut copy);
         assert_eq!(copy[9], 6, "the core reads what the view shows");
-        // Made its own (before a twin and a write): the home's next write stays there.
+        // Made its own (before a twin and a write), with every shown page of its block (the
+        // whole region here): the home's next writes stay there.
         reader.make_own(PageNum(40));
         reader.protect(PageNum(40), 1, Prot::ReadWrite);
         assert_eq!(
-            (reader.shown, reader.shown_runs),
-            (47, 2),
-            "a run split in two"
+            (reader.shown, reader.shown_runs, reader.made_own),
+            (0, 0, 48),
+            "the block made own"
         );
         assert_eq!(at(40, 9), 6);
         home.write(PageNum(40), 9, &[7]);
+        home.write(PageNum(41), 0, &[8]);
         assert_eq!(at(40, 9), 6, "the reader's own copy");
-        assert_eq!(at(41, 0), 5, "its neighbour still shown");
-        // Shown again: the same pages come back at no cost; a grant from elsewhere (copied)
-        // over a shown page shows the reader's own bytes.
+        assert_eq!(at(41, 0), 5, "its neighbour open again, the reader's own");
+        let base = 0x6300_0000_0000;
+        assert_eq!(
+            permissions(base + 41 * PAGE_SIZE, base + 72 * PAGE_SIZE),
+            ["r--s"],
+            "opened again as the core left them, in one mapping"
+        );
+        assert!(!reader.closed_behind(PageNum(41)));
+        assert!(!reader.closed_behind(PageNum(40)), "protected since");
+        assert!(
+            (72..80).all(|p| reader.closed_behind(PageNum(p))),
+            "pages the core did not open stay closed, for it to open at their next fault"
+        );
+        assert_eq!(
+            permissions(base + 72 * PAGE_SIZE, base + 80 * PAGE_SIZE),
+            ["---s"]
+        );
+        reader.protect(PageNum(72), 8, Prot::Read);
+        assert!(!reader.closed_behind(PageNum(72)));
+        // Shown again: a grant over pages made own shows the home's bytes again; a grant from
+        // elsewhere (copied) over a shown page shows the reader's own bytes.
         reader.write_run(PageNum(64), part(64, 80));
         assert_eq!(
             (reader.shown, reader.shown_runs, reader.shown_total),
-            (47, 2, 64)
+            (16, 1, 64)
         );
         reader.write_run(PageNum(79), &[9u8; PAGE_SIZE]);
-        assert_eq!((reader.shown, reader.shown_runs), (46, 2));
+        assert_eq!((reader.shown, reader.shown_runs), (15, 1));
         reader.protect(PageNum(79), 1, Prot::Read);
         assert_eq!(at(79, 0), 9);
         reader.discard(PageNum(32), 48);

@@ -259,6 +259,69 @@ fn shown(dsm: &Dsm) {
     dsm.barrier();
 }
 
+/// Lines of this process's `/proc/self/maps`: the kernel's mappings it holds.
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
+}
+
+/// Node 0 reads 8,192 pages homed on node 1 (shown from its memory under `same_host = map`),
+/// then writes a word of every other page of a quarter of them, a different quarter each
+/// round; both check every written word after a barrier. Node 0 says how many of the kernel's
+/// mappings it holds at the most after a round's reads: pages made its own one at a time among
+/// shown ones left two mappings each, round after round.
+fn shown_writes(dsm: &Dsm) {
+    let me = dsm.id();
+    let pages = 8192;
+    let band = pages / 4;
+    let a: SharedArray<u64> = dsm
+        .alloc(pages * WORDS, AllocPolicy::OnNode(NodeId(1)))
+        .unwrap();
+    if me == 1 {
+        for p in 0..pages {
+            a.set(p * WORDS, p as u64);
+        }
+    }
+    dsm.barrier();
+    let mut most = 0;
+    for round in 0..4 {
+        if me == 0 {
+            for p in 0..pages {
+                let got = a.get(p * WORDS);
+                check(
+                    dsm,
+                    got == p as u64,
+                    &format!("round {round}: page {p}: {got}"),
+                );
+            }
+            most = most.max(mappings());
+            for p in (round * band..(round + 1) * band).step_by(2) {
+                a.set(p * WORDS + 1, (round * pages + p) as u64);
+            }
+        }
+        dsm.barrier();
+        for p in 0..pages {
+            let want = if p % 2 == 0 && p / band <= round {
+                (p / band * pages + p) as u64
+            } else {
+                0
+            };
+            let got = a.get(p * WORDS + 1);
+            check(
+                dsm,
+                got == want,
+                &format!("round {round}: page {p}: word 1 {got} != {want}"),
+            );
+        }
+        dsm.barrier();
+    }
+    let s = dsm.stats();
+    println!(
+        "shown-writes OK node={me} mappings={most} shown={}",
+        s.runtime.pages_shown_in_place
+    );
+    dsm.barrier();
+}
+
 /// Two threads of each node fault on remote pages at once (same and different pages).
 fn threads(dsm: &Dsm) {
     let me = dsm.id();
@@ -512,6 +575,7 @@ fn main() {
         "cv" => cv(&dsm),
         "evict" => evict(&dsm),
         "shown" => shown(&dsm),
+        "shown-writes" => shown_writes(&dsm),
         "threads" => threads(&dsm),
         "many-threads" => many_threads(&dsm),
         "thousand-threads" => thousand_threads(&dsm),
