@@ -47,6 +47,7 @@ impl<M: PageMemory> Node<M> {
         }
         e.frame = Frame::ReadOnly;
         e.touched |= faulted;
+        self.mem.opened_by_handler(page);
         self.stats.prefetch_used += 1;
         if faulted {
             self.count_local_fault(Access::Read);

@@ -62,6 +62,10 @@ pub trait PageMemory {
     fn closed_behind(&self, _page: PageNum) -> bool {
         false
     }
+    /// The core took the runtime's report that its fault handler opened prefetched `page` for
+    /// reading by itself ([`PageMemory::allow_prefetch_open`]): open for reading now, as if
+    /// protected so.
+    fn opened_by_handler(&mut self, _page: PageNum) {}
     /// Writes `data` at `offset` in `page` (without touching the application's protection).
     fn write(&mut self, page: PageNum, offset: usize, data: &[u8]);
     /// Writes the whole pages of `data` (a grant's run, or part of it) from `first`, before

@@ -105,8 +105,9 @@ pub fn impairment(comm: CommType) -> Result<Option<dsm_transport::impair::Impair
 /// such a buffer must be made ready first. `libjia` does it for `read`, `write`, `pread`,
 /// `pwrite`, `fread` and `fwrite`; Rust programs can use [`SharedArray::read_from`] and
 /// [`SharedArray::write_to`], or call this before their own system call. A page can be taken
-/// away again by this node's next acquire (or by the cache making room), so make it ready right
-/// before the call, and retry a call that fails with `EFAULT`.
+/// away again by this node's next acquire (or by the cache making room, or, under `same_host =
+/// map`, by a write of this node's to a page near it shown from another node's memory), so make
+/// it ready right before the call, and retry a call that fails with `EFAULT`.
 ///
 /// # Safety
 ///

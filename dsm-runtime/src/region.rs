@@ -80,8 +80,9 @@ pub(crate) struct Region {
     /// Runs of consecutive pages shown from one node's memory: each is a mapping of the
     /// kernel's at least, counted against `vm.max_map_count`.
     shown_runs: usize,
-    /// Pages the core last opened for reading ([`PageMemory::protect`]), recorded while pages
-    /// are shown: a block made own opens them again ([`Region::make_block_own`]).
+    /// Pages the core last opened for reading ([`PageMemory::protect`], or a fault handler's
+    /// opening it took: [`PageMemory::opened_by_handler`]), recorded while pages are shown: a
+    /// block made own opens them again ([`Region::make_block_own`]).
     opened_read: PageBits,
     /// Pages a block made own closed behind the core's back, not known to be open before
     /// ([`PageMemory::closed_behind`]); cleared when the core sets their protection.
@@ -561,6 +562,11 @@ impl Region {
             return;
         }
         let asked = first.index()..first.index() + count;
+        // Nothing to make own: the pages asked for are this node's already (home pages lent,
+        // written, patched), whatever their neighbours show.
+        if !asked.clone().any(|p| self.shown_home(p).is_some()) {
+            return;
+        }
         let start = asked.start / OWN_BLOCK_PAGES * OWN_BLOCK_PAGES;
         let end = asked.end.div_ceil(OWN_BLOCK_PAGES) * OWN_BLOCK_PAGES;
         let end = end.min(self.shown_from.len());
@@ -1134,6 +1140,13 @@ impl PageMemory for Region {
         self.closed_behind.get(page.index())
     }
 
+    fn opened_by_handler(&mut self, page: PageNum) {
+        if !self.shown_from.is_empty() {
+            let p = page.index();
+            self.opened_read.set(p..p + 1, true, self.len / PAGE_SIZE);
+        }
+    }
+
     fn invalidated(&mut self, pages: &[PageNum]) {
         if self.shown == 0 {
             return;
@@ -1372,6 +1385,11 @@ mod tests {
         let mut copy = [0u8; PAGE_SIZE];
         reader.read(PageNum(40), &mut copy);
         assert_eq!(copy[9], 6, "the core reads what the view shows");
+        // A page of the reader's own made own (written, lent): its shown neighbours stay shown.
+        reader.make_own(PageNum(100));
+        assert_eq!((reader.shown, reader.made_own), (48, 0));
+        // One of the last 8 opened by a fault handler, its report taken by the core.
+        reader.opened_by_handler(PageNum(75));
         // Made its own (before a twin and a write), with every shown page of its block (the
         // whole region here): the home's next writes stay there.
         reader.make_own(PageNum(40));
@@ -1395,12 +1413,12 @@ mod tests {
         assert!(!reader.closed_behind(PageNum(41)));
         assert!(!reader.closed_behind(PageNum(40)), "protected since");
         assert!(
-            (72..80).all(|p| reader.closed_behind(PageNum(p))),
+            (72..80).all(|p| reader.closed_behind(PageNum(p)) == (p != 75)),
             "pages the core did not open stay closed, for it to open at their next fault"
         );
         assert_eq!(
             permissions(base + 72 * PAGE_SIZE, base + 80 * PAGE_SIZE),
-            ["---s"]
+            ["---s", "r--s", "---s"]
         );
         reader.protect(PageNum(72), 8, Prot::Read);
         assert!(!reader.closed_behind(PageNum(72)));
