@@ -222,7 +222,7 @@ impl Default for Config {
             cache_pages: 0,
             region_gib: 64,
             huge_pages: true,
-            same_host: SameHostMode::Memory,
+            same_host: SameHostMode::Map,
             peer_timeout_ms: 10_000,
             base_port: 0,
             rdma_device: None,

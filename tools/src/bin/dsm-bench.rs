@@ -17,8 +17,8 @@
 //! mprotect cost, the cost of backing a fresh page with memory, the UDP and TCP round trip of a
 //! page-shaped exchange, and the remote fault latency as a ratio to them; and remote pages
 //! streamed (the `stream` app, 2 nodes, UDP and TCP through the transport, `same_host =
-//! transport`, and read in place in the home's memory, shown from it, `same_host = map`, and
-//! copied from it, `same_host = memory`, the default between nodes of one host)
+//! transport`, and read in place in the home's memory, shown from it, the default between nodes
+//! of one host, and copied from it, `same_host = memory`)
 //! beside a plain TCP stream between two processes of the machine and the same stream landed in
 //! fresh pages of a memory
 //! file and read (what any page-based DSM must do with what it receives), in the same sample,
@@ -601,10 +601,10 @@ const LANDING_ROW: &str = "the same stream landed in fresh pages of a memory fil
 const STREAM_UDP_ROW: &str = "remote pages streamed, UDP, 2 nodes (MB/s)";
 const STREAM_TCP_ROW: &str = "remote pages streamed, TCP, 2 nodes (MB/s)";
 /// The same stream with the pages read in place in their home's memory, shown from it
-/// (`same_host = map`; the two rows above move them through the transport).
+/// (`same_host = map`, the default between nodes of one host; the two rows above move them
+/// through the transport).
 const STREAM_IN_PLACE_ROW: &str = "remote pages streamed, in place, 2 nodes (MB/s)";
-/// The same, each page copied from the home's memory (`same_host = memory`, the default
-/// between nodes of one host).
+/// The same, each page copied from the home's memory (`same_host = memory`).
 const STREAM_COPIED_ROW: &str = "remote pages streamed, copied in place, 2 nodes (MB/s)";
 /// The plain stream's row between two hosts (`--hosts`).
 const HOSTS_STREAM_ROW: &str = "a plain TCP stream between the two hosts (MB/s)";
