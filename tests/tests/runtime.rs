@@ -404,6 +404,29 @@ fn writing_scattered_pages_of_what_a_node_is_shown_keeps_its_mappings_few() {
     );
 }
 
+/// A node's threads reading pages shown from their home's memory while another of its
+/// threads writes among them (each write makes a block its own under the readers' feet) read
+/// the home's words every time and end; the same under `memory` and on TCP.
+#[test]
+fn threads_reading_pages_shown_while_their_blocks_are_made_own_read_them_exact() {
+    for (same_host, transport) in [("map", "udp"), ("map", "tcp"), ("memory", "udp")] {
+        let set = format!("same_host={same_host}");
+        let out = probe_ok(
+            2,
+            &["--transport", transport, "--set", &set],
+            "shown-threads",
+            "shown-threads OK",
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let shown = stdout.contains("node=1 shown=") && !stdout.contains("node=1 shown=0");
+        assert_eq!(
+            shown,
+            same_host == "map",
+            "{same_host} {transport}: {stdout}"
+        );
+    }
+}
+
 #[test]
 fn a_finished_job_does_not_wait_out_the_exit_linger() {
     // A node that has its exit grant acknowledges it before it closes its transport; otherwise

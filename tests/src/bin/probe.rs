@@ -322,6 +322,71 @@ fn shown_writes(dsm: &Dsm) {
     dsm.barrier();
 }
 
+/// Node 1's threads read 4,096 pages homed on node 0 (shown from its memory under
+/// `same_host = map`) over and over while one of them writes a word of every eighth page:
+/// each write makes its block the node's own under the readers' feet (their pages closed and
+/// opened again, or left for the core to open at their next fault). Every read must see the
+/// home's word and no thread may fault for ever; node 0 checks the written words.
+fn shown_threads(dsm: &Dsm) {
+    const READERS: usize = 3;
+    let me = dsm.id();
+    let pages = 4096;
+    let a: SharedArray<u64> = dsm
+        .alloc(pages * WORDS, AllocPolicy::OnNode(NodeId(0)))
+        .unwrap();
+    if me == 0 {
+        for p in 0..pages {
+            a.set(p * WORDS, !(p as u64));
+        }
+    }
+    dsm.barrier();
+    if me == 1 {
+        let bad = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..READERS {
+                let bad = &bad;
+                s.spawn(move || {
+                    for pass in 0..4 {
+                        // Each reader starts elsewhere, so they meet the writer everywhere.
+                        for k in 0..pages {
+                            let p = (k + (t * 7 + pass) * pages / 16) % pages;
+                            if a.get(p * WORDS) != !(p as u64) {
+                                bad.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                });
+            }
+            for p in (0..pages).step_by(8) {
+                a.set(p * WORDS + 1, p as u64 + 1);
+            }
+        });
+        check(
+            dsm,
+            bad.load(Ordering::Relaxed) == 0,
+            "reads beside blocks made own",
+        );
+    }
+    dsm.barrier();
+    if me == 0 {
+        for p in 0..pages {
+            let want = if p % 8 == 0 { p as u64 + 1 } else { 0 };
+            let got = a.get(p * WORDS + 1);
+            check(
+                dsm,
+                got == want,
+                &format!("page {p}: word 1 {got} != {want}"),
+            );
+        }
+    }
+    let s = dsm.stats();
+    println!(
+        "shown-threads OK node={me} shown={}",
+        s.runtime.pages_shown_in_place
+    );
+    dsm.barrier();
+}
+
 /// Two threads of each node fault on remote pages at once (same and different pages).
 fn threads(dsm: &Dsm) {
     let me = dsm.id();
@@ -576,6 +641,7 @@ fn main() {
         "evict" => evict(&dsm),
         "shown" => shown(&dsm),
         "shown-writes" => shown_writes(&dsm),
+        "shown-threads" => shown_threads(&dsm),
         "threads" => threads(&dsm),
         "many-threads" => many_threads(&dsm),
         "thousand-threads" => thousand_threads(&dsm),
