@@ -481,8 +481,10 @@ impl Region {
             // before 6.12 may leave a hole where the old mapping was: this node's file is
             // mapped there again (the core sets the protection next).
             self.map_own(first.index(), count);
+            self.closed_here(pages);
             return false;
         }
+        self.closed_here(pages.clone());
         self.shown_from[first.index()..first.index() + count].fill(home + 1);
         self.shown_runs = runs;
         self.shown += newly;
@@ -583,6 +585,19 @@ impl Region {
             self.show_own(PageNum(p as u32), run, true);
             self.reopen(p..p + run, &asked);
             p += run;
+        }
+    }
+
+    /// The `pages`, just mapped anew (closed), that the core last opened for reading are closed
+    /// behind its back: it opens them at their next fault ([`PageMemory::closed_behind`]). (A
+    /// grant lands on pages the core closed; this keeps a page it did not close from faulting
+    /// for ever.)
+    fn closed_here(&mut self, pages: std::ops::Range<usize>) {
+        let n = self.len / PAGE_SIZE;
+        for p in pages {
+            if self.opened_read.get(p) {
+                self.closed_behind.set(p..p + 1, true, n);
+            }
         }
     }
 
@@ -1428,6 +1443,10 @@ mod tests {
         assert_eq!(
             (reader.shown, reader.shown_runs, reader.shown_total),
             (16, 1, 64)
+        );
+        assert!(
+            (64..80).all(|p| reader.closed_behind(PageNum(p))),
+            "pages open for reading, closed by a grant shown over them"
         );
         reader.write_run(PageNum(79), &[9u8; PAGE_SIZE]);
         assert_eq!((reader.shown, reader.shown_runs), (15, 1));
