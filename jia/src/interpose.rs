@@ -45,15 +45,40 @@ fn on_shared(
     )
 }
 
+/// Calls in a row that meet EFAULT on shared memory (a page taken away between its preparation
+/// and the kernel's copy) and move nothing before a call gives up and returns it. Another thread
+/// of the node taking locks in a loop took pages away often enough that four were not enough
+/// (an outside attack: a `read` into shared memory failed, a `write` of 1.5 MB came back after
+/// 4 KB); from the third on, each waits for the other threads to run first.
+const STALLS: u32 = 64;
+
+/// After a call that met EFAULT on shared memory and moved nothing: whether to try again
+/// (fewer than [`STALLS`] in a row), yielding the CPU from the third on.
+fn stalled_again(stalls: &mut u32) -> bool {
+    *stalls += 1;
+    if *stalls > 2 {
+        std::thread::yield_now();
+    }
+    *stalls < STALLS
+}
+
+/// Whether the last call failed with EFAULT.
+fn efault() -> bool {
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
+}
+
 /// Moves `len` bytes at `ptr` with `call(offset, bytes)`, a piece the cache holds at a time
 /// ([`dsm_runtime::io_piece_bytes`]) where the buffer is shared memory, each piece made ready
 /// right before its call (a buffer larger than the cache lost its first pages to its last ones
 /// before the kernel reached them: the call came back short). `go_on()`, asked only for a
-/// buffer moved in pieces: after a piece moved, whole or short, the rest is moved too (a file,
-/// or a write; until nothing moves); otherwise the count so far is returned (a short read,
-/// which a read of a pipe or a socket may give anyway: one that waited for more could wait
-/// forever). Returns the bytes moved, or the first piece's failure. Async-signal-safe for
-/// buffers outside shared memory (one call, as the C library's).
+/// shared buffer: after a call moved bytes, whole or short, the rest is moved too (a file, or a
+/// write; until nothing moves), for a short count there is a page taken away before the kernel
+/// reached it (another thread's acquire or release, or the cache making room); otherwise the
+/// count so far is returned (a short read, which a read of a pipe or a socket may give anyway:
+/// one that waited for more could wait forever). A call that meets EFAULT moving nothing is
+/// made again, up to [`STALLS`] in a row. Returns the bytes moved, or the failure of a call
+/// when none moved. A buffer outside shared memory goes in one call, as the caller made it
+/// (async-signal-safe: the runtime's own reads of its sockets pass here).
 fn in_pieces(
     ptr: *const c_void,
     len: usize,
@@ -61,24 +86,35 @@ fn in_pieces(
     go_on: impl Fn() -> bool,
     call: impl Fn(usize, usize) -> isize,
 ) -> isize {
-    let piece = dsm_runtime::io_piece_bytes();
-    if piece == 0 || len <= piece || !dsm_runtime::in_shared_region(ptr.cast(), len) {
-        return on_shared(ptr, len, kernel_writes, || call(0, len));
+    if len == 0 || !dsm_runtime::in_shared_region(ptr.cast(), len) {
+        return call(0, len);
     }
+    let piece = match dsm_runtime::io_piece_bytes() {
+        0 => len,
+        p => p,
+    };
     let go_on = go_on();
-    let mut done = 0usize;
+    let (mut done, mut stalls) = (0usize, 0);
     while done < len {
         let n = piece.min(len - done);
-        let at = ptr.cast::<u8>().wrapping_add(done).cast::<c_void>();
-        let r = on_shared(at, n, kernel_writes, || call(done, n));
+        let at = ptr.cast::<u8>().wrapping_add(done);
+        // SAFETY: the buffer is about to be handed to the kernel by the C program's own call:
+        // its threads do not write it meanwhile (that would race with the kernel's access
+        // anyway); this piece right before its call.
+        unsafe { dsm_runtime::prepare_for_io(at, n, kernel_writes) };
+        let r = call(done, n);
         if r < 0 {
+            if efault() && stalled_again(&mut stalls) {
+                continue;
+            }
             return if done > 0 { done as isize } else { r };
         }
+        if r == 0 {
+            break;
+        }
         done += r as usize;
-        // A short count from a file (or a write) is a piece whose last pages were taken away
-        // before the kernel reached them: the rest goes on as the next piece; nothing moved is
-        // the end (a file's).
-        if r == 0 || !go_on {
+        stalls = 0;
+        if !go_on {
             break;
         }
     }
@@ -94,16 +130,14 @@ fn is_file(fd: c_int) -> bool {
 }
 
 /// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
-/// EFAULT on shared memory, prepares again and retries, a few times.
+/// EFAULT on shared memory, prepares again and retries, up to [`STALLS`] times in a row.
 fn retried(prepare: impl Fn() -> bool, call: impl Fn() -> isize) -> isize {
     if !prepare() {
         return call();
     }
     let mut r = call();
-    for _ in 0..4 {
-        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
-            break;
-        }
+    let mut stalls = 0;
+    while r < 0 && efault() && stalled_again(&mut stalls) {
         prepare();
         r = call();
     }
@@ -278,7 +312,7 @@ fn stdio_in_pieces(
         p => p,
     };
     let mut done = 0usize;
-    let mut retries = 0;
+    let mut stalls = 0;
     while done < len {
         let k = piece.min(len - done);
         let at = ptr.cast::<u8>().wrapping_add(done);
@@ -287,18 +321,16 @@ fn stdio_in_pieces(
         unsafe { dsm_runtime::prepare_for_io(at, k, kernel_writes) };
         let moved = call(done, k);
         done += moved;
-        // A few retries in a row that move nothing, not a few for the whole buffer: under load,
-        // pieces far apart may each lose a page once.
+        // Retries in a row that move nothing are counted, not those for the whole buffer:
+        // under load, pieces far apart may each lose a page once.
         if moved > 0 {
-            retries = 0;
+            stalls = 0;
         }
         if moved < k {
-            let efault = std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT);
             // SAFETY: the caller's stream, which the C library's call just used.
-            if retries == 4 || !efault || unsafe { libc::ferror(f) } == 0 {
+            if !efault() || unsafe { libc::ferror(f) } == 0 || !stalled_again(&mut stalls) {
                 break;
             }
-            retries += 1;
             // SAFETY: as above.
             unsafe { libc::clearerr(f) };
         }
