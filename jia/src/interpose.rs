@@ -28,8 +28,10 @@ unsafe extern "C" {
 }
 
 /// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
-/// memory (a few times: each retry fetches the pages again). Async-signal-safe for buffers
-/// outside shared memory (the runtime's own reads of its sockets pass here).
+/// memory (each retry fetches the pages again): up to [`STALLS`] times for a call that reads
+/// the buffer, [`RECEIVE_TRIES`] for one the kernel writes into (a datagram socket drops the
+/// datagram it could not copy). Async-signal-safe for buffers outside shared memory (the
+/// runtime's own reads of its sockets pass here).
 fn on_shared(
     ptr: *const c_void,
     len: usize,
@@ -41,6 +43,7 @@ fn on_shared(
         // its threads do not write it meanwhile (that would race with the kernel's access
         // anyway).
         || unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) },
+        if kernel_writes { RECEIVE_TRIES } else { STALLS },
         call,
     )
 }
@@ -52,14 +55,18 @@ fn on_shared(
 /// 4 KB); from the third on, each waits for the other threads to run first.
 const STALLS: u32 = 64;
 
+/// The same for a call that reads into shared memory from a descriptor that is not a file: a
+/// datagram socket drops the datagram it could not copy, so a retry costs one.
+const RECEIVE_TRIES: u32 = 5;
+
 /// After a call that met EFAULT on shared memory and moved nothing: whether to try again
-/// (fewer than [`STALLS`] in a row), yielding the CPU from the third on.
-fn stalled_again(stalls: &mut u32) -> bool {
+/// (fewer than `most` in a row), yielding the CPU from the third on.
+fn stalled_again(stalls: &mut u32, most: u32) -> bool {
     *stalls += 1;
     if *stalls > 2 {
         std::thread::yield_now();
     }
-    *stalls < STALLS
+    *stalls < most
 }
 
 /// Whether the last call failed with EFAULT.
@@ -71,14 +78,17 @@ fn efault() -> bool {
 /// ([`dsm_runtime::io_piece_bytes`]) where the buffer is shared memory, each piece made ready
 /// right before its call (a buffer larger than the cache lost its first pages to its last ones
 /// before the kernel reached them: the call came back short). `go_on()`, asked only for a
-/// shared buffer: after a call moved bytes, whole or short, the rest is moved too (a file, or a
-/// write; until nothing moves), for a short count there is a page taken away before the kernel
-/// reached it (another thread's acquire or release, or the cache making room); otherwise the
-/// count so far is returned (a short read, which a read of a pipe or a socket may give anyway:
-/// one that waited for more could wait forever). A call that meets EFAULT moving nothing is
-/// made again, up to [`STALLS`] in a row. Returns the bytes moved, or the failure of a call
-/// when none moved. A buffer outside shared memory goes in one call, as the caller made it
-/// (async-signal-safe: the runtime's own reads of its sockets pass here).
+/// shared buffer: after a whole piece moved, the rest is moved too (a file, or a write), and
+/// after a short count that ends at a page of the shared region, the rest too: a page taken
+/// away before the kernel reached it (another thread's acquire or release, or the cache making
+/// room) stops the kernel's copy there, where a signal, a timeout, a full disk or a file's end
+/// stop it anywhere, and those counts go back to the caller as they are. Otherwise the count so
+/// far is returned (a short read, which a read of a pipe or a socket may give anyway: one that
+/// waited for more could wait forever). A call that meets EFAULT moving nothing is made again,
+/// up to [`STALLS`] in a row ([`RECEIVE_TRIES`] for a read that is not a file's). Returns the
+/// bytes moved, or the failure of a call when none moved. A buffer outside shared memory goes
+/// in one call, as the caller made it (async-signal-safe: the runtime's own reads of its
+/// sockets pass here).
 fn in_pieces(
     ptr: *const c_void,
     len: usize,
@@ -94,6 +104,11 @@ fn in_pieces(
         p => p,
     };
     let go_on = go_on();
+    let most = if go_on || !kernel_writes {
+        STALLS
+    } else {
+        RECEIVE_TRIES
+    };
     let (mut done, mut stalls) = (0usize, 0);
     while done < len {
         let n = piece.min(len - done);
@@ -104,7 +119,7 @@ fn in_pieces(
         unsafe { dsm_runtime::prepare_for_io(at, n, kernel_writes) };
         let r = call(done, n);
         if r < 0 {
-            if efault() && stalled_again(&mut stalls) {
+            if efault() && stalled_again(&mut stalls, most) {
                 continue;
             }
             return if done > 0 { done as isize } else { r };
@@ -114,7 +129,11 @@ fn in_pieces(
         }
         done += r as usize;
         stalls = 0;
-        if !go_on {
+        let next = ptr.cast::<u8>().wrapping_add(done);
+        let at_a_page = (r as usize) == n
+            || (next as usize % dsm_runtime::PAGE_SIZE == 0
+                && dsm_runtime::in_shared_region(next, 1));
+        if !go_on || !at_a_page {
             break;
         }
     }
@@ -130,14 +149,14 @@ fn is_file(fd: c_int) -> bool {
 }
 
 /// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
-/// EFAULT on shared memory, prepares again and retries, up to [`STALLS`] times in a row.
-fn retried(prepare: impl Fn() -> bool, call: impl Fn() -> isize) -> isize {
+/// EFAULT on shared memory, prepares again and retries, up to `most` times in a row.
+fn retried(prepare: impl Fn() -> bool, most: u32, call: impl Fn() -> isize) -> isize {
     if !prepare() {
         return call();
     }
     let mut r = call();
     let mut stalls = 0;
-    while r < 0 && efault() && stalled_again(&mut stalls) {
+    while r < 0 && efault() && stalled_again(&mut stalls, most) {
         prepare();
         r = call();
     }
@@ -328,7 +347,7 @@ fn stdio_in_pieces(
         }
         if moved < k {
             // SAFETY: the caller's stream, which the C library's call just used.
-            if !efault() || unsafe { libc::ferror(f) } == 0 || !stalled_again(&mut stalls) {
+            if !efault() || unsafe { libc::ferror(f) } == 0 || !stalled_again(&mut stalls, STALLS) {
                 break;
             }
             // SAFETY: as above.
@@ -424,6 +443,7 @@ unsafe fn vectored(
                 shared | here
             })
         },
+        if kernel_writes { RECEIVE_TRIES } else { STALLS },
         call,
     );
     let mut left = r.max(0) as usize;
@@ -572,7 +592,8 @@ unsafe fn vectored_messages(
             })
         })
     };
-    let moved = retried(bring_in, || call() as isize) as c_int;
+    let most = if kernel_writes { RECEIVE_TRIES } else { STALLS };
+    let moved = retried(bring_in, most, || call() as isize) as c_int;
     let headers: &[libc::mmsghdr] = match usize::try_from(moved) {
         // SAFETY: the call has returned: the first `moved` headers are the program's again,
         // `msg_len` written by the kernel for each message moved.
