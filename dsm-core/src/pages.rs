@@ -84,13 +84,9 @@ impl<M: PageMemory> Node<M> {
                 // memory closed it behind the core's back (`PageMemory::closed_behind`).
                 self.count_local_fault(access);
                 if self.mem.closed_behind(page) {
-                    let prot = match access {
-                        // A write fault finds it open for writing only in that frame.
-                        Access::Write => Prot::ReadWrite,
-                        Access::Read => match self.table[page.index()].frame {
-                            Frame::ReadWrite => Prot::ReadWrite,
-                            _ => Prot::Read,
-                        },
+                    let prot = match self.table[page.index()].frame {
+                        Frame::ReadWrite => Prot::ReadWrite,
+                        _ => Prot::Read,
                     };
                     self.protect_pages(&[page], prot);
                 }

@@ -148,30 +148,40 @@ impl LentBytes for LentPages {
     }
 }
 
-/// One bit per page of the region, allocated at the first page set.
-#[derive(Default)]
-struct PageBits(Vec<u64>);
+/// One bit per page of a region, allocated at the first page set.
+struct PageBits {
+    words: Vec<u64>,
+    pages: usize,
+}
 
 impl PageBits {
+    /// No bit set, for a region of `pages` pages (nothing allocated yet).
+    fn new(pages: usize) -> PageBits {
+        PageBits {
+            words: Vec::new(),
+            pages,
+        }
+    }
+
     fn get(&self, page: usize) -> bool {
-        self.0
+        self.words
             .get(page / 64)
             .is_some_and(|w| w & (1 << (page % 64)) != 0)
     }
 
-    /// Sets (`on`) or clears the bits of `pages` (a region of `pages_in_region` pages).
-    fn set(&mut self, pages: std::ops::Range<usize>, on: bool, pages_in_region: usize) {
-        if self.0.is_empty() {
+    /// Sets (`on`) or clears the bits of `pages`.
+    fn set(&mut self, pages: std::ops::Range<usize>, on: bool) {
+        if self.words.is_empty() {
             if !on {
                 return;
             }
-            self.0 = vec![0; pages_in_region.div_ceil(64)];
+            self.words = vec![0; self.pages.div_ceil(64)];
         }
         for p in pages {
             if on {
-                self.0[p / 64] |= 1 << (p % 64);
+                self.words[p / 64] |= 1 << (p % 64);
             } else {
-                self.0[p / 64] &= !(1 << (p % 64));
+                self.words[p / 64] &= !(1 << (p % 64));
             }
         }
     }
@@ -314,7 +324,7 @@ impl Region {
             large_runs: AtomicU64::new(0),
             lent: Vec::new(),
             lent_prune_at: LENT_PRUNE,
-            in_place: PageBits::default(),
+            in_place: PageBits::new(len / PAGE_SIZE),
             same_host: None,
             map_in_place: false,
             shown_from: Vec::new(),
@@ -322,8 +332,8 @@ impl Region {
             shown_total: 0,
             made_own: 0,
             shown_runs: 0,
-            opened_read: PageBits::default(),
-            closed_behind: PageBits::default(),
+            opened_read: PageBits::new(len / PAGE_SIZE),
+            closed_behind: PageBits::new(len / PAGE_SIZE),
             not_prepared: VecDeque::new(),
         };
         Ok((region, backing))
@@ -593,10 +603,9 @@ impl Region {
     /// grant lands on pages the core closed; this keeps a page it did not close from faulting
     /// for ever.)
     fn closed_here(&mut self, pages: std::ops::Range<usize>) {
-        let n = self.len / PAGE_SIZE;
         for p in pages {
             if self.opened_read.get(p) {
-                self.closed_behind.set(p..p + 1, true, n);
+                self.closed_behind.set(p..p + 1, true);
             }
         }
     }
@@ -622,7 +631,7 @@ impl Region {
                     ));
                 }
             } else {
-                self.closed_behind.set(p..p + n, true, self.len / PAGE_SIZE);
+                self.closed_behind.set(p..p + n, true);
             }
             p += n;
         }
@@ -791,7 +800,7 @@ impl Region {
     fn lent_in_place(&mut self, first: PageNum, count: usize) {
         self.check_run(first, count);
         let pages = first.index()..first.index() + count;
-        self.in_place.set(pages, true, self.len / PAGE_SIZE);
+        self.in_place.set(pages, true);
     }
 
     fn granted_in_place(&self, page: usize) -> bool {
@@ -1122,9 +1131,8 @@ impl PageMemory for Region {
         }
         let pages = first.index()..first.index() + count as usize;
         if !self.shown_from.is_empty() {
-            let n = self.len / PAGE_SIZE;
-            self.opened_read.set(pages.clone(), prot == Prot::Read, n);
-            self.closed_behind.set(pages.clone(), false, n);
+            self.opened_read.set(pages.clone(), prot == Prot::Read);
+            self.closed_behind.set(pages.clone(), false);
         }
         for page in pages {
             crate::door::fastpath::withdraw(page);
@@ -1158,7 +1166,7 @@ impl PageMemory for Region {
     fn opened_by_handler(&mut self, page: PageNum) {
         if !self.shown_from.is_empty() {
             let p = page.index();
-            self.opened_read.set(p..p + 1, true, self.len / PAGE_SIZE);
+            self.opened_read.set(p..p + 1, true);
         }
     }
 

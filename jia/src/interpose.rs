@@ -43,7 +43,7 @@ fn on_shared(
         // its threads do not write it meanwhile (that would race with the kernel's access
         // anyway).
         || unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) },
-        if kernel_writes { RECEIVE_TRIES } else { STALLS },
+        tries(kernel_writes),
         call,
     )
 }
@@ -58,6 +58,12 @@ const STALLS: u32 = 64;
 /// The same for a call that reads into shared memory from a descriptor that is not a file: a
 /// datagram socket drops the datagram it could not copy, so a retry costs one.
 const RECEIVE_TRIES: u32 = 5;
+
+/// The calls in a row a call that meets EFAULT may make: [`RECEIVE_TRIES`] where the kernel
+/// writes the buffer (it may be a datagram socket's), else [`STALLS`].
+fn tries(kernel_writes: bool) -> u32 {
+    if kernel_writes { RECEIVE_TRIES } else { STALLS }
+}
 
 /// After a call that met EFAULT on shared memory and moved nothing: whether to try again
 /// (fewer than `most` in a row), yielding the CPU from the third on.
@@ -104,11 +110,8 @@ fn in_pieces(
         p => p,
     };
     let go_on = go_on();
-    let most = if go_on || !kernel_writes {
-        STALLS
-    } else {
-        RECEIVE_TRIES
-    };
+    // A file's read loses nothing to a retry.
+    let most = if go_on { STALLS } else { tries(kernel_writes) };
     let (mut done, mut stalls) = (0usize, 0);
     while done < len {
         let n = piece.min(len - done);
@@ -443,7 +446,7 @@ unsafe fn vectored(
                 shared | here
             })
         },
-        if kernel_writes { RECEIVE_TRIES } else { STALLS },
+        tries(kernel_writes),
         call,
     );
     let mut left = r.max(0) as usize;
@@ -592,8 +595,7 @@ unsafe fn vectored_messages(
             })
         })
     };
-    let most = if kernel_writes { RECEIVE_TRIES } else { STALLS };
-    let moved = retried(bring_in, most, || call() as isize) as c_int;
+    let moved = retried(bring_in, tries(kernel_writes), || call() as isize) as c_int;
     let headers: &[libc::mmsghdr] = match usize::try_from(moved) {
         // SAFETY: the call has returned: the first `moved` headers are the program's again,
         // `msg_len` written by the kernel for each message moved.

@@ -41,6 +41,31 @@ static void *locker(void *unused)
     return NULL;
 }
 
+/* Moves len bytes between the file fd and buf in shared memory: write (reading: read), or in
+ * odd rounds fwrite (fread) on an unbuffered stream of the same file. Says and counts a call
+ * that moved fewer; returns whether it moved them all. */
+static int moved_all(int fd, char *buf, long len, int round, int reading)
+{
+    static const char *names[2][2] = {{"write from", "fwrite from"}, {"read into", "fread into"}};
+    int stdio = round % 2;
+    ssize_t k;
+    errno = 0;
+    if (!stdio) {
+        k = reading ? read(fd, buf, len) : write(fd, buf, len);
+    } else {
+        FILE *f = fdopen(dup(fd), reading ? "r" : "w");
+        CHECK(f, "fdopen");
+        setvbuf(f, NULL, _IONBF, 0);
+        k = (ssize_t)(reading ? fread(buf, 1, len, f) : fwrite(buf, 1, len, f));
+        fclose(f);
+    }
+    if (k == len) return 1;
+    printf("round %d: %s shared memory: %ld of %ld bytes (errno %d)\n", round,
+           names[reading][stdio], (long)k, len, errno);
+    failures++;
+    return 0;
+}
+
 static void *mover(void *unused)
 {
     long len = SRC_PAGES * 4096L, rlen = DST_PAGES * 4096L, j;
@@ -51,50 +76,25 @@ static void *mover(void *unused)
     snprintf(path, sizeof path, "/tmp/dsm-io-locks-%d", (int)getpid());
     for (int r = 0; r < rounds; r++) {
         int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-        const char *src = (const char *)a;
         char *dst = (char *)(a + SRC_PAGES * WORDS);
-        ssize_t k;
         CHECK(fd >= 0, "open %s", path);
-        errno = 0;
-        if (r % 2 == 0) {
-            k = write(fd, src, len);
-        } else {
-            FILE *f = fdopen(dup(fd), "w");
-            setvbuf(f, NULL, _IONBF, 0);
-            k = (ssize_t)fwrite(src, 1, len, f);
-            fclose(f);
-        }
-        if (k != len) {
-            printf("round %d: %s from shared memory: %ld of %ld bytes (errno %d)\n", r,
-                   r % 2 ? "fwrite" : "write", (long)k, len, errno);
-            failures++;
-        }
-        for (j = 0; k == len && j < len / 8; j++)
-            if (j == 0 && pread(fd, back, len, 0) != len) {
+        if (moved_all(fd, (char *)a, len, r, 0)) {
+            if (pread(fd, back, len, 0) != len) {
                 printf("round %d: the file holds less than was written\n", r);
                 failures++;
-                break;
-            } else if (j % WORDS && back[j] != word(j)) {
-                printf("round %d: word %ld written as %llx\n", r, j, (unsigned long long)back[j]);
-                failures++;
-                break;
+            } else {
+                for (j = 0; j < len / 8; j++)
+                    if (j % WORDS && back[j] != word(j)) {
+                        printf("round %d: word %ld written as %llx\n", r, j,
+                               (unsigned long long)back[j]);
+                        failures++;
+                        break;
+                    }
             }
+        }
         for (j = 0; j < rlen / 8; j++) in[j] = ((uint64_t)r << 48) ^ word(j);
         CHECK(pwrite(fd, in, rlen, 0) == rlen && lseek(fd, 0, SEEK_SET) == 0, "writing the file");
-        errno = 0;
-        if (r % 2 == 0) {
-            k = read(fd, dst, rlen);
-        } else {
-            FILE *f = fdopen(dup(fd), "r");
-            setvbuf(f, NULL, _IONBF, 0);
-            k = (ssize_t)fread(dst, 1, rlen, f);
-            fclose(f);
-        }
-        if (k != rlen) {
-            printf("round %d: %s into shared memory: %ld of %ld bytes (errno %d)\n", r,
-                   r % 2 ? "fread" : "read", (long)k, rlen, errno);
-            failures++;
-        } else if (memcmp(dst, in, rlen) != 0) {
+        if (moved_all(fd, dst, rlen, r, 1) && memcmp(dst, in, rlen) != 0) {
             printf("round %d: bytes read into shared memory differ\n", r);
             failures++;
         }
