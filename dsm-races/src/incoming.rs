@@ -7,13 +7,15 @@ use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use super::{PAGE, PageBits, on};
 
 /// The elements of one page (bytes `then`/`now` from byte `lo` of it) that this thread
-/// changed, given the protocol's writes to it meanwhile (`came_in`, oldest first). A byte they
-/// wrote is this thread's if the snapshot holds neither what the first of them found there nor
-/// what it left (the thread wrote it before: a snapshot taken while that write was copying
-/// holds one or the other), or if the byte now is neither what the last of them left nor the
-/// snapshot's (the thread wrote it after). A thread writing the very value another node wrote
-/// is not seen. A byte written by a write whose bytes are no longer kept is not claimed. Then
-/// whole elements of `element` bytes.
+/// changed, given the protocol's writes to it logged since the snapshot's count (`came_in`,
+/// oldest first; some may have landed before the snapshot was copied, as a count taken while
+/// writes were copying looks back). The writes to a byte form a chain, each finding what the
+/// one before left, unless something else wrote the byte between them (a break). A byte they
+/// wrote is this thread's if the snapshot holds no value of the chain since its last break
+/// (the thread wrote it before one of them, after the snapshot), or if the byte now is neither
+/// what the last of them left nor the snapshot's (the thread wrote it after). A thread writing
+/// the very value another node wrote is not seen. A byte written by a write whose bytes are no
+/// longer kept is not claimed. Then whole elements of `element` bytes.
 #[cold]
 #[inline(never)]
 pub(super) fn this_threads_changes(
@@ -23,24 +25,31 @@ pub(super) fn this_threads_changes(
     came_in: &[&CameIn],
     element: usize,
 ) -> PageBits {
-    let mut first_before = [0u8; PAGE];
-    let mut first_after = [0u8; PAGE];
     let mut last_after = [0u8; PAGE];
     let mut covered: PageBits = [0; PAGE / 64];
+    // The snapshot's byte is a value of the chain since its last break.
+    let mut seen: PageBits = [0; PAGE / 64];
     let mut unknown: PageBits = [0; PAGE / 64];
     let bit = |bits: &PageBits, x: usize| bits[x / 64] >> (x % 64) & 1 == 1;
+    let set = |bits: &mut PageBits, x: usize, on: bool| {
+        if on {
+            bits[x / 64] |= 1 << (x % 64);
+        } else {
+            bits[x / 64] &= !(1 << (x % 64));
+        }
+    };
     for w in came_in {
         for x in w.lo.max(lo)..w.hi.min(lo + then.len()) {
             match &w.images {
                 Some((before, after)) => {
-                    if !bit(&covered, x) {
-                        first_before[x] = before[x - w.lo];
-                        first_after[x] = after[x - w.lo];
-                        covered[x / 64] |= 1 << (x % 64);
-                    }
-                    last_after[x] = after[x - w.lo];
+                    let (before, after, a) = (before[x - w.lo], after[x - w.lo], then[x - lo]);
+                    let broken = bit(&covered, x) && before != last_after[x];
+                    let was = bit(&seen, x) && !broken;
+                    set(&mut seen, x, was || a == before || a == after);
+                    set(&mut covered, x, true);
+                    last_after[x] = after;
                 }
-                None => unknown[x / 64] |= 1 << (x % 64),
+                None => set(&mut unknown, x, true),
             }
         }
     }
@@ -50,7 +59,7 @@ pub(super) fn this_threads_changes(
         let claimed = if bit(&unknown, x) {
             false
         } else if bit(&covered, x) {
-            (a != first_before[x] && a != first_after[x]) || (b != last_after[x] && b != a)
+            !bit(&seen, x) || (b != last_after[x] && b != a)
         } else {
             a != b
         };
@@ -116,18 +125,40 @@ pub(super) struct CameIn {
 /// Mutable slices held by this node's threads (nothing is logged when there are none).
 static LIVE_SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
 
+/// The protocol's writes copying unlogged (they found no slice held). A slice taken waits for
+/// them before it copies its bytes ([`slice_taken`]): one of them landing after (its writer
+/// preempted between its look and its copy) would change the snapshot's bytes with no entry
+/// to say so, and the thread would claim them.
+static UNLOGGED_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
 /// A write of the protocol's into the shared region under way (see [`incoming_write`]): the
 /// bytes are copied while it lives.
 #[must_use = "the write is logged as copying until this is dropped"]
 pub struct IncomingWrite {
-    logged: bool,
+    copying: Copying,
+}
+
+/// How an [`IncomingWrite`] is counted while it copies.
+enum Copying {
+    /// Not counted: checking is off, or nothing is written.
+    Uncounted,
+    /// Logged, in the log's `in_flight`.
+    Logged,
+    /// Unlogged, in [`UNLOGGED_IN_FLIGHT`].
+    Unlogged,
 }
 
 impl Drop for IncomingWrite {
     /// The copy is done. Signal context: one atomic.
     fn drop(&mut self) {
-        if self.logged {
-            INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
+        match self.copying {
+            Copying::Uncounted => {}
+            Copying::Logged => {
+                INCOMING_LOG.in_flight.fetch_sub(1, Ordering::SeqCst);
+            }
+            Copying::Unlogged => {
+                UNLOGGED_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 }
@@ -140,11 +171,23 @@ impl Drop for IncomingWrite {
 #[inline]
 pub fn incoming_write(page: usize, offset: usize, before: &[u8], after: &[u8]) -> IncomingWrite {
     let len = after.len();
-    if !on() || LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 || len == 0 {
-        return IncomingWrite { logged: false };
+    if !on() || len == 0 {
+        return IncomingWrite {
+            copying: Copying::Uncounted,
+        };
+    }
+    // Counted before the look at the slices held, as a slice taken counts itself before it
+    // looks at this count (both sequentially consistent): either this write sees the slice and
+    // logs itself, or the slice sees this write copying and waits for it.
+    UNLOGGED_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    if LIVE_SNAPSHOTS.load(Ordering::SeqCst) == 0 {
+        return IncomingWrite {
+            copying: Copying::Unlogged,
+        };
     }
     let log = &INCOMING_LOG;
     log.in_flight.fetch_add(1, Ordering::SeqCst);
+    UNLOGGED_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     let n = log.next.fetch_add(1, Ordering::SeqCst);
     let slot = n as usize % INCOMING;
     log.seqs[slot].store(0, Ordering::SeqCst);
@@ -161,7 +204,9 @@ pub fn incoming_write(page: usize, offset: usize, before: &[u8], after: &[u8]) -
     };
     log.images[slot].store(at, Ordering::SeqCst);
     log.seqs[slot].store(n + 1, Ordering::SeqCst);
-    IncomingWrite { logged: true }
+    IncomingWrite {
+        copying: Copying::Logged,
+    }
 }
 
 /// How far back a snapshot taken while writes were still copying looks: more than the
@@ -247,9 +292,26 @@ pub(super) fn nothing_since(seq: u64) -> bool {
     INCOMING_LOG.next.load(Ordering::SeqCst) == seq
 }
 
-/// A thread took a mutable slice: the protocol's writes are logged from now on.
+/// A thread takes a mutable slice, before it copies the slice's bytes: the protocol's writes
+/// are logged from now on, and those that began unlogged are done when this returns (a copy of
+/// a page at most, by another thread: waited for a second at most, yielding after a few
+/// microseconds; past that, the slice goes on and may claim what such a write changes).
 pub(super) fn slice_taken() {
     LIVE_SNAPSHOTS.fetch_add(1, Ordering::SeqCst);
+    let mut waited = None;
+    let mut spins = 0u32;
+    while UNLOGGED_IN_FLIGHT.load(Ordering::SeqCst) != 0 {
+        if spins < 256 {
+            spins += 1;
+            std::hint::spin_loop();
+            continue;
+        }
+        let since = *waited.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() > std::time::Duration::from_secs(1) {
+            break;
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// `n` mutable slices were dropped (or their thread ended).
@@ -300,6 +362,26 @@ mod tests {
             claimed(&[0, 0, 0, 0], &[1, 1, 1, 0], &[&lost]),
             vec![(2, 3)]
         );
+        // Writes logged before the snapshot was copied (a count taken while one was copying
+        // looks back): the snapshot holds a later value of the chain, not the first's.
+        let (w1, w2, w3) = (
+            came(1, &[1], &[2]),
+            came(1, &[2], &[3]),
+            came(1, &[3], &[4]),
+        );
+        assert_eq!(
+            claimed(&[0, 3, 0, 0], &[0, 4, 0, 0], &[&w1, &w2, &w3]),
+            vec![]
+        );
+        // The thread wrote 7 between two of them, after its snapshot: a break in the chain.
+        let w7 = came(1, &[7], &[8]);
+        assert_eq!(
+            claimed(&[0, 2, 0, 0], &[0, 8, 0, 0], &[&w1, &w2, &w7]),
+            vec![(1, 2)]
+        );
+        // A break before the snapshot (what the thread wrote under an earlier slice, or
+        // another thread before it): the snapshot holds a value after it.
+        assert_eq!(claimed(&[0, 8, 0, 0], &[0, 8, 0, 0], &[&w1, &w7]), vec![]);
         // Elements: a claimed byte claims its element.
         assert_eq!(
             runs_of(&this_threads_changes(

@@ -83,6 +83,7 @@ fn race_free_programs_are_not_reported() {
         (2, "free-false-sharing"),
         (2, "free-barrier"),
         (2, "free-slices-of-one-row"),
+        (2, "free-slices-while-diffs-come"),
         (2, "free-guard-across-barriers"),
         (2, "free-guard-home-incoming"),
         (2, "free-slices-home-last"),

@@ -17,6 +17,9 @@ fn main() {
     dsm.exit();
 }
 
+/// Rounds of the cases that repeat a pattern to meet its rare interleavings.
+const ROUNDS: usize = 300;
+
 fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
     use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
     let me = dsm.id();
@@ -322,6 +325,33 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
             let mut row = unsafe { a.slice_mut(16..32) };
             for x in row.iter_mut().skip(me).step_by(2) {
                 *x += 1;
+            }
+        }
+        "free-slices-while-diffs-come" => {
+            // Node 0, the row's home, takes and drops slices of a row again and again while
+            // node 1 changes its colour of the row and releases it, time after time: its diffs
+            // come in while node 0 holds a slice, takes one or drops one (a guard dropped
+            // while a diff was applied once claimed the diff's bytes as its own).
+            let done = dsm.atomic_u64(*a, 1005);
+            let mut round = 0;
+            while if me == 0 {
+                done.load(Relaxed) == 0 && round < 100 * ROUNDS
+            } else {
+                round < ROUNDS
+            } {
+                // SAFETY: each node changes only its colour of the row.
+                let mut row = unsafe { a.slice_mut(128..256) };
+                for x in row.iter_mut().skip(me).step_by(2) {
+                    *x += 1;
+                }
+                drop(row);
+                if me == 1 {
+                    drop(dsm.lock(3));
+                }
+                round += 1;
+            }
+            if me == 1 {
+                done.store(1, Relaxed);
             }
         }
         "free-red-black-reads" => {
