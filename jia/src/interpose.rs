@@ -333,6 +333,11 @@ fn stdio_in_pieces(
         0 => len,
         p => p,
     };
+    // A stream already in error keeps its flag: its short counts go back as they are (the
+    // error a retry would clear may be the caller's to see).
+    // SAFETY: the caller's stream, which the C library's call is about to use.
+    let was_in_error = unsafe { libc::ferror(f) } != 0;
+    let caller_errno = errno();
     let mut done = 0usize;
     let mut stalls = 0;
     while done < len {
@@ -341,6 +346,9 @@ fn stdio_in_pieces(
         // SAFETY: the buffer is the kernel's for the call (as above), this piece right before
         // its call.
         unsafe { dsm_runtime::prepare_for_io(at, k, kernel_writes) };
+        // A short count sets errno only when a system call failed: cleared first, it says
+        // whether this call met EFAULT (an earlier one's is not this one's).
+        set_errno(0);
         let moved = call(done, k);
         done += moved;
         // Retries in a row that move nothing are counted, not those for the whole buffer:
@@ -350,14 +358,30 @@ fn stdio_in_pieces(
         }
         if moved < k {
             // SAFETY: the caller's stream, which the C library's call just used.
-            if !efault() || unsafe { libc::ferror(f) } == 0 || !stalled_again(&mut stalls, STALLS) {
+            let failed = unsafe { libc::ferror(f) } != 0;
+            if was_in_error || !efault() || !failed || !stalled_again(&mut stalls, STALLS) {
                 break;
             }
             // SAFETY: as above.
             unsafe { libc::clearerr(f) };
         }
     }
+    // What the calls left, if anything; else the caller's errno as it was.
+    if errno() == 0 {
+        set_errno(caller_errno);
+    }
     done / size
+}
+
+/// This thread's errno.
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Sets this thread's errno.
+fn set_errno(value: c_int) {
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    unsafe { *libc::__errno_location() = value };
 }
 
 // Calls a checked object makes to these entries instead (`dsmcc --check-races` renames them: its

@@ -5,6 +5,7 @@
  * back short) and the data is lost. It includes <assert.h> beside jia.h: C's assert macro and
  * JIAJIA 2.1's assert function, called as (assert)(cond, msg), both work. Usage: io [KIB] */
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,13 @@ int main(int argc, char **argv)
         close(fd);
         f = fopen(path, "rb");
         CHECK(f && fread(in_fread, 1, n, f) == (size_t)n, "fread into shared memory came back short");
+        /* A stream already in error keeps its flag through a short fread into shared memory,
+           whatever errno an earlier call left (libjia cleared it, taking the stale EFAULT for
+           this call's). */
+        CHECK(fputc('x', f) == EOF && ferror(f), "a write to a stream opened for reading sets its error");
+        errno = EFAULT;
+        CHECK(fread(in_fread, 1, 16, f) == 0 && feof(f), "fread at the end of %s", path);
+        CHECK(ferror(f), "a short fread into shared memory cleared the stream's error");
         fclose(f);
         /* From shared memory this node does not hold. */
         fd = open(back, O_WRONLY | O_CREAT | O_TRUNC, 0600);
