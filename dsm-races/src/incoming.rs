@@ -8,14 +8,18 @@ use super::{PAGE, PageBits, on};
 
 /// The elements of one page (bytes `then`/`now` from byte `lo` of it) that this thread
 /// changed, given the protocol's writes to it logged since the snapshot's count (`came_in`,
-/// oldest first; some may have landed before the snapshot was copied, as a count taken while
-/// writes were copying looks back). The writes to a byte form a chain, each finding what the
-/// one before left, unless something else wrote the byte between them (a break). A byte they
-/// wrote is this thread's if the snapshot holds no value of the chain since its last break
-/// (the thread wrote it before one of them, after the snapshot), or if the byte now is neither
-/// what the last of them left nor the snapshot's (the thread wrote it after). A thread writing
-/// the very value another node wrote is not seen. A byte written by a write whose bytes are no
-/// longer kept is not claimed. Then whole elements of `element` bytes.
+/// oldest first). The snapshot and the bytes now were each copied somewhere along them: some
+/// may have landed before the snapshot (a count taken while writes were copying looks back),
+/// some after the bytes now were copied (the log is read after). The writes to a byte form a
+/// chain, each finding what the one before left, unless something else wrote the byte between
+/// them (a break). A byte that differs is this thread's if the snapshot holds no value of the
+/// chain since its last break (the thread wrote it after its snapshot, before one of them), or
+/// if the byte now holds none (after them). Not seen: a thread writing the very value another
+/// node wrote, or a value another node then wrote back (its write found by a write that a
+/// second one undid). A byte written by a write whose bytes are no longer kept is not claimed,
+/// nor one equal in the snapshot and now (a write looked back at, followed by one unlogged
+/// while no slice was held, leaves a chain that holds neither). Then whole elements of
+/// `element` bytes.
 #[cold]
 #[inline(never)]
 pub(super) fn this_threads_changes(
@@ -27,8 +31,9 @@ pub(super) fn this_threads_changes(
 ) -> PageBits {
     let mut last_after = [0u8; PAGE];
     let mut covered: PageBits = [0; PAGE / 64];
-    // The snapshot's byte is a value of the chain since its last break.
+    // The snapshot's byte, and the byte now, are values of the chain since its last break.
     let mut seen: PageBits = [0; PAGE / 64];
+    let mut seen_now: PageBits = [0; PAGE / 64];
     let mut unknown: PageBits = [0; PAGE / 64];
     let bit = |bits: &PageBits, x: usize| bits[x / 64] >> (x % 64) & 1 == 1;
     let set = |bits: &mut PageBits, x: usize, on: bool| {
@@ -42,10 +47,13 @@ pub(super) fn this_threads_changes(
         for x in w.lo.max(lo)..w.hi.min(lo + then.len()) {
             match &w.images {
                 Some((before, after)) => {
-                    let (before, after, a) = (before[x - w.lo], after[x - w.lo], then[x - lo]);
+                    let (before, after) = (before[x - w.lo], after[x - w.lo]);
+                    let (a, b) = (then[x - lo], now[x - lo]);
                     let broken = bit(&covered, x) && before != last_after[x];
                     let was = bit(&seen, x) && !broken;
                     set(&mut seen, x, was || a == before || a == after);
+                    let was = bit(&seen_now, x) && !broken;
+                    set(&mut seen_now, x, was || b == before || b == after);
                     set(&mut covered, x, true);
                     last_after[x] = after;
                 }
@@ -56,10 +64,10 @@ pub(super) fn this_threads_changes(
     let mut mine: PageBits = [0; PAGE / 64];
     for (i, (&a, &b)) in then.iter().zip(now).enumerate() {
         let x = lo + i;
-        let claimed = if bit(&unknown, x) {
+        let claimed = if bit(&unknown, x) || a == b {
             false
         } else if bit(&covered, x) {
-            !bit(&seen, x) || (b != last_after[x] && b != a)
+            !bit(&seen, x) || !bit(&seen_now, x)
         } else {
             a != b
         };
@@ -382,6 +390,19 @@ mod tests {
         // A break before the snapshot (what the thread wrote under an earlier slice, or
         // another thread before it): the snapshot holds a value after it.
         assert_eq!(claimed(&[0, 8, 0, 0], &[0, 8, 0, 0], &[&w1, &w7]), vec![]);
+        // The bytes now copied after one write, the log read after a second (finding both):
+        // the byte now is a value of the chain, not the last one's.
+        assert_eq!(claimed(&[0, 1, 0, 0], &[0, 2, 0, 0], &[&w1, &w2]), vec![]);
+        // ... and the thread's own byte is still its own.
+        assert_eq!(
+            claimed(&[0, 1, 0, 0], &[0, 6, 0, 0], &[&w1, &w2]),
+            vec![(1, 2)]
+        );
+        // A write looked back at, then one unlogged (no slice held): the chain holds neither
+        // the snapshot's byte nor the byte now, which are equal; a byte the thread changed is
+        // its own.
+        assert_eq!(claimed(&[0, 5, 0, 0], &[0, 5, 0, 0], &[&w1]), vec![]);
+        assert_eq!(claimed(&[0, 5, 0, 0], &[0, 6, 0, 0], &[&w1]), vec![(1, 2)]);
         // Elements: a claimed byte claims its element.
         assert_eq!(
             runs_of(&this_threads_changes(
