@@ -28,10 +28,9 @@ unsafe extern "C" {
 }
 
 /// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
-/// memory (each retry fetches the pages again): up to [`STALLS`] times for a call that reads
-/// the buffer, [`RECEIVE_TRIES`] for one the kernel writes into (a datagram socket drops the
-/// datagram it could not copy). Async-signal-safe for buffers outside shared memory (the
-/// runtime's own reads of its sockets pass here).
+/// memory (each retry fetches the pages again), up to [`STALLS`] times (a receive on a socket
+/// that takes whole messages does not come here: [`receives_privately`]). Async-signal-safe for
+/// buffers outside shared memory (the runtime's own reads of its sockets pass here).
 fn on_shared(
     ptr: *const c_void,
     len: usize,
@@ -43,7 +42,7 @@ fn on_shared(
         // its threads do not write it meanwhile (that would race with the kernel's access
         // anyway).
         || unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) },
-        tries(kernel_writes),
+        STALLS,
         call,
     )
 }
@@ -55,15 +54,10 @@ fn on_shared(
 /// 4 KB); from the third on, each waits for the other threads to run first.
 const STALLS: u32 = 64;
 
-/// The same for a call that reads into shared memory from a descriptor that is not a file: a
-/// datagram socket drops the datagram it could not copy, so a retry costs one.
+/// The same for `recvmmsg` into shared memory, whose messages are not received through private
+/// buffers: a socket that takes whole messages drops the one it could not copy, so a retry
+/// costs one.
 const RECEIVE_TRIES: u32 = 5;
-
-/// The calls in a row a call that meets EFAULT may make: [`RECEIVE_TRIES`] where the kernel
-/// writes the buffer (it may be a datagram socket's), else [`STALLS`].
-fn tries(kernel_writes: bool) -> u32 {
-    if kernel_writes { RECEIVE_TRIES } else { STALLS }
-}
 
 /// After a call that met EFAULT on shared memory and moved nothing: whether to try again
 /// (fewer than `most` in a row), yielding the CPU from the third on.
@@ -91,7 +85,7 @@ fn efault() -> bool {
 /// stop it anywhere, and those counts go back to the caller as they are. Otherwise the count so
 /// far is returned (a short read, which a read of a pipe or a socket may give anyway: one that
 /// waited for more could wait forever). A call that meets EFAULT moving nothing is made again,
-/// up to [`STALLS`] in a row ([`RECEIVE_TRIES`] for a read that is not a file's). Returns the
+/// up to [`STALLS`] in a row. Returns the
 /// bytes moved, or the failure of a call when none moved. A buffer outside shared memory goes
 /// in one call, as the caller made it (async-signal-safe: the runtime's own reads of its
 /// sockets pass here).
@@ -110,8 +104,6 @@ fn in_pieces(
         p => p,
     };
     let go_on = go_on();
-    // A file's read loses nothing to a retry.
-    let most = if go_on { STALLS } else { tries(kernel_writes) };
     let (mut done, mut stalls) = (0usize, 0);
     while done < len {
         let n = piece.min(len - done);
@@ -122,7 +114,7 @@ fn in_pieces(
         unsafe { dsm_runtime::prepare_for_io(at, n, kernel_writes) };
         let r = call(done, n);
         if r < 0 {
-            if efault() && stalled_again(&mut stalls, most) {
+            if efault() && stalled_again(&mut stalls, STALLS) {
                 continue;
             }
             return if done > 0 { done as isize } else { r };
@@ -149,6 +141,110 @@ fn is_file(fd: c_int) -> bool {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a plain fstat of the caller's descriptor into `st`.
     unsafe { libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG }
+}
+
+/// Whether `fd` is a socket whose receives take a whole message each (datagrams, sequenced
+/// packets, raw): the kernel drops a message it could not copy into the buffer (EFAULT).
+fn takes_messages(fd: c_int) -> bool {
+    let mut kind: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `kind`, and its length into `len`.
+    let ok = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&raw mut kind).cast(),
+            &mut len,
+        )
+    } == 0;
+    ok && matches!(
+        kind,
+        libc::SOCK_DGRAM | libc::SOCK_SEQPACKET | libc::SOCK_RAW | libc::SOCK_RDM
+    )
+}
+
+/// Whether a receive into `bufs` on `fd` goes through a private buffer: some buffer is shared
+/// memory and `fd` takes whole messages ([`takes_messages`]). There, a page taken away between
+/// libjia's preparation and the kernel's copy cost the message (five in a row, the call's
+/// failure); copied from a private buffer, the message lands whole, the shared pages brought in
+/// by their faults as for any store of the program's.
+fn receives_privately(fd: c_int, bufs: &[libc::iovec]) -> bool {
+    bufs.iter()
+        .any(|b| b.iov_len > 0 && dsm_runtime::in_shared_region(b.iov_base.cast(), b.iov_len))
+        && takes_messages(fd)
+}
+
+/// Receives one message into the buffers `bufs` through private ones of the same lengths:
+/// `call(private)` receives it, and its first bytes (as many as it returns, at most the
+/// buffers' length) are copied into `bufs` in order.
+///
+/// # Safety
+/// `bufs` are the caller's buffers, writable for their lengths, as the C library's receives
+/// ask.
+unsafe fn received_privately(
+    bufs: &[libc::iovec],
+    call: impl FnOnce(&mut [libc::iovec]) -> isize,
+) -> isize {
+    let total = bufs.iter().fold(0usize, |t, b| t.saturating_add(b.iov_len));
+    // Zeroed pages the kernel maps on first touch: a large buffer costs what the message
+    // fills.
+    let mut private = vec![0u8; total];
+    let mut at = 0;
+    let mut mine: Vec<libc::iovec> = bufs
+        .iter()
+        .map(|b| {
+            let v = libc::iovec {
+                iov_base: private[at..].as_mut_ptr().cast(),
+                iov_len: b.iov_len,
+            };
+            at += b.iov_len;
+            v
+        })
+        .collect();
+    let r = call(&mut mine);
+    let mut left = usize::try_from(r).unwrap_or(0).min(total);
+    let mut from = 0;
+    for b in bufs {
+        let k = b.iov_len.min(left);
+        // SAFETY: `b` is writable for `iov_len` bytes (the caller's promise), `private` holds
+        // `from + k` bytes, and the two do not overlap (one is this call's own allocation).
+        // Shared pages fault in as for any store of the program's.
+        unsafe {
+            std::ptr::copy_nonoverlapping(private[from..].as_ptr(), b.iov_base.cast::<u8>(), k)
+        };
+        from += k;
+        left -= k;
+    }
+    r
+}
+
+/// As [`received_privately`] for one buffer of `n` bytes at `buf`.
+///
+/// # Safety
+/// As [`received_privately`].
+unsafe fn received_privately_into(
+    buf: *mut c_void,
+    n: usize,
+    call: impl FnOnce(*mut c_void) -> isize,
+) -> isize {
+    let bufs = [libc::iovec {
+        iov_base: buf,
+        iov_len: n,
+    }];
+    // SAFETY: the caller's promise.
+    unsafe { received_privately(&bufs, |mine| call(mine[0].iov_base)) }
+}
+
+/// Whether one buffer of `n` bytes at `buf` is received through a private one.
+fn receives_privately_into(fd: c_int, buf: *mut c_void, n: usize) -> bool {
+    receives_privately(
+        fd,
+        &[libc::iovec {
+            iov_base: buf,
+            iov_len: n,
+        }],
+    )
 }
 
 /// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
@@ -196,6 +292,12 @@ crate::entry::pc_entry! {
 /// # Safety
 /// As the C library's `read`.
 unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
+    if receives_privately_into(fd, buf, n) {
+        // SAFETY: the C library's read with the caller's buffer, received through a private one.
+        let r = unsafe { received_privately_into(buf, n, |p| __read(fd, p, n)) };
+        record(buf, r, true, pc);
+        return r;
+    }
     // SAFETY: the C library's read with the caller's arguments.
     let r = in_pieces(
         buf,
@@ -470,19 +572,32 @@ unsafe fn vectored(
                 shared | here
             })
         },
-        tries(kernel_writes),
+        STALLS,
         call,
     );
+    record_iovecs(bufs, r, kernel_writes, pc);
+    r
+}
+
+/// Records the `r` bytes a call moved through `bufs`, buffer by buffer in order.
+fn record_iovecs(bufs: &[libc::iovec], r: isize, kernel_writes: bool, pc: usize) {
     let mut left = r.max(0) as usize;
     for b in bufs {
         let n = b.iov_len.min(left);
         record(b.iov_base, n as isize, kernel_writes, pc);
         left -= n;
     }
-    r
 }
 
 unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
+    // SAFETY: the caller's iovecs, as readv asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    if receives_privately(fd, bufs) {
+        // SAFETY: the C library's readv into private buffers as long as the caller's.
+        let r = unsafe { received_privately(bufs, |mine| libc::readv(fd, mine.as_ptr(), cnt)) };
+        record_iovecs(bufs, r, true, pc);
+        return r;
+    }
     // SAFETY: the C library's readv with the caller's arguments.
     unsafe { vectored(iov, cnt, true, pc, || libc::readv(fd, iov, cnt)) }
 }
@@ -499,8 +614,13 @@ unsafe extern "C" fn recv_at(
     flags: c_int,
     pc: usize,
 ) -> isize {
-    // SAFETY: the C library's recv with the caller's arguments.
-    let r = on_shared(buf, n, true, || unsafe { libc::recv(fd, buf, n, flags) });
+    let r = if receives_privately_into(fd, buf, n) {
+        // SAFETY: the C library's recv with the caller's buffer, through a private one.
+        unsafe { received_privately_into(buf, n, |p| libc::recv(fd, p, n, flags)) }
+    } else {
+        // SAFETY: the C library's recv with the caller's arguments.
+        on_shared(buf, n, true, || unsafe { libc::recv(fd, buf, n, flags) })
+    };
     record(buf, r, true, pc);
     r
 }
@@ -527,10 +647,16 @@ unsafe extern "C" fn recvfrom_at(
     len: *mut libc::socklen_t,
     pc: usize,
 ) -> isize {
-    // SAFETY: the C library's recvfrom with the caller's arguments.
-    let r = on_shared(buf, n, true, || unsafe {
-        libc::recvfrom(fd, buf, n, flags, from, len)
-    });
+    let r = if receives_privately_into(fd, buf, n) {
+        // SAFETY: the C library's recvfrom with the caller's buffer, through a private one,
+        // and its address arguments.
+        unsafe { received_privately_into(buf, n, |p| libc::recvfrom(fd, p, n, flags, from, len)) }
+    } else {
+        // SAFETY: the C library's recvfrom with the caller's arguments.
+        on_shared(buf, n, true, || unsafe {
+            libc::recvfrom(fd, buf, n, flags, from, len)
+        })
+    };
     record(buf, r, true, pc);
     r
 }
@@ -570,6 +696,26 @@ unsafe extern "C" fn recvmsg_at(
 ) -> isize {
     // SAFETY: the caller's message header, as recvmsg asks.
     let (iov, cnt) = unsafe { message_iovecs(msg) };
+    // SAFETY: the caller's iovecs, as recvmsg asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    if receives_privately(fd, bufs) {
+        // SAFETY: the C library's recvmsg with a copy of the caller's header whose iovecs are
+        // private buffers as long as the caller's; what the call writes into the header (the
+        // lengths of the address and the control data, the flags) goes back into the caller's.
+        let r = unsafe {
+            received_privately(bufs, |mine| {
+                let mut m = *msg;
+                m.msg_iov = mine.as_mut_ptr();
+                let r = libc::recvmsg(fd, &mut m, flags);
+                (*msg).msg_namelen = m.msg_namelen;
+                (*msg).msg_controllen = m.msg_controllen;
+                (*msg).msg_flags = m.msg_flags;
+                r
+            })
+        };
+        record_iovecs(bufs, r, true, pc);
+        return r;
+    }
     // SAFETY: the C library's recvmsg with the caller's arguments.
     unsafe { vectored(iov, cnt, true, pc, || libc::recvmsg(fd, msg, flags)) }
 }
@@ -619,7 +765,8 @@ unsafe fn vectored_messages(
             })
         })
     };
-    let moved = retried(bring_in, tries(kernel_writes), || call() as isize) as c_int;
+    let most = if kernel_writes { RECEIVE_TRIES } else { STALLS };
+    let moved = retried(bring_in, most, || call() as isize) as c_int;
     let headers: &[libc::mmsghdr] = match usize::try_from(moved) {
         // SAFETY: the call has returned: the first `moved` headers are the program's again,
         // `msg_len` written by the kernel for each message moved.

@@ -6,7 +6,10 @@
  * pages away from node 1 and each release write-protects what S's reads made writable, however
  * soon after libjia made them ready for the kernel. libjia makes the pages ready again and goes
  * on with the rest; it gave up after four tries (a read failed with EFAULT) or returned a short
- * count (a write of 1.5 MB came back after 4 KB). Usage: io_locks [ROUNDS] (2 nodes or more) */
+ * count (a write of 1.5 MB came back after 4 KB). Each round S also reads datagrams into the
+ * pages it reads files into, from a socket pair's other end: a datagram the kernel could not copy
+ * is dropped, and libjia lost one at each try (the read failed after five). Usage: io_locks
+ * [ROUNDS] (2 nodes or more) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "jia.h"
 
@@ -66,6 +70,34 @@ static int moved_all(int fd, char *buf, long len, int round, int reading)
     return 0;
 }
 
+#define DATAGRAMS 8
+#define DATAGRAM_BYTES (16 * 1024)
+
+/* Sends DATAGRAMS datagrams of round r from a private buffer, each read right after into buf in
+ * shared memory (non-blocking: a datagram lost is a failure, not a wait); says and counts each
+ * that did not arrive whole. */
+static void datagrams(char *buf, int r)
+{
+    static char out[DATAGRAM_BYTES];
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, sv) == 0, "socketpair");
+    for (int m = 0; m < DATAGRAMS; m++) {
+        char *at = buf + (long)m * DATAGRAM_BYTES;
+        ssize_t k;
+        for (int j = 0; j < DATAGRAM_BYTES; j++) out[j] = (char)(r * 31 + m * 7 + j);
+        CHECK(send(sv[0], out, DATAGRAM_BYTES, 0) == DATAGRAM_BYTES, "send");
+        errno = 0;
+        k = read(sv[1], at, DATAGRAM_BYTES);
+        if (k != DATAGRAM_BYTES || memcmp(at, out, DATAGRAM_BYTES) != 0) {
+            printf("round %d: datagram %d read into shared memory: %ld of %d bytes (errno %d)\n", r,
+                   m, (long)k, DATAGRAM_BYTES, errno);
+            failures++;
+        }
+    }
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void *mover(void *unused)
 {
     long len = SRC_PAGES * 4096L, rlen = DST_PAGES * 4096L, j;
@@ -99,6 +131,7 @@ static void *mover(void *unused)
             failures++;
         }
         close(fd);
+        datagrams(dst, r);
     }
     unlink(path);
     free(back);
