@@ -29,7 +29,7 @@ unsafe extern "C" {
 
 /// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
 /// memory (each retry fetches the pages again), up to [`STALLS`] times (a receive on a socket
-/// that takes whole messages does not come here: [`receives_privately`]). Async-signal-safe for
+/// that takes whole messages does not come here: [`private_receive`]). Async-signal-safe for
 /// buffers outside shared memory (the runtime's own reads of its sockets pass here).
 fn on_shared(
     ptr: *const c_void,
@@ -143,108 +143,177 @@ fn is_file(fd: c_int) -> bool {
     unsafe { libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG }
 }
 
-/// Whether `fd` is a socket whose receives take a whole message each (datagrams, sequenced
-/// packets, raw): the kernel drops a message it could not copy into the buffer (EFAULT).
-fn takes_messages(fd: c_int) -> bool {
-    let mut kind: c_int = 0;
-    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `kind`, and its length into `len`.
-    let ok = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TYPE,
-            (&raw mut kind).cast(),
-            &mut len,
-        )
-    } == 0;
-    ok && matches!(
-        kind,
-        libc::SOCK_DGRAM | libc::SOCK_SEQPACKET | libc::SOCK_RAW | libc::SOCK_RDM
-    )
+/// The most a receive into shared memory through a private buffer asks of a descriptor that
+/// does not take whole messages (a pipe, a stream socket, an event counter, a device): a read
+/// may return fewer bytes than asked.
+const PRIVATE_STREAM_BYTES: usize = 1 << 20;
+
+/// The most one read moves (the kernel's `MAX_RW_COUNT`): it asks no more of any descriptor.
+const KERNEL_MAX_RW: usize = 0x7fff_f000;
+
+/// Whether all `len` bytes at `ptr` lie in the shared region (one range).
+fn wholly_shared(ptr: *const u8, len: usize) -> bool {
+    let last = (ptr as usize).checked_add(len.saturating_sub(1));
+    len > 0
+        && last.is_some()
+        && dsm_runtime::in_shared_region(ptr, 1)
+        && dsm_runtime::in_shared_region(ptr.wrapping_add(len - 1), 1)
 }
 
-/// Whether a receive into `bufs` on `fd` goes through a private buffer: some buffer is shared
-/// memory and `fd` takes whole messages ([`takes_messages`]). There, a page taken away between
-/// libjia's preparation and the kernel's copy cost the message (five in a row, the call's
-/// failure); copied from a private buffer, the message lands whole, the shared pages brought in
-/// by their faults as for any store of the program's.
-fn receives_privately(fd: c_int, bufs: &[libc::iovec]) -> bool {
-    bufs.iter()
-        .any(|b| b.iov_len > 0 && dsm_runtime::in_shared_region(b.iov_base.cast(), b.iov_len))
-        && takes_messages(fd)
+/// What a descriptor's reads are, for a receive into shared memory.
+#[derive(Clone, Copy, PartialEq)]
+enum Descriptor {
+    /// A regular file: a retry loses nothing; read in pieces, in place.
+    File,
+    /// A socket that takes whole messages (datagrams, sequenced packets, raw ones): the kernel
+    /// drops a message it could not copy into the buffer.
+    Messages,
+    /// Anything else: may lose what it could not copy too (an event counter, a device).
+    Stream,
 }
 
-/// Receives one message into the buffers `bufs` through private ones of the same lengths:
-/// `call(private)` receives it, and its first bytes (as many as it returns, at most the
-/// buffers' length) are copied into `bufs` in order.
-///
-/// # Safety
-/// `bufs` are the caller's buffers, writable for their lengths, as the C library's receives
-/// ask.
-unsafe fn received_privately(
-    bufs: &[libc::iovec],
-    call: impl FnOnce(&mut [libc::iovec]) -> isize,
-) -> isize {
-    let total = bufs.iter().fold(0usize, |t, b| t.saturating_add(b.iov_len));
-    // Zeroed pages the kernel maps on first touch: a large buffer costs what the message
-    // fills.
-    let mut private = vec![0u8; total];
-    let mut at = 0;
-    let mut mine: Vec<libc::iovec> = bufs
-        .iter()
-        .map(|b| {
-            let v = libc::iovec {
-                iov_base: private[at..].as_mut_ptr().cast(),
-                iov_len: b.iov_len,
-            };
-            at += b.iov_len;
-            v
-        })
-        .collect();
-    let r = call(&mut mine);
-    let mut left = usize::try_from(r).unwrap_or(0).min(total);
-    let mut from = 0;
-    for b in bufs {
-        let k = b.iov_len.min(left);
-        // SAFETY: `b` is writable for `iov_len` bytes (the caller's promise), `private` holds
-        // `from + k` bytes, and the two do not overlap (one is this call's own allocation).
-        // Shared pages fault in as for any store of the program's.
-        unsafe {
-            std::ptr::copy_nonoverlapping(private[from..].as_ptr(), b.iov_base.cast::<u8>(), k)
-        };
-        from += k;
-        left -= k;
+/// What `fd` is ([`Descriptor`]); `None` where fstat fails (the call itself then says why).
+/// errno is left as it was on a descriptor that exists.
+fn descriptor_kind(fd: c_int) -> Option<Descriptor> {
+    // SAFETY: fstat writes the zeroed stat it is given.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a plain fstat of the caller's descriptor into `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
     }
-    r
+    Some(match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Descriptor::File,
+        libc::S_IFSOCK => {
+            let mut kind: c_int = 0;
+            let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt writes at most `len` bytes into `kind`, and its length into
+            // `len`; on a socket it does not fail.
+            let ok = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_TYPE,
+                    (&raw mut kind).cast(),
+                    &mut len,
+                )
+            } == 0;
+            let messages = matches!(
+                kind,
+                libc::SOCK_DGRAM | libc::SOCK_SEQPACKET | libc::SOCK_RAW | libc::SOCK_RDM
+            );
+            if ok && messages {
+                Descriptor::Messages
+            } else {
+                Descriptor::Stream
+            }
+        }
+        _ => Descriptor::Stream,
+    })
 }
 
-/// As [`received_privately`] for one buffer of `n` bytes at `buf`.
-///
-/// # Safety
-/// As [`received_privately`].
-unsafe fn received_privately_into(
-    buf: *mut c_void,
-    n: usize,
-    call: impl FnOnce(*mut c_void) -> isize,
-) -> isize {
-    let bufs = [libc::iovec {
-        iov_base: buf,
-        iov_len: n,
-    }];
-    // SAFETY: the caller's promise.
-    unsafe { received_privately(&bufs, |mine| call(mine[0].iov_base)) }
+/// How many bytes a receive into `bufs` on `fd` asks through a private buffer, or `None` for
+/// the call in place (made ready, retried at EFAULT): a private buffer where every buffer with
+/// bytes lies wholly in shared memory and `fd` is not a regular file. There, a page taken away
+/// between libjia's preparation and the kernel's copy cost what the kernel had taken (a
+/// datagram, an event) at each try; received privately, it lands whole, copied in after the
+/// pages are made ready. As much as asked of a socket that takes whole messages (up to the
+/// kernel's cap, which it applies anyway), else [`PRIVATE_STREAM_BYTES`] at most.
+fn private_receive(fd: c_int, bufs: &[libc::iovec]) -> Option<usize> {
+    let mut total = 0usize;
+    for b in bufs.iter().filter(|b| b.iov_len > 0) {
+        if !wholly_shared(b.iov_base.cast(), b.iov_len) {
+            return None;
+        }
+        total = total.checked_add(b.iov_len)?;
+    }
+    if total == 0 {
+        return None;
+    }
+    match descriptor_kind(fd)? {
+        Descriptor::File => None,
+        Descriptor::Messages => (total <= KERNEL_MAX_RW).then_some(total),
+        Descriptor::Stream => Some(total.min(PRIVATE_STREAM_BYTES)),
+    }
 }
 
-/// Whether one buffer of `n` bytes at `buf` is received through a private one.
-fn receives_privately_into(fd: c_int, buf: *mut c_void, n: usize) -> bool {
-    receives_privately(
+/// As [`private_receive`] for one buffer of `n` bytes at `buf`.
+fn private_receive_into(fd: c_int, buf: *mut c_void, n: usize) -> Option<usize> {
+    private_receive(
         fd,
         &[libc::iovec {
             iov_base: buf,
             iov_len: n,
         }],
     )
+}
+
+/// Receives into the first `len` bytes of the buffers `bufs` through private ones of the same
+/// lengths: `call(private)` receives, and what it returns (at most `len` bytes) is copied into
+/// `bufs` in order, their pages made ready first. `None`, calling nothing, where the private
+/// buffers cannot be had (the caller makes the call in place).
+///
+/// # Safety
+/// `bufs` are the caller's buffers, writable for their lengths, as the C library's receives
+/// ask, and lie in shared memory ([`private_receive`]).
+unsafe fn received_privately(
+    bufs: &[libc::iovec],
+    len: usize,
+    call: impl FnOnce(&mut [libc::iovec]) -> isize,
+) -> Option<isize> {
+    // Not zeroed: the kernel writes what is copied out.
+    let mut private: Vec<u8> = Vec::new();
+    private.try_reserve_exact(len).ok()?;
+    let base = private.as_mut_ptr();
+    let mut mine: Vec<libc::iovec> = Vec::new();
+    mine.try_reserve_exact(bufs.len()).ok()?;
+    let mut at = 0usize;
+    for b in bufs {
+        let k = b.iov_len.min(len - at);
+        if k > 0 {
+            mine.push(libc::iovec {
+                iov_base: base.wrapping_add(at).cast(),
+                iov_len: k,
+            });
+            at += k;
+        }
+    }
+    let r = call(&mut mine);
+    let got = usize::try_from(r).unwrap_or(0).min(len);
+    let mut from = 0;
+    for b in bufs {
+        let k = b.iov_len.min(got - from);
+        if k == 0 {
+            continue;
+        }
+        // SAFETY: `b` lies in shared memory and is writable for `iov_len` bytes (the caller's
+        // promise), made ready for the copy as for the kernel's; `private`'s first `got` bytes
+        // are what the call wrote, and it is this call's own allocation (no overlap).
+        unsafe {
+            dsm_runtime::prepare_for_io(b.iov_base.cast(), k, true);
+            std::ptr::copy_nonoverlapping(base.add(from), b.iov_base.cast::<u8>(), k);
+        }
+        from += k;
+    }
+    Some(r)
+}
+
+/// As [`received_privately`] for one buffer of `n` bytes at `buf`, receiving `len` of them
+/// with `call(private, len)`.
+///
+/// # Safety
+/// As [`received_privately`].
+unsafe fn received_privately_into(
+    buf: *mut c_void,
+    n: usize,
+    len: usize,
+    call: impl FnOnce(*mut c_void, usize) -> isize,
+) -> Option<isize> {
+    let bufs = [libc::iovec {
+        iov_base: buf,
+        iov_len: n,
+    }];
+    // SAFETY: the caller's promise.
+    unsafe { received_privately(&bufs, len, |mine| call(mine[0].iov_base, mine[0].iov_len)) }
 }
 
 /// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
@@ -292,11 +361,13 @@ crate::entry::pc_entry! {
 /// # Safety
 /// As the C library's `read`.
 unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
-    if receives_privately_into(fd, buf, n) {
-        // SAFETY: the C library's read with the caller's buffer, received through a private one.
-        let r = unsafe { received_privately_into(buf, n, |p| __read(fd, p, n)) };
-        record(buf, r, true, pc);
-        return r;
+    if let Some(len) = private_receive_into(fd, buf, n) {
+        // SAFETY: the C library's read into a private buffer for the caller's, in shared memory.
+        let r = unsafe { received_privately_into(buf, n, len, |p, k| __read(fd, p, k)) };
+        if let Some(r) = r {
+            record(buf, r, true, pc);
+            return r;
+        }
     }
     // SAFETY: the C library's read with the caller's arguments.
     let r = in_pieces(
@@ -435,8 +506,8 @@ fn stdio_in_pieces(
         0 => len,
         p => p,
     };
-    // A stream already in error keeps its flag: its short counts go back as they are (the
-    // error a retry would clear may be the caller's to see).
+    // A stream already in error keeps its flag (the caller's to see): retried without clearing
+    // it.
     // SAFETY: the caller's stream, which the C library's call is about to use.
     let was_in_error = unsafe { libc::ferror(f) } != 0;
     let caller_errno = errno();
@@ -461,11 +532,13 @@ fn stdio_in_pieces(
         if moved < k {
             // SAFETY: the caller's stream, which the C library's call just used.
             let failed = unsafe { libc::ferror(f) } != 0;
-            if was_in_error || !efault() || !failed || !stalled_again(&mut stalls, STALLS) {
+            if !efault() || !failed || !stalled_again(&mut stalls, STALLS) {
                 break;
             }
-            // SAFETY: as above.
-            unsafe { libc::clearerr(f) };
+            if !was_in_error {
+                // SAFETY: as above.
+                unsafe { libc::clearerr(f) };
+            }
         }
     }
     // What the calls left, if anything; else the caller's errno as it was.
@@ -592,11 +665,18 @@ fn record_iovecs(bufs: &[libc::iovec], r: isize, kernel_writes: bool, pc: usize)
 unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
     // SAFETY: the caller's iovecs, as readv asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if receives_privately(fd, bufs) {
-        // SAFETY: the C library's readv into private buffers as long as the caller's.
-        let r = unsafe { received_privately(bufs, |mine| libc::readv(fd, mine.as_ptr(), cnt)) };
-        record_iovecs(bufs, r, true, pc);
-        return r;
+    if let Some(len) = private_receive(fd, bufs) {
+        // SAFETY: the C library's readv into private buffers for the caller's, in shared memory
+        // (no more of them than the caller's count).
+        let r = unsafe {
+            received_privately(bufs, len, |mine| {
+                libc::readv(fd, mine.as_ptr(), mine.len() as c_int)
+            })
+        };
+        if let Some(r) = r {
+            record_iovecs(bufs, r, true, pc);
+            return r;
+        }
     }
     // SAFETY: the C library's readv with the caller's arguments.
     unsafe { vectored(iov, cnt, true, pc, || libc::readv(fd, iov, cnt)) }
@@ -614,14 +694,21 @@ unsafe extern "C" fn recv_at(
     flags: c_int,
     pc: usize,
 ) -> isize {
-    let r = if receives_privately_into(fd, buf, n) {
-        // SAFETY: the C library's recv with the caller's buffer, through a private one.
-        unsafe { received_privately_into(buf, n, |p| libc::recv(fd, p, n, flags)) }
-    } else {
+    let private = private_receive_into(fd, buf, n).and_then(|len| {
+        // SAFETY: the C library's recv into a private buffer for the caller's, in shared memory.
+        unsafe { received_privately_into(buf, n, len, |p, k| libc::recv(fd, p, k, flags)) }
+    });
+    let r = private.unwrap_or_else(|| {
         // SAFETY: the C library's recv with the caller's arguments.
         on_shared(buf, n, true, || unsafe { libc::recv(fd, buf, n, flags) })
-    };
-    record(buf, r, true, pc);
+    });
+    // A truncated datagram's length (MSG_TRUNC) may exceed the bytes written.
+    record(
+        buf,
+        r.min(isize::try_from(n).unwrap_or(isize::MAX)),
+        true,
+        pc,
+    );
     r
 }
 
@@ -647,17 +734,26 @@ unsafe extern "C" fn recvfrom_at(
     len: *mut libc::socklen_t,
     pc: usize,
 ) -> isize {
-    let r = if receives_privately_into(fd, buf, n) {
-        // SAFETY: the C library's recvfrom with the caller's buffer, through a private one,
-        // and its address arguments.
-        unsafe { received_privately_into(buf, n, |p| libc::recvfrom(fd, p, n, flags, from, len)) }
-    } else {
+    let private = private_receive_into(fd, buf, n).and_then(|k| {
+        // SAFETY: the C library's recvfrom into a private buffer for the caller's, in shared
+        // memory, with the caller's address arguments.
+        unsafe {
+            received_privately_into(buf, n, k, |p, k| libc::recvfrom(fd, p, k, flags, from, len))
+        }
+    });
+    let r = private.unwrap_or_else(|| {
         // SAFETY: the C library's recvfrom with the caller's arguments.
         on_shared(buf, n, true, || unsafe {
             libc::recvfrom(fd, buf, n, flags, from, len)
         })
-    };
-    record(buf, r, true, pc);
+    });
+    // A truncated datagram's length (MSG_TRUNC) may exceed the bytes written.
+    record(
+        buf,
+        r.min(isize::try_from(n).unwrap_or(isize::MAX)),
+        true,
+        pc,
+    );
     r
 }
 
@@ -698,14 +794,16 @@ unsafe extern "C" fn recvmsg_at(
     let (iov, cnt) = unsafe { message_iovecs(msg) };
     // SAFETY: the caller's iovecs, as recvmsg asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if receives_privately(fd, bufs) {
+    if let Some(len) = private_receive(fd, bufs) {
         // SAFETY: the C library's recvmsg with a copy of the caller's header whose iovecs are
-        // private buffers as long as the caller's; what the call writes into the header (the
-        // lengths of the address and the control data, the flags) goes back into the caller's.
+        // private buffers for the caller's, in shared memory (no more of them than the
+        // caller's count); what the call writes into the header (the lengths of the address
+        // and the control data, the flags) goes back into the caller's.
         let r = unsafe {
-            received_privately(bufs, |mine| {
+            received_privately(bufs, len, |mine| {
                 let mut m = *msg;
                 m.msg_iov = mine.as_mut_ptr();
+                m.msg_iovlen = mine.len() as _;
                 let r = libc::recvmsg(fd, &mut m, flags);
                 (*msg).msg_namelen = m.msg_namelen;
                 (*msg).msg_controllen = m.msg_controllen;
@@ -713,8 +811,10 @@ unsafe extern "C" fn recvmsg_at(
                 r
             })
         };
-        record_iovecs(bufs, r, true, pc);
-        return r;
+        if let Some(r) = r {
+            record_iovecs(bufs, r, true, pc);
+            return r;
+        }
     }
     // SAFETY: the C library's recvmsg with the caller's arguments.
     unsafe { vectored(iov, cnt, true, pc, || libc::recvmsg(fd, msg, flags)) }
