@@ -28,8 +28,8 @@ unsafe extern "C" {
 }
 
 /// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
-/// memory (each retry fetches the pages again), up to [`STALLS`] times (a receive on a socket
-/// that takes whole messages does not come here: [`private_receive`]). Async-signal-safe for
+/// memory (each retry fetches the pages again), up to [`STALLS`] times (a receive into buffers
+/// wholly in shared memory from anything but a file does not come here: [`private_receive`]). Async-signal-safe for
 /// buffers outside shared memory (the runtime's own reads of its sockets pass here).
 fn on_shared(
     ptr: *const c_void,
@@ -163,7 +163,7 @@ fn wholly_shared(ptr: *const u8, len: usize) -> bool {
 /// What a descriptor's reads are, for a receive into shared memory.
 #[derive(Clone, Copy, PartialEq)]
 enum Descriptor {
-    /// A regular file: a retry loses nothing; read in pieces, in place.
+    /// A regular file or a block device: a retry loses nothing; read in pieces, in place.
     File,
     /// A socket that takes whole messages (datagrams, sequenced packets, raw ones): the kernel
     /// drops a message it could not copy into the buffer.
@@ -182,7 +182,8 @@ fn descriptor_kind(fd: c_int) -> Option<Descriptor> {
         return None;
     }
     Some(match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => Descriptor::File,
+        // A block device loses nothing to a retry either.
+        libc::S_IFREG | libc::S_IFBLK => Descriptor::File,
         libc::S_IFSOCK => {
             let mut kind: c_int = 0;
             let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
@@ -217,8 +218,10 @@ fn descriptor_kind(fd: c_int) -> Option<Descriptor> {
 /// between libjia's preparation and the kernel's copy cost what the kernel had taken (a
 /// datagram, an event) at each try; received privately, it lands whole, copied in after the
 /// pages are made ready. As much as asked of a socket that takes whole messages (up to the
-/// kernel's cap, which it applies anyway), else [`PRIVATE_STREAM_BYTES`] at most.
-fn private_receive(fd: c_int, bufs: &[libc::iovec]) -> Option<usize> {
+/// kernel's cap, which it applies anyway), else [`PRIVATE_STREAM_BYTES`] at most, and in place
+/// where `flags` ask a stream for all of it (`MSG_WAITALL`) or to drop what it would copy
+/// (`MSG_TRUNC`: a private buffer would copy in bytes the kernel never wrote).
+fn private_receive(fd: c_int, bufs: &[libc::iovec], flags: c_int) -> Option<usize> {
     let mut total = 0usize;
     for b in bufs.iter().filter(|b| b.iov_len > 0) {
         if !wholly_shared(b.iov_base.cast(), b.iov_len) {
@@ -232,18 +235,20 @@ fn private_receive(fd: c_int, bufs: &[libc::iovec]) -> Option<usize> {
     match descriptor_kind(fd)? {
         Descriptor::File => None,
         Descriptor::Messages => (total <= KERNEL_MAX_RW).then_some(total),
+        Descriptor::Stream if flags & (libc::MSG_WAITALL | libc::MSG_TRUNC) != 0 => None,
         Descriptor::Stream => Some(total.min(PRIVATE_STREAM_BYTES)),
     }
 }
 
 /// As [`private_receive`] for one buffer of `n` bytes at `buf`.
-fn private_receive_into(fd: c_int, buf: *mut c_void, n: usize) -> Option<usize> {
+fn private_receive_into(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> Option<usize> {
     private_receive(
         fd,
         &[libc::iovec {
             iov_base: buf,
             iov_len: n,
         }],
+        flags,
     )
 }
 
@@ -264,8 +269,11 @@ unsafe fn received_privately(
     let mut private: Vec<u8> = Vec::new();
     private.try_reserve_exact(len).ok()?;
     let base = private.as_mut_ptr();
-    let mut mine: Vec<libc::iovec> = Vec::new();
+    // The private buffers, and where each goes: read from `bufs` before the call (the iovecs
+    // may lie in the memory received into, as the kernel, which copies them first, allows).
+    let (mut mine, mut dest): (Vec<libc::iovec>, Vec<*mut u8>) = (Vec::new(), Vec::new());
     mine.try_reserve_exact(bufs.len()).ok()?;
+    dest.try_reserve_exact(bufs.len()).ok()?;
     let mut at = 0usize;
     for b in bufs {
         let k = b.iov_len.min(len - at);
@@ -274,23 +282,25 @@ unsafe fn received_privately(
                 iov_base: base.wrapping_add(at).cast(),
                 iov_len: k,
             });
+            dest.push(b.iov_base.cast());
             at += k;
         }
     }
     let r = call(&mut mine);
     let got = usize::try_from(r).unwrap_or(0).min(len);
     let mut from = 0;
-    for b in bufs {
-        let k = b.iov_len.min(got - from);
+    for (m, &to) in mine.iter().zip(&dest) {
+        let k = m.iov_len.min(got - from);
         if k == 0 {
-            continue;
+            break;
         }
-        // SAFETY: `b` lies in shared memory and is writable for `iov_len` bytes (the caller's
-        // promise), made ready for the copy as for the kernel's; `private`'s first `got` bytes
-        // are what the call wrote, and it is this call's own allocation (no overlap).
+        // SAFETY: `to` lies in shared memory and is writable for `m.iov_len` bytes (the
+        // caller's promise), made ready for the copy as for the kernel's; `private`'s first
+        // `got` bytes are what the call wrote (a stream's MSG_TRUNC, which writes none, does
+        // not come here), and it is this call's own allocation (no overlap).
         unsafe {
-            dsm_runtime::prepare_for_io(b.iov_base.cast(), k, true);
-            std::ptr::copy_nonoverlapping(base.add(from), b.iov_base.cast::<u8>(), k);
+            dsm_runtime::prepare_for_io(to, k, true);
+            std::ptr::copy_nonoverlapping(base.add(from), to, k);
         }
         from += k;
     }
@@ -361,7 +371,7 @@ crate::entry::pc_entry! {
 /// # Safety
 /// As the C library's `read`.
 unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
-    if let Some(len) = private_receive_into(fd, buf, n) {
+    if let Some(len) = private_receive_into(fd, buf, n, 0) {
         // SAFETY: the C library's read into a private buffer for the caller's, in shared memory.
         let r = unsafe { received_privately_into(buf, n, len, |p, k| __read(fd, p, k)) };
         if let Some(r) = r {
@@ -665,7 +675,7 @@ fn record_iovecs(bufs: &[libc::iovec], r: isize, kernel_writes: bool, pc: usize)
 unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
     // SAFETY: the caller's iovecs, as readv asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if let Some(len) = private_receive(fd, bufs) {
+    if let Some(len) = private_receive(fd, bufs, 0) {
         // SAFETY: the C library's readv into private buffers for the caller's, in shared memory
         // (no more of them than the caller's count).
         let r = unsafe {
@@ -694,7 +704,7 @@ unsafe extern "C" fn recv_at(
     flags: c_int,
     pc: usize,
 ) -> isize {
-    let private = private_receive_into(fd, buf, n).and_then(|len| {
+    let private = private_receive_into(fd, buf, n, flags).and_then(|len| {
         // SAFETY: the C library's recv into a private buffer for the caller's, in shared memory.
         unsafe { received_privately_into(buf, n, len, |p, k| libc::recv(fd, p, k, flags)) }
     });
@@ -734,7 +744,7 @@ unsafe extern "C" fn recvfrom_at(
     len: *mut libc::socklen_t,
     pc: usize,
 ) -> isize {
-    let private = private_receive_into(fd, buf, n).and_then(|k| {
+    let private = private_receive_into(fd, buf, n, flags).and_then(|k| {
         // SAFETY: the C library's recvfrom into a private buffer for the caller's, in shared
         // memory, with the caller's address arguments.
         unsafe {
@@ -794,7 +804,7 @@ unsafe extern "C" fn recvmsg_at(
     let (iov, cnt) = unsafe { message_iovecs(msg) };
     // SAFETY: the caller's iovecs, as recvmsg asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if let Some(len) = private_receive(fd, bufs) {
+    if let Some(len) = private_receive(fd, bufs, flags) {
         // SAFETY: the C library's recvmsg with a copy of the caller's header whose iovecs are
         // private buffers for the caller's, in shared memory (no more of them than the
         // caller's count); what the call writes into the header (the lengths of the address
