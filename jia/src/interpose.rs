@@ -322,8 +322,13 @@ unsafe fn received_privately_into(
         iov_base: buf,
         iov_len: n,
     }];
-    // SAFETY: the caller's promise.
-    unsafe { received_privately(&bufs, len, |mine| call(mine[0].iov_base, mine[0].iov_len)) }
+    // SAFETY: the caller's promise. (A `len` of [`private_receive`], never 0, leaves one
+    // private buffer: without one nothing is received.)
+    unsafe {
+        received_privately(&bufs, len, |mine| {
+            mine.first().map_or(0, |m| call(m.iov_base, m.iov_len))
+        })
+    }
 }
 
 /// Runs `call` after `prepare` (which says whether any buffer is shared); while it fails with
