@@ -1237,3 +1237,46 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
     // SAFETY: the kernel's madvise with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind of descriptor is told apart as a receive into shared memory needs: files (and
+    /// block devices) read in place, sockets that take whole messages and everything else
+    /// through a private buffer; no descriptor is left to the call.
+    #[test]
+    fn descriptors_are_told_apart_by_what_a_lost_copy_costs() {
+        let pair = |kind: c_int| {
+            let mut sv = [0 as c_int; 2];
+            // SAFETY: socketpair writes two descriptors into `sv`.
+            let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, sv.as_mut_ptr()) };
+            assert_eq!(r, 0, "socketpair");
+            sv
+        };
+        let close = |fds: &[c_int]| {
+            for &fd in fds {
+                // SAFETY: closes a descriptor this test opened.
+                unsafe { libc::close(fd) };
+            }
+        };
+        for (kind, want) in [
+            (libc::SOCK_DGRAM, Descriptor::Messages),
+            (libc::SOCK_SEQPACKET, Descriptor::Messages),
+            (libc::SOCK_STREAM, Descriptor::Stream),
+        ] {
+            let sv = pair(kind);
+            assert!(descriptor_kind(sv[0]) == Some(want), "socket kind {kind}");
+            close(&sv);
+        }
+        let mut p = [0 as c_int; 2];
+        // SAFETY: pipe writes two descriptors into `p`.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        assert!(descriptor_kind(p[0]) == Some(Descriptor::Stream));
+        close(&p);
+        let file = std::fs::File::open("/proc/self/exe").expect("open this test's executable");
+        assert!(descriptor_kind(std::os::fd::AsRawFd::as_raw_fd(&file)) == Some(Descriptor::File));
+        drop(file);
+        assert!(descriptor_kind(-1).is_none(), "no descriptor");
+    }
+}
