@@ -212,9 +212,20 @@ pub fn incoming_write(page: usize, offset: usize, before: &[u8], after: &[u8]) -
     };
     log.images[slot].store(at, Ordering::SeqCst);
     log.seqs[slot].store(n + 1, Ordering::SeqCst);
+    // The entry is seen before any byte of the copy that follows (a compare that sees a byte
+    // finds its entry: a release store alone lets later plain stores pass it on weakly ordered
+    // machines; x86 keeps the order anyway). Its pair: the fence in `log_after_bytes`.
+    std::sync::atomic::fence(Ordering::SeqCst);
     IncomingWrite {
         copying: Copying::Logged,
     }
+}
+
+/// Called by a compare between reading a slice's bytes and reading the log: the bytes read are
+/// not taken from after the log's read (the pair of the fence after an entry is logged).
+#[inline]
+fn log_after_bytes() {
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// How far back a snapshot taken while writes were still copying looks: more than the
@@ -239,6 +250,7 @@ pub(super) fn incoming_now() -> u64 {
 /// lo, hi) each. `None` if some of it is no longer known (the ring went round, or an entry is
 /// being written).
 pub(super) fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec<CameIn>> {
+    log_after_bytes();
     let log = &INCOMING_LOG;
     let now = log.next.load(Ordering::SeqCst);
     if now.saturating_sub(since) > INCOMING as u64 {
@@ -297,6 +309,7 @@ pub(super) fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec
 /// Whether the protocol logged no write since a snapshot's count `seq`.
 #[inline]
 pub(super) fn nothing_since(seq: u64) -> bool {
+    log_after_bytes();
     INCOMING_LOG.next.load(Ordering::SeqCst) == seq
 }
 
