@@ -29,8 +29,9 @@ unsafe extern "C" {
 
 /// Runs `call` on a buffer made ready for it; retries while it fails with EFAULT on shared
 /// memory (each retry fetches the pages again), up to [`STALLS`] times (a receive into buffers
-/// wholly in shared memory from anything but a file does not come here: [`private_receive`]). Async-signal-safe for
-/// buffers outside shared memory (the runtime's own reads of its sockets pass here).
+/// wholly in shared memory from anything but a file does not come here: [`private_receive`]).
+/// Async-signal-safe for buffers outside shared memory (the runtime's own reads of its sockets
+/// pass here).
 fn on_shared(
     ptr: *const c_void,
     len: usize,
@@ -135,14 +136,6 @@ fn in_pieces(
     done as isize
 }
 
-/// Whether `fd` is a regular file (reading one in pieces reads what one call would).
-fn is_file(fd: c_int) -> bool {
-    // SAFETY: fstat writes the zeroed stat it is given.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a plain fstat of the caller's descriptor into `st`.
-    unsafe { libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG }
-}
-
 /// The most a receive into shared memory through a private buffer asks of a descriptor that
 /// does not take whole messages (a pipe, a stream socket, an event counter, a device): a read
 /// may return fewer bytes than asked.
@@ -163,7 +156,8 @@ fn wholly_shared(ptr: *const u8, len: usize) -> bool {
 /// What a descriptor's reads are, for a receive into shared memory.
 #[derive(Clone, Copy, PartialEq)]
 enum Descriptor {
-    /// A regular file or a block device: a retry loses nothing; read in pieces, in place.
+    /// A regular file or a block device: a retry loses nothing; read in pieces, in place (in
+    /// pieces it reads what one call would).
     File,
     /// A socket that takes whole messages (datagrams, sequenced packets, raw ones): the kernel
     /// drops a message it could not copy into the buffer.
@@ -212,7 +206,8 @@ fn descriptor_kind(fd: c_int) -> Option<Descriptor> {
     })
 }
 
-/// How many bytes a receive into `bufs` on `fd` asks through a private buffer, or `None` for
+/// How many bytes a receive into `bufs` asks through a private buffer (`kind`: what its
+/// descriptor is, asked only for a buffer in shared memory), or `None` for
 /// the call in place (made ready, retried at EFAULT): a private buffer where every buffer with
 /// bytes lies wholly in shared memory and `fd` is not a regular file. There, a page taken away
 /// between libjia's preparation and the kernel's copy cost what the kernel had taken (a
@@ -221,7 +216,11 @@ fn descriptor_kind(fd: c_int) -> Option<Descriptor> {
 /// kernel's cap, which it applies anyway), else [`PRIVATE_STREAM_BYTES`] at most, and in place
 /// where `flags` ask a stream for all of it (`MSG_WAITALL`) or to drop what it would copy
 /// (`MSG_TRUNC`: a private buffer would copy in bytes the kernel never wrote).
-fn private_receive(fd: c_int, bufs: &[libc::iovec], flags: c_int) -> Option<usize> {
+fn private_receive(
+    kind: impl FnOnce() -> Option<Descriptor>,
+    bufs: &[libc::iovec],
+    flags: c_int,
+) -> Option<usize> {
     let mut total = 0usize;
     for b in bufs.iter().filter(|b| b.iov_len > 0) {
         if !wholly_shared(b.iov_base.cast(), b.iov_len) {
@@ -232,7 +231,7 @@ fn private_receive(fd: c_int, bufs: &[libc::iovec], flags: c_int) -> Option<usiz
     if total == 0 {
         return None;
     }
-    match descriptor_kind(fd)? {
+    match kind()? {
         Descriptor::File => None,
         Descriptor::Messages => (total <= KERNEL_MAX_RW).then_some(total),
         Descriptor::Stream if flags & (libc::MSG_WAITALL | libc::MSG_TRUNC) != 0 => None,
@@ -241,9 +240,14 @@ fn private_receive(fd: c_int, bufs: &[libc::iovec], flags: c_int) -> Option<usiz
 }
 
 /// As [`private_receive`] for one buffer of `n` bytes at `buf`.
-fn private_receive_into(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> Option<usize> {
+fn private_receive_into(
+    kind: impl FnOnce() -> Option<Descriptor>,
+    buf: *mut c_void,
+    n: usize,
+    flags: c_int,
+) -> Option<usize> {
     private_receive(
-        fd,
+        kind,
         &[libc::iovec {
             iov_base: buf,
             iov_len: n,
@@ -376,7 +380,10 @@ crate::entry::pc_entry! {
 /// # Safety
 /// As the C library's `read`.
 unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
-    if let Some(len) = private_receive_into(fd, buf, n, 0) {
+    // What `fd` is, asked once and only for a buffer in shared memory.
+    let kind = std::cell::OnceCell::new();
+    let kind_of = || *kind.get_or_init(|| descriptor_kind(fd));
+    if let Some(len) = private_receive_into(kind_of, buf, n, 0) {
         // SAFETY: the C library's read into a private buffer for the caller's, in shared memory.
         let r = unsafe { received_privately_into(buf, n, len, |p, k| __read(fd, p, k)) };
         if let Some(r) = r {
@@ -389,7 +396,7 @@ unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -
         buf,
         n,
         true,
-        || is_file(fd),
+        || kind_of() == Some(Descriptor::File),
         |at, k| unsafe { __read(fd, buf.cast::<u8>().add(at).cast(), k) },
     );
     record(buf, r, true, pc);
@@ -680,7 +687,7 @@ fn record_iovecs(bufs: &[libc::iovec], r: isize, kernel_writes: bool, pc: usize)
 unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
     // SAFETY: the caller's iovecs, as readv asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if let Some(len) = private_receive(fd, bufs, 0) {
+    if let Some(len) = private_receive(|| descriptor_kind(fd), bufs, 0) {
         // SAFETY: the C library's readv into private buffers for the caller's, in shared memory
         // (no more of them than the caller's count).
         let r = unsafe {
@@ -709,7 +716,7 @@ unsafe extern "C" fn recv_at(
     flags: c_int,
     pc: usize,
 ) -> isize {
-    let private = private_receive_into(fd, buf, n, flags).and_then(|len| {
+    let private = private_receive_into(|| descriptor_kind(fd), buf, n, flags).and_then(|len| {
         // SAFETY: the C library's recv into a private buffer for the caller's, in shared memory.
         unsafe { received_privately_into(buf, n, len, |p, k| libc::recv(fd, p, k, flags)) }
     });
@@ -749,7 +756,7 @@ unsafe extern "C" fn recvfrom_at(
     len: *mut libc::socklen_t,
     pc: usize,
 ) -> isize {
-    let private = private_receive_into(fd, buf, n, flags).and_then(|k| {
+    let private = private_receive_into(|| descriptor_kind(fd), buf, n, flags).and_then(|k| {
         // SAFETY: the C library's recvfrom into a private buffer for the caller's, in shared
         // memory, with the caller's address arguments.
         unsafe {
@@ -809,7 +816,7 @@ unsafe extern "C" fn recvmsg_at(
     let (iov, cnt) = unsafe { message_iovecs(msg) };
     // SAFETY: the caller's iovecs, as recvmsg asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if let Some(len) = private_receive(fd, bufs, flags) {
+    if let Some(len) = private_receive(|| descriptor_kind(fd), bufs, flags) {
         // SAFETY: the C library's recvmsg with a copy of the caller's header whose iovecs are
         // private buffers for the caller's, in shared memory (no more of them than the
         // caller's count); what the call writes into the header (the lengths of the address
