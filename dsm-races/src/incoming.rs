@@ -265,7 +265,7 @@ pub(super) fn incoming_since(since: u64, first: usize, end: usize) -> Option<Vec
         while log.seqs[slot].load(Ordering::SeqCst) != n + 1 && tries < 1000 {
             tries += 1;
             if tries % 64 == 0 {
-                std::thread::sleep(std::time::Duration::from_micros(1));
+                crate::sys::nap_us(1);
             } else {
                 std::hint::spin_loop();
             }

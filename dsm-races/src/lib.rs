@@ -58,7 +58,7 @@ pub use handler::in_signal_handler;
 pub use incoming::incoming_write;
 use slices::Snapshot;
 pub use slices::{Taken, slice_dropped, slice_taken};
-pub use sys::{Region, hooks};
+pub use sys::{CancellationHeld, Region, hooks};
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -561,6 +561,9 @@ pub fn allocation_site(from: From) -> String {
 /// thread-local destructor).
 fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
     let c = CHECKER.get()?;
+    // The checker's work is no cancellation point of the program's (a thread cancelled in the
+    // middle of it, inside `jia_lock`, ended holding the lock).
+    let _held = CancellationHeld::hold();
     RECORDER
         .try_with(|cell| {
             let mut slot = cell.try_borrow_mut().ok()?;

@@ -179,6 +179,96 @@ pub(crate) mod fast {
     }
 }
 
+/// This thread's cancellation (`pthread_cancel`) held off while the value lives, then put back
+/// as it was. A thread of a C program cancelled while inside its node (a DSM call, a fault) was
+/// unwound from a system call of the runtime's that the C library makes a cancellation point
+/// (`write`, `sendmsg`, `epoll_wait`...), through frames that hold the node's state: the C
+/// library aborted the node, or the unwind left the state held. Held off, a cancellation acts at
+/// the thread's next cancellation point after the call or the fault, as POSIX has it for calls
+/// that are not cancellation points. Async-signal-safe in glibc (an atomic update of the
+/// thread's own flags; POSIX does not list it), which the runtime's fault handler relies on.
+/// The checker holds it too while it works on a thread (`with_recorder`): it opens files,
+/// allocates, draws random keys, all of them cancellation points.
+#[must_use = "cancellation is held only while the value lives"]
+pub struct CancellationHeld {
+    was: libc::c_int,
+}
+
+impl CancellationHeld {
+    /// Holds this thread's cancellation off.
+    pub fn hold() -> CancellationHeld {
+        let mut was = PTHREAD_CANCEL_DISABLE;
+        // SAFETY: sets the calling thread's own state; `was` is a live int it writes.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut was) };
+        CancellationHeld { was }
+    }
+}
+
+impl Drop for CancellationHeld {
+    fn drop(&mut self) {
+        if self.was != PTHREAD_CANCEL_ENABLE {
+            return;
+        }
+        // Enabled again with the thread's cancellation deferred, which acts at a cancellation
+        // point only, then made asynchronous again if it was: where a cancellation came
+        // meanwhile, the thread is unwound from here (the frames up to the code this
+        // interrupted must then hold nothing to drop: see `Handler`).
+        let mut kind = PTHREAD_CANCEL_DEFERRED;
+        // SAFETY: the calling thread's own state; `kind` is a live int it writes.
+        unsafe {
+            pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &mut kind);
+            pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, std::ptr::null_mut());
+        }
+        if kind == PTHREAD_CANCEL_ASYNCHRONOUS {
+            // glibc 2.36 (Debian 12) ends a thread whose cancellation is enabled again without
+            // setting its result: `pthread_join` gets NULL instead of PTHREAD_CANCELED. Its
+            // own handler of SIGCANCEL sets the result (and, the cancellation deferred, does no
+            // more): sent to this thread first, a cancellation that came meanwhile ends it
+            // with the right result; none came, the handler does nothing.
+            // SAFETY: a signal to this thread, which the C library handles (never blocked: it
+            // refuses to add the signal to a mask); the calls touch no memory of ours.
+            unsafe {
+                libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), SIGCANCEL);
+                pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+// Not in the libc crate: <pthread.h>'s values, and the signal glibc cancels threads with.
+const PTHREAD_CANCEL_ENABLE: libc::c_int = 0;
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+const PTHREAD_CANCEL_DEFERRED: libc::c_int = 0;
+const PTHREAD_CANCEL_ASYNCHRONOUS: libc::c_int = 1;
+const SIGCANCEL: libc::c_int = 32;
+
+unsafe extern "C-unwind" {
+    /// Unwinds (a forced unwind, the thread's end) where it enables an asynchronous
+    /// cancellation that is pending.
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+    /// The same where it makes a pending cancellation asynchronous.
+    fn pthread_setcanceltype(kind: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+
+/// Sleeps `us` microseconds through the system call itself: the C library's `nanosleep` (what
+/// `std::thread::sleep` calls) is a cancellation point, and the checker runs on a C program's
+/// threads, inside its synchronisations (a thread cancelled there, in the middle of `jia_lock`,
+/// ended holding the lock).
+pub(crate) fn nap_us(us: u64) {
+    let ts = libc::timespec {
+        tv_sec: (us / 1_000_000) as libc::time_t,
+        tv_nsec: ((us % 1_000_000) * 1_000) as libc::c_long,
+    };
+    // SAFETY: nanosleep reads the live `ts` and, given no remainder pointer, writes nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_nanosleep,
+            &ts,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+}
+
 /// The object file (executable or shared library) whose code holds `pc`, and the address it is
 /// loaded at. The executable is named by `/proc/self/exe` (the loader knows it by the name it
 /// was started with, which may be relative).

@@ -270,9 +270,9 @@ unsafe fn received_privately(
     call: impl FnOnce(&mut [libc::iovec]) -> isize,
 ) -> Option<isize> {
     // Not zeroed: the kernel writes what is copied out.
-    let mut private: Vec<u8> = Vec::new();
-    private.try_reserve_exact(len).ok()?;
-    let base = private.as_mut_ptr();
+    let mut bytes: Vec<u8> = Vec::new();
+    bytes.try_reserve_exact(len).ok()?;
+    let base = bytes.as_mut_ptr();
     // The private buffers, and where each goes: read from `bufs` before the call (the iovecs
     // may lie in the memory received into, as the kernel, which copies them first, allows).
     let (mut mine, mut dest): (Vec<libc::iovec>, Vec<*mut u8>) = (Vec::new(), Vec::new());
@@ -290,7 +290,15 @@ unsafe fn received_privately(
             at += k;
         }
     }
-    let r = call(&mut mine);
+    let (iovecs, count) = (mine.as_mut_ptr(), mine.len());
+    // The call is a cancellation point: the buffers are the thread's, not this frame's, while
+    // it runs (`Receiving`).
+    let held = Receiving::hold(Private { bytes, mine, dest })?;
+    // SAFETY: `iovecs` are `count` iovecs of the allocation `held` names, which nothing else
+    // reaches until it is given back below (moving a Vec leaves its allocation where it was).
+    let r = call(unsafe { std::slice::from_raw_parts_mut(iovecs, count) });
+    // `bytes` bound, not dropped: the copies below read it.
+    let Private { bytes, mine, dest } = Receiving::give_back(held);
     let got = usize::try_from(r).unwrap_or(0).min(len);
     let mut from = 0;
     for (m, &to) in mine.iter().zip(&dest) {
@@ -299,16 +307,65 @@ unsafe fn received_privately(
             break;
         }
         // SAFETY: `to` lies in shared memory and is writable for `m.iov_len` bytes (the
-        // caller's promise), made ready for the copy as for the kernel's; `private`'s first
-        // `got` bytes are what the call wrote (a stream's MSG_TRUNC, which writes none, does
-        // not come here), and it is this call's own allocation (no overlap).
+        // caller's promise), made ready for the copy as for the kernel's; the private bytes'
+        // first `got` are what the call wrote (a stream's MSG_TRUNC, which writes none, does
+        // not come here), in this call's own allocation (no overlap), alive until the end of
+        // this function.
         unsafe {
             dsm_runtime::prepare_for_io(to, k, true);
             std::ptr::copy_nonoverlapping(base.add(from), to, k);
         }
         from += k;
     }
+    drop(bytes);
     Some(r)
+}
+
+/// A receive's private buffers ([`received_privately`]).
+struct Private {
+    bytes: Vec<u8>,
+    mine: Vec<libc::iovec>,
+    dest: Vec<*mut u8>,
+}
+
+thread_local! {
+    /// The private buffers of this thread's receives in progress (one, or more where a signal
+    /// handler of the program receives into shared memory while the thread is in such a
+    /// receive).
+    static RECEIVING: std::cell::RefCell<Vec<Private>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A receive's private buffers held by its thread rather than by its frames while the receive
+/// blocks: `read`, `recv` and the others are cancellation points, and a thread cancelled there
+/// is unwound through the frames of libjia's definition (a forced unwind, which may cross only
+/// frames with nothing to drop: the C library aborted the process at a frame that owned them).
+/// A cancelled thread's buffers are freed as it ends, with its thread-local storage.
+struct Receiving(usize);
+
+impl Receiving {
+    /// Gives `private` to the thread; `None` (and dropped) where its list cannot be had (a
+    /// signal handler's receive while the thread's own was adding its buffers).
+    fn hold(private: Private) -> Option<Receiving> {
+        RECEIVING
+            .try_with(|r| {
+                let mut r = r.try_borrow_mut().ok()?;
+                r.try_reserve(1).ok()?;
+                r.push(private);
+                Some(Receiving(r.len() - 1))
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// The buffers [`Receiving::hold`] gave the thread: the last it holds (a handler's receive
+    /// that interrupted this one has given its own back before this one goes on).
+    fn give_back(self) -> Private {
+        RECEIVING.with(|r| {
+            let mut r = r.borrow_mut();
+            debug_assert_eq!(r.len(), self.0 + 1);
+            r.pop().expect("a receive's buffers, held by its thread")
+        })
+    }
 }
 
 /// As [`received_privately`] for one buffer of `n` bytes at `buf`, receiving `len` of them

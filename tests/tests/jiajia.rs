@@ -129,6 +129,25 @@ fn io_on_shared_buffers_while_another_thread_takes_locks_moves_every_byte() {
     let _ = std::fs::remove_file(exe);
 }
 
+/// Threads cancelled (`pthread_cancel`) while they use the DSM (`cancel`): workers inside
+/// `jia_lock`, `jia_unlock` and faults, readers and a writer blocked in `read` and `write` on
+/// shared memory, a reader with asynchronous cancellation faulting. A cancellation acting at one
+/// of the runtime's own system calls unwound through its frames: every node ended with SIGABRT
+/// or SIGSEGV; a blocked read into shared memory aborted its node too. Now each thread ends
+/// cancelled, no increment under the lock is lost, and the nodes go on.
+#[test]
+fn threads_cancelled_inside_the_dsm_end_cancelled_and_the_nodes_go_on() {
+    let exe = compile("cancel", &["-pthread"]);
+    for (transport, n) in [("udp", 1), ("udp", 2), ("tcp", 2), ("udp", 3)] {
+        assert_ok(
+            &run(n, transport, &exe, &["8"], None),
+            "c-cancel OK rounds=8",
+            n,
+        );
+    }
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A 2.1 program that declares `float jia_clock();` itself conflicts with 3.0's `double`: it
 /// compiles with `-DJIA_FLOAT_CLOCK`, and without it fails at compile time (not at run time).
 #[test]

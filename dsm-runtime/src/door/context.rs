@@ -32,13 +32,20 @@ thread_local! {
 }
 
 /// A DSM call's stay on its thread ([`in_call`] while it lives). A fault taken meanwhile comes
-/// from a handler of an asynchronous signal that interrupted the call.
-pub(crate) struct CallScope(());
+/// from a handler of an asynchronous signal that interrupted the call. The thread's cancellation
+/// is held off meanwhile ([`signals::CancellationHeld`]: a DSM call is no cancellation point).
+pub(crate) struct CallScope {
+    // Dropped after `drop` below: put back last.
+    _cancellation: signals::CancellationHeld,
+}
 
 impl CallScope {
     pub(crate) fn enter() -> CallScope {
+        let cancellation = signals::CancellationHeld::hold();
         IN_CALL.with(|c| c.set(true));
-        CallScope(())
+        CallScope {
+            _cancellation: cancellation,
+        }
     }
 }
 
@@ -79,19 +86,24 @@ pub(crate) fn is_service_thread() -> bool {
     IS_SERVICE.with(Cell::get)
 }
 
-/// The fault handler's stay on a thread: marks the thread as in signal context and keeps its
-/// errno (the handler's own system calls, a `recvfrom` that leaves `EAGAIN`, must not show
+/// The fault handler's stay on a thread: marks the thread as in signal context, holds its
+/// cancellation off ([`signals::CancellationHeld`]: a fault is no cancellation point) and keeps
+/// its errno (the handler's own system calls, a `recvfrom` that leaves `EAGAIN`, must not show
 /// through in the code it interrupted, which may be between a failing call and its read of
 /// errno).
 pub(crate) struct SignalContext {
     errno: i32,
+    // Dropped after `drop` below: put back last, errno already restored.
+    _cancellation: signals::CancellationHeld,
 }
 
 impl SignalContext {
     pub(crate) fn enter() -> SignalContext {
+        let cancellation = signals::CancellationHeld::hold();
         IN_HANDLER.with(|h| h.set(true));
         SignalContext {
             errno: signals::errno(),
+            _cancellation: cancellation,
         }
     }
 }

@@ -64,6 +64,15 @@
 //! - **errno kept.** [`SignalContext`] saves errno on entry and restores it on the way out: the
 //!   handler's own system calls (`recvfrom` leaves `EAGAIN`) must not show through in the code it
 //!   interrupted, which may be between a failing call and its read of errno.
+//! - **No cancellation inside.** [`SignalContext`] holds the thread's cancellation off
+//!   (`pthread_setcancelstate`, an atomic update of the thread's own flags in glibc) and puts it
+//!   back last: the handler's system calls are the C library's cancellation points, and a
+//!   cancellation acting at one unwound the thread through the handler's frames holding the
+//!   node's state (the C library aborted the node). A thread whose cancellation is asynchronous
+//!   and pending is unwound when it is put back, with nothing of the handler's left to undo:
+//!   [`handler`] is `extern "C-unwind"`, and that last step sends the thread the C library's
+//!   own cancellation signal first (`tgkill`), so that `pthread_join` gets `PTHREAD_CANCELED`
+//!   on glibc 2.36 too (`dsm_races::CancellationHeld`).
 //! - **SIGSEGV blocked only while handling** (the kernel's default for a handler without
 //!   `SA_NODEFER`): a fault inside the handler is a runtime bug and ends the process. The
 //!   program's handler, when one is chained to, runs with the mask the kernel would have given
@@ -247,8 +256,10 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
     };
 }
 
-/// The SIGSEGV/SIGBUS handler. Signal context: see the module's contract.
-extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+/// The SIGSEGV/SIGBUS handler. Signal context: see the module's contract. A thread whose
+/// cancellation is asynchronous and pending is unwound from here as the handler puts its
+/// cancellation back, after everything else of the handler's is done (`SignalContext`).
+extern "C-unwind" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel's siginfo, as passed to this SA_SIGINFO handler.
     if unsafe { signals::was_sent(info) } {
         // kill or raise, not an access: the program's.

@@ -8,8 +8,11 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-/// The signature of an `SA_SIGINFO` handler.
-pub type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+/// The signature of an `SA_SIGINFO` handler. It may unwind: a thread whose cancellation is
+/// asynchronous is unwound from the handler when it puts its cancellation back
+/// ([`CancellationHeld`], `crate::door::context::SignalContext`), through the handler's frames and the signal's into the code it
+/// interrupted, as the C library's own cancellation handler does.
+pub type Handler = extern "C-unwind" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
 /// The signals a fault raises: never blocked by the runtime (a synchronous signal raised while
 /// blocked ends the process without running any handler).
@@ -329,7 +332,7 @@ pub unsafe fn chain(
         f(sig, info, ctx);
     } else {
         // SAFETY: the handler was installed without SA_SIGINFO: a one-argument handler.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        let f: extern "C-unwind" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
         f(sig);
     }
 }
@@ -395,6 +398,8 @@ pub unsafe fn fault_is_write(ctx: *mut libc::c_void) -> Option<bool> {
 pub unsafe fn fault_is_write(_ctx: *mut libc::c_void) -> Option<bool> {
     None
 }
+
+pub use dsm_races::CancellationHeld;
 
 /// This thread's errno. Async-signal-safe.
 pub fn errno() -> i32 {

@@ -1,0 +1,178 @@
+/* cancel.c: threads of a C program cancelled (pthread_cancel, deferred) while they use the DSM.
+ * Each round, on every node:
+ *  - two workers take lock 0, add 1 to a word of each of PAGES pages homed on node 0 (faults on
+ *    the other nodes), release the lock, count the round, then reach pthread_testcancel, their
+ *    only cancellation point of their own; they are cancelled a few milliseconds in. The DSM's
+ *    own system calls inside jia_lock, jia_unlock and the faults (write, sendmsg, epoll_wait...)
+ *    are cancellation points of the C library: a cancellation acting there unwound through the
+ *    runtime's frames, and the node ended with SIGABRT or SIGSEGV;
+ *  - a reader blocked in read() of a pipe, and one in read() of a datagram socket, into shared
+ *    memory (which libjia receives through a private buffer), and a writer blocked in write() of
+ *    shared memory to a full pipe, are cancelled (read and write are cancellation points: the
+ *    thread must end there, PTHREAD_CANCELED, and the node go on); then a datagram sent to that
+ *    socket is read into the same shared buffer, whole;
+ *  - a reader whose cancellation is asynchronous sums a word of each page while node 0 changes
+ *    them (faults on every node but 0) and is cancelled wherever it is, often inside a fault:
+ *    the node goes on, and pthread_join gets PTHREAD_CANCELED (glibc 2.36 gave NULL to a thread
+ *    whose pending cancellation acted as the fault handler enabled it again).
+ * At the end every node's rounds are summed under lock 1, and node 0 checks that each word holds
+ * that sum: no increment lost or made twice by a thread cancelled inside the DSM.
+ * Usage: cancel [ROUNDS] */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "jia.h"
+
+#define PAGES 32
+#define WORKERS 2
+#define WORDS_PER_PAGE (4096 / sizeof(long))
+#define CHECK(cond, ...) do { if (!(cond)) jia_error(__VA_ARGS__); } while (0)
+
+static volatile long *counts; /* PAGES pages, homed on node 0 */
+static volatile long *rounds_of; /* one word per node */
+static char *landing; /* 4 pages per node: where the blocked reads land */
+static volatile long done[WORKERS];
+
+static void *worker(void *arg)
+{
+    long me = (long)arg, r;
+    for (r = 0;; r++) {
+        jia_lock(0);
+        for (int p = 0; p < PAGES; p++) counts[p * WORDS_PER_PAGE] += 1;
+        jia_unlock(0);
+        done[me] = r + 1;
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+static volatile long sink;
+
+static void *async_reader(void *arg)
+{
+    int old;
+    (void)arg;
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
+    for (;;) {
+        long sum = 0;
+        for (int p = 0; p < PAGES; p++) sum += counts[p * WORDS_PER_PAGE];
+        sink = sum;
+    }
+    return NULL;
+}
+
+struct blocked { int fd; char *buf; size_t n; int writes; };
+
+static void *blocked_call(void *arg)
+{
+    struct blocked *b = arg;
+    ssize_t r = b->writes ? write(b->fd, b->buf, b->n) : read(b->fd, b->buf, b->n);
+    /* Reached only if the call returned instead of being cancelled. */
+    fprintf(stderr, "node %d: a blocked %s returned %zd (errno %d) instead of being cancelled\n",
+            jiapid, b->writes ? "write" : "read", r, errno);
+    return NULL;
+}
+
+/* Starts a thread blocked in b's call, cancels it, and checks it ended cancelled. */
+static void cancel_blocked(struct blocked *b, const char *what)
+{
+    pthread_t t;
+    void *res;
+    CHECK(pthread_create(&t, NULL, blocked_call, b) == 0, "pthread_create");
+    usleep(2000);
+    CHECK(pthread_cancel(t) == 0, "pthread_cancel");
+    CHECK(pthread_join(t, &res) == 0, "pthread_join");
+    if (res != PTHREAD_CANCELED) jia_error("node %d: a thread blocked in %s was not cancelled", jiapid, what);
+}
+
+int main(int argc, char **argv)
+{
+    int rounds, round, pipe_fds[2], full_fds[2], dgram[2], k;
+    long total = 0;
+    char *mine;
+    jia_init(argc, argv);
+    rounds = argc > 1 ? atoi(argv[1]) : 10;
+    counts = (volatile long *)jia_alloc(PAGES * 4096); /* the first allocation: node 0's */
+    rounds_of = (volatile long *)jia_alloc(4096);
+    landing = (char *)jia_alloc(4 * 4096 * jiahosts);
+    mine = landing + 4 * 4096 * jiapid;
+    CHECK(pipe(pipe_fds) == 0 && pipe(full_fds) == 0, "pipe");
+    CHECK(socketpair(AF_UNIX, SOCK_DGRAM, 0, dgram) == 0, "socketpair");
+    /* A full pipe: a write to it blocks. */
+    CHECK(fcntl(full_fds[1], F_SETFL, O_NONBLOCK) == 0, "fcntl");
+    {
+        static char junk[4096];
+        while (write(full_fds[1], junk, sizeof junk) > 0) {}
+        CHECK(errno == EAGAIN, "filling a pipe");
+        CHECK(fcntl(full_fds[1], F_SETFL, 0) == 0, "fcntl");
+    }
+    jia_barrier();
+
+    for (round = 0; round < rounds; round++) {
+        pthread_t t[WORKERS];
+        void *res;
+        for (k = 0; k < WORKERS; k++) {
+            done[k] = 0;
+            CHECK(pthread_create(&t[k], NULL, worker, (void *)(long)k) == 0, "pthread_create");
+        }
+        usleep(3000 + 1000 * (round % 4));
+        for (k = 0; k < WORKERS; k++) CHECK(pthread_cancel(t[k]) == 0, "pthread_cancel");
+        for (k = 0; k < WORKERS; k++) {
+            CHECK(pthread_join(t[k], &res) == 0, "pthread_join");
+            if (res != PTHREAD_CANCELED) jia_error("node %d: a worker was not cancelled", jiapid);
+            total += done[k];
+        }
+        jia_barrier(); /* the workers' writes before the readers below */
+
+        struct blocked from_pipe = { pipe_fds[0], mine, 8192, 0 };
+        struct blocked from_socket = { dgram[0], mine + 4096, 8192, 0 };
+        struct blocked to_full_pipe = { full_fds[1], mine, 3 * 4096, 1 };
+        cancel_blocked(&from_pipe, "read of a pipe into shared memory");
+        cancel_blocked(&from_socket, "read of a datagram socket into shared memory");
+        cancel_blocked(&to_full_pipe, "write of shared memory to a full pipe");
+
+        CHECK(pthread_create(&t[0], NULL, async_reader, NULL) == 0, "pthread_create");
+        usleep(500 + 300 * (round % 7));
+        CHECK(pthread_cancel(t[0]) == 0, "pthread_cancel");
+        CHECK(pthread_join(t[0], &res) == 0, "pthread_join");
+        if (res != PTHREAD_CANCELED) jia_error("node %d: a reader with asynchronous cancellation was not cancelled", jiapid);
+        jia_barrier(); /* every reader done before node 0 writes */
+        /* Node 0 changes the pages (under lock 0): the other nodes' copies go invalid at the
+         * barrier, and the next round's reader faults on them again. */
+        if (jiapid == 0) {
+            jia_lock(0);
+            for (int p = 0; p < PAGES; p++) counts[p * WORDS_PER_PAGE] += 1000000;
+            jia_unlock(0);
+        }
+        jia_barrier();
+
+        /* The same buffer still takes a datagram whole. */
+        char msg[3000];
+        for (k = 0; k < (int)sizeof msg; k++) msg[k] = (char)(k * 7 + round + jiapid);
+        CHECK(send(dgram[1], msg, sizeof msg, 0) == (ssize_t)sizeof msg, "send");
+        CHECK(read(dgram[0], mine + 4096, 8192) == (ssize_t)sizeof msg, "node %d: read of a datagram", jiapid);
+        CHECK(memcmp(mine + 4096, msg, sizeof msg) == 0, "node %d: a datagram read into shared memory differs", jiapid);
+    }
+
+    jia_lock(1);
+    rounds_of[jiapid] = total;
+    jia_unlock(1);
+    jia_barrier();
+    if (jiapid == 0) {
+        long sum = 0;
+        for (k = 0; k < jiahosts; k++) sum += rounds_of[k];
+        sum += 1000000L * rounds;
+        for (int p = 0; p < PAGES; p++)
+            CHECK(counts[p * WORDS_PER_PAGE] == sum, "page %d counts %ld increments, the nodes made %ld",
+                  p, counts[p * WORDS_PER_PAGE], sum);
+        printf("c-cancel OK rounds=%d increments=%ld nodes=%d\n", rounds, sum - 1000000L * rounds, jiahosts);
+    }
+    jia_exit();
+    return 0;
+}
