@@ -541,6 +541,8 @@ fn site_of(from: From) -> Site {
 /// `addr2line` when the checker is on (the program was built for it, with lines; one run per
 /// call site, remembered); otherwise the code's object file and offset.
 pub fn allocation_site(from: From) -> String {
+    // Runs addr2line (a spawn and a wait, cancellation points) holding `NAMED`.
+    let _held = CancellationHeld::hold();
     static NAMED: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
     match (site_of(from), from) {
         (Site::Line { file, line }, _) => format!("{file}:{line}"),

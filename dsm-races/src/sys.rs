@@ -192,15 +192,35 @@ pub(crate) mod fast {
 #[must_use = "cancellation is held only while the value lives"]
 pub struct CancellationHeld {
     was: libc::c_int,
+    /// In a signal handler: the signal mask of the code it interrupted.
+    interrupted_mask: *const libc::sigset_t,
 }
 
 impl CancellationHeld {
     /// Holds this thread's cancellation off.
     pub fn hold() -> CancellationHeld {
+        Self::hold_in_handler(std::ptr::null())
+    }
+
+    /// Holds this thread's cancellation off in a signal handler that interrupted code whose
+    /// signal mask is `*interrupted_mask` (its context's `uc_sigmask`), live while the value
+    /// is: a cancellation that acts as the value is dropped leaves the handler without
+    /// `sigreturn`, so the thread's cleanup handlers and thread-local destructors would run
+    /// with the handler's mask (SIGSEGV blocked: a touch of shared memory there ended the
+    /// process).
+    pub fn hold_in_handler(interrupted_mask: *const libc::sigset_t) -> CancellationHeld {
         let mut was = PTHREAD_CANCEL_DISABLE;
         // SAFETY: sets the calling thread's own state; `was` is a live int it writes.
         unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut was) };
-        CancellationHeld { was }
+        CancellationHeld {
+            was,
+            interrupted_mask,
+        }
+    }
+
+    /// Holds this thread's cancellation off for good: it is ending the process.
+    pub fn for_good() {
+        std::mem::forget(Self::hold());
     }
 }
 
@@ -210,37 +230,47 @@ impl Drop for CancellationHeld {
             return;
         }
         // Enabled again with the thread's cancellation deferred, which acts at a cancellation
-        // point only, then made asynchronous again if it was: where a cancellation came
-        // meanwhile, the thread is unwound from here (the frames up to the code this
-        // interrupted must then hold nothing to drop: see `Handler`).
+        // point only, then made asynchronous again if it was (so it is, too, inside the C
+        // library's cancellation points, which a signal handler of the program's may have
+        // interrupted).
         let mut kind = PTHREAD_CANCEL_DEFERRED;
         // SAFETY: the calling thread's own state; `kind` is a live int it writes.
         unsafe {
             pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &mut kind);
             pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, std::ptr::null_mut());
         }
-        if kind == PTHREAD_CANCEL_ASYNCHRONOUS {
-            // glibc 2.36 (Debian 12) ends a thread whose cancellation is enabled again without
-            // setting its result: `pthread_join` gets NULL instead of PTHREAD_CANCELED. Its
-            // own handler of SIGCANCEL sets the result (and, the cancellation deferred, does no
-            // more): sent to this thread first, a cancellation that came meanwhile ends it
-            // with the right result; none came, the handler does nothing.
-            // SAFETY: a signal to this thread, which the C library handles (never blocked: it
-            // refuses to add the signal to a mask); the calls touch no memory of ours.
+        if kind != PTHREAD_CANCEL_ASYNCHRONOUS {
+            return;
+        }
+        // A cancellation that came meanwhile acts here, and the thread is unwound from this
+        // frame (the frames up to the code this interrupted must hold nothing to drop: see
+        // the runtime's `Handler`): through `pthread_testcancel`, which acts only on one that
+        // is pending and sets the thread's result (glibc 2.36 leaves it NULL where enabling an
+        // asynchronous cancellation acts).
+        if !self.interrupted_mask.is_null() {
+            // SAFETY: the interrupted code's mask, live while this value is (the caller's
+            // promise); sets this thread's mask only.
             unsafe {
-                libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), SIGCANCEL);
-                pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, std::ptr::null_mut());
-            }
+                libc::pthread_sigmask(
+                    libc::SIG_SETMASK,
+                    self.interrupted_mask,
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        // SAFETY: the calling thread's own state.
+        unsafe {
+            pthread_testcancel();
+            pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, std::ptr::null_mut());
         }
     }
 }
 
-// Not in the libc crate: <pthread.h>'s values, and the signal glibc cancels threads with.
+// Not in the libc crate: <pthread.h>'s values.
 const PTHREAD_CANCEL_ENABLE: libc::c_int = 0;
 const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
 const PTHREAD_CANCEL_DEFERRED: libc::c_int = 0;
 const PTHREAD_CANCEL_ASYNCHRONOUS: libc::c_int = 1;
-const SIGCANCEL: libc::c_int = 32;
 
 unsafe extern "C-unwind" {
     /// Unwinds (a forced unwind, the thread's end) where it enables an asynchronous
@@ -248,6 +278,8 @@ unsafe extern "C-unwind" {
     fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
     /// The same where it makes a pending cancellation asynchronous.
     fn pthread_setcanceltype(kind: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+    /// Unwinds where a cancellation is pending and enabled.
+    fn pthread_testcancel();
 }
 
 /// Sleeps `us` microseconds through the system call itself: the C library's `nanosleep` (what

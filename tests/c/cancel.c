@@ -11,10 +11,18 @@
  *    shared memory to a full pipe, are cancelled (read and write are cancellation points: the
  *    thread must end there, PTHREAD_CANCELED, and the node go on); then a datagram sent to that
  *    socket is read into the same shared buffer, whole;
- *  - a reader whose cancellation is asynchronous sums a word of each page while node 0 changes
- *    them (faults on every node but 0) and is cancelled wherever it is, often inside a fault:
- *    the node goes on, and pthread_join gets PTHREAD_CANCELED (glibc 2.36 gave NULL to a thread
- *    whose pending cancellation acted as the fault handler enabled it again).
+ *  - a reader whose cancellation is asynchronous sums a word of each page (faults on every node
+ *    but 0) and is cancelled wherever it is, often inside a fault: the node goes on, pthread_join
+ *    gets PTHREAD_CANCELED (glibc 2.36 gave NULL to a thread whose pending cancellation acted as
+ *    the fault handler enabled it again), and its cleanup handler runs with SIGSEGV unblocked
+ *    and reads a page not held (a cancellation acting at the handler's end skips sigreturn:
+ *    SIGSEGV stayed blocked, and that read ended the node);
+ *  - after node 0 changed every page, a thread with asynchronous cancellation that nobody
+ *    cancels sums them (faults) and returns its own value, and a thread blocked in read() of a
+ *    pipe, interrupted by a SIGUSR1 handler that reads other changed pages (faults inside a
+ *    cancellation point of the C library), gets its byte and returns its own value: neither
+ *    ended cancelled (an earlier fix sent the thread glibc's cancellation signal at each such
+ *    fault, which cancelled them; a node whose signal 32 had the default action died).
  * At the end every node's rounds are summed under lock 1, and node 0 checks that each word holds
  * that sum: no increment lost or made twice by a thread cancelled inside the DSM.
  * Usage: cancel [ROUNDS] */
@@ -22,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +45,7 @@
 
 static volatile long *counts; /* PAGES pages, homed on node 0 */
 static volatile long *rounds_of; /* one word per node */
+static volatile long *extra; /* PAGES pages, homed on node 0: what the SIGUSR1 handler reads */
 static char *landing; /* 4 pages per node: where the blocked reads land */
 static volatile long done[WORKERS];
 
@@ -53,18 +63,60 @@ static void *worker(void *arg)
 }
 
 static volatile long sink;
+static volatile int cleanup_saw_sigsegv_blocked, handler_done;
+
+/* The async reader's cleanup: reads the last page (not held here when it was cancelled first). */
+static void after_cancel(void *arg)
+{
+    sigset_t now;
+    (void)arg;
+    pthread_sigmask(SIG_BLOCK, NULL, &now);
+    if (sigismember(&now, SIGSEGV)) cleanup_saw_sigsegv_blocked = 1;
+    sink = counts[(PAGES - 1) * WORDS_PER_PAGE];
+}
 
 static void *async_reader(void *arg)
 {
     int old;
     (void)arg;
     pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
+    pthread_cleanup_push(after_cancel, NULL);
     for (;;) {
         long sum = 0;
-        for (int p = 0; p < PAGES; p++) sum += counts[p * WORDS_PER_PAGE];
+        for (int p = 0; p < PAGES - 1; p++) sum += counts[p * WORDS_PER_PAGE];
         sink = sum;
     }
+    pthread_cleanup_pop(0);
     return NULL;
+}
+
+/* Asynchronous cancellation, never cancelled: sums the pages once and returns 42. */
+static void *async_once(void *arg)
+{
+    int old;
+    long sum = 0;
+    (void)arg;
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
+    for (int p = 0; p < PAGES; p++) sum += counts[p * WORDS_PER_PAGE];
+    pthread_setcanceltype(old, &old);
+    sink = sum;
+    return (void *)42;
+}
+
+static void on_usr1(int sig)
+{
+    long sum = 0;
+    (void)sig;
+    for (int p = 0; p < PAGES; p++) sum += extra[p * WORDS_PER_PAGE];
+    sink = sum;
+    handler_done = 1;
+}
+
+/* Blocked in read() of a pipe (a private buffer), never cancelled: returns 42 once a byte came. */
+static void *interrupted_reader(void *arg)
+{
+    char byte;
+    return (void *)(long)(read(*(int *)arg, &byte, 1) == 1 ? 42 : 7);
 }
 
 struct blocked { int fd; char *buf; size_t n; int writes; };
@@ -93,17 +145,26 @@ static void cancel_blocked(struct blocked *b, const char *what)
 
 int main(int argc, char **argv)
 {
-    int rounds, round, pipe_fds[2], full_fds[2], dgram[2], k;
+    int rounds, round, pipe_fds[2], full_fds[2], dgram[2], signalled[2], k;
     long total = 0;
     char *mine;
     jia_init(argc, argv);
     rounds = argc > 1 ? atoi(argv[1]) : 10;
     counts = (volatile long *)jia_alloc(PAGES * 4096); /* the first allocation: node 0's */
     rounds_of = (volatile long *)jia_alloc(4096);
+    extra = (volatile long *)jia_alloc3(PAGES * 4096, PAGES * 4096, 0);
     landing = (char *)jia_alloc(4 * 4096 * jiahosts);
     mine = landing + 4 * 4096 * jiapid;
     CHECK(pipe(pipe_fds) == 0 && pipe(full_fds) == 0, "pipe");
     CHECK(socketpair(AF_UNIX, SOCK_DGRAM, 0, dgram) == 0, "socketpair");
+    CHECK(pipe(signalled) == 0, "pipe");
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_usr1;
+        sa.sa_flags = SA_RESTART;
+        CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+    }
     /* A full pipe: a write to it blocks. */
     CHECK(fcntl(full_fds[1], F_SETFL, O_NONBLOCK) == 0, "fcntl");
     {
@@ -142,15 +203,35 @@ int main(int argc, char **argv)
         CHECK(pthread_cancel(t[0]) == 0, "pthread_cancel");
         CHECK(pthread_join(t[0], &res) == 0, "pthread_join");
         if (res != PTHREAD_CANCELED) jia_error("node %d: a reader with asynchronous cancellation was not cancelled", jiapid);
+        if (cleanup_saw_sigsegv_blocked)
+            jia_error("node %d: a cancelled thread's cleanup ran with SIGSEGV blocked", jiapid);
         jia_barrier(); /* every reader done before node 0 writes */
         /* Node 0 changes the pages (under lock 0): the other nodes' copies go invalid at the
-         * barrier, and the next round's reader faults on them again. */
+         * barrier, and the threads below (and the next round's reader) fault on them again. */
         if (jiapid == 0) {
             jia_lock(0);
             for (int p = 0; p < PAGES; p++) counts[p * WORDS_PER_PAGE] += 1000000;
+            for (int p = 0; p < PAGES; p++) extra[p * WORDS_PER_PAGE] += 1;
             jia_unlock(0);
         }
         jia_barrier();
+
+        CHECK(pthread_create(&t[0], NULL, async_once, NULL) == 0, "pthread_create");
+        CHECK(pthread_join(t[0], &res) == 0, "pthread_join");
+        if (res != (void *)42)
+            jia_error("node %d: a thread with asynchronous cancellation that nobody cancelled ended with %p", jiapid, res);
+
+        handler_done = 0;
+        CHECK(pthread_create(&t[0], NULL, interrupted_reader, &signalled[0]) == 0, "pthread_create");
+        usleep(2000);
+        CHECK(pthread_kill(t[0], SIGUSR1) == 0, "pthread_kill");
+        for (k = 0; !handler_done && k < 10000; k++) usleep(1000);
+        CHECK(handler_done, "node %d: the SIGUSR1 handler did not run within 10 s", jiapid);
+        CHECK(write(signalled[1], "x", 1) == 1, "write");
+        CHECK(pthread_join(t[0], &res) == 0, "pthread_join");
+        if (res != (void *)42)
+            jia_error("node %d: a read interrupted by a handler that faults, never cancelled, ended with %p", jiapid, res);
+        jia_barrier(); /* the reads above before the next round's writes */
 
         /* The same buffer still takes a datagram whole. */
         char msg[3000];

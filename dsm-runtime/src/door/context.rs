@@ -98,8 +98,10 @@ pub(crate) struct SignalContext {
 }
 
 impl SignalContext {
-    pub(crate) fn enter() -> SignalContext {
-        let cancellation = signals::CancellationHeld::hold();
+    /// Enters in the handler whose context (`ucontext_t`) is `ctx`.
+    pub(crate) fn enter(ctx: *mut libc::c_void) -> SignalContext {
+        let cancellation =
+            signals::CancellationHeld::hold_in_handler(signals::interrupted_mask_at(ctx));
         IN_HANDLER.with(|h| h.set(true));
         SignalContext {
             errno: signals::errno(),

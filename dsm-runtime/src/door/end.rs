@@ -162,6 +162,8 @@ pub(crate) fn end_quietly(status: i32) -> ! {
 }
 
 fn end_with(msg: Option<&str>, status: i32) -> ! {
+    // The line and `exit` must not be cut short by a cancellation of this thread.
+    sys::signals::CancellationHeld::for_good();
     if LEAVING.load(Ordering::SeqCst) {
         // The process is in `exit` with the program's status on another thread: this one (the
         // service thread seeing its peers end, most likely) waits for that end.
@@ -190,6 +192,7 @@ fn end_with(msg: Option<&str>, status: i32) -> ! {
 /// Ends the node from its exit handlers with `dsm node N: error: MSG` and `status`
 /// ([`leave_with`]).
 pub(crate) fn fatal_flushed(msg: &str, status: i32) -> ! {
+    sys::signals::CancellationHeld::for_good();
     let line = format!("dsm node {}: error: {msg}\n", rank());
     sys::write_stderr(line.as_bytes());
     leave_with(status)
@@ -198,6 +201,7 @@ pub(crate) fn fatal_flushed(msg: &str, status: i32) -> ! {
 /// Ends the node from any context without allocating or locking: `dsm node N: error: MSG` by
 /// one `write(2)` (cut at 1 KiB), then `_exit(status)`. Async-signal-safe.
 pub(crate) fn die(msg: &str, status: i32) -> ! {
+    sys::signals::CancellationHeld::for_good();
     let mut line = Line::default();
     line.push(b"dsm node ");
     line.push_decimal(rank());

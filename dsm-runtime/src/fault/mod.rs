@@ -70,9 +70,9 @@
 //!   cancellation acting at one unwound the thread through the handler's frames holding the
 //!   node's state (the C library aborted the node). A thread whose cancellation is asynchronous
 //!   and pending is unwound when it is put back, with nothing of the handler's left to undo:
-//!   [`handler`] is `extern "C-unwind"`, and that last step sends the thread the C library's
-//!   own cancellation signal first (`tgkill`), so that `pthread_join` gets `PTHREAD_CANCELED`
-//!   on glibc 2.36 too (`dsm_races::CancellationHeld`).
+//!   [`handler`] is `extern "C-unwind"`, and that last step puts back the interrupted code's
+//!   signal mask first, for the unwind never returns through `sigreturn`, and acts through
+//!   `pthread_testcancel`, which sets the thread's result (`dsm_races::CancellationHeld`).
 //! - **SIGSEGV blocked only while handling** (the kernel's default for a handler without
 //!   `SA_NODEFER`): a fault inside the handler is a runtime bug and ends the process. The
 //!   program's handler, when one is chained to, runs with the mask the kernel would have given
@@ -285,7 +285,7 @@ extern "C-unwind" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
         return unsafe { chain(sig, info, ctx) };
     }
     let outcome = {
-        let _context = SignalContext::enter();
+        let _context = SignalContext::enter(ctx);
         serve(start, addr, ctx)
     };
     if outcome == Some(FaultOutcome::Unallocated) {

@@ -401,6 +401,19 @@ pub unsafe fn fault_is_write(_ctx: *mut libc::c_void) -> Option<bool> {
 
 pub use dsm_races::CancellationHeld;
 
+/// Where the signal mask of the code a handler interrupted lies in its context `ctx` (the
+/// `ucontext_t` an `SA_SIGINFO` handler is given; null for a null `ctx`): live until the
+/// handler returns. Async-signal-safe.
+pub fn interrupted_mask_at(ctx: *mut libc::c_void) -> *const libc::sigset_t {
+    if ctx.is_null() {
+        return std::ptr::null();
+    }
+    // The field's address, computed without reading or referencing anything.
+    ctx.cast::<libc::ucontext_t>()
+        .wrapping_byte_add(std::mem::offset_of!(libc::ucontext_t, uc_sigmask))
+        .cast::<libc::sigset_t>()
+}
+
 /// This thread's errno. Async-signal-safe.
 pub fn errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno, always valid.
