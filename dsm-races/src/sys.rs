@@ -530,12 +530,18 @@ fn differing_bytes_by_words(a: &[u8; 64], b: &[u8; 64]) -> u64 {
 /// one load and a branch. Each is a trampoline that reads the return address at `[rsp]` (the
 /// call just pushed it), puts the size and kind in the next argument registers and jumps to the
 /// Rust function, which returns to the program directly: no stack, no other register touched.
+///
+/// A thread whose cancellation is asynchronous may be cancelled anywhere in them (they stand for
+/// plain loads and stores): the trampolines carry unwind information of their own (`.cfi_*`:
+/// without it the C library found no way up and aborted the node), and the Rust functions they
+/// jump to may be unwound (`extern "C-unwind"`) and hold nothing to drop, but for the checker's
+/// own work, during which cancellation is held off ([`super::CancellationHeld`]).
 pub mod hooks {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// One access from instrumented code: `size` bytes at `addr`, a write if `write` is
     /// nonzero, made at the return address `pc`.
-    extern "C" fn access(addr: usize, pc: usize, size: usize, write: usize) {
+    extern "C-unwind" fn access(addr: usize, pc: usize, size: usize, write: usize) {
         if !crate::recorded_fast(addr, size, write != 0, pc) {
             slow(addr, pc, size, write);
         }
@@ -543,7 +549,7 @@ pub mod hooks {
 
     /// [`access`] for an access of `SIZE` bytes, a write if `WRITE`: the mask and the kind are
     /// constants of each hook's copy, and the slow path's call a jump.
-    extern "C" fn access_of<const SIZE: usize, const WRITE: bool>(addr: usize, pc: usize) {
+    extern "C-unwind" fn access_of<const SIZE: usize, const WRITE: bool>(addr: usize, pc: usize) {
         if !crate::recorded_fast(addr, SIZE, WRITE, pc) {
             slow_of::<SIZE, WRITE>(addr, pc);
         }
@@ -552,14 +558,14 @@ pub mod hooks {
     /// [`access_of`]'s slow path.
     #[cold]
     #[inline(never)]
-    extern "C" fn slow_of<const SIZE: usize, const WRITE: bool>(addr: usize, pc: usize) {
+    extern "C-unwind" fn slow_of<const SIZE: usize, const WRITE: bool>(addr: usize, pc: usize) {
         crate::access_slow(addr, SIZE, WRITE, crate::From::Code(pc));
     }
 
     /// The accesses the fast path did not record.
     #[cold]
     #[inline(never)]
-    extern "C" fn slow(addr: usize, pc: usize, size: usize, write: usize) {
+    extern "C-unwind" fn slow(addr: usize, pc: usize, size: usize, write: usize) {
         crate::access_slow(addr, size, write != 0, crate::From::Code(pc));
     }
 
@@ -577,8 +583,9 @@ pub mod hooks {
             // still at [rsp]); the stack and the registers a callee keeps are untouched.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
-            pub extern "C" fn $name(_addr: *const u8) {
+            pub extern "C-unwind" fn $name(_addr: *const u8) {
                 core::arch::naked_asm!(
+                    ".cfi_startproc",
                     "mov rax, rdi",
                     "sub rax, qword ptr [rip + {base}]",
                     "cmp rax, qword ptr [rip + {len}]",
@@ -587,6 +594,7 @@ pub mod hooks {
                     "jmp {hook}",
                     "2:",
                     "ret",
+                    ".cfi_endproc",
                     base = sym crate::BASE,
                     len = sym crate::LEN,
                     hook = sym access_of::<$size, $write>,
@@ -620,12 +628,14 @@ pub mod hooks {
             // SAFETY: as the hooks above.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
-            pub extern "C" fn $name(_addr: *const u8, _size: usize) {
+            pub extern "C-unwind" fn $name(_addr: *const u8, _size: usize) {
                 core::arch::naked_asm!(
+                    ".cfi_startproc",
                     "mov rdx, rsi",
                     "mov rsi, [rsp]",
                     concat!("mov ecx, ", $write),
                     "jmp {hook}",
+                    ".cfi_endproc",
                     hook = sym access,
                 )
             }

@@ -81,8 +81,23 @@ pub fn asynchronous_signals() -> libc::sigset_t {
     }
 }
 
+/// Adds glibc's cancellation signal (32), which `sigfillset` and `sigaddset` leave out, to `set`:
+/// blocked while the DSM's handler runs, an asynchronous cancellation waits for the handler to
+/// put it back ([`CancellationHeld`], which restores the interrupted code's mask before it acts)
+/// or to return, instead of acting at the handler's first instructions, before it holds
+/// cancellation off, and leaving the thread's cleanup handlers with the handler's mask (SIGSEGV
+/// blocked: a touch of shared memory there ended the node).
+fn add_cancellation_signal(set: &mut libc::sigset_t) {
+    const SIGCANCEL: u32 = 32;
+    let first = (set as *mut libc::sigset_t).cast::<libc::c_ulong>();
+    // SAFETY: a sigset_t is an array of words, signal n at bit n - 1 counted from the first
+    // word's lowest (the kernel's layout, which glibc's is); `set` is a live, exclusive borrow.
+    unsafe { *first |= 1 << (SIGCANCEL - 1) };
+}
+
 /// Installs `handler` for `sig` with `SA_SIGINFO | SA_ONSTACK` and every asynchronous signal
-/// blocked while it runs ([`asynchronous_signals`]; `sig` itself is blocked too, as without
+/// blocked while it runs ([`asynchronous_signals`], and the C library's cancellation signal:
+/// [`add_cancellation_signal`]; `sig` itself is blocked too, as without
 /// `SA_NODEFER`: a second fault of the same kind in the handler is a bug, and the kernel then
 /// ends the process); returns the action it replaced.
 pub fn install(sig: libc::c_int, handler: Handler) -> std::io::Result<libc::sigaction> {
@@ -91,6 +106,7 @@ pub fn install(sig: libc::c_int, handler: Handler) -> std::io::Result<libc::siga
     new.sa_sigaction = handler as *const () as usize;
     new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
     new.sa_mask = asynchronous_signals();
+    add_cancellation_signal(&mut new.sa_mask);
     // SAFETY: as above, zeroed sigaction is valid plain data to receive the old action.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are to live sigaction structs; `handler` has the SA_SIGINFO signature.
