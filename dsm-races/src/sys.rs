@@ -660,12 +660,18 @@ pub mod hooks {
             // SAFETY: a move into the fourth argument register and a jump, as the hooks above.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
-            pub unsafe extern "C" fn $name(
+            pub unsafe extern "C-unwind" fn $name(
                 _dst: *mut libc::c_void,
                 _src: $second,
                 _n: usize,
             ) -> *mut libc::c_void {
-                core::arch::naked_asm!("mov rcx, [rsp]", "jmp {imp}", imp = sym $imp)
+                core::arch::naked_asm!(
+                    ".cfi_startproc",
+                    "mov rcx, [rsp]",
+                    "jmp {imp}",
+                    ".cfi_endproc",
+                    imp = sym $imp,
+                )
             }
         )*};
     }
@@ -674,6 +680,29 @@ pub mod hooks {
         __tsan_memcpy => memcpy_at, *const libc::c_void;
         __tsan_memmove => memmove_at, *const libc::c_void;
         __tsan_memset => memset_at, libc::c_int;
+    }
+
+    /// The C library's copies, declared as calls that may unwind: the compiler's own copies
+    /// (a structure's assignment) come here, and a thread whose cancellation is asynchronous may
+    /// be cancelled inside one (see `jia`'s `entry` module).
+    mod unwinding {
+        unsafe extern "C-unwind" {
+            pub(super) fn memcpy(
+                dst: *mut libc::c_void,
+                src: *const libc::c_void,
+                n: usize,
+            ) -> *mut libc::c_void;
+            pub(super) fn memmove(
+                dst: *mut libc::c_void,
+                src: *const libc::c_void,
+                n: usize,
+            ) -> *mut libc::c_void;
+            pub(super) fn memset(
+                dst: *mut libc::c_void,
+                c: libc::c_int,
+                n: usize,
+            ) -> *mut libc::c_void;
+        }
     }
 
     /// `n` bytes at `addr` read (or written) from `pc`.
@@ -686,7 +715,7 @@ pub mod hooks {
     ///
     /// # Safety
     /// `memcpy`'s contract (the instrumented code's own copy).
-    pub unsafe extern "C" fn memcpy_at(
+    pub unsafe extern "C-unwind" fn memcpy_at(
         dst: *mut libc::c_void,
         src: *const libc::c_void,
         n: usize,
@@ -695,14 +724,14 @@ pub mod hooks {
         touched(src, n, false, pc);
         touched(dst, n, true, pc);
         // SAFETY: the caller's promise: the compiler's copy, whose operands are valid.
-        unsafe { libc::memcpy(dst, src, n) }
+        unsafe { unwinding::memcpy(dst, src, n) }
     }
 
     /// `memmove(dst, src, n)` from `pc`.
     ///
     /// # Safety
     /// `memmove`'s contract.
-    pub unsafe extern "C" fn memmove_at(
+    pub unsafe extern "C-unwind" fn memmove_at(
         dst: *mut libc::c_void,
         src: *const libc::c_void,
         n: usize,
@@ -711,14 +740,14 @@ pub mod hooks {
         touched(src, n, false, pc);
         touched(dst, n, true, pc);
         // SAFETY: as memcpy_at.
-        unsafe { libc::memmove(dst, src, n) }
+        unsafe { unwinding::memmove(dst, src, n) }
     }
 
     /// `memset(dst, byte, n)` from `pc`.
     ///
     /// # Safety
     /// `memset`'s contract.
-    pub unsafe extern "C" fn memset_at(
+    pub unsafe extern "C-unwind" fn memset_at(
         dst: *mut libc::c_void,
         byte: libc::c_int,
         n: usize,
@@ -726,7 +755,7 @@ pub mod hooks {
     ) -> *mut libc::c_void {
         touched(dst, n, true, pc);
         // SAFETY: as memcpy_at.
-        unsafe { libc::memset(dst, byte, n) }
+        unsafe { unwinding::memset(dst, byte, n) }
     }
 
     /// Whether an instrumented object called [`__tsan_init`] (its constructor does, before

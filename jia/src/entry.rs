@@ -10,6 +10,15 @@
 //! next free argument register and jumps to the Rust function, which returns to the program
 //! directly. Nothing else is touched: no stack, no other register. On other architectures the
 //! entry points are plain functions and the address is 0 (lines are then not known).
+//!
+//! Entry points, and the functions they reach, may be unwound: a thread cancelled in a blocking
+//! call (`read`, `pthread_cond_wait`: cancellation points) or, its cancellation asynchronous,
+//! anywhere, is unwound through them (a forced unwind). So they are `extern "C-unwind"`, and
+//! the C library's cancellation points they call are declared so ([`crate::cancellable`]): a
+//! call the compiler took for one that cannot unwind has no entry in its function's unwind
+//! table, where Rust's personality answers "terminate", and the C library aborted the node. The
+//! trampolines carry unwind information of their own (`.cfi_*`). Their frames hold nothing to
+//! drop while such a call blocks.
 
 use std::ffi::c_int;
 
@@ -20,17 +29,19 @@ macro_rules! pc_entry {
         #[cfg(target_arch = "x86_64")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 concat!("mov ", $reg, ", [rsp]"),
                 "jmp {imp}",
+                ".cfi_endproc",
                 imp = sym $imp,
             )
         }
 
         #[cfg(not(target_arch = "x86_64"))]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY: the caller's promise is the function's own (see its documentation).
             unsafe { $imp($($arg),*, 0) }
         }
@@ -46,18 +57,22 @@ macro_rules! pc_entry_stacked {
         #[cfg(target_arch = "x86_64")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "push qword ptr [rsp]",
+                ".cfi_adjust_cfa_offset 8",
                 "call {imp}",
                 "add rsp, 8",
+                ".cfi_adjust_cfa_offset -8",
                 "ret",
+                ".cfi_endproc",
                 imp = sym $imp,
             )
         }
         #[cfg(not(target_arch = "x86_64"))]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY: the caller's promise is the function's own (see its documentation).
             unsafe { $imp($($arg),*, 0) }
         }

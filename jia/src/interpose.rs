@@ -18,7 +18,7 @@ use crate::entry::__sigaction;
 // outside shared memory costs one range check. Other calls (recv, send, memcpy-free kernel
 // copies such as sendfile or io_uring) are not covered: see the README.
 
-unsafe extern "C" {
+unsafe extern "C-unwind" {
     fn __read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
     fn __write(fd: c_int, buf: *const c_void, n: usize) -> isize;
     fn __pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize;
@@ -436,7 +436,7 @@ crate::entry::pc_entry! {
 ///
 /// # Safety
 /// As the C library's `read`.
-unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
+unsafe extern "C-unwind" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -> isize {
     // What `fd` is, asked once and only for a buffer in shared memory.
     let kind = std::cell::OnceCell::new();
     let kind_of = || *kind.get_or_init(|| descriptor_kind(fd));
@@ -465,7 +465,7 @@ unsafe extern "C" fn read_at(fd: c_int, buf: *mut c_void, n: usize, pc: usize) -
 ///
 /// # Safety
 /// As the C library's `write`.
-unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize) -> isize {
+unsafe extern "C-unwind" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize) -> isize {
     // SAFETY: the C library's write with the caller's arguments.
     let r = in_pieces(
         buf,
@@ -482,7 +482,13 @@ unsafe extern "C" fn write_at(fd: c_int, buf: *const c_void, n: usize, pc: usize
 ///
 /// # Safety
 /// As the C library's `pread`.
-unsafe extern "C" fn pread_at(fd: c_int, buf: *mut c_void, n: usize, off: i64, pc: usize) -> isize {
+unsafe extern "C-unwind" fn pread_at(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    off: i64,
+    pc: usize,
+) -> isize {
     // SAFETY: the C library's pread with the caller's arguments.
     let r = in_pieces(
         buf,
@@ -499,7 +505,7 @@ unsafe extern "C" fn pread_at(fd: c_int, buf: *mut c_void, n: usize, off: i64, p
 ///
 /// # Safety
 /// As the C library's `pwrite`.
-unsafe extern "C" fn pwrite_at(
+unsafe extern "C-unwind" fn pwrite_at(
     fd: c_int,
     buf: *const c_void,
     n: usize,
@@ -524,7 +530,7 @@ unsafe extern "C" fn pwrite_at(
 ///
 /// # Safety
 /// As the C library's `fread`.
-unsafe extern "C" fn fread_at(
+unsafe extern "C-unwind" fn fread_at(
     ptr: *mut c_void,
     size: usize,
     n: usize,
@@ -544,7 +550,7 @@ unsafe extern "C" fn fread_at(
 ///
 /// # Safety
 /// As the C library's `fwrite`.
-unsafe extern "C" fn fwrite_at(
+unsafe extern "C-unwind" fn fwrite_at(
     ptr: *const c_void,
     size: usize,
     n: usize,
@@ -741,7 +747,12 @@ fn record_iovecs(bufs: &[libc::iovec], r: isize, kernel_writes: bool, pc: usize)
     }
 }
 
-unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
+unsafe extern "C-unwind" fn readv_at(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    pc: usize,
+) -> isize {
     // SAFETY: the caller's iovecs, as readv asks.
     let bufs = unsafe { iovecs(iov, cnt) };
     if let Some(len) = private_receive(|| descriptor_kind(fd), bufs, 0) {
@@ -749,7 +760,7 @@ unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc
         // (no more of them than the caller's count).
         let r = unsafe {
             received_privately(bufs, len, |mine| {
-                libc::readv(fd, mine.as_ptr(), mine.len() as c_int)
+                crate::cancellable::readv(fd, mine.as_ptr(), mine.len() as c_int)
             })
         };
         if let Some(r) = r {
@@ -758,15 +769,28 @@ unsafe extern "C" fn readv_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc
         }
     }
     // SAFETY: the C library's readv with the caller's arguments.
-    unsafe { vectored(iov, cnt, true, pc, || libc::readv(fd, iov, cnt)) }
+    unsafe {
+        vectored(iov, cnt, true, pc, || {
+            crate::cancellable::readv(fd, iov, cnt)
+        })
+    }
 }
 
-unsafe extern "C" fn writev_at(fd: c_int, iov: *const libc::iovec, cnt: c_int, pc: usize) -> isize {
+unsafe extern "C-unwind" fn writev_at(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    pc: usize,
+) -> isize {
     // SAFETY: the C library's writev with the caller's arguments.
-    unsafe { vectored(iov, cnt, false, pc, || libc::writev(fd, iov, cnt)) }
+    unsafe {
+        vectored(iov, cnt, false, pc, || {
+            crate::cancellable::writev(fd, iov, cnt)
+        })
+    }
 }
 
-unsafe extern "C" fn recv_at(
+unsafe extern "C-unwind" fn recv_at(
     fd: c_int,
     buf: *mut c_void,
     n: usize,
@@ -775,55 +799,16 @@ unsafe extern "C" fn recv_at(
 ) -> isize {
     let private = private_receive_into(|| descriptor_kind(fd), buf, n, flags).and_then(|len| {
         // SAFETY: the C library's recv into a private buffer for the caller's, in shared memory.
-        unsafe { received_privately_into(buf, n, len, |p, k| libc::recv(fd, p, k, flags)) }
-    });
-    let r = private.unwrap_or_else(|| {
-        // SAFETY: the C library's recv with the caller's arguments.
-        on_shared(buf, n, true, || unsafe { libc::recv(fd, buf, n, flags) })
-    });
-    // A truncated datagram's length (MSG_TRUNC) may exceed the bytes written.
-    record(
-        buf,
-        r.min(isize::try_from(n).unwrap_or(isize::MAX)),
-        true,
-        pc,
-    );
-    r
-}
-
-unsafe extern "C" fn send_at(
-    fd: c_int,
-    buf: *const c_void,
-    n: usize,
-    flags: c_int,
-    pc: usize,
-) -> isize {
-    // SAFETY: the C library's send with the caller's arguments.
-    let r = on_shared(buf, n, false, || unsafe { libc::send(fd, buf, n, flags) });
-    record(buf, r, false, pc);
-    r
-}
-
-unsafe extern "C" fn recvfrom_at(
-    fd: c_int,
-    buf: *mut c_void,
-    n: usize,
-    flags: c_int,
-    from: *mut libc::sockaddr,
-    len: *mut libc::socklen_t,
-    pc: usize,
-) -> isize {
-    let private = private_receive_into(|| descriptor_kind(fd), buf, n, flags).and_then(|k| {
-        // SAFETY: the C library's recvfrom into a private buffer for the caller's, in shared
-        // memory, with the caller's address arguments.
         unsafe {
-            received_privately_into(buf, n, k, |p, k| libc::recvfrom(fd, p, k, flags, from, len))
+            received_privately_into(buf, n, len, |p, k| {
+                crate::cancellable::recv(fd, p, k, flags)
+            })
         }
     });
     let r = private.unwrap_or_else(|| {
-        // SAFETY: the C library's recvfrom with the caller's arguments.
+        // SAFETY: the C library's recv with the caller's arguments.
         on_shared(buf, n, true, || unsafe {
-            libc::recvfrom(fd, buf, n, flags, from, len)
+            crate::cancellable::recv(fd, buf, n, flags)
         })
     });
     // A truncated datagram's length (MSG_TRUNC) may exceed the bytes written.
@@ -836,7 +821,56 @@ unsafe extern "C" fn recvfrom_at(
     r
 }
 
-unsafe extern "C" fn sendto_at(
+unsafe extern "C-unwind" fn send_at(
+    fd: c_int,
+    buf: *const c_void,
+    n: usize,
+    flags: c_int,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's send with the caller's arguments.
+    let r = on_shared(buf, n, false, || unsafe {
+        crate::cancellable::send(fd, buf, n, flags)
+    });
+    record(buf, r, false, pc);
+    r
+}
+
+unsafe extern "C-unwind" fn recvfrom_at(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    flags: c_int,
+    from: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    pc: usize,
+) -> isize {
+    let private = private_receive_into(|| descriptor_kind(fd), buf, n, flags).and_then(|k| {
+        // SAFETY: the C library's recvfrom into a private buffer for the caller's, in shared
+        // memory, with the caller's address arguments.
+        unsafe {
+            received_privately_into(buf, n, k, |p, k| {
+                crate::cancellable::recvfrom(fd, p, k, flags, from, len)
+            })
+        }
+    });
+    let r = private.unwrap_or_else(|| {
+        // SAFETY: the C library's recvfrom with the caller's arguments.
+        on_shared(buf, n, true, || unsafe {
+            crate::cancellable::recvfrom(fd, buf, n, flags, from, len)
+        })
+    });
+    // A truncated datagram's length (MSG_TRUNC) may exceed the bytes written.
+    record(
+        buf,
+        r.min(isize::try_from(n).unwrap_or(isize::MAX)),
+        true,
+        pc,
+    );
+    r
+}
+
+unsafe extern "C-unwind" fn sendto_at(
     fd: c_int,
     buf: *const c_void,
     n: usize,
@@ -847,7 +881,7 @@ unsafe extern "C" fn sendto_at(
 ) -> isize {
     // SAFETY: the C library's sendto with the caller's arguments.
     let r = on_shared(buf, n, false, || unsafe {
-        libc::sendto(fd, buf, n, flags, to, len)
+        crate::cancellable::sendto(fd, buf, n, flags, to, len)
     });
     record(buf, r, false, pc);
     r
@@ -863,7 +897,7 @@ unsafe fn message_iovecs(m: *const libc::msghdr) -> (*const libc::iovec, c_int) 
     (m.msg_iov, c_int::try_from(m.msg_iovlen).unwrap_or(0))
 }
 
-unsafe extern "C" fn recvmsg_at(
+unsafe extern "C-unwind" fn recvmsg_at(
     fd: c_int,
     msg: *mut libc::msghdr,
     flags: c_int,
@@ -883,7 +917,7 @@ unsafe extern "C" fn recvmsg_at(
                 let mut m = *msg;
                 m.msg_iov = mine.as_mut_ptr();
                 m.msg_iovlen = mine.len() as _;
-                let r = libc::recvmsg(fd, &mut m, flags);
+                let r = crate::cancellable::recvmsg(fd, &mut m, flags);
                 (*msg).msg_namelen = m.msg_namelen;
                 (*msg).msg_controllen = m.msg_controllen;
                 (*msg).msg_flags = m.msg_flags;
@@ -896,10 +930,14 @@ unsafe extern "C" fn recvmsg_at(
         }
     }
     // SAFETY: the C library's recvmsg with the caller's arguments.
-    unsafe { vectored(iov, cnt, true, pc, || libc::recvmsg(fd, msg, flags)) }
+    unsafe {
+        vectored(iov, cnt, true, pc, || {
+            crate::cancellable::recvmsg(fd, msg, flags)
+        })
+    }
 }
 
-unsafe extern "C" fn sendmsg_at(
+unsafe extern "C-unwind" fn sendmsg_at(
     fd: c_int,
     msg: *const libc::msghdr,
     flags: c_int,
@@ -908,7 +946,11 @@ unsafe extern "C" fn sendmsg_at(
     // SAFETY: the caller's message header, as sendmsg asks.
     let (iov, cnt) = unsafe { message_iovecs(msg) };
     // SAFETY: the C library's sendmsg with the caller's arguments.
-    unsafe { vectored(iov, cnt, false, pc, || libc::sendmsg(fd, msg, flags)) }
+    unsafe {
+        vectored(iov, cnt, false, pc, || {
+            crate::cancellable::sendmsg(fd, msg, flags)
+        })
+    }
 }
 
 /// `recvmmsg` and `sendmmsg`: each message's buffers brought in, the call made (again after
@@ -967,7 +1009,7 @@ unsafe fn vectored_messages(
     moved
 }
 
-unsafe extern "C" fn recvmmsg_at(
+unsafe extern "C-unwind" fn recvmmsg_at(
     fd: c_int,
     msgs: *mut libc::mmsghdr,
     n: libc::c_uint,
@@ -978,12 +1020,12 @@ unsafe extern "C" fn recvmmsg_at(
     // SAFETY: the C library's recvmmsg with the caller's arguments.
     unsafe {
         vectored_messages(msgs, n, true, pc, || {
-            libc::recvmmsg(fd, msgs, n, flags, timeout)
+            crate::cancellable::recvmmsg(fd, msgs, n, flags, timeout)
         })
     }
 }
 
-unsafe extern "C" fn sendmmsg_at(
+unsafe extern "C-unwind" fn sendmmsg_at(
     fd: c_int,
     msgs: *mut libc::mmsghdr,
     n: libc::c_uint,
@@ -991,10 +1033,14 @@ unsafe extern "C" fn sendmmsg_at(
     pc: usize,
 ) -> c_int {
     // SAFETY: the C library's sendmmsg with the caller's arguments.
-    unsafe { vectored_messages(msgs, n, false, pc, || libc::sendmmsg(fd, msgs, n, flags)) }
+    unsafe {
+        vectored_messages(msgs, n, false, pc, || {
+            crate::cancellable::sendmmsg(fd, msgs, n, flags)
+        })
+    }
 }
 
-unsafe extern "C" fn fgets_at(
+unsafe extern "C-unwind" fn fgets_at(
     s: *mut libc::c_char,
     n: c_int,
     f: *mut libc::FILE,
@@ -1002,7 +1048,7 @@ unsafe extern "C" fn fgets_at(
 ) -> *mut libc::c_char {
     // SAFETY: the C library's fgets with the caller's arguments (it copies from the stream's
     // buffer: a fault on `s` is the DSM's to serve).
-    let got = unsafe { libc::fgets(s, n, f) };
+    let got = unsafe { crate::cancellable::fgets(s, n, f) };
     if !got.is_null() {
         // SAFETY: fgets stored a string at `s`.
         let len = unsafe { libc::strlen(s) } + 1;
@@ -1036,7 +1082,7 @@ unsafe extern "C" fn fgets_at(
 // The runtime inside this library makes its own calls through `__sigaction` and raw system
 // calls, never through these symbols.
 
-unsafe extern "C" {
+unsafe extern "C-unwind" {
     fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
     /// glibc's BSD `signal` under the one exported name libjia does not define.
     fn ssignal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
@@ -1048,7 +1094,7 @@ unsafe extern "C" {
 /// # Safety
 /// As the C library's `sigaction`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sigaction(
+pub unsafe extern "C-unwind" fn sigaction(
     sig: c_int,
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
@@ -1110,7 +1156,10 @@ fn note_signal(sig: c_int, handler: libc::sighandler_t) {
 /// # Safety
 /// As the C library's `signal`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C-unwind" fn signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     if dsm_signal(sig) || dsm_races::on() {
         return signal_as(sig, handler, libc::SA_RESTART);
     }
@@ -1124,7 +1173,10 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
 /// # Safety
 /// As the C library's `bsd_signal`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C-unwind" fn bsd_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     // SAFETY: as signal.
     unsafe { signal(sig, handler) }
 }
@@ -1135,7 +1187,7 @@ pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> 
 /// # Safety
 /// As the C library's `sysv_signal`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sysv_signal(
+pub unsafe extern "C-unwind" fn sysv_signal(
     sig: c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
@@ -1156,7 +1208,7 @@ const SIG_HOLD: libc::sighandler_t = 2;
 /// # Safety
 /// As the C library's `sigset`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C-unwind" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
     // SAFETY: zeroed sigset_t and sigaction are valid plain data; every call below reads and
     // writes only these live locals.
     unsafe {
@@ -1218,7 +1270,7 @@ fn prot_name(prot: c_int) -> &'static str {
 /// # Safety
 /// As the C library's `mprotect`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
     if dsm_runtime::interpose::refused_on_shared("mprotect", addr as usize, len, prot_name(prot)) {
         return -1;
     }
@@ -1231,7 +1283,7 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) ->
 /// # Safety
 /// As the C library's `munmap`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+pub unsafe extern "C-unwind" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     if dsm_runtime::interpose::refused_on_shared("munmap", addr as usize, len, "") {
         return -1;
     }
@@ -1247,7 +1299,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
 /// # Safety
 /// As the C library's `mremap`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mremap(
+pub unsafe extern "C-unwind" fn mremap(
     old: *mut c_void,
     old_len: usize,
     new_len: usize,
@@ -1278,7 +1330,7 @@ pub unsafe extern "C" fn mremap(
 /// # Safety
 /// As the C library's `madvise`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     let discards = match advice {
         libc::MADV_DONTNEED => "MADV_DONTNEED",
         libc::MADV_FREE => "MADV_FREE",

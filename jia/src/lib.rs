@@ -30,6 +30,7 @@ use std::time::Instant;
 use dsm_runtime::{AllocPolicy, Dsm, NodeId, ReduceOp, Reducible};
 
 mod atomics;
+mod cancellable;
 mod entry;
 mod interpose;
 mod races;

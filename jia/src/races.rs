@@ -28,7 +28,7 @@ pub(crate) fn instrumented() -> bool {
 macro_rules! unchecked_hooks {
     ($($name:ident),* $(,)?) => {$(
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name() {}
+        pub extern "C-unwind" fn $name() {}
     )*};
 }
 
@@ -118,14 +118,14 @@ unsafe fn string_copied(d: *mut c_char, s: *const c_char, pc: usize) {
     touched(d.cast(), n, true, pc);
 }
 
-unsafe extern "C" fn strcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to strcpy).
     unsafe { string_copied(d, s, pc) };
     // SAFETY: the caller's arguments, as to strcpy.
     unsafe { libc::strcpy(d, s) }
 }
 
-unsafe extern "C" fn strncpy_at(
+unsafe extern "C-unwind" fn strncpy_at(
     d: *mut c_char,
     s: *const c_char,
     n: usize,
@@ -139,7 +139,7 @@ unsafe extern "C" fn strncpy_at(
     unsafe { libc::strncpy(d, s, n) }
 }
 
-unsafe extern "C" fn strcat_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strcat_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
     // SAFETY: both are strings (the caller's promise, as to strcat).
     let (dl, sl) = unsafe { (libc::strlen(d), libc::strlen(s)) };
     touched(d.cast(), dl, false, pc);
@@ -151,14 +151,14 @@ unsafe extern "C" fn strcat_at(d: *mut c_char, s: *const c_char, pc: usize) -> *
     unsafe { libc::strcat(d, s) }
 }
 
-unsafe extern "C" fn strlen_at(s: *const c_char, pc: usize) -> usize {
+unsafe extern "C-unwind" fn strlen_at(s: *const c_char, pc: usize) -> usize {
     // SAFETY: `s` is a string (the caller's promise, as to strlen).
     let n = unsafe { libc::strlen(s) };
     touched(s.cast(), n + 1, false, pc);
     n
 }
 
-unsafe extern "C" fn strcmp_at(a: *const c_char, b: *const c_char, pc: usize) -> c_int {
+unsafe extern "C-unwind" fn strcmp_at(a: *const c_char, b: *const c_char, pc: usize) -> c_int {
     // SAFETY: both are strings (the caller's promise, as to strcmp).
     let n = unsafe { compared(a.cast(), b.cast(), usize::MAX, true) };
     touched(a.cast(), n, false, pc);
@@ -167,7 +167,12 @@ unsafe extern "C" fn strcmp_at(a: *const c_char, b: *const c_char, pc: usize) ->
     unsafe { libc::strcmp(a, b) }
 }
 
-unsafe extern "C" fn strncmp_at(a: *const c_char, b: *const c_char, n: usize, pc: usize) -> c_int {
+unsafe extern "C-unwind" fn strncmp_at(
+    a: *const c_char,
+    b: *const c_char,
+    n: usize,
+    pc: usize,
+) -> c_int {
     // SAFETY: strings or n bytes (the caller's promise, as to strncmp).
     let read = unsafe { compared(a.cast(), b.cast(), n, true) };
     touched(a.cast(), read, false, pc);
@@ -176,7 +181,12 @@ unsafe extern "C" fn strncmp_at(a: *const c_char, b: *const c_char, n: usize, pc
     unsafe { libc::strncmp(a, b, n) }
 }
 
-unsafe extern "C" fn memcmp_at(a: *const c_void, b: *const c_void, n: usize, pc: usize) -> c_int {
+unsafe extern "C-unwind" fn memcmp_at(
+    a: *const c_void,
+    b: *const c_void,
+    n: usize,
+    pc: usize,
+) -> c_int {
     // SAFETY: n bytes each (the caller's promise, as to memcmp).
     let read = unsafe { compared(a, b, n, false) };
     touched(a, read, false, pc);
@@ -185,14 +195,14 @@ unsafe extern "C" fn memcmp_at(a: *const c_void, b: *const c_void, n: usize, pc:
     unsafe { libc::memcmp(a, b, n) }
 }
 
-unsafe extern "C" fn stpcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn stpcpy_at(d: *mut c_char, s: *const c_char, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to stpcpy).
     unsafe { string_copied(d, s, pc) };
     // SAFETY: the caller's arguments, as to stpcpy.
     unsafe { libc::stpcpy(d, s) }
 }
 
-unsafe extern "C" fn strncat_at(
+unsafe extern "C-unwind" fn strncat_at(
     d: *mut c_char,
     s: *const c_char,
     n: usize,
@@ -209,14 +219,19 @@ unsafe extern "C" fn strncat_at(
     unsafe { libc::strncat(d, s, n) }
 }
 
-unsafe extern "C" fn strnlen_at(s: *const c_char, n: usize, pc: usize) -> usize {
+unsafe extern "C-unwind" fn strnlen_at(s: *const c_char, n: usize, pc: usize) -> usize {
     // SAFETY: `s` holds a string or n bytes (the caller's promise, as to strnlen).
     let len = unsafe { libc::strnlen(s, n) };
     touched(s.cast(), (len + 1).min(n), false, pc);
     len
 }
 
-unsafe extern "C" fn memchr_at(s: *const c_void, c: c_int, n: usize, pc: usize) -> *mut c_void {
+unsafe extern "C-unwind" fn memchr_at(
+    s: *const c_void,
+    c: c_int,
+    n: usize,
+    pc: usize,
+) -> *mut c_void {
     // SAFETY: `s` holds n bytes (the caller's promise, as to memchr).
     let found = unsafe { libc::memchr(s, c, n) };
     let read = if found.is_null() {
@@ -228,7 +243,7 @@ unsafe extern "C" fn memchr_at(s: *const c_void, c: c_int, n: usize, pc: usize) 
     found
 }
 
-unsafe extern "C" fn strchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to strchr).
     let found = unsafe { libc::strchr(s, c) };
     let read = if found.is_null() {
@@ -241,7 +256,7 @@ unsafe extern "C" fn strchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_
     found
 }
 
-unsafe extern "C" fn strrchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strrchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to strrchr): all of it is read.
     let n = unsafe { libc::strlen(s) } + 1;
     touched(s.cast(), n, false, pc);
@@ -249,7 +264,11 @@ unsafe extern "C" fn strrchr_at(s: *const c_char, c: c_int, pc: usize) -> *mut c
     unsafe { libc::strrchr(s, c) }
 }
 
-unsafe extern "C" fn strstr_at(h: *const c_char, needle: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strstr_at(
+    h: *const c_char,
+    needle: *const c_char,
+    pc: usize,
+) -> *mut c_char {
     // SAFETY: both are strings (the caller's promise, as to strstr).
     let (found, nl) = unsafe { (libc::strstr(h, needle), libc::strlen(needle)) };
     let read = if found.is_null() {
@@ -264,9 +283,9 @@ unsafe extern "C" fn strstr_at(h: *const c_char, needle: *const c_char, pc: usiz
 }
 
 /// A C comparison function, as `qsort` and `bsearch` take it.
-type Compare = unsafe extern "C" fn(*const c_void, *const c_void) -> c_int;
+type Compare = unsafe extern "C-unwind" fn(*const c_void, *const c_void) -> c_int;
 
-unsafe extern "C" fn qsort_at(
+unsafe extern "C-unwind" fn qsort_at(
     base: *mut c_void,
     n: usize,
     size: usize,
@@ -278,10 +297,10 @@ unsafe extern "C" fn qsort_at(
     touched(base, n.saturating_mul(size), false, pc);
     touched(base, n.saturating_mul(size), true, pc);
     // SAFETY: the caller's arguments, as to qsort.
-    unsafe { libc::qsort(base, n, size, cmp) }
+    unsafe { crate::cancellable::qsort(base, n, size, cmp) }
 }
 
-unsafe extern "C" fn mempcpy_at(
+unsafe extern "C-unwind" fn mempcpy_at(
     d: *mut c_void,
     s: *const c_void,
     n: usize,
@@ -292,7 +311,7 @@ unsafe extern "C" fn mempcpy_at(
     unsafe { libc::mempcpy(d, s, n) }
 }
 
-unsafe extern "C" fn memccpy_at(
+unsafe extern "C-unwind" fn memccpy_at(
     d: *mut c_void,
     s: *const c_void,
     c: c_int,
@@ -311,24 +330,24 @@ unsafe extern "C" fn memccpy_at(
     unsafe { libc::memccpy(d, s, c, n) }
 }
 
-unsafe extern "C" {
+unsafe extern "C-unwind" {
     fn bzero(s: *mut c_void, n: usize);
     fn rawmemchr(s: *const c_void, c: c_int) -> *mut c_void;
 }
 
-unsafe extern "C" fn bzero_at(d: *mut c_void, n: usize, pc: usize) {
+unsafe extern "C-unwind" fn bzero_at(d: *mut c_void, n: usize, pc: usize) {
     touched(d, n, true, pc);
     // SAFETY: the caller's arguments, as to bzero.
     unsafe { bzero(d, n) }
 }
 
-unsafe extern "C" fn explicit_bzero_at(d: *mut c_void, n: usize, pc: usize) {
+unsafe extern "C-unwind" fn explicit_bzero_at(d: *mut c_void, n: usize, pc: usize) {
     touched(d, n, true, pc);
     // SAFETY: the caller's arguments, as to explicit_bzero.
     unsafe { libc::explicit_bzero(d, n) }
 }
 
-unsafe extern "C" fn stpncpy_at(
+unsafe extern "C-unwind" fn stpncpy_at(
     d: *mut c_char,
     s: *const c_char,
     n: usize,
@@ -342,7 +361,7 @@ unsafe extern "C" fn stpncpy_at(
     unsafe { libc::stpncpy(d, s, n) }
 }
 
-unsafe extern "C" fn strdup_at(s: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strdup_at(s: *const c_char, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to strdup).
     let n = unsafe { libc::strlen(s) } + 1;
     touched(s.cast(), n, false, pc);
@@ -350,7 +369,7 @@ unsafe extern "C" fn strdup_at(s: *const c_char, pc: usize) -> *mut c_char {
     unsafe { libc::strdup(s) }
 }
 
-unsafe extern "C" fn strndup_at(s: *const c_char, n: usize, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strndup_at(s: *const c_char, n: usize, pc: usize) -> *mut c_char {
     // SAFETY: `s` holds a string or n bytes (the caller's promise, as to strndup).
     let read = (unsafe { libc::strnlen(s, n) } + 1).min(n);
     touched(s.cast(), read, false, pc);
@@ -370,7 +389,7 @@ unsafe fn spanned(s: *const c_char, stop: usize, set: *const c_char, pc: usize) 
     touched(set.cast(), n, false, pc);
 }
 
-unsafe extern "C" fn strspn_at(s: *const c_char, accept: *const c_char, pc: usize) -> usize {
+unsafe extern "C-unwind" fn strspn_at(s: *const c_char, accept: *const c_char, pc: usize) -> usize {
     // SAFETY: both are strings (the caller's promise, as to strspn).
     let n = unsafe { libc::strspn(s, accept) };
     // SAFETY: as above; n is at most s's length.
@@ -378,7 +397,11 @@ unsafe extern "C" fn strspn_at(s: *const c_char, accept: *const c_char, pc: usiz
     n
 }
 
-unsafe extern "C" fn strcspn_at(s: *const c_char, reject: *const c_char, pc: usize) -> usize {
+unsafe extern "C-unwind" fn strcspn_at(
+    s: *const c_char,
+    reject: *const c_char,
+    pc: usize,
+) -> usize {
     // SAFETY: both are strings (the caller's promise, as to strcspn).
     let n = unsafe { libc::strcspn(s, reject) };
     // SAFETY: as above.
@@ -386,7 +409,11 @@ unsafe extern "C" fn strcspn_at(s: *const c_char, reject: *const c_char, pc: usi
     n
 }
 
-unsafe extern "C" fn strpbrk_at(s: *const c_char, accept: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strpbrk_at(
+    s: *const c_char,
+    accept: *const c_char,
+    pc: usize,
+) -> *mut c_char {
     // SAFETY: both are strings (the caller's promise, as to strpbrk).
     let n = unsafe { libc::strcspn(s, accept) };
     // SAFETY: as above.
@@ -415,7 +442,7 @@ unsafe fn compared_ignoring_case(a: *const c_char, b: *const c_char, n: usize) -
     n
 }
 
-unsafe extern "C" fn strcasecmp_at(a: *const c_char, b: *const c_char, pc: usize) -> c_int {
+unsafe extern "C-unwind" fn strcasecmp_at(a: *const c_char, b: *const c_char, pc: usize) -> c_int {
     // SAFETY: both are strings (the caller's promise, as to strcasecmp).
     let n = unsafe { compared_ignoring_case(a, b, usize::MAX) };
     touched(a.cast(), n, false, pc);
@@ -424,7 +451,7 @@ unsafe extern "C" fn strcasecmp_at(a: *const c_char, b: *const c_char, pc: usize
     unsafe { libc::strcasecmp(a, b) }
 }
 
-unsafe extern "C" fn strncasecmp_at(
+unsafe extern "C-unwind" fn strncasecmp_at(
     a: *const c_char,
     b: *const c_char,
     n: usize,
@@ -438,7 +465,12 @@ unsafe extern "C" fn strncasecmp_at(
     unsafe { libc::strncasecmp(a, b, n) }
 }
 
-unsafe extern "C" fn memrchr_at(s: *const c_void, c: c_int, n: usize, pc: usize) -> *mut c_void {
+unsafe extern "C-unwind" fn memrchr_at(
+    s: *const c_void,
+    c: c_int,
+    n: usize,
+    pc: usize,
+) -> *mut c_void {
     // SAFETY: `s` holds n bytes (the caller's promise, as to memrchr): read from its end down
     // to what it found.
     let found = unsafe { libc::memrchr(s, c, n) };
@@ -450,14 +482,14 @@ unsafe extern "C" fn memrchr_at(s: *const c_void, c: c_int, n: usize, pc: usize)
     found
 }
 
-unsafe extern "C" fn rawmemchr_at(s: *const c_void, c: c_int, pc: usize) -> *mut c_void {
+unsafe extern "C-unwind" fn rawmemchr_at(s: *const c_void, c: c_int, pc: usize) -> *mut c_void {
     // SAFETY: `s` holds `c` (the caller's promise, as to rawmemchr).
     let found = unsafe { rawmemchr(s, c) };
     touched(s, found as usize - s as usize + 1, false, pc);
     found
 }
 
-unsafe extern "C" fn strchrnul_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strchrnul_at(s: *const c_char, c: c_int, pc: usize) -> *mut c_char {
     // SAFETY: `s` is a string (the caller's promise, as to strchrnul): up to what it found or
     // the NUL.
     let found = unsafe { libc::strchrnul(s, c) };
@@ -465,7 +497,7 @@ unsafe extern "C" fn strchrnul_at(s: *const c_char, c: c_int, pc: usize) -> *mut
     found
 }
 
-unsafe extern "C" fn memmem_at(
+unsafe extern "C-unwind" fn memmem_at(
     h: *const c_void,
     hl: usize,
     needle: *const c_void,
@@ -484,7 +516,7 @@ unsafe extern "C" fn memmem_at(
     found
 }
 
-unsafe extern "C" fn strcasestr_at(
+unsafe extern "C-unwind" fn strcasestr_at(
     h: *const c_char,
     needle: *const c_char,
     pc: usize,
@@ -541,7 +573,7 @@ unsafe fn tokenised(
     token
 }
 
-unsafe extern "C" fn strtok_r_at(
+unsafe extern "C-unwind" fn strtok_r_at(
     s: *mut c_char,
     delim: *const c_char,
     save: *mut *mut c_char,
@@ -556,7 +588,11 @@ unsafe extern "C" fn strtok_r_at(
 static STRTOK_SAVED: std::sync::atomic::AtomicPtr<c_char> =
     std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
-unsafe extern "C" fn strtok_at(s: *mut c_char, delim: *const c_char, pc: usize) -> *mut c_char {
+unsafe extern "C-unwind" fn strtok_at(
+    s: *mut c_char,
+    delim: *const c_char,
+    pc: usize,
+) -> *mut c_char {
     use std::sync::atomic::Ordering::Relaxed;
     let mut save = STRTOK_SAVED.load(Relaxed);
     // SAFETY: the caller's arguments, as to strtok, with the saved place.
@@ -589,7 +625,7 @@ unsafe fn parsed(s: *const c_char, end: *const c_char, pc: usize) {
 /// `strtol`-like entry `$name` (`$imp`), of type `$t`, with a base or not.
 macro_rules! parse_entry {
     ($imp:ident, $lib:path, $t:ty, base) => {
-        unsafe extern "C" fn $imp(
+        unsafe extern "C-unwind" fn $imp(
             s: *const c_char,
             end: *mut *mut c_char,
             base: c_int,
@@ -609,7 +645,7 @@ macro_rules! parse_entry {
         }
     };
     ($imp:ident, $lib:path, $t:ty) => {
-        unsafe extern "C" fn $imp(s: *const c_char, end: *mut *mut c_char, pc: usize) -> $t {
+        unsafe extern "C-unwind" fn $imp(s: *const c_char, end: *mut *mut c_char, pc: usize) -> $t {
             let mut stop = std::ptr::null_mut();
             // SAFETY: as above.
             let v = unsafe { $lib(s, &mut stop) };
@@ -631,22 +667,22 @@ parse_entry!(strtoull_at, libc::strtoull, libc::c_ulonglong, base);
 parse_entry!(strtod_at, libc::strtod, f64);
 parse_entry!(strtof_at, libc::strtof, f32);
 
-unsafe extern "C" fn atoi_at(s: *const c_char, pc: usize) -> c_int {
+unsafe extern "C-unwind" fn atoi_at(s: *const c_char, pc: usize) -> c_int {
     // SAFETY: `s` is a string (the caller's promise, as to atoi, which is strtol base 10).
     unsafe { strtol_at(s, std::ptr::null_mut(), 10, pc) as c_int }
 }
 
-unsafe extern "C" fn atol_at(s: *const c_char, pc: usize) -> libc::c_long {
+unsafe extern "C-unwind" fn atol_at(s: *const c_char, pc: usize) -> libc::c_long {
     // SAFETY: as above.
     unsafe { strtol_at(s, std::ptr::null_mut(), 10, pc) }
 }
 
-unsafe extern "C" fn atoll_at(s: *const c_char, pc: usize) -> libc::c_longlong {
+unsafe extern "C-unwind" fn atoll_at(s: *const c_char, pc: usize) -> libc::c_longlong {
     // SAFETY: as above.
     unsafe { strtoll_at(s, std::ptr::null_mut(), 10, pc) }
 }
 
-unsafe extern "C" fn atof_at(s: *const c_char, pc: usize) -> f64 {
+unsafe extern "C-unwind" fn atof_at(s: *const c_char, pc: usize) -> f64 {
     // SAFETY: as above (atof is strtod).
     unsafe { strtod_at(s, std::ptr::null_mut(), pc) }
 }
@@ -655,7 +691,7 @@ unsafe extern "C" fn atof_at(s: *const c_char, pc: usize) -> f64 {
 /// `pc` (a return address in the program): what jia.h's wrappers of those calls found in their
 /// arguments, in checked builds.
 #[unsafe(no_mangle)]
-pub extern "C" fn __dsm_checked_range_at(
+pub extern "C-unwind" fn __dsm_checked_range_at(
     p: *const c_void,
     n: usize,
     write: c_int,
@@ -670,7 +706,7 @@ pub extern "C" fn __dsm_checked_range_at(
 /// # Safety
 /// `s` is null, or holds a NUL or `max` readable bytes (as the call it comes from asked).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_string_at(
+pub unsafe extern "C-unwind" fn __dsm_checked_string_at(
     s: *const c_char,
     max: usize,
     write: c_int,
@@ -870,7 +906,7 @@ pub(crate) fn wrap_installed_handlers() {
 ///
 /// Signal context: two atomic loads and the call (no lock, no allocation; errno is the
 /// program's handler's to keep).
-extern "C" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+extern "C-unwind" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     use std::sync::atomic::Ordering::SeqCst;
     let k = sig as usize;
     let Some(handler) = PROGRAM_HANDLERS.get(k).map(|h| h.load(SeqCst)) else {
@@ -883,12 +919,12 @@ extern "C" fn checked_handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut 
     dsm_races::in_signal_handler(|| {
         if flags & libc::SA_SIGINFO != 0 {
             // SAFETY: the program installed this address as an SA_SIGINFO handler.
-            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            let f: extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
                 unsafe { std::mem::transmute(handler) };
             f(sig, info, ctx);
         } else {
             // SAFETY: the program installed this address as a one-argument handler.
-            let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(handler) };
+            let f: extern "C-unwind" fn(c_int) = unsafe { std::mem::transmute(handler) };
             f(sig);
         }
     });
@@ -914,9 +950,9 @@ fn object(p: *const c_void) -> Local {
 macro_rules! acquired_on_success {
     ($($name:ident => $call:ident($ty:ty $(, $arg:ident: $aty:ty)*);)*) => {$(
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(obj: *mut $ty $(, $arg: $aty)*) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(obj: *mut $ty $(, $arg: $aty)*) -> c_int {
             // SAFETY: the caller's arguments, as to the C library's function.
-            let rc = unsafe { libc::$call(obj $(, $arg)*) };
+            let rc = unsafe { crate::cancellable::$call(obj $(, $arg)*) };
             if rc == 0 {
                 dsm_races::local_acquire(object(obj.cast()));
             }
@@ -929,10 +965,10 @@ macro_rules! acquired_on_success {
 macro_rules! released_before {
     ($($name:ident => $call:ident($ty:ty);)*) => {$(
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(obj: *mut $ty) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(obj: *mut $ty) -> c_int {
             dsm_races::local_release(object(obj.cast()));
             // SAFETY: the caller's argument, as to the C library's function.
-            unsafe { libc::$call(obj) }
+            unsafe { crate::cancellable::$call(obj) }
         }
     )*};
 }
@@ -967,11 +1003,11 @@ thread_local! {
 }
 
 /// The routine `pthread_once` runs: the program's, then a release of the control.
-extern "C" fn checked_once_routine() {
+extern "C-unwind" fn checked_once_routine() {
     let (routine, control) = ONCE.with(std::cell::Cell::get);
     if routine != 0 {
         // SAFETY: the routine the program gave this thread's pthread_once, a `void (*)(void)`.
-        let routine: extern "C" fn() = unsafe { std::mem::transmute(routine) };
+        let routine: extern "C-unwind" fn() = unsafe { std::mem::transmute(routine) };
         routine();
     }
     dsm_races::local_release(Local::Object(control));
@@ -980,81 +1016,83 @@ extern "C" fn checked_once_routine() {
 /// `pthread_once`: whoever returns from it has seen what the routine did (its runner releases
 /// the control when the routine ends, every caller acquires it on return).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_once(
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_once(
     control: *mut libc::pthread_once_t,
-    routine: extern "C" fn(),
+    routine: extern "C-unwind" fn(),
 ) -> c_int {
     let outer = ONCE.with(|o| o.replace((routine as usize, control as usize)));
     // SAFETY: the caller's control, as to pthread_once, with a routine that runs the caller's.
-    let rc = unsafe { libc::pthread_once(control, checked_once_routine) };
+    let rc = unsafe { crate::cancellable::pthread_once(control, checked_once_routine) };
     ONCE.with(|o| o.set(outer));
     dsm_races::local_acquire(object(control.cast()));
     rc
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_cond_wait(
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_cond_wait(
     c: *mut libc::pthread_cond_t,
     m: *mut libc::pthread_mutex_t,
 ) -> c_int {
     dsm_races::local_release(object(m.cast()));
     // SAFETY: the caller's arguments, as to pthread_cond_wait.
-    let rc = unsafe { libc::pthread_cond_wait(c, m) };
+    let rc = unsafe { crate::cancellable::pthread_cond_wait(c, m) };
     dsm_races::local_acquire(object(m.cast()));
     rc
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_cond_timedwait(
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_cond_timedwait(
     c: *mut libc::pthread_cond_t,
     m: *mut libc::pthread_mutex_t,
     t: *const libc::timespec,
 ) -> c_int {
     dsm_races::local_release(object(m.cast()));
     // SAFETY: the caller's arguments, as to pthread_cond_timedwait.
-    let rc = unsafe { libc::pthread_cond_timedwait(c, m, t) };
+    let rc = unsafe { crate::cancellable::pthread_cond_timedwait(c, m, t) };
     dsm_races::local_acquire(object(m.cast()));
     rc
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_barrier_wait(
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_barrier_wait(
     b: *mut libc::pthread_barrier_t,
 ) -> c_int {
     let round = dsm_races::local_barrier_enter(b as usize);
     // SAFETY: the caller's argument, as to pthread_barrier_wait.
-    let rc = unsafe { libc::pthread_barrier_wait(b) };
+    let rc = unsafe { crate::cancellable::pthread_barrier_wait(b) };
     dsm_races::local_barrier_leave(b as usize, round);
     rc
 }
 
 /// A thread's start, as `pthread_create` was asked for it, with its creator's clock.
 struct Start {
-    run: extern "C" fn(*mut c_void) -> *mut c_void,
+    run: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
     creator: Option<(u32, dsm_races::Entries)>,
 }
 
 /// The start routine of a thread created through [`__dsm_checked_pthread_create`]: starts from
 /// its creator's clock, runs the program's routine, and leaves its clock for the joiner.
-extern "C" fn checked_start(start: *mut c_void) -> *mut c_void {
+extern "C-unwind" fn checked_start(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box that __dsm_checked_pthread_create leaked for this thread,
     // taken back once.
-    let start = unsafe { Box::from_raw(start.cast::<Start>()) };
+    // Moved out of the Box, which is freed: nothing of this frame's is left to drop while the
+    // routine runs (a cancelled thread is unwound through it).
+    let Start { run, arg, creator } = *unsafe { Box::from_raw(start.cast::<Start>()) };
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() };
-    if let Some(creator) = start.creator {
+    if let Some(creator) = creator {
         // Its clock is left for the joiner when it ends, by returning or by pthread_exit.
         dsm_races::thread_started(creator, Some(me));
     }
-    (start.run)(start.arg)
+    run(arg)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_create(
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_create(
     thread: *mut libc::pthread_t,
     attr: *const libc::pthread_attr_t,
-    run: extern "C" fn(*mut c_void) -> *mut c_void,
+    run: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
 ) -> c_int {
     let start = Box::into_raw(Box::new(Start {
@@ -1064,7 +1102,8 @@ pub unsafe extern "C" fn __dsm_checked_pthread_create(
     }));
     // SAFETY: the caller's arguments, as to pthread_create, with this library's start routine
     // and the Box it takes back.
-    let rc = unsafe { libc::pthread_create(thread, attr, checked_start, start.cast()) };
+    let rc =
+        unsafe { crate::cancellable::pthread_create(thread, attr, checked_start, start.cast()) };
     if rc != 0 {
         // SAFETY: the thread was not created: the Box is still this call's.
         drop(unsafe { Box::from_raw(start) });
@@ -1073,12 +1112,12 @@ pub unsafe extern "C" fn __dsm_checked_pthread_create(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_pthread_join(
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_join(
     thread: libc::pthread_t,
     result: *mut *mut c_void,
 ) -> c_int {
     // SAFETY: the caller's arguments, as to pthread_join.
-    let rc = unsafe { libc::pthread_join(thread, result) };
+    let rc = unsafe { crate::cancellable::pthread_join(thread, result) };
     if rc == 0 {
         dsm_races::local_acquire(Local::Thread(thread));
     }
@@ -1116,13 +1155,13 @@ fn gomp(cache: &std::sync::atomic::AtomicUsize, name: &'static [u8]) -> usize {
 /// A parallel region's work, as `GOMP_parallel` was asked for it, with the clock of the thread
 /// that opens it.
 struct Region {
-    run: extern "C" fn(*mut c_void),
+    run: extern "C-unwind" fn(*mut c_void),
     data: *mut c_void,
     opener: Option<(u32, dsm_races::Entries)>,
 }
 
 /// Every team thread's part of a region opened through [`__dsm_checked_GOMP_parallel`].
-extern "C" fn checked_region(region: *mut c_void) {
+extern "C-unwind" fn checked_region(region: *mut c_void) {
     // SAFETY: `region` is the Region on the opener's stack, alive until GOMP_parallel returns,
     // which is after every team thread has returned from here; only read.
     let region = unsafe { &*(region as *const Region) };
@@ -1143,12 +1182,12 @@ macro_rules! gomp_region {
         static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            run: extern "C" fn(*mut c_void),
+        pub unsafe extern "C-unwind" fn $name(
+            run: extern "C-unwind" fn(*mut c_void),
             data: *mut c_void,
             $($arg: $ty),*
         ) {
-            type Real = extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, $($ty),*);
+            type Real = extern "C-unwind" fn(extern "C-unwind" fn(*mut c_void), *mut c_void, $($ty),*);
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
             // SAFETY: libgomp's function of that name, whose signature this is.
             let real: Real = unsafe { std::mem::transmute(real) };
@@ -1201,10 +1240,10 @@ macro_rules! gomp_sync {
         static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name() {
+        pub extern "C-unwind" fn $name() {
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
             // SAFETY: libgomp's function of that name takes nothing and returns nothing.
-            let real: extern "C" fn() = unsafe { std::mem::transmute(real) };
+            let real: extern "C-unwind" fn() = unsafe { std::mem::transmute(real) };
             if $release {
                 dsm_races::local_release($key);
             }
@@ -1223,10 +1262,10 @@ macro_rules! omp_lock {
         static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(lock: *mut c_void) -> $ret {
+        pub unsafe extern "C-unwind" fn $name(lock: *mut c_void) -> $ret {
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
             // SAFETY: libgomp's function of that name takes the lock and returns $ret.
-            let real: extern "C" fn(*mut c_void) -> $ret = unsafe { std::mem::transmute(real) };
+            let real: extern "C-unwind" fn(*mut c_void) -> $ret = unsafe { std::mem::transmute(real) };
             omp_lock!(@$how lock, real)
         }
     )*};
@@ -1267,10 +1306,10 @@ macro_rules! gomp_barrier {
         static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name() {
+        pub extern "C-unwind" fn $name() {
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
             // SAFETY: libgomp's function of that name takes nothing and returns nothing.
-            let real: extern "C" fn() = unsafe { std::mem::transmute(real) };
+            let real: extern "C-unwind" fn() = unsafe { std::mem::transmute(real) };
             let round = dsm_races::local_barrier_enter(OMP_BARRIER_ADDR);
             real();
             dsm_races::local_barrier_leave(OMP_BARRIER_ADDR, round);
@@ -1311,19 +1350,19 @@ static GOMP_CRITICAL_NAME_END: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_GOMP_critical_name_start(name: *mut *mut c_void) {
+pub unsafe extern "C-unwind" fn __dsm_checked_GOMP_critical_name_start(name: *mut *mut c_void) {
     let real = gomp(&GOMP_CRITICAL_NAME_START, b"GOMP_critical_name_start\0");
     // SAFETY: libgomp's GOMP_critical_name_start, whose signature this is.
-    let real: extern "C" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
+    let real: extern "C-unwind" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
     real(name);
     dsm_races::local_acquire(object(name.cast()));
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __dsm_checked_GOMP_critical_name_end(name: *mut *mut c_void) {
+pub unsafe extern "C-unwind" fn __dsm_checked_GOMP_critical_name_end(name: *mut *mut c_void) {
     let real = gomp(&GOMP_CRITICAL_NAME_END, b"GOMP_critical_name_end\0");
     // SAFETY: libgomp's GOMP_critical_name_end, whose signature this is.
-    let real: extern "C" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
+    let real: extern "C-unwind" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
     dsm_races::local_release(object(name.cast()));
     real(name);
 }

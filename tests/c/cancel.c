@@ -6,11 +6,16 @@
  *    own system calls inside jia_lock, jia_unlock and the faults (write, sendmsg, epoll_wait...)
  *    are cancellation points of the C library: a cancellation acting there unwound through the
  *    runtime's frames, and the node ended with SIGABRT or SIGSEGV;
- *  - a reader blocked in read() of a pipe, and one in read() of a datagram socket, into shared
- *    memory (which libjia receives through a private buffer), and a writer blocked in write() of
- *    shared memory to a full pipe, are cancelled (read and write are cancellation points: the
- *    thread must end there, PTHREAD_CANCELED, and the node go on); then a datagram sent to that
- *    socket is read into the same shared buffer, whole;
+ *  - threads blocked in read() of a pipe and of a datagram socket into shared memory (which
+ *    libjia receives through a private buffer), in write() of shared memory to a full pipe, in
+ *    fread() and fgets() of a pipe, in readv(), recv() and recvfrom() (into shared memory and
+ *    private memory: libjia's definitions, or a checked build's, are on the stack) are
+ *    cancelled: these are cancellation points, so the thread must end there, PTHREAD_CANCELED,
+ *    and the node go on (fread, and a checked build's readv, recv and recvfrom, aborted it: a
+ *    call the compiler took for one that cannot unwind); then a datagram sent to that socket is
+ *    read into the same shared buffer, whole;
+ *  - a thread with asynchronous cancellation copying a private structure (memcpy: the checker's
+ *    copy hooks in a checked build, which aborted the node) is cancelled;
  *  - a reader whose cancellation is asynchronous sums a word of each page (faults on every node
  *    but 0) and is cancelled wherever it is, often inside a fault: the node goes on, pthread_join
  *    gets PTHREAD_CANCELED (glibc 2.36 gave NULL to a thread whose pending cancellation acted as
@@ -35,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include "jia.h"
 
@@ -119,15 +125,44 @@ static void *interrupted_reader(void *arg)
     return (void *)(long)(read(*(int *)arg, &byte, 1) == 1 ? 42 : 7);
 }
 
-struct blocked { int fd; char *buf; size_t n; int writes; };
+enum call { READ, WRITE, FREAD, FGETS, READV, RECV, RECVFROM };
+static const char *const call_names[] = { "read", "write", "fread", "fgets", "readv", "recv", "recvfrom" };
+struct blocked { enum call call; int fd; FILE *stream; char *buf; size_t n; };
 
 static void *blocked_call(void *arg)
 {
     struct blocked *b = arg;
-    ssize_t r = b->writes ? write(b->fd, b->buf, b->n) : read(b->fd, b->buf, b->n);
+    struct iovec iov = { b->buf, b->n };
+    long r = -1;
+    switch (b->call) {
+    case READ: r = read(b->fd, b->buf, b->n); break;
+    case WRITE: r = write(b->fd, b->buf, b->n); break;
+    case FREAD: r = (long)fread(b->buf, 1, b->n, b->stream); break;
+    case FGETS: r = fgets(b->buf, (int)b->n, b->stream) != NULL; break;
+    case READV: r = readv(b->fd, &iov, 1); break;
+    case RECV: r = recv(b->fd, b->buf, b->n, 0); break;
+    case RECVFROM: r = recvfrom(b->fd, b->buf, b->n, 0, NULL, NULL); break;
+    }
     /* Reached only if the call returned instead of being cancelled. */
-    fprintf(stderr, "node %d: a blocked %s returned %zd (errno %d) instead of being cancelled\n",
-            jiapid, b->writes ? "write" : "read", r, errno);
+    fprintf(stderr, "node %d: a blocked %s returned %ld (errno %d) instead of being cancelled\n",
+            jiapid, call_names[b->call], r, errno);
+    return NULL;
+}
+
+/* An asynchronous thread copying a private structure (calls of memcpy, through the checker's
+ * copy hooks in a checked build), cancelled wherever it is. */
+struct many { long w[24]; };
+static struct many copy_from, copy_to;
+static void *async_copier(void *arg)
+{
+    int old;
+    (void)arg;
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
+    for (;;) {
+        copy_to = copy_from;
+        sink = copy_to.w[1];
+        copy_from.w[2]++;
+    }
     return NULL;
 }
 
@@ -140,7 +175,8 @@ static void cancel_blocked(struct blocked *b, const char *what)
     usleep(2000);
     CHECK(pthread_cancel(t) == 0, "pthread_cancel");
     CHECK(pthread_join(t, &res) == 0, "pthread_join");
-    if (res != PTHREAD_CANCELED) jia_error("node %d: a thread blocked in %s was not cancelled", jiapid, what);
+    if (res != PTHREAD_CANCELED)
+        jia_error("node %d: a thread blocked in %s (%s) was not cancelled", jiapid, call_names[b->call], what);
 }
 
 int main(int argc, char **argv)
@@ -148,6 +184,7 @@ int main(int argc, char **argv)
     int rounds, round, pipe_fds[2], full_fds[2], dgram[2], signalled[2], k;
     long total = 0;
     char *mine;
+    FILE *pipe_stream;
     jia_init(argc, argv);
     rounds = argc > 1 ? atoi(argv[1]) : 10;
     counts = (volatile long *)jia_alloc(PAGES * 4096); /* the first allocation: node 0's */
@@ -158,6 +195,8 @@ int main(int argc, char **argv)
     CHECK(pipe(pipe_fds) == 0 && pipe(full_fds) == 0, "pipe");
     CHECK(socketpair(AF_UNIX, SOCK_DGRAM, 0, dgram) == 0, "socketpair");
     CHECK(pipe(signalled) == 0, "pipe");
+    pipe_stream = fdopen(pipe_fds[0], "r");
+    CHECK(pipe_stream != NULL, "fdopen");
     {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -191,12 +230,27 @@ int main(int argc, char **argv)
         }
         jia_barrier(); /* the workers' writes before the readers below */
 
-        struct blocked from_pipe = { pipe_fds[0], mine, 8192, 0 };
-        struct blocked from_socket = { dgram[0], mine + 4096, 8192, 0 };
-        struct blocked to_full_pipe = { full_fds[1], mine, 3 * 4096, 1 };
-        cancel_blocked(&from_pipe, "read of a pipe into shared memory");
-        cancel_blocked(&from_socket, "read of a datagram socket into shared memory");
-        cancel_blocked(&to_full_pipe, "write of shared memory to a full pipe");
+        char private_buf[512];
+        struct blocked blocked[] = {
+            { READ, pipe_fds[0], NULL, mine, 8192 },
+            { READ, dgram[0], NULL, mine + 4096, 8192 },
+            { WRITE, full_fds[1], NULL, mine, 3 * 4096 },
+            { FREAD, -1, pipe_stream, mine, 8192 },
+            { FREAD, -1, pipe_stream, private_buf, sizeof private_buf },
+            { FGETS, -1, pipe_stream, mine, 512 },
+            { READV, pipe_fds[0], NULL, mine, 8192 },
+            { RECV, dgram[0], NULL, mine + 4096, 8192 },
+            { RECVFROM, dgram[0], NULL, mine + 4096, 8192 },
+            { RECVFROM, dgram[0], NULL, private_buf, sizeof private_buf },
+        };
+        for (k = 0; k < (int)(sizeof blocked / sizeof blocked[0]); k++)
+            cancel_blocked(&blocked[k], blocked[k].buf == private_buf ? "private memory" : "shared memory");
+
+        CHECK(pthread_create(&t[0], NULL, async_copier, NULL) == 0, "pthread_create");
+        usleep(300 + 100 * (round % 5));
+        CHECK(pthread_cancel(t[0]) == 0, "pthread_cancel");
+        CHECK(pthread_join(t[0], &res) == 0, "pthread_join");
+        if (res != PTHREAD_CANCELED) jia_error("node %d: an asynchronous copier was not cancelled", jiapid);
 
         CHECK(pthread_create(&t[0], NULL, async_reader, NULL) == 0, "pthread_create");
         usleep(500 + 300 * (round % 7));
