@@ -259,7 +259,9 @@ fn private_receive_into(
 /// Receives into the first `len` bytes of the buffers `bufs` through private ones of the same
 /// lengths: `call(private)` receives, and what it returns (at most `len` bytes) is copied into
 /// `bufs` in order, their pages made ready first. `None`, calling nothing, where the private
-/// buffers cannot be had (the caller makes the call in place).
+/// buffers cannot be had (the caller makes the call in place). No allocation: `read` and `recv`
+/// are async-signal-safe, and a program's signal handler may receive into shared memory
+/// ([`PrivateBuffer`]).
 ///
 /// # Safety
 /// `bufs` are the caller's buffers, writable for their lengths, as the C library's receives
@@ -269,39 +271,41 @@ unsafe fn received_privately(
     len: usize,
     call: impl FnOnce(&mut [libc::iovec]) -> isize,
 ) -> Option<isize> {
-    // Not zeroed: the kernel writes what is copied out.
-    let mut bytes: Vec<u8> = Vec::new();
-    bytes.try_reserve_exact(len).ok()?;
-    let base = bytes.as_mut_ptr();
-    // The private buffers, and where each goes: read from `bufs` before the call (the iovecs
-    // may lie in the memory received into, as the kernel, which copies them first, allows).
-    let (mut mine, mut dest): (Vec<libc::iovec>, Vec<*mut u8>) = (Vec::new(), Vec::new());
-    mine.try_reserve_exact(bufs.len()).ok()?;
-    dest.try_reserve_exact(bufs.len()).ok()?;
-    let mut at = 0usize;
+    // The bytes, then the private iovecs, then where each goes (read from `bufs` before the
+    // call: the iovecs may lie in the memory received into, as the kernel, which copies them
+    // first, allows).
+    let iovecs_at = len.checked_next_multiple_of(16)?;
+    let dests_at = iovecs_at.checked_add(bufs.len().checked_mul(size_of::<libc::iovec>())?)?;
+    let size = dests_at.checked_add(bufs.len().checked_mul(size_of::<*mut u8>())?)?;
+    let buffer = PrivateBuffer::take(size)?;
+    let base = buffer.at;
+    let iovecs = base.wrapping_add(iovecs_at).cast::<libc::iovec>();
+    let dests = base.wrapping_add(dests_at).cast::<*mut u8>();
+    let (mut count, mut at) = (0usize, 0usize);
     for b in bufs {
         let k = b.iov_len.min(len - at);
         if k > 0 {
-            mine.push(libc::iovec {
-                iov_base: base.wrapping_add(at).cast(),
-                iov_len: k,
-            });
-            dest.push(b.iov_base.cast());
+            // SAFETY: slot `count` (< bufs.len()) of each array lies in the buffer, aligned
+            // (the arrays start at multiples of 16 of a page-aligned mapping).
+            unsafe {
+                iovecs.add(count).write(libc::iovec {
+                    iov_base: base.wrapping_add(at).cast(),
+                    iov_len: k,
+                });
+                dests.add(count).write(b.iov_base.cast());
+            }
+            count += 1;
             at += k;
         }
     }
-    let (iovecs, count) = (mine.as_mut_ptr(), mine.len());
-    // The call is a cancellation point: the buffers are the thread's, not this frame's, while
-    // it runs (`Receiving`).
-    let held = Receiving::hold(Private { bytes, mine, dest })?;
-    // SAFETY: `iovecs` are `count` iovecs of the allocation `held` names, which nothing else
-    // reaches until it is given back below (moving a Vec leaves its allocation where it was).
+    // SAFETY: the `count` iovecs just written, in the buffer, which nothing else reaches while
+    // this receive holds it.
     let r = call(unsafe { std::slice::from_raw_parts_mut(iovecs, count) });
-    // `bytes` bound, not dropped: the copies below read it.
-    let Private { bytes, mine, dest } = Receiving::give_back(held);
     let got = usize::try_from(r).unwrap_or(0).min(len);
     let mut from = 0;
-    for (m, &to) in mine.iter().zip(&dest) {
+    for i in 0..count {
+        // SAFETY: written above.
+        let (m, to) = unsafe { (iovecs.add(i).read(), dests.add(i).read()) };
         let k = m.iov_len.min(got - from);
         if k == 0 {
             break;
@@ -309,63 +313,140 @@ unsafe fn received_privately(
         // SAFETY: `to` lies in shared memory and is writable for `m.iov_len` bytes (the
         // caller's promise), made ready for the copy as for the kernel's; the private bytes'
         // first `got` are what the call wrote (a stream's MSG_TRUNC, which writes none, does
-        // not come here), in this call's own allocation (no overlap), alive until the end of
-        // this function.
+        // not come here), in this receive's own buffer (no overlap).
         unsafe {
             dsm_runtime::prepare_for_io(to, k, true);
             std::ptr::copy_nonoverlapping(base.add(from), to, k);
         }
         from += k;
     }
-    drop(bytes);
+    buffer.give_back();
     Some(r)
 }
 
-/// A receive's private buffers ([`received_privately`]).
-struct Private {
-    bytes: Vec<u8>,
-    mine: Vec<libc::iovec>,
-    dest: Vec<*mut u8>,
-}
+/// The most bytes of private buffer a thread keeps between its receives.
+const KEPT_PRIVATE_BYTES: usize = PRIVATE_STREAM_BYTES + (64 << 10);
 
 thread_local! {
-    /// The private buffers of this thread's receives in progress (one, or more where a signal
-    /// handler of the program receives into shared memory while the thread is in such a
-    /// receive).
-    static RECEIVING: std::cell::RefCell<Vec<Private>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The private buffer this thread keeps between receives (address and length; 0: none),
+    /// and whether a receive of the thread's holds it now (a signal handler's receive that
+    /// interrupted it maps one of its own). No destructor of Rust's: reaching it registers
+    /// nothing (which allocates); the thread's end unmaps it ([`PrivateBuffer::thread_ended`]).
+    static KEPT: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    static KEPT_IN_USE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// A receive's private buffers held by its thread rather than by its frames while the receive
-/// blocks: `read`, `recv` and the others are cancellation points, and a thread cancelled there
-/// is unwound through the frames of libjia's definition (a forced unwind, which may cross only
-/// frames with nothing to drop: the C library aborted the process at a frame that owned them).
-/// A cancelled thread's buffers are freed as it ends, with its thread-local storage.
-struct Receiving(usize);
+/// The key whose destructor unmaps a thread's kept buffer when the thread ends (made by
+/// [`init`], before any receive into shared memory).
+static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
 
-impl Receiving {
-    /// Gives `private` to the thread; `None` (and dropped) where its list cannot be had (a
-    /// signal handler's receive while the thread's own was adding its buffers).
-    fn hold(private: Private) -> Option<Receiving> {
-        RECEIVING
-            .try_with(|r| {
-                let mut r = r.try_borrow_mut().ok()?;
-                r.try_reserve(1).ok()?;
-                r.push(private);
-                Some(Receiving(r.len() - 1))
-            })
-            .ok()
-            .flatten()
-    }
+/// A receive's private buffer: an anonymous mapping (`mmap` and `munmap` are
+/// async-signal-safe, where `malloc` is not: a signal handler's `read` into shared memory
+/// deadlocked on the allocator's lock its thread held, and a `siglongjmp` out of a `read` left
+/// the allocator locked). The thread keeps one up to [`KEPT_PRIVATE_BYTES`] for its next
+/// receives; a larger one, or one a signal handler's receive needs while the thread's own holds
+/// the kept one, is mapped for the receive alone. Nothing of it lives in a frame's destructor:
+/// `read`, `recv` and the others are cancellation points, and a thread cancelled there is
+/// unwound through libjia's frames (a forced unwind may cross only frames with nothing to
+/// drop); a cancelled thread's kept buffer is unmapped as it ends, a buffer mapped for one
+/// receive is then lost.
+struct PrivateBuffer {
+    at: *mut u8,
+    len: usize,
+    kept: bool,
+}
 
-    /// The buffers [`Receiving::hold`] gave the thread: the last it holds (a handler's receive
-    /// that interrupted this one has given its own back before this one goes on).
-    fn give_back(self) -> Private {
-        RECEIVING.with(|r| {
-            let mut r = r.borrow_mut();
-            debug_assert_eq!(r.len(), self.0 + 1);
-            r.pop().expect("a receive's buffers, held by its thread")
+impl PrivateBuffer {
+    /// A buffer of at least `size` bytes; `None` where none can be mapped.
+    fn take(size: usize) -> Option<PrivateBuffer> {
+        let key = (*KEY.get()?)?;
+        let keep = size <= KEPT_PRIVATE_BYTES && !KEPT_IN_USE.with(|u| u.replace(true));
+        if keep {
+            let (at, len) = KEPT.with(std::cell::Cell::get);
+            if len >= size {
+                return Some(PrivateBuffer {
+                    at: at as *mut u8,
+                    len,
+                    kept: true,
+                });
+            }
+            if len > 0 {
+                unmap(at as *mut u8, len);
+                KEPT.with(|k| k.set((0, 0)));
+            }
+        }
+        let Some(at) = map(size) else {
+            if keep {
+                KEPT_IN_USE.with(|u| u.set(false));
+            }
+            return None;
+        };
+        if keep {
+            KEPT.with(|k| k.set((at as usize, size)));
+            // The key's value only says that the thread has a buffer to unmap at its end.
+            // SAFETY: a key made by `init`; glibc keeps the first keys' values in the thread's
+            // own descriptor (no allocation).
+            unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<u8>().cast()) };
+        }
+        Some(PrivateBuffer {
+            at,
+            len: size,
+            kept: keep,
         })
     }
+
+    /// Gives the buffer back: the kept one to the thread, another unmapped.
+    fn give_back(self) {
+        if self.kept {
+            KEPT_IN_USE.with(|u| u.set(false));
+        } else {
+            unmap(self.at, self.len);
+        }
+    }
+
+    /// The key's destructor: unmaps the thread's kept buffer.
+    extern "C" fn thread_ended(_value: *mut c_void) {
+        let _ = KEPT.try_with(|k| {
+            let (at, len) = k.replace((0, 0));
+            if len > 0 {
+                unmap(at as *mut u8, len);
+            }
+        });
+    }
+}
+
+/// `len` bytes of fresh private memory, not touched (the kernel's receive writes it).
+fn map(len: usize) -> Option<*mut u8> {
+    // SAFETY: a fresh private anonymous mapping the kernel places; nothing refers to it yet.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p.cast())
+}
+
+/// Unmaps what [`map`] mapped.
+fn unmap(at: *mut u8, len: usize) {
+    // SAFETY: a mapping of `map`'s, which nothing refers to any more.
+    unsafe { libc::munmap(at.cast(), len) };
+}
+
+/// Makes the key of the threads' kept private buffers. Called by `jia_init`, before shared
+/// memory exists (a receive into it cannot come earlier); without it receives go in place.
+pub(crate) fn init() {
+    KEY.get_or_init(|| {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: writes the new key into `key`; the destructor is a plain function.
+        let r = unsafe { libc::pthread_key_create(&mut key, Some(PrivateBuffer::thread_ended)) };
+        // Out of keys: every receive goes in place (retried at EFAULT).
+        (r == 0).then_some(key)
+    });
 }
 
 /// As [`received_privately`] for one buffer of `n` bytes at `buf`, receiving `len` of them

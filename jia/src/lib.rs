@@ -142,6 +142,8 @@ pub unsafe extern "C" fn jia_init(_argc: c_int, _argv: *const *const c_char) {
     dsm_races::hooks::program_is_c();
     // Its SIGSEGV handlers are its own (a fault the DSM passes on is the program's to take).
     dsm_runtime::interpose::note_c_program();
+    // Private buffers for receives into shared memory.
+    interpose::init();
     // The launcher's job, or (started directly with a .jiahosts) the job this process starts.
     let result = dsm_runtime::init();
     // A job that cannot start ends with status 2, as dsmrun and the Rust programs say it.

@@ -148,6 +148,19 @@ fn threads_cancelled_inside_the_dsm_end_cancelled_and_the_nodes_go_on() {
     let _ = std::fs::remove_file(exe);
 }
 
+/// Receives into shared memory from signal handlers (`handler_io`): a SIGALRM handler's `read`
+/// while its thread mallocs, and `siglongjmp` out of a `read`. libjia's private buffer came from
+/// `malloc`, which is not async-signal-safe: the node hung on the allocator's lock. Now a mapping
+/// the thread keeps.
+#[test]
+fn receives_into_shared_memory_from_signal_handlers_do_not_hang() {
+    let exe = compile("handler_io", &["-pthread"]);
+    for transport in ["udp", "tcp"] {
+        assert_ok(&run(2, transport, &exe, &["1"], None), "c-handler_io OK", 2);
+    }
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A 2.1 program that declares `float jia_clock();` itself conflicts with 3.0's `double`: it
 /// compiles with `-DJIA_FLOAT_CLOCK`, and without it fails at compile time (not at run time).
 #[test]
