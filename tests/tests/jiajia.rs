@@ -161,6 +161,23 @@ fn receives_into_shared_memory_from_signal_handlers_do_not_hang() {
     let _ = std::fs::remove_file(exe);
 }
 
+/// A program whose main thread calls `pthread_exit` (`last_thread`): the process ends with
+/// status 0 when its last thread ends, as POSIX has it, and its output is flushed, whether that
+/// thread called `jia_exit` or not. Without: the service thread kept the process, and the job,
+/// waiting forever.
+#[test]
+fn a_program_whose_main_thread_calls_pthread_exit_ends_with_its_last_thread() {
+    let exe = compile("last_thread", &["-pthread"]);
+    for (transport, n, args) in [
+        ("udp", 2, &[][..]),
+        ("tcp", 3, &[][..]),
+        ("udp", 2, &["jia_exit"][..]),
+    ] {
+        assert_ok(&run(n, transport, &exe, args, None), "c-last_thread OK", n);
+    }
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A 2.1 program that declares `float jia_clock();` itself conflicts with 3.0's `double`: it
 /// compiles with `-DJIA_FLOAT_CLOCK`, and without it fails at compile time (not at run time).
 #[test]

@@ -127,6 +127,33 @@ impl Service {
         }
     }
 
+    /// POSIX ends a process with `exit(0)` when its last thread ends, and the service thread, a
+    /// thread of the process too, kept one whose main thread called `pthread_exit` alive after
+    /// its other threads ended (an outside attack: the node, and the job, hung; buffered output
+    /// was lost). Once a second: when the main thread has ended (a zombie until the process
+    /// ends) and no thread of the program's is left, a thread started for it calls `exit(0)`,
+    /// as the last thread's end would have: the program's exit handlers run, C's stdio is
+    /// flushed, and the node leaves the job as `exit(0)` without `jia_exit` does.
+    pub(super) fn check_program_threads(&mut self) {
+        if self.program_ended || self.threads_checked.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.threads_checked = Instant::now();
+        let runtime = crate::door::threads::runtime_threads();
+        if !sys::process::program_threads_ended(&runtime) {
+            return;
+        }
+        self.program_ended = true;
+        let started = std::thread::Builder::new()
+            .name("dsm-last-exit".into())
+            .spawn(|| sys::process::exit_as_the_last_thread());
+        if let Err(e) = started {
+            fatal(&format!(
+                "every thread of the program has ended (its main thread by pthread_exit), and                  the thread that would end the process with status 0 could not start: {e}"
+            ));
+        }
+    }
+
     /// Tells the launcher this node left the job properly (`DSM1 BYE`): a node that exits without
     /// it (the program returned from main, or called exit, without jia_exit) is named at once as
     /// the one that failed, not a survivor left waiting for it.

@@ -124,6 +124,10 @@ pub(crate) struct Service {
     /// The control connection's lines, as they complete.
     control_lines: crate::job::wire::Lines,
     control_checked: Instant,
+    /// When the program's threads were last looked at ([`Service::check_program_threads`]), and
+    /// whether the process was found with none left (once).
+    threads_checked: Instant,
+    program_ended: bool,
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
     /// When this node last told the launcher whether it waits, and whether it did.
@@ -218,6 +222,8 @@ impl Service {
             started_by_rank0,
             control_lines: crate::job::wire::Lines::default(),
             control_checked: Instant::now(),
+            threads_checked: Instant::now(),
+            program_ended: false,
             warned_thrashing: false,
             progress_reported: Instant::now(),
             in_flight_sampled: 0,

@@ -230,6 +230,7 @@ pub(crate) fn run(service: Service) {
             s.warn_if_thrashing();
             s.report_progress();
             s.check_fault_handlers();
+            s.check_program_threads();
         }
         // What the pass left for this thread (the job's statistics at exit among it), before
         // the node may leave.

@@ -124,6 +124,39 @@ pub fn threads() -> Option<Vec<i32>> {
     )
 }
 
+/// Whether every thread of the program has ended: the main thread is a zombie (it called
+/// `pthread_exit`; the kernel keeps it until the process ends) and every other thread of the
+/// process is one of `runtime` or has ended too. False where `/proc` cannot say.
+pub fn program_threads_ended(runtime: &[i32]) -> bool {
+    // SAFETY: getpid has no preconditions.
+    let main = unsafe { libc::getpid() };
+    if !ended(main) {
+        return false;
+    }
+    threads().is_some_and(|all| {
+        all.into_iter()
+            .all(|tid| tid == main || runtime.contains(&tid) || ended(tid))
+    })
+}
+
+/// Whether thread `tid` of this process has ended: gone, or a zombie (`/proc/self/task/<tid>/stat`
+/// state `Z` or `X`).
+fn ended(tid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return !crate::sys::thread_exists(tid);
+    };
+    // The state follows the command's closing parenthesis (the command may hold any).
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
+}
+
+/// Ends the process as its last thread's end does: `exit(0)`.
+pub fn exit_as_the_last_thread() -> ! {
+    // SAFETY: exit(3): the exit handlers run on this thread, which holds nothing of theirs.
+    unsafe { libc::exit(0) }
+}
+
 /// Whether thread `tid` of this process runs or is runnable (`/proc/self/task/<tid>/syscall`
 /// says `running`); a thread that ended does not.
 pub fn runs(tid: i32) -> bool {
