@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use super::From;
 
 /// Accesses a thread makes while it runs a signal handler of the program's, one entry each.
-pub(super) const HANDLER_ACCESSES: usize = 256;
+pub(super) const HANDLER_ACCESSES: usize = 64;
 
 /// What a thread's signal handlers did, kept until the thread's next access or synchronisation
 /// outside them. Recording there could allocate, and a handler that interrupted `malloc` would
@@ -96,7 +96,7 @@ static HANDLER_LOST: AtomicU64 = AtomicU64::new(0);
 /// next access or synchronisation outside handlers, in the segment they belong to.
 ///
 /// Signal context: counts the nesting in a cell of the thread's, nothing else. A handler left
-/// by `longjmp` leaves the count up: the thread's accesses are then kept (256 at most, the
+/// by `longjmp` leaves the count up: the thread's accesses are then kept ([`HANDLER_ACCESSES`] at most, the
 /// rest lost and counted) until its next DSM call, which puts it back to 0 (no DSM call runs
 /// in a handler).
 pub fn in_signal_handler<R>(f: impl FnOnce() -> R) -> R {

@@ -371,7 +371,7 @@ impl Drop for Recorder {
 }
 
 thread_local! {
-    static RECORDER: RefCell<Option<Recorder>> = const { RefCell::new(None) };
+    static RECORDER: RefCell<Option<Box<Recorder>>> = const { RefCell::new(None) };
 }
 
 /// Whether this process checks for races.
@@ -569,7 +569,7 @@ fn with_recorder<R>(f: impl FnOnce(&mut Recorder, &Checker) -> R) -> Option<R> {
     RECORDER
         .try_with(|cell| {
             let mut slot = cell.try_borrow_mut().ok()?;
-            let r = slot.get_or_insert_with(|| c.new_recorder());
+            let r = slot.get_or_insert_with(|| Box::new(c.new_recorder()));
             if handler::any_kept() {
                 r.record_handlers(c);
             }
