@@ -4,6 +4,7 @@
 //! (`sigaction` and `signal` for SIGSEGV and SIGBUS, `mprotect`, `munmap`, `mremap`, `madvise`).
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::entry::__sigaction;
 
@@ -329,15 +330,20 @@ const KEPT_PRIVATE_BYTES: usize = PRIVATE_STREAM_BYTES + (64 << 10);
 
 thread_local! {
     /// The private buffer this thread keeps between receives (address and length; 0: none),
-    /// and whether a receive of the thread's holds it now (a signal handler's receive that
-    /// interrupted it maps one of its own). No destructor of Rust's: reaching it registers
-    /// nothing (which allocates); the thread's end unmaps it ([`PrivateBuffer::thread_ended`]).
-    static KEPT: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
-    static KEPT_IN_USE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// and where the stack was in the receive that holds it now (0: none holds it): a signal
+    /// handler's receive that interrupted that one maps a buffer of its own. Atomics, so that
+    /// no access moves past another, as a handler may run between any two. No destructor of
+    /// Rust's: reaching them registers nothing (which allocates); the thread's end unmaps the
+    /// buffer ([`PrivateBuffer::thread_ended`]).
+    static KEPT_AT: AtomicUsize = const { AtomicUsize::new(0) };
+    static KEPT_LEN: AtomicUsize = const { AtomicUsize::new(0) };
+    static HOLDER_SP: AtomicUsize = const { AtomicUsize::new(0) };
 }
 
 /// The key whose destructor unmaps a thread's kept buffer when the thread ends (made by
-/// [`init`], before any receive into shared memory).
+/// [`init`], before any receive into shared memory); `None` where no key could be had or its
+/// values would not be kept in the thread's own descriptor (glibc allocates for keys past its
+/// first 32), and buffers are then mapped for one receive each.
 static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
 
 /// A receive's private buffer: an anonymous mapping (`mmap` and `munmap` are
@@ -345,11 +351,12 @@ static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLo
 /// deadlocked on the allocator's lock its thread held, and a `siglongjmp` out of a `read` left
 /// the allocator locked). The thread keeps one up to [`KEPT_PRIVATE_BYTES`] for its next
 /// receives; a larger one, or one a signal handler's receive needs while the thread's own holds
-/// the kept one, is mapped for the receive alone. Nothing of it lives in a frame's destructor:
-/// `read`, `recv` and the others are cancellation points, and a thread cancelled there is
-/// unwound through libjia's frames (a forced unwind may cross only frames with nothing to
-/// drop); a cancelled thread's kept buffer is unmapped as it ends, a buffer mapped for one
-/// receive is then lost.
+/// the kept one, is mapped for the receive alone. A receive left by `siglongjmp` holds the kept
+/// buffer no more: the next receive on a shallower part of the thread's stack (or back on the
+/// thread's stack from the alternate one) takes it back ([`holder_left`]). Nothing of it lives
+/// in a frame's destructor: `read`, `recv` and the others are cancellation points, and a thread
+/// cancelled there is unwound through libjia's frames (a forced unwind may cross only frames
+/// with nothing to drop); a cancelled thread's kept buffer is unmapped as it ends.
 struct PrivateBuffer {
     at: *mut u8,
     len: usize,
@@ -359,10 +366,16 @@ struct PrivateBuffer {
 impl PrivateBuffer {
     /// A buffer of at least `size` bytes; `None` where none can be mapped.
     fn take(size: usize) -> Option<PrivateBuffer> {
-        let key = (*KEY.get()?)?;
-        let keep = size <= KEPT_PRIVATE_BYTES && !KEPT_IN_USE.with(|u| u.replace(true));
+        let key = *KEY.get()?;
+        let marker = 0u8;
+        let sp = std::hint::black_box(&raw const marker) as usize;
+        let holder = HOLDER_SP.with(|h| h.load(Ordering::SeqCst));
+        let keep =
+            key.is_some() && size <= KEPT_PRIVATE_BYTES && (holder == 0 || holder_left(holder, sp));
         if keep {
-            let (at, len) = KEPT.with(std::cell::Cell::get);
+            HOLDER_SP.with(|h| h.store(sp, Ordering::SeqCst));
+            let at = KEPT_AT.with(|k| k.load(Ordering::SeqCst));
+            let len = KEPT_LEN.with(|k| k.load(Ordering::SeqCst));
             if len >= size {
                 return Some(PrivateBuffer {
                     at: at as *mut u8,
@@ -371,21 +384,22 @@ impl PrivateBuffer {
                 });
             }
             if len > 0 {
+                KEPT_LEN.with(|k| k.store(0, Ordering::SeqCst));
                 unmap(at as *mut u8, len);
-                KEPT.with(|k| k.set((0, 0)));
             }
         }
         let Some(at) = map(size) else {
             if keep {
-                KEPT_IN_USE.with(|u| u.set(false));
+                HOLDER_SP.with(|h| h.store(0, Ordering::SeqCst));
             }
             return None;
         };
-        if keep {
-            KEPT.with(|k| k.set((at as usize, size)));
+        if let (true, Some(key)) = (keep, key) {
+            KEPT_AT.with(|k| k.store(at as usize, Ordering::SeqCst));
+            KEPT_LEN.with(|k| k.store(size, Ordering::SeqCst));
             // The key's value only says that the thread has a buffer to unmap at its end.
-            // SAFETY: a key made by `init`; glibc keeps the first keys' values in the thread's
-            // own descriptor (no allocation).
+            // SAFETY: a key made by `init`, one of glibc's first 32, whose values live in the
+            // thread's own descriptor (no allocation).
             unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<u8>().cast()) };
         }
         Some(PrivateBuffer {
@@ -398,7 +412,7 @@ impl PrivateBuffer {
     /// Gives the buffer back: the kept one to the thread, another unmapped.
     fn give_back(self) {
         if self.kept {
-            KEPT_IN_USE.with(|u| u.set(false));
+            HOLDER_SP.with(|h| h.store(0, Ordering::SeqCst));
         } else {
             unmap(self.at, self.len);
         }
@@ -406,12 +420,35 @@ impl PrivateBuffer {
 
     /// The key's destructor: unmaps the thread's kept buffer.
     extern "C" fn thread_ended(_value: *mut c_void) {
-        let _ = KEPT.try_with(|k| {
-            let (at, len) = k.replace((0, 0));
+        let _ = KEPT_LEN.try_with(|k| {
+            let len = k.swap(0, Ordering::SeqCst);
+            let at = KEPT_AT.with(|a| a.load(Ordering::SeqCst));
             if len > 0 {
                 unmap(at as *mut u8, len);
             }
         });
+    }
+}
+
+/// Whether the receive that took the kept buffer with its stack at `holder` was left (by
+/// `siglongjmp`) rather than interrupted by the signal handler whose receive, at `sp`, asks for
+/// it now. A live holder's frame lies under this one: deeper on the same stack (a higher
+/// address, stacks growing down), or on the thread's stack while this runs on the alternate
+/// signal stack. Async-signal-safe (`sigaltstack`, asked only here).
+fn holder_left(holder: usize, sp: usize) -> bool {
+    // SAFETY: a zeroed stack_t is valid storage; sigaltstack only writes the current one into it.
+    let mut alt: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: queries this thread's alternate stack into `alt`.
+    let known = unsafe { libc::sigaltstack(std::ptr::null(), &mut alt) } == 0;
+    let on_alt = |p: usize| {
+        known
+            && alt.ss_flags & libc::SS_DISABLE == 0
+            && (alt.ss_sp as usize..alt.ss_sp as usize + alt.ss_size).contains(&p)
+    };
+    match (on_alt(holder), on_alt(sp)) {
+        (true, false) => true,
+        (false, true) => false,
+        _ => sp >= holder,
     }
 }
 
@@ -438,14 +475,14 @@ fn unmap(at: *mut u8, len: usize) {
 }
 
 /// Makes the key of the threads' kept private buffers. Called by `jia_init`, before shared
-/// memory exists (a receive into it cannot come earlier); without it receives go in place.
+/// memory exists (a receive into it cannot come earlier; without `init`, receives go in
+/// place).
 pub(crate) fn init() {
     KEY.get_or_init(|| {
         let mut key: libc::pthread_key_t = 0;
         // SAFETY: writes the new key into `key`; the destructor is a plain function.
         let r = unsafe { libc::pthread_key_create(&mut key, Some(PrivateBuffer::thread_ended)) };
-        // Out of keys: every receive goes in place (retried at EFAULT).
-        (r == 0).then_some(key)
+        (r == 0 && key < 32).then_some(key)
     });
 }
 

@@ -149,7 +149,8 @@ impl Service {
             .spawn(|| sys::process::exit_as_the_last_thread());
         if let Err(e) = started {
             fatal(&format!(
-                "every thread of the program has ended (its main thread by pthread_exit), and                  the thread that would end the process with status 0 could not start: {e}"
+                "every thread of the program has ended (its main thread by pthread_exit), and \
+                 the thread that would end the process with status 0 could not start: {e}"
             ));
         }
     }

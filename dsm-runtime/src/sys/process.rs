@@ -133,10 +133,13 @@ pub fn program_threads_ended(runtime: &[i32]) -> bool {
     if !ended(main) {
         return false;
     }
-    threads().is_some_and(|all| {
-        all.into_iter()
-            .all(|tid| tid == main || runtime.contains(&tid) || ended(tid))
-    })
+    // Listed again after the states are read: a thread the last one started after the first
+    // listing, and before it ended, is in the second.
+    let Some(first) = threads() else { return false };
+    let all_ended = first
+        .iter()
+        .all(|&tid| tid == main || runtime.contains(&tid) || ended(tid));
+    all_ended && threads().is_some_and(|second| second.iter().all(|tid| first.contains(tid)))
 }
 
 /// Whether thread `tid` of this process has ended: gone, or a zombie (`/proc/self/task/<tid>/stat`
@@ -151,10 +154,16 @@ fn ended(tid: i32) -> bool {
         .is_some_and(|state| state == "Z" || state == "X")
 }
 
-/// Ends the process as its last thread's end does: `exit(0)`.
+/// Ends the process as its last thread's end does: `exit(0)`, with the asynchronous signals
+/// the runtime's threads hold off open again (the program's exit handlers run here).
 pub fn exit_as_the_last_thread() -> ! {
-    // SAFETY: exit(3): the exit handlers run on this thread, which holds nothing of theirs.
-    unsafe { libc::exit(0) }
+    let open = crate::sys::signals::asynchronous_signals();
+    // SAFETY: a live set; unblocks signals on this thread only. exit(3): the exit handlers run
+    // on this thread, which holds nothing of theirs.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &open, std::ptr::null_mut());
+        libc::exit(0)
+    }
 }
 
 /// Whether thread `tid` of this process runs or is runnable (`/proc/self/task/<tid>/syscall`
