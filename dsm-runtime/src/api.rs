@@ -292,6 +292,7 @@ const KEPT_HEAP_BYTES: usize = 64 << 20;
 /// more, the process becomes node 0 of the job that file describes and starts the other nodes
 /// itself, as `jia_init` does and as `dsmrun` would with that file.
 pub fn init() -> Result<Dsm, InitError> {
+    sys::keep_standard_descriptors_taken();
     job::launcher::end_what_this_process_starts();
     let env = match job::job_env().map_err(InitError::Job)? {
         Some(env) => Some(env),
@@ -307,6 +308,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     if INITIALISED.swap(true, Ordering::SeqCst) {
         return Err(InitError::Twice);
     }
+    sys::keep_standard_descriptors_taken();
     job::launcher::end_what_this_process_starts();
     crate::config::threads_per_node(door::MAX_THREADS).map_err(InitError::Job)?;
     let (rank, size, cookie, config, stats) = match &env {

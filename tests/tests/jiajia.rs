@@ -179,6 +179,28 @@ fn a_program_whose_main_thread_calls_pthread_exit_ends_with_its_last_thread() {
     let _ = std::fs::remove_file(exe);
 }
 
+/// A process set up before `jia_init` (`process_setup`): standard error closed (the node's
+/// memory file took descriptor 2, and the runtime's messages landed in shared memory, reaching
+/// every node), and an interval timer whose handler has no `SA_RESTART` (joining failed with
+/// "Interrupted system call", every node with status 2). Both from an outside attack.
+#[test]
+fn a_process_set_up_before_joining_keeps_its_memory_and_joins() {
+    let exe = compile("process_setup", &[]);
+    for (mode, transport, n) in [
+        ("closed", "udp", 2),
+        ("closed", "tcp", 3),
+        ("timer", "udp", 2),
+        ("timer", "tcp", 3),
+    ] {
+        assert_ok(
+            &run(n, transport, &exe, &[mode], None),
+            &format!("c-process_setup OK {mode}"),
+            n,
+        );
+    }
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A 2.1 program that declares `float jia_clock();` itself conflicts with 3.0's `double`: it
 /// compiles with `-DJIA_FLOAT_CLOCK`, and without it fails at compile time (not at run time).
 #[test]

@@ -127,6 +127,8 @@ fn live_rendezvous(
         // A look, not a hello: the rendezvous forgets a connection that says nothing.
         match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
             Ok(_) => return Ok((addr, cookie)),
+            // A signal of the program's: looked at again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && Instant::now() < deadline => {}
             Err(e)
                 if e.kind() == std::io::ErrorKind::ConnectionRefused
                     && Instant::now() < deadline =>

@@ -129,7 +129,21 @@ pub fn join(
     timeout: Duration,
 ) -> Result<(Vec<SocketAddr>, Option<Control>), String> {
     let fail = |e: std::io::Error| format!("rendezvous with {} failed: {e}", env.rendezvous);
-    let stream = TcpStream::connect_timeout(&env.rendezvous, timeout).map_err(fail)?;
+    // A signal of the program's (an interval timer started before jia_init) interrupts the
+    // connect and the reads, which no SA_RESTART restarts (a socket with a timeout): they are
+    // made again, within the one deadline.
+    let deadline = std::time::Instant::now() + timeout;
+    let interrupted = |e: &std::io::Error| {
+        e.kind() == std::io::ErrorKind::Interrupted && std::time::Instant::now() < deadline
+    };
+    let stream = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match TcpStream::connect_timeout(&env.rendezvous, left.max(Duration::from_millis(1))) {
+            Ok(s) => break s,
+            Err(e) if interrupted(&e) => {}
+            Err(e) => return Err(fail(e)),
+        }
+    };
     stream.set_read_timeout(Some(timeout)).map_err(fail)?;
     let mut w = stream.try_clone().map_err(fail)?;
     let hello = Line::Hello {
@@ -149,6 +163,7 @@ pub fn join(
             Ok(0) => break,
             Ok(_) if byte[0] == b'\n' => break,
             Ok(_) => line.push(byte[0]),
+            Err(e) if interrupted(&e) => {}
             Err(e) => return Err(fail(e)),
         }
     }

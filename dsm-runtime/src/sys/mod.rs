@@ -389,6 +389,29 @@ pub fn write_stderr(mut msg: &[u8]) {
     }
 }
 
+/// Opens `/dev/null` on each of descriptors 0, 1 and 2 that is closed, before the runtime opens
+/// anything: a program that closed its standard error before joining (a daemon's habit, a
+/// shell's `2>&-`) had the node's memory file opened as descriptor 2, and the runtime's own
+/// messages, written to descriptor 2, landed at the start of shared memory and reached every
+/// node. A descriptor the program opens later cannot be one of them either.
+pub fn keep_standard_descriptors_taken() {
+    for fd in 0..=2 {
+        // SAFETY: F_GETFD only asks about the descriptor.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1
+            || io::Error::last_os_error().raw_os_error() != Some(libc::EBADF)
+        {
+            continue;
+        }
+        // SAFETY: opens a path given as a C string; the lowest free descriptor is `fd` (the
+        // ones below it are open, by the order of this loop), where it stays for the process.
+        let got = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        if got >= 0 && got != fd {
+            // SAFETY: the descriptor just opened, which nothing else holds.
+            unsafe { libc::close(got) };
+        }
+    }
+}
+
 /// `bytes` of zeroed, private, lazily backed read-write memory that lives as long as the process.
 pub fn map_anonymous(bytes: usize) -> io::Result<*mut u8> {
     // SAFETY: a fresh private anonymous mapping chosen by the kernel; nothing else refers to it.
