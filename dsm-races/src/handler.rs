@@ -96,9 +96,9 @@ static HANDLER_LOST: AtomicU64 = AtomicU64::new(0);
 /// next access or synchronisation outside handlers, in the segment they belong to.
 ///
 /// Signal context: counts the nesting in a cell of the thread's, nothing else. A handler left
-/// by `longjmp` leaves the count up: the thread's accesses are then kept (`HANDLER_ACCESSES` at most, the
-/// rest lost and counted) until its next DSM call, which puts it back to 0 (no DSM call runs
-/// in a handler).
+/// by `longjmp` leaves the count up: the thread's accesses are then kept (`HANDLER_ACCESSES`
+/// at most, the rest lost and counted) until its next DSM call, which puts it back to 0 (no
+/// DSM call runs in a handler).
 pub fn in_signal_handler<R>(f: impl FnOnce() -> R) -> R {
     HANDLER.with(|h| h.depth.set(h.depth.get() + 1));
     let r = f();

@@ -367,8 +367,9 @@ unsafe fn interrupted_mask(ctx: *mut libc::c_void) -> libc::sigset_t {
             return now;
         }
     }
-    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t.
-    unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask }
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t, whose mask
+    // `interrupted_mask_at` locates.
+    unsafe { *interrupted_mask_at(ctx) }
 }
 
 fn reset_default(sig: libc::c_int) {
