@@ -297,7 +297,7 @@ fn misuse_ends_the_job_with_a_message() {
     let src = std::env::temp_dir().join(format!("dsm-msg-misuse-{}.c", std::process::id()));
     std::fs::write(
         &src,
-        "#include <stdlib.h>\n#include \"jia.h\"\n\
+        "#include <stdlib.h>\n#include <unistd.h>\n#include \"jia.h\"\n\
          int main(int c, char **v) { char b[64] = {0}; jia_init(c, v);\n\
          if (atoi(v[1]) == 0 && jiapid == 1) jia_send(b, 8, jiahosts, 0);\n\
          if (atoi(v[1]) == 1) { if (jiapid == 0) jia_send(b, 64, 1, 3); else if (jiapid == 1) jia_recv(b, 16, 0, 3); }\n\
@@ -305,6 +305,7 @@ fn misuse_ends_the_job_with_a_message() {
          if (atoi(v[1]) == 3 && jiapid == 1) { jia_lock(5); jia_lock(5); }\n\
          if (atoi(v[1]) == 4 && jiapid == 1) jia_unlock(6);\n\
          if (atoi(v[1]) == 6 && jiapid == 1) assert(0, \"deliberate\");\n\
+         if (atoi(v[1]) == 7 && jiapid == 1) execl(\"/bin/true\", \"true\", (char *)0);\n\
          jia_barrier(); jia_exit();\n\
          if (atoi(v[1]) == 5 && jiapid == 1) jia_barrier();\n\
          return 0; }\n",
@@ -335,6 +336,11 @@ fn misuse_ends_the_job_with_a_message() {
             "dsm node 1: error: jia_barrier after jia_exit: this node has left the job",
         ),
         ("6", "dsm node 1: error: assertion failed: deliberate"),
+        (
+            "7",
+            "dsmrun: node 1 (127.0.0.1) exited with status 0 without leaving the job (a C \
+             program called _exit, or replaced itself with exec, before jia_exit",
+        ),
     ] {
         let out = run(2, "udp", &exe, &[case], None);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));

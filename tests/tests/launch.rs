@@ -1019,10 +1019,13 @@ fn tagged_output_forwards_lines_that_are_not_utf8() {
     );
 }
 
-/// `dsmrun --tag-output ... | head`: once the reader is gone the node's output is dropped, the
-/// node runs to its end, and dsmrun exits with its status, without a panic.
+/// `dsmrun --tag-output ... | head`: once the reader is gone the node's pipe is closed too, so
+/// its next write ends it with SIGPIPE, as a program whose reader left ends, and the job with it
+/// (status 141, as `seq 1 100000 | head -1` gives; mpirun aborts on SIGPIPE too), without a
+/// panic. The node cannot have written everything first: its 20,000 lines are more than the two
+/// pipes hold.
 #[test]
-fn a_closed_stdout_ends_quietly() {
+fn a_closed_stdout_ends_the_job_as_sigpipe_ends_a_program() {
     let mut child = Command::new(bin("dsmrun"))
         .args([
             "-n",
@@ -1043,9 +1046,35 @@ fn a_closed_stdout_ends_quietly() {
     drop(stdout);
     let out = wait_or_kill(child, Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}\n{err}", out.status);
-    assert!(err.contains("[node 0] finished"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(
+        err.contains("node 0 (127.0.0.1) was killed by signal 13 (SIGPIPE: its output was closed)"),
+        "{err}"
+    );
+    assert!(!err.contains("finished"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A write that fails otherwise (standard output a full disk: `/dev/full`) drops the node's
+/// lines and nothing more: the node runs to its end and the job ends with its status.
+#[test]
+fn a_stdout_that_refuses_writes_drops_the_lines_and_the_job_goes_on() {
+    let out = Command::new(bin("dsmrun"))
+        .args([
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo finished >&2",
+        ])
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_or_kill(out, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{err}", out.status);
+    assert!(err.contains("finished"), "{err}");
 }
 
 /// mpirun's spellings: `-np N`, `--hostfile` with Open MPI's `host slots=N` lines, `-x VAR` and

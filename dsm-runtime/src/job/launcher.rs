@@ -295,7 +295,9 @@ pub fn end_what_the_nodes_left() -> usize {
 /// does: lines of different nodes never mix, whatever they print at once. With `tag`, each line
 /// is prefixed with `[node i] `. Bytes, not text: a line that is not UTF-8 passes as it is; a
 /// last line without its newline gets one. When our side is closed (`dsmrun ... | head`), the
-/// rest is read and dropped, so the node never blocks on a full pipe or dies of SIGPIPE for it.
+/// node's pipe is closed too: its next write ends it with SIGPIPE, as a program whose reader left
+/// ends, and the job with it (status 141). Any other failure to write (a full disk) drops the
+/// rest of the node's lines, so the node never blocks on a full pipe.
 fn forward(
     stream: impl Read + Send + 'static,
     node: usize,
@@ -321,20 +323,26 @@ fn forward(
                 line.push(b'\n');
             }
             if open {
-                open = if to_stderr {
+                let written = if to_stderr {
                     write_line(&mut std::io::stderr().lock(), &line)
                 } else {
                     write_line(&mut std::io::stdout().lock(), &line)
                 };
+                match written {
+                    Ok(()) => {}
+                    // Dropping `input` closes the node's pipe.
+                    Err(e) if e.raw_os_error() == Some(libc::EPIPE) => break,
+                    Err(_) => open = false,
+                }
             }
         }
     })
 }
 
 /// Writes one line with one write (a line longer than a pipe's atomic size may take several,
-/// under our lock); false once the other side is gone.
-fn write_line(out: &mut impl Write, line: &[u8]) -> bool {
-    out.write_all(line).and_then(|()| out.flush()).is_ok()
+/// under our lock).
+fn write_line(out: &mut impl Write, line: &[u8]) -> std::io::Result<()> {
+    out.write_all(line).and_then(|()| out.flush())
 }
 
 /// Waits for the forwarding threads to print the nodes' last lines (their pipes close when the
@@ -1013,8 +1021,8 @@ fn poll_children(
                         node: i,
                         host: spec.hosts[i].address.clone(),
                         how: "exited with status 0 without leaving the job (a C program \
-                              called _exit before jia_exit; a Rust program left main or called \
-                              process::exit before Dsm::exit)"
+                              called _exit, or replaced itself with exec, before jia_exit; a \
+                              Rust program left main or called process::exit before Dsm::exit)"
                             .into(),
                         peer_failed: false,
                         code: 1,
