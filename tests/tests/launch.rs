@@ -1053,6 +1053,22 @@ fn a_closed_stdout_ends_the_job_as_sigpipe_ends_a_program() {
     );
     assert!(!err.contains("finished"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+
+    // The same with dsmrun's standard error on that pipe too (`2>&1 | head -1`): its verdict
+    // meets a closed pipe, and its status is still the job's (it was a panic's, 101).
+    let script = format!(
+        "{} -n 2 sh -c 'i=0; while [ $i -lt 20000 ]; do echo line $i; i=$((i+1)); done' 2>&1 \
+         | head -1; echo status=${{PIPESTATUS[0]}}",
+        bin("dsmrun").display()
+    );
+    let child = Command::new("bash")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_or_kill(child, Duration::from_secs(60));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.ends_with("status=141\n"), "{said}");
 }
 
 /// A write that fails otherwise (standard output a full disk: `/dev/full`) drops the node's

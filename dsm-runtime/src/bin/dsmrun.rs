@@ -9,6 +9,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+
+/// A line on standard error, as `eprintln!` writes it, except that a standard error the reader
+/// left (`dsmrun ... 2>&1 | head`) is no failure: the job's own status stands, not a panic's.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 use dsm_runtime::config::{self, CommType, Config, Host, Origin};
 use dsm_runtime::job::JobSpec;
 use dsm_runtime::job::launcher;
@@ -83,7 +92,7 @@ struct Args {
 }
 
 fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("dsmrun: {msg}");
+    say!("dsmrun: {msg}");
     ExitCode::from(2)
 }
 
@@ -155,7 +164,7 @@ fn main() -> ExitCode {
     match file_result {
         Ok(notices) => {
             for n in notices {
-                eprintln!("dsmrun: notice: {n}");
+                say!("dsmrun: notice: {n}");
             }
         }
         Err(e) => return usage_error(&e.to_string()),
@@ -209,7 +218,7 @@ fn main() -> ExitCode {
                 Err(e) => return usage_error(&e.to_string()),
             };
             let list = match config::parse_hosts(&path.display().to_string(), &text, |w| {
-                eprintln!("dsmrun: warning: {w}")
+                say!("dsmrun: warning: {w}")
             }) {
                 Ok(h) => h,
                 Err(e) => return usage_error(&e.to_string()),
@@ -332,7 +341,7 @@ fn main() -> ExitCode {
         env,
     };
     if let Some(f) = &hosts_file {
-        eprintln!(
+        say!(
             "dsmrun: {} nodes on the hosts of {}",
             spec.hosts.len(),
             f.display()
@@ -349,11 +358,11 @@ fn main() -> ExitCode {
     let code = match &end.result {
         Ok(()) => 0,
         Err(launcher::JobFailure::Start(msg)) => {
-            eprintln!("dsmrun: {msg}");
+            say!("dsmrun: {msg}");
             2
         }
         Err(e) => {
-            eprintln!("dsmrun: {e}");
+            say!("dsmrun: {e}");
             e.exit_code()
         }
     };
@@ -394,7 +403,7 @@ fn write_stats(
         dsm_runtime::stats::job_json(&meta, nodes).as_bytes(),
     );
     if let Err(e) = written {
-        eprintln!("dsmrun: cannot write statistics to {path}: {e}");
+        say!("dsmrun: cannot write statistics to {path}: {e}");
     }
 }
 
