@@ -11,3 +11,9 @@ pub mod floors {
 }
 
 pub mod stream;
+
+/// Lets SIGPIPE end the process, as it ends a C tool: `dsm-bench ... | head` then ends quietly
+/// when `head` leaves, instead of panicking at its next line (Rust ignores SIGPIPE by default).
+pub fn end_when_output_is_closed() {
+    sys::default_sigpipe();
+}

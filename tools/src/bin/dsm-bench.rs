@@ -1395,6 +1395,8 @@ fn main() {
     if let Some(status) = dsm_tools::stream::between() {
         std::process::exit(status);
     }
+    // After the stream's ends above, whose sends see a closed socket as an error to report.
+    dsm_tools::end_when_output_is_closed();
     let mut o = options();
     if o.mpi {
         let missing: Vec<String> = o

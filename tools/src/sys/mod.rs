@@ -6,6 +6,12 @@ pub mod floor;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+/// SIGPIPE's default action (the process ends) in place of the ignoring Rust's runtime sets.
+pub(crate) fn default_sigpipe() {
+    // SAFETY: setting a plain signal's disposition to its default; no handler is involved.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// An anonymous memory file of `size` bytes.
 fn memfd(name: &std::ffi::CStr, size: u64) -> io::Result<OwnedFd> {
     // SAFETY: `name` is a valid NUL-terminated string for the call's duration.
