@@ -329,6 +329,16 @@ struct Recorder {
     joinable: Option<libc::pthread_t>,
     /// Its waits at each barrier of the node's threads, by address ([`local_barrier_enter`]).
     rounds: HashMap<usize, u64>,
+    /// The read-write locks it holds for reading, by address, an entry a hold
+    /// ([`rwlock_acquired`]).
+    reading: Vec<usize>,
+    /// Its clock at its last release fence and the epoch of it ([`release_fence`]): what its
+    /// later stores release, however relaxed.
+    fenced: Option<(u32, Entries)>,
+    /// The atomic words it read without acquiring since its last acquire fence, as their
+    /// slots: of shared memory (bit k: [`atomic_word_slot`] k), of the process's own
+    /// ([`private_atomic_slot`]). Its next acquire fence acquires them ([`acquire_fence`]).
+    unacquired: (u32, u64),
 }
 
 /// The memo set of (`from`, `page`, `write`): its first entry (the second is the next one).
@@ -651,6 +661,9 @@ impl Checker {
             spare_bits: Vec::new(),
             joinable: None,
             rounds: HashMap::new(),
+            reading: Vec::new(),
+            fenced: None,
+            unacquired: (0, 0),
         };
         r.set(thread, last + 1);
         r
@@ -718,8 +731,13 @@ impl Checker {
 
     /// The slot of atomic word `addr` (its offset in the region) for `node`'s releases.
     fn atomic_slot(&self, addr: usize, node: u16) -> usize {
+        self.atomic_slot_of(atomic_word_slot(addr), node)
+    }
+
+    /// The slot of the atomic words of [`atomic_word_slot`] `word` for `node`'s releases.
+    fn atomic_slot_of(&self, word: usize, node: u16) -> usize {
         usize::from(dsm_core::MAX_LOCKS)
-            + (usize::from(dsm_core::MAX_CVS) + atomic_word_slot(addr)) * usize::from(self.nodes)
+            + (usize::from(dsm_core::MAX_CVS) + word) * usize::from(self.nodes)
             + usize::from(node)
     }
 }
@@ -1085,17 +1103,172 @@ fn atomic_acquired(addr: usize) {
     acquire_every_node_slot(atomic_object(off), |c, node| c.atomic_slot(off, node));
 }
 
-/// A release into an object whose slots are per node (a condition variable, an atomic word):
-/// this node's entries of this thread's clock join this node's slot (`slot`), which other
-/// threads of the node may have joined theirs into in this epoch; the whole clock joins the
-/// node's own record of `object`.
-fn release_into_node_slot(object: Object, slot: impl FnOnce(&Checker) -> usize) {
+/// Slots the atomic words of a process's own memory share, as the [`ATOMIC_SLOTS`] of shared
+/// memory do: two words of one slot can hide a race, never report a false one.
+const PRIVATE_ATOMIC_SLOTS: usize = 64;
+
+/// Which of the [`PRIVATE_ATOMIC_SLOTS`] the atomic word at `addr` of the process's own memory
+/// shares.
+fn private_atomic_slot(addr: usize) -> usize {
+    ((addr / 4).wrapping_mul(0x9E37_79B9) >> 7) % PRIVATE_ATOMIC_SLOTS
+}
+
+/// An atomic word an instrumented C program operates on.
+#[derive(Clone, Copy, Debug)]
+pub enum Word {
+    /// Of shared memory, at this address: it orders the threads of every node.
+    Shared(usize),
+    /// Of the process's own memory, at this address: it orders the node's threads.
+    Private(usize),
+}
+
+/// A C11 release fence (`atomic_thread_fence` with release, acq_rel or seq_cst order): this
+/// thread's clock now is what its later atomic stores release, whatever their own order (an
+/// acquire that reads what one stored has seen what this thread did before the fence).
+pub fn release_fence() {
     if !on() {
         return;
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
-        let clock = r.entries();
+        r.fenced = Some((r.epoch, r.entries()));
+        r.close();
+    });
+}
+
+/// A C11 acquire fence (acquire, acq_rel or seq_cst order): this thread has seen what the
+/// releasers of the atomic words it read since its last acquire fence did before releasing
+/// them, as if each of those reads had acquired.
+pub fn acquire_fence() {
+    if !on() {
+        return;
+    }
+    let (shared, private) =
+        with_recorder(|r, _| std::mem::take(&mut r.unacquired)).unwrap_or((0, 0));
+    for word in (0..ATOMIC_SLOTS).filter(|k| shared & (1 << k) != 0) {
+        acquire_every_node_slot(Object::Atomic(word), |c, node| c.atomic_slot_of(word, node));
+    }
+    for word in (0..PRIVATE_ATOMIC_SLOTS).filter(|k| private & (1 << k) != 0) {
+        local_acquire(Local::Atomic(word));
+    }
+}
+
+/// An atomic operation on `word` that stores (a store, an exchange, a read-modify-write) is
+/// about to be made, with release semantics (`release`) or without: a release passes on this
+/// thread's clock; a relaxed store after a release fence passes on the fence's
+/// ([`release_fence`]). A word of shared memory is the runtime's to release through
+/// ([`sync_event`]): only a relaxed store's fence is passed on here.
+pub fn atomic_storing(word: Word, release: bool) {
+    if !on() {
+        return;
+    }
+    match word {
+        Word::Shared(_) if release => {}
+        Word::Shared(addr) => {
+            let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
+            release_clock_into_node_slot(atomic_object(off), |c| c.atomic_slot(off, c.node), true);
+        }
+        Word::Private(addr) => {
+            let what = Local::Atomic(private_atomic_slot(addr));
+            with_recorder(|r, c| {
+                r.catch_up_with(c);
+                if release {
+                    c.leave_clock(what, r.epoch, r.entries());
+                } else if let Some((epoch, clock)) = &r.fenced
+                    && *epoch == r.epoch
+                {
+                    c.leave_clock(what, *epoch, clock.clone());
+                } else {
+                    return;
+                }
+                r.close();
+            });
+        }
+    }
+}
+
+/// An atomic operation on `word` that reads (a load, an exchange, a read-modify-write) was
+/// made, with acquire semantics (`acquire`) or without: an acquire takes what the word's
+/// releasers passed on; a relaxed read is noted for this thread's next acquire fence. A word
+/// of shared memory is the runtime's to acquire through ([`sync_event`]).
+pub fn atomic_read(word: Word, acquire: bool) {
+    if !on() {
+        return;
+    }
+    match (word, acquire) {
+        (Word::Shared(_), true) => {}
+        (Word::Private(addr), true) => local_acquire(Local::Atomic(private_atomic_slot(addr))),
+        (Word::Shared(addr), false) => {
+            let k = atomic_word_slot(addr.wrapping_sub(BASE.load(Ordering::Relaxed)));
+            with_recorder(|r, _| r.unacquired.0 |= 1 << k);
+        }
+        (Word::Private(addr), false) => {
+            let k = private_atomic_slot(addr);
+            with_recorder(|r, _| r.unacquired.1 |= 1 << k);
+        }
+    }
+}
+
+/// This thread locked the read-write lock at `addr`, for writing (`write`) or reading: it has
+/// seen what its writers did before unlocking it, and a writer what its readers did too.
+pub fn rwlock_acquired(addr: usize, write: bool) {
+    if !on() {
+        return;
+    }
+    local_acquire(Local::Object(addr));
+    if write {
+        local_acquire(Local::Readers(addr));
+    } else {
+        with_recorder(|r, _| r.reading.push(addr));
+    }
+}
+
+/// This thread is about to unlock the read-write lock at `addr`: a reader's clock is for the
+/// lock's next writers only, a writer's for every next holder.
+pub fn rwlock_releasing(addr: usize) {
+    if !on() {
+        return;
+    }
+    let reader = with_recorder(|r, _| {
+        let held = r.reading.iter().rposition(|&a| a == addr);
+        held.map(|i| r.reading.swap_remove(i)).is_some()
+    })
+    .unwrap_or(false);
+    local_release(if reader {
+        Local::Readers(addr)
+    } else {
+        Local::Object(addr)
+    });
+}
+
+/// A release into an object whose slots are per node (a condition variable, an atomic word):
+/// this node's entries of this thread's clock join this node's slot (`slot`), which other
+/// threads of the node may have joined theirs into in this epoch; the whole clock joins the
+/// node's own record of `object`.
+fn release_into_node_slot(object: Object, slot: impl FnOnce(&Checker) -> usize) {
+    release_clock_into_node_slot(object, slot, false);
+}
+
+/// [`release_into_node_slot`] of this thread's clock, or with `fenced`, of its clock at its
+/// last release fence (nothing if it made none in this epoch: a barrier since orders all).
+fn release_clock_into_node_slot(
+    object: Object,
+    slot: impl FnOnce(&Checker) -> usize,
+    fenced: bool,
+) {
+    if !on() {
+        return;
+    }
+    with_recorder(|r, c| {
+        r.catch_up_with(c);
+        let clock = if fenced {
+            match &r.fenced {
+                Some((epoch, clock)) if *epoch == r.epoch => clock.clone(),
+                _ => return,
+            }
+        } else {
+            r.entries()
+        };
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
             c.join_slot(slot(c), r.epoch, &of_node(&clock, c.node));
@@ -1147,18 +1320,88 @@ pub enum Local {
     /// A round of a barrier of a node's threads (a pthread barrier, OpenMP's team barrier), by
     /// the barrier's address and the round: each round's clock is its own.
     Round(usize, u64),
+    /// What the readers of a read-write lock released, by its address: its next writer
+    /// acquires it, its next readers do not (readers order nothing among themselves).
+    Readers(usize),
+    /// An atomic word of the process's own memory, by its slot (of 64 its words share).
+    Atomic(usize),
+}
+
+/// A pthread barrier whose count the checker saw (`pthread_barrier_init`): its rounds are the
+/// barrier's own, whichever threads wait at it.
+struct CountedBarrier {
+    /// The threads each round takes.
+    count: u32,
+    /// Threads that arrived in the current round.
+    arrived: u32,
+    /// The current round, from 1.
+    round: u64,
+}
+
+/// The pthread barriers of the process whose count is known, by address
+/// ([`local_barrier_init`]; made before the checker starts too).
+static COUNTED_BARRIERS: Mutex<Vec<(usize, CountedBarrier)>> = Mutex::new(Vec::new());
+
+/// The barrier of a node's threads at `addr` was made for `count` threads
+/// (`pthread_barrier_init`): its rounds are counted as the threads arrive, so that any threads
+/// may wait at it (a new one each round, or one made again at the address of an old one).
+pub fn local_barrier_init(addr: usize, count: u32) {
+    let barrier = CountedBarrier {
+        count: count.max(1),
+        arrived: 0,
+        round: 1,
+    };
+    {
+        let mut barriers = COUNTED_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
+        barriers.retain(|(a, _)| *a != addr);
+        barriers.push((addr, barrier));
+    }
+    // What an earlier barrier at this address left.
+    if let Some(c) = CHECKER.get() {
+        c.local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| !matches!(k, Local::Round(a, _) if *a == addr));
+    }
+}
+
+/// The barrier at `addr` is no more (`pthread_barrier_destroy`).
+pub fn local_barrier_destroy(addr: usize) {
+    COUNTED_BARRIERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(a, _)| *a != addr);
 }
 
 /// This thread is about to wait at the barrier of a node's threads at `addr`: its clock joins
-/// the round's (its own count of its waits there, which every thread waiting at it shares);
+/// the round's (the barrier's count of its rounds where it is known, [`local_barrier_init`];
+/// else this thread's own count of its waits there, which every thread waiting at it shares);
 /// returns the round for [`local_barrier_leave`].
 pub fn local_barrier_enter(addr: usize) -> u64 {
-    let round = with_recorder(|r, _| {
-        let round = r.rounds.entry(addr).or_insert(0);
-        *round += 1;
-        *round
-    })
-    .unwrap_or(0);
+    if !on() {
+        return 0;
+    }
+    let counted = {
+        let mut barriers = COUNTED_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
+        barriers.iter_mut().find(|(a, _)| *a == addr).map(|(_, b)| {
+            let round = b.round;
+            b.arrived += 1;
+            if b.arrived == b.count {
+                b.arrived = 0;
+                b.round += 1;
+            }
+            round
+        })
+    };
+    let round = counted
+        .or_else(|| {
+            with_recorder(|r, _| {
+                let round = r.rounds.entry(addr).or_insert(0);
+                *round += 1;
+                *round
+            })
+        })
+        .unwrap_or(0);
     local_release(Local::Round(addr, round));
     round
 }
@@ -1212,7 +1455,11 @@ pub fn local_acquire(what: Local) {
             let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
             match what {
                 Local::Thread(_) | Local::Team(_) => local.remove(&what),
-                Local::Object(_) | Local::Round(..) | Local::Shared(_) => local.get(&what).cloned(),
+                Local::Object(_)
+                | Local::Round(..)
+                | Local::Shared(_)
+                | Local::Readers(_)
+                | Local::Atomic(_) => local.get(&what).cloned(),
             }
         };
         r.acquire(slot);

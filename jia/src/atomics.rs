@@ -66,6 +66,40 @@ fn shared(addr: usize, bytes: usize) -> bool {
     dsm_if_joined().is_some_and(|d| d.in_region(addr, bytes))
 }
 
+/// Whether C11's memory order `mo` acquires (consume, acquire, acq_rel, seq_cst) and releases
+/// (release, acq_rel, seq_cst).
+fn acquires_releases(mo: c_int) -> (bool, bool) {
+    (
+        matches!(mo & 0xFFFF, 1 | 2 | 4 | 5),
+        matches!(mo & 0xFFFF, 3..=5),
+    )
+}
+
+/// Whether an operation stores and whether it reads.
+fn stores_reads(op: AtomicOp) -> (bool, bool) {
+    match op {
+        AtomicOp::Load => (false, true),
+        AtomicOp::Store(_) => (true, false),
+        _ => (true, true),
+    }
+}
+
+/// `op` (the CPU's atomic operation at `addr` of the process's own memory, made with C11's
+/// order `mo`), as the race checker sees it: synchronisation of the node's threads, as the
+/// order asked (a fence's, for a relaxed one: [`__tsan_atomic_thread_fence`]).
+fn private<R>(addr: usize, mo: c_int, (stores, reads): (bool, bool), op: impl FnOnce() -> R) -> R {
+    use dsm_races::Word;
+    let (acquire, release) = acquires_releases(mo);
+    if stores {
+        dsm_races::atomic_storing(Word::Private(addr), release);
+    }
+    let value = op();
+    if reads {
+        dsm_races::atomic_read(Word::Private(addr), acquire);
+    }
+    value
+}
+
 /// One DSM atomic operation on the `width`-byte word at `addr` of shared memory, made with
 /// `order` for a program that asked `declared` (what the race checker goes by): the value
 /// before, or the node ends naming the call and why.
@@ -85,8 +119,19 @@ fn on_shared(
              threads of one node; across nodes, atomics take 4- or 8-byte words"
         ));
     }
-    d.atomic_declared(addr, width, op, order, declared)
-        .unwrap_or_else(|e| die(&format!("{what}({addr:#x}): {e}")))
+    // The runtime passes the checker's clocks for the orders declared; a relaxed store after a
+    // release fence passes the fence's, a relaxed read is noted for the next acquire fence.
+    let (stores, reads) = stores_reads(op);
+    if stores && !declared.release {
+        dsm_races::atomic_storing(dsm_races::Word::Shared(addr), false);
+    }
+    let value = d
+        .atomic_declared(addr, width, op, order, declared)
+        .unwrap_or_else(|e| die(&format!("{what}({addr:#x}): {e}")));
+    if reads && !declared.acquire {
+        dsm_races::atomic_read(dsm_races::Word::Shared(addr), false);
+    }
+    value
 }
 
 // ----- jia.h's atomics -----
@@ -245,7 +290,7 @@ macro_rules! tsan_atomics {
                 return on_shared(p as usize, $width, AtomicOp::Load, hooked(mo), "atomic load") as $t;
             }
             // SAFETY: the function's contract.
-            unsafe { cpu(p) }.load(Ordering::SeqCst)
+            private(p as usize, mo, (false, true), || unsafe { cpu(p) }.load(Ordering::SeqCst))
         }
 
         /// `__tsan_atomic*_store`.
@@ -259,7 +304,7 @@ macro_rules! tsan_atomics {
                 return;
             }
             // SAFETY: the function's contract.
-            unsafe { cpu(p) }.store(v, Ordering::SeqCst)
+            private(p as usize, mo, (true, false), || unsafe { cpu(p) }.store(v, Ordering::SeqCst))
         }
 
         /// `__tsan_atomic*_exchange`.
@@ -273,7 +318,7 @@ macro_rules! tsan_atomics {
                 return on_shared(p as usize, $width, op, hooked(mo), "atomic exchange") as $t;
             }
             // SAFETY: the function's contract.
-            unsafe { cpu(p) }.swap(v, Ordering::SeqCst)
+            private(p as usize, mo, (true, true), || unsafe { cpu(p) }.swap(v, Ordering::SeqCst))
         }
 
         /// `__tsan_atomic*_fetch_nand`.
@@ -286,7 +331,7 @@ macro_rules! tsan_atomics {
                 return nand_on_shared(p as usize, $width, v as u64, mo, "atomic fetch_nand") as $t;
             }
             // SAFETY: the function's contract.
-            unsafe { cpu(p) }.fetch_nand(v, Ordering::SeqCst)
+            private(p as usize, mo, (true, true), || unsafe { cpu(p) }.fetch_nand(v, Ordering::SeqCst))
         }
 
         /// `__tsan_atomic*_compare_exchange_val`: the value before.
@@ -304,10 +349,14 @@ macro_rules! tsan_atomics {
                 declared.acquire |= order_of(fmo, "atomic compare_exchange").acquire;
                 return on_shared(p as usize, $width, op, (order, declared), "atomic compare_exchange") as $t;
             }
-            // SAFETY: the function's contract.
-            match unsafe { cpu(p) }.compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(old) | Err(old) => old,
-            }
+            // A failure's order acquires too where it does (what a failure read was stored).
+            let mo = if acquires_releases(fmo).0 && !acquires_releases(mo).0 { 4 } else { mo };
+            private(p as usize, mo, (true, true), || {
+                // SAFETY: the function's contract.
+                match unsafe { cpu(p) }.compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(old) | Err(old) => old,
+                }
+            })
         }
 
         /// `__tsan_atomic*_compare_exchange_strong`: 1 on success, else 0 with `*c` updated.
@@ -351,7 +400,7 @@ macro_rules! tsan_atomics {
                     return on_shared(p as usize, $width, op, hooked(mo), stringify!($name)) as $t;
                 }
                 // SAFETY: the function's contract.
-                unsafe { cpu(p) }.$fetch(v, Ordering::SeqCst)
+                private(p as usize, mo, (true, true), || unsafe { cpu(p) }.$fetch(v, Ordering::SeqCst))
             }
         )*
     };
@@ -457,11 +506,20 @@ mod hooks64 {
     );
 }
 
-/// `__tsan_atomic_thread_fence`: nothing to do (every hooked operation on shared memory
-/// acquires and releases); the CPU's fence for private memory.
+/// `__tsan_atomic_thread_fence`: the CPU's fence (every hooked operation on shared memory
+/// acquires and releases already), and for the race checker C11's: an acquire fence acquires
+/// what the thread's relaxed reads since its last one read, a release fence's clock is what its
+/// later relaxed stores release.
 #[unsafe(no_mangle)]
-pub extern "C" fn __tsan_atomic_thread_fence(_mo: c_int) {
+pub extern "C" fn __tsan_atomic_thread_fence(mo: c_int) {
     std::sync::atomic::fence(Ordering::SeqCst);
+    let (acquire, release) = acquires_releases(mo);
+    if acquire {
+        dsm_races::acquire_fence();
+    }
+    if release {
+        dsm_races::release_fence();
+    }
 }
 
 /// `__tsan_atomic_signal_fence`: a compiler fence.

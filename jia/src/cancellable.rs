@@ -9,7 +9,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use libc::{
-    FILE, iovec, mmsghdr, msghdr, pthread_attr_t, pthread_barrier_t, pthread_cond_t,
+    FILE, clockid_t, iovec, mmsghdr, msghdr, pthread_attr_t, pthread_barrier_t, pthread_cond_t,
     pthread_mutex_t, pthread_once_t, pthread_rwlock_t, pthread_spinlock_t, pthread_t, sem_t,
     sockaddr, socklen_t, timespec,
 };
@@ -77,7 +77,50 @@ unsafe extern "C-unwind" {
     pub(crate) fn pthread_rwlock_wrlock(l: *mut pthread_rwlock_t) -> c_int;
     pub(crate) fn pthread_rwlock_tryrdlock(l: *mut pthread_rwlock_t) -> c_int;
     pub(crate) fn pthread_rwlock_trywrlock(l: *mut pthread_rwlock_t) -> c_int;
+    pub(crate) fn pthread_rwlock_timedrdlock(l: *mut pthread_rwlock_t, t: *const timespec)
+    -> c_int;
+    pub(crate) fn pthread_rwlock_timedwrlock(l: *mut pthread_rwlock_t, t: *const timespec)
+    -> c_int;
+    pub(crate) fn pthread_rwlock_clockrdlock(
+        l: *mut pthread_rwlock_t,
+        clock: clockid_t,
+        t: *const timespec,
+    ) -> c_int;
+    pub(crate) fn pthread_rwlock_clockwrlock(
+        l: *mut pthread_rwlock_t,
+        clock: clockid_t,
+        t: *const timespec,
+    ) -> c_int;
     pub(crate) fn pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int;
+    pub(crate) fn pthread_mutex_clocklock(
+        m: *mut pthread_mutex_t,
+        clock: clockid_t,
+        t: *const timespec,
+    ) -> c_int;
+    pub(crate) fn pthread_cond_clockwait(
+        c: *mut pthread_cond_t,
+        m: *mut pthread_mutex_t,
+        clock: clockid_t,
+        t: *const timespec,
+    ) -> c_int;
+    pub(crate) fn sem_clockwait(s: *mut sem_t, clock: clockid_t, t: *const timespec) -> c_int;
+
+    // C11's threads (<threads.h>): glibc's call its own pthread functions directly, which a
+    // program's renamed calls of the pthread ones do not see. `mtx_t` and `cnd_t` are opaque
+    // here; `thrd_t` is a `pthread_t`, `once_flag` a `pthread_once_t`.
+    pub(crate) fn mtx_lock(m: *mut c_void) -> c_int;
+    pub(crate) fn mtx_trylock(m: *mut c_void) -> c_int;
+    pub(crate) fn mtx_timedlock(m: *mut c_void, t: *const timespec) -> c_int;
+    pub(crate) fn mtx_unlock(m: *mut c_void) -> c_int;
+    pub(crate) fn cnd_wait(c: *mut c_void, m: *mut c_void) -> c_int;
+    pub(crate) fn cnd_timedwait(c: *mut c_void, m: *mut c_void, t: *const timespec) -> c_int;
+    pub(crate) fn thrd_create(
+        thread: *mut pthread_t,
+        run: extern "C-unwind" fn(*mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
+    pub(crate) fn thrd_join(thread: pthread_t, result: *mut c_int) -> c_int;
+    pub(crate) fn call_once(flag: *mut pthread_once_t, routine: extern "C-unwind" fn());
     pub(crate) fn pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int;
     pub(crate) fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_int;
     pub(crate) fn pthread_spin_unlock(l: *mut pthread_spinlock_t) -> c_int;

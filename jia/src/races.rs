@@ -978,22 +978,70 @@ acquired_on_success! {
     __dsm_checked_pthread_mutex_trylock => pthread_mutex_trylock(libc::pthread_mutex_t);
     __dsm_checked_sem_wait => sem_wait(libc::sem_t);
     __dsm_checked_sem_trywait => sem_trywait(libc::sem_t);
-    __dsm_checked_pthread_rwlock_rdlock => pthread_rwlock_rdlock(libc::pthread_rwlock_t);
-    __dsm_checked_pthread_rwlock_wrlock => pthread_rwlock_wrlock(libc::pthread_rwlock_t);
-    __dsm_checked_pthread_rwlock_tryrdlock => pthread_rwlock_tryrdlock(libc::pthread_rwlock_t);
-    __dsm_checked_pthread_rwlock_trywrlock => pthread_rwlock_trywrlock(libc::pthread_rwlock_t);
     __dsm_checked_pthread_spin_lock => pthread_spin_lock(libc::pthread_spinlock_t);
     __dsm_checked_pthread_spin_trylock => pthread_spin_trylock(libc::pthread_spinlock_t);
     __dsm_checked_pthread_mutex_timedlock =>
         pthread_mutex_timedlock(libc::pthread_mutex_t, t: *const libc::timespec);
+    __dsm_checked_pthread_mutex_clocklock =>
+        pthread_mutex_clocklock(libc::pthread_mutex_t, k: libc::clockid_t, t: *const libc::timespec);
     __dsm_checked_sem_timedwait => sem_timedwait(libc::sem_t, t: *const libc::timespec);
+    __dsm_checked_sem_clockwait =>
+        sem_clockwait(libc::sem_t, k: libc::clockid_t, t: *const libc::timespec);
+    // C11's (`thrd_success` is 0).
+    __dsm_checked_mtx_lock => mtx_lock(c_void);
+    __dsm_checked_mtx_trylock => mtx_trylock(c_void);
+    __dsm_checked_mtx_timedlock => mtx_timedlock(c_void, t: *const libc::timespec);
 }
 
 released_before! {
     __dsm_checked_pthread_mutex_unlock => pthread_mutex_unlock(libc::pthread_mutex_t);
     __dsm_checked_sem_post => sem_post(libc::sem_t);
-    __dsm_checked_pthread_rwlock_unlock => pthread_rwlock_unlock(libc::pthread_rwlock_t);
     __dsm_checked_pthread_spin_unlock => pthread_spin_unlock(libc::pthread_spinlock_t);
+    __dsm_checked_mtx_unlock => mtx_unlock(c_void);
+}
+
+/// An entry for a call that locks the read-write lock it is given (first) for writing
+/// (`write`) or reading when it returns 0 (`$call(lock, args...)`): a writer has seen what
+/// every earlier holder did, a reader what the earlier writers did.
+macro_rules! rwlocked_on_success {
+    ($($name:ident => $call:ident(write: $write:literal $(, $arg:ident: $aty:ty)*);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C-unwind" fn $name(
+            lock: *mut libc::pthread_rwlock_t $(, $arg: $aty)*
+        ) -> c_int {
+            // SAFETY: the caller's arguments, as to the C library's function.
+            let rc = unsafe { crate::cancellable::$call(lock $(, $arg)*) };
+            if rc == 0 {
+                dsm_races::rwlock_acquired(lock as usize, $write);
+            }
+            rc
+        }
+    )*};
+}
+
+rwlocked_on_success! {
+    __dsm_checked_pthread_rwlock_rdlock => pthread_rwlock_rdlock(write: false);
+    __dsm_checked_pthread_rwlock_tryrdlock => pthread_rwlock_tryrdlock(write: false);
+    __dsm_checked_pthread_rwlock_timedrdlock =>
+        pthread_rwlock_timedrdlock(write: false, t: *const libc::timespec);
+    __dsm_checked_pthread_rwlock_clockrdlock =>
+        pthread_rwlock_clockrdlock(write: false, k: libc::clockid_t, t: *const libc::timespec);
+    __dsm_checked_pthread_rwlock_wrlock => pthread_rwlock_wrlock(write: true);
+    __dsm_checked_pthread_rwlock_trywrlock => pthread_rwlock_trywrlock(write: true);
+    __dsm_checked_pthread_rwlock_timedwrlock =>
+        pthread_rwlock_timedwrlock(write: true, t: *const libc::timespec);
+    __dsm_checked_pthread_rwlock_clockwrlock =>
+        pthread_rwlock_clockwrlock(write: true, k: libc::clockid_t, t: *const libc::timespec);
+}
+
+/// `pthread_rwlock_unlock`: a reader's release is for the lock's next writers only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_rwlock_unlock(
+    lock: *mut libc::pthread_rwlock_t,
+) -> c_int {
+    dsm_races::rwlock_releasing(lock as usize);
+    // SAFETY: the caller's argument, as to pthread_rwlock_unlock.
+    unsafe { crate::cancellable::pthread_rwlock_unlock(lock) }
 }
 
 thread_local! {
@@ -1050,6 +1098,72 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_cond_timedwait(
     // SAFETY: the caller's arguments, as to pthread_cond_timedwait.
     let rc = unsafe { crate::cancellable::pthread_cond_timedwait(c, m, t) };
     dsm_races::local_acquire(object(m.cast()));
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_cond_clockwait(
+    c: *mut libc::pthread_cond_t,
+    m: *mut libc::pthread_mutex_t,
+    k: libc::clockid_t,
+    t: *const libc::timespec,
+) -> c_int {
+    dsm_races::local_release(object(m.cast()));
+    // SAFETY: the caller's arguments, as to pthread_cond_clockwait.
+    let rc = unsafe { crate::cancellable::pthread_cond_clockwait(c, m, k, t) };
+    dsm_races::local_acquire(object(m.cast()));
+    rc
+}
+
+/// C11's `cnd_wait`: as `pthread_cond_wait`, the mutex released and acquired.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_cnd_wait(c: *mut c_void, m: *mut c_void) -> c_int {
+    dsm_races::local_release(object(m));
+    // SAFETY: the caller's arguments, as to cnd_wait.
+    let rc = unsafe { crate::cancellable::cnd_wait(c, m) };
+    dsm_races::local_acquire(object(m));
+    rc
+}
+
+/// C11's `cnd_timedwait`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_cnd_timedwait(
+    c: *mut c_void,
+    m: *mut c_void,
+    t: *const libc::timespec,
+) -> c_int {
+    dsm_races::local_release(object(m));
+    // SAFETY: the caller's arguments, as to cnd_timedwait.
+    let rc = unsafe { crate::cancellable::cnd_timedwait(c, m, t) };
+    dsm_races::local_acquire(object(m));
+    rc
+}
+
+/// `pthread_barrier_init`: the checker counts the barrier's rounds from its count.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_barrier_init(
+    b: *mut libc::pthread_barrier_t,
+    attr: *const libc::pthread_barrierattr_t,
+    count: std::ffi::c_uint,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to pthread_barrier_init.
+    let rc = unsafe { libc::pthread_barrier_init(b, attr, count) };
+    if rc == 0 {
+        dsm_races::local_barrier_init(b as usize, count);
+    }
+    rc
+}
+
+/// `pthread_barrier_destroy`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_barrier_destroy(
+    b: *mut libc::pthread_barrier_t,
+) -> c_int {
+    // SAFETY: the caller's argument, as to pthread_barrier_destroy.
+    let rc = unsafe { libc::pthread_barrier_destroy(b) };
+    if rc == 0 {
+        dsm_races::local_barrier_destroy(b as usize);
+    }
     rc
 }
 
@@ -1122,6 +1236,77 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_join(
         dsm_races::local_acquire(Local::Thread(thread));
     }
     rc
+}
+
+/// A C11 thread's start, as `thrd_create` was asked for it, with its creator's clock.
+struct StartC11 {
+    run: extern "C-unwind" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+    creator: Option<(u32, dsm_races::Entries)>,
+}
+
+/// The start routine of a thread created through [`__dsm_checked_thrd_create`], as
+/// [`checked_start`] is a pthread's.
+extern "C-unwind" fn checked_start_c11(start: *mut c_void) -> c_int {
+    // SAFETY: `start` is the Box that __dsm_checked_thrd_create leaked for this thread, taken
+    // back once (moved out, as in checked_start).
+    let StartC11 { run, arg, creator } = *unsafe { Box::from_raw(start.cast::<StartC11>()) };
+    // SAFETY: pthread_self has no preconditions (a C11 thread is a pthread: `thrd_t` is its
+    // `pthread_t`).
+    let me = unsafe { libc::pthread_self() };
+    if let Some(creator) = creator {
+        dsm_races::thread_started(creator, Some(me));
+    }
+    run(arg)
+}
+
+/// C11's `thrd_create`: as `pthread_create`, the new thread starts from its creator's clock.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_thrd_create(
+    thread: *mut libc::pthread_t,
+    run: extern "C-unwind" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+) -> c_int {
+    let start = Box::into_raw(Box::new(StartC11 {
+        run,
+        arg,
+        creator: dsm_races::thread_spawning(),
+    }));
+    // SAFETY: the caller's arguments, as to thrd_create, with this library's start routine and
+    // the Box it takes back.
+    let rc = unsafe { crate::cancellable::thrd_create(thread, checked_start_c11, start.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created (not thrd_success): the Box is still this call's.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
+
+/// C11's `thrd_join`: the joiner has seen what the thread did.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_thrd_join(
+    thread: libc::pthread_t,
+    result: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to thrd_join.
+    let rc = unsafe { crate::cancellable::thrd_join(thread, result) };
+    if rc == 0 {
+        dsm_races::local_acquire(Local::Thread(thread));
+    }
+    rc
+}
+
+/// C11's `call_once`: as `pthread_once`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_call_once(
+    flag: *mut libc::pthread_once_t,
+    routine: extern "C-unwind" fn(),
+) {
+    let outer = ONCE.with(|o| o.replace((routine as usize, flag as usize)));
+    // SAFETY: the caller's flag, as to call_once, with a routine that runs the caller's.
+    unsafe { crate::cancellable::call_once(flag, checked_once_routine) };
+    ONCE.with(|o| o.set(outer));
+    dsm_races::local_acquire(object(flag.cast()));
 }
 
 // ----- OpenMP (gcc's libgomp), seen by the race checker -----
