@@ -44,6 +44,7 @@ use crate::table::{AtomicValue, Frame};
 use crate::types::{
     AtomicOp, AtomicOrder, GlobalAddr, MAX_EARLY_REQUESTS, NodeId, PageNum, Prot, Time, WaiterId,
 };
+use crate::types::{Count, Epoch};
 
 impl<M: PageMemory> Node<M> {
     /// The waiter applies `op` to the `width`-byte word at `addr` (4 or 8, aligned), with the
@@ -307,7 +308,7 @@ impl<M: PageMemory> Node<M> {
             // As a lock's release: the writes of a node with a thread in a barrier belong to
             // the next epoch. An acquire below asks from the sender's own epoch.
             let node_epoch = self.epoch;
-            let released_in = epoch.saturating_add(u32::from(in_barrier));
+            let released_in = epoch.saturating_add(Epoch::from(in_barrier));
             self.mgr
                 .on_atomic_release(addr, released_in, (notices, earlier), node_epoch);
         }
@@ -334,7 +335,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         id: u32,
-        (old, counter, changes, notices): (u64, u32, u32, Vec<PageNum>),
+        (old, counter, changes, notices): (u64, Count, u32, Vec<PageNum>),
     ) -> Result<(), ProtocolError> {
         if self.atomics.out.get(&id).is_none_or(|o| o.home != from) {
             return Err(ProtocolError {

@@ -24,7 +24,7 @@ use crate::types::{
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version.
-pub const VERSION: u8 = 14;
+pub const VERSION: u8 = 15;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -155,29 +155,29 @@ pub fn frame_len(msg: &Msg) -> usize {
 
 fn payload_len(msg: &Msg) -> usize {
     match msg {
-        Msg::GetPage { pages, .. } => 1 + 4 + 4 + 4 * pages.len(),
+        Msg::GetPage { pages, .. } => 1 + 8 + 4 + 4 * pages.len(),
         Msg::GetPageGrant { data, .. } => GRANT_HEADER_BYTES + data.len(),
         Msg::Diff { diffs, .. } => {
-            4 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
+            8 + 4 + diffs.iter().map(|d| 4 + 4 + d.runs.len()).sum::<usize>()
         }
-        Msg::DiffGrant { .. } => 4,
-        Msg::Acquire { .. } => 2 + 4 + 4 + 1,
-        Msg::AcquireGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::DiffGrant { .. } => 8,
+        Msg::Acquire { .. } => 2 + 8 + 8 + 1,
+        Msg::AcquireGrant { notices, .. } => 2 + 8 + 4 + 4 * notices.len(),
         Msg::Release {
             notices, earlier, ..
-        } => 2 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
+        } => 2 + 8 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
         Msg::Barrier {
             notices, claims, ..
-        } => 4 + 8 + 2 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
-        Msg::BarrierGrant { notices, .. } => 4 + 4 + 7 * notices.len(),
-        Msg::Wait { .. } | Msg::WaitGrant { .. } => 4,
+        } => 8 + 8 + 2 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
+        Msg::BarrierGrant { notices, .. } => 8 + 4 + 7 * notices.len(),
+        Msg::Wait { .. } | Msg::WaitGrant { .. } => 8,
         Msg::Migrated { vetoes: pages, .. } | Msg::MigrateGrant { vetoed: pages, .. } => {
-            4 + 4 + 4 * pages.len()
+            8 + 4 + 4 * pages.len()
         }
-        Msg::SetCv { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::SetCv { notices, .. } => 2 + 8 + 4 + 4 * notices.len(),
         Msg::ResetCv { .. } | Msg::LockWanted { .. } => 2,
-        Msg::WaitCv { .. } => 2 + 4,
-        Msg::CvGrant { notices, .. } => 2 + 4 + 4 + 4 * notices.len(),
+        Msg::WaitCv { .. } => 2 + 8,
+        Msg::CvGrant { notices, .. } => 2 + 8 + 4 + 4 * notices.len(),
         Msg::Exit { stats } => 4 + 8 * stats.len(),
         Msg::ExitGrant => 0,
         Msg::Error { text } => 4 + text.len().min(MAX_ERROR_TEXT_BYTES),
@@ -185,8 +185,8 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Forward { .. } | Msg::ForwardRefused { .. } => 2 + 4 + 2,
         Msg::Atomic {
             notices, earlier, ..
-        } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 4 + 4 + 4 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
-        Msg::AtomicGrant { notices, .. } => 4 + 8 + 4 + 4 + 4 + 4 * notices.len(),
+        } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 8 + 8 + 8 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
+        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + 4 + 4 * notices.len(),
     }
 }
 
@@ -548,7 +548,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                     });
                 }
             };
-            let passed = r.u32()?;
+            let passed = r.u64()?;
             let pages = r.pages()?;
             if pages.is_empty() {
                 return Err(DecodeError::BadValue {
@@ -597,7 +597,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             });
         }
         MsgKind::Diff => {
-            let id = r.u32()?;
+            let id = r.u64()?;
             let n = r.count(8)?;
             let mut diffs = Vec::with_capacity(n);
             for _ in 0..n {
@@ -612,11 +612,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             }
             Msg::Diff { id, diffs }
         }
-        MsgKind::DiffGrant => Msg::DiffGrant { id: r.u32()? },
+        MsgKind::DiffGrant => Msg::DiffGrant { id: r.u64()? },
         MsgKind::Acquire => Msg::Acquire {
             lock: r.lock()?,
-            seen: r.u32()?,
-            epoch: r.u32()?,
+            seen: r.u64()?,
+            epoch: r.u64()?,
             cohort: match r.u8()? {
                 0 => false,
                 1 => true,
@@ -630,24 +630,24 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         },
         MsgKind::AcquireGrant => Msg::AcquireGrant {
             lock: r.lock()?,
-            counter: r.u32()?,
+            counter: r.u64()?,
             notices: r.pages()?,
         },
         MsgKind::Release => Msg::Release {
             lock: r.lock()?,
-            epoch: r.u32()?,
+            epoch: r.u64()?,
             notices: r.pages()?,
             earlier: r.pages()?,
         },
         MsgKind::Barrier => Msg::Barrier {
-            epoch: r.u32()?,
+            epoch: r.u64()?,
             alloc_digest: r.u64()?,
             threads: r.u16()?,
             notices: r.pages()?,
             claims: r.pages()?,
         },
         MsgKind::BarrierGrant => {
-            let epoch = r.u32()?;
+            let epoch = r.u64()?;
             let n = r.count(7)?;
             let mut notices = Vec::with_capacity(n);
             for _ in 0..n {
@@ -673,18 +673,18 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             Msg::BarrierGrant { epoch, notices }
         }
         MsgKind::Migrated => Msg::Migrated {
-            epoch: r.u32()?,
+            epoch: r.u64()?,
             vetoes: r.pages()?,
         },
         MsgKind::MigrateGrant => Msg::MigrateGrant {
-            epoch: r.u32()?,
+            epoch: r.u64()?,
             vetoed: r.pages()?,
         },
-        MsgKind::Wait => Msg::Wait { epoch: r.u32()? },
-        MsgKind::WaitGrant => Msg::WaitGrant { epoch: r.u32()? },
+        MsgKind::Wait => Msg::Wait { epoch: r.u64()? },
+        MsgKind::WaitGrant => Msg::WaitGrant { epoch: r.u64()? },
         MsgKind::SetCv => Msg::SetCv {
             cv: r.cv()?,
-            epoch: r.u32()?,
+            epoch: r.u64()?,
             notices: r.pages()?,
         },
         MsgKind::ResetCv => Msg::ResetCv { cv: r.cv()? },
@@ -726,10 +726,10 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 op,
                 acquire: flags & 1 != 0,
                 release: flags & 2 != 0,
-                seen: r.u32()?,
-                epoch: r.u32()?,
+                seen: r.u64()?,
+                epoch: r.u64()?,
                 in_barrier: flags & 4 != 0,
-                passed: r.u32()?,
+                passed: r.u64()?,
                 notices: r.pages()?,
                 earlier: r.pages()?,
             }
@@ -737,7 +737,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         MsgKind::AtomicGrant => Msg::AtomicGrant {
             id: r.u32()?,
             old: r.u64()?,
-            counter: r.u32()?,
+            counter: r.u64()?,
             changes: r.u32()?,
             notices: r.pages()?,
         },
@@ -765,11 +765,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         }
         MsgKind::WaitCv => Msg::WaitCv {
             cv: r.cv()?,
-            seen: r.u32()?,
+            seen: r.u64()?,
         },
         MsgKind::CvGrant => Msg::CvGrant {
             cv: r.cv()?,
-            counter: r.u32()?,
+            counter: r.u64()?,
             notices: r.pages()?,
         },
         MsgKind::Exit => {

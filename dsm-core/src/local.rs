@@ -2,6 +2,7 @@
 //! condition variables, the barrier, wait or exit it is in, and the releases that wait for its
 //! diffs. Below the node and its two halves (`pages.rs`, `sync.rs`), which all use it.
 
+use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::msg::{Msg, PageDiff, WriteNotice};
@@ -17,9 +18,9 @@ pub(crate) struct LocalLock {
     pub releasing: bool,
     pub queue: VecDeque<(WaiterId, Time)>,
     /// The interval of this node's last release of the lock.
-    pub sent: u32,
+    pub sent: Count,
     /// The lock's release counter at our last grant.
-    pub seen: u32,
+    pub seen: Count,
     /// Hand-offs to another thread of this node since another node was known to wait for the
     /// lock (cohort locking).
     pub handoffs: u32,
@@ -32,8 +33,8 @@ pub(crate) struct LocalLock {
 #[derive(Default, Debug)]
 pub(crate) struct LocalCv {
     pub waiting: Vec<WaiterId>,
-    pub sent: u32,
-    pub seen: u32,
+    pub sent: Count,
+    pub seen: Count,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,34 +60,34 @@ pub(crate) enum AfterFlush {
         waiter: WaiterId,
         notices: Vec<PageNum>,
         earlier: Vec<PageNum>,
-        through: u32,
+        through: Count,
     },
     Barrier {
         threads: u16,
         notices: Vec<PageNum>,
         claims: Vec<PageNum>,
-        through: u32,
+        through: Count,
     },
     SetCv {
         cv: CvId,
         waiter: WaiterId,
         notices: Vec<PageNum>,
-        through: u32,
+        through: Count,
     },
     Exit {
-        through: u32,
+        through: Count,
     },
     /// An atomic operation with release semantics (`Msg::Atomic`, its epoch set when it
     /// leaves).
     Atomic {
         home: NodeId,
         msg: Msg,
-        through: u32,
+        through: Count,
     },
 }
 
 impl AfterFlush {
-    pub(crate) fn through(&self) -> u32 {
+    pub(crate) fn through(&self) -> Count {
         match self {
             AfterFlush::Release { through, .. }
             | AfterFlush::Barrier { through, .. }
@@ -138,9 +139,9 @@ pub(crate) struct Atomics {
     /// Answers their threads have not taken yet.
     pub results: BTreeMap<WaiterId, u64>,
     /// Per word (its offset): the interval of this node's last release through it.
-    pub sent: BTreeMap<u64, u32>,
+    pub sent: BTreeMap<u64, Count>,
     /// Per word: the notice counter this node has seen.
-    pub seen: BTreeMap<u64, u32>,
+    pub seen: BTreeMap<u64, Count>,
     /// Operations on words whose page's home move is being decided: made once it is (as the
     /// faults on those pages are).
     pub held: Vec<(
@@ -169,9 +170,9 @@ pub(crate) struct Atomics {
 pub(crate) struct Flush {
     /// Diffs being gathered for each home before they are sent.
     pub diff_batch: BTreeMap<NodeId, Vec<PageDiff>>,
-    pub next_diff_id: u32,
+    pub next_diff_id: Count,
     /// Diff batches sent and not yet acknowledged: id -> (home, sent at).
-    pub diffs_out: BTreeMap<u32, (NodeId, Time)>,
+    pub diffs_out: BTreeMap<Count, (NodeId, Time)>,
     /// Releases, barriers... waiting for their diffs to be acknowledged, in order.
     pub after_flush: VecDeque<AfterFlush>,
 }
@@ -186,7 +187,7 @@ pub(crate) struct SyncState {
     pub locks: Vec<LocalLock>,
     pub cvs: Vec<LocalCv>,
     pub collective: Option<Collective>,
-    pub wait_epoch: u32,
+    pub wait_epoch: Epoch,
     /// From a barrier grant that would move homes to the barrier's end: page requests and diffs
     /// received for the pages that may move (`moving`), and those of their senders that came
     /// after them (`Node::behind_held`), in order. They are served once the moves are decided
@@ -200,7 +201,7 @@ pub(crate) struct SyncState {
     /// home moves: see `on_barrier_grant`).
     pub diffed_here: BTreeSet<(PageNum, NodeId)>,
     /// The barrier (epoch) whose grant would move homes, waiting for every node's vetoes.
-    pub migrating: Option<u32>,
+    pub migrating: Option<Epoch>,
     /// The moves that grant proposed, until they are decided.
     pub proposed_moves: Vec<WriteNotice>,
     /// The pages those moves name, closed on every node until the moves are decided (so no
@@ -212,11 +213,11 @@ pub(crate) struct SyncState {
     /// reached every node those pages are not invalidated everywhere, so a lock released
     /// meanwhile (by another thread) still names those written since its last release, as
     /// notices of the barrier's epoch (`Msg::Release::earlier`).
-    pub barrier_written: Option<BTreeMap<PageNum, u32>>,
+    pub barrier_written: Option<BTreeMap<PageNum, Count>>,
     /// The barrier before's, from this node's barrier call to that barrier's grant: until then
     /// the other nodes need not have had the barrier before's grant either (a thread may hold a
     /// lock across two barrier calls of another thread of its node).
-    pub barrier_written_before: Option<BTreeMap<PageNum, u32>>,
+    pub barrier_written_before: Option<BTreeMap<PageNum, Count>>,
     /// Between this node's barrier call and the grant.
     pub awaiting_grant: bool,
 }

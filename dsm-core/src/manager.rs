@@ -6,6 +6,7 @@
 //! node must act on come back as a [`Managed`] value. It never touches pages, the page table or
 //! this node's own threads: the caller's side of locks and barriers is in [`crate::sync`].
 
+use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::error::ProtocolError;
@@ -39,7 +40,7 @@ pub(crate) enum Managed {
 }
 
 /// Write notices kept by a lock or condition-variable manager: page -> (release counter, epoch).
-type Notices = BTreeMap<PageNum, (u32, u32)>;
+type Notices = BTreeMap<PageNum, (Count, Epoch)>;
 
 #[derive(Default, Debug)]
 struct LockMgr {
@@ -48,24 +49,24 @@ struct LockMgr {
     /// waits.
     holder_cohort: bool,
     /// Waiting nodes, with their `seen`, epoch and cohort flag.
-    queue: VecDeque<(NodeId, u32, u32, bool)>,
-    counter: u32,
+    queue: VecDeque<(NodeId, Count, Epoch, bool)>,
+    counter: Count,
     notices: Notices,
 }
 
 /// An atomic word's record at its home: the notices its releases carried, as a lock's.
 #[derive(Default, Debug)]
 struct AtomicMgr {
-    counter: u32,
+    counter: Count,
     notices: Notices,
 }
 
 #[derive(Default, Debug)]
 struct CvMgr {
     set: bool,
-    counter: u32,
+    counter: Count,
     notices: Notices,
-    waiters: Vec<(NodeId, u32)>,
+    waiters: Vec<(NodeId, Count)>,
 }
 
 /// The locks, condition variables and (at node 0) barriers, waits and exit this node manages.
@@ -83,19 +84,19 @@ pub(crate) struct Managers {
     barrier_claims: BTreeMap<PageNum, NodeId>,
     /// The barrier whose grant would move homes, the nodes that have answered, and the pages
     /// they vetoed.
-    migrating: Option<(u32, BTreeSet<NodeId>, BTreeSet<PageNum>)>,
+    migrating: Option<(Epoch, BTreeSet<NodeId>, BTreeSet<PageNum>)>,
     barrier_digest: Option<u64>,
     /// The current barrier's first arrival and its thread count.
     barrier_threads: Option<(NodeId, u16)>,
-    barrier_epoch: u32,
+    barrier_epoch: Epoch,
     wait_arrived: BTreeSet<NodeId>,
-    wait_epoch: u32,
+    wait_epoch: Epoch,
     exit_stats: BTreeMap<NodeId, Vec<u64>>,
 }
 
 /// The notices released after `seen` of writes from epoch `epoch` on (earlier ones were
 /// invalidated at the acquirer by the barriers that ended their epochs).
-fn notices_since(notices: &Notices, seen: u32, epoch: u32) -> Vec<PageNum> {
+fn notices_since(notices: &Notices, seen: Count, epoch: Epoch) -> Vec<PageNum> {
     notices
         .iter()
         .filter(|&(_, &(c, e))| c > seen && e >= epoch)
@@ -110,9 +111,9 @@ fn notices_since(notices: &Notices, seen: u32, epoch: u32) -> Vec<PageNum> {
 fn record_notices(
     map: &mut Notices,
     pages: Vec<PageNum>,
-    counter: u32,
-    epoch: u32,
-    node_epoch: u32,
+    counter: Count,
+    epoch: Epoch,
+    node_epoch: Epoch,
 ) {
     if epoch.saturating_add(1) < node_epoch {
         return;
@@ -155,6 +156,13 @@ impl Managers {
         }
     }
 
+    /// Starts the barrier and wait epochs at `epoch` (a job's thousandth hour, in a test).
+    #[cfg(test)]
+    pub(crate) fn start_epochs_at(&mut self, epoch: Epoch) {
+        self.barrier_epoch = epoch;
+        self.wait_epoch = epoch;
+    }
+
     /// The node that manages lock or condition variable `id`.
     pub fn manager_of(&self, id: u16) -> NodeId {
         NodeId(id % self.nodes)
@@ -172,7 +180,7 @@ impl Managers {
     }
 
     /// A barrier ended: notices from before `epoch` are known everywhere.
-    pub fn forget_before(&mut self, epoch: u32) {
+    pub fn forget_before(&mut self, epoch: Epoch) {
         for m in self.locks.values_mut() {
             m.notices.retain(|_, &mut (_, e)| e >= epoch);
         }
@@ -191,9 +199,9 @@ impl Managers {
     pub fn on_atomic_release(
         &mut self,
         addr: u64,
-        epoch: u32,
+        epoch: Epoch,
         (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
-        node_epoch: u32,
+        node_epoch: Epoch,
     ) {
         let m = self.atomics.entry(addr).or_default();
         m.counter += 1;
@@ -208,10 +216,10 @@ impl Managers {
     pub fn atomic_notices(
         &self,
         addr: u64,
-        seen: u32,
-        epoch: u32,
+        seen: Count,
+        epoch: Epoch,
         acquire: bool,
-    ) -> (u32, Vec<PageNum>) {
+    ) -> (Count, Vec<PageNum>) {
         match self.atomics.get(&addr) {
             Some(m) if acquire => (m.counter, notices_since(&m.notices, seen, epoch)),
             Some(m) => (m.counter, Vec::new()),
@@ -227,7 +235,7 @@ impl Managers {
         &mut self,
         from: NodeId,
         lock: LockId,
-        (seen, epoch, cohort): (u32, u32, bool),
+        (seen, epoch, cohort): (Count, Epoch, bool),
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         if self.manager_of(lock.0) != self.me {
@@ -258,7 +266,7 @@ impl Managers {
     fn grant_lock(
         m: &mut LockMgr,
         lock: LockId,
-        (to, seen, epoch, cohort): (NodeId, u32, u32, bool),
+        (to, seen, epoch, cohort): (NodeId, Count, Epoch, bool),
         out: &mut Outbox,
     ) {
         m.holder = Some(to);
@@ -278,9 +286,9 @@ impl Managers {
         &mut self,
         from: NodeId,
         lock: LockId,
-        epoch: u32,
+        epoch: Epoch,
         (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
-        node_epoch: u32,
+        node_epoch: Epoch,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         let m = match self.locks.get_mut(&lock) {
@@ -313,7 +321,7 @@ impl Managers {
     pub fn on_barrier(
         &mut self,
         from: NodeId,
-        epoch: u32,
+        epoch: Epoch,
         arrival: (u64, u16),
         notices: Vec<PageNum>,
         claims: Vec<PageNum>,
@@ -398,7 +406,7 @@ impl Managers {
     pub fn on_migrated(
         &mut self,
         from: NodeId,
-        epoch: u32,
+        epoch: Epoch,
         vetoes: Vec<PageNum>,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
@@ -426,7 +434,7 @@ impl Managers {
     pub fn on_wait(
         &mut self,
         from: NodeId,
-        epoch: u32,
+        epoch: Epoch,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         self.check_master(from, MsgKind::Wait)?;
@@ -496,8 +504,8 @@ impl Managers {
         &mut self,
         from: NodeId,
         cv: CvId,
-        (epoch, notices): (u32, Vec<PageNum>),
-        node_epoch: u32,
+        (epoch, notices): (Epoch, Vec<PageNum>),
+        node_epoch: Epoch,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         let m = self.cv(from, cv, MsgKind::SetCv)?;
@@ -529,7 +537,7 @@ impl Managers {
         &mut self,
         from: NodeId,
         cv: CvId,
-        seen: u32,
+        seen: Count,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
         let m = self.cv(from, cv, MsgKind::WaitCv)?;
@@ -689,5 +697,35 @@ mod tests {
             m.on_migrated(NodeId(0), 0, vec![], &mut out).is_err(),
             "over"
         );
+    }
+
+    /// A lock's release counter passes 2^32 (a hot lock's 42 minutes on 2 CPUs): an acquirer
+    /// that last saw it before is still told of the pages released after (with 32 bits the
+    /// counter wrapped to 0 and page 7 was not among the notices: stale reads).
+    #[test]
+    fn a_lock_counter_past_32_bits_still_hands_on_its_notices() {
+        let mut m = Managers::new(NodeId(1), 3);
+        let l = LockId(4);
+        let mut out = Outbox::new();
+        m.on_acquire(NodeId(2), l, (0, 0, false), &mut out).unwrap();
+        m.locks.get_mut(&l).unwrap().counter = Count::from(u32::MAX) - 1;
+        m.on_release(NodeId(2), l, 0, (vec![], vec![]), 0, &mut out)
+            .unwrap();
+        let last_seen = Count::from(u32::MAX);
+        m.on_acquire(NodeId(0), l, (last_seen - 1, 0, false), &mut out)
+            .unwrap();
+        m.on_release(NodeId(0), l, 0, (vec![PageNum(7)], vec![]), 0, &mut out)
+            .unwrap();
+        out.clear();
+        m.on_acquire(NodeId(2), l, (last_seen, 0, false), &mut out)
+            .unwrap();
+        let Msg::AcquireGrant {
+            notices, counter, ..
+        } = &out[0].1
+        else {
+            panic!("{out:?}")
+        };
+        assert_eq!(*counter, last_seen + 1);
+        assert_eq!(notices, &[PageNum(7)]);
     }
 }

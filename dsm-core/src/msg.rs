@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::mailbox::Channel;
-use crate::types::{Access, AtomicOp, CvId, LockId, NodeId, PageNum};
+use crate::types::{Access, AtomicOp, Count, CvId, Epoch, LockId, NodeId, PageNum};
 
 /// One page's diff, encoded as in [`crate::diff`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub enum Msg {
         /// The barriers and `jia_wait`s the sender has passed (`Node::collectives_passed`): a
         /// home still in an earlier one (its grant late) holds a request for pages it has not
         /// allocated yet, made after it, instead of taking it for different allocations.
-        passed: u32,
+        passed: Epoch,
     },
     /// GETPGRANT: the bytes of a run of consecutive pages (one page or many: a home answers a
     /// request with as few grants as its pages' runs and the transport's message size allow).
@@ -90,25 +90,25 @@ pub enum Msg {
     /// DIFF: apply these diffs (all for pages homed at the receiver), then acknowledge `id`.
     Diff {
         /// The sender's sequence number for this batch.
-        id: u32,
+        id: Count,
         /// The diffs.
         diffs: Vec<PageDiff>,
     },
     /// DIFFGRANT: the diffs of batch `id` are applied.
     DiffGrant {
         /// The batch acknowledged.
-        id: u32,
+        id: Count,
     },
     /// ACQ: the sender wants `lock`; it has seen the lock's write notices up to `seen`.
     Acquire {
         /// The lock.
         lock: LockId,
         /// The lock's release counter at the sender's last acquire.
-        seen: u32,
+        seen: Count,
         /// The sender's barrier epoch: notices of writes from earlier epochs were invalidated
         /// by the barriers that ended them (the manager keeps them one barrier longer, for a
         /// node whose other thread is still in that barrier).
-        epoch: u32,
+        epoch: Epoch,
         /// The sender's threads may pass the lock among themselves (cohort locking): tell it,
         /// while it holds the lock, when another node waits ([`Msg::LockWanted`]).
         cohort: bool,
@@ -118,7 +118,7 @@ pub enum Msg {
         /// The lock.
         lock: LockId,
         /// The lock's release counter now.
-        counter: u32,
+        counter: Count,
         /// Pages written in releases newer than the acquirer's `seen`.
         notices: Vec<PageNum>,
     },
@@ -127,7 +127,7 @@ pub enum Msg {
         /// The lock.
         lock: LockId,
         /// The sender's barrier epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// Write notices.
         notices: Vec<PageNum>,
         /// Write notices of the epoch before `epoch` (pages the sender's last barrier took for
@@ -137,7 +137,7 @@ pub enum Msg {
     /// BARR: the sender reached barrier `epoch`; these pages it wrote in the epoch.
     Barrier {
         /// The barrier's epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// A digest of the sender's allocations, to catch programs that allocate differently.
         alloc_digest: u64,
         /// The threads of the sender that met in it (`jia_barrier_threads(threads)`; 1 for
@@ -152,7 +152,7 @@ pub enum Msg {
     /// BARRGRANT: everyone reached barrier `epoch`; invalidate the pages others wrote.
     BarrierGrant {
         /// The barrier's epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// Every page written in the epoch, with its writer.
         notices: Vec<WriteNotice>,
     },
@@ -160,7 +160,7 @@ pub enum Msg {
     /// that must not move (a second round, only for barriers that move homes).
     Migrated {
         /// The barrier's epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// Pages another thread of the sender wrote during the barrier (see `on_barrier_grant`).
         vetoes: Vec<PageNum>,
     },
@@ -168,7 +168,7 @@ pub enum Msg {
     /// barrier is over.
     MigrateGrant {
         /// The barrier's epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// Every node's vetoes: these pages keep their homes.
         vetoed: Vec<PageNum>,
     },
@@ -209,16 +209,16 @@ pub enum Msg {
         /// Release semantics.
         release: bool,
         /// The word's notice counter the sender has seen.
-        seen: u32,
+        seen: Count,
         /// The sender's barrier epoch (the barrier grants it has had): an acquire is sent the
         /// word's notices of writes from this epoch on.
-        epoch: u32,
+        epoch: Epoch,
         /// A thread of the sender waits in a barrier (called, not granted): the writes a
         /// release carries belong to the next epoch, `epoch + 1`, as a lock's release tags them.
         in_barrier: bool,
         /// The barriers and `jia_wait`s the sender has passed, as `GetPage::passed`: a home
         /// still in an earlier one holds an operation on a word it has not allocated yet.
-        passed: u32,
+        passed: Epoch,
         /// Pages written since the sender last released this word (release only).
         notices: Vec<PageNum>,
         /// Pages of the epoch before, as `Msg::Release::earlier` (release only).
@@ -232,7 +232,7 @@ pub enum Msg {
         /// The word's value before it.
         old: u64,
         /// The word's notice counter.
-        counter: u32,
+        counter: Count,
         /// How many atomic operations changed a word of the page at its home so far, this one
         /// included (wrapping; operations of the home's own threads applied with the CPU's
         /// atomics are counted whether they changed it or not): with the value, what tells the
@@ -254,19 +254,19 @@ pub enum Msg {
     /// WAIT: a barrier without coherence.
     Wait {
         /// The wait's sequence number.
-        epoch: u32,
+        epoch: Epoch,
     },
     /// WAITGRANT: everyone reached wait `epoch`.
     WaitGrant {
         /// The wait's sequence number.
-        epoch: u32,
+        epoch: Epoch,
     },
     /// SETCV: set the condition variable (a release: carries write notices).
     SetCv {
         /// The condition variable.
         cv: CvId,
         /// The epoch the sender's writes belong to, as [`Msg::Release::epoch`].
-        epoch: u32,
+        epoch: Epoch,
         /// Pages written since the sender last set this variable.
         notices: Vec<PageNum>,
     },
@@ -280,14 +280,14 @@ pub enum Msg {
         /// The condition variable.
         cv: CvId,
         /// The variable's counter at the sender's last wake-up.
-        seen: u32,
+        seen: Count,
     },
     /// CVGRANT: the variable is set; invalidate these pages.
     CvGrant {
         /// The condition variable.
         cv: CvId,
         /// The variable's counter now.
-        counter: u32,
+        counter: Count,
         /// Pages written in sets newer than the waiter's `seen`.
         notices: Vec<PageNum>,
     },

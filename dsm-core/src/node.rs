@@ -10,6 +10,7 @@
 //! `pages.rs`; the synchronisation side (locks, barriers, condition variables, exit) and the
 //! managers a node hosts are in `sync.rs`.
 
+use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,11 +173,11 @@ pub struct Node<M: PageMemory> {
     /// Pages currently read-write here (home or cached): downgraded at the next release.
     pub(crate) rw: BTreeSet<PageNum>,
     /// Pages written since the last barrier, with the interval of their last write fault.
-    pub(crate) written: BTreeMap<PageNum, u32>,
+    pub(crate) written: BTreeMap<PageNum, Count>,
     /// This node's interval counter, advanced at every release.
-    pub(crate) interval: u32,
+    pub(crate) interval: Count,
     /// The barrier epoch this node is in.
-    pub(crate) epoch: u32,
+    pub(crate) epoch: Epoch,
     /// Outstanding page requests and when they were sent (kept only with a reply timeout).
     pub(crate) fetches: BTreeMap<PageNum, Time>,
     /// Diffs on their way to their homes, and what waits for them.
@@ -210,7 +211,7 @@ pub struct Node<M: PageMemory> {
     pub(crate) read_ahead_mark: Option<PageNum>,
     /// GETPs for pages past our allocations, answered when we allocate them, with the
     /// collectives their senders had passed.
-    pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>, u32)>,
+    pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>, Epoch)>,
     /// ATOMICs on words past our allocations (a node used the word right after allocating it,
     /// before this home made the same allocation), applied when we allocate them.
     pub(crate) early_atomics: Vec<(NodeId, Msg)>,
@@ -249,7 +250,7 @@ pub struct Node<M: PageMemory> {
     /// acknowledged a request for them goes as a message, behind the diff: a read could reach
     /// the home's memory before the home's service thread applied it, and the copy would lack
     /// this node's own writes (a page evicted dirty, then touched again).
-    pub(crate) diffs_on_their_way: BTreeMap<PageNum, u32>,
+    pub(crate) diffs_on_their_way: BTreeMap<PageNum, Count>,
 }
 
 impl<M: PageMemory> Node<M> {
@@ -465,7 +466,7 @@ impl<M: PageMemory> Node<M> {
 
     /// The barriers and `jia_wait`s this node has passed (their grants had): what a page
     /// request carries, so a home still in one can tell a request made after it.
-    pub(crate) fn collectives_passed(&self) -> u32 {
+    pub(crate) fn collectives_passed(&self) -> Epoch {
         self.epoch.wrapping_add(self.sync.wait_epoch)
     }
 

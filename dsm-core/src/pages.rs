@@ -7,6 +7,7 @@
 //! is downgraded first and diffed against its twin second, so a store racing the release either
 //! lands in the diff or faults again.
 
+use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -108,7 +109,7 @@ impl<M: PageMemory> Node<M> {
                 self.read_ahead_unless_refreshed(now, page);
             }
             (Frame::Invalid, _) => {
-                if entry.evicted_in == self.epoch {
+                if entry.evicted_in == self.epoch as u32 {
                     self.stats.refetched_after_eviction += 1;
                 }
                 self.table.note_faulted(page);
@@ -468,7 +469,7 @@ impl<M: PageMemory> Node<M> {
         now: Option<Time>,
         from: NodeId,
         access: Access,
-        (pages, passed): (Vec<PageNum>, u32),
+        (pages, passed): (Vec<PageNum>, Epoch),
     ) -> Result<(), ProtocolError> {
         let err = |why| ProtocolError {
             from,
@@ -1104,7 +1105,7 @@ impl<M: PageMemory> Node<M> {
             e.refreshed = false;
             e.unused_refetches = 0;
             e.twin = None;
-            e.evicted_in = self.epoch;
+            e.evicted_in = self.epoch as u32;
             self.table.cache_remove(page);
             self.stats.evictions += 1;
         }
@@ -1174,7 +1175,7 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn on_diff(
         &mut self,
         from: NodeId,
-        id: u32,
+        id: Count,
         diffs: Vec<PageDiff>,
     ) -> Result<(), ProtocolError> {
         // A diff applied to a page served untracked would read as a write of ours.
@@ -1218,7 +1219,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// DIFFGRANT: one batch is home; releases waiting for it may complete.
-    pub(crate) fn on_diff_grant(&mut self, from: NodeId, id: u32) -> Result<(), ProtocolError> {
+    pub(crate) fn on_diff_grant(&mut self, from: NodeId, id: Count) -> Result<(), ProtocolError> {
         match self.flush.diffs_out.get(&id) {
             Some(&(home, _)) if home == from => {
                 self.flush.diffs_out.remove(&id);

@@ -939,3 +939,86 @@ impl Cluster {
         self.run()
     }
 }
+
+/// Counts that grow for a job's life (a node's release intervals, its diff batches, the barrier
+/// epochs) started just below 2^32, as a job of hours or days reaches them: the protocol goes
+/// on exact past it. With 32 bits, each of the first two read a stale 0 (the interval wrapped
+/// and releases carried no notices; a diff id wrapped and a release overtook its diffs).
+#[cfg(test)]
+mod counts_past_32_bits {
+    use super::*;
+
+    const NEAR: u64 = u32::MAX as u64 - 1;
+
+    fn cluster(seed: u64) -> (Cluster, GlobalAddr) {
+        let mut c = Cluster::new(3, seed, |cfg| cfg.prefetch.enabled = false);
+        let x = c
+            .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE_SIZE as u64)
+            .unwrap();
+        (c, x)
+    }
+
+    #[test]
+    fn release_intervals() {
+        let (mut c, x) = cluster(1);
+        assert_eq!(c.read_u64(2, x).unwrap(), 0);
+        c.node_mut(1).interval = NEAR;
+        for value in 40..43 {
+            c.lock(1, 7).unwrap();
+            c.write_u64(1, x, value).unwrap();
+            c.unlock(1, 7).unwrap();
+            c.lock(2, 7).unwrap();
+            assert_eq!(c.read_u64(2, x).unwrap(), value);
+            c.unlock(2, 7).unwrap();
+        }
+        assert!(c.node_mut(1).interval > u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn diff_batches() {
+        for seed in 0..40 {
+            let (mut c, x) = cluster(seed);
+            assert_eq!(c.read_u64(2, x).unwrap(), 0);
+            c.node_mut(1).flush.next_diff_id = NEAR + 1;
+            for value in [41, 42] {
+                c.lock(1, 8).unwrap();
+                c.write_u64(1, x, value).unwrap();
+                c.push(1, 0, Op::Unlock(LockId(8)));
+                c.push(2, 0, Op::Lock(LockId(8)));
+                c.push(2, 0, Op::Read(x));
+                c.push(2, 0, Op::Unlock(LockId(8)));
+                c.run().unwrap();
+                assert_eq!(
+                    c.reads[2].last().map(|&(_, v)| v),
+                    Some(value),
+                    "seed {seed}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn barrier_epochs() {
+        let (mut c, x) = cluster(3);
+        for n in 0..3 {
+            let node = c.node_mut(n);
+            node.epoch = NEAR;
+            node.sync.wait_epoch = NEAR;
+            node.mgr.start_epochs_at(NEAR);
+        }
+        for value in 1..5 {
+            let writer = (value % 3) as u16;
+            c.write_u64(writer, x, value).unwrap();
+            c.barrier().unwrap();
+            for n in 0..3 {
+                assert_eq!(
+                    c.read_u64(n, x).unwrap(),
+                    value,
+                    "node {n} after barrier {value}"
+                );
+            }
+            c.barrier().unwrap();
+        }
+        assert!(c.node_mut(0).epoch > u64::from(u32::MAX));
+    }
+}

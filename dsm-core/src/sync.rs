@@ -15,6 +15,7 @@
 //! lock costs three messages (acquire, grant, release) whatever the job size; a barrier costs
 //! 2(N-1). This module is the caller's side.
 
+use crate::types::{Count, Epoch};
 use std::collections::BTreeMap;
 
 use crate::error::{JobError, ProtocolError, UsageError};
@@ -25,7 +26,7 @@ use crate::node::Node;
 use crate::types::{CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
 /// The pages of `written` (page -> interval of its last write) written after `interval`.
-pub(crate) fn written_after(written: &BTreeMap<PageNum, u32>, interval: u32) -> Vec<PageNum> {
+pub(crate) fn written_after(written: &BTreeMap<PageNum, Count>, interval: Count) -> Vec<PageNum> {
     written
         .iter()
         .filter(|&(_, &s)| s > interval)
@@ -141,7 +142,7 @@ impl<M: PageMemory> Node<M> {
 
     /// Pages written in intervals after `interval`.
     /// (During a barrier, those it took for its notices too: see `SyncState::barrier_written`.)
-    fn notices_after(&self, interval: u32) -> Vec<PageNum> {
+    fn notices_after(&self, interval: Count) -> Vec<PageNum> {
         let mut pages = written_after(&self.written, interval);
         pages.extend(self.barrier_written_after(interval));
         pages.sort_unstable();
@@ -151,7 +152,7 @@ impl<M: PageMemory> Node<M> {
 
     /// The pages the last barriers took for their notices (see `SyncState::barrier_written`)
     /// written in intervals after `interval`.
-    pub(crate) fn barrier_written_after(&self, interval: u32) -> Vec<PageNum> {
+    pub(crate) fn barrier_written_after(&self, interval: Count) -> Vec<PageNum> {
         let mut pages: Vec<PageNum> = [
             &self.sync.barrier_written,
             &self.sync.barrier_written_before,
@@ -170,8 +171,8 @@ impl<M: PageMemory> Node<M> {
     /// notices: they belong to the next epoch, and the manager must keep them past this barrier
     /// (it drops notices of epochs the barrier has covered). An atomic's release sends the two
     /// apart (`Msg::Atomic::in_barrier`): its acquire half asks from the node's own epoch.
-    fn release_epoch(&self) -> u32 {
-        self.epoch + u32::from(self.sync.awaiting_grant)
+    fn release_epoch(&self) -> Epoch {
+        self.epoch + Epoch::from(self.sync.awaiting_grant)
     }
 
     /// Runs the releases whose diffs are all acknowledged, in order.
@@ -271,7 +272,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         lock: LockId,
-        counter: u32,
+        counter: Count,
         notices: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         let i = usize::from(lock.0);
@@ -479,7 +480,7 @@ impl<M: PageMemory> Node<M> {
         &mut self,
         now: Time,
         from: NodeId,
-        epoch: u32,
+        epoch: Epoch,
         notices: Vec<WriteNotice>,
     ) -> Result<(), ProtocolError> {
         // Checked before anything changes: a refused grant must leave the barrier as it was,
@@ -584,7 +585,7 @@ impl<M: PageMemory> Node<M> {
         &mut self,
         now: Time,
         from: NodeId,
-        epoch: u32,
+        epoch: Epoch,
         vetoed: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         if self.sync.migrating != Some(epoch) || from != NodeId(0) {
@@ -603,7 +604,7 @@ impl<M: PageMemory> Node<M> {
         &mut self,
         now: Time,
         from: NodeId,
-        epoch: u32,
+        epoch: Epoch,
     ) -> Result<(), ProtocolError> {
         if epoch != self.sync.wait_epoch {
             return Err(ProtocolError {
@@ -680,7 +681,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         cv: CvId,
-        counter: u32,
+        counter: Count,
         notices: Vec<PageNum>,
     ) -> Result<(), ProtocolError> {
         let c = usize::from(cv.0);

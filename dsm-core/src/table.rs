@@ -152,7 +152,9 @@ pub(crate) struct PageEntry {
     pub in_cache: bool,
     /// Which cache insertion is current (older queue entries for this page are stale).
     pub cache_gen: u32,
-    /// The barrier epoch in which this copy was last evicted (`u32::MAX`: never).
+    /// The barrier epoch in which this copy was last evicted, its low 32 bits (`u32::MAX`:
+    /// never); it feeds one statistic, which a wrapped epoch only blurs, and a page's entry
+    /// stays small.
     pub evicted_in: u32,
 }
 

@@ -41,6 +41,15 @@ pub struct GlobalAddr(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WaiterId(pub u64);
 
+/// A barrier's or `jia_wait`'s number, or how many of them a node has passed. 64 bits, as every
+/// count that grows for a job's life: at 42,000 barriers a second, 32 bits wrap in 28 hours.
+pub type Epoch = u64;
+
+/// How many releases a lock, condition variable or atomic word has had, a node's release
+/// intervals, a node's diff batches. 64 bits: one hot lock took 2^32 releases in 42 minutes on 2
+/// CPUs, and with 32 its acquirers then missed the write notices of every release after.
+pub type Count = u64;
+
 /// A point in time, as nanoseconds since an origin the caller chooses. The core never reads a
 /// clock: every input takes `now`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

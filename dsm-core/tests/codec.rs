@@ -32,7 +32,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             pages: (0..1 + rng.below(5))
                 .map(|_| PageNum(rng.next_u64() as u32))
                 .collect(),
-            passed: rng.next_u64() as u32,
+            passed: rng.next_u64(),
         },
         1 => {
             // A run of 1 to 20 pages (a page or a datagram's worth, and beyond).
@@ -64,39 +64,37 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 })
                 .collect();
             Msg::Diff {
-                id: rng.next_u64() as u32,
+                id: rng.next_u64(),
                 diffs,
             }
         }
-        3 => Msg::DiffGrant {
-            id: rng.next_u64() as u32,
-        },
+        3 => Msg::DiffGrant { id: rng.next_u64() },
         4 => Msg::Acquire {
             lock,
-            seen: rng.next_u64() as u32,
-            epoch: rng.next_u64() as u32,
+            seen: rng.next_u64(),
+            epoch: rng.next_u64(),
             cohort: rng.chance(50),
         },
         5 => Msg::AcquireGrant {
             lock,
-            counter: rng.next_u64() as u32,
+            counter: rng.next_u64(),
             notices: pages(rng),
         },
         6 => Msg::Release {
             lock,
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
             notices: pages(rng),
             earlier: pages(rng),
         },
         7 => Msg::Barrier {
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
             alloc_digest: rng.next_u64(),
             threads: rng.next_u64() as u16,
             notices: pages(rng),
             claims: pages(rng),
         },
         8 => Msg::BarrierGrant {
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
             notices: pages(rng)
                 .into_iter()
                 .map(|page| {
@@ -110,24 +108,24 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 .collect(),
         },
         9 => Msg::Wait {
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
         },
         10 => Msg::WaitGrant {
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
         },
         11 => Msg::SetCv {
             cv,
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
             notices: pages(rng),
         },
         12 => Msg::ResetCv { cv },
         13 => Msg::WaitCv {
             cv,
-            seen: rng.next_u64() as u32,
+            seen: rng.next_u64(),
         },
         14 => Msg::CvGrant {
             cv,
-            counter: rng.next_u64() as u32,
+            counter: rng.next_u64(),
             notices: pages(rng),
         },
         15 => Msg::Exit {
@@ -135,11 +133,11 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         },
         16 => Msg::ExitGrant,
         18 => Msg::Migrated {
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
             vetoes: pages(rng),
         },
         19 => Msg::MigrateGrant {
-            epoch: rng.next_u64() as u32,
+            epoch: rng.next_u64(),
             vetoed: pages(rng),
         },
         21 => Msg::LockWanted { lock },
@@ -167,10 +165,10 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 op,
                 acquire: rng.chance(50),
                 release,
-                seen: rng.next_u64() as u32,
-                epoch: rng.next_u64() as u32,
+                seen: rng.next_u64(),
+                epoch: rng.next_u64(),
                 in_barrier: rng.chance(50),
-                passed: rng.next_u64() as u32,
+                passed: rng.next_u64(),
                 notices: if release { pages(rng) } else { Vec::new() },
                 earlier: if release { pages(rng) } else { Vec::new() },
             }
@@ -178,7 +176,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         25 => Msg::AtomicGrant {
             id: rng.next_u64() as u32,
             old: rng.next_u64(),
-            counter: rng.next_u64() as u32,
+            counter: rng.next_u64(),
             changes: rng.next_u64() as u32,
             notices: pages(rng),
         },
@@ -300,17 +298,17 @@ fn small_messages_carry_only_their_payload() {
         counter: 0,
         notices: vec![],
     };
-    assert_eq!(codec::frame_len(&grant), HEADER_BYTES + 10);
+    assert_eq!(codec::frame_len(&grant), HEADER_BYTES + 14);
     assert_eq!(
         codec::frame_len(&Msg::DiffGrant { id: 1 }),
-        HEADER_BYTES + 4
+        HEADER_BYTES + 8
     );
     let getp = Msg::GetPage {
         access: Access::Read,
         pages: vec![PageNum(3)],
         passed: 7,
     };
-    assert_eq!(codec::frame_len(&getp), HEADER_BYTES + 13);
+    assert_eq!(codec::frame_len(&getp), HEADER_BYTES + 17);
 }
 
 #[test]
@@ -410,7 +408,8 @@ fn malformed_frames_are_errors_naming_the_fault() {
             earlier: vec![],
         },
     );
-    let at = HEADER_BYTES + 6;
+    // After the lock (2 bytes) and the epoch (8): the notices' count.
+    let at = HEADER_BYTES + 10;
     huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         codec::decode_frame(&huge),

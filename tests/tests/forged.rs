@@ -26,7 +26,7 @@ fn forged_frames() -> Vec<Vec<u8>> {
                     passed: 0,
                 },
                 Msg::Diff {
-                    id: page,
+                    id: u64::from(page),
                     diffs: vec![PageDiff {
                         page: PageNum(page),
                         runs: runs.clone(),
