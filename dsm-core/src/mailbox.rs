@@ -19,6 +19,10 @@ use crate::types::{NodeId, WaiterId};
 /// The most bytes one letter carries.
 pub const MAX_LETTER_BYTES: usize = 64 << 20;
 
+/// The broadcasts a node remembers it was the root of: a second root's letter of one is named
+/// (`JobError::BcastRoots`); one of an older round is a letter no receive takes.
+pub const BCAST_ROOTS_KEPT: usize = 1024;
+
 /// Which traffic a letter belongs to: the program's own, or one of the collectives built on
 /// letters. Receives only ever match letters of their own channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -88,8 +92,9 @@ pub struct Mailbox {
     waiting: Vec<(WaiterId, Filter)>,
     /// Letters handed to a waiter that has not taken them yet (it is being resumed).
     delivered: BTreeMap<WaiterId, Letter>,
-    /// The broadcasts this node sent as their root, a bit per sequence number.
-    bcast_roots: Vec<u64>,
+    /// The last [`BCAST_ROOTS_KEPT`] broadcasts this node sent as their root, oldest first (a
+    /// bit per round for the job's life grew without end: 512 MiB at 2^32 broadcasts).
+    bcast_roots: VecDeque<i32>,
 }
 
 impl Mailbox {
@@ -140,24 +145,20 @@ impl Mailbox {
     /// This node sends broadcast `round` as its root: another node that sent it as its root
     /// too, if a letter of it is here.
     pub fn note_bcast_root(&mut self, round: i32) -> Option<NodeId> {
-        let r = round as u32 as usize;
-        if self.bcast_roots.len() <= r / 64 {
-            self.bcast_roots.resize(r / 64 + 1, 0);
+        if self.bcast_roots.len() == BCAST_ROOTS_KEPT {
+            self.bcast_roots.pop_front();
         }
-        self.bcast_roots[r / 64] |= 1 << (r % 64);
+        self.bcast_roots.push_back(round);
         self.inbox
             .iter()
             .find(|(c, l)| *c == Channel::Bcast && l.tag == round)
             .map(|(_, l)| l.from)
     }
 
-    /// Whether this node sent broadcast `round` as its root (a letter of it from another node
-    /// is then a second root's).
+    /// Whether this node sent broadcast `round` as its root, among its last
+    /// [`BCAST_ROOTS_KEPT`] (a letter of it from another node is then a second root's).
     pub fn was_bcast_root(&self, round: i32) -> bool {
-        let r = round as u32 as usize;
-        self.bcast_roots
-            .get(r / 64)
-            .is_some_and(|w| w & (1 << (r % 64)) != 0)
+        self.bcast_roots.contains(&round)
     }
 
     /// The receives blocked now, for diagnostics.
@@ -244,5 +245,22 @@ mod tests {
         assert_eq!(m.receive(WaiterId(1), any(Channel::Bcast)), None);
         assert_eq!(m.arrive(Channel::Bcast, letter(1, 3, 2)), Some(WaiterId(1)));
         assert_eq!(m.waiting().count(), 1);
+    }
+
+    /// A node that is the root of broadcast after broadcast keeps the last
+    /// [`BCAST_ROOTS_KEPT`] of them, whatever the round numbers (they wrap after 2^32): memory
+    /// stays bounded, and a round number that comes back much later is not a second root's.
+    #[test]
+    fn the_broadcasts_a_root_remembers_are_bounded() {
+        let mut m = Mailbox::default();
+        m.note_bcast_root(i32::MAX);
+        m.note_bcast_root(i32::MIN);
+        assert!(m.was_bcast_root(i32::MAX) && m.was_bcast_root(i32::MIN));
+        for round in 0..(3 * BCAST_ROOTS_KEPT as i32) {
+            m.note_bcast_root(round);
+        }
+        assert_eq!(m.bcast_roots.len(), BCAST_ROOTS_KEPT);
+        assert!(!m.was_bcast_root(5) && !m.was_bcast_root(i32::MAX));
+        assert!(m.was_bcast_root(3 * BCAST_ROOTS_KEPT as i32 - 1));
     }
 }

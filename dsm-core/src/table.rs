@@ -344,7 +344,10 @@ impl PageTable {
         e.cache_gen = e.cache_gen.wrapping_add(1);
         self.fifo.push_back((page, e.cache_gen));
         self.cached += 1;
-        if self.fifo.len() > 2 * self.capacity + 64 {
+        // Stale entries (a page evicted, or cached again) go once they outnumber the live ones:
+        // by the cache's capacity instead, a page fetched again and again under a lock grew a
+        // node's heap 8 bytes a time, up to 256 MiB with the largest cache.
+        if self.fifo.len() > 2 * self.cached + 64 {
             let entries = &self.entries;
             self.fifo
                 .retain(|&(p, g)| entries[p.index()].in_cache && entries[p.index()].cache_gen == g);
@@ -448,6 +451,28 @@ mod tests {
                 .starts_with(&format!("allocation of {} bytes exceeds", u64::MAX)),
             "{e}"
         );
+    }
+
+    /// One page dropped and cached again a million times (a lock's acquirer refetching a page
+    /// it wrote) in a large cache: the queue of the cache's order stays a few entries long.
+    #[test]
+    fn a_page_cached_again_and_again_keeps_the_cache_queue_short() {
+        let mut t = PageTable::new(1 << 20);
+        t.alloc(
+            AllocPolicy::OnNode(NodeId(1)),
+            8 * PAGE_SIZE as u64,
+            100,
+            NodeId(0),
+            2,
+        )
+        .unwrap();
+        t.cache_insert(PageNum(1));
+        for _ in 0..1_000_000 {
+            t.cache_remove(PageNum(3));
+            t.cache_insert(PageNum(3));
+        }
+        assert_eq!(t.cached(), 2);
+        assert!(t.fifo.len() <= 2 * 2 + 65, "{} entries", t.fifo.len());
     }
 
     #[test]
