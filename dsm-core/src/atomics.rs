@@ -310,7 +310,7 @@ impl<M: PageMemory> Node<M> {
             let node_epoch = self.epoch;
             let released_in = epoch.saturating_add(Epoch::from(in_barrier));
             self.mgr
-                .on_atomic_release(addr, released_in, (notices, earlier), node_epoch);
+                .on_atomic_release((from, addr), released_in, (notices, earlier), node_epoch);
         }
         let (counter, notices) = self.mgr.atomic_notices(addr, seen, epoch, acquire);
         self.stats.atomics_served += 1;

@@ -39,8 +39,20 @@ pub(crate) enum Managed {
     },
 }
 
-/// Write notices kept by a lock or condition-variable manager: page -> (release counter, epoch).
-type Notices = BTreeMap<PageNum, (Count, Epoch)>;
+/// Write notices kept by a lock, condition-variable or atomic word's manager, by page.
+type Notices = BTreeMap<PageNum, Notice>;
+
+/// A page's write notice as a manager keeps it: its latest release.
+#[derive(Clone, Copy, Debug)]
+struct Notice {
+    /// The release counter of the page's latest release.
+    counter: Count,
+    /// The newest epoch any release of the page carried (an older tag must not hide a newer
+    /// write from an acquirer of that epoch).
+    epoch: Epoch,
+    /// The node that made the latest release: its own copy has the page's latest writes.
+    by: NodeId,
+}
 
 #[derive(Default, Debug)]
 struct LockMgr {
@@ -95,11 +107,24 @@ pub(crate) struct Managers {
 }
 
 /// The notices released after `seen` of writes from epoch `epoch` on (earlier ones were
-/// invalidated at the acquirer by the barriers that ended their epochs).
-fn notices_since(notices: &Notices, seen: Count, epoch: Epoch) -> Vec<PageNum> {
+/// invalidated at the acquirer by the barriers that ended their epochs); `but_by`: not those
+/// whose latest release was this node's.
+///
+/// Only a lock's acquirer may leave its own out: it released the lock it holds again, so every
+/// release before its own was among the notices of the grant before it, and its copy of a page
+/// it released last has the page's latest writes (invalidating it cost a node taking a lock
+/// alone a refetch of every page it wrote under it, each time). A condition variable's or an
+/// atomic word's releases are not exclusive: another node's release of the page may come
+/// between the acquirer's last grant and its own release, which records over it.
+fn notices_since(
+    notices: &Notices,
+    seen: Count,
+    epoch: Epoch,
+    but_by: Option<NodeId>,
+) -> Vec<PageNum> {
     notices
         .iter()
-        .filter(|&(_, &(c, e))| c > seen && e >= epoch)
+        .filter(|&(_, n)| n.counter > seen && n.epoch >= epoch && Some(n.by) != but_by)
         .map(|(&p, _)| p)
         .collect()
 }
@@ -110,7 +135,7 @@ fn notices_since(notices: &Notices, seen: Count, epoch: Epoch) -> Vec<PageNum> {
 /// barrier longer (every node has had a grant once the next barrier completes).
 fn record_notices(
     map: &mut Notices,
-    pages: Vec<PageNum>,
+    (pages, by): (Vec<PageNum>, NodeId),
     counter: Count,
     epoch: Epoch,
     node_epoch: Epoch,
@@ -119,14 +144,13 @@ fn record_notices(
         return;
     }
     for p in pages {
-        // The latest release's counter; the newest epoch any release of the page carried (an
-        // older tag must not hide a newer write from an acquirer of that epoch).
         map.entry(p)
-            .and_modify(|(c, e)| {
-                *c = counter;
-                *e = (*e).max(epoch);
+            .and_modify(|n| {
+                n.counter = counter;
+                n.epoch = n.epoch.max(epoch);
+                n.by = by;
             })
-            .or_insert((counter, epoch));
+            .or_insert(Notice { counter, epoch, by });
     }
 }
 
@@ -182,13 +206,13 @@ impl Managers {
     /// A barrier ended: notices from before `epoch` are known everywhere.
     pub fn forget_before(&mut self, epoch: Epoch) {
         for m in self.locks.values_mut() {
-            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+            m.notices.retain(|_, n| n.epoch >= epoch);
         }
         for m in self.cvs.values_mut() {
-            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+            m.notices.retain(|_, n| n.epoch >= epoch);
         }
         for m in self.atomics.values_mut() {
-            m.notices.retain(|_, &mut (_, e)| e >= epoch);
+            m.notices.retain(|_, n| n.epoch >= epoch);
         }
     }
 
@@ -198,7 +222,7 @@ impl Managers {
     /// `earlier` of the epoch before `epoch`): recorded as a lock's release records them.
     pub fn on_atomic_release(
         &mut self,
-        addr: u64,
+        (from, addr): (NodeId, u64),
         epoch: Epoch,
         (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
         node_epoch: Epoch,
@@ -206,9 +230,21 @@ impl Managers {
         let m = self.atomics.entry(addr).or_default();
         m.counter += 1;
         if let Some(before) = epoch.checked_sub(1) {
-            record_notices(&mut m.notices, earlier, m.counter, before, node_epoch);
+            record_notices(
+                &mut m.notices,
+                (earlier, from),
+                m.counter,
+                before,
+                node_epoch,
+            );
         }
-        record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
+        record_notices(
+            &mut m.notices,
+            (notices, from),
+            m.counter,
+            epoch,
+            node_epoch,
+        );
     }
 
     /// Word `addr`'s notice counter, and (for an acquire) the notices released through it
@@ -221,7 +257,7 @@ impl Managers {
         acquire: bool,
     ) -> (Count, Vec<PageNum>) {
         match self.atomics.get(&addr) {
-            Some(m) if acquire => (m.counter, notices_since(&m.notices, seen, epoch)),
+            Some(m) if acquire => (m.counter, notices_since(&m.notices, seen, epoch, None)),
             Some(m) => (m.counter, Vec::new()),
             None => (0, Vec::new()),
         }
@@ -274,7 +310,7 @@ impl Managers {
         let msg = Msg::AcquireGrant {
             lock,
             counter: m.counter,
-            notices: notices_since(&m.notices, seen, epoch),
+            notices: notices_since(&m.notices, seen, epoch, Some(to)),
         };
         out.push((to, msg));
     }
@@ -297,9 +333,21 @@ impl Managers {
         };
         m.counter += 1;
         if let Some(before) = epoch.checked_sub(1) {
-            record_notices(&mut m.notices, earlier, m.counter, before, node_epoch);
+            record_notices(
+                &mut m.notices,
+                (earlier, from),
+                m.counter,
+                before,
+                node_epoch,
+            );
         }
-        record_notices(&mut m.notices, notices, m.counter, epoch, node_epoch);
+        record_notices(
+            &mut m.notices,
+            (notices, from),
+            m.counter,
+            epoch,
+            node_epoch,
+        );
         m.holder = None;
         if let Some(next) = m.queue.pop_front() {
             Self::grant_lock(m, lock, next, out);
@@ -514,12 +562,12 @@ impl Managers {
         let counter = m.counter;
         // Tagged with the setter's epoch, not this node's: a manager that has not had the last
         // barrier's grant yet would tag them one epoch old, and drop them a barrier early.
-        record_notices(&mut m.notices, notices, counter, epoch, node_epoch);
+        record_notices(&mut m.notices, (notices, from), counter, epoch, node_epoch);
         for (n, seen) in std::mem::take(&mut m.waiters) {
             let grant = Msg::CvGrant {
                 cv,
                 counter,
-                notices: notices_since(&m.notices, seen, 0),
+                notices: notices_since(&m.notices, seen, 0, None),
             };
             out.push((n, grant));
         }
@@ -548,7 +596,7 @@ impl Managers {
             let grant = Msg::CvGrant {
                 cv,
                 counter: m.counter,
-                notices: notices_since(&m.notices, seen, 0),
+                notices: notices_since(&m.notices, seen, 0, None),
             };
             out.push((from, grant));
         } else {
