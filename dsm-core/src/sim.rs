@@ -1022,3 +1022,40 @@ mod counts_past_32_bits {
         assert!(c.node_mut(0).epoch > u64::from(u32::MAX));
     }
 }
+
+/// A node that takes a lock alone (it manages it) and writes a page homed elsewhere under it
+/// fetches the page once, not at every acquire: the grant leaves out its own notices. Another
+/// node taking the lock after still reads the last value.
+#[cfg(test)]
+mod own_notices {
+    use super::*;
+
+    #[test]
+    fn a_lock_taken_alone_keeps_the_pages_written_under_it() {
+        let mut c = Cluster::new(2, 7, |cfg| cfg.prefetch.enabled = false);
+        let x = c
+            .alloc(AllocPolicy::OnNode(NodeId(0)), PAGE_SIZE as u64)
+            .unwrap();
+        for value in 1..=20 {
+            c.lock(1, 1).unwrap();
+            c.write_u64(1, x, value).unwrap();
+            c.unlock(1, 1).unwrap();
+        }
+        let s = c.node_mut(1).stats().clone();
+        assert_eq!((s.getp_sent, s.invalidations), (1, 0));
+        c.lock(0, 1).unwrap();
+        assert_eq!(c.read_u64(0, x).unwrap(), 20);
+        c.unlock(0, 1).unwrap();
+        // Node 0 wrote nothing: node 1's copy stays; had it written, node 1 would refetch.
+        c.lock(1, 1).unwrap();
+        assert_eq!(c.read_u64(1, x).unwrap(), 20);
+        c.write_u64(1, x, 21).unwrap();
+        c.unlock(1, 1).unwrap();
+        c.lock(0, 1).unwrap();
+        c.write_u64(0, x, 22).unwrap();
+        c.unlock(0, 1).unwrap();
+        c.lock(1, 1).unwrap();
+        assert_eq!(c.read_u64(1, x).unwrap(), 22);
+        c.unlock(1, 1).unwrap();
+    }
+}
