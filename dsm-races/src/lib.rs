@@ -1325,6 +1325,10 @@ pub enum Local {
     Readers(usize),
     /// An atomic word of the process's own memory, by its slot (of 64 its words share).
     Atomic(usize),
+    /// The OpenMP tasks of the node that ended: what `taskwait`, a taskgroup's end, a team's
+    /// barrier and a region's end wait for (all of them, not only the waiter's children: it
+    /// can hide a race, never report a false one).
+    Tasks,
 }
 
 /// A pthread barrier whose count the checker saw (`pthread_barrier_init`): its rounds are the
@@ -1459,7 +1463,8 @@ pub fn local_acquire(what: Local) {
                 | Local::Round(..)
                 | Local::Shared(_)
                 | Local::Readers(_)
-                | Local::Atomic(_) => local.get(&what).cloned(),
+                | Local::Atomic(_)
+                | Local::Tasks => local.get(&what).cloned(),
             }
         };
         r.acquire(slot);

@@ -1384,6 +1384,8 @@ macro_rules! gomp_region {
             let key = Local::Team(&region as *const Region as usize);
             real(checked_region, (&region as *const Region).cast_mut().cast(), $($arg),*);
             dsm_races::local_acquire(key);
+            // The region's tasks, run by its threads up to its end.
+            dsm_races::local_acquire(Local::Tasks);
         }
     )*};
 }
@@ -1438,6 +1440,147 @@ macro_rules! gomp_sync {
             }
         }
     )*};
+}
+
+// ----- OpenMP tasks -----
+//
+// `GOMP_task` is given a task whose data carries, ahead of the program's, what the checker
+// needs: the program's function and copy function, and its creator's clock. The task starts
+// from that clock (and, with dependences, from every ended task's: its predecessors are among
+// them) and ends with a release of `Local::Tasks`, which `taskwait`, a taskgroup's end, the
+// team's barriers and the region's end acquire. The release ends the running thread's segment,
+// so a task run by a pool thread idle at `jia_exit` is checked too.
+
+/// What a checked task's data starts with (the program's data follows, `head` bytes in).
+#[repr(C)]
+struct TaskHead {
+    run: extern "C-unwind" fn(*mut c_void),
+    copy: Option<extern "C-unwind" fn(*mut c_void, *mut c_void)>,
+    /// The program's data as given to `GOMP_task` (read by its copy function, during the call).
+    data: *mut c_void,
+    /// The creator's clock, a `Box` the task takes (none when not checking).
+    creator: *mut (u32, dsm_races::Entries),
+    /// Bytes from the head to the program's data.
+    head: usize,
+    depends: bool,
+}
+
+/// A checked task's function: the creator's clock, the program's function, the release.
+extern "C-unwind" fn checked_task(arg: *mut c_void) {
+    // SAFETY: libgomp calls this with the task's data, a copy of the block
+    // __dsm_checked_GOMP_task made, which starts with a TaskHead.
+    let head = unsafe { (arg as *const TaskHead).read() };
+    if !head.creator.is_null() {
+        // SAFETY: the Box __dsm_checked_GOMP_task leaked for this task, which runs once.
+        let creator = *unsafe { Box::from_raw(head.creator) };
+        dsm_races::thread_started(creator, None);
+    }
+    if head.depends {
+        dsm_races::local_acquire(Local::Tasks);
+    }
+    // SAFETY: the program's data is `head.head` bytes in, inside the task's data.
+    (head.run)(unsafe { arg.cast::<u8>().add(head.head) }.cast());
+    dsm_races::local_release(Local::Tasks);
+}
+
+/// A checked task's copy function (libgomp calls it to fill the task's data from the block
+/// given): the head, then the program's copy function from the program's data.
+extern "C-unwind" fn checked_task_copy(to: *mut c_void, from: *mut c_void) {
+    // SAFETY: `from` is the block __dsm_checked_GOMP_task gave, which starts with a TaskHead;
+    // `to` has room for the whole block (libgomp sized it by the block's size).
+    unsafe {
+        let head = (from as *const TaskHead).read();
+        (to as *mut TaskHead).write((from as *const TaskHead).read());
+        if let Some(copy) = head.copy {
+            copy(to.cast::<u8>().add(head.head).cast(), head.data);
+        }
+    }
+}
+
+static GOMP_TASK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `GOMP_task` (gcc 11 and later: with `detach`), the call gcc makes for `omp task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments, reason = "libgomp's signature")]
+pub unsafe extern "C-unwind" fn __dsm_checked_GOMP_task(
+    run: extern "C-unwind" fn(*mut c_void),
+    data: *mut c_void,
+    copy: Option<extern "C-unwind" fn(*mut c_void, *mut c_void)>,
+    size: std::ffi::c_long,
+    align: std::ffi::c_long,
+    if_clause: bool,
+    flags: std::ffi::c_uint,
+    depend: *mut *mut c_void,
+    priority: c_int,
+    detach: *mut c_void,
+) {
+    type Real = unsafe extern "C-unwind" fn(
+        extern "C-unwind" fn(*mut c_void),
+        *mut c_void,
+        Option<extern "C-unwind" fn(*mut c_void, *mut c_void)>,
+        std::ffi::c_long,
+        std::ffi::c_long,
+        bool,
+        std::ffi::c_uint,
+        *mut *mut c_void,
+        c_int,
+        *mut c_void,
+    );
+    let real = gomp(&GOMP_TASK, b"GOMP_task\0");
+    // SAFETY: libgomp's GOMP_task, whose signature this is (gcc 11 and later).
+    let real: Real = unsafe { std::mem::transmute(real) };
+    let align = (align.max(1) as usize).max(std::mem::align_of::<TaskHead>());
+    let head = std::mem::size_of::<TaskHead>().next_multiple_of(align);
+    let size = size.max(0) as usize;
+    let Ok(layout) = std::alloc::Layout::from_size_align(head + size, align) else {
+        crate::die(&format!(
+            "check_races: GOMP_task: a task of {size} bytes aligned to {align}"
+        ));
+    };
+    // SAFETY: a layout of at least the head's size.
+    let block = unsafe { std::alloc::alloc(layout) };
+    if block.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    let creator =
+        dsm_races::thread_spawning().map_or(std::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
+    // SAFETY: `block` is `head + size` bytes aligned to `align`: the head first, then (without
+    // a copy function) the program's data, `size` bytes the caller gave.
+    unsafe {
+        (block as *mut TaskHead).write(TaskHead {
+            run,
+            copy,
+            data,
+            creator,
+            head,
+            depends: !depend.is_null(),
+        });
+        if copy.is_none() && size > 0 {
+            std::ptr::copy_nonoverlapping(data.cast::<u8>(), block.add(head), size);
+        }
+    }
+    // Without a copy function libgomp copies the block as bytes; with one, ours copies the head
+    // and calls the program's.
+    let copy_fn: Option<extern "C-unwind" fn(*mut c_void, *mut c_void)> =
+        copy.map(|_| checked_task_copy as extern "C-unwind" fn(*mut c_void, *mut c_void));
+    // SAFETY: the program's arguments, with this library's function, block and copy function
+    // in place of the program's (the block's size and alignment as laid out above).
+    unsafe {
+        real(
+            checked_task,
+            block.cast(),
+            copy_fn,
+            (head + size) as std::ffi::c_long,
+            align as std::ffi::c_long,
+            if_clause,
+            flags,
+            depend,
+            priority,
+            detach,
+        );
+        // libgomp has copied the block (or run the task) before it returns.
+        std::alloc::dealloc(block, layout);
+    }
 }
 
 /// libgomp's lock functions (`omp_set_lock` ...), on the lock they are given: `$how` is
@@ -1498,6 +1641,8 @@ macro_rules! gomp_barrier {
             let round = dsm_races::local_barrier_enter(OMP_BARRIER_ADDR);
             real();
             dsm_races::local_barrier_leave(OMP_BARRIER_ADDR, round);
+            // Every task of the team is done at its barrier (threads run them in it).
+            dsm_races::local_acquire(Local::Tasks);
         }
     )*};
 }
@@ -1515,6 +1660,10 @@ const OMP_ATOMIC: Local = Local::Object(3);
 const OMP_ORDERED: Local = Local::Object(4);
 
 gomp_sync! {
+    // Waits for tasks: what they did is seen after.
+    __dsm_checked_GOMP_taskwait => GOMP_taskwait, GOMP_TASKWAIT, Local::Tasks, false, true;
+    __dsm_checked_GOMP_taskgroup_end => GOMP_taskgroup_end, GOMP_TASKGROUP_END, Local::Tasks,
+        false, true;
     __dsm_checked_GOMP_critical_start => GOMP_critical_start, GOMP_CRITICAL_START, OMP_CRITICAL,
         false, true;
     __dsm_checked_GOMP_critical_end => GOMP_critical_end, GOMP_CRITICAL_END, OMP_CRITICAL,
