@@ -1518,6 +1518,19 @@ fn segment_ends() {
     });
 }
 
+/// This thread is about to wait in a call that may block for long (a semaphore's wait, a
+/// join): its segment ends, so that what it did is checked even if it waits there until the
+/// node's exit (a pool's worker in `sem_wait`: its accesses went unchecked).
+pub fn about_to_wait() {
+    if !on() {
+        return;
+    }
+    with_recorder(|r, c| {
+        r.catch_up_with(c);
+        r.close();
+    });
+}
+
 /// The node's barrier is done (called once per barrier on each node, by the thread that did
 /// it).
 fn barrier_done() {

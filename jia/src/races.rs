@@ -946,11 +946,13 @@ fn object(p: *const c_void) -> Local {
 }
 
 /// An entry for a call that acquires the object it is given (first) when it returns 0
-/// (`$call(obj, args...)`).
+/// (`$call(obj, args...)`); one marked `waits` may block for long (a semaphore's wait) and
+/// ends the thread's segment first ([`dsm_races::about_to_wait`]).
 macro_rules! acquired_on_success {
-    ($($name:ident => $call:ident($ty:ty $(, $arg:ident: $aty:ty)*);)*) => {$(
+    ($($(#[$waits:ident])? $name:ident => $call:ident($ty:ty $(, $arg:ident: $aty:ty)*);)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C-unwind" fn $name(obj: *mut $ty $(, $arg: $aty)*) -> c_int {
+            $(acquired_on_success!(@$waits);)?
             // SAFETY: the caller's arguments, as to the C library's function.
             let rc = unsafe { crate::cancellable::$call(obj $(, $arg)*) };
             if rc == 0 {
@@ -959,6 +961,9 @@ macro_rules! acquired_on_success {
             rc
         }
     )*};
+    (@waits) => {
+        dsm_races::about_to_wait()
+    };
 }
 
 /// An entry for a call that releases the object it is given (`$call(obj)`).
@@ -976,6 +981,7 @@ macro_rules! released_before {
 acquired_on_success! {
     __dsm_checked_pthread_mutex_lock => pthread_mutex_lock(libc::pthread_mutex_t);
     __dsm_checked_pthread_mutex_trylock => pthread_mutex_trylock(libc::pthread_mutex_t);
+    #[waits]
     __dsm_checked_sem_wait => sem_wait(libc::sem_t);
     __dsm_checked_sem_trywait => sem_trywait(libc::sem_t);
     __dsm_checked_pthread_spin_lock => pthread_spin_lock(libc::pthread_spinlock_t);
@@ -984,7 +990,9 @@ acquired_on_success! {
         pthread_mutex_timedlock(libc::pthread_mutex_t, t: *const libc::timespec);
     __dsm_checked_pthread_mutex_clocklock =>
         pthread_mutex_clocklock(libc::pthread_mutex_t, k: libc::clockid_t, t: *const libc::timespec);
+    #[waits]
     __dsm_checked_sem_timedwait => sem_timedwait(libc::sem_t, t: *const libc::timespec);
+    #[waits]
     __dsm_checked_sem_clockwait =>
         sem_clockwait(libc::sem_t, k: libc::clockid_t, t: *const libc::timespec);
     // C11's (`thrd_success` is 0).
@@ -1230,6 +1238,7 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_join(
     thread: libc::pthread_t,
     result: *mut *mut c_void,
 ) -> c_int {
+    dsm_races::about_to_wait();
     // SAFETY: the caller's arguments, as to pthread_join.
     let rc = unsafe { crate::cancellable::pthread_join(thread, result) };
     if rc == 0 {
@@ -1288,6 +1297,7 @@ pub unsafe extern "C-unwind" fn __dsm_checked_thrd_join(
     thread: libc::pthread_t,
     result: *mut c_int,
 ) -> c_int {
+    dsm_races::about_to_wait();
     // SAFETY: the caller's arguments, as to thrd_join.
     let rc = unsafe { crate::cancellable::thrd_join(thread, result) };
     if rc == 0 {
