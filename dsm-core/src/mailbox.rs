@@ -23,6 +23,11 @@ pub const MAX_LETTER_BYTES: usize = 64 << 20;
 /// (`JobError::BcastRoots`); one of an older round is a letter no receive takes.
 pub const BCAST_ROOTS_KEPT: usize = 1024;
 
+/// Rounds further than this from a broadcast letter arriving are forgotten: after 2^32
+/// broadcasts a round's number comes back, and the node that was its root long before must not
+/// take the new root's letter for a second root's.
+pub const BCAST_ROUNDS_APART: u32 = 1 << 24;
+
 /// Which traffic a letter belongs to: the program's own, or one of the collectives built on
 /// letters. Receives only ever match letters of their own channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -156,8 +161,12 @@ impl Mailbox {
     }
 
     /// Whether this node sent broadcast `round` as its root, among its last
-    /// [`BCAST_ROOTS_KEPT`] (a letter of it from another node is then a second root's).
-    pub fn was_bcast_root(&self, round: i32) -> bool {
+    /// [`BCAST_ROOTS_KEPT`] and within [`BCAST_ROUNDS_APART`] of it (a letter of it from another
+    /// node is then a second root's). Called as each broadcast letter arrives, which every
+    /// broadcast this node is not the root of brings: the rounds too far behind go.
+    pub fn was_bcast_root(&mut self, round: i32) -> bool {
+        let apart = |r: i32| (round.wrapping_sub(r) as u32).min(r.wrapping_sub(round) as u32);
+        self.bcast_roots.retain(|&r| apart(r) < BCAST_ROUNDS_APART);
         self.bcast_roots.contains(&round)
     }
 
@@ -250,6 +259,21 @@ mod tests {
     /// A node that is the root of broadcast after broadcast keeps the last
     /// [`BCAST_ROOTS_KEPT`] of them, whatever the round numbers (they wrap after 2^32): memory
     /// stays bounded, and a round number that comes back much later is not a second root's.
+    /// A node that was root of round 5 once, then of none while 2^32 broadcasts went by with
+    /// other roots (their letters arriving here): round 5's letter from another root is not a
+    /// second root's.
+    #[test]
+    fn a_round_number_that_comes_back_after_the_wrap_is_not_a_second_root() {
+        let mut m = Mailbox::default();
+        m.note_bcast_root(5);
+        let mut round = 6i32;
+        for _ in 0..4 {
+            assert!(!m.was_bcast_root(round));
+            round = round.wrapping_add(BCAST_ROUNDS_APART as i32);
+        }
+        assert!(!m.was_bcast_root(5));
+    }
+
     #[test]
     fn the_broadcasts_a_root_remembers_are_bounded() {
         let mut m = Mailbox::default();
@@ -260,7 +284,10 @@ mod tests {
             m.note_bcast_root(round);
         }
         assert_eq!(m.bcast_roots.len(), BCAST_ROOTS_KEPT);
-        assert!(!m.was_bcast_root(5) && !m.was_bcast_root(i32::MAX));
+        assert!(!m.was_bcast_root(5));
         assert!(m.was_bcast_root(3 * BCAST_ROOTS_KEPT as i32 - 1));
+        // A letter of a round far from them (the wrap's other side) forgets them all.
+        assert!(!m.was_bcast_root(i32::MAX));
+        assert!(m.bcast_roots.is_empty());
     }
 }

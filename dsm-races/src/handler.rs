@@ -120,6 +120,12 @@ pub(super) fn fast_path_open() -> bool {
     HANDLER.with(|h| h.depth.get() == 0 && h.len.load(Ordering::Relaxed) == 0)
 }
 
+/// Whether this thread runs a signal handler of the program's now. Signal context.
+#[inline]
+pub(super) fn running() -> bool {
+    HANDLER.with(|h| h.depth.get() > 0)
+}
+
 /// Whether this thread's handlers kept accesses not recorded yet.
 #[inline]
 pub(super) fn any_kept() -> bool {

@@ -390,6 +390,15 @@ pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
+/// Whether synchronisation this thread makes now is seen: the checker is on and the thread runs
+/// no signal handler of the program's. Signal context. In a handler the checker's work
+/// (allocations, its locks) could wait for what the interrupted code holds: a release there (a
+/// `sem_post`, an atomic store) orders nothing, which can report a race, never hang the
+/// thread.
+fn seen_here() -> bool {
+    on() && !handler::running()
+}
+
 /// Words of shared memory the clock slots of a job of `nodes` take (the caller allocates them,
 /// on every node alike, and passes them to [`start`]).
 pub fn slot_words_for(nodes: usize) -> usize {
@@ -854,6 +863,16 @@ impl Recorder {
     }
 
     /// Ends the segment in progress (kept if it accessed anything) and starts the next one.
+    /// Ends the segment before an acquire: an empty one is left open, its number unused (no
+    /// release passed it on: a release ends the segment it passes), so that a thread spinning
+    /// on an acquire (a flag's load) does not count its clock up at every turn (2^32 turns
+    /// within a barrier epoch wrapped it).
+    fn close_for_acquire(&mut self) {
+        if !self.bits.is_empty() || !self.snapshots.is_empty() {
+            self.close();
+        }
+    }
+
     fn close(&mut self) {
         if !self.snapshots.is_empty() {
             self.compare_snapshots();
@@ -1033,7 +1052,7 @@ fn lock_acquired(lock: u16) {
         r.catch_up_with(c);
         let slot = c.read_slot(usize::from(lock));
         let here = c.local_clock(Local::Shared(Object::Lock(lock)));
-        r.close();
+        r.close_for_acquire();
         r.acquire(slot);
         r.acquire(here);
     });
@@ -1126,7 +1145,7 @@ pub enum Word {
 /// thread's clock now is what its later atomic stores release, whatever their own order (an
 /// acquire that reads what one stored has seen what this thread did before the fence).
 pub fn release_fence() {
-    if !on() {
+    if !seen_here() {
         return;
     }
     with_recorder(|r, c| {
@@ -1140,7 +1159,7 @@ pub fn release_fence() {
 /// releasers of the atomic words it read since its last acquire fence did before releasing
 /// them, as if each of those reads had acquired.
 pub fn acquire_fence() {
-    if !on() {
+    if !seen_here() {
         return;
     }
     let (shared, private) =
@@ -1159,7 +1178,7 @@ pub fn acquire_fence() {
 /// ([`release_fence`]). A word of shared memory is the runtime's to release through
 /// ([`sync_event`]): only a relaxed store's fence is passed on here.
 pub fn atomic_storing(word: Word, release: bool) {
-    if !on() {
+    if !seen_here() {
         return;
     }
     match word {
@@ -1192,7 +1211,7 @@ pub fn atomic_storing(word: Word, release: bool) {
 /// releasers passed on; a relaxed read is noted for this thread's next acquire fence. A word
 /// of shared memory is the runtime's to acquire through ([`sync_event`]).
 pub fn atomic_read(word: Word, acquire: bool) {
-    if !on() {
+    if !seen_here() {
         return;
     }
     match (word, acquire) {
@@ -1212,7 +1231,7 @@ pub fn atomic_read(word: Word, acquire: bool) {
 /// This thread locked the read-write lock at `addr`, for writing (`write`) or reading: it has
 /// seen what its writers did before unlocking it, and a writer what its readers did too.
 pub fn rwlock_acquired(addr: usize, write: bool) {
-    if !on() {
+    if !seen_here() {
         return;
     }
     local_acquire(Local::Object(addr));
@@ -1226,7 +1245,7 @@ pub fn rwlock_acquired(addr: usize, write: bool) {
 /// This thread is about to unlock the read-write lock at `addr`: a reader's clock is for the
 /// lock's next writers only, a writer's for every next holder.
 pub fn rwlock_releasing(addr: usize) {
-    if !on() {
+    if !seen_here() {
         return;
     }
     let reader = with_recorder(|r, _| {
@@ -1289,7 +1308,7 @@ fn acquire_every_node_slot(object: Object, slot: impl Fn(&Checker, u16) -> usize
     with_recorder(|r, c| {
         r.resnapshot();
         r.catch_up_with(c);
-        r.close();
+        r.close_for_acquire();
         let slots: Vec<_> = (0..c.nodes)
             .filter_map(|node| c.read_slot(slot(c, node)))
             .collect();
@@ -1340,6 +1359,46 @@ struct CountedBarrier {
     arrived: u32,
     /// The current round, from 1.
     round: u64,
+    /// Rounds some of whose threads have not left yet, with how many have: a round's clock is
+    /// forgotten once all have (a thread late to leave one may still need it while others
+    /// finish the next: other threads may wait at each round).
+    leaving: Vec<(u64, u32)>,
+}
+
+impl CountedBarrier {
+    fn new(count: u32) -> CountedBarrier {
+        CountedBarrier {
+            count: count.max(1),
+            arrived: 0,
+            round: 1,
+            leaving: Vec::new(),
+        }
+    }
+
+    /// A thread arrives: the round it waits in.
+    fn arrive(&mut self) -> u64 {
+        let round = self.round;
+        self.arrived += 1;
+        if self.arrived == self.count {
+            self.arrived = 0;
+            self.round += 1;
+        }
+        round
+    }
+
+    /// A thread left `round`: the round whose clock may go now (all its threads have left).
+    fn left(&mut self, round: u64) -> Option<u64> {
+        match self.leaving.iter().position(|&(r, _)| r == round) {
+            Some(i) => self.leaving[i].1 += 1,
+            None => self.leaving.push((round, 1)),
+        }
+        let all = self.count;
+        let done = self
+            .leaving
+            .iter()
+            .position(|&(r, n)| r == round && n >= all);
+        done.map(|i| self.leaving.swap_remove(i).0)
+    }
 }
 
 /// The pthread barriers of the process whose count is known, by address
@@ -1350,11 +1409,7 @@ static COUNTED_BARRIERS: Mutex<Vec<(usize, CountedBarrier)>> = Mutex::new(Vec::n
 /// (`pthread_barrier_init`): its rounds are counted as the threads arrive, so that any threads
 /// may wait at it (a new one each round, or one made again at the address of an old one).
 pub fn local_barrier_init(addr: usize, count: u32) {
-    let barrier = CountedBarrier {
-        count: count.max(1),
-        arrived: 0,
-        round: 1,
-    };
+    let barrier = CountedBarrier::new(count);
     {
         let mut barriers = COUNTED_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
         barriers.retain(|(a, _)| *a != addr);
@@ -1382,21 +1437,18 @@ pub fn local_barrier_destroy(addr: usize) {
 /// else this thread's own count of its waits there, which every thread waiting at it shares);
 /// returns the round for [`local_barrier_leave`].
 pub fn local_barrier_enter(addr: usize) -> u64 {
-    if !on() {
-        return 0;
-    }
+    // A barrier's rounds are counted whether the checker is on yet or not: one whose threads
+    // were waiting when it started stays in step.
     let counted = {
         let mut barriers = COUNTED_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
-        barriers.iter_mut().find(|(a, _)| *a == addr).map(|(_, b)| {
-            let round = b.round;
-            b.arrived += 1;
-            if b.arrived == b.count {
-                b.arrived = 0;
-                b.round += 1;
-            }
-            round
-        })
+        barriers
+            .iter_mut()
+            .find(|(a, _)| *a == addr)
+            .map(|(_, b)| b.arrive())
     };
+    if !seen_here() {
+        return counted.unwrap_or(0);
+    }
     let round = counted
         .or_else(|| {
             with_recorder(|r, _| {
@@ -1411,17 +1463,27 @@ pub fn local_barrier_enter(addr: usize) -> u64 {
 }
 
 /// This thread left the barrier at `addr` in round `round`: it has seen what every thread did
-/// before the round. The round before it is forgotten (every thread has left it: they all
-/// arrived at this one after).
+/// before the round. A round's clock is forgotten once every thread of it has left: counted
+/// where the barrier's count is known; else the round before this one (every thread has left
+/// it: they all arrived at this one after, the same threads waiting at each round).
 pub fn local_barrier_leave(addr: usize, round: u64) {
     local_acquire(Local::Round(addr, round));
-    if let Some(c) = CHECKER.get()
-        && round > 1
-    {
+    let counted = {
+        let mut barriers = COUNTED_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
+        barriers
+            .iter_mut()
+            .find(|(a, _)| *a == addr)
+            .map(|(_, b)| b.left(round))
+    };
+    let forget = match counted {
+        Some(done) => done,
+        None => round.checked_sub(1).filter(|&r| r > 0),
+    };
+    if let (Some(c), Some(r)) = (CHECKER.get(), forget) {
         c.local
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&Local::Round(addr, round - 1));
+            .remove(&Local::Round(addr, r));
     }
 }
 
@@ -1435,7 +1497,7 @@ pub fn local_barrier_restart(addr: usize) {
 /// barrier, end as a thread): its clock joins the one `what` carries (for the thread that
 /// acquires it next, on this node), and its segment ends.
 pub fn local_release(what: Local) {
-    if !on() {
+    if !seen_here() {
         return;
     }
     with_recorder(|r, c| {
@@ -1449,12 +1511,12 @@ pub fn local_release(what: Local) {
 /// joined a thread): it has seen what its releasers did before releasing it. A thread that
 /// ended is forgotten once joined.
 pub fn local_acquire(what: Local) {
-    if !on() {
+    if !seen_here() {
         return;
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
-        r.close();
+        r.close_for_acquire();
         let slot = {
             let mut local = c.local.lock().unwrap_or_else(|e| e.into_inner());
             match what {
@@ -1496,6 +1558,8 @@ pub fn thread_started(creator: (u32, Entries), me: Option<libc::pthread_t>) {
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
+        // A task run by a thread that did something before it: that is not after the creator.
+        r.close_for_acquire();
         r.acquire(Some(creator));
         if me.is_some() {
             r.joinable = me;
@@ -1522,12 +1586,12 @@ fn segment_ends() {
 /// join): its segment ends, so that what it did is checked even if it waits there until the
 /// node's exit (a pool's worker in `sem_wait`: its accesses went unchecked).
 pub fn about_to_wait() {
-    if !on() {
+    if !seen_here() {
         return;
     }
     with_recorder(|r, c| {
         r.catch_up_with(c);
-        r.close();
+        r.close_for_acquire();
     });
 }
 
@@ -1686,6 +1750,21 @@ mod tests {
     use super::*;
 
     /// Two clocks' entries merge by thread, each thread's larger value, in thread order.
+    #[test]
+    fn a_counted_barriers_round_is_forgotten_once_all_its_threads_left() {
+        // Count 2: main and worker 1 in round 1; worker 1 late to leave while main and worker
+        // 2 go through round 2 (a review's case: round 1 was forgotten at round 2's end, and
+        // worker 1's acquire found nothing).
+        let mut b = CountedBarrier::new(2);
+        assert_eq!((b.arrive(), b.arrive()), (1, 1));
+        assert_eq!(b.left(1), None);
+        assert_eq!((b.arrive(), b.arrive()), (2, 2));
+        assert_eq!(b.left(2), None);
+        assert_eq!(b.left(2), Some(2));
+        assert_eq!(b.left(1), Some(1));
+        assert!(b.leaving.is_empty());
+    }
+
     #[test]
     fn clocks_merge_entry_by_entry() {
         assert_eq!(merged(&[], &[]), vec![]);

@@ -349,8 +349,12 @@ macro_rules! tsan_atomics {
                 declared.acquire |= order_of(fmo, "atomic compare_exchange").acquire;
                 return on_shared(p as usize, $width, op, (order, declared), "atomic compare_exchange") as $t;
             }
-            // A failure's order acquires too where it does (what a failure read was stored).
-            let mo = if acquires_releases(fmo).0 && !acquires_releases(mo).0 { 4 } else { mo };
+            // A failure's order acquires too where it does (what a failure read was stored):
+            // acquire, or acq_rel where the success order releases.
+            let mo = match (acquires_releases(mo), acquires_releases(fmo).0) {
+                ((false, release), true) => if release { 4 } else { 2 },
+                _ => mo,
+            };
             private(p as usize, mo, (true, true), || {
                 // SAFETY: the function's contract.
                 match unsafe { cpu(p) }.compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst) {

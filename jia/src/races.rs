@@ -1593,6 +1593,21 @@ pub unsafe extern "C-unwind" fn __dsm_checked_GOMP_task(
     }
 }
 
+static GOMP_TASKWAIT_DEPEND: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// `GOMP_taskwait_depend` (`omp taskwait depend(...)`): as `taskwait`, the waiter sees what
+/// the ended tasks did.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_GOMP_taskwait_depend(depend: *mut *mut c_void) {
+    let real = gomp(&GOMP_TASKWAIT_DEPEND, b"GOMP_taskwait_depend\0");
+    // SAFETY: libgomp's function of that name takes the dependences and returns nothing.
+    let real: unsafe extern "C-unwind" fn(*mut *mut c_void) = unsafe { std::mem::transmute(real) };
+    // SAFETY: the program's argument.
+    unsafe { real(depend) };
+    dsm_races::local_acquire(Local::Tasks);
+}
+
 /// libgomp's lock functions (`omp_set_lock` ...), on the lock they are given: `$how` is
 /// `acquire` (after the call; for a test, when it returns nonzero) or `release` (before).
 macro_rules! omp_lock {

@@ -533,6 +533,7 @@ const CHECKED_SYNC_FUNCTIONS: &[&str] = &[
     "GOMP_barrier",
     "GOMP_task",
     "GOMP_taskwait",
+    "GOMP_taskwait_depend",
     "GOMP_taskgroup_end",
     "GOMP_loop_end",
     "GOMP_sections_end",
