@@ -1655,27 +1655,33 @@ const OMP_BARRIER_ADDR: usize = 1;
 /// libgomp's barriers of a team (`omp barrier`, and the ends of `omp for` and `omp sections`
 /// without `nowait`): a round of the team's barrier.
 macro_rules! gomp_barrier {
-    ($($name:ident => $real:ident, $cache:ident;)*) => {$(
+    ($($name:ident => $real:ident, $cache:ident -> $ret:ty;)*) => {$(
         static $cache: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
         #[unsafe(no_mangle)]
-        pub extern "C-unwind" fn $name() {
+        pub extern "C-unwind" fn $name() -> $ret {
             let real = gomp(&$cache, concat!(stringify!($real), "\0").as_bytes());
-            // SAFETY: libgomp's function of that name takes nothing and returns nothing.
-            let real: extern "C-unwind" fn() = unsafe { std::mem::transmute(real) };
+            // SAFETY: libgomp's function of that name takes nothing and returns $ret.
+            let real: extern "C-unwind" fn() -> $ret = unsafe { std::mem::transmute(real) };
             let round = dsm_races::local_barrier_enter(OMP_BARRIER_ADDR);
-            real();
+            let r = real();
             dsm_races::local_barrier_leave(OMP_BARRIER_ADDR, round);
             // Every task of the team is done at its barrier (threads run them in it).
             dsm_races::local_acquire(Local::Tasks);
+            r
         }
     )*};
 }
 
 gomp_barrier! {
-    __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER;
-    __dsm_checked_GOMP_loop_end => GOMP_loop_end, GOMP_LOOP_END;
-    __dsm_checked_GOMP_sections_end => GOMP_sections_end, GOMP_SECTIONS_END;
+    __dsm_checked_GOMP_barrier => GOMP_barrier, GOMP_BARRIER -> ();
+    __dsm_checked_GOMP_loop_end => GOMP_loop_end, GOMP_LOOP_END -> ();
+    __dsm_checked_GOMP_sections_end => GOMP_sections_end, GOMP_SECTIONS_END -> ();
+    // The same in a region that may be cancelled (`omp cancel`): true when it was.
+    __dsm_checked_GOMP_barrier_cancel => GOMP_barrier_cancel, GOMP_BARRIER_CANCEL -> bool;
+    __dsm_checked_GOMP_loop_end_cancel => GOMP_loop_end_cancel, GOMP_LOOP_END_CANCEL -> bool;
+    __dsm_checked_GOMP_sections_end_cancel => GOMP_sections_end_cancel,
+        GOMP_SECTIONS_END_CANCEL -> bool;
 }
 
 /// The keys of OpenMP's process-wide synchronisation: the unnamed critical section, `omp
