@@ -11,8 +11,12 @@
 //! naming what each node waits for, instead of letting it hang.
 //!
 //! A thread that computes, sleeps with a timeout, or waits for a file, a socket or a child
-//! process keeps the node running, whether it ever used the DSM or not. (A thread blocked on a
-//! page fault is never waiting in this sense: pages are always served.)
+//! process keeps the node running, whether it ever used the DSM or not. A thread blocked on a
+//! page fault runs too, unless the kernel has it asleep there at two reports in a row: a page
+//! is served within milliseconds, unless its home holds the request back until it makes the
+//! allocation, which nodes that allocate differently never make (it hung for ever, the home
+//! waiting in `jia_recv` for the faulting node). If the fault is a slow one after all, its
+//! page's grant is a change the launcher sees, and no verdict comes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,6 +181,22 @@ pub(crate) fn note_panic(at: &str, msg: &str) {
     let _ = PANICKED.set(format!("after a thread of it panicked{at}: {msg}"));
 }
 
+/// Per slot: the thread the last report saw asleep in a fault (0: none).
+static ASLEEP_IN_FAULT: [std::sync::atomic::AtomicI32; MAX_THREADS] =
+    [const { std::sync::atomic::AtomicI32::new(0) }; MAX_THREADS];
+
+/// What a thread asleep in a fault at two reports in a row is said to wait for.
+const WAITS_FOR_A_PAGE: &str = "a page fault whose page does not come (its home holds the \
+                                request until it allocates the page: do the nodes make the same \
+                                allocations?)";
+
+/// Whether slot `i`'s thread `tid` is asleep in a fault, and was at the last report too.
+fn asleep_in_fault(i: usize, tid: i32) -> bool {
+    let now = SLOTS.in_fault(i) && !sys::process::runs(tid);
+    let before = ASLEEP_IN_FAULT[i].swap(if now { tid } else { 0 }, Ordering::Relaxed);
+    now && before == tid
+}
+
 /// What a thread of the program that waits for another thread of its process is said to wait
 /// for.
 const WAITS_FOR_A_THREAD: &str =
@@ -219,6 +239,7 @@ pub(crate) fn node_waits() -> Option<String> {
         match (WAITING_ON[i].load(Ordering::Acquire), waits.get(&i)) {
             (0, Some(w)) => what.push((w.clone(), tid)),
             (0, None) if idle => undecided.push(tid),
+            (0, None) if asleep_in_fault(i, tid) => what.push((WAITS_FOR_A_PAGE.to_owned(), tid)),
             // In a fault or a call that does not wait for other nodes: it goes on.
             (0, None) => return None,
             (word, _) => what.push((spelled(word), tid)),

@@ -425,6 +425,40 @@ fn dsmcc_builds_a_program_from_any_directory() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Node 1 makes one allocation more than node 0 (homed at node 0), writes it and sends node 0 a
+/// letter that node 0 waits for: node 0 holds node 1's page request until it makes an
+/// allocation it never makes. The job ends within seconds naming both waits, over UDP and TCP
+/// (before: it hung for ever, silent; an outside attack's Rust program).
+#[test]
+fn a_page_its_home_never_allocates_ends_the_job_naming_it() {
+    let src = std::env::temp_dir().join(format!("dsm-unalloc-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include \"jia.h\"\n\
+         int main(int c, char **v) { char b[8] = \"x\"; jia_init(c, v);\n\
+         long *a = (long *)jia_alloc3(4096, 4096, 0); jia_barrier();\n\
+         if (jiapid == 1) { long *extra = (long *)jia_alloc3(4096, 4096, 0); extra[0] = 1;\n\
+         jia_send(b, 1, 0, 1); } else jia_recv(b, 1, 1, 1);\n\
+         a[0] = 1; jia_barrier(); jia_exit(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = src.with_extension("");
+    dsm_tests::compile_jia_c(&src, &exe, &[]);
+    for transport in ["udp", "tcp"] {
+        let out = run(2, transport, &exe, &[], None);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{transport}: {t}");
+        assert!(
+            t.contains("the job cannot go on")
+                && t.contains("node 0 waits in jia_recv (a message from node 1, tag 1)")
+                && t.contains("node 1 waits in a page fault whose page does not come"),
+            "{transport}: {t}"
+        );
+    }
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A C program that returns from `main` without `jia_exit` (JIAJIA 2.1's own `pi` does) leaves
 /// the job as JIAJIA's did: status 0, and what node 0 printed (buffered: its output is a pipe)
 /// is never lost. 20 runs on 2 and on 4 nodes.

@@ -236,6 +236,13 @@ impl<const N: usize> Slots<N> {
         })
     }
 
+    /// Whether slot `i`'s thread is in a fault the node has not completed (posted, or run by
+    /// the thread itself), as the service thread sees it now.
+    pub(crate) fn in_fault(&self, i: usize) -> bool {
+        let slot = &self.slots[i];
+        matches!(slot.state.load(Acquire), POSTED | TAKEN) && slot.kind.load(Relaxed) == KIND_FAULT
+    }
+
     // ---- The application's side ----
 
     /// Posts fault `f` in slot `i` and waits for the node's answer.
