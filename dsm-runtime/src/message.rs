@@ -201,7 +201,12 @@ impl Dsm {
     /// [`Dsm::send`].
     #[track_caller]
     pub fn recv(&self, from: Option<usize>, tag: Option<i32>) -> Letter {
-        let from = from.map(|f| self.node_id(f, "jia_recv"));
+        // A match, not a closure: the caller's line reaches `node_id` (#[track_caller]).
+        #[allow(clippy::manual_map, reason = "a closure would hide the caller's line")]
+        let from = match from {
+            Some(f) => Some(self.node_id(f, "jia_recv")),
+            None => None,
+        };
         self.take(Filter {
             channel: Channel::Send,
             from,

@@ -63,6 +63,10 @@ fn misuse_names_the_call_and_the_programs_line() {
             "send-to-nobody",
             "jia_send: node 5 is not in the job (nodes 0 to 1) (at tests/src/bin/probe.rs:",
         ),
+        (
+            "recv-from-nobody",
+            "jia_recv: node 5 is not in the job (nodes 0 to 1) (at tests/src/bin/probe.rs:",
+        ),
     ] {
         let out = dsmrun(2, &[], "probe", &[case]);
         let t = text(&out);

@@ -742,6 +742,10 @@ fn main() {
             // A node past the job.
             dsm.send(dsm.nodes() + 3, 1, &[1]);
         }
+        "recv-from-nobody" => {
+            // The same for a receive (its line was lost in a closure).
+            dsm.recv(Some(dsm.nodes() + 3), None);
+        }
         "release-load" => {
             // Refused as std refuses it (it was taken as a plain load).
             let a: SharedArray<u64> = dsm.alloc(WORDS, AllocPolicy::OnNode(NodeId(0))).unwrap();
