@@ -154,6 +154,21 @@ fn record_notices(
     }
 }
 
+/// Records release `counter` of `from` (a lock's or an atomic word's): its notices of epoch
+/// `epoch`, and `earlier`, of the epoch before (see [`Msg::Release`]).
+fn record_release(
+    map: &mut Notices,
+    (from, counter): (NodeId, Count),
+    epoch: Epoch,
+    (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
+    node_epoch: Epoch,
+) {
+    if let Some(before) = epoch.checked_sub(1) {
+        record_notices(map, (earlier, from), counter, before, node_epoch);
+    }
+    record_notices(map, (notices, from), counter, epoch, node_epoch);
+}
+
 fn refuse(from: NodeId, kind: MsgKind, why: &'static str) -> ProtocolError {
     ProtocolError { from, kind, why }
 }
@@ -229,20 +244,11 @@ impl Managers {
     ) {
         let m = self.atomics.entry(addr).or_default();
         m.counter += 1;
-        if let Some(before) = epoch.checked_sub(1) {
-            record_notices(
-                &mut m.notices,
-                (earlier, from),
-                m.counter,
-                before,
-                node_epoch,
-            );
-        }
-        record_notices(
+        record_release(
             &mut m.notices,
-            (notices, from),
-            m.counter,
+            (from, m.counter),
             epoch,
+            (notices, earlier),
             node_epoch,
         );
     }
@@ -332,20 +338,11 @@ impl Managers {
             _ => return Err(refuse(from, MsgKind::Release, "lock not held by that node")),
         };
         m.counter += 1;
-        if let Some(before) = epoch.checked_sub(1) {
-            record_notices(
-                &mut m.notices,
-                (earlier, from),
-                m.counter,
-                before,
-                node_epoch,
-            );
-        }
-        record_notices(
+        record_release(
             &mut m.notices,
-            (notices, from),
-            m.counter,
+            (from, m.counter),
             epoch,
+            (notices, earlier),
             node_epoch,
         );
         m.holder = None;

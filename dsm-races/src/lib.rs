@@ -1187,20 +1187,17 @@ pub fn atomic_storing(word: Word, release: bool) {
             let off = addr.wrapping_sub(BASE.load(Ordering::Relaxed));
             release_clock_into_node_slot(atomic_object(off), |c| c.atomic_slot(off, c.node), true);
         }
+        Word::Private(addr) if release => local_release(Local::Atomic(private_atomic_slot(addr))),
         Word::Private(addr) => {
-            let what = Local::Atomic(private_atomic_slot(addr));
             with_recorder(|r, c| {
                 r.catch_up_with(c);
-                if release {
-                    c.leave_clock(what, r.epoch, r.entries());
-                } else if let Some((epoch, clock)) = &r.fenced
+                if let Some((epoch, clock)) = &r.fenced
                     && *epoch == r.epoch
                 {
+                    let what = Local::Atomic(private_atomic_slot(addr));
                     c.leave_clock(what, *epoch, clock.clone());
-                } else {
-                    return;
+                    r.close();
                 }
-                r.close();
             });
         }
     }

@@ -1069,19 +1069,31 @@ extern "C-unwind" fn checked_once_routine() {
     dsm_races::local_release(Local::Object(control));
 }
 
-/// `pthread_once`: whoever returns from it has seen what the routine did (its runner releases
-/// the control when the routine ends, every caller acquires it on return).
+/// A once-call (`pthread_once`, C11's `call_once`, made by `call` with this library's routine):
+/// whoever returns from it has seen what the routine did (its runner releases the control when
+/// the routine ends, every caller acquires it on return).
+fn once<R>(
+    control: *mut libc::pthread_once_t,
+    routine: extern "C-unwind" fn(),
+    call: impl FnOnce(extern "C-unwind" fn()) -> R,
+) -> R {
+    let outer = ONCE.with(|o| o.replace((routine as usize, control as usize)));
+    let r = call(checked_once_routine);
+    ONCE.with(|o| o.set(outer));
+    dsm_races::local_acquire(object(control.cast()));
+    r
+}
+
+/// `pthread_once`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn __dsm_checked_pthread_once(
     control: *mut libc::pthread_once_t,
     routine: extern "C-unwind" fn(),
 ) -> c_int {
-    let outer = ONCE.with(|o| o.replace((routine as usize, control as usize)));
     // SAFETY: the caller's control, as to pthread_once, with a routine that runs the caller's.
-    let rc = unsafe { crate::cancellable::pthread_once(control, checked_once_routine) };
-    ONCE.with(|o| o.set(outer));
-    dsm_races::local_acquire(object(control.cast()));
-    rc
+    once(control, routine, |r| unsafe {
+        crate::cancellable::pthread_once(control, r)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1186,28 +1198,60 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_barrier_wait(
     rc
 }
 
-/// A thread's start, as `pthread_create` was asked for it, with its creator's clock.
-struct Start {
-    run: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
+/// A thread's start, as `pthread_create` (`R`: `*mut c_void`) or C11's `thrd_create` (`R`:
+/// `c_int`) was asked for it, with its creator's clock.
+struct Start<R> {
+    run: extern "C-unwind" fn(*mut c_void) -> R,
     arg: *mut c_void,
     creator: Option<(u32, dsm_races::Entries)>,
 }
 
-/// The start routine of a thread created through [`__dsm_checked_pthread_create`]: starts from
-/// its creator's clock, runs the program's routine, and leaves its clock for the joiner.
-extern "C-unwind" fn checked_start(start: *mut c_void) -> *mut c_void {
-    // SAFETY: `start` is the Box that __dsm_checked_pthread_create leaked for this thread,
-    // taken back once.
+/// The start routine of a thread created through [`create`]: starts from its creator's clock,
+/// runs the program's routine, and leaves its clock for the joiner.
+extern "C-unwind" fn checked_start<R>(start: *mut c_void) -> R {
+    // SAFETY: `start` is the Box that `create` leaked for this thread, taken back once.
     // Moved out of the Box, which is freed: nothing of this frame's is left to drop while the
     // routine runs (a cancelled thread is unwound through it).
-    let Start { run, arg, creator } = *unsafe { Box::from_raw(start.cast::<Start>()) };
-    // SAFETY: pthread_self has no preconditions.
+    let Start { run, arg, creator } = *unsafe { Box::from_raw(start.cast::<Start<R>>()) };
+    // SAFETY: pthread_self has no preconditions (a C11 thread is a pthread: `thrd_t` is its
+    // `pthread_t`).
     let me = unsafe { libc::pthread_self() };
     if let Some(creator) = creator {
         // Its clock is left for the joiner when it ends, by returning or by pthread_exit.
         dsm_races::thread_started(creator, Some(me));
     }
     run(arg)
+}
+
+/// Creates a thread by `spawn` (given this library's start routine and its argument; 0 when the
+/// thread was made) that runs `run(arg)` from its creator's clock.
+fn create<R>(
+    run: extern "C-unwind" fn(*mut c_void) -> R,
+    arg: *mut c_void,
+    spawn: impl FnOnce(extern "C-unwind" fn(*mut c_void) -> R, *mut c_void) -> c_int,
+) -> c_int {
+    let start = Box::into_raw(Box::new(Start {
+        run,
+        arg,
+        creator: dsm_races::thread_spawning(),
+    }));
+    let rc = spawn(checked_start::<R>, start.cast());
+    if rc != 0 {
+        // SAFETY: the thread was not created: the Box is still this call's.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
+
+/// A join (`pthread_join`, C11's `thrd_join`, made by `join`; 0 when it joined): the joiner has
+/// seen what the thread did.
+fn joined(thread: libc::pthread_t, join: impl FnOnce() -> c_int) -> c_int {
+    dsm_races::about_to_wait();
+    let rc = join();
+    if rc == 0 {
+        dsm_races::local_acquire(Local::Thread(thread));
+    }
+    rc
 }
 
 #[unsafe(no_mangle)]
@@ -1217,20 +1261,11 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_create(
     run: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
 ) -> c_int {
-    let start = Box::into_raw(Box::new(Start {
-        run,
-        arg,
-        creator: dsm_races::thread_spawning(),
-    }));
     // SAFETY: the caller's arguments, as to pthread_create, with this library's start routine
     // and the Box it takes back.
-    let rc =
-        unsafe { crate::cancellable::pthread_create(thread, attr, checked_start, start.cast()) };
-    if rc != 0 {
-        // SAFETY: the thread was not created: the Box is still this call's.
-        drop(unsafe { Box::from_raw(start) });
-    }
-    rc
+    create(run, arg, |start, boxed| unsafe {
+        crate::cancellable::pthread_create(thread, attr, start, boxed)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1238,72 +1273,36 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_join(
     thread: libc::pthread_t,
     result: *mut *mut c_void,
 ) -> c_int {
-    dsm_races::about_to_wait();
     // SAFETY: the caller's arguments, as to pthread_join.
-    let rc = unsafe { crate::cancellable::pthread_join(thread, result) };
-    if rc == 0 {
-        dsm_races::local_acquire(Local::Thread(thread));
-    }
-    rc
+    joined(thread, || unsafe {
+        crate::cancellable::pthread_join(thread, result)
+    })
 }
 
-/// A C11 thread's start, as `thrd_create` was asked for it, with its creator's clock.
-struct StartC11 {
-    run: extern "C-unwind" fn(*mut c_void) -> c_int,
-    arg: *mut c_void,
-    creator: Option<(u32, dsm_races::Entries)>,
-}
-
-/// The start routine of a thread created through [`__dsm_checked_thrd_create`], as
-/// [`checked_start`] is a pthread's.
-extern "C-unwind" fn checked_start_c11(start: *mut c_void) -> c_int {
-    // SAFETY: `start` is the Box that __dsm_checked_thrd_create leaked for this thread, taken
-    // back once (moved out, as in checked_start).
-    let StartC11 { run, arg, creator } = *unsafe { Box::from_raw(start.cast::<StartC11>()) };
-    // SAFETY: pthread_self has no preconditions (a C11 thread is a pthread: `thrd_t` is its
-    // `pthread_t`).
-    let me = unsafe { libc::pthread_self() };
-    if let Some(creator) = creator {
-        dsm_races::thread_started(creator, Some(me));
-    }
-    run(arg)
-}
-
-/// C11's `thrd_create`: as `pthread_create`, the new thread starts from its creator's clock.
+/// C11's `thrd_create` (`thrd_success` is 0).
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn __dsm_checked_thrd_create(
     thread: *mut libc::pthread_t,
     run: extern "C-unwind" fn(*mut c_void) -> c_int,
     arg: *mut c_void,
 ) -> c_int {
-    let start = Box::into_raw(Box::new(StartC11 {
-        run,
-        arg,
-        creator: dsm_races::thread_spawning(),
-    }));
     // SAFETY: the caller's arguments, as to thrd_create, with this library's start routine and
     // the Box it takes back.
-    let rc = unsafe { crate::cancellable::thrd_create(thread, checked_start_c11, start.cast()) };
-    if rc != 0 {
-        // SAFETY: the thread was not created (not thrd_success): the Box is still this call's.
-        drop(unsafe { Box::from_raw(start) });
-    }
-    rc
+    create(run, arg, |start, boxed| unsafe {
+        crate::cancellable::thrd_create(thread, start, boxed)
+    })
 }
 
-/// C11's `thrd_join`: the joiner has seen what the thread did.
+/// C11's `thrd_join`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn __dsm_checked_thrd_join(
     thread: libc::pthread_t,
     result: *mut c_int,
 ) -> c_int {
-    dsm_races::about_to_wait();
     // SAFETY: the caller's arguments, as to thrd_join.
-    let rc = unsafe { crate::cancellable::thrd_join(thread, result) };
-    if rc == 0 {
-        dsm_races::local_acquire(Local::Thread(thread));
-    }
-    rc
+    joined(thread, || unsafe {
+        crate::cancellable::thrd_join(thread, result)
+    })
 }
 
 /// C11's `call_once`: as `pthread_once`.
@@ -1312,11 +1311,10 @@ pub unsafe extern "C-unwind" fn __dsm_checked_call_once(
     flag: *mut libc::pthread_once_t,
     routine: extern "C-unwind" fn(),
 ) {
-    let outer = ONCE.with(|o| o.replace((routine as usize, flag as usize)));
     // SAFETY: the caller's flag, as to call_once, with a routine that runs the caller's.
-    unsafe { crate::cancellable::call_once(flag, checked_once_routine) };
-    ONCE.with(|o| o.set(outer));
-    dsm_races::local_acquire(object(flag.cast()));
+    once(flag, routine, |r| unsafe {
+        crate::cancellable::call_once(flag, r)
+    });
 }
 
 // ----- OpenMP (gcc's libgomp), seen by the race checker -----
