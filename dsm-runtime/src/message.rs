@@ -11,7 +11,9 @@
 //! program's tags never meet them: every node must make the same collective calls in the same
 //! order, as with allocation. A broadcast is one letter from the root to each other node; a
 //! reduction one letter from each node to the root, which combines the contributions in node
-//! order (so a floating-point sum comes out the same in every run).
+//! order (so a floating-point sum comes out the same in every run). Each contribution carries its
+//! type's name and the operation: a node that reduces other values than the root's, or combines
+//! them otherwise, ends the job naming both (byte counts alone would let 2 `u64` meet 4 `u32`).
 
 use std::sync::atomic::Ordering;
 
@@ -37,6 +39,9 @@ pub enum ReduceOp {
 pub trait Reducible: Copy + Send + 'static {
     /// Bytes of one value.
     const BYTES: usize;
+    /// The type's name, as Rust spells it: a reduction's contributions carry it, and the root
+    /// ends the job where two nodes reduce different types (same byte count or not).
+    const NAME: &'static str;
     /// Appends the value's bytes.
     fn put(self, out: &mut Vec<u8>);
     /// The value from exactly [`Reducible::BYTES`] bytes.
@@ -49,6 +54,7 @@ macro_rules! reducible {
     ($($t:ty: $sum:expr;)*) => {$(
         impl Reducible for $t {
             const BYTES: usize = std::mem::size_of::<$t>();
+            const NAME: &'static str = stringify!($t);
             fn put(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
             }
@@ -76,6 +82,46 @@ reducible! {
     u64: u64::wrapping_add;
     f32: |a: f32, b: f32| a + b;
     f64: |a: f64, b: f64| a + b;
+}
+
+impl ReduceOp {
+    fn code(self) -> u8 {
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Max => 1,
+            ReduceOp::Min => 2,
+        }
+    }
+
+    fn name_of(code: u8) -> &'static str {
+        match code {
+            0 => "a sum",
+            1 => "a maximum",
+            2 => "a minimum",
+            _ => "an unknown operation",
+        }
+    }
+}
+
+/// The head of a reduction's contribution: the values' type and the operation, so the root
+/// finds a node that reduces other values or combines them otherwise (MPI compares neither,
+/// and gives a wrong result without a word).
+fn reduce_head<T: Reducible>(op: ReduceOp) -> Vec<u8> {
+    let name = T::NAME.as_bytes();
+    let mut head = Vec::with_capacity(2 + name.len());
+    head.push(op.code());
+    head.push(name.len() as u8);
+    head.extend_from_slice(name);
+    head
+}
+
+/// The operation and type a contribution's head names, and where its values start; `None` for
+/// a letter too short to hold a head.
+fn read_reduce_head(bytes: &[u8]) -> Option<(u8, &str, usize)> {
+    let (&op, rest) = bytes.split_first()?;
+    let (&len, rest) = rest.split_first()?;
+    let name = rest.get(..usize::from(len))?;
+    Some((op, std::str::from_utf8(name).ok()?, 2 + usize::from(len)))
 }
 
 /// What [`Dsm::recv_into`] received.
@@ -277,7 +323,9 @@ impl Dsm {
     pub fn reduce<T: Reducible>(&self, send: &[T], recv: &mut [T], op: ReduceOp, root: usize) {
         let root = self.node_id(root, "jia_reduce");
         let seq = self.reductions.fetch_add(1, Ordering::Relaxed) as i32;
-        let mut bytes = Vec::with_capacity(send.len() * T::BYTES);
+        let head = reduce_head::<T>(op);
+        let mut bytes = head.clone();
+        bytes.reserve(send.len() * T::BYTES);
         for &v in send {
             v.put(&mut bytes);
         }
@@ -286,31 +334,58 @@ impl Dsm {
             return;
         }
         if recv.len() < send.len() {
-            fatal(&format!(
-                "jia_reduce: the result buffer holds {} values, fewer than the {} reduced",
-                recv.len(),
-                send.len()
-            ));
+            crate::api::die_at(
+                format!(
+                    "jia_reduce: the result buffer holds {} values, fewer than the {} reduced",
+                    recv.len(),
+                    send.len()
+                ),
+                std::panic::Location::caller(),
+            );
         }
         // The contributions in node order, the root's own among them.
         let mut acc: Option<Vec<T>> = None;
         for n in 0..self.nodes() {
+            let letter;
             let contribution = if n == self.id() {
-                bytes.clone()
+                &bytes[head.len()..]
             } else {
-                let l = self.take(Filter {
+                letter = self.take(Filter {
                     channel: Channel::Reduce,
                     from: Some(NodeId(n as u16)),
                     tag: Some(seq),
                 });
-                if l.data.len() != bytes.len() {
-                    fatal(&format!(
-                        "jia_reduce: node {n} reduced {} bytes, the root {} (every node must pass the same count)",
-                        l.data.len(),
-                        bytes.len()
-                    ));
+                let values = match read_reduce_head(&letter.data) {
+                    Some((o, name, start)) if o == op.code() && name == T::NAME => {
+                        &letter.data[start..]
+                    }
+                    Some((o, name, _)) => crate::api::die_at(
+                        format!(
+                            "jia_reduce: node {n} reduces {} of {name} values, the root {} of {} \
+                             values (every node must reduce the same type with the same operation)",
+                            ReduceOp::name_of(o),
+                            ReduceOp::name_of(op.code()),
+                            T::NAME
+                        ),
+                        std::panic::Location::caller(),
+                    ),
+                    None => fatal(&format!(
+                        "jia_reduce: node {n}'s contribution of {} bytes has no head",
+                        letter.data.len()
+                    )),
+                };
+                if values.len() != send.len() * T::BYTES {
+                    crate::api::die_at(
+                        format!(
+                            "jia_reduce: node {n} reduced {} values, the root {} (every node \
+                             must pass the same count)",
+                            values.len() / T::BYTES,
+                            send.len()
+                        ),
+                        std::panic::Location::caller(),
+                    );
                 }
-                l.data
+                values
             };
             let values = contribution.chunks_exact(T::BYTES).map(T::get);
             acc = Some(match acc {

@@ -59,6 +59,19 @@ fn misuse_names_the_call_and_the_programs_line() {
             "bcast-lengths",
             "jia_bcast: node 0 broadcast 8 bytes, and this node's buffer has 4 (every node must pass the same length) (at tests/src/bin/probe.rs:",
         ),
+        // Reductions whose nodes differ in type (of the same byte count), operation or count.
+        (
+            "reduce-types",
+            "dsm node 0: error: jia_reduce: node 1 reduces a sum of u32 values, the root a sum of u64 values (every node must reduce the same type with the same operation) (at tests/src/bin/probe.rs:",
+        ),
+        (
+            "reduce-ops",
+            "dsm node 0: error: jia_reduce: node 1 reduces a sum of i32 values, the root a maximum of i32 values",
+        ),
+        (
+            "reduce-counts",
+            "dsm node 0: error: jia_reduce: node 1 reduced 2 values, the root 3 (every node must pass the same count) (at tests/src/bin/probe.rs:",
+        ),
         (
             "send-to-nobody",
             "jia_send: node 5 is not in the job (nodes 0 to 1) (at tests/src/bin/probe.rs:",

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use dsm_runtime::{AllocPolicy, Dsm, NodeId, PAGE_SIZE, SharedArray};
+use dsm_runtime::{AllocPolicy, Dsm, NodeId, PAGE_SIZE, ReduceOp, SharedArray};
 
 const WORDS: usize = PAGE_SIZE / 8;
 
@@ -736,6 +736,38 @@ fn main() {
             // Node 0 broadcasts 8 bytes; node 1 passes a buffer of 4.
             let mut buf = vec![1u8; if dsm.id() == 0 { 8 } else { 4 }];
             dsm.bcast(0, &mut buf);
+            dsm.barrier();
+        }
+        "reduce-types" => {
+            // Node 0 sums 2 u64 values, node 1 4 u32 values: the same 16 bytes.
+            if dsm.id() == 0 {
+                let mut out = [0u64; 2];
+                dsm.reduce(&[1u64, 2], &mut out, ReduceOp::Sum, 0);
+            } else {
+                dsm.reduce(&[1u32, 2, 3, 4], &mut [], ReduceOp::Sum, 0);
+            }
+            dsm.barrier();
+        }
+        "reduce-ops" => {
+            // Node 0 asks for the maximum, node 1 for the sum.
+            let op = if dsm.id() == 0 {
+                ReduceOp::Max
+            } else {
+                ReduceOp::Sum
+            };
+            let mut out = [0i32; 3];
+            dsm.reduce(&[1i32, 2, 3], &mut out, op, 0);
+            dsm.barrier();
+        }
+        "reduce-counts" => {
+            // Node 0 reduces 3 values, node 1 2.
+            let send: &[f64] = if dsm.id() == 0 {
+                &[1.0, 2.0, 3.0]
+            } else {
+                &[1.0, 2.0]
+            };
+            let mut out = [0f64; 3];
+            dsm.reduce(send, &mut out, ReduceOp::Sum, 0);
             dsm.barrier();
         }
         "send-to-nobody" => {
