@@ -456,6 +456,21 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// At the end of this node's exit: every writable page made read-only, so that a write
+    /// after the node left the job faults (and the runtime ends the node naming it) instead of
+    /// changing bytes no other node will see. The pages held stay readable: a program may read
+    /// its results after `jia_exit`, as with JIAJIA.
+    pub fn close_writes(&mut self) {
+        let writable: Vec<PageNum> = (0..self.table.len())
+            .filter(|&p| self.table[p].frame == Frame::ReadWrite)
+            .map(|p| PageNum(p as u32))
+            .collect();
+        self.protect_pages(&writable, Prot::Read);
+        for p in writable {
+            self.table[p.index()].frame = Frame::ReadOnly;
+        }
+    }
+
     /// Whether writes to `page` (a home page) go unseen: writable, and not known as written.
     pub(crate) fn writes_untracked(&self, page: PageNum) -> bool {
         self.table[page.index()].frame == Frame::ReadWrite && !self.rw.contains(&page)

@@ -518,7 +518,8 @@ fn a_call_made_while_another_thread_leaves_the_job_is_named() {
         assert!(
             e.contains("on one thread while another makes this node leave the job")
                 || e.contains("lock after jia_exit: this node has left the job")
-                || e.contains("was touched after this node left the job"),
+                || e.contains("was touched after this node left the job")
+                || e.contains("was written after this node left the job"),
             "{}",
             text(&out)
         );

@@ -598,6 +598,22 @@ fn a_page_touched_after_exit_ends_the_process_with_a_message_not_a_hang() {
     );
 }
 
+/// A write after exit (to a page of the node's own, which nothing stopped: the write was lost
+/// without a word) ends the node naming it; a read of a page held stays allowed.
+#[test]
+fn a_write_after_exit_ends_the_node_and_a_read_of_a_page_held_does_not() {
+    let out = dsmrun(2, &[], "probe", &["write-after-exit"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("dsm node 1: error: shared memory was written after this node left the job")
+            && !t.contains("not stopped"),
+        "{t}"
+    );
+    assert!(t.contains("read after exit 6"), "{t}");
+}
+
 #[test]
 fn a_node_that_exits_non_zero_ends_the_job_and_is_named() {
     let out = dsmrun(3, &[], "probe", &["fail-node-1"]);

@@ -106,6 +106,11 @@ use crate::sys::{self, Protection, stack};
 /// What a fault taken once the node has left the job says.
 const LEFT: &str = "a shared page not held here was touched after this node left the job (after \
                     jia_exit / Dsm::exit)";
+/// What a write fault taken once the node has left the job says (its pages are all read-only
+/// then: see `Node::close_writes`).
+const WRITTEN_AFTER_LEFT: &str = "shared memory was written after this node left the job (after \
+                                  jia_exit / Dsm::exit): no other node would see the write (the \
+                                  pages held here stay readable)";
 
 /// Whether the node left the job: its service thread serves no fault any more.
 fn node_left() -> bool {
@@ -385,9 +390,18 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
             1,
         );
     }
+    // SAFETY: the kernel's context, as passed to this SA_SIGINFO handler.
+    let write = unsafe { signals::fault_is_write(ctx) };
     if node_left() {
         // Waiting would hang: no service thread, no connection to the homes.
-        die(LEFT, 1);
+        die(
+            if write == Some(true) {
+                WRITTEN_AFTER_LEFT
+            } else {
+                LEFT
+            },
+            1,
+        );
     }
     let Some(slot) = door::my_slot() else {
         die(
@@ -413,8 +427,6 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
             );
         }
     }
-    // SAFETY: the kernel's context, as passed to this SA_SIGINFO handler.
-    let write = unsafe { signals::fault_is_write(ctx) };
     let page = (addr - start) / dsm_core::PAGE_SIZE;
     if let Some(write) = write {
         if resolve(start, page, write) {
@@ -451,7 +463,14 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
             .unwrap_or_else(|| SLOTS.post_fault_unless(slot, fault, node_left))
     };
     if outcome == FaultOutcome::Left {
-        die(LEFT, 1);
+        die(
+            if write == Some(true) {
+                WRITTEN_AFTER_LEFT
+            } else {
+                LEFT
+            },
+            1,
+        );
     }
     crate::trace::stamp(page as u64, crate::trace::Step::Resumed);
     Some(outcome)

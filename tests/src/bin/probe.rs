@@ -661,6 +661,20 @@ fn main() {
                 println!("{}", a.get(0));
             }
         }
+        "write-after-exit" => {
+            // Each node's own block: after the exit, node 0 reads its block (held: it stays
+            // readable), node 1 writes its block (it would reach nobody).
+            let a = filled_blocks(&dsm, 1, |w| w as u64 + 1);
+            dsm.barrier();
+            dsm.exit();
+            let mine = dsm.id() * WORDS;
+            if dsm.id() == 0 {
+                println!("read after exit {}", a.get(mine + 5));
+            } else {
+                a.set(mine, 9);
+                println!("written after exit: not stopped");
+            }
+        }
         "segv-outside" => {
             let p = std::hint::black_box(16usize) as *mut u64;
             // SAFETY: none: this deliberately writes to an unmapped address to check that a
