@@ -11,7 +11,9 @@
 //! naming what each node waits for, instead of letting it hang.
 //!
 //! A thread that computes, sleeps with a timeout, or waits for a file, a socket or a child
-//! process keeps the node running, whether it ever used the DSM or not. A thread blocked on a
+//! process keeps the node running, whether it ever used the DSM or not; so does a thread that
+//! waits for another thread while a real-time timer is armed (`alarm`, `setitimer`,
+//! `timer_create`: its signal's handler may wake it). A thread blocked on a
 //! page fault runs too, unless the kernel has it asleep there at two reports in a row: a page
 //! is served within milliseconds, unless its home holds the request back until it makes the
 //! allocation, which nodes that allocate differently never make (it hung for ever, the home
@@ -199,8 +201,9 @@ fn asleep_in_fault(i: usize, tid: i32) -> bool {
 
 /// What a thread of the program that waits for another thread of its process is said to wait
 /// for.
-const WAITS_FOR_A_THREAD: &str =
-    "a wait for another thread of its process (pthread_join, a mutex or a condition variable)";
+const WAITS_FOR_A_THREAD: &str = "a wait only another thread of its process or a signal handler \
+                                  can end (pthread_join, a mutex, a condition variable, a \
+                                  semaphore)";
 
 /// What the node waits for, if no thread of the program can go on: each of its threads is in a
 /// DSM call that waits for other nodes, or sleeps until another thread of the process wakes it
@@ -268,6 +271,11 @@ pub(crate) fn node_waits() -> Option<String> {
             return None;
         }
         what.push((WAITS_FOR_A_THREAD.to_owned(), tid));
+    }
+    // A timer's signal may wake one that waits for a thread (its handler posts a semaphore):
+    // the node runs until the timer has fired.
+    if what.iter().any(|(w, _)| w == WAITS_FOR_A_THREAD) && sys::process::real_timer_armed() {
+        return None;
     }
     (!what.is_empty()).then(|| with_panic(spell_waits(&what)))
 }

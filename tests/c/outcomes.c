@@ -4,6 +4,7 @@
  * Usage: outcomes CASE [ARG] */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +235,23 @@ static void thread_exit(void)
     jia_barrier();
 }
 
+/* Node 1 waits on a semaphore of its own that its SIGALRM handler posts 6 s later (sem_post is
+ * async-signal-safe), node 0 in a barrier meanwhile: a correct program, which the deadlock
+ * detection took for a node whose threads wait for each other. */
+static sem_t alarmed;
+static void post_alarmed(int s) { (void)s; sem_post(&alarmed); }
+static void alarm_posts(void)
+{
+    sem_init(&alarmed, 0, 0);
+    signal(SIGALRM, post_alarmed);
+    if (jiapid == 1) {
+        alarm(6);
+        while (sem_wait(&alarmed) != 0) continue;
+    }
+    jia_barrier();
+    if (jiapid == 0) printf("alarm_posts OK\n");
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -322,6 +340,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "waitcv")) jia_waitcv(5); /* nobody sets it */
     else if (!strcmp(what, "thread_exit")) thread_exit();
     else if (!strcmp(what, "exit_under_a_worker")) exit_under_a_worker();
+    else if (!strcmp(what, "alarm_posts")) alarm_posts();
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

@@ -72,8 +72,8 @@ fn a_deadlock_inside_a_threaded_node_is_named_thread_by_thread() {
             "node 0 waits in",
             "jia_barrier_threads(2) (thread ",
             "jia_barrier (thread ",
-            "a wait for another thread of its process (pthread_join, a mutex or a condition \
-             variable) (main thread)",
+            "a wait only another thread of its process or a signal handler can end \
+             (pthread_join, a mutex, a condition variable, a semaphore) (main thread)",
             "holding lock 1",
             "node 1 waits in jia_lock(1)",
         ] {
@@ -90,6 +90,16 @@ fn a_deadlock_inside_a_threaded_node_is_named_thread_by_thread() {
     }
 }
 
+/// Node 1 waits on a semaphore its SIGALRM handler posts 6 s later (`alarm`), node 0 in a
+/// barrier: the job runs to its end (a thread waiting for another thread of its process was
+/// judged stuck after 4 s, the timer unseen, and the job ended as one that cannot go on).
+#[test]
+fn a_wait_a_timers_signal_handler_ends_is_not_a_deadlock() {
+    let out = dsmrun(2, "udp", &[], &["alarm_posts"]);
+    assert_status(&out, 0);
+    assert!(stdout(&out).contains("alarm_posts OK"), "{}", text(&out));
+}
+
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits
 /// in `jia_barrier` for it: the verdict names node 0's three threads (it hung before: a node
 /// with no thread in a DSM call was taken as running), and what each node printed before the
@@ -103,7 +113,7 @@ fn a_node_whose_threads_wait_for_each_other_outside_the_dsm_is_named() {
     assert!(e.contains("the job cannot go on"), "{}", text(&out));
     assert!(e.contains("node 1 waits in jia_barrier"), "{}", text(&out));
     assert_eq!(
-        e.matches("a wait for another thread of its process")
+        e.matches("a wait only another thread of its process or a signal handler can end")
             .count(),
         1,
         "{}",

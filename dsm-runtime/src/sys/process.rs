@@ -381,3 +381,94 @@ mod tests {
         );
     }
 }
+
+/// Whether a timer of this process that runs while its threads sleep is armed: `alarm` or
+/// `setitimer(ITIMER_REAL)`, or a POSIX timer (`timer_create`) on a clock other than a CPU-time
+/// one. Its signal (or its thread) may wake a thread that waits for another thread (a handler's
+/// `sem_post`). CPU-time timers (`ITIMER_PROF`, a profiler's) do not run while the process
+/// sleeps. From `getitimer` and `/proc/self/timers` with `timer_gettime` on each timer's id.
+pub fn real_timer_armed() -> bool {
+    let mut it = libc::itimerval {
+        it_interval: libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+        it_value: libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+    };
+    // SAFETY: getitimer writes one itimerval, a valid local here.
+    if unsafe { libc::getitimer(libc::ITIMER_REAL, &mut it) } == 0
+        && (it.it_value.tv_sec != 0 || it.it_value.tv_usec != 0)
+    {
+        return true;
+    }
+    let Ok(text) = std::fs::read_to_string("/proc/self/timers") else {
+        return false;
+    };
+    posix_timers(&text)
+        .into_iter()
+        .filter(|&(_, clock)| clock >= 0)
+        .any(|(id, _)| {
+            let mut spec = libc::itimerspec {
+                it_interval: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                it_value: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+            };
+            // SAFETY: the raw timer_gettime takes the kernel's timer id (as /proc lists it; an
+            // id since deleted fails with EINVAL) and writes one itimerspec, a valid local.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_timer_gettime,
+                    libc::c_long::from(id),
+                    &mut spec as *mut libc::itimerspec,
+                )
+            };
+            r == 0 && (spec.it_value.tv_sec != 0 || spec.it_value.tv_nsec != 0)
+        })
+}
+
+/// The POSIX timers `/proc/self/timers` lists: each one's kernel id and clock (a CPU-time
+/// clock is negative).
+fn posix_timers(text: &str) -> Vec<(i32, i32)> {
+    let mut out = Vec::new();
+    let mut id = None;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("ID:") {
+            id = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("ClockID:") {
+            if let (Some(i), Ok(c)) = (id.take(), v.trim().parse()) {
+                out.push((i, c));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod timer_tests {
+    #[test]
+    fn posix_timers_are_read_from_procs_listing() {
+        let text = "ID: 0\nsignal: 14/0000000000000000\nnotify: signal/pid.77\nClockID: 1\n\
+                    ID: 3\nsignal: 12/0000000000000000\nnotify: thread/tid.78\nClockID: -6\n";
+        assert_eq!(super::posix_timers(text), vec![(0, 1), (3, -6)]);
+        assert_eq!(super::posix_timers(""), vec![]);
+    }
+
+    #[test]
+    fn an_alarm_is_a_real_timer_armed() {
+        // SAFETY: alarm only sets this process's timer; cancelled below before it can fire.
+        unsafe { libc::alarm(100) };
+        let armed = super::real_timer_armed();
+        // SAFETY: as above.
+        unsafe { libc::alarm(0) };
+        assert!(armed);
+        assert!(!super::real_timer_armed());
+    }
+}
