@@ -972,33 +972,43 @@ pub const OTHER_VARIABLES: &[(&str, &str)] = &[
 /// [`OTHER_VARIABLES`], each with the nearest known name: a typo (`DSM_PREFTECH=off`) would
 /// otherwise be ignored without a word.
 pub fn unknown_env_vars() -> Vec<String> {
+    let mut vars: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    vars.sort();
+    vars.iter().filter_map(|v| unknown_variable(v)).collect()
+}
+
+/// The setting a `DSM_<KEY>` variable sets (`DSM_COMM_TYPE`: `comm_type`), if it names one.
+pub fn setting_of_variable(var: &str) -> Option<&'static str> {
+    let key = var.strip_prefix("DSM_")?;
+    KEYS.iter()
+        .map(|(k, _)| *k)
+        .find(|k| k.to_uppercase() == key)
+}
+
+/// A warning for `var` if it looks like a misspelt setting or variable of the runtime.
+pub fn unknown_variable(var: &str) -> Option<String> {
     let known: Vec<String> = KEYS
         .iter()
         .map(|(k, _)| format!("DSM_{}", k.to_uppercase()))
         .chain(OTHER_VARIABLES.iter().map(|(v, _)| v.to_string()))
         .collect();
-    let mut unknown: Vec<String> = std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| k.starts_with("DSM_") && !known.contains(k))
-        .collect();
-    unknown.sort();
+    if !var.starts_with("DSM_") || known.iter().any(|k| k == var) {
+        return None;
+    }
     // A program's own DSM_ variable (DSM_MAIN) is none of the runtime's business: only a name
     // close to one of the runtime's is a likely typo, and the names other tools use for a
     // setting point at ours.
-    unknown
-        .into_iter()
-        .filter_map(|var| {
-            if let Some((_, ours)) = ALIASES.iter().find(|(a, _)| *a == var) {
-                return Some(format!(
-                    "{var} is not a variable of the runtime (did you mean {ours}?): ignored"
-                ));
-            }
-            let k = nearest(&var, known.iter().map(String::as_str))?;
-            Some(format!(
-                "{var} is not a setting or a variable of the runtime (did you mean {k}?): ignored"
-            ))
-        })
-        .collect()
+    if let Some((_, ours)) = ALIASES.iter().find(|(a, _)| *a == var) {
+        return Some(format!(
+            "{var} is not a variable of the runtime (did you mean {ours}?): ignored"
+        ));
+    }
+    let k = nearest(var, known.iter().map(String::as_str))?;
+    Some(format!(
+        "{var} is not a setting or a variable of the runtime (did you mean {k}?): ignored"
+    ))
 }
 
 /// Names other tools give what a setting of ours does, and ours.

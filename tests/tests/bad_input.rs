@@ -291,6 +291,20 @@ const CASES: &[Case] = &[
         ],
     },
     Case {
+        // A setting handed to the nodes as a variable: checked as any other (it was passed on,
+        // and ignored by nodes that take the settings dsmrun resolved).
+        name: "bad -x setting",
+        jiaconf: None,
+        jiahosts: None,
+        env: &[],
+        args: &["-n", "2", "-x", "DSM_PREFETCH=bad"],
+        expect: &[
+            "-x DSM_PREFETCH=bad",
+            "prefetch = bad",
+            "allowed: on or off",
+        ],
+    },
+    Case {
         name: "missing config",
         jiaconf: None,
         jiahosts: None,
@@ -476,6 +490,32 @@ fn a_mistyped_dsm_variable_is_named_with_the_nearest_setting() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(&format!("dsm node 0: warning: {want}")),
         "{t}"
+    );
+}
+
+/// `-x DSM_<KEY>=VALUE` sets the job's setting, above the environment, below `--set` (it was
+/// passed to the nodes, which take the settings dsmrun resolved, and so ignored).
+#[test]
+fn a_setting_given_with_x_is_the_jobs() {
+    let json = std::env::temp_dir().join(format!("dsm-x-{}.json", std::process::id()));
+    let j = json.display().to_string();
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2", "-x", "DSM_COMM_TYPE=tcp", "--stats-json", &j])
+        .arg(bin("matmul"))
+        .arg("64")
+        .env("DSM_COMM_TYPE", "udp");
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out));
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(stats["job"]["transport"], "tcp", "{stats}");
+    assert_eq!(
+        stats["nodes"][0]["transport"]["frames sent"]
+            .as_u64()
+            .map(|n| n > 0),
+        Some(true),
+        "{stats}"
     );
 }
 

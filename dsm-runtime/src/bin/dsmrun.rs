@@ -149,6 +149,24 @@ fn main() -> ExitCode {
     if let Err(e) = config::threads_per_node(dsm_runtime::MAX_THREADS) {
         return usage_error(&e);
     }
+    let mut env = Vec::new();
+    for x in &args.export {
+        let (k, v) = match x.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => match std::env::var(x) {
+                Ok(v) => (x.clone(), v),
+                Err(_) => {
+                    return usage_error(&format!(
+                        "-x {x}: {x} is not set here (give -x {x}=VALUE)"
+                    ));
+                }
+            },
+        };
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return usage_error(&format!("-x {x}: `{k}` is not a variable name"));
+        }
+        env.push((k, v));
+    }
     // Settings: defaults < .jiaconf < environment < command line.
     let mut cfg = Config::default();
     let conf_path = args
@@ -174,6 +192,26 @@ fn main() -> ExitCode {
     }
     if std::env::var_os("DSM_COMM_TYPE").is_some() {
         transport_from = Some(Origin::Env("DSM_COMM_TYPE".into()));
+    }
+    // A setting given to the nodes with -x DSM_<KEY>=VALUE is this job's setting: the nodes take
+    // the settings resolved here (DSM_CONFIG), so it is applied, and checked, here.
+    for (k, v) in &env {
+        let origin = Origin::Flag(format!("-x {k}={v}"));
+        match config::setting_of_variable(k) {
+            Some(key) => {
+                if let Err(e) = cfg.set(key, v.trim(), &origin) {
+                    return usage_error(&e.to_string());
+                }
+                if key == "comm_type" {
+                    transport_from = Some(origin);
+                }
+            }
+            None => {
+                if let Some(w) = config::unknown_variable(k) {
+                    say!("dsmrun: warning: -x {w}");
+                }
+            }
+        }
     }
     for kv in &args.set {
         let origin = Origin::Flag(format!("--set {kv}"));
@@ -293,24 +331,6 @@ fn main() -> ExitCode {
                 path.display()
             ));
         }
-    }
-    let mut env = Vec::new();
-    for x in &args.export {
-        let (k, v) = match x.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => match std::env::var(x) {
-                Ok(v) => (x.clone(), v),
-                Err(_) => {
-                    return usage_error(&format!(
-                        "-x {x}: {x} is not set here (give -x {x}=VALUE)"
-                    ));
-                }
-            },
-        };
-        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return usage_error(&format!("-x {x}: `{k}` is not a variable name"));
-        }
-        env.push((k, v));
     }
     if let Some(t) = args.threads {
         env.push(("DSM_THREADS".into(), t.to_string()));
