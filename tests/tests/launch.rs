@@ -996,6 +996,25 @@ fn a_one_node_job_runs_longer_than_the_join_timeout() {
     );
 }
 
+/// A node's output passes byte for byte: 1,000 bytes that do not end with a newline stay 1,000
+/// (dsmrun added one).
+#[test]
+fn output_without_a_last_newline_passes_as_it_is() {
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args([
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "head -c 1000 /dev/zero; printf 'a\\nb'",
+    ]);
+    let out = run_with_deadline(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out));
+    let mut want = vec![0u8; 1000];
+    want.extend_from_slice(b"a\nb");
+    assert_eq!(out.stdout, want, "{}", text(&out));
+}
+
 /// `--tag-output` forwards bytes: a line that is not UTF-8 passes as it is, and so does every
 /// line after it.
 #[test]

@@ -293,8 +293,10 @@ pub fn end_what_the_nodes_left() -> usize {
 
 /// Copies a node's output to ours by whole lines, in the order they were completed, as mpirun
 /// does: lines of different nodes never mix, whatever they print at once. With `tag`, each line
-/// is prefixed with `[node i] `. Bytes, not text: a line that is not UTF-8 passes as it is; a
-/// last line without its newline gets one. When our side is closed (`dsmrun ... | head`), the
+/// is prefixed with `[node i] `. Bytes, not text: a line that is not UTF-8 passes as it is, and
+/// so do the last bytes of a node's output that end without a newline (a program's binary
+/// output reaches a file byte for byte), unless tagged (a tag starts a line: it gets its
+/// newline). When our side is closed (`dsmrun ... | head`), the
 /// node's pipe is closed too: its next write ends it with SIGPIPE, as a program whose reader left
 /// ends, and the job with it (status 141). Any other failure to write (a full disk) drops the
 /// rest of the node's lines, so the node never blocks on a full pipe.
@@ -319,7 +321,7 @@ fn forward(
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
-            if !line.ends_with(b"\n") {
+            if tag && !line.ends_with(b"\n") {
                 line.push(b'\n');
             }
             if open {
