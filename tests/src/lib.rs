@@ -74,9 +74,41 @@ pub fn dsmrun(nodes: usize, flags: &[&str], program: &str, args: &[&str]) -> Out
     run_with_deadline(cmd, Duration::from_secs(120))
 }
 
+/// Files the test binary made for itself (programs it compiled), removed when it exits.
+static MADE: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes every file of [`MADE`] (at the process's exit: registered with `atexit`).
+extern "C" fn remove_made() {
+    if let Ok(made) = MADE.lock() {
+        for p in made.iter() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Removes `path` when the test binary exits, whether its tests passed or not (a compiled
+/// program in the temporary directory was left there by every run).
+pub fn remove_at_exit(path: &std::path::Path) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: atexit takes a function that takes nothing and returns nothing; `remove_made`
+        // is one, and lives as long as the program. The test harness ends with `exit`, which
+        // runs it after every test thread has finished.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(remove_made);
+        }
+    });
+    MADE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(path.to_path_buf());
+}
+
 /// Compiles the C program `src` against `jia.h` and `libjia.so` into `out` (with `flags`), as the
-/// README says; panics with the compiler's words if it fails.
+/// README says; panics with the compiler's words if it fails. `out` is removed when the test
+/// binary exits.
 pub fn compile_jia_c(src: &std::path::Path, out: &std::path::Path, flags: &[&str]) {
+    remove_at_exit(out);
     let lib = bin_dir();
     let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

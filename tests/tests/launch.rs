@@ -996,6 +996,34 @@ fn a_one_node_job_runs_longer_than_the_join_timeout() {
     );
 }
 
+/// A process with a job's variables whose rendezvous is gone (a node that replaced itself with
+/// exec and joins again) says which node it is and why it joins nothing, status 2 (it said
+/// only "rendezvous with ... failed: Connection refused").
+#[test]
+fn a_node_whose_rendezvous_is_gone_says_why_it_joins_nothing() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(bin("matmul"));
+    cmd.arg("64")
+        .env("DSM_RANK", "1")
+        .env("DSM_SIZE", "2")
+        .env("DSM_COOKIE", "1f")
+        .env("DSM_RENDEZVOUS", format!("127.0.0.1:{port}"))
+        .env("DSM_BIND", "127.0.0.1");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "node 1: the job's rendezvous at 127.0.0.1:{port} refused the connection"
+        )) && text(&out).contains("a node's process joins once"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// A node's output passes byte for byte: 1,000 bytes that do not end with a newline stay 1,000
 /// (dsmrun added one).
 #[test]

@@ -286,6 +286,7 @@ fn build_checked(src: &Path, compiler: &str, flags: &[&str]) -> PathBuf {
         src.file_stem().unwrap().to_string_lossy(),
         std::process::id()
     ));
+    dsm_tests::remove_at_exit(&out);
     let r = Command::new(bin("dsmcc"))
         .env("DSMCC_CC", compiler)
         .args(["--check-races", "-O2", "-Wall"])

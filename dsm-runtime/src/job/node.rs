@@ -141,6 +141,15 @@ pub fn join(
         match TcpStream::connect_timeout(&env.rendezvous, left.max(Duration::from_millis(1))) {
             Ok(s) => break s,
             Err(e) if interrupted(&e) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(format!(
+                    "node {}: the job's rendezvous at {} refused the connection ({e}): the job's \
+                     nodes have all joined, or its launcher is gone (a node that replaced itself \
+                     with exec and called jia_init again, or a program started by hand with a \
+                     job's DSM_ variables, joins nothing: a node's process joins once)",
+                    env.rank, env.rendezvous
+                ));
+            }
             Err(e) => return Err(fail(e)),
         }
     };
