@@ -203,11 +203,21 @@ impl Dsm {
         let call = Call::Receive(filter);
         let what = call.name();
         crate::api::in_the_nodes_process(what);
-        let _w = crate::progress::waiting(format!(
-            "{what} (a message from node {}, tag {})",
-            any(filter.from.map(|n| n.0.to_string())),
-            any(filter.tag.map(|t| t.to_string()))
-        ));
+        let from = any(filter.from.map(|n| n.0.to_string()));
+        // A collective's tag is its sequence number, not the program's.
+        let number = filter.tag.map_or(0, |t| i64::from(t) + 1);
+        let _w = crate::progress::waiting(match filter.channel {
+            Channel::Reduce => format!(
+                "{what} as its root (node {from}'s values, for the job's reduction number {number})"
+            ),
+            Channel::Bcast => {
+                format!("{what} from root node {from} (the job's broadcast number {number})")
+            }
+            _ => format!(
+                "{what} (a message from node {from}, tag {})",
+                any(filter.tag.map(|t| t.to_string()))
+            ),
+        });
         match self.call_or_die(call) {
             Reply::Letter(l) => l,
             other => fatal(&format!(

@@ -265,6 +265,18 @@ fn a_job_that_cannot_go_on_ends_naming_what_each_node_waits_for() {
             "udp",
             &["node 0 waits in jia_recv (a message from node 1, tag 42)"],
         ),
+        // Two roots of one reduction: named as such (the wait showed the collective's internal
+        // tag, as a jia_recv's).
+        (
+            "stuck-reduce-roots",
+            2,
+            "udp",
+            &[
+                "node 0 waits in jia_reduce as its root (node 1's values, for the job's \
+                 reduction number 1)",
+                "node 1 waits in jia_reduce as its root (node 0's values",
+            ],
+        ),
     ] {
         let start = std::time::Instant::now();
         let out = dsmrun(nodes, &["--transport", transport], "probe", &[case]);

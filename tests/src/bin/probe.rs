@@ -951,6 +951,11 @@ fn main() {
                 let _ = dsm.recv(Some(1), Some(42));
             }
         }
+        "stuck-reduce-roots" => {
+            // Each node names itself the root: each waits for the other's values.
+            let mut out = [0u64; 1];
+            dsm.reduce(&[1u64], &mut out, ReduceOp::Sum, dsm.id());
+        }
         "fail-node-1" => {
             dsm.barrier();
             if dsm.id() == 1 {
