@@ -6,15 +6,18 @@
 //! operation travels as [`Msg::Atomic`], to this node itself when it is the home, and its answer
 //! ([`Msg::AtomicGrant`]) carries the value before.
 //!
-//! Ordering rides on the word as on a lock: a word is a synchronisation object managed by its
-//! home (`Managers::on_atomic_release`). An operation with release semantics is a release: the
-//! writes before it go home first (diffs acknowledged), and it carries write notices of the pages
-//! written since this node last released through the same word. One with acquire semantics is
-//! an acquire: its answer carries the notices released through the word that this node has not
-//! seen, and those pages are invalidated before its thread goes on. A relaxed operation carries
+//! Ordering rides on the words as on a lock: the atomic words of a home are one
+//! synchronisation object managed by that home (`Managers::on_atomic_release`). An operation
+//! with release semantics is a release: the writes before it go home first (diffs
+//! acknowledged), and it carries write notices of the pages written since this node last
+//! released through a word of the same home. One with acquire semantics is an acquire: its
+//! answer carries the notices released through the home's words that this node has not seen,
+//! and those pages are invalidated before its thread goes on. A relaxed operation carries
 //! neither. So an acquire that reads the value a release wrote sees the writes before that
 //! release, as a lock holder sees the writes of the last holder (and, through the counter, of
-//! every earlier release of the word).
+//! every earlier release through the home's words). One record per home, not per word: an
+//! acquire may invalidate pages released through another word (never too few), and what a
+//! node and a home keep does not grow with the words used (a histogram's bins).
 //!
 //! The word's own page: the home writes the new value in place (a home write, recorded as
 //! such: a barrier's notices name the page). The node that asked drops its copy of the page if
@@ -132,7 +135,7 @@ impl<M: PageMemory> Node<M> {
                 sent_at: 0,
             },
         );
-        let seen = self.atomics.seen.get(&addr.0).copied().unwrap_or(0);
+        let seen = self.atomics.seen.get(&home).copied().unwrap_or(0);
         let mut msg = Msg::Atomic {
             id,
             addr: addr.0,
@@ -151,7 +154,7 @@ impl<M: PageMemory> Node<M> {
             // A release: the writes before it go home first; the operation leaves once they
             // are acknowledged, naming their pages.
             self.flush_writes(now, false);
-            let sent = self.atomics.sent.get(&addr.0).copied().unwrap_or(0);
+            let sent = self.atomics.sent.get(&home).copied().unwrap_or(0);
             if let Msg::Atomic {
                 notices, earlier, ..
             } = &mut msg
@@ -159,7 +162,7 @@ impl<M: PageMemory> Node<M> {
                 *notices = written_after(&self.written, sent);
                 *earlier = self.barrier_written_after(sent);
             }
-            self.atomics.sent.insert(addr.0, self.interval);
+            self.atomics.sent.insert(home, self.interval);
             self.interval += 1;
             self.flush.after_flush.push_back(AfterFlush::Atomic {
                 home,
@@ -310,9 +313,9 @@ impl<M: PageMemory> Node<M> {
             let node_epoch = self.epoch;
             let released_in = epoch.saturating_add(Epoch::from(in_barrier));
             self.mgr
-                .on_atomic_release((from, addr), released_in, (notices, earlier), node_epoch);
+                .on_atomic_release(from, released_in, (notices, earlier), node_epoch);
         }
-        let (counter, notices) = self.mgr.atomic_notices(addr, seen, epoch, acquire);
+        let (counter, notices) = self.mgr.atomic_notices(seen, epoch, acquire);
         self.stats.atomics_served += 1;
         self.send(
             from,
@@ -350,7 +353,7 @@ impl<M: PageMemory> Node<M> {
         let page = out.addr.page();
         if out.order.acquire {
             self.invalidate_notified(now, Some(from), notices);
-            let seen = self.atomics.seen.entry(out.addr.0).or_insert(0);
+            let seen = self.atomics.seen.entry(from).or_insert(0);
             *seen = (*seen).max(counter);
         }
         // A copy on its way may predate an operation that changed the word, if it does not
@@ -379,7 +382,8 @@ impl<M: PageMemory> Node<M> {
         // by every release) names the page once, not at every release: those releases made
         // every fetch of the page elsewhere stale on arrival, for ever.
         let seen_now = (out.width, now_value, changes);
-        if self.atomics.observed.insert(out.addr.0, seen_now) != Some(seen_now) {
+        let kept = self.cfg.atomic_words_kept;
+        if remember(&mut self.atomics.observed, kept, out.addr.0, seen_now) != Some(seen_now) {
             self.mark_written(page);
         }
         let mask = width_mask(out.width);
@@ -428,6 +432,21 @@ impl<M: PageMemory> Node<M> {
             debug_assert!(made.is_ok(), "{made:?}");
         }
     }
+}
+
+/// Sets `map[addr]` to `value` and returns what it held, forgetting another word first if
+/// `map` holds `kept` words already (the lowest address: any choice is sound, as a word
+/// forgotten only costs extra notices; see `CoreConfig::atomic_words_kept`).
+fn remember<V>(
+    map: &mut std::collections::BTreeMap<u64, V>,
+    kept: usize,
+    addr: u64,
+    value: V,
+) -> Option<V> {
+    if map.len() >= kept.max(1) && !map.contains_key(&addr) {
+        map.pop_first();
+    }
+    map.insert(addr, value)
 }
 
 /// The bits of a `width`-byte word.

@@ -23,8 +23,9 @@ use crate::types::{
 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
-/// The wire format's version.
-pub const VERSION: u8 = 15;
+/// The wire format's version (16: an atomic operation's `seen` and its grant's counter count
+/// the releases through every atomic word of the home, not of the word alone).
+pub const VERSION: u8 = 16;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count

@@ -138,10 +138,10 @@ pub(crate) struct Atomics {
     pub combined: BTreeMap<(u64, u8, bool, bool), Vec<Combined>>,
     /// Answers their threads have not taken yet.
     pub results: BTreeMap<WaiterId, u64>,
-    /// Per word (its offset): the interval of this node's last release through it.
-    pub sent: BTreeMap<u64, Count>,
-    /// Per word: the notice counter this node has seen.
-    pub seen: BTreeMap<u64, Count>,
+    /// Per home: the interval of this node's last release through one of its atomic words.
+    pub sent: BTreeMap<NodeId, Count>,
+    /// Per home: the counter of the releases through its atomic words this node has seen.
+    pub seen: BTreeMap<NodeId, Count>,
     /// Operations on words whose page's home move is being decided: made once it is (as the
     /// faults on those pages are).
     pub held: Vec<(
@@ -161,7 +161,8 @@ pub(crate) struct Atomics {
     /// (wrapping; see `Msg::AtomicGrant::changes`).
     pub changes: BTreeMap<PageNum, u32>,
     /// Per word (its address): what this node's last operation on it saw, its width, the
-    /// value it left and the page's `changes` then.
+    /// value it left and the page's `changes` then (at most `CoreConfig::atomic_words_kept`
+    /// words).
     pub observed: BTreeMap<u64, (u8, u64, u32)>,
 }
 

@@ -92,10 +92,18 @@ pub struct CoreConfig {
     /// less, unchanged since, has that node send them ([`crate::Msg::Forward`]); each copy
     /// serves at most [`MAX_FORWARDS`] readers (`None`: the home serves every reader itself).
     pub forward_within: Option<Duration>,
+    /// What this node remembers of its last atomic operation on a word (the value it saw) is
+    /// kept for at most this many words: a word forgotten costs an extra notice (its page named
+    /// at this node's next release), never a missed one. 1 or more.
+    pub atomic_words_kept: usize,
 }
 
 /// The most readers a home forwards to one node's copies of a run.
 pub const MAX_FORWARDS: u8 = 3;
+
+/// [`CoreConfig::atomic_words_kept`]'s default: a histogram of a million bins updated with
+/// atomics kept 40 MB per node (about 40 bytes a word) for ever before.
+pub const ATOMIC_WORDS_KEPT: usize = 1 << 16;
 
 /// The most runs a home remembers as held by their readers (the oldest is forgotten first).
 pub const MAX_HELD_RUNS: usize = 64;
@@ -115,6 +123,7 @@ impl CoreConfig {
             grant_run_pages: 16,
             lock_handoffs: 16,
             forward_within: None,
+            atomic_words_kept: ATOMIC_WORDS_KEPT,
         }
     }
 

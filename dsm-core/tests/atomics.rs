@@ -201,6 +201,11 @@ fn run_case(seed: u64) -> Result<u64, String> {
         cfg.prefetch.enabled = prefetch;
         cfg.cache_pages = cache;
         cfg.home_migration = std::env::var_os("NOMIG").is_none();
+        // Half the cases forget words (drawn from the seed, not the case's generator: a
+        // seed's case is unchanged): one to eight kept, fewer than the case's words in most.
+        if seed % 2 == 1 {
+            cfg.atomic_words_kept = 1 + (seed / 2 % 8) as usize;
+        }
     });
     // Three cases in four lend home runs, as the runtime does (drawn from the seed, not the
     // case's generator: a seed's case is unchanged).

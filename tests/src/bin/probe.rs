@@ -1072,6 +1072,43 @@ fn main() {
             println!("node {} read every page (sum {sum}): too late", dsm.id());
             dsm.barrier();
         }
+        "atomic-histogram" => {
+            // Every node adds 1 to each of PROBE_BINS words (acq-rel fetch-adds, in an order of
+            // its own), homed in blocks on every node; node 0 checks every bin and prints its
+            // peak memory.
+            let bins: usize = std::env::var("PROBE_BINS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100_000);
+            let (me, nodes) = (dsm.id(), dsm.nodes());
+            let policy = AllocPolicy::Cyclic {
+                block_bytes: 16 * PAGE_SIZE as u64,
+                start: NodeId(0),
+            };
+            let hist: SharedArray<u64> = dsm.alloc(bins, policy).expect("allocate");
+            dsm.barrier();
+            for i in 0..bins {
+                dsm.atomic_u64(hist, (i * 7919 + me) % bins)
+                    .fetch_add(1, Ordering::AcqRel);
+            }
+            dsm.barrier();
+            if me == 0 {
+                let wrong = (0..bins).filter(|&i| hist.get(i) != nodes as u64).count();
+                let hwm = std::fs::read_to_string("/proc/self/status")
+                    .ok()
+                    .and_then(|s| {
+                        s.lines()
+                            .find(|l| l.starts_with("VmHWM:"))
+                            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    })
+                    .unwrap_or(0);
+                println!(
+                    "atomic-histogram {bins} bins {wrong} wrong, peak {} MB",
+                    hwm / 1024
+                );
+            }
+            dsm.barrier();
+        }
         "atomic-before-home-allocates" => {
             // The home (node 1) is late to the allocation; the others add to its word at once,
             // before it has made it (their operations were dropped, and the job ended as a
