@@ -696,8 +696,12 @@ macro_rules! shared_atomic {
         /// with the value before (C11's and std's atomics, between nodes). The orderings mean
         /// what they mean for std's atomics: a `Release` (or `AcqRel`, `SeqCst`) operation makes
         /// this node's writes before it visible to a node whose `Acquire` operation reads the
-        /// value it wrote, or a later one, as an unlock and a lock do; `Relaxed` orders nothing
-        /// else. A plain read of the word ordered after an operation sees its value. An
+        /// value it wrote, or a later one, as an unlock and a lock do (its node's own writes:
+        /// not what that node acquired through a word of another home, where C11's
+        /// happens-before is transitive); `Relaxed` orders nothing else. `std::sync::atomic::fence` orders nothing between
+        /// nodes (the runtime does not see it): a relaxed store after a release fence is not a
+        /// release, give the operations the orderings. A plain read of the word ordered after
+        /// an operation sees its value. An
         /// operation on a word homed on another node takes a round trip (a release waits for
         /// this node's diffs first); on one homed here, no message.
         #[derive(Clone, Copy)]

@@ -9,6 +9,7 @@
 //!   exact: a program's fences then need no more); elsewhere it is the CPU's atomic.
 
 use std::ffi::c_int;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use dsm_runtime::{AtomicOp, AtomicOrder};
@@ -530,4 +531,294 @@ pub extern "C" fn __tsan_atomic_thread_fence(mo: c_int) {
 #[unsafe(no_mangle)]
 pub extern "C" fn __tsan_atomic_signal_fence(_mo: c_int) {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
+// ----- libatomic's entries: the atomics a compiler leaves as calls -----
+//
+// gcc expands an OpenMP `atomic` on a `double` or a `float`, and one that is not a plain
+// fetch-and-op (`x *= 3`), into a compare-exchange loop of its own, which ThreadSanitizer's pass
+// never sees: its `lock cmpxchg` lost updates across nodes without a word. `dsmcc` compiles
+// atomic sources with `-fno-inline-atomics`, so that loop calls `__atomic_compare_exchange_8`:
+// defined here as the hooks above (a DSM atomic on shared memory, the CPU's elsewhere). The
+// generic entries (an object of another size: a 12-byte struct) end the node on shared memory,
+// where they were not atomic across nodes, and are libatomic's elsewhere.
+
+/// One libatomic entry, the hook `$hook` of the same operation: `load`, `store`, `rmw` (the
+/// value before), `after` (`__atomic_OP_fetch_N`: the value after, `$apply`'d to the value
+/// before and the operand) or `cas`.
+macro_rules! libatomic {
+    (load $name:ident, $t:ty, $hook:path) => {
+        /// libatomic's entry of this name (see the section's head).
+        ///
+        /// # Safety
+        /// `p` is an aligned object of this width the caller may access atomically.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(p: *mut $t, mo: c_int) -> $t {
+            // SAFETY: the same contract.
+            unsafe { $hook(p, mo) }
+        }
+    };
+    (store $name:ident, $t:ty, $hook:path) => {
+        /// libatomic's entry of this name (see the section's head).
+        ///
+        /// # Safety
+        /// `p` is an aligned object of this width the caller may access atomically.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(p: *mut $t, v: $t, mo: c_int) {
+            // SAFETY: the same contract.
+            unsafe { $hook(p, v, mo) }
+        }
+    };
+    (rmw $name:ident, $t:ty, $hook:path) => {
+        /// libatomic's entry of this name (see the section's head): the value before.
+        ///
+        /// # Safety
+        /// `p` is an aligned object of this width the caller may access atomically.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(p: *mut $t, v: $t, mo: c_int) -> $t {
+            // SAFETY: the same contract.
+            unsafe { $hook(p, v, mo) }
+        }
+    };
+    (after $name:ident, $t:ty, $hook:path, $apply:expr) => {
+        /// libatomic's entry of this name (see the section's head): the value after.
+        ///
+        /// # Safety
+        /// `p` is an aligned object of this width the caller may access atomically.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(p: *mut $t, v: $t, mo: c_int) -> $t {
+            // SAFETY: the same contract.
+            let old = unsafe { $hook(p, v, mo) };
+            let apply: fn($t, $t) -> $t = $apply;
+            apply(old, v)
+        }
+    };
+    (cas $name:ident, $t:ty, $hook:path) => {
+        /// libatomic's entry of this name (see the section's head): true if `*p` held
+        /// `*expected` (now `desired`), else false with `*expected` set to what it held.
+        ///
+        /// # Safety
+        /// `p` is an aligned object of this width the caller may access atomically, `expected`
+        /// the caller's variable of the same type.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            p: *mut $t,
+            expected: *mut $t,
+            desired: $t,
+            mo: c_int,
+            fmo: c_int,
+        ) -> bool {
+            // SAFETY: the same contract.
+            unsafe { $hook(p, expected, desired, mo, fmo) != 0 }
+        }
+    };
+}
+
+/// Every libatomic entry of one width: `$n` the width's suffix, `$h` its hooks' module and
+/// prefix.
+macro_rules! libatomic_width {
+    ($t:ty, $h:ident,
+     $load:ident $store:ident $xchg:ident $cas:ident
+     $fadd:ident $fsub:ident $fand:ident $for:ident $fxor:ident $fnand:ident
+     $addf:ident $subf:ident $andf:ident $orf:ident $xorf:ident $nandf:ident,
+     $hload:ident $hstore:ident $hxchg:ident $hcas:ident
+     $hadd:ident $hsub:ident $hand:ident $hor:ident $hxor:ident $hnand:ident) => {
+        libatomic!(load $load, $t, $h::$hload);
+        libatomic!(store $store, $t, $h::$hstore);
+        libatomic!(rmw $xchg, $t, $h::$hxchg);
+        libatomic!(cas $cas, $t, $h::$hcas);
+        libatomic!(rmw $fadd, $t, $h::$hadd);
+        libatomic!(rmw $fsub, $t, $h::$hsub);
+        libatomic!(rmw $fand, $t, $h::$hand);
+        libatomic!(rmw $for, $t, $h::$hor);
+        libatomic!(rmw $fxor, $t, $h::$hxor);
+        libatomic!(rmw $fnand, $t, $h::$hnand);
+        libatomic!(after $addf, $t, $h::$hadd, |a: $t, b: $t| a.wrapping_add(b));
+        libatomic!(after $subf, $t, $h::$hsub, |a: $t, b: $t| a.wrapping_sub(b));
+        libatomic!(after $andf, $t, $h::$hand, |a: $t, b: $t| a & b);
+        libatomic!(after $orf, $t, $h::$hor, |a: $t, b: $t| a | b);
+        libatomic!(after $xorf, $t, $h::$hxor, |a: $t, b: $t| a ^ b);
+        libatomic!(after $nandf, $t, $h::$hnand, |a: $t, b: $t| !(a & b));
+    };
+}
+
+/// libatomic's sized entries.
+mod libatomic_sized {
+    use super::*;
+
+    libatomic_width!(u8, hooks8,
+        __atomic_load_1 __atomic_store_1 __atomic_exchange_1 __atomic_compare_exchange_1
+        __atomic_fetch_add_1 __atomic_fetch_sub_1 __atomic_fetch_and_1 __atomic_fetch_or_1
+        __atomic_fetch_xor_1 __atomic_fetch_nand_1
+        __atomic_add_fetch_1 __atomic_sub_fetch_1 __atomic_and_fetch_1 __atomic_or_fetch_1
+        __atomic_xor_fetch_1 __atomic_nand_fetch_1,
+        __tsan_atomic8_load __tsan_atomic8_store __tsan_atomic8_exchange
+        __tsan_atomic8_compare_exchange_strong __tsan_atomic8_fetch_add __tsan_atomic8_fetch_sub
+        __tsan_atomic8_fetch_and __tsan_atomic8_fetch_or __tsan_atomic8_fetch_xor
+        __tsan_atomic8_fetch_nand);
+    libatomic_width!(u16, hooks16,
+        __atomic_load_2 __atomic_store_2 __atomic_exchange_2 __atomic_compare_exchange_2
+        __atomic_fetch_add_2 __atomic_fetch_sub_2 __atomic_fetch_and_2 __atomic_fetch_or_2
+        __atomic_fetch_xor_2 __atomic_fetch_nand_2
+        __atomic_add_fetch_2 __atomic_sub_fetch_2 __atomic_and_fetch_2 __atomic_or_fetch_2
+        __atomic_xor_fetch_2 __atomic_nand_fetch_2,
+        __tsan_atomic16_load __tsan_atomic16_store __tsan_atomic16_exchange
+        __tsan_atomic16_compare_exchange_strong __tsan_atomic16_fetch_add
+        __tsan_atomic16_fetch_sub __tsan_atomic16_fetch_and __tsan_atomic16_fetch_or
+        __tsan_atomic16_fetch_xor __tsan_atomic16_fetch_nand);
+    libatomic_width!(u32, hooks32,
+        __atomic_load_4 __atomic_store_4 __atomic_exchange_4 __atomic_compare_exchange_4
+        __atomic_fetch_add_4 __atomic_fetch_sub_4 __atomic_fetch_and_4 __atomic_fetch_or_4
+        __atomic_fetch_xor_4 __atomic_fetch_nand_4
+        __atomic_add_fetch_4 __atomic_sub_fetch_4 __atomic_and_fetch_4 __atomic_or_fetch_4
+        __atomic_xor_fetch_4 __atomic_nand_fetch_4,
+        __tsan_atomic32_load __tsan_atomic32_store __tsan_atomic32_exchange
+        __tsan_atomic32_compare_exchange_strong __tsan_atomic32_fetch_add
+        __tsan_atomic32_fetch_sub __tsan_atomic32_fetch_and __tsan_atomic32_fetch_or
+        __tsan_atomic32_fetch_xor __tsan_atomic32_fetch_nand);
+    libatomic_width!(u64, hooks64,
+        __atomic_load_8 __atomic_store_8 __atomic_exchange_8 __atomic_compare_exchange_8
+        __atomic_fetch_add_8 __atomic_fetch_sub_8 __atomic_fetch_and_8 __atomic_fetch_or_8
+        __atomic_fetch_xor_8 __atomic_fetch_nand_8
+        __atomic_add_fetch_8 __atomic_sub_fetch_8 __atomic_and_fetch_8 __atomic_or_fetch_8
+        __atomic_xor_fetch_8 __atomic_nand_fetch_8,
+        __tsan_atomic64_load __tsan_atomic64_store __tsan_atomic64_exchange
+        __tsan_atomic64_compare_exchange_strong __tsan_atomic64_fetch_add
+        __tsan_atomic64_fetch_sub __tsan_atomic64_fetch_and __tsan_atomic64_fetch_or
+        __tsan_atomic64_fetch_xor __tsan_atomic64_fetch_nand);
+}
+
+/// Ends the node for a generic atomic (`size` bytes, no width of its own) on shared memory.
+fn generic_on_shared(what: &str, size: usize, addr: usize) {
+    if shared(addr, 1) {
+        die(&format!(
+            "{what}({addr:#x}): a {size}-byte atomic on shared memory is atomic only among the \
+             threads of one node; across nodes, atomics take 4- or 8-byte words (or a jia_lock \
+             around the object)"
+        ));
+    }
+}
+
+/// The definition of libatomic's generic entry `name` after libjia's own (libatomic's, where
+/// the program has it), or `None`.
+fn next_definition(name: &std::ffi::CStr) -> Option<usize> {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only looks the symbol up.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    (!f.is_null()).then_some(f as usize)
+}
+
+/// Locks for generic atomics on the process's own memory where no libatomic is loaded (a
+/// program that links none reaches libjia's entries only), by the object's address.
+static GENERIC_LOCKS: [std::sync::Mutex<()>; 64] = [const { std::sync::Mutex::new(()) }; 64];
+
+fn generic_lock(addr: usize) -> std::sync::MutexGuard<'static, ()> {
+    GENERIC_LOCKS[(addr >> 4) % GENERIC_LOCKS.len()]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// libatomic's `__atomic_load(size, src, dest, order)`.
+///
+/// # Safety
+/// `src` and `dest` hold `size` bytes each, `src` an object the caller accesses atomically.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __atomic_load(size: usize, src: *mut u8, dest: *mut u8, mo: c_int) {
+    generic_on_shared("__atomic_load", size, src as usize);
+    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_load")) {
+        // SAFETY: libatomic's entry of this name has this signature.
+        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, c_int) =
+            unsafe { std::mem::transmute(f) };
+        // SAFETY: the caller's contract, passed on.
+        return unsafe { f(size, src, dest, mo) };
+    }
+    let _g = generic_lock(src as usize);
+    // SAFETY: the caller's contract; every generic access to `src` holds this lock.
+    unsafe { std::ptr::copy(src, dest, size) };
+}
+
+/// libatomic's `__atomic_store(size, dest, src, order)`.
+///
+/// # Safety
+/// As `__atomic_load`, with `dest` the object.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __atomic_store(size: usize, dest: *mut u8, src: *mut u8, mo: c_int) {
+    generic_on_shared("__atomic_store", size, dest as usize);
+    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_store")) {
+        // SAFETY: libatomic's entry of this name has this signature.
+        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, c_int) =
+            unsafe { std::mem::transmute(f) };
+        // SAFETY: the caller's contract, passed on.
+        return unsafe { f(size, dest, src, mo) };
+    }
+    let _g = generic_lock(dest as usize);
+    // SAFETY: the caller's contract; every generic access to `dest` holds this lock.
+    unsafe { std::ptr::copy(src, dest, size) };
+}
+
+/// libatomic's `__atomic_exchange(size, obj, val, ret, order)`.
+///
+/// # Safety
+/// `obj`, `val` and `ret` hold `size` bytes each, `obj` the object.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __atomic_exchange(
+    size: usize,
+    obj: *mut u8,
+    val: *mut u8,
+    ret: *mut u8,
+    mo: c_int,
+) {
+    generic_on_shared("__atomic_exchange", size, obj as usize);
+    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_exchange")) {
+        // SAFETY: libatomic's entry of this name has this signature.
+        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, *mut u8, c_int) =
+            unsafe { std::mem::transmute(f) };
+        // SAFETY: the caller's contract, passed on.
+        return unsafe { f(size, obj, val, ret, mo) };
+    }
+    let _g = generic_lock(obj as usize);
+    // SAFETY: the caller's contract; every generic access to `obj` holds this lock.
+    unsafe {
+        std::ptr::copy(obj, ret, size);
+        std::ptr::copy(val, obj, size);
+    }
+}
+
+/// libatomic's `__atomic_compare_exchange(size, obj, expected, desired, success, failure)`.
+///
+/// # Safety
+/// `obj`, `expected` and `desired` hold `size` bytes each, `obj` the object.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __atomic_compare_exchange(
+    size: usize,
+    obj: *mut u8,
+    expected: *mut u8,
+    desired: *mut u8,
+    mo: c_int,
+    fmo: c_int,
+) -> bool {
+    generic_on_shared("__atomic_compare_exchange", size, obj as usize);
+    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_compare_exchange")) {
+        // SAFETY: libatomic's entry of this name has this signature.
+        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, *mut u8, c_int, c_int) -> bool =
+            unsafe { std::mem::transmute(f) };
+        // SAFETY: the caller's contract, passed on.
+        return unsafe { f(size, obj, expected, desired, mo, fmo) };
+    }
+    let _g = generic_lock(obj as usize);
+    // SAFETY: the caller's contract; every generic access to `obj` holds this lock.
+    unsafe {
+        let now = std::slice::from_raw_parts(obj.cast_const(), size);
+        let want = std::slice::from_raw_parts(expected.cast_const(), size);
+        if now == want {
+            std::ptr::copy(desired, obj, size);
+            true
+        } else {
+            std::ptr::copy(obj, expected, size);
+            false
+        }
+    }
 }

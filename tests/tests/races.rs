@@ -103,8 +103,9 @@ fn race_free_programs_are_not_reported() {
 
 /// Orders that pass through a third node: scope consistency orders a write before a read only
 /// through one object (a node that takes lock 1 and then releases lock 2 passes nothing of lock
-/// 1's on), so a chain through two objects is a race, reported with its two lines; a chain
-/// through one lock, or through two inside one node, is not.
+/// 1's on), so a chain through two locks, condition variables or atomic words of two homes is a
+/// race, reported with its two lines; a chain through one lock, or through two inside one node,
+/// is not.
 #[test]
 fn chains_through_two_objects_are_races_and_through_one_are_not() {
     let cases = cases_marked("race (3 nodes)");

@@ -150,7 +150,17 @@ fn main() {
         }
     }
     let mut cmd = Command::new(&cc);
-    cmd.arg(format!("-I{INCLUDE}")).args(&args);
+    cmd.arg(format!("-I{INCLUDE}"));
+    if links && !static_jia {
+        // libjia first among the libraries: its atomic entries (libatomic's names) are the
+        // ones the program's calls reach, before a `-latomic` of the program's.
+        cmd.arg(format!("-L{}", lib_dir().display())).args([
+            "-Wl,--push-state,--no-as-needed",
+            "-ljia",
+            "-Wl,--pop-state",
+        ]);
+    }
+    cmd.args(&args);
     if links {
         let dir = lib_dir();
         let lib = dir.join(if static_jia { "libjia.a" } else { "libjia.so" });
@@ -265,9 +275,14 @@ fn is_clang(cc: &OsString) -> bool {
 /// cannot be limited to atomics), no call at every function's entry and exit. The atomics call
 /// libjia's hooks, exact across nodes; the plain accesses' hooks are renamed to one that does
 /// nothing ([`Renames::PlainAccesses`]).
+/// `-fno-inline-atomics`: an atomic gcc builds itself, which ThreadSanitizer's pass does not
+/// see (an OpenMP `atomic` on a `double` or `float`, or one that is no fetch-and-op: a
+/// compare-exchange loop of its own), calls libatomic's `__atomic_compare_exchange_8`, which
+/// libjia defines, instead of a `lock cmpxchg` that lost updates across nodes.
 const GCC_ATOMICS: &[&str] = &[
     "-fsanitize=thread",
     "--param=tsan-instrument-func-entry-exit=0",
+    "-fno-inline-atomics",
 ];
 
 /// The C sources among `args` that use atomic operations (C11 atomics, `__atomic_*` and
@@ -409,6 +424,8 @@ fn compiler_flags(cc: &OsString) -> Vec<&'static str> {
             "-g",
             "--param=tsan-instrument-func-entry-exit=0",
             "-fno-optimize-sibling-calls",
+            // As for GCC_ATOMICS.
+            "-fno-inline-atomics",
         ]
     }
 }

@@ -249,6 +249,34 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
             }
         }
+        "atomic-chain" => {
+            // The same through atomic words of two homes: node 0 writes and releases flag 1,
+            // node 1 acquires it and releases flag 2, node 2 acquires that and reads. A release
+            // passes on its node's own writes only, and the two homes' records share nothing
+            // (C11 would order it: see docs/c-programs.md).
+            let go1: SharedArray<u64> = dsm
+                .alloc(512, AllocPolicy::OnNode(NodeId(1)))
+                .expect("allocate");
+            let go2: SharedArray<u64> = dsm
+                .alloc(512, AllocPolicy::OnNode(NodeId(2)))
+                .expect("allocate");
+            dsm.barrier();
+            let (go1, go2) = (dsm.atomic_u64(go1, 0), dsm.atomic_u64(go2, 0));
+            match me {
+                0 => {
+                    a.set(11, 42); // race (3 nodes): atomic-chain
+                    go1.store(1, Release);
+                }
+                1 => {
+                    while go1.load(Acquire) == 0 {}
+                    go2.store(1, Release);
+                }
+                _ => {
+                    while go2.load(Acquire) == 0 {}
+                    std::hint::black_box(a.get(11)); // race (3 nodes): atomic-chain
+                }
+            }
+        }
         "free-lock-chain" => {
             // A chain through one lock is ordered: its manager gathers every holder's notices.
             let (go1, go2) = (dsm.atomic_u64(*a, 1003), dsm.atomic_u64(*a, 1004));
