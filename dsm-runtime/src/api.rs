@@ -1219,6 +1219,13 @@ impl Dsm {
                 return Ok(old);
             }
         }
+        if op == AtomicOp::Load && self.left.load(Ordering::SeqCst) {
+            // After jia_exit the pages held stay readable, an atomic word's as any (a program
+            // prints its counters there).
+            if let Some(v) = crate::region::load_after_exit(addr, width) {
+                return Ok(v);
+            }
+        }
         let _w = progress::waiting("jia_atomic");
         if declared.acquire {
             // Before the acquire's invalidations, as for a lock.

@@ -251,6 +251,20 @@ pub(crate) fn relaxed_at_home(addr: usize, width: u8, op: AtomicOp) -> Option<u6
     Some(unsafe { sys::atomic_rmw(addr, width, op) })
 }
 
+/// An atomic load of the `width`-byte word at `addr` of the application's view after the node
+/// left the job, where the pages it holds stay readable: the word as this node holds it (a
+/// page not held faults, and the fault handler ends the node naming it). `None` for a word
+/// that is not aligned to a width of 4 or 8 (the caller refuses it as before).
+pub(crate) fn load_after_exit(addr: usize, width: u8) -> Option<u64> {
+    if !(width == 4 || width == 8) || addr % usize::from(width) != 0 {
+        return None;
+    }
+    // SAFETY: aligned to its width (checked) and in the region (the caller checked), whose
+    // application view is mapped for the process's life; a load writes nothing, and a page not
+    // held faults into the handler, which ends the node.
+    Some(unsafe { sys::atomic_rmw(addr, width, AtomicOp::Load) })
+}
+
 /// The pages the kernel maps around a read fault in a file mapping when they are in the page
 /// cache (`fault_around_bytes`, 64 KiB by default), from an aligned boundary: one read per such
 /// window maps a run of fetched pages.

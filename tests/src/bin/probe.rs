@@ -669,7 +669,8 @@ fn main() {
             dsm.exit();
             let mine = dsm.id() * WORDS;
             if dsm.id() == 0 {
-                println!("read after exit {}", a.get(mine + 5));
+                let atomic = dsm.atomic_u64(a, mine + 6).load(Ordering::SeqCst);
+                println!("read after exit {} {atomic}", a.get(mine + 5));
             } else {
                 a.set(mine, 9);
                 println!("written after exit: not stopped");
