@@ -133,6 +133,7 @@ impl<M: PageMemory> Node<M> {
                 home,
                 since: now,
                 sent_at: 0,
+                released_in: order.release.then_some(self.interval),
             },
         );
         let seen = self.atomics.seen.get(&home).copied().unwrap_or(0);
@@ -162,7 +163,7 @@ impl<M: PageMemory> Node<M> {
                 *notices = written_after(&self.written, sent);
                 *earlier = self.barrier_written_after(sent);
             }
-            self.atomics.sent.insert(home, self.interval);
+            // `sent` moves on when the grant comes back (see `Atomics::sent`).
             self.interval += 1;
             self.flush.after_flush.push_back(AfterFlush::Atomic {
                 home,
@@ -350,6 +351,11 @@ impl<M: PageMemory> Node<M> {
         let Some(out) = self.atomics.out.remove(&id) else {
             return Ok(());
         };
+        if let Some(interval) = out.released_in {
+            // Recorded at the home: later releases to it may leave these pages out.
+            let sent = self.atomics.sent.entry(from).or_insert(0);
+            *sent = (*sent).max(interval);
+        }
         let page = out.addr.page();
         if out.order.acquire {
             self.invalidate_notified(now, Some(from), notices);
@@ -383,7 +389,7 @@ impl<M: PageMemory> Node<M> {
         // every fetch of the page elsewhere stale on arrival, for ever.
         let seen_now = (out.width, now_value, changes);
         let kept = self.cfg.atomic_words_kept;
-        if remember(&mut self.atomics.observed, kept, out.addr.0, seen_now) != Some(seen_now) {
+        if self.atomics.observed.note(out.addr.0, seen_now, kept) != Some(seen_now) {
             self.mark_written(page);
         }
         let mask = width_mask(out.width);
@@ -432,21 +438,6 @@ impl<M: PageMemory> Node<M> {
             debug_assert!(made.is_ok(), "{made:?}");
         }
     }
-}
-
-/// Sets `map[addr]` to `value` and returns what it held, forgetting another word first if
-/// `map` holds `kept` words already (the lowest address: any choice is sound, as a word
-/// forgotten only costs extra notices; see `CoreConfig::atomic_words_kept`).
-fn remember<V>(
-    map: &mut std::collections::BTreeMap<u64, V>,
-    kept: usize,
-    addr: u64,
-    value: V,
-) -> Option<V> {
-    if map.len() >= kept.max(1) && !map.contains_key(&addr) {
-        map.pop_first();
-    }
-    map.insert(addr, value)
 }
 
 /// The bits of a `width`-byte word.

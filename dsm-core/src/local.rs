@@ -115,6 +115,9 @@ pub(crate) struct AtomicOut {
     pub since: Time,
     /// `Node::sent_msgs` once its message left (0 while it waits for a release's diffs).
     pub sent_at: u64,
+    /// A release's interval: once its grant comes back, the home has recorded its notices,
+    /// and the node's later releases to that home may leave them out (`Atomics::sent`).
+    pub released_in: Option<Count>,
 }
 
 /// A fetch-add (or fetch-sub) that waits for the same word's operation on its way, to go with
@@ -138,7 +141,12 @@ pub(crate) struct Atomics {
     pub combined: BTreeMap<(u64, u8, bool, bool), Vec<Combined>>,
     /// Answers their threads have not taken yet.
     pub results: BTreeMap<WaiterId, u64>,
-    /// Per home: the interval of this node's last release through one of its atomic words.
+    /// Per home: the interval of this node's last release through one of its atomic words
+    /// that the home has recorded (its grant came back). Not the last one sent: a home holds
+    /// an operation on a word it has not allocated yet (`early_atomics`) and serves the
+    /// sender's later ones on other words first, so a later release must carry the pages of
+    /// one still on its way (an acquire through the later word missed them, and read a page
+    /// stale: a review's reproducer).
     pub sent: BTreeMap<NodeId, Count>,
     /// Per home: the counter of the releases through its atomic words this node has seen.
     pub seen: BTreeMap<NodeId, Count>,
@@ -163,7 +171,75 @@ pub(crate) struct Atomics {
     /// Per word (its address): what this node's last operation on it saw, its width, the
     /// value it left and the page's `changes` then (at most `CoreConfig::atomic_words_kept`
     /// words).
-    pub observed: BTreeMap<u64, (u8, u64, u32)>,
+    pub observed: WordsSeen,
+}
+
+/// What this node's last operation on each atomic word saw (its width, the value it left and
+/// its page's changes then), for the `kept` words used most recently: a word used again is
+/// kept, the one used longest ago forgotten first (a thread spinning on a flag amid a
+/// histogram's bins keeps its word; forgotten, each of its operations would name the page
+/// again, and each of its node's releases make every copy of that page stale).
+#[derive(Debug, Default)]
+pub(crate) struct WordsSeen {
+    /// Per word: what it saw, and when it was last used.
+    seen: BTreeMap<u64, ((u8, u64, u32), u64)>,
+    /// The words by their last use.
+    by_use: BTreeMap<u64, u64>,
+    uses: u64,
+}
+
+impl WordsSeen {
+    /// Notes that the word at `addr` saw `now`; returns what it saw before, if kept.
+    pub fn note(&mut self, addr: u64, now: (u8, u64, u32), kept: usize) -> Option<(u8, u64, u32)> {
+        self.uses += 1;
+        let before = match self.seen.insert(addr, (now, self.uses)) {
+            Some((before, used)) => {
+                self.by_use.remove(&used);
+                Some(before)
+            }
+            None => None,
+        };
+        self.by_use.insert(self.uses, addr);
+        while self.seen.len() > kept.max(1) {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.seen.remove(&oldest);
+        }
+        before
+    }
+
+    /// Words kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+#[cfg(test)]
+mod words_seen_tests {
+    use super::WordsSeen;
+
+    #[test]
+    fn the_word_used_longest_ago_is_forgotten_first() {
+        let mut w = WordsSeen::default();
+        assert_eq!(w.note(8, (8, 1, 0), 2), None);
+        assert_eq!(w.note(16, (8, 2, 0), 2), None);
+        // Word 8 used again: word 16 is now the oldest.
+        assert_eq!(w.note(8, (8, 3, 0), 2), Some((8, 1, 0)));
+        assert_eq!(w.note(24, (8, 4, 0), 2), None);
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.note(16, (8, 5, 0), 2), None, "forgotten");
+        assert_eq!(w.note(8, (8, 6, 0), 2), None, "forgotten when 16 came back");
+        // A spinner's word among a scan of others longer than the words kept stays kept.
+        let mut w = WordsSeen::default();
+        w.note(0, (8, 7, 0), 4);
+        for i in 0..1000u64 {
+            w.note(8 * (i + 1), (8, i, 0), 4);
+            assert_eq!(w.note(0, (8, 7, 0), 4), Some((8, 7, 0)), "after {i}");
+        }
+        assert_eq!(w.len(), 4);
+    }
 }
 
 /// Diffs on their way to their homes, and the releases waiting for them.

@@ -456,17 +456,20 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// At the end of this node's exit: every writable page made read-only, so that a write
-    /// after the node left the job faults (and the runtime ends the node naming it) instead of
-    /// changing bytes no other node will see. The pages held stay readable: a program may read
-    /// its results after `jia_exit`, as with JIAJIA.
+    /// At the end of this node's exit (once the runtime's fault handler takes every fault as
+    /// one after it): every page held made read-only, so that a write after the node left the
+    /// job faults (and the runtime ends the node naming it) instead of changing bytes no other
+    /// node will see, and readable, a prefetched page not opened yet among them: a program may
+    /// read its results after `jia_exit`, as with JIAJIA. Read-only pages too, since the fault
+    /// handler may have opened one for writing without the table knowing yet (a home page
+    /// whose writes are tracked).
     pub fn close_writes(&mut self) {
-        let writable: Vec<PageNum> = (0..self.table.len())
-            .filter(|&p| self.table[p].frame == Frame::ReadWrite)
+        let held: Vec<PageNum> = (0..self.table.len())
+            .filter(|&p| self.table[p].frame != Frame::Invalid)
             .map(|p| PageNum(p as u32))
             .collect();
-        self.protect_pages(&writable, Prot::Read);
-        for p in writable {
+        self.protect_pages(&held, Prot::Read);
+        for p in held {
             self.table[p.index()].frame = Frame::ReadOnly;
         }
     }

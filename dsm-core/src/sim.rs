@@ -362,6 +362,26 @@ impl Cluster {
         Ok(addr.unwrap_or(GlobalAddr(0)))
     }
 
+    /// An allocation on node `n` alone (the nodes' allocations are collective, not a barrier:
+    /// one node may make it before the others); what it sends (operations held for it) goes
+    /// out. Its address.
+    pub fn alloc_on(
+        &mut self,
+        n: u16,
+        policy: AllocPolicy,
+        size_bytes: u64,
+    ) -> Result<GlobalAddr, SimError> {
+        let i = usize::from(n);
+        let addr = self.nodes[i]
+            .alloc(policy, size_bytes)
+            .map_err(|error| SimError::Usage {
+                node: NodeId(n),
+                error,
+            })?;
+        self.after_input(i)?;
+        Ok(addr)
+    }
+
     /// Queues `op` on thread `t` of node `n`.
     pub fn push(&mut self, n: u16, t: usize, op: Op) {
         self.threads[usize::from(n)][t].ops.push_back(op);

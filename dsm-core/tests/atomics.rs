@@ -84,6 +84,67 @@ fn an_acquire_that_reads_a_release_sees_the_writes_before_it() {
     );
 }
 
+/// A release the home holds (on a word of an allocation the home has not made yet) and a later
+/// release of the same node through another word of that home, served first: the acquirer of
+/// the second must see the writes before the first (found by a review, with one record of
+/// releases per home and a node's `sent` moved on when a release left: the second release left
+/// the first's pages out, and node 1 read 0 for 42). Node 0 writes data node 1 caches, then
+/// its thread 0 releases through X (node 0 alone has allocated X, homed on node 1: held) and its
+/// thread 1 through Y (homed on node 1); node 1 acquires Y and reads the data before it makes
+/// the allocation.
+#[test]
+fn a_release_held_at_the_home_is_carried_by_the_next_release_through_its_home() {
+    let mut c = Cluster::new(2, 9, |cfg| cfg.prefetch.enabled = false);
+    c.set_threads(0, 2);
+    let data = on(&mut c, 0, 1);
+    let y = on(&mut c, 1, 1);
+    c.barrier().unwrap();
+    let w = data.offset_by(64);
+    assert_eq!(c.read_u64(1, w).unwrap(), 0);
+    c.write_u64(0, w, 42).unwrap();
+    let x = c.alloc_on(0, AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+    c.push(
+        0,
+        0,
+        Op::Atomic {
+            addr: x,
+            op: AtomicOp::Store(1),
+            order: AtomicOrder::RELEASE,
+        },
+    );
+    // Thread 0's release leaves (held at node 1); then thread 1's.
+    assert!(c.run().is_err(), "the release through X is held");
+    c.push(
+        0,
+        1,
+        Op::Atomic {
+            addr: y,
+            op: AtomicOp::Store(1),
+            order: AtomicOrder::RELEASE,
+        },
+    );
+    c.push(
+        1,
+        0,
+        Op::AwaitAtomic {
+            addr: y,
+            at_least: 1,
+            order: AtomicOrder::ACQUIRE,
+        },
+    );
+    c.push(1, 0, Op::Read(w));
+    assert!(c.run().is_err(), "the release through X is still held");
+    assert_eq!(
+        c.reads[1].last(),
+        Some(&(w, 42)),
+        "node 1 read the data stale"
+    );
+    // Node 1 makes the allocation: the held release is made.
+    c.alloc_on(1, AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+    c.run().unwrap();
+    assert_eq!(c.read_u64(1, x).unwrap(), 1);
+}
+
 #[test]
 fn relaxed_atomics_order_nothing_else() {
     // The control: relaxed on either side, node 3 keeps its copies (what C11 allows).

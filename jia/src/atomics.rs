@@ -822,3 +822,39 @@ pub unsafe extern "C" fn __atomic_compare_exchange(
         }
     }
 }
+
+/// libatomic's `__atomic_is_lock_free(size, ptr)`: true for 1, 2, 4 and 8 bytes aligned to
+/// their size (a null `ptr`: typically aligned), as the CPU's atomics are. gcc calls it for
+/// `atomic_is_lock_free` once `-fno-inline-atomics` keeps it from answering itself.
+#[unsafe(no_mangle)]
+pub extern "C" fn __atomic_is_lock_free(size: usize, ptr: *const std::ffi::c_void) -> bool {
+    matches!(size, 1 | 2 | 4 | 8) && (ptr as usize) % size == 0
+}
+
+/// libatomic's `__atomic_feraiseexcept(exceptions)`, which gcc calls after a compound
+/// assignment to an `_Atomic double` or `float` (`*d += 1.0`): raises the floating-point
+/// exceptions named (x86-64's `FE_*` bits) by operations that raise them, as libatomic does.
+#[unsafe(no_mangle)]
+pub extern "C" fn __atomic_feraiseexcept(exceptions: c_int) {
+    use std::hint::black_box;
+    const FE_INVALID: c_int = 0x01;
+    const FE_DIVBYZERO: c_int = 0x04;
+    const FE_OVERFLOW: c_int = 0x08;
+    const FE_UNDERFLOW: c_int = 0x10;
+    const FE_INEXACT: c_int = 0x20;
+    if exceptions & FE_INVALID != 0 {
+        black_box(black_box(0.0f64) / black_box(0.0f64));
+    }
+    if exceptions & FE_DIVBYZERO != 0 {
+        black_box(black_box(1.0f64) / black_box(0.0f64));
+    }
+    if exceptions & FE_OVERFLOW != 0 {
+        black_box(black_box(f64::MAX) * black_box(f64::MAX));
+    }
+    if exceptions & FE_UNDERFLOW != 0 {
+        black_box(black_box(f64::MIN_POSITIVE) * black_box(f64::MIN_POSITIVE));
+    }
+    if exceptions & FE_INEXACT != 0 {
+        black_box(black_box(1.0f64) / black_box(3.0f64));
+    }
+}

@@ -79,7 +79,9 @@ fn assert_threads_named(out: &Output, what: &str) {
     let t = text(out);
     assert!(
         t.contains("jia_barrier_threads(2) (thread ")
-            && t.contains("pthread_join, a mutex or a condition variable) (main thread)"),
+            && t.contains(
+                "(pthread_join, a mutex, a condition variable, a semaphore) (main thread)"
+            ),
         "{what}: the threads' waits not named:\n{t}"
     );
 }

@@ -244,13 +244,14 @@ pub(crate) fn run(service: Service) {
             s.acknowledge_what_came();
             // Closing the transport tells the other nodes this one is done.
             crate::trace::write(s.node.id().0);
-            // A write from here on would reach no other node: it faults, and ends the node.
-            s.node.close_writes();
             // Before the state goes: a fault posted from here on finds the node gone, and one
             // posted before is answered so (see `Slots::post_fault_unless`).
             EXITED.store(true, Ordering::SeqCst);
             // Against the poster's store of its fault, fence, then look (`Slots::post`).
             std::sync::atomic::fence(Ordering::SeqCst);
+            // A write from here on would reach no other node: it faults (the fault handler
+            // opens nothing once the node left), and ends the node.
+            s.node.close_writes();
             SLOTS.take_posted(true, |i, _| {
                 SLOTS.complete_fault(i, FaultOutcome::Left, true);
             });

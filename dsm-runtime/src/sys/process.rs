@@ -434,16 +434,21 @@ pub fn real_timer_armed() -> bool {
         })
 }
 
-/// The POSIX timers `/proc/self/timers` lists: each one's kernel id and clock (a CPU-time
-/// clock is negative).
+/// The POSIX timers `/proc/self/timers` lists that notify (a signal or a thread; not
+/// `SIGEV_NONE`'s, which wake nothing): each one's kernel id and clock (a CPU-time clock is
+/// negative).
 fn posix_timers(text: &str) -> Vec<(i32, i32)> {
     let mut out = Vec::new();
     let mut id = None;
+    let mut notifies = true;
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("ID:") {
             id = v.trim().parse().ok();
+            notifies = true;
+        } else if let Some(v) = line.strip_prefix("notify:") {
+            notifies = !v.trim().starts_with("none");
         } else if let Some(v) = line.strip_prefix("ClockID:") {
-            if let (Some(i), Ok(c)) = (id.take(), v.trim().parse()) {
+            if let (Some(i), Ok(c), true) = (id.take(), v.trim().parse(), notifies) {
                 out.push((i, c));
             }
         }
@@ -456,7 +461,8 @@ mod timer_tests {
     #[test]
     fn posix_timers_are_read_from_procs_listing() {
         let text = "ID: 0\nsignal: 14/0000000000000000\nnotify: signal/pid.77\nClockID: 1\n\
-                    ID: 3\nsignal: 12/0000000000000000\nnotify: thread/tid.78\nClockID: -6\n";
+                    ID: 3\nsignal: 12/0000000000000000\nnotify: thread/tid.78\nClockID: -6\n\
+                    ID: 4\nsignal: 0/0000000000000000\nnotify: none/pid.77\nClockID: 1\n";
         assert_eq!(super::posix_timers(text), vec![(0, 1), (3, -6)]);
         assert_eq!(super::posix_timers(""), vec![]);
     }
