@@ -722,7 +722,7 @@ fn openmp_atomics_gcc_expands_are_exact_and_other_sizes_are_refused() {
                  printf(\"ODD NOT STOPPED %u\\n\", seen.a);\n\
                  jia_exit();\n\
                  return 0; }\n";
-    let build = |name: &str, src: &str| {
+    let build = |name: &str, src: &str, flags: &[&str]| {
         let c = dir.join(format!("{name}.c"));
         std::fs::write(&c, src).unwrap();
         let exe = dir.join(name);
@@ -732,17 +732,26 @@ fn openmp_atomics_gcc_expands_are_exact_and_other_sizes_are_refused() {
             .arg(&c)
             .arg("-o")
             .arg(&exe)
+            .args(flags)
             .output()
             .unwrap();
         assert!(out.status.success(), "{name}: {}", text(&out));
         exe
     };
-    let exe = build("omp", omp);
-    let out = run(2, "udp", &exe, &[], None);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert_eq!(t.matches("OMP OK").count(), 2, "{t}");
-    let exe = build("odd", odd);
+    // With the program's own libatomic too, the static libjia as the shared one: libjia's
+    // entries are the ones reached (libatomic's took them with the static libjia).
+    for flags in [
+        &[][..],
+        &["-latomic"][..],
+        &["--static-jia", "-latomic"][..],
+    ] {
+        let exe = build("omp", omp, flags);
+        let out = run(2, "udp", &exe, &[], None);
+        let t = text(&out);
+        assert!(out.status.success(), "{flags:?}: {t}");
+        assert_eq!(t.matches("OMP OK").count(), 2, "{flags:?}: {t}");
+    }
+    let exe = build("odd", odd, &[]);
     let out = run(2, "udp", &exe, &[], None);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");

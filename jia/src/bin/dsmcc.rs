@@ -149,6 +149,13 @@ fn main() {
             }
         }
     }
+    // A program's own libatomic goes after libjia, whose atomic entries (libatomic's names) are
+    // the ones its calls must reach: before it, libatomic's took them (lost updates across
+    // nodes), with the static libjia too.
+    let wants_libatomic = links && args.iter().any(|a| a == "-latomic");
+    if wants_libatomic {
+        args.retain(|a| a != "-latomic");
+    }
     let mut cmd = Command::new(&cc);
     cmd.arg(format!("-I{INCLUDE}"));
     if links && !static_jia {
@@ -178,6 +185,9 @@ fn main() {
             cmd.arg("-ljia");
         }
         cmd.args(["-lpthread", "-ldl", "-lm"]);
+        if wants_libatomic {
+            cmd.arg("-latomic");
+        }
         if check_races && args.iter().any(|a| a == "-fopenmp") {
             // The checked objects call libjia's OpenMP entries, which find libgomp's at run
             // time: without a direct call left, the linker would drop libgomp.
