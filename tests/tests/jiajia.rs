@@ -738,12 +738,15 @@ fn openmp_atomics_gcc_expands_are_exact_and_other_sizes_are_refused() {
         assert!(out.status.success(), "{name}: {}", text(&out));
         exe
     };
-    // With the program's own libatomic too, the static libjia as the shared one: libjia's
-    // entries are the ones reached (libatomic's took them with the static libjia).
+    // With the program's own libatomic too, however named, the static libjia as the shared
+    // one: libjia's entries are the ones reached (libatomic's took them with the static
+    // libjia), and `-l atomic` in two words builds (its value went into the compile commands).
     for flags in [
         &[][..],
         &["-latomic"][..],
         &["--static-jia", "-latomic"][..],
+        &["--static-jia", "-Wl,-latomic"][..],
+        &["-l", "atomic"][..],
     ] {
         let exe = build("omp", omp, flags);
         let out = run(2, "udp", &exe, &[], None);

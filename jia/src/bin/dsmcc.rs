@@ -158,6 +158,14 @@ fn main() {
     }
     let mut cmd = Command::new(&cc);
     cmd.arg(format!("-I{INCLUDE}"));
+    if links && static_jia {
+        // The static libjia's atomic entries taken in before any library of the program's
+        // (`-Wl,-latomic`, a path to libatomic.so): a member of an archive is taken only for
+        // what is undefined when the linker reaches it, so name them undefined first.
+        let lib = lib_dir().join("libjia.a");
+        cmd.args(LIBATOMIC_ENTRIES.iter().map(|e| format!("-Wl,-u,{e}")))
+            .arg(lib);
+    }
     if links && !static_jia {
         // libjia first among the libraries: its atomic entries (libatomic's names) are the
         // ones the program's calls reach, before a `-latomic` of the program's.
@@ -226,6 +234,80 @@ fn main() {
     let err = cmd.exec();
     fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))
 }
+
+/// libjia's definitions of libatomic's entries (`jia/src/atomics.rs`).
+const LIBATOMIC_ENTRIES: &[&str] = &[
+    "__atomic_load",
+    "__atomic_store",
+    "__atomic_exchange",
+    "__atomic_compare_exchange",
+    "__atomic_is_lock_free",
+    "__atomic_feraiseexcept",
+    "__atomic_load_1",
+    "__atomic_load_2",
+    "__atomic_load_4",
+    "__atomic_load_8",
+    "__atomic_store_1",
+    "__atomic_store_2",
+    "__atomic_store_4",
+    "__atomic_store_8",
+    "__atomic_exchange_1",
+    "__atomic_exchange_2",
+    "__atomic_exchange_4",
+    "__atomic_exchange_8",
+    "__atomic_compare_exchange_1",
+    "__atomic_compare_exchange_2",
+    "__atomic_compare_exchange_4",
+    "__atomic_compare_exchange_8",
+    "__atomic_fetch_add_1",
+    "__atomic_fetch_add_2",
+    "__atomic_fetch_add_4",
+    "__atomic_fetch_add_8",
+    "__atomic_fetch_sub_1",
+    "__atomic_fetch_sub_2",
+    "__atomic_fetch_sub_4",
+    "__atomic_fetch_sub_8",
+    "__atomic_fetch_and_1",
+    "__atomic_fetch_and_2",
+    "__atomic_fetch_and_4",
+    "__atomic_fetch_and_8",
+    "__atomic_fetch_or_1",
+    "__atomic_fetch_or_2",
+    "__atomic_fetch_or_4",
+    "__atomic_fetch_or_8",
+    "__atomic_fetch_xor_1",
+    "__atomic_fetch_xor_2",
+    "__atomic_fetch_xor_4",
+    "__atomic_fetch_xor_8",
+    "__atomic_fetch_nand_1",
+    "__atomic_fetch_nand_2",
+    "__atomic_fetch_nand_4",
+    "__atomic_fetch_nand_8",
+    "__atomic_add_fetch_1",
+    "__atomic_add_fetch_2",
+    "__atomic_add_fetch_4",
+    "__atomic_add_fetch_8",
+    "__atomic_sub_fetch_1",
+    "__atomic_sub_fetch_2",
+    "__atomic_sub_fetch_4",
+    "__atomic_sub_fetch_8",
+    "__atomic_and_fetch_1",
+    "__atomic_and_fetch_2",
+    "__atomic_and_fetch_4",
+    "__atomic_and_fetch_8",
+    "__atomic_or_fetch_1",
+    "__atomic_or_fetch_2",
+    "__atomic_or_fetch_4",
+    "__atomic_or_fetch_8",
+    "__atomic_xor_fetch_1",
+    "__atomic_xor_fetch_2",
+    "__atomic_xor_fetch_4",
+    "__atomic_xor_fetch_8",
+    "__atomic_nand_fetch_1",
+    "__atomic_nand_fetch_2",
+    "__atomic_nand_fetch_4",
+    "__atomic_nand_fetch_8",
+];
 
 /// `--show`: prints `cmd` as a shell would read it, words separated by spaces.
 fn show_command(cmd: &Command) {
@@ -765,7 +847,21 @@ fn compile_apart(
         if s.starts_with("-o") {
             continue;
         }
-        if is_source(a) || s.starts_with("-l") || s.starts_with("-L") || s.starts_with("-Wl,") {
+        // Linker options, in one word or two (`-l m`, `-L dir`, `-Xlinker x`): their values
+        // in a compile command would be taken for input files.
+        if matches!(s.as_ref(), "-l" | "-L" | "-Xlinker" | "-u" | "-T") {
+            skip_next = true;
+            continue;
+        }
+        // Objects and libraries given by name go to the link only.
+        let linked_file = !s.starts_with('-')
+            && (s.ends_with(".o") || s.ends_with(".a") || s.ends_with(".so") || s.contains(".so."));
+        if is_source(a)
+            || linked_file
+            || s.starts_with("-l")
+            || s.starts_with("-L")
+            || s.starts_with("-Wl,")
+        {
             continue;
         }
         compile_args.push(a.clone());
