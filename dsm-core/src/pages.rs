@@ -457,15 +457,16 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// At the end of this node's exit (once the runtime's fault handler takes every fault as
-    /// one after it): every page held made read-only, so that a write after the node left the
+    /// one after it): every open page made read-only, so that a write after the node left the
     /// job faults (and the runtime ends the node naming it) instead of changing bytes no other
-    /// node will see, and readable, a prefetched page not opened yet among them: a program may
-    /// read its results after `jia_exit`, as with JIAJIA. Read-only pages too, since the fault
-    /// handler may have opened one for writing without the table knowing yet (a home page
-    /// whose writes are tracked).
+    /// node will see; they stay readable: a program may read its results after `jia_exit`, as
+    /// with JIAJIA. Read-only pages too, since the fault handler may have opened one for
+    /// writing without the table knowing yet (a home page whose writes are tracked). A
+    /// prefetched page never opened stays closed: opening runs of them amid closed pages
+    /// would split the mapping, and a job near `vm.max_map_count` would fail in its exit.
     pub fn close_writes(&mut self) {
         let held: Vec<PageNum> = (0..self.table.len())
-            .filter(|&p| self.table[p].frame != Frame::Invalid)
+            .filter(|&p| matches!(self.table[p].frame, Frame::ReadOnly | Frame::ReadWrite))
             .map(|p| PageNum(p as u32))
             .collect();
         self.protect_pages(&held, Prot::Read);
