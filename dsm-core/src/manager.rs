@@ -155,19 +155,20 @@ fn record_notices(
     }
 }
 
-/// Records release `counter` of `from` (a lock's or an atomic word's): its notices of epoch
-/// `epoch`, and `earlier`, of the epoch before (see [`Msg::Release`]).
+/// Counts a release of `from` (a lock's or an atomic words'), and records its notices of epoch
+/// `epoch`, and `earlier`, of the epoch before (see [`Msg::Release`]), under the new count.
 fn record_release(
-    map: &mut Notices,
-    (from, counter): (NodeId, Count),
+    (counter, map): (&mut Count, &mut Notices),
+    from: NodeId,
     epoch: Epoch,
     (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
     node_epoch: Epoch,
 ) {
+    *counter += 1;
     if let Some(before) = epoch.checked_sub(1) {
-        record_notices(map, (earlier, from), counter, before, node_epoch);
+        record_notices(map, (earlier, from), *counter, before, node_epoch);
     }
-    record_notices(map, (notices, from), counter, epoch, node_epoch);
+    record_notices(map, (notices, from), *counter, epoch, node_epoch);
 }
 
 fn refuse(from: NodeId, kind: MsgKind, why: &'static str) -> ProtocolError {
@@ -248,10 +249,9 @@ impl Managers {
         node_epoch: Epoch,
     ) {
         let m = &mut self.atomics;
-        m.counter += 1;
         record_release(
-            &mut m.notices,
-            (from, m.counter),
+            (&mut m.counter, &mut m.notices),
+            from,
             epoch,
             (notices, earlier),
             node_epoch,
@@ -342,10 +342,9 @@ impl Managers {
             Some(m) if m.holder == Some(from) => m,
             _ => return Err(refuse(from, MsgKind::Release, "lock not held by that node")),
         };
-        m.counter += 1;
         record_release(
-            &mut m.notices,
-            (from, m.counter),
+            (&mut m.counter, &mut m.notices),
+            from,
             epoch,
             (notices, earlier),
             node_epoch,

@@ -989,12 +989,15 @@ pub fn setting_of_variable(var: &str) -> Option<&'static str> {
 
 /// A warning for `var` if it looks like a misspelt setting or variable of the runtime.
 pub fn unknown_variable(var: &str) -> Option<String> {
+    if !var.starts_with("DSM_") {
+        return None;
+    }
     let known: Vec<String> = KEYS
         .iter()
         .map(|(k, _)| format!("DSM_{}", k.to_uppercase()))
         .chain(OTHER_VARIABLES.iter().map(|(v, _)| v.to_string()))
         .collect();
-    if !var.starts_with("DSM_") || known.iter().any(|k| k == var) {
+    if known.iter().any(|k| k == var) {
         return None;
     }
     // A program's own DSM_ variable (DSM_MAIN) is none of the runtime's business: only a name

@@ -614,8 +614,8 @@ macro_rules! libatomic {
     };
 }
 
-/// Every libatomic entry of one width: `$n` the width's suffix, `$h` its hooks' module and
-/// prefix.
+/// Every libatomic entry of one width: `$h` the module of its hooks, the entries' names, then
+/// the hooks' they call.
 macro_rules! libatomic_width {
     ($t:ty, $h:ident,
      $load:ident $store:ident $xchg:ident $cas:ident
@@ -707,6 +707,19 @@ fn next_definition(name: &std::ffi::CStr) -> Option<usize> {
     (!f.is_null()).then_some(f as usize)
 }
 
+/// The definition after libjia's own of libatomic's generic entry `$name` (see
+/// [`next_definition`]), looked up once, as a function of type `$ty`.
+macro_rules! libatomic_next {
+    ($name:literal, $ty:ty) => {{
+        static NEXT: OnceLock<Option<usize>> = OnceLock::new();
+        NEXT.get_or_init(|| next_definition($name)).map(|f| {
+            // SAFETY: libatomic's entry of this name has this signature (`$ty`, which each
+            // caller writes as libatomic declares it).
+            unsafe { std::mem::transmute::<usize, $ty>(f) }
+        })
+    }};
+}
+
 /// Locks for generic atomics on the process's own memory where no libatomic is loaded (a
 /// program that links none reaches libjia's entries only), by the object's address.
 static GENERIC_LOCKS: [std::sync::Mutex<()>; 64] = [const { std::sync::Mutex::new(()) }; 64];
@@ -724,11 +737,10 @@ fn generic_lock(addr: usize) -> std::sync::MutexGuard<'static, ()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __atomic_load(size: usize, src: *mut u8, dest: *mut u8, mo: c_int) {
     generic_on_shared("__atomic_load", size, src as usize);
-    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_load")) {
-        // SAFETY: libatomic's entry of this name has this signature.
-        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, c_int) =
-            unsafe { std::mem::transmute(f) };
+    if let Some(f) = libatomic_next!(
+        c"__atomic_load",
+        unsafe extern "C" fn(usize, *mut u8, *mut u8, c_int)
+    ) {
         // SAFETY: the caller's contract, passed on.
         return unsafe { f(size, src, dest, mo) };
     }
@@ -744,11 +756,10 @@ pub unsafe extern "C" fn __atomic_load(size: usize, src: *mut u8, dest: *mut u8,
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __atomic_store(size: usize, dest: *mut u8, src: *mut u8, mo: c_int) {
     generic_on_shared("__atomic_store", size, dest as usize);
-    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_store")) {
-        // SAFETY: libatomic's entry of this name has this signature.
-        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, c_int) =
-            unsafe { std::mem::transmute(f) };
+    if let Some(f) = libatomic_next!(
+        c"__atomic_store",
+        unsafe extern "C" fn(usize, *mut u8, *mut u8, c_int)
+    ) {
         // SAFETY: the caller's contract, passed on.
         return unsafe { f(size, dest, src, mo) };
     }
@@ -770,11 +781,10 @@ pub unsafe extern "C" fn __atomic_exchange(
     mo: c_int,
 ) {
     generic_on_shared("__atomic_exchange", size, obj as usize);
-    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_exchange")) {
-        // SAFETY: libatomic's entry of this name has this signature.
-        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, *mut u8, c_int) =
-            unsafe { std::mem::transmute(f) };
+    if let Some(f) = libatomic_next!(
+        c"__atomic_exchange",
+        unsafe extern "C" fn(usize, *mut u8, *mut u8, *mut u8, c_int)
+    ) {
         // SAFETY: the caller's contract, passed on.
         return unsafe { f(size, obj, val, ret, mo) };
     }
@@ -800,11 +810,10 @@ pub unsafe extern "C" fn __atomic_compare_exchange(
     fmo: c_int,
 ) -> bool {
     generic_on_shared("__atomic_compare_exchange", size, obj as usize);
-    static NEXT: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(f) = *NEXT.get_or_init(|| next_definition(c"__atomic_compare_exchange")) {
-        // SAFETY: libatomic's entry of this name has this signature.
-        let f: unsafe extern "C" fn(usize, *mut u8, *mut u8, *mut u8, c_int, c_int) -> bool =
-            unsafe { std::mem::transmute(f) };
+    if let Some(f) = libatomic_next!(
+        c"__atomic_compare_exchange",
+        unsafe extern "C" fn(usize, *mut u8, *mut u8, *mut u8, c_int, c_int) -> bool
+    ) {
         // SAFETY: the caller's contract, passed on.
         return unsafe { f(size, obj, expected, desired, mo, fmo) };
     }

@@ -163,7 +163,7 @@ fn main() {
         // (`-Wl,-latomic`, a path to libatomic.so): a member of an archive is taken only for
         // what is undefined when the linker reaches it, so name them undefined first.
         let lib = lib_dir().join("libjia.a");
-        cmd.args(LIBATOMIC_ENTRIES.iter().map(|e| format!("-Wl,-u,{e}")))
+        cmd.args(libatomic_entries().iter().map(|e| format!("-Wl,-u,{e}")))
             .arg(lib);
     }
     if links && !static_jia {
@@ -235,79 +235,41 @@ fn main() {
     fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))
 }
 
-/// libjia's definitions of libatomic's entries (`jia/src/atomics.rs`).
-const LIBATOMIC_ENTRIES: &[&str] = &[
-    "__atomic_load",
-    "__atomic_store",
-    "__atomic_exchange",
-    "__atomic_compare_exchange",
-    "__atomic_is_lock_free",
-    "__atomic_feraiseexcept",
-    "__atomic_load_1",
-    "__atomic_load_2",
-    "__atomic_load_4",
-    "__atomic_load_8",
-    "__atomic_store_1",
-    "__atomic_store_2",
-    "__atomic_store_4",
-    "__atomic_store_8",
-    "__atomic_exchange_1",
-    "__atomic_exchange_2",
-    "__atomic_exchange_4",
-    "__atomic_exchange_8",
-    "__atomic_compare_exchange_1",
-    "__atomic_compare_exchange_2",
-    "__atomic_compare_exchange_4",
-    "__atomic_compare_exchange_8",
-    "__atomic_fetch_add_1",
-    "__atomic_fetch_add_2",
-    "__atomic_fetch_add_4",
-    "__atomic_fetch_add_8",
-    "__atomic_fetch_sub_1",
-    "__atomic_fetch_sub_2",
-    "__atomic_fetch_sub_4",
-    "__atomic_fetch_sub_8",
-    "__atomic_fetch_and_1",
-    "__atomic_fetch_and_2",
-    "__atomic_fetch_and_4",
-    "__atomic_fetch_and_8",
-    "__atomic_fetch_or_1",
-    "__atomic_fetch_or_2",
-    "__atomic_fetch_or_4",
-    "__atomic_fetch_or_8",
-    "__atomic_fetch_xor_1",
-    "__atomic_fetch_xor_2",
-    "__atomic_fetch_xor_4",
-    "__atomic_fetch_xor_8",
-    "__atomic_fetch_nand_1",
-    "__atomic_fetch_nand_2",
-    "__atomic_fetch_nand_4",
-    "__atomic_fetch_nand_8",
-    "__atomic_add_fetch_1",
-    "__atomic_add_fetch_2",
-    "__atomic_add_fetch_4",
-    "__atomic_add_fetch_8",
-    "__atomic_sub_fetch_1",
-    "__atomic_sub_fetch_2",
-    "__atomic_sub_fetch_4",
-    "__atomic_sub_fetch_8",
-    "__atomic_and_fetch_1",
-    "__atomic_and_fetch_2",
-    "__atomic_and_fetch_4",
-    "__atomic_and_fetch_8",
-    "__atomic_or_fetch_1",
-    "__atomic_or_fetch_2",
-    "__atomic_or_fetch_4",
-    "__atomic_or_fetch_8",
-    "__atomic_xor_fetch_1",
-    "__atomic_xor_fetch_2",
-    "__atomic_xor_fetch_4",
-    "__atomic_xor_fetch_8",
-    "__atomic_nand_fetch_1",
-    "__atomic_nand_fetch_2",
-    "__atomic_nand_fetch_4",
-    "__atomic_nand_fetch_8",
-];
+/// libjia's definitions of libatomic's entries (`jia/src/atomics.rs`): the generic ones, and
+/// every operation at each width.
+fn libatomic_entries() -> Vec<String> {
+    const GENERIC: &[&str] = &[
+        "load",
+        "store",
+        "exchange",
+        "compare_exchange",
+        "is_lock_free",
+        "feraiseexcept",
+    ];
+    const SIZED: &[&str] = &[
+        "load",
+        "store",
+        "exchange",
+        "compare_exchange",
+        "fetch_add",
+        "fetch_sub",
+        "fetch_and",
+        "fetch_or",
+        "fetch_xor",
+        "fetch_nand",
+        "add_fetch",
+        "sub_fetch",
+        "and_fetch",
+        "or_fetch",
+        "xor_fetch",
+        "nand_fetch",
+    ];
+    let generic = GENERIC.iter().map(|op| format!("__atomic_{op}"));
+    let sized = SIZED
+        .iter()
+        .flat_map(|op| [1, 2, 4, 8].map(|n| format!("__atomic_{op}_{n}")));
+    generic.chain(sized).collect()
+}
 
 /// `--show`: prints `cmd` as a shell would read it, words separated by spaces.
 fn show_command(cmd: &Command) {
