@@ -19,6 +19,17 @@
 //! acquire may invalidate pages released through another word (never too few), and what a
 //! node and a home keep does not grow with the words used (a histogram's bins).
 //!
+//! Chains: C11's happens-before is transitive, so a release passes on, besides its node's own
+//! writes, the writes of others that its node's atomic acquires made it see: node 1 that
+//! acquires node 0's release through X and then releases through Y (of another home) makes
+//! node 0's writes visible to Y's acquirers. Each notice names its write (page, writer, the
+//! writer's interval, epoch: [`crate::AtomicNotice`]); an acquire invalidates and learns only
+//! writes it does not know (not its own, not one it learned before: `Acquired`), and a release
+//! passes on to a home only those learned since the last it passed there. A write passed on
+//! comes back to its writer and to nodes that know it, and stops there (passing on pages
+//! without their writers' identities made notices circulate for ever). Locks stay scope
+//! consistency: a lock's grant teaches nothing to pass on, an unlock passes nothing on.
+//!
 //! The word's own page: the home writes the new value in place (a home write, recorded as
 //! such: a barrier's notices name the page). The node that asked drops its copy of the page if
 //! that copy does not hold the value the operation left, so its own plain reads after the
@@ -40,7 +51,7 @@
 use crate::error::{ProtocolError, UsageError};
 use crate::local::{AfterFlush, AtomicOut, Combined};
 use crate::memory::PageMemory;
-use crate::msg::{Msg, MsgKind};
+use crate::msg::{AtomicNotice, Msg, MsgKind};
 use crate::node::Node;
 use crate::sync::written_after;
 use crate::table::{AtomicValue, Frame};
@@ -133,7 +144,9 @@ impl<M: PageMemory> Node<M> {
                 home,
                 since: now,
                 sent_at: 0,
-                released_in: order.release.then_some(self.interval),
+                released_in: order
+                    .release
+                    .then_some((self.interval, self.atomics.acquired.last())),
             },
         );
         let seen = self.atomics.seen.get(&home).copied().unwrap_or(0);
@@ -150,18 +163,25 @@ impl<M: PageMemory> Node<M> {
             passed: self.collectives_passed(),
             notices: Vec::new(),
             earlier: Vec::new(),
+            interval: self.interval,
+            passed_on: Vec::new(),
         };
         if order.release {
             // A release: the writes before it go home first; the operation leaves once they
             // are acknowledged, naming their pages.
             self.flush_writes(now, false);
             let sent = self.atomics.sent.get(&home).copied().unwrap_or(0);
+            let passed = self.atomics.passed.get(&home).copied().unwrap_or(0);
             if let Msg::Atomic {
-                notices, earlier, ..
+                notices,
+                earlier,
+                passed_on,
+                ..
             } = &mut msg
             {
                 *notices = written_after(&self.written, sent);
                 *earlier = self.barrier_written_after(sent);
+                *passed_on = self.atomics.acquired.after(passed, home);
             }
             // `sent` moves on when the grant comes back (see `Atomics::sent`).
             self.interval += 1;
@@ -272,6 +292,8 @@ impl<M: PageMemory> Node<M> {
             in_barrier,
             notices,
             earlier,
+            interval,
+            passed_on,
             ..
         } = msg
         else {
@@ -313,8 +335,13 @@ impl<M: PageMemory> Node<M> {
             // the next epoch. An acquire below asks from the sender's own epoch.
             let node_epoch = self.epoch;
             let released_in = epoch.saturating_add(Epoch::from(in_barrier));
-            self.mgr
-                .on_atomic_release(from, released_in, (notices, earlier), node_epoch);
+            self.mgr.on_atomic_release(
+                from,
+                (released_in, interval),
+                (notices, earlier),
+                passed_on,
+                node_epoch,
+            );
         }
         let (counter, notices) = self.mgr.atomic_notices(seen, epoch, acquire);
         self.stats.atomics_served += 1;
@@ -339,7 +366,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         id: u32,
-        (old, counter, changes, notices): (u64, Count, u32, Vec<PageNum>),
+        (old, counter, changes, notices): (u64, Count, u32, Vec<AtomicNotice>),
     ) -> Result<(), ProtocolError> {
         if self.atomics.out.get(&id).is_none_or(|o| o.home != from) {
             return Err(ProtocolError {
@@ -351,14 +378,16 @@ impl<M: PageMemory> Node<M> {
         let Some(out) = self.atomics.out.remove(&id) else {
             return Ok(());
         };
-        if let Some(interval) = out.released_in {
-            // Recorded at the home: later releases to it may leave these pages out.
+        if let Some((interval, learned)) = out.released_in {
+            // Recorded at the home: later releases to it may leave these writes out.
             let sent = self.atomics.sent.entry(from).or_insert(0);
             *sent = (*sent).max(interval);
+            let passed = self.atomics.passed.entry(from).or_insert(0);
+            *passed = (*passed).max(learned);
         }
         let page = out.addr.page();
         if out.order.acquire {
-            self.invalidate_notified(now, Some(from), notices);
+            self.acquire_atomic_notices(now, from, notices);
             let seen = self.atomics.seen.entry(from).or_insert(0);
             *seen = (*seen).max(counter);
         }
@@ -405,6 +434,24 @@ impl<M: PageMemory> Node<M> {
             self.issue_combined(now, key);
         }
         Ok(())
+    }
+
+    /// An atomic acquire's notices: the writes this node does not know (not its own, not seen
+    /// through an earlier acquire) are invalidated, and learned, to be passed on by its next
+    /// atomic release to each home (see "Chains" above). With two nodes nothing is learned:
+    /// a write passed on could reach only its writer and this node.
+    fn acquire_atomic_notices(&mut self, now: Time, from: NodeId, notices: Vec<AtomicNotice>) {
+        let me = self.cfg.node;
+        let fresh: Vec<AtomicNotice> = notices
+            .into_iter()
+            .filter(|n| n.writer != me && !self.atomics.acquired.knows(n))
+            .collect();
+        self.invalidate_notified(now, Some(from), fresh.iter().map(|n| n.page));
+        if self.cfg.nodes > 2 {
+            for n in &fresh {
+                self.atomics.acquired.learn(n, from);
+            }
+        }
     }
 
     /// Drops this node's valid copy of the page of the `width`-byte word at `addr`, if there is

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::diff;
 use crate::mailbox::{Channel, MAX_LETTER_BYTES};
-use crate::msg::{Msg, MsgKind, PageDiff, RunData, WriteNotice};
+use crate::msg::{AtomicNotice, Msg, MsgKind, PageDiff, RunData, WriteNotice};
 use crate::types::{
     Access, AtomicOp, CvId, LockId, MAX_CVS, MAX_GETP_PAGES, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum,
 };
@@ -25,7 +25,7 @@ use crate::types::{
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version (16: an atomic operation's `seen` and its grant's counter count
 /// the releases through every atomic word of the home, not of the word alone).
-pub const VERSION: u8 = 16;
+pub const VERSION: u8 = 17;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -185,9 +185,29 @@ fn payload_len(msg: &Msg) -> usize {
         Msg::Send { data, .. } => 1 + 4 + 4 + data.len(),
         Msg::Forward { .. } | Msg::ForwardRefused { .. } => 2 + 4 + 2,
         Msg::Atomic {
-            notices, earlier, ..
-        } => 4 + 8 + 1 + 1 + 8 + 8 + 1 + 8 + 8 + 8 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
-        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + 4 + 4 * notices.len(),
+            notices,
+            earlier,
+            passed_on,
+            ..
+        } => {
+            4 + 8
+                + 1
+                + 1
+                + 8
+                + 8
+                + 1
+                + 8
+                + 8
+                + 8
+                + 4
+                + 4 * notices.len()
+                + 4
+                + 4 * earlier.len()
+                + 8
+                + 4
+                + ATOMIC_NOTICE_BYTES * passed_on.len()
+        }
+        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + 4 + ATOMIC_NOTICE_BYTES * notices.len(),
     }
 }
 
@@ -195,6 +215,19 @@ fn put_pages(out: &mut Vec<u8>, pages: &[PageNum]) {
     out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
     for p in pages {
         out.extend_from_slice(&p.0.to_le_bytes());
+    }
+}
+
+/// An [`AtomicNotice`]'s bytes: page u32, writer u16, interval u64, epoch u64.
+const ATOMIC_NOTICE_BYTES: usize = 4 + 2 + 8 + 8;
+
+fn put_atomic_notices(out: &mut Vec<u8>, notices: &[AtomicNotice]) {
+    out.extend_from_slice(&(notices.len() as u32).to_le_bytes());
+    for n in notices {
+        out.extend_from_slice(&n.page.0.to_le_bytes());
+        out.extend_from_slice(&n.writer.0.to_le_bytes());
+        out.extend_from_slice(&n.interval.to_le_bytes());
+        out.extend_from_slice(&n.epoch.to_le_bytes());
     }
 }
 
@@ -276,6 +309,8 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             passed,
             notices,
             earlier,
+            interval,
+            passed_on,
         } => {
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&addr.to_le_bytes());
@@ -290,6 +325,8 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.extend_from_slice(&passed.to_le_bytes());
             put_pages(out, notices);
             put_pages(out, earlier);
+            out.extend_from_slice(&interval.to_le_bytes());
+            put_atomic_notices(out, passed_on);
         }
         Msg::AtomicGrant {
             id,
@@ -302,7 +339,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.extend_from_slice(&old.to_le_bytes());
             out.extend_from_slice(&counter.to_le_bytes());
             out.extend_from_slice(&changes.to_le_bytes());
-            put_pages(out, notices);
+            put_atomic_notices(out, notices);
         }
         Msg::Forward { to, first, count } | Msg::ForwardRefused { to, first, count } => {
             out.extend_from_slice(&to.0.to_le_bytes());
@@ -733,6 +770,8 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 passed: r.u64()?,
                 notices: r.pages()?,
                 earlier: r.pages()?,
+                interval: r.u64()?,
+                passed_on: r.atomic_notices()?,
             }
         }
         MsgKind::AtomicGrant => Msg::AtomicGrant {
@@ -740,7 +779,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             old: r.u64()?,
             counter: r.u64()?,
             changes: r.u32()?,
-            notices: r.pages()?,
+            notices: r.atomic_notices()?,
         },
         MsgKind::Forward | MsgKind::ForwardRefused => {
             let to = NodeId(r.u16()?);
@@ -878,6 +917,20 @@ impl<'a> Reader<'a> {
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
             v.push(PageNum(self.u32()?));
+        }
+        Ok(v)
+    }
+
+    fn atomic_notices(&mut self) -> Result<Vec<AtomicNotice>, DecodeError> {
+        let n = self.count(ATOMIC_NOTICE_BYTES)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(AtomicNotice {
+                page: PageNum(self.u32()?),
+                writer: NodeId(self.u16()?),
+                interval: self.u64()?,
+                epoch: self.u64()?,
+            });
         }
         Ok(v)
     }

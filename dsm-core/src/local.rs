@@ -5,7 +5,7 @@
 use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::msg::{Msg, PageDiff, WriteNotice};
+use crate::msg::{AtomicNotice, Msg, PageDiff, WriteNotice};
 use crate::types::{
     Access, AtomicOp, CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId,
 };
@@ -115,9 +115,10 @@ pub(crate) struct AtomicOut {
     pub since: Time,
     /// `Node::sent_msgs` once its message left (0 while it waits for a release's diffs).
     pub sent_at: u64,
-    /// A release's interval: once its grant comes back, the home has recorded its notices,
-    /// and the node's later releases to that home may leave them out (`Atomics::sent`).
-    pub released_in: Option<Count>,
+    /// A release's interval and the last of the writes it passed on: once its grant comes
+    /// back, the home has recorded them, and the node's later releases to that home may leave
+    /// them out (`Atomics::sent`, `Atomics::passed`).
+    pub released_in: Option<(Count, u64)>,
 }
 
 /// A fetch-add (or fetch-sub) that waits for the same word's operation on its way, to go with
@@ -150,6 +151,12 @@ pub(crate) struct Atomics {
     pub sent: BTreeMap<NodeId, Count>,
     /// Per home: the counter of the releases through its atomic words this node has seen.
     pub seen: BTreeMap<NodeId, Count>,
+    /// The writes of other nodes this node's atomic acquires made it see: it passes them on
+    /// through its atomic releases (`atomics.rs`, "Chains").
+    pub acquired: Acquired,
+    /// Per home: the last of the `acquired` writes this node passed on to it that the home
+    /// has recorded (as `sent`, moved on at the grant).
+    pub passed: BTreeMap<NodeId, u64>,
     /// Operations on words whose page's home move is being decided: made once it is (as the
     /// faults on those pages are).
     pub held: Vec<(
@@ -172,6 +179,83 @@ pub(crate) struct Atomics {
     /// value it left and the page's `changes` then (at most `CoreConfig::atomic_words_kept`
     /// words).
     pub observed: WordsSeen,
+}
+
+/// The writes of other nodes this node learned through atomic acquires, per page and writer
+/// (the newest interval), each numbered in the order learned, so that a release passes on to a
+/// home those it has not passed on to it before. An acquire skips a write it knows: its page
+/// was invalidated since the write was home (or is homed here), so every copy taken since holds
+/// it. Kept one barrier past their epoch, as the managers keep notices.
+#[derive(Debug, Default)]
+pub(crate) struct Acquired {
+    /// Per page and writer: the newest interval, its epoch, its number and the home whose
+    /// record it came from (which need not be told it again).
+    by_write: BTreeMap<(PageNum, NodeId), (Count, Epoch, u64, NodeId)>,
+    by_number: BTreeMap<u64, (PageNum, NodeId)>,
+    learned: u64,
+}
+
+impl Acquired {
+    /// Whether `n`'s write is known here.
+    pub fn knows(&self, n: &AtomicNotice) -> bool {
+        self.by_write
+            .get(&(n.page, n.writer))
+            .is_some_and(|&(interval, ..)| interval >= n.interval)
+    }
+
+    /// Learns `n`'s write (not known yet) from `home`'s record: numbered after every write
+    /// learned before.
+    pub fn learn(&mut self, n: &AtomicNotice, home: NodeId) {
+        self.learned += 1;
+        let key = (n.page, n.writer);
+        let was = self
+            .by_write
+            .insert(key, (n.interval, n.epoch, self.learned, home));
+        if let Some((_, _, number, _)) = was {
+            self.by_number.remove(&number);
+        }
+        self.by_number.insert(self.learned, key);
+    }
+
+    /// The number of the last write learned.
+    pub fn last(&self) -> u64 {
+        self.learned
+    }
+
+    /// The writes learned after number `after`, to pass on to `home` (not those learned from
+    /// its own record).
+    pub fn after(&self, after: u64, home: NodeId) -> Vec<AtomicNotice> {
+        self.by_number
+            .range(after + 1..)
+            .filter_map(|(_, key)| {
+                let &(interval, epoch, _, from) = self.by_write.get(key)?;
+                (from != home).then_some(AtomicNotice {
+                    page: key.0,
+                    writer: key.1,
+                    interval,
+                    epoch,
+                })
+            })
+            .collect()
+    }
+
+    /// A barrier ended epoch `epoch - 1`: writes older than that are known everywhere.
+    pub fn forget_before(&mut self, epoch: Epoch) {
+        let by_number = &mut self.by_number;
+        self.by_write.retain(|_, &mut (_, e, number, _)| {
+            let keep = e.saturating_add(1) >= epoch;
+            if !keep {
+                by_number.remove(&number);
+            }
+            keep
+        });
+    }
+
+    /// Writes kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_write.len()
+    }
 }
 
 /// What this node's last operation on each atomic word saw (its width, the value it left and
@@ -213,6 +297,55 @@ impl WordsSeen {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.seen.len()
+    }
+}
+
+#[cfg(test)]
+mod acquired_tests {
+    use super::Acquired;
+    use crate::msg::AtomicNotice;
+    use crate::types::{NodeId, PageNum};
+
+    const HOME: NodeId = NodeId(7);
+
+    fn write(page: u32, writer: u16, interval: u64, epoch: u64) -> AtomicNotice {
+        AtomicNotice {
+            page: PageNum(page),
+            writer: NodeId(writer),
+            interval,
+            epoch,
+        }
+    }
+
+    #[test]
+    fn a_write_is_passed_on_once_and_a_newer_one_of_its_writer_again() {
+        let mut a = Acquired::default();
+        a.learn(&write(3, 1, 5, 0), HOME);
+        a.learn(&write(4, 2, 1, 0), NodeId(8));
+        assert!(a.knows(&write(3, 1, 4, 0)));
+        assert!(!a.knows(&write(3, 1, 6, 0)));
+        assert!(!a.knows(&write(3, 2, 1, 0)));
+        let passed = a.last();
+        assert_eq!(a.after(0, NodeId(9)).len(), 2);
+        assert!(a.after(passed, NodeId(9)).is_empty());
+        // Not back to the home it came from.
+        assert_eq!(a.after(0, HOME), [write(4, 2, 1, 0)]);
+        a.learn(&write(3, 1, 6, 0), NodeId(9));
+        assert_eq!(a.after(passed, HOME), [write(3, 1, 6, 0)]);
+        assert_eq!(a.after(0, HOME), [write(4, 2, 1, 0), write(3, 1, 6, 0)]);
+    }
+
+    #[test]
+    fn writes_are_kept_one_barrier_past_their_epoch() {
+        let mut a = Acquired::default();
+        a.learn(&write(1, 1, 1, 3), HOME);
+        a.learn(&write(2, 1, 2, 4), HOME);
+        a.forget_before(5);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.after(0, NodeId(0)), [write(2, 1, 2, 4)]);
+        a.forget_before(6);
+        assert_eq!(a.len(), 0);
+        assert!(a.after(0, NodeId(0)).is_empty());
     }
 }
 

@@ -10,7 +10,7 @@ use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::error::ProtocolError;
-use crate::msg::{Msg, MsgKind, WriteNotice};
+use crate::msg::{AtomicNotice, Msg, MsgKind, WriteNotice};
 use crate::stats::Stats;
 use crate::types::{CvId, LockId, MAX_RUNTIME_COUNTERS, NodeId, PageNum};
 
@@ -66,12 +66,56 @@ struct LockMgr {
     notices: Notices,
 }
 
-/// The record of the atomic words of a home: the notices their releases carried, as a lock's,
-/// one record and one counter for all of them (see [`Managers::on_atomic_release`]).
+/// The record of the atomic words of a home: the writes their releases named, one record and
+/// one counter for all of them (see [`Managers::on_atomic_release`]). Per page, one entry per
+/// writer: a release that passes on another node's write must not hide the writes of the
+/// page's other writers from an acquirer that knows that one already.
 #[derive(Default, Debug)]
 struct AtomicMgr {
     counter: Count,
-    notices: Notices,
+    notices: BTreeMap<PageNum, Vec<AtomicRecord>>,
+}
+
+/// A writer's latest write to a page released through a home's atomic words.
+#[derive(Clone, Copy, Debug)]
+struct AtomicRecord {
+    writer: NodeId,
+    /// The writer's interval (its writes to the page up to it are home).
+    interval: Count,
+    /// The release counter that recorded that interval.
+    counter: Count,
+    /// The epoch the write's release was tagged with.
+    epoch: Epoch,
+}
+
+impl AtomicMgr {
+    /// Records `n` under the counter now, unless it predates the last epoch (as
+    /// [`record_notices`]) or an interval of its writer at least as new, of an epoch at least
+    /// as new, is recorded: an acquirer that saw that one has seen this write.
+    fn record(&mut self, n: AtomicNotice, node_epoch: Epoch) {
+        if n.epoch.saturating_add(1) < node_epoch {
+            return;
+        }
+        let counter = self.counter;
+        let writers = self.notices.entry(n.page).or_default();
+        match writers.iter_mut().find(|r| r.writer == n.writer) {
+            // Known to whoever saw that one, unless it is of a newer epoch (a release's pages
+            // of the epoch before and of its own: acquirers of the newer one filter the older
+            // out).
+            Some(r) if (r.interval, r.epoch) >= (n.interval, n.epoch) => {}
+            Some(r) => {
+                r.interval = r.interval.max(n.interval);
+                r.counter = counter;
+                r.epoch = r.epoch.max(n.epoch);
+            }
+            None => writers.push(AtomicRecord {
+                writer: n.writer,
+                interval: n.interval,
+                counter,
+                epoch: n.epoch,
+            }),
+        }
+    }
 }
 
 #[derive(Default, Debug)]
@@ -114,9 +158,10 @@ pub(crate) struct Managers {
 /// Only a lock's acquirer may leave its own out: it released the lock it holds again, so every
 /// release before its own was among the notices of the grant before it, and its copy of a page
 /// it released last has the page's latest writes (invalidating it cost a node taking a lock
-/// alone a refetch of every page it wrote under it, each time). A condition variable's or an
-/// atomic word's releases are not exclusive: another node's release of the page may come
-/// between the acquirer's last grant and its own release, which records over it.
+/// alone a refetch of every page it wrote under it, each time). A condition variable's
+/// releases are not exclusive: another node's release of the page may come between the
+/// acquirer's last grant and its own release, which records over it. (Atomic words keep a
+/// record per writer instead: see [`AtomicMgr`].)
 fn notices_since(
     notices: &Notices,
     seen: Count,
@@ -228,50 +273,80 @@ impl Managers {
         for m in self.cvs.values_mut() {
             m.notices.retain(|_, n| n.epoch >= epoch);
         }
-        self.atomics.notices.retain(|_, n| n.epoch >= epoch);
+        self.atomics.notices.retain(|_, writers| {
+            writers.retain(|r| r.epoch >= epoch);
+            !writers.is_empty()
+        });
     }
 
     // ----- atomic words (applied by the page side; their notices kept here) -----
 
     /// An atomic operation on a word homed here released the sender's writes (`notices`, and
-    /// `earlier` of the epoch before `epoch`): recorded as a lock's release records them, in
-    /// the one record of every atomic word homed here. An acquire through a word then gets the
-    /// notices released through any word of this home that it has not seen: more than it
-    /// needs (extra invalidations, never a missed write), in memory bounded by the pages.
-    /// Records per word grew with every word used, and each release through a word not used
-    /// before named every page written since the barrier: a histogram of 200,000 bins updated
-    /// with atomics took 2.3 GB and 16 s on 2 nodes.
+    /// `earlier` of the epoch before `epoch`, up to its interval `interval`) and passed on the
+    /// writes of others it had learned through atomic acquires (`passed_on`): recorded under
+    /// one new count, in the one record of every atomic word homed here. An acquire through a
+    /// word then gets the writes released through any word of this home that it has not seen:
+    /// more than it needs (extra invalidations, never a missed write), in memory bounded by the
+    /// pages and writers. Records per word grew with every word used, and each release through
+    /// a word not used before named every page written since the barrier: a histogram of
+    /// 200,000 bins updated with atomics took 2.3 GB and 16 s on 2 nodes.
     pub fn on_atomic_release(
         &mut self,
         from: NodeId,
-        epoch: Epoch,
+        (epoch, interval): (Epoch, Count),
         (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
+        passed_on: Vec<AtomicNotice>,
         node_epoch: Epoch,
     ) {
         let m = &mut self.atomics;
-        record_release(
-            (&mut m.counter, &mut m.notices),
-            from,
+        m.counter += 1;
+        let own = |page, epoch| AtomicNotice {
+            page,
+            writer: from,
+            interval,
             epoch,
-            (notices, earlier),
-            node_epoch,
-        );
+        };
+        if let Some(before) = epoch.checked_sub(1) {
+            for page in earlier {
+                m.record(own(page, before), node_epoch);
+            }
+        }
+        for page in notices {
+            m.record(own(page, epoch), node_epoch);
+        }
+        for n in passed_on {
+            m.record(n, node_epoch);
+        }
     }
 
     /// The counter of the releases through this home's atomic words, and (for an acquire) the
-    /// notices released through them after `seen`, of writes from epoch `epoch` on.
+    /// writes released through them after `seen`, from epoch `epoch` on.
     pub fn atomic_notices(
         &self,
         seen: Count,
         epoch: Epoch,
         acquire: bool,
-    ) -> (Count, Vec<PageNum>) {
+    ) -> (Count, Vec<AtomicNotice>) {
         let m = &self.atomics;
-        if acquire {
-            (m.counter, notices_since(&m.notices, seen, epoch, None))
-        } else {
-            (m.counter, Vec::new())
+        if !acquire {
+            return (m.counter, Vec::new());
         }
+        let notices = m
+            .notices
+            .iter()
+            .flat_map(|(&page, writers)| {
+                writers
+                    .iter()
+                    .filter(move |r| r.counter > seen && r.epoch >= epoch)
+                    .map(move |r| AtomicNotice {
+                        page,
+                        writer: r.writer,
+                        interval: r.interval,
+                        epoch: r.epoch,
+                    })
+            })
+            .collect();
+        (m.counter, notices)
     }
 
     // ----- locks -----

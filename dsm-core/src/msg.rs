@@ -30,6 +30,22 @@ pub struct WriteNotice {
     pub moves: bool,
 }
 
+/// A write notice of atomic words' releases: the page and the write's identity, its writer and
+/// the writer's interval (the release that sent its diffs home), so that a node passes on a
+/// write it learned through an atomic acquire once, and an acquirer skips one it knows (see the
+/// core's `atomics.rs`, "Chains").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicNotice {
+    /// The page written.
+    pub page: PageNum,
+    /// The node that wrote it.
+    pub writer: NodeId,
+    /// The writer's interval: every write of `writer` to `page` before this release is home.
+    pub interval: Count,
+    /// The barrier epoch the writer's release was tagged with.
+    pub epoch: Epoch,
+}
+
 /// The bytes of a grant's run of pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunData {
@@ -193,8 +209,9 @@ pub enum Msg {
     /// ATOMIC: apply `op` to the `width`-byte word at `addr` (homed at the receiver), and answer
     /// with its value before ([`Msg::AtomicGrant`]). With `release`, the sender's writes before
     /// it are home already, and `notices` (and `earlier`, of the epoch before `epoch`) name their
-    /// pages, recorded with the word as a lock's release records its notices; with `acquire`
-    /// the answer carries the word's notices recorded after `seen` (from epoch `epoch` on).
+    /// pages, written by the sender up to `interval`, and `passed_on` the writes of others its
+    /// atomic acquires made it see, recorded as a lock's release records its notices; with
+    /// `acquire` the answer carries the notices recorded after `seen` (from epoch `epoch` on).
     Atomic {
         /// The sender's number for the operation.
         id: u32,
@@ -223,6 +240,11 @@ pub enum Msg {
         notices: Vec<PageNum>,
         /// Pages of the epoch before, as `Msg::Release::earlier` (release only).
         earlier: Vec<PageNum>,
+        /// The sender's interval: the identity of its writes `notices` and `earlier` name.
+        interval: Count,
+        /// Writes of other nodes the sender learned through its atomic acquires and has not
+        /// passed on to this home yet (release only).
+        passed_on: Vec<AtomicNotice>,
     },
     /// ATOMICGRANT: the word's value before operation `id`, its notice counter now, and (for an
     /// acquire) the pages to invalidate.
@@ -238,8 +260,8 @@ pub enum Msg {
         /// atomics are counted whether they changed it or not): with the value, what tells the
         /// node whether the operation showed it anything its last one on the word did not.
         changes: u32,
-        /// Pages written by releases the sender has not seen.
-        notices: Vec<PageNum>,
+        /// Writes released through the home's words that the sender has not seen (acquire only).
+        notices: Vec<AtomicNotice>,
     },
     /// FWDREFUSED: the copies a [`Msg::Forward`] named (from `first` on, `count` pages) are not
     /// all held here any more: the home sends them to `to` itself.

@@ -563,6 +563,7 @@ impl<M: PageMemory> Node<M> {
         self.epoch += 1;
         // Kept one barrier longer: see `manager::record_notices`.
         self.mgr.forget_before(self.epoch - 1);
+        self.atomics.acquired.forget_before(self.epoch);
         let migrating = !proposed.is_empty();
         if migrating {
             self.sync.migrating = Some(epoch);

@@ -145,6 +145,122 @@ fn a_release_held_at_the_home_is_carried_by_the_next_release_through_its_home() 
     assert_eq!(c.read_u64(1, x).unwrap(), 1);
 }
 
+/// A chain through words of `relays + 1` homes: node 0 writes data node `relays + 1` cached
+/// (a page homed on itself, one on the last node) and releases a flag homed on node 1; each
+/// relay `r` acquires the flag before it and releases one homed on node `r + 1`; the last node
+/// acquires the last flag and reads the data. C11's happens-before is transitive; so is the
+/// DSM's: a relay passes on the writes its acquire made it see (an outside attack's `trans.c`
+/// read 0 before, a release passing on its node's own writes only).
+fn chain(relays: u16) -> Vec<u64> {
+    let last = relays + 1;
+    let mut c = Cluster::new(last + 1, 11, |cfg| cfg.prefetch.enabled = false);
+    let flags: Vec<GlobalAddr> = (1..=last).map(|home| on(&mut c, home, 1)).collect();
+    let data = [on(&mut c, 0, 1), on(&mut c, last, 1)];
+    c.barrier().unwrap();
+    let words: Vec<GlobalAddr> = data.iter().map(|d| d.offset_by(64)).collect();
+    for &w in &words {
+        assert_eq!(c.read_u64(last, w).unwrap(), 0);
+    }
+    for (i, &w) in words.iter().enumerate() {
+        c.write_u64(0, w, 7 + i as u64).unwrap();
+    }
+    c.atomic(0, flags[0], AtomicOp::Store(1), AtomicOrder::RELEASE)
+        .unwrap();
+    for r in 1..=relays {
+        c.push(
+            r,
+            0,
+            Op::AwaitAtomic {
+                addr: flags[usize::from(r) - 1],
+                at_least: 1,
+                order: AtomicOrder::ACQUIRE,
+            },
+        );
+        c.push(
+            r,
+            0,
+            Op::Atomic {
+                addr: flags[usize::from(r)],
+                op: AtomicOp::Store(1),
+                order: AtomicOrder::RELEASE,
+            },
+        );
+    }
+    c.push(
+        last,
+        0,
+        Op::AwaitAtomic {
+            addr: flags[usize::from(relays)],
+            at_least: 1,
+            order: AtomicOrder::ACQUIRE,
+        },
+    );
+    for &w in &words {
+        c.push(last, 0, Op::Read(w));
+    }
+    c.run().unwrap();
+    words
+        .iter()
+        .map(|&w| c.read_u64(last, w).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_chain_of_atomic_acquires_and_releases_through_other_homes_passes_the_writes_on() {
+    assert_eq!(chain(1), [7, 8]);
+    assert_eq!(chain(2), [7, 8]);
+    assert_eq!(chain(3), [7, 8]);
+}
+
+/// Nodes that acquire and release in turn through two homes, each seeing the other's writes
+/// again and again: a write passed on comes back to its writer and to nodes that know it, and
+/// goes no further (it went round for ever, each round invalidating its page again, when
+/// releases passed on what their acquires named without knowing whose write it was).
+#[test]
+fn writes_passed_on_do_not_go_round() {
+    let mut c = Cluster::new(3, 12, |cfg| cfg.prefetch.enabled = false);
+    let x = on(&mut c, 1, 1);
+    let y = on(&mut c, 2, 1);
+    let data = on(&mut c, 0, 1).offset_by(64);
+    c.barrier().unwrap();
+    c.write_u64(0, data, 5).unwrap();
+    let rounds = 20;
+    for n in 0..3u16 {
+        for k in 0..rounds {
+            let (acq, rel) = if (n + k as u16) % 2 == 0 {
+                (x, y)
+            } else {
+                (y, x)
+            };
+            c.push(
+                n,
+                0,
+                Op::Atomic {
+                    addr: acq,
+                    op: AtomicOp::FetchAdd(1),
+                    order: AtomicOrder::ACQ_REL,
+                },
+            );
+            c.push(n, 0, Op::Read(data));
+            c.push(
+                n,
+                0,
+                Op::Atomic {
+                    addr: rel,
+                    op: AtomicOp::FetchAdd(1),
+                    order: AtomicOrder::ACQ_REL,
+                },
+            );
+        }
+    }
+    c.run().unwrap();
+    assert!(c.reads.iter().flatten().all(|&(_, v)| v == 5));
+    // Nodes 1 and 2 each fetch the page once: every notice naming it later is of a write they
+    // know.
+    let fetched: u64 = (1..3).map(|n| c.node(n).stats().getp_sent).sum();
+    assert!(fetched <= 2, "{fetched} fetches of the page");
+}
+
 #[test]
 fn relaxed_atomics_order_nothing_else() {
     // The control: relaxed on either side, node 3 keeps its copies (what C11 allows).
@@ -304,6 +420,16 @@ fn run_case(seed: u64) -> Result<u64, String> {
         let f = rng.below(flags.len() as u64) as usize;
         // The flag's value once this phase's writer has released it.
         flag_values[f] += 1;
+        // A relay, in some phases: it acquires the writer's flag and releases another, which
+        // the readers await instead (a chain, through two homes in most cases).
+        let relay = (nodes > 2 && rng.chance(40)).then(|| {
+            let r = (writer + 1 + rng.below(u64::from(nodes) - 1) as u16) % nodes;
+            let g = (f + 1 + rng.below(flags.len() as u64 - 1) as usize) % flags.len();
+            flag_values[g] += 1;
+            (r, g)
+        });
+        // The flag the readers await.
+        let last = relay.map_or(f, |(_, g)| g);
         for n in 0..nodes {
             for _ in 0..rng.below(6) {
                 let k = rng.below(counters.len() as u64) as usize;
@@ -339,9 +465,12 @@ fn run_case(seed: u64) -> Result<u64, String> {
                         order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
                     },
                 );
-            } else if rng.chance(70) {
+            } else if let Some((_, g)) = relay.filter(|&(r, _)| r == n) {
                 if debug {
-                    eprintln!("n{n}: awaits flag {f} >= {}, reads data", flag_values[f]);
+                    eprintln!(
+                        "n{n}: awaits flag {f} >= {}, releases flag {g} -> {}",
+                        flag_values[f], flag_values[g]
+                    );
                 }
                 c.push(
                     n,
@@ -349,6 +478,31 @@ fn run_case(seed: u64) -> Result<u64, String> {
                     Op::AwaitAtomic {
                         addr: flags[f],
                         at_least: flag_values[f],
+                        order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
+                    },
+                );
+                c.push(
+                    n,
+                    0,
+                    Op::Atomic {
+                        addr: flags[g],
+                        op: AtomicOp::FetchAdd(1),
+                        order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
+                    },
+                );
+            } else if rng.chance(70) {
+                if debug {
+                    eprintln!(
+                        "n{n}: awaits flag {last} >= {}, reads data",
+                        flag_values[last]
+                    );
+                }
+                c.push(
+                    n,
+                    0,
+                    Op::AwaitAtomic {
+                        addr: flags[last],
+                        at_least: flag_values[last],
                         order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
                     },
                 );

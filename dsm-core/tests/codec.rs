@@ -7,14 +7,25 @@ use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{
-    Access, AtomicOp, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff,
-    PageNum, RunData, WriteNotice, diff,
+    Access, AtomicNotice, AtomicOp, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE,
+    PageDiff, PageNum, RunData, WriteNotice, diff,
 };
 use proptest::prelude::*;
 
 fn pages(rng: &mut Rng) -> Vec<PageNum> {
     (0..rng.below(6))
         .map(|_| PageNum(rng.next_u64() as u32))
+        .collect()
+}
+
+fn atomic_notices(rng: &mut Rng) -> Vec<AtomicNotice> {
+    (0..rng.below(6))
+        .map(|_| AtomicNotice {
+            page: PageNum(rng.next_u64() as u32),
+            writer: NodeId(rng.below(1000) as u16),
+            interval: rng.next_u64(),
+            epoch: rng.next_u64(),
+        })
         .collect()
 }
 
@@ -171,6 +182,12 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 passed: rng.next_u64(),
                 notices: if release { pages(rng) } else { Vec::new() },
                 earlier: if release { pages(rng) } else { Vec::new() },
+                interval: rng.next_u64(),
+                passed_on: if release {
+                    atomic_notices(rng)
+                } else {
+                    Vec::new()
+                },
             }
         }
         25 => Msg::AtomicGrant {
@@ -178,7 +195,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             old: rng.next_u64(),
             counter: rng.next_u64(),
             changes: rng.next_u64() as u32,
-            notices: pages(rng),
+            notices: atomic_notices(rng),
         },
         22 | 23 => {
             let to = NodeId(rng.below(1000) as u16);
@@ -433,6 +450,8 @@ fn malformed_frames_are_errors_naming_the_fault() {
             passed: 0,
             notices: vec![],
             earlier: vec![],
+            interval: 0,
+            passed_on: vec![],
         },
     );
     assert_eq!(

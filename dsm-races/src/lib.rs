@@ -8,11 +8,14 @@
 //! and a barrier orders everything before it before everything after it (an epoch: clocks start
 //! again).
 //!
-//! The clocks follow the memory's scope consistency: a release through a lock, condition
-//! variable or atomic word passes to other nodes what its own node's threads did before it (the
-//! writes its notices name), not what its thread had learned from other objects (the DSM passes
-//! no notices on: a node that takes lock 1 after the writer and then releases lock 2 does not
-//! make the writer's writes visible to the next holder of lock 2). So the slots of shared memory
+//! The clocks follow the memory's scope consistency: a release through a lock or condition
+//! variable passes to other nodes what its own node's threads did before it (the writes its
+//! notices name), not what its thread had learned from other objects (the DSM passes no lock's
+//! notices on: a node that takes lock 1 after the writer and then releases lock 2 does not make
+//! the writer's writes visible to the next holder of lock 2). A release through an atomic word
+//! passes on, besides, what its node's atomic acquires took from other nodes in the epoch (the
+//! DSM passes on the writes its atomic acquires made it see: a chain of atomics is ordered, as
+//! C11 orders it). So the slots of shared memory
 //! hold the entries of the releasing node's threads, gathered over the epoch's releases (the
 //! managers gather the notices so), and the node's own threads pass each other the whole clock
 //! through the node's memory ([`Local::Shared`]), which does carry what any of them learned.
@@ -117,6 +120,10 @@ struct Checker {
     slots: &'static [AtomicU32],
     /// Serialises this node's threads' updates of a condition variable's slot.
     cv_slot: Mutex<()>,
+    /// The entries of other nodes' threads this node's threads took from atomic words' slots
+    /// in an epoch: its atomic releases pass them on, as the DSM passes on the writes its
+    /// atomic acquires made it see (`dsm_core`'s `atomics.rs`, "Chains").
+    atomic_learned: Mutex<(u32, Entries)>,
     /// Clocks of the synchronisation of this node's threads that the DSM does not make (a C
     /// program's pthread mutexes, barriers and semaphores by address, ended threads by id):
     /// the epoch each is for, and the clock.
@@ -451,6 +458,7 @@ pub fn start(start: Start) {
         free_numbers: Mutex::new(Vec::new()),
         slots,
         cv_slot: Mutex::new(()),
+        atomic_learned: Mutex::new((0, Vec::new())),
         local: Mutex::new(HashMap::new()),
         log: Mutex::new(Log {
             node,
@@ -1285,9 +1293,16 @@ fn release_clock_into_node_slot(
         } else {
             r.entries()
         };
+        let mut released = of_node(&clock, c.node);
+        if matches!(object, Object::Atomic(_)) {
+            let learned = c.atomic_learned.lock().unwrap_or_else(|e| e.into_inner());
+            if learned.0 == r.epoch {
+                released = merged(&released, &learned.1);
+            }
+        }
         {
             let _g = c.cv_slot.lock().unwrap_or_else(|e| e.into_inner());
-            c.join_slot(slot(c), r.epoch, &of_node(&clock, c.node));
+            c.join_slot(slot(c), r.epoch, &released);
         }
         c.leave_clock(Local::Shared(object), r.epoch, clock);
         // After the clock went out: the segment that ends here is the one the release covers.
@@ -1311,6 +1326,20 @@ fn acquire_every_node_slot(object: Object, slot: impl Fn(&Checker, u16) -> usize
             .collect();
         if let Some(newest) = slots.iter().map(|(e, _)| *e).max() {
             r.catch_up(newest);
+        }
+        if matches!(object, Object::Atomic(_)) {
+            let mut learned = c.atomic_learned.lock().unwrap_or_else(|e| e.into_inner());
+            if learned.0 != r.epoch {
+                *learned = (r.epoch, Vec::new());
+            }
+            for (_, entries) in slots.iter().filter(|(e, _)| *e == r.epoch) {
+                let others: Entries = entries
+                    .iter()
+                    .copied()
+                    .filter(|&(t, _)| t as usize / VC_THREADS != usize::from(c.node))
+                    .collect();
+                learned.1 = merged(&learned.1, &others);
+            }
         }
         for slot in slots {
             r.acquire(Some(slot));

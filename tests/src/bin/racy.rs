@@ -249,22 +249,23 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
             }
         }
-        "atomic-chain" => {
+        "free-atomic-chain" => {
             // The same through atomic words of two homes: node 0 writes and releases flag 1,
-            // node 1 acquires it and releases flag 2, node 2 acquires that and reads. A release
-            // passes on its node's own writes only, and the two homes' records share nothing
-            // (C11 would order it: see docs/c-programs.md).
+            // node 1 acquires it and releases flag 2, node 2 acquires that and reads. Ordered,
+            // as C11 orders it: node 1's release passes on the write its acquire made it see.
             let go1: SharedArray<u64> = dsm
                 .alloc(512, AllocPolicy::OnNode(NodeId(1)))
                 .expect("allocate");
             let go2: SharedArray<u64> = dsm
                 .alloc(512, AllocPolicy::OnNode(NodeId(2)))
                 .expect("allocate");
+            // Node 2 holds a copy of the data before it is written.
+            std::hint::black_box(a.get(11));
             dsm.barrier();
             let (go1, go2) = (dsm.atomic_u64(go1, 0), dsm.atomic_u64(go2, 0));
             match me {
                 0 => {
-                    a.set(11, 42); // race (3 nodes): atomic-chain
+                    a.set(11, 42);
                     go1.store(1, Release);
                 }
                 1 => {
@@ -273,7 +274,11 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
                 _ => {
                     while go2.load(Acquire) == 0 {}
-                    std::hint::black_box(a.get(11)); // race (3 nodes): atomic-chain
+                    let got = a.get(11);
+                    if got != 42 {
+                        eprintln!("free-atomic-chain: node 2 read {got}, not 42");
+                        std::process::exit(1);
+                    }
                 }
             }
         }
