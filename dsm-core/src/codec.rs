@@ -190,24 +190,11 @@ fn payload_len(msg: &Msg) -> usize {
             passed_on,
             ..
         } => {
-            4 + 8
-                + 1
-                + 1
-                + 8
-                + 8
-                + 1
-                + 8
-                + 8
-                + 8
-                + 4
-                + 4 * notices.len()
-                + 4
-                + 4 * earlier.len()
-                + 8
-                + 4
-                + ATOMIC_NOTICE_BYTES * passed_on.len()
+            // id, address, width, operation and its operands, flags, seen, epoch, passed.
+            let head = 4 + 8 + 1 + 1 + 8 + 8 + 1 + 8 + 8 + 8;
+            head + 4 + 4 * notices.len() + 4 + 4 * earlier.len() + 8 + atomic_notices_len(passed_on)
         }
-        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + 4 + ATOMIC_NOTICE_BYTES * notices.len(),
+        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + atomic_notices_len(notices),
     }
 }
 
@@ -218,16 +205,38 @@ fn put_pages(out: &mut Vec<u8>, pages: &[PageNum]) {
     }
 }
 
-/// An [`AtomicNotice`]'s bytes: page u32, writer u16, interval u64, epoch u64.
-const ATOMIC_NOTICE_BYTES: usize = 4 + 2 + 8 + 8;
+/// The fewest bytes of an [`AtomicNotice`]: page u32, writer u16, then its interval and epoch
+/// as LEB128 varints (one byte each at least; an acquire's grant names tens of writes, and
+/// their intervals and epochs are small numbers: 8-12 bytes a notice rather than 22).
+const ATOMIC_NOTICE_MIN_BYTES: usize = 4 + 2 + 1 + 1;
+
+/// The bytes of `v` as an LEB128 varint.
+fn varint_len(v: u64) -> usize {
+    (64 - v.leading_zeros() as usize).div_ceil(7).max(1)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn atomic_notices_len(notices: &[AtomicNotice]) -> usize {
+    4 + notices
+        .iter()
+        .map(|n| 4 + 2 + varint_len(n.interval) + varint_len(n.epoch))
+        .sum::<usize>()
+}
 
 fn put_atomic_notices(out: &mut Vec<u8>, notices: &[AtomicNotice]) {
     out.extend_from_slice(&(notices.len() as u32).to_le_bytes());
     for n in notices {
         out.extend_from_slice(&n.page.0.to_le_bytes());
         out.extend_from_slice(&n.writer.0.to_le_bytes());
-        out.extend_from_slice(&n.interval.to_le_bytes());
-        out.extend_from_slice(&n.epoch.to_le_bytes());
+        put_varint(out, n.interval);
+        put_varint(out, n.epoch);
     }
 }
 
@@ -922,17 +931,35 @@ impl<'a> Reader<'a> {
     }
 
     fn atomic_notices(&mut self) -> Result<Vec<AtomicNotice>, DecodeError> {
-        let n = self.count(ATOMIC_NOTICE_BYTES)?;
+        let n = self.count(ATOMIC_NOTICE_MIN_BYTES)?;
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
             v.push(AtomicNotice {
                 page: PageNum(self.u32()?),
                 writer: NodeId(self.u16()?),
-                interval: self.u64()?,
-                epoch: self.u64()?,
+                interval: self.varint("atomic notice's interval")?,
+                epoch: self.varint("atomic notice's epoch")?,
             });
         }
         Ok(v)
+    }
+
+    /// An LEB128 varint of at most 64 bits, in its shortest form (one value, one encoding:
+    /// `field` names it in the error for more bits or a needless last byte).
+    fn varint(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            let bits = u64::from(b & 0x7f);
+            if shift > 0 && b == 0 || shift == 63 && bits > 1 {
+                return Err(DecodeError::BadValue { field, value: bits });
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(DecodeError::BadValue { field, value: v })
     }
 
     fn lock(&mut self) -> Result<LockId, DecodeError> {

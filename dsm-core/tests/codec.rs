@@ -23,8 +23,13 @@ fn atomic_notices(rng: &mut Rng) -> Vec<AtomicNotice> {
         .map(|_| AtomicNotice {
             page: PageNum(rng.next_u64() as u32),
             writer: NodeId(rng.below(1000) as u16),
-            interval: rng.next_u64(),
-            epoch: rng.next_u64(),
+            // Varints of every length: small numbers (as they are), and any.
+            interval: if rng.chance(50) {
+                rng.below(300)
+            } else {
+                rng.next_u64()
+            },
+            epoch: rng.next_u64() >> rng.below(64),
         })
         .collect()
 }
