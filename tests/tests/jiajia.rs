@@ -767,6 +767,80 @@ fn openmp_atomics_gcc_expands_are_exact_and_other_sizes_are_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A chain of C11 atomics through words of two homes (the outside attack's `trans.c`): node 0
+/// writes a word node 2 caches and stores a flag homed on node 1 with release; node 1 waits for
+/// it with acquire and stores a flag homed on node 2; node 2 waits for that and reads the word:
+/// C11 orders node 0's write before node 2's read (happens-before is transitive), and so does
+/// the DSM, round after round (node 2 read 0 before). Built by dsmcc with clang, gcc and
+/// `--check-races` (no race reported).
+#[test]
+fn a_chain_of_c11_atomics_through_two_homes_orders_the_writes_before_it() {
+    let src = std::env::temp_dir().join(format!("dsm-c11-chain-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdatomic.h>\n#include \"jia.h\"\n\
+         int main(int c, char **v) {\n\
+           jia_init(c, v);\n\
+           long *data = (long *)jia_alloc2p(4096, 0);\n\
+           _Atomic long *go1 = (_Atomic long *)jia_alloc2p(4096, 1);\n\
+           _Atomic long *go2 = (_Atomic long *)jia_alloc2p(4096, 2);\n\
+           long seen = 0, wrong = 0;\n\
+           for (int k = 0; k < 64; k++) seen += data[k];\n\
+           jia_barrier();\n\
+           for (long k = 1; k <= 30; k++) {\n\
+             if (jiapid == 0) {\n\
+               data[k] = 1000 + k;\n\
+               atomic_store_explicit(go1, k, memory_order_release);\n\
+             } else if (jiapid == 1) {\n\
+               while (atomic_load_explicit(go1, memory_order_acquire) < k) {}\n\
+               atomic_store_explicit(go2, k, memory_order_release);\n\
+             } else if (jiapid == 2) {\n\
+               while (atomic_load_explicit(go2, memory_order_acquire) < k) {}\n\
+               if (data[k] != 1000 + k) { wrong++; printf(\"round %ld: read %ld\\n\", k, data[k]); }\n\
+             }\n\
+           }\n\
+           jia_barrier();\n\
+           printf(\"node %d: %s %ld\\n\", jiapid, wrong ? \"CHAIN WRONG\" : \"CHAIN OK\", seen);\n\
+           jia_exit();\n\
+           return wrong ? 1 : 0; }\n",
+    )
+    .unwrap();
+    let exe = src.with_extension("");
+    let dsmcc = bin("dsmcc");
+    for (cc, flags) in [
+        ("clang", &[][..]),
+        ("gcc", &[][..]),
+        ("cc", &["--check-races"][..]),
+    ] {
+        if Command::new(cc).arg("--version").output().is_err() {
+            eprintln!("SKIPPED: the {cc} build ({cc} is not installed)");
+            continue;
+        }
+        let out = Command::new(&dsmcc)
+            .env("DSMCC_CC", cc)
+            .args(flags)
+            .args(["-O2"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cc} {flags:?}: {}", text(&out));
+        let out = run(3, "udp", &exe, &[], None);
+        let t = text(&out);
+        assert!(out.status.success(), "{cc} {flags:?}: {t}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout)
+                .matches("CHAIN OK")
+                .count(),
+            3,
+            "{cc} {flags:?}: {t}"
+        );
+    }
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}
+
 /// C11 atomics and the `__atomic`/`__sync` builtins on shared memory, built by dsmcc with clang
 /// (atomics alone instrumented, calling libjia), with gcc (the source instrumented whole, its
 /// plain accesses' hooks doing nothing; dsmcc names the source) and with `--check-races` (gcc,
