@@ -23,7 +23,8 @@
 //! writes, the writes of others that its node's atomic acquires made it see: node 1 that
 //! acquires node 0's release through X and then releases through Y (of another home) makes
 //! node 0's writes visible to Y's acquirers. Each notice names its write (page, writer, the
-//! writer's interval, epoch: [`crate::AtomicNotice`]); an acquire invalidates and learns only
+//! interval of the writer's last write to the page, epoch: [`crate::AtomicNotice`]; the same
+//! through every home); an acquire invalidates and learns only
 //! writes it does not know (not its own, not one it learned before: `Acquired`), and a release
 //! passes on to a home only those learned since the last it passed there. A write passed on
 //! comes back to its writer and to nodes that know it, and stops there (passing on pages
@@ -53,7 +54,7 @@ use crate::local::{AfterFlush, AtomicOut, Combined};
 use crate::memory::PageMemory;
 use crate::msg::{AtomicNotice, Msg, MsgKind};
 use crate::node::Node;
-use crate::sync::written_after;
+use crate::sync::writes_after;
 use crate::table::{AtomicValue, Frame};
 use crate::types::{
     AtomicOp, AtomicOrder, GlobalAddr, MAX_EARLY_REQUESTS, NodeId, PageNum, Prot, Time, WaiterId,
@@ -163,7 +164,6 @@ impl<M: PageMemory> Node<M> {
             passed: self.collectives_passed(),
             notices: Vec::new(),
             earlier: Vec::new(),
-            interval: self.interval,
             passed_on: Vec::new(),
         };
         if order.release {
@@ -179,8 +179,8 @@ impl<M: PageMemory> Node<M> {
                 ..
             } = &mut msg
             {
-                *notices = written_after(&self.written, sent);
-                *earlier = self.barrier_written_after(sent);
+                *notices = writes_after(&self.written, sent);
+                *earlier = self.barrier_writes_after(sent);
                 *passed_on = self.atomics.acquired.after(passed, home);
             }
             // `sent` moves on when the grant comes back (see `Atomics::sent`).
@@ -292,7 +292,6 @@ impl<M: PageMemory> Node<M> {
             in_barrier,
             notices,
             earlier,
-            interval,
             passed_on,
             ..
         } = msg
@@ -337,7 +336,7 @@ impl<M: PageMemory> Node<M> {
             let released_in = epoch.saturating_add(Epoch::from(in_barrier));
             self.mgr.on_atomic_release(
                 from,
-                (released_in, interval),
+                released_in,
                 (notices, earlier),
                 passed_on,
                 node_epoch,

@@ -192,7 +192,7 @@ fn payload_len(msg: &Msg) -> usize {
         } => {
             // id, address, width, operation and its operands, flags, seen, epoch, passed.
             let head = 4 + 8 + 1 + 1 + 8 + 8 + 1 + 8 + 8 + 8;
-            head + 4 + 4 * notices.len() + 4 + 4 * earlier.len() + 8 + atomic_notices_len(passed_on)
+            head + writes_len(notices) + writes_len(earlier) + atomic_notices_len(passed_on)
         }
         Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + atomic_notices_len(notices),
     }
@@ -221,6 +221,22 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
         v >>= 7;
     }
     out.push(v as u8);
+}
+
+/// Pages, each with the interval of its last write: page u32, interval varint.
+fn writes_len(writes: &[(PageNum, u64)]) -> usize {
+    4 + writes
+        .iter()
+        .map(|&(_, s)| 4 + varint_len(s))
+        .sum::<usize>()
+}
+
+fn put_writes(out: &mut Vec<u8>, writes: &[(PageNum, u64)]) {
+    out.extend_from_slice(&(writes.len() as u32).to_le_bytes());
+    for &(p, s) in writes {
+        out.extend_from_slice(&p.0.to_le_bytes());
+        put_varint(out, s);
+    }
 }
 
 fn atomic_notices_len(notices: &[AtomicNotice]) -> usize {
@@ -318,7 +334,6 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             passed,
             notices,
             earlier,
-            interval,
             passed_on,
         } => {
             out.extend_from_slice(&id.to_le_bytes());
@@ -332,9 +347,8 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.extend_from_slice(&seen.to_le_bytes());
             out.extend_from_slice(&epoch.to_le_bytes());
             out.extend_from_slice(&passed.to_le_bytes());
-            put_pages(out, notices);
-            put_pages(out, earlier);
-            out.extend_from_slice(&interval.to_le_bytes());
+            put_writes(out, notices);
+            put_writes(out, earlier);
             put_atomic_notices(out, passed_on);
         }
         Msg::AtomicGrant {
@@ -777,9 +791,8 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 epoch: r.u64()?,
                 in_barrier: flags & 4 != 0,
                 passed: r.u64()?,
-                notices: r.pages()?,
-                earlier: r.pages()?,
-                interval: r.u64()?,
+                notices: r.writes()?,
+                earlier: r.writes()?,
                 passed_on: r.atomic_notices()?,
             }
         }
@@ -926,6 +939,15 @@ impl<'a> Reader<'a> {
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
             v.push(PageNum(self.u32()?));
+        }
+        Ok(v)
+    }
+
+    fn writes(&mut self) -> Result<Vec<(PageNum, u64)>, DecodeError> {
+        let n = self.count(4 + 1)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push((PageNum(self.u32()?), self.varint("write's interval")?));
         }
         Ok(v)
     }

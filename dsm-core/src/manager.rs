@@ -10,7 +10,7 @@ use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::error::ProtocolError;
-use crate::msg::{AtomicNotice, Msg, MsgKind, WriteNotice};
+use crate::msg::{AtomicNotice, Msg, MsgKind, PageWrites, WriteNotice};
 use crate::stats::Stats;
 use crate::types::{CvId, LockId, MAX_RUNTIME_COUNTERS, NodeId, PageNum};
 
@@ -282,7 +282,8 @@ impl Managers {
     // ----- atomic words (applied by the page side; their notices kept here) -----
 
     /// An atomic operation on a word homed here released the sender's writes (`notices`, and
-    /// `earlier` of the epoch before `epoch`, up to its interval `interval`) and passed on the
+    /// `earlier` of the epoch before `epoch`: each page with its last write's interval) and
+    /// passed on the
     /// writes of others it had learned through atomic acquires (`passed_on`): recorded under
     /// one new count, in the one record of every atomic word homed here. An acquire through a
     /// word then gets the writes released through any word of this home that it has not seen:
@@ -293,26 +294,26 @@ impl Managers {
     pub fn on_atomic_release(
         &mut self,
         from: NodeId,
-        (epoch, interval): (Epoch, Count),
-        (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
+        epoch: Epoch,
+        (notices, earlier): (PageWrites, PageWrites),
         passed_on: Vec<AtomicNotice>,
         node_epoch: Epoch,
     ) {
         let m = &mut self.atomics;
         m.counter += 1;
-        let own = |page, epoch| AtomicNotice {
+        let own = |(page, interval), epoch| AtomicNotice {
             page,
             writer: from,
             interval,
             epoch,
         };
         if let Some(before) = epoch.checked_sub(1) {
-            for page in earlier {
-                m.record(own(page, before), node_epoch);
+            for write in earlier {
+                m.record(own(write, before), node_epoch);
             }
         }
-        for page in notices {
-            m.record(own(page, epoch), node_epoch);
+        for write in notices {
+            m.record(own(write, epoch), node_epoch);
         }
         for n in passed_on {
             m.record(n, node_epoch);

@@ -40,11 +40,17 @@ pub struct AtomicNotice {
     pub page: PageNum,
     /// The node that wrote it.
     pub writer: NodeId,
-    /// The writer's interval: every write of `writer` to `page` before this release is home.
+    /// The interval of the writer's last write to the page (each release ends an interval, and
+    /// sends the interval's diffs home first): every write of `writer` to `page` up to it is
+    /// home.
     pub interval: Count,
     /// The barrier epoch the writer's release was tagged with.
     pub epoch: Epoch,
 }
+
+/// Pages, each with the interval of its writer's last write to it (an atomic release's own
+/// notices: see [`AtomicNotice::interval`]).
+pub type PageWrites = Vec<(PageNum, Count)>;
 
 /// The bytes of a grant's run of pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,7 +215,8 @@ pub enum Msg {
     /// ATOMIC: apply `op` to the `width`-byte word at `addr` (homed at the receiver), and answer
     /// with its value before ([`Msg::AtomicGrant`]). With `release`, the sender's writes before
     /// it are home already, and `notices` (and `earlier`, of the epoch before `epoch`) name their
-    /// pages, written by the sender up to `interval`, and `passed_on` the writes of others its
+    /// pages, each with the interval of the sender's last write to it, and `passed_on` the
+    /// writes of others its
     /// atomic acquires made it see, recorded as a lock's release records its notices; with
     /// `acquire` the answer carries the notices recorded after `seen` (from epoch `epoch` on).
     Atomic {
@@ -236,12 +243,11 @@ pub enum Msg {
         /// The barriers and `jia_wait`s the sender has passed, as `GetPage::passed`: a home
         /// still in an earlier one holds an operation on a word it has not allocated yet.
         passed: Epoch,
-        /// Pages written since the sender last released this word (release only).
-        notices: Vec<PageNum>,
+        /// Pages written since the sender last released through a word of this home, each with
+        /// the interval of its last write (release only).
+        notices: PageWrites,
         /// Pages of the epoch before, as `Msg::Release::earlier` (release only).
-        earlier: Vec<PageNum>,
-        /// The sender's interval: the identity of its writes `notices` and `earlier` name.
-        interval: Count,
+        earlier: PageWrites,
         /// Writes of other nodes the sender learned through its atomic acquires and has not
         /// passed on to this home yet (release only).
         passed_on: Vec<AtomicNotice>,

@@ -27,10 +27,22 @@ use crate::types::{CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum
 
 /// The pages of `written` (page -> interval of its last write) written after `interval`.
 pub(crate) fn written_after(written: &BTreeMap<PageNum, Count>, interval: Count) -> Vec<PageNum> {
+    writes_after(written, interval)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// [`written_after`], each page with the interval of its last write (the identity of its
+/// writes an atomic release names: see `atomics.rs`, "Chains").
+pub(crate) fn writes_after(
+    written: &BTreeMap<PageNum, Count>,
+    interval: Count,
+) -> Vec<(PageNum, Count)> {
     written
         .iter()
         .filter(|&(_, &s)| s > interval)
-        .map(|(&p, _)| p)
+        .map(|(&p, &s)| (p, s))
         .collect()
 }
 
@@ -153,17 +165,28 @@ impl<M: PageMemory> Node<M> {
     /// The pages the last barriers took for their notices (see `SyncState::barrier_written`)
     /// written in intervals after `interval`.
     pub(crate) fn barrier_written_after(&self, interval: Count) -> Vec<PageNum> {
-        let mut pages: Vec<PageNum> = [
+        self.barrier_writes_after(interval)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// [`Node::barrier_written_after`], each page with the interval of its last write.
+    pub(crate) fn barrier_writes_after(&self, interval: Count) -> Vec<(PageNum, Count)> {
+        let mut last: BTreeMap<PageNum, Count> = BTreeMap::new();
+        for m in [
             &self.sync.barrier_written,
             &self.sync.barrier_written_before,
         ]
         .into_iter()
         .flatten()
-        .flat_map(|m| written_after(m, interval))
-        .collect();
-        pages.sort_unstable();
-        pages.dedup();
-        pages
+        {
+            for (p, s) in writes_after(m, interval) {
+                let at = last.entry(p).or_insert(s);
+                *at = (*at).max(s);
+            }
+        }
+        last.into_iter().collect()
     }
 
     /// The epoch a release made now names its writes with: between this node's barrier call and

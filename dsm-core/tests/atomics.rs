@@ -261,6 +261,31 @@ fn writes_passed_on_do_not_go_round() {
     assert!(fetched <= 2, "{fetched} fetches of the page");
 }
 
+/// A write two homes name (its writer released through a word of each) is invalidated once: a
+/// node that saw it through one home keeps the copy it fetched since when the other names it.
+#[test]
+fn a_write_named_by_two_homes_is_invalidated_once() {
+    let mut c = Cluster::new(4, 13, |cfg| cfg.prefetch.enabled = false);
+    let x = on(&mut c, 2, 1);
+    let y = on(&mut c, 3, 1);
+    let data = on(&mut c, 0, 1).offset_by(64);
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(1, data).unwrap(), 0);
+    c.write_u64(0, data, 5).unwrap();
+    c.atomic(0, x, AtomicOp::Store(1), AtomicOrder::RELEASE)
+        .unwrap();
+    c.atomic(0, y, AtomicOp::Store(1), AtomicOrder::RELEASE)
+        .unwrap();
+    c.atomic(1, x, AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    assert_eq!(c.read_u64(1, data).unwrap(), 5);
+    let fetched = c.node(1).stats().getp_sent;
+    c.atomic(1, y, AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    assert_eq!(c.read_u64(1, data).unwrap(), 5);
+    assert_eq!(c.node(1).stats().getp_sent, fetched, "fetched again");
+}
+
 #[test]
 fn relaxed_atomics_order_nothing_else() {
     // The control: relaxed on either side, node 3 keeps its copies (what C11 allows).

@@ -18,6 +18,17 @@ fn pages(rng: &mut Rng) -> Vec<PageNum> {
         .collect()
 }
 
+fn writes(rng: &mut Rng) -> Vec<(PageNum, u64)> {
+    (0..rng.below(6))
+        .map(|_| {
+            (
+                PageNum(rng.next_u64() as u32),
+                rng.next_u64() >> rng.below(64),
+            )
+        })
+        .collect()
+}
+
 fn atomic_notices(rng: &mut Rng) -> Vec<AtomicNotice> {
     (0..rng.below(6))
         .map(|_| AtomicNotice {
@@ -185,9 +196,8 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 epoch: rng.next_u64(),
                 in_barrier: rng.chance(50),
                 passed: rng.next_u64(),
-                notices: if release { pages(rng) } else { Vec::new() },
-                earlier: if release { pages(rng) } else { Vec::new() },
-                interval: rng.next_u64(),
+                notices: if release { writes(rng) } else { Vec::new() },
+                earlier: if release { writes(rng) } else { Vec::new() },
                 passed_on: if release {
                     atomic_notices(rng)
                 } else {
@@ -455,7 +465,6 @@ fn malformed_frames_are_errors_naming_the_fault() {
             passed: 0,
             notices: vec![],
             earlier: vec![],
-            interval: 0,
             passed_on: vec![],
         },
     );
