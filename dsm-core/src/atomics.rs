@@ -298,6 +298,13 @@ impl<M: PageMemory> Node<M> {
         else {
             return Ok(());
         };
+        if passed_on.iter().any(|n| n.writer.0 >= self.cfg.nodes) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::Atomic,
+                why: "write notice naming a node outside the job",
+            });
+        }
         let word = GlobalAddr(addr);
         let page = word.page();
         let me = self.cfg.node;
@@ -374,6 +381,13 @@ impl<M: PageMemory> Node<M> {
                 why: "no atomic operation outstanding with that node",
             });
         }
+        if notices.iter().any(|n| n.writer.0 >= self.cfg.nodes) {
+            return Err(ProtocolError {
+                from,
+                kind: MsgKind::AtomicGrant,
+                why: "write notice naming a node outside the job",
+            });
+        }
         let Some(out) = self.atomics.out.remove(&id) else {
             return Ok(());
         };
@@ -445,7 +459,11 @@ impl<M: PageMemory> Node<M> {
             .into_iter()
             .filter(|n| n.writer != me && !self.atomics.acquired.knows(n))
             .collect();
-        self.invalidate_notified(now, Some(from), fresh.iter().map(|n| n.page));
+        // Writes of an epoch this node's barriers have ended are invalidated already (every
+        // copy taken since holds them): learned only, to pass on to nodes not past it yet.
+        let epoch = self.epoch;
+        let stale = fresh.iter().filter(|n| n.epoch >= epoch).map(|n| n.page);
+        self.invalidate_notified(now, Some(from), stale.collect::<Vec<_>>());
         if self.cfg.nodes > 2 {
             for n in &fresh {
                 self.atomics.acquired.learn(n, from);

@@ -74,6 +74,9 @@ struct LockMgr {
 struct AtomicMgr {
     counter: Count,
     notices: BTreeMap<PageNum, Vec<AtomicRecord>>,
+    /// The records by the counter that recorded them: an acquire walks those after what it
+    /// has seen, not every record (a spin of acquire loads sees nothing new, in a few steps).
+    by_counter: BTreeSet<(Count, PageNum, NodeId)>,
 }
 
 /// A writer's latest write to a page released through a home's atomic words.
@@ -98,12 +101,21 @@ impl AtomicMgr {
         }
         let counter = self.counter;
         let writers = self.notices.entry(n.page).or_default();
+        let by_counter = &mut self.by_counter;
+        by_counter.insert((counter, n.page, n.writer));
         match writers.iter_mut().find(|r| r.writer == n.writer) {
             // Known to whoever saw that one, unless it is of a newer epoch (a release's pages
             // of the epoch before and of its own: acquirers of the newer one filter the older
             // out).
-            Some(r) if (r.interval, r.epoch) >= (n.interval, n.epoch) => {}
+            Some(r) if (r.interval, r.epoch) >= (n.interval, n.epoch) => {
+                if r.counter != counter {
+                    by_counter.remove(&(counter, n.page, n.writer));
+                }
+            }
             Some(r) => {
+                if r.counter != counter {
+                    by_counter.remove(&(r.counter, n.page, n.writer));
+                }
                 r.interval = r.interval.max(n.interval);
                 r.counter = counter;
                 r.epoch = r.epoch.max(n.epoch);
@@ -273,8 +285,15 @@ impl Managers {
         for m in self.cvs.values_mut() {
             m.notices.retain(|_, n| n.epoch >= epoch);
         }
-        self.atomics.notices.retain(|_, writers| {
-            writers.retain(|r| r.epoch >= epoch);
+        let by_counter = &mut self.atomics.by_counter;
+        self.atomics.notices.retain(|&page, writers| {
+            writers.retain(|r| {
+                let keep = r.epoch >= epoch;
+                if !keep {
+                    by_counter.remove(&(r.counter, page, r.writer));
+                }
+                keep
+            });
             !writers.is_empty()
         });
     }
@@ -321,7 +340,9 @@ impl Managers {
     }
 
     /// The counter of the releases through this home's atomic words, and (for an acquire) the
-    /// writes released through them after `seen`, from epoch `epoch` on.
+    /// writes released through them after `seen`, from the epoch before `epoch` on: an
+    /// acquirer past a barrier has those invalidated already, but passes them on to nodes that
+    /// may not be past it yet (a thread of theirs still waiting for its grant).
     pub fn atomic_notices(
         &self,
         seen: Count,
@@ -332,19 +353,19 @@ impl Managers {
         if !acquire {
             return (m.counter, Vec::new());
         }
+        let from = epoch.saturating_sub(1);
         let notices = m
-            .notices
-            .iter()
-            .flat_map(|(&page, writers)| {
-                writers
-                    .iter()
-                    .filter(move |r| r.counter > seen && r.epoch >= epoch)
-                    .map(move |r| AtomicNotice {
-                        page,
-                        writer: r.writer,
-                        interval: r.interval,
-                        epoch: r.epoch,
-                    })
+            .by_counter
+            .range((seen.saturating_add(1), PageNum(0), NodeId(0))..)
+            .filter(|&&(counter, ..)| counter > seen)
+            .filter_map(|&(_, page, writer)| {
+                let r = m.notices.get(&page)?.iter().find(|r| r.writer == writer)?;
+                (r.epoch >= from).then_some(AtomicNotice {
+                    page,
+                    writer,
+                    interval: r.interval,
+                    epoch: r.epoch,
+                })
             })
             .collect();
         (m.counter, notices)
