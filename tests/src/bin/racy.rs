@@ -282,6 +282,36 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
             }
         }
+        "lock-then-atomic-chain" => {
+            // A lock's grant teaches a node nothing to pass on: node 1 takes lock 1 after node
+            // 0 released it, then releases an atomic word; node 2 acquires that word and reads
+            // what node 0 wrote: not ordered (its atomic release passes on what atomic
+            // acquires made it see, not a lock's). Relaxed flags keep the steps in order.
+            let go1 = dsm.atomic_u64(*a, 1003);
+            let go2: SharedArray<u64> = dsm
+                .alloc(512, AllocPolicy::OnNode(NodeId(2)))
+                .expect("allocate");
+            dsm.barrier();
+            let go2 = dsm.atomic_u64(go2, 0);
+            match me {
+                0 => {
+                    {
+                        let _g = dsm.lock(1);
+                        a.set(12, 42); // race (3 nodes): lock-then-atomic-chain
+                    }
+                    go1.store(1, Relaxed);
+                }
+                1 => {
+                    while go1.load(Relaxed) == 0 {}
+                    drop(dsm.lock(1));
+                    go2.store(1, Release);
+                }
+                _ => {
+                    while go2.load(Acquire) == 0 {}
+                    std::hint::black_box(a.get(12)); // race (3 nodes): lock-then-atomic-chain
+                }
+            }
+        }
         "free-lock-chain" => {
             // A chain through one lock is ordered: its manager gathers every holder's notices.
             let (go1, go2) = (dsm.atomic_u64(*a, 1003), dsm.atomic_u64(*a, 1004));
