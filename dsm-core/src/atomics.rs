@@ -23,7 +23,7 @@
 //! writes, the writes of others that its node's atomic acquires made it see: node 1 that
 //! acquires node 0's release through X and then releases through Y (of another home) makes
 //! node 0's writes visible to Y's acquirers. Each notice names its write (page, writer, the
-//! interval of the writer's last write to the page, epoch: [`crate::AtomicNotice`]; the same
+//! interval of the writer's last write to the page, epoch: [`crate::WriteId`]; the same
 //! through every home); an acquire invalidates and learns only
 //! writes it does not know (not its own, not one it learned before: `Acquired`), and a release
 //! passes on to a home only those learned since the last it passed there. A write passed on
@@ -52,7 +52,7 @@
 use crate::error::{ProtocolError, UsageError};
 use crate::local::{AfterFlush, AtomicOut, Combined};
 use crate::memory::PageMemory;
-use crate::msg::{AtomicNotice, Msg, MsgKind};
+use crate::msg::{Msg, MsgKind, WriteId};
 use crate::node::Node;
 use crate::sync::writes_after;
 use crate::table::{AtomicValue, Frame};
@@ -372,7 +372,7 @@ impl<M: PageMemory> Node<M> {
         now: Time,
         from: NodeId,
         id: u32,
-        (old, counter, changes, notices): (u64, Count, u32, Vec<AtomicNotice>),
+        (old, counter, changes, notices): (u64, Count, u32, Vec<WriteId>),
     ) -> Result<(), ProtocolError> {
         if self.atomics.out.get(&id).is_none_or(|o| o.home != from) {
             return Err(ProtocolError {
@@ -453,9 +453,9 @@ impl<M: PageMemory> Node<M> {
     /// through an earlier acquire) are invalidated, and learned, to be passed on by its next
     /// atomic release to each home (see "Chains" above). With two nodes nothing is learned:
     /// a write passed on could reach only its writer and this node.
-    fn acquire_atomic_notices(&mut self, now: Time, from: NodeId, notices: Vec<AtomicNotice>) {
+    fn acquire_atomic_notices(&mut self, now: Time, from: NodeId, notices: Vec<WriteId>) {
         let me = self.cfg.node;
-        let fresh: Vec<AtomicNotice> = notices
+        let fresh: Vec<WriteId> = notices
             .into_iter()
             .filter(|n| n.writer != me && !self.atomics.acquired.knows(n))
             .collect();

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::diff;
 use crate::mailbox::{Channel, MAX_LETTER_BYTES};
-use crate::msg::{AtomicNotice, Msg, MsgKind, PageDiff, RunData, WriteNotice};
+use crate::msg::{Msg, MsgKind, PageDiff, RunData, WriteId, WriteNotice};
 use crate::types::{
     Access, AtomicOp, CvId, LockId, MAX_CVS, MAX_GETP_PAGES, MAX_LOCKS, NodeId, PAGE_SIZE, PageNum,
 };
@@ -192,9 +192,9 @@ fn payload_len(msg: &Msg) -> usize {
         } => {
             // id, address, width, operation and its operands, flags, seen, epoch, passed.
             let head = 4 + 8 + 1 + 1 + 8 + 8 + 1 + 8 + 8 + 8;
-            head + writes_len(notices) + writes_len(earlier) + atomic_notices_len(passed_on)
+            head + writes_len(notices) + writes_len(earlier) + write_ids_len(passed_on)
         }
-        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + atomic_notices_len(notices),
+        Msg::AtomicGrant { notices, .. } => 4 + 8 + 8 + 4 + write_ids_len(notices),
     }
 }
 
@@ -205,10 +205,10 @@ fn put_pages(out: &mut Vec<u8>, pages: &[PageNum]) {
     }
 }
 
-/// The fewest bytes of an [`AtomicNotice`]: page u32, writer u16, then its interval and epoch
+/// The fewest bytes of an [`WriteId`]: page u32, writer u16, then its interval and epoch
 /// as LEB128 varints (one byte each at least; an acquire's grant names tens of writes, and
 /// their intervals and epochs are small numbers: 8-12 bytes a notice rather than 22).
-const ATOMIC_NOTICE_MIN_BYTES: usize = 4 + 2 + 1 + 1;
+const WRITE_ID_MIN_BYTES: usize = 4 + 2 + 1 + 1;
 
 /// The bytes of `v` as an LEB128 varint.
 fn varint_len(v: u64) -> usize {
@@ -239,14 +239,14 @@ fn put_writes(out: &mut Vec<u8>, writes: &[(PageNum, u64)]) {
     }
 }
 
-fn atomic_notices_len(notices: &[AtomicNotice]) -> usize {
+fn write_ids_len(notices: &[WriteId]) -> usize {
     4 + notices
         .iter()
         .map(|n| 4 + 2 + varint_len(n.interval) + varint_len(n.epoch))
         .sum::<usize>()
 }
 
-fn put_atomic_notices(out: &mut Vec<u8>, notices: &[AtomicNotice]) {
+fn put_write_ids(out: &mut Vec<u8>, notices: &[WriteId]) {
     out.extend_from_slice(&(notices.len() as u32).to_le_bytes());
     for n in notices {
         out.extend_from_slice(&n.page.0.to_le_bytes());
@@ -349,7 +349,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.extend_from_slice(&passed.to_le_bytes());
             put_writes(out, notices);
             put_writes(out, earlier);
-            put_atomic_notices(out, passed_on);
+            put_write_ids(out, passed_on);
         }
         Msg::AtomicGrant {
             id,
@@ -362,7 +362,7 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             out.extend_from_slice(&old.to_le_bytes());
             out.extend_from_slice(&counter.to_le_bytes());
             out.extend_from_slice(&changes.to_le_bytes());
-            put_atomic_notices(out, notices);
+            put_write_ids(out, notices);
         }
         Msg::Forward { to, first, count } | Msg::ForwardRefused { to, first, count } => {
             out.extend_from_slice(&to.0.to_le_bytes());
@@ -793,7 +793,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
                 passed: r.u64()?,
                 notices: r.writes()?,
                 earlier: r.writes()?,
-                passed_on: r.atomic_notices()?,
+                passed_on: r.write_ids()?,
             }
         }
         MsgKind::AtomicGrant => Msg::AtomicGrant {
@@ -801,7 +801,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             old: r.u64()?,
             counter: r.u64()?,
             changes: r.u32()?,
-            notices: r.atomic_notices()?,
+            notices: r.write_ids()?,
         },
         MsgKind::Forward | MsgKind::ForwardRefused => {
             let to = NodeId(r.u16()?);
@@ -952,11 +952,11 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
-    fn atomic_notices(&mut self) -> Result<Vec<AtomicNotice>, DecodeError> {
-        let n = self.count(ATOMIC_NOTICE_MIN_BYTES)?;
+    fn write_ids(&mut self) -> Result<Vec<WriteId>, DecodeError> {
+        let n = self.count(WRITE_ID_MIN_BYTES)?;
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
-            v.push(AtomicNotice {
+            v.push(WriteId {
                 page: PageNum(self.u32()?),
                 writer: NodeId(self.u16()?),
                 interval: self.varint("atomic notice's interval")?,

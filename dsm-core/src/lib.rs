@@ -59,7 +59,7 @@ pub mod types;
 pub use alloc::{AllocError, AllocPolicy};
 pub use error::{JobError, ProtocolError, UsageError};
 pub use memory::{PageMemory, VecMemory};
-pub use msg::{AtomicNotice, Msg, MsgKind, PageDiff, PageWrites, RunData, WriteNotice};
+pub use msg::{Msg, MsgKind, PageDiff, PageWrites, RunData, WriteId, WriteNotice};
 pub use node::{CoreConfig, Effect, Node, Prefetch, Transmit};
 pub use stats::Stats;
 pub use types::*;

@@ -5,7 +5,7 @@
 use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::msg::{AtomicNotice, Msg, PageDiff, WriteNotice};
+use crate::msg::{Msg, PageDiff, WriteId, WriteNotice};
 use crate::types::{
     Access, AtomicOp, CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId,
 };
@@ -197,7 +197,7 @@ pub(crate) struct Acquired {
 
 impl Acquired {
     /// Whether `n`'s write is known here.
-    pub fn knows(&self, n: &AtomicNotice) -> bool {
+    pub fn knows(&self, n: &WriteId) -> bool {
         self.by_write
             .get(&(n.page, n.writer))
             .is_some_and(|&(interval, ..)| interval >= n.interval)
@@ -205,7 +205,7 @@ impl Acquired {
 
     /// Learns `n`'s write (not known yet) from `home`'s record: numbered after every write
     /// learned before.
-    pub fn learn(&mut self, n: &AtomicNotice, home: NodeId) {
+    pub fn learn(&mut self, n: &WriteId, home: NodeId) {
         self.learned += 1;
         let key = (n.page, n.writer);
         let was = self
@@ -224,12 +224,12 @@ impl Acquired {
 
     /// The writes learned after number `after`, to pass on to `home` (not those learned from
     /// its own record).
-    pub fn after(&self, after: u64, home: NodeId) -> Vec<AtomicNotice> {
+    pub fn after(&self, after: u64, home: NodeId) -> Vec<WriteId> {
         self.by_number
             .range(after + 1..)
             .filter_map(|(_, key)| {
                 let &(interval, epoch, _, from) = self.by_write.get(key)?;
-                (from != home).then_some(AtomicNotice {
+                (from != home).then_some(WriteId {
                     page: key.0,
                     writer: key.1,
                     interval,
@@ -303,13 +303,13 @@ impl WordsSeen {
 #[cfg(test)]
 mod acquired_tests {
     use super::Acquired;
-    use crate::msg::AtomicNotice;
+    use crate::msg::WriteId;
     use crate::types::{NodeId, PageNum};
 
     const HOME: NodeId = NodeId(7);
 
-    fn write(page: u32, writer: u16, interval: u64, epoch: u64) -> AtomicNotice {
-        AtomicNotice {
+    fn write(page: u32, writer: u16, interval: u64, epoch: u64) -> WriteId {
+        WriteId {
             page: PageNum(page),
             writer: NodeId(writer),
             interval,

@@ -10,7 +10,7 @@ use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::error::ProtocolError;
-use crate::msg::{AtomicNotice, Msg, MsgKind, PageWrites, WriteNotice};
+use crate::msg::{Msg, MsgKind, PageWrites, WriteId, WriteNotice};
 use crate::stats::Stats;
 use crate::types::{CvId, LockId, MAX_RUNTIME_COUNTERS, NodeId, PageNum};
 
@@ -95,7 +95,7 @@ impl AtomicMgr {
     /// Records `n` under the counter now, unless it predates the last epoch (as
     /// [`record_notices`]) or an interval of its writer at least as new, of an epoch at least
     /// as new, is recorded: an acquirer that saw that one has seen this write.
-    fn record(&mut self, n: AtomicNotice, node_epoch: Epoch) {
+    fn record(&mut self, n: WriteId, node_epoch: Epoch) {
         if n.epoch.saturating_add(1) < node_epoch {
             return;
         }
@@ -315,12 +315,12 @@ impl Managers {
         from: NodeId,
         epoch: Epoch,
         (notices, earlier): (PageWrites, PageWrites),
-        passed_on: Vec<AtomicNotice>,
+        passed_on: Vec<WriteId>,
         node_epoch: Epoch,
     ) {
         let m = &mut self.atomics;
         m.counter += 1;
-        let own = |(page, interval), epoch| AtomicNotice {
+        let own = |(page, interval), epoch| WriteId {
             page,
             writer: from,
             interval,
@@ -348,7 +348,7 @@ impl Managers {
         seen: Count,
         epoch: Epoch,
         acquire: bool,
-    ) -> (Count, Vec<AtomicNotice>) {
+    ) -> (Count, Vec<WriteId>) {
         let m = &self.atomics;
         if !acquire {
             return (m.counter, Vec::new());
@@ -360,7 +360,7 @@ impl Managers {
             .filter(|&&(counter, ..)| counter > seen)
             .filter_map(|&(_, page, writer)| {
                 let r = m.notices.get(&page)?.iter().find(|r| r.writer == writer)?;
-                (r.epoch >= from).then_some(AtomicNotice {
+                (r.epoch >= from).then_some(WriteId {
                     page,
                     writer,
                     interval: r.interval,

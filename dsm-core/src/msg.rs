@@ -30,12 +30,12 @@ pub struct WriteNotice {
     pub moves: bool,
 }
 
-/// A write notice of atomic words' releases: the page and the write's identity, its writer and
-/// the writer's interval (the release that sent its diffs home), so that a node passes on a
-/// write it learned through an atomic acquire once, and an acquirer skips one it knows (see the
-/// core's `atomics.rs`, "Chains").
+/// A write notice of atomic words' releases, with the write's identity: the page, its writer and
+/// the interval of the writer's last write to it, so that a node passes on a write it learned
+/// through an atomic acquire once, and an acquirer skips one it knows (see the core's
+/// `atomics.rs`, "Chains").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AtomicNotice {
+pub struct WriteId {
     /// The page written.
     pub page: PageNum,
     /// The node that wrote it.
@@ -49,7 +49,7 @@ pub struct AtomicNotice {
 }
 
 /// Pages, each with the interval of its writer's last write to it (an atomic release's own
-/// notices: see [`AtomicNotice::interval`]).
+/// notices: see [`WriteId::interval`]).
 pub type PageWrites = Vec<(PageNum, Count)>;
 
 /// The bytes of a grant's run of pages.
@@ -250,7 +250,7 @@ pub enum Msg {
         earlier: PageWrites,
         /// Writes of other nodes the sender learned through its atomic acquires and has not
         /// passed on to this home yet (release only).
-        passed_on: Vec<AtomicNotice>,
+        passed_on: Vec<WriteId>,
     },
     /// ATOMICGRANT: the word's value before operation `id`, its notice counter now, and (for an
     /// acquire) the pages to invalidate.
@@ -267,7 +267,7 @@ pub enum Msg {
         /// node whether the operation showed it anything its last one on the word did not.
         changes: u32,
         /// Writes released through the home's words that the sender has not seen (acquire only).
-        notices: Vec<AtomicNotice>,
+        notices: Vec<WriteId>,
     },
     /// FWDREFUSED: the copies a [`Msg::Forward`] named (from `first` on, `count` pages) are not
     /// all held here any more: the home sends them to `to` itself.

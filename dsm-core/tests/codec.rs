@@ -7,8 +7,8 @@ use dsm_core::codec::{self, DecodeError, Frame, HEADER_BYTES};
 use dsm_core::mailbox::Channel;
 use dsm_core::sim::Rng;
 use dsm_core::{
-    Access, AtomicNotice, AtomicOp, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE,
-    PageDiff, PageNum, RunData, WriteNotice, diff,
+    Access, AtomicOp, CvId, LockId, MAX_GETP_PAGES, Msg, MsgKind, NodeId, PAGE_SIZE, PageDiff,
+    PageNum, RunData, WriteId, WriteNotice, diff,
 };
 use proptest::prelude::*;
 
@@ -29,9 +29,9 @@ fn writes(rng: &mut Rng) -> Vec<(PageNum, u64)> {
         .collect()
 }
 
-fn atomic_notices(rng: &mut Rng) -> Vec<AtomicNotice> {
+fn write_ids(rng: &mut Rng) -> Vec<WriteId> {
     (0..rng.below(6))
-        .map(|_| AtomicNotice {
+        .map(|_| WriteId {
             page: PageNum(rng.next_u64() as u32),
             writer: NodeId(rng.below(1000) as u16),
             // Varints of every length: small numbers (as they are), and any.
@@ -198,11 +198,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
                 passed: rng.next_u64(),
                 notices: if release { writes(rng) } else { Vec::new() },
                 earlier: if release { writes(rng) } else { Vec::new() },
-                passed_on: if release {
-                    atomic_notices(rng)
-                } else {
-                    Vec::new()
-                },
+                passed_on: if release { write_ids(rng) } else { Vec::new() },
             }
         }
         25 => Msg::AtomicGrant {
@@ -210,7 +206,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             old: rng.next_u64(),
             counter: rng.next_u64(),
             changes: rng.next_u64() as u32,
-            notices: atomic_notices(rng),
+            notices: write_ids(rng),
         },
         22 | 23 => {
             let to = NodeId(rng.below(1000) as u16);
