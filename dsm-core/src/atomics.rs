@@ -28,8 +28,9 @@
 //! writes it does not know (not its own, not one it learned before: `Acquired`), and a release
 //! passes on to a home only those learned since the last it passed there. A write passed on
 //! comes back to its writer and to nodes that know it, and stops there (passing on pages
-//! without their writers' identities made notices circulate for ever). Locks stay scope
-//! consistency: a lock's grant teaches nothing to pass on, an unlock passes nothing on.
+//! without their writers' identities made notices circulate for ever). A lock's or condition
+//! variable's grant is passed on as this node's own writes (`relay_through_atomics`); an unlock
+//! stays scope consistency and passes on its node's own writes only.
 //!
 //! The word's own page: the home writes the new value in place (a home write, recorded as
 //! such: a barrier's notices name the page). The node that asked drops its copy of the page if
@@ -466,8 +467,35 @@ impl<M: PageMemory> Node<M> {
         self.invalidate_notified(now, Some(from), stale.collect::<Vec<_>>());
         if self.cfg.nodes > 2 {
             for n in &fresh {
-                self.atomics.acquired.learn(n, from);
+                self.atomics.acquired.learn(n, Some(from));
             }
+        }
+    }
+
+    /// A lock's or condition variable's grant named `pages` (invalidated here now): this
+    /// node's next atomic release through each home passes them on, so a chain that enters
+    /// the node through a lock and leaves it through an atomic word is ordered, as C11 orders
+    /// it. A grant's notices name each page's latest writer only (under a lock, the writes
+    /// before it are home before its), and passed on as that writer's they would be skipped by
+    /// a node that saw that writer's write before the earlier ones were home; so they go as
+    /// this node's own, of a new interval (nothing it named before carries it), tagged an
+    /// epoch past this node's (a grant does not say its writes' epochs: a write made in the
+    /// window of the next barrier must not be taken as covered by it). Two nodes: nothing to
+    /// pass on (see `acquire_atomic_notices`).
+    pub(crate) fn relay_through_atomics(&mut self, pages: &[PageNum]) {
+        if self.cfg.nodes <= 2 || pages.is_empty() {
+            return;
+        }
+        self.interval += 1;
+        let (writer, interval, epoch) = (self.cfg.node, self.interval, self.epoch + 1);
+        for &page in pages {
+            let relayed = WriteId {
+                page,
+                writer,
+                interval,
+                epoch,
+            };
+            self.atomics.acquired.learn(&relayed, None);
         }
     }
 

@@ -189,10 +189,21 @@ pub(crate) struct Atomics {
 #[derive(Debug, Default)]
 pub(crate) struct Acquired {
     /// Per page and writer: the newest interval, its epoch, its number and the home whose
-    /// record it came from (which need not be told it again).
-    by_write: BTreeMap<(PageNum, NodeId), (Count, Epoch, u64, NodeId)>,
+    /// record it came from (which need not be told it again; `None`: a lock's or condition
+    /// variable's grant, relayed as this node's own).
+    by_write: BTreeMap<(PageNum, NodeId), Learned>,
     by_number: BTreeMap<u64, (PageNum, NodeId)>,
     learned: u64,
+}
+
+/// A write learned: its writer's interval and epoch, its number in the order learned, and the
+/// home it came from (`None`: a lock's or condition variable's grant).
+#[derive(Clone, Copy, Debug)]
+struct Learned {
+    interval: Count,
+    epoch: Epoch,
+    number: u64,
+    from: Option<NodeId>,
 }
 
 impl Acquired {
@@ -200,19 +211,22 @@ impl Acquired {
     pub fn knows(&self, n: &WriteId) -> bool {
         self.by_write
             .get(&(n.page, n.writer))
-            .is_some_and(|&(interval, ..)| interval >= n.interval)
+            .is_some_and(|l| l.interval >= n.interval)
     }
 
     /// Learns `n`'s write (not known yet) from `home`'s record: numbered after every write
     /// learned before.
-    pub fn learn(&mut self, n: &WriteId, home: NodeId) {
+    pub fn learn(&mut self, n: &WriteId, home: Option<NodeId>) {
         self.learned += 1;
         let key = (n.page, n.writer);
-        let was = self
-            .by_write
-            .insert(key, (n.interval, n.epoch, self.learned, home));
-        if let Some((_, _, number, _)) = was {
-            self.by_number.remove(&number);
+        let learned = Learned {
+            interval: n.interval,
+            epoch: n.epoch,
+            number: self.learned,
+            from: home,
+        };
+        if let Some(was) = self.by_write.insert(key, learned) {
+            self.by_number.remove(&was.number);
         }
         self.by_number.insert(self.learned, key);
     }
@@ -228,12 +242,12 @@ impl Acquired {
         self.by_number
             .range(after + 1..)
             .filter_map(|(_, key)| {
-                let &(interval, epoch, _, from) = self.by_write.get(key)?;
-                (from != home).then_some(WriteId {
+                let l = self.by_write.get(key)?;
+                (l.from != Some(home)).then_some(WriteId {
                     page: key.0,
                     writer: key.1,
-                    interval,
-                    epoch,
+                    interval: l.interval,
+                    epoch: l.epoch,
                 })
             })
             .collect()
@@ -242,10 +256,10 @@ impl Acquired {
     /// A barrier ended epoch `epoch - 1`: writes older than that are known everywhere.
     pub fn forget_before(&mut self, epoch: Epoch) {
         let by_number = &mut self.by_number;
-        self.by_write.retain(|_, &mut (_, e, number, _)| {
-            let keep = e.saturating_add(1) >= epoch;
+        self.by_write.retain(|_, l| {
+            let keep = l.epoch.saturating_add(1) >= epoch;
             if !keep {
-                by_number.remove(&number);
+                by_number.remove(&l.number);
             }
             keep
         });
@@ -320,8 +334,8 @@ mod acquired_tests {
     #[test]
     fn a_write_is_passed_on_once_and_a_newer_one_of_its_writer_again() {
         let mut a = Acquired::default();
-        a.learn(&write(3, 1, 5, 0), HOME);
-        a.learn(&write(4, 2, 1, 0), NodeId(8));
+        a.learn(&write(3, 1, 5, 0), Some(HOME));
+        a.learn(&write(4, 2, 1, 0), Some(NodeId(8)));
         assert!(a.knows(&write(3, 1, 4, 0)));
         assert!(!a.knows(&write(3, 1, 6, 0)));
         assert!(!a.knows(&write(3, 2, 1, 0)));
@@ -330,7 +344,7 @@ mod acquired_tests {
         assert!(a.after(passed, NodeId(9)).is_empty());
         // Not back to the home it came from.
         assert_eq!(a.after(0, HOME), [write(4, 2, 1, 0)]);
-        a.learn(&write(3, 1, 6, 0), NodeId(9));
+        a.learn(&write(3, 1, 6, 0), None);
         assert_eq!(a.after(passed, HOME), [write(3, 1, 6, 0)]);
         assert_eq!(a.after(0, HOME), [write(4, 2, 1, 0), write(3, 1, 6, 0)]);
     }
@@ -338,8 +352,8 @@ mod acquired_tests {
     #[test]
     fn writes_are_kept_one_barrier_past_their_epoch() {
         let mut a = Acquired::default();
-        a.learn(&write(1, 1, 1, 3), HOME);
-        a.learn(&write(2, 1, 2, 4), HOME);
+        a.learn(&write(1, 1, 1, 3), Some(HOME));
+        a.learn(&write(2, 1, 2, 4), Some(HOME));
         a.forget_before(5);
         assert_eq!(a.len(), 1);
         assert_eq!(a.after(0, NodeId(0)), [write(2, 1, 2, 4)]);

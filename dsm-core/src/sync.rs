@@ -306,6 +306,7 @@ impl<M: PageMemory> Node<M> {
                 why: "lock was not requested from that node",
             });
         }
+        self.relay_through_atomics(&notices);
         self.invalidate_notified(now, Some(from), notices);
         let l = &mut self.sync.locks[i];
         let Some((waiter, since)) = l.acquiring.take() else {
@@ -716,6 +717,7 @@ impl<M: PageMemory> Node<M> {
                 why: "no wait on that variable",
             });
         }
+        self.relay_through_atomics(&notices);
         self.invalidate_notified(now, Some(from), notices);
         self.sync.cvs[c].seen = counter;
         for w in std::mem::take(&mut self.sync.cvs[c].waiting) {

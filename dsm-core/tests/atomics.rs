@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 
 use dsm_core::sim::{Cluster, Op, Rng};
-use dsm_core::{AllocPolicy, AtomicOp, AtomicOrder, GlobalAddr, NodeId, PAGE_SIZE, UsageError};
+use dsm_core::{
+    AllocPolicy, AtomicOp, AtomicOrder, CvId, GlobalAddr, LockId, NodeId, PAGE_SIZE, UsageError,
+};
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
@@ -210,6 +212,57 @@ fn a_chain_of_atomic_acquires_and_releases_through_other_homes_passes_the_writes
     assert_eq!(chain(1), [7, 8]);
     assert_eq!(chain(2), [7, 8]);
     assert_eq!(chain(3), [7, 8]);
+}
+
+/// A chain that enters node 1 through a lock (or a condition variable) and leaves it through
+/// an atomic word: node 0 writes data node 2 cached under lock 3 (sets condition variable 3),
+/// node 1 takes the lock (waits on the variable) and releases X, node 2 acquires X and reads.
+/// C11 orders it; node 1 passes on what the grant named as its own writes (node 2 read 0
+/// before: a lock's grant taught a node nothing to pass on).
+fn lock_then_atomic(through_cv: bool) -> u64 {
+    let mut c = Cluster::new(3, 14, |cfg| cfg.prefetch.enabled = false);
+    let x = on(&mut c, 0, 1);
+    let data = on(&mut c, 0, 1).offset_by(64);
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(2, data).unwrap(), 0);
+    if through_cv {
+        c.write_u64(0, data, 42).unwrap();
+        c.push(0, 0, Op::SetCv(CvId(3)));
+        c.push(1, 0, Op::WaitCv(CvId(3)));
+    } else {
+        c.lock(0, 3).unwrap();
+        c.write_u64(0, data, 42).unwrap();
+        c.unlock(0, 3).unwrap();
+        c.push(1, 0, Op::Lock(LockId(3)));
+        c.push(1, 0, Op::Unlock(LockId(3)));
+    }
+    c.push(
+        1,
+        0,
+        Op::Atomic {
+            addr: x,
+            op: AtomicOp::Store(1),
+            order: AtomicOrder::RELEASE,
+        },
+    );
+    c.push(
+        2,
+        0,
+        Op::AwaitAtomic {
+            addr: x,
+            at_least: 1,
+            order: AtomicOrder::ACQUIRE,
+        },
+    );
+    c.push(2, 0, Op::Read(data));
+    c.run().unwrap();
+    c.reads[2].last().map(|&(_, v)| v).unwrap()
+}
+
+#[test]
+fn a_chain_entering_a_node_through_a_lock_and_leaving_through_an_atomic_is_ordered() {
+    assert_eq!(lock_then_atomic(false), 42);
+    assert_eq!(lock_then_atomic(true), 42);
 }
 
 /// Nodes that acquire and release in turn through two homes, each seeing the other's writes
@@ -511,7 +564,7 @@ fn run_case(seed: u64) -> Result<u64, String> {
     let mut value = seed << 16;
     let mut flag_values = vec![0u64; flags.len()];
     let mut adds = vec![0u64; counters.len()];
-    for _ in 0..1 + rng.below(4) {
+    for phase in 0..1 + rng.below(4) {
         let writer = rng.below(u64::from(nodes)) as u16;
         let f = rng.below(flags.len() as u64) as usize;
         // The flag's value once this phase's writer has released it.
@@ -524,6 +577,14 @@ fn run_case(seed: u64) -> Result<u64, String> {
             flag_values[g] += 1;
             (r, g)
         });
+        // With a relay, the writer publishes through a condition variable (set once) in some
+        // phases: a chain entering the relay through a grant that is not an atomic's.
+        let cv = relay
+            .is_some_and(|_| rng.chance(40))
+            .then_some(CvId(phase as u16));
+        if cv.is_some() {
+            flag_values[f] -= 1;
+        }
         // The flag the readers await.
         let last = relay.map_or(f, |(_, g)| g);
         for n in 0..nodes {
@@ -552,15 +613,20 @@ fn run_case(seed: u64) -> Result<u64, String> {
                     value += 1;
                     c.push(n, 0, Op::Write(d, value));
                 }
-                c.push(
-                    n,
-                    0,
-                    Op::Atomic {
-                        addr: flags[f],
-                        op: AtomicOp::FetchAdd(1),
-                        order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
-                    },
-                );
+                if let Some(cv) = cv {
+                    c.push(n, 0, Op::SetCv(cv));
+                } else {
+                    c.push(
+                        n,
+                        0,
+                        Op::Atomic {
+                            addr: flags[f],
+                            op: AtomicOp::FetchAdd(1),
+                            order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL]
+                                [rng.below(2) as usize],
+                        },
+                    );
+                }
             } else if let Some((_, g)) = relay.filter(|&(r, _)| r == n) {
                 if debug {
                     eprintln!(
@@ -568,15 +634,20 @@ fn run_case(seed: u64) -> Result<u64, String> {
                         flag_values[f], flag_values[g]
                     );
                 }
-                c.push(
-                    n,
-                    0,
-                    Op::AwaitAtomic {
-                        addr: flags[f],
-                        at_least: flag_values[f],
-                        order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
-                    },
-                );
+                if let Some(cv) = cv {
+                    c.push(n, 0, Op::WaitCv(cv));
+                } else {
+                    c.push(
+                        n,
+                        0,
+                        Op::AwaitAtomic {
+                            addr: flags[f],
+                            at_least: flag_values[f],
+                            order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL]
+                                [rng.below(2) as usize],
+                        },
+                    );
+                }
                 c.push(
                     n,
                     0,

@@ -13,9 +13,9 @@
 //! notices name), not what its thread had learned from other objects (the DSM passes no lock's
 //! notices on: a node that takes lock 1 after the writer and then releases lock 2 does not make
 //! the writer's writes visible to the next holder of lock 2). A release through an atomic word
-//! passes on, besides, what its node's atomic acquires took from other nodes in the epoch (the
-//! DSM passes on the writes its atomic acquires made it see: a chain of atomics is ordered, as
-//! C11 orders it). So the slots of shared memory
+//! passes on, besides, what its node's acquires (of atomic words, locks, condition variables)
+//! took from other nodes in the epoch (the DSM passes on the writes its acquires made it see: a
+//! chain that leaves each node through an atomic word is ordered, as C11 orders it). So the slots of shared memory
 //! hold the entries of the releasing node's threads, gathered over the epoch's releases (the
 //! managers gather the notices so), and the node's own threads pass each other the whole clock
 //! through the node's memory ([`Local::Shared`]), which does carry what any of them learned.
@@ -120,9 +120,9 @@ struct Checker {
     slots: &'static [AtomicU32],
     /// Serialises this node's threads' updates of a condition variable's slot.
     cv_slot: Mutex<()>,
-    /// The entries of other nodes' threads this node's threads took from atomic words' slots
-    /// in an epoch: its atomic releases pass them on, as the DSM passes on the writes its
-    /// atomic acquires made it see (`dsm_core`'s `atomics.rs`, "Chains").
+    /// The entries of other nodes' threads this node's threads took from slots (atomic words',
+    /// locks', condition variables') in an epoch: its atomic releases pass them on, as the DSM
+    /// passes on the writes its acquires made it see (`dsm_core`'s `atomics.rs`, "Chains").
     atomic_learned: Mutex<(u32, Entries)>,
     /// Clocks of the synchronisation of this node's threads that the DSM does not make (a C
     /// program's pthread mutexes, barriers and semaphores by address, ended threads by id):
@@ -633,6 +633,30 @@ impl Checker {
         }
     }
 
+    /// What an acquire took from a slot of shared memory (`entries`, of `epoch`, by a thread
+    /// of epoch `now`): the entries of other nodes' threads join what this node's atomic
+    /// releases pass on, as the DSM passes on the writes a node's acquires made it see (an
+    /// atomic word's, a lock's or a condition variable's grant: `dsm_core`'s `atomics.rs`,
+    /// "Chains").
+    fn learn_for_atomics(&self, epoch: u32, now: u32, entries: &[(u32, u32)]) {
+        if epoch != now {
+            return;
+        }
+        let mut learned = self
+            .atomic_learned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if learned.0 != now {
+            *learned = (now, Vec::new());
+        }
+        let others: Entries = entries
+            .iter()
+            .copied()
+            .filter(|&(t, _)| t as usize / VC_THREADS != usize::from(self.node))
+            .collect();
+        learned.1 = merged(&learned.1, &others);
+    }
+
     /// The clock `what` carries on this node, and the epoch it is for.
     fn local_clock(&self, what: Local) -> Option<(u32, Entries)> {
         let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
@@ -1060,6 +1084,9 @@ fn lock_acquired(lock: u16) {
         r.catch_up_with(c);
         let slot = c.read_slot(usize::from(lock));
         let here = c.local_clock(Local::Shared(Object::Lock(lock)));
+        if let Some((epoch, entries)) = &slot {
+            c.learn_for_atomics(*epoch, r.epoch, entries);
+        }
         r.close_for_acquire();
         r.acquire(slot);
         r.acquire(here);
@@ -1327,19 +1354,8 @@ fn acquire_every_node_slot(object: Object, slot: impl Fn(&Checker, u16) -> usize
         if let Some(newest) = slots.iter().map(|(e, _)| *e).max() {
             r.catch_up(newest);
         }
-        if matches!(object, Object::Atomic(_)) {
-            let mut learned = c.atomic_learned.lock().unwrap_or_else(|e| e.into_inner());
-            if learned.0 != r.epoch {
-                *learned = (r.epoch, Vec::new());
-            }
-            for (_, entries) in slots.iter().filter(|(e, _)| *e == r.epoch) {
-                let others: Entries = entries
-                    .iter()
-                    .copied()
-                    .filter(|&(t, _)| t as usize / VC_THREADS != usize::from(c.node))
-                    .collect();
-                learned.1 = merged(&learned.1, &others);
-            }
+        for (epoch, entries) in &slots {
+            c.learn_for_atomics(*epoch, r.epoch, entries);
         }
         for slot in slots {
             r.acquire(Some(slot));

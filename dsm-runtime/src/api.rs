@@ -697,9 +697,10 @@ macro_rules! shared_atomic {
         /// what they mean for std's atomics: a `Release` (or `AcqRel`, `SeqCst`) operation makes
         /// this node's writes before it visible to a node whose `Acquire` operation reads the
         /// value it wrote, or a later one, as an unlock and a lock do, and what this node's
-        /// `Acquire` operations made it see before (C11's happens-before is transitive: a chain
-        /// of atomics through words of any homes is ordered; a chain through locks is not, see
-        /// `Dsm::lock`); `Relaxed` orders nothing else. `std::sync::atomic::fence` orders nothing between
+        /// acquires (`Acquire` operations, locks, condition variables) made it see before
+        /// (C11's happens-before is transitive: a chain that leaves each node through an atomic
+        /// release is ordered, whatever the words' homes; one that leaves a node through an
+        /// unlock is not, see `Dsm::lock`); `Relaxed` orders nothing else. `std::sync::atomic::fence` orders nothing between
         /// nodes (the runtime does not see it): a relaxed store after a release fence is not a
         /// release, give the operations the orderings. A plain read of the word ordered after
         /// an operation sees its value. An

@@ -100,16 +100,18 @@ fn race_free_programs_are_not_reported() {
         );
     }
     // The runtime alone, without the checker's slots (and their writes) in the way.
-    let out = dsmrun(3, &[], "racy", &["free-atomic-chain"]);
-    assert!(out.status.success(), "{}", text(&out));
+    for case in ["free-atomic-chain", "free-lock-then-atomic-chain"] {
+        let out = dsmrun(3, &[], "racy", &[case]);
+        assert!(out.status.success(), "{case}: {}", text(&out));
+    }
 }
 
 /// Orders that pass through a third node: scope consistency orders a write before a read only
 /// through one lock or condition variable (a node that takes lock 1 and then releases lock 2
-/// passes nothing of lock 1's on), so a chain through two of them is a race, reported with its
-/// two lines; a chain through one lock, through two inside one node, or through atomic words of
-/// two homes (a node's atomic release passes on what its atomic acquires made it see, as C11
-/// orders it) is not, and the chain of atomics reads the value written.
+/// passes nothing of lock 1's on), so a chain that leaves a node through an unlock is a race,
+/// reported with its two lines; a chain through one lock, through two inside one node, or one
+/// that leaves each node through an atomic word (an atomic release passes on what the node's
+/// acquires made it see, as C11 orders it) is not, and those chains read the value written.
 #[test]
 fn chains_through_two_objects_are_races_and_through_one_are_not() {
     let cases = cases_marked("race (3 nodes)");
@@ -125,6 +127,7 @@ fn chains_through_two_objects_are_races_and_through_one_are_not() {
     for (nodes, case) in [
         (3, "free-lock-chain"),
         (3, "free-atomic-chain"),
+        (3, "free-lock-then-atomic-chain"),
         (2, "free-chain-in-a-node"),
     ] {
         let out = dsmrun(nodes, &["--check-races"], "racy", &[case]);
@@ -135,8 +138,10 @@ fn chains_through_two_objects_are_races_and_through_one_are_not() {
         );
     }
     // The runtime alone, without the checker's slots (and their writes) in the way.
-    let out = dsmrun(3, &[], "racy", &["free-atomic-chain"]);
-    assert!(out.status.success(), "{}", text(&out));
+    for case in ["free-atomic-chain", "free-lock-then-atomic-chain"] {
+        let out = dsmrun(3, &[], "racy", &[case]);
+        assert!(out.status.success(), "{case}: {}", text(&out));
+    }
 }
 
 /// The apps, race-free, on 1, 2 and 4 nodes, and on 2 nodes of 2 threads: no report, status 0.

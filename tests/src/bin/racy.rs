@@ -282,22 +282,24 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
             }
         }
-        "lock-then-atomic-chain" => {
-            // A lock's grant teaches a node nothing to pass on: node 1 takes lock 1 after node
-            // 0 released it, then releases an atomic word; node 2 acquires that word and reads
-            // what node 0 wrote: not ordered (its atomic release passes on what atomic
-            // acquires made it see, not a lock's). Relaxed flags keep the steps in order.
+        "free-lock-then-atomic-chain" => {
+            // A chain that enters node 1 through a lock and leaves it through an atomic word:
+            // node 1 takes lock 1 after node 0 released it, then releases an atomic word; node
+            // 2 acquires that word and reads what node 0 wrote. Ordered, as C11 orders it (node
+            // 1 passes on what the lock's grant named). A relaxed flag keeps the steps in order.
             let go1 = dsm.atomic_u64(*a, 1003);
             let go2: SharedArray<u64> = dsm
                 .alloc(512, AllocPolicy::OnNode(NodeId(2)))
                 .expect("allocate");
+            // Node 2 holds a copy of the data before it is written.
+            std::hint::black_box(a.get(12));
             dsm.barrier();
             let go2 = dsm.atomic_u64(go2, 0);
             match me {
                 0 => {
                     {
                         let _g = dsm.lock(1);
-                        a.set(12, 42); // race (3 nodes): lock-then-atomic-chain
+                        a.set(12, 42);
                     }
                     go1.store(1, Relaxed);
                 }
@@ -308,7 +310,37 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 }
                 _ => {
                     while go2.load(Acquire) == 0 {}
-                    std::hint::black_box(a.get(12)); // race (3 nodes): lock-then-atomic-chain
+                    let got = a.get(12);
+                    if got != 42 {
+                        eprintln!("free-lock-then-atomic-chain: node 2 read {got}, not 42");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        "atomic-then-lock-chain" => {
+            // The other way round: an unlock passes on its node's own writes only (JIAJIA's
+            // scope consistency), so a chain that leaves node 1 through a lock is not ordered.
+            let go1: SharedArray<u64> = dsm
+                .alloc(512, AllocPolicy::OnNode(NodeId(1)))
+                .expect("allocate");
+            let go2 = dsm.atomic_u64(*a, 1004);
+            dsm.barrier();
+            let go1 = dsm.atomic_u64(go1, 0);
+            match me {
+                0 => {
+                    a.set(13, 42); // race (3 nodes): atomic-then-lock-chain
+                    go1.store(1, Release);
+                }
+                1 => {
+                    while go1.load(Acquire) == 0 {}
+                    drop(dsm.lock(1));
+                    go2.store(1, Relaxed);
+                }
+                _ => {
+                    while go2.load(Relaxed) == 0 {}
+                    let _g = dsm.lock(1);
+                    std::hint::black_box(a.get(13)); // race (3 nodes): atomic-then-lock-chain
                 }
             }
         }
