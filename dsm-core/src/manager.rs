@@ -875,3 +875,81 @@ mod tests {
         assert_eq!(notices, &[PageNum(7)]);
     }
 }
+
+#[cfg(test)]
+mod atomic_record_tests {
+    use super::*;
+    use crate::sim::Rng;
+
+    /// Every record has exactly its (counter, page, writer) in `by_counter`, and nothing else.
+    fn check_index(m: &AtomicMgr) {
+        let mut expect = BTreeSet::new();
+        for (&page, writers) in &m.notices {
+            assert!(!writers.is_empty());
+            let mut seen = BTreeSet::new();
+            for r in writers {
+                assert!(seen.insert(r.writer), "two records of one writer");
+                expect.insert((r.counter, page, r.writer));
+            }
+        }
+        assert_eq!(m.by_counter, expect);
+    }
+
+    #[test]
+    fn by_counter_matches_a_scan_of_the_records() {
+        for seed in 0..3000u64 {
+            let mut rng = Rng::new(seed);
+            let mut m = Managers::new(NodeId(0), 4);
+            let mut home_epoch = 0u64;
+            for _ in 0..rng.below(60) {
+                if rng.chance(10) {
+                    home_epoch += 1;
+                    m.forget_before(home_epoch.saturating_sub(1));
+                    check_index(&m.atomics);
+                    continue;
+                }
+                let from = NodeId(rng.below(4) as u16);
+                let epoch = home_epoch.saturating_sub(1) + rng.below(3);
+                let w = |rng: &mut Rng| {
+                    (0..rng.below(4))
+                        .map(|_| (PageNum(rng.below(4) as u32), rng.below(8)))
+                        .collect::<Vec<_>>()
+                };
+                let notices = w(&mut rng);
+                let earlier = w(&mut rng);
+                let passed_on: Vec<WriteId> = (0..rng.below(4))
+                    .map(|_| WriteId {
+                        page: PageNum(rng.below(4) as u32),
+                        writer: NodeId(rng.below(4) as u16),
+                        interval: rng.below(8),
+                        epoch: home_epoch.saturating_sub(2) + rng.below(4),
+                    })
+                    .collect();
+                m.on_atomic_release(from, epoch, (notices, earlier), passed_on, home_epoch);
+                check_index(&m.atomics);
+                // The index's answer against a scan of every record.
+                let seen = rng.below(m.atomics.counter + 1);
+                let acq_epoch = home_epoch.saturating_sub(1) + rng.below(2);
+                let (_, got) = m.atomic_notices(seen, acq_epoch, true);
+                let mut want: Vec<WriteId> = m
+                    .atomics
+                    .notices
+                    .iter()
+                    .flat_map(|(&page, ws)| ws.iter().map(move |r| (page, *r)))
+                    .filter(|(_, r)| r.counter > seen && r.epoch >= acq_epoch.saturating_sub(1))
+                    .map(|(page, r)| WriteId {
+                        page,
+                        writer: r.writer,
+                        interval: r.interval,
+                        epoch: r.epoch,
+                    })
+                    .collect();
+                let mut got = got;
+                let key = |n: &WriteId| (n.page, n.writer);
+                got.sort_by_key(key);
+                want.sort_by_key(key);
+                assert_eq!(got, want, "seed {seed}");
+            }
+        }
+    }
+}

@@ -927,3 +927,264 @@ fn random_programs_of_threads_adding_at_once_answer_every_value_once() {
         "{combined} combined adds in {cases} cases"
     );
 }
+
+// ----- random chains with two threads per node, across barriers' edges (a review's) -----
+
+/// Random programs of chains of acquire/release atomics through words of random homes, two
+/// threads per node: thread 0 of each node takes part in each phase and then enters the
+/// barrier; thread 1 takes part in the phases without entering barriers (so its acquires and
+/// releases land on either side of its node's barrier edge). Each phase writes fresh data
+/// words (written once), so every read after the chain has one right answer.
+fn chain_case(seed: u64) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let nodes = 3 + rng.below(3) as u16;
+    let prefetch = rng.chance(50);
+    let cache = 1 + rng.below(6) as usize;
+    let migrate = rng.chance(70);
+    let kept = 1 + rng.below(8) as usize;
+    let forget = rng.chance(50);
+    let one_sided = seed % 3 == 1;
+    let mut c = Cluster::new(nodes, rng.next_u64(), |cfg| {
+        cfg.remote_reads = one_sided;
+        cfg.prefetch.enabled = prefetch;
+        cfg.cache_pages = cache;
+        cfg.home_migration = migrate;
+        if forget {
+            cfg.atomic_words_kept = kept;
+        }
+    });
+    c.lend_runs(rng.chance(75));
+    c.one_sided_reads = one_sided;
+    c.close_behind_percent = if seed % 5 == 2 { 10 } else { 0 };
+    c.check_reference = true;
+    for n in 0..nodes {
+        c.set_threads(n, 2);
+    }
+    let data_pages = 2 + rng.below(4);
+    let dpolicy = if rng.chance(50) {
+        AllocPolicy::RoundRobin
+    } else {
+        AllocPolicy::OnNode(NodeId(rng.below(u64::from(nodes)) as u16))
+    };
+    let data = c
+        .alloc(dpolicy, data_pages * PAGE)
+        .map_err(|e| e.to_string())?;
+    // One page of flags per node, homed there; some flags on the data pages too.
+    let fpages: Vec<GlobalAddr> = (0..nodes).map(|n| on(&mut c, n, 1)).collect();
+    c.barrier().map_err(|e| e.to_string())?;
+    let mut next_data_word = 0u64;
+    let mut next_flag = vec![0u64; usize::from(nodes)];
+    let mut next_dflag = 256u64;
+    let mut value = seed << 20;
+    let debug = std::env::var_os("DEBUG").is_some();
+    let phases = 1 + rng.below(5);
+    let mut deferred: Vec<(u16, Op)> = Vec::new();
+    for phase in 0..phases {
+        // Some caching reads of words never written (pulls pages into caches).
+        for n in 0..nodes {
+            for _ in 0..rng.below(3) {
+                let w = data.offset_by(rng.below(data_pages) * PAGE + (480 + rng.below(32)) * 8);
+                c.push(n, rng.below(2) as usize, Op::Read(w));
+            }
+        }
+        if rng.chance(60) {
+            // Every node caches every data page, then a barrier that invalidates none of them
+            // (only flags written since the last): copies older than this phase's writes.
+            for n in 0..nodes {
+                for pg in 0..data_pages {
+                    c.push(n, 0, Op::Read(data.offset_by(pg * PAGE + 500 * 8)));
+                }
+            }
+            c.push_all(Op::Barrier);
+        }
+        // A phase is all in edge mode or not at all (a thread 0 waiting for a thread 1 stuck
+        // behind a relay past the barrier would never get there).
+        let edge = rng.chance(60);
+        for _chain in 0..1 + rng.below(2) {
+            let len = 1 + rng.below(4) as usize; // flags in the chain
+            let mut new_flag = |rng: &mut Rng| {
+                if rng.chance(10) {
+                    // On a data page.
+                    let w = data.offset_by(rng.below(data_pages) * PAGE + next_dflag * 8);
+                    next_dflag += 1;
+                    w
+                } else {
+                    let h = rng.below(u64::from(nodes)) as usize;
+                    let w = fpages[h].offset_by(next_flag[h] * 8);
+                    next_flag[h] += 1;
+                    w
+                }
+            };
+            let flags: Vec<GlobalAddr> = (0..len).map(|_| new_flag(&mut rng)).collect();
+            let words: Vec<GlobalAddr> = (0..1 + rng.below(3))
+                .map(|_| {
+                    let w = data.offset_by(rng.below(data_pages) * PAGE + next_data_word * 8);
+                    next_data_word += 1;
+                    w
+                })
+                .collect();
+            // In edge mode, the writer is a thread 0 (right before its barrier) and the relays
+            // and readers threads 1, lagging by a few reads: their steps straddle the edge.
+            let pick = |rng: &mut Rng| (rng.below(u64::from(nodes)) as u16, rng.below(2) as usize);
+            let pick_t1 = |rng: &mut Rng, c: &mut Cluster| {
+                let n = rng.below(u64::from(nodes)) as u16;
+                for _ in 0..rng.below(4) {
+                    let w =
+                        data.offset_by(rng.below(data_pages) * PAGE + (480 + rng.below(32)) * 8);
+                    c.push(n, 1, Op::Read(w));
+                }
+                (n, 1usize)
+            };
+            let (wn, wt) = if edge {
+                (pick(&mut rng).0, 0)
+            } else {
+                pick(&mut rng)
+            };
+            let mut pick =
+                |rng: &mut Rng, c: &mut Cluster| if edge { pick_t1(rng, c) } else { pick(rng) };
+            if debug {
+                eprintln!("phase {phase}: writer n{wn}t{wt} words {words:?} flags {flags:?}");
+            }
+            for &w in &words {
+                value += 1;
+                c.push(wn, wt, Op::Write(w, value));
+                if rng.chance(30) {
+                    // An unrelated release between the writes (another interval).
+                    let f = new_flag(&mut rng);
+                    c.push(
+                        wn,
+                        wt,
+                        Op::Atomic {
+                            addr: f,
+                            op: AtomicOp::FetchAdd(1),
+                            order: AtomicOrder::RELEASE,
+                        },
+                    );
+                }
+            }
+            let rel =
+                |rng: &mut Rng| [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize];
+            let acq =
+                |rng: &mut Rng| [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize];
+            let o = rel(&mut rng);
+            c.push(
+                wn,
+                wt,
+                Op::Atomic {
+                    addr: flags[0],
+                    op: AtomicOp::FetchAdd(1),
+                    order: o,
+                },
+            );
+            for j in 1..len {
+                let (rn, rt) = pick(&mut rng, &mut c);
+                if debug {
+                    eprintln!("  relay n{rn}t{rt}: {:?} -> {:?}", flags[j - 1], flags[j]);
+                }
+                let o = acq(&mut rng);
+                let o2 = rel(&mut rng);
+                if edge && rng.chance(50) {
+                    // A relay on thread 0, past its barrier.
+                    deferred.push((
+                        rn,
+                        Op::AwaitAtomic {
+                            addr: flags[j - 1],
+                            at_least: 1,
+                            order: o,
+                        },
+                    ));
+                    deferred.push((
+                        rn,
+                        Op::Atomic {
+                            addr: flags[j],
+                            op: AtomicOp::FetchAdd(1),
+                            order: o2,
+                        },
+                    ));
+                    continue;
+                }
+                c.push(
+                    rn,
+                    rt,
+                    Op::AwaitAtomic {
+                        addr: flags[j - 1],
+                        at_least: 1,
+                        order: o,
+                    },
+                );
+                if rng.chance(30) {
+                    // Reads the data itself on the way.
+                    for &w in &words {
+                        c.push(rn, rt, Op::Read(w));
+                    }
+                }
+                if rng.chance(30) {
+                    // Writes one of the words again: the readers must see the newer value.
+                    let w = words[rng.below(words.len() as u64) as usize];
+                    value += 1;
+                    c.push(rn, rt, Op::Write(w, value));
+                }
+                c.push(
+                    rn,
+                    rt,
+                    Op::Atomic {
+                        addr: flags[j],
+                        op: AtomicOp::FetchAdd(1),
+                        order: o2,
+                    },
+                );
+            }
+            for _ in 0..1 + rng.below(3) {
+                let (rn, rt) = pick(&mut rng, &mut c);
+                if debug {
+                    eprintln!("  reader n{rn}t{rt}: {:?}", flags[len - 1]);
+                }
+                let o = acq(&mut rng);
+                c.push(
+                    rn,
+                    rt,
+                    Op::AwaitAtomic {
+                        addr: flags[len - 1],
+                        at_least: 1,
+                        order: o,
+                    },
+                );
+                for &w in &words {
+                    c.push(rn, rt, Op::Read(w));
+                }
+            }
+        }
+        c.push_all(Op::Barrier);
+        if debug {
+            eprintln!("barrier");
+        }
+        for (n, op) in deferred.drain(..) {
+            c.push(n, 0, op);
+        }
+    }
+    c.run().map_err(|e| e.to_string())?;
+    if let Some(v) = c.violations.first() {
+        return Err(format!(
+            "{} read {:#x} = {} but the reference says {} ({} violations)",
+            v.node,
+            v.addr.0,
+            v.got,
+            v.expected,
+            c.violations.len()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn random_chains_with_threads_across_barriers_read_the_last_write() {
+    let (base, cases) = seeds(0xC4A1_0000);
+    let mut failed = Vec::new();
+    for seed in base..base + cases {
+        if let Err(e) = chain_case(seed) {
+            eprintln!("seed {seed}: {e}");
+            failed.push(seed);
+        }
+    }
+    assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+}
