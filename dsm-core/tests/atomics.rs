@@ -1040,7 +1040,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
             } else {
                 pick(&mut rng)
             };
-            let mut pick =
+            let pick =
                 |rng: &mut Rng, c: &mut Cluster| if edge { pick_t1(rng, c) } else { pick(rng) };
             if debug {
                 eprintln!("phase {phase}: writer n{wn}t{wt} words {words:?} flags {flags:?}");
