@@ -77,6 +77,7 @@ fn main() {
         lock: LockId(3),
         counter: 9,
         notices: (0..32).map(PageNum).collect(),
+        earlier: Vec::new(),
     };
     for (name, m) in [
         ("GETPGRANT (4 KiB)", &grant),

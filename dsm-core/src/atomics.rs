@@ -487,7 +487,11 @@ impl<M: PageMemory> Node<M> {
             return;
         }
         self.interval += 1;
-        let (writer, interval, epoch) = (self.cfg.node, self.interval, self.epoch + 1);
+        // An epoch past the writes' (a grant does not say theirs): a writer is at most one
+        // epoch past this node, or two while a thread of this node is in a barrier, and writes
+        // made in the window of its next barrier are tagged one more.
+        let epoch = self.epoch + 1 + Epoch::from(self.sync.awaiting_grant);
+        let (writer, interval) = (self.cfg.node, self.interval);
         for &page in pages {
             let relayed = WriteId {
                 page,

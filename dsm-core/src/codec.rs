@@ -25,7 +25,7 @@ use crate::types::{
 pub const MAGIC: u16 = 0x4A44;
 /// The wire format's version (16: an atomic operation's `seen` and its grant's counter count
 /// the releases through every atomic word of the home, not of the word alone).
-pub const VERSION: u8 = 17;
+pub const VERSION: u8 = 18;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -163,7 +163,9 @@ fn payload_len(msg: &Msg) -> usize {
         }
         Msg::DiffGrant { .. } => 8,
         Msg::Acquire { .. } => 2 + 8 + 8 + 1,
-        Msg::AcquireGrant { notices, .. } => 2 + 8 + 4 + 4 * notices.len(),
+        Msg::AcquireGrant {
+            notices, earlier, ..
+        } => 2 + 8 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
         Msg::Release {
             notices, earlier, ..
         } => 2 + 8 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
@@ -394,10 +396,12 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
             lock,
             counter,
             notices,
+            earlier,
         } => {
             out.extend_from_slice(&lock.0.to_le_bytes());
             out.extend_from_slice(&counter.to_le_bytes());
             put_pages(out, notices);
+            put_pages(out, earlier);
         }
         Msg::Release {
             lock,
@@ -693,6 +697,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             lock: r.lock()?,
             counter: r.u64()?,
             notices: r.pages()?,
+            earlier: r.pages()?,
         },
         MsgKind::Release => Msg::Release {
             lock: r.lock()?,

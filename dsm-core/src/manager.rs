@@ -385,9 +385,10 @@ impl Managers {
         if self.manager_of(lock.0) != self.me {
             return Err(refuse(from, MsgKind::Acquire, "lock not managed here"));
         }
+        let nodes = self.nodes;
         let m = self.locks.entry(lock).or_default();
         if m.holder.is_none() {
-            Self::grant_lock(m, lock, (from, seen, epoch, cohort), out);
+            Self::grant_lock(m, (lock, nodes), (from, seen, epoch, cohort), out);
         } else if m.holder == Some(from) || m.queue.iter().any(|&(n, ..)| n == from) {
             return Err(refuse(
                 from,
@@ -409,16 +410,27 @@ impl Managers {
 
     fn grant_lock(
         m: &mut LockMgr,
-        lock: LockId,
+        (lock, nodes): (LockId, u16),
         (to, seen, epoch, cohort): (NodeId, Count, Epoch, bool),
         out: &mut Outbox,
     ) {
         m.holder = Some(to);
         m.holder_cohort = cohort;
+        // With three nodes or more, the acquirer passes on what the grant names through its
+        // atomic releases, to nodes that may not be past its last barrier yet: the pages of the
+        // epoch before too (see `Msg::AcquireGrant::earlier`).
+        let earlier = match epoch.checked_sub(1) {
+            Some(before) if nodes > 2 => notices_since(&m.notices, seen, before, Some(to))
+                .into_iter()
+                .filter(|p| m.notices.get(p).is_some_and(|n| n.epoch == before))
+                .collect(),
+            _ => Vec::new(),
+        };
         let msg = Msg::AcquireGrant {
             lock,
             counter: m.counter,
             notices: notices_since(&m.notices, seen, epoch, Some(to)),
+            earlier,
         };
         out.push((to, msg));
     }
@@ -435,6 +447,7 @@ impl Managers {
         node_epoch: Epoch,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
+        let nodes = self.nodes;
         let m = match self.locks.get_mut(&lock) {
             Some(m) if m.holder == Some(from) => m,
             _ => return Err(refuse(from, MsgKind::Release, "lock not held by that node")),
@@ -448,7 +461,7 @@ impl Managers {
         );
         m.holder = None;
         if let Some(next) = m.queue.pop_front() {
-            Self::grant_lock(m, lock, next, out);
+            Self::grant_lock(m, (lock, nodes), next, out);
             // Others still wait: a cohort holder is told at once (after its grant, in order).
             if !m.queue.is_empty() && m.holder_cohort {
                 out.push((next.0, Msg::LockWanted { lock }));
@@ -735,7 +748,8 @@ mod tests {
                 Msg::AcquireGrant {
                     lock: l,
                     counter: 1,
-                    notices: vec![PageNum(7)]
+                    notices: vec![PageNum(7)],
+                    earlier: vec![],
                 }
             )]
         );

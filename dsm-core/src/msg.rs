@@ -143,6 +143,10 @@ pub enum Msg {
         counter: Count,
         /// Pages written in releases newer than the acquirer's `seen`.
         notices: Vec<PageNum>,
+        /// Pages of such releases of the epoch before the acquirer's (with three nodes or
+        /// more): its barrier invalidated them, but it passes them on through its atomic
+        /// releases to nodes not past that barrier yet (see the core's `atomics.rs`, "Chains").
+        earlier: Vec<PageNum>,
     },
     /// REL: the sender releases `lock`; these pages were written since its last release of it.
     Release {

@@ -671,7 +671,8 @@ impl<M: PageMemory> Node<M> {
                 lock,
                 counter,
                 notices,
-            } => self.on_acquire_grant(now, from, lock, counter, notices),
+                earlier,
+            } => self.on_acquire_grant(now, from, lock, counter, (notices, earlier)),
             Msg::Release {
                 lock,
                 epoch,

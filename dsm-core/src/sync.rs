@@ -296,7 +296,7 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         lock: LockId,
         counter: Count,
-        notices: Vec<PageNum>,
+        (notices, earlier): (Vec<PageNum>, Vec<PageNum>),
     ) -> Result<(), ProtocolError> {
         let i = usize::from(lock.0);
         if from != self.manager_of(lock.0) || self.sync.locks[i].acquiring.is_none() {
@@ -306,7 +306,10 @@ impl<M: PageMemory> Node<M> {
                 why: "lock was not requested from that node",
             });
         }
-        self.relay_through_atomics(&notices);
+        // The pages of the epoch before this node's are relayed only: its barrier invalidated
+        // them.
+        let relayed: Vec<PageNum> = notices.iter().chain(&earlier).copied().collect();
+        self.relay_through_atomics(&relayed);
         self.invalidate_notified(now, Some(from), notices);
         let l = &mut self.sync.locks[i];
         let Some((waiter, since)) = l.acquiring.take() else {

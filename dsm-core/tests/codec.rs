@@ -106,6 +106,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
             lock,
             counter: rng.next_u64(),
             notices: pages(rng),
+            earlier: pages(rng),
         },
         6 => Msg::Release {
             lock,
@@ -325,8 +326,9 @@ fn small_messages_carry_only_their_payload() {
         lock: LockId(1),
         counter: 0,
         notices: vec![],
+        earlier: vec![],
     };
-    assert_eq!(codec::frame_len(&grant), HEADER_BYTES + 14);
+    assert_eq!(codec::frame_len(&grant), HEADER_BYTES + 18);
     assert_eq!(
         codec::frame_len(&Msg::DiffGrant { id: 1 }),
         HEADER_BYTES + 8

@@ -994,6 +994,7 @@ fn a_grant_older_than_a_write_notice_is_fetched_again() {
             lock: LockId(2),
             counter: 1,
             notices: vec![PageNum(0)],
+            earlier: vec![],
         },
     )
     .unwrap();
@@ -1047,6 +1048,7 @@ fn messages_that_break_the_protocol_are_rejected_and_change_nothing() {
             lock: LockId(0),
             counter: 1,
             notices: vec![],
+            earlier: vec![],
         }, // not requested
         Msg::BarrierGrant {
             epoch: 0,
