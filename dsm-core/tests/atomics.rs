@@ -934,7 +934,9 @@ fn random_programs_of_threads_adding_at_once_answer_every_value_once() {
 /// threads per node: thread 0 of each node takes part in each phase and then enters the
 /// barrier; thread 1 takes part in the phases without entering barriers (so its acquires and
 /// releases land on either side of its node's barrier edge). Each phase writes fresh data
-/// words (written once), so every read after the chain has one right answer.
+/// words (written once), so every read after the chain has one right answer. Some chains start
+/// through a condition variable, the first relay entering through its grant (89 cases of
+/// 3,000 read stale data with the relay of grants left out).
 fn chain_case(seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let nodes = 3 + rng.below(3) as u16;
@@ -979,6 +981,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
     let debug = std::env::var_os("DEBUG").is_some();
     let phases = 1 + rng.below(5);
     let mut deferred: Vec<(u16, Op)> = Vec::new();
+    let mut next_cv = 0u16;
     for phase in 0..phases {
         // Some caching reads of words never written (pulls pages into caches).
         for n in 0..nodes {
@@ -1062,20 +1065,26 @@ fn chain_case(seed: u64) -> Result<(), String> {
                     );
                 }
             }
+            // Some chains start through a condition variable: the first relay enters through
+            // its grant (relayed through the atomics).
+            let via_cv = (len >= 2 && rng.chance(35)).then(|| {
+                next_cv += 1;
+                CvId(next_cv)
+            });
             let rel =
                 |rng: &mut Rng| [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize];
             let acq =
                 |rng: &mut Rng| [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize];
             let o = rel(&mut rng);
-            c.push(
-                wn,
-                wt,
-                Op::Atomic {
+            let first = match via_cv {
+                Some(cv) => Op::SetCv(cv),
+                None => Op::Atomic {
                     addr: flags[0],
                     op: AtomicOp::FetchAdd(1),
                     order: o,
                 },
-            );
+            };
+            c.push(wn, wt, first);
             for j in 1..len {
                 let (rn, rt) = pick(&mut rng, &mut c);
                 if debug {
@@ -1085,14 +1094,15 @@ fn chain_case(seed: u64) -> Result<(), String> {
                 let o2 = rel(&mut rng);
                 if edge && rng.chance(50) {
                     // A relay on thread 0, past its barrier.
-                    deferred.push((
-                        rn,
-                        Op::AwaitAtomic {
+                    let enter = match via_cv {
+                        Some(cv) if j == 1 => Op::WaitCv(cv),
+                        _ => Op::AwaitAtomic {
                             addr: flags[j - 1],
                             at_least: 1,
                             order: o,
                         },
-                    ));
+                    };
+                    deferred.push((rn, enter));
                     deferred.push((
                         rn,
                         Op::Atomic {
@@ -1103,15 +1113,15 @@ fn chain_case(seed: u64) -> Result<(), String> {
                     ));
                     continue;
                 }
-                c.push(
-                    rn,
-                    rt,
-                    Op::AwaitAtomic {
+                let enter = match via_cv {
+                    Some(cv) if j == 1 => Op::WaitCv(cv),
+                    _ => Op::AwaitAtomic {
                         addr: flags[j - 1],
                         at_least: 1,
                         order: o,
                     },
-                );
+                };
+                c.push(rn, rt, enter);
                 if rng.chance(30) {
                     // Reads the data itself on the way.
                     for &w in &words {
