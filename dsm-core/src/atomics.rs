@@ -479,9 +479,8 @@ impl<M: PageMemory> Node<M> {
     /// before it are home before its), and passed on as that writer's they would be skipped by
     /// a node that saw that writer's write before the earlier ones were home; so they go as
     /// this node's own, of a new interval (nothing it named before carries it), tagged an
-    /// epoch past this node's (a grant does not say its writes' epochs: a write made in the
-    /// window of the next barrier must not be taken as covered by it). Two nodes: nothing to
-    /// pass on (see `acquire_atomic_notices`).
+    /// epoch past any the writes can have (below). Two nodes: nothing to pass on (see
+    /// `acquire_atomic_notices`).
     pub(crate) fn relay_through_atomics(&mut self, pages: &[PageNum]) {
         if self.cfg.nodes <= 2 || pages.is_empty() {
             return;

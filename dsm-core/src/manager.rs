@@ -101,21 +101,13 @@ impl AtomicMgr {
         }
         let counter = self.counter;
         let writers = self.notices.entry(n.page).or_default();
-        let by_counter = &mut self.by_counter;
-        by_counter.insert((counter, n.page, n.writer));
         match writers.iter_mut().find(|r| r.writer == n.writer) {
             // Known to whoever saw that one, unless it is of a newer epoch (a release's pages
             // of the epoch before and of its own: acquirers of the newer one filter the older
             // out).
-            Some(r) if (r.interval, r.epoch) >= (n.interval, n.epoch) => {
-                if r.counter != counter {
-                    by_counter.remove(&(counter, n.page, n.writer));
-                }
-            }
+            Some(r) if (r.interval, r.epoch) >= (n.interval, n.epoch) => return,
             Some(r) => {
-                if r.counter != counter {
-                    by_counter.remove(&(r.counter, n.page, n.writer));
-                }
+                self.by_counter.remove(&(r.counter, n.page, n.writer));
                 r.interval = r.interval.max(n.interval);
                 r.counter = counter;
                 r.epoch = r.epoch.max(n.epoch);
@@ -127,6 +119,7 @@ impl AtomicMgr {
                 epoch: n.epoch,
             }),
         }
+        self.by_counter.insert((counter, n.page, n.writer));
     }
 }
 
@@ -302,9 +295,8 @@ impl Managers {
 
     /// An atomic operation on a word homed here released the sender's writes (`notices`, and
     /// `earlier` of the epoch before `epoch`: each page with its last write's interval) and
-    /// passed on the
-    /// writes of others it had learned through atomic acquires (`passed_on`): recorded under
-    /// one new count, in the one record of every atomic word homed here. An acquire through a
+    /// passed on the writes of others it had learned through its acquires (`passed_on`):
+    /// recorded under one new count, in the one record of every atomic word homed here. An acquire through a
     /// word then gets the writes released through any word of this home that it has not seen:
     /// more than it needs (extra invalidations, never a missed write), in memory bounded by the
     /// pages and writers. Records per word grew with every word used, and each release through
@@ -420,9 +412,11 @@ impl Managers {
         // atomic releases, to nodes that may not be past its last barrier yet: the pages of the
         // epoch before too (see `Msg::AcquireGrant::earlier`).
         let earlier = match epoch.checked_sub(1) {
-            Some(before) if nodes > 2 => notices_since(&m.notices, seen, before, Some(to))
-                .into_iter()
-                .filter(|p| m.notices.get(p).is_some_and(|n| n.epoch == before))
+            Some(before) if nodes > 2 => m
+                .notices
+                .iter()
+                .filter(|&(_, n)| n.counter > seen && n.epoch == before && n.by != to)
+                .map(|(&p, _)| p)
                 .collect(),
             _ => Vec::new(),
         };

@@ -25,10 +25,21 @@ use crate::msg::{Msg, MsgKind, WriteNotice};
 use crate::node::Node;
 use crate::types::{CvId, GlobalAddr, LockId, MAX_CVS, MAX_LOCKS, NodeId, PageNum, Time, WaiterId};
 
+/// The pages of `written` (page -> interval of its last write) written after `interval`, with
+/// that interval.
+fn last_writes_after(
+    written: &BTreeMap<PageNum, Count>,
+    interval: Count,
+) -> impl Iterator<Item = (PageNum, Count)> + '_ {
+    written
+        .iter()
+        .filter(move |&(_, &s)| s > interval)
+        .map(|(&p, &s)| (p, s))
+}
+
 /// The pages of `written` (page -> interval of its last write) written after `interval`.
 pub(crate) fn written_after(written: &BTreeMap<PageNum, Count>, interval: Count) -> Vec<PageNum> {
-    writes_after(written, interval)
-        .into_iter()
+    last_writes_after(written, interval)
         .map(|(p, _)| p)
         .collect()
 }
@@ -39,11 +50,7 @@ pub(crate) fn writes_after(
     written: &BTreeMap<PageNum, Count>,
     interval: Count,
 ) -> Vec<(PageNum, Count)> {
-    written
-        .iter()
-        .filter(|&(_, &s)| s > interval)
-        .map(|(&p, &s)| (p, s))
-        .collect()
+    last_writes_after(written, interval).collect()
 }
 
 impl<M: PageMemory> Node<M> {
@@ -165,10 +172,17 @@ impl<M: PageMemory> Node<M> {
     /// The pages the last barriers took for their notices (see `SyncState::barrier_written`)
     /// written in intervals after `interval`.
     pub(crate) fn barrier_written_after(&self, interval: Count) -> Vec<PageNum> {
-        self.barrier_writes_after(interval)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect()
+        let mut pages: Vec<PageNum> = [
+            &self.sync.barrier_written,
+            &self.sync.barrier_written_before,
+        ]
+        .into_iter()
+        .flatten()
+        .flat_map(|m| last_writes_after(m, interval).map(|(p, _)| p))
+        .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        pages
     }
 
     /// [`Node::barrier_written_after`], each page with the interval of its last write.
@@ -181,7 +195,7 @@ impl<M: PageMemory> Node<M> {
         .into_iter()
         .flatten()
         {
-            for (p, s) in writes_after(m, interval) {
+            for (p, s) in last_writes_after(m, interval) {
                 let at = last.entry(p).or_insert(s);
                 *at = (*at).max(s);
             }

@@ -767,6 +767,34 @@ fn openmp_atomics_gcc_expands_are_exact_and_other_sizes_are_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Builds `src` into `exe` with dsmcc each way the atomics tests use (clang instrumenting the
+/// atomics alone, gcc the whole source, and `--check-races`), skipping a compiler that is not
+/// installed with a line that says so, and calls `check` with the compiler, the flags and the
+/// build's output after each build.
+fn each_dsmcc_build(src: &Path, exe: &Path, mut check: impl FnMut(&str, &[&str], &Output)) {
+    for (cc, flags) in [
+        ("clang", &[][..]),
+        ("gcc", &[][..]),
+        ("cc", &["--check-races"][..]),
+    ] {
+        if Command::new(cc).arg("--version").output().is_err() {
+            eprintln!("SKIPPED: the {cc} build ({cc} is not installed)");
+            continue;
+        }
+        let out = Command::new(bin("dsmcc"))
+            .env("DSMCC_CC", cc)
+            .args(flags)
+            .args(["-O2"])
+            .arg(src)
+            .arg("-o")
+            .arg(exe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cc} {flags:?}: {}", text(&out));
+        check(cc, flags, &out);
+    }
+}
+
 /// A chain of C11 atomics through words of two homes (the outside attack's `trans.c`): node 0
 /// writes a word node 2 caches and stores a flag homed on node 1 with release; node 1 waits for
 /// it with acquire and stores a flag homed on node 2; node 2 waits for that and reads the word:
@@ -806,26 +834,7 @@ fn a_chain_of_c11_atomics_through_two_homes_orders_the_writes_before_it() {
     )
     .unwrap();
     let exe = src.with_extension("");
-    let dsmcc = bin("dsmcc");
-    for (cc, flags) in [
-        ("clang", &[][..]),
-        ("gcc", &[][..]),
-        ("cc", &["--check-races"][..]),
-    ] {
-        if Command::new(cc).arg("--version").output().is_err() {
-            eprintln!("SKIPPED: the {cc} build ({cc} is not installed)");
-            continue;
-        }
-        let out = Command::new(&dsmcc)
-            .env("DSMCC_CC", cc)
-            .args(flags)
-            .args(["-O2"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{cc} {flags:?}: {}", text(&out));
+    each_dsmcc_build(&src, &exe, |cc, flags, _| {
         let out = run(3, "udp", &exe, &[], None);
         let t = text(&out);
         assert!(out.status.success(), "{cc} {flags:?}: {t}");
@@ -836,7 +845,7 @@ fn a_chain_of_c11_atomics_through_two_homes_orders_the_writes_before_it() {
             3,
             "{cc} {flags:?}: {t}"
         );
-    }
+    });
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(exe);
 }
@@ -876,27 +885,7 @@ fn c11_atomics_on_shared_memory_are_exact_across_nodes_when_dsmcc_instruments_th
     )
     .unwrap();
     let exe = src.with_extension("");
-    let dsmcc = bin("dsmcc");
-    for (cc, flags) in [
-        ("clang", &[][..]),
-        ("gcc", &[][..]),
-        ("cc", &["--check-races"][..]),
-    ] {
-        let have = Command::new(cc).arg("--version").output().is_ok();
-        if !have {
-            eprintln!("SKIPPED: the {cc} build ({cc} is not installed)");
-            continue;
-        }
-        let out = Command::new(&dsmcc)
-            .env("DSMCC_CC", cc)
-            .args(flags)
-            .args(["-O2"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{cc} {flags:?}: {}", text(&out));
+    each_dsmcc_build(&src, &exe, |cc, flags, out| {
         if cc == "gcc" {
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -914,7 +903,7 @@ fn c11_atomics_on_shared_memory_are_exact_across_nodes_when_dsmcc_instruments_th
             4,
             "{cc} {flags:?}: {t}"
         );
-    }
+    });
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(exe);
 }
