@@ -63,7 +63,7 @@ use crate::types::{
 use crate::types::{Count, Epoch};
 
 impl<M: PageMemory> Node<M> {
-    /// The waiter applies `op` to the `width`-byte word at `addr` (4 or 8, aligned), with the
+    /// The waiter applies `op` to the `width`-byte word at `addr` (1, 2, 4 or 8, aligned), with the
     /// semantics `order` gives; it is resumed when the home has answered, and takes the word's
     /// value before from [`Node::take_atomic_result`].
     pub fn atomic(
@@ -75,7 +75,7 @@ impl<M: PageMemory> Node<M> {
         order: AtomicOrder,
     ) -> Result<(), UsageError> {
         let page = addr.page();
-        if !(width == 4 || width == 8)
+        if !crate::types::atomic_width(width)
             || addr.0 % u64::from(width) != 0
             || page.index() >= self.table.len()
         {

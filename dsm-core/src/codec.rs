@@ -759,7 +759,7 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
             let id = r.u32()?;
             let addr = r.u64()?;
             let width = r.u8()?;
-            if width != 4 && width != 8 || addr % u64::from(width) != 0 {
+            if !crate::types::atomic_width(width) || addr % u64::from(width) != 0 {
                 return Err(DecodeError::BadValue {
                     field: "atomic word's width or alignment",
                     value: addr | u64::from(width),

@@ -143,11 +143,11 @@ pub enum UsageError {
         "a message of {0} bytes is longer than the {MAX_LETTER_BYTES} bytes one message may carry"
     )]
     LetterTooLong(usize),
-    /// An atomic operation on a word that is not an aligned 4- or 8-byte word of allocated
-    /// shared memory.
+    /// An atomic operation on a word that is not an aligned 1-, 2-, 4- or 8-byte word of
+    /// allocated shared memory.
     #[error(
         "atomic operation on {width} bytes at offset {addr:#x} of the shared region: atomics take \
-         a 4- or 8-byte word, aligned to its size, in allocated memory"
+         a 1-, 2-, 4- or 8-byte word, aligned to its size, in allocated memory"
     )]
     BadAtomic {
         /// The word's offset in the shared region.

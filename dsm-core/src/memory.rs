@@ -98,7 +98,7 @@ pub trait PageMemory {
     /// runtime tells the core at once when it opens it, and the other openings at its next pass.
     fn allow_prefetch_open(&mut self, _page: PageNum, _wake: bool) {}
 
-    /// Applies `op` to the `width`-byte word (4 or 8, aligned) at `offset` of home page `page`
+    /// Applies `op` to the `width`-byte word (1, 2, 4 or 8, aligned) at `offset` of home page `page`
     /// as one atomic operation of the CPU, and returns the value before: the node's own threads
     /// may apply theirs to words of the page at the same moment (see
     /// [`PageMemory::atomics_homed_here`]). Not a write the race checker records.

@@ -228,7 +228,7 @@ pub enum Msg {
         id: u32,
         /// The word's offset in the shared region.
         addr: u64,
-        /// 4 or 8.
+        /// 1, 2, 4 or 8.
         width: u8,
         /// The operation.
         op: AtomicOp,

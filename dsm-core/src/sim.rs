@@ -65,22 +65,27 @@ pub enum Op {
         /// The bytes.
         data: Vec<u8>,
     },
-    /// An atomic operation on the 8-byte word at `addr`; its value before goes to
+    /// An atomic operation on the `width`-byte word at `addr`; its value before goes to
     /// [`Cluster::atomics`]. The reference takes adds and subtractions when they are made (they
-    /// commute), other writes when they are answered (give such a word one writer at a time).
+    /// commute), other writes when they are answered (give such a word one writer at a time,
+    /// and one width).
     Atomic {
         /// The word.
         addr: GlobalAddr,
+        /// Its width in bytes (1, 2, 4 or 8).
+        width: u8,
         /// The operation.
         op: AtomicOp,
         /// Its ordering.
         order: AtomicOrder,
     },
-    /// Atomic loads of the 8-byte word at `addr` until it holds `at_least` or more (a spin on
-    /// a flag or a counter).
+    /// Atomic loads of the `width`-byte word at `addr` until it holds `at_least` or more (a
+    /// spin on a flag or a counter).
     AwaitAtomic {
         /// The word.
         addr: GlobalAddr,
+        /// Its width in bytes (1, 2, 4 or 8).
+        width: u8,
         /// The value awaited.
         at_least: u64,
         /// The loads' ordering.
@@ -609,23 +614,22 @@ impl Cluster {
             Op::ResetCv(c) => node.resetcv(now, c, waiter).map_err(usage)?,
             Op::WaitCv(c) => node.waitcv(now, c, waiter).map_err(usage)?,
             Op::Exit => node.exit(now, waiter).map_err(usage)?,
-            Op::Atomic { addr, op, order } => {
-                node.atomic(now, waiter, (addr, 8), op, order)
+            Op::Atomic {
+                addr,
+                width,
+                op,
+                order,
+            } => {
+                node.atomic(now, waiter, (addr, width), op, order)
                     .map_err(usage)?;
-                match op {
-                    AtomicOp::FetchAdd(d) => {
-                        let r = self.reference.entry(addr.0).or_insert(0);
-                        *r = r.wrapping_add(d);
-                    }
-                    AtomicOp::FetchSub(d) => {
-                        let r = self.reference.entry(addr.0).or_insert(0);
-                        *r = r.wrapping_sub(d);
-                    }
-                    _ => {}
+                if let AtomicOp::FetchAdd(_) | AtomicOp::FetchSub(_) = op {
+                    self.update_reference(addr, width, |old| op.apply(old, width));
                 }
             }
-            Op::AwaitAtomic { addr, order, .. } => node
-                .atomic(now, waiter, (addr, 8), AtomicOp::Load, order)
+            Op::AwaitAtomic {
+                addr, width, order, ..
+            } => node
+                .atomic(now, waiter, (addr, width), AtomicOp::Load, order)
                 .map_err(usage)?,
             Op::Send { to, tag, data } => {
                 node.send_letter(to, Channel::Send, tag, data)
@@ -722,16 +726,21 @@ impl Cluster {
                             // An atomic operation's answer; an awaited value not there yet
                             // is loaded again.
                             let atomic = match th.ops.front() {
-                                Some(&Op::Atomic { addr, op, .. }) if !b.retry => {
-                                    Some((addr, op, None))
-                                }
-                                Some(&Op::AwaitAtomic { addr, at_least, .. }) if !b.retry => {
-                                    Some((addr, AtomicOp::Load, Some(at_least)))
+                                Some(&Op::Atomic {
+                                    addr, width, op, ..
+                                }) if !b.retry => Some((addr, width, op, None)),
+                                Some(&Op::AwaitAtomic {
+                                    addr,
+                                    width,
+                                    at_least,
+                                    ..
+                                }) if !b.retry => {
+                                    Some((addr, width, AtomicOp::Load, Some(at_least)))
                                 }
                                 _ => None,
                             };
                             let mut again = false;
-                            if let Some((addr, op, at_least)) = atomic {
+                            if let Some((addr, width, op, at_least)) = atomic {
                                 let old =
                                     self.nodes[n].take_atomic_result(waiter).ok_or_else(|| {
                                         SimError::Protocol(format!(
@@ -740,17 +749,14 @@ impl Cluster {
                                     })?;
                                 self.atomics[n].push((addr, old));
                                 again = at_least.is_some_and(|v| old < v);
-                                if let (
-                                    AtomicOp::Store(_)
-                                    | AtomicOp::Swap(_)
-                                    | AtomicOp::CompareExchange { .. }
-                                    | AtomicOp::FetchAnd(_)
-                                    | AtomicOp::FetchOr(_)
-                                    | AtomicOp::FetchXor(_),
-                                    Some(new),
-                                ) = (op, op.apply(old, 8))
+                                if let AtomicOp::Store(_)
+                                | AtomicOp::Swap(_)
+                                | AtomicOp::CompareExchange { .. }
+                                | AtomicOp::FetchAnd(_)
+                                | AtomicOp::FetchOr(_)
+                                | AtomicOp::FetchXor(_) = op
                                 {
-                                    self.reference.insert(addr.0, new);
+                                    self.update_reference(addr, width, |_| op.apply(old, width));
                                 }
                             }
                             let th = &mut self.threads[n][waiter.0 as usize];
@@ -898,6 +904,26 @@ impl Cluster {
         self.after_input(to)
     }
 
+    /// Sets the reference's `width`-byte word at `addr` (aligned) to what `f` makes of its value,
+    /// if anything: the reference holds 8-byte words, read and written whole by plain accesses.
+    fn update_reference(
+        &mut self,
+        addr: GlobalAddr,
+        width: u8,
+        f: impl FnOnce(u64) -> Option<u64>,
+    ) {
+        let shift = 8 * (addr.0 % 8) as u32;
+        let mask = if width >= 8 {
+            u64::MAX
+        } else {
+            ((1u64 << (8 * u32::from(width))) - 1) << shift
+        };
+        let word = self.reference.entry(addr.0 - addr.0 % 8).or_insert(0);
+        if let Some(new) = f((*word & mask) >> shift) {
+            *word = (*word & !mask) | ((new << shift) & mask);
+        }
+    }
+
     fn report_home_writes(node: &mut Node<VecMemory>, now: Time) {
         for page in std::mem::take(&mut node.memory_mut().opened_home_writes) {
             node.handle_home_write(page);
@@ -917,7 +943,16 @@ impl Cluster {
         op: AtomicOp,
         order: AtomicOrder,
     ) -> Result<u64, SimError> {
-        self.push(n, 0, Op::Atomic { addr, op, order });
+        self.push(
+            n,
+            0,
+            Op::Atomic {
+                addr,
+                width: 8,
+                op,
+                order,
+            },
+        );
         self.run()?;
         self.atomics[usize::from(n)]
             .last()

@@ -106,7 +106,14 @@ impl PageNum {
     }
 }
 
-/// An operation on an atomic word of shared memory (4 or 8 bytes, aligned), applied at the
+/// Whether an atomic word may be `width` bytes wide: 1, 2, 4 or 8 (C11's `atomic_flag`, `_Atomic
+/// bool`, `char` and `short` objects are 1 and 2 bytes; diffs are byte-exact, so a word of any of
+/// these widths shares its page, and its 8 bytes, with plain data written on other nodes).
+pub fn atomic_width(width: u8) -> bool {
+    matches!(width, 1 | 2 | 4 | 8)
+}
+
+/// An operation on an atomic word of shared memory (1, 2, 4 or 8 bytes, aligned), applied at the
 /// word's home: its value before is the answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOp {
@@ -136,7 +143,7 @@ pub enum AtomicOp {
 }
 
 impl AtomicOp {
-    /// The word's value after this operation on `old`, a `width`-byte word (4 or 8), if the
+    /// The word's value after this operation on `old`, a `width`-byte word (1, 2, 4 or 8), if the
     /// operation writes one (a load never does, a compare-exchange only on a match).
     pub fn apply(self, old: u64, width: u8) -> Option<u64> {
         let mask = if width >= 8 {

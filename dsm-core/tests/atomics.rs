@@ -27,6 +27,7 @@ fn fetch_adds_from_every_node_are_applied_once_each_in_one_order() {
                 n,
                 0,
                 Op::Atomic {
+                    width: 8,
                     addr: x,
                     op: AtomicOp::FetchAdd(1),
                     order: AtomicOrder::RELAXED,
@@ -65,6 +66,7 @@ fn message_passing(orders: (AtomicOrder, AtomicOrder)) -> Vec<u64> {
         3,
         0,
         Op::AwaitAtomic {
+            width: 8,
             addr: flag,
             at_least: 1,
             order: orders.1,
@@ -109,6 +111,7 @@ fn a_release_held_at_the_home_is_carried_by_the_next_release_through_its_home() 
         0,
         0,
         Op::Atomic {
+            width: 8,
             addr: x,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -120,6 +123,7 @@ fn a_release_held_at_the_home_is_carried_by_the_next_release_through_its_home() 
         0,
         1,
         Op::Atomic {
+            width: 8,
             addr: y,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -129,6 +133,7 @@ fn a_release_held_at_the_home_is_carried_by_the_next_release_through_its_home() 
         1,
         0,
         Op::AwaitAtomic {
+            width: 8,
             addr: y,
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -173,6 +178,7 @@ fn chain(relays: u16) -> Vec<u64> {
             r,
             0,
             Op::AwaitAtomic {
+                width: 8,
                 addr: flags[usize::from(r) - 1],
                 at_least: 1,
                 order: AtomicOrder::ACQUIRE,
@@ -182,6 +188,7 @@ fn chain(relays: u16) -> Vec<u64> {
             r,
             0,
             Op::Atomic {
+                width: 8,
                 addr: flags[usize::from(r)],
                 op: AtomicOp::Store(1),
                 order: AtomicOrder::RELEASE,
@@ -192,6 +199,7 @@ fn chain(relays: u16) -> Vec<u64> {
         last,
         0,
         Op::AwaitAtomic {
+            width: 8,
             addr: flags[usize::from(relays)],
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -240,6 +248,7 @@ fn lock_then_atomic(through_cv: bool) -> u64 {
         1,
         0,
         Op::Atomic {
+            width: 8,
             addr: x,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -249,6 +258,7 @@ fn lock_then_atomic(through_cv: bool) -> u64 {
         2,
         0,
         Op::AwaitAtomic {
+            width: 8,
             addr: x,
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -289,6 +299,7 @@ fn writes_passed_on_do_not_go_round() {
                 n,
                 0,
                 Op::Atomic {
+                    width: 8,
                     addr: acq,
                     op: AtomicOp::FetchAdd(1),
                     order: AtomicOrder::ACQ_REL,
@@ -299,6 +310,7 @@ fn writes_passed_on_do_not_go_round() {
                 n,
                 0,
                 Op::Atomic {
+                    width: 8,
                     addr: rel,
                     op: AtomicOp::FetchAdd(1),
                     order: AtomicOrder::ACQ_REL,
@@ -333,6 +345,7 @@ fn chain_across_a_barrier(seed: u64) -> Option<u64> {
         0,
         0,
         Op::Atomic {
+            width: 8,
             addr: x,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -344,6 +357,7 @@ fn chain_across_a_barrier(seed: u64) -> Option<u64> {
         1,
         0,
         Op::AwaitAtomic {
+            width: 8,
             addr: x,
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -353,6 +367,7 @@ fn chain_across_a_barrier(seed: u64) -> Option<u64> {
         1,
         0,
         Op::Atomic {
+            width: 8,
             addr: y,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -364,6 +379,7 @@ fn chain_across_a_barrier(seed: u64) -> Option<u64> {
         2,
         1,
         Op::AwaitAtomic {
+            width: 8,
             addr: y,
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -495,8 +511,11 @@ fn an_atomic_on_a_misaligned_or_unallocated_word_is_refused() {
     for (addr, width) in [
         (x.offset_by(4), 8),
         (x.offset_by(2), 4),
-        (x, 2),
+        (x.offset_by(1), 2),
+        (x, 3),
+        (x, 16),
         (x.offset_by(PAGE), 8),
+        (x.offset_by(PAGE), 1),
     ] {
         assert_eq!(
             node.atomic(t, w, (addr, width), AtomicOp::Load, relaxed),
@@ -547,10 +566,28 @@ fn run_case(seed: u64) -> Result<u64, String> {
         .alloc(policy.clone(), pages * PAGE)
         .map_err(|e| e.to_string())?;
     let word = |rng: &mut Rng| base.offset_by(rng.below(pages) * PAGE + rng.below(16) * 8);
-    let counters: Vec<GlobalAddr> = (0..1 + rng.below(3)).map(|_| word(&mut rng)).collect();
+    // Each counter and flag is 1, 2, 4 or 8 bytes at an offset of its width in its 8-byte word,
+    // drawn apart from the case's generator (a seed's case is otherwise unchanged): two
+    // counters may share a word's bytes (then they are one, of one width) or lie side by side.
+    let mut widths = Rng::new(seed ^ 0x05EE_D0FB_17E5);
+    let mut sized = |at: GlobalAddr| {
+        let width = [1u8, 2, 4, 8][widths.below(4) as usize];
+        let at = at.offset_by(widths.below(8 / u64::from(width)) * u64::from(width));
+        (at, width)
+    };
+    let mut counters: Vec<(GlobalAddr, u8)> = Vec::new();
+    for _ in 0..1 + rng.below(3) {
+        let (at, width) = sized(word(&mut rng));
+        let end = |(a, w): (GlobalAddr, u8)| a.0 + u64::from(w);
+        let same = counters
+            .iter()
+            .copied()
+            .find(|&c| c.0.0 < end((at, width)) && at.0 < end(c));
+        counters.push(same.unwrap_or((at, width)));
+    }
     // Distinct words: a flag's value counts its own releases.
-    let flags: Vec<GlobalAddr> = (0..4)
-        .map(|i| base.offset_by(rng.below(pages) * PAGE + (64 + 4 * i + rng.below(4)) * 8))
+    let flags: Vec<(GlobalAddr, u8)> = (0..4)
+        .map(|i| sized(base.offset_by(rng.below(pages) * PAGE + (64 + 4 * i + rng.below(4)) * 8)))
         .collect();
     let data: Vec<GlobalAddr> = (0..4)
         .map(|_| base.offset_by(rng.below(pages) * PAGE + (128 + rng.below(64)) * 8))
@@ -599,7 +636,8 @@ fn run_case(seed: u64) -> Result<u64, String> {
                     n,
                     0,
                     Op::Atomic {
-                        addr: counters[k],
+                        width: counters[k].1,
+                        addr: counters[k].0,
                         op: AtomicOp::FetchAdd(1),
                         order,
                     },
@@ -620,7 +658,8 @@ fn run_case(seed: u64) -> Result<u64, String> {
                         n,
                         0,
                         Op::Atomic {
-                            addr: flags[f],
+                            width: flags[f].1,
+                            addr: flags[f].0,
                             op: AtomicOp::FetchAdd(1),
                             order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL]
                                 [rng.below(2) as usize],
@@ -641,7 +680,8 @@ fn run_case(seed: u64) -> Result<u64, String> {
                         n,
                         0,
                         Op::AwaitAtomic {
-                            addr: flags[f],
+                            width: flags[f].1,
+                            addr: flags[f].0,
                             at_least: flag_values[f],
                             order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL]
                                 [rng.below(2) as usize],
@@ -652,7 +692,8 @@ fn run_case(seed: u64) -> Result<u64, String> {
                     n,
                     0,
                     Op::Atomic {
-                        addr: flags[g],
+                        width: flags[g].1,
+                        addr: flags[g].0,
                         op: AtomicOp::FetchAdd(1),
                         order: [AtomicOrder::RELEASE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
                     },
@@ -668,7 +709,8 @@ fn run_case(seed: u64) -> Result<u64, String> {
                     n,
                     0,
                     Op::AwaitAtomic {
-                        addr: flags[last],
+                        width: flags[last].1,
+                        addr: flags[last].0,
                         at_least: flag_values[last],
                         order: [AtomicOrder::ACQUIRE, AtomicOrder::ACQ_REL][rng.below(2) as usize],
                     },
@@ -684,8 +726,9 @@ fn run_case(seed: u64) -> Result<u64, String> {
         }
     }
     for n in 0..nodes {
-        for &k in &counters {
-            c.push(n, 0, Op::Read(k));
+        for &(k, _) in &counters {
+            // The counter's 8-byte word, whole (the reference's).
+            c.push(n, 0, Op::Read(GlobalAddr(k.0 - k.0 % 8)));
         }
     }
     c.run().map_err(|e| e.to_string())?;
@@ -700,9 +743,9 @@ fn run_case(seed: u64) -> Result<u64, String> {
         ));
     }
     // Each counter's values before: one per add, all distinct (a word may be two counters).
-    for &addr in counters.iter().collect::<BTreeSet<_>>() {
+    for &(addr, _) in counters.iter().collect::<BTreeSet<_>>() {
         let added: u64 = (0..counters.len())
-            .filter(|&k| counters[k] == addr)
+            .filter(|&k| counters[k].0 == addr)
             .map(|k| adds[k])
             .sum();
         let olds: Vec<u64> = c
@@ -772,6 +815,7 @@ fn fetch_adds_of_a_nodes_threads_combine_into_one_operation() {
             1,
             t,
             Op::Atomic {
+                width: 8,
                 addr: x,
                 op,
                 order: AtomicOrder::ACQ_REL,
@@ -867,6 +911,7 @@ fn combined_case(seed: u64) -> Result<u64, String> {
                     n,
                     t,
                     Op::Atomic {
+                        width: 8,
                         addr: counters[k],
                         op: AtomicOp::FetchAdd(1),
                         order: orders[rng.below(4) as usize],
@@ -1058,6 +1103,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
                         wn,
                         wt,
                         Op::Atomic {
+                            width: 8,
                             addr: f,
                             op: AtomicOp::FetchAdd(1),
                             order: AtomicOrder::RELEASE,
@@ -1079,6 +1125,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
             let first = match via_cv {
                 Some(cv) => Op::SetCv(cv),
                 None => Op::Atomic {
+                    width: 8,
                     addr: flags[0],
                     op: AtomicOp::FetchAdd(1),
                     order: o,
@@ -1097,6 +1144,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
                     let enter = match via_cv {
                         Some(cv) if j == 1 => Op::WaitCv(cv),
                         _ => Op::AwaitAtomic {
+                            width: 8,
                             addr: flags[j - 1],
                             at_least: 1,
                             order: o,
@@ -1106,6 +1154,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
                     deferred.push((
                         rn,
                         Op::Atomic {
+                            width: 8,
                             addr: flags[j],
                             op: AtomicOp::FetchAdd(1),
                             order: o2,
@@ -1116,6 +1165,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
                 let enter = match via_cv {
                     Some(cv) if j == 1 => Op::WaitCv(cv),
                     _ => Op::AwaitAtomic {
+                        width: 8,
                         addr: flags[j - 1],
                         at_least: 1,
                         order: o,
@@ -1138,6 +1188,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
                     rn,
                     rt,
                     Op::Atomic {
+                        width: 8,
                         addr: flags[j],
                         op: AtomicOp::FetchAdd(1),
                         order: o2,
@@ -1154,6 +1205,7 @@ fn chain_case(seed: u64) -> Result<(), String> {
                     rn,
                     rt,
                     Op::AwaitAtomic {
+                        width: 8,
                         addr: flags[len - 1],
                         at_least: 1,
                         order: o,
@@ -1226,6 +1278,7 @@ fn relay_in_barrier(seed: u64, through_lock: bool, delay: usize) -> Option<u64> 
         1,
         0,
         Op::Atomic {
+            width: 8,
             addr: f,
             op: AtomicOp::Store(1),
             order: relaxed,
@@ -1236,6 +1289,7 @@ fn relay_in_barrier(seed: u64, through_lock: bool, delay: usize) -> Option<u64> 
         1,
         1,
         Op::AwaitAtomic {
+            width: 8,
             addr: f,
             at_least: 1,
             order: relaxed,
@@ -1252,6 +1306,7 @@ fn relay_in_barrier(seed: u64, through_lock: bool, delay: usize) -> Option<u64> 
             1,
             1,
             Op::Atomic {
+                width: 8,
                 addr: g,
                 op: AtomicOp::Store(1),
                 order: relaxed,
@@ -1261,6 +1316,7 @@ fn relay_in_barrier(seed: u64, through_lock: bool, delay: usize) -> Option<u64> 
             2,
             1,
             Op::AwaitAtomic {
+                width: 8,
                 addr: g,
                 at_least: 1,
                 order: relaxed,
@@ -1277,6 +1333,7 @@ fn relay_in_barrier(seed: u64, through_lock: bool, delay: usize) -> Option<u64> 
         2,
         1,
         Op::Atomic {
+            width: 8,
             addr: x,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -1290,6 +1347,7 @@ fn relay_in_barrier(seed: u64, through_lock: bool, delay: usize) -> Option<u64> 
         3,
         0,
         Op::AwaitAtomic {
+            width: 8,
             addr: x,
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -1339,6 +1397,7 @@ fn lock_chain_across_a_barrier(seed: u64) -> Option<u64> {
         1,
         0,
         Op::Atomic {
+            width: 8,
             addr: y,
             op: AtomicOp::Store(1),
             order: AtomicOrder::RELEASE,
@@ -1350,6 +1409,7 @@ fn lock_chain_across_a_barrier(seed: u64) -> Option<u64> {
         2,
         1,
         Op::AwaitAtomic {
+            width: 8,
             addr: y,
             at_least: 1,
             order: AtomicOrder::ACQUIRE,
@@ -1394,6 +1454,7 @@ fn lock_atomic_rounds(rounds: u64) -> (u64, u64) {
                 n,
                 0,
                 Op::Atomic {
+                    width: 8,
                     addr: x,
                     op: AtomicOp::FetchAdd(1),
                     order: AtomicOrder::ACQ_REL,

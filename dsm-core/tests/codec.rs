@@ -170,7 +170,7 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         },
         21 => Msg::LockWanted { lock },
         24 => {
-            let width = if rng.chance(50) { 4 } else { 8 };
+            let width = [1, 2, 4, 8][rng.below(4) as usize];
             let op = match rng.below(9) {
                 0 => AtomicOp::Load,
                 1 => AtomicOp::Store(rng.next_u64()),
@@ -473,6 +473,36 @@ fn malformed_frames_are_errors_naming_the_fault() {
             value: far
         })
     );
+    // A word of another width than 1, 2, 4 or 8 bytes, or off its alignment.
+    for (addr, width) in [(64, 3), (64, 16), (65, 2), (66, 4)] {
+        let atomic = encode(
+            1,
+            0,
+            &Msg::Atomic {
+                id: 0,
+                addr,
+                width,
+                op: AtomicOp::Load,
+                acquire: false,
+                release: false,
+                seen: 0,
+                epoch: 0,
+                in_barrier: false,
+                passed: 0,
+                notices: vec![],
+                earlier: vec![],
+                passed_on: vec![],
+            },
+        );
+        assert_eq!(
+            codec::decode_frame(&atomic),
+            Err(DecodeError::BadValue {
+                field: "atomic word's width or alignment",
+                value: addr | u64::from(width)
+            }),
+            "{width} bytes at {addr}"
+        );
+    }
 }
 
 #[test]

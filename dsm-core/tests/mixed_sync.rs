@@ -271,7 +271,15 @@ impl Program {
             self.olds.entry((t.0, addr.0)).or_default().push(before);
             self.model
                 .insert(addr.0, op.apply(before, 8).unwrap_or(before));
-            self.push(t, Op::Atomic { addr, op, order });
+            self.push(
+                t,
+                Op::Atomic {
+                    width: 8,
+                    addr,
+                    op,
+                    order,
+                },
+            );
         }
         if self.rng.chance(70) {
             self.push(t, Op::Read(addr));
@@ -298,6 +306,7 @@ impl Program {
         self.push(
             t,
             Op::Atomic {
+                width: 8,
                 addr,
                 op: AtomicOp::FetchAdd(1),
                 order,
@@ -374,7 +383,15 @@ impl Program {
                 _ => AtomicOp::Swap(value),
             };
             let order = self.release_order();
-            self.push(t, Op::Atomic { addr, op, order });
+            self.push(
+                t,
+                Op::Atomic {
+                    width: 8,
+                    addr,
+                    op,
+                    order,
+                },
+            );
             Signal::Flag { addr, value }
         };
         let consumers: Vec<Thread> = candidates
@@ -409,6 +426,7 @@ impl Program {
         let op = match self.channels[s].signal {
             Signal::Cv(cv) => Op::WaitCv(cv),
             Signal::Flag { addr, value } => Op::AwaitAtomic {
+                width: 8,
                 addr,
                 at_least: value,
                 order: self.acquire_order(),
@@ -635,6 +653,7 @@ fn run_case(seed: u64, max_steps: u64) -> Result<Seen, String> {
         p.push(
             t,
             Op::Atomic {
+                width: 8,
                 addr: done,
                 op: AtomicOp::FetchAdd(1),
                 order,
@@ -649,6 +668,7 @@ fn run_case(seed: u64, max_steps: u64) -> Result<Seen, String> {
         p.push(
             t,
             Op::AwaitAtomic {
+                width: 8,
                 addr: done,
                 at_least: others.len() as u64,
                 order,

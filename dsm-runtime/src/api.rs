@@ -814,6 +814,20 @@ shared_atomic!(
     4,
     "An atomic `u32` in shared memory, exact across nodes ([`Dsm::atomic_u32`])."
 );
+shared_atomic!(
+    SharedAtomicU16,
+    u16,
+    2,
+    "An atomic `u16` in shared memory, exact across nodes ([`Dsm::atomic_u16`])."
+);
+shared_atomic!(
+    SharedAtomicU8,
+    u8,
+    1,
+    "An atomic `u8` in shared memory, exact across nodes ([`Dsm::atomic_u8`]): a flag, or a \
+     byte of counters packed beside plain data (each node's plain writes to the bytes around it \
+     travel as byte-exact diffs, so none undoes another's operations)."
+);
 
 /// A held lock; dropping it releases the lock (on the thread that took it: a guard cannot move
 /// to another thread, since the lock is the taking thread's).
@@ -1179,6 +1193,26 @@ impl Dsm {
     #[track_caller]
     pub fn atomic_u32(&self, array: SharedArray<u32>, i: usize) -> SharedAtomicU32<'_> {
         SharedAtomicU32 {
+            dsm: self,
+            addr: array.element_addr(i),
+        }
+    }
+
+    /// Element `i` of `array` as an atomic `u16` shared by every node (see
+    /// [`Dsm::atomic_u64`]).
+    #[track_caller]
+    pub fn atomic_u16(&self, array: SharedArray<u16>, i: usize) -> SharedAtomicU16<'_> {
+        SharedAtomicU16 {
+            dsm: self,
+            addr: array.element_addr(i),
+        }
+    }
+
+    /// Element `i` of `array` as an atomic `u8` shared by every node (see
+    /// [`Dsm::atomic_u64`]).
+    #[track_caller]
+    pub fn atomic_u8(&self, array: SharedArray<u8>, i: usize) -> SharedAtomicU8<'_> {
+        SharedAtomicU8 {
             dsm: self,
             addr: array.element_addr(i),
         }

@@ -110,7 +110,7 @@ pub mod fault_trace {
 #[cfg(not(dsm_loom))]
 pub use api::{Dsm, InitError, LockGuard, init, init_job, prepare_for_io};
 #[cfg(not(dsm_loom))]
-pub use api::{SharedAtomicU32, SharedAtomicU64, atomic_order};
+pub use api::{SharedAtomicU8, SharedAtomicU16, SharedAtomicU32, SharedAtomicU64, atomic_order};
 #[cfg(not(dsm_loom))]
 pub use api::{check_region, impairment};
 #[cfg(not(dsm_loom))]

@@ -237,7 +237,7 @@ pub(crate) fn relaxed_at_home(addr: usize, width: u8, op: AtomicOp) -> Option<u6
     let homed = homes
         .get(off / PAGE_SIZE)
         .is_some_and(|b| b.load(Ordering::Acquire) == 1);
-    if !homed || !(width == 4 || width == 8) || addr % usize::from(width) != 0 {
+    if !homed || !dsm_core::atomic_width(width) || addr % usize::from(width) != 0 {
         return None;
     }
     if op != AtomicOp::Load
@@ -245,23 +245,24 @@ pub(crate) fn relaxed_at_home(addr: usize, width: u8, op: AtomicOp) -> Option<u6
     {
         c.fetch_add(1, Ordering::SeqCst);
     }
-    // SAFETY: aligned to its width (checked), inside one page of the application's view of the
-    // region (its page has a byte in the map), mapped for the process's life; the page is homed
-    // here, so readable, and writable or made so by the fault handler's home-write fast path.
+    // SAFETY: a width of 1, 2, 4 or 8, aligned to it (checked), inside one page of the
+    // application's view of the region (its page has a byte in the map), mapped for the
+    // process's life; the page is homed here, so readable, and writable or made so by the fault
+    // handler's home-write fast path.
     Some(unsafe { sys::atomic_rmw(addr, width, op) })
 }
 
 /// An atomic load of the `width`-byte word at `addr` of the application's view after the node
 /// left the job, where the pages it holds stay readable: the word as this node holds it (a
 /// page not held faults, and the fault handler ends the node naming it). `None` for a word
-/// that is not aligned to a width of 4 or 8 (the caller refuses it as before).
+/// that is not aligned to a width of 1, 2, 4 or 8 (the caller refuses it as before).
 pub(crate) fn load_after_exit(addr: usize, width: u8) -> Option<u64> {
-    if !(width == 4 || width == 8) || addr % usize::from(width) != 0 {
+    if !dsm_core::atomic_width(width) || addr % usize::from(width) != 0 {
         return None;
     }
-    // SAFETY: aligned to its width (checked) and in the region (the caller checked), whose
-    // application view is mapped for the process's life; a load writes nothing, and a page not
-    // held faults into the handler, which ends the node.
+    // SAFETY: a width of 1, 2, 4 or 8, aligned to it (checked), and in the region (the caller
+    // checked), whose application view is mapped for the process's life; a load writes nothing,
+    // and a page not held faults into the handler, which ends the node.
     Some(unsafe { sys::atomic_rmw(addr, width, AtomicOp::Load) })
 }
 
@@ -962,13 +963,19 @@ impl Region {
 
 impl PageMemory for Region {
     fn atomic_update(&mut self, page: PageNum, offset: usize, width: u8, op: AtomicOp) -> u64 {
-        if offset + usize::from(width) > PAGE_SIZE || offset % usize::from(width) != 0 {
-            fatal("an atomic word off its alignment or past its page");
+        if !dsm_core::atomic_width(width)
+            || offset + usize::from(width) > PAGE_SIZE
+            || offset % usize::from(width) != 0
+        {
+            fatal(
+                "an atomic word of another width than 1, 2, 4 or 8, off its alignment or past its page",
+            );
         }
         self.make_block_own(page, 1);
         let addr = self.page_ptr(page) as usize + offset;
-        // SAFETY: the word is aligned to its width (checked above) and lies in one page of the
-        // service view (`page_ptr` checks the page), mapped read-write for the process's life.
+        // SAFETY: the word is 1, 2, 4 or 8 bytes, aligned to its width (checked above), and
+        // lies in one page of the service view (`page_ptr` checks the page), mapped read-write
+        // for the process's life.
         unsafe { sys::atomic_rmw(addr, width, op) }
     }
 

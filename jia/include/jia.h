@@ -472,7 +472,7 @@ static int __jia_vfscanf(FILE *in, const char *f, va_list ap)
 #endif
 
 /* Atomic operations on shared memory, exact across nodes (ours; JIAJIA has none). `p` is an
- * aligned 4- or 8-byte word of shared memory; `order` is a C11 memory order (__ATOMIC_RELAXED,
+ * aligned 1-, 2-, 4- or 8-byte word of shared memory (_8, _16, _32, _64); `order` is a C11 memory order (__ATOMIC_RELAXED,
  * _CONSUME (taken as acquire), _ACQUIRE, _RELEASE, _ACQ_REL, _SEQ_CST, or memory_order_* of
  * <stdatomic.h>, the same numbers). Each operation is applied at the word's home, in one order
  * per word, and returns the value before. A release makes this node's writes before it visible
@@ -502,6 +502,26 @@ unsigned int jia_atomic_fetch_sub_32(volatile unsigned int *p, unsigned int v, i
 unsigned int jia_atomic_fetch_and_32(volatile unsigned int *p, unsigned int v, int order);
 unsigned int jia_atomic_fetch_or_32(volatile unsigned int *p, unsigned int v, int order);
 unsigned int jia_atomic_fetch_xor_32(volatile unsigned int *p, unsigned int v, int order);
+unsigned short jia_atomic_load_16(volatile unsigned short *p, int order);
+void jia_atomic_store_16(volatile unsigned short *p, unsigned short v, int order);
+unsigned short jia_atomic_exchange_16(volatile unsigned short *p, unsigned short v, int order);
+int jia_atomic_compare_exchange_16(volatile unsigned short *p, unsigned short *expected,
+                                   unsigned short desired, int order);
+unsigned short jia_atomic_fetch_add_16(volatile unsigned short *p, unsigned short v, int order);
+unsigned short jia_atomic_fetch_sub_16(volatile unsigned short *p, unsigned short v, int order);
+unsigned short jia_atomic_fetch_and_16(volatile unsigned short *p, unsigned short v, int order);
+unsigned short jia_atomic_fetch_or_16(volatile unsigned short *p, unsigned short v, int order);
+unsigned short jia_atomic_fetch_xor_16(volatile unsigned short *p, unsigned short v, int order);
+unsigned char jia_atomic_load_8(volatile unsigned char *p, int order);
+void jia_atomic_store_8(volatile unsigned char *p, unsigned char v, int order);
+unsigned char jia_atomic_exchange_8(volatile unsigned char *p, unsigned char v, int order);
+int jia_atomic_compare_exchange_8(volatile unsigned char *p, unsigned char *expected,
+                                  unsigned char desired, int order);
+unsigned char jia_atomic_fetch_add_8(volatile unsigned char *p, unsigned char v, int order);
+unsigned char jia_atomic_fetch_sub_8(volatile unsigned char *p, unsigned char v, int order);
+unsigned char jia_atomic_fetch_and_8(volatile unsigned char *p, unsigned char v, int order);
+unsigned char jia_atomic_fetch_or_8(volatile unsigned char *p, unsigned char v, int order);
+unsigned char jia_atomic_fetch_xor_8(volatile unsigned char *p, unsigned char v, int order);
 
 /* Seconds since jia_init (or since the first jia_clock call, which may come before jia_init).
  * JIAJIA 3.0 returns double, 2.1 float: compile a 2.1 program that declares jia_clock as float

@@ -4,7 +4,7 @@
 //! - ThreadSanitizer's atomic hooks, `__tsan_atomic64_fetch_add(addr, v, order)` and the like,
 //!   which instrumented code calls for every C11 atomic, `__atomic_*` and `__sync_*` builtin:
 //!   objects built by `dsmcc --check-races`, and by `dsmcc` with clang, whose instrumentation
-//!   it limits to atomics. On a 4- or 8-byte word of shared memory a hook is a DSM atomic
+//!   it limits to atomics. On a 1-, 2-, 4- or 8-byte word of shared memory a hook is a DSM atomic
 //!   operation, with acquire and release semantics whatever the order asked (stronger, so
 //!   exact: a program's fences then need no more); elsewhere it is the CPU's atomic.
 
@@ -114,12 +114,6 @@ fn on_shared(
     let Some(d) = dsm_if_joined() else {
         die(&format!("{what}: shared memory used before jia_init"));
     };
-    if width != 4 && width != 8 {
-        die(&format!(
-            "{what}({addr:#x}): a {width}-byte atomic on shared memory is atomic only among the \
-             threads of one node; across nodes, atomics take 4- or 8-byte words"
-        ));
-    }
     // The runtime passes the checker's clocks for the orders declared; a relaxed store after a
     // release fence passes the fence's, a relaxed read is noted for the next acquire fence.
     let (stores, reads) = stores_reads(op);
@@ -238,6 +232,38 @@ jia_atomics!(
         (jia_atomic_fetch_and_32, FetchAnd),
         (jia_atomic_fetch_or_32, FetchOr),
         (jia_atomic_fetch_xor_32, FetchXor)
+    ]
+);
+
+jia_atomics!(
+    u16,
+    2,
+    jia_atomic_load_16,
+    jia_atomic_store_16,
+    jia_atomic_exchange_16,
+    jia_atomic_compare_exchange_16,
+    [
+        (jia_atomic_fetch_add_16, FetchAdd),
+        (jia_atomic_fetch_sub_16, FetchSub),
+        (jia_atomic_fetch_and_16, FetchAnd),
+        (jia_atomic_fetch_or_16, FetchOr),
+        (jia_atomic_fetch_xor_16, FetchXor)
+    ]
+);
+
+jia_atomics!(
+    u8,
+    1,
+    jia_atomic_load_8,
+    jia_atomic_store_8,
+    jia_atomic_exchange_8,
+    jia_atomic_compare_exchange_8,
+    [
+        (jia_atomic_fetch_add_8, FetchAdd),
+        (jia_atomic_fetch_sub_8, FetchSub),
+        (jia_atomic_fetch_and_8, FetchAnd),
+        (jia_atomic_fetch_or_8, FetchOr),
+        (jia_atomic_fetch_xor_8, FetchXor)
     ]
 );
 
@@ -693,8 +719,8 @@ fn generic_on_shared(what: &str, size: usize, addr: usize) {
     if shared(addr, 1) {
         die(&format!(
             "{what}({addr:#x}): a {size}-byte atomic on shared memory is atomic only among the \
-             threads of one node; across nodes, atomics take 4- or 8-byte words (or a jia_lock \
-             around the object)"
+             threads of one node; across nodes, atomics take 1-, 2-, 4- or 8-byte words (or a \
+             jia_lock around the object)"
         ));
     }
 }

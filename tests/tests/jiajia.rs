@@ -795,6 +795,85 @@ fn each_dsmcc_build(src: &Path, exe: &Path, mut check: impl FnMut(&str, &[&str],
     }
 }
 
+/// C11 atomics of 1 and 2 bytes on shared memory (an `atomic_flag` spin lock around a plain
+/// counter, an `_Atomic bool` publishing data, an `_Atomic unsigned short` that wraps, byte
+/// counters beside plain bytes of other nodes in one 8-byte word) and `jia_atomic_*_8`/`_16`:
+/// exact across 3 nodes, built by dsmcc with clang, gcc and `--check-races` (such widths ended
+/// the node before).
+#[test]
+fn c_atomics_of_one_and_two_bytes_are_exact_across_nodes() {
+    let src = std::env::temp_dir().join(format!("dsm-small-atomics-{}.c", std::process::id()));
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n\
+         #include <stdatomic.h>\n\
+         #include <stdbool.h>\n\
+         #include \"jia.h\"\n\
+         int main(int c, char **v) {\n\
+           jia_init(c, v);\n\
+           /* One page homed on node 1: a spin lock, a ready flag, small counters, and plain bytes\n\
+            * beside them written by other nodes. */\n\
+           unsigned char *page = (unsigned char *)jia_alloc2p(4096, 1);\n\
+           long *data = (long *)jia_alloc2p(8192, 0);\n\
+           atomic_flag *lock = (atomic_flag *)&page[0];\n\
+           _Atomic bool *ready = (_Atomic bool *)&page[1];\n\
+           _Atomic unsigned short *wrap = (_Atomic unsigned short *)&page[2];\n\
+           _Atomic unsigned char *bytes = (_Atomic unsigned char *)&page[8];   /* 8..11 atomic */\n\
+           unsigned char *plain = &page[12];                                    /* 12..15 plain */\n\
+           long *guarded = (long *)&page[64];\n\
+           unsigned char *jb = &page[128];\n\
+           unsigned short *jh = (unsigned short *)&page[130];\n\
+           if (jiapid == 0) atomic_flag_clear(lock);\n\
+           jia_barrier();\n\
+           for (int i = 0; i < 300; i++) {\n\
+             while (atomic_flag_test_and_set_explicit(lock, memory_order_acquire)) ;\n\
+             *guarded += 1;                     /* plain, under the flag */\n\
+             atomic_flag_clear_explicit(lock, memory_order_release);\n\
+             atomic_fetch_add(wrap, 300);       /* wraps past 65535 */\n\
+             atomic_fetch_add_explicit(&bytes[i % 4], 1, memory_order_relaxed);\n\
+             jia_atomic_fetch_add_8(jb, 1, __ATOMIC_RELAXED);\n\
+             jia_atomic_fetch_add_16(jh, 7, __ATOMIC_ACQ_REL);\n\
+           }\n\
+           plain[jiapid % 4] = (unsigned char)(0xA0 + jiapid);   /* beside the atomic bytes */\n\
+           if (jiapid == jiahosts - 1) {\n\
+             for (int i = 0; i < 1024; i++) data[i] = 3 * i + 1;\n\
+             atomic_store_explicit(ready, true, memory_order_release);\n\
+           } else {\n\
+             while (!atomic_load_explicit(ready, memory_order_acquire)) ;\n\
+             for (int i = 0; i < 1024; i++)\n\
+               if (data[i] != 3 * i + 1) { printf(\"node %d: data[%d] = %ld\\n\", jiapid, i, data[i]); return 1; }\n\
+           }\n\
+           jia_barrier();\n\
+           int n = jiahosts, ok = *guarded == 300L * n\n\
+               && *wrap == (unsigned short)(300u * 300u * n)\n\
+               && *jb == (unsigned char)(300 * n) && *jh == (unsigned short)(7 * 300 * n);\n\
+           for (int k = 0; k < 4; k++) ok = ok && bytes[k] == (unsigned char)(75 * n);\n\
+           for (int k = 0; k < n && k < 4; k++) ok = ok && plain[k] == 0xA0 + k;\n\
+           printf(\"node %d: %s guarded %ld wrap %u bytes %u %u %u %u plain %x jb %u jh %u\\n\", jiapid,\n\
+                  ok ? \"SMALL OK\" : \"SMALL WRONG\", *guarded, (unsigned)*wrap, bytes[0], bytes[1], bytes[2],\n\
+                  bytes[3], plain[0], *jb, *jh);\n\
+           jia_exit();\n\
+           return ok ? 0 : 1;\n\
+         }\n",
+    )
+    .unwrap();
+    let exe = src.with_extension("");
+    each_dsmcc_build(&src, &exe, |cc, flags, _| {
+        let out = run(3, "udp", &exe, &[], None);
+        let t = text(&out);
+        assert!(out.status.success(), "{cc} {flags:?}: {t}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout)
+                .matches("SMALL OK")
+                .count(),
+            3,
+            "{cc} {flags:?}: {t}"
+        );
+    });
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(exe);
+}
+
 /// A chain of C11 atomics through words of two homes (the outside attack's `trans.c`): node 0
 /// writes a word node 2 caches and stores a flag homed on node 1 with release; node 1 waits for
 /// it with acquire and stores a flag homed on node 2; node 2 waits for that and reads the word:

@@ -35,6 +35,14 @@ fn a_lock_protected_counter_is_exact_on_four_nodes() {
     probe_ok(4, &[], "counter", "counter OK 800");
 }
 
+/// Atomics of 1 and 2 bytes (`Dsm::atomic_u8`, `atomic_u16`) are exact across nodes: a spin
+/// lock of one byte around a plain counter, byte counters beside plain bytes of other nodes in
+/// one 8-byte word, a `u16` that wraps (such widths ended the node before).
+#[test]
+fn atomics_of_one_and_two_bytes_are_exact_across_nodes() {
+    probe_ok(3, &[], "small-atomics", "small-atomics OK 1200");
+}
+
 /// A call after `exit` ends the node with a message instead of waiting forever for a service
 /// thread that is gone; a misuse (a lock, a message) names the call, what was wrong and the
 /// program's own line.

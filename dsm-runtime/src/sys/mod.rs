@@ -451,17 +451,17 @@ pub fn atomic_counters(n: usize) -> io::Result<&'static [std::sync::atomic::Atom
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<std::sync::atomic::AtomicU32>(), n) })
 }
 
-/// Applies `op` to the `width`-byte word (4 or 8) at `addr` as one sequentially consistent
+/// Applies `op` to the `width`-byte word (1, 2, 4 or 8) at `addr` as one sequentially consistent
 /// atomic operation of the CPU (a `lock`ed instruction, or a compare-exchange loop); the value
 /// before. A store is a swap, a load a plain atomic load.
 ///
 /// # Safety
-/// `addr` is aligned to `width` and lies in a mapping that lives as long as the process (a view
+/// `width` is 1, 2, 4 or 8, `addr` is aligned to it and lies in a mapping that lives as long as the process (a view
 /// of the shared region), readable and, for an operation that writes, writable or made so by
 /// the fault handler (a home page whose writes are tracked).
 pub unsafe fn atomic_rmw(addr: usize, width: u8, op: dsm_core::AtomicOp) -> u64 {
     use dsm_core::AtomicOp;
-    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU64, Ordering::SeqCst};
     macro_rules! apply {
         ($a:expr, $t:ty) => {{
             let a = $a;
@@ -480,13 +480,17 @@ pub unsafe fn atomic_rmw(addr: usize, width: u8, op: dsm_core::AtomicOp) -> u64 
             }
         }};
     }
-    if width == 8 {
+    match width {
         // SAFETY: the caller's contract: aligned, mapped for the process's life; AtomicU64 has
         // u64's size and alignment, and other threads reach the word only through atomics.
-        apply!(unsafe { AtomicU64::from_ptr(addr as *mut u64) }, u64)
-    } else {
+        8 => apply!(unsafe { AtomicU64::from_ptr(addr as *mut u64) }, u64),
         // SAFETY: as above, for a 4-byte word.
-        apply!(unsafe { AtomicU32::from_ptr(addr as *mut u32) }, u32)
+        4 => apply!(unsafe { AtomicU32::from_ptr(addr as *mut u32) }, u32),
+        // SAFETY: as above, for a 2-byte word.
+        2 => apply!(unsafe { AtomicU16::from_ptr(addr as *mut u16) }, u16),
+        // SAFETY: as above, for a byte (any address is aligned to 1).
+        1 => apply!(unsafe { AtomicU8::from_ptr(addr as *mut u8) }, u8),
+        _ => panic!("an atomic word of {width} bytes (the callers take 1, 2, 4 or 8)"),
     }
 }
 

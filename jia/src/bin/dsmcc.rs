@@ -226,7 +226,7 @@ fn main() {
         print!("{}", String::from_utf8_lossy(&out.stdout));
         if stderr.contains("__tsan_atomic128") {
             eprintln!(
-                "dsmcc: 16-byte atomics are not taken: use 4- or 8-byte ones (or jia_atomic_*)"
+                "dsmcc: 16-byte atomics are not taken: use 1-, 2-, 4- or 8-byte ones (or jia_atomic_*)"
             );
         }
         exit(out.status.code().unwrap_or(1));

@@ -457,6 +457,64 @@ fn many_threads(dsm: &Dsm) {
     }
 }
 
+/// Atomics of 1 and 2 bytes from two threads of every node, on one page homed on node 1: a
+/// spin lock of one byte (compare-exchange with acquire, store with release) around a plain
+/// counter, four byte counters and a `u16` that wraps, with plain bytes written by every node
+/// in the same 8-byte word as the counters (diffs are byte-exact, so none undoes an operation).
+fn small_atomics(dsm: &Dsm) {
+    const THREADS: usize = 2;
+    const ROUNDS: usize = 200;
+    let (me, n) = (dsm.id(), dsm.nodes());
+    let bytes: SharedArray<u8> = dsm.alloc(4096, AllocPolicy::OnNode(NodeId(1))).unwrap();
+    let shorts: SharedArray<u16> = dsm.alloc(2048, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    let count: SharedArray<u64> = dsm.alloc(512, AllocPolicy::OnNode(NodeId(0))).unwrap();
+    dsm.barrier();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            s.spawn(move || {
+                let lock = dsm.atomic_u8(bytes, 16);
+                for i in 0..ROUNDS {
+                    while lock
+                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                    {}
+                    count.set(0, count.get(0) + 1);
+                    lock.store(0, Ordering::Release);
+                    dsm.atomic_u8(bytes, i % 4).fetch_add(1, Ordering::Relaxed);
+                    dsm.atomic_u16(shorts, 1).fetch_add(1000, Ordering::AcqRel);
+                }
+                dsm.barrier_threads(THREADS);
+                if t == 0 && me < 4 {
+                    bytes.set(4 + me, 0xA0 + me as u8);
+                }
+            });
+        }
+    });
+    dsm.barrier();
+    let rounds = THREADS * ROUNDS * n;
+    let counters: Vec<u8> = (0..4).map(|k| bytes.get(k)).collect();
+    let plain_ok = (0..n.min(4)).all(|k| bytes.get(4 + k) == 0xA0 + k as u8);
+    let wrapped = (rounds as u64 * 1000 % 65536) as u16;
+    check(
+        dsm,
+        count.get(0) == rounds as u64
+            && counters.iter().all(|&c| usize::from(c) == rounds / 4 % 256)
+            && shorts.get(1) == wrapped
+            && plain_ok,
+        &format!(
+            "locked count {} of {rounds}, byte counters {counters:?} (each {}), u16 {} (want \
+             {wrapped}), plain bytes beside them kept: {plain_ok}",
+            count.get(0),
+            rounds / 4 % 256,
+            shorts.get(1)
+        ),
+    );
+    dsm.barrier();
+    if me == 0 {
+        println!("small-atomics OK {rounds}");
+    }
+}
+
 /// 1,000 threads per node alive at once (the limit is 1,024), each reading remote pages,
 /// adding to a count under a lock and with an atomic fetch-add, then all meeting in one barrier
 /// of threads of every node: both counts exact.
@@ -1110,6 +1168,7 @@ fn main() {
             }
             dsm.barrier();
         }
+        "small-atomics" => small_atomics(&dsm),
         "atomic-before-home-allocates" => {
             // The home (node 1) is late to the allocation; the others add to its word at once,
             // before it has made it (their operations were dropped, and the job ended as a
