@@ -700,10 +700,10 @@ macro_rules! shared_atomic {
         /// acquires (`Acquire` operations, locks, condition variables) made it see before
         /// (C11's happens-before is transitive: a chain that leaves each node through an atomic
         /// release is ordered, whatever the words' homes; one that leaves a node through an
-        /// unlock is not, see `Dsm::lock`); `Relaxed` orders nothing else. `std::sync::atomic::fence` orders nothing between
-        /// nodes (the runtime does not see it): a relaxed store after a release fence is not a
-        /// release, give the operations the orderings. A plain read of the word ordered after
-        /// an operation sees its value. An
+        /// unlock is not, see `Dsm::lock`); `Relaxed` orders nothing else, but fences around
+        /// relaxed operations order as C11's do when they are [`Dsm::fence`]:
+        /// `std::sync::atomic::fence` orders nothing between nodes (the runtime does not see
+        /// it). A plain read of the word ordered after an operation sees its value. An
         /// operation on a word homed on another node takes a round trip (a release waits for
         /// this node's diffs first); on one homed here, no message.
         #[derive(Clone, Copy)]
@@ -1240,16 +1240,48 @@ impl Dsm {
         addr: usize,
         width: u8,
         op: AtomicOp,
-        order: AtomicOrder,
+        mut order: AtomicOrder,
         declared: AtomicOrder,
     ) -> Result<u64, UsageError> {
-        let offset = addr.wrapping_sub(self.base) as u64;
         if !self.in_region(addr, usize::from(width)) {
             return Err(UsageError::AtomicNotShared {
                 addr: addr as u64,
                 width,
             });
         }
+        // The thread's fences around its relaxed operations (`Dsm::fence`), and the race
+        // checker's: a relaxed store after a release fence passes the fence's clock on, a
+        // relaxed read is noted for the next acquire fence.
+        let (stores, reads) = (op != AtomicOp::Load, !matches!(op, AtomicOp::Store(_)));
+        let (release, acquire) = crate::fences::relaxed(
+            addr,
+            width,
+            stores && !order.release,
+            reads && !order.acquire,
+        );
+        order.release |= release;
+        order.acquire |= acquire;
+        let word = races::Word::Shared(addr);
+        if stores && !declared.release {
+            races::atomic_storing(word, false);
+        }
+        let value = self.atomic_made(addr, width, op, order, declared)?;
+        if reads && !declared.acquire {
+            races::atomic_read(word, false);
+        }
+        Ok(value)
+    }
+
+    /// [`Dsm::atomic_declared`] past the fences' bookkeeping: the operation as `order` says.
+    fn atomic_made(
+        &self,
+        addr: usize,
+        width: u8,
+        op: AtomicOp,
+        order: AtomicOrder,
+        declared: AtomicOrder,
+    ) -> Result<u64, UsageError> {
+        let offset = addr.wrapping_sub(self.base) as u64;
         if !order.acquire && !order.release {
             if let Some(old) = crate::region::relaxed_at_home(addr, width, op) {
                 return Ok(old);
@@ -1284,6 +1316,43 @@ impl Dsm {
                 Ok(v)
             }
             other => unexpected("jia_atomic", &other),
+        }
+    }
+
+    /// A fence, as `std::sync::atomic::fence` (C11's `atomic_thread_fence`), for this
+    /// thread's relaxed operations on shared atomics, whose effects std's fence cannot carry
+    /// between nodes: after a `Release` fence (or `AcqRel`, `SeqCst`), a relaxed store of this
+    /// thread makes its writes before the fence visible to a node that reads the value with a
+    /// relaxed load and then makes an `Acquire` fence (or reads it with an acquire operation).
+    /// An acquire fence loads each word this thread read with relaxed order since its last
+    /// acquire fence again, with acquire semantics (a round trip to each word's home); a
+    /// release fence costs nothing until the thread's next relaxed store to each word, which
+    /// releases (the next ones to that word do not). Panics on `Relaxed`, as std's does.
+    #[track_caller]
+    pub fn fence(&self, order: Ordering) {
+        let AtomicOrder { acquire, release } = atomic_order(order);
+        if !acquire && !release {
+            panic!("there is no such thing as a relaxed fence");
+        }
+        std::sync::atomic::fence(order);
+        if acquire {
+            for (addr, width) in crate::fences::acquire_fence() {
+                // Checked when the word was read: a misuse cannot come now.
+                let load = AtomicOp::Load;
+                self.atomic_made(
+                    addr,
+                    width,
+                    load,
+                    AtomicOrder::ACQUIRE,
+                    AtomicOrder::RELAXED,
+                )
+                .unwrap_or_else(|e| fatal(&format!("fence: {e}")));
+            }
+            races::acquire_fence();
+        }
+        if release {
+            crate::fences::release_fence();
+            races::release_fence();
         }
     }
 

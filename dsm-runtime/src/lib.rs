@@ -54,6 +54,8 @@ mod door;
 #[allow(unsafe_code)]
 mod fault;
 #[cfg(not(dsm_loom))]
+mod fences;
+#[cfg(not(dsm_loom))]
 pub mod job;
 #[cfg(not(dsm_loom))]
 pub mod logging;

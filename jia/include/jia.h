@@ -522,6 +522,13 @@ unsigned char jia_atomic_fetch_sub_8(volatile unsigned char *p, unsigned char v,
 unsigned char jia_atomic_fetch_and_8(volatile unsigned char *p, unsigned char v, int order);
 unsigned char jia_atomic_fetch_or_8(volatile unsigned char *p, unsigned char v, int order);
 unsigned char jia_atomic_fetch_xor_8(volatile unsigned char *p, unsigned char v, int order);
+/* C11's atomic_thread_fence(order) for this thread's relaxed jia_atomic_* operations, across
+ * nodes (C11's own fence reaches no other node): after a release fence, a relaxed store makes
+ * the thread's writes before the fence visible to a node that reads its value with a relaxed
+ * load and then makes an acquire fence. An acquire fence loads again, with acquire order, each
+ * word the thread read with relaxed order since its last one (a round trip to each's home).
+ * In programs dsmcc builds, atomic_thread_fence is this too. */
+void jia_atomic_thread_fence(int order);
 
 /* Seconds since jia_init (or since the first jia_clock call, which may come before jia_init).
  * JIAJIA 3.0 returns double, 2.1 float: compile a 2.1 program that declares jia_clock as float

@@ -76,15 +76,6 @@ fn acquires_releases(mo: c_int) -> (bool, bool) {
     )
 }
 
-/// Whether an operation stores and whether it reads.
-fn stores_reads(op: AtomicOp) -> (bool, bool) {
-    match op {
-        AtomicOp::Load => (false, true),
-        AtomicOp::Store(_) => (true, false),
-        _ => (true, true),
-    }
-}
-
 /// `op` (the CPU's atomic operation at `addr` of the process's own memory, made with C11's
 /// order `mo`), as the race checker sees it: synchronisation of the node's threads, as the
 /// order asked (a fence's, for a relaxed one: [`__tsan_atomic_thread_fence`]).
@@ -114,19 +105,10 @@ fn on_shared(
     let Some(d) = dsm_if_joined() else {
         die(&format!("{what}: shared memory used before jia_init"));
     };
-    // The runtime passes the checker's clocks for the orders declared; a relaxed store after a
-    // release fence passes the fence's, a relaxed read is noted for the next acquire fence.
-    let (stores, reads) = stores_reads(op);
-    if stores && !declared.release {
-        dsm_races::atomic_storing(dsm_races::Word::Shared(addr), false);
-    }
-    let value = d
-        .atomic_declared(addr, width, op, order, declared)
-        .unwrap_or_else(|e| die(&format!("{what}({addr:#x}): {e}")));
-    if reads && !declared.acquire {
-        dsm_races::atomic_read(dsm_races::Word::Shared(addr), false);
-    }
-    value
+    // The runtime passes the checker's clocks for the orders declared, and a relaxed store's or
+    // read's around fences.
+    d.atomic_declared(addr, width, op, order, declared)
+        .unwrap_or_else(|e| die(&format!("{what}({addr:#x}): {e}")))
 }
 
 // ----- jia.h's atomics -----
@@ -537,20 +519,47 @@ mod hooks64 {
     );
 }
 
-/// `__tsan_atomic_thread_fence`: the CPU's fence (every hooked operation on shared memory
-/// acquires and releases already), and for the race checker C11's: an acquire fence acquires
-/// what the thread's relaxed reads since its last one read, a release fence's clock is what its
-/// later relaxed stores release.
-#[unsafe(no_mangle)]
-pub extern "C" fn __tsan_atomic_thread_fence(mo: c_int) {
+/// C11's `atomic_thread_fence` with order `mo`: the CPU's fence; across nodes, the DSM's
+/// (`Dsm::fence`) for the thread's relaxed `jia_atomic_*` operations on shared memory (every
+/// hooked operation there acquires and releases already); and for the race checker C11's: an
+/// acquire fence acquires what the thread's relaxed reads since its last one read, a release
+/// fence's clock is what its later relaxed stores release.
+fn thread_fence(mo: c_int) {
     std::sync::atomic::fence(Ordering::SeqCst);
     let (acquire, release) = acquires_releases(mo);
-    if acquire {
-        dsm_races::acquire_fence();
+    let order = match (acquire, release) {
+        (true, true) => Ordering::AcqRel,
+        (true, false) => Ordering::Acquire,
+        (false, true) => Ordering::Release,
+        (false, false) => return,
+    };
+    match dsm_if_joined() {
+        // The DSM's fence and the checker's.
+        Some(d) => d.fence(order),
+        None => {
+            if acquire {
+                dsm_races::acquire_fence();
+            }
+            if release {
+                dsm_races::release_fence();
+            }
+        }
     }
-    if release {
-        dsm_races::release_fence();
-    }
+}
+
+/// `jia_atomic_thread_fence` (jia.h): C11's `atomic_thread_fence` for the thread's relaxed
+/// `jia_atomic_*` operations, across nodes (see [`thread_fence`]). A relaxed order is no fence,
+/// as in C11; another number than C11's ends the node naming it.
+#[unsafe(no_mangle)]
+pub extern "C" fn jia_atomic_thread_fence(order: c_int) {
+    order_of(order, "jia_atomic_thread_fence");
+    thread_fence(order);
+}
+
+/// `__tsan_atomic_thread_fence`: [`thread_fence`], for programs dsmcc instruments.
+#[unsafe(no_mangle)]
+pub extern "C" fn __tsan_atomic_thread_fence(mo: c_int) {
+    thread_fence(mo);
 }
 
 /// `__tsan_atomic_signal_fence`: a compiler fence.

@@ -80,6 +80,8 @@ fn race_free_programs_are_not_reported() {
         (2, "free-cv"),
         (2, "free-atomic-flag"),
         (3, "free-atomic-flag"),
+        (2, "free-fences"),
+        (3, "free-fences"),
         (2, "free-false-sharing"),
         (2, "free-barrier"),
         (2, "free-slices-of-one-row"),

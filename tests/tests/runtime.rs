@@ -43,6 +43,17 @@ fn atomics_of_one_and_two_bytes_are_exact_across_nodes() {
     probe_ok(3, &[], "small-atomics", "small-atomics OK 1200");
 }
 
+/// Relaxed atomics between fences (`Dsm::fence`) order the writes before a release fence
+/// before the reads after an acquire fence on another node, as C11's do: a relaxed store or a
+/// relaxed fetch-add after the release fence (std's fence orders nothing between nodes: node 2
+/// read old values).
+#[test]
+fn relaxed_atomics_between_fences_publish_the_writes_before_them() {
+    for case in ["fences", "fences-rmw"] {
+        probe_ok(3, &[], case, "fences OK 30 rounds");
+    }
+}
+
 /// A call after `exit` ends the node with a message instead of waiting forever for a service
 /// thread that is gone; a misuse (a lock, a message) names the call, what was wrong and the
 /// program's own line.

@@ -515,6 +515,57 @@ fn small_atomics(dsm: &Dsm) {
     }
 }
 
+/// Data published through relaxed atomics and fences (`Dsm::fence`): each round node 0 writes
+/// a word of a page node 2 caches (homed on node 1), makes a release fence and stores the round
+/// into a flag homed on node 1 with relaxed order (with `rmw`: a relaxed fetch-add to a word of
+/// node 2's, then two to the flag, the second not a release); node 2 waits for the round with
+/// relaxed loads,
+/// makes an acquire fence and reads the word: C11 orders the write before the read. Node 2
+/// counts the rounds it read an old value in.
+fn fences(dsm: &Dsm, rmw: bool) {
+    const ROUNDS: u64 = 30;
+    let me = dsm.id();
+    let data: SharedArray<u64> = dsm.alloc(1024, AllocPolicy::OnNode(NodeId(1))).unwrap();
+    let flags: SharedArray<u64> = dsm.alloc(512, AllocPolicy::OnNode(NodeId(1))).unwrap();
+    let other: SharedArray<u64> = dsm.alloc(512, AllocPolicy::OnNode(NodeId(2))).unwrap();
+    let cached: u64 = (0..data.len()).map(|i| data.get(i)).sum();
+    dsm.barrier();
+    let flag = dsm.atomic_u64(flags, 0);
+    let mut stale = 0;
+    for k in 1..=ROUNDS {
+        if me == 0 {
+            data.set(k as usize, 1000 + k);
+            dsm.fence(Ordering::Release);
+            if rmw {
+                // The first releases, the second (to the same word) need not.
+                dsm.atomic_u64(other, 0).fetch_add(1, Ordering::Relaxed);
+                flag.fetch_add(1, Ordering::Relaxed);
+                flag.fetch_add(1, Ordering::Relaxed);
+            } else {
+                flag.store(k, Ordering::Relaxed);
+            }
+        } else if me == 2 {
+            while flag.load(Ordering::Relaxed) < if rmw { 2 * k } else { k } {}
+            dsm.fence(Ordering::Acquire);
+            let got = data.get(k as usize);
+            if got != 1000 + k {
+                stale += 1;
+                println!("round {k}: read {got}");
+            }
+        }
+    }
+    dsm.barrier();
+    check(
+        dsm,
+        stale == 0,
+        &format!("{stale} of {ROUNDS} rounds read an old value"),
+    );
+    dsm.barrier();
+    if me == 0 {
+        println!("fences OK {ROUNDS} rounds ({cached})");
+    }
+}
+
 /// 1,000 threads per node alive at once (the limit is 1,024), each reading remote pages,
 /// adding to a count under a lock and with an atomic fetch-add, then all meeting in one barrier
 /// of threads of every node: both counts exact.
@@ -1169,6 +1220,8 @@ fn main() {
             dsm.barrier();
         }
         "small-atomics" => small_atomics(&dsm),
+        "fences" => fences(&dsm, false),
+        "fences-rmw" => fences(&dsm, true),
         "atomic-before-home-allocates" => {
             // The home (node 1) is late to the allocation; the others add to its word at once,
             // before it has made it (their operations were dropped, and the job ended as a

@@ -66,6 +66,19 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 std::hint::black_box(a.get(6)); // race: relaxed-flag
             }
         }
+        "fence-one-side" => {
+            // A release fence before a relaxed store, but no acquire fence after the relaxed
+            // load that sees it: nothing orders the read.
+            let flag = dsm.atomic_u64(*a, 1003);
+            if me == 0 {
+                a.set(8, 9); // race: fence-one-side
+                dsm.fence(Release);
+                flag.store(1, Relaxed);
+            } else {
+                while flag.load(Relaxed) == 0 {}
+                std::hint::black_box(a.get(8)); // race: fence-one-side
+            }
+        }
         "halo-without-barrier" => {
             // Each node relaxes its half of a line; the halo cell is read before the barrier
             // that would have ordered the neighbour's write.
@@ -204,6 +217,20 @@ fn run(dsm: &Dsm, case: &str, a: &SharedArray<u64>) {
                 std::hint::black_box(a.get(7));
             }
             count.fetch_add(1, AcqRel);
+        }
+        "free-fences" => {
+            // A relaxed flag between a release fence and an acquire fence (`Dsm::fence`)
+            // publishes what came before the first.
+            let flag = dsm.atomic_u64(*a, 1004);
+            if me == 0 {
+                a.set(9, 9);
+                dsm.fence(Release);
+                flag.store(1, Relaxed);
+            } else {
+                while flag.load(Relaxed) == 0 {}
+                dsm.fence(Acquire);
+                assert_eq!(a.get(9), 9, "free-fences: node {me} read an old value");
+            }
         }
         "lock-chain" => {
             // Scope consistency: node 1 takes lock 1 after node 0 released it, then releases

@@ -1,0 +1,197 @@
+//! C11's fences around relaxed atomic operations on shared memory (`Dsm::fence`,
+//! `jia_atomic_thread_fence`, and ThreadSanitizer's fence hook in programs `dsmcc` builds).
+//!
+//! C11: a release fence followed by a relaxed store (or read-modify-write) S of this thread
+//! makes the thread's writes before the fence visible to a thread whose relaxed load reads S's
+//! value (or a later one of S's word) and that then makes an acquire fence. Between nodes the
+//! writes travel with releases and acquires (`docs/design.md`, "Atomics"), which a relaxed
+//! operation does not make, so each thread keeps:
+//!
+//! - after a release fence, the words it has stored to since: its first relaxed store to a
+//!   word is made with release semantics. A later relaxed store to that word needs none: an
+//!   acquire that reads its value is answered with the releases its home recorded before it,
+//!   the first store's among them.
+//! - the words it has read with relaxed order since its last acquire fence: the fence makes an
+//!   acquire load of each, which the home answers with every release recorded through its words
+//!   up to now, those before the values read among them.
+//!
+//! Both lists are fixed arrays, so an operation in a signal handler allocates nothing. A list
+//! that is full, or taken by the code a signal handler interrupted, makes the operation a
+//! release (or an acquire) itself: stronger than asked, never weaker.
+
+use std::cell::RefCell;
+
+/// Words each list keeps.
+const WORDS: usize = 32;
+
+/// A thread's fences: see the module's head.
+struct Fences {
+    /// Since the thread's last release fence (if it made one), the words it stored to.
+    stored: Option<WordList>,
+    /// The words the thread read with relaxed order since its last acquire fence.
+    read: WordList,
+}
+
+/// Up to [`WORDS`] distinct words, by address and width; `full` once one more came.
+#[derive(Clone, Copy)]
+struct WordList {
+    words: [(usize, u8); WORDS],
+    len: usize,
+    full: bool,
+}
+
+impl WordList {
+    const EMPTY: WordList = WordList {
+        words: [(0, 0); WORDS],
+        len: 0,
+        full: false,
+    };
+
+    fn contains(&self, addr: usize) -> bool {
+        self.words[..self.len].iter().any(|&(a, _)| a == addr)
+    }
+
+    /// Adds the word; false if the list was full already or is now.
+    fn add(&mut self, addr: usize, width: u8) -> bool {
+        if self.full {
+            return false;
+        }
+        if self.contains(addr) {
+            return true;
+        }
+        if self.len == WORDS {
+            self.full = true;
+            return false;
+        }
+        self.words[self.len] = (addr, width);
+        self.len += 1;
+        true
+    }
+}
+
+thread_local! {
+    static FENCES: RefCell<Fences> = const {
+        RefCell::new(Fences {
+            stored: None,
+            read: WordList::EMPTY,
+        })
+    };
+}
+
+/// Before a relaxed operation of this thread on the `width`-byte word at `addr` that stores
+/// (`stores`) and reads (`reads`): whether it must be made with release semantics, and with
+/// acquire semantics, for the fences around it (see the module's head).
+pub(crate) fn relaxed(addr: usize, width: u8, stores: bool, reads: bool) -> (bool, bool) {
+    FENCES
+        .try_with(|f| {
+            let Ok(mut f) = f.try_borrow_mut() else {
+                // A signal handler interrupted this thread's own bookkeeping.
+                return (stores, reads);
+            };
+            let release = stores
+                && f.stored.as_mut().is_some_and(|s| {
+                    let first = !s.contains(addr);
+                    !s.add(addr, width) || first
+                });
+            let acquire = reads && !f.read.add(addr, width);
+            (release, acquire)
+        })
+        .unwrap_or((stores, reads))
+}
+
+/// A release fence of this thread: its next relaxed store to each word releases.
+pub(crate) fn release_fence() {
+    let _ = FENCES.try_with(|f| {
+        if let Ok(mut f) = f.try_borrow_mut() {
+            f.stored = Some(WordList::EMPTY);
+        }
+    });
+}
+
+/// An acquire fence of this thread: the words it read with relaxed order since its last one,
+/// each to be loaded again with acquire semantics (the list is emptied). A list that was full
+/// made the reads past it acquire themselves.
+pub(crate) fn acquire_fence() -> WordsToAcquire {
+    let taken = FENCES.try_with(|f| {
+        f.try_borrow_mut()
+            .map(|mut f| std::mem::replace(&mut f.read, WordList::EMPTY))
+            .ok()
+    });
+    WordsToAcquire {
+        list: taken.ok().flatten().unwrap_or(WordList::EMPTY),
+        next: 0,
+    }
+}
+
+/// The words an acquire fence loads with acquire semantics, by address and width.
+pub(crate) struct WordsToAcquire {
+    list: WordList,
+    next: usize,
+}
+
+impl Iterator for WordsToAcquire {
+    type Item = (usize, u8);
+
+    fn next(&mut self) -> Option<(usize, u8)> {
+        let w = self.list.words[..self.list.len].get(self.next).copied()?;
+        self.next += 1;
+        Some(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `f` on a fresh thread (the lists are the thread's).
+    fn on_a_thread(f: impl FnOnce() + Send + 'static) {
+        std::thread::spawn(f).join().unwrap();
+    }
+
+    #[test]
+    fn relaxed_stores_release_only_after_a_release_fence_and_once_per_word() {
+        on_a_thread(|| {
+            assert_eq!(relaxed(8, 8, true, false), (false, false));
+            release_fence();
+            assert_eq!(relaxed(8, 8, true, false), (true, false));
+            assert_eq!(relaxed(8, 8, true, false), (false, false));
+            assert_eq!(relaxed(16, 4, true, true), (true, false));
+            // A load is no store: nothing released.
+            assert_eq!(relaxed(24, 8, false, true), (false, false));
+            // The next fence starts again: the writes since the last one go out too.
+            release_fence();
+            assert_eq!(relaxed(8, 8, true, false), (true, false));
+        });
+    }
+
+    #[test]
+    fn an_acquire_fence_takes_the_words_read_since_the_last_one() {
+        on_a_thread(|| {
+            assert_eq!(relaxed(8, 8, false, true), (false, false));
+            assert_eq!(relaxed(8, 8, false, true), (false, false));
+            assert_eq!(relaxed(17, 1, true, true), (false, false));
+            assert_eq!(relaxed(32, 8, true, false), (false, false));
+            assert_eq!(acquire_fence().collect::<Vec<_>>(), vec![(8, 8), (17, 1)]);
+            assert_eq!(acquire_fence().count(), 0);
+        });
+    }
+
+    #[test]
+    fn a_full_list_makes_the_operations_past_it_stronger() {
+        on_a_thread(|| {
+            release_fence();
+            for k in 0..WORDS {
+                assert_eq!(relaxed(8 * k, 8, true, true), (true, false));
+            }
+            // One word more than the lists keep: it releases and acquires itself, and so does
+            // every store after it until the next fence, words seen before included.
+            assert_eq!(relaxed(8 * WORDS, 8, true, true), (true, true));
+            assert_eq!(relaxed(0, 8, true, true), (true, true));
+            assert_eq!(acquire_fence().count(), WORDS);
+            assert_eq!(relaxed(0, 8, false, true), (false, false));
+            release_fence();
+            assert_eq!(relaxed(0, 8, true, false), (true, false));
+            assert_eq!(relaxed(0, 8, true, false), (false, false));
+        });
+    }
+}
