@@ -520,6 +520,20 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// A page of atomic words this node operated on or serves as their home, homed on the
+    /// lowest node from `first` on that has one, and that node: an acquire load of its first
+    /// word is answered with every release recorded through that home's words (an acquire
+    /// fence that lost count of the words its thread read acquires from each such home).
+    pub fn atomic_page_homed_from(&self, first: u16) -> Option<(NodeId, GlobalAddr)> {
+        self.atomics
+            .pages
+            .iter()
+            .filter_map(|&p| Some((self.table.get(p.index())?.home, p)))
+            .filter(|&(home, _)| home.0 >= first)
+            .min_by_key(|&(home, _)| home)
+            .map(|(home, p)| (home, p.addr()))
+    }
+
     /// Pages holding atomic words (never moved home).
     pub(crate) fn holds_atomics(&self, page: PageNum) -> bool {
         self.atomics.pages.contains(&page)

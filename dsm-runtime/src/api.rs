@@ -25,6 +25,7 @@ use crate::config::{CommType, Config, SameHostMode};
 use crate::door::SLOTS;
 use crate::door::end::fatal;
 use crate::door::request::{Call, CallResult, Reply};
+use crate::fences::ToAcquire;
 use crate::region::Region;
 use crate::service::Service;
 use crate::stats::NodeStats;
@@ -1325,7 +1326,8 @@ impl Dsm {
     /// thread makes its writes before the fence visible to a node that reads the value with a
     /// relaxed load and then makes an `Acquire` fence (or reads it with an acquire operation).
     /// An acquire fence loads each word this thread read with relaxed order since its last
-    /// acquire fence again, with acquire semantics (a round trip to each word's home); a
+    /// acquire fence again, with acquire semantics (a round trip to each word's home; past 32
+    /// words, one to each home of atomic words this node knows); a
     /// release fence costs nothing until the thread's next relaxed store to each word, which
     /// releases (the next ones to that word do not). Panics on `Relaxed`, as std's does.
     #[track_caller]
@@ -1336,17 +1338,24 @@ impl Dsm {
         }
         std::sync::atomic::fence(order);
         if acquire {
-            for (addr, width) in crate::fences::acquire_fence() {
-                // Checked when the word was read: a misuse cannot come now.
-                let load = AtomicOp::Load;
-                self.atomic_made(
-                    addr,
-                    width,
-                    load,
-                    AtomicOrder::ACQUIRE,
-                    AtomicOrder::RELAXED,
-                )
-                .unwrap_or_else(|e| fatal(&format!("fence: {e}")));
+            // Checked when each word was read, or a page of atomics: no misuse can come now.
+            let load = |addr: usize, width: u8| {
+                let (acquire, relaxed) = (AtomicOrder::ACQUIRE, AtomicOrder::RELAXED);
+                self.atomic_made(addr, width, AtomicOp::Load, acquire, relaxed)
+                    .unwrap_or_else(|e| fatal(&format!("fence: {e}")));
+            };
+            match crate::fences::acquire_fence() {
+                ToAcquire::Words(words) => words.for_each(|(addr, width)| load(addr, width)),
+                ToAcquire::EveryHome => {
+                    let mut from = 0;
+                    while let Ok(Reply::Value(v)) = self.call(Call::AtomicPageHomedFrom(from)) {
+                        if v == u64::MAX {
+                            break;
+                        }
+                        load(self.base + (v & ((1 << 48) - 1)) as usize, 8);
+                        from = (v >> 48) as u16 + 1;
+                    }
+                }
             }
             races::acquire_fence();
         }

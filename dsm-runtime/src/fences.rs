@@ -13,11 +13,14 @@
 //!   the first store's among them.
 //! - the words it has read with relaxed order since its last acquire fence: the fence makes an
 //!   acquire load of each, which the home answers with every release recorded through its words
-//!   up to now, those before the values read among them.
+//!   up to now, those before the values read among them. Past [`WORDS`] words (a program that
+//!   reads many words and makes no fence at all, most often) the list stops, and an acquire
+//!   fence then makes an acquire load from every home of atomic words the node knows.
 //!
-//! Both lists are fixed arrays, so an operation in a signal handler allocates nothing. A list
-//! that is full, or taken by the code a signal handler interrupted, makes the operation a
-//! release (or an acquire) itself: stronger than asked, never weaker.
+//! Both lists are fixed arrays, so an operation in a signal handler allocates nothing. The
+//! stores' list when full, or either taken by the code a signal handler interrupted, makes the
+//! operation a release (or an acquire) itself: stronger than asked, never weaker. A relaxed
+//! operation of a thread that makes no fence costs a look at the reads' list (until it is full).
 
 use std::cell::RefCell;
 
@@ -93,8 +96,10 @@ pub(crate) fn relaxed(addr: usize, width: u8, stores: bool, reads: bool) -> (boo
                     let first = !s.contains(addr);
                     !s.add(addr, width) || first
                 });
-            let acquire = reads && !f.read.add(addr, width);
-            (release, acquire)
+            if reads {
+                f.read.add(addr, width);
+            }
+            (release, false)
         })
         .unwrap_or((stores, reads))
 }
@@ -108,28 +113,39 @@ pub(crate) fn release_fence() {
     });
 }
 
-/// An acquire fence of this thread: the words it read with relaxed order since its last one,
-/// each to be loaded again with acquire semantics (the list is emptied). A list that was full
-/// made the reads past it acquire themselves.
-pub(crate) fn acquire_fence() -> WordsToAcquire {
+/// An acquire fence of this thread: what it must load again with acquire semantics (the list
+/// of its relaxed reads is emptied).
+pub(crate) fn acquire_fence() -> ToAcquire {
     let taken = FENCES.try_with(|f| {
         f.try_borrow_mut()
             .map(|mut f| std::mem::replace(&mut f.read, WordList::EMPTY))
             .ok()
     });
-    WordsToAcquire {
-        list: taken.ok().flatten().unwrap_or(WordList::EMPTY),
-        next: 0,
+    match taken {
+        Ok(Some(list)) if !list.full => ToAcquire::Words(WordsRead { list, next: 0 }),
+        // Too many words to keep, or the list out of reach (a signal handler interrupted this
+        // thread's bookkeeping).
+        _ => ToAcquire::EveryHome,
     }
 }
 
+/// What an acquire fence loads with acquire semantics. On the stack, not boxed: a fence in a
+/// signal handler allocates nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum ToAcquire {
+    /// The words read since the last acquire fence.
+    Words(WordsRead),
+    /// A word of every home of atomic words the node knows.
+    EveryHome,
+}
+
 /// The words an acquire fence loads with acquire semantics, by address and width.
-pub(crate) struct WordsToAcquire {
+pub(crate) struct WordsRead {
     list: WordList,
     next: usize,
 }
 
-impl Iterator for WordsToAcquire {
+impl Iterator for WordsRead {
     type Item = (usize, u8);
 
     fn next(&mut self) -> Option<(usize, u8)> {
@@ -171,27 +187,46 @@ mod tests {
             assert_eq!(relaxed(8, 8, false, true), (false, false));
             assert_eq!(relaxed(17, 1, true, true), (false, false));
             assert_eq!(relaxed(32, 8, true, false), (false, false));
-            assert_eq!(acquire_fence().collect::<Vec<_>>(), vec![(8, 8), (17, 1)]);
-            assert_eq!(acquire_fence().count(), 0);
+            assert_eq!(words(acquire_fence()), Some(vec![(8, 8), (17, 1)]));
+            assert_eq!(words(acquire_fence()), Some(vec![]));
         });
     }
 
+    /// The words an acquire fence loads, `None` for every home's.
+    fn words(a: ToAcquire) -> Option<Vec<(usize, u8)>> {
+        match a {
+            ToAcquire::Words(w) => Some(w.collect()),
+            ToAcquire::EveryHome => None,
+        }
+    }
+
     #[test]
-    fn a_full_list_makes_the_operations_past_it_stronger() {
+    fn full_lists_make_stores_release_and_the_acquire_fence_take_every_home() {
         on_a_thread(|| {
             release_fence();
             for k in 0..WORDS {
                 assert_eq!(relaxed(8 * k, 8, true, true), (true, false));
             }
-            // One word more than the lists keep: it releases and acquires itself, and so does
-            // every store after it until the next fence, words seen before included.
-            assert_eq!(relaxed(8 * WORDS, 8, true, true), (true, true));
-            assert_eq!(relaxed(0, 8, true, true), (true, true));
-            assert_eq!(acquire_fence().count(), WORDS);
+            // One word more than the lists keep: it releases itself, and so does every store
+            // after it until the next fence, words seen before included; reads stay relaxed,
+            // and the next acquire fence takes every home.
+            assert_eq!(relaxed(8 * WORDS, 8, true, true), (true, false));
+            assert_eq!(relaxed(0, 8, true, true), (true, false));
+            assert_eq!(words(acquire_fence()), None);
             assert_eq!(relaxed(0, 8, false, true), (false, false));
+            assert_eq!(words(acquire_fence()), Some(vec![(0, 8)]));
             release_fence();
             assert_eq!(relaxed(0, 8, true, false), (true, false));
             assert_eq!(relaxed(0, 8, true, false), (false, false));
+        });
+    }
+
+    #[test]
+    fn a_thread_without_fences_stays_relaxed_however_many_words_it_reads() {
+        on_a_thread(|| {
+            for k in 0..10 * WORDS {
+                assert_eq!(relaxed(8 * k, 8, true, true), (false, false));
+            }
         });
     }
 }

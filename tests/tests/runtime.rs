@@ -45,11 +45,11 @@ fn atomics_of_one_and_two_bytes_are_exact_across_nodes() {
 
 /// Relaxed atomics between fences (`Dsm::fence`) order the writes before a release fence
 /// before the reads after an acquire fence on another node, as C11's do: a relaxed store or a
-/// relaxed fetch-add after the release fence (std's fence orders nothing between nodes: node 2
-/// read old values).
+/// relaxed fetch-add after the release fence, and an acquire fence after relaxed loads of more
+/// words than a thread keeps (std's fence orders nothing between nodes: node 2 read old values).
 #[test]
 fn relaxed_atomics_between_fences_publish_the_writes_before_them() {
-    for case in ["fences", "fences-rmw"] {
+    for case in ["fences", "fences-rmw", "fences-many-words"] {
         probe_ok(3, &[], case, "fences OK 30 rounds");
     }
 }

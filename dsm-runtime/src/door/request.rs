@@ -108,6 +108,10 @@ pub(crate) enum Call {
         op: AtomicOp,
         order: AtomicOrder,
     },
+    /// A page of atomic words homed on the lowest node from this one on (`Reply::Value`: the
+    /// node in the top 16 bits, the page's offset below; `u64::MAX`: none), for an acquire
+    /// fence that acquires from every home (`Node::atomic_page_homed_from`).
+    AtomicPageHomedFrom(u16),
     /// Ends the job with this message: answered once every node has it (or a bound passed).
     Error(String),
     Exit,
@@ -154,6 +158,7 @@ impl Call {
             Call::Stats => "stats",
             Call::HomeMigration(_) => "jia_config(HMIG)",
             Call::Atomic { .. } => "jia_atomic",
+            Call::AtomicPageHomedFrom(_) => "jia_atomic_thread_fence",
             Call::Error(_) => "jia_error",
             Call::Exit => "jia_exit",
         }

@@ -104,6 +104,10 @@ impl Service {
                 op,
                 order,
             } => waits(node.atomic(now, w, (addr, width), op, order)),
+            Call::AtomicPageHomedFrom(first) => Ok(Some(Reply::Value(
+                node.atomic_page_homed_from(first)
+                    .map_or(u64::MAX, |(home, at)| u64::from(home.0) << 48 | at.0),
+            ))),
             Call::HomeMigration(on) => {
                 self.set_home_migration(on);
                 Ok(Some(Reply::Done))

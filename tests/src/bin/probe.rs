@@ -519,10 +519,11 @@ fn small_atomics(dsm: &Dsm) {
 /// a word of a page node 2 caches (homed on node 1), makes a release fence and stores the round
 /// into a flag homed on node 1 with relaxed order (with `rmw`: a relaxed fetch-add to a word of
 /// node 2's, then two to the flag, the second not a release); node 2 waits for the round with
-/// relaxed loads,
+/// relaxed loads (with `many`, after relaxed loads of 40 other words, more than a thread's
+/// list of the words it read keeps: the fence acquires from every home),
 /// makes an acquire fence and reads the word: C11 orders the write before the read. Node 2
 /// counts the rounds it read an old value in.
-fn fences(dsm: &Dsm, rmw: bool) {
+fn fences(dsm: &Dsm, rmw: bool, many: bool) {
     const ROUNDS: u64 = 30;
     let me = dsm.id();
     let data: SharedArray<u64> = dsm.alloc(1024, AllocPolicy::OnNode(NodeId(1))).unwrap();
@@ -545,6 +546,11 @@ fn fences(dsm: &Dsm, rmw: bool) {
                 flag.store(k, Ordering::Relaxed);
             }
         } else if me == 2 {
+            if many {
+                for i in 0..40 {
+                    std::hint::black_box(dsm.atomic_u64(other, 8 + i).load(Ordering::Relaxed));
+                }
+            }
             while flag.load(Ordering::Relaxed) < if rmw { 2 * k } else { k } {}
             dsm.fence(Ordering::Acquire);
             let got = data.get(k as usize);
@@ -1220,8 +1226,9 @@ fn main() {
             dsm.barrier();
         }
         "small-atomics" => small_atomics(&dsm),
-        "fences" => fences(&dsm, false),
-        "fences-rmw" => fences(&dsm, true),
+        "fences" => fences(&dsm, false, false),
+        "fences-rmw" => fences(&dsm, true, false),
+        "fences-many-words" => fences(&dsm, false, true),
         "atomic-before-home-allocates" => {
             // The home (node 1) is late to the allocation; the others add to its word at once,
             // before it has made it (their operations were dropped, and the job ended as a
