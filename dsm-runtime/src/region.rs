@@ -226,18 +226,30 @@ static ATOMIC_CHANGES: OnceLock<&'static [AtomicU32]> = OnceLock::new();
 /// The smallest `cache_pages` the words on too many mappings suggest.
 const MIN_CACHE_HINT: u64 = 1024;
 
+/// Whether the page of `addr` (of the application's view) is homed here, holds atomic words and
+/// keeps its home for the job's life: relaxed operations on its words take the CPU's atomics
+/// ([`relaxed_at_home`]).
+#[inline]
+pub(crate) fn atomics_homed_here(addr: usize) -> bool {
+    homed_offset(addr).is_some()
+}
+
+/// `addr`'s offset in the region if [`atomics_homed_here`].
+#[inline]
+fn homed_offset(addr: usize) -> Option<usize> {
+    let &(base, homes) = ATOMIC_HOMES.get()?;
+    let off = addr.checked_sub(base)?;
+    (homes.get(off / PAGE_SIZE)?.load(Ordering::Acquire) == 1).then_some(off)
+}
+
 /// A relaxed atomic operation on the `width`-byte word at `addr` of the application's view,
 /// applied with the CPU's atomics if the word is aligned, in the region, and on a page homed
 /// here that holds atomic words (the core applies other nodes' operations to such words with
 /// the CPU's atomics too, `PageMemory::atomic_update`): its value before. `None`: the node must
 /// apply it.
 pub(crate) fn relaxed_at_home(addr: usize, width: u8, op: AtomicOp) -> Option<u64> {
-    let &(base, homes) = ATOMIC_HOMES.get()?;
-    let off = addr.checked_sub(base)?;
-    let homed = homes
-        .get(off / PAGE_SIZE)
-        .is_some_and(|b| b.load(Ordering::Acquire) == 1);
-    if !homed || !dsm_core::atomic_width(width) || addr % usize::from(width) != 0 {
+    let off = homed_offset(addr)?;
+    if !dsm_core::atomic_width(width) || addr % usize::from(width) != 0 {
         return None;
     }
     if op != AtomicOp::Load

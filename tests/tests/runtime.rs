@@ -52,6 +52,8 @@ fn relaxed_atomics_between_fences_publish_the_writes_before_them() {
     for case in ["fences", "fences-rmw", "fences-many-words"] {
         probe_ok(3, &[], case, "fences OK 30 rounds");
     }
+    // A relaxed operation the runtime refused (its error taken) leaves no word for a fence.
+    probe_ok(2, &[], "fence-after-refused", "node 1: refused: true");
 }
 
 /// A call after `exit` ends the node with a message instead of waiting forever for a service

@@ -1229,6 +1229,21 @@ fn main() {
         "fences" => fences(&dsm, false, false),
         "fences-rmw" => fences(&dsm, true, false),
         "fences-many-words" => fences(&dsm, false, true),
+        "fence-after-refused" => {
+            // A relaxed operation refused (misaligned), whose error the program takes, then
+            // acquire fences: the word read nothing, and the fences go on (one ended the node).
+            let a: SharedArray<u64> = dsm.alloc(512, AllocPolicy::OnNode(NodeId(1))).unwrap();
+            dsm.barrier();
+            let relaxed = dsm_runtime::AtomicOrder::RELAXED;
+            let load = dsm_runtime::AtomicOp::Load;
+            dsm.fence(Ordering::Acquire);
+            let refused = dsm.atomic_raw(a.as_ptr() as usize + 1, 4, load, relaxed);
+            dsm.fence(Ordering::Acquire);
+            dsm.atomic_u64(a, 0).load(Ordering::Relaxed);
+            dsm.fence(Ordering::AcqRel);
+            println!("node {}: refused: {}", dsm.id(), refused.is_err());
+            dsm.barrier();
+        }
         "atomic-before-home-allocates" => {
             // The home (node 1) is late to the allocation; the others add to its word at once,
             // before it has made it (their operations were dropped, and the job ended as a
