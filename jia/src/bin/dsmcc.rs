@@ -108,6 +108,17 @@ fn main() {
     }
     let checking = check_races.then(|| instrument_flags(&cc));
     let mut objects_dir = None;
+    // The sources' floating-point atomics made instrumentable (clang's instrumentation leaves
+    // them out), in a directory removed after the build.
+    let mut expanded_dir = None;
+    if is_clang(&cc) && !show {
+        if let Some((dir, mut expanded)) = expand_float_atomics(&cc, &args) {
+            // The preprocessor's flags do nothing to LLVM's text: no warning for them.
+            expanded.push("-Wno-unused-command-line-argument".into());
+            args = expanded;
+            expanded_dir = Some(dir);
+        }
+    }
     if !check_races {
         if is_clang(&cc) {
             // Atomics alone instrumented: each C11 atomic and builtin calls libjia's hooks,
@@ -216,11 +227,13 @@ fn main() {
         }
         return;
     }
-    if let Some(dir) = objects_dir {
+    if objects_dir.is_some() || expanded_dir.is_some() {
         let out = cmd
             .output()
             .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
-        let _ = std::fs::remove_dir_all(dir);
+        for dir in objects_dir.into_iter().chain(expanded_dir) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprint!("{stderr}");
         print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -730,7 +743,7 @@ fn rename_calls_in(object: &Path, renames: Renames, show: bool) {
 /// Whether `a` names a source file the compiler compiles.
 fn is_source(a: &OsString) -> bool {
     let a = a.to_string_lossy();
-    [".c", ".cc", ".cpp", ".cxx", ".C"]
+    [".c", ".cc", ".cpp", ".cxx", ".C", ".ll", ".bc"]
         .iter()
         .any(|ext| a.ends_with(ext) && !a.starts_with('-'))
 }
@@ -777,24 +790,9 @@ fn compile_objects_renamed(cc: &OsString, args: &[OsString], renames: Renames, s
     exit(0);
 }
 
-/// Instrumentation with linking: compiles each source in `args` that `which` takes with `flags`
-/// to an object in a directory of its own (the other arguments too, but for the output and the
-/// linker's), renames its calls ([`rename_calls`]), and returns that directory and the
-/// arguments with the objects in place of those sources.
-fn compile_apart(
-    cc: &OsString,
-    args: &[OsString],
-    flags: &[String],
-    which: impl Fn(&OsString) -> bool,
-    renames: Renames,
-    show: bool,
-) -> (PathBuf, Vec<OsString>) {
-    // Private and unpredictable: another user cannot block the name or plant links in it.
-    let dir = dsm_runtime::files::private_temp_dir("dsmcc").unwrap_or_else(|e| {
-        fail(&format!(
-            "cannot make a private directory for the objects: {e}"
-        ))
-    });
+/// The arguments of a compiler command `args` that compile one of its sources alone: all but the
+/// sources, the output and what goes to the linker only.
+fn compile_flags(args: &[OsString]) -> Vec<OsString> {
     let mut compile_args = Vec::new();
     let mut skip_next = false;
     for a in args {
@@ -828,6 +826,139 @@ fn compile_apart(
         }
         compile_args.push(a.clone());
     }
+    compile_args
+}
+
+/// clang's floating-point atomic read-modify-writes (`__atomic_fetch_add` on a `float` or a
+/// `double`, clang's OpenMP `atomic` on one): ThreadSanitizer's pass instruments only integer
+/// ones, so these stayed the CPU's `lock cmpxchg` loops, atomic among one node's threads only
+/// (a float's fetch-adds from two nodes lost 246 of 10,000). Each C source with atomics whose
+/// code has one is compiled to LLVM's text, where `opt`'s `atomic-expand` turns them into
+/// integer compare-exchange loops, which the pass instruments: the arguments come back with
+/// that text in place of the source (in a private directory, returned to be removed after the
+/// build), each such source named. `None` when no source has one. With `--show` nothing is
+/// compiled here, and the command shown is the one without the expansion.
+fn expand_float_atomics(cc: &OsString, args: &[OsString]) -> Option<(PathBuf, Vec<OsString>)> {
+    let flags = compile_flags(args);
+    let mut dir = None;
+    let mut out = Vec::with_capacity(args.len());
+    for (k, a) in args.iter().enumerate() {
+        if !uses_atomics(cc, args, a) {
+            out.push(a.clone());
+            continue;
+        }
+        let d = dir.get_or_insert_with(|| {
+            dsm_runtime::files::private_temp_dir("dsmcc").unwrap_or_else(|e| {
+                fail(&format!(
+                    "cannot make a private directory for the objects: {e}"
+                ))
+            })
+        });
+        // The source's own name, in a directory of its own: `-c` without `-o` names the
+        // object after it.
+        let stem = Path::new(a).file_stem().unwrap_or_default().to_os_string();
+        let sub = d.join(k.to_string());
+        let _ = std::fs::create_dir(&sub);
+        let ir = sub.join(&stem).with_extension("unexpanded.ll");
+        let emitted = Command::new(cc)
+            .arg(format!("-I{INCLUDE}"))
+            .args(&flags)
+            .args(["-S", "-emit-llvm", "-o"])
+            .arg(&ir)
+            .arg(a)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        let text = if emitted {
+            std::fs::read_to_string(&ir).unwrap_or_default()
+        } else {
+            // The build's own compile says what is wrong.
+            String::new()
+        };
+        let float_rmw = text.lines().any(|l| {
+            l.split_once("atomicrmw ").is_some_and(|(_, rest)| {
+                ["fadd ", "fsub ", "fmax ", "fmin "]
+                    .iter()
+                    .any(|o| rest.starts_with(o))
+            })
+        });
+        if !float_rmw {
+            out.push(a.clone());
+            continue;
+        }
+        let expanded = sub.join(&stem).with_extension("ll");
+        let opt = llvm_tool(cc, "opt");
+        let done = Command::new(&opt)
+            .args(["-atomic-expand", "-S", "-o"])
+            .arg(&expanded)
+            .arg(&ir)
+            .output();
+        match done {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => fail(&format!(
+                "{}: floating-point atomics, which clang's instrumentation leaves atomic among \
+                 one node's threads only: {} -atomic-expand failed: {}(build with \
+                 DSMCC_CC=gcc, or use an _Atomic variable's compound assignment)",
+                Path::new(a).display(),
+                opt.to_string_lossy(),
+                String::from_utf8_lossy(&o.stderr)
+            )),
+            Err(e) => fail(&format!(
+                "{}: floating-point atomics, which clang's instrumentation leaves atomic among \
+                 one node's threads only, need LLVM's opt to be exact across nodes, and {} \
+                 cannot run: {e} (install LLVM's tools, build with DSMCC_CC=gcc, or use an \
+                 _Atomic variable's compound assignment)",
+                Path::new(a).display(),
+                opt.to_string_lossy()
+            )),
+        }
+        eprintln!(
+            "dsmcc: note: {} has floating-point atomic operations, which clang's \
+             instrumentation leaves to the CPU: expanded to compare-exchange loops (opt \
+             -atomic-expand), exact across nodes",
+            Path::new(a).display()
+        );
+        out.push(expanded.into_os_string());
+    }
+    Some((dir?, out))
+}
+
+/// LLVM's tool `name` of the same installation as clang `cc` (beside its real path, as
+/// Debian's `/usr/lib/llvm-N/bin`), else `name` on the path.
+fn llvm_tool(cc: &OsString, name: &str) -> OsString {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg("command -v \"$0\"")
+        .arg(cc)
+        .output()
+        .ok()
+        .and_then(|o| {
+            let p = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+            let real = Path::new(&p).canonicalize().ok()?;
+            let tool = real.parent()?.join(name);
+            tool.exists().then_some(tool.into_os_string())
+        });
+    found.unwrap_or_else(|| name.into())
+}
+
+/// Instrumentation with linking: compiles each source in `args` that `which` takes with `flags`
+/// to an object in a directory of its own (the other arguments too, but for the output and the
+/// linker's), renames its calls ([`rename_calls`]), and returns that directory and the
+/// arguments with the objects in place of those sources.
+fn compile_apart(
+    cc: &OsString,
+    args: &[OsString],
+    flags: &[String],
+    which: impl Fn(&OsString) -> bool,
+    renames: Renames,
+    show: bool,
+) -> (PathBuf, Vec<OsString>) {
+    // Private and unpredictable: another user cannot block the name or plant links in it.
+    let dir = dsm_runtime::files::private_temp_dir("dsmcc").unwrap_or_else(|e| {
+        fail(&format!(
+            "cannot make a private directory for the objects: {e}"
+        ))
+    });
+    let compile_args = compile_flags(args);
     let mut linked = Vec::new();
     for (k, a) in args.iter().enumerate() {
         if !is_source(a) || !which(a) {
