@@ -111,7 +111,11 @@ fn main() {
     // The sources' floating-point atomics made instrumentable (clang's instrumentation leaves
     // them out), in a directory removed after the build.
     let mut expanded_dir = None;
-    if is_clang(&cc) && !show {
+    // (Not for a command that makes no code: preprocessing, dependencies, a syntax check.)
+    let makes_code = !args
+        .iter()
+        .any(|a| ["-E", "-M", "-MM", "-fsyntax-only"].iter().any(|n| a == n));
+    if is_clang(&cc) && !show && makes_code {
         if let Some((dir, mut expanded)) = expand_float_atomics(&cc, &args) {
             // The preprocessor's flags do nothing to LLVM's text: no warning for them.
             expanded.push("-Wno-unused-command-line-argument".into());
