@@ -88,6 +88,64 @@ fn an_acquire_that_reads_a_release_sees_the_writes_before_it() {
     );
 }
 
+/// The rule the runtime's fences rest on (`dsm-runtime/src/fences.rs`): node 1 writes data node
+/// 3 cached, releases through word X, then stores to word Y of the same home (on another page)
+/// with relaxed order; node 3 waits for Y with relaxed loads, then makes an acquire load of Y,
+/// or of another word Z of that home (a fence that acquires from every home): either acquire
+/// is answered with X's release, which the home recorded before Y's store, and node 3 reads the
+/// data. With X's store relaxed too, nothing is released and node 3 reads what it cached.
+fn release_then_relaxed_store(release: AtomicOrder, acquire_other_word: bool) -> Vec<u64> {
+    let mut c = Cluster::new(4, 3, |cfg| cfg.prefetch.enabled = false);
+    let words = on(&mut c, 0, 3);
+    let (x, y, z) = (words, words.offset_by(PAGE + 8), words.offset_by(2 * PAGE));
+    let data = on(&mut c, 2, 3);
+    c.barrier().unwrap();
+    let cells: Vec<GlobalAddr> = (0..3).map(|p| data.offset_by(p * PAGE + 64)).collect();
+    for &w in &cells {
+        assert_eq!(c.read_u64(3, w).unwrap(), 0);
+    }
+    // Node 3 has operated on Z before (a page of atomics of home 0 it knows).
+    c.atomic(3, z, AtomicOp::Load, AtomicOrder::RELAXED)
+        .unwrap();
+    for (i, &w) in cells.iter().enumerate() {
+        c.write_u64(1, w, 7 + i as u64).unwrap();
+    }
+    c.atomic(1, x, AtomicOp::Store(1), release).unwrap();
+    c.atomic(1, y, AtomicOp::Store(1), AtomicOrder::RELAXED)
+        .unwrap();
+    c.push(
+        3,
+        0,
+        Op::AwaitAtomic {
+            width: 8,
+            addr: y,
+            at_least: 1,
+            order: AtomicOrder::RELAXED,
+        },
+    );
+    c.run().unwrap();
+    let again = if acquire_other_word { z } else { y };
+    c.atomic(3, again, AtomicOp::Load, AtomicOrder::ACQUIRE)
+        .unwrap();
+    cells.iter().map(|&w| c.read_u64(3, w).unwrap()).collect()
+}
+
+#[test]
+fn an_acquire_through_any_word_of_a_home_sees_a_release_before_a_relaxed_store_there() {
+    for other in [false, true] {
+        assert_eq!(
+            release_then_relaxed_store(AtomicOrder::RELEASE, other),
+            [7, 8, 9],
+            "acquire through another word: {other}"
+        );
+        assert_eq!(
+            release_then_relaxed_store(AtomicOrder::RELAXED, other),
+            [0, 0, 0],
+            "acquire through another word: {other}"
+        );
+    }
+}
+
 /// A release the home holds (on a word of an allocation the home has not made yet) and a later
 /// release of the same node through another word of that home, served first: the acquirer of
 /// the second must see the writes before the first (found by a review, with one record of
