@@ -108,20 +108,12 @@ fn main() {
     }
     let checking = check_races.then(|| instrument_flags(&cc));
     let mut objects_dir = None;
-    // The sources' floating-point atomics made instrumentable (clang's instrumentation leaves
-    // them out), in a directory removed after the build.
-    let mut expanded_dir = None;
     // (Not for a command that makes no code: preprocessing, dependencies, a syntax check.)
     let makes_code = !args
         .iter()
         .any(|a| ["-E", "-M", "-MM", "-fsyntax-only"].iter().any(|n| a == n));
     if is_clang(&cc) && !show && makes_code {
-        if let Some((dir, mut expanded)) = expand_float_atomics(&cc, &args) {
-            // The preprocessor's flags do nothing to LLVM's text: no warning for them.
-            expanded.push("-Wno-unused-command-line-argument".into());
-            args = expanded;
-            expanded_dir = Some(dir);
-        }
+        refuse_uninstrumented_atomics(&cc, &args);
     }
     if !check_races {
         if is_clang(&cc) {
@@ -231,13 +223,11 @@ fn main() {
         }
         return;
     }
-    if objects_dir.is_some() || expanded_dir.is_some() {
+    if let Some(dir) = objects_dir {
         let out = cmd
             .output()
             .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
-        for dir in objects_dir.into_iter().chain(expanded_dir) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        let _ = std::fs::remove_dir_all(dir);
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprint!("{stderr}");
         print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -747,7 +737,7 @@ fn rename_calls_in(object: &Path, renames: Renames, show: bool) {
 /// Whether `a` names a source file the compiler compiles.
 fn is_source(a: &OsString) -> bool {
     let a = a.to_string_lossy();
-    [".c", ".cc", ".cpp", ".cxx", ".C", ".ll", ".bc"]
+    [".c", ".cc", ".cpp", ".cxx", ".C"]
         .iter()
         .any(|ext| a.ends_with(ext) && !a.starts_with('-'))
 }
@@ -833,115 +823,101 @@ fn compile_flags(args: &[OsString]) -> Vec<OsString> {
     compile_args
 }
 
-/// clang's floating-point atomic read-modify-writes (`__atomic_fetch_add` on a `float` or a
-/// `double`, clang's OpenMP `atomic` on one): ThreadSanitizer's pass instruments only integer
-/// ones, so these stayed the CPU's `lock cmpxchg` loops, atomic among one node's threads only
-/// (a float's fetch-adds from two nodes lost 246 of 10,000). Each C source with atomics whose
-/// code has one is compiled to LLVM's text, where `opt`'s `atomic-expand` turns them into
-/// integer compare-exchange loops, which the pass instruments: the arguments come back with
-/// that text in place of the source (in a private directory, returned to be removed after the
-/// build), each such source named. `None` when no source has one. With `--show` nothing is
-/// compiled here, and the command shown is the one without the expansion.
-fn expand_float_atomics(cc: &OsString, args: &[OsString]) -> Option<(PathBuf, Vec<OsString>)> {
-    let flags = compile_flags(args);
-    let mut dir = None;
-    let mut out = Vec::with_capacity(args.len());
-    for (k, a) in args.iter().enumerate() {
-        if !uses_atomics(cc, args, a) {
-            out.push(a.clone());
+/// The read-modify-writes ThreadSanitizer's pass in clang leaves to the CPU, as LLVM names
+/// them: floating-point ones (`__atomic_fetch_add` on a `float` or a `double`, clang's OpenMP
+/// `atomic` on one) and integer maximum and minimum (`__atomic_fetch_max`): atomic among one
+/// node's threads only, their updates from two nodes were lost without a word (246 of 10,000
+/// float adds).
+const UNINSTRUMENTED_RMW: &[&str] = &["fadd", "fsub", "fmax", "fmin", "max", "min", "umax", "umin"];
+
+/// Ends the build, naming each source and line, if a C source with atomics among `args` has an
+/// operation of [`UNINSTRUMENTED_RMW`] in clang's code for it (its LLVM text as the front end
+/// makes it, written to a pipe: no file to leave). A source clang cannot compile is left to the
+/// build's own compile, which says why; one read from standard input is not looked at.
+fn refuse_uninstrumented_atomics(cc: &OsString, args: &[OsString]) {
+    // Dependency files are the build's to write.
+    let mut flags = Vec::new();
+    let mut skip_next = false;
+    for f in compile_flags(args) {
+        let s = f.to_string_lossy();
+        if std::mem::take(&mut skip_next) {
             continue;
         }
-        let d = dir.get_or_insert_with(|| {
-            dsm_runtime::files::private_temp_dir("dsmcc").unwrap_or_else(|e| {
-                fail(&format!(
-                    "cannot make a private directory for the objects: {e}"
-                ))
-            })
-        });
-        // The source's own name, in a directory of its own: `-c` without `-o` names the
-        // object after it.
-        let stem = Path::new(a).file_stem().unwrap_or_default().to_os_string();
-        let sub = d.join(k.to_string());
-        let _ = std::fs::create_dir(&sub);
-        let ir = sub.join(&stem).with_extension("unexpanded.ll");
-        let emitted = Command::new(cc)
+        if matches!(s.as_ref(), "-MF" | "-MT" | "-MQ") {
+            skip_next = true;
+            continue;
+        }
+        if s.starts_with("-M") || s.starts_with("-Wp,-M") {
+            continue;
+        }
+        flags.push(f);
+    }
+    let mut found = Vec::new();
+    for a in args {
+        if !uses_atomics(cc, args, a) {
+            continue;
+        }
+        let out = Command::new(cc)
             .arg(format!("-I{INCLUDE}"))
             .args(&flags)
-            .args(["-S", "-emit-llvm", "-o"])
-            .arg(&ir)
+            .args([
+                "-w",
+                "-gline-tables-only",
+                "-Xclang",
+                "-disable-llvm-passes",
+            ])
+            .args(["-S", "-emit-llvm", "-o", "-"])
             .arg(a)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        let text = if emitted {
-            std::fs::read_to_string(&ir).unwrap_or_default()
-        } else {
-            // The build's own compile says what is wrong.
-            String::new()
-        };
-        let float_rmw = text.lines().any(|l| {
-            l.split_once("atomicrmw ").is_some_and(|(_, rest)| {
-                ["fadd ", "fsub ", "fmax ", "fmin "]
-                    .iter()
-                    .any(|o| rest.starts_with(o))
-            })
-        });
-        if !float_rmw {
-            out.push(a.clone());
-            continue;
-        }
-        let expanded = sub.join(&stem).with_extension("ll");
-        let opt = llvm_tool(cc, "opt");
-        let done = Command::new(&opt)
-            .args(["-atomic-expand", "-S", "-o"])
-            .arg(&expanded)
-            .arg(&ir)
             .output();
-        match done {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => fail(&format!(
-                "{}: floating-point atomics, which clang's instrumentation leaves atomic among \
-                 one node's threads only: {} -atomic-expand failed: {}(build with \
-                 DSMCC_CC=gcc, or use an _Atomic variable's compound assignment)",
-                Path::new(a).display(),
-                opt.to_string_lossy(),
-                String::from_utf8_lossy(&o.stderr)
-            )),
-            Err(e) => fail(&format!(
-                "{}: floating-point atomics, which clang's instrumentation leaves atomic among \
-                 one node's threads only, need LLVM's opt to be exact across nodes, and {} \
-                 cannot run: {e} (install LLVM's tools, build with DSMCC_CC=gcc, or use an \
-                 _Atomic variable's compound assignment)",
-                Path::new(a).display(),
-                opt.to_string_lossy()
-            )),
+        let Some(out) = out.ok().filter(|o| o.status.success()) else {
+            continue;
+        };
+        let ir = String::from_utf8_lossy(&out.stdout);
+        for (op, line) in uninstrumented_rmw(&ir) {
+            let at = line.map_or(String::new(), |l| format!(":{l}"));
+            found.push(format!("{}{at} ({op})", Path::new(a).display()));
         }
-        eprintln!(
-            "dsmcc: note: {} has floating-point atomic operations, which clang's \
-             instrumentation leaves to the CPU: expanded to compare-exchange loops (opt \
-             -atomic-expand), exact across nodes",
-            Path::new(a).display()
-        );
-        out.push(expanded.into_os_string());
     }
-    Some((dir?, out))
+    if !found.is_empty() {
+        fail(&format!(
+            "atomic operations clang's instrumentation leaves to the CPU, atomic among one \
+             node's threads only (a floating-point read-modify-write, or an integer maximum or \
+             minimum): {}; build these sources with DSMCC_CC=gcc (its atomics are exact across \
+             nodes), or write the operation as a compare-exchange loop (an _Atomic variable's \
+             compound assignment is one), or under a jia_lock",
+            found.join(", ")
+        ));
+    }
 }
 
-/// LLVM's tool `name` of the same installation as clang `cc` (beside its real path, as
-/// Debian's `/usr/lib/llvm-N/bin`), else `name` on the path.
-fn llvm_tool(cc: &OsString, name: &str) -> OsString {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg("command -v \"$0\"")
-        .arg(cc)
-        .output()
-        .ok()
-        .and_then(|o| {
-            let p = String::from_utf8_lossy(&o.stdout).trim().to_owned();
-            let real = Path::new(&p).canonicalize().ok()?;
-            let tool = real.parent()?.join(name);
-            tool.exists().then_some(tool.into_os_string())
-        });
-    found.unwrap_or_else(|| name.into())
+/// The operations of [`UNINSTRUMENTED_RMW`] in LLVM text `ir`, each with its source line where
+/// the text has line tables (`!dbg`).
+fn uninstrumented_rmw(ir: &str) -> Vec<(String, Option<u64>)> {
+    let line_of = |id: &str| {
+        let head = format!("{id} = !DILocation(line: ");
+        ir.lines()
+            .find_map(|l| l.strip_prefix(&head))
+            .and_then(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+    };
+    ir.lines()
+        .filter_map(|l| {
+            let rest = l.split_once("atomicrmw ")?.1;
+            let rest = rest.strip_prefix("volatile ").unwrap_or(rest);
+            let op = rest.split(' ').next()?;
+            if !UNINSTRUMENTED_RMW.contains(&op) {
+                return None;
+            }
+            let line = l
+                .split_once("!dbg ")
+                .and_then(|(_, id)| line_of(id.split([',', ' ']).next()?));
+            Some((op.to_owned(), line))
+        })
+        .collect()
 }
 
 /// Instrumentation with linking: compiles each source in `args` that `which` takes with `flags`
