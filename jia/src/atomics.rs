@@ -275,6 +275,187 @@ fn nand_on_shared(addr: usize, width: u8, v: u64, mo: c_int, what: &str) -> u64 
     }
 }
 
+/// `f(old)` on the `width`-byte word at `addr` as one atomic read-modify-write with C11's order
+/// `mo`, by compare-exchange until no other operation came between: a DSM operation on shared
+/// memory, the CPU's elsewhere (`cpu_cas(expected, new)`: the value it found). The value before.
+fn rmw_by_cas(
+    addr: usize,
+    width: u8,
+    mo: c_int,
+    f: impl Fn(u64) -> u64,
+    cpu_load: impl Fn() -> u64,
+    cpu_cas: impl Fn(u64, u64) -> u64,
+    what: &str,
+) -> u64 {
+    let shared_word = shared(addr, usize::from(width));
+    let load = || {
+        if shared_word {
+            on_shared(
+                addr,
+                width,
+                AtomicOp::Load,
+                (HOOKED, order_of(mo, what)),
+                what,
+            )
+        } else {
+            cpu_load()
+        }
+    };
+    let mut old = load();
+    loop {
+        let new = f(old);
+        let seen = if shared_word {
+            let op = AtomicOp::CompareExchange { expected: old, new };
+            on_shared(addr, width, op, (HOOKED, order_of(mo, what)), what)
+        } else {
+            private(addr, mo, (true, true), || cpu_cas(old, new))
+        };
+        if seen == old {
+            return old;
+        }
+        old = seen;
+    }
+}
+
+/// The read-modify-writes clang's ThreadSanitizer pass leaves to the CPU (LLVM's `atomicrmw`
+/// `fadd`, `fsub`, `fmax`, `fmin` on `float` and `double`; `max`, `min`, `umax`, `umin` on
+/// integers): `dsmcc` rewrites each in clang's code into a call of the entry of its operation
+/// and type here (`__dsm_atomicrmw_fadd_f64(p, v, order)`, the value before), exact across
+/// nodes on shared memory, the CPU's elsewhere.
+macro_rules! rmw_entries {
+    ($t:ty, $bits:ty, $cpu:ty, $width:literal, $to:expr, $from:expr,
+     [$(($name:ident, $apply:expr)),*]) => {
+        $(
+            /// See [`rmw_entries`].
+            ///
+            /// # Safety
+            /// `p` is an aligned object of this type the caller may access atomically.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name(p: *mut $t, v: $t, mo: c_int) -> $t {
+                let to: fn($t) -> u64 = $to;
+                let from: fn(u64) -> $t = $from;
+                let apply: fn($t, $t) -> $t = $apply;
+                // SAFETY: the function's contract; used only where the word is not shared.
+                let cpu = || unsafe { <$cpu>::from_ptr(p.cast::<$bits>()) };
+                let old = rmw_by_cas(
+                    p as usize,
+                    $width,
+                    mo,
+                    |old| to(apply(from(old), v)),
+                    || u64::from(cpu().load(Ordering::SeqCst)),
+                    |expected, new| {
+                        let r = cpu().compare_exchange(
+                            expected as $bits,
+                            new as $bits,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                        u64::from(r.unwrap_or_else(|found| found))
+                    },
+                    stringify!($name),
+                );
+                from(old)
+            }
+        )*
+    };
+}
+
+/// The floating-point and integer maximum/minimum read-modify-writes (see [`rmw_entries`]).
+mod uninstrumented_rmw {
+    use super::*;
+
+    rmw_entries!(
+        f32,
+        u32,
+        AtomicU32,
+        4,
+        |x| u64::from(x.to_bits()),
+        |b| f32::from_bits(b as u32),
+        [
+            (__dsm_atomicrmw_fadd_f32, |a, b| a + b),
+            (__dsm_atomicrmw_fsub_f32, |a, b| a - b),
+            (__dsm_atomicrmw_fmax_f32, f32::max),
+            (__dsm_atomicrmw_fmin_f32, f32::min)
+        ]
+    );
+    rmw_entries!(
+        f64,
+        u64,
+        AtomicU64,
+        8,
+        |x| x.to_bits(),
+        f64::from_bits,
+        [
+            (__dsm_atomicrmw_fadd_f64, |a, b| a + b),
+            (__dsm_atomicrmw_fsub_f64, |a, b| a - b),
+            (__dsm_atomicrmw_fmax_f64, f64::max),
+            (__dsm_atomicrmw_fmin_f64, f64::min)
+        ]
+    );
+    rmw_entries!(
+        u8,
+        u8,
+        AtomicU8,
+        1,
+        u64::from,
+        |b| b as u8,
+        [
+            (__dsm_atomicrmw_max_i8, |a, b| (a as i8).max(b as i8) as u8),
+            (__dsm_atomicrmw_min_i8, |a, b| (a as i8).min(b as i8) as u8),
+            (__dsm_atomicrmw_umax_i8, u8::max),
+            (__dsm_atomicrmw_umin_i8, u8::min)
+        ]
+    );
+    rmw_entries!(
+        u16,
+        u16,
+        AtomicU16,
+        2,
+        u64::from,
+        |b| b as u16,
+        [
+            (__dsm_atomicrmw_max_i16, |a, b| (a as i16).max(b as i16)
+                as u16),
+            (__dsm_atomicrmw_min_i16, |a, b| (a as i16).min(b as i16)
+                as u16),
+            (__dsm_atomicrmw_umax_i16, u16::max),
+            (__dsm_atomicrmw_umin_i16, u16::min)
+        ]
+    );
+    rmw_entries!(
+        u32,
+        u32,
+        AtomicU32,
+        4,
+        u64::from,
+        |b| b as u32,
+        [
+            (__dsm_atomicrmw_max_i32, |a, b| (a as i32).max(b as i32)
+                as u32),
+            (__dsm_atomicrmw_min_i32, |a, b| (a as i32).min(b as i32)
+                as u32),
+            (__dsm_atomicrmw_umax_i32, u32::max),
+            (__dsm_atomicrmw_umin_i32, u32::min)
+        ]
+    );
+    rmw_entries!(
+        u64,
+        u64,
+        AtomicU64,
+        8,
+        |x| x,
+        |b| b,
+        [
+            (__dsm_atomicrmw_max_i64, |a, b| (a as i64).max(b as i64)
+                as u64),
+            (__dsm_atomicrmw_min_i64, |a, b| (a as i64).min(b as i64)
+                as u64),
+            (__dsm_atomicrmw_umax_i64, u64::max),
+            (__dsm_atomicrmw_umin_i64, u64::min)
+        ]
+    );
+}
+
 macro_rules! tsan_atomics {
     ($t:ty, $cpu:ty, $width:literal, $load:ident, $store:ident, $xchg:ident, $nand:ident,
      $cas_strong:ident, $cas_weak:ident, $cas_val:ident,

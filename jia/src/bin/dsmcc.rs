@@ -113,7 +113,15 @@ fn main() {
         .iter()
         .any(|a| ["-E", "-M", "-MM", "-fsyntax-only"].iter().any(|n| a == n));
     if is_clang(&cc) && !show && makes_code {
-        refuse_uninstrumented_atomics(&cc, &args);
+        let final_flags: Vec<OsString> = match &checking {
+            Some(flags) => flags.iter().map(OsString::from).collect(),
+            None => ATOMICS_ONLY.iter().map(OsString::from).collect(),
+        };
+        args = rewrite_uninstrumented_atomics(&cc, &args, &final_flags);
+        if args.iter().any(|a| a.to_string_lossy().ends_with(".ll")) {
+            // The preprocessor's flags do nothing to LLVM's text: no warning for them.
+            args.push("-Wno-unused-command-line-argument".into());
+        }
     }
     if !check_races {
         if is_clang(&cc) {
@@ -223,11 +231,19 @@ fn main() {
         }
         return;
     }
-    if let Some(dir) = objects_dir {
+    // A build with files of its own runs the compiler and removes them after (exec would skip
+    // the removal).
+    let own_files = !TEMP_DIRS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_empty();
+    if objects_dir.is_some() || own_files {
         let out = cmd
             .output()
             .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
-        let _ = std::fs::remove_dir_all(dir);
+        if let Some(dir) = objects_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprint!("{stderr}");
         print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -737,7 +753,7 @@ fn rename_calls_in(object: &Path, renames: Renames, show: bool) {
 /// Whether `a` names a source file the compiler compiles.
 fn is_source(a: &OsString) -> bool {
     let a = a.to_string_lossy();
-    [".c", ".cc", ".cpp", ".cxx", ".C"]
+    [".c", ".cc", ".cpp", ".cxx", ".C", ".ll"]
         .iter()
         .any(|ext| a.ends_with(ext) && !a.starts_with('-'))
 }
@@ -830,15 +846,136 @@ fn compile_flags(args: &[OsString]) -> Vec<OsString> {
 /// float adds).
 const UNINSTRUMENTED_RMW: &[&str] = &["fadd", "fsub", "fmax", "fmin", "max", "min", "umax", "umin"];
 
-/// Ends the build, naming each source and line, if a C source with atomics among `args` has an
-/// operation of [`UNINSTRUMENTED_RMW`] in clang's code for it (its LLVM text as the front end
-/// makes it, written to a pipe: no file to leave). A source clang cannot compile is left to the
-/// build's own compile, which says why; one read from standard input is not looked at.
-fn refuse_uninstrumented_atomics(cc: &OsString, args: &[OsString]) {
-    // Dependency files are the build's to write.
-    let mut flags = Vec::new();
+/// Private directories of the build's own files, removed when dsmcc exits, however it exits
+/// (`atexit`: `fail`, the compile of objects apart, the end).
+static TEMP_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+extern "C" fn remove_temp_dirs() {
+    if let Ok(dirs) = TEMP_DIRS.lock() {
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// A private directory of the build's own, removed when dsmcc exits.
+fn temp_dir() -> PathBuf {
+    let dir = dsm_runtime::files::private_temp_dir("dsmcc")
+        .unwrap_or_else(|e| fail(&format!("cannot make a private directory: {e}")));
+    let mut dirs = TEMP_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    if dirs.is_empty() {
+        // SAFETY: registers a function of no arguments that touches only its own static.
+        unsafe { libc::atexit(remove_temp_dirs) };
+    }
+    dirs.push(dir.clone());
+    dir
+}
+
+/// The C sources among `args` whose code (clang's, with the build's flags `final_flags`) has an
+/// operation of [`UNINSTRUMENTED_RMW`], each compiled by clang's front end to LLVM's text in
+/// which every such operation is a call of libjia's entry for it (`__dsm_atomicrmw_fadd_f64`:
+/// `jia/src/atomics.rs`, exact across nodes), instrumented then as the source would have been:
+/// the arguments come back with that text in place of each such source, and the front end's
+/// warnings shown. A source clang cannot compile is left to the build's compile, which says
+/// why. The build stops, naming each source and line, where the text cannot stand for the
+/// source: an operation on another type, a source read from standard input, a build that
+/// writes dependency files (`-M...`) or names the language (`-x`).
+fn rewrite_uninstrumented_atomics(
+    cc: &OsString,
+    args: &[OsString],
+    final_flags: &[OsString],
+) -> Vec<OsString> {
+    // Dependency files are the build's own compile's to write.
+    let flags = without_dependency_flags(compile_flags(args));
+    let mut dir = None;
+    let mut out = Vec::with_capacity(args.len());
+    let mut refused = Vec::new();
+    let language_or_deps = args.iter().any(|a| {
+        let s = a.to_string_lossy();
+        s == "-x"
+            || (s.starts_with("-x") && s.len() > 2)
+            || s.starts_with("-M")
+            || s.starts_with("-Wp,-M")
+    });
+    for (k, a) in args.iter().enumerate() {
+        if !uses_atomics(cc, args, a) {
+            out.push(a.clone());
+            continue;
+        }
+        let d: &PathBuf = dir.get_or_insert_with(temp_dir);
+        let sub = d.join(k.to_string());
+        let _ = std::fs::create_dir(&sub);
+        let stem = Path::new(a).file_stem().unwrap_or_default().to_os_string();
+        let ir_path = sub.join(&stem).with_extension("ll");
+        let emitted = Command::new(cc)
+            .arg(format!("-I{INCLUDE}"))
+            .args(&flags)
+            .args(final_flags)
+            .args(["-Xclang", "-disable-llvm-passes", "-S", "-emit-llvm", "-o"])
+            .arg(&ir_path)
+            .arg(a)
+            .output();
+        let Some(emitted) = emitted.ok().filter(|o| o.status.success()) else {
+            out.push(a.clone());
+            continue;
+        };
+        let ir = std::fs::read_to_string(&ir_path).unwrap_or_default();
+        let found = uninstrumented_rmw(&ir);
+        if found.is_empty() {
+            out.push(a.clone());
+            continue;
+        }
+        let rewritten = (!language_or_deps).then(|| calls_for_rmw(&ir)).flatten();
+        let Some(rewritten) = rewritten else {
+            // Named by line: the front end's text again, with line tables, to a pipe.
+            let lines = Command::new(cc)
+                .arg(format!("-I{INCLUDE}"))
+                .args(&flags)
+                .args([
+                    "-w",
+                    "-gline-tables-only",
+                    "-Xclang",
+                    "-disable-llvm-passes",
+                ])
+                .args(["-S", "-emit-llvm", "-o", "-"])
+                .arg(a)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| uninstrumented_rmw(&String::from_utf8_lossy(&o.stdout)));
+            for (op, line) in lines.unwrap_or(found) {
+                let at = line.map_or(String::new(), |l| format!(":{l}"));
+                refused.push(format!("{}{at} ({op})", Path::new(a).display()));
+            }
+            out.push(a.clone());
+            continue;
+        };
+        if std::fs::write(&ir_path, rewritten).is_err() {
+            fail(&format!("cannot write {}", ir_path.display()));
+        }
+        eprint!("{}", String::from_utf8_lossy(&emitted.stderr));
+        out.push(ir_path.into_os_string());
+    }
+    if !refused.is_empty() {
+        fail(&format!(
+            "atomic operations clang's instrumentation leaves to the CPU, atomic among one \
+             node's threads only, that dsmcc cannot make calls of libjia here (a floating-point \
+             read-modify-write, or an integer maximum or minimum, on another type than float, \
+             double and 1- to 8-byte integers, or in a build that writes dependency files or \
+             names the language): {}; build these sources with DSMCC_CC=gcc (its atomics are \
+             exact across nodes), or write the operation as a compare-exchange loop (an _Atomic \
+             variable's compound assignment is one), or under a jia_lock",
+            refused.join(", ")
+        ));
+    }
+    out
+}
+
+/// `flags` without those that make dependency files (`-MD`, `-MF file`...).
+fn without_dependency_flags(flags: Vec<OsString>) -> Vec<OsString> {
+    let mut kept = Vec::new();
     let mut skip_next = false;
-    for f in compile_flags(args) {
+    for f in flags {
         let s = f.to_string_lossy();
         if std::mem::take(&mut skip_next) {
             continue;
@@ -850,44 +987,94 @@ fn refuse_uninstrumented_atomics(cc: &OsString, args: &[OsString]) {
         if s.starts_with("-M") || s.starts_with("-Wp,-M") {
             continue;
         }
-        flags.push(f);
+        kept.push(f);
     }
-    let mut found = Vec::new();
-    for a in args {
-        if !uses_atomics(cc, args, a) {
-            continue;
-        }
-        let out = Command::new(cc)
-            .arg(format!("-I{INCLUDE}"))
-            .args(&flags)
-            .args([
-                "-w",
-                "-gline-tables-only",
-                "-Xclang",
-                "-disable-llvm-passes",
-            ])
-            .args(["-S", "-emit-llvm", "-o", "-"])
-            .arg(a)
-            .output();
-        let Some(out) = out.ok().filter(|o| o.status.success()) else {
+    kept
+}
+
+/// LLVM text `ir` with each operation of [`UNINSTRUMENTED_RMW`] made a call of libjia's entry
+/// for it (declared at the end), its `!dbg` kept; `None` if one is on a type libjia has no
+/// entry for, or is written in a form this does not read.
+fn calls_for_rmw(ir: &str) -> Option<String> {
+    let mut text = String::with_capacity(ir.len() + 256);
+    let mut declared = std::collections::BTreeSet::new();
+    for l in ir.lines() {
+        let Some((head, rest)) = l.split_once("atomicrmw ") else {
+            text.push_str(l);
+            text.push('\n');
             continue;
         };
-        let ir = String::from_utf8_lossy(&out.stdout);
-        for (op, line) in uninstrumented_rmw(&ir) {
-            let at = line.map_or(String::new(), |l| format!(":{l}"));
-            found.push(format!("{}{at} ({op})", Path::new(a).display()));
+        let rest = rest.strip_prefix("volatile ").unwrap_or(rest);
+        let (op, rest) = rest.split_once(' ')?;
+        if !UNINSTRUMENTED_RMW.contains(&op) {
+            text.push_str(l);
+            text.push('\n');
+            continue;
+        }
+        // `<ptr type> <ptr>, <type> <value> [syncscope(..)] <order>, align N[, !dbg !M]...`
+        let parts = split_top_level(rest);
+        let (ptr_ty, ptr) = parts.first()?.trim().rsplit_once(' ')?;
+        let value_part = parts.get(1)?.trim();
+        let (ty, value_and_order) = value_part.split_once(' ')?;
+        let (value, order) = value_and_order.rsplit_once(' ')?;
+        let value = match value.rsplit_once(" syncscope(") {
+            Some((v, _)) => v,
+            None => value,
+        };
+        let mo = match order {
+            "monotonic" | "unordered" => 0,
+            "acquire" => 2,
+            "release" => 3,
+            "acq_rel" => 4,
+            "seq_cst" => 5,
+            _ => return None,
+        };
+        let code = match (op.starts_with('f'), ty) {
+            (true, "float") => "f32",
+            (true, "double") => "f64",
+            (false, "i8") => "i8",
+            (false, "i16") => "i16",
+            (false, "i32") => "i32",
+            (false, "i64") => "i64",
+            _ => return None,
+        };
+        if ptr_ty.contains("addrspace") {
+            return None;
+        }
+        let name = format!("__dsm_atomicrmw_{op}_{code}");
+        let dbg: String = parts[2..]
+            .iter()
+            .filter(|p| p.trim_start().starts_with("!dbg"))
+            .map(|p| format!(",{p}"))
+            .collect();
+        text.push_str(&format!(
+            "{head}call {ty} @{name}({ptr_ty} {ptr}, {ty} {value}, i32 {mo}){dbg}\n"
+        ));
+        declared.insert(format!("declare {ty} @{name}({ptr_ty}, {ty}, i32)"));
+    }
+    for d in declared {
+        text.push_str(&d);
+        text.push('\n');
+    }
+    Some(text)
+}
+
+/// `s` split at its commas outside parentheses, brackets and braces.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '[' | '{' | '<' => depth += 1,
+            ')' | ']' | '}' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
         }
     }
-    if !found.is_empty() {
-        fail(&format!(
-            "atomic operations clang's instrumentation leaves to the CPU, atomic among one \
-             node's threads only (a floating-point read-modify-write, or an integer maximum or \
-             minimum): {}; build these sources with DSMCC_CC=gcc (its atomics are exact across \
-             nodes), or write the operation as a compare-exchange loop (an _Atomic variable's \
-             compound assignment is one), or under a jia_lock",
-            found.join(", ")
-        ));
-    }
+    parts.push(&s[start..]);
+    parts
 }
 
 /// The operations of [`UNINSTRUMENTED_RMW`] in LLVM text `ir`, each with its source line where
