@@ -805,9 +805,20 @@ fn compile_objects_renamed(cc: &OsString, args: &[OsString], renames: Renames, s
 fn compile_flags(args: &[OsString]) -> Vec<OsString> {
     let mut compile_args = Vec::new();
     let mut skip_next = false;
+    let mut value_of_previous = false;
     for a in args {
         let s = a.to_string_lossy();
         if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        // The value of `-mllvm` or `-Xclang` (`-mllvm -opaque-pointers` is no output file).
+        if std::mem::take(&mut value_of_previous) {
+            compile_args.push(a.clone());
+            continue;
+        }
+        if matches!(s.as_ref(), "-mllvm" | "-Xclang") {
+            value_of_previous = true;
+            compile_args.push(a.clone());
             continue;
         }
         if s == "-o" {
@@ -902,24 +913,33 @@ fn rewrite_uninstrumented_atomics(
             out.push(a.clone());
             continue;
         }
-        let d: &PathBuf = dir.get_or_insert_with(temp_dir);
-        let sub = d.join(k.to_string());
-        let _ = std::fs::create_dir(&sub);
-        let stem = Path::new(a).file_stem().unwrap_or_default().to_os_string();
-        let ir_path = sub.join(&stem).with_extension("ll");
         let emitted = Command::new(cc)
             .arg(format!("-I{INCLUDE}"))
             .args(&flags)
             .args(final_flags)
-            .args(["-Xclang", "-disable-llvm-passes", "-S", "-emit-llvm", "-o"])
-            .arg(&ir_path)
+            .args([
+                "-Xclang",
+                "-disable-llvm-passes",
+                "-S",
+                "-emit-llvm",
+                "-o",
+                "-",
+            ])
             .arg(a)
-            .output();
-        let Some(emitted) = emitted.ok().filter(|o| o.status.success()) else {
-            out.push(a.clone());
-            continue;
-        };
-        let ir = std::fs::read_to_string(&ir_path).unwrap_or_default();
+            .output()
+            .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
+        if !emitted.status.success() {
+            // The source's atomics cannot be looked at: its errors (the build's compile would
+            // say the same), or flags the front end takes apart from the build, whose
+            // operations could stay the CPU's.
+            eprint!("{}", String::from_utf8_lossy(&emitted.stderr));
+            fail(&format!(
+                "{}: clang's front end could not write it as LLVM's text, where dsmcc looks for \
+                 the atomic operations its instrumentation leaves to the CPU (above: why)",
+                Path::new(a).display()
+            ));
+        }
+        let ir = String::from_utf8_lossy(&emitted.stdout);
         let found = uninstrumented_rmw(&ir);
         if found.is_empty() {
             out.push(a.clone());
@@ -950,6 +970,14 @@ fn rewrite_uninstrumented_atomics(
             out.push(a.clone());
             continue;
         };
+        // The source's own name (`my.mod.c` -> `my.mod.ll`), in a directory of its own: `-c`
+        // without `-o` names the object after it.
+        let d: &PathBuf = dir.get_or_insert_with(temp_dir);
+        let sub = d.join(k.to_string());
+        let _ = std::fs::create_dir(&sub);
+        let mut name = Path::new(a).file_stem().unwrap_or_default().to_os_string();
+        name.push(".ll");
+        let ir_path = sub.join(name);
         if std::fs::write(&ir_path, rewritten).is_err() {
             fail(&format!("cannot write {}", ir_path.display()));
         }
@@ -999,7 +1027,7 @@ fn calls_for_rmw(ir: &str) -> Option<String> {
     let mut text = String::with_capacity(ir.len() + 256);
     let mut declared = std::collections::BTreeSet::new();
     for l in ir.lines() {
-        let Some((head, rest)) = l.split_once("atomicrmw ") else {
+        let Some((head, rest)) = rmw_instruction(l) else {
             text.push_str(l);
             text.push('\n');
             continue;
@@ -1013,9 +1041,16 @@ fn calls_for_rmw(ir: &str) -> Option<String> {
         }
         // `<ptr type> <ptr>, <type> <value> [syncscope(..)] <order>, align N[, !dbg !M]...`
         let parts = split_top_level(rest);
-        let (ptr_ty, ptr) = parts.first()?.trim().rsplit_once(' ')?;
         let value_part = parts.get(1)?.trim();
         let (ty, value_and_order) = value_part.split_once(' ')?;
+        // The pointer's type: opaque (`ptr`), or the value's type's (`double*`); in another
+        // address space, not taken.
+        let pointer = parts.first()?.trim();
+        let typed = format!("{ty}*");
+        let (ptr_ty, ptr) = match pointer.strip_prefix("ptr ") {
+            Some(p) => ("ptr", p),
+            None => (typed.as_str(), pointer.strip_prefix(&format!("{typed} "))?),
+        };
         let (value, order) = value_and_order.rsplit_once(' ')?;
         let value = match value.rsplit_once(" syncscope(") {
             Some((v, _)) => v,
@@ -1038,25 +1073,49 @@ fn calls_for_rmw(ir: &str) -> Option<String> {
             (false, "i64") => "i64",
             _ => return None,
         };
-        if ptr_ty.contains("addrspace") {
-            return None;
-        }
         let name = format!("__dsm_atomicrmw_{op}_{code}");
+        // Rust's `u8` and `u16` arguments and results are zero-extended (as C's `unsigned char`).
+        let ext = if matches!(code, "i8" | "i16") {
+            "zeroext "
+        } else {
+            ""
+        };
         let dbg: String = parts[2..]
             .iter()
             .filter(|p| p.trim_start().starts_with("!dbg"))
             .map(|p| format!(",{p}"))
             .collect();
         text.push_str(&format!(
-            "{head}call {ty} @{name}({ptr_ty} {ptr}, {ty} {value}, i32 {mo}){dbg}\n"
+            "{head}call {ext}{ty} @{name}({ptr_ty} {ptr}, {ty} {ext}{value}, i32 {mo}){dbg}\n"
         ));
-        declared.insert(format!("declare {ty} @{name}({ptr_ty}, {ty}, i32)"));
+        declared.insert(format!(
+            "declare {ext}{ty} @{name}({ptr_ty}, {ty}{}, i32)",
+            if ext.is_empty() { "" } else { " zeroext" }
+        ));
     }
     for d in declared {
         text.push_str(&d);
         text.push('\n');
     }
     Some(text)
+}
+
+/// An `atomicrmw` instruction's line `l`: what comes before the word (`  %5 = `) and after it;
+/// `None` for any other line (a string constant that spells the word among them).
+fn rmw_instruction(l: &str) -> Option<(&str, &str)> {
+    let t = l.trim_start();
+    let at = if t.starts_with("atomicrmw ") {
+        l.len() - t.len()
+    } else if t.starts_with('%') {
+        let (name, rest) = t.split_once(" = ")?;
+        if name.contains(' ') || !rest.starts_with("atomicrmw ") {
+            return None;
+        }
+        l.len() - rest.len()
+    } else {
+        return None;
+    };
+    Some((&l[..at], &l[at + "atomicrmw ".len()..]))
 }
 
 /// `s` split at its commas outside parentheses, brackets and braces.
@@ -1093,7 +1152,7 @@ fn uninstrumented_rmw(ir: &str) -> Vec<(String, Option<u64>)> {
     };
     ir.lines()
         .filter_map(|l| {
-            let rest = l.split_once("atomicrmw ")?.1;
+            let rest = rmw_instruction(l)?.1;
             let rest = rest.strip_prefix("volatile ").unwrap_or(rest);
             let op = rest.split(' ').next()?;
             if !UNINSTRUMENTED_RMW.contains(&op) {
@@ -1152,7 +1211,46 @@ fn compile_apart(
 
 #[cfg(test)]
 mod tests {
-    use super::has_atomics;
+    use super::{calls_for_rmw, has_atomics, uninstrumented_rmw};
+
+    /// clang's front-end text (typed and opaque pointers, a global's member, a result unused, a
+    /// string that spells the word): each such operation a call, its `!dbg` kept, one
+    /// declaration per entry; the integer add and the string left as they are.
+    #[test]
+    fn uninstrumented_operations_become_calls_and_nothing_else_changes() {
+        let ir = "@.str = private constant [9 x i8] c\"atomicrmw max\\00\"\n\
+                  %5 = atomicrmw fadd float* %4, float 1.000000e+00 seq_cst, align 4, !dbg !20\n\
+                  %6 = atomicrmw volatile fadd double* getelementptr inbounds (%struct.S, %struct.S* @g, i32 0, i32 1), double 2.000000e+00 monotonic, align 8\n\
+                  atomicrmw max ptr %p, i8 -5 acquire, align 1\n\
+                  %8 = atomicrmw add i64* %7, i64 1 seq_cst, align 8\n\
+                  !20 = !DILocation(line: 12, column: 3, scope: !5)\n";
+        let found: Vec<_> = uninstrumented_rmw(ir).into_iter().collect();
+        assert_eq!(
+            found,
+            [
+                ("fadd".to_owned(), Some(12)),
+                ("fadd".to_owned(), None),
+                ("max".to_owned(), None)
+            ]
+        );
+        let out = calls_for_rmw(ir).unwrap();
+        for want in [
+            "@.str = private constant [9 x i8] c\"atomicrmw max\\00\"",
+            "%5 = call float @__dsm_atomicrmw_fadd_f32(float* %4, float 1.000000e+00, i32 5), !dbg !20",
+            "%6 = call double @__dsm_atomicrmw_fadd_f64(double* getelementptr inbounds (%struct.S, %struct.S* @g, i32 0, i32 1), double 2.000000e+00, i32 0)",
+            "call zeroext i8 @__dsm_atomicrmw_max_i8(ptr %p, i8 zeroext -5, i32 2)",
+            "%8 = atomicrmw add i64* %7, i64 1 seq_cst, align 8",
+            "declare double @__dsm_atomicrmw_fadd_f64(double*, double, i32)",
+            "declare zeroext i8 @__dsm_atomicrmw_max_i8(ptr, i8 zeroext, i32)",
+        ] {
+            assert!(
+                out.lines().any(|l| l.trim() == want),
+                "no {want:?} in\n{out}"
+            );
+        }
+        // A type libjia has no entry for: not rewritten.
+        assert!(calls_for_rmw("%1 = atomicrmw fadd half* %0, half 1.0 seq_cst, align 2").is_none());
+    }
 
     #[test]
     fn atomics_are_found_however_spelled_and_only_where_they_are() {
