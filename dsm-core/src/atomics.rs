@@ -60,7 +60,7 @@ use crate::table::{AtomicValue, Frame};
 use crate::types::{
     AtomicOp, AtomicOrder, GlobalAddr, MAX_EARLY_REQUESTS, NodeId, PageNum, Prot, Time, WaiterId,
 };
-use crate::types::{Count, Epoch};
+use crate::types::{Count, Epoch, width_mask};
 
 impl<M: PageMemory> Node<M> {
     /// The waiter applies `op` to the `width`-byte word at `addr` (1, 2, 4 or 8, aligned), with the
@@ -546,15 +546,6 @@ impl<M: PageMemory> Node<M> {
             let made = self.atomic(now, waiter, (addr, width), op, order);
             debug_assert!(made.is_ok(), "{made:?}");
         }
-    }
-}
-
-/// The bits of a `width`-byte word.
-fn width_mask(width: u8) -> u64 {
-    if width >= 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * u32::from(width))) - 1
     }
 }
 

@@ -913,11 +913,7 @@ impl Cluster {
         f: impl FnOnce(u64) -> Option<u64>,
     ) {
         let shift = 8 * (addr.0 % 8) as u32;
-        let mask = if width >= 8 {
-            u64::MAX
-        } else {
-            ((1u64 << (8 * u32::from(width))) - 1) << shift
-        };
+        let mask = crate::types::width_mask(width) << shift;
         let word = self.reference.entry(addr.0 - addr.0 % 8).or_insert(0);
         if let Some(new) = f((*word & mask) >> shift) {
             *word = (*word & !mask) | ((new << shift) & mask);

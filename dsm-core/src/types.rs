@@ -113,6 +113,15 @@ pub fn atomic_width(width: u8) -> bool {
     matches!(width, 1 | 2 | 4 | 8)
 }
 
+/// The bits of a `width`-byte word (8 or more: all of them).
+pub fn width_mask(width: u8) -> u64 {
+    if width >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * u32::from(width))) - 1
+    }
+}
+
 /// An operation on an atomic word of shared memory (1, 2, 4 or 8 bytes, aligned), applied at the
 /// word's home: its value before is the answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,11 +155,7 @@ impl AtomicOp {
     /// The word's value after this operation on `old`, a `width`-byte word (1, 2, 4 or 8), if the
     /// operation writes one (a load never does, a compare-exchange only on a match).
     pub fn apply(self, old: u64, width: u8) -> Option<u64> {
-        let mask = if width >= 8 {
-            u64::MAX
-        } else {
-            (1u64 << (8 * u32::from(width))) - 1
-        };
+        let mask = width_mask(width);
         let old = old & mask;
         let new = match self {
             AtomicOp::Load => return None,

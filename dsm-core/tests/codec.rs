@@ -445,37 +445,9 @@ fn malformed_frames_are_errors_naming_the_fault() {
         codec::decode_frame(&huge),
         Err(DecodeError::Truncated { .. })
     ));
-    // An atomic word beyond every page number (it would be read as a low page).
-    let far = 1u64 << 50;
-    let atomic = encode(
-        1,
-        0,
-        &Msg::Atomic {
-            id: 0,
-            addr: far,
-            width: 8,
-            op: AtomicOp::Load,
-            acquire: false,
-            release: false,
-            seen: 0,
-            epoch: 0,
-            in_barrier: false,
-            passed: 0,
-            notices: vec![],
-            earlier: vec![],
-            passed_on: vec![],
-        },
-    );
-    assert_eq!(
-        codec::decode_frame(&atomic),
-        Err(DecodeError::BadValue {
-            field: "atomic word's address",
-            value: far
-        })
-    );
-    // A word of another width than 1, 2, 4 or 8 bytes, or off its alignment.
-    for (addr, width) in [(64, 3), (64, 16), (65, 2), (66, 4)] {
-        let atomic = encode(
+    // A relaxed load of the `width`-byte word at `addr`, framed.
+    let atomic_load = |addr: u64, width: u8| {
+        encode(
             1,
             0,
             &Msg::Atomic {
@@ -493,9 +465,21 @@ fn malformed_frames_are_errors_naming_the_fault() {
                 earlier: vec![],
                 passed_on: vec![],
             },
-        );
+        )
+    };
+    // An atomic word beyond every page number (it would be read as a low page).
+    let far = 1u64 << 50;
+    assert_eq!(
+        codec::decode_frame(&atomic_load(far, 8)),
+        Err(DecodeError::BadValue {
+            field: "atomic word's address",
+            value: far
+        })
+    );
+    // A word of another width than 1, 2, 4 or 8 bytes, or off its alignment.
+    for (addr, width) in [(64, 3), (64, 16), (65, 2), (66, 4)] {
         assert_eq!(
-            codec::decode_frame(&atomic),
+            codec::decode_frame(&atomic_load(addr, width)),
             Err(DecodeError::BadValue {
                 field: "atomic word's width or alignment",
                 value: addr | u64::from(width)

@@ -260,13 +260,23 @@ fn hooked(mo: c_int) -> (AtomicOrder, AtomicOrder) {
     (HOOKED, order_of(mo & 0xFFFF, "an atomic operation"))
 }
 
-/// `!(old & v)` on shared memory, by compare-exchange until no other operation came between.
-fn nand_on_shared(addr: usize, width: u8, v: u64, mo: c_int, what: &str) -> u64 {
+/// `f(old)` on the `width`-byte word at `addr` of shared memory, by compare-exchange until no
+/// other operation came between (each a hooked operation: acquire and release, declared with
+/// C11's order `mo`). The value before.
+fn cas_loop_on_shared(
+    addr: usize,
+    width: u8,
+    mo: c_int,
+    f: impl Fn(u64) -> u64,
+    what: &str,
+) -> u64 {
     let declared = order_of(mo, what);
     let mut old = on_shared(addr, width, AtomicOp::Load, (HOOKED, declared), what);
     loop {
-        let new = !(old & v);
-        let op = AtomicOp::CompareExchange { expected: old, new };
+        let op = AtomicOp::CompareExchange {
+            expected: old,
+            new: f(old),
+        };
         let seen = on_shared(addr, width, op, (HOOKED, declared), what);
         if seen == old {
             return old;
@@ -275,9 +285,14 @@ fn nand_on_shared(addr: usize, width: u8, v: u64, mo: c_int, what: &str) -> u64 
     }
 }
 
+/// `!(old & v)` on shared memory ([`cas_loop_on_shared`]).
+fn nand_on_shared(addr: usize, width: u8, v: u64, mo: c_int, what: &str) -> u64 {
+    cas_loop_on_shared(addr, width, mo, |old| !(old & v), what)
+}
+
 /// `f(old)` on the `width`-byte word at `addr` as one atomic read-modify-write with C11's order
-/// `mo`, by compare-exchange until no other operation came between: a DSM operation on shared
-/// memory, the CPU's elsewhere (`cpu_cas(expected, new)`: the value it found). The value before.
+/// `mo`: [`cas_loop_on_shared`] on shared memory, the CPU's compare-exchange loop elsewhere
+/// (`cpu_cas(expected, new)`: the value it found). The value before.
 fn rmw_by_cas(
     addr: usize,
     width: u8,
@@ -287,29 +302,13 @@ fn rmw_by_cas(
     cpu_cas: impl Fn(u64, u64) -> u64,
     what: &str,
 ) -> u64 {
-    let shared_word = shared(addr, usize::from(width));
-    let load = || {
-        if shared_word {
-            on_shared(
-                addr,
-                width,
-                AtomicOp::Load,
-                (HOOKED, order_of(mo, what)),
-                what,
-            )
-        } else {
-            cpu_load()
-        }
-    };
-    let mut old = load();
+    if shared(addr, usize::from(width)) {
+        return cas_loop_on_shared(addr, width, mo, f, what);
+    }
+    let mut old = cpu_load();
     loop {
         let new = f(old);
-        let seen = if shared_word {
-            let op = AtomicOp::CompareExchange { expected: old, new };
-            on_shared(addr, width, op, (HOOKED, order_of(mo, what)), what)
-        } else {
-            private(addr, mo, (true, true), || cpu_cas(old, new))
-        };
+        let seen = private(addr, mo, (true, true), || cpu_cas(old, new));
         if seen == old {
             return old;
         }

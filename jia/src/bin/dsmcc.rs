@@ -913,20 +913,7 @@ fn rewrite_uninstrumented_atomics(
             out.push(a.clone());
             continue;
         }
-        let emitted = Command::new(cc)
-            .arg(format!("-I{INCLUDE}"))
-            .args(&flags)
-            .args(final_flags)
-            .args([
-                "-Xclang",
-                "-disable-llvm-passes",
-                "-S",
-                "-emit-llvm",
-                "-o",
-                "-",
-            ])
-            .arg(a)
-            .output()
+        let emitted = front_end_text(cc, &flags, final_flags, a)
             .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
         if !emitted.status.success() {
             // The source's atomics cannot be looked at: its errors (the build's compile would
@@ -948,18 +935,8 @@ fn rewrite_uninstrumented_atomics(
         let rewritten = (!language_or_deps).then(|| calls_for_rmw(&ir)).flatten();
         let Some(rewritten) = rewritten else {
             // Named by line: the front end's text again, with line tables, to a pipe.
-            let lines = Command::new(cc)
-                .arg(format!("-I{INCLUDE}"))
-                .args(&flags)
-                .args([
-                    "-w",
-                    "-gline-tables-only",
-                    "-Xclang",
-                    "-disable-llvm-passes",
-                ])
-                .args(["-S", "-emit-llvm", "-o", "-"])
-                .arg(a)
-                .output()
+            let line_tables = ["-w", "-gline-tables-only"].map(OsString::from);
+            let lines = front_end_text(cc, &flags, &line_tables, a)
                 .ok()
                 .filter(|o| o.status.success())
                 .map(|o| uninstrumented_rmw(&String::from_utf8_lossy(&o.stdout)));
@@ -978,8 +955,8 @@ fn rewrite_uninstrumented_atomics(
         let mut name = Path::new(a).file_stem().unwrap_or_default().to_os_string();
         name.push(".ll");
         let ir_path = sub.join(name);
-        if std::fs::write(&ir_path, rewritten).is_err() {
-            fail(&format!("cannot write {}", ir_path.display()));
+        if let Err(e) = std::fs::write(&ir_path, rewritten) {
+            fail(&format!("cannot write {}: {e}", ir_path.display()));
         }
         eprint!("{}", String::from_utf8_lossy(&emitted.stderr));
         out.push(ir_path.into_os_string());
@@ -997,6 +974,30 @@ fn rewrite_uninstrumented_atomics(
         ));
     }
     out
+}
+
+/// clang's front end on source `a` with `flags` and `extra`: its LLVM text, before any of LLVM's
+/// passes (instrumentation among them), on standard output.
+fn front_end_text(
+    cc: &OsString,
+    flags: &[OsString],
+    extra: &[OsString],
+    a: &OsString,
+) -> std::io::Result<std::process::Output> {
+    Command::new(cc)
+        .arg(format!("-I{INCLUDE}"))
+        .args(flags)
+        .args(extra)
+        .args([
+            "-Xclang",
+            "-disable-llvm-passes",
+            "-S",
+            "-emit-llvm",
+            "-o",
+            "-",
+        ])
+        .arg(a)
+        .output()
 }
 
 /// `flags` without those that make dependency files (`-MD`, `-MF file`...).
