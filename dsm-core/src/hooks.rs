@@ -111,13 +111,23 @@ impl<M: PageMemory> Node<M> {
             .any(|p| self.ask_home.contains(p) || self.diffs_on_their_way.contains_key(p))
     }
 
-    /// The runtime carried `msg` (a GETP just taken from [`Node::poll_transmit`]) as one-sided
-    /// reads of the home's memory: it never went on the wire, so it leaves the message counts.
-    pub fn sent_as_reads(&mut self, msg: &Msg) {
+    /// The runtime carried `msg` (just taken from [`Node::poll_transmit`]) otherwise than as
+    /// its frame: a GETP as one-sided reads of the home's memory, which never go on the wire,
+    /// or a page grant as grants in place (frames without the pages, which their receiver
+    /// reads in this node's memory; joined with others or split, each counted by
+    /// [`Node::frame_sent`]). It leaves the message counts, which stay those of the wire.
+    pub fn carried_otherwise(&mut self, msg: &Msg) {
         let k = msg.kind().index();
         self.stats.msgs_sent[k] = self.stats.msgs_sent[k].saturating_sub(1);
         self.stats.bytes_sent[k] =
             self.stats.bytes_sent[k].saturating_sub(codec::frame_len(msg) as u64);
+    }
+
+    /// A frame of `bytes` of kind `kind` the runtime sent in place of messages taken out of
+    /// the counts ([`Node::carried_otherwise`]).
+    pub fn frame_sent(&mut self, kind: MsgKind, bytes: usize) {
+        self.stats.msgs_sent[kind.index()] += 1;
+        self.stats.bytes_sent[kind.index()] += bytes as u64;
     }
 
     /// Pages read one-sided from `from`'s memory (see [`crate::CoreConfig::remote_reads`]): a

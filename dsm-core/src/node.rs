@@ -579,16 +579,49 @@ impl<M: PageMemory> Node<M> {
         from: NodeId,
         frame: codec::Frame<'_>,
     ) -> Result<(), ProtocolError> {
-        let (kind, bytes) = match &frame {
-            codec::Frame::Msg(msg) => (msg.kind(), codec::frame_len(msg)),
-            codec::Frame::Grant { data, .. } => (
-                MsgKind::GetPageGrant,
-                codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES + data.len(),
-            ),
-            codec::Frame::GrantInPlace { .. } => (
-                MsgKind::GetPageGrant,
-                codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES,
-            ),
+        let bytes = match &frame {
+            codec::Frame::Msg(msg) => codec::frame_len(msg),
+            codec::Frame::Grant { data, .. } => {
+                codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES + data.len()
+            }
+            codec::Frame::GrantInPlace { .. } => codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES,
+        };
+        self.handle_wire_frame(now, from, frame, bytes)
+    }
+
+    /// A grant in place arrived from `from` ([`codec::Frame::GrantInPlace`]) and the runtime
+    /// read its pages, `data`, in the sender's memory: handled as the grant of those bytes, and
+    /// counted as the header that came over the wire.
+    pub fn handle_grant_in_place(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        (page, data, forwarded): (PageNum, &[u8], bool),
+    ) -> Result<(), ProtocolError> {
+        let frame = codec::Frame::Grant {
+            page,
+            data,
+            forwarded,
+        };
+        self.handle_wire_frame(
+            now,
+            from,
+            frame,
+            codec::HEADER_BYTES + codec::GRANT_HEADER_BYTES,
+        )
+    }
+
+    /// Handles `frame`, `bytes` long on the wire.
+    fn handle_wire_frame(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        frame: codec::Frame<'_>,
+        bytes: usize,
+    ) -> Result<(), ProtocolError> {
+        let kind = match &frame {
+            codec::Frame::Msg(msg) => msg.kind(),
+            codec::Frame::Grant { .. } | codec::Frame::GrantInPlace { .. } => MsgKind::GetPageGrant,
         };
         if from.0 >= self.cfg.nodes || from == self.cfg.node {
             return Err(ProtocolError {

@@ -703,7 +703,7 @@ impl Cluster {
                 _ => false,
             };
             if read {
-                self.nodes[n].sent_as_reads(&tx.msg);
+                self.nodes[n].carried_otherwise(&tx.msg);
                 self.enqueue((n as u16 | READ_CHANNEL, tx.to.0), frame);
             } else {
                 self.enqueue_wire((n as u16, tx.to.0), Wire { frame, lent });

@@ -1518,7 +1518,7 @@ fn a_one_sided_read_made_stale_by_the_homes_notice_is_asked_again_as_a_message()
         panic!("{out:?}");
     };
     assert!(nodes[0].may_read_one_sided(&[p]));
-    nodes[0].sent_as_reads(getp);
+    nodes[0].carried_otherwise(getp);
     add(&mut nodes, &mut fx);
     nodes[0]
         .atomic(t, WaiterId(0), (w, 8), AtomicOp::Load, AtomicOrder::ACQUIRE)

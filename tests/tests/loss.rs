@@ -221,7 +221,8 @@ fn runs_landed_in_large_folios_arrive_exact_under_loss_and_again_in_place() {
 /// and twice over the same array rewritten by its home (invalidated, read again), over UDP with
 /// loss, duplication and reordering of the grants, and over TCP; every reader checks its sums.
 /// The pages went in place: the homes count them granted so, the readers read so, copied
-/// (`same_host = memory`) or shown from the home's memory (`map`).
+/// (`same_host = memory`) or shown from the home's memory (`map`), and the message counts are
+/// the wire's, without the pages.
 #[test]
 fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
     for (transport, impair, same_host) in [
@@ -265,6 +266,15 @@ fn runs_read_in_place_arrive_exact_under_loss_duplication_and_reordering() {
             // Shown as read, but for runs too short to show, copied (a first window, an
             // allocation's tail, every page of a strided walk), and duplicated grants, read,
             // then dropped by the core.
+            // The counts are the wire's: a grant in place is its header alone (and the few
+            // pages granted alone go through the transport).
+            for row in ["bytes sent GETPGRANT", "bytes received GETPGRANT"] {
+                let bytes = stat(&err, row);
+                assert!(
+                    bytes < read * 4096 / 10,
+                    "{what}: {row}: {bytes} for {read} pages read in place:\n{t}"
+                );
+            }
             let shows = if same_host == "map" && args[1] == "1" {
                 read * 9 / 10..=read
             } else {

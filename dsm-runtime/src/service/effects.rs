@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use dsm_core::{Effect, Msg, NodeId, PAGE_SIZE, PageNum, RunData, codec};
+use dsm_core::{Effect, Msg, MsgKind, NodeId, PAGE_SIZE, PageNum, RunData, codec};
 use dsm_transport::{Body, ReadRange};
 
 use super::Service;
@@ -75,6 +75,7 @@ impl Service {
             g.forwarded,
             &mut frame,
         );
+        self.node.frame_sent(MsgKind::GetPageGrant, frame.len());
         t.send_owned(Instant::now(), g.to.0, frame);
         if !*flushed {
             t.flush(Instant::now());
@@ -144,6 +145,7 @@ impl Service {
                     .memory_mut()
                     .grant_in_place(tx.to, page, usize::from(pages))
             {
+                self.node.carried_otherwise(&tx.msg);
                 let (mut page, mut pages) = (page, pages);
                 while pages > 0 {
                     let joined = match &mut in_place {
@@ -170,7 +172,7 @@ impl Service {
             self.send_in_place(in_place.take(), &mut flushed);
             if let (true, Msg::GetPage { pages, .. }) = (one_sided, &tx.msg) {
                 if self.node.may_read_one_sided(pages) && self.read_one_sided(tx.to, pages) {
-                    self.node.sent_as_reads(&tx.msg);
+                    self.node.carried_otherwise(&tx.msg);
                     self.frames_sent += 1;
                     continue;
                 }

@@ -500,25 +500,24 @@ impl Service {
                     // sender's memory, for a grant in place).
                     match codec::decode_frame_ref(&bytes) {
                         Ok((h, frame)) if h.cookie == self.cookie && h.from.0 == from => {
-                            // The bytes of a grant in place, read in its sender's memory.
-                            let run;
-                            let frame = match frame {
+                            let granted = trace::arrived(&frame);
+                            let result = match frame {
+                                // The bytes of a grant in place, read in its sender's memory.
                                 Frame::GrantInPlace {
                                     page,
                                     count,
                                     forwarded,
                                 } => {
-                                    run = self.in_place_run(from, page, count);
-                                    Frame::Grant {
-                                        page,
-                                        data: run.bytes(),
-                                        forwarded,
-                                    }
+                                    let run = self.in_place_run(from, page, count);
+                                    self.node.handle_grant_in_place(
+                                        now,
+                                        NodeId(from),
+                                        (page, run.bytes(), forwarded),
+                                    )
                                 }
-                                f => f,
+                                f => self.node.handle_frame(now, NodeId(from), f),
                             };
-                            let granted = trace::arrived(&frame);
-                            if let Err(e) = self.node.handle_frame(now, NodeId(from), frame) {
+                            if let Err(e) = result {
                                 self.rejected_frames += 1;
                                 log::warn!("{e}");
                             }
