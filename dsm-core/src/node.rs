@@ -215,6 +215,10 @@ pub struct Node<M: PageMemory> {
     pub(crate) stride: u32,
     /// The pages of the last two demand faults that asked a home, oldest first.
     pub(crate) last_demands: [Option<PageNum>; 2],
+    /// After a read-ahead scan from the first page found too few pages to ask for, the
+    /// pages after it, up to the second, where another scan cannot find enough (see
+    /// `Node::read_ahead`); cleared by a demand fault and by a scan that asks.
+    pub(crate) read_ahead_quiet: Option<(PageNum, PageNum)>,
     /// The page whose first touch asks for the next read-ahead window (the first of the last
     /// requested pages that sit less than half a window ahead): opening it is reported at once.
     pub(crate) read_ahead_mark: Option<PageNum>,
@@ -314,6 +318,7 @@ impl<M: PageMemory> Node<M> {
             stream_next: None,
             stride: 1,
             last_demands: [None; 2],
+            read_ahead_quiet: None,
             read_ahead_mark: None,
             scratch: Box::new([0; PAGE_SIZE]),
             sent_msgs: 0,

@@ -184,6 +184,7 @@ impl<M: PageMemory> Node<M> {
         // larger window at once (otherwise start again from `prefetch_pages`, sequentially or
         // at the stride of the last three demand faults).
         let outran = self.stream_next == Some(page);
+        self.read_ahead_quiet = None;
         self.read_ahead_pages = if outran {
             (self.read_ahead_pages.max(pf.prefetch_pages as usize) * 2).min(self.read_ahead_max())
         } else {
@@ -270,12 +271,24 @@ impl<M: PageMemory> Node<M> {
         // in more.
         let enough = (window / 2).max(1);
         let stride = self.stride as usize;
-        // A stream: the last request reaches half a window past this page, in strides (checked
-        // in O(1): this runs for every prefetched page a thread opens).
-        if self
-            .stream_next
-            .is_some_and(|n| n.0 > page.0 && ((n.0 - page.0) as usize).div_ceil(stride) > enough)
-        {
+        // A stream: the last request reaches half a window past this page, in strides, or to
+        // the allocation's end (checked in O(1): this runs for every prefetched page a thread
+        // opens, and the scans below would otherwise run at each page of a stream's last half
+        // window).
+        let end = self.table.allocation_end(page);
+        if self.stream_next.is_some_and(|n| {
+            // The last page asked for, past this one and the last of its allocation.
+            let last = u64::from(n.0.wrapping_sub(self.stride));
+            let to_the_end = last > u64::from(page.0) && last < end && last + stride as u64 >= end;
+            n.0 > page.0 && (to_the_end || ((n.0 - page.0) as usize).div_ceil(stride) > enough)
+        }) {
+            return;
+        }
+        // Pages a scan found too few candidates from: none at its stride can find enough
+        // before here.
+        if self.read_ahead_quiet.is_some_and(|(from, until)| {
+            page.0 > from.0 && page.0 < until.0 && (page.0 - from.0) % self.stride == 0
+        }) {
             return;
         }
         let ahead = (1..=window)
@@ -292,11 +305,25 @@ impl<M: PageMemory> Node<M> {
         }
         let distance = (pf.max_checking_pages as usize).max(2 * window) as u32;
         let candidates = self.candidates(page, window, distance);
-        // Half a window at least, or what is left of the allocation (a stream's tail).
-        let left = (self.table.allocation_end(page) - u64::from(page.0) - 1) / stride as u64;
-        if candidates.is_empty() || (candidates.len() as u64) < (enough as u64).min(left) {
+        // Half of half a window at least, or of what is left of the allocation (a stream's
+        // tail): pages come in batches, never one at a time as a walk brings them into reach
+        // one by one; and a walk whose next pages are partly here or on their way asks for the
+        // rest in one request (with half a window, the pages before a node's own rows in a
+        // 16-node matmul, 511 where 512 were needed, waited for a demand fault).
+        let left = (end - u64::from(page.0) - 1) / stride as u64;
+        let needed = (enough as u64).min(left).div_ceil(2);
+        if candidates.is_empty() || (candidates.len() as u64) < needed {
+            // Each stride further on brings at most one more page into the scan's reach and
+            // takes at most one off what the allocation's tail needs: no scan from a page at
+            // this stride finds enough before half the shortfall is walked (pages invalidated
+            // or evicted meanwhile wait at most that long). Without this, a walk whose next
+            // pages are its own or on their way scanned again at each page.
+            let short = (needed - candidates.len() as u64) / 2;
+            let until = (u64::from(page.0) + short * stride as u64).min(u64::from(u32::MAX)) as u32;
+            self.read_ahead_quiet = Some((page, PageNum(until)));
             return;
         }
+        self.read_ahead_quiet = None;
         self.read_ahead_pages = (window * 2).min(self.read_ahead_max());
         self.stream_next = candidates.last().map(|p| PageNum(p.0 + self.stride));
         self.mark_read_ahead(&candidates);

@@ -270,6 +270,89 @@ fn the_read_ahead_marks_the_page_that_asks_for_the_next_window() {
     );
 }
 
+/// A thread streaming through an array whose blocks are homed on every node in turn, its own
+/// among them: its own pages take no request, and the read-ahead runs on past them into the
+/// next remote block (a read-ahead that counted them as pages ahead, since it is woken only by
+/// prefetched pages, stalled on a demand fault after each).
+#[test]
+fn a_stream_through_blocks_of_its_own_reads_ahead_past_them() {
+    let block = 96u64;
+    let blocks = 12u64;
+    let mut c = Cluster::new(3, 5, |cfg| {
+        cfg.prefetch.prefetch_pages = 4;
+        cfg.prefetch.read_ahead_max_pages = 64;
+        cfg.cache_pages = 8192;
+    });
+    let x = c
+        .alloc(
+            AllocPolicy::Cyclic {
+                block_bytes: block * PAGE,
+                start: NodeId(1),
+            },
+            block * blocks * PAGE,
+        )
+        .unwrap();
+    for p in 0..block * blocks {
+        let home = ((p / block + 1) % 3) as u16;
+        c.write_u64(home, x.offset_by(p * PAGE), p).unwrap();
+    }
+    c.barrier().unwrap();
+    for p in 0..block * blocks {
+        assert_eq!(c.read_u64(0, x.offset_by(p * PAGE)).unwrap(), p);
+    }
+    let s = c.node(0).stats();
+    // The stream's first faults start it; then every remote page comes by read-ahead.
+    assert!(
+        s.pages_fetched <= 3,
+        "{} pages waited for on demand; {} read ahead",
+        s.pages_fetched,
+        s.prefetch_used
+    );
+}
+
+/// A walk whose next pages are partly its own and partly read already (matmul's B, read from
+/// the home after its own rows back round to its own): the read-ahead asks for the last pages
+/// before its own rows in one request, though they are fewer than half a window, instead of
+/// leaving them to a demand fault.
+#[test]
+fn a_walk_asks_for_the_last_pages_before_its_own_rows() {
+    // Blocks after whose windows of 64 pages 16 to 31 pages are left before the reader's own
+    // rows: fewer than half a window (which asked for nothing), at least a quarter.
+    for block in [137u64, 140, 144, 270] {
+        let mut c = Cluster::new(3, 9, |cfg| {
+            cfg.prefetch.prefetch_pages = 4;
+            cfg.prefetch.read_ahead_max_pages = 64;
+            cfg.cache_pages = 8192;
+        });
+        // Blocks homed on nodes 1, 2, 0 (the reader), 1, 2.
+        let x = c
+            .alloc(
+                AllocPolicy::Cyclic {
+                    block_bytes: block * PAGE,
+                    start: NodeId(1),
+                },
+                block * 5 * PAGE,
+            )
+            .unwrap();
+        let home = |p: u64| ((p / block + 1) % 3) as u16;
+        for p in 0..block * 5 {
+            c.write_u64(home(p), x.offset_by(p * PAGE), p).unwrap();
+        }
+        c.barrier().unwrap();
+        for p in (block * 3..block * 5).chain(0..block * 3) {
+            assert_eq!(c.read_u64(0, x.offset_by(p * PAGE)).unwrap(), p);
+        }
+        let s = c.node(0).stats();
+        // One demand fault starts each walk.
+        assert!(
+            s.pages_fetched <= 2,
+            "blocks of {block}: {} pages waited for on demand; {} read ahead",
+            s.pages_fetched,
+            s.prefetch_used
+        );
+    }
+}
+
 /// A thread walking down a column of a row-major matrix (one page in every 20): after three
 /// demand faults equally spaced, the read-ahead follows the stride, asking for the column's
 /// pages and not those in between, in windows that grow as a sequential stream's do.
