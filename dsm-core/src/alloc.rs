@@ -129,6 +129,32 @@ pub fn homes(
     })
 }
 
+/// A node's allocation calls so far, as a barrier carries them: equal on every node of a correct
+/// program (allocation is collective), and when not, what the job's end names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocs {
+    /// The calls' digest ([`digest`]): their sizes, policies and order.
+    pub digest: u64,
+    /// How many calls.
+    pub calls: u32,
+    /// Their pages in all.
+    pub pages: u32,
+}
+
+impl std::fmt::Display for Allocs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = |n: u32| if n == 1 { "" } else { "s" };
+        write!(
+            f,
+            "{} call{} of {} page{} in all",
+            self.calls,
+            s(self.calls),
+            self.pages,
+            s(self.pages)
+        )
+    }
+}
+
 /// Mixes an allocation call into a running digest (FNV-1a over the call's fields).
 pub fn digest(prev: u64, first: PageNum, page_count: u64, homes: &[NodeId]) -> u64 {
     let mut h = prev ^ 0xcbf2_9ce4_8422_2325;

@@ -23,9 +23,9 @@ use crate::types::{
 
 /// First two bytes of every frame.
 pub const MAGIC: u16 = 0x4A44;
-/// The wire format's version (16: an atomic operation's `seen` and its grant's counter count
-/// the releases through every atomic word of the home, not of the word alone).
-pub const VERSION: u8 = 18;
+/// The wire format's version (19: a barrier carries its sender's allocation calls and pages
+/// beside their digest).
+pub const VERSION: u8 = 19;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 18;
 /// The payload of a page grant before its pages: the first page's number and the page count
@@ -171,7 +171,7 @@ fn payload_len(msg: &Msg) -> usize {
         } => 2 + 8 + 4 + 4 * notices.len() + 4 + 4 * earlier.len(),
         Msg::Barrier {
             notices, claims, ..
-        } => 8 + 8 + 2 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
+        } => 8 + 8 + 4 + 4 + 2 + 4 + 4 * notices.len() + 4 + 4 * claims.len(),
         Msg::BarrierGrant { notices, .. } => 8 + 4 + 7 * notices.len(),
         Msg::Wait { .. } | Msg::WaitGrant { .. } => 8,
         Msg::Migrated { vetoes: pages, .. } | Msg::MigrateGrant { vetoed: pages, .. } => {
@@ -416,13 +416,15 @@ fn encode_payload(msg: &Msg, out: &mut Vec<u8>) {
         }
         Msg::Barrier {
             epoch,
-            alloc_digest,
+            allocs,
             threads,
             notices,
             claims,
         } => {
             out.extend_from_slice(&epoch.to_le_bytes());
-            out.extend_from_slice(&alloc_digest.to_le_bytes());
+            out.extend_from_slice(&allocs.digest.to_le_bytes());
+            out.extend_from_slice(&allocs.calls.to_le_bytes());
+            out.extend_from_slice(&allocs.pages.to_le_bytes());
             out.extend_from_slice(&threads.to_le_bytes());
             put_pages(out, notices);
             put_pages(out, claims);
@@ -707,7 +709,11 @@ fn decode_payload<'a>(kind: MsgKind, r: &mut Reader<'a>) -> Result<Frame<'a>, De
         },
         MsgKind::Barrier => Msg::Barrier {
             epoch: r.u64()?,
-            alloc_digest: r.u64()?,
+            allocs: crate::alloc::Allocs {
+                digest: r.u64()?,
+                calls: r.u32()?,
+                pages: r.u32()?,
+            },
             threads: r.u16()?,
             notices: r.pages()?,
             claims: r.pages()?,

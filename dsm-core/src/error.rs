@@ -45,11 +45,23 @@ pub enum JobError {
         /// A node that gave another count, and that count.
         other: (NodeId, u16),
     },
-    /// Nodes allocated different regions.
-    #[error("{node} made different allocation calls from node 0 (allocations must be collective)")]
+    /// Nodes met in a barrier having made different allocation calls.
+    #[error(
+        "{} and {} reached a barrier after different allocation calls: {} made {}, {} made {}{} \
+         (allocations must be the same calls, with the same sizes and policies, in the same \
+         order on every node)",
+        first.0, other.0, first.0, first.1, other.0, other.1,
+        if first.1.calls == other.1.calls && first.1.pages == other.1.pages {
+            ": their sizes, policies or order differ"
+        } else {
+            ""
+        }
+    )]
     AllocMismatch {
-        /// The node that differs.
-        node: NodeId,
+        /// The first node to arrive, and its allocations.
+        first: (NodeId, crate::alloc::Allocs),
+        /// A node whose allocations differ, and its allocations.
+        other: (NodeId, crate::alloc::Allocs),
     },
     /// Another node asked for pages (touched them, read ahead to them, or made an atomic
     /// operation on a word of them) this node had not allocated when it reached a barrier or

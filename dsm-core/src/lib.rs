@@ -56,7 +56,7 @@ mod sync;
 mod table;
 pub mod types;
 
-pub use alloc::{AllocError, AllocPolicy};
+pub use alloc::{AllocError, AllocPolicy, Allocs};
 pub use error::{JobError, ProtocolError, UsageError};
 pub use memory::{PageMemory, VecMemory};
 pub use msg::{Msg, MsgKind, PageDiff, PageWrites, RunData, WriteId, WriteNotice};

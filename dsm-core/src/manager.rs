@@ -9,6 +9,7 @@
 use crate::types::{Count, Epoch};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use crate::alloc::Allocs;
 use crate::error::ProtocolError;
 use crate::msg::{Msg, MsgKind, PageWrites, WriteId, WriteNotice};
 use crate::stats::Stats;
@@ -22,9 +23,12 @@ pub(crate) type Outbox = Vec<(NodeId, Msg)>;
 pub(crate) enum Managed {
     /// Nothing more.
     Done,
-    /// Nodes allocated differently (their barrier digests differ): the job must end, naming
-    /// `node`.
-    AllocMismatch { node: NodeId },
+    /// Nodes allocated differently (their barriers' allocations differ): the job must end,
+    /// naming the first to arrive and one that differs, with their allocations.
+    AllocMismatch {
+        first: (NodeId, Allocs),
+        other: (NodeId, Allocs),
+    },
     /// Nodes met in a barrier with different thread counts: the first to arrive and one that
     /// differs, with their counts.
     ThreadsMismatch {
@@ -147,7 +151,8 @@ pub(crate) struct Managers {
     /// The barrier whose grant would move homes, the nodes that have answered, and the pages
     /// they vetoed.
     migrating: Option<(Epoch, BTreeSet<NodeId>, BTreeSet<PageNum>)>,
-    barrier_digest: Option<u64>,
+    /// The current barrier's first arrival and its allocations.
+    barrier_allocs: Option<(NodeId, Allocs)>,
     /// The current barrier's first arrival and its thread count.
     barrier_threads: Option<(NodeId, u16)>,
     barrier_epoch: Epoch,
@@ -238,7 +243,7 @@ impl Managers {
             barrier_notices: BTreeMap::new(),
             barrier_claims: BTreeMap::new(),
             migrating: None,
-            barrier_digest: None,
+            barrier_allocs: None,
             barrier_threads: None,
             barrier_epoch: 0,
             wait_arrived: BTreeSet::new(),
@@ -475,12 +480,12 @@ impl Managers {
         &mut self,
         from: NodeId,
         epoch: Epoch,
-        arrival: (u64, u16),
+        arrival: (Allocs, u16),
         notices: Vec<PageNum>,
         claims: Vec<PageNum>,
         out: &mut Outbox,
     ) -> Result<Managed, ProtocolError> {
-        let (digest, threads) = arrival;
+        let (allocs, threads) = arrival;
         self.check_master(from, MsgKind::Barrier)?;
         if self.migrating.is_some() {
             return Err(refuse(
@@ -496,12 +501,15 @@ impl Managers {
                 "wrong barrier epoch or arrived twice",
             ));
         }
-        match self.barrier_digest {
-            Some(d) if d != digest => {
-                let node = if from == NodeId(0) { NodeId(1) } else { from };
-                return Ok(Managed::AllocMismatch { node });
+        match self.barrier_allocs {
+            Some(first) if first.1 != allocs => {
+                return Ok(Managed::AllocMismatch {
+                    first,
+                    other: (from, allocs),
+                });
             }
-            _ => self.barrier_digest = Some(digest),
+            Some(_) => {}
+            None => self.barrier_allocs = Some((from, allocs)),
         }
         match self.barrier_threads {
             Some(first) if first.1 != threads => {
@@ -541,7 +549,7 @@ impl Managers {
                 self.migrating = Some((self.barrier_epoch, BTreeSet::new(), BTreeSet::new()));
             }
             self.barrier_arrived.clear();
-            self.barrier_digest = None;
+            self.barrier_allocs = None;
             self.barrier_threads = None;
             let grant = Msg::BarrierGrant {
                 epoch: self.barrier_epoch,
@@ -715,6 +723,15 @@ impl Managers {
 mod tests {
     use super::*;
 
+    /// Allocations whose digest is `digest` (one call of one page).
+    fn allocs(digest: u64) -> Allocs {
+        Allocs {
+            digest,
+            calls: 1,
+            pages: 1,
+        }
+    }
+
     #[test]
     fn a_lock_goes_to_the_waiters_in_order_with_the_notices_they_have_not_seen() {
         let mut m = Managers::new(NodeId(1), 3);
@@ -761,13 +778,20 @@ mod tests {
     fn a_barrier_grants_everyone_once_all_arrived_and_catches_mismatched_allocations() {
         let mut m = Managers::new(NodeId(0), 2);
         let mut out = Outbox::new();
-        m.on_barrier(NodeId(0), 0, (9, 1), vec![PageNum(1)], vec![], &mut out)
-            .unwrap();
+        m.on_barrier(
+            NodeId(0),
+            0,
+            (allocs(9), 1),
+            vec![PageNum(1)],
+            vec![],
+            &mut out,
+        )
+        .unwrap();
         assert!(out.is_empty());
         m.on_barrier(
             NodeId(1),
             0,
-            (9, 1),
+            (allocs(9), 1),
             vec![PageNum(1), PageNum(2)],
             vec![],
             &mut out,
@@ -782,11 +806,14 @@ mod tests {
         assert_eq!(notices[1].writer, Some(NodeId(1)));
         assert!(notices.iter().all(|n| !n.moves), "nothing claimed");
         out.clear();
-        m.on_barrier(NodeId(0), 1, (9, 1), vec![], vec![], &mut out)
+        m.on_barrier(NodeId(0), 1, (allocs(9), 1), vec![], vec![], &mut out)
             .unwrap();
         assert_eq!(
-            m.on_barrier(NodeId(1), 1, (10, 1), vec![], vec![], &mut out),
-            Ok(Managed::AllocMismatch { node: NodeId(1) })
+            m.on_barrier(NodeId(1), 1, (allocs(10), 1), vec![], vec![], &mut out),
+            Ok(Managed::AllocMismatch {
+                first: (NodeId(0), allocs(9)),
+                other: (NodeId(1), allocs(10)),
+            })
         );
     }
 
@@ -794,12 +821,12 @@ mod tests {
     fn a_barrier_catches_nodes_that_give_different_thread_counts() {
         let mut m = Managers::new(NodeId(0), 3);
         let mut out = Outbox::new();
-        m.on_barrier(NodeId(1), 0, (9, 2), vec![], vec![], &mut out)
+        m.on_barrier(NodeId(1), 0, (allocs(9), 2), vec![], vec![], &mut out)
             .unwrap();
-        m.on_barrier(NodeId(0), 0, (9, 2), vec![], vec![], &mut out)
+        m.on_barrier(NodeId(0), 0, (allocs(9), 2), vec![], vec![], &mut out)
             .unwrap();
         assert_eq!(
-            m.on_barrier(NodeId(2), 0, (9, 3), vec![], vec![], &mut out),
+            m.on_barrier(NodeId(2), 0, (allocs(9), 3), vec![], vec![], &mut out),
             Ok(Managed::ThreadsMismatch {
                 first: (NodeId(1), 2),
                 other: (NodeId(2), 3)
@@ -815,10 +842,17 @@ mod tests {
         // Page 1: node 1 alone wrote it and claims it. Page 2: both wrote it, node 1 claims it.
         // Page 3: node 0 alone wrote it and does not claim it (its home, or no copy).
         let (p1, p2, p3) = (PageNum(1), PageNum(2), PageNum(3));
-        m.on_barrier(NodeId(0), 0, (9, 1), vec![p2, p3], vec![], &mut out)
+        m.on_barrier(NodeId(0), 0, (allocs(9), 1), vec![p2, p3], vec![], &mut out)
             .unwrap();
-        m.on_barrier(NodeId(1), 0, (9, 1), vec![p1, p2], vec![p1, p2], &mut out)
-            .unwrap();
+        m.on_barrier(
+            NodeId(1),
+            0,
+            (allocs(9), 1),
+            vec![p1, p2],
+            vec![p1, p2],
+            &mut out,
+        )
+        .unwrap();
         let Msg::BarrierGrant { notices, .. } = &out[0].1 else {
             panic!("{out:?}")
         };
@@ -827,7 +861,7 @@ mod tests {
         out.clear();
         // No next barrier until every node has applied the moves.
         assert!(
-            m.on_barrier(NodeId(0), 1, (9, 1), vec![], vec![], &mut out)
+            m.on_barrier(NodeId(0), 1, (allocs(9), 1), vec![], vec![], &mut out)
                 .is_err()
         );
         m.on_migrated(NodeId(1), 0, vec![p1], &mut out).unwrap();

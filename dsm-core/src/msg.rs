@@ -164,8 +164,8 @@ pub enum Msg {
     Barrier {
         /// The barrier's epoch.
         epoch: Epoch,
-        /// A digest of the sender's allocations, to catch programs that allocate differently.
-        alloc_digest: u64,
+        /// The sender's allocations, to catch programs that allocate differently.
+        allocs: crate::alloc::Allocs,
         /// The threads of the sender that met in it (`jia_barrier_threads(threads)`; 1 for
         /// `jia_barrier`): every node must give the same count.
         threads: u16,

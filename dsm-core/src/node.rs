@@ -724,13 +724,12 @@ impl<M: PageMemory> Node<M> {
             }
             Msg::Barrier {
                 epoch,
-                alloc_digest,
+                allocs,
                 threads,
                 notices,
                 claims,
-            } => self.managed(|m, o| {
-                m.on_barrier(from, epoch, (alloc_digest, threads), notices, claims, o)
-            }),
+            } => self
+                .managed(|m, o| m.on_barrier(from, epoch, (allocs, threads), notices, claims, o)),
             Msg::BarrierGrant { epoch, notices } => {
                 self.on_barrier_grant(now, from, epoch, notices)
             }
@@ -787,8 +786,8 @@ impl<M: PageMemory> Node<M> {
         }
         match managed {
             Managed::Done => {}
-            Managed::AllocMismatch { node } => {
-                let error = JobError::AllocMismatch { node };
+            Managed::AllocMismatch { first, other } => {
+                let error = JobError::AllocMismatch { first, other };
                 self.broadcast_error(&error.to_string());
                 self.abort(error);
             }

@@ -262,7 +262,7 @@ impl<M: PageMemory> Node<M> {
                 } => {
                     let msg = Msg::Barrier {
                         epoch: self.epoch,
-                        alloc_digest: self.table.digest(),
+                        allocs: self.table.allocs(),
                         threads,
                         notices,
                         claims,

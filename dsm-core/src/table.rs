@@ -264,9 +264,14 @@ impl PageTable {
         self.alloc_starts.len()
     }
 
-    /// The digest of every allocation so far (equal on every node of a correct program).
-    pub fn digest(&self) -> u64 {
-        self.digest
+    /// Every allocation so far: their digest, count and pages (equal on every node of a
+    /// correct program).
+    pub fn allocs(&self) -> crate::alloc::Allocs {
+        crate::alloc::Allocs {
+            digest: self.digest,
+            calls: self.alloc_starts.len() as u32,
+            pages: self.entries.len() as u32,
+        }
     }
 
     /// Allocates `size_bytes` (rounded up to pages) under `policy` in a region of `region_pages`
@@ -433,7 +438,7 @@ mod tests {
         b.alloc(policy.clone(), 4 * PAGE_SIZE as u64, 100, NodeId(0), 2)
             .unwrap();
         assert_eq!((first, mine), (PageNum(0), vec![PageNum(1), PageNum(3)]));
-        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a.allocs(), b.allocs());
         assert_eq!(a.home_of(PageNum(2)), Some(NodeId(0)));
         assert_eq!(a.state(PageNum(1)), PageState::ReadWrite);
         assert_eq!(a.state(PageNum(2)), PageState::Invalid);

@@ -116,7 +116,11 @@ fn random_msg(rng: &mut Rng, i: u64) -> Msg {
         },
         7 => Msg::Barrier {
             epoch: rng.next_u64(),
-            alloc_digest: rng.next_u64(),
+            allocs: dsm_core::Allocs {
+                digest: rng.next_u64(),
+                calls: rng.next_u64() as u32,
+                pages: rng.next_u64() as u32,
+            },
             threads: rng.next_u64() as u16,
             notices: pages(rng),
             claims: pages(rng),

@@ -990,15 +990,19 @@ fn nodes_that_allocate_differently_are_stopped_at_the_next_barrier() {
         .alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE)
         .unwrap();
     let r = c.barrier();
+    let Err(SimError::Aborted {
+        error: error @ JobError::AllocMismatch { .. },
+        ..
+    }) = r
+    else {
+        panic!("{r:?}")
+    };
+    // Both nodes named, with their calls and pages.
+    let text = error.to_string();
     assert!(
-        matches!(
-            r,
-            Err(SimError::Aborted {
-                error: JobError::AllocMismatch { .. },
-                ..
-            })
-        ),
-        "{r:?}"
+        text.contains("node 0 made 1 call of 1 page in all")
+            && text.contains("node 1 made 1 call of 2 pages in all"),
+        "{text}"
     );
 }
 

@@ -199,14 +199,14 @@ pub extern "C" fn jia_exit() {
 
 /// An allocation for the program's call at `pc` (its return address, for the race checker's
 /// reports; see `sys`).
-fn alloc(total: c_int, policy: AllocPolicy, pc: usize) -> c_ulong {
+fn alloc(call: &str, total: c_int, policy: AllocPolicy, pc: usize) -> c_ulong {
     if total <= 0 {
-        die(&format!("jia_alloc: size {total} must be positive"));
+        die(&format!("{call}: size {total} must be positive"));
     }
     let from = dsm_races::From::Code(pc);
-    match dsm_for("jia_alloc").alloc_from::<u8>(total as usize, policy, from) {
+    match dsm_for(call).alloc_from::<u8>(total as usize, policy, from) {
         Ok(a) => a.as_ptr() as c_ulong,
-        Err(e) => die(&format!("jia_alloc of {total} bytes: {e}")),
+        Err(e) => die(&format!("{call} of {total} bytes: {e}")),
     }
 }
 
@@ -227,13 +227,21 @@ pub(crate) extern "C" fn jia_alloc3_at(
     starthost: c_int,
     pc: usize,
 ) -> c_ulong {
+    alloc_cyclic("jia_alloc3", (totalsize, blocksize, starthost), pc)
+}
+
+/// Blocks of `blocksize` bytes homed on each node in turn from `starthost`, for `call`.
+fn alloc_cyclic(
+    call: &str,
+    (totalsize, blocksize, starthost): (c_int, c_int, c_int),
+    pc: usize,
+) -> c_ulong {
     if blocksize <= 0 {
-        die(&format!(
-            "jia_alloc3: block size {blocksize} must be positive"
-        ));
+        die(&format!("{call}: block size {blocksize} must be positive"));
     }
-    let start = host(starthost, "jia_alloc3");
+    let start = host(starthost, call);
     alloc(
+        call,
         totalsize,
         AllocPolicy::Cyclic {
             block_bytes: blocksize as u64,
@@ -277,6 +285,7 @@ unsafe fn alloc_blocks(
     }
     let start = host(starthost, call);
     alloc(
+        call,
         totalsize,
         AllocPolicy::Blocks {
             blocks_bytes: sizes.iter().map(|&b| b as u64).collect(),
@@ -288,18 +297,18 @@ unsafe fn alloc_blocks(
 
 /// `unsigned long jia_alloc2(int totalsize, int blocksize)`
 pub(crate) extern "C" fn jia_alloc2_at(totalsize: c_int, blocksize: c_int, pc: usize) -> c_ulong {
-    jia_alloc3_at(totalsize, blocksize, 0, pc)
+    alloc_cyclic("jia_alloc2", (totalsize, blocksize, 0), pc)
 }
 
 /// `unsigned long jia_alloc2p(int totalsize, int starthost)`
 pub(crate) extern "C" fn jia_alloc2p_at(totalsize: c_int, starthost: c_int, pc: usize) -> c_ulong {
     let h = host(starthost, "jia_alloc2p");
-    alloc(totalsize, AllocPolicy::OnNode(h), pc)
+    alloc("jia_alloc2p", totalsize, AllocPolicy::OnNode(h), pc)
 }
 
 /// `unsigned long jia_alloc(int totalsize)`
 pub(crate) extern "C" fn jia_alloc_at(totalsize: c_int, pc: usize) -> c_ulong {
-    alloc(totalsize, AllocPolicy::RoundRobin, pc)
+    alloc("jia_alloc", totalsize, AllocPolicy::RoundRobin, pc)
 }
 
 fn id(v: c_int, count: u16, what: &str) -> u16 {
@@ -457,7 +466,7 @@ pub unsafe extern "C" fn assert(cond: c_int, msg: *const c_char) {
 
 /// `unsigned long jia_alloc1(int totalsize)`: JIAJIA 2.1, everything homed on node 0.
 pub(crate) extern "C" fn jia_alloc1_at(totalsize: c_int, pc: usize) -> c_ulong {
-    alloc(totalsize, AllocPolicy::OnNode(NodeId(0)), pc)
+    alloc("jia_alloc1", totalsize, AllocPolicy::OnNode(NodeId(0)), pc)
 }
 
 /// How many `jia_alloc_random` calls this node made: the seed of the next one's home, so that
@@ -474,7 +483,12 @@ pub(crate) extern "C" fn jia_alloc_random_at(totalsize: c_int, pc: usize) -> c_u
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
     let home = (z % dsm_for("jia_alloc_random").nodes() as u64) as u16;
-    alloc(totalsize, AllocPolicy::OnNode(NodeId(home)), pc)
+    alloc(
+        "jia_alloc_random",
+        totalsize,
+        AllocPolicy::OnNode(NodeId(home)),
+        pc,
+    )
 }
 
 /// `unsigned long jia_alloc_array(int totalsize, int *blocks, int n)`: JIAJIA 3.0, block sizes

@@ -306,6 +306,9 @@ fn misuse_ends_the_job_with_a_message() {
          if (atoi(v[1]) == 4 && jiapid == 1) jia_unlock(6);\n\
          if (atoi(v[1]) == 6 && jiapid == 1) assert(0, \"deliberate\");\n\
          if (atoi(v[1]) == 7 && jiapid == 1) execl(\"/bin/true\", \"true\", (char *)0);\n\
+         if (atoi(v[1]) == 8) for (int i = 0; i < 40; i++) jia_alloc3(0x7ffff000, 0x10000000, 0);\n\
+         if (atoi(v[1]) == 9 && jiapid == 1) jia_alloc2(4096, 0);\n\
+         if (atoi(v[1]) == 10) jia_alloc(jiapid == 0 ? 4096 : 8192);\n\
          jia_barrier(); jia_exit();\n\
          if (atoi(v[1]) == 5 && jiapid == 1) jia_barrier();\n\
          return 0; }\n",
@@ -341,6 +344,16 @@ fn misuse_ends_the_job_with_a_message() {
             "dsmrun: node 1 (127.0.0.1) exited with status 0 without leaving the job (a C \
              program called _exit, or replaced itself with exec, before jia_exit",
         ),
+        // Each allocation call's errors name it.
+        ("8", "error: jia_alloc3 of 2147479552 bytes: allocation of"),
+        (
+            "9",
+            "dsm node 1: error: jia_alloc2: block size 0 must be positive",
+        ),
+        (
+            "10",
+            "reached a barrier after different allocation calls: node ",
+        ),
     ] {
         let out = run(2, "udp", &exe, &[case], None);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -351,7 +364,20 @@ fn misuse_ends_the_job_with_a_message() {
             "{}",
             text(&out)
         );
-        assert!(err.contains("dsmrun: node 1"), "{}", text(&out));
+        // (Cases 8 and 10 fail on every node: the first to end is named.)
+        let node = if case == "8" || case == "10" {
+            "dsmrun: node "
+        } else {
+            "dsmrun: node 1"
+        };
+        if case == "10" {
+            assert!(
+                err.contains("1 call of 1 page in all") && err.contains("1 call of 2 pages in all"),
+                "{}",
+                text(&out)
+            );
+        }
+        assert!(err.contains(node), "{}", text(&out));
     }
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(exe);
