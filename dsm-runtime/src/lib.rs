@@ -85,6 +85,7 @@ mod trace;
 /// never through a symbolic link, never over another user's file.
 #[cfg(not(dsm_loom))]
 pub mod files {
+    pub use crate::sys::signals::{clean_up_on_interrupt, die_of};
     pub use crate::sys::{
         check_own_file, create_own_file, make_own_dir, private_temp_dir, write_own_file,
     };

@@ -383,6 +383,66 @@ fn misuse_ends_the_job_with_a_message() {
     let _ = std::fs::remove_file(exe);
 }
 
+/// A build interrupted by Ctrl-C (SIGINT to its process group) while dsmcc compiles into its
+/// private directory leaves nothing behind, and dsmcc ends by the signal, as the compiler does.
+/// (Its compiler is a script that waits for the test: gcc once it has a file to compile.)
+#[test]
+fn an_interrupted_dsmcc_leaves_no_directory() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let dir = std::env::temp_dir().join(format!("dsm-interrupted-dsmcc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let src = dir.join("at.c");
+    std::fs::write(
+        &src,
+        "#include <stdatomic.h>\n#include \"jia.h\"\n\
+         int main(int c, char **v) { jia_init(c, v); _Atomic long *x = (void *)jia_alloc(4096);\n\
+         atomic_fetch_add(x, 1); jia_exit(); return 0; }\n",
+    )
+    .unwrap();
+    // The compile of the source (its atomics: -fsanitize=thread, into dsmcc's directory) waits
+    // until the test has interrupted it.
+    let cc = dir.join("cc");
+    std::fs::write(
+        &cc,
+        "#!/bin/sh\ncase \"$*\" in *-fsanitize=thread*) sleep 60;; esac\nexec gcc \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut child = Command::new(bin("dsmcc"))
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("at"))
+        .env("DSMCC_CC", &cc)
+        .env("TMPDIR", &tmp)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let own = || {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("dsmcc-"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while own() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "dsmcc made no directory of its own in {}",
+            tmp.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) of the child's own process group.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    assert_eq!(own(), 0, "dsmcc's directory left in {}", tmp.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `dsmcc` (target/release/dsmcc, beside dsmrun and libjia) builds a program from a directory
 /// outside the checkout, as a user's own project would: compile (`-c`, with warnings as errors)
 /// and link as two steps, as `make CC=dsmcc` does, then `dsmrun -n 2 ./prog` there. Its `--show`

@@ -509,6 +509,55 @@ pub fn catch_interrupts() -> &'static std::sync::atomic::AtomicI32 {
     &INTERRUPTED
 }
 
+/// Runs `cleanup`, then ends the process by the signal, when one of [`INTERRUPTS`] (but those
+/// ignored already: `nohup`) arrives, instead of dying at once: a tool's temporary files go with
+/// it. The signals are blocked in the calling thread (and so in the threads it starts later; a
+/// child process starts with none blocked) and a thread of its own waits for them. Call it once,
+/// before starting other threads.
+pub fn clean_up_on_interrupt(cleanup: fn()) -> std::io::Result<()> {
+    // SAFETY: a zeroed sigset_t is valid storage, filled by sigemptyset/sigaddset; blocking
+    // signals in this thread changes only its mask.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in INTERRUPTS {
+            if current_action(sig).is_none_or(|a| a.sa_sigaction != libc::SIG_IGN) {
+                libc::sigaddset(&mut set, sig);
+            }
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::Builder::new()
+        .name("interrupts".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is a valid signal set, blocked in every thread of the process but
+            // for those started before this call (none, as documented); sigwait writes `sig`.
+            while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
+            cleanup();
+            die_of(sig)
+        })
+        .map(|_| ())
+}
+
+/// Ends the process by `sig` with its default action (a tool that caught it with
+/// [`catch_interrupts`] and has cleaned up), so that its parent sees the signal; with status
+/// 128 + `sig` if the signal does not end it.
+pub fn die_of(sig: libc::c_int) -> ! {
+    reset_default(sig);
+    // SAFETY: a zeroed sigset_t with `sig` added; unblocking it in this thread and sending it
+    // to the process take plain integers and that set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    exit_now(128 + sig)
+}
+
 /// Whether `action` runs one of the runtime's own handlers for asynchronous signals (the
 /// launcher's [`catch_interrupts`]), which never touch shared memory.
 pub fn is_runtime_handler(action: &libc::sigaction) -> bool {

@@ -252,7 +252,7 @@ fn main() {
                 "dsmcc: 16-byte atomics are not taken: use 1-, 2-, 4- or 8-byte ones (or jia_atomic_*)"
             );
         }
-        exit(out.status.code().unwrap_or(1));
+        exit_as(out.status);
     }
     let err = cmd.exec();
     fail(&format!("cannot run {}: {err}", cc.to_string_lossy()))
@@ -770,7 +770,7 @@ fn compile_or_show(cmd: &mut Command, cc: &OsString, show: bool, undo: impl FnOn
         .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", cc.to_string_lossy())));
     if !status.success() {
         undo();
-        exit(status.code().unwrap_or(1));
+        exit_as(status);
     }
 }
 
@@ -858,7 +858,8 @@ fn compile_flags(args: &[OsString]) -> Vec<OsString> {
 const UNINSTRUMENTED_RMW: &[&str] = &["fadd", "fsub", "fmax", "fmin", "max", "min", "umax", "umin"];
 
 /// Private directories of the build's own files, removed when dsmcc exits, however it exits
-/// (`atexit`: `fail`, the compile of objects apart, the end).
+/// (`atexit`: `fail`, the compile of objects apart, the end), or is interrupted (SIGINT,
+/// SIGTERM...: removed, then dsmcc ends by the signal).
 static TEMP_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 extern "C" fn remove_temp_dirs() {
@@ -869,17 +870,42 @@ extern "C" fn remove_temp_dirs() {
     }
 }
 
-/// A private directory of the build's own, removed when dsmcc exits.
-fn temp_dir() -> PathBuf {
-    let dir = dsm_runtime::files::private_temp_dir("dsmcc")
-        .unwrap_or_else(|e| fail(&format!("cannot make a private directory: {e}")));
-    let mut dirs = TEMP_DIRS.lock().unwrap_or_else(|p| p.into_inner());
-    if dirs.is_empty() {
+/// Ends dsmcc as its compiler ended: with its status, or by the signal that ended it (Ctrl-C:
+/// the directories removed first, as an interrupt of dsmcc's own does).
+fn exit_as(status: std::process::ExitStatus) -> ! {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(sig) => {
+            remove_temp_dirs();
+            dsm_runtime::files::die_of(sig)
+        }
+        None => exit(status.code().unwrap_or(1)),
+    }
+}
+
+/// A private directory of the build's own (`what` it holds, for an error), removed when dsmcc
+/// exits or is interrupted.
+fn temp_dir(what: &str) -> PathBuf {
+    // Before the directory exists: an interrupt from here on finds it listed.
+    static CLEAN_UP: std::sync::Once = std::sync::Once::new();
+    CLEAN_UP.call_once(|| {
+        if let Err(e) = dsm_runtime::files::clean_up_on_interrupt(|| remove_temp_dirs()) {
+            fail(&format!("cannot watch for interrupts: {e}"));
+        }
         // SAFETY: registers a function of no arguments that touches only its own static.
         unsafe { libc::atexit(remove_temp_dirs) };
-    }
-    dirs.push(dir.clone());
-    dir
+    });
+    // Made and listed under the lock (an interrupt's clean-up waits for it); `fail` after it
+    // is released (its exit removes what is listed).
+    let made = {
+        let mut dirs = TEMP_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+        let made = dsm_runtime::files::private_temp_dir("dsmcc");
+        if let Ok(dir) = &made {
+            dirs.push(dir.clone());
+        }
+        made
+    };
+    made.unwrap_or_else(|e| fail(&format!("cannot make a private directory {what}: {e}")))
 }
 
 /// The C sources among `args` whose code (clang's, with the build's flags `final_flags`) has an
@@ -949,7 +975,7 @@ fn rewrite_uninstrumented_atomics(
         };
         // The source's own name (`my.mod.c` -> `my.mod.ll`), in a directory of its own: `-c`
         // without `-o` names the object after it.
-        let d: &PathBuf = dir.get_or_insert_with(temp_dir);
+        let d: &PathBuf = dir.get_or_insert_with(|| temp_dir("for the rewritten sources"));
         let sub = d.join(k.to_string());
         let _ = std::fs::create_dir(&sub);
         let mut name = Path::new(a).file_stem().unwrap_or_default().to_os_string();
@@ -1180,11 +1206,7 @@ fn compile_apart(
     show: bool,
 ) -> (PathBuf, Vec<OsString>) {
     // Private and unpredictable: another user cannot block the name or plant links in it.
-    let dir = dsm_runtime::files::private_temp_dir("dsmcc").unwrap_or_else(|e| {
-        fail(&format!(
-            "cannot make a private directory for the objects: {e}"
-        ))
-    });
+    let dir = temp_dir("for the objects");
     let compile_args = compile_flags(args);
     let mut linked = Vec::new();
     for (k, a) in args.iter().enumerate() {
