@@ -334,6 +334,18 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// A prefetched page nobody read yet is dropped (invalidated, evicted): if the last request
+    /// reached past it, what the read-ahead knows of the stream ahead (its O(1) checks, a scan
+    /// that found too few) no longer holds, and the next page a thread opens scans again
+    /// (which asks for the page again; otherwise a stream whose tail a lock's grant invalidated
+    /// waited on a demand fault there, once its last request had reached the allocation's end).
+    fn read_ahead_lost(&mut self, page: PageNum) {
+        if self.stream_next.is_some_and(|n| page.0 < n.0) {
+            self.stream_next = None;
+        }
+        self.read_ahead_quiet = None;
+    }
+
     /// Marks the page of the window just asked for (`candidates`, in order) whose first touch
     /// will ask for the next one: the first that sits less than half the next window before
     /// its end, as [`Node::read_ahead`] counts.
@@ -1138,7 +1150,10 @@ impl<M: PageMemory> Node<M> {
         for &page in pages {
             match self.table[page.index()].frame {
                 Frame::Invalid | Frame::ReadOnly => {}
-                Frame::Prefetched => self.stats.prefetch_unused += 1,
+                Frame::Prefetched => {
+                    self.stats.prefetch_unused += 1;
+                    self.read_ahead_lost(page);
+                }
                 Frame::ReadWrite => {
                     self.rw.remove(&page);
                     self.diff_page(page);
@@ -1377,6 +1392,7 @@ impl<M: PageMemory> Node<M> {
                     self.stats.prefetch_unused += 1;
                     // Closed with the others: the runtime may have opened it for a reader.
                     opened.push(page);
+                    self.read_ahead_lost(page);
                 }
                 Frame::ReadOnly | Frame::ReadWrite => {
                     e.unused_refetches = 0;

@@ -353,6 +353,48 @@ fn a_walk_asks_for_the_last_pages_before_its_own_rows() {
     }
 }
 
+/// A stream whose read-ahead has reached its allocation's end, and whose prefetched tail a lock's
+/// grant then invalidates (another node wrote it): the read-ahead asks for the tail again before
+/// the walk reaches it, in one request, instead of leaving it to a demand fault (what it knew of
+/// the stream ahead no longer holds). Found by a review.
+#[test]
+fn a_tail_invalidated_after_the_read_ahead_reached_the_end_is_read_ahead_again() {
+    let (pages, at, tail) = (100u64, 60u64, 30u64);
+    let mut c = Cluster::new(3, 7, |cfg| {
+        cfg.prefetch.prefetch_pages = 4;
+        cfg.prefetch.read_ahead_max_pages = 64;
+        cfg.cache_pages = 8192;
+    });
+    let x = c
+        .alloc(AllocPolicy::OnNode(NodeId(1)), pages * PAGE)
+        .unwrap();
+    c.barrier().unwrap();
+    for p in 0..at {
+        c.read_u64(0, x.offset_by(p * PAGE)).unwrap();
+    }
+    c.lock(2, 0).unwrap();
+    for p in pages - tail..pages {
+        c.write_u64(2, x.offset_by(p * PAGE), p).unwrap();
+    }
+    c.unlock(2, 0).unwrap();
+    let before = c.node(0).stats().clone();
+    c.lock(0, 0).unwrap();
+    for p in at..pages {
+        let v = c.read_u64(0, x.offset_by(p * PAGE)).unwrap();
+        assert_eq!(v, if p >= pages - tail { p } else { 0 });
+    }
+    c.unlock(0, 0).unwrap();
+    let s = c.node(0).stats();
+    let (waits, getps) = (
+        s.pages_fetched - before.pages_fetched,
+        s.getp_sent - before.getp_sent,
+    );
+    assert!(
+        waits == 0 && getps <= 1,
+        "{waits} demand waits, {getps} GETPs for the tail"
+    );
+}
+
 /// A thread walking down a column of a row-major matrix (one page in every 20): after three
 /// demand faults equally spaced, the read-ahead follows the stride, asking for the column's
 /// pages and not those in between, in windows that grow as a sequential stream's do.
