@@ -1338,7 +1338,7 @@ fn a_lock_passes_between_threads_of_a_node_without_a_message() {
 /// Coherence with concurrent threads: a thread keeps writing a page (homed elsewhere, with no
 /// lock) while another thread of its node releases a lock 2,000 times (each release protects and
 /// diffs the page) and acquires it after the other node's writes to the same page under the lock
-/// (each acquire invalidates it). No write of the first thread is lost (protect, then diff: a
+/// (each acquire invalidates it: the nodes write in turns). No write of the first thread is lost (protect, then diff: a
 /// store in between faults and waits), on UDP and TCP.
 #[test]
 fn no_write_is_lost_while_another_thread_of_the_node_flushes_or_invalidates_its_page() {

@@ -1454,7 +1454,9 @@ fn main() {
             // node 1's thread B takes and releases a lock over and over (each release protects
             // and diffs node 1's written pages, A's among them) and node 0 writes another word
             // of the same page under that lock (so B's acquires invalidate the page A writes).
-            // No write of A's may be lost: after the barrier node 0 reads A's count.
+            // No write of A's may be lost: after the barrier node 0 reads A's count. The nodes
+            // write under the lock in turns (word 16), so that every one of B's acquires follows
+            // another node's write and invalidates the page, however the threads are scheduled.
             let (me, nodes) = (dsm.id(), dsm.nodes());
             let rounds = 2000;
             let page: SharedArray<u64> = dsm
@@ -1463,6 +1465,17 @@ fn main() {
             dsm.barrier();
             let writer = nodes - 1;
             let done = AtomicUsize::new(0);
+            let turns = || {
+                let mut mine = 0;
+                while mine < rounds {
+                    let _g = dsm.lock(1);
+                    if page.get(16) as usize % nodes == me {
+                        page.set(8 + me, page.get(8 + me) + 1);
+                        page.set(16, page.get(16) + 1);
+                        mine += 1;
+                    }
+                }
+            };
             std::thread::scope(|s| {
                 if me == writer {
                     s.spawn(|| {
@@ -1475,20 +1488,14 @@ fn main() {
                         dsm.barrier_threads(2);
                     });
                     s.spawn(|| {
-                        for _ in 0..rounds {
-                            let _g = dsm.lock(1);
-                            page.set(8 + writer, page.get(8 + writer) + 1);
-                        }
+                        turns();
                         done.store(1, Ordering::Relaxed);
                         dsm.barrier_threads(2);
                     });
                 } else {
                     // Two threads here too: every node meets with the same count.
                     s.spawn(|| {
-                        for _ in 0..rounds {
-                            let _g = dsm.lock(1);
-                            page.set(8 + me, page.get(8 + me) + 1);
-                        }
+                        turns();
                         dsm.barrier_threads(2);
                     });
                     s.spawn(|| dsm.barrier_threads(2));
