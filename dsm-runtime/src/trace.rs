@@ -149,7 +149,7 @@ pub(crate) fn arrived(frame: &Frame<'_>) -> Option<PageNum> {
             }
             None
         }
-        Frame::Grant { page, .. } | Frame::GrantInPlace { page, .. } => {
+        Frame::Grant { page, .. } => {
             let p = u64::from(page.0);
             stamp_at(p, Step::Read, RECEIVED.get());
             stamp(p, Step::GrantIn);

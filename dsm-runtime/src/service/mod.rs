@@ -500,22 +500,30 @@ impl Service {
                     // sender's memory, for a grant in place).
                     match codec::decode_frame_ref(&bytes) {
                         Ok((h, frame)) if h.cookie == self.cookie && h.from.0 == from => {
-                            let granted = trace::arrived(&frame);
-                            let result = match frame {
-                                // The bytes of a grant in place, read in its sender's memory.
+                            let (granted, result) = match frame {
+                                // The bytes of a grant in place, read in its sender's memory
+                                // (before the trace's arrival, as a grant's bytes are read).
                                 Frame::GrantInPlace {
                                     page,
                                     count,
                                     forwarded,
                                 } => {
                                     let run = self.in_place_run(from, page, count);
-                                    self.node.handle_grant_in_place(
-                                        now,
-                                        NodeId(from),
-                                        (page, run.bytes(), forwarded),
-                                    )
+                                    let data = run.bytes();
+                                    let granted = trace::arrived(&Frame::Grant {
+                                        page,
+                                        data,
+                                        forwarded,
+                                    });
+                                    let grant = (page, data, forwarded);
+                                    let result =
+                                        self.node.handle_grant_in_place(now, NodeId(from), grant);
+                                    (granted, result)
                                 }
-                                f => self.node.handle_frame(now, NodeId(from), f),
+                                f => (
+                                    trace::arrived(&f),
+                                    self.node.handle_frame(now, NodeId(from), f),
+                                ),
                             };
                             if let Err(e) = result {
                                 self.rejected_frames += 1;
