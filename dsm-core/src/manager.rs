@@ -501,25 +501,11 @@ impl Managers {
                 "wrong barrier epoch or arrived twice",
             ));
         }
-        match self.barrier_allocs {
-            Some(first) if first.1 != allocs => {
-                return Ok(Managed::AllocMismatch {
-                    first,
-                    other: (from, allocs),
-                });
-            }
-            Some(_) => {}
-            None => self.barrier_allocs = Some((from, allocs)),
+        if let Some((first, other)) = first_or_differs(&mut self.barrier_allocs, from, allocs) {
+            return Ok(Managed::AllocMismatch { first, other });
         }
-        match self.barrier_threads {
-            Some(first) if first.1 != threads => {
-                return Ok(Managed::ThreadsMismatch {
-                    first,
-                    other: (from, threads),
-                });
-            }
-            Some(_) => {}
-            None => self.barrier_threads = Some((from, threads)),
+        if let Some((first, other)) = first_or_differs(&mut self.barrier_threads, from, threads) {
+            return Ok(Managed::ThreadsMismatch { first, other });
         }
         self.barrier_arrived.insert(from);
         for p in notices {
@@ -716,6 +702,23 @@ impl Managers {
             m.waiters.push((from, seen));
         }
         Ok(Managed::Done)
+    }
+}
+
+/// Keeps the first arrival's `value` in `first`, or compares a later one's with it: the two, if
+/// they differ.
+fn first_or_differs<T: Copy + PartialEq>(
+    first: &mut Option<(NodeId, T)>,
+    from: NodeId,
+    value: T,
+) -> Option<((NodeId, T), (NodeId, T))> {
+    match *first {
+        Some(f) if f.1 != value => Some((f, (from, value))),
+        Some(_) => None,
+        None => {
+            *first = Some((from, value));
+            None
+        }
     }
 }
 

@@ -270,15 +270,10 @@ fn the_read_ahead_marks_the_page_that_asks_for_the_next_window() {
     );
 }
 
-/// A thread streaming through an array whose blocks are homed on every node in turn, its own
-/// among them: its own pages take no request, and the read-ahead runs on past them into the
-/// next remote block (a read-ahead that counted them as pages ahead, since it is woken only by
-/// prefetched pages, stalled on a demand fault after each).
-#[test]
-fn a_stream_through_blocks_of_its_own_reads_ahead_past_them() {
-    let block = 96u64;
-    let blocks = 12u64;
-    let mut c = Cluster::new(3, 5, |cfg| {
+/// Three nodes, read-ahead windows of 4 to 64 pages, and an array of `blocks` blocks of `block`
+/// pages homed on nodes 1, 2, 0, 1, 2... (`Cyclic` from node 1), each page holding its number.
+fn rows_homed_in_turn(block: u64, blocks: u64, seed: u64) -> (Cluster, GlobalAddr) {
+    let mut c = Cluster::new(3, seed, |cfg| {
         cfg.prefetch.prefetch_pages = 4;
         cfg.prefetch.read_ahead_max_pages = 64;
         cfg.cache_pages = 8192;
@@ -297,6 +292,17 @@ fn a_stream_through_blocks_of_its_own_reads_ahead_past_them() {
         c.write_u64(home, x.offset_by(p * PAGE), p).unwrap();
     }
     c.barrier().unwrap();
+    (c, x)
+}
+
+/// A thread streaming through an array whose blocks are homed on every node in turn, its own
+/// among them: its own pages take no request, and the read-ahead runs on past them into the
+/// next remote block (a read-ahead that counted them as pages ahead, since it is woken only by
+/// prefetched pages, stalled on a demand fault after each).
+#[test]
+fn a_stream_through_blocks_of_its_own_reads_ahead_past_them() {
+    let (block, blocks) = (96u64, 12u64);
+    let (mut c, x) = rows_homed_in_turn(block, blocks, 5);
     for p in 0..block * blocks {
         assert_eq!(c.read_u64(0, x.offset_by(p * PAGE)).unwrap(), p);
     }
@@ -319,26 +325,8 @@ fn a_walk_asks_for_the_last_pages_before_its_own_rows() {
     // Blocks after whose windows of 64 pages 16 to 31 pages are left before the reader's own
     // rows: fewer than half a window (which asked for nothing), at least a quarter.
     for block in [137u64, 140, 144, 270] {
-        let mut c = Cluster::new(3, 9, |cfg| {
-            cfg.prefetch.prefetch_pages = 4;
-            cfg.prefetch.read_ahead_max_pages = 64;
-            cfg.cache_pages = 8192;
-        });
         // Blocks homed on nodes 1, 2, 0 (the reader), 1, 2.
-        let x = c
-            .alloc(
-                AllocPolicy::Cyclic {
-                    block_bytes: block * PAGE,
-                    start: NodeId(1),
-                },
-                block * 5 * PAGE,
-            )
-            .unwrap();
-        let home = |p: u64| ((p / block + 1) % 3) as u16;
-        for p in 0..block * 5 {
-            c.write_u64(home(p), x.offset_by(p * PAGE), p).unwrap();
-        }
-        c.barrier().unwrap();
+        let (mut c, x) = rows_homed_in_turn(block, 5, 9);
         for p in (block * 3..block * 5).chain(0..block * 3) {
             assert_eq!(c.read_u64(0, x.offset_by(p * PAGE)).unwrap(), p);
         }
