@@ -54,6 +54,18 @@ unsafe extern "C-unwind" {
         arg: *mut c_void,
     ) -> c_int;
     pub(crate) fn pthread_join(thread: pthread_t, result: *mut *mut c_void) -> c_int;
+    pub(crate) fn pthread_tryjoin_np(thread: pthread_t, result: *mut *mut c_void) -> c_int;
+    pub(crate) fn pthread_timedjoin_np(
+        thread: pthread_t,
+        result: *mut *mut c_void,
+        t: *const timespec,
+    ) -> c_int;
+    pub(crate) fn pthread_clockjoin_np(
+        thread: pthread_t,
+        result: *mut *mut c_void,
+        clock: clockid_t,
+        t: *const timespec,
+    ) -> c_int;
     pub(crate) fn pthread_once(
         control: *mut pthread_once_t,
         routine: extern "C-unwind" fn(),

@@ -1279,6 +1279,45 @@ pub unsafe extern "C-unwind" fn __dsm_checked_pthread_join(
     })
 }
 
+/// glibc's `pthread_tryjoin_np`: a join when it returns 0 (the thread had ended).
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_tryjoin_np(
+    thread: libc::pthread_t,
+    result: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to pthread_tryjoin_np.
+    joined(thread, || unsafe {
+        crate::cancellable::pthread_tryjoin_np(thread, result)
+    })
+}
+
+/// glibc's `pthread_timedjoin_np`: a join when it returns 0 (not at its timeout).
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_timedjoin_np(
+    thread: libc::pthread_t,
+    result: *mut *mut c_void,
+    t: *const libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to pthread_timedjoin_np.
+    joined(thread, || unsafe {
+        crate::cancellable::pthread_timedjoin_np(thread, result, t)
+    })
+}
+
+/// glibc's `pthread_clockjoin_np`: a join when it returns 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __dsm_checked_pthread_clockjoin_np(
+    thread: libc::pthread_t,
+    result: *mut *mut c_void,
+    clock: libc::clockid_t,
+    t: *const libc::timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments, as to pthread_clockjoin_np.
+    joined(thread, || unsafe {
+        crate::cancellable::pthread_clockjoin_np(thread, result, clock, t)
+    })
+}
+
 /// C11's `thrd_create` (`thrd_success` is 0).
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn __dsm_checked_thrd_create(
