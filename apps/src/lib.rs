@@ -185,15 +185,24 @@ pub fn args_with_flags(
     (given(&m, positional), check, given_flags)
 }
 
+/// The tools built on these arguments that read a finished job's files instead of joining one.
+const OFFLINE: &[&str] = &["fault-trace"];
+
 fn command(
     name: &'static str,
     about: &'static str,
     positional: &[(&'static str, &'static str)],
 ) -> clap::Command {
+    // A reader of a finished job's files runs alone, and needs them named.
+    let offline = OFFLINE.contains(&name);
     let mut cmd = clap::Command::new(name)
         .version(env!("CARGO_PKG_VERSION"))
         .about(about)
-        .after_help("Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`.");
+        .after_help(if offline {
+            "It reads the files of a finished job, by itself (not under dsmrun)."
+        } else {
+            "Run it on several nodes with dsmrun, e.g. `dsmrun -n 4 PROGRAM ARGS`."
+        });
     // Only the programs that run threads offer `--threads`; the others say so if given it.
     let threaded = THREADED.contains(&name);
     cmd = cmd.arg(
@@ -212,7 +221,7 @@ fn command(
             clap::Arg::new(*arg)
                 .help(*help)
                 .index(i + 1)
-                .required(false),
+                .required(offline),
         );
     }
     cmd
@@ -287,24 +296,12 @@ fn given(m: &clap::ArgMatches, positional: &[(&'static str, &'static str)]) -> V
 /// Parses the positional argument `i` as a number, with a default; exits with a usage message
 /// on a bad value.
 pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {
-    match args.get(i) {
-        None => default,
-        Some(v) => v.parse().unwrap_or_else(|_| {
-            eprintln!("{name} must be a whole number (0 or more), got `{v}`");
-            std::process::exit(2)
-        }),
-    }
+    arg_within(args, i, name, default, 0..=usize::MAX)
 }
 
 /// [`arg_num`] of a count that must be at least 1: 0 exits with a usage message too.
 pub fn arg_count(args: &[String], i: usize, name: &str, default: usize) -> usize {
-    match arg_num(args, i, name, default) {
-        0 => {
-            eprintln!("{name} must be a positive number, got `0`");
-            std::process::exit(2)
-        }
-        n => n,
-    }
+    arg_within(args, i, name, default, 1..=usize::MAX)
 }
 
 /// [`arg_num`] of a number that must lie in `allowed`: anything else exits with a usage message
@@ -316,16 +313,33 @@ pub fn arg_range(
     default: usize,
     allowed: std::ops::RangeInclusive<usize>,
 ) -> usize {
-    let n = arg_num(args, i, name, default);
-    if !allowed.contains(&n) {
-        eprintln!(
-            "{name} must be {} to {}, got `{n}`",
-            allowed.start(),
-            allowed.end()
-        );
-        std::process::exit(2)
+    arg_within(args, i, name, default, allowed)
+}
+
+/// The positional argument `i` as a number in `allowed`, or `default`; anything else (not a
+/// whole number, or outside) exits with one message naming what is allowed.
+fn arg_within(
+    args: &[String],
+    i: usize,
+    name: &str,
+    default: usize,
+    allowed: std::ops::RangeInclusive<usize>,
+) -> usize {
+    let Some(v) = args.get(i) else {
+        return default;
+    };
+    match v.parse::<usize>() {
+        Ok(n) if allowed.contains(&n) => n,
+        _ => {
+            let what = if *allowed.end() == usize::MAX {
+                format!("{} or more", allowed.start())
+            } else {
+                format!("{} to {}", allowed.start(), allowed.end())
+            };
+            eprintln!("{name} must be a whole number, {what}, got `{v}`");
+            std::process::exit(2)
+        }
     }
-    n
 }
 
 /// Prints the result line at node 0 (`NAME OK key=value...`, `NAME FAILED ...`, or `NAME

@@ -336,7 +336,7 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
     name_panics_by_node();
     sys::signals::default_sigpipe();
     sys::keep_freed_heap(KEPT_HEAP_BYTES);
-    trace::init();
+    trace::init(rank).map_err(InitError::Job)?;
     SLOTS.set_wait_spin_us(config.tuning.wait_spin_us);
     let t0 = Instant::now();
     let len = (config.region_gib << 30) as usize;

@@ -88,19 +88,32 @@ struct Trace {
 
 static TRACE: OnceLock<Trace> = OnceLock::new();
 
-/// Turns the trace on if `DSM_FAULT_TRACE` names a directory (at node start).
-pub(crate) fn init() {
+/// Turns the trace on if `DSM_FAULT_TRACE` names a directory (at node start); an error if node
+/// `node`'s file there cannot be written (said at the start, not after the run).
+pub(crate) fn init(node: u16) -> Result<(), String> {
     let Some(dir) = std::env::var("DSM_FAULT_TRACE")
         .ok()
         .filter(|d| !d.is_empty())
     else {
-        return;
+        return Ok(());
     };
+    let path = file_of(&dir, node);
+    if let Err(e) = crate::sys::check_own_file(std::path::Path::new(&path)) {
+        return Err(format!(
+            "DSM_FAULT_TRACE={dir}: cannot write the fault trace to {path}: {e}"
+        ));
+    }
     let stamps = (0..PAGES)
         .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
         .collect();
     let _ = TRACE.set(Trace { dir, stamps });
     probe::set_hook(on_probe);
+    Ok(())
+}
+
+/// Node `node`'s file in the trace directory `dir`.
+fn file_of(dir: &str, node: u16) -> String {
+    format!("{dir}/fault-trace.{node}.tsv")
 }
 
 /// The transport's reports (UDP): a `sendto` starts, a datagram came in.
@@ -178,7 +191,7 @@ pub(crate) fn write(node: u16) {
             out.push('\n');
         }
     }
-    let path = format!("{}/fault-trace.{node}.tsv", t.dir);
+    let path = file_of(&t.dir, node);
     let written = crate::sys::write_own_file(std::path::Path::new(&path), out.as_bytes());
     if let Err(e) = written {
         eprintln!("dsm node {node}: cannot write the fault trace to {path}: {e}");

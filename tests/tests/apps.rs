@@ -486,6 +486,42 @@ fn every_binary_has_help_and_version() {
     }
 }
 
+/// Output files that cannot be written are refused before any run, with status 2: dsm-bench's
+/// `--csv` and `--json` (which ran the whole matrix, then said so and ended with 0), and a
+/// node's fault trace (`DSM_FAULT_TRACE`, said after the run). An outside attack.
+#[test]
+fn output_files_that_cannot_be_written_are_refused_before_the_runs() {
+    let missing = std::env::temp_dir().join(format!("dsm-no-such-dir-{}", std::process::id()));
+    for flag in ["--csv", "--json"] {
+        let out = Command::new(bin("dsm-bench"))
+            .args(["--no-floors", "--no-chart", "--no-pairs", "--repeat", "1"])
+            .args(["--apps", "pi", "--nodes", "1", flag])
+            .arg(missing.join("out"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", text(&out));
+        assert!(
+            text(&out).contains(&format!("{flag} {}", missing.join("out").display()))
+                && !String::from_utf8_lossy(&out.stdout).contains("median_s"),
+            "{flag}: {}",
+            text(&out)
+        );
+    }
+    let mut cmd = Command::new(bin("dsmrun"));
+    cmd.args(["-n", "2"])
+        .arg(bin("faultlat"))
+        .arg("50")
+        .env("DSM_FAULT_TRACE", &missing);
+    let out = run_with_deadline(cmd, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write the fault trace")
+            && !String::from_utf8_lossy(&out.stdout).contains("us"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// A count of 0 is refused before the program joins a job, with the argument named.
 #[test]
 fn stream_refuses_a_count_of_zero() {
@@ -497,7 +533,7 @@ fn stream_refuses_a_count_of_zero() {
         refused(
             "stream",
             args,
-            &format!("{name} must be a positive number, got `0`"),
+            &format!("{name} must be a whole number, 1 or more, got `0`"),
         );
     }
 }
@@ -540,17 +576,27 @@ fn the_apps_refuse_sizes_of_zero_and_cities_out_of_range() {
         refused(
             app,
             args,
-            &format!("{name} must be a positive number, got `0`"),
+            &format!("{name} must be a whole number, 1 or more, got `0`"),
         );
     }
     for n in ["3", "17"] {
-        refused("tsp", &[n], &format!("cities must be 4 to 16, got `{n}`"));
+        refused(
+            "tsp",
+            &[n],
+            &format!("cities must be a whole number, 4 to 16, got `{n}`"),
+        );
     }
+    // Not a number: the same message (a count's says 1 or more, not 0).
+    refused(
+        "matmul",
+        &["abc"],
+        "matrix size must be a whole number, 1 or more, got `abc`",
+    );
     for n in ["0", "4294967297"] {
         refused(
             "is",
             &["1000", n],
-            &format!("max key must be 1 to 4294967296, got `{n}`"),
+            &format!("max key must be a whole number, 1 to 4294967296, got `{n}`"),
         );
     }
 }

@@ -177,8 +177,9 @@ fn drive(mut args: Vec<OsString>) -> ExitCode {
                 None => target,
             };
             eprintln!(
-                "cargo dsm-races: binaries built for the race checker are in {} (instrumented: \
-                 {}); run them with dsmrun --check-races",
+                "cargo dsm-races: binaries built for the race checker are in {} (the packages \
+                 instrumented where this build compiled them: {}); run them with dsmrun \
+                 --check-races",
                 out.display(),
                 packages.join(", ")
             );

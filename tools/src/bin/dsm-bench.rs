@@ -115,7 +115,8 @@ fn failure_text(stdout: &str, stderr: &str) -> String {
                   binary). Prints the floors, then per cell the median whole-job time, its min and max, the \
                   median compute time the app reports, the GETPs and the ratio to the baseline cell. --json \
                   and --csv hold every run's raw samples and every floor sample.\n\n\
-                  Exit status: 0, or 1 if a run failed, 2 for bad options."
+                  Exit status: 0, or 1 if a run failed or an output file could not be written, 2 for \
+                  bad options (an output file that cannot be made among them)."
 )]
 struct Args {
     /// A quick matrix: matmul 1024, sor and lu 512 on 1 and 2 nodes, prefetch on, 3 rounds
@@ -284,9 +285,9 @@ fn options() -> Options {
     }
     let given = a.baseline.is_some();
     let baseline = a.baseline.unwrap_or_else(|| "nodes=1".into());
-    let (k, v) = baseline
-        .split_once('=')
-        .unwrap_or_else(|| usage("--baseline KEY=VALUE (nodes, transport, prefetch, set)"));
+    let (k, v) = baseline.split_once('=').unwrap_or_else(|| {
+        usage("--baseline KEY=VALUE (nodes, threads, transport, prefetch, set)")
+    });
     if !matches!(k, "nodes" | "threads" | "transport" | "prefetch" | "set") {
         usage("--baseline: the key is nodes, threads, transport, prefetch or set");
     }
@@ -1398,6 +1399,28 @@ fn main() {
     // After the stream's ends above, whose sends see a closed socket as an error to report.
     dsm_tools::end_when_output_is_closed();
     let mut o = options();
+    // The output files can be written, before any run (the runs take minutes).
+    for (flag, path) in [("--csv", &o.csv), ("--json", &o.json)] {
+        if let Some(p) = path
+            && let Err(e) = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+        {
+            usage(&format!("{flag} {}: {e}", p.display()));
+        }
+    }
+    if let Some(prefix) = &o.chart
+        && let Some(dir) = Path::new(prefix).parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.is_dir()
+    {
+        usage(&format!(
+            "--chart {prefix}: {} is not a directory",
+            dir.display()
+        ));
+    }
     if o.mpi {
         let missing: Vec<String> = o
             .apps
@@ -1426,11 +1449,15 @@ fn main() {
         }
         print_floors(&floors);
         let run = RunInfo::now();
+        let mut written = true;
         if let Some(p) = &o.csv {
-            let _ = std::fs::write(p, to_csv(&floors, &[]));
+            written &= write_output(p, &to_csv(&floors, &[]));
         }
         if let Some(p) = &o.json {
-            let _ = std::fs::write(p, to_json(&o, &run, &floors, &[], &[]));
+            written &= write_output(p, &to_json(&o, &run, &floors, &[], &[]));
+        }
+        if !written {
+            std::process::exit(1);
         }
         // A stream that gave no sample failed (its error is above): status 1, as a failed run.
         let in_place = [STREAM_IN_PLACE_ROW, STREAM_COPIED_ROW]
@@ -1622,16 +1649,19 @@ fn main() {
     println!("{header}");
     let mut summaries = Vec::new();
     for r in &results {
+        // A cell with no run that ended well has no times: "-" here, null in the JSON.
         let med = median(&r.walls);
-        let min = r.walls.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = r.walls.iter().copied().fold(0.0, f64::max);
+        let min = r.walls.iter().copied().reduce(f64::min).unwrap_or(f64::NAN);
+        let max = r.walls.iter().copied().reduce(f64::max).unwrap_or(f64::NAN);
         let comp = median(&r.computes);
         let mut g = r.getps.clone();
         g.sort_unstable();
         let getp = g.get(g.len() / 2).copied().unwrap_or(0);
         // A pair's ratio: the work of two jobs in the time they took together, against one alone.
         let jobs = if r.cell.pair { 2.0 } else { 1.0 };
-        let ratio = baseline_of(&o, &r.cell, &results).map(|b| jobs * median(&b.walls) / med);
+        let ratio = baseline_of(&o, &r.cell, &results)
+            .map(|b| jobs * median(&b.walls) / med)
+            .filter(|x| x.is_finite());
         let ratio_s = ratio.map_or("-".to_string(), |x| format!("{x:.2}x"));
         let pf = if r.cell.prefetch { "on" } else { "off" };
         let nodes = if r.cell.pair {
@@ -1639,12 +1669,23 @@ fn main() {
         } else {
             r.cell.nodes.to_string()
         };
+        let secs = |x: f64| {
+            if x.is_finite() {
+                format!("{x:.3}")
+            } else {
+                "-".to_string()
+            }
+        };
         println!(
-            "{:<w$} {:>6} {:<7} {:<8} {med:>9.3} {min:>9.3} {max:>9.3} {comp:>10.3} {getp:>8} {ratio_s:>9}{}",
+            "{:<w$} {:>6} {:<7} {:<8} {:>9} {:>9} {:>9} {:>10} {getp:>8} {ratio_s:>9}{}",
             r.cell.label(),
             nodes,
             r.cell.transport,
             pf,
+            secs(med),
+            secs(min),
+            secs(max),
+            secs(comp),
             if r.failures > 0 {
                 format!("  ({} FAILED)", r.failures)
             } else {
@@ -1672,26 +1713,30 @@ fn main() {
              cannot exceed it)"
         );
     }
-    let write = |p: &PathBuf, text: &str| {
-        if let Err(e) = std::fs::write(p, text) {
-            eprintln!("dsm-bench: writing {}: {e}", p.display());
-        }
-    };
     let run = RunInfo::now();
+    let mut written = true;
     if let Some(p) = &o.csv {
-        write(p, &to_csv(&floors, &results));
+        written &= write_output(p, &to_csv(&floors, &results));
     }
     if let Some(p) = &o.json {
-        write(p, &to_json(&o, &run, &floors, &results, &summaries));
+        written &= write_output(p, &to_json(&o, &run, &floors, &results, &summaries));
     }
     if let Some(prefix) = &o.chart {
         if let Err(e) = chart(prefix, &o, &run, &results, &summaries) {
             eprintln!("dsm-bench: no chart: {e}");
+            written = false;
         }
     }
-    if results.iter().any(|r| r.failures > 0) {
+    if !written || results.iter().any(|r| r.failures > 0) {
         std::process::exit(1);
     }
+}
+
+/// Writes an output file; false, said, if it could not.
+fn write_output(p: &Path, text: &str) -> bool {
+    std::fs::write(p, text)
+        .map_err(|e| eprintln!("dsm-bench: writing {}: {e}", p.display()))
+        .is_ok()
 }
 
 #[cfg(test)]
