@@ -509,7 +509,7 @@ pub fn catch_interrupts() -> &'static std::sync::atomic::AtomicI32 {
     &INTERRUPTED
 }
 
-/// Runs `cleanup`, then ends the process by the signal, when one of [`INTERRUPTS`] (but those
+/// Runs `cleanup`, then ends the process by the signal, when one of `INTERRUPTS` (but those
 /// ignored already: `nohup`) arrives, instead of dying at once: a tool's temporary files go with
 /// it. The signals are blocked in the calling thread (and so in the threads it starts later; a
 /// child process starts with none blocked) and a thread of its own waits for them. Call it once,
@@ -542,7 +542,7 @@ pub fn clean_up_on_interrupt(cleanup: fn()) -> std::io::Result<()> {
 }
 
 /// Ends the process by `sig` with its default action (a tool that caught it with
-/// [`catch_interrupts`] and has cleaned up), so that its parent sees the signal; with status
+/// `catch_interrupts` or `clean_up_on_interrupt` and has cleaned up), so that its parent sees the signal; with status
 /// 128 + `sig` if the signal does not end it.
 pub fn die_of(sig: libc::c_int) -> ! {
     reset_default(sig);
