@@ -296,29 +296,18 @@ fn given(m: &clap::ArgMatches, positional: &[(&'static str, &'static str)]) -> V
 /// Parses the positional argument `i` as a number, with a default; exits with a usage message
 /// on a bad value.
 pub fn arg_num(args: &[String], i: usize, name: &str, default: usize) -> usize {
-    arg_within(args, i, name, default, 0..=usize::MAX)
+    arg_range(args, i, name, default, 0..=usize::MAX)
 }
 
 /// [`arg_num`] of a count that must be at least 1: 0 exits with a usage message too.
 pub fn arg_count(args: &[String], i: usize, name: &str, default: usize) -> usize {
-    arg_within(args, i, name, default, 1..=usize::MAX)
+    arg_range(args, i, name, default, 1..=usize::MAX)
 }
 
-/// [`arg_num`] of a number that must lie in `allowed`: anything else exits with a usage message
-/// naming the range (never taken as the nearest allowed value).
+/// [`arg_num`] of a number that must lie in `allowed`: anything else (not a whole number, or
+/// outside) exits with one usage message naming what is allowed (never taken as the nearest
+/// allowed value).
 pub fn arg_range(
-    args: &[String],
-    i: usize,
-    name: &str,
-    default: usize,
-    allowed: std::ops::RangeInclusive<usize>,
-) -> usize {
-    arg_within(args, i, name, default, allowed)
-}
-
-/// The positional argument `i` as a number in `allowed`, or `default`; anything else (not a
-/// whole number, or outside) exits with one message naming what is allowed.
-fn arg_within(
     args: &[String],
     i: usize,
     name: &str,

@@ -275,12 +275,17 @@ impl<M: PageMemory> Node<M> {
         // the allocation's end (checked in O(1): this runs for every prefetched page a thread
         // opens, and the scans below would otherwise run at each page of a stream's last half
         // window).
+        if self
+            .stream_next
+            .is_some_and(|n| n.0 > page.0 && ((n.0 - page.0) as usize).div_ceil(stride) > enough)
+        {
+            return;
+        }
         let end = self.table.allocation_end(page);
         if self.stream_next.is_some_and(|n| {
-            // The last page asked for, past this one and the last of its allocation.
+            // The last page asked for: past this one, and the last of its allocation.
             let last = u64::from(n.0.wrapping_sub(self.stride));
-            let to_the_end = last > u64::from(page.0) && last < end && last + stride as u64 >= end;
-            n.0 > page.0 && (to_the_end || ((n.0 - page.0) as usize).div_ceil(stride) > enough)
+            last > u64::from(page.0) && last < end && last + stride as u64 >= end
         }) {
             return;
         }

@@ -542,8 +542,8 @@ pub fn clean_up_on_interrupt(cleanup: fn()) -> std::io::Result<()> {
 }
 
 /// Ends the process by `sig` with its default action (a tool that caught it with
-/// `catch_interrupts` or `clean_up_on_interrupt` and has cleaned up), so that its parent sees the signal; with status
-/// 128 + `sig` if the signal does not end it.
+/// `catch_interrupts` or `clean_up_on_interrupt` and has cleaned up), so that its parent sees
+/// the signal; with status 128 + `sig` if the signal does not end it.
 pub fn die_of(sig: libc::c_int) -> ! {
     reset_default(sig);
     // SAFETY: a zeroed sigset_t with `sig` added; unblocking it in this thread and sending it
