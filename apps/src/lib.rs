@@ -232,7 +232,7 @@ fn command(
 const MAX_THREADS_PER_NODE: i64 = (dsm_runtime::MAX_THREADS / 2) as i64;
 
 /// The apps whose work is split among the threads of a node (`--threads T`).
-const THREADED: &[&str] = &["matmul", "sor", "lu", "pi", "workq"];
+const THREADED: &[&str] = &["matmul", "sor", "lu", "pi", "workq", "stream"];
 
 /// Threads per node, from `--threads` (or `DSM_THREADS`).
 static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);

@@ -52,6 +52,7 @@ pub mod node;
 mod pages;
 pub mod sim;
 pub mod stats;
+mod streams;
 mod sync;
 mod table;
 pub mod types;

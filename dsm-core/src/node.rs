@@ -24,6 +24,7 @@ use crate::manager::{self, Managed, Managers};
 use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, RunData};
 use crate::stats::Stats;
+use crate::streams::Streams;
 use crate::table::{GrantSource, HeldRun, PageTable, Serve};
 use crate::types::{
     Access, GlobalAddr, LockId, MAX_LOCKS, MAX_NODES, NodeId, PAGE_SIZE, PageBuf, PageNum,
@@ -204,24 +205,8 @@ pub struct Node<M: PageMemory> {
     /// The runtime's own counters, reported at exit beside the core's (opaque to the core).
     pub(crate) runtime_counters: Vec<u64>,
     pub(crate) failed: bool,
-    /// The read-ahead window, in pages (grows while prefetched pages are used).
-    pub(crate) read_ahead_pages: usize,
-    /// The page one stride after the last one the latest request or read-ahead asked for: a
-    /// demand fault there means a thread streams faster than the read-ahead, which then grows,
-    /// not resets.
-    pub(crate) stream_next: Option<PageNum>,
-    /// The read-ahead's step in pages: 1 for a sequential walk, more for a strided one (three
-    /// demand faults in a row equally spaced, a column of a row-major matrix).
-    pub(crate) stride: u32,
-    /// The pages of the last two demand faults that asked a home, oldest first.
-    pub(crate) last_demands: [Option<PageNum>; 2],
-    /// After a read-ahead scan from the first page found too few pages to ask for, the
-    /// pages after it, up to the second, where another scan cannot find enough (see
-    /// `Node::read_ahead`); cleared by a demand fault and by a scan that asks.
-    pub(crate) read_ahead_quiet: Option<(PageNum, PageNum)>,
-    /// The page whose first touch asks for the next read-ahead window (the first of the last
-    /// requested pages that sit less than half a window ahead): opening it is reported at once.
-    pub(crate) read_ahead_mark: Option<PageNum>,
+    /// The walks the read-ahead follows (see [`crate::streams`]).
+    pub(crate) streams: Streams,
     /// GETPs for pages past our allocations, answered when we allocate them, with the
     /// collectives their senders had passed.
     pub(crate) early_requests: Vec<(NodeId, Access, Vec<PageNum>, Epoch)>,
@@ -314,12 +299,7 @@ impl<M: PageMemory> Node<M> {
             to_warm: None,
             claims: BTreeMap::new(),
             claims_overtaken: BTreeSet::new(),
-            read_ahead_pages: 0,
-            stream_next: None,
-            stride: 1,
-            last_demands: [None; 2],
-            read_ahead_quiet: None,
-            read_ahead_mark: None,
+            streams: Streams::default(),
             scratch: Box::new([0; PAGE_SIZE]),
             sent_msgs: 0,
             ask_home: BTreeSet::new(),

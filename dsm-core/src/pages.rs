@@ -17,6 +17,7 @@ use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind, PageDiff, RunData, WriteNotice};
 use crate::node::Node;
 use crate::node::{MAX_FORWARDS, MAX_HELD_RUNS};
+use crate::streams::{Demand, NO_STREAM, Stream};
 use crate::table::{Fetch, Frame, GrantSource, HeldRun, Serve, runs_of};
 use crate::types::{Access, GlobalAddr, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
@@ -180,23 +181,28 @@ impl<M: PageMemory> Node<M> {
         self.note_fetch(page, now);
         self.stats.pages_fetched += 1;
         let pf = self.cfg.prefetch;
-        // A fault right after the last window: the thread outran the read-ahead; ask for a
-        // larger window at once (otherwise start again from `prefetch_pages`, sequentially or
-        // at the stride of the last three demand faults).
-        let outran = self.stream_next == Some(page);
-        self.read_ahead_quiet = None;
-        self.read_ahead_pages = if outran {
-            (self.read_ahead_pages.max(pf.prefetch_pages as usize) * 2).min(self.read_ahead_max())
-        } else {
-            self.stride = self.stride_of(page);
-            0
+        // A fault right after a stream's last window: the thread outran the read-ahead; ask
+        // for a larger window at once (otherwise the stream starts again from
+        // `prefetch_pages`, sequentially or at the stride of the thread's last three demand
+        // faults).
+        let stride = self.stride_of(waiter, page);
+        let (s, mut stream) = match self.streams.for_demand(waiter, page, stride) {
+            Demand::Outran(s) => {
+                let mut stream = self.streams.get(s);
+                stream.window =
+                    (stream.window.max(pf.prefetch_pages as usize) * 2).min(self.read_ahead_max());
+                (s, stream)
+            }
+            Demand::Restart(s) => (s, self.streams.get(s)),
         };
-        self.last_demands = [self.last_demands[1], Some(page)];
-        let limit = self.read_ahead_pages.max(pf.prefetch_pages as usize);
+        stream.quiet = None;
+        self.table[page.index()].stream = s;
+        let limit = stream.window.max(pf.prefetch_pages as usize);
         let distance = (pf.max_checking_pages as usize).max(2 * limit) as u32;
-        let candidates = self.candidates(page, limit, distance);
-        self.stream_next = Some(PageNum(candidates.last().unwrap_or(&page).0 + self.stride));
-        self.mark_read_ahead(&candidates);
+        let candidates = self.candidates(s, &stream, page, limit, distance);
+        stream.asked_through(candidates.last().copied().unwrap_or(page));
+        stream.mark = self.read_ahead_mark(&stream, &candidates);
+        self.streams.put(s, stream);
         if candidates.is_empty() {
             // The demand page alone (prefetch off, or nothing to prefetch): no grouping by home.
             self.send_get_page(home, access, vec![page]);
@@ -204,7 +210,7 @@ impl<M: PageMemory> Node<M> {
         }
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         by_home.entry(home).or_default().push(page);
-        self.add_prefetches(now, candidates, &mut by_home);
+        self.add_prefetches(now, candidates, s, &mut by_home);
         // The demand request first, then prefetches to other homes.
         let demand = by_home.remove(&home).unwrap_or_default();
         self.send_get_page(home, access, demand);
@@ -213,10 +219,13 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
+    /// Asks for `pages` ahead of any fault (no thread waits for them), for read-ahead stream
+    /// `stream` ([`NO_STREAM`]: none), grouped by home into `by_home`.
     pub(crate) fn add_prefetches(
         &mut self,
         now: Time,
         pages: Vec<PageNum>,
+        stream: u8,
         by_home: &mut BTreeMap<NodeId, Vec<PageNum>>,
     ) {
         for candidate in pages {
@@ -225,6 +234,7 @@ impl<M: PageMemory> Node<M> {
                 continue;
             }
             let e = &mut self.table[candidate.index()];
+            e.stream = stream;
             e.fetch = Some(Fetch {
                 waiters: Vec::new(),
                 stale: false,
@@ -240,14 +250,15 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// The largest read-ahead window, in pages: `read_ahead_max_pages`, but never more than a
-    /// quarter of the cache (a stream must not evict what it brought before it is read), and
-    /// never less than `prefetch_pages`. A round trip to a home whose service thread must first
-    /// be woken costs hundreds of microseconds on a busy machine: a window of megabytes keeps a
-    /// streaming thread's pages arriving while it reads the ones before.
+    /// quarter of the cache shared by the streams followed (a stream must not evict what it or
+    /// another brought before it is read), and never less than `prefetch_pages`. A round trip
+    /// to a home whose service thread must first be woken costs hundreds of microseconds on a
+    /// busy machine: a window of megabytes keeps a streaming thread's pages arriving while it
+    /// reads the ones before.
     pub(crate) fn read_ahead_max(&self) -> usize {
         let pf = self.cfg.prefetch;
         (pf.read_ahead_max_pages as usize)
-            .min(self.cfg.cache_pages / 4)
+            .min(self.cfg.cache_pages / 4 / self.streams.len().max(1))
             .max(pf.prefetch_pages as usize)
     }
 
@@ -257,42 +268,47 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Read-ahead: the first touch of a prefetched page near the end of the pages already asked
-    /// for asks for the next window, so a thread walking through memory finds its next
-    /// pages already arrived instead of waiting for a GETP per window. While prefetched pages keep
-    /// being used the window doubles, up to [`Node::read_ahead_max`]; a
-    /// demand fault resets it, unless it falls right after the last window (the thread outran
-    /// the read-ahead: the window doubles then too).
+    /// Read-ahead: the first touch of a prefetched page near the end of the pages its stream
+    /// already asked for asks for the stream's next window, so a thread walking through memory
+    /// finds its next pages already arrived instead of waiting for a GETP per window. While
+    /// prefetched pages keep being used the window doubles, up to [`Node::read_ahead_max`]; a
+    /// demand fault among the stream's pages resets it, unless it falls right after the last
+    /// window (the thread outran the read-ahead: the window doubles then too).
     fn read_ahead(&mut self, now: Time, page: PageNum) {
+        let s = self.table[page.index()].stream;
+        // The stream that asked for the page, unless its slot went to another walk since.
+        let Some(&stream) = self.streams.owning(s, page) else {
+            return;
+        };
         let pf = self.cfg.prefetch;
-        let window = self.read_ahead_pages.max(pf.prefetch_pages as usize);
+        let window = stream.window.max(pf.prefetch_pages as usize);
         // Only near the end of what is already on its way (like the kernel's readahead marker):
         // a thread that touches a few pages of a window and leaves (a boundary row) does not pull
         // in more.
         let enough = (window / 2).max(1);
-        let stride = self.stride as usize;
+        let stride = stream.stride as usize;
         // A stream: the last request reaches half a window past this page, in strides, or to
         // the allocation's end (checked in O(1): this runs for every prefetched page a thread
         // opens, and the scans below would otherwise run at each page of a stream's last half
         // window).
-        if self
-            .stream_next
+        if stream
+            .next
             .is_some_and(|n| n.0 > page.0 && ((n.0 - page.0) as usize).div_ceil(stride) > enough)
         {
             return;
         }
         let end = self.table.allocation_end(page);
-        if self.stream_next.is_some_and(|n| {
+        if stream.next.is_some_and(|n| {
             // The last page asked for: past this one, and the last of its allocation.
-            let last = u64::from(n.0.wrapping_sub(self.stride));
+            let last = u64::from(n.0.wrapping_sub(stream.stride));
             last > u64::from(page.0) && last < end && last + stride as u64 >= end
         }) {
             return;
         }
         // Pages a scan found too few candidates from: none at its stride can find enough
         // before here.
-        if self.read_ahead_quiet.is_some_and(|(from, until)| {
-            page.0 > from.0 && page.0 < until.0 && (page.0 - from.0) % self.stride == 0
+        if stream.quiet.is_some_and(|(from, until)| {
+            page.0 > from.0 && page.0 < until.0 && (page.0 - from.0) % stream.stride == 0
         }) {
             return;
         }
@@ -308,8 +324,9 @@ impl<M: PageMemory> Node<M> {
         if ahead >= enough {
             return;
         }
+        let mut stream = stream;
         let distance = (pf.max_checking_pages as usize).max(2 * window) as u32;
-        let candidates = self.candidates(page, window, distance);
+        let candidates = self.candidates(s, &stream, page, window, distance);
         // Half of half a window at least, or of what is left of the allocation (a stream's
         // tail): pages come in batches, never one at a time as a walk brings them into reach
         // one by one; and a walk whose next pages are partly here or on their way asks for the
@@ -325,52 +342,57 @@ impl<M: PageMemory> Node<M> {
             // pages are its own or on their way scanned again at each page.
             let short = (needed - candidates.len() as u64) / 2;
             let until = (u64::from(page.0) + short * stride as u64).min(u64::from(u32::MAX)) as u32;
-            self.read_ahead_quiet = Some((page, PageNum(until)));
+            stream.quiet = Some((page, PageNum(until)));
+            self.streams.put(s, stream);
             return;
         }
-        self.read_ahead_quiet = None;
-        self.read_ahead_pages = (window * 2).min(self.read_ahead_max());
-        self.stream_next = candidates.last().map(|p| PageNum(p.0 + self.stride));
-        self.mark_read_ahead(&candidates);
+        stream.quiet = None;
+        stream.window = (window * 2).min(self.read_ahead_max());
+        stream.asked_through(*candidates.last().expect("candidates found"));
+        stream.mark = self.read_ahead_mark(&stream, &candidates);
+        self.streams.put(s, stream);
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
-        self.add_prefetches(now, candidates, &mut by_home);
+        self.add_prefetches(now, candidates, s, &mut by_home);
         for (h, pages) in by_home {
             self.send_get_page(h, Access::Read, pages);
         }
     }
 
     /// A prefetched page nobody read yet is dropped (invalidated, evicted): if the last request
-    /// reached past it, what the read-ahead knows of the stream ahead (its O(1) checks, a scan
-    /// that found too few) no longer holds, and the next page a thread opens scans again
-    /// (which asks for the page again; otherwise a stream whose tail a lock's grant invalidated
-    /// waited on a demand fault there, once its last request had reached the allocation's end).
+    /// of the stream that asked for it reached past it, what the read-ahead knows of the walk
+    /// ahead (its O(1) checks, a scan that found too few) no longer holds, and the next page a
+    /// thread opens scans again (which asks for the page again; otherwise a stream whose tail a
+    /// lock's grant invalidated waited on a demand fault there, once its last request had
+    /// reached the allocation's end).
     fn read_ahead_lost(&mut self, page: PageNum) {
-        if self.stream_next.is_some_and(|n| page.0 < n.0) {
-            self.stream_next = None;
+        let s = self.table[page.index()].stream;
+        if let Some(&stream) = self.streams.owning(s, page) {
+            let mut stream = stream;
+            if stream.next.is_some_and(|n| page.0 < n.0) {
+                stream.next = None;
+            }
+            stream.quiet = None;
+            self.streams.put(s, stream);
         }
-        self.read_ahead_quiet = None;
     }
 
-    /// Marks the page of the window just asked for (`candidates`, in order) whose first touch
-    /// will ask for the next one: the first that sits less than half the next window before
-    /// its end, as [`Node::read_ahead`] counts.
-    fn mark_read_ahead(&mut self, candidates: &[PageNum]) {
-        let window = self
-            .read_ahead_pages
-            .max(self.cfg.prefetch.prefetch_pages as usize);
+    /// The page of the window just asked for (`candidates`, in order) whose first touch will
+    /// ask for the next one: the first that sits less than half the next window before its
+    /// end, as [`Node::read_ahead`] counts.
+    fn read_ahead_mark(&self, stream: &Stream, candidates: &[PageNum]) -> Option<PageNum> {
+        let window = stream.window.max(self.cfg.prefetch.prefetch_pages as usize);
         let enough = (window / 2).max(1) as u32;
-        let stride = self.stride;
-        self.read_ahead_mark = self.stream_next.and_then(|n| {
-            let from = n.0.saturating_sub(enough.saturating_mul(stride));
+        stream.next.and_then(|n| {
+            let from = n.0.saturating_sub(enough.saturating_mul(stream.stride));
             candidates.iter().copied().find(|p| p.0 >= from)
-        });
+        })
     }
 
-    /// The read-ahead's stride for a demand fault on `page`: the spacing of the last two demand
-    /// faults and this one when all three are equally spaced, ascending, more than a page and
-    /// at most [`MAX_STRIDE_PAGES`] apart, in one allocation; otherwise 1 (sequential).
-    fn stride_of(&self, page: PageNum) -> u32 {
-        let [Some(a), Some(b)] = self.last_demands else {
+    /// The read-ahead's stride for `waiter`'s demand fault on `page`: the spacing of its last
+    /// two demand faults and this one when all three are equally spaced, ascending, more than a
+    /// page and at most [`MAX_STRIDE_PAGES`] apart, in one allocation; otherwise 1 (sequential).
+    fn stride_of(&self, waiter: WaiterId, page: PageNum) -> u32 {
+        let [Some(a), Some(b)] = self.streams.demands_of(waiter) else {
             return 1;
         };
         let s = b.0.wrapping_sub(a.0);
@@ -405,29 +427,45 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// Up to `limit` remote, invalid, unrequested pages among the `distance` after `page`, one
-    /// stride apart ([`Node::stride`]: 1, every page, for a sequential walk), and in its
-    /// allocation (never more than half the cache). A reader at the end of one array says
-    /// nothing about the next one: lu's panels, one allocation per block row, fetched 2,703-2,823
-    /// pages per node for the 2,112 they read when prefetch ran on into the following block rows.
-    fn candidates(&self, page: PageNum, limit: usize, distance: u32) -> Vec<PageNum> {
+    /// stride apart (the stride of stream `s`, `stream`: 1, every page, for a sequential walk),
+    /// and in its allocation (never more than half the cache). A reader at the end of one array
+    /// says nothing about the next one: lu's panels, one allocation per block row, fetched
+    /// 2,703-2,823 pages per node for the 2,112 they read when prefetch ran on into the
+    /// following block rows. Nor does a walk go past the pages another walk asked for (a
+    /// thread's part of an array reaching the next thread's): that walk goes on from there.
+    fn candidates(
+        &self,
+        s: u8,
+        stream: &Stream,
+        page: PageNum,
+        limit: usize,
+        distance: u32,
+    ) -> Vec<PageNum> {
         if !self.cfg.prefetch.enabled {
             return Vec::new();
         }
         let limit = limit.min(self.cfg.cache_pages / 2);
         let me = self.cfg.node;
-        let stride = u64::from(self.stride);
+        let stride = u64::from(stream.stride);
         // `distance` strides at most, inside the allocation.
         let end = (u64::from(page.0) + 1 + u64::from(distance) * stride)
             .min(self.table.allocation_end(page));
-        (u64::from(page.0) + stride..end)
-            .step_by(stride as usize)
-            .map(|p| PageNum(p as u32))
-            .filter(|p| {
-                let e = &self.table[p.index()];
-                e.home != me && e.frame == Frame::Invalid && e.fetch.is_none()
-            })
-            .take(limit)
-            .collect()
+        let mut found = Vec::new();
+        for p in (u64::from(page.0) + stride..end).step_by(stride as usize) {
+            let p = PageNum(p as u32);
+            let e = &self.table[p.index()];
+            let asked = e.frame == Frame::Prefetched || e.fetch.is_some();
+            if asked && e.stream != s && self.streams.owning(e.stream, p).is_some() {
+                break;
+            }
+            if e.home != me && e.frame == Frame::Invalid && e.fetch.is_none() {
+                found.push(p);
+                if found.len() == limit {
+                    break;
+                }
+            }
+        }
+        found
     }
 
     /// The pages between each of `pages` (ascending, about to be protected to track writes)
@@ -1103,7 +1141,11 @@ impl<M: PageMemory> Node<M> {
         self.table.cache_insert(page);
         if fetch.waiters.is_empty() {
             self.table[page.index()].frame = Frame::Prefetched;
-            let wake = self.read_ahead_mark == Some(page);
+            let s = self.table[page.index()].stream;
+            let wake = self
+                .streams
+                .owning(s, page)
+                .is_some_and(|stream| stream.mark == Some(page));
             self.mem.allow_prefetch_open(page, wake);
         } else {
             self.open_valid_page(page, Self::strongest(&fetch.waiters));
@@ -1340,7 +1382,7 @@ impl<M: PageMemory> Node<M> {
             e.touched = true;
         }
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
-        self.add_prefetches(now, pages, &mut by_home);
+        self.add_prefetches(now, pages, NO_STREAM, &mut by_home);
         for (h, pages) in by_home {
             for chunk in pages.chunks(MAX_GETP_PAGES) {
                 self.send_get_page(h, Access::Read, chunk.to_vec());

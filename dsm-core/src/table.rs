@@ -147,6 +147,9 @@ pub(crate) struct PageEntry {
     pub refreshed: bool,
     /// Barriers in a row that found this copy fetched again and not opened since.
     pub unused_refetches: u8,
+    /// The read-ahead stream that last asked for this page ahead of a fault
+    /// ([`crate::streams::NO_STREAM`]: none): its first touch moves that stream.
+    pub stream: u8,
     pub twin: Option<PageBuf>,
     pub fetch: Option<Fetch>,
     pub in_cache: bool,
@@ -174,6 +177,7 @@ impl PageEntry {
             touched: false,
             refreshed: false,
             unused_refetches: 0,
+            stream: crate::streams::NO_STREAM,
             twin: None,
             fetch: None,
             in_cache: false,

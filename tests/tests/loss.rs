@@ -179,6 +179,35 @@ fn runs_of_pages_arrive_exact_under_loss_duplication_and_reordering() {
     }
 }
 
+/// Four threads of each reader stream their own quarters of the array at once (a parallel
+/// loop), over UDP with loss, duplication and reordering, and over TCP: every word arrives
+/// exact, and each thread's walk is read ahead as a stream of its own (with one read-ahead per
+/// node, the threads' demand faults restarted each other's windows: 74-160 pages fetched on
+/// demand per reader of 6,144; 6 with a stream each).
+#[test]
+fn threads_streaming_their_own_parts_arrive_exact_under_loss() {
+    for (transport, impair) in [
+        ("udp", "drop=3,dup=2,reorder=10,delay_us=300,seed=25"),
+        ("tcp", ""),
+    ] {
+        let (err, t) = stream_job(
+            3,
+            transport,
+            impair,
+            &["same_host=transport"],
+            &[],
+            &["24", "--threads", "4"],
+            "stream OK nodes=3 mb=24",
+        );
+        let what = format!("{transport} {impair}");
+        let demand = stat(&err, "pages_fetched");
+        assert!(
+            demand <= 2 * 16,
+            "{what}: {demand} pages fetched on demand by two readers of 4 threads:\n{t}"
+        );
+    }
+}
+
 /// Read-ahead windows landed in large folios (`huge_pages = auto`, a tmpfs of the node's own)
 /// arrive exact over UDP with loss, duplication and reordering, and over TCP, and again into the
 /// same memory when node 0 writes the array again (two passes): each reader checks both sums.

@@ -1,7 +1,8 @@
 //! Remote memory streamed: node 0 writes MB megabytes homed on it, and every other node reads
 //! all of them once, in order (a sum of u64 words), with the default read-ahead.
 //!
-//! `stream [MB] [STRIDE] [PASSES]` (default 256, 1, 1). With a stride, each reader reads one page
+//! `stream [MB] [STRIDE] [PASSES]` (default 256, 1, 1); `--threads T` splits each reader's pages
+//! among T threads, each reading its part in order. With a stride, each reader reads one page
 //! in every STRIDE (a column of a row-major matrix with rows of STRIDE pages): all of that page's
 //! words. With more passes, node 0 writes the array again before each further pass and the
 //! readers fetch it again into the memory the first pass gave them (an iterative program's
@@ -65,13 +66,28 @@ fn main() {
         dsm.barrier();
         let t0 = dsm.clock();
         if me != 0 {
-            // SAFETY: nothing writes the array until the next barrier.
-            let r = unsafe { a.slice(0..n) };
-            let sum = r
-                .chunks(per_page)
-                .step_by(stride)
-                .flatten()
-                .fold(0u64, |s, &x| s.wrapping_add(x));
+            // The pages read, split among the node's threads: each streams its own part (a
+            // parallel loop over an array homed elsewhere).
+            let pages_read = (n / per_page).div_ceil(stride);
+            let threads = dsm_apps::threads();
+            let sum_of = |t: usize| {
+                let (first, last) = dsm_apps::share((0, pages_read), t, threads);
+                // SAFETY: nothing writes the array until the next barrier.
+                let r = unsafe { a.slice(0..n) };
+                r.chunks(per_page)
+                    .step_by(stride)
+                    .skip(first)
+                    .take(last - first)
+                    .flatten()
+                    .fold(0u64, |s, &x| s.wrapping_add(x))
+            };
+            let sum = std::thread::scope(|s| {
+                let others: Vec<_> = (1..threads).map(|t| s.spawn(move || sum_of(t))).collect();
+                others
+                    .into_iter()
+                    .map(|h| h.join().expect("a reading thread panicked"))
+                    .fold(sum_of(0), u64::wrapping_add)
+            });
             ok &= sum == expected.wrapping_add(words_read.wrapping_mul(pass as u64));
         }
         let elapsed = dsm.clock() - t0;

@@ -1,0 +1,244 @@
+//! The read-ahead's streams: the walks through remote memory a node's threads make at once.
+//!
+//! A node follows up to [`MAX_STREAMS`] walks, each with its own window, stride and position,
+//! as a CPU's prefetcher follows several streams and the kernel keeps a read-ahead state per
+//! open file. With one state per node, threads reading their own parts of an array (a parallel
+//! loop), or one thread reading two arrays (`a[i] = b[i] + c[i]`), reset each other's window
+//! at every demand fault, and a page opened by one walk was measured against another's
+//! position. Each page asked for ahead carries the index of the stream that asked for it
+//! ([`crate::table::PageEntry::stream`]); its first touch moves that stream only.
+//!
+//! A demand fault continues the stream it outran (the page right after the stream's last
+//! request), restarts the stream whose pages it falls among, or starts a new one in the slot
+//! used least recently. The stride of a walk comes from the faulting thread's own last demand
+//! faults, not the node's: two threads walking two columns each see their own.
+
+use std::collections::BTreeMap;
+
+use crate::types::{PageNum, WaiterId};
+
+/// The most walks a node follows at once (a slot per thread of a 16-core node, and room for
+/// threads reading two or three arrays each would need more: the least recently used walk
+/// gives its slot up).
+pub(crate) const MAX_STREAMS: usize = 16;
+
+/// A page asked for by no stream (a demand page alone, a page fetched again at a barrier).
+pub(crate) const NO_STREAM: u8 = u8::MAX;
+
+const _: () = assert!(MAX_STREAMS < NO_STREAM as usize);
+
+/// One walk the read-ahead follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stream {
+    /// The demand fault that started the walk: the pages before it are not the walk's.
+    pub start: PageNum,
+    /// One stride past the furthest page the walk asked for: with `start`, the pages that are
+    /// the walk's (a page of a slot since given to another walk is not).
+    pub reach: PageNum,
+    /// The read-ahead window, in pages (grows while prefetched pages are used).
+    pub window: usize,
+    /// The page one stride after the last one the latest request asked for: a demand fault
+    /// there means the thread streams faster than the read-ahead, which then grows, not resets.
+    /// Cleared when a page asked for ahead is dropped unread (see `Node::read_ahead_lost`).
+    pub next: Option<PageNum>,
+    /// The walk's step in pages: 1 for a sequential walk, more for a strided one.
+    pub stride: u32,
+    /// After a scan from the first page found too few pages to ask for, the pages after it, up
+    /// to the second, where another scan cannot find enough (see `Node::read_ahead`).
+    pub quiet: Option<(PageNum, PageNum)>,
+    /// The page whose first touch asks for the next window: opening it is reported at once.
+    pub mark: Option<PageNum>,
+    /// When the walk was last moved ([`Streams::tick`]), for giving its slot up.
+    used: u64,
+}
+
+impl Stream {
+    fn starting_at(page: PageNum, stride: u32, now: u64) -> Stream {
+        Stream {
+            start: page,
+            reach: PageNum(page.0.saturating_add(1)),
+            window: 0,
+            next: None,
+            stride,
+            quiet: None,
+            mark: None,
+            used: now,
+        }
+    }
+
+    /// Whether `page` is among the walk's pages.
+    pub fn holds(&self, page: PageNum) -> bool {
+        self.start.0 <= page.0 && page.0 < self.reach.0
+    }
+
+    /// The walk asked for pages up to `last`: the pages after it, at its stride, come next.
+    pub fn asked_through(&mut self, last: PageNum) {
+        let next = PageNum(last.0.saturating_add(self.stride));
+        self.next = Some(next);
+        self.reach = self.reach.max(next);
+    }
+}
+
+/// A demand fault's place among the walks ([`Streams::for_demand`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Demand {
+    /// It fell right after the stream's last request: the thread outran the read-ahead.
+    Outran(u8),
+    /// It starts the stream again, from the fault (a new walk, or a walk that left its path).
+    Restart(u8),
+}
+
+/// The walks a node follows, and each thread's last demand faults.
+#[derive(Debug, Default)]
+pub(crate) struct Streams {
+    streams: Vec<Stream>,
+    /// Per thread: the pages of its last two demand faults that asked a home, oldest first.
+    demands: BTreeMap<WaiterId, [Option<PageNum>; 2]>,
+    tick: u64,
+}
+
+impl Streams {
+    /// The stream numbered `i`, if it holds `page` (one asked for ahead by it, and its slot not
+    /// given to another walk since).
+    pub fn owning(&self, i: u8, page: PageNum) -> Option<&Stream> {
+        self.streams.get(usize::from(i)).filter(|s| s.holds(page))
+    }
+
+    /// The stream numbered `i`.
+    pub fn get(&self, i: u8) -> Stream {
+        self.streams[usize::from(i)]
+    }
+
+    /// Stores stream `i` back, moved now.
+    pub fn put(&mut self, i: u8, mut stream: Stream) {
+        self.tick += 1;
+        stream.used = self.tick;
+        self.streams[usize::from(i)] = stream;
+    }
+
+    /// Walks followed so far (at most [`MAX_STREAMS`]).
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The last two demand faults of `waiter` that asked a home, oldest first.
+    pub fn demands_of(&self, waiter: WaiterId) -> [Option<PageNum>; 2] {
+        self.demands.get(&waiter).copied().unwrap_or([None, None])
+    }
+
+    /// `waiter` faulted on `page`, which must be asked of its home; its walk's stride, from
+    /// its demand faults, is `stride`. Returns the stream the fault continues or (re)starts:
+    /// the stream whose next page it is (outran), else the stream whose pages it falls among,
+    /// or whose start was the thread's last demand fault when these now show a stride (the
+    /// walk's first steps, taken as sequential), else a new one, in the slot used least
+    /// recently once [`MAX_STREAMS`] are in use.
+    pub fn for_demand(&mut self, waiter: WaiterId, page: PageNum, stride: u32) -> Demand {
+        let last = self.demands_of(waiter);
+        self.demands.insert(waiter, [last[1], Some(page)]);
+        if let Some(i) = self.streams.iter().position(|s| s.next == Some(page)) {
+            return Demand::Outran(i as u8);
+        }
+        let restarted = self
+            .streams
+            .iter()
+            .position(|s| s.holds(page) || (stride > 1 && last[1].is_some_and(|b| s.start == b)));
+        let i = match restarted {
+            Some(i) => i,
+            None if self.streams.len() < MAX_STREAMS => {
+                self.streams
+                    .push(Stream::starting_at(page, stride, self.tick));
+                self.streams.len() - 1
+            }
+            None => self
+                .streams
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(i, _)| i)
+                .expect("MAX_STREAMS streams in use"),
+        };
+        self.tick += 1;
+        self.streams[i] = Stream::starting_at(page, stride, self.tick);
+        Demand::Restart(i as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u32) -> PageNum {
+        PageNum(n)
+    }
+
+    #[test]
+    fn a_fault_after_the_last_request_continues_its_stream() {
+        let mut s = Streams::default();
+        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(10), 1) else {
+            panic!("a first fault starts a stream")
+        };
+        let mut st = s.get(i);
+        st.asked_through(p(17));
+        s.put(i, st);
+        assert_eq!(s.for_demand(WaiterId(1), p(18), 1), Demand::Outran(i));
+    }
+
+    #[test]
+    fn threads_walking_apart_get_streams_of_their_own() {
+        let mut s = Streams::default();
+        let mut seen = Vec::new();
+        for t in 0..4u32 {
+            let page = p(t * 10_000);
+            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(t)), page, 1) else {
+                panic!("a new walk")
+            };
+            let mut st = s.get(i);
+            st.asked_through(p(page.0 + 8));
+            s.put(i, st);
+            seen.push(i);
+        }
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 4);
+        // A fault among a stream's pages starts that stream again, no other.
+        assert_eq!(
+            s.for_demand(WaiterId(9), p(20_004), 1),
+            Demand::Restart(seen[2])
+        );
+        assert_eq!(s.len(), 4);
+    }
+
+    #[test]
+    fn the_least_recently_moved_stream_gives_its_slot_up() {
+        let mut s = Streams::default();
+        for k in 0..MAX_STREAMS as u32 {
+            s.for_demand(WaiterId(0), p(k * 1000), 1);
+        }
+        // Stream 0 moves; stream 1 is now the least recently moved.
+        let st = s.get(0);
+        s.put(0, st);
+        assert_eq!(s.for_demand(WaiterId(0), p(900_000), 1), Demand::Restart(1));
+        assert_eq!(s.len(), MAX_STREAMS);
+        // The slot's old pages are no longer the stream's.
+        assert!(s.owning(1, p(1000)).is_none());
+        assert!(s.owning(1, p(900_000)).is_some());
+    }
+
+    #[test]
+    fn a_stride_found_restarts_the_walk_its_first_steps_began() {
+        let mut s = Streams::default();
+        let Demand::Restart(a) = s.for_demand(WaiterId(3), p(100), 1) else {
+            panic!()
+        };
+        let Demand::Restart(b) = s.for_demand(WaiterId(3), p(164), 1) else {
+            panic!()
+        };
+        assert_ne!(a, b);
+        assert_eq!(s.demands_of(WaiterId(3)), [Some(p(100)), Some(p(164))]);
+        // The third fault shows a stride of 64: the stream begun at the second takes the walk.
+        assert_eq!(s.for_demand(WaiterId(3), p(228), 64), Demand::Restart(b));
+        assert_eq!(s.get(b).stride, 64);
+        // Another thread's demand faults are its own.
+        assert_eq!(s.demands_of(WaiterId(4)), [None, None]);
+    }
+}
