@@ -250,7 +250,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// The largest read-ahead window, in pages: `read_ahead_max_pages`, but never more than a
-    /// quarter of the cache shared by the streams followed (a stream must not evict what it or
+    /// quarter of the cache shared by the walks reading now (a stream must not evict what it or
     /// another brought before it is read), and never less than `prefetch_pages`. A round trip
     /// to a home whose service thread must first be woken costs hundreds of microseconds on a
     /// busy machine: a window of megabytes keeps a streaming thread's pages arriving while it
@@ -258,7 +258,7 @@ impl<M: PageMemory> Node<M> {
     pub(crate) fn read_ahead_max(&self) -> usize {
         let pf = self.cfg.prefetch;
         (pf.read_ahead_max_pages as usize)
-            .min(self.cfg.cache_pages / 4 / self.streams.len().max(1))
+            .min(self.cfg.cache_pages / 4 / self.streams.live())
             .max(pf.prefetch_pages as usize)
     }
 

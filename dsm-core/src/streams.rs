@@ -22,6 +22,10 @@ use crate::types::{PageNum, WaiterId};
 /// gives its slot up).
 pub(crate) const MAX_STREAMS: usize = 16;
 
+/// A walk is live while it moved within this many moves of all walks together
+/// ([`Streams::live`]): walks reading at once each ask for windows in turn.
+const LIVE_MOVES: u64 = 2 * MAX_STREAMS as u64;
+
 /// A page asked for by no stream (a demand page alone, a page fetched again at a barrier).
 pub(crate) const NO_STREAM: u8 = u8::MAX;
 
@@ -117,8 +121,20 @@ impl Streams {
     }
 
     /// Walks followed so far (at most [`MAX_STREAMS`]).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Walks moved lately: started, or asking for a window, among the last [`LIVE_MOVES`]
+    /// moves of any walk (at least 1). The walks that share the cache now; a walk that ended
+    /// long ago leaves the count.
+    pub fn live(&self) -> usize {
+        self.streams
+            .iter()
+            .filter(|s| s.used + LIVE_MOVES > self.tick)
+            .count()
+            .max(1)
     }
 
     /// The last two demand faults of `waiter` that asked a home, oldest first.
@@ -222,6 +238,22 @@ mod tests {
         // The slot's old pages are no longer the stream's.
         assert!(s.owning(1, p(1000)).is_none());
         assert!(s.owning(1, p(900_000)).is_some());
+    }
+
+    #[test]
+    fn walks_that_stopped_moving_leave_the_live_count() {
+        let mut s = Streams::default();
+        for k in 0..4u32 {
+            s.for_demand(WaiterId(u64::from(k)), p(k * 10_000), 1);
+        }
+        assert_eq!(s.live(), 4);
+        // Walk 0 alone goes on asking for windows: the others stop counting.
+        for _ in 0..LIVE_MOVES {
+            let st = s.get(0);
+            s.put(0, st);
+        }
+        assert_eq!(s.live(), 1);
+        assert_eq!(s.len(), 4);
     }
 
     #[test]
