@@ -12,8 +12,10 @@
 //!
 //! A thread that computes, sleeps with a timeout, or waits for a file, a socket or a child
 //! process keeps the node running, whether it ever used the DSM or not; so does a thread that
-//! waits for another thread while a real-time timer is armed (`alarm`, `setitimer`,
-//! `timer_create`: its signal's handler may wake it). A thread blocked on a
+//! waits for another thread while a real-time timer that fires once is armed (`alarm`,
+//! `setitimer`, `timer_create`: its signal's handler may wake it), until it fires. Under a
+//! periodic one the node waits, and says so: the verdict then waits for its handler to have
+//! woken nobody for a longer while ([`crate::job::watch::TIMER_QUIET_FOR`]). A thread blocked on a
 //! page fault runs too, unless the kernel has it asleep there at two reports in a row: a page
 //! is served within milliseconds, unless its home holds the request back until it makes the
 //! allocation, which nodes that allocate differently never make (it hung for ever, the home
@@ -218,7 +220,7 @@ const WAITS_FOR_A_THREAD: &str = "a wait only another thread of its process or a
 /// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen:
 /// one of them must wait in a DSM call, and a barrier of threads not all of whose threads have
 /// come keeps the node running.
-pub(crate) fn node_waits() -> Option<String> {
+pub(crate) fn node_waits() -> Option<NodeWaits> {
     // The service thread never waits for this lock: a thread of the program takes it with
     // signals open, and a handler of that thread that touches a page the node does not hold
     // waits for the service thread. Taken right now: the node runs (a thread is entering or
@@ -259,7 +261,10 @@ pub(crate) fn node_waits() -> Option<String> {
         if what.is_empty() || !undecided.is_empty() || open_round().is_some() {
             return None;
         }
-        return Some(with_panic(spell_waits(&what)));
+        return Some(NodeWaits {
+            what: with_panic(spell_waits(&what)),
+            timer: false,
+        });
     };
     let runtime = door::threads::runtime_threads();
     let mut look = sys::process::ThreadLook::default();
@@ -273,11 +278,32 @@ pub(crate) fn node_waits() -> Option<String> {
         what.push((WAITS_FOR_A_THREAD.to_owned(), tid));
     }
     // A timer's signal may wake one that waits for a thread (its handler posts a semaphore):
-    // the node runs until the timer has fired.
-    if what.iter().any(|(w, _)| w == WAITS_FOR_A_THREAD) && sys::process::real_timer_armed() {
-        return None;
+    // the node runs until a timer that fires once has fired; a periodic one fires for ever,
+    // and the verdict waits longer instead.
+    let mut timer = false;
+    if what.iter().any(|(w, _)| w == WAITS_FOR_A_THREAD) {
+        let timers = sys::process::real_timers();
+        if timers.once {
+            return None;
+        }
+        timer = timers.periodic;
     }
-    (!what.is_empty()).then(|| with_panic(spell_waits(&what)))
+    (!what.is_empty()).then(|| {
+        let mut what = with_panic(spell_waits(&what));
+        if timer {
+            what.push_str(" (a periodic real-time timer is armed; its handler woke no thread)");
+        }
+        NodeWaits { what, timer }
+    })
+}
+
+/// What a node waits for ([`node_waits`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeWaits {
+    /// Each wait with its threads, spelled for the verdict.
+    pub what: String,
+    /// A periodic real-time timer's handler may still wake a thread that waits for another.
+    pub timer: bool,
 }
 
 /// `waits`, and the panic of a thread of the node if there was one.

@@ -252,6 +252,41 @@ static void alarm_posts(void)
     if (jiapid == 0) printf("alarm_posts OK\n");
 }
 
+/* Node 0's threads deadlock on two mutexes (as `mutexes`) while a periodic SIGALRM (every 200 ms)
+ * ticks a counter: the handler keeps running, and wakes nobody. */
+static volatile sig_atomic_t ticks;
+static void tick(int s) { (void)s; ticks++; }
+static void ticking_mutexes(void)
+{
+    if (jiapid == 0) {
+        struct itimerval every = {{0, 200000}, {0, 200000}};
+        signal(SIGALRM, tick);
+        setitimer(ITIMER_REAL, &every, NULL);
+    }
+    mutexes();
+}
+
+/* Node 1 waits on a semaphore that its periodic SIGALRM handler (every second) posts at the fifth
+ * tick, node 0 in a barrier meanwhile: a correct program, longer than the plain verdict's wait. */
+static void tick_posts(int s)
+{
+    (void)s;
+    if (++ticks == 5) sem_post(&alarmed);
+}
+static void ticks_post(void)
+{
+    sem_init(&alarmed, 0, 0);
+    if (jiapid == 1) {
+        struct itimerval every = {{1, 0}, {1, 0}}, off = {{0, 0}, {0, 0}};
+        signal(SIGALRM, tick_posts);
+        setitimer(ITIMER_REAL, &every, NULL);
+        while (sem_wait(&alarmed) != 0) continue;
+        setitimer(ITIMER_REAL, &off, NULL);
+    }
+    jia_barrier();
+    if (jiapid == 0) printf("ticks_post OK\n");
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -341,6 +376,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "thread_exit")) thread_exit();
     else if (!strcmp(what, "exit_under_a_worker")) exit_under_a_worker();
     else if (!strcmp(what, "alarm_posts")) alarm_posts();
+    else if (!strcmp(what, "ticking_mutexes")) ticking_mutexes();
+    else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

@@ -100,6 +100,34 @@ fn a_wait_a_timers_signal_handler_ends_is_not_a_deadlock() {
     assert!(stdout(&out).contains("alarm_posts OK"), "{}", text(&out));
 }
 
+/// Node 1 waits on a semaphore its periodic SIGALRM handler posts at the fifth tick, a second
+/// apart, node 0 in a barrier: the job runs to its end (the verdict under a periodic timer waits
+/// for its handler to have woken nobody for 30 s, not 3).
+#[test]
+fn a_wait_a_periodic_timers_handler_ends_is_not_a_deadlock() {
+    let out = dsmrun(2, "udp", &[], &["ticks_post"]);
+    assert_status(&out, 0);
+    assert!(stdout(&out).contains("ticks_post OK"), "{}", text(&out));
+}
+
+/// Node 0's threads deadlock on two mutexes while a periodic timer's handler ticks every 200
+/// ms: the job ends, naming the timer (it ran for ever before: an armed real-time timer kept the
+/// node running).
+#[test]
+fn a_deadlock_under_a_periodic_timer_ends_naming_the_timer() {
+    let out = dsmrun(2, "udp", &[], &["ticking_mutexes"]);
+    assert_status(&out, 1);
+    let e = stderr(&out);
+    for want in [
+        "the job cannot go on",
+        "node 1 waits in jia_barrier",
+        "(main thread",
+        "a periodic real-time timer is armed; its handler woke no thread",
+    ] {
+        assert!(e.contains(want), "no `{want}`:\n{}", text(&out));
+    }
+}
+
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits
 /// in `jia_barrier` for it: the verdict names node 0's three threads (it hung before: a node
 /// with no thread in a DSM call was taken as running), and what each node printed before the

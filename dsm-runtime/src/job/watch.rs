@@ -30,8 +30,9 @@ pub(super) struct Heard {
     readers: Vec<Lines>,
     /// The node's connection was read to its end.
     drained: Vec<bool>,
-    /// Per node, its last WAIT report: (in flight, received, what).
-    pub(super) waiting: Vec<Option<(u64, u64, String)>>,
+    /// Per node, its last WAIT report: (in flight, received, a periodic timer may wake it,
+    /// what).
+    pub(super) waiting: Vec<Option<(u64, u64, bool, String)>>,
     /// When any node's report last changed.
     pub(super) changed: Instant,
     /// When each node last reported (a waiting node reports every 250 ms).
@@ -48,6 +49,11 @@ const REPORT_FRESH_FOR: Duration = Duration::from_secs(1);
 /// the job is declared unable to go on (a few retransmission timeouts: a reply that was lost is
 /// in flight, counted, until it arrives). A one-node job judges itself by it too.
 pub(crate) const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
+
+/// As [`NO_PROGRESS_FOR`] where a node's threads could still be woken by the handler of a
+/// periodic real-time timer of its (a progress line every second, a watchdog counting ticks):
+/// the handler has fired again and again for this long and woken nobody.
+pub(crate) const TIMER_QUIET_FOR: Duration = Duration::from_secs(30);
 
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
 const KEPT_LINES: usize = 64;
@@ -73,9 +79,10 @@ impl Heard {
                 Line::Wait {
                     in_flight,
                     received,
+                    timer,
                     what,
                 } => {
-                    let report = Some((in_flight, received, what));
+                    let report = Some((in_flight, received, timer, what));
                     self.reported[k] = Instant::now();
                     if self.waiting[k] != report {
                         self.waiting[k] = report;
@@ -192,10 +199,12 @@ impl Heard {
     }
 
     /// Whether the job can no longer go on: every node still running waits, none has anything
-    /// in flight, and no report changed for [`NO_PROGRESS_FOR`]. Returns what each node waits
-    /// for. `standing[k]` is how node `k` stands.
+    /// in flight, and no report changed for [`NO_PROGRESS_FOR`] ([`TIMER_QUIET_FOR`] where a
+    /// node's periodic timer may wake it). Returns what each node waits for. `standing[k]` is
+    /// how node `k` stands.
     pub(super) fn stuck(&self, standing: &[Standing]) -> Option<String> {
-        if self.changed.elapsed() < NO_PROGRESS_FOR {
+        let quiet = self.changed.elapsed();
+        if quiet < NO_PROGRESS_FOR {
             return None;
         }
         let mut what = Vec::new();
@@ -213,7 +222,9 @@ impl Heard {
                 return None;
             }
             match self.waiting.get(k)? {
-                Some((0, _, w)) => what.push(format!("node {k} {w}")),
+                Some((0, _, timer, w)) if !timer || quiet >= TIMER_QUIET_FOR => {
+                    what.push(format!("node {k} {w}"))
+                }
                 _ => return None,
             }
         }

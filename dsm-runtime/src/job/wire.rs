@@ -13,6 +13,9 @@ const VERSION: &str = "DSM1";
 /// The longest line a reader takes (a `STATS` line carries every node's counters as JSON).
 pub(crate) const MAX_LINE_BYTES: usize = 16 << 20;
 
+/// In a WAIT line, before what the node waits for: a periodic real-time timer may wake it.
+const TIMER_WORD: &str = "+timer ";
+
 /// How the rendezvous keeps the connections it answers (see `super::rendezvous::Keep`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PeersWord {
@@ -59,10 +62,14 @@ pub(crate) enum Line {
         cookie: u64,
     },
     /// Node to launcher: every thread of the node waits (for `what`), with `in_flight` bytes or
-    /// messages on their way and `received` messages received so far.
+    /// messages on their way and `received` messages received so far; with `timer`, a periodic
+    /// real-time timer of the node's may still wake one of them (its handler), and the verdict
+    /// waits longer ([`crate::job::watch::TIMER_QUIET_FOR`]). Spelled `WAIT IN_FLIGHT RECEIVED
+    /// [+timer] WHAT` (a node's `what` starts with `waits in`).
     Wait {
         in_flight: u64,
         received: u64,
+        timer: bool,
         what: String,
     },
     /// Node to launcher: the node goes on again.
@@ -121,8 +128,12 @@ impl Line {
             Line::Wait {
                 in_flight,
                 received,
+                timer,
                 what,
-            } => format!("WAIT {in_flight} {received} {}", one_line(what)),
+            } => {
+                let timer = if *timer { TIMER_WORD } else { "" };
+                format!("WAIT {in_flight} {received} {timer}{}", one_line(what))
+            }
             Line::Run => "RUN".into(),
             Line::Bye => "BYE".into(),
             Line::Blame { node, why } => format!("BLAME {node} {}", one_line(why)),
@@ -198,10 +209,15 @@ impl Line {
             "WAIT" => (|| {
                 let in_flight = next("no count")?.parse().map_err(|_| "not a count")?;
                 let received = next("no count")?.parse().map_err(|_| "not a count")?;
-                let what = text.splitn(3, ' ').nth(2).unwrap_or("").to_owned();
+                let rest = text.splitn(3, ' ').nth(2).unwrap_or("");
+                let (timer, what) = match rest.strip_prefix(TIMER_WORD) {
+                    Some(what) => (true, what.to_owned()),
+                    None => (false, rest.to_owned()),
+                };
                 Ok(Line::Wait {
                     in_flight,
                     received,
+                    timer,
                     what,
                 })
             })(),
@@ -301,7 +317,14 @@ mod tests {
             Line::Wait {
                 in_flight: 0,
                 received: 12,
+                timer: false,
                 what: "jia_barrier (thread 4), holding lock 1".into(),
+            },
+            Line::Wait {
+                in_flight: 3,
+                received: 0,
+                timer: true,
+                what: "waits in a wait only another thread can end (main thread)".into(),
             },
             Line::Run,
             Line::Bye,
@@ -345,6 +368,7 @@ mod tests {
             Ok(Line::Wait {
                 in_flight: 0,
                 received: 5,
+                timer: false,
                 what: "waits in jia_lock(1)".into()
             })
         );

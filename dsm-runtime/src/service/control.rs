@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{RANK0_GRACE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
-use crate::job::watch::NO_PROGRESS_FOR;
+use crate::job::watch::{NO_PROGRESS_FOR, TIMER_QUIET_FOR};
 use crate::job::wire::Line;
 use crate::sys;
 
@@ -232,7 +232,7 @@ impl Service {
         }
         self.progress_reported = Instant::now();
         let line = match crate::progress::node_waits() {
-            Some(what) => {
+            Some(crate::progress::NodeWaits { what, timer }) => {
                 let held = self.node.locks_held();
                 let held = if held.is_empty() {
                     String::new()
@@ -253,6 +253,7 @@ impl Service {
                 Line::Wait {
                     in_flight: in_flight as u64,
                     received,
+                    timer,
                     what: format!("waits in {what}{held}"),
                 }
                 .encode()
@@ -271,13 +272,19 @@ impl Service {
     /// A one-node job's verdict (see `report_progress`): nothing else can wake a thread of it
     /// but a signal handler, as the launcher's verdict on a larger job assumes.
     fn judge_alone(&mut self) {
-        let Some(what) = crate::progress::node_waits() else {
+        let Some(waits) = crate::progress::node_waits() else {
             self.alone_waiting = None;
             return;
         };
+        let quiet_for = if waits.timer {
+            TIMER_QUIET_FOR
+        } else {
+            NO_PROGRESS_FOR
+        };
+        let what = waits.what;
         match &self.alone_waiting {
             Some((same, since)) if *same == what => {
-                if since.elapsed() >= NO_PROGRESS_FOR {
+                if since.elapsed() >= quiet_for {
                     fatal(&format!(
                         "the job cannot go on: every thread of this one-node job waits for \
                          another and nothing can wake it: node 0 waits in {what}"

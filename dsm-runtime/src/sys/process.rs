@@ -382,12 +382,29 @@ mod tests {
     }
 }
 
-/// Whether a timer of this process that runs while its threads sleep is armed: `alarm` or
-/// `setitimer(ITIMER_REAL)`, or a POSIX timer (`timer_create`) on a clock other than a CPU-time
-/// one. Its signal (or its thread) may wake a thread that waits for another thread (a handler's
+/// The timers of this process that run while its threads sleep and are armed
+/// ([`real_timers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RealTimers {
+    /// A timer that fires once more at most (`alarm`, a timer without an interval).
+    pub once: bool,
+    /// A timer that fires again and again (an interval).
+    pub periodic: bool,
+}
+
+/// The armed timers of this process that run while its threads sleep: `alarm` or
+/// `setitimer(ITIMER_REAL)`, and POSIX timers (`timer_create`) on a clock other than a CPU-time
+/// one. Their signal (or thread) may wake a thread that waits for another thread (a handler's
 /// `sem_post`). CPU-time timers (`ITIMER_PROF`, a profiler's) do not run while the process
 /// sleeps. From `getitimer` and `/proc/self/timers` with `timer_gettime` on each timer's id.
-pub fn real_timer_armed() -> bool {
+pub fn real_timers() -> RealTimers {
+    let mut found = RealTimers::default();
+    let mut note = |value_set: bool, interval_set: bool| {
+        if value_set {
+            found.once |= !interval_set;
+            found.periodic |= interval_set;
+        }
+    };
     let mut it = libc::itimerval {
         it_interval: libc::timeval {
             tv_sec: 0,
@@ -399,39 +416,46 @@ pub fn real_timer_armed() -> bool {
         },
     };
     // SAFETY: getitimer writes one itimerval, a valid local here.
-    if unsafe { libc::getitimer(libc::ITIMER_REAL, &mut it) } == 0
-        && (it.it_value.tv_sec != 0 || it.it_value.tv_usec != 0)
-    {
-        return true;
+    if unsafe { libc::getitimer(libc::ITIMER_REAL, &mut it) } == 0 {
+        note(
+            it.it_value.tv_sec != 0 || it.it_value.tv_usec != 0,
+            it.it_interval.tv_sec != 0 || it.it_interval.tv_usec != 0,
+        );
     }
     let Ok(text) = std::fs::read_to_string("/proc/self/timers") else {
-        return false;
+        return found;
     };
-    posix_timers(&text)
+    for (id, _) in posix_timers(&text)
         .into_iter()
         .filter(|&(_, clock)| clock >= 0)
-        .any(|(id, _)| {
-            let mut spec = libc::itimerspec {
-                it_interval: libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                },
-                it_value: libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                },
-            };
-            // SAFETY: the raw timer_gettime takes the kernel's timer id (as /proc lists it; an
-            // id since deleted fails with EINVAL) and writes one itimerspec, a valid local.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_timer_gettime,
-                    libc::c_long::from(id),
-                    &mut spec as *mut libc::itimerspec,
-                )
-            };
-            r == 0 && (spec.it_value.tv_sec != 0 || spec.it_value.tv_nsec != 0)
-        })
+    {
+        let mut spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        };
+        // SAFETY: the raw timer_gettime takes the kernel's timer id (as /proc lists it; an id
+        // since deleted fails with EINVAL) and writes one itimerspec, a valid local.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_timer_gettime,
+                libc::c_long::from(id),
+                &mut spec as *mut libc::itimerspec,
+            )
+        };
+        if r == 0 {
+            note(
+                spec.it_value.tv_sec != 0 || spec.it_value.tv_nsec != 0,
+                spec.it_interval.tv_sec != 0 || spec.it_interval.tv_nsec != 0,
+            );
+        }
+    }
+    found
 }
 
 /// The POSIX timers `/proc/self/timers` lists that notify (a signal or a thread; not
@@ -468,13 +492,53 @@ mod timer_tests {
     }
 
     #[test]
-    fn an_alarm_is_a_real_timer_armed() {
+    fn an_alarm_is_a_real_timer_armed_once_and_an_interval_periodic() {
+        use super::RealTimers;
         // SAFETY: alarm only sets this process's timer; cancelled below before it can fire.
         unsafe { libc::alarm(100) };
-        let armed = super::real_timer_armed();
+        let armed = super::real_timers();
         // SAFETY: as above.
         unsafe { libc::alarm(0) };
-        assert!(armed);
-        assert!(!super::real_timer_armed());
+        assert_eq!(
+            armed,
+            RealTimers {
+                once: true,
+                periodic: false
+            }
+        );
+        assert_eq!(super::real_timers(), RealTimers::default());
+        let every_100_s = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 100,
+                tv_usec: 0,
+            },
+            it_value: libc::timeval {
+                tv_sec: 100,
+                tv_usec: 0,
+            },
+        };
+        let off = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+        };
+        // SAFETY: setitimer sets this process's real timer from a valid local (no old value
+        // asked); disarmed below before it can fire.
+        unsafe { libc::setitimer(libc::ITIMER_REAL, &every_100_s, std::ptr::null_mut()) };
+        let armed = super::real_timers();
+        // SAFETY: as above.
+        unsafe { libc::setitimer(libc::ITIMER_REAL, &off, std::ptr::null_mut()) };
+        assert_eq!(
+            armed,
+            RealTimers {
+                once: false,
+                periodic: true
+            }
+        );
     }
 }
