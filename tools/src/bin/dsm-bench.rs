@@ -81,6 +81,9 @@ struct Outcome {
     walls: Vec<f64>,
     computes: Vec<f64>,
     getps: Vec<u64>,
+    /// The cell's self-check run (its app's own check of the result) failed or was wrong.
+    check_failed: bool,
+    /// Timed runs that failed.
     failures: usize,
 }
 
@@ -315,6 +318,15 @@ fn options() -> Options {
             }
         ));
     }
+    once_each("--nodes", o.nodes.iter().map(ToString::to_string));
+    once_each("--threads", o.threads.iter().map(ToString::to_string));
+    once_each("--transports", o.transports.iter().cloned());
+    once_each(
+        "--prefetch",
+        o.prefetch
+            .iter()
+            .map(|&p| if p { "on" } else { "off" }.into()),
+    );
     if o.repeat == 0 || o.apps.is_empty() || o.nodes.is_empty() || o.nodes.contains(&0) {
         usage("nothing to run (--repeat, --apps and --nodes need at least one, nodes above 0)");
     }
@@ -322,6 +334,20 @@ fn options() -> Options {
         usage("--threads: counts from 1 to 1024");
     }
     o
+}
+
+/// A usage error if `values` (of `flag`) names one twice: each would be a cell of its own, run
+/// and reported twice.
+fn once_each(flag: &str, values: impl Iterator<Item = String>) {
+    let mut seen: Vec<String> = Vec::new();
+    for v in values {
+        if seen.contains(&v) {
+            usage(&format!(
+                "{flag}: {v} is given twice (each value is a cell of its own)"
+            ));
+        }
+        seen.push(v);
+    }
 }
 
 /// The first two different hosts of the `.jiahosts` at `path`; a usage error if it cannot be
@@ -1007,6 +1033,7 @@ fn to_json(
                 "wall_s": r.walls,
                 "compute_s": r.computes,
                 "getp": r.getps,
+                "check_failed": r.check_failed,
                 "failures": r.failures,
                 "median_s": m.median_s,
                 "min_s": m.min_s,
@@ -1536,6 +1563,7 @@ fn main() {
             walls: Vec::new(),
             computes: Vec::new(),
             getps: Vec::new(),
+            check_failed: false,
             failures: 0,
         })
         .collect();
@@ -1555,7 +1583,7 @@ fn main() {
             if cell.prefetch { "on" } else { "off" }
         );
         if let Err(e) = run_timed(cell, true) {
-            r.failures += 1;
+            r.check_failed = true;
             eprintln!(
                 "\ndsm-bench: {} n={} {} is wrong or failed: {e}",
                 cell.app, cell.nodes, cell.transport
@@ -1686,10 +1714,11 @@ fn main() {
             secs(min),
             secs(max),
             secs(comp),
-            if r.failures > 0 {
-                format!("  ({} FAILED)", r.failures)
-            } else {
-                String::new()
+            match (r.check_failed, r.failures) {
+                (false, 0) => String::new(),
+                (true, 0) => "  (check FAILED)".to_string(),
+                (false, n) => format!("  ({n} of {} runs FAILED)", o.repeat),
+                (true, n) => format!("  (check FAILED, {n} of {} runs FAILED)", o.repeat),
             }
         );
         summaries.push(Summary {
@@ -1727,7 +1756,7 @@ fn main() {
             written = false;
         }
     }
-    if !written || results.iter().any(|r| r.failures > 0) {
+    if !written || results.iter().any(|r| r.check_failed || r.failures > 0) {
         std::process::exit(1);
     }
 }
