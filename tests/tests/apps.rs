@@ -438,6 +438,7 @@ fn mpi_yardstick_runs_beside_the_dsm_in_dsm_bench() {
     assert_eq!(mpi.len(), 4, "matmul and sor on 1 and 2 ranks: {v}");
     for c in mpi {
         assert_eq!(c["failures"], 0, "{c}");
+        assert_eq!(c["check_failed"], false, "{c}");
         assert!(c["compute_s"][0].as_f64().is_some_and(|t| t >= 0.0), "{c}");
         assert!(c["wall_s"][0].as_f64().is_some_and(|t| t > 0.0), "{c}");
     }
@@ -520,6 +521,61 @@ fn output_files_that_cannot_be_written_are_refused_before_the_runs() {
         "{}",
         text(&out)
     );
+}
+
+/// A value given twice in a dsm-bench list is refused before any run, named (`--nodes 1,1`
+/// ran the cell twice and reported it twice).
+#[test]
+fn dsm_bench_refuses_a_value_given_twice() {
+    for (flag, list, named) in [
+        ("--nodes", "1,2,1", "--nodes: 1 is given twice"),
+        ("--threads", "2,2", "--threads: 2 is given twice"),
+        (
+            "--transports",
+            "tcp,udp,tcp",
+            "--transports: tcp is given twice",
+        ),
+        ("--prefetch", "off,off", "--prefetch: off is given twice"),
+    ] {
+        let out = Command::new(bin("dsm-bench"))
+            .args(["--no-floors", "--no-chart", "--no-pairs", "--repeat", "1"])
+            .args(["--apps", "pi", flag, list])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {list}: {}", text(&out));
+        assert!(
+            text(&out).contains(named) && !text(&out).contains("checking"),
+            "{flag} {list}: {}",
+            text(&out)
+        );
+    }
+}
+
+/// A cell whose app fails: its self-check and its timed runs are counted apart (the check
+/// counted as a third failed run of two), its times are `-` and null, and dsm-bench ends with 1.
+#[test]
+fn dsm_bench_counts_a_failed_check_apart_from_failed_runs() {
+    let json = std::env::temp_dir().join(format!("dsm-bench-fail-{}.json", std::process::id()));
+    let out = Command::new(bin("dsm-bench"))
+        .args(["--no-floors", "--no-chart", "--no-pairs", "--repeat", "2"])
+        .args(["--apps", "pi:0", "--transports", "udp", "--prefetch", "on"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(check FAILED, 2 of 2 runs FAILED)"),
+        "{}",
+        text(&out)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).unwrap();
+    let c = &v["cells"][0];
+    assert_eq!(c["check_failed"], true, "{c}");
+    assert_eq!(c["failures"], 2, "{c}");
+    assert!(c["median_s"].is_null(), "{c}");
+    let _ = std::fs::remove_file(json);
 }
 
 /// A count of 0 is refused before the program joins a job, with the argument named.
