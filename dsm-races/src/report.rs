@@ -271,7 +271,7 @@ fn address_blocks(text: &str) -> Vec<Vec<(&str, &str)>> {
 /// calling `strtol`, is named at the program's line that called it) and outside the code Rust
 /// libraries lend (a slice iterator's loop, inlined from the standard library's sources, is
 /// named at the program's line that iterates), else the innermost.
-fn program_frame(frames: &[(&str, &str)]) -> Option<String> {
+fn program_frame(frames: &[(&str, &str)], relative: &[String]) -> Option<String> {
     // Rust's libraries wherever they lie: the standard library's sources under /rustc/, a
     // toolchain's rust-src or a distribution's /usr/src/rustc-*; cargo's registry and git
     // checkouts under any CARGO_HOME; vendored crates. And the DSM's own crates.
@@ -301,7 +301,21 @@ fn program_frame(frames: &[(&str, &str)]) -> Option<String> {
         return None;
     }
     let line = line.split(" (discriminator").next().unwrap_or(line);
+    // A Rust source named by a caller's location elsewhere in the report (the path cargo gave
+    // the compiler, relative to the workspace) is named so here too, not by the absolute path
+    // the debug information joins it to: one file, one name, on both sides of a race.
+    let line = relative
+        .iter()
+        .find_map(|r| Some(format!("{r}{}", line_of_file_below(line, r)?)))
+        .unwrap_or_else(|| line.to_owned());
     Some(format!("{line} ({func})"))
+}
+
+/// `:N` if `file_line` is `DIR/rel:N` (the file `rel` below some directory `DIR`).
+fn line_of_file_below<'a>(file_line: &'a str, rel: &str) -> Option<&'a str> {
+    let (file, at) = file_line.split_at(file_line.rfind(':')?);
+    let dir = file.strip_suffix(rel)?;
+    dir.ends_with('/').then_some(at)
 }
 
 /// Source lines for code addresses (by `addr2line`, one run per object file).
@@ -309,12 +323,20 @@ fn program_frame(frames: &[(&str, &str)]) -> Option<String> {
 struct Symbols {
     wanted: BTreeMap<String, Vec<u64>>,
     found: HashMap<(String, u64), String>,
+    /// The relative source files of the Rust callers' locations wanted.
+    relative: Vec<String>,
 }
 
 impl Symbols {
     fn want(&mut self, site: &Site) {
-        if let Site::Code { module, offset } = site {
-            self.wanted.entry(module.clone()).or_default().push(*offset);
+        match site {
+            Site::Code { module, offset } => {
+                self.wanted.entry(module.clone()).or_default().push(*offset);
+            }
+            Site::Line { file, .. } if !file.starts_with('/') && !self.relative.contains(file) => {
+                self.relative.push(file.clone());
+            }
+            Site::Line { .. } => {}
         }
     }
 
@@ -336,7 +358,7 @@ impl Symbols {
             };
             let text = String::from_utf8_lossy(&out.stdout);
             for (o, frames) in offsets.iter().zip(address_blocks(&text)) {
-                if let Some(named) = program_frame(&frames) {
+                if let Some(named) = program_frame(&frames, &self.relative) {
                     self.found.insert((module.clone(), *o), named);
                 }
             }
@@ -357,6 +379,25 @@ impl Symbols {
 
 #[cfg(test)]
 mod tests {
+    /// A file the report names elsewhere by a Rust caller's relative location is named so in
+    /// addr2line's frames too; other files as addr2line gives them.
+    #[test]
+    fn a_rust_source_is_named_alike_on_both_sides() {
+        let rel = ["tests/src/bin/racy.rs".to_string()];
+        let frames = [("racy::run", "/work/main/tests/src/bin/racy.rs:130")];
+        assert_eq!(
+            super::program_frame(&frames, &rel).as_deref(),
+            Some("tests/src/bin/racy.rs:130 (racy::run)")
+        );
+        // Not a file whose name merely ends alike, nor one elsewhere.
+        for other in ["/w/xtests/src/bin/racy.rs:3", "/w/src/p.rs:3"] {
+            assert_eq!(
+                super::program_frame(&[("f", other)], &rel),
+                Some(format!("{other} (f)"))
+            );
+        }
+    }
+
     /// addr2line's blocks: an address, then its frames innermost first; a frame inlined from a
     /// system header is named at the program's line that called it.
     #[test]
@@ -365,20 +406,20 @@ mod tests {
         let blocks = super::address_blocks(out);
         assert_eq!(blocks.len(), 3);
         assert_eq!(
-            super::program_frame(&blocks[0]).as_deref(),
+            super::program_frame(&blocks[0], &[]).as_deref(),
             Some("/src/p.c:19 (main)")
         );
         assert_eq!(
-            super::program_frame(&blocks[1]).as_deref(),
+            super::program_frame(&blocks[1], &[]).as_deref(),
             Some("/src/p.c:21 (main)")
         );
-        assert_eq!(super::program_frame(&blocks[2]), None);
+        assert_eq!(super::program_frame(&blocks[2], &[]), None);
         let only_system = [(
             "memcpy",
             "/usr/include/x86_64-linux-gnu/bits/string_fortified.h:29",
         )];
         assert_eq!(
-            super::program_frame(&only_system).as_deref(),
+            super::program_frame(&only_system, &[]).as_deref(),
             Some("/usr/include/x86_64-linux-gnu/bits/string_fortified.h:29 (memcpy)")
         );
     }
@@ -402,7 +443,7 @@ mod tests {
         ];
         for first in 0..4 {
             assert_eq!(
-                super::program_frame(&frames[first..]).as_deref(),
+                super::program_frame(&frames[first..], &[]).as_deref(),
                 Some("tests/src/bin/racy.rs:114 (racy::run)"),
                 "from frame {first}"
             );
@@ -423,12 +464,12 @@ mod tests {
             ("app::main", "src/main.rs:12"),
         ];
         assert_eq!(
-            super::program_frame(&elsewhere).as_deref(),
+            super::program_frame(&elsewhere, &[]).as_deref(),
             Some("src/main.rs:12 (app::main)")
         );
         let outside = [("fold", "/work/main/dsm-runtime/src/array.rs:7")];
         assert_eq!(
-            super::program_frame(&outside).as_deref(),
+            super::program_frame(&outside, &[]).as_deref(),
             Some("/work/main/dsm-runtime/src/array.rs:7 (fold)")
         );
     }
