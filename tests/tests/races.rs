@@ -251,6 +251,12 @@ fn reads_through_slices_are_seen_in_a_build_for_the_checker() {
             "{case}: no report names {lines:?}: {}",
             text(&out)
         );
+        // Both sides by one name (a line found through the debug information was absolute).
+        assert!(
+            !stderr.contains("/tests/src/bin/racy.rs"),
+            "{case}: a path named two ways: {}",
+            text(&out)
+        );
     }
     for (nodes, case) in [
         (2, "free-red-black-reads"),
