@@ -186,21 +186,30 @@ impl<M: PageMemory> Node<M> {
         // `prefetch_pages`, sequentially or at the stride of the thread's last three demand
         // faults).
         let stride = self.stride_of(waiter, page);
-        let (s, mut stream) = match self.streams.for_demand(waiter, page, stride) {
+        let least = pf.prefetch_pages as usize;
+        // The scan starts after this page, or for a walk outrun, at its next page (the pages
+        // between it and the fault come too).
+        let (s, mut stream, from) = match self.streams.for_demand(waiter, page, stride, least) {
             Demand::Outran(s) => {
                 let mut stream = self.streams.get(s);
-                stream.window =
-                    (stream.window.max(pf.prefetch_pages as usize) * 2).min(self.read_ahead_max());
-                (s, stream)
+                // (Within the page's allocation: a reader at the end of one array says nothing
+                // of the next.)
+                let from = stream
+                    .next
+                    .map(|n| PageNum(n.0.saturating_sub(stream.stride)))
+                    .filter(|&f| f < page && self.table.allocation_end(f) > u64::from(page.0))
+                    .unwrap_or(page);
+                stream.window = (stream.window.max(least) * 2).min(self.read_ahead_max());
+                (s, stream, from)
             }
-            Demand::Restart(s) => (s, self.streams.get(s)),
+            Demand::Restart(s) => (s, self.streams.get(s), page),
         };
         stream.quiet = None;
         self.table[page.index()].stream = s;
-        let limit = stream.window.max(pf.prefetch_pages as usize);
+        let limit = stream.window.max(least);
         let distance = (pf.max_checking_pages as usize).max(2 * limit) as u32;
-        let candidates = self.candidates(s, &stream, page, limit, distance);
-        stream.asked_through(candidates.last().copied().unwrap_or(page));
+        let candidates = self.candidates(s, &stream, from, limit, distance);
+        stream.asked_through(candidates.last().copied().unwrap_or(page).max(page));
         stream.mark = self.read_ahead_mark(&stream, &candidates);
         self.streams.put(s, stream);
         if candidates.is_empty() {

@@ -76,6 +76,23 @@ impl Stream {
         self.start.0 <= page.0 && page.0 < self.reach.0
     }
 
+    /// Whether a demand fault on `page` outran the walk: it falls on the walk's next page, or
+    /// at the walk's stride less than a window (at least `least_window`) of strides past it. The walk then goes on from its next page, the
+    /// pages before the fault included: threads taking chunks of one array in turn (an OpenMP
+    /// loop's `schedule(dynamic)`, or `static` with a chunk) each fault at their chunk's start,
+    /// a little past what the node's walk asked for, and one walk whose window grows serves
+    /// them all.
+    fn outran_by(&self, page: PageNum, least_window: usize) -> bool {
+        self.next.is_some_and(|n| {
+            page == n
+                || (page.0 > n.0 && {
+                    let d = page.0 - n.0;
+                    d % self.stride == 0
+                        && ((d / self.stride) as usize) < self.window.max(least_window)
+                })
+        })
+    }
+
     /// The walk asked for pages up to `last`: the pages after it, at its stride, come next.
     pub fn asked_through(&mut self, last: PageNum) {
         let next = PageNum(last.0.saturating_add(self.stride));
@@ -151,10 +168,22 @@ impl Streams {
     /// or whose start was the thread's last demand fault when these now show a stride (the
     /// walk's first steps, taken as sequential), else a new one, in the slot used least
     /// recently once [`MAX_STREAMS`] are in use.
-    pub fn for_demand(&mut self, waiter: WaiterId, page: PageNum, stride: u32) -> Demand {
+    pub fn for_demand(
+        &mut self,
+        waiter: WaiterId,
+        page: PageNum,
+        stride: u32,
+        least_window: usize,
+    ) -> Demand {
         let last = self.demands_of(waiter);
         self.demands.insert(waiter, [last[1], Some(page)]);
-        if let Some(i) = self.streams.iter().position(|s| s.next == Some(page)) {
+        // The walk whose next page it is first, else one it fell a little past.
+        let exact = self.streams.iter().position(|s| s.next == Some(page));
+        if let Some(i) = exact.or_else(|| {
+            self.streams
+                .iter()
+                .position(|s| s.outran_by(page, least_window))
+        }) {
             return Demand::Outran(i as u8);
         }
         let restarted = self
@@ -193,13 +222,13 @@ mod tests {
     #[test]
     fn a_fault_after_the_last_request_continues_its_stream() {
         let mut s = Streams::default();
-        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(10), 1) else {
+        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(10), 1, 4) else {
             panic!("a first fault starts a stream")
         };
         let mut st = s.get(i);
         st.asked_through(p(17));
         s.put(i, st);
-        assert_eq!(s.for_demand(WaiterId(1), p(18), 1), Demand::Outran(i));
+        assert_eq!(s.for_demand(WaiterId(1), p(18), 1, 4), Demand::Outran(i));
     }
 
     #[test]
@@ -208,7 +237,7 @@ mod tests {
         let mut seen = Vec::new();
         for t in 0..4u32 {
             let page = p(t * 10_000);
-            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(t)), page, 1) else {
+            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(t)), page, 1, 4) else {
                 panic!("a new walk")
             };
             let mut st = s.get(i);
@@ -221,7 +250,7 @@ mod tests {
         assert_eq!(seen.len(), 4);
         // A fault among a stream's pages starts that stream again, no other.
         assert_eq!(
-            s.for_demand(WaiterId(9), p(20_004), 1),
+            s.for_demand(WaiterId(9), p(20_004), 1, 4),
             Demand::Restart(seen[2])
         );
         assert_eq!(s.len(), 4);
@@ -231,12 +260,15 @@ mod tests {
     fn the_least_recently_moved_stream_gives_its_slot_up() {
         let mut s = Streams::default();
         for k in 0..MAX_STREAMS as u32 {
-            s.for_demand(WaiterId(0), p(k * 1000), 1);
+            s.for_demand(WaiterId(0), p(k * 1000), 1, 4);
         }
         // Stream 0 moves; stream 1 is now the least recently moved.
         let st = s.get(0);
         s.put(0, st);
-        assert_eq!(s.for_demand(WaiterId(0), p(900_000), 1), Demand::Restart(1));
+        assert_eq!(
+            s.for_demand(WaiterId(0), p(900_000), 1, 4),
+            Demand::Restart(1)
+        );
         assert_eq!(s.len(), MAX_STREAMS);
         // The slot's old pages are no longer the stream's.
         assert!(s.owning(1, p(1000)).is_none());
@@ -247,7 +279,8 @@ mod tests {
     fn walks_that_stopped_moving_leave_the_live_count() {
         let mut s = Streams::default();
         for k in 0..4u32 {
-            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(k)), p(k * 10_000), 1) else {
+            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(k)), p(k * 10_000), 1, 4)
+            else {
                 panic!("a new walk")
             };
             // A scattered read: no window grown, not counted.
@@ -269,16 +302,16 @@ mod tests {
     #[test]
     fn a_stride_found_restarts_the_walk_its_first_steps_began() {
         let mut s = Streams::default();
-        let Demand::Restart(a) = s.for_demand(WaiterId(3), p(100), 1) else {
+        let Demand::Restart(a) = s.for_demand(WaiterId(3), p(100), 1, 4) else {
             panic!()
         };
-        let Demand::Restart(b) = s.for_demand(WaiterId(3), p(164), 1) else {
+        let Demand::Restart(b) = s.for_demand(WaiterId(3), p(164), 1, 4) else {
             panic!()
         };
         assert_ne!(a, b);
         assert_eq!(s.demands_of(WaiterId(3)), [Some(p(100)), Some(p(164))]);
         // The third fault shows a stride of 64: the stream begun at the second takes the walk.
-        assert_eq!(s.for_demand(WaiterId(3), p(228), 64), Demand::Restart(b));
+        assert_eq!(s.for_demand(WaiterId(3), p(228), 64, 4), Demand::Restart(b));
         assert_eq!(s.get(b).stride, 64);
         // Another thread's demand faults are its own.
         assert_eq!(s.demands_of(WaiterId(4)), [None, None]);
