@@ -189,18 +189,51 @@ impl<M: PageMemory> Node<M> {
         let least = pf.prefetch_pages as usize;
         // The scan starts after this page, or for a walk outrun, at its next page (the pages
         // between it and the fault come too).
-        let (s, mut stream, from) = match self.streams.for_demand(waiter, page, stride, least) {
+        // A fault a little past a walk continues it, in the walk's allocation, where the walk
+        // is another thread's (threads taking chunks in turn) or where nothing between its next
+        // page and the fault is to be asked for (pages held here, or on their way), never over
+        // pages a thread skips itself (a stride not yet found, reads scattered forward); in the
+        // next allocation, where the walk reached its own's end (lu's panels, one allocation
+        // each: the window carries on, its pages do not).
+        let (table, me) = (&self.table, self.cfg.node);
+        let may_continue = |st: &Stream| {
+            let Some(n) = st.next else { return false };
+            let last = n.0.saturating_sub(st.stride);
+            let end = table.allocation_end(PageNum(last));
+            if last >= page.0 {
+                false
+            } else if end <= u64::from(page.0) {
+                u64::from(n.0) >= end
+            } else {
+                st.by != waiter
+                    || (u64::from(n.0)..u64::from(page.0))
+                        .step_by(st.stride as usize)
+                        .all(|p| {
+                            let e = &table[p as usize];
+                            e.home == me || e.frame != Frame::Invalid || e.fetch.is_some()
+                        })
+            }
+        };
+        let demand = self
+            .streams
+            .for_demand(waiter, page, stride, least, may_continue);
+        let (s, mut stream, from) = match demand {
             Demand::Outran(s) => {
                 let mut stream = self.streams.get(s);
-                // (Within the page's allocation: a reader at the end of one array says nothing
-                // of the next.)
+                // Within the page's allocation the gap comes too, and the window doubles; a walk
+                // carried into the next allocation keeps its window and asks from the fault (a
+                // reader at the end of one array says nothing of the next one's pages).
                 let from = stream
                     .next
                     .map(|n| PageNum(n.0.saturating_sub(stream.stride)))
-                    .filter(|&f| f < page && self.table.allocation_end(f) > u64::from(page.0))
-                    .unwrap_or(page);
-                stream.window = (stream.window.max(least) * 2).min(self.read_ahead_max());
-                (s, stream, from)
+                    .filter(|&f| f < page && self.table.allocation_end(f) > u64::from(page.0));
+                let grown = if from.is_some() || stream.next == Some(page) {
+                    stream.window.max(least) * 2
+                } else {
+                    stream.window
+                };
+                stream.window = grown.min(self.read_ahead_max());
+                (s, stream, from.unwrap_or(page))
             }
             Demand::Restart(s) => (s, self.streams.get(s), page),
         };

@@ -55,10 +55,12 @@ pub(crate) struct Stream {
     pub mark: Option<PageNum>,
     /// When the walk was last moved ([`Streams::tick`]), for giving its slot up.
     used: u64,
+    /// The thread whose demand fault last started or continued the walk.
+    pub by: WaiterId,
 }
 
 impl Stream {
-    fn starting_at(page: PageNum, stride: u32, now: u64) -> Stream {
+    fn starting_at(page: PageNum, stride: u32, now: u64, by: WaiterId) -> Stream {
         Stream {
             start: page,
             reach: PageNum(page.0.saturating_add(1)),
@@ -68,6 +70,7 @@ impl Stream {
             quiet: None,
             mark: None,
             used: now,
+            by,
         }
     }
 
@@ -76,21 +79,14 @@ impl Stream {
         self.start.0 <= page.0 && page.0 < self.reach.0
     }
 
-    /// Whether a demand fault on `page` outran the walk: it falls on the walk's next page, or
-    /// at the walk's stride less than a window (at least `least_window`) of strides past it. The walk then goes on from its next page, the
-    /// pages before the fault included: threads taking chunks of one array in turn (an OpenMP
-    /// loop's `schedule(dynamic)`, or `static` with a chunk) each fault at their chunk's start,
-    /// a little past what the node's walk asked for, and one walk whose window grows serves
-    /// them all.
-    fn outran_by(&self, page: PageNum, least_window: usize) -> bool {
-        self.next.is_some_and(|n| {
-            page == n
-                || (page.0 > n.0 && {
-                    let d = page.0 - n.0;
-                    d % self.stride == 0
-                        && ((d / self.stride) as usize) < self.window.max(least_window)
-                })
-        })
+    /// How far past the walk's next page a demand fault on `page` falls, in strides, if at
+    /// the walk's stride and less than a window (at least `least_window`) of them.
+    fn just_past(&self, page: PageNum, least_window: usize) -> Option<u32> {
+        let n = self.next?;
+        let d = page.0.checked_sub(n.0)?;
+        let strides = d / self.stride;
+        (d % self.stride == 0 && (strides as usize) < self.window.max(least_window))
+            .then_some(strides)
     }
 
     /// The walk asked for pages up to `last`: the pages after it, at its stride, come next.
@@ -164,7 +160,9 @@ impl Streams {
 
     /// `waiter` faulted on `page`, which must be asked of its home; its walk's stride, from
     /// its demand faults, is `stride`. Returns the stream the fault continues or (re)starts:
-    /// the stream whose next page it is (outran), else the stream whose pages it falls among,
+    /// the stream whose next page it is (outran), else the nearest it fell a little past
+    /// (less than a window of its strides) where `may_continue` lets it (outran too: the walk
+    /// asks from its next page, the gap included), else the stream whose pages it falls among,
     /// or whose start was the thread's last demand fault when these now show a stride (the
     /// walk's first steps, taken as sequential), else a new one, in the slot used least
     /// recently once [`MAX_STREAMS`] are in use.
@@ -174,16 +172,22 @@ impl Streams {
         page: PageNum,
         stride: u32,
         least_window: usize,
+        may_continue: impl Fn(&Stream) -> bool,
     ) -> Demand {
         let last = self.demands_of(waiter);
         self.demands.insert(waiter, [last[1], Some(page)]);
-        // The walk whose next page it is first, else one it fell a little past.
         let exact = self.streams.iter().position(|s| s.next == Some(page));
-        if let Some(i) = exact.or_else(|| {
+        let near = || {
             self.streams
                 .iter()
-                .position(|s| s.outran_by(page, least_window))
-        }) {
+                .enumerate()
+                .filter_map(|(i, s)| Some((s.just_past(page, least_window)?, i)))
+                .filter(|&(_, i)| may_continue(&self.streams[i]))
+                .min()
+                .map(|(_, i)| i)
+        };
+        if let Some(i) = exact.or_else(near) {
+            self.streams[i].by = waiter;
             return Demand::Outran(i as u8);
         }
         let restarted = self
@@ -194,7 +198,7 @@ impl Streams {
             Some(i) => i,
             None if self.streams.len() < MAX_STREAMS => {
                 self.streams
-                    .push(Stream::starting_at(page, stride, self.tick));
+                    .push(Stream::starting_at(page, stride, self.tick, waiter));
                 self.streams.len() - 1
             }
             None => self
@@ -206,7 +210,7 @@ impl Streams {
                 .expect("MAX_STREAMS streams in use"),
         };
         self.tick += 1;
-        self.streams[i] = Stream::starting_at(page, stride, self.tick);
+        self.streams[i] = Stream::starting_at(page, stride, self.tick, waiter);
         Demand::Restart(i as u8)
     }
 }
@@ -222,13 +226,16 @@ mod tests {
     #[test]
     fn a_fault_after_the_last_request_continues_its_stream() {
         let mut s = Streams::default();
-        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(10), 1, 4) else {
+        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(10), 1, 4, |_| true) else {
             panic!("a first fault starts a stream")
         };
         let mut st = s.get(i);
         st.asked_through(p(17));
         s.put(i, st);
-        assert_eq!(s.for_demand(WaiterId(1), p(18), 1, 4), Demand::Outran(i));
+        assert_eq!(
+            s.for_demand(WaiterId(1), p(18), 1, 4, |_| true),
+            Demand::Outran(i)
+        );
     }
 
     #[test]
@@ -237,7 +244,8 @@ mod tests {
         let mut seen = Vec::new();
         for t in 0..4u32 {
             let page = p(t * 10_000);
-            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(t)), page, 1, 4) else {
+            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(t)), page, 1, 4, |_| true)
+            else {
                 panic!("a new walk")
             };
             let mut st = s.get(i);
@@ -250,7 +258,7 @@ mod tests {
         assert_eq!(seen.len(), 4);
         // A fault among a stream's pages starts that stream again, no other.
         assert_eq!(
-            s.for_demand(WaiterId(9), p(20_004), 1, 4),
+            s.for_demand(WaiterId(9), p(20_004), 1, 4, |_| true),
             Demand::Restart(seen[2])
         );
         assert_eq!(s.len(), 4);
@@ -260,13 +268,13 @@ mod tests {
     fn the_least_recently_moved_stream_gives_its_slot_up() {
         let mut s = Streams::default();
         for k in 0..MAX_STREAMS as u32 {
-            s.for_demand(WaiterId(0), p(k * 1000), 1, 4);
+            s.for_demand(WaiterId(0), p(k * 1000), 1, 4, |_| true);
         }
         // Stream 0 moves; stream 1 is now the least recently moved.
         let st = s.get(0);
         s.put(0, st);
         assert_eq!(
-            s.for_demand(WaiterId(0), p(900_000), 1, 4),
+            s.for_demand(WaiterId(0), p(900_000), 1, 4, |_| true),
             Demand::Restart(1)
         );
         assert_eq!(s.len(), MAX_STREAMS);
@@ -279,7 +287,8 @@ mod tests {
     fn walks_that_stopped_moving_leave_the_live_count() {
         let mut s = Streams::default();
         for k in 0..4u32 {
-            let Demand::Restart(i) = s.for_demand(WaiterId(u64::from(k)), p(k * 10_000), 1, 4)
+            let Demand::Restart(i) =
+                s.for_demand(WaiterId(u64::from(k)), p(k * 10_000), 1, 4, |_| true)
             else {
                 panic!("a new walk")
             };
@@ -302,16 +311,19 @@ mod tests {
     #[test]
     fn a_stride_found_restarts_the_walk_its_first_steps_began() {
         let mut s = Streams::default();
-        let Demand::Restart(a) = s.for_demand(WaiterId(3), p(100), 1, 4) else {
+        let Demand::Restart(a) = s.for_demand(WaiterId(3), p(100), 1, 4, |_| true) else {
             panic!()
         };
-        let Demand::Restart(b) = s.for_demand(WaiterId(3), p(164), 1, 4) else {
+        let Demand::Restart(b) = s.for_demand(WaiterId(3), p(164), 1, 4, |_| true) else {
             panic!()
         };
         assert_ne!(a, b);
         assert_eq!(s.demands_of(WaiterId(3)), [Some(p(100)), Some(p(164))]);
         // The third fault shows a stride of 64: the stream begun at the second takes the walk.
-        assert_eq!(s.for_demand(WaiterId(3), p(228), 64, 4), Demand::Restart(b));
+        assert_eq!(
+            s.for_demand(WaiterId(3), p(228), 64, 4, |_| true),
+            Demand::Restart(b)
+        );
         assert_eq!(s.get(b).stride, 64);
         // Another thread's demand faults are its own.
         assert_eq!(s.demands_of(WaiterId(4)), [None, None]);
