@@ -189,12 +189,14 @@ impl<M: PageMemory> Node<M> {
         let least = pf.prefetch_pages as usize;
         // The scan starts after this page, or for a walk outrun, at its next page (the pages
         // between it and the fault come too).
-        // A fault a little past a walk continues it, in the walk's allocation, where the walk
-        // is another thread's (threads taking chunks in turn) or where nothing between its next
-        // page and the fault is to be asked for (pages held here, or on their way), never over
-        // pages a thread skips itself (a stride not yet found, reads scattered forward); in the
-        // next allocation, where the walk reached its own's end (lu's panels, one allocation
-        // each: the window carries on, its pages do not).
+        // A fault a little past a walk continues it, in the walk's allocation, where nothing
+        // between its next page and the fault is to be asked for (pages held here, or on their
+        // way), or where the walk is another thread's and the fault at most `prefetch_pages` or a
+        // quarter window past (threads taking small chunks in turn; a wider gap may be other nodes'
+        // chunks, which nobody here reads), never over pages a thread skips itself (a stride not yet
+        // found, reads scattered forward); in the allocation right after the walk's, where the
+        // walk reached its own's end (lu's panels, one allocation each: the window carries on,
+        // no more than twice what threads opened of the last allocation, its pages do not).
         let (table, me) = (&self.table, self.cfg.node);
         let may_continue = |st: &Stream| {
             let Some(n) = st.next else { return false };
@@ -204,8 +206,11 @@ impl<M: PageMemory> Node<M> {
                 false
             } else if end <= u64::from(page.0) {
                 u64::from(n.0) >= end
+                    && u32::try_from(end)
+                        .is_ok_and(|e| table.allocation_end(PageNum(e)) > u64::from(page.0))
             } else {
-                st.by != waiter
+                let strides = (page.0.saturating_sub(n.0) / st.stride) as usize;
+                (st.by != waiter && strides <= least.max(st.window / 4))
                     || (u64::from(n.0)..u64::from(page.0))
                         .step_by(st.stride as usize)
                         .all(|p| {
@@ -230,7 +235,11 @@ impl<M: PageMemory> Node<M> {
                 let grown = if from.is_some() || stream.next == Some(page) {
                     stream.window.max(least) * 2
                 } else {
-                    stream.window
+                    // Carried into the next allocation: no more than the pages threads opened
+                    // of the walk's last one (lu reads each panel whole; a walk carried on into
+                    // allocations read a few pages each comes down at once).
+                    let opened = std::mem::take(&mut stream.opened);
+                    stream.window.min((2 * opened).next_power_of_two())
                 };
                 stream.window = grown.min(self.read_ahead_max());
                 (s, stream, from.unwrap_or(page))
@@ -322,6 +331,7 @@ impl<M: PageMemory> Node<M> {
         let Some(&stream) = self.streams.owning(s, page) else {
             return;
         };
+        self.streams.note_opened(s);
         let pf = self.cfg.prefetch;
         let window = stream.window.max(pf.prefetch_pages as usize);
         // Only near the end of what is already on its way (like the kernel's readahead marker):

@@ -42,6 +42,9 @@ pub(crate) struct Stream {
     pub reach: PageNum,
     /// The read-ahead window, in pages (grows while prefetched pages are used).
     pub window: usize,
+    /// Pages of the walk threads opened since it started or was carried into its allocation
+    /// (what a window carried into the next allocation may be: see `Node::request_pages`).
+    pub opened: usize,
     /// The page one stride after the last one the latest request asked for: a demand fault
     /// there means the thread streams faster than the read-ahead, which then grows, not resets.
     /// Cleared when a page asked for ahead is dropped unread (see `Node::read_ahead_lost`).
@@ -65,6 +68,7 @@ impl Stream {
             start: page,
             reach: PageNum(page.0.saturating_add(1)),
             window: 0,
+            opened: 0,
             next: None,
             stride,
             quiet: None,
@@ -125,6 +129,13 @@ impl Streams {
     /// The stream numbered `i`.
     pub fn get(&self, i: u8) -> Stream {
         self.streams[usize::from(i)]
+    }
+
+    /// A thread opened a page stream `i` asked for (not a move: the walk's slot keeps its age).
+    pub fn note_opened(&mut self, i: u8) {
+        if let Some(s) = self.streams.get_mut(usize::from(i)) {
+            s.opened = s.opened.saturating_add(1);
+        }
     }
 
     /// Stores stream `i` back, moved now.

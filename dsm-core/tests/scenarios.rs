@@ -606,8 +606,8 @@ fn threads_read_their_own_parts(threads: usize) {
 /// Eight threads of node 1 take 8-page chunks of an array in turn (an OpenMP loop's
 /// `schedule(static, 8)` or `dynamic`): each faults at its chunk's start, a little past what the
 /// node's walk asked for, and the walk goes on from there, gap included, its window growing for
-/// all of them. With a walk per thread's faults, 649 demand fetches and 1,052 requests for the
-/// 4,096 pages (before the streams, 699 and 892).
+/// all of them: 128 demand fetches and 204 requests for the 4,096 pages. With a walk per
+/// thread's faults, 649 and 1,052 (before the streams, 699 and 892).
 #[test]
 fn threads_taking_chunks_in_turn_are_read_ahead_as_one_walk() {
     let (threads, chunk, pages) = (8u64, 8u64, 4096u64);
@@ -634,8 +634,8 @@ fn threads_taking_chunks_in_turn_are_read_ahead_as_one_walk() {
         assert_eq!(v, (addr.0 - x.0) / PAGE, "the word at {addr:?}");
     }
     let s = c.node(1).stats();
-    assert!(s.pages_fetched <= 64, "{} demand fetches", s.pages_fetched);
-    assert!(s.getp_sent <= 200, "{} requests", s.getp_sent);
+    assert!(s.pages_fetched <= 160, "{} demand fetches", s.pages_fetched);
+    assert!(s.getp_sent <= 300, "{} requests", s.getp_sent);
 }
 
 /// A thread's own jumps are not taken for a walk it outran (a review's finding against the
@@ -699,6 +699,54 @@ fn a_walk_into_the_next_allocation_keeps_its_window() {
         "{s:?}"
     );
     assert!(s.getp_sent <= 3 * allocs, "{} requests", s.getp_sent);
+}
+
+/// Continuing a walk never pulls in what nobody here reads (a third review's findings against
+/// the second version of the rules above): a walk carried from a long stream into allocation
+/// after allocation of which a few pages each are read (it fetched each one to its end: 17,408
+/// pages for 2,560 read; 4,224 before the rules), and two threads of a node taking their chunks
+/// in turn among other nodes' (the others' chunks fetched: 3,478 pages for 1,024 read; 1,697
+/// before the rules).
+#[test]
+fn a_continued_walk_does_not_fetch_what_nobody_here_reads() {
+    let mut c = Cluster::new(2, 5, |_| {});
+    let big = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), 2048 * PAGE)
+        .unwrap();
+    let xs: Vec<GlobalAddr> = (0..128)
+        .map(|_| c.alloc(AllocPolicy::OnNode(NodeId(0)), 128 * PAGE).unwrap())
+        .collect();
+    c.barrier().unwrap();
+    for p in 0..2048 {
+        c.push(1, 0, Op::Read(big.offset_by(p * PAGE)));
+    }
+    for x in &xs {
+        for p in 8..12 {
+            c.push(1, 0, Op::Read(x.offset_by(p * PAGE)));
+        }
+    }
+    c.run().unwrap();
+    let s = c.node(1).stats();
+    let fetched = s.pages_fetched + s.prefetch_requested;
+    assert!(fetched <= 5_000, "{fetched} pages fetched to read 2,560");
+
+    let (pages, chunk, all_threads) = (4096u64, 16u64, 8u64);
+    let mut c = Cluster::new(2, 81, |_| {});
+    let x = c
+        .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
+        .unwrap();
+    c.barrier().unwrap();
+    c.set_threads(1, 2);
+    for p in 0..pages {
+        let t = (p / chunk) % all_threads;
+        if t < 2 {
+            c.push(1, t as usize, Op::Read(x.offset_by(p * PAGE)));
+        }
+    }
+    c.run().unwrap();
+    let s = c.node(1).stats();
+    let fetched = s.pages_fetched + s.prefetch_requested;
+    assert!(fetched <= 2_000, "{fetched} pages fetched to read 1,024");
 }
 
 /// One thread reads two arrays homed on node 0 in step (`a[i] + b[i]`): both walks are read
