@@ -9,9 +9,10 @@
 //! ([`crate::table::PageEntry::stream`]); its first touch moves that stream only.
 //!
 //! A demand fault continues the stream it outran (the page right after the stream's last
-//! request), restarts the stream whose pages it falls among, or starts a new one in the slot
-//! used least recently. The stride of a walk comes from the faulting thread's own last demand
-//! faults, not the node's: two threads walking two columns each see their own.
+//! request, or a little past it where the caller's rule allows: `Node::request_pages`),
+//! restarts the stream whose pages it falls among, or starts a new one in the slot used least
+//! recently. The stride of a walk comes from the faulting thread's own last demand faults, not
+//! the node's: two threads walking two columns each see their own.
 
 use std::collections::BTreeMap;
 
