@@ -18,7 +18,7 @@ use crate::msg::{Msg, MsgKind, PageDiff, RunData, WriteNotice};
 use crate::node::Node;
 use crate::node::{MAX_FORWARDS, MAX_HELD_RUNS};
 use crate::streams::{Demand, NO_STREAM, Stream};
-use crate::table::{Fetch, Frame, GrantSource, HeldRun, Serve, runs_of};
+use crate::table::{Fetch, Frame, GrantSource, HeldRun, PageTable, Serve, runs_of};
 use crate::types::{Access, GlobalAddr, NodeId, PAGE_SIZE, PageBuf, PageNum, Prot, Time, WaiterId};
 use crate::types::{MAX_DIFF_MSG_BYTES, MAX_EARLY_REQUESTS, MAX_GETP_PAGES};
 
@@ -40,6 +40,45 @@ const EVICT_BATCH_DIVISOR: usize = 64;
 /// the home one write fault if it writes it before the next barrier; a home serving the same
 /// rows every iteration (sor's boundaries) has no tracked page near them, and fills no gap.
 const TRACK_GAP: u32 = 64;
+
+/// Whether `waiter`'s demand fault on `page`, a little past walk `st`'s next page (less than a
+/// window of its strides), continues the walk. In the walk's allocation: where nothing between
+/// its next page and the fault is to be asked for (pages held here, or on their way), or where
+/// the walk is another thread's and the fault at most `least` (`prefetch_pages`) or a quarter
+/// window past (threads taking small chunks in turn; a wider gap may be other nodes' chunks,
+/// which nobody here reads); never over pages a thread skips itself (a stride not yet found,
+/// reads scattered forward). In the allocation right after the walk's: where the walk reached
+/// its own's end (lu's panels, one allocation each: the window carries on, its pages do not).
+fn continues_walk(
+    table: &PageTable,
+    me: NodeId,
+    st: &Stream,
+    page: PageNum,
+    waiter: WaiterId,
+    least: usize,
+) -> bool {
+    let Some(n) = st.next else { return false };
+    let last = n.0.saturating_sub(st.stride);
+    let end = table.allocation_end(PageNum(last));
+    if last >= page.0 {
+        return false;
+    }
+    if end <= u64::from(page.0) {
+        return u64::from(n.0) >= end
+            && u32::try_from(end)
+                .is_ok_and(|e| table.allocation_end(PageNum(e)) > u64::from(page.0));
+    }
+    let strides = (page.0.saturating_sub(n.0) / st.stride) as usize;
+    let nothing_between = || {
+        (u64::from(n.0)..u64::from(page.0))
+            .step_by(st.stride as usize)
+            .all(|p| {
+                let e = &table[p as usize];
+                e.home == me || e.frame != Frame::Invalid || e.fetch.is_some()
+            })
+    };
+    (st.by != waiter && strides <= least.max(st.window / 4)) || nothing_between()
+}
 
 /// `pages` in their order, cut into runs of consecutive ascending pages of at most `max`.
 fn runs_in_order(pages: &[PageNum], max: usize) -> Vec<(PageNum, usize)> {
@@ -181,53 +220,24 @@ impl<M: PageMemory> Node<M> {
         self.note_fetch(page, now);
         self.stats.pages_fetched += 1;
         let pf = self.cfg.prefetch;
-        // A fault right after a stream's last window: the thread outran the read-ahead; ask
-        // for a larger window at once (otherwise the stream starts again from
-        // `prefetch_pages`, sequentially or at the stride of the thread's last three demand
-        // faults).
+        // A fault on a walk's next page (the thread outran the read-ahead), or one a little past
+        // it that `continues_walk` lets continue it, asks for a larger window at once; otherwise
+        // a walk starts again from `prefetch_pages`, sequentially or at the stride of the
+        // thread's last three demand faults.
         let stride = self.stride_of(waiter, page);
         let least = pf.prefetch_pages as usize;
-        // The scan starts after this page, or for a walk outrun, at its next page (the pages
-        // between it and the fault come too).
-        // A fault a little past a walk continues it, in the walk's allocation, where nothing
-        // between its next page and the fault is to be asked for (pages held here, or on their
-        // way), or where the walk is another thread's and the fault at most `prefetch_pages` or a
-        // quarter window past (threads taking small chunks in turn; a wider gap may be other nodes'
-        // chunks, which nobody here reads), never over pages a thread skips itself (a stride not yet
-        // found, reads scattered forward); in the allocation right after the walk's, where the
-        // walk reached its own's end (lu's panels, one allocation each: the window carries on,
-        // no more than twice what threads opened of the last allocation, its pages do not).
         let (table, me) = (&self.table, self.cfg.node);
-        let may_continue = |st: &Stream| {
-            let Some(n) = st.next else { return false };
-            let last = n.0.saturating_sub(st.stride);
-            let end = table.allocation_end(PageNum(last));
-            if last >= page.0 {
-                false
-            } else if end <= u64::from(page.0) {
-                u64::from(n.0) >= end
-                    && u32::try_from(end)
-                        .is_ok_and(|e| table.allocation_end(PageNum(e)) > u64::from(page.0))
-            } else {
-                let strides = (page.0.saturating_sub(n.0) / st.stride) as usize;
-                (st.by != waiter && strides <= least.max(st.window / 4))
-                    || (u64::from(n.0)..u64::from(page.0))
-                        .step_by(st.stride as usize)
-                        .all(|p| {
-                            let e = &table[p as usize];
-                            e.home == me || e.frame != Frame::Invalid || e.fetch.is_some()
-                        })
-            }
-        };
+        let may_continue = |st: &Stream| continues_walk(table, me, st, page, waiter, least);
         let demand = self
             .streams
             .for_demand(waiter, page, stride, least, may_continue);
         let (s, mut stream, from) = match demand {
             Demand::Outran(s) => {
                 let mut stream = self.streams.get(s);
-                // Within the page's allocation the gap comes too, and the window doubles; a walk
-                // carried into the next allocation keeps its window and asks from the fault (a
-                // reader at the end of one array says nothing of the next one's pages).
+                // Within the page's allocation the scan starts at the walk's next page (the gap
+                // comes too), and the window doubles; a walk carried into the next allocation
+                // asks from the fault (a reader at the end of one array says nothing of the next
+                // one's pages).
                 let from = stream
                     .next
                     .map(|n| PageNum(n.0.saturating_sub(stream.stride)))
@@ -418,8 +428,7 @@ impl<M: PageMemory> Node<M> {
     /// reached the allocation's end).
     fn read_ahead_lost(&mut self, page: PageNum) {
         let s = self.table[page.index()].stream;
-        if let Some(&stream) = self.streams.owning(s, page) {
-            let mut stream = stream;
+        if let Some(mut stream) = self.streams.owning(s, page).copied() {
             if stream.next.is_some_and(|n| page.0 < n.0) {
                 stream.next = None;
             }

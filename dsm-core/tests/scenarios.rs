@@ -21,6 +21,14 @@ fn one_page_ahead(c: &mut CoreConfig) {
     c.prefetch.max_checking_pages = 1;
 }
 
+/// Windows of 4 pages growing to 64, and a cache of 8,192 pages: walks' windows move many times
+/// in a scenario of a few thousand pages.
+fn small_windows(c: &mut CoreConfig) {
+    c.prefetch.prefetch_pages = 4;
+    c.prefetch.read_ahead_max_pages = 64;
+    c.cache_pages = 8192;
+}
+
 /// A cluster of `n` nodes without prefetch and `pages` pages all homed on node 0.
 fn cluster_homed_on_0(n: u16, pages: u64, seed: u64) -> (Cluster, GlobalAddr) {
     let mut c = Cluster::new(n, seed, no_prefetch);
@@ -348,11 +356,7 @@ fn a_walk_asks_for_the_last_pages_before_its_own_rows() {
 #[test]
 fn a_tail_invalidated_after_the_read_ahead_reached_the_end_is_read_ahead_again() {
     let (pages, at, tail) = (100u64, 60u64, 30u64);
-    let mut c = Cluster::new(3, 7, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(3, 7, small_windows);
     let x = c
         .alloc(AllocPolicy::OnNode(NodeId(1)), pages * PAGE)
         .unwrap();
@@ -390,11 +394,7 @@ fn a_tail_invalidated_after_the_read_ahead_reached_the_end_is_read_ahead_again()
 fn a_strided_walk_is_read_ahead_at_its_stride() {
     let stride = 20u64;
     let rows = 300u64;
-    let mut c = Cluster::new(2, 11, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(2, 11, small_windows);
     let x = c
         .alloc(AllocPolicy::OnNode(NodeId(0)), rows * stride * PAGE)
         .unwrap();
@@ -522,11 +522,7 @@ fn lent_runs_read_late_still_leave_the_reader_with_every_write_of_the_home() {
 /// read-ahead, and a sequential stream after a strided walk is read ahead page by page again.
 #[test]
 fn a_broken_stride_falls_back_to_sequential_read_ahead() {
-    let mut c = Cluster::new(2, 12, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(2, 12, small_windows);
     let x = c
         .alloc(AllocPolicy::OnNode(NodeId(0)), 2000 * PAGE)
         .unwrap();
@@ -564,11 +560,7 @@ fn threads_reading_their_own_parts_are_each_read_ahead() {
 
 fn threads_read_their_own_parts(threads: usize) {
     let part = 256u64;
-    let mut c = Cluster::new(2, 41, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(2, 41, small_windows);
     let x = c
         .alloc(AllocPolicy::OnNode(NodeId(0)), threads as u64 * part * PAGE)
         .unwrap();
@@ -611,11 +603,7 @@ fn threads_read_their_own_parts(threads: usize) {
 #[test]
 fn threads_taking_chunks_in_turn_are_read_ahead_as_one_walk() {
     let (threads, chunk, pages) = (8u64, 8u64, 4096u64);
-    let mut c = Cluster::new(2, 81, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(2, 81, small_windows);
     let x = c
         .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
         .unwrap();
@@ -673,11 +661,7 @@ fn a_threads_own_jumps_do_not_continue_its_walk() {
 #[test]
 fn a_walk_into_the_next_allocation_keeps_its_window() {
     let (allocs, size, tail) = (24u64, 128u64, 96u64);
-    let mut c = Cluster::new(2, 5, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(2, 5, small_windows);
     let xs: Vec<GlobalAddr> = (0..allocs)
         .map(|_| {
             c.alloc(AllocPolicy::OnNode(NodeId(0)), size * PAGE)
@@ -755,11 +739,7 @@ fn a_continued_walk_does_not_fetch_what_nobody_here_reads() {
 #[test]
 fn a_thread_reading_two_arrays_in_step_reads_both_ahead() {
     let pages = 400u64;
-    let mut c = Cluster::new(2, 42, |cfg| {
-        cfg.prefetch.prefetch_pages = 4;
-        cfg.prefetch.read_ahead_max_pages = 64;
-        cfg.cache_pages = 8192;
-    });
+    let mut c = Cluster::new(2, 42, small_windows);
     let a = c
         .alloc(AllocPolicy::OnNode(NodeId(0)), pages * PAGE)
         .unwrap();

@@ -405,16 +405,7 @@ pub fn real_timers() -> RealTimers {
             found.periodic |= interval_set;
         }
     };
-    let mut it = libc::itimerval {
-        it_interval: libc::timeval {
-            tv_sec: 0,
-            tv_usec: 0,
-        },
-        it_value: libc::timeval {
-            tv_sec: 0,
-            tv_usec: 0,
-        },
-    };
+    let mut it = itimer(0);
     // SAFETY: getitimer writes one itimerval, a valid local here.
     if unsafe { libc::getitimer(libc::ITIMER_REAL, &mut it) } == 0 {
         note(
@@ -456,6 +447,18 @@ pub fn real_timers() -> RealTimers {
         }
     }
     found
+}
+
+/// An interval timer's setting that fires in `secs` seconds and every `secs` after (0: off).
+fn itimer(secs: libc::time_t) -> libc::itimerval {
+    let every = libc::timeval {
+        tv_sec: secs,
+        tv_usec: 0,
+    };
+    libc::itimerval {
+        it_interval: every,
+        it_value: every,
+    }
 }
 
 /// The POSIX timers `/proc/self/timers` lists that notify (a signal or a thread; not
@@ -507,26 +510,7 @@ mod timer_tests {
             }
         );
         assert_eq!(super::real_timers(), RealTimers::default());
-        let every_100_s = libc::itimerval {
-            it_interval: libc::timeval {
-                tv_sec: 100,
-                tv_usec: 0,
-            },
-            it_value: libc::timeval {
-                tv_sec: 100,
-                tv_usec: 0,
-            },
-        };
-        let off = libc::itimerval {
-            it_interval: libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
-            it_value: libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
-        };
+        let (every_100_s, off) = (super::itimer(100), super::itimer(0));
         // SAFETY: setitimer sets this process's real timer from a valid local (no old value
         // asked); disarmed below before it can fire.
         unsafe { libc::setitimer(libc::ITIMER_REAL, &every_100_s, std::ptr::null_mut()) };
