@@ -5,8 +5,13 @@
 //! caller's unwind table, where Rust's personality answers "terminate", and the C library
 //! aborted the node (a thread cancelled in `fread`, or in a checked build's `readv`, `recv`,
 //! `recvfrom`). See `crate::entry`.
+//!
+//! The system calls libjia defines under their own names (`readv`, `recv` and the others of
+//! [`next_definitions`]) are reached past libjia's definitions: by name they would be libjia's
+//! own again.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{
     FILE, clockid_t, iovec, mmsghdr, msghdr, pthread_attr_t, pthread_barrier_t, pthread_cond_t,
@@ -15,36 +20,6 @@ use libc::{
 };
 
 unsafe extern "C-unwind" {
-    pub(crate) fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> isize;
-    pub(crate) fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> isize;
-    pub(crate) fn recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
-    pub(crate) fn send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
-    pub(crate) fn recvfrom(
-        fd: c_int,
-        buf: *mut c_void,
-        n: usize,
-        flags: c_int,
-        from: *mut sockaddr,
-        len: *mut socklen_t,
-    ) -> isize;
-    pub(crate) fn sendto(
-        fd: c_int,
-        buf: *const c_void,
-        n: usize,
-        flags: c_int,
-        to: *const sockaddr,
-        len: socklen_t,
-    ) -> isize;
-    pub(crate) fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> isize;
-    pub(crate) fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> isize;
-    pub(crate) fn recvmmsg(
-        fd: c_int,
-        msgs: *mut mmsghdr,
-        n: c_uint,
-        flags: c_int,
-        timeout: *mut timespec,
-    ) -> c_int;
-    pub(crate) fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int;
     pub(crate) fn fgets(s: *mut c_char, n: c_int, f: *mut FILE) -> *mut c_char;
 
     pub(crate) fn pthread_create(
@@ -143,3 +118,144 @@ unsafe extern "C-unwind" {
         cmp: Option<unsafe extern "C-unwind" fn(*const c_void, *const c_void) -> c_int>,
     );
 }
+
+/// The C library's definitions of calls libjia defines under the same names
+/// ([`crate::interpose`]), reached past libjia's own: each is looked up once
+/// (`dlsym(RTLD_NEXT)`: the next definition after the object libjia is linked into, the C
+/// library's, or a preloaded library's that wraps it) and kept. The lookups are made when
+/// libjia is loaded ([`RESOLVE_AT_LOAD`]) and again by `jia_init` ([`resolve`]), before any
+/// signal handler of the DSM's: a call from signal context (the runtime's own sends in a fault
+/// handler's drive) finds its definition there and makes no lookup, and stays async-signal-safe.
+/// A call before either (a constructor of the program's that ran first) looks it up then.
+macro_rules! next_definitions {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// Where each definition was found (0 before its lookup).
+        #[allow(non_upper_case_globals)]
+        mod found {
+            use std::sync::atomic::AtomicUsize;
+            $(pub(super) static $name: AtomicUsize = AtomicUsize::new(0);)*
+        }
+
+        $(
+            /// The C library's definition of this call (see [`next_definitions`]).
+            ///
+            /// # Safety
+            /// As the C library's call of this name.
+            pub(crate) unsafe fn $name($($arg: $ty),*) -> $ret {
+                let at = next(
+                    &found::$name,
+                    // The name, NUL-terminated.
+                    const { unwrap_c_str(concat!(stringify!($name), "\0").as_bytes()) },
+                );
+                type Call = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
+                // SAFETY: the definition found under this name is the C library's call (or a
+                // wrapper of it), which has this signature.
+                let f = unsafe { std::mem::transmute::<usize, Call>(at) };
+                // SAFETY: the caller's promise.
+                unsafe { f($($arg),*) }
+            }
+        )*
+
+        /// Looks every definition up that is not yet (one not found is left to its call).
+        pub(crate) fn resolve() {
+            $(look_up(
+                &found::$name,
+                const { unwrap_c_str(concat!(stringify!($name), "\0").as_bytes()) },
+            );)*
+        }
+    };
+}
+
+next_definitions! {
+    readv(fd: c_int, iov: *const iovec, cnt: c_int) -> isize;
+    writev(fd: c_int, iov: *const iovec, cnt: c_int) -> isize;
+    preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> isize;
+    pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> isize;
+    recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
+    send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
+    recvfrom(
+        fd: c_int,
+        buf: *mut c_void,
+        n: usize,
+        flags: c_int,
+        from: *mut sockaddr,
+        len: *mut socklen_t
+    ) -> isize;
+    sendto(
+        fd: c_int,
+        buf: *const c_void,
+        n: usize,
+        flags: c_int,
+        to: *const sockaddr,
+        len: socklen_t
+    ) -> isize;
+    recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> isize;
+    sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> isize;
+    recvmmsg(
+        fd: c_int,
+        msgs: *mut mmsghdr,
+        n: c_uint,
+        flags: c_int,
+        timeout: *mut timespec
+    ) -> c_int;
+    sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int;
+}
+
+/// `bytes` (a literal ending in its only NUL) as a C string, at compile time.
+const fn unwrap_c_str(bytes: &[u8]) -> &CStr {
+    match CStr::from_bytes_with_nul(bytes) {
+        Ok(s) => s,
+        Err(_) => panic!("a name with a NUL inside"),
+    }
+}
+
+/// The address of the definition of `name` after libjia's, kept in `slot`. Where there is none
+/// (a program linked statically, where `dlsym` finds nothing), ends the process with a line
+/// naming the call: libjia cannot make it. Async-signal-safe once `slot` is set.
+fn next(slot: &AtomicUsize, name: &CStr) -> usize {
+    match slot.load(Ordering::Acquire) {
+        0 => look_up(slot, name).unwrap_or_else(|| cannot_reach(name)),
+        at => at,
+    }
+}
+
+/// Looks `name` up past libjia's definition into `slot`, unless it is there already.
+fn look_up(slot: &AtomicUsize, name: &CStr) -> Option<usize> {
+    let at = slot.load(Ordering::Acquire);
+    if at != 0 {
+        return Some(at);
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only looks the symbol up.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    (f != 0).then(|| {
+        slot.store(f, Ordering::Release);
+        f
+    })
+}
+
+/// Ends the process: the C library's definition of `name` cannot be found. Async-signal-safe.
+#[cold]
+fn cannot_reach(name: &CStr) -> ! {
+    let parts: [&[u8]; 3] = [
+        b"libjia: the C library's ",
+        name.to_bytes(),
+        b" cannot be found past libjia's own (dlsym RTLD_NEXT); link the C library dynamically\n",
+    ];
+    for part in parts {
+        // SAFETY: a write of a static or NUL-free byte string to standard error.
+        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+    }
+    // SAFETY: ends the process; nothing to keep.
+    unsafe { libc::abort() }
+}
+
+/// Looks the definitions up when libjia is loaded (a constructor of the object it is linked
+/// into), before any thread or signal handler of the program's or the DSM's.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RESOLVE_AT_LOAD: extern "C" fn() = {
+    extern "C" fn resolve_at_load() {
+        resolve();
+    }
+    resolve_at_load
+};

@@ -1,6 +1,7 @@
 //! The C library's calls that libjia defines in place of the C library's own for programs linked
 //! with it: system calls whose buffer may lie in shared memory (`read`, `write`, `pread`,
-//! `pwrite`, `fread`, `fwrite`), and the calls that would take shared memory away from the DSM
+//! `pwrite`, `fread`, `fwrite`; `readv`, `writev`, `preadv`, `pwritev`, `recv`, `send`,
+//! `recvfrom`, `sendto`, `recvmsg`, `sendmsg`, `recvmmsg`, `sendmmsg`), and the calls that would take shared memory away from the DSM
 //! (`sigaction` and `signal` for SIGSEGV and SIGBUS, `mprotect`, `munmap`, `mremap`, `madvise`).
 
 use std::ffi::{c_int, c_void};
@@ -16,8 +17,10 @@ use crate::entry::__sigaction;
 // definitions take the place of the C library's for programs linked with libjia: the buffer's
 // shared pages are brought in first with the access the call makes, a call that still meets
 // EFAULT (a page taken away meanwhile) is retried, and the C library does the rest. A buffer
-// outside shared memory costs one range check. Other calls (recv, send, memcpy-free kernel
-// copies such as sendfile or io_uring) are not covered: see the README.
+// outside shared memory costs one range check (the runtime's own sends and receives pass here
+// too). The calls without another name in the C library (`readv`, `recv`...) reach its
+// definitions past libjia's (`crate::cancellable`). Other calls that hand memory to the kernel
+// (`stat`'s buffer, `sendfile`, io_uring, `preadv2`) are not covered: docs/c-programs.md.
 
 unsafe extern "C-unwind" {
     fn __read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
@@ -474,10 +477,12 @@ fn unmap(at: *mut u8, len: usize) {
     unsafe { libc::munmap(at.cast(), len) };
 }
 
-/// Makes the key of the threads' kept private buffers. Called by `jia_init`, before shared
-/// memory exists (a receive into it cannot come earlier; without `init`, receives go in
-/// place).
+/// Finds the C library's definitions libjia calls past its own (if its load did not) and makes
+/// the key of the threads' kept private buffers. Called by `jia_init`, before shared memory and
+/// the DSM's signal handlers exist (a receive into shared memory cannot come earlier; without
+/// `init`, receives go in place).
 pub(crate) fn init() {
+    crate::cancellable::resolve();
     KEY.get_or_init(|| {
         let mut key: libc::pthread_key_t = 0;
         // SAFETY: writes the new key into `key`; the destructor is a plain function.
@@ -762,26 +767,27 @@ fn set_errno(value: c_int) {
     unsafe { *libc::__errno_location() = value };
 }
 
-// Calls a checked object makes to these entries instead (`dsmcc --check-races` renames them: its
-// `CHECKED_IO_FUNCTIONS`): the buffers' pages are brought in as for `read`, and the bytes moved
-// are recorded at the caller's line.
+// The calls that hand buffers to the kernel beside `read` and the others above, each with its
+// caller's address too (the checker names the call's line): the buffers' pages are brought in
+// as for `read`, and the bytes moved are recorded for the checker.
 crate::entry::pc_entry! {
-    __dsm_checked_readv => readv_at, "rcx", (fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize;
-    __dsm_checked_writev => writev_at, "rcx",
-        (fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize;
-    __dsm_checked_recv => recv_at, "r8",
-        (fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
-    __dsm_checked_send => send_at, "r8",
-        (fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
-    __dsm_checked_fgets => fgets_at, "rcx",
-        (s: *mut libc::c_char, n: c_int, f: *mut libc::FILE) -> *mut libc::c_char;
-    __dsm_checked_recvmsg => recvmsg_at, "rcx",
-        (fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
-    __dsm_checked_sendmsg => sendmsg_at, "rcx",
-        (fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize;
-    __dsm_checked_sendmmsg => sendmmsg_at, "r8",
+    readv => readv_at, "rcx", (fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize;
+    writev => writev_at, "rcx", (fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize;
+    preadv => preadv_at, "r8",
+        (fd: c_int, iov: *const libc::iovec, cnt: c_int, off: i64) -> isize;
+    preadv64 => preadv_at, "r8",
+        (fd: c_int, iov: *const libc::iovec, cnt: c_int, off: i64) -> isize;
+    pwritev => pwritev_at, "r8",
+        (fd: c_int, iov: *const libc::iovec, cnt: c_int, off: i64) -> isize;
+    pwritev64 => pwritev_at, "r8",
+        (fd: c_int, iov: *const libc::iovec, cnt: c_int, off: i64) -> isize;
+    recv => recv_at, "r8", (fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
+    send => send_at, "r8", (fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
+    recvmsg => recvmsg_at, "rcx", (fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
+    sendmsg => sendmsg_at, "rcx", (fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize;
+    sendmmsg => sendmmsg_at, "r8",
         (fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int;
-    __dsm_checked_recvmmsg => recvmmsg_at, "r9", (
+    recvmmsg => recvmmsg_at, "r9", (
         fd: c_int,
         msgs: *mut libc::mmsghdr,
         n: libc::c_uint,
@@ -792,7 +798,7 @@ crate::entry::pc_entry! {
 
 // Six arguments: the caller's address travels on the stack.
 crate::entry::pc_entry_stacked! {
-    __dsm_checked_recvfrom => recvfrom_at, (
+    recvfrom => recvfrom_at, (
         fd: c_int,
         buf: *mut c_void,
         n: usize,
@@ -800,7 +806,7 @@ crate::entry::pc_entry_stacked! {
         from: *mut libc::sockaddr,
         len: *mut libc::socklen_t
     ) -> isize;
-    __dsm_checked_sendto => sendto_at, (
+    sendto => sendto_at, (
         fd: c_int,
         buf: *const c_void,
         n: usize,
@@ -808,6 +814,14 @@ crate::entry::pc_entry_stacked! {
         to: *const libc::sockaddr,
         len: libc::socklen_t
     ) -> isize;
+}
+
+// `fgets` copies from its stream's buffer in the program's own code (a fault there is the
+// DSM's to serve): a checked object's calls come here (`dsmcc --check-races` renames them: its
+// `CHECKED_IO_FUNCTIONS`) only for the checker to record the bytes at the caller's line.
+crate::entry::pc_entry! {
+    __dsm_checked_fgets => fgets_at, "rcx",
+        (s: *mut libc::c_char, n: c_int, f: *mut libc::FILE) -> *mut libc::c_char;
 }
 
 /// The buffers of `cnt` iovecs at `iov`, as slices of (address, length); none for a bad count.
@@ -904,6 +918,37 @@ unsafe extern "C-unwind" fn writev_at(
     unsafe {
         vectored(iov, cnt, false, pc, || {
             crate::cancellable::writev(fd, iov, cnt)
+        })
+    }
+}
+
+unsafe extern "C-unwind" fn preadv_at(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: i64,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's preadv with the caller's arguments (a positioned read: a file,
+    // whose retry loses nothing, read in place).
+    unsafe {
+        vectored(iov, cnt, true, pc, || {
+            crate::cancellable::preadv(fd, iov, cnt, off)
+        })
+    }
+}
+
+unsafe extern "C-unwind" fn pwritev_at(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: i64,
+    pc: usize,
+) -> isize {
+    // SAFETY: the C library's pwritev with the caller's arguments.
+    unsafe {
+        vectored(iov, cnt, false, pc, || {
+            crate::cancellable::pwritev(fd, iov, cnt, off)
         })
     }
 }

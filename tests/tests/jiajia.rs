@@ -65,6 +65,7 @@ const PROGRAMS: &[(&str, &[&str], &[&str], &str)] = &[
     ),
     ("messages", &[], &["10"], "c-messages OK rounds=10"),
     ("io", &[], &["256"], "c-io OK kib=256"),
+    ("io_calls", &[], &["64"], "c-io_calls OK kib=64"),
     ("threads", &[], &["16"], "c-threads OK pages=16"),
     ("small_stack", &[], &[], "c-small_stack OK"),
 ];

@@ -725,10 +725,11 @@ fn a_race_between_every_round_of_a_reused_barrier_is_found() {
 /// The C programs of the suite, race-free, under the checker on 1, 2 and 4 nodes: no report.
 #[test]
 fn the_c_programs_are_not_reported() {
-    let programs: [(&str, &[&str], &[&str]); 11] = [
+    let programs: [(&str, &[&str], &[&str]); 12] = [
         ("apps/c/matmul.c", &[], &["64"]),
         ("tests/c/jia21.c", &["-DJIA_FLOAT_CLOCK"], &["50000", "3"]),
         ("tests/c/io.c", &[], &["256"]),
+        ("tests/c/io_calls.c", &[], &["64"]),
         ("apps/c/sor.c", &[], &["64", "4"]),
         ("apps/c/lu.c", &[], &["64", "16"]),
         ("apps/c/sor_pthreads.c", &[], &["64", "4", "2"]),

@@ -569,14 +569,11 @@ const CHECKED_MEMORY_FUNCTIONS: &[&str] = &[
     "atof",
 ];
 
-/// The system calls and C library calls that move bytes between the kernel (or a stream) and a
-/// buffer, whose calls a checked object makes to libjia's entries instead (they bring the
-/// buffer's pages in, make the call and record the bytes moved: `jia/src/interpose.rs`).
-/// `read`, `write`, `pread`, `pwrite`, `fread` and `fwrite` are libjia's own in every program.
-const CHECKED_IO_FUNCTIONS: &[&str] = &[
-    "readv", "writev", "recv", "send", "recvfrom", "sendto", "recvmsg", "sendmsg", "recvmmsg",
-    "sendmmsg", "fgets",
-];
+/// The C library calls that move bytes between a stream and a buffer in the program's own code,
+/// whose calls a checked object makes to libjia's entries instead (they record the bytes moved:
+/// `jia/src/interpose.rs`). The system calls that do (`read`, `readv`, `recv`, ...) are libjia's
+/// own in every program.
+const CHECKED_IO_FUNCTIONS: &[&str] = &["fgets"];
 
 /// The synchronisation of a node's threads that the race checker sees the same way (each
 /// ordering the threads as the DSM's own synchronisation does).
