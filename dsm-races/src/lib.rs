@@ -583,6 +583,27 @@ pub fn allocation_site(from: From) -> String {
     }
 }
 
+/// An allocation's site as [`allocation_site`] gave it with the checker off (`module+0xOFFSET`:
+/// a return address in a C program), named by its source line where the module's debugging
+/// information has it (addr2line); other text as it is. For a message made once (a verdict),
+/// not on a hot path: it runs addr2line.
+pub fn site_line(site: &str) -> String {
+    let code = site.rsplit_once("+0x").and_then(|(module, hex)| {
+        let offset = u64::from_str_radix(hex, 16).ok()?;
+        Some(Site::Code {
+            module: module.to_owned(),
+            offset,
+        })
+    });
+    match code {
+        Some(code) => {
+            let _held = CancellationHeld::hold();
+            report::site_now(&code)
+        }
+        None => site.to_owned(),
+    }
+}
+
 /// Runs `f` with this thread's recorder (made at its first use).
 ///
 /// An access made while the recorder is busy (a signal handler's, interrupting this thread's

@@ -1319,8 +1319,11 @@ impl Dsm {
             op,
             order,
         };
+        let started = sys::monotonic_ns();
         match self.call(call)? {
             Reply::Value(v) => {
+                // A spin on the word is a wait the launcher's verdict must see.
+                progress::note_atomic(addr, width, op, v, started);
                 if declared.acquire {
                     races::sync_event(Event::Acquired(Object::Atomic(addr)));
                 }

@@ -21,10 +21,21 @@
 //! allocation, which nodes that allocate differently never make (it hung for ever, the home
 //! waiting in `jia_recv` for the faulting node). If the fault is a slow one after all, its
 //! page's grant is a change the launcher sees, and no verdict comes.
+//!
+//! A thread that spins on a word of shared memory (`while (!atomic_load(&flag));`, a spin lock's
+//! failing compare-exchange) runs, and its operations are messages on their way; yet where every
+//! other thread of the job waits, nothing will ever change the word ([`note_atomic`]). A thread
+//! whose every operation for a whole report interval was such an operation on one word that
+//! read the same value, back to back (it spent at most a tenth of that time between them: no
+//! computation between polls), is said to wait in a spin on it, and the node says it spins; the
+//! launcher's verdict on a job with a spinning node waits for nothing said to change for
+//! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
+
+use dsm_core::AtomicOp;
 
 use crate::door::slots::Use;
 use crate::door::{self, MAX_THREADS, SLOTS};
@@ -235,12 +246,19 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
     // slot), unless they wait for another thread.
     let mut undecided = Vec::new();
     let mut seen = Vec::new();
+    // Threads that spin on a word: they run, and wait all the same.
+    let mut spinning = Vec::new();
     for (i, u) in SLOTS.uses() {
         let Use::Held { tid, idle } = u else { continue };
         if !sys::thread_exists(tid) {
             continue;
         }
         seen.push(tid);
+        if let Some(spin) = spins(i) {
+            what.push((spin, tid));
+            spinning.push(tid);
+            continue;
+        }
         match (WAITING_ON[i].load(Ordering::Acquire), waits.get(&i)) {
             (0, Some(w)) => what.push((w.clone(), tid)),
             (0, None) if idle => undecided.push(tid),
@@ -253,9 +271,13 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
     drop(waits);
     // A thread registered in a waiting call may still be working on its way in or out (the
     // race checker's records at jia_exit): only one the kernel has asleep waits.
-    if what.iter().any(|&(_, tid)| sys::process::runs(tid)) {
+    if what
+        .iter()
+        .any(|&(_, tid)| !spinning.contains(&tid) && sys::process::runs(tid))
+    {
         return None;
     }
+    let spins = !spinning.is_empty();
     let Some(threads) = sys::process::threads() else {
         // Only the DSM's threads are seen (see above).
         if what.is_empty() || !undecided.is_empty() || open_round().is_some() {
@@ -264,6 +286,7 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
         return Some(NodeWaits {
             what: with_panic(spell_waits(&what)),
             timer: false,
+            spins,
         });
     };
     let runtime = door::threads::runtime_threads();
@@ -293,7 +316,7 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
         if timer {
             what.push_str(" (a periodic real-time timer is armed; its handler woke no thread)");
         }
-        NodeWaits { what, timer }
+        NodeWaits { what, timer, spins }
     })
 }
 
@@ -304,6 +327,8 @@ pub(crate) struct NodeWaits {
     pub what: String,
     /// A periodic real-time timer's handler may still wake a thread that waits for another.
     pub timer: bool,
+    /// A thread spins on a word ([`note_atomic`]): its operations are messages on their way.
+    pub spins: bool,
 }
 
 /// `waits`, and the panic of a thread of the node if there was one.
@@ -312,6 +337,160 @@ fn with_panic(waits: String) -> String {
         Some(p) => format!("{waits}, {p}"),
         None => waits,
     }
+}
+
+// ----- spins -----
+
+/// A thread's run of atomic operations on one word that changed nothing and read the same
+/// value (loads, compare-exchanges that failed), back to back: written by the thread at each
+/// operation ([`note_atomic`]), read by the service thread at each report ([`spins`]).
+struct Streak {
+    /// The word: its address, its width in bits 48-55 and the operation's kind in bits 56-63
+    /// ([`LOADS`] or [`FAILED_EXCHANGES`]); 0: no run.
+    word: AtomicU64,
+    /// The value each operation read.
+    value: AtomicU64,
+    /// When the run's first operation started (CLOCK_MONOTONIC ns): the run's identity.
+    since: AtomicU64,
+    /// Operations in the run.
+    ops: AtomicU64,
+    /// Nanoseconds spent in them.
+    inside: AtomicU64,
+    /// Nanoseconds spent between them (from one's end to the next one's start).
+    between: AtomicU64,
+    /// When the last one ended.
+    last_end: AtomicU64,
+}
+
+static STREAKS: [Streak; MAX_THREADS] = [const {
+    Streak {
+        word: AtomicU64::new(0),
+        value: AtomicU64::new(0),
+        since: AtomicU64::new(0),
+        ops: AtomicU64::new(0),
+        inside: AtomicU64::new(0),
+        between: AtomicU64::new(0),
+        last_end: AtomicU64::new(0),
+    }
+}; MAX_THREADS];
+
+/// A run's kinds of operation.
+const LOADS: u64 = 1;
+const FAILED_EXCHANGES: u64 = 2;
+
+/// Each slot's run as the last report saw it: (its `since`, its operations, the time inside,
+/// the time between). The service thread's alone.
+static SEEN_STREAKS: Mutex<[(u64, u64, u64, u64); MAX_THREADS]> =
+    Mutex::new([(0, 0, 0, 0); MAX_THREADS]);
+
+/// An atomic operation of the calling thread on the `width`-byte word at `addr`, which read
+/// `old`, made between `started` and now (CLOCK_MONOTONIC ns): a load, or a compare-exchange
+/// that found another value, extends the thread's run on that word and value, or starts one;
+/// any other operation (it changed the word, or may have) ends the run.
+pub(crate) fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, started: u64) {
+    let Some(slot) = door::my_slot() else { return };
+    let s = &STREAKS[slot];
+    let kind = match op {
+        AtomicOp::Load => LOADS,
+        AtomicOp::CompareExchange { expected, .. } if expected != old => FAILED_EXCHANGES,
+        _ => {
+            s.word.store(0, Ordering::Relaxed);
+            return;
+        }
+    };
+    let word = (addr as u64 & 0xffff_ffff_ffff) | u64::from(width) << 48 | kind << 56;
+    let ended = sys::monotonic_ns();
+    let inside = ended.saturating_sub(started);
+    if s.word.load(Ordering::Relaxed) == word && s.value.load(Ordering::Relaxed) == old {
+        let between = started.saturating_sub(s.last_end.load(Ordering::Relaxed));
+        s.ops.fetch_add(1, Ordering::Relaxed);
+        s.inside.fetch_add(inside, Ordering::Relaxed);
+        s.between.fetch_add(between, Ordering::Relaxed);
+    } else {
+        // A new run: its identity (`since`) last, after its counts.
+        s.word.store(0, Ordering::Relaxed);
+        s.value.store(old, Ordering::Relaxed);
+        s.ops.store(1, Ordering::Relaxed);
+        s.inside.store(inside, Ordering::Relaxed);
+        s.between.store(0, Ordering::Relaxed);
+        s.since.store(started, Ordering::Relaxed);
+        s.word.store(word, Ordering::Release);
+    }
+    s.last_end.store(ended, Ordering::Release);
+}
+
+/// What slot `i`'s thread spins on, if it spins: its run of operations on one word that
+/// changed nothing ([`note_atomic`]) is the one the last report saw, and since that report it
+/// made more of them, and spent at most a tenth of the time between them (a loop that computes
+/// between its polls computes; a spin only polls). Called at each report, for every slot.
+fn spins(i: usize) -> Option<String> {
+    let s = &STREAKS[i];
+    let word = s.word.load(Ordering::Acquire);
+    let now = (
+        s.since.load(Ordering::Relaxed),
+        s.ops.load(Ordering::Relaxed),
+        s.inside.load(Ordering::Relaxed),
+        s.between.load(Ordering::Relaxed),
+    );
+    let value = s.value.load(Ordering::Relaxed);
+    let mut seen = SEEN_STREAKS.lock().unwrap_or_else(|p| p.into_inner());
+    let before = std::mem::replace(&mut seen[i], if word == 0 { (0, 0, 0, 0) } else { now });
+    drop(seen);
+    let (since, ops, inside, between) = now;
+    let spun = word != 0
+        && since == before.0
+        && ops > before.1
+        && between.saturating_sub(before.3) * 10 <= inside.saturating_sub(before.2)
+        && sys::monotonic_ns().saturating_sub(since) >= SPIN_SAID_AFTER_NS;
+    spun.then(|| spell_spin(word, value))
+}
+
+/// How long a run must have lasted before its thread is said to spin: its word is then named by
+/// its allocation's line (addr2line, once per word), which a short spin while another node
+/// computes never costs the service thread.
+const SPIN_SAID_AFTER_NS: u64 = 1_000_000_000;
+
+/// Spins spelled so far, by (word, value): the same words at every report.
+static SPELLED: Mutex<BTreeMap<(u64, u64), String>> = Mutex::new(BTreeMap::new());
+
+/// A spin, spelled: the word, where it lies, and what the thread reads there.
+fn spell_spin(word: u64, value: u64) -> String {
+    let mut spelled = SPELLED.lock().unwrap_or_else(|p| p.into_inner());
+    if spelled.len() >= 64 {
+        spelled.clear();
+    }
+    spelled
+        .entry((word, value))
+        .or_insert_with(|| spell_spin_now(word, value))
+        .clone()
+}
+
+fn spell_spin_now(word: u64, value: u64) -> String {
+    let addr = (word & 0xffff_ffff_ffff) as usize;
+    let width = (word >> 48) & 0xff;
+    let how = if word >> 56 == FAILED_EXCHANGES {
+        "compare-exchanges that fail"
+    } else {
+        "atomic loads"
+    };
+    let place = match crate::fault::allocations::nearest(addr) {
+        Some((start, bytes, site)) if (start..start + bytes).contains(&addr) => {
+            let site = if site.is_empty() {
+                String::new()
+            } else {
+                format!(" made at {}", dsm_races::site_line(site))
+            };
+            format!(
+                " (byte {} of the allocation of {bytes} bytes{site})",
+                addr - start
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "a spin on the {width}-byte word at {addr:#x}{place}: {how} reading {value} again and \
+         again, which no other thread or node can change while they wait"
+    )
 }
 
 #[cfg(test)]

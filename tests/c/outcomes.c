@@ -287,6 +287,37 @@ static void ticks_post(void)
     if (jiapid == 0) printf("ticks_post OK\n");
 }
 
+/* Node 1 spins on a flag only node 0 sets, after a barrier node 1 never reaches (`spin`: atomic
+ * loads; `spinlock`: node 0 holds a spin lock of shared memory, node 1's compare-exchanges fail).
+ * `poll`: node 1 polls the flag between pieces of private work of about a millisecond, for ARG
+ * seconds, then goes on: a correct program, not a spin. */
+static volatile double sink;
+static void spins(const char *how, const char *arg)
+{
+    volatile unsigned int *word = (volatile unsigned int *)jia_alloc(4096);
+    if (jiapid == 0 && !strcmp(how, "spinlock")) jia_atomic_store_32(word, 1, __ATOMIC_RELEASE);
+    jia_barrier();
+    if (jiapid == 1 && !strcmp(how, "spin"))
+        while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0) continue;
+    if (jiapid == 1 && !strcmp(how, "spinlock")) {
+        unsigned int expected = 0;
+        while (!jia_atomic_compare_exchange_32(word, &expected, 1, __ATOMIC_ACQ_REL)) expected = 0;
+    }
+    if (jiapid == 1 && !strcmp(how, "poll")) {
+        double t0 = jia_clock();
+        while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0 && jia_clock() - t0 < atof(arg)) {
+            double x = 0;
+            for (int i = 0; i < 400000; i++) x += i * 0.5;
+            sink = x;
+        }
+    }
+    jia_barrier();
+    if (jiapid == 0) {
+        jia_atomic_store_32(word, 1, __ATOMIC_RELEASE);
+        printf("%s OK\n", how);
+    }
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -378,6 +409,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "alarm_posts")) alarm_posts();
     else if (!strcmp(what, "ticking_mutexes")) ticking_mutexes();
     else if (!strcmp(what, "ticks_post")) ticks_post();
+    else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll")) spins(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

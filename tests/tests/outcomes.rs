@@ -128,6 +128,46 @@ fn a_deadlock_under_a_periodic_timer_ends_naming_the_timer() {
     }
 }
 
+/// Node 1 spins on a word only node 0 changes, after a barrier node 1 never reaches, with
+/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP): the job ends
+/// naming the spin, the word's allocation by its line, and node 0's wait (it ran for ever: a
+/// spinning thread runs, and its operations are messages on their way).
+#[test]
+fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
+    for (case, transport, how) in [
+        ("spin", "udp", "atomic loads reading 0 again and again"),
+        (
+            "spinlock",
+            "tcp",
+            "compare-exchanges that fail reading 1 again and again",
+        ),
+    ] {
+        let out = dsmrun(2, transport, &[], &[case]);
+        assert_status(&out, 1);
+        let e = stderr(&out);
+        for want in [
+            "the job cannot go on",
+            "node 0 waits in jia_barrier",
+            "node 1 waits in a spin on the 4-byte word at 0x",
+            "(byte 0 of the allocation of 4096 bytes made at ",
+            "outcomes.c:",
+            how,
+        ] {
+            assert!(e.contains(want), "{case}: no `{want}`:\n{}", text(&out));
+        }
+    }
+}
+
+/// Node 1 polls a word between pieces of private work for 13 s (longer than a spin's verdict
+/// waits) while node 0 waits in a barrier: a loop that computes between its polls is no spin,
+/// and the job ends well.
+#[test]
+fn polling_a_word_between_pieces_of_work_is_not_a_spin() {
+    let out = dsmrun(2, "udp", &[], &["poll", "13"]);
+    assert_status(&out, 0);
+    assert!(stdout(&out).contains("poll OK"), "{}", text(&out));
+}
+
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits
 /// in `jia_barrier` for it: the verdict names node 0's three threads (it hung before: a node
 /// with no thread in a DSM call was taken as running), and what each node printed before the

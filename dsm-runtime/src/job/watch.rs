@@ -30,15 +30,28 @@ pub(super) struct Heard {
     readers: Vec<Lines>,
     /// The node's connection was read to its end.
     drained: Vec<bool>,
-    /// Per node, its last WAIT report: (in flight, received, a periodic timer may wake it,
-    /// what).
-    pub(super) waiting: Vec<Option<(u64, u64, bool, String)>>,
+    /// Per node, its last WAIT report.
+    pub(super) waiting: Vec<Option<Report>>,
     /// When any node's report last changed.
     pub(super) changed: Instant,
+    /// When any node's wait last changed, its counts aside (or it went on).
+    pub(super) wait_changed: Instant,
     /// When each node last reported (a waiting node reports every 250 ms).
     reported: Vec<Instant>,
     /// Nodes seen ended, by the watcher's last look.
     pub(super) ended: usize,
+}
+
+/// A node's WAIT report ([`Line::Wait`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Report {
+    in_flight: u64,
+    received: u64,
+    /// A periodic timer's handler may wake it.
+    timer: bool,
+    /// A thread of it spins on a word: its counts move with the spin's messages.
+    spins: bool,
+    what: String,
 }
 
 /// A waiting node's report older than this is stale: the node is stopped, starved or cut off
@@ -55,6 +68,12 @@ pub(crate) const NO_PROGRESS_FOR: Duration = Duration::from_secs(3);
 /// the handler has fired again and again for this long and woken nobody.
 pub(crate) const TIMER_QUIET_FOR: Duration = Duration::from_secs(30);
 
+/// As [`NO_PROGRESS_FOR`] where a node's thread spins on a word of shared memory that every
+/// other thread of the job waits beside ([`crate::progress`]): the spin's own operations are
+/// messages in flight and received, so what each node waits for must stay the same this long,
+/// whatever its counts (anything sent before the wait began has landed long before).
+pub(crate) const SPIN_QUIET_FOR: Duration = Duration::from_secs(10);
+
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
 const KEPT_LINES: usize = 64;
 
@@ -66,6 +85,7 @@ impl Heard {
             drained: vec![false; n],
             waiting: vec![None; n],
             changed: Instant::now(),
+            wait_changed: Instant::now(),
             reported: vec![Instant::now(); n],
             ended: 0,
         }
@@ -80,18 +100,31 @@ impl Heard {
                     in_flight,
                     received,
                     timer,
+                    spins,
                     what,
                 } => {
-                    let report = Some((in_flight, received, timer, what));
+                    let report = Report {
+                        in_flight,
+                        received,
+                        timer,
+                        spins,
+                        what,
+                    };
                     self.reported[k] = Instant::now();
-                    if self.waiting[k] != report {
-                        self.waiting[k] = report;
+                    let before = self.waiting[k].replace(report.clone());
+                    if before.as_ref() != Some(&report) {
                         self.changed = Instant::now();
+                    }
+                    if before
+                        .is_none_or(|b| (b.timer, b.spins, b.what) != (timer, spins, report.what))
+                    {
+                        self.wait_changed = Instant::now();
                     }
                 }
                 Line::Run => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
+                    self.wait_changed = Instant::now();
                 }
                 // A node that left the job waits for nothing, whatever it last reported: it may
                 // have gone from a long wait through its last barrier and exit between two
@@ -100,6 +133,7 @@ impl Heard {
                 Line::Bye => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
+                    self.wait_changed = Instant::now();
                     self.keep(k, Line::Bye);
                 }
                 other => self.keep(k, other),
@@ -200,11 +234,24 @@ impl Heard {
 
     /// Whether the job can no longer go on: every node still running waits, none has anything
     /// in flight, and no report changed for [`NO_PROGRESS_FOR`] ([`TIMER_QUIET_FOR`] where a
-    /// node's periodic timer may wake it). Returns what each node waits for. `standing[k]` is
-    /// how node `k` stands.
+    /// node's periodic timer may wake it). Where a node's thread spins on a word, the spin's
+    /// messages are in flight and received: then every node's wait, its counts aside, must
+    /// not have changed for [`SPIN_QUIET_FOR`]. Returns what each node waits for.
+    /// `standing[k]` is how node `k` stands.
     pub(super) fn stuck(&self, standing: &[Standing]) -> Option<String> {
-        let quiet = self.changed.elapsed();
-        if quiet < NO_PROGRESS_FOR {
+        let spins = self.waiting.iter().flatten().any(|r| r.spins);
+        let quiet = if spins {
+            self.wait_changed.elapsed()
+        } else {
+            self.changed.elapsed()
+        };
+        if quiet
+            < if spins {
+                SPIN_QUIET_FOR
+            } else {
+                NO_PROGRESS_FOR
+            }
+        {
             return None;
         }
         let mut what = Vec::new();
@@ -222,8 +269,10 @@ impl Heard {
                 return None;
             }
             match self.waiting.get(k)? {
-                Some((0, _, timer, w)) if !timer || quiet >= TIMER_QUIET_FOR => {
-                    what.push(format!("node {k} {w}"))
+                Some(r)
+                    if (r.in_flight == 0 || spins) && (!r.timer || quiet >= TIMER_QUIET_FOR) =>
+                {
+                    what.push(format!("node {k} {}", r.what))
                 }
                 _ => return None,
             }

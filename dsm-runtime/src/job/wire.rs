@@ -16,6 +16,10 @@ pub(crate) const MAX_LINE_BYTES: usize = 16 << 20;
 /// In a WAIT line, before what the node waits for: a periodic real-time timer may wake it.
 const TIMER_WORD: &str = "+timer ";
 
+/// In a WAIT line, after the timer's word if any: a thread of the node spins on a word, and
+/// its operations are messages on their way.
+const SPIN_WORD: &str = "+spin ";
+
 /// How the rendezvous keeps the connections it answers (see `super::rendezvous::Keep`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PeersWord {
@@ -64,12 +68,15 @@ pub(crate) enum Line {
     /// Node to launcher: every thread of the node waits (for `what`), with `in_flight` bytes or
     /// messages on their way and `received` messages received so far; with `timer`, a periodic
     /// real-time timer of the node's may still wake one of them (its handler), and the verdict
-    /// waits longer ([`crate::job::watch::TIMER_QUIET_FOR`]). Spelled `WAIT IN_FLIGHT RECEIVED
-    /// [+timer] WHAT` (a node's `what` starts with `waits in`).
+    /// waits longer ([`crate::job::watch::TIMER_QUIET_FOR`]); `spins`: a thread of it spins on
+    /// a word, and its operations are messages on their way
+    /// ([`crate::job::watch::SPIN_QUIET_FOR`]). Spelled `WAIT IN_FLIGHT RECEIVED [+timer]
+    /// [+spin] WHAT` (a node's `what` starts with `waits in`).
     Wait {
         in_flight: u64,
         received: u64,
         timer: bool,
+        spins: bool,
         what: String,
     },
     /// Node to launcher: the node goes on again.
@@ -129,10 +136,15 @@ impl Line {
                 in_flight,
                 received,
                 timer,
+                spins,
                 what,
             } => {
                 let timer = if *timer { TIMER_WORD } else { "" };
-                format!("WAIT {in_flight} {received} {timer}{}", one_line(what))
+                let spins = if *spins { SPIN_WORD } else { "" };
+                format!(
+                    "WAIT {in_flight} {received} {timer}{spins}{}",
+                    one_line(what)
+                )
             }
             Line::Run => "RUN".into(),
             Line::Bye => "BYE".into(),
@@ -210,7 +222,11 @@ impl Line {
                 let in_flight = next("no count")?.parse().map_err(|_| "not a count")?;
                 let received = next("no count")?.parse().map_err(|_| "not a count")?;
                 let rest = text.splitn(3, ' ').nth(2).unwrap_or("");
-                let (timer, what) = match rest.strip_prefix(TIMER_WORD) {
+                let (timer, rest) = match rest.strip_prefix(TIMER_WORD) {
+                    Some(rest) => (true, rest),
+                    None => (false, rest),
+                };
+                let (spins, what) = match rest.strip_prefix(SPIN_WORD) {
                     Some(what) => (true, what.to_owned()),
                     None => (false, rest.to_owned()),
                 };
@@ -218,6 +234,7 @@ impl Line {
                     in_flight,
                     received,
                     timer,
+                    spins,
                     what,
                 })
             })(),
@@ -318,13 +335,29 @@ mod tests {
                 in_flight: 0,
                 received: 12,
                 timer: false,
+                spins: false,
                 what: "jia_barrier (thread 4), holding lock 1".into(),
             },
             Line::Wait {
                 in_flight: 3,
                 received: 0,
                 timer: true,
+                spins: false,
                 what: "waits in a wait only another thread can end (main thread)".into(),
+            },
+            Line::Wait {
+                in_flight: 1,
+                received: 70,
+                timer: false,
+                spins: true,
+                what: "waits in a spin on the 4-byte word at 0x7f0000001000".into(),
+            },
+            Line::Wait {
+                in_flight: 0,
+                received: 9,
+                timer: true,
+                spins: true,
+                what: "waits in a spin on the 8-byte word at 0x7f0000002000".into(),
             },
             Line::Run,
             Line::Bye,
@@ -369,6 +402,7 @@ mod tests {
                 in_flight: 0,
                 received: 5,
                 timer: false,
+                spins: false,
                 what: "waits in jia_lock(1)".into()
             })
         );

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{RANK0_GRACE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
-use crate::job::watch::{NO_PROGRESS_FOR, TIMER_QUIET_FOR};
+use crate::job::watch::{NO_PROGRESS_FOR, SPIN_QUIET_FOR, TIMER_QUIET_FOR};
 use crate::job::wire::Line;
 use crate::sys;
 
@@ -232,7 +232,7 @@ impl Service {
         }
         self.progress_reported = Instant::now();
         let line = match crate::progress::node_waits() {
-            Some(crate::progress::NodeWaits { what, timer }) => {
+            Some(crate::progress::NodeWaits { what, timer, spins }) => {
                 let held = self.node.locks_held();
                 let held = if held.is_empty() {
                     String::new()
@@ -254,6 +254,7 @@ impl Service {
                     in_flight: in_flight as u64,
                     received,
                     timer,
+                    spins,
                     what: format!("waits in {what}{held}"),
                 }
                 .encode()
@@ -276,10 +277,10 @@ impl Service {
             self.alone_waiting = None;
             return;
         };
-        let quiet_for = if waits.timer {
-            TIMER_QUIET_FOR
-        } else {
-            NO_PROGRESS_FOR
+        let quiet_for = match (waits.timer, waits.spins) {
+            (true, _) => TIMER_QUIET_FOR,
+            (false, true) => SPIN_QUIET_FOR,
+            (false, false) => NO_PROGRESS_FOR,
         };
         let what = waits.what;
         match &self.alone_waiting {
