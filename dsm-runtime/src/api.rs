@@ -115,14 +115,21 @@ pub fn impairment(comm: CommType) -> Result<Option<dsm_transport::impair::Impair
 /// With `kernel_writes`, each page is touched by an atomic compare-and-swap of one of its bytes
 /// with itself: no thread of this node may write that byte non-atomically meanwhile (the program
 /// is about to hand the buffer to the kernel, so it must not be writing it anyway). `ptr` need
-/// not be valid: only the part of the range inside the shared region is touched.
+/// not be valid: only the part of the range inside the shared region is touched, and of that
+/// only what lies before the end of the furthest allocation (a receive's buffer may be given
+/// longer than the memory behind it, the message shorter; the kernel fails a call that reaches
+/// past it with `EFAULT`, as without the DSM).
 #[allow(unsafe_code)]
 pub unsafe fn prepare_for_io(ptr: *const u8, len: usize, kernel_writes: bool) -> bool {
     let (start, end) = fault::region();
     let (lo, hi) = (ptr as usize, (ptr as usize).saturating_add(len));
-    let (lo, hi) = (lo.max(start), hi.min(end));
-    if lo >= hi {
+    if lo.max(start) >= hi.min(end) {
         return false;
+    }
+    let allocated = fault::allocations::end().min(end);
+    let (lo, hi) = (lo.max(start), hi.min(allocated));
+    if lo >= hi {
+        return true;
     }
     // SAFETY: the range lies in the shared region's application view (clamped above), which is
     // always mapped; no other thread writes the touched bytes non-atomically: the caller's
@@ -334,7 +341,11 @@ pub fn init_job(env: Option<job::JobEnv>) -> Result<Dsm, InitError> {
         }
     }
     name_panics_by_node();
-    sys::signals::default_sigpipe();
+    // A Rust program ignores SIGPIPE from its start (the standard library's choice); a C
+    // program's disposition is its own (one that ignores it, to see EPIPE, keeps it so).
+    if !fault::program::is_c() {
+        sys::signals::default_sigpipe();
+    }
     sys::keep_freed_heap(KEPT_HEAP_BYTES);
     trace::init(rank).map_err(InitError::Job)?;
     SLOTS.set_wait_spin_us(config.tuning.wait_spin_us);

@@ -10,7 +10,7 @@
 //! [`next_definitions`]) are reached past libjia's definitions: by name they would be libjia's
 //! own again.
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_long, c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{
@@ -126,14 +126,16 @@ unsafe extern "C-unwind" {
 /// libjia is loaded ([`RESOLVE_AT_LOAD`]) and again by `jia_init` ([`resolve`]), before any
 /// signal handler of the DSM's: a call from signal context (the runtime's own sends in a fault
 /// handler's drive) finds its definition there and makes no lookup, and stays async-signal-safe.
-/// A call before either (a constructor of the program's that ran first) looks it up then.
+/// A call before either (a constructor of the program's that ran first) looks it up then. In a
+/// program linked statically, where `dlsym` finds nothing, each is its system call, made
+/// directly (`$syscall`: no cancellation point there).
 macro_rules! next_definitions {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        /// Where each definition was found (0 before its lookup).
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $syscall:expr;)*) => {
+        /// Where each definition was found ([`NOT_LOOKED_UP`], [`NOT_FOUND`] or its address).
         #[allow(non_upper_case_globals)]
         mod found {
             use std::sync::atomic::AtomicUsize;
-            $(pub(super) static $name: AtomicUsize = AtomicUsize::new(0);)*
+            $(pub(super) static $name: AtomicUsize = AtomicUsize::new(super::NOT_LOOKED_UP);)*
         }
 
         $(
@@ -142,11 +144,15 @@ macro_rules! next_definitions {
             /// # Safety
             /// As the C library's call of this name.
             pub(crate) unsafe fn $name($($arg: $ty),*) -> $ret {
-                let at = next(
+                let Some(at) = look_up(
                     &found::$name,
                     // The name, NUL-terminated.
                     const { unwrap_c_str(concat!(stringify!($name), "\0").as_bytes()) },
-                );
+                ) else {
+                    // SAFETY: the call's own system call with the caller's arguments, as the C
+                    // library makes it.
+                    return unsafe { $syscall } as $ret;
+                };
                 type Call = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
                 // SAFETY: the definition found under this name is the C library's call (or a
                 // wrapper of it), which has this signature.
@@ -156,7 +162,7 @@ macro_rules! next_definitions {
             }
         )*
 
-        /// Looks every definition up that is not yet (one not found is left to its call).
+        /// Looks every definition up that is not yet.
         pub(crate) fn resolve() {
             $(look_up(
                 &found::$name,
@@ -166,13 +172,25 @@ macro_rules! next_definitions {
     };
 }
 
+use libc::{
+    SYS_preadv, SYS_pwritev, SYS_readv, SYS_recvfrom, SYS_recvmmsg, SYS_recvmsg, SYS_sendmmsg,
+    SYS_sendmsg, SYS_sendto, SYS_writev, syscall,
+};
+
 next_definitions! {
-    readv(fd: c_int, iov: *const iovec, cnt: c_int) -> isize;
-    writev(fd: c_int, iov: *const iovec, cnt: c_int) -> isize;
-    preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> isize;
-    pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> isize;
-    recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
-    send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
+    readv(fd: c_int, iov: *const iovec, cnt: c_int) -> isize = syscall(SYS_readv, fd as c_long, iov as c_long, cnt as c_long);
+    writev(fd: c_int, iov: *const iovec, cnt: c_int) -> isize =
+        syscall(SYS_writev, fd as c_long, iov as c_long, cnt as c_long);
+    // The kernel takes the offset as its low and high halves (the high one shifted out on a
+    // 64-bit machine).
+    preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> isize =
+        syscall(SYS_preadv, fd as c_long, iov as c_long, cnt as c_long, off as c_long, 0 as c_long);
+    pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> isize =
+        syscall(SYS_pwritev, fd as c_long, iov as c_long, cnt as c_long, off as c_long, 0 as c_long);
+    recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize =
+        syscall(SYS_recvfrom, fd as c_long, buf as c_long, n as c_long, flags as c_long, 0 as c_long, 0 as c_long);
+    send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize =
+        syscall(SYS_sendto, fd as c_long, buf as c_long, n as c_long, flags as c_long, 0 as c_long, 0 as c_long);
     recvfrom(
         fd: c_int,
         buf: *mut c_void,
@@ -180,7 +198,7 @@ next_definitions! {
         flags: c_int,
         from: *mut sockaddr,
         len: *mut socklen_t
-    ) -> isize;
+    ) -> isize = syscall(SYS_recvfrom, fd as c_long, buf as c_long, n as c_long, flags as c_long, from as c_long, len as c_long);
     sendto(
         fd: c_int,
         buf: *const c_void,
@@ -188,17 +206,20 @@ next_definitions! {
         flags: c_int,
         to: *const sockaddr,
         len: socklen_t
-    ) -> isize;
-    recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> isize;
-    sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> isize;
+    ) -> isize = syscall(SYS_sendto, fd as c_long, buf as c_long, n as c_long, flags as c_long, to as c_long, len as c_long);
+    recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> isize =
+        syscall(SYS_recvmsg, fd as c_long, msg as c_long, flags as c_long);
+    sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> isize =
+        syscall(SYS_sendmsg, fd as c_long, msg as c_long, flags as c_long);
     recvmmsg(
         fd: c_int,
         msgs: *mut mmsghdr,
         n: c_uint,
         flags: c_int,
         timeout: *mut timespec
-    ) -> c_int;
-    sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int;
+    ) -> c_int = syscall(SYS_recvmmsg, fd as c_long, msgs as c_long, n as c_long, flags as c_long, timeout as c_long);
+    sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int =
+        syscall(SYS_sendmmsg, fd as c_long, msgs as c_long, n as c_long, flags as c_long);
 }
 
 /// `bytes` (a literal ending in its only NUL) as a C string, at compile time.
@@ -209,44 +230,25 @@ const fn unwrap_c_str(bytes: &[u8]) -> &CStr {
     }
 }
 
-/// The address of the definition of `name` after libjia's, kept in `slot`. Where there is none
-/// (a program linked statically, where `dlsym` finds nothing), ends the process with a line
-/// naming the call: libjia cannot make it. Async-signal-safe once `slot` is set.
-fn next(slot: &AtomicUsize, name: &CStr) -> usize {
-    match slot.load(Ordering::Acquire) {
-        0 => look_up(slot, name).unwrap_or_else(|| cannot_reach(name)),
-        at => at,
-    }
-}
+/// A definition's slot before its lookup.
+const NOT_LOOKED_UP: usize = 0;
+/// A definition's slot where the lookup found none (a program linked statically).
+const NOT_FOUND: usize = 1;
 
-/// Looks `name` up past libjia's definition into `slot`, unless it is there already.
+/// The address of the definition of `name` after libjia's, kept in `slot` (looked up the first
+/// time); `None` where there is none. Async-signal-safe once `slot` is set.
 fn look_up(slot: &AtomicUsize, name: &CStr) -> Option<usize> {
-    let at = slot.load(Ordering::Acquire);
-    if at != 0 {
-        return Some(at);
-    }
-    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only looks the symbol up.
-    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    (f != 0).then(|| {
-        slot.store(f, Ordering::Release);
-        f
-    })
-}
-
-/// Ends the process: the C library's definition of `name` cannot be found. Async-signal-safe.
-#[cold]
-fn cannot_reach(name: &CStr) -> ! {
-    let parts: [&[u8]; 3] = [
-        b"libjia: the C library's ",
-        name.to_bytes(),
-        b" cannot be found past libjia's own (dlsym RTLD_NEXT); link the C library dynamically\n",
-    ];
-    for part in parts {
-        // SAFETY: a write of a static or NUL-free byte string to standard error.
-        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
-    }
-    // SAFETY: ends the process; nothing to keep.
-    unsafe { libc::abort() }
+    let at = match slot.load(Ordering::Acquire) {
+        NOT_LOOKED_UP => {
+            // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only looks the symbol up.
+            let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+            let at = if f == NOT_LOOKED_UP { NOT_FOUND } else { f };
+            slot.store(at, Ordering::Release);
+            at
+        }
+        at => at,
+    };
+    (at != NOT_FOUND).then_some(at)
 }
 
 /// Looks the definitions up when libjia is loaded (a constructor of the object it is linked

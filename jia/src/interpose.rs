@@ -40,16 +40,99 @@ fn on_shared(
     ptr: *const c_void,
     len: usize,
     kernel_writes: bool,
+    beside: &[Beside],
     call: impl Fn() -> isize,
 ) -> isize {
     retried(
-        // SAFETY: the buffer is about to be handed to the kernel by the C program's own call:
-        // its threads do not write it meanwhile (that would race with the kernel's access
-        // anyway).
-        || unsafe { dsm_runtime::prepare_for_io(ptr.cast(), len, kernel_writes) },
+        || {
+            // SAFETY: the buffer is about to be handed to the kernel by the C program's own
+            // call: its threads do not write it meanwhile (that would race with the kernel's
+            // access anyway). No more than the kernel moves in one call.
+            let buffer = unsafe {
+                dsm_runtime::prepare_for_io(ptr.cast(), len.min(KERNEL_MAX_RW), kernel_writes)
+            };
+            prepare_beside(beside) | buffer
+        },
         STALLS,
         call,
     )
+}
+
+/// A range beside a call's data buffers that the kernel reads or writes in the program's memory
+/// (a socket address and its length, a message header, ancillary data): brought in as the
+/// buffers are, where it lies in shared memory (a peer table there, a header in an array of
+/// them).
+#[derive(Clone, Copy)]
+struct Beside {
+    at: *const c_void,
+    len: usize,
+    kernel_writes: bool,
+}
+
+impl Beside {
+    fn read<T>(at: *const T, len: usize) -> Beside {
+        Beside {
+            at: at.cast(),
+            len: if at.is_null() { 0 } else { len },
+            kernel_writes: false,
+        }
+    }
+
+    fn written<T>(at: *const T, len: usize) -> Beside {
+        Beside {
+            kernel_writes: true,
+            ..Beside::read(at, len)
+        }
+    }
+
+    /// A socket address the kernel writes, with its length (`*len` bytes at most), which it
+    /// reads and writes.
+    ///
+    /// # Safety
+    /// `len` is null or points to a `socklen_t`, as `recvfrom` asks.
+    unsafe fn address_written(addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> [Beside; 2] {
+        let bytes = if addr.is_null() || len.is_null() {
+            0
+        } else {
+            // The length is read only where its page is ready: written (a read-only copy would
+            // not take the kernel's write).
+            prepare_beside(&[Beside::written(len, size_of::<libc::socklen_t>())]);
+            // SAFETY: the caller's promise.
+            unsafe { len.read() as usize }
+        };
+        [
+            Beside::written(len, size_of::<libc::socklen_t>()),
+            Beside::written(addr, bytes),
+        ]
+    }
+
+    /// A message header the kernel reads (`sendmsg`) or also writes (`recvmsg`), with its
+    /// address and ancillary data.
+    ///
+    /// # Safety
+    /// `m` points to a message header, as `recvmsg` and `sendmsg` ask.
+    unsafe fn message(m: *const libc::msghdr, kernel_writes: bool) -> [Beside; 3] {
+        let at = |b: Beside| Beside { kernel_writes, ..b };
+        let header = at(Beside::read(m, size_of::<libc::msghdr>()));
+        // Read where its page is ready (written, for recvmsg's writes of its lengths).
+        prepare_beside(&[header]);
+        // SAFETY: the caller's promise.
+        let h = unsafe { &*m };
+        [
+            header,
+            at(Beside::read(h.msg_name, h.msg_namelen as usize)),
+            at(Beside::read(h.msg_control, h.msg_controllen)),
+        ]
+    }
+}
+
+/// Brings in the ranges of `beside` that lie in shared memory; whether any does.
+fn prepare_beside(beside: &[Beside]) -> bool {
+    beside.iter().fold(false, |any, b| {
+        // SAFETY: the range is about to be handed to the kernel by the program's own call (see
+        // `on_shared`).
+        any | unsafe { dsm_runtime::prepare_for_io(b.at.cast(), b.len, b.kernel_writes) }
+    })
 }
 
 /// Calls in a row that meet EFAULT on shared memory (a page taken away between its preparation
@@ -847,26 +930,138 @@ unsafe fn vectored(
     iov: *const libc::iovec,
     cnt: c_int,
     kernel_writes: bool,
+    beside: &[Beside],
     pc: usize,
     call: impl Fn() -> isize,
 ) -> isize {
     // SAFETY: the caller's promise.
     let bufs = unsafe { iovecs(iov, cnt) };
     let r = retried(
-        || {
-            bufs.iter().fold(false, |shared, b| {
-                // SAFETY: the buffer is handed to the kernel by the program's own call.
-                let here = unsafe {
-                    dsm_runtime::prepare_for_io(b.iov_base.cast(), b.iov_len, kernel_writes)
-                };
-                shared | here
-            })
-        },
+        || prepare_iovecs(bufs, kernel_writes) | prepare_beside(beside),
         STALLS,
         call,
     );
     record_iovecs(bufs, r, kernel_writes, pc);
     r
+}
+
+/// Brings in the pages of `bufs` that lie in shared memory, up to what the kernel moves in one
+/// call; whether any does. Nothing for iovecs the kernel refuses (`EINVAL`: more than
+/// `IOV_MAX`, or lengths past `SSIZE_MAX` together), which it never touches.
+fn prepare_iovecs(bufs: &[libc::iovec], kernel_writes: bool) -> bool {
+    if !kernel_takes(bufs) {
+        return false;
+    }
+    let mut left = KERNEL_MAX_RW;
+    bufs.iter().fold(false, |shared, b| {
+        let n = b.iov_len.min(left);
+        left -= n;
+        // SAFETY: the buffer is handed to the kernel by the program's own call.
+        shared | unsafe { dsm_runtime::prepare_for_io(b.iov_base.cast(), n, kernel_writes) }
+    })
+}
+
+/// Whether the kernel takes `bufs` (not more than `IOV_MAX` of them, whose lengths add up to
+/// `SSIZE_MAX` at most).
+fn kernel_takes(bufs: &[libc::iovec]) -> bool {
+    const IOV_MAX: usize = 1024;
+    bufs.len() <= IOV_MAX
+        && bufs
+            .iter()
+            .try_fold(0usize, |sum, b| sum.checked_add(b.iov_len))
+            .is_some_and(|sum| isize::try_from(sum).is_ok())
+}
+
+/// The most iovecs one piece of a vectored call takes ([`vectored_in_pieces`]): a piece that
+/// spans more buffers ends at this many.
+const PIECE_IOVECS: usize = 64;
+
+/// Moves the bytes of a vectored call's buffers `bufs`, some of them in shared memory, with
+/// `call(iovecs, done)` a piece at a time, as [`in_pieces`] does for one buffer: each piece
+/// (bytes `done..` of the buffers, at most a piece of the cache and [`PIECE_IOVECS`] iovecs,
+/// cut from `bufs` on the stack) made ready right before its call, the rest moved after a whole
+/// piece or after a short count that ends at a page of the shared region, a call that meets
+/// EFAULT moving nothing made again up to [`STALLS`] times in a row. For a file, and for a
+/// stream's writes (a stream's receive returns after its first piece, as a read may). Returns
+/// the bytes moved, or the failure of a call when none moved.
+fn vectored_in_pieces(
+    bufs: &[libc::iovec],
+    kernel_writes: bool,
+    call: impl Fn(&[libc::iovec], usize) -> isize,
+) -> isize {
+    let total = bufs
+        .iter()
+        .map(|b| b.iov_len)
+        .sum::<usize>()
+        .min(KERNEL_MAX_RW);
+    let piece = match dsm_runtime::io_piece_bytes() {
+        0 => total,
+        p => p,
+    };
+    let (mut done, mut stalls) = (0usize, 0);
+    while done < total {
+        let mut cut = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; PIECE_IOVECS];
+        let (mut count, mut skip, mut want) = (0, done, piece.min(total - done));
+        for b in bufs {
+            if count == PIECE_IOVECS || want == 0 {
+                break;
+            }
+            if skip >= b.iov_len {
+                skip -= b.iov_len;
+                continue;
+            }
+            let k = (b.iov_len - skip).min(want);
+            cut[count] = libc::iovec {
+                iov_base: b.iov_base.cast::<u8>().wrapping_add(skip).cast(),
+                iov_len: k,
+            };
+            (count, skip, want) = (count + 1, 0, want - k);
+        }
+        let cut = &cut[..count];
+        let n: usize = cut.iter().map(|c| c.iov_len).sum();
+        prepare_iovecs(cut, kernel_writes);
+        let r = call(cut, done);
+        if r < 0 {
+            if efault() && stalled_again(&mut stalls, STALLS) {
+                continue;
+            }
+            return if done > 0 { done as isize } else { r };
+        }
+        if r == 0 {
+            break;
+        }
+        done += r as usize;
+        stalls = 0;
+        let next = byte_at(bufs, done);
+        let at_a_page = (r as usize) == n
+            || next.is_some_and(|p| {
+                p as usize % dsm_runtime::PAGE_SIZE == 0 && dsm_runtime::in_shared_region(p, 1)
+            });
+        if !at_a_page {
+            break;
+        }
+    }
+    done as isize
+}
+
+/// The address of byte `at` of the buffers `bufs` taken as one, if they hold so many.
+fn byte_at(bufs: &[libc::iovec], mut at: usize) -> Option<*const u8> {
+    for b in bufs {
+        if at < b.iov_len {
+            return Some(b.iov_base.cast::<u8>().wrapping_add(at));
+        }
+        at -= b.iov_len;
+    }
+    None
+}
+
+/// Whether any of `bufs` lies in shared memory.
+fn any_shared(bufs: &[libc::iovec]) -> bool {
+    bufs.iter()
+        .any(|b| dsm_runtime::in_shared_region(b.iov_base.cast(), b.iov_len))
 }
 
 /// Records the `r` bytes a call moved through `bufs`, buffer by buffer in order.
@@ -887,7 +1082,9 @@ unsafe extern "C-unwind" fn readv_at(
 ) -> isize {
     // SAFETY: the caller's iovecs, as readv asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    if let Some(len) = private_receive(|| descriptor_kind(fd), bufs, 0) {
+    let kind = std::cell::OnceCell::new();
+    let kind_of = || *kind.get_or_init(|| descriptor_kind(fd));
+    if let Some(len) = private_receive(kind_of, bufs, 0) {
         // SAFETY: the C library's readv into private buffers for the caller's, in shared memory
         // (no more of them than the caller's count).
         let r = unsafe {
@@ -900,12 +1097,30 @@ unsafe extern "C-unwind" fn readv_at(
             return r;
         }
     }
+    if kernel_takes(bufs) && any_shared(bufs) && kind_of() == Some(Descriptor::File) {
+        // SAFETY: the C library's readv of the caller's file into the caller's buffers, a piece
+        // at a time (successive reads at the file's offset).
+        let r = vectored_in_pieces(bufs, true, |cut, _| unsafe {
+            crate::cancellable::readv(fd, cut.as_ptr(), cut.len() as c_int)
+        });
+        record_iovecs(bufs, r, true, pc);
+        return r;
+    }
     // SAFETY: the C library's readv with the caller's arguments.
     unsafe {
-        vectored(iov, cnt, true, pc, || {
+        vectored(iov, cnt, true, &[], pc, || {
             crate::cancellable::readv(fd, iov, cnt)
         })
     }
+}
+
+/// Whether a write of `bufs` to `fd` goes in pieces ([`vectored_in_pieces`]): some of it is
+/// shared memory, and `fd` takes a stream of bytes (a file, a pipe, a stream socket), not whole
+/// messages, which a piece would cut.
+fn written_in_pieces(fd: c_int, bufs: &[libc::iovec]) -> bool {
+    kernel_takes(bufs)
+        && any_shared(bufs)
+        && !matches!(descriptor_kind(fd), Some(Descriptor::Messages) | None)
 }
 
 unsafe extern "C-unwind" fn writev_at(
@@ -914,9 +1129,19 @@ unsafe extern "C-unwind" fn writev_at(
     cnt: c_int,
     pc: usize,
 ) -> isize {
+    // SAFETY: the caller's iovecs, as writev asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    if written_in_pieces(fd, bufs) {
+        // SAFETY: the C library's writev of the caller's buffers, a piece at a time.
+        let r = vectored_in_pieces(bufs, false, |cut, _| unsafe {
+            crate::cancellable::writev(fd, cut.as_ptr(), cut.len() as c_int)
+        });
+        record_iovecs(bufs, r, false, pc);
+        return r;
+    }
     // SAFETY: the C library's writev with the caller's arguments.
     unsafe {
-        vectored(iov, cnt, false, pc, || {
+        vectored(iov, cnt, false, &[], pc, || {
             crate::cancellable::writev(fd, iov, cnt)
         })
     }
@@ -929,13 +1154,19 @@ unsafe extern "C-unwind" fn preadv_at(
     off: i64,
     pc: usize,
 ) -> isize {
-    // SAFETY: the C library's preadv with the caller's arguments (a positioned read: a file,
-    // whose retry loses nothing, read in place).
-    unsafe {
-        vectored(iov, cnt, true, pc, || {
-            crate::cancellable::preadv(fd, iov, cnt, off)
-        })
+    // SAFETY: the caller's iovecs, as preadv asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    if kernel_takes(bufs) && any_shared(bufs) {
+        // SAFETY: the C library's preadv of the caller's file (a positioned read: a retry loses
+        // nothing) into the caller's buffers, a piece at a time, each at its own offset.
+        let r = vectored_in_pieces(bufs, true, |cut, done| unsafe {
+            crate::cancellable::preadv(fd, cut.as_ptr(), cut.len() as c_int, off + done as i64)
+        });
+        record_iovecs(bufs, r, true, pc);
+        return r;
     }
+    // SAFETY: the C library's preadv with the caller's arguments.
+    unsafe { crate::cancellable::preadv(fd, iov, cnt, off) }
 }
 
 unsafe extern "C-unwind" fn pwritev_at(
@@ -945,12 +1176,35 @@ unsafe extern "C-unwind" fn pwritev_at(
     off: i64,
     pc: usize,
 ) -> isize {
-    // SAFETY: the C library's pwritev with the caller's arguments.
-    unsafe {
-        vectored(iov, cnt, false, pc, || {
-            crate::cancellable::pwritev(fd, iov, cnt, off)
-        })
+    // SAFETY: the caller's iovecs, as pwritev asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    if kernel_takes(bufs) && any_shared(bufs) {
+        // SAFETY: the C library's pwritev of the caller's buffers, a piece at a time, each at
+        // its own offset.
+        let r = vectored_in_pieces(bufs, false, |cut, done| unsafe {
+            crate::cancellable::pwritev(fd, cut.as_ptr(), cut.len() as c_int, off + done as i64)
+        });
+        record_iovecs(bufs, r, false, pc);
+        return r;
     }
+    // SAFETY: the C library's pwritev with the caller's arguments.
+    unsafe { crate::cancellable::pwritev(fd, iov, cnt, off) }
+}
+
+/// Whether a receive into `n` bytes at `buf` with `flags` goes in pieces: a stream asked for
+/// all of it (`MSG_WAITALL`, which a private buffer does not take) into shared memory; each
+/// piece asks for all of its bytes too, and a short one (the stream's end, a signal, an error)
+/// ends the call as it would.
+fn received_in_pieces(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> bool {
+    flags & libc::MSG_WAITALL != 0
+        && dsm_runtime::in_shared_region(buf.cast(), n)
+        && descriptor_kind(fd) == Some(Descriptor::Stream)
+}
+
+/// Whether a send of `n` bytes at `buf` to `fd` goes in pieces: shared memory, to a stream.
+fn sent_in_pieces(fd: c_int, buf: *const c_void, n: usize) -> bool {
+    dsm_runtime::in_shared_region(buf.cast(), n)
+        && !matches!(descriptor_kind(fd), Some(Descriptor::Messages) | None)
 }
 
 unsafe extern "C-unwind" fn recv_at(
@@ -969,8 +1223,20 @@ unsafe extern "C-unwind" fn recv_at(
         }
     });
     let r = private.unwrap_or_else(|| {
+        if received_in_pieces(fd, buf, n, flags) {
+            // SAFETY: the C library's recv into the caller's buffer, a piece at a time.
+            return in_pieces(
+                buf,
+                n,
+                true,
+                || true,
+                |at, k| unsafe {
+                    crate::cancellable::recv(fd, buf.cast::<u8>().add(at).cast(), k, flags)
+                },
+            );
+        }
         // SAFETY: the C library's recv with the caller's arguments.
-        on_shared(buf, n, true, || unsafe {
+        on_shared(buf, n, true, &[], || unsafe {
             crate::cancellable::recv(fd, buf, n, flags)
         })
     });
@@ -991,10 +1257,23 @@ unsafe extern "C-unwind" fn send_at(
     flags: c_int,
     pc: usize,
 ) -> isize {
-    // SAFETY: the C library's send with the caller's arguments.
-    let r = on_shared(buf, n, false, || unsafe {
-        crate::cancellable::send(fd, buf, n, flags)
-    });
+    let r = if sent_in_pieces(fd, buf, n) {
+        // SAFETY: the C library's send of the caller's buffer, a piece at a time.
+        in_pieces(
+            buf,
+            n,
+            false,
+            || true,
+            |at, k| unsafe {
+                crate::cancellable::send(fd, buf.cast::<u8>().add(at).cast(), k, flags)
+            },
+        )
+    } else {
+        // SAFETY: the C library's send with the caller's arguments.
+        on_shared(buf, n, false, &[], || unsafe {
+            crate::cancellable::send(fd, buf, n, flags)
+        })
+    };
     record(buf, r, false, pc);
     r
 }
@@ -1008,18 +1287,35 @@ unsafe extern "C-unwind" fn recvfrom_at(
     len: *mut libc::socklen_t,
     pc: usize,
 ) -> isize {
+    // SAFETY: the caller's address arguments, as recvfrom asks.
+    let beside = unsafe { Beside::address_written(from, len) };
     let private = private_receive_into(|| descriptor_kind(fd), buf, n, flags).and_then(|k| {
         // SAFETY: the C library's recvfrom into a private buffer for the caller's, in shared
-        // memory, with the caller's address arguments.
+        // memory, with the caller's address arguments, made ready right before.
         unsafe {
             received_privately_into(buf, n, k, |p, k| {
+                prepare_beside(&beside);
                 crate::cancellable::recvfrom(fd, p, k, flags, from, len)
             })
         }
     });
     let r = private.unwrap_or_else(|| {
+        if received_in_pieces(fd, buf, n, flags) {
+            // SAFETY: the C library's recvfrom into the caller's buffer, a piece at a time.
+            return in_pieces(
+                buf,
+                n,
+                true,
+                || true,
+                |at, k| unsafe {
+                    prepare_beside(&beside);
+                    let at = buf.cast::<u8>().add(at).cast();
+                    crate::cancellable::recvfrom(fd, at, k, flags, from, len)
+                },
+            );
+        }
         // SAFETY: the C library's recvfrom with the caller's arguments.
-        on_shared(buf, n, true, || unsafe {
+        on_shared(buf, n, true, &beside, || unsafe {
             crate::cancellable::recvfrom(fd, buf, n, flags, from, len)
         })
     });
@@ -1042,10 +1338,26 @@ unsafe extern "C-unwind" fn sendto_at(
     len: libc::socklen_t,
     pc: usize,
 ) -> isize {
-    // SAFETY: the C library's sendto with the caller's arguments.
-    let r = on_shared(buf, n, false, || unsafe {
-        crate::cancellable::sendto(fd, buf, n, flags, to, len)
-    });
+    let beside = [Beside::read(to, len as usize)];
+    let r = if sent_in_pieces(fd, buf, n) {
+        // SAFETY: the C library's sendto of the caller's buffer, a piece at a time.
+        in_pieces(
+            buf,
+            n,
+            false,
+            || true,
+            |at, k| unsafe {
+                prepare_beside(&beside);
+                let at = buf.cast::<u8>().add(at).cast();
+                crate::cancellable::sendto(fd, at, k, flags, to, len)
+            },
+        )
+    } else {
+        // SAFETY: the C library's sendto with the caller's arguments.
+        on_shared(buf, n, false, &beside, || unsafe {
+            crate::cancellable::sendto(fd, buf, n, flags, to, len)
+        })
+    };
     record(buf, r, false, pc);
     r
 }
@@ -1070,16 +1382,20 @@ unsafe extern "C-unwind" fn recvmsg_at(
     let (iov, cnt) = unsafe { message_iovecs(msg) };
     // SAFETY: the caller's iovecs, as recvmsg asks.
     let bufs = unsafe { iovecs(iov, cnt) };
+    // SAFETY: as above.
+    let beside = unsafe { Beside::message(msg, true) };
     if let Some(len) = private_receive(|| descriptor_kind(fd), bufs, flags) {
         // SAFETY: the C library's recvmsg with a copy of the caller's header whose iovecs are
         // private buffers for the caller's, in shared memory (no more of them than the
         // caller's count); what the call writes into the header (the lengths of the address
-        // and the control data, the flags) goes back into the caller's.
+        // and the control data, the flags) goes back into the caller's. The address and the
+        // control data are the caller's, made ready right before.
         let r = unsafe {
             received_privately(bufs, len, |mine| {
                 let mut m = *msg;
                 m.msg_iov = mine.as_mut_ptr();
                 m.msg_iovlen = mine.len() as _;
+                prepare_beside(&beside[1..]);
                 let r = crate::cancellable::recvmsg(fd, &mut m, flags);
                 (*msg).msg_namelen = m.msg_namelen;
                 (*msg).msg_controllen = m.msg_controllen;
@@ -1094,7 +1410,7 @@ unsafe extern "C-unwind" fn recvmsg_at(
     }
     // SAFETY: the C library's recvmsg with the caller's arguments.
     unsafe {
-        vectored(iov, cnt, true, pc, || {
+        vectored(iov, cnt, true, &beside, pc, || {
             crate::cancellable::recvmsg(fd, msg, flags)
         })
     }
@@ -1108,9 +1424,31 @@ unsafe extern "C-unwind" fn sendmsg_at(
 ) -> isize {
     // SAFETY: the caller's message header, as sendmsg asks.
     let (iov, cnt) = unsafe { message_iovecs(msg) };
+    // SAFETY: as above.
+    let beside = unsafe { Beside::message(msg, false) };
+    // SAFETY: the caller's iovecs, as sendmsg asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    // A stream's bytes without ancillary data (which each piece would carry again) go in
+    // pieces, as writev's.
+    // SAFETY: the caller's header, read.
+    if unsafe { (*msg).msg_controllen } == 0 && written_in_pieces(fd, bufs) {
+        let r = vectored_in_pieces(bufs, false, |cut, _| {
+            prepare_beside(&beside);
+            // SAFETY: the C library's sendmsg with a copy of the caller's header whose iovecs
+            // are a piece of the caller's.
+            unsafe {
+                let mut m = *msg;
+                m.msg_iov = cut.as_ptr().cast_mut();
+                m.msg_iovlen = cut.len() as _;
+                crate::cancellable::sendmsg(fd, &m, flags)
+            }
+        });
+        record_iovecs(bufs, r, false, pc);
+        return r;
+    }
     // SAFETY: the C library's sendmsg with the caller's arguments.
     unsafe {
-        vectored(iov, cnt, false, pc, || {
+        vectored(iov, cnt, false, &beside, pc, || {
             crate::cancellable::sendmsg(fd, msg, flags)
         })
     }
@@ -1135,18 +1473,17 @@ unsafe fn vectored_messages(
         _ => &[],
     };
     let bring_in = || {
-        headers.iter().fold(false, |shared, h| {
+        // The headers themselves: the kernel writes each message's length (`msg_len`), and,
+        // receiving, its header's lengths and flags.
+        let array = prepare_beside(&[Beside::written(msgs, size_of_val(headers))]);
+        headers.iter().fold(array, |shared, h| {
             // SAFETY: each header's iovecs, as the call asks.
             let (iov, cnt) = unsafe { message_iovecs(&h.msg_hdr) };
             // SAFETY: as the caller's promise.
             let bufs = unsafe { iovecs(iov, cnt) };
-            bufs.iter().fold(shared, |shared, b| {
-                // SAFETY: the buffer is handed to the kernel by the program's own call.
-                let here = unsafe {
-                    dsm_runtime::prepare_for_io(b.iov_base.cast(), b.iov_len, kernel_writes)
-                };
-                shared | here
-            })
+            // SAFETY: as the caller's promise: each header's address and ancillary data.
+            let beside = unsafe { Beside::message(&h.msg_hdr, kernel_writes) };
+            shared | prepare_iovecs(bufs, kernel_writes) | prepare_beside(&beside[1..])
         })
     };
     let most = if kernel_writes { RECEIVE_TRIES } else { STALLS };

@@ -2,8 +2,10 @@
  * plain build (no race checker). Node 0 moves bytes between the kernel and shared pages it does
  * not hold (homed on the last node) with readv, preadv, writev, pwritev (a file), send and recv
  * (a stream socket pair), sendto and recvfrom, sendmsg and recvmsg, sendmmsg and recvmmsg
- * (datagram socket pairs). Every byte is checked, on node 0 and on the home. Without libjia's
- * definitions the kernel fails each of these calls with EFAULT on a page the node does not hold.
+ * (datagram socket pairs), and, over UDP on the loopback, with the peer's address, its length and
+ * a message header in such pages too; a stream's recv with MSG_WAITALL. Every byte is checked, on
+ * node 0 and on the home. Without libjia's definitions the kernel fails each of these calls with
+ * EFAULT on a page the node does not hold.
  * Usage: io_calls [KIB] (a multiple of 4, at least 32) */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -22,9 +25,15 @@
 #define DGRAM 6000
 #define DGRAMS 4
 
-enum { READV, PREADV, RECV, RECVFROM, RECVMSG, RECVMMSG, INTO };
+enum { READV, PREADV, RECV, WAITALL, RECVFROM, RECVMSG, RECVMMSG, ADDRESSED, INTO };
 
-static const char *const names[INTO] = {"readv", "preadv", "recv", "recvfrom", "recvmsg", "recvmmsg"};
+static const char *const names[INTO] = {"readv", "preadv", "recv", "recv(MSG_WAITALL)", "recvfrom", "recvmsg", "recvmmsg", "recvfrom(address in shared memory)"};
+
+/* What lives in shared memory beside the buffers: a peer's address, another's and its length. */
+struct beside {
+    struct sockaddr_in to, from;
+    socklen_t from_len;
+};
 
 static unsigned char pattern(long i, int salt) { return (unsigned char)((i * 131 + salt * 7) % 251); }
 
@@ -63,7 +72,23 @@ int main(int argc, char **argv)
     for (k = 0; k < INTO; k++) in[k] = (unsigned char *)jia_alloc2p(n, jiahosts - 1);
     out = (unsigned char *)jia_alloc2p(n, jiahosts - 1);
     grams = (unsigned char *)jia_alloc2p(DGRAM * DGRAMS, jiahosts - 1);
+    struct beside *b = (struct beside *)jia_alloc2p(sizeof(struct beside), jiahosts - 1);
+    /* Node 0's UDP socket, whose address the home writes into shared memory (with the length
+       recvfrom starts from), so node 0 holds none of it when it sends and receives. */
+    int rx = -1;
+    if (jiapid == 0) {
+        struct sockaddr_in here = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t here_len = sizeof here;
+        rx = socket(AF_INET, SOCK_DGRAM, 0);
+        CHECK(rx >= 0 && bind(rx, (struct sockaddr *)&here, sizeof here) == 0 &&
+                  getsockname(rx, (struct sockaddr *)&here, &here_len) == 0, "a UDP socket: %s", strerror(errno));
+        jia_send((char *)&here, sizeof here, jiahosts - 1, 7);
+    }
     if (jiapid == jiahosts - 1) {
+        struct sockaddr_in there;
+        CHECK(jia_recv((char *)&there, sizeof there, 0, 7) == sizeof there, "the socket's address");
+        b->to = there;
+        b->from_len = sizeof b->from;
         for (i = 0; i < n; i++) out[i] = pattern(i, 3);
         for (i = 0; i < DGRAM * DGRAMS; i++) grams[i] = pattern(i, 5);
     }
@@ -93,11 +118,25 @@ int main(int argc, char **argv)
         close(fd);
         unlink(path);
 
-        /* A stream socket: send from shared memory, recv into it. */
+        /* A stream socket: send from shared memory, recv into it; then the whole at once. */
         CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
         stream_through(sv[0], sv[1], out, in[RECV], n);
+        struct iovec first = {out, 4096};
+        CHECK(writev(sv[0], &first, 1) == 4096, "writev to a stream: %s", strerror(errno));
+        CHECK(recv(sv[1], in[WAITALL], n, MSG_WAITALL | MSG_DONTWAIT) == 4096, "recv(MSG_WAITALL | MSG_DONTWAIT) of what is there: %s", strerror(errno));
+        stream_through(sv[0], sv[1], out + 4096, in[WAITALL] + 4096, n - 4096);
         close(sv[0]);
         close(sv[1]);
+
+        /* UDP on the loopback: the address sent to, the one received from and its length in
+           pages this node does not hold. */
+        int tx = socket(AF_INET, SOCK_DGRAM, 0);
+        CHECK(tx >= 0, "a UDP socket: %s", strerror(errno));
+        CHECK(sendto(tx, grams, DGRAM, 0, (struct sockaddr *)&b->to, sizeof b->to) == DGRAM, "sendto an address in shared memory: %s", strerror(errno));
+        CHECK(recvfrom(rx, in[ADDRESSED], DGRAM, 0, (struct sockaddr *)&b->from, &b->from_len) == DGRAM, "recvfrom with the address in shared memory: %s", strerror(errno));
+        CHECK(b->from_len == sizeof b->from && b->from.sin_port != 0, "recvfrom wrote no address");
+        close(rx);
+        close(tx);
 
         /* Datagrams, each DGRAM bytes, a page boundary inside each. */
         CHECK(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
@@ -138,9 +177,10 @@ int main(int argc, char **argv)
     jia_barrier();
     /* The home and node 0 alike see every byte. */
     if (jiapid == 0 || jiapid == jiahosts - 1) {
-        for (k = READV; k <= RECV; k++)
+        for (k = READV; k <= WAITALL; k++)
             for (i = 0; i < n; i++) CHECK(in[k][i] == pattern(i, 3), "node %d: byte %ld %s into shared memory", jiapid, i, names[k]);
-        for (k = RECVFROM; k < INTO; k++)
+        for (i = 0; i < DGRAM; i++) CHECK(in[ADDRESSED][i] == pattern(i, 5), "node %d: byte %ld %s", jiapid, i, names[ADDRESSED]);
+        for (k = RECVFROM; k < ADDRESSED; k++)
             for (i = 0; i < DGRAM * DGRAMS; i++) CHECK(in[k][i] == pattern(i, 5), "node %d: byte %ld %s into shared memory", jiapid, i, names[k]);
     }
     jia_barrier();

@@ -89,6 +89,21 @@ fn the_c_test_programs_are_exact_on_one_two_and_four_nodes_over_udp_and_tcp() {
 /// reached them: `read` failed, `write`, `pwrite` and `fwrite` came back short.
 #[test]
 fn io_on_shared_buffers_larger_than_the_cache_moves_every_byte() {
+    // readv, writev, preadv, pwritev, send and recv(MSG_WAITALL) of 1 MiB through a cache of
+    // 128 KiB: each came back short after a few pages (a file's readv after 24 KiB) or failed.
+    let calls = compile("io_calls", &[]);
+    for transport in ["udp", "tcp"] {
+        let mut cmd = Command::new(bin("dsmrun"));
+        cmd.args(["-n", "2", "--transport", transport])
+            .args(["--set", "cache_pages=32"])
+            .arg(&calls)
+            .arg("1024");
+        assert_ok(
+            &run_with_deadline(cmd, Duration::from_secs(120)),
+            "c-io_calls OK kib=1024",
+            2,
+        );
+    }
     let exe = compile("io", &[]);
     for transport in ["udp", "tcp"] {
         let mut cmd = Command::new(bin("dsmrun"));
@@ -109,6 +124,39 @@ fn io_on_shared_buffers_larger_than_the_cache_moves_every_byte() {
         );
     }
     let _ = std::fs::remove_file(exe);
+}
+
+/// A program linked statically with libjia's archive (no `dlsym` there: libjia's `send`,
+/// `readv`... make their system calls themselves) runs its I/O on shared memory, and the
+/// runtime's own sends through them (it aborted in `jia_init`: the C library's `send` was not
+/// found).
+#[test]
+fn a_program_linked_statically_runs() {
+    let lib = bin_dir().join("libjia.a");
+    let out = std::env::temp_dir().join(format!("dsm-jiajia-static-{}", std::process::id()));
+    let cc = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&out)
+        .arg(repo().join("tests/c/io_calls.c"))
+        .arg("-I")
+        .arg(repo().join("jia/include"))
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .expect("run cc");
+    if !cc.status.success() && text(&cc).contains("cannot find -lc") {
+        eprintln!("skipped: no static C library (libc.a) to link with");
+        return;
+    }
+    assert!(cc.status.success(), "{}", text(&cc));
+    for transport in ["udp", "tcp"] {
+        assert_ok(
+            &run(2, transport, &out, &["64"], None),
+            "c-io_calls OK kib=64",
+            2,
+        );
+    }
+    let _ = std::fs::remove_file(out);
 }
 
 /// I/O on shared buffers while another thread of the node takes locks (`io_locks`): each of

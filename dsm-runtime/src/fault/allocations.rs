@@ -29,10 +29,20 @@ static TABLE: [Entry; KEPT] = [const {
 /// Entries written and published.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// The end of the furthest allocation made so far (every allocation's, also past [`KEPT`]).
+static END: AtomicUsize = AtomicUsize::new(0);
+
+/// The end of the furthest allocation made so far: no byte past it is allocated.
+/// Async-signal-safe.
+pub(crate) fn end() -> usize {
+    END.load(Ordering::Acquire)
+}
+
 /// Remembers an allocation of `bytes` at `start`, made at `site` (a source line, or code's
 /// module and offset). Thread context; allocations are collective calls, made by one thread of
 /// a node at a time.
 pub(crate) fn note(start: usize, bytes: usize, site: String) {
+    END.fetch_max(start.saturating_add(bytes), Ordering::AcqRel);
     let k = COUNT.load(Ordering::Acquire);
     if k >= KEPT {
         return;
