@@ -114,6 +114,10 @@ impl Beside {
     unsafe fn message(m: *const libc::msghdr, kernel_writes: bool) -> [Beside; 3] {
         let at = |b: Beside| Beside { kernel_writes, ..b };
         let header = at(Beside::read(m, size_of::<libc::msghdr>()));
+        if m.is_null() {
+            // The kernel's EFAULT is the call's.
+            return [header; 3];
+        }
         // Read where its page is ready (written, for recvmsg's writes of its lengths).
         prepare_beside(&[header]);
         // SAFETY: the caller's promise.
@@ -1367,6 +1371,10 @@ unsafe extern "C-unwind" fn sendto_at(
 /// # Safety
 /// `m` points to a message header, as `recvmsg` and `sendmsg` ask.
 unsafe fn message_iovecs(m: *const libc::msghdr) -> (*const libc::iovec, c_int) {
+    if m.is_null() {
+        // The kernel's EFAULT is the call's.
+        return (std::ptr::null(), 0);
+    }
     // SAFETY: the caller's promise.
     let m = unsafe { &*m };
     (m.msg_iov, c_int::try_from(m.msg_iovlen).unwrap_or(0))
@@ -1430,8 +1438,8 @@ unsafe extern "C-unwind" fn sendmsg_at(
     let bufs = unsafe { iovecs(iov, cnt) };
     // A stream's bytes without ancillary data (which each piece would carry again) go in
     // pieces, as writev's.
-    // SAFETY: the caller's header, read.
-    if unsafe { (*msg).msg_controllen } == 0 && written_in_pieces(fd, bufs) {
+    // SAFETY: the caller's header, read (not null where it has buffers).
+    if written_in_pieces(fd, bufs) && unsafe { (*msg).msg_controllen } == 0 {
         let r = vectored_in_pieces(bufs, false, |cut, _| {
             prepare_beside(&beside);
             // SAFETY: the C library's sendmsg with a copy of the caller's header whose iovecs
