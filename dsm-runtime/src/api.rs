@@ -1261,6 +1261,9 @@ impl Dsm {
                 width,
             });
         }
+        // The whole operation's time, for the spin it may be part of (`progress::note_atomic`):
+        // a spin's time goes to its operations, not between them.
+        let started = sys::monotonic_ns();
         // A relaxed operation on a word homed here, in a process that has made no fence and
         // checks no race: the CPU's atomic, and nothing else.
         if !order.acquire && !order.release && !crate::fences::made() && !races::on() {
@@ -1290,6 +1293,8 @@ impl Dsm {
         if checked && reads && !declared.acquire {
             races::atomic_read(word, false);
         }
+        // A spin on the word is a wait the launcher's verdict must see.
+        progress::note_atomic(addr, width, op, value, started);
         Ok(value)
     }
 
@@ -1316,7 +1321,7 @@ impl Dsm {
                 return Ok(v);
             }
         }
-        let _w = progress::waiting("jia_atomic");
+        let _w = progress::waiting_in_atomic();
         if declared.acquire {
             // Before the acquire's invalidations, as for a lock.
             races::sync_event(Event::Waiting);
@@ -1330,11 +1335,8 @@ impl Dsm {
             op,
             order,
         };
-        let started = sys::monotonic_ns();
         match self.call(call)? {
             Reply::Value(v) => {
-                // A spin on the word is a wait the launcher's verdict must see.
-                progress::note_atomic(addr, width, op, v, started);
                 if declared.acquire {
                     races::sync_event(Event::Acquired(Object::Atomic(addr)));
                 }

@@ -26,7 +26,7 @@
 //! failing compare-exchange) runs, and its operations are messages on their way; yet where every
 //! other thread of the job waits, nothing will ever change the word ([`note_atomic`]). A thread
 //! whose every operation for a whole report interval was such an operation on one word that
-//! read the same value, back to back (it spent at most a tenth of that time between them: no
+//! read the same value, back to back (it spent at most a quarter of that time between them: no
 //! computation between polls), is said to wait in a spin on it, and the node says it spins; the
 //! launcher's verdict on a job with a spinning node waits for nothing said to change for
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
@@ -72,6 +72,8 @@ const LOCK: u64 = 1 << 32;
 const WAITCV: u64 = 2 << 32;
 /// A barrier of threads: its count.
 const TEAM: u64 = 3 << 32;
+/// An atomic operation on shared memory.
+const ATOMIC: u64 = 4 << 32;
 
 /// A thread's registration as waiting; dropped when its call returns.
 pub(crate) enum Waiting {
@@ -120,6 +122,13 @@ pub(crate) fn waiting_for_threads(threads: usize) -> Waiting {
     waiting_on(TEAM | threads.min(u32::MAX as usize) as u64)
 }
 
+/// Registers the calling thread as in an atomic operation on shared memory (one store: a spin
+/// makes millions a second, and a lock taken for each kept the service thread's report from
+/// taking it).
+pub(crate) fn waiting_in_atomic() -> Waiting {
+    waiting_on(ATOMIC)
+}
+
 /// Registers the calling thread as waiting in `jia_waitcv(cv)`.
 pub(crate) fn waiting_for_cv(cv: u16) -> Waiting {
     waiting_on(WAITCV | u64::from(cv))
@@ -140,6 +149,7 @@ fn spelled(word: u64) -> String {
         LOCK => format!("jia_lock({arg})"),
         WAITCV => format!("jia_waitcv({arg})"),
         TEAM => format!("jia_barrier_threads({arg})"),
+        ATOMIC => "jia_atomic".to_owned(),
         _ => format!("an unknown call ({word:#x})"),
     }
 }
@@ -300,11 +310,12 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
         }
         what.push((WAITS_FOR_A_THREAD.to_owned(), tid));
     }
-    // A timer's signal may wake one that waits for a thread (its handler posts a semaphore):
-    // the node runs until a timer that fires once has fired; a periodic one fires for ever,
-    // and the verdict waits longer instead.
+    // A timer's signal may wake one that waits for a thread (its handler posts a semaphore),
+    // or end a spin (its handler sets a flag the loop also reads): the node runs until a timer
+    // that fires once has fired; a periodic one fires for ever, and the verdict waits longer
+    // instead.
     let mut timer = false;
-    if what.iter().any(|(w, _)| w == WAITS_FOR_A_THREAD) {
+    if spins || what.iter().any(|(w, _)| w == WAITS_FOR_A_THREAD) {
         let timers = sys::process::real_timers();
         if timers.once {
             return None;
@@ -421,7 +432,7 @@ pub(crate) fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, starte
 
 /// What slot `i`'s thread spins on, if it spins: its run of operations on one word that
 /// changed nothing ([`note_atomic`]) is the one the last report saw, and since that report it
-/// made more of them, and spent at most a tenth of the time between them (a loop that computes
+/// made more of them, and spent at most a quarter of the time between them (a loop that computes
 /// between its polls computes; a spin only polls). Called at each report, for every slot.
 fn spins(i: usize) -> Option<String> {
     let s = &STREAKS[i];
@@ -440,7 +451,7 @@ fn spins(i: usize) -> Option<String> {
     let spun = word != 0
         && since == before.0
         && ops > before.1
-        && between.saturating_sub(before.3) * 10 <= inside.saturating_sub(before.2)
+        && between.saturating_sub(before.3) * 4 <= inside.saturating_sub(before.2)
         && sys::monotonic_ns().saturating_sub(since) >= SPIN_SAID_AFTER_NS;
     spun.then(|| spell_spin(word, value))
 }
@@ -500,5 +511,6 @@ mod tests {
         assert_eq!(super::spelled(super::LOCK | 7), "jia_lock(7)");
         assert_eq!(super::spelled(super::WAITCV | 15), "jia_waitcv(15)");
         assert_eq!(super::spelled(super::TEAM | 4), "jia_barrier_threads(4)");
+        assert_eq!(super::spelled(super::ATOMIC), "jia_atomic");
     }
 }

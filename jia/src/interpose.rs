@@ -1436,18 +1436,21 @@ unsafe extern "C-unwind" fn sendmsg_at(
     let beside = unsafe { Beside::message(msg, false) };
     // SAFETY: the caller's iovecs, as sendmsg asks.
     let bufs = unsafe { iovecs(iov, cnt) };
-    // A stream's bytes without ancillary data (which each piece would carry again) go in
-    // pieces, as writev's.
-    // SAFETY: the caller's header, read (not null where it has buffers).
-    if written_in_pieces(fd, bufs) && unsafe { (*msg).msg_controllen } == 0 {
-        let r = vectored_in_pieces(bufs, false, |cut, _| {
+    // A stream's bytes go in pieces, as writev's, the ancillary data (descriptors passed) with
+    // the first piece alone, as the kernel attaches it to the first byte.
+    if written_in_pieces(fd, bufs) {
+        let r = vectored_in_pieces(bufs, false, |cut, done| {
             prepare_beside(&beside);
-            // SAFETY: the C library's sendmsg with a copy of the caller's header whose iovecs
-            // are a piece of the caller's.
+            // SAFETY: the C library's sendmsg with a copy of the caller's header (not null
+            // where it has buffers) whose iovecs are a piece of the caller's.
             unsafe {
                 let mut m = *msg;
                 m.msg_iov = cut.as_ptr().cast_mut();
                 m.msg_iovlen = cut.len() as _;
+                if done > 0 {
+                    m.msg_control = std::ptr::null_mut();
+                    m.msg_controllen = 0;
+                }
                 crate::cancellable::sendmsg(fd, &m, flags)
             }
         });

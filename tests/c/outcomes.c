@@ -290,8 +290,15 @@ static void ticks_post(void)
 /* Node 1 spins on a flag only node 0 sets, after a barrier node 1 never reaches (`spin`: atomic
  * loads; `spinlock`: node 0 holds a spin lock of shared memory, node 1's compare-exchanges fail).
  * `poll`: node 1 polls the flag between pieces of private work of about a millisecond, for ARG
- * seconds, then goes on: a correct program, not a spin. */
+ * seconds, then goes on: a correct program, not a spin. `spin_alarm`: node 1 spins until the
+ * flag is set or its SIGALRM handler, ARG seconds on (`alarm`), says to stop: correct too. */
 static volatile double sink;
+static volatile sig_atomic_t rang;
+static void ring(int s)
+{
+    (void)s;
+    rang = 1;
+}
 static void spins(const char *how, const char *arg)
 {
     volatile unsigned int *word = (volatile unsigned int *)jia_alloc(4096);
@@ -302,6 +309,11 @@ static void spins(const char *how, const char *arg)
     if (jiapid == 1 && !strcmp(how, "spinlock")) {
         unsigned int expected = 0;
         while (!jia_atomic_compare_exchange_32(word, &expected, 1, __ATOMIC_ACQ_REL)) expected = 0;
+    }
+    if (jiapid == 1 && !strcmp(how, "spin_alarm")) {
+        signal(SIGALRM, ring);
+        alarm((unsigned)atoi(arg));
+        while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0 && !rang) continue;
     }
     if (jiapid == 1 && !strcmp(how, "poll")) {
         double t0 = jia_clock();
@@ -409,7 +421,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "alarm_posts")) alarm_posts();
     else if (!strcmp(what, "ticking_mutexes")) ticking_mutexes();
     else if (!strcmp(what, "ticks_post")) ticks_post();
-    else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll")) spins(what, arg);
+    else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
+             !strcmp(what, "spin_alarm")) spins(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

@@ -129,23 +129,32 @@ fn a_deadlock_under_a_periodic_timer_ends_naming_the_timer() {
 }
 
 /// Node 1 spins on a word only node 0 changes, after a barrier node 1 never reaches, with
-/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP): the job ends
-/// naming the spin, the word's allocation by its line, and node 0's wait (it ran for ever: a
-/// spinning thread runs, and its operations are messages on their way).
+/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP): the job says it
+/// looks stuck after 10 s and ends after 60, naming the spin, the word's allocation by its
+/// line, and node 0's wait (it ran for ever: a spinning thread runs, and its operations are
+/// messages on their way). The two jobs run side by side.
 #[test]
 fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
-    for (case, transport, how) in [
+    let cases = [
         ("spin", "udp", "atomic loads reading 0 again and again"),
         (
             "spinlock",
             "tcp",
             "compare-exchanges that fail reading 1 again and again",
         ),
-    ] {
-        let out = dsmrun(2, transport, &[], &[case]);
-        assert_status(&out, 1);
-        let e = stderr(&out);
+    ];
+    let outs: Vec<Output> = std::thread::scope(|s| {
+        let jobs: Vec<_> = cases
+            .iter()
+            .map(|&(case, transport, _)| s.spawn(move || dsmrun(2, transport, &[], &[case])))
+            .collect();
+        jobs.into_iter().map(|j| j.join().expect("a job")).collect()
+    });
+    for ((case, _, how), out) in cases.iter().zip(&outs) {
+        assert_status(out, 1);
+        let e = stderr(out);
         for want in [
+            "the job looks stuck: every node waits for another beside a spin",
             "the job cannot go on",
             "node 0 waits in jia_barrier",
             "node 1 waits in a spin on the 4-byte word at 0x",
@@ -153,9 +162,19 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             "outcomes.c:",
             how,
         ] {
-            assert!(e.contains(want), "{case}: no `{want}`:\n{}", text(&out));
+            assert!(e.contains(want), "{case}: no `{want}`:\n{}", text(out));
         }
     }
+}
+
+/// Node 1 spins until the word changes or its SIGALRM handler, 12 s on, says to stop, node 0
+/// in a barrier: the job ends well (an armed timer's handler may end a spin, as it may wake a
+/// thread that waits; it was ended as stuck at 11 s).
+#[test]
+fn a_spin_a_timers_handler_ends_is_not_stuck() {
+    let out = dsmrun(2, "udp", &[], &["spin_alarm", "12"]);
+    assert_status(&out, 0);
+    assert!(stdout(&out).contains("spin_alarm OK"), "{}", text(&out));
 }
 
 /// Node 1 polls a word between pieces of private work for 13 s (longer than a spin's verdict

@@ -766,6 +766,10 @@ impl Watched<'_> {
         if ended != self.words.ended {
             self.words.ended = ended;
             self.words.changed = Instant::now();
+            self.words.wait_changed();
+        }
+        if let Some(what) = self.words.spin_looks_stuck(&standing) {
+            eprintln!("dsm: warning: {}", super::watch::spin_warning(&what));
         }
         self.words.stuck(&standing)
     }

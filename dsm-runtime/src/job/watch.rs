@@ -36,6 +36,8 @@ pub(super) struct Heard {
     pub(super) changed: Instant,
     /// When any node's wait last changed, its counts aside (or it went on).
     pub(super) wait_changed: Instant,
+    /// The job was said to look stuck beside a spin since `wait_changed`.
+    spin_said: bool,
     /// When each node last reported (a waiting node reports every 250 ms).
     reported: Vec<Instant>,
     /// Nodes seen ended, by the watcher's last look.
@@ -71,8 +73,23 @@ pub(crate) const TIMER_QUIET_FOR: Duration = Duration::from_secs(30);
 /// As [`NO_PROGRESS_FOR`] where a node's thread spins on a word of shared memory that every
 /// other thread of the job waits beside ([`crate::progress`]): the spin's own operations are
 /// messages in flight and received, so what each node waits for must stay the same this long,
-/// whatever its counts (anything sent before the wait began has landed long before).
-pub(crate) const SPIN_QUIET_FOR: Duration = Duration::from_secs(10);
+/// whatever its counts. Long: a spin may also end for a reason no node can see (its own
+/// deadline read from the clock, a byte on a pipe it polls between its loads), which a
+/// minute's wait lets through; the job says what it sees after [`SPIN_SAID_AFTER`].
+pub(crate) const SPIN_QUIET_FOR: Duration = Duration::from_secs(60);
+
+/// When a job whose nodes wait beside a spin is said to look stuck, once, before the verdict
+/// at [`SPIN_QUIET_FOR`].
+pub(crate) const SPIN_SAID_AFTER: Duration = Duration::from_secs(10);
+
+/// What a job that looks stuck beside a spin is told after [`SPIN_SAID_AFTER`].
+pub(crate) fn spin_warning(what: &str) -> String {
+    format!(
+        "the job looks stuck: every node waits for another beside a spin ({what}); it ends in {} s \
+         unless something changes",
+        (SPIN_QUIET_FOR - SPIN_SAID_AFTER).as_secs()
+    )
+}
 
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
 const KEPT_LINES: usize = 64;
@@ -86,6 +103,7 @@ impl Heard {
             waiting: vec![None; n],
             changed: Instant::now(),
             wait_changed: Instant::now(),
+            spin_said: false,
             reported: vec![Instant::now(); n],
             ended: 0,
         }
@@ -118,13 +136,13 @@ impl Heard {
                     if before
                         .is_none_or(|b| (b.timer, b.spins, b.what) != (timer, spins, report.what))
                     {
-                        self.wait_changed = Instant::now();
+                        self.wait_changed();
                     }
                 }
                 Line::Run => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
-                    self.wait_changed = Instant::now();
+                    self.wait_changed();
                 }
                 // A node that left the job waits for nothing, whatever it last reported: it may
                 // have gone from a long wait through its last barrier and exit between two
@@ -133,12 +151,18 @@ impl Heard {
                 Line::Bye => {
                     self.waiting[k] = None;
                     self.changed = Instant::now();
-                    self.wait_changed = Instant::now();
+                    self.wait_changed();
                     self.keep(k, Line::Bye);
                 }
                 other => self.keep(k, other),
             }
         }
+    }
+
+    /// A node's wait changed, its counts aside (or it went on, or ended).
+    pub(super) fn wait_changed(&mut self) {
+        self.wait_changed = Instant::now();
+        self.spin_said = false;
     }
 
     fn keep(&mut self, k: usize, line: Line) {
@@ -240,18 +264,37 @@ impl Heard {
     /// `standing[k]` is how node `k` stands.
     pub(super) fn stuck(&self, standing: &[Standing]) -> Option<String> {
         let spins = self.waiting.iter().flatten().any(|r| r.spins);
+        let quiet_for = if spins {
+            SPIN_QUIET_FOR
+        } else {
+            NO_PROGRESS_FOR
+        };
+        self.all_wait(standing, quiet_for)
+    }
+
+    /// Once a job has looked stuck beside a spin for [`SPIN_SAID_AFTER`] (and again after any
+    /// change): what every node waits for, to be said before the verdict.
+    pub(super) fn spin_looks_stuck(&mut self, standing: &[Standing]) -> Option<String> {
+        if self.spin_said || !self.waiting.iter().flatten().any(|r| r.spins) {
+            return None;
+        }
+        let what = self.all_wait(standing, SPIN_SAID_AFTER)?;
+        self.spin_said = true;
+        Some(what)
+    }
+
+    /// What every running node waits for, if each does, with fresh reports, and nothing
+    /// changed for `quiet_for` (with a spin: no node's wait, its counts aside; without one,
+    /// nothing in flight either; [`TIMER_QUIET_FOR`] at least where a node's periodic timer may
+    /// wake it).
+    fn all_wait(&self, standing: &[Standing], quiet_for: Duration) -> Option<String> {
+        let spins = self.waiting.iter().flatten().any(|r| r.spins);
         let quiet = if spins {
             self.wait_changed.elapsed()
         } else {
             self.changed.elapsed()
         };
-        if quiet
-            < if spins {
-                SPIN_QUIET_FOR
-            } else {
-                NO_PROGRESS_FOR
-            }
-        {
+        if quiet < quiet_for {
             return None;
         }
         let mut what = Vec::new();
@@ -294,6 +337,11 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
             return;
         }
         let standing: Vec<Standing> = (0..control.len()).map(|k| words.standing(k)).collect();
+        if let Some(what) = words.spin_looks_stuck(&standing) {
+            crate::sys::write_stderr(
+                format!("dsm node 0: warning: {}\n", spin_warning(&what)).as_bytes(),
+            );
+        }
         if let Some(what) = words.stuck(&standing) {
             // The other ranks first, rank 0 (connection 0) once they have read the line: rank
             // 0's node ends as soon as it is told, and this thread with it, and a connection

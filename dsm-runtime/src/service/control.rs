@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::{RANK0_GRACE, Service};
 use crate::door::end::{EXIT_PEER_FAILED, fatal, fatal_with};
-use crate::job::watch::{NO_PROGRESS_FOR, SPIN_QUIET_FOR, TIMER_QUIET_FOR};
+use crate::job::watch::{
+    NO_PROGRESS_FOR, SPIN_QUIET_FOR, SPIN_SAID_AFTER, TIMER_QUIET_FOR, spin_warning,
+};
 use crate::job::wire::Line;
 use crate::sys;
 
@@ -278,21 +280,25 @@ impl Service {
             return;
         };
         let quiet_for = match (waits.timer, waits.spins) {
-            (true, _) => TIMER_QUIET_FOR,
-            (false, true) => SPIN_QUIET_FOR,
+            (_, true) => SPIN_QUIET_FOR,
+            (true, false) => TIMER_QUIET_FOR,
             (false, false) => NO_PROGRESS_FOR,
         };
         let what = waits.what;
-        match &self.alone_waiting {
-            Some((same, since)) if *same == what => {
+        match &mut self.alone_waiting {
+            Some((same, since, said)) if *same == what => {
                 if since.elapsed() >= quiet_for {
                     fatal(&format!(
                         "the job cannot go on: every thread of this one-node job waits for \
                          another and nothing can wake it: node 0 waits in {what}"
                     ));
                 }
+                if waits.spins && !*said && since.elapsed() >= SPIN_SAID_AFTER {
+                    *said = true;
+                    log::warn!("{}", spin_warning(&format!("node 0 waits in {what}")));
+                }
             }
-            _ => self.alone_waiting = Some((what, Instant::now())),
+            _ => self.alone_waiting = Some((what, Instant::now(), false)),
         }
     }
 

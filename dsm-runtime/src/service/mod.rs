@@ -135,9 +135,9 @@ pub(crate) struct Service {
     /// What was on its way at the last report (see `report_progress`).
     in_flight_sampled: usize,
     reported_waiting: bool,
-    /// A one-node job (no launcher watches it): what its threads wait for, and since when
-    /// unchanged (see `report_progress`).
-    alone_waiting: Option<(String, Instant)>,
+    /// A one-node job (no launcher watches it): what its threads wait for, since when
+    /// unchanged, and whether it was said to look stuck beside a spin (see `report_progress`).
+    alone_waiting: Option<(String, Instant, bool)>,
     /// Where node 0 writes every node's statistics as JSON at exit (`DSM_STATS_JSON`): sent to
     /// the launcher on its control channel if there is one (it adds what it knows of the job),
     /// else written there with what this node knows.

@@ -145,6 +145,10 @@ impl Standing {
 /// polling.
 const POLLS_PER_YIELD: u32 = 4;
 
+/// The longest the service thread goes without the node's state while other threads hold it
+/// (see [`run`]): then it waits for it.
+const STATE_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
+
 /// The service thread: runs the node until it has exited.
 pub(crate) fn run(service: Service) {
     context::mark_service_thread();
@@ -174,19 +178,28 @@ pub(crate) fn run(service: Service) {
     let mut seen_driven = 0;
     // Polls since the last full pass while spinning (0: not spinning, a full pass is next).
     let mut polls = 0u32;
+    // Since when this thread has gone without the state (`None`: it held it at its last pass;
+    // the clock is read only when it does not get it).
+    let mut without_state: Option<Instant> = None;
     loop {
+        // The launcher's channel and the node's report wait for the state: a thread that runs
+        // its own requests back to back (a spin on a word homed here, millions of atomic
+        // operations a second) kept it from this thread for as long as it ran (the node never
+        // reported its spin, nor read a verdict).
+        let mut due =
+            || without_state.get_or_insert_with(Instant::now).elapsed() > STATE_AT_LEAST_EVERY;
         // A thread waits for the state to run its own request (`door::state`): leave it to it,
         // and the CPU too if it shares ours.
-        if STATE.wanted() {
+        if STATE.wanted() && !due() {
             sys::sched_yield();
             continue;
         }
         let mut driving = match Driving::service() {
             Some(d) => d,
-            // Requests wait (calls, which handlers do not run): take the state as soon as the
-            // thread holding it lets go of it (threads run their own requests only while
-            // nothing is posted, so they do not take it back first).
-            None if SLOTS.posted() > 0 => Driving::service_waiting(),
+            // Requests wait (calls, which handlers do not run), or the state is due: take it
+            // as soon as the thread holding it lets go of it (threads run their own requests
+            // only while nothing is posted, so they do not take it back first).
+            None if SLOTS.posted() > 0 || due() => Driving::service_waiting(),
             None => {
                 // A fault handler drives the node and watches the network meanwhile (or a
                 // thread runs its call).
@@ -205,6 +218,7 @@ pub(crate) fn run(service: Service) {
                 continue;
             }
         };
+        without_state = None;
         let Some(s) = driving.state() else { return };
         // What the core work left for this thread (wherever it ran), before anything else.
         crate::logging::write_deferred();
