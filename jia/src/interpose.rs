@@ -166,21 +166,10 @@ fn efault() -> bool {
     std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
 }
 
-/// Moves `len` bytes at `ptr` with `call(offset, bytes)`, a piece the cache holds at a time
-/// ([`dsm_runtime::io_piece_bytes`]) where the buffer is shared memory, each piece made ready
-/// right before its call (a buffer larger than the cache lost its first pages to its last ones
-/// before the kernel reached them: the call came back short). `go_on()`, asked only for a
-/// shared buffer: after a whole piece moved, the rest is moved too (a file, or a write), and
-/// after a short count that ends at a page of the shared region, the rest too: a page taken
-/// away before the kernel reached it (another thread's acquire or release, or the cache making
-/// room) stops the kernel's copy there, where a signal, a timeout, a full disk or a file's end
-/// stop it anywhere, and those counts go back to the caller as they are. Otherwise the count so
-/// far is returned (a short read, which a read of a pipe or a socket may give anyway: one that
-/// waited for more could wait forever). A call that meets EFAULT moving nothing is made again,
-/// up to [`STALLS`] in a row. Returns the
-/// bytes moved, or the failure of a call when none moved. A buffer outside shared memory goes
-/// in one call, as the caller made it (async-signal-safe: the runtime's own reads of its
-/// sockets pass here).
+/// Moves `len` bytes at `ptr` with `call(offset, bytes)`, as [`vectored_in_pieces`] moves a
+/// vectored call's buffers (`go_on()` asked only for a buffer in shared memory). A buffer
+/// outside shared memory goes in one call, as the caller made it (async-signal-safe: the
+/// runtime's own reads of its sockets pass here).
 fn in_pieces(
     ptr: *const c_void,
     len: usize,
@@ -191,40 +180,13 @@ fn in_pieces(
     if len == 0 || !dsm_runtime::in_shared_region(ptr.cast(), len) {
         return call(0, len);
     }
-    let piece = match dsm_runtime::io_piece_bytes() {
-        0 => len,
-        p => p,
-    };
-    let go_on = go_on();
-    let (mut done, mut stalls) = (0usize, 0);
-    while done < len {
-        let n = piece.min(len - done);
-        let at = ptr.cast::<u8>().wrapping_add(done);
-        // SAFETY: the buffer is about to be handed to the kernel by the C program's own call:
-        // its threads do not write it meanwhile (that would race with the kernel's access
-        // anyway); this piece right before its call.
-        unsafe { dsm_runtime::prepare_for_io(at, n, kernel_writes) };
-        let r = call(done, n);
-        if r < 0 {
-            if efault() && stalled_again(&mut stalls, STALLS) {
-                continue;
-            }
-            return if done > 0 { done as isize } else { r };
-        }
-        if r == 0 {
-            break;
-        }
-        done += r as usize;
-        stalls = 0;
-        let next = ptr.cast::<u8>().wrapping_add(done);
-        let at_a_page = (r as usize) == n
-            || (next as usize % dsm_runtime::PAGE_SIZE == 0
-                && dsm_runtime::in_shared_region(next, 1));
-        if !go_on || !at_a_page {
-            break;
-        }
-    }
-    done as isize
+    let buffer = [libc::iovec {
+        iov_base: ptr.cast_mut(),
+        iov_len: len,
+    }];
+    vectored_in_pieces(&buffer, kernel_writes, go_on(), |cut, done| {
+        call(done, cut.iter().map(|c| c.iov_len).sum())
+    })
 }
 
 /// The most a receive into shared memory through a private buffer asks of a descriptor that
@@ -981,16 +943,23 @@ fn kernel_takes(bufs: &[libc::iovec]) -> bool {
 const PIECE_IOVECS: usize = 64;
 
 /// Moves the bytes of a vectored call's buffers `bufs`, some of them in shared memory, with
-/// `call(iovecs, done)` a piece at a time, as [`in_pieces`] does for one buffer: each piece
-/// (bytes `done..` of the buffers, at most a piece of the cache and [`PIECE_IOVECS`] iovecs,
-/// cut from `bufs` on the stack) made ready right before its call, the rest moved after a whole
-/// piece or after a short count that ends at a page of the shared region, a call that meets
-/// EFAULT moving nothing made again up to [`STALLS`] times in a row. For a file, and for a
-/// stream's writes (a stream's receive returns after its first piece, as a read may). Returns
-/// the bytes moved, or the failure of a call when none moved.
+/// `call(iovecs, done)`, a piece the cache holds at a time ([`dsm_runtime::io_piece_bytes`]):
+/// bytes `done..` of the buffers, at most [`PIECE_IOVECS`] iovecs, cut from `bufs` on the
+/// stack, made ready right before its call (a buffer larger than the cache lost its first pages
+/// to its last ones before the kernel reached them: the call came back short). With `go_on`
+/// (a file, or a write), after a whole piece moved the rest is moved too, and after a short
+/// count that ends at a page of the shared region, the rest too: a page taken away before the
+/// kernel reached it (another thread's acquire or release, or the cache making room) stops the
+/// kernel's copy there, where a signal, a timeout, a full disk or a file's end stop it
+/// anywhere, and those counts go back to the caller as they are. Otherwise the count so far is
+/// returned (a short read, which a read of a pipe or a socket may give anyway: one that waited
+/// for more could wait forever). A call that meets EFAULT moving nothing is made again, up to
+/// [`STALLS`] in a row. Returns the bytes moved (at most what the kernel moves in one call), or
+/// the failure of a call when none moved.
 fn vectored_in_pieces(
     bufs: &[libc::iovec],
     kernel_writes: bool,
+    go_on: bool,
     call: impl Fn(&[libc::iovec], usize) -> isize,
 ) -> isize {
     let total = bufs
@@ -1044,7 +1013,7 @@ fn vectored_in_pieces(
             || next.is_some_and(|p| {
                 p as usize % dsm_runtime::PAGE_SIZE == 0 && dsm_runtime::in_shared_region(p, 1)
             });
-        if !at_a_page {
+        if !go_on || !at_a_page {
             break;
         }
     }
@@ -1104,7 +1073,7 @@ unsafe extern "C-unwind" fn readv_at(
     if kernel_takes(bufs) && any_shared(bufs) && kind_of() == Some(Descriptor::File) {
         // SAFETY: the C library's readv of the caller's file into the caller's buffers, a piece
         // at a time (successive reads at the file's offset).
-        let r = vectored_in_pieces(bufs, true, |cut, _| unsafe {
+        let r = vectored_in_pieces(bufs, true, true, |cut, _| unsafe {
             crate::cancellable::readv(fd, cut.as_ptr(), cut.len() as c_int)
         });
         record_iovecs(bufs, r, true, pc);
@@ -1137,7 +1106,7 @@ unsafe extern "C-unwind" fn writev_at(
     let bufs = unsafe { iovecs(iov, cnt) };
     if written_in_pieces(fd, bufs) {
         // SAFETY: the C library's writev of the caller's buffers, a piece at a time.
-        let r = vectored_in_pieces(bufs, false, |cut, _| unsafe {
+        let r = vectored_in_pieces(bufs, false, true, |cut, _| unsafe {
             crate::cancellable::writev(fd, cut.as_ptr(), cut.len() as c_int)
         });
         record_iovecs(bufs, r, false, pc);
@@ -1158,19 +1127,12 @@ unsafe extern "C-unwind" fn preadv_at(
     off: i64,
     pc: usize,
 ) -> isize {
-    // SAFETY: the caller's iovecs, as preadv asks.
-    let bufs = unsafe { iovecs(iov, cnt) };
-    if kernel_takes(bufs) && any_shared(bufs) {
-        // SAFETY: the C library's preadv of the caller's file (a positioned read: a retry loses
-        // nothing) into the caller's buffers, a piece at a time, each at its own offset.
-        let r = vectored_in_pieces(bufs, true, |cut, done| unsafe {
-            crate::cancellable::preadv(fd, cut.as_ptr(), cut.len() as c_int, off + done as i64)
-        });
-        record_iovecs(bufs, r, true, pc);
-        return r;
+    // SAFETY: the C library's preadv with the caller's arguments, or pieces of them.
+    unsafe {
+        positioned(iov, cnt, off, true, pc, |iov, cnt, off| {
+            crate::cancellable::preadv(fd, iov, cnt, off)
+        })
     }
-    // SAFETY: the C library's preadv with the caller's arguments.
-    unsafe { crate::cancellable::preadv(fd, iov, cnt, off) }
 }
 
 unsafe extern "C-unwind" fn pwritev_at(
@@ -1180,19 +1142,38 @@ unsafe extern "C-unwind" fn pwritev_at(
     off: i64,
     pc: usize,
 ) -> isize {
-    // SAFETY: the caller's iovecs, as pwritev asks.
-    let bufs = unsafe { iovecs(iov, cnt) };
-    if kernel_takes(bufs) && any_shared(bufs) {
-        // SAFETY: the C library's pwritev of the caller's buffers, a piece at a time, each at
-        // its own offset.
-        let r = vectored_in_pieces(bufs, false, |cut, done| unsafe {
-            crate::cancellable::pwritev(fd, cut.as_ptr(), cut.len() as c_int, off + done as i64)
-        });
-        record_iovecs(bufs, r, false, pc);
-        return r;
+    // SAFETY: the C library's pwritev with the caller's arguments, or pieces of them.
+    unsafe {
+        positioned(iov, cnt, off, false, pc, |iov, cnt, off| {
+            crate::cancellable::pwritev(fd, iov, cnt, off)
+        })
     }
-    // SAFETY: the C library's pwritev with the caller's arguments.
-    unsafe { crate::cancellable::pwritev(fd, iov, cnt, off) }
+}
+
+/// `preadv` (`kernel_writes`) and `pwritev`: `call(iovecs, count, offset)`, where a buffer is
+/// shared memory a piece at a time, each at its own offset (a positioned call: a retry loses
+/// nothing), and the bytes moved recorded.
+///
+/// # Safety
+/// As the C library's `preadv` or `pwritev`, which `call` makes with its arguments.
+unsafe fn positioned(
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: i64,
+    kernel_writes: bool,
+    pc: usize,
+    call: impl Fn(*const libc::iovec, c_int, i64) -> isize,
+) -> isize {
+    // SAFETY: the caller's iovecs, as the call asks.
+    let bufs = unsafe { iovecs(iov, cnt) };
+    if !(kernel_takes(bufs) && any_shared(bufs)) {
+        return call(iov, cnt, off);
+    }
+    let r = vectored_in_pieces(bufs, kernel_writes, true, |cut, done| {
+        call(cut.as_ptr(), cut.len() as c_int, off + done as i64)
+    });
+    record_iovecs(bufs, r, kernel_writes, pc);
+    r
 }
 
 /// Whether a receive into `n` bytes at `buf` with `flags` goes in pieces: a stream asked for
@@ -1439,7 +1420,7 @@ unsafe extern "C-unwind" fn sendmsg_at(
     // A stream's bytes go in pieces, as writev's, the ancillary data (descriptors passed) with
     // the first piece alone, as the kernel attaches it to the first byte.
     if written_in_pieces(fd, bufs) {
-        let r = vectored_in_pieces(bufs, false, |cut, done| {
+        let r = vectored_in_pieces(bufs, false, true, |cut, done| {
             prepare_beside(&beside);
             // SAFETY: the C library's sendmsg with a copy of the caller's header (not null
             // where it has buffers) whose iovecs are a piece of the caller's.
