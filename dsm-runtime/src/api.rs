@@ -29,7 +29,7 @@ use crate::fences::ToAcquire;
 use crate::region::Region;
 use crate::service::Service;
 use crate::stats::NodeStats;
-use crate::{call, door, fault, job, logging, progress, service, stats, sys, trace};
+use crate::{allocations, call, door, fault, job, logging, progress, service, stats, sys, trace};
 
 static INITIALISED: AtomicBool = AtomicBool::new(false);
 
@@ -126,7 +126,7 @@ pub unsafe fn prepare_for_io(ptr: *const u8, len: usize, kernel_writes: bool) ->
     if lo.max(start) >= hi.min(end) {
         return false;
     }
-    let allocated = fault::allocations::end().min(end);
+    let allocated = allocations::end().min(end);
     let (lo, hi) = (lo.max(start), hi.min(allocated));
     if lo >= hi {
         return true;
@@ -989,7 +989,7 @@ impl Dsm {
         match self.call(Call::Alloc { policy, bytes })? {
             Reply::Allocated(off) => {
                 let addr = self.base + off as usize;
-                fault::allocations::note(addr, bytes as usize, races::allocation_site(from));
+                allocations::note(addr, bytes as usize, races::allocation_site(from));
                 races::allocated(addr, bytes as usize, std::mem::size_of::<T>(), from);
                 Ok(SharedArray::new(addr as *mut T, len))
             }
@@ -1261,9 +1261,6 @@ impl Dsm {
                 width,
             });
         }
-        // The whole operation's time, for the spin it may be part of (`progress::note_atomic`):
-        // a spin's time goes to its operations, not between them.
-        let started = sys::monotonic_ns();
         // A relaxed operation on a word homed here, in a process that has made no fence and
         // checks no race: the CPU's atomic, and nothing else.
         if !order.acquire && !order.release && !crate::fences::made() && !races::on() {
@@ -1271,6 +1268,9 @@ impl Dsm {
                 return Ok(old);
             }
         }
+        // The whole operation's time, for the spin it may be part of (`progress::note_atomic`):
+        // a spin's time goes to its operations, not between them.
+        let started = sys::monotonic_ns();
         // The thread's fences around its relaxed operations (`Dsm::fence`), and the race
         // checker's: a relaxed store after a release fence passes the fence's clock on, a
         // relaxed read is noted for the next acquire fence.

@@ -41,6 +41,7 @@
 #![cfg_attr(dsm_loom, allow(dead_code, unused_imports))]
 
 #[cfg(not(dsm_loom))]
+mod allocations;
 mod api;
 #[cfg(not(dsm_loom))]
 #[allow(unsafe_code)]

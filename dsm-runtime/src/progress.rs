@@ -484,7 +484,7 @@ fn spell_spin_now(word: u64, value: u64) -> String {
     } else {
         "atomic loads"
     };
-    let place = match crate::fault::allocations::nearest(addr) {
+    let place = match crate::allocations::nearest(addr) {
         Some((start, bytes, site)) if (start..start + bytes).contains(&addr) => {
             let site = if site.is_empty() {
                 String::new()

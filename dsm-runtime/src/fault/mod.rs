@@ -87,7 +87,6 @@
 //! saves and restores the whole register and vector state per architecture, and is not done (see
 //! `docs/design.md`, "The fault path").
 
-pub(crate) mod allocations;
 pub(crate) mod drive;
 pub(crate) mod program;
 
@@ -345,7 +344,7 @@ fn say_wild_access(addr: usize, ctx: *mut libc::c_void) {
     });
     line.push_hex(addr);
     line.push(b", in the shared region but outside every allocation");
-    if let Some((start, bytes, site)) = allocations::nearest(addr) {
+    if let Some((start, bytes, site)) = crate::allocations::nearest(addr) {
         let end = start + bytes;
         line.push(b": the nearest allocation is ");
         line.push_hex(start);
@@ -576,7 +575,7 @@ mod contract {
             ("mod.rs", include_str!("mod.rs")),
             ("drive.rs", include_str!("drive.rs")),
             ("program.rs", include_str!("program.rs")),
-            ("allocations.rs", include_str!("allocations.rs")),
+            ("allocations.rs", include_str!("../allocations.rs")),
             ("door/fastpath.rs", include_str!("../door/fastpath.rs")),
             ("door/slots.rs", include_str!("../door/slots.rs")),
             ("door/context.rs", include_str!("../door/context.rs")),

@@ -263,8 +263,7 @@ impl Heard {
     /// not have changed for [`SPIN_QUIET_FOR`]. Returns what each node waits for.
     /// `standing[k]` is how node `k` stands.
     pub(super) fn stuck(&self, standing: &[Standing]) -> Option<String> {
-        let spins = self.waiting.iter().flatten().any(|r| r.spins);
-        let quiet_for = if spins {
+        let quiet_for = if self.spins() {
             SPIN_QUIET_FOR
         } else {
             NO_PROGRESS_FOR
@@ -272,10 +271,15 @@ impl Heard {
         self.all_wait(standing, quiet_for)
     }
 
+    /// Whether a waiting node says a thread of it spins.
+    fn spins(&self) -> bool {
+        self.waiting.iter().flatten().any(|r| r.spins)
+    }
+
     /// Once a job has looked stuck beside a spin for [`SPIN_SAID_AFTER`] (and again after any
     /// change): what every node waits for, to be said before the verdict.
     pub(super) fn spin_looks_stuck(&mut self, standing: &[Standing]) -> Option<String> {
-        if self.spin_said || !self.waiting.iter().flatten().any(|r| r.spins) {
+        if self.spin_said || !self.spins() {
             return None;
         }
         let what = self.all_wait(standing, SPIN_SAID_AFTER)?;
@@ -288,7 +292,7 @@ impl Heard {
     /// nothing in flight either; [`TIMER_QUIET_FOR`] at least where a node's periodic timer may
     /// wake it).
     fn all_wait(&self, standing: &[Standing], quiet_for: Duration) -> Option<String> {
-        let spins = self.waiting.iter().flatten().any(|r| r.spins);
+        let spins = self.spins();
         let quiet = if spins {
             self.wait_changed.elapsed()
         } else {

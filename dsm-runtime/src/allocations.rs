@@ -1,6 +1,8 @@
 //! Where the program's allocations lie, for the words on a wild access: a fault at an address
 //! of the shared region that no allocation covers says which allocation is nearest (its range,
-//! and the line that made it where that is known) before the program dies of it.
+//! and the line that made it where that is known) before the program dies of it; the end of
+//! the furthest, past which `prepare_for_io` touches nothing; the one a spun word lies in, for
+//! the wait report (`progress`).
 //!
 //! Written from thread context at each allocation, read from signal context: a fixed table of
 //! atomics, filled in order and published by its count; the site's text is a leaked string,
