@@ -42,6 +42,7 @@
 
 #[cfg(not(dsm_loom))]
 mod allocations;
+#[cfg(not(dsm_loom))]
 mod api;
 #[cfg(not(dsm_loom))]
 #[allow(unsafe_code)]
