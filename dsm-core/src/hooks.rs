@@ -56,6 +56,45 @@ impl<M: PageMemory> Node<M> {
         self.drain_loopback(now);
     }
 
+    /// Drops every copy of another node's page this node holds without writes of its own
+    /// (read-only or prefetched, no fetch of it out), as an eviction would: the next read of
+    /// each fetches it from its home, with whatever the home holds then. Returns the pages
+    /// dropped, each with the digest of the bytes it held ([`Node::page_digest`]'s). The
+    /// launcher asks for it when this node alone has run for a while and every other node waits
+    /// for it: a thread reading another node's word in a loop, on plain loads, sees no write of
+    /// that node before an acquire of its own, which it may never make (see the runtime's
+    /// `progress`). Any copy may be dropped at any time: the model lets a read return a value
+    /// newer than its last acquire promises.
+    pub fn drop_read_copies(&mut self, now: Time) -> Vec<(PageNum, u64)> {
+        let me = self.cfg.node;
+        let dropped: Vec<(PageNum, u64)> = (0..self.table.len())
+            .filter(|&i| {
+                let e = &self.table[i];
+                e.home != me
+                    && e.fetch.is_none()
+                    && matches!(e.frame, Frame::ReadOnly | Frame::Prefetched)
+            })
+            .map(|i| {
+                let page = PageNum(i as u32);
+                self.mem.read(page, &mut self.scratch);
+                (page, digest(&self.scratch))
+            })
+            .collect();
+        self.invalidate(now, dropped.iter().map(|&(p, _)| p));
+        dropped
+    }
+
+    /// A digest of the bytes of `page`, if this node holds it (a copy or its home's): two
+    /// pages with different bytes differ in it but by chance (a 64-bit multiply-fold hash).
+    pub fn page_digest(&mut self, page: PageNum) -> Option<u64> {
+        let e = self.table.get_mut(page.index())?;
+        if e.frame == Frame::Invalid {
+            return None;
+        }
+        self.mem.read(page, &mut self.scratch);
+        Some(digest(&self.scratch))
+    }
+
     /// Brings into the cache the page a sequential reader will ask for next (see
     /// [`PageMemory::warm`]): call it once the grants are sent, off their path. A page from
     /// memory takes 0.5 us to copy here, 0.1 us from the cache; faultlat's reads of pages the
@@ -161,4 +200,14 @@ impl<M: PageMemory> Node<M> {
         self.runtime_counters = counters;
         self.runtime_counters.truncate(MAX_RUNTIME_COUNTERS);
     }
+}
+
+/// A 64-bit digest of a page's bytes (see [`Node::page_digest`]).
+fn digest(bytes: &[u8; PAGE_SIZE]) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    for word in bytes.chunks_exact(8) {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        h = (h ^ w).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(29);
+    }
+    h
 }

@@ -249,6 +249,12 @@ pub struct Cluster {
     /// node's back ([`VecMemory::close_behind`]), as the runtime's memory closes shown pages
     /// it makes the node's own with a written one; 0 (no chance drawn): never.
     pub close_behind_percent: u64,
+    /// Per-mille chance that a node about to read first drops every copy of another node's page
+    /// it holds unwritten ([`Node::drop_read_copies`]), as the runtime's does at its launcher's
+    /// word when it alone runs; 0 (no chance drawn): never.
+    pub drop_copies_per_mille: u64,
+    /// The copies dropped so ([`Cluster::drop_copies_per_mille`]).
+    pub copies_dropped: u64,
 }
 
 /// A frame on its way.
@@ -310,6 +316,8 @@ impl Cluster {
             lent_read_newer: 0,
             one_sided_reads: false,
             close_behind_percent: 0,
+            drop_copies_per_mille: 0,
+            copies_dropped: 0,
         }
     }
 
@@ -528,6 +536,11 @@ impl Cluster {
         match op {
             Op::Read(addr) => {
                 let page = addr.page();
+                if self.drop_copies_per_mille > 0
+                    && self.rng.below(1000) < self.drop_copies_per_mille
+                {
+                    self.copies_dropped += node.drop_read_copies(now).len() as u64;
+                }
                 if self.close_behind_percent > 0
                     && node.memory().prot(page) == Prot::Read
                     && self.rng.chance(self.close_behind_percent)

@@ -138,7 +138,7 @@ fn read_or_write(rng: &mut Rng, addr: GlobalAddr, value: &mut u64) -> Op {
 const SECOND_THREAD_LOCK: u16 = 63;
 
 /// Builds and runs one case; returns a description of the first failure.
-fn run_case(seed: u64) -> Result<(u64, Stats), String> {
+fn run_case(seed: u64) -> Result<(u64, Stats, u64), String> {
     let mut rng = Rng::new(seed);
     let case = make_case(&mut rng);
     let (pf_on, pf_pages, pf_check) = case.prefetch;
@@ -158,6 +158,9 @@ fn run_case(seed: u64) -> Result<(u64, Stats), String> {
     // One case in three has pages closed behind the nodes' backs now and then, as shown pages
     // made own are (from the seed too).
     c.close_behind_percent = if seed % 3 == 0 { 10 } else { 0 };
+    // One in five has a node drop its read copies before a read now and then, as a node the
+    // launcher finds running alone does.
+    c.drop_copies_per_mille = if seed % 5 == 1 { 20 } else { 0 };
     c.one_sided_reads = case.one_sided;
     c.check_reference = true;
     c.alloc(case.policy.clone(), case.pages * PAGE_SIZE as u64)
@@ -275,7 +278,7 @@ fn run_case(seed: u64) -> Result<(u64, Stats), String> {
         ));
     }
     let reads: u64 = c.reads.iter().map(|r| r.len() as u64).sum();
-    Ok((reads, c.total_stats()))
+    Ok((reads, c.total_stats(), c.copies_dropped))
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -302,11 +305,12 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
     };
     let started = Instant::now();
     let (mut reads, mut evictions, mut moved, mut vetoed, mut handoffs) = (0, 0, 0, 0, 0);
-    let (mut forwarded, mut refused) = (0, 0);
+    let (mut forwarded, mut refused, mut dropped) = (0, 0, 0);
     for &seed in &seeds {
         match run_case(seed) {
-            Ok((r, s)) => {
+            Ok((r, s, d)) => {
                 reads += r;
+                dropped += d;
                 evictions += s.evictions;
                 moved += s.homes_moved_here;
                 vetoed += s.home_moves_vetoed;
@@ -320,7 +324,8 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
     eprintln!(
         "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved, {vetoed} \
          moves vetoed, {handoffs} locks handed between threads of a node, {forwarded} pages \
-         forwarded by their holders, {refused} forwards refused in {:.2?}",
+         forwarded by their holders, {refused} forwards refused, {dropped} read copies dropped \
+         in {:.2?}",
         seeds.len(),
         started.elapsed()
     );
@@ -332,9 +337,11 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
                 && moved > 0
                 && forwarded > 0
                 && refused > 0
+                && dropped > 0
                 && ((handoffs > 0 && vetoed > 0) || !second_threads_asked()),
             "{reads} reads, {evictions} evictions, {moved} homes moved, {vetoed} vetoed, \
-             {handoffs} hand-offs, {forwarded} pages forwarded, {refused} forwards refused"
+             {handoffs} hand-offs, {forwarded} pages forwarded, {refused} forwards refused, \
+             {dropped} copies dropped"
         );
     }
 }

@@ -1963,3 +1963,46 @@ fn pages_a_home_has_not_changed_are_still_forwarded_after_an_unrelated_release()
     assert_eq!(c.node(0).stats().requests_forwarded, 1);
     assert!(c.node(1).stats().pages_forwarded > 0);
 }
+
+/// A node that reads another node's word in a loop on plain loads sees no write of theirs
+/// before an acquire of its own; the launcher has it drop its read copies when it alone runs
+/// while every other node waits for it. Its next read fetches the home's bytes; a page it wrote
+/// keeps its writes, and its own home pages stay.
+#[test]
+fn dropped_read_copies_are_fetched_again_from_their_home() {
+    let mut c = Cluster::new(2, 7, no_prefetch);
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+    let y = x.offset_by(PAGE);
+    let own = c.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    c.write_u64(1, y, 5).unwrap();
+    c.write_u64(1, own, 6).unwrap();
+    // Node 0 writes its home page, and releases (so the home's bytes are the new ones):
+    // node 1, which acquired nothing since, still reads its copy.
+    c.lock(0, 3).unwrap();
+    c.write_u64(0, x, 1).unwrap();
+    c.unlock(0, 3).unwrap();
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    let now = c.now();
+    let held = c.node_mut(1).page_digest(x.page()).unwrap();
+    let dropped = c.node_mut(1).drop_read_copies(now);
+    assert_eq!(dropped, vec![(x.page(), held)], "the read copy only");
+    assert_eq!(c.node(1).page_state(x.page()), PageState::Invalid);
+    assert_eq!(c.node_mut(1).page_digest(x.page()), None);
+    assert_eq!(c.node(1).page_state(y.page()), PageState::ReadWrite);
+    assert_eq!(c.read_u64(1, x).unwrap(), 1, "fetched again from its home");
+    assert_ne!(c.node_mut(1).page_digest(x.page()), Some(held), "new bytes");
+    assert_eq!(
+        c.node_mut(1).page_digest(x.page()),
+        c.node_mut(0).page_digest(x.page()),
+        "the home's bytes"
+    );
+    assert_eq!(c.read_u64(1, y).unwrap(), 5);
+    assert_eq!(c.read_u64(1, own).unwrap(), 6);
+    c.barrier().unwrap();
+    assert_eq!(
+        c.read_u64(0, y).unwrap(),
+        5,
+        "the written page's diff reached its home"
+    );
+}

@@ -2,7 +2,8 @@
 //! of the shared region that no allocation covers says which allocation is nearest (its range,
 //! and the line that made it where that is known) before the program dies of it; the end of
 //! the furthest, past which `prepare_for_io` touches nothing; the one a spun word lies in, for
-//! the wait report (`progress`).
+//! the wait report (`progress`), or a page read again after the launcher had its node drop its
+//! copies (`service`).
 //!
 //! Written from thread context at each allocation, read from signal context: a fixed table of
 //! atomics, filled in order and published by its count; the site's text is a leaked string,
@@ -54,6 +55,25 @@ pub(crate) fn note(start: usize, bytes: usize, site: String) {
     e.bytes.store(bytes, Ordering::Relaxed);
     let _ = e.site.set(Box::leak(site.into_boxed_str()));
     COUNT.store(k + 1, Ordering::Release);
+}
+
+/// Where `addr` lies, for a message: ` (byte B of the allocation of N bytes made at FILE:LINE)`
+/// (the line from addr2line: thread context only), or nothing outside every allocation kept.
+pub(crate) fn spelled_place(addr: usize) -> String {
+    match nearest(addr) {
+        Some((start, bytes, site)) if (start..start + bytes).contains(&addr) => {
+            let site = if site.is_empty() {
+                String::new()
+            } else {
+                format!(" made at {}", dsm_races::site_line(site))
+            };
+            format!(
+                " (byte {} of the allocation of {bytes} bytes{site})",
+                addr - start
+            )
+        }
+        _ => String::new(),
+    }
 }
 
 /// The allocation nearest `addr`: (start, bytes, site). Signal context.

@@ -30,6 +30,12 @@
 //! computation between polls), is said to wait in a spin on it, and the node says it spins; the
 //! launcher's verdict on a job with a spinning node waits for nothing said to change for
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
+//!
+//! A thread that waits for another node's word on plain loads of a copy it holds makes no call
+//! at all: its node runs. Where it alone runs while every other node waits for it, the launcher
+//! has it drop its unwritten copies of other nodes' pages (`DSM1 REFRESH`, see
+//! `crate::job::watch::Heard::runs_alone`), so that it reads the homes' bytes, and the node
+//! says which page it read again with new bytes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -484,20 +490,7 @@ fn spell_spin_now(word: u64, value: u64) -> String {
     } else {
         "atomic loads"
     };
-    let place = match crate::allocations::nearest(addr) {
-        Some((start, bytes, site)) if (start..start + bytes).contains(&addr) => {
-            let site = if site.is_empty() {
-                String::new()
-            } else {
-                format!(" made at {}", dsm_races::site_line(site))
-            };
-            format!(
-                " (byte {} of the allocation of {bytes} bytes{site})",
-                addr - start
-            )
-        }
-        _ => String::new(),
-    };
+    let place = crate::allocations::spelled_place(addr);
     format!(
         "a spin on the {width}-byte word at {addr:#x}{place}: {how} reading {value} again and \
          again, which no other thread or node can change while they wait"

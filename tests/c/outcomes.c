@@ -330,6 +330,28 @@ static void spins(const char *how, const char *arg)
     }
 }
 
+/* Node 1 waits for node 0's write on plain loads of a copy it holds (`plain_spin`), or computes
+ * alone for ARG seconds reading a shared word nobody changes (`alone`), while node 0 waits in a
+ * barrier. */
+static void plain(const char *how, const char *arg)
+{
+    volatile int *flag = (volatile int *)jia_alloc(4096);
+    jia_barrier();
+    if (jiapid == 1 && flag[0] != 0) printf("flag set early\n");
+    jia_barrier();
+    if (jiapid == 0 && !strcmp(how, "plain_spin")) flag[0] = 1; /* no release before the barrier */
+    if (jiapid == 1 && !strcmp(how, "plain_spin"))
+        while (!flag[0]) continue;
+    if (jiapid == 1 && !strcmp(how, "alone")) {
+        double t0 = jia_clock(), x = 0;
+        while (jia_clock() - t0 < atof(arg))
+            for (int i = 0; i < 100000; i++) x += flag[0] + i * 0.5;
+        sink = x;
+    }
+    jia_barrier();
+    if (jiapid == 0) printf("%s OK\n", how);
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -423,6 +445,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm")) spins(what, arg);
+    else if (!strcmp(what, "plain_spin") || !strcmp(what, "alone")) plain(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

@@ -771,6 +771,9 @@ impl Watched<'_> {
         if let Some(what) = self.words.spin_looks_stuck(&standing) {
             eprintln!("dsm: warning: {}", super::watch::spin_warning(&what));
         }
+        if let Some((k, what)) = self.words.runs_alone(&standing) {
+            super::watch::tell_alone(self.control, k, self.words.changed.elapsed(), &what);
+        }
         self.words.stuck(&standing)
     }
 }

@@ -38,6 +38,10 @@ pub(super) struct Heard {
     pub(super) wait_changed: Instant,
     /// The job was said to look stuck beside a spin since `wait_changed`.
     spin_said: bool,
+    /// When the node that alone runs was last told to drop its read copies, since
+    /// `wait_changed` ([`Heard::runs_alone`]), and how long before it is told again.
+    alone_told: Option<Instant>,
+    alone_every: Duration,
     /// When each node last reported (a waiting node reports every 250 ms).
     reported: Vec<Instant>,
     /// Nodes seen ended, by the watcher's last look.
@@ -91,6 +95,13 @@ pub(crate) fn spin_warning(what: &str) -> String {
     )
 }
 
+/// How long one node must have run alone, every other node waiting for it with nothing on its
+/// way and no report changed, before it is told to drop its copies of other nodes' pages
+/// ([`Heard::runs_alone`]); told again after twice as long each time, up to
+/// [`RUNS_ALONE_AT_MOST`] apart, until a node's wait changes.
+pub(crate) const RUNS_ALONE_FOR: Duration = Duration::from_secs(10);
+const RUNS_ALONE_AT_MOST: Duration = Duration::from_secs(640);
+
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
 const KEPT_LINES: usize = 64;
 
@@ -104,6 +115,8 @@ impl Heard {
             changed: Instant::now(),
             wait_changed: Instant::now(),
             spin_said: false,
+            alone_told: None,
+            alone_every: RUNS_ALONE_FOR,
             reported: vec![Instant::now(); n],
             ended: 0,
         }
@@ -163,6 +176,8 @@ impl Heard {
     pub(super) fn wait_changed(&mut self) {
         self.wait_changed = Instant::now();
         self.spin_said = false;
+        self.alone_told = None;
+        self.alone_every = RUNS_ALONE_FOR;
     }
 
     fn keep(&mut self, k: usize, line: Line) {
@@ -287,6 +302,49 @@ impl Heard {
         Some(what)
     }
 
+    /// The node that alone runs while every other running node waits, with a fresh report,
+    /// nothing in flight and no report changed for [`RUNS_ALONE_FOR`], and what the others wait
+    /// for: a thread of it may read another node's word in a loop on plain loads, which shows
+    /// no write of that node before an acquire of its own, which may never come (it ran for
+    /// ever, silent). Told to drop its unwritten copies of other nodes' pages (`Line::Refresh`),
+    /// it reads the homes' bytes, which every waiting node's release has reached. A node that
+    /// computes alone pays a refetch of what it reads, told again after twice as long each
+    /// time. `None` until the next telling is due.
+    pub(super) fn runs_alone(&mut self, standing: &[Standing]) -> Option<(usize, String)> {
+        let quiet = self.changed.elapsed();
+        if quiet < RUNS_ALONE_FOR
+            || self
+                .alone_told
+                .is_some_and(|t| t.elapsed() < self.alone_every)
+        {
+            return None;
+        }
+        let mut alone = None;
+        let mut what = Vec::new();
+        for (k, s) in standing.iter().enumerate() {
+            if *s != Standing::Running {
+                continue;
+            }
+            match self.waiting.get(k)? {
+                None if alone.is_none() => alone = Some(k),
+                // Two nodes run: they may still change each other's words.
+                None => return None,
+                Some(r)
+                    if r.in_flight == 0 && self.reported.get(k)?.elapsed() <= REPORT_FRESH_FOR =>
+                {
+                    what.push(format!("node {k} {}", r.what))
+                }
+                Some(_) => return None,
+            }
+        }
+        let alone = alone.filter(|_| !what.is_empty())?;
+        if self.alone_told.is_some() {
+            self.alone_every = (self.alone_every * 2).min(RUNS_ALONE_AT_MOST);
+        }
+        self.alone_told = Some(Instant::now());
+        Some((alone, what.join("; ")))
+    }
+
     /// What every running node waits for, if each does, with fresh reports, and nothing
     /// changed for `quiet_for` (with a spin: no node's wait, its counts aside; without one,
     /// nothing in flight either; [`TIMER_QUIET_FOR`] at least where a node's periodic timer may
@@ -346,6 +404,9 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
                 format!("dsm node 0: warning: {}\n", spin_warning(&what)).as_bytes(),
             );
         }
+        if let Some((k, what)) = words.runs_alone(&standing) {
+            tell_alone(&mut control, k, words.changed.elapsed(), &what);
+        }
         if let Some(what) = words.stuck(&standing) {
             // The other ranks first, rank 0 (connection 0) once they have read the line: rank
             // 0's node ends as soon as it is told, and this thread with it, and a connection
@@ -378,6 +439,23 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
     }
 }
 
+/// Tells node `k`, which alone has run for `quiet` while the others wait (`what`), to drop its
+/// read copies ([`Heard::runs_alone`]).
+pub(super) fn tell_alone(
+    control: &mut [std::net::TcpStream],
+    k: usize,
+    quiet: Duration,
+    what: &str,
+) {
+    let line = Line::Refresh {
+        quiet_secs: quiet.as_secs(),
+        what: what.to_owned(),
+    };
+    if let Some(c) = control.get_mut(k..=k) {
+        tell(c, &line.encode());
+    }
+}
+
 /// Sends `line` to every node through its control channel.
 pub(super) fn tell(control: &mut [std::net::TcpStream], line: &str) {
     if line.is_empty() {
@@ -394,4 +472,83 @@ pub(super) fn tell(control: &mut [std::net::TcpStream], line: &str) {
 /// (`JobFailure::Stuck`).
 pub(crate) fn stuck_verdict(what: &str) -> String {
     format!("the job cannot go on, every node waits for another and nothing is on its way: {what}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waits(what: &str, in_flight: u64) -> Vec<u8> {
+        Line::Wait {
+            in_flight,
+            received: 3,
+            timer: false,
+            spins: false,
+            what: what.into(),
+        }
+        .encode()
+        .into_bytes()
+    }
+
+    /// Nodes 0 and 2 wait; node 1 runs. `quiet`: how long ago the reports last changed.
+    fn heard(quiet: Duration) -> Heard {
+        let mut h = Heard::new(3);
+        h.take_lines(0, &waits("waits in jia_barrier", 0));
+        h.take_lines(2, &waits("waits in jia_lock(1)", 0));
+        h.changed = Instant::now() - quiet;
+        h
+    }
+
+    #[test]
+    fn a_node_running_alone_is_told_after_a_quiet_while_then_less_and_less_often() {
+        let all = [Standing::Running; 3];
+        let mut h = heard(RUNS_ALONE_FOR - Duration::from_secs(1));
+        assert_eq!(h.runs_alone(&all), None, "not quiet long enough");
+        h.changed -= Duration::from_secs(2);
+        assert_eq!(
+            h.runs_alone(&all),
+            Some((
+                1,
+                "node 0 waits in jia_barrier; node 2 waits in jia_lock(1)".into()
+            ))
+        );
+        assert_eq!(h.runs_alone(&all), None, "just told");
+        let told_ago = |h: &mut Heard, d: Duration| h.alone_told = Some(Instant::now() - d);
+        told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
+        assert!(h.runs_alone(&all).is_some(), "told again after as long");
+        told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
+        assert_eq!(h.runs_alone(&all), None, "then after twice as long");
+        told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
+        assert!(h.runs_alone(&all).is_some());
+        // A wait that changes starts over.
+        h.wait_changed();
+        assert!(h.runs_alone(&all).is_some());
+    }
+
+    #[test]
+    fn nobody_is_told_while_two_run_or_something_is_on_its_way() {
+        let quiet = RUNS_ALONE_FOR + Duration::from_secs(1);
+        let all = [Standing::Running; 3];
+        let mut h = heard(quiet);
+        h.take_lines(2, &Line::Run.encode().into_bytes());
+        h.changed = Instant::now() - quiet;
+        assert_eq!(h.runs_alone(&all), None, "nodes 1 and 2 run");
+        let mut h = heard(quiet);
+        h.take_lines(2, &waits("waits in jia_lock(1)", 40));
+        h.changed = Instant::now() - quiet;
+        assert_eq!(h.runs_alone(&all), None, "node 2 has bytes on their way");
+        let mut h = heard(quiet);
+        h.reported[0] = Instant::now() - 2 * REPORT_FRESH_FOR;
+        assert_eq!(h.runs_alone(&all), None, "node 0's report is stale");
+        // A node that ended well is no one's partner; one that runs alone beside it is told.
+        let mut h = heard(quiet);
+        let ended = [Standing::Running, Standing::Running, Standing::EndedWell];
+        assert_eq!(
+            h.runs_alone(&ended),
+            Some((1, "node 0 waits in jia_barrier".into()))
+        );
+        let mut h = heard(quiet);
+        let nobody_waits = [Standing::EndedWell, Standing::Running, Standing::EndedWell];
+        assert_eq!(h.runs_alone(&nobody_waits), None, "nobody waits for node 1");
+    }
 }

@@ -91,6 +91,11 @@ pub(crate) enum Line {
     Lost { node: u16, how: String },
     /// Launcher (or rank 0) to node: the job cannot go on; what every node waits for.
     Stuck(String),
+    /// Launcher (or rank 0) to node: this node alone has run for `quiet_secs` seconds while
+    /// every other node waits for it (`what`, as in [`Line::Stuck`]), with nothing on its way:
+    /// drop the copies of other nodes' pages it holds unwritten (`crate::progress`). Spelled
+    /// `REFRESH SECONDS WHAT`.
+    Refresh { quiet_secs: u64, what: String },
 }
 
 /// What was wrong with a line.
@@ -152,6 +157,9 @@ impl Line {
             Line::Stats(json) => format!("STATS {}", one_line(json)),
             Line::Lost { node, how } => format!("LOST {node} {}", one_line(how)),
             Line::Stuck(what) => format!("STUCK {}", one_line(what)),
+            Line::Refresh { quiet_secs, what } => {
+                format!("REFRESH {quiet_secs} {}", one_line(what))
+            }
         };
         format!("{VERSION} {body}\n")
     }
@@ -253,6 +261,13 @@ impl Line {
             })(),
             "STATS" => Ok(Line::Stats(text.to_owned())),
             "STUCK" => Ok(Line::Stuck(text.to_owned())),
+            "REFRESH" => (|| {
+                let quiet_secs = next("no seconds")?
+                    .parse()
+                    .map_err(|_| "not a count of seconds")?;
+                let what = text.split_once(' ').map_or("", |(_, w)| w).to_owned();
+                Ok(Line::Refresh { quiet_secs, what })
+            })(),
             _ => Err("unknown word"),
         };
         parsed.map_err(refuse)
@@ -371,6 +386,10 @@ mod tests {
                 how: "was killed by signal 9 (SIGKILL)".into(),
             },
             Line::Stuck("node 0 waits in jia_barrier; node 1 waits in jia_exit".into()),
+            Line::Refresh {
+                quiet_secs: 10,
+                what: "node 0 waits in jia_barrier".into(),
+            },
         ]
     }
 

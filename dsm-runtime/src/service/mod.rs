@@ -130,6 +130,8 @@ pub(crate) struct Service {
     program_ended: bool,
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
+    /// The copies this node dropped when the launcher found it running alone (`DSM1 REFRESH`).
+    refreshed: Option<control::Refreshed>,
     /// When this node last told the launcher whether it waits, and whether it did.
     progress_reported: Instant,
     /// What was on its way at the last report (see `report_progress`).
@@ -225,6 +227,7 @@ impl Service {
             threads_checked: Instant::now(),
             program_ended: false,
             warned_thrashing: false,
+            refreshed: None,
             progress_reported: Instant::now(),
             in_flight_sampled: 0,
             reported_waiting: false,
@@ -356,6 +359,9 @@ impl Service {
         // The requesting thread's fast-path writes were queued before its request: record them
         // before acting on the request (a release must carry them).
         self.drain_fast_faults();
+        if let Some(r) = &mut self.refreshed {
+            r.faulted(fault.page);
+        }
         let now = self.now();
         let waiter = WaiterId(slot as u64);
         if self

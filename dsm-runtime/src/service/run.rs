@@ -247,10 +247,11 @@ pub(crate) fn run(service: Service) {
             s.check_program_threads();
         }
         // What the pass left for this thread (the job's statistics at exit among it), before
-        // the node may leave.
+        // the node may leave; a page read again after the launcher's word is said before too.
         if !s.deferred.is_empty() {
             s.run_deferred();
         }
+        s.say_refreshed();
         s.error_sent();
         if s.exit_finished() {
             // What came last (the exit grant) is acknowledged before the transport closes, or
