@@ -48,6 +48,7 @@ impl<M: PageMemory> Node<M> {
         e.frame = Frame::ReadOnly;
         e.touched |= faulted;
         self.mem.opened_by_handler(page);
+        self.read_after_drop(page);
         self.stats.prefetch_used += 1;
         if faulted {
             self.count_local_fault(Access::Read);
@@ -56,43 +57,59 @@ impl<M: PageMemory> Node<M> {
         self.drain_loopback(now);
     }
 
-    /// Drops every copy of another node's page this node holds without writes of its own
-    /// (read-only or prefetched, no fetch of it out), as an eviction would: the next read of
-    /// each fetches it from its home, with whatever the home holds then. Returns the pages
-    /// dropped, each with the digest of the bytes it held ([`Node::page_digest`]'s). The
-    /// launcher asks for it when this node alone has run for a while and every other node waits
-    /// for it: a thread reading another node's word in a loop, on plain loads, sees no write of
-    /// that node before an acquire of its own, which it may never make (see the runtime's
-    /// `progress`). Any copy may be dropped at any time: the model lets a read return a value
-    /// newer than its last acquire promises.
-    pub fn drop_read_copies(&mut self, now: Time) -> Vec<(PageNum, u64)> {
+    /// Drops every copy of another node's page this node holds (read-only, prefetched, or
+    /// written: those send their diff first), as an eviction would, but for pages with a fetch
+    /// out: the next read of each fetches it from its home, with whatever the home holds then.
+    /// Returns how many it dropped. The launcher asks for it when this node has run for a
+    /// while, nothing on its way, while the nodes that do not run wait: a thread reading
+    /// another node's word in a loop, on plain loads, sees no write of that node before an
+    /// acquire of its own, which it may never make (see the runtime's `progress`). Any copy
+    /// may be dropped at any time: the model lets a read return a value newer than its last
+    /// acquire promises.
+    ///
+    /// The digest of each copy's bytes is kept until a thread reads the page again (its fault's
+    /// grant, or its first touch of a prefetched copy), or the node's next acquire:
+    /// [`Node::take_dropped_changed`] then tells the pages read again with other bytes than the
+    /// dropped copy's (another node's writes the node would not have seen).
+    pub fn drop_copies(&mut self, now: Time) -> usize {
         let me = self.cfg.node;
-        let dropped: Vec<(PageNum, u64)> = (0..self.table.len())
+        let pages: Vec<PageNum> = (0..self.table.len())
             .filter(|&i| {
                 let e = &self.table[i];
-                e.home != me
-                    && e.fetch.is_none()
-                    && matches!(e.frame, Frame::ReadOnly | Frame::Prefetched)
+                e.home != me && e.fetch.is_none() && e.frame != Frame::Invalid
             })
-            .map(|i| {
-                let page = PageNum(i as u32);
-                self.mem.read(page, &mut self.scratch);
-                (page, digest(&self.scratch))
-            })
+            .map(|i| PageNum(i as u32))
             .collect();
-        self.invalidate(now, dropped.iter().map(|&(p, _)| p));
-        dropped
+        self.dropped.clear();
+        for &page in &pages {
+            self.mem.read(page, &mut self.scratch);
+            self.dropped.insert(page, digest(&self.scratch));
+        }
+        let kept = std::mem::take(&mut self.dropped);
+        self.invalidate(now, pages.iter().copied());
+        self.dropped = kept;
+        pages.len()
     }
 
-    /// A digest of the bytes of `page`, if this node holds it (a copy or its home's): two
-    /// pages with different bytes differ in it but by chance (a 64-bit multiply-fold hash).
-    pub fn page_digest(&mut self, page: PageNum) -> Option<u64> {
-        let e = self.table.get_mut(page.index())?;
-        if e.frame == Frame::Invalid {
-            return None;
+    /// The pages dropped by [`Node::drop_copies`] that a thread read again with other bytes
+    /// than those dropped, since the last call.
+    pub fn take_dropped_changed(&mut self) -> Vec<PageNum> {
+        std::mem::take(&mut self.dropped_changed)
+    }
+
+    /// A thread reads `page`, just granted or opened: if [`Node::drop_copies`] dropped it,
+    /// whether its bytes are the dropped copy's.
+    pub(crate) fn read_after_drop(&mut self, page: PageNum) {
+        if self.dropped.is_empty() {
+            return;
         }
+        let Some(held) = self.dropped.remove(&page) else {
+            return;
+        };
         self.mem.read(page, &mut self.scratch);
-        Some(digest(&self.scratch))
+        if digest(&self.scratch) != held && self.dropped_changed.len() < DROPPED_CHANGED_KEPT {
+            self.dropped_changed.push(page);
+        }
     }
 
     /// Brings into the cache the page a sequential reader will ask for next (see
@@ -202,7 +219,11 @@ impl<M: PageMemory> Node<M> {
     }
 }
 
-/// A 64-bit digest of a page's bytes (see [`Node::page_digest`]).
+/// The pages read again with other bytes after [`Node::drop_copies`] kept until taken.
+const DROPPED_CHANGED_KEPT: usize = 64;
+
+/// A 64-bit digest of a page's bytes: two pages with different bytes differ in it but by
+/// chance (a multiply-fold hash).
 fn digest(bytes: &[u8; PAGE_SIZE]) -> u64 {
     let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
     for word in bytes.chunks_exact(8) {

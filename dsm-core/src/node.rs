@@ -236,6 +236,11 @@ pub struct Node<M: PageMemory> {
     /// grant: written elsewhere since, so the claimed bytes are not the page's last.
     pub(crate) claims_overtaken: BTreeSet<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
+    /// The copies dropped at the last [`Node::drop_copies`], by page, with the digest of the
+    /// bytes they held, until a thread reads each again or the node's next acquire; and the
+    /// pages read again since with other bytes (at most [`DROPPED_CHANGED_KEPT`]).
+    pub(crate) dropped: BTreeMap<PageNum, u64>,
+    pub(crate) dropped_changed: Vec<PageNum>,
     /// Messages this node has sent to other nodes: a stamp of when a page request or an atomic
     /// operation left, which tells, per home, which of the two the home took first (each pair
     /// of nodes is an ordered channel; an RDMA READ is posted no later than what is sent after
@@ -301,6 +306,8 @@ impl<M: PageMemory> Node<M> {
             claims_overtaken: BTreeSet::new(),
             streams: Streams::default(),
             scratch: Box::new([0; PAGE_SIZE]),
+            dropped: BTreeMap::new(),
+            dropped_changed: Vec::new(),
             sent_msgs: 0,
             ask_home: BTreeSet::new(),
             diffs_on_their_way: BTreeMap::new(),

@@ -1210,6 +1210,7 @@ impl<M: PageMemory> Node<M> {
             self.mem.allow_prefetch_open(page, wake);
         } else {
             self.open_valid_page(page, Self::strongest(&fetch.waiters));
+            self.read_after_drop(page);
             for (w, _, since) in fetch.waiters {
                 self.stats.fault_wait_ns += now.since(since);
                 self.resume(w);
@@ -1471,6 +1472,10 @@ impl<M: PageMemory> Node<M> {
         pages: impl IntoIterator<Item = PageNum>,
     ) {
         let me = self.cfg.node;
+        if from.is_some() {
+            // An acquire: what a page read from now on holds is what the node may see.
+            self.dropped.clear();
+        }
         let mut opened = Vec::new();
         for page in pages {
             // A claimed page named by a lock's or condition variable's grant: another node

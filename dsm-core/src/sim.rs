@@ -250,8 +250,8 @@ pub struct Cluster {
     /// it makes the node's own with a written one; 0 (no chance drawn): never.
     pub close_behind_percent: u64,
     /// Per-mille chance that a node about to read first drops every copy of another node's page
-    /// it holds unwritten ([`Node::drop_read_copies`]), as the runtime's does at its launcher's
-    /// word when it alone runs; 0 (no chance drawn): never.
+    /// it holds ([`Node::drop_copies`]), as the runtime's does at its launcher's word when it
+    /// runs while the others wait; 0 (no chance drawn): never.
     pub drop_copies_per_mille: u64,
     /// The copies dropped so ([`Cluster::drop_copies_per_mille`]).
     pub copies_dropped: u64,
@@ -539,7 +539,7 @@ impl Cluster {
                 if self.drop_copies_per_mille > 0
                     && self.rng.below(1000) < self.drop_copies_per_mille
                 {
-                    self.copies_dropped += node.drop_read_copies(now).len() as u64;
+                    self.copies_dropped += node.drop_copies(now) as u64;
                 }
                 if self.close_behind_percent > 0
                     && node.memory().prot(page) == Prot::Read

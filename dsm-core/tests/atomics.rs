@@ -614,6 +614,9 @@ fn run_case(seed: u64) -> Result<u64, String> {
     // case's generator: a seed's case is unchanged).
     c.lend_runs(seed % 4 != 0);
     c.check_reference = true;
+    // One case in five has a node drop its copies before a read now and then, as a node the
+    // launcher finds running beside waiting ones does (from the seed).
+    c.drop_copies_per_mille = if seed % 5 == 1 { 20 } else { 0 };
     let pages = 2 + rng.below(4);
     let policy = if rng.chance(50) {
         AllocPolicy::RoundRobin

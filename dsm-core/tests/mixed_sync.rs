@@ -537,6 +537,9 @@ fn run_case(seed: u64, max_steps: u64) -> Result<Seen, String> {
     c.lend_runs(seed % 4 != 0);
     c.one_sided_reads = cfg.one_sided;
     c.check_reference = true;
+    // One case in five has a node drop its copies before a read now and then, as a node the
+    // launcher finds running beside waiting ones does (from the seed).
+    c.drop_copies_per_mille = if seed % 5 == 1 { 20 } else { 0 };
     for (n, &t) in cfg.threads.iter().enumerate() {
         c.set_threads(n as u16, t);
     }

@@ -324,7 +324,7 @@ fn random_race_free_programs_read_what_a_sequential_execution_reads() {
     eprintln!(
         "{} cases, {reads} checked reads, {evictions} evictions, {moved} homes moved, {vetoed} \
          moves vetoed, {handoffs} locks handed between threads of a node, {forwarded} pages \
-         forwarded by their holders, {refused} forwards refused, {dropped} read copies dropped \
+         forwarded by their holders, {refused} forwards refused, {dropped} copies dropped \
          in {:.2?}",
         seeds.len(),
         started.elapsed()

@@ -32,10 +32,10 @@
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
 //!
 //! A thread that waits for another node's word on plain loads of a copy it holds makes no call
-//! at all: its node runs. Where it alone runs while every other node waits for it, the launcher
-//! has it drop its unwritten copies of other nodes' pages (`DSM1 REFRESH`, see
-//! `crate::job::watch::Heard::runs_alone`), so that it reads the homes' bytes, and the node
-//! says which page it read again with new bytes.
+//! at all: its node runs. Where it runs while every other node waits, the launcher has it drop
+//! its copies of other nodes' pages (`DSM1 REFRESH`, see
+//! `crate::job::watch::Heard::run_beside_waiters`), so that it reads the homes' bytes, and the
+//! node says which page it read again with bytes another node wrote.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -490,7 +490,7 @@ fn spell_spin_now(word: u64, value: u64) -> String {
     } else {
         "atomic loads"
     };
-    let place = crate::allocations::spelled_place(addr);
+    let place = crate::allocations::spelled_place(addr, 1);
     format!(
         "a spin on the {width}-byte word at {addr:#x}{place}: {how} reading {value} again and \
          again, which no other thread or node can change while they wait"

@@ -330,17 +330,20 @@ static void spins(const char *how, const char *arg)
     }
 }
 
-/* Node 1 waits for node 0's write on plain loads of a copy it holds (`plain_spin`), or computes
- * alone for ARG seconds reading a shared word nobody changes (`alone`), while node 0 waits in a
- * barrier. */
+/* Node 1 waits for node 0's write on plain loads of a copy it holds (`plain_spin`; with
+ * `written_spin`, every node but 0 does, having written a word of its own on the flag's page),
+ * or computes alone for ARG seconds reading a shared word nobody changes (`alone`), while node
+ * 0 waits in a barrier. */
 static void plain(const char *how, const char *arg)
 {
     volatile int *flag = (volatile int *)jia_alloc(4096);
+    int spin = !strcmp(how, "plain_spin") || !strcmp(how, "written_spin");
     jia_barrier();
-    if (jiapid == 1 && flag[0] != 0) printf("flag set early\n");
+    if (jiapid > 0 && flag[0] != 0) printf("flag set early\n");
     jia_barrier();
-    if (jiapid == 0 && !strcmp(how, "plain_spin")) flag[0] = 1; /* no release before the barrier */
-    if (jiapid == 1 && !strcmp(how, "plain_spin"))
+    if (jiapid == 0 && spin) flag[0] = 1; /* no release before the barrier */
+    if (jiapid > 0 && !strcmp(how, "written_spin")) flag[100 + jiapid] = jiapid;
+    if ((jiapid == 1 && spin) || (jiapid > 0 && !strcmp(how, "written_spin")))
         while (!flag[0]) continue;
     if (jiapid == 1 && !strcmp(how, "alone")) {
         double t0 = jia_clock(), x = 0;
@@ -349,6 +352,9 @@ static void plain(const char *how, const char *arg)
         sink = x;
     }
     jia_barrier();
+    if (!strcmp(how, "written_spin"))
+        for (int n = 1; n < jiahosts; n++)
+            if (flag[100 + n] != n) printf("node %d lost node %d's write\n", jiapid, n);
     if (jiapid == 0) printf("%s OK\n", how);
 }
 
@@ -445,7 +451,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm")) spins(what, arg);
-    else if (!strcmp(what, "plain_spin") || !strcmp(what, "alone")) plain(what, arg);
+    else if (!strcmp(what, "plain_spin") || !strcmp(what, "written_spin") ||
+             !strcmp(what, "alone")) plain(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";
         jia_bcast(b, sizeof b, jiapid);

@@ -188,39 +188,57 @@ fn polling_a_word_between_pieces_of_work_is_not_a_spin() {
 }
 
 /// Node 1 waits for node 0's write on plain loads of the copy it holds, node 0 in a barrier:
-/// after 10 s alone, node 1 drops its copies of other nodes' pages, reads the home's bytes, and
-/// the job ends well, saying where it waited (it ran for ever, silent: no acquire of node 1's
-/// would ever bring the write). Beside it, over TCP, node 1 computes alone for 12 s reading a
-/// word nobody changes: its copy is dropped too, and read again with the same bytes, which is
-/// not said.
+/// after 10 s, node 1 drops its copies of other nodes' pages, reads the home's bytes, and the
+/// job ends well, saying where it waited (it ran for ever, silent: no acquire of node 1's would
+/// ever bring the write). Beside it, over TCP, node 1 computes alone for 12 s reading a word
+/// nobody changes: its copy is dropped too, and read again with the same bytes, which is not
+/// said. And on 3 nodes, nodes 1 and 2 both spin so, each having written a word of its own on
+/// the flag's page: both see the write, and every node reads both words after.
 #[test]
 fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
-    let cases = [("plain_spin", "udp", ""), ("alone", "tcp", "12")];
+    let cases = [
+        ("plain_spin", "udp", 2, ""),
+        ("alone", "tcp", 2, "12"),
+        ("written_spin", "udp", 3, ""),
+    ];
     let outs: Vec<Output> = std::thread::scope(|s| {
         let jobs: Vec<_> = cases
             .iter()
-            .map(|&(case, transport, arg)| s.spawn(move || dsmrun(2, transport, &[], &[case, arg])))
+            .map(|&(case, transport, nodes, arg)| {
+                s.spawn(move || dsmrun(nodes, transport, &[], &[case, arg]))
+            })
             .collect();
         jobs.into_iter().map(|j| j.join().expect("a job")).collect()
     });
-    let said = "dsm node 1: warning: this node alone ran for 1";
-    let (spin, alone) = (&outs[0], &outs[1]);
+    let said = |node: u32| format!("dsm node {node}: warning: this node ran for 1");
+    let (spin, alone, written) = (&outs[0], &outs[1], &outs[2]);
     assert_status(spin, 0);
     assert!(stdout(spin).contains("plain_spin OK"), "{}", text(spin));
     let e = stderr(spin);
     for want in [
-        said,
-        "while every other node waited for it (node 0 waits in jia_barrier)",
-        "it dropped its copy of other nodes' pages, and read the page at 0x",
-        "(byte 0 of the allocation of 4096 bytes made at ",
+        &said(1),
+        "while the nodes not running waited (node 0 waits in jia_barrier)",
+        "it dropped its copies of other nodes' pages (1), and read the page at 0x",
+        "(bytes 0 to 4095 of the allocation of 4096 bytes made at ",
         "outcomes.c:",
+        "again, finding bytes another node wrote that its copy did not have",
         "on plain loads sees it only after an acquire of its own",
     ] {
         assert!(e.contains(want), "plain_spin: no `{want}`:\n{}", text(spin));
     }
     assert_status(alone, 0);
     assert!(stdout(alone).contains("alone OK"), "{}", text(alone));
-    assert!(!stderr(alone).contains(said), "{}", text(alone));
+    assert!(!stderr(alone).contains(&said(1)), "{}", text(alone));
+    assert_status(written, 0);
+    let out = stdout(written);
+    assert!(
+        out.contains("written_spin OK") && !out.contains("lost"),
+        "{}",
+        text(written)
+    );
+    for node in [1, 2] {
+        assert!(stderr(written).contains(&said(node)), "{}", text(written));
+    }
 }
 
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits

@@ -771,8 +771,9 @@ impl Watched<'_> {
         if let Some(what) = self.words.spin_looks_stuck(&standing) {
             eprintln!("dsm: warning: {}", super::watch::spin_warning(&what));
         }
-        if let Some((k, what)) = self.words.runs_alone(&standing) {
-            super::watch::tell_alone(self.control, k, self.words.changed.elapsed(), &what);
+        if let Some((running, what)) = self.words.run_beside_waiters(&standing) {
+            let quiet = self.words.changed.elapsed();
+            super::watch::tell_running(self.control, &running, quiet, &what);
         }
         self.words.stuck(&standing)
     }

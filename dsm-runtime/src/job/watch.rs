@@ -38,8 +38,8 @@ pub(super) struct Heard {
     pub(super) wait_changed: Instant,
     /// The job was said to look stuck beside a spin since `wait_changed`.
     spin_said: bool,
-    /// When the node that alone runs was last told to drop its read copies, since
-    /// `wait_changed` ([`Heard::runs_alone`]), and how long before it is told again.
+    /// When the nodes that run beside waiting ones were last told to drop their copies, since
+    /// `wait_changed` ([`Heard::run_beside_waiters`]), and how long before they are told again.
     alone_told: Option<Instant>,
     alone_every: Duration,
     /// When each node last reported (a waiting node reports every 250 ms).
@@ -95,9 +95,9 @@ pub(crate) fn spin_warning(what: &str) -> String {
     )
 }
 
-/// How long one node must have run alone, every other node waiting for it with nothing on its
-/// way and no report changed, before it is told to drop its copies of other nodes' pages
-/// ([`Heard::runs_alone`]); told again after twice as long each time, up to
+/// How long nodes must have run while every other node waits, nothing on its way and no report
+/// changed, before they are told to drop their copies of other nodes' pages
+/// ([`Heard::run_beside_waiters`]); told again after twice as long each time, up to
 /// [`RUNS_ALONE_AT_MOST`] apart, until a node's wait changes.
 pub(crate) const RUNS_ALONE_FOR: Duration = Duration::from_secs(10);
 const RUNS_ALONE_AT_MOST: Duration = Duration::from_secs(640);
@@ -302,15 +302,18 @@ impl Heard {
         Some(what)
     }
 
-    /// The node that alone runs while every other running node waits, with a fresh report,
-    /// nothing in flight and no report changed for [`RUNS_ALONE_FOR`], and what the others wait
-    /// for: a thread of it may read another node's word in a loop on plain loads, which shows
-    /// no write of that node before an acquire of its own, which may never come (it ran for
-    /// ever, silent). Told to drop its unwritten copies of other nodes' pages (`Line::Refresh`),
-    /// it reads the homes' bytes, which every waiting node's release has reached. A node that
-    /// computes alone pays a refetch of what it reads, told again after twice as long each
-    /// time. `None` until the next telling is due.
-    pub(super) fn runs_alone(&mut self, standing: &[Standing]) -> Option<(usize, String)> {
+    /// The nodes that run while every other running node waits, with a fresh report, nothing
+    /// in flight and no report changed for [`RUNS_ALONE_FOR`], and what those wait for: a
+    /// thread of a running node may read another node's word in a loop on plain loads, which
+    /// shows no write of that node before an acquire of its own, which may never come (it ran
+    /// for ever, silent). Told to drop their copies of other nodes' pages (`Line::Refresh`),
+    /// they read the homes' bytes, which every waiting node's release has reached. Nodes that
+    /// compute pay a refetch of what they read, told again after twice as long each time.
+    /// `None` until the next telling is due.
+    pub(super) fn run_beside_waiters(
+        &mut self,
+        standing: &[Standing],
+    ) -> Option<(Vec<usize>, String)> {
         let quiet = self.changed.elapsed();
         if quiet < RUNS_ALONE_FOR
             || self
@@ -319,16 +322,14 @@ impl Heard {
         {
             return None;
         }
-        let mut alone = None;
+        let mut running = Vec::new();
         let mut what = Vec::new();
         for (k, s) in standing.iter().enumerate() {
             if *s != Standing::Running {
                 continue;
             }
             match self.waiting.get(k)? {
-                None if alone.is_none() => alone = Some(k),
-                // Two nodes run: they may still change each other's words.
-                None => return None,
+                None => running.push(k),
                 Some(r)
                     if r.in_flight == 0 && self.reported.get(k)?.elapsed() <= REPORT_FRESH_FOR =>
                 {
@@ -337,12 +338,14 @@ impl Heard {
                 Some(_) => return None,
             }
         }
-        let alone = alone.filter(|_| !what.is_empty())?;
+        if running.is_empty() || what.is_empty() {
+            return None;
+        }
         if self.alone_told.is_some() {
             self.alone_every = (self.alone_every * 2).min(RUNS_ALONE_AT_MOST);
         }
         self.alone_told = Some(Instant::now());
-        Some((alone, what.join("; ")))
+        Some((running, what.join("; ")))
     }
 
     /// What every running node waits for, if each does, with fresh reports, and nothing
@@ -404,8 +407,8 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
                 format!("dsm node 0: warning: {}\n", spin_warning(&what)).as_bytes(),
             );
         }
-        if let Some((k, what)) = words.runs_alone(&standing) {
-            tell_alone(&mut control, k, words.changed.elapsed(), &what);
+        if let Some((running, what)) = words.run_beside_waiters(&standing) {
+            tell_running(&mut control, &running, words.changed.elapsed(), &what);
         }
         if let Some(what) = words.stuck(&standing) {
             // The other ranks first, rank 0 (connection 0) once they have read the line: rank
@@ -439,20 +442,23 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
     }
 }
 
-/// Tells node `k`, which alone has run for `quiet` while the others wait (`what`), to drop its
-/// read copies ([`Heard::runs_alone`]).
-pub(super) fn tell_alone(
+/// Tells the nodes `running`, which have run for `quiet` while the others wait (`what`), to
+/// drop their copies ([`Heard::run_beside_waiters`]).
+pub(super) fn tell_running(
     control: &mut [std::net::TcpStream],
-    k: usize,
+    running: &[usize],
     quiet: Duration,
     what: &str,
 ) {
     let line = Line::Refresh {
         quiet_secs: quiet.as_secs(),
         what: what.to_owned(),
-    };
-    if let Some(c) = control.get_mut(k..=k) {
-        tell(c, &line.encode());
+    }
+    .encode();
+    for &k in running {
+        if let Some(c) = control.get_mut(k..=k) {
+            tell(c, &line);
+        }
     }
 }
 
@@ -500,55 +506,70 @@ mod tests {
     }
 
     #[test]
-    fn a_node_running_alone_is_told_after_a_quiet_while_then_less_and_less_often() {
+    fn running_nodes_are_told_after_a_quiet_while_then_less_and_less_often() {
         let all = [Standing::Running; 3];
         let mut h = heard(RUNS_ALONE_FOR - Duration::from_secs(1));
-        assert_eq!(h.runs_alone(&all), None, "not quiet long enough");
+        assert_eq!(h.run_beside_waiters(&all), None, "not quiet long enough");
         h.changed -= Duration::from_secs(2);
         assert_eq!(
-            h.runs_alone(&all),
+            h.run_beside_waiters(&all),
             Some((
-                1,
+                vec![1],
                 "node 0 waits in jia_barrier; node 2 waits in jia_lock(1)".into()
             ))
         );
-        assert_eq!(h.runs_alone(&all), None, "just told");
+        assert_eq!(h.run_beside_waiters(&all), None, "just told");
         let told_ago = |h: &mut Heard, d: Duration| h.alone_told = Some(Instant::now() - d);
         told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert!(h.runs_alone(&all).is_some(), "told again after as long");
+        assert!(
+            h.run_beside_waiters(&all).is_some(),
+            "told again after as long"
+        );
         told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert_eq!(h.runs_alone(&all), None, "then after twice as long");
+        assert_eq!(h.run_beside_waiters(&all), None, "then after twice as long");
         told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert!(h.runs_alone(&all).is_some());
+        assert!(h.run_beside_waiters(&all).is_some());
         // A wait that changes starts over.
         h.wait_changed();
-        assert!(h.runs_alone(&all).is_some());
+        assert!(h.run_beside_waiters(&all).is_some());
     }
 
     #[test]
-    fn nobody_is_told_while_two_run_or_something_is_on_its_way() {
+    fn nobody_is_told_while_something_is_on_its_way_or_nobody_waits() {
         let quiet = RUNS_ALONE_FOR + Duration::from_secs(1);
         let all = [Standing::Running; 3];
         let mut h = heard(quiet);
         h.take_lines(2, &Line::Run.encode().into_bytes());
         h.changed = Instant::now() - quiet;
-        assert_eq!(h.runs_alone(&all), None, "nodes 1 and 2 run");
+        assert_eq!(
+            h.run_beside_waiters(&all),
+            Some((vec![1, 2], "node 0 waits in jia_barrier".into())),
+            "nodes 1 and 2 run beside node 0"
+        );
         let mut h = heard(quiet);
         h.take_lines(2, &waits("waits in jia_lock(1)", 40));
         h.changed = Instant::now() - quiet;
-        assert_eq!(h.runs_alone(&all), None, "node 2 has bytes on their way");
+        assert_eq!(
+            h.run_beside_waiters(&all),
+            None,
+            "node 2 has bytes on their way"
+        );
         let mut h = heard(quiet);
         h.reported[0] = Instant::now() - 2 * REPORT_FRESH_FOR;
-        assert_eq!(h.runs_alone(&all), None, "node 0's report is stale");
-        // A node that ended well is no one's partner; one that runs alone beside it is told.
+        assert_eq!(h.run_beside_waiters(&all), None, "node 0's report is stale");
+        // A node that ended well waits for nobody; one that runs beside a waiting one is told.
         let mut h = heard(quiet);
         let ended = [Standing::Running, Standing::Running, Standing::EndedWell];
         assert_eq!(
-            h.runs_alone(&ended),
-            Some((1, "node 0 waits in jia_barrier".into()))
+            h.run_beside_waiters(&ended),
+            Some((vec![1], "node 0 waits in jia_barrier".into()))
         );
         let mut h = heard(quiet);
         let nobody_waits = [Standing::EndedWell, Standing::Running, Standing::EndedWell];
-        assert_eq!(h.runs_alone(&nobody_waits), None, "nobody waits for node 1");
+        assert_eq!(
+            h.run_beside_waiters(&nobody_waits),
+            None,
+            "nobody waits for node 1"
+        );
     }
 }

@@ -91,10 +91,10 @@ pub(crate) enum Line {
     Lost { node: u16, how: String },
     /// Launcher (or rank 0) to node: the job cannot go on; what every node waits for.
     Stuck(String),
-    /// Launcher (or rank 0) to node: this node alone has run for `quiet_secs` seconds while
-    /// every other node waits for it (`what`, as in [`Line::Stuck`]), with nothing on its way:
-    /// drop the copies of other nodes' pages it holds unwritten (`crate::progress`). Spelled
-    /// `REFRESH SECONDS WHAT`.
+    /// Launcher (or rank 0) to node: this node has run for `quiet_secs` seconds, nothing on its
+    /// way, while every node that does not run waits (`what`, as in [`Line::Stuck`]): drop the
+    /// copies of other nodes' pages it holds (`crate::progress`). Spelled `REFRESH SECONDS
+    /// WHAT`.
     Refresh { quiet_secs: u64, what: String },
 }
 

@@ -12,7 +12,6 @@ use crate::job::watch::{
 };
 use crate::job::wire::Line;
 use crate::sys;
-use dsm_core::PageNum;
 
 impl Service {
     /// Reads the control channel: `DSM1 LOST <node> <how>` ends this node naming the lost one,
@@ -80,11 +79,11 @@ impl Service {
     }
 
     /// Acts on the lines that came on the control channel: the launcher's verdicts, and its
-    /// word to a node that runs alone.
+    /// word to a node that runs beside waiting ones.
     fn act_on_control_lines(&mut self, lines: Vec<Line>) {
         for line in lines {
             match line {
-                Line::Refresh { quiet_secs, what } => self.drop_read_copies(quiet_secs, what),
+                Line::Refresh { quiet_secs, what } => self.drop_copies(quiet_secs, what),
                 // dsmrun says it: the node ends without a word, its output flushed.
                 Line::Stuck(_) if self.launcher_outside => crate::door::end::end_quietly(1),
                 // Said by rank 0's watch already.
@@ -215,73 +214,56 @@ impl Service {
         );
     }
 
-    /// The launcher found this node running alone for `quiet_secs` seconds while every other
-    /// node waits for it (`what`), nothing on its way (`crate::job::watch::Heard::runs_alone`):
-    /// its unwritten copies of other nodes' pages are dropped, so that a thread reading one in
-    /// a loop on plain loads reads its home's bytes, which the waiting nodes' releases reached.
-    fn drop_read_copies(&mut self, quiet_secs: u64, what: String) {
+    /// The launcher found this node running for `quiet_secs` seconds, nothing on its way, while
+    /// the nodes that do not run wait (`what`; `crate::job::watch::Heard::run_beside_waiters`):
+    /// its copies of other nodes' pages are dropped (`Node::drop_copies`), so that a thread
+    /// reading one in a loop on plain loads reads its home's bytes, which the waiting nodes'
+    /// releases reached.
+    fn drop_copies(&mut self, quiet_secs: u64, what: String) {
         self.drain_fast_faults();
         let now = self.now();
-        let pages = self.node.drop_read_copies(now);
-        log::debug!(
-            "ran alone for {quiet_secs} s: dropped {} copies of other nodes' pages",
-            pages.len()
-        );
-        if pages.is_empty() {
-            return;
-        }
-        self.refreshed = Some(Refreshed {
-            pages: pages.iter().map(|&(p, d)| (p.0, d)).collect(),
+        let dropped = self.node.drop_copies(now);
+        self.node.take_dropped_changed();
+        log::debug!("ran {quiet_secs} s beside waiting nodes: dropped {dropped} copies");
+        self.refreshed = (dropped > 0).then_some(Refreshed {
+            dropped,
             quiet_secs,
             what,
-            read_again: Vec::with_capacity(READ_AGAIN_KEPT),
             said: false,
         });
     }
 
-    /// Says, once per dropping, which dropped page this node read again with other bytes than
-    /// those it had held (see [`Service::drop_read_copies`]): where a thread of it waits on
-    /// plain loads for another node's write. A page read again with the same bytes (a node
-    /// that computes alone, reading what nobody changed) is not said. Service thread only: it
-    /// prints.
+    /// Says, once per dropping, the first dropped page this node read again with other bytes
+    /// than its copy's (see [`Service::drop_copies`]): where a thread of it waits on plain loads
+    /// for another node's write. A page read again with the same bytes (a node that computes,
+    /// reading what nobody changed) is not said, nor one read after the node's next acquire.
+    /// Service thread only: it prints.
     pub(super) fn say_refreshed(&mut self) {
         let Some(r) = &mut self.refreshed else { return };
-        if r.said || r.read_again.is_empty() {
+        if r.said {
             return;
         }
-        let node = &mut self.node;
-        let mut changed = None;
-        r.read_again
-            .retain(|&p| match node.page_digest(PageNum(p)) {
-                // Not in yet.
-                None => true,
-                Some(now) => {
-                    if r.pages.get(&p).is_some_and(|&held| held != now) {
-                        changed.get_or_insert(p);
-                    }
-                    false
-                }
-            });
-        let Some(page) = changed else { return };
+        let Some(&page) = self.node.take_dropped_changed().first() else {
+            return;
+        };
         r.said = true;
-        let start = crate::fault::region().0 + page as usize * dsm_core::PAGE_SIZE;
-        let place = crate::allocations::spelled_place(start);
+        let start = crate::fault::region().0 + page.index() * dsm_core::PAGE_SIZE;
+        let place = crate::allocations::spelled_place(start, dsm_core::PAGE_SIZE);
         crate::sys::write_stderr(
             format!(
-                "dsm node {}: warning: this node alone ran for {} s while every other node \
-                 waited for it ({}), with nothing on its way; it dropped its {} of other nodes' \
-                 pages, and read the page at {start:#x}{place} again. A loop that waits for \
-                 another node's write on plain loads sees it only after an acquire of its own \
-                 (jia_lock, jia_barrier, jia_wait, jia_waitcv) or through atomic loads \
-                 (jia_atomic_load_32/64, or C11 atomics in a program built by dsmcc); until \
-                 then it may read its own copy for ever. dsmrun --check-races names such reads\n",
+                "dsm node {}: warning: this node ran for {} s, no message in flight, while the \
+                 nodes not running waited ({}); it dropped its copies of other nodes' pages \
+                 ({}), and read the page at {start:#x}{place} again, finding bytes another node \
+                 wrote that its copy did not have. A loop that waits for another node's write on \
+                 plain loads sees it only after an acquire of its own (jia_lock, jia_barrier, \
+                 jia_wait, jia_waitcv) or through atomic loads (jia_atomic_load_32/64, or C11 \
+                 atomics in a program built by dsmcc); until then it may read its own copy for \
+                 ever (the copies are dropped again after twice as long each time). dsmrun \
+                 --check-races names such reads\n",
                 self.node.id().0,
                 r.quiet_secs,
                 r.what,
-                match r.pages.len() {
-                    1 => "copy".to_string(),
-                    n => format!("{n} copies"),
-                },
+                r.dropped,
             )
             .as_bytes(),
         );
@@ -412,32 +394,13 @@ impl Service {
 }
 
 /// The copies of other nodes' pages a node dropped at the launcher's word (`DSM1 REFRESH`, see
-/// [`Service::drop_read_copies`]), until the next such word.
+/// [`Service::drop_copies`]), until the next such word.
 pub(super) struct Refreshed {
-    /// The pages dropped, with the digest of the bytes held.
-    pages: std::collections::HashMap<u32, u64>,
-    /// How long the node had run alone, and what the others waited for, as the launcher said.
+    /// How many.
+    dropped: usize,
+    /// How long the node had run, and what the others waited for, as the launcher said.
     quiet_secs: u64,
     what: String,
-    /// Those a thread faulted on since, not looked at yet (at most [`READ_AGAIN_KEPT`]).
-    read_again: Vec<u32>,
-    /// It was said ([`Service::say_refreshed`]).
+    /// A page read again with other bytes was said ([`Service::say_refreshed`]).
     said: bool,
 }
-
-impl Refreshed {
-    /// A thread faulted on `page`. Core work (a driving handler too): a lookup, no allocation.
-    pub(super) fn faulted(&mut self, page: u32) {
-        if !self.said
-            && self.read_again.len() < READ_AGAIN_KEPT
-            && self.pages.contains_key(&page)
-            && !self.read_again.contains(&page)
-        {
-            self.read_again.push(page);
-        }
-    }
-}
-
-/// The dropped pages read again kept for [`Service::say_refreshed`] between two of its looks
-/// (room made beforehand: [`Refreshed::faulted`] does not allocate).
-const READ_AGAIN_KEPT: usize = 64;

@@ -130,7 +130,8 @@ pub(crate) struct Service {
     program_ended: bool,
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
-    /// The copies this node dropped when the launcher found it running alone (`DSM1 REFRESH`).
+    /// The copies this node dropped when the launcher found it running beside waiting nodes
+    /// (`DSM1 REFRESH`).
     refreshed: Option<control::Refreshed>,
     /// When this node last told the launcher whether it waits, and whether it did.
     progress_reported: Instant,
@@ -359,9 +360,6 @@ impl Service {
         // The requesting thread's fast-path writes were queued before its request: record them
         // before acting on the request (a release must carry them).
         self.drain_fast_faults();
-        if let Some(r) = &mut self.refreshed {
-            r.faulted(fault.page);
-        }
         let now = self.now();
         let waiter = WaiterId(slot as u64);
         if self
