@@ -262,6 +262,18 @@ fn srun_salloc_sbatch_and_mpirun_run_dsm_programs_exact() {
     assert_threads_named(&out, "mpirun -np 2");
     let out = mpirun(&d, 2, &[&outcomes, "exit", "3"]);
     assert_exit_3_named(&out, "mpirun -np 2");
+    // Rank 0's watch tells a rank that spins on plain loads beside a waiting one to drop its
+    // copies, as dsmrun does: the spin sees the write.
+    let out = mpirun(&d, 2, &[&outcomes, "plain_spin"]);
+    let said =
+        String::from_utf8_lossy(&out.stderr).contains("dsm node 1: warning: this node ran for 1");
+    assert!(
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains("plain_spin OK")
+            && said,
+        "mpirun -np 2 plain_spin: {}",
+        text(&out)
+    );
     let _ = std::fs::remove_file(&outcomes);
     // A C program on jia.h, the same way.
     let exe = d.join("messages");
