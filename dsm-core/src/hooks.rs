@@ -72,14 +72,7 @@ impl<M: PageMemory> Node<M> {
     /// [`Node::take_dropped_changed`] then tells the pages read again with other bytes than the
     /// dropped copy's (another node's writes the node would not have seen).
     pub fn drop_copies(&mut self, now: Time) -> usize {
-        let me = self.cfg.node;
-        let pages: Vec<PageNum> = (0..self.table.len())
-            .filter(|&i| {
-                let e = &self.table[i];
-                e.home != me && e.fetch.is_none() && e.frame != Frame::Invalid
-            })
-            .map(|i| PageNum(i as u32))
-            .collect();
+        let pages = self.copies(|frame| frame != Frame::Invalid);
         self.dropped.clear();
         for &page in &pages {
             self.mem.read(page, &mut self.scratch);
@@ -89,6 +82,30 @@ impl<M: PageMemory> Node<M> {
         self.invalidate(now, pages.iter().copied());
         self.dropped = kept;
         pages.len()
+    }
+
+    /// Drops the copies of other nodes' pages this node wrote (but those with a fetch out), as
+    /// an eviction would: their diffs go to the pages' homes. Returns how many. The launcher
+    /// asks a node that waits beside running ones for it: its write may be what a running
+    /// node's thread waits for on plain loads, unreleased (its release would come after the
+    /// lock the spinner holds), and any written copy may be evicted at any time.
+    pub fn drop_written_copies(&mut self, now: Time) -> usize {
+        let pages = self.copies(|frame| frame == Frame::ReadWrite);
+        self.invalidate(now, pages.iter().copied());
+        pages.len()
+    }
+
+    /// The pages of other nodes this node holds a copy of in a `frame` that `keep` accepts, with
+    /// no fetch out.
+    fn copies(&self, keep: impl Fn(Frame) -> bool) -> Vec<PageNum> {
+        let me = self.cfg.node;
+        (0..self.table.len())
+            .filter(|&i| {
+                let e = &self.table[i];
+                e.home != me && e.fetch.is_none() && keep(e.frame)
+            })
+            .map(|i| PageNum(i as u32))
+            .collect()
     }
 
     /// The pages dropped by [`Node::drop_copies`] that a thread read again with other bytes

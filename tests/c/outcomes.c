@@ -358,6 +358,27 @@ static void plain(const char *how, const char *arg)
     if (jiapid == 0) printf("%s OK\n", how);
 }
 
+/* Node 1 holds lock 1 and waits on plain loads of its own home page for node 0's write, which
+ * node 0 makes and then, without releasing it, asks for lock 1 (`unreleased_spin`). */
+static void unreleased(void)
+{
+    volatile int *flag = (volatile int *)jia_alloc2p(4096, 1);
+    jia_barrier();
+    if (jiapid == 1) jia_lock(1);
+    jia_barrier();
+    if (jiapid == 0) {
+        flag[0] = 1;
+        jia_lock(1);
+        jia_unlock(1);
+    }
+    if (jiapid == 1) {
+        while (!flag[0]) continue;
+        jia_unlock(1);
+    }
+    jia_barrier();
+    if (jiapid == 0) printf("unreleased_spin OK\n");
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -451,6 +472,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm")) spins(what, arg);
+    else if (!strcmp(what, "unreleased_spin")) unreleased();
     else if (!strcmp(what, "plain_spin") || !strcmp(what, "written_spin") ||
              !strcmp(what, "alone")) plain(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */

@@ -192,14 +192,17 @@ fn polling_a_word_between_pieces_of_work_is_not_a_spin() {
 /// job ends well, saying where it waited (it ran for ever, silent: no acquire of node 1's would
 /// ever bring the write). Beside it, over TCP, node 1 computes alone for 12 s reading a word
 /// nobody changes: its copy is dropped too, and read again with the same bytes, which is not
-/// said. And on 3 nodes, nodes 1 and 2 both spin so, each having written a word of its own on
-/// the flag's page: both see the write, and every node reads both words after.
+/// said. On 3 nodes, nodes 1 and 2 both spin so, each having written a word of its own on the
+/// flag's page: both see the write, and every node reads both words after. And node 1 spins on
+/// its own home page holding lock 1, which node 0 asks for after writing the word, unreleased:
+/// node 0, waiting, is told to send its writes to their homes, and the job ends well.
 #[test]
 fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
     let cases = [
         ("plain_spin", "udp", 2, ""),
         ("alone", "tcp", 2, "12"),
         ("written_spin", "udp", 3, ""),
+        ("unreleased_spin", "tcp", 2, ""),
     ];
     let outs: Vec<Output> = std::thread::scope(|s| {
         let jobs: Vec<_> = cases
@@ -211,7 +214,7 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
         jobs.into_iter().map(|j| j.join().expect("a job")).collect()
     });
     let said = |node: u32| format!("dsm node {node}: warning: this node ran for 1");
-    let (spin, alone, written) = (&outs[0], &outs[1], &outs[2]);
+    let (spin, alone, written, unreleased) = (&outs[0], &outs[1], &outs[2], &outs[3]);
     assert_status(spin, 0);
     assert!(stdout(spin).contains("plain_spin OK"), "{}", text(spin));
     let e = stderr(spin);
@@ -239,6 +242,12 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
     for node in [1, 2] {
         assert!(stderr(written).contains(&said(node)), "{}", text(written));
     }
+    assert_status(unreleased, 0);
+    assert!(
+        stdout(unreleased).contains("unreleased_spin OK"),
+        "{}",
+        text(unreleased)
+    );
 }
 
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits

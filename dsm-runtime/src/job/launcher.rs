@@ -771,9 +771,8 @@ impl Watched<'_> {
         if let Some(what) = self.words.spin_looks_stuck(&standing) {
             eprintln!("dsm: warning: {}", super::watch::spin_warning(&what));
         }
-        if let Some((running, what)) = self.words.run_beside_waiters(&standing) {
-            let quiet = self.words.changed.elapsed();
-            super::watch::tell_running(self.control, &running, quiet, &what);
+        for (k, line) in self.words.beside_waiters(&standing) {
+            super::watch::tell_one(self.control, k, &line);
         }
         self.words.stuck(&standing)
     }

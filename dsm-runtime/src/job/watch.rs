@@ -39,9 +39,12 @@ pub(super) struct Heard {
     /// The job was said to look stuck beside a spin since `wait_changed`.
     spin_said: bool,
     /// When the nodes that run beside waiting ones were last told to drop their copies, since
-    /// `wait_changed` ([`Heard::run_beside_waiters`]), and how long before they are told again.
+    /// `wait_changed` ([`Heard::beside_waiters`]), and how long before they are told again.
     alone_told: Option<Instant>,
     alone_every: Duration,
+    /// The `REFRESH` line due to the running nodes once the waiting ones, told `FLUSH`, have
+    /// had [`FLUSH_AHEAD`] to send their writes: when, to whom, and the line.
+    refresh_due: Option<(Instant, Vec<usize>, Line)>,
     /// When each node last reported (a waiting node reports every 250 ms).
     reported: Vec<Instant>,
     /// Nodes seen ended, by the watcher's last look.
@@ -97,10 +100,14 @@ pub(crate) fn spin_warning(what: &str) -> String {
 
 /// How long nodes must have run while every other node waits, nothing on its way and no report
 /// changed, before they are told to drop their copies of other nodes' pages
-/// ([`Heard::run_beside_waiters`]); told again after twice as long each time, up to
+/// ([`Heard::beside_waiters`]); told again after twice as long each time, up to
 /// [`RUNS_ALONE_AT_MOST`] apart, until a node's wait changes.
 pub(crate) const RUNS_ALONE_FOR: Duration = Duration::from_secs(10);
 const RUNS_ALONE_AT_MOST: Duration = Duration::from_secs(640);
+
+/// How long before the running nodes are told `REFRESH` the waiting ones are told `FLUSH`
+/// ([`Heard::beside_waiters`]): their diffs reach the homes first (milliseconds).
+const FLUSH_AHEAD: Duration = Duration::from_millis(500);
 
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
 const KEPT_LINES: usize = 64;
@@ -117,6 +124,7 @@ impl Heard {
             spin_said: false,
             alone_told: None,
             alone_every: RUNS_ALONE_FOR,
+            refresh_due: None,
             reported: vec![Instant::now(); n],
             ended: 0,
         }
@@ -178,6 +186,7 @@ impl Heard {
         self.spin_said = false;
         self.alone_told = None;
         self.alone_every = RUNS_ALONE_FOR;
+        self.refresh_due = None;
     }
 
     fn keep(&mut self, k: usize, line: Line) {
@@ -302,50 +311,63 @@ impl Heard {
         Some(what)
     }
 
-    /// The nodes that run while every other running node waits, with a fresh report, nothing
-    /// in flight and no report changed for [`RUNS_ALONE_FOR`], and what those wait for: a
-    /// thread of a running node may read another node's word in a loop on plain loads, which
-    /// shows no write of that node before an acquire of its own, which may never come (it ran
-    /// for ever, silent). Told to drop their copies of other nodes' pages (`Line::Refresh`),
-    /// they read the homes' bytes, which every waiting node's release has reached. Nodes that
-    /// compute pay a refetch of what they read, told again after twice as long each time.
-    /// `None` until the next telling is due.
-    pub(super) fn run_beside_waiters(
-        &mut self,
-        standing: &[Standing],
-    ) -> Option<(Vec<usize>, String)> {
+    /// What to tell nodes that run while every other running node waits, with a fresh report,
+    /// nothing in flight and no report changed for [`RUNS_ALONE_FOR`]: a thread of a running
+    /// node may read another node's word in a loop on plain loads, which shows no write of that
+    /// node before an acquire of its own, which may never come (it ran for ever, silent). The
+    /// waiting nodes are told `FLUSH` (their written copies' diffs go to the pages' homes: the
+    /// write may not have been released, its writer waiting for a lock the spinner holds), and
+    /// [`FLUSH_AHEAD`] later the running ones `REFRESH` (they drop their copies of other nodes'
+    /// pages, and read the homes' bytes). Nodes that compute pay a refetch of what they read,
+    /// told again after twice as long each time. Returns the lines due now, by node.
+    pub(super) fn beside_waiters(&mut self, standing: &[Standing]) -> Vec<(usize, Line)> {
+        if let Some((at, _, _)) = &self.refresh_due
+            && at.elapsed() >= FLUSH_AHEAD
+        {
+            let (_, running, line) = self.refresh_due.take().expect("just seen");
+            return running.into_iter().map(|k| (k, line.clone())).collect();
+        }
         let quiet = self.changed.elapsed();
         if quiet < RUNS_ALONE_FOR
             || self
                 .alone_told
                 .is_some_and(|t| t.elapsed() < self.alone_every)
         {
-            return None;
+            return Vec::new();
         }
-        let mut running = Vec::new();
-        let mut what = Vec::new();
+        let (mut running, mut waiting, mut what) = (Vec::new(), Vec::new(), Vec::new());
         for (k, s) in standing.iter().enumerate() {
             if *s != Standing::Running {
                 continue;
             }
-            match self.waiting.get(k)? {
-                None => running.push(k),
-                Some(r)
-                    if r.in_flight == 0 && self.reported.get(k)?.elapsed() <= REPORT_FRESH_FOR =>
+            match self.waiting.get(k) {
+                Some(None) => running.push(k),
+                Some(Some(r))
+                    if r.in_flight == 0
+                        && self
+                            .reported
+                            .get(k)
+                            .is_some_and(|t| t.elapsed() <= REPORT_FRESH_FOR) =>
                 {
-                    what.push(format!("node {k} {}", r.what))
+                    waiting.push(k);
+                    what.push(format!("node {k} {}", r.what));
                 }
-                Some(_) => return None,
+                _ => return Vec::new(),
             }
         }
-        if running.is_empty() || what.is_empty() {
-            return None;
+        if running.is_empty() || waiting.is_empty() {
+            return Vec::new();
         }
         if self.alone_told.is_some() {
             self.alone_every = (self.alone_every * 2).min(RUNS_ALONE_AT_MOST);
         }
         self.alone_told = Some(Instant::now());
-        Some((running, what.join("; ")))
+        let refresh = Line::Refresh {
+            quiet_secs: quiet.as_secs(),
+            what: what.join("; "),
+        };
+        self.refresh_due = Some((Instant::now(), running, refresh));
+        waiting.into_iter().map(|k| (k, Line::Flush)).collect()
     }
 
     /// What every running node waits for, if each does, with fresh reports, and nothing
@@ -407,8 +429,8 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
                 format!("dsm node 0: warning: {}\n", spin_warning(&what)).as_bytes(),
             );
         }
-        if let Some((running, what)) = words.run_beside_waiters(&standing) {
-            tell_running(&mut control, &running, words.changed.elapsed(), &what);
+        for (k, line) in words.beside_waiters(&standing) {
+            tell_one(&mut control, k, &line);
         }
         if let Some(what) = words.stuck(&standing) {
             // The other ranks first, rank 0 (connection 0) once they have read the line: rank
@@ -442,23 +464,10 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
     }
 }
 
-/// Tells the nodes `running`, which have run for `quiet` while the others wait (`what`), to
-/// drop their copies ([`Heard::run_beside_waiters`]).
-pub(super) fn tell_running(
-    control: &mut [std::net::TcpStream],
-    running: &[usize],
-    quiet: Duration,
-    what: &str,
-) {
-    let line = Line::Refresh {
-        quiet_secs: quiet.as_secs(),
-        what: what.to_owned(),
-    }
-    .encode();
-    for &k in running {
-        if let Some(c) = control.get_mut(k..=k) {
-            tell(c, &line);
-        }
+/// Sends `line` to node `k` through its control channel.
+pub(super) fn tell_one(control: &mut [std::net::TcpStream], k: usize, line: &Line) {
+    if let Some(c) = control.get_mut(k..=k) {
+        tell(c, &line.encode());
     }
 }
 
@@ -505,70 +514,109 @@ mod tests {
         h
     }
 
+    /// Lines told, by node.
+    type Told = Vec<(usize, Line)>;
+
+    /// The lines due now, and, [`FLUSH_AHEAD`] on, the `REFRESH` lines due after them.
+    fn told(h: &mut Heard, standing: &[Standing]) -> (Told, Told) {
+        let now = h.beside_waiters(standing);
+        if let Some((at, _, _)) = &mut h.refresh_due {
+            *at -= FLUSH_AHEAD;
+        }
+        (now, h.beside_waiters(standing))
+    }
+
+    fn refresh(k: usize, what: &str) -> (usize, Line) {
+        (
+            k,
+            Line::Refresh {
+                quiet_secs: RUNS_ALONE_FOR.as_secs() + 1,
+                what: what.into(),
+            },
+        )
+    }
+
     #[test]
     fn running_nodes_are_told_after_a_quiet_while_then_less_and_less_often() {
         let all = [Standing::Running; 3];
         let mut h = heard(RUNS_ALONE_FOR - Duration::from_secs(1));
-        assert_eq!(h.run_beside_waiters(&all), None, "not quiet long enough");
-        h.changed -= Duration::from_secs(2);
         assert_eq!(
-            h.run_beside_waiters(&all),
-            Some((
-                vec![1],
-                "node 0 waits in jia_barrier; node 2 waits in jia_lock(1)".into()
-            ))
+            told(&mut h, &all),
+            (vec![], vec![]),
+            "not quiet long enough"
         );
-        assert_eq!(h.run_beside_waiters(&all), None, "just told");
+        h.changed -= Duration::from_millis(2500);
+        let both = "node 0 waits in jia_barrier; node 2 waits in jia_lock(1)";
+        assert_eq!(
+            told(&mut h, &all),
+            (
+                vec![(0, Line::Flush), (2, Line::Flush)],
+                vec![refresh(1, both)]
+            ),
+            "the waiting nodes flush, then the running one drops its copies"
+        );
+        assert_eq!(told(&mut h, &all), (vec![], vec![]), "just told");
         let told_ago = |h: &mut Heard, d: Duration| h.alone_told = Some(Instant::now() - d);
         told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert!(
-            h.run_beside_waiters(&all).is_some(),
-            "told again after as long"
-        );
+        assert_eq!(told(&mut h, &all).1.len(), 1, "told again after as long");
         told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert_eq!(h.run_beside_waiters(&all), None, "then after twice as long");
+        assert_eq!(
+            told(&mut h, &all),
+            (vec![], vec![]),
+            "then after twice as long"
+        );
         told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert!(h.run_beside_waiters(&all).is_some());
-        // A wait that changes starts over.
+        assert_eq!(told(&mut h, &all).1.len(), 1);
+        // A wait that changes starts over, and takes back a REFRESH not yet due.
         h.wait_changed();
-        assert!(h.run_beside_waiters(&all).is_some());
+        assert_eq!(h.beside_waiters(&all).len(), 2);
+        h.wait_changed();
+        assert_eq!(h.refresh_due, None);
     }
 
     #[test]
     fn nobody_is_told_while_something_is_on_its_way_or_nobody_waits() {
-        let quiet = RUNS_ALONE_FOR + Duration::from_secs(1);
+        let quiet = RUNS_ALONE_FOR + Duration::from_millis(1500);
         let all = [Standing::Running; 3];
         let mut h = heard(quiet);
         h.take_lines(2, &Line::Run.encode().into_bytes());
         h.changed = Instant::now() - quiet;
+        let only0 = "node 0 waits in jia_barrier";
         assert_eq!(
-            h.run_beside_waiters(&all),
-            Some((vec![1, 2], "node 0 waits in jia_barrier".into())),
+            told(&mut h, &all),
+            (
+                vec![(0, Line::Flush)],
+                vec![refresh(1, only0), refresh(2, only0)]
+            ),
             "nodes 1 and 2 run beside node 0"
         );
         let mut h = heard(quiet);
         h.take_lines(2, &waits("waits in jia_lock(1)", 40));
         h.changed = Instant::now() - quiet;
         assert_eq!(
-            h.run_beside_waiters(&all),
-            None,
+            told(&mut h, &all),
+            (vec![], vec![]),
             "node 2 has bytes on their way"
         );
         let mut h = heard(quiet);
         h.reported[0] = Instant::now() - 2 * REPORT_FRESH_FOR;
-        assert_eq!(h.run_beside_waiters(&all), None, "node 0's report is stale");
+        assert_eq!(
+            told(&mut h, &all),
+            (vec![], vec![]),
+            "node 0's report is stale"
+        );
         // A node that ended well waits for nobody; one that runs beside a waiting one is told.
         let mut h = heard(quiet);
         let ended = [Standing::Running, Standing::Running, Standing::EndedWell];
         assert_eq!(
-            h.run_beside_waiters(&ended),
-            Some((vec![1], "node 0 waits in jia_barrier".into()))
+            told(&mut h, &ended),
+            (vec![(0, Line::Flush)], vec![refresh(1, only0)])
         );
         let mut h = heard(quiet);
         let nobody_waits = [Standing::EndedWell, Standing::Running, Standing::EndedWell];
         assert_eq!(
-            h.run_beside_waiters(&nobody_waits),
-            None,
+            told(&mut h, &nobody_waits),
+            (vec![], vec![]),
             "nobody waits for node 1"
         );
     }

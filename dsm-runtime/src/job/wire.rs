@@ -96,6 +96,10 @@ pub(crate) enum Line {
     /// copies of other nodes' pages it holds (`crate::progress`). Spelled `REFRESH SECONDS
     /// WHAT`.
     Refresh { quiet_secs: u64, what: String },
+    /// Launcher (or rank 0) to a waiting node beside running ones: send the diffs of the pages
+    /// it wrote to their homes, dropping its written copies (`crate::progress`). Spelled
+    /// `FLUSH`.
+    Flush,
 }
 
 /// What was wrong with a line.
@@ -160,6 +164,7 @@ impl Line {
             Line::Refresh { quiet_secs, what } => {
                 format!("REFRESH {quiet_secs} {}", one_line(what))
             }
+            Line::Flush => "FLUSH".into(),
         };
         format!("{VERSION} {body}\n")
     }
@@ -248,6 +253,7 @@ impl Line {
             })(),
             "RUN" if text.is_empty() => Ok(Line::Run),
             "BYE" if text.is_empty() => Ok(Line::Bye),
+            "FLUSH" if text.is_empty() => Ok(Line::Flush),
             "BLAME" | "LOST" => (|| {
                 let node = next("no node")?
                     .parse()
@@ -390,6 +396,7 @@ mod tests {
                 quiet_secs: 10,
                 what: "node 0 waits in jia_barrier".into(),
             },
+            Line::Flush,
         ]
     }
 

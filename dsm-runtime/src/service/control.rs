@@ -84,6 +84,12 @@ impl Service {
         for line in lines {
             match line {
                 Line::Refresh { quiet_secs, what } => self.drop_copies(quiet_secs, what),
+                Line::Flush => {
+                    self.drain_fast_faults();
+                    let now = self.now();
+                    let sent = self.node.drop_written_copies(now);
+                    log::debug!("waiting beside running nodes: sent the diffs of {sent} pages");
+                }
                 // dsmrun says it: the node ends without a word, its output flushed.
                 Line::Stuck(_) if self.launcher_outside => crate::door::end::end_quietly(1),
                 // Said by rank 0's watch already.
@@ -215,7 +221,7 @@ impl Service {
     }
 
     /// The launcher found this node running for `quiet_secs` seconds, nothing on its way, while
-    /// the nodes that do not run wait (`what`; `crate::job::watch::Heard::run_beside_waiters`):
+    /// the nodes that do not run wait (`what`; `crate::job::watch::Heard::beside_waiters`):
     /// its copies of other nodes' pages are dropped (`Node::drop_copies`), so that a thread
     /// reading one in a loop on plain loads reads its home's bytes, which the waiting nodes'
     /// releases reached.
