@@ -12,6 +12,8 @@ use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
 use crate::table::{Frame, GrantSource};
+use std::collections::BTreeMap;
+
 use crate::types::{Access, MAX_RUNTIME_COUNTERS, NodeId, PAGE_SIZE, PageNum, Prot, Time};
 
 impl<M: PageMemory> Node<M> {
@@ -67,21 +69,32 @@ impl<M: PageMemory> Node<M> {
     /// may be dropped at any time: the model lets a read return a value newer than its last
     /// acquire promises.
     ///
-    /// The digest of each copy's bytes is kept until a thread reads the page again (its fault's
-    /// grant, or its first touch of a prefetched copy), or the node's next acquire:
-    /// [`Node::take_dropped_changed`] then tells the pages read again with other bytes than the
-    /// dropped copy's (another node's writes the node would not have seen).
+    /// A digest of each 64-byte line of each copy is kept until a thread's read fault brings
+    /// the page again (the runtime names the byte read: [`Node::reading_dropped`]), or the
+    /// node's next acquire: [`Node::take_dropped_changed`] then tells the pages whose line read
+    /// came back with other bytes (another node's writes the node would not have seen; not
+    /// another word of the page, which other nodes may write beside this one's reads).
     pub fn drop_copies(&mut self, now: Time) -> usize {
         let pages = self.copies(|frame| frame != Frame::Invalid);
-        self.dropped.clear();
+        let mut kept = BTreeMap::new();
         for &page in &pages {
             self.mem.read(page, &mut self.scratch);
-            self.dropped.insert(page, digest(&self.scratch));
+            kept.insert(page, line_digests(&self.scratch));
         }
-        let kept = std::mem::take(&mut self.dropped);
+        self.dropped.clear();
+        self.dropped_reads.clear();
         self.invalidate(now, pages.iter().copied());
         self.dropped = kept;
         pages.len()
+    }
+
+    /// A thread's read fault on `page` asked for its byte `offset`: if [`Node::drop_copies`]
+    /// dropped the page, that byte's line is compared when the page comes back. Call it before
+    /// the fault's [`Node::handle_fault`].
+    pub fn reading_dropped(&mut self, page: PageNum, offset: usize) {
+        if !self.dropped.is_empty() && self.dropped.contains_key(&page) {
+            self.dropped_reads.entry(page).or_insert(offset % PAGE_SIZE);
+        }
     }
 
     /// Drops the copies of other nodes' pages this node wrote (but those with a fetch out), as
@@ -108,14 +121,14 @@ impl<M: PageMemory> Node<M> {
             .collect()
     }
 
-    /// The pages dropped by [`Node::drop_copies`] that a thread read again with other bytes
-    /// than those dropped, since the last call.
-    pub fn take_dropped_changed(&mut self) -> Vec<PageNum> {
+    /// The pages dropped by [`Node::drop_copies`] that a thread's read fault brought again with
+    /// other bytes in the line it read, with the byte it asked for, since the last call.
+    pub fn take_dropped_changed(&mut self) -> Vec<(PageNum, usize)> {
         std::mem::take(&mut self.dropped_changed)
     }
 
-    /// A thread reads `page`, just granted or opened: if [`Node::drop_copies`] dropped it,
-    /// whether its bytes are the dropped copy's.
+    /// `page` is back for a thread, just granted or opened: if [`Node::drop_copies`] dropped it
+    /// and a read fault named the byte it reads, whether that byte's line is the dropped copy's.
     pub(crate) fn read_after_drop(&mut self, page: PageNum) {
         if self.dropped.is_empty() {
             return;
@@ -123,10 +136,23 @@ impl<M: PageMemory> Node<M> {
         let Some(held) = self.dropped.remove(&page) else {
             return;
         };
+        let Some(offset) = self.dropped_reads.remove(&page) else {
+            return;
+        };
         self.mem.read(page, &mut self.scratch);
-        if digest(&self.scratch) != held && self.dropped_changed.len() < DROPPED_CHANGED_KEPT {
-            self.dropped_changed.push(page);
+        let line = offset / LINE_BYTES;
+        if line_digests(&self.scratch)[line] != held[line]
+            && self.dropped_changed.len() < DROPPED_CHANGED_KEPT
+        {
+            self.dropped_changed.push((page, offset));
         }
+    }
+
+    /// Forgets the copies [`Node::drop_copies`] dropped: an acquire, from which on what a page
+    /// read holds is what the node may see.
+    pub(crate) fn forget_dropped(&mut self) {
+        self.dropped.clear();
+        self.dropped_reads.clear();
     }
 
     /// Brings into the cache the page a sequential reader will ask for next (see
@@ -237,15 +263,23 @@ impl<M: PageMemory> Node<M> {
 }
 
 /// The pages read again with other bytes after [`Node::drop_copies`] kept until taken.
-const DROPPED_CHANGED_KEPT: usize = 64;
+pub(crate) const DROPPED_CHANGED_KEPT: usize = 64;
 
-/// A 64-bit digest of a page's bytes: two pages with different bytes differ in it but by
-/// chance (a multiply-fold hash).
-fn digest(bytes: &[u8; PAGE_SIZE]) -> u64 {
-    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
-    for word in bytes.chunks_exact(8) {
-        let w = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
-        h = (h ^ w).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(29);
+/// The lines of a page [`Node::drop_copies`] keeps a digest of.
+const LINE_BYTES: usize = 64;
+pub(crate) const LINES_PER_PAGE: usize = PAGE_SIZE / LINE_BYTES;
+
+/// A one-byte digest of each 64-byte line of a page: a line whose bytes changed shows it but
+/// one time in 256 (a multiply-fold hash).
+fn line_digests(bytes: &[u8; PAGE_SIZE]) -> [u8; LINES_PER_PAGE] {
+    let mut out = [0; LINES_PER_PAGE];
+    for (d, line) in out.iter_mut().zip(bytes.chunks_exact(LINE_BYTES)) {
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+        for word in line.chunks_exact(8) {
+            let w = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+            h = (h ^ w).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(29);
+        }
+        *d = (h >> 56) as u8;
     }
-    h
+    out
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::alloc::AllocPolicy;
 use crate::codec;
 pub use crate::error::{JobError, ProtocolError, UsageError};
+use crate::hooks::LINES_PER_PAGE;
 use crate::local::{Atomics, Flush, SyncState};
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
@@ -236,11 +237,13 @@ pub struct Node<M: PageMemory> {
     /// grant: written elsewhere since, so the claimed bytes are not the page's last.
     pub(crate) claims_overtaken: BTreeSet<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
-    /// The copies dropped at the last [`Node::drop_copies`], by page, with the digest of the
-    /// bytes they held, until a thread reads each again or the node's next acquire; and the
-    /// pages read again since with other bytes (at most [`DROPPED_CHANGED_KEPT`]).
-    pub(crate) dropped: BTreeMap<PageNum, u64>,
-    pub(crate) dropped_changed: Vec<PageNum>,
+    /// The copies dropped at the last [`Node::drop_copies`], by page, with a digest of each
+    /// 64-byte line they held, until a thread reads each again or the node's next acquire; the
+    /// byte a read fault on such a page asked for; and the pages read again since with other
+    /// bytes in that line, with the byte (at most [`crate::hooks::DROPPED_CHANGED_KEPT`]).
+    pub(crate) dropped: BTreeMap<PageNum, [u8; LINES_PER_PAGE]>,
+    pub(crate) dropped_reads: BTreeMap<PageNum, usize>,
+    pub(crate) dropped_changed: Vec<(PageNum, usize)>,
     /// Messages this node has sent to other nodes: a stamp of when a page request or an atomic
     /// operation left, which tells, per home, which of the two the home took first (each pair
     /// of nodes is an ordered channel; an RDMA READ is posted no later than what is sent after
@@ -307,6 +310,7 @@ impl<M: PageMemory> Node<M> {
             streams: Streams::default(),
             scratch: Box::new([0; PAGE_SIZE]),
             dropped: BTreeMap::new(),
+            dropped_reads: BTreeMap::new(),
             dropped_changed: Vec::new(),
             sent_msgs: 0,
             ask_home: BTreeSet::new(),

@@ -1473,8 +1473,7 @@ impl<M: PageMemory> Node<M> {
     ) {
         let me = self.cfg.node;
         if from.is_some() {
-            // An acquire: what a page read from now on holds is what the node may see.
-            self.dropped.clear();
+            self.forget_dropped();
         }
         let mut opened = Vec::new();
         for page in pages {

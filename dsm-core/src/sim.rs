@@ -558,6 +558,7 @@ impl Cluster {
                     // The runtime's fast path: the page is open now, the node hears of it later.
                 }
                 if node.memory().prot(page) == Prot::None {
+                    node.reading_dropped(page, addr.offset());
                     node.handle_fault(now, page, Access::Read, waiter)
                         .map_err(usage)?;
                     blocked = Some(Blocked {

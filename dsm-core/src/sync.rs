@@ -600,8 +600,7 @@ impl<M: PageMemory> Node<M> {
         // barrier's edge with its service thread awake, rather than one fault at a time once
         // the homes compute again (SOR's boundary rows, LU's panels).
         let refetch = self.copies_in_use(&stale);
-        // An acquire: what a page read from now on holds is what the node may see.
-        self.dropped.clear();
+        self.forget_dropped();
         self.invalidate(now, stale);
         self.epoch += 1;
         // Kept one barrier longer: see `manager::record_notices`.

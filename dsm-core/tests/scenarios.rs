@@ -1979,14 +1979,15 @@ fn dropped_copies_are_fetched_again_from_their_home() {
     assert_eq!(c.read_u64(1, z).unwrap(), 0);
     c.write_u64(1, y, 5).unwrap();
     c.write_u64(1, own, 6).unwrap();
-    // Node 0 writes its home pages x and y (another word), and releases (so the home's bytes
-    // are the new ones): node 1, which acquired nothing since, still reads its copies.
+    // Node 0 writes its home pages x and y (a word of another 64-byte line), and releases (so
+    // the home's bytes are the new ones): node 1, which acquired nothing since, still reads its
+    // copies.
     c.lock(0, 3).unwrap();
     c.write_u64(0, x, 1).unwrap();
-    c.write_u64(0, y.offset_by(8), 2).unwrap();
+    c.write_u64(0, y.offset_by(64), 2).unwrap();
     c.unlock(0, 3).unwrap();
     assert_eq!(c.read_u64(1, x).unwrap(), 0);
-    assert_eq!(c.read_u64(1, y.offset_by(8)).unwrap(), 0);
+    assert_eq!(c.read_u64(1, y.offset_by(64)).unwrap(), 0);
     let now = c.now();
     assert_eq!(c.node_mut(1).drop_copies(now), 3, "x, y (written) and z");
     for p in [x, y, z] {
@@ -1994,13 +1995,14 @@ fn dropped_copies_are_fetched_again_from_their_home() {
     }
     assert_eq!(c.read_u64(1, x).unwrap(), 1, "fetched again from its home");
     assert_eq!(c.read_u64(1, y).unwrap(), 5, "its own write, diffed first");
-    assert_eq!(c.read_u64(1, y.offset_by(8)).unwrap(), 2);
+    assert_eq!(c.read_u64(1, y.offset_by(64)).unwrap(), 2);
     assert_eq!(c.read_u64(1, z).unwrap(), 0);
     assert_eq!(c.read_u64(1, own).unwrap(), 6);
     assert_eq!(
         c.node_mut(1).take_dropped_changed(),
-        vec![x.page(), y.page()],
-        "z came back as it was"
+        vec![(x.page(), 0)],
+        "x's line read came back changed; y's (the node's own write, diffed first) and z's did \
+         not"
     );
     c.barrier().unwrap();
     assert_eq!(
@@ -2016,12 +2018,17 @@ fn dropped_copies_are_fetched_again_from_their_home() {
 #[test]
 fn a_page_read_again_is_told_only_for_bytes_another_node_wrote_unseen() {
     let mut c = Cluster::new(2, 9, no_prefetch);
-    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
-    let y = x.offset_by(PAGE);
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 3 * PAGE).unwrap();
+    let (y, z) = (x.offset_by(PAGE), x.offset_by(2 * PAGE));
     assert_eq!(c.read_u64(1, x).unwrap(), 0);
     assert_eq!(c.read_u64(1, y).unwrap(), 0);
+    assert_eq!(c.read_u64(1, z).unwrap(), 0);
+    // z changes at its home, unseen by node 1, which writes it next: a write fault's fetch is
+    // no read of the word that changed.
+    c.write_u64(0, z, 4).unwrap();
     let now = c.now();
-    assert_eq!(c.node_mut(1).drop_copies(now), 2);
+    assert_eq!(c.node_mut(1).drop_copies(now), 3);
+    c.write_u64(1, z.offset_by(8), 5).unwrap();
     // Read again, then written by the node itself: the same bytes came back.
     assert_eq!(c.read_u64(1, x).unwrap(), 0);
     c.write_u64(1, x, 9).unwrap();

@@ -221,10 +221,11 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
     for want in [
         &said(1),
         "while the nodes not running waited (node 0 waits in jia_barrier)",
-        "it dropped its copies of other nodes' pages (1), and read the page at 0x",
-        "(bytes 0 to 4095 of the allocation of 4096 bytes made at ",
+        "it dropped its copies of other nodes' pages (1), and a thread read the byte at 0x",
+        "(byte 0 of the allocation of 4096 bytes made at ",
         "outcomes.c:",
-        "again, finding bytes another node wrote that its copy did not have",
+        "again, whose 64-byte line came back with bytes another node wrote that its copy did \
+         not have",
         "on plain loads sees it only after an acquire of its own",
     ] {
         assert!(e.contains(want), "plain_spin: no `{want}`:\n{}", text(spin));

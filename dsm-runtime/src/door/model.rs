@@ -21,6 +21,7 @@ const TID: i32 = 7;
 fn fault() -> Fault {
     Fault {
         page: 3,
+        offset: 8,
         access: Access::Write,
     }
 }

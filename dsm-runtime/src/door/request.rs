@@ -14,18 +14,24 @@ use crate::stats::NodeStats;
 pub(crate) struct Fault {
     /// The page, counted from the start of the shared region.
     pub page: u32,
+    /// The byte of the page the faulting access touched.
+    pub offset: u16,
     pub access: Access,
 }
 
 impl Fault {
-    /// The fault as one word (the slot's atomic): the page, and the access in the low bit.
+    /// The fault as one word (the slot's atomic): the page, the offset (12 bits) and the
+    /// access in the low bit.
     pub(crate) fn to_word(self) -> u64 {
-        u64::from(self.page) << 1 | u64::from(self.access == Access::Write)
+        u64::from(self.page) << 13
+            | u64::from(self.offset & 0xfff) << 1
+            | u64::from(self.access == Access::Write)
     }
 
     pub(crate) fn from_word(w: u64) -> Fault {
         Fault {
-            page: (w >> 1) as u32,
+            page: (w >> 13) as u32,
+            offset: ((w >> 1) & 0xfff) as u16,
             access: if w & 1 == 1 {
                 Access::Write
             } else {
@@ -189,13 +195,17 @@ mod tests {
 
     #[test]
     fn a_fault_survives_its_word() {
-        for (page, access) in [
-            (0, Access::Read),
-            (7, Access::Write),
-            (u32::MAX, Access::Write),
-            (u32::MAX, Access::Read),
+        for (page, offset, access) in [
+            (0, 0, Access::Read),
+            (7, 4095, Access::Write),
+            (u32::MAX, 8, Access::Write),
+            (u32::MAX, 4095, Access::Read),
         ] {
-            let f = Fault { page, access };
+            let f = Fault {
+                page,
+                offset,
+                access,
+            };
             assert_eq!(Fault::from_word(f.to_word()), f);
         }
         for o in [FaultOutcome::Open, FaultOutcome::Unallocated] {

@@ -436,6 +436,7 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
     // worst a twin made early.
     let fault = Fault {
         page: page as u32,
+        offset: ((addr - start) % dsm_core::PAGE_SIZE) as u16,
         access: match write {
             Some(false) => Access::Read,
             _ => Access::Write,

@@ -358,9 +358,9 @@ impl Heard {
         if running.is_empty() || waiting.is_empty() {
             return Vec::new();
         }
-        if self.alone_told.is_some() {
-            self.alone_every = (self.alone_every * 2).min(RUNS_ALONE_AT_MOST);
-        }
+        // The next telling after twice as long (10, 30, 70 s...): the refetches that follow a
+        // telling start the quiet over.
+        self.alone_every = (self.alone_every * 2).min(RUNS_ALONE_AT_MOST);
         self.alone_told = Some(Instant::now());
         let refresh = Line::Refresh {
             quiet_secs: quiet.as_secs(),
@@ -558,14 +558,20 @@ mod tests {
         assert_eq!(told(&mut h, &all), (vec![], vec![]), "just told");
         let told_ago = |h: &mut Heard, d: Duration| h.alone_told = Some(Instant::now() - d);
         told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
-        assert_eq!(told(&mut h, &all).1.len(), 1, "told again after as long");
-        told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
-            "then after twice as long"
+            "again after twice as long"
         );
         told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
+        assert_eq!(told(&mut h, &all).1.len(), 1, "told again");
+        told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
+        assert_eq!(
+            told(&mut h, &all),
+            (vec![], vec![]),
+            "then after twice as long again"
+        );
+        told_ago(&mut h, 4 * RUNS_ALONE_FOR + Duration::from_secs(1));
         assert_eq!(told(&mut h, &all).1.len(), 1);
         // A wait that changes starts over, and takes back a REFRESH not yet due.
         h.wait_changed();

@@ -239,33 +239,35 @@ impl Service {
         });
     }
 
-    /// Says, once per dropping, the first dropped page this node read again with other bytes
-    /// than its copy's (see [`Service::drop_copies`]): where a thread of it waits on plain loads
-    /// for another node's write. A page read again with the same bytes (a node that computes,
-    /// reading what nobody changed) is not said, nor one read after the node's next acquire.
-    /// Service thread only: it prints.
+    /// Says, once per dropping, the first dropped page a read fault of this node brought again
+    /// with other bytes in the line it read than its copy's (see [`Service::drop_copies`]):
+    /// where a thread of it waits on plain loads for another node's write. A line read again
+    /// with the same bytes (a node that computes, reading what nobody changed, or words beside
+    /// those another node writes) is not said, nor a page written first, nor one read after the
+    /// node's next acquire. Service thread only: it prints.
     pub(super) fn say_refreshed(&mut self) {
         let Some(r) = &mut self.refreshed else { return };
         if r.said {
             return;
         }
-        let Some(&page) = self.node.take_dropped_changed().first() else {
+        let Some(&(page, offset)) = self.node.take_dropped_changed().first() else {
             return;
         };
         r.said = true;
-        let start = crate::fault::region().0 + page.index() * dsm_core::PAGE_SIZE;
-        let place = crate::allocations::spelled_place(start, dsm_core::PAGE_SIZE);
+        let addr = crate::fault::region().0 + page.index() * dsm_core::PAGE_SIZE + offset;
+        let place = crate::allocations::spelled_place(addr, 1);
         crate::sys::write_stderr(
             format!(
                 "dsm node {}: warning: this node ran for {} s, no message in flight, while the \
                  nodes not running waited ({}); it dropped its copies of other nodes' pages \
-                 ({}), and read the page at {start:#x}{place} again, finding bytes another node \
-                 wrote that its copy did not have. A loop that waits for another node's write on \
-                 plain loads sees it only after an acquire of its own (jia_lock, jia_barrier, \
-                 jia_wait, jia_waitcv) or through atomic loads (jia_atomic_load_32/64, or C11 \
-                 atomics in a program built by dsmcc); until then it may read its own copy for \
-                 ever (the copies are dropped again after twice as long each time). dsmrun \
-                 --check-races names such reads\n",
+                 ({}), and a thread read the byte at {addr:#x}{place} again, whose 64-byte line \
+                 came back with bytes another node wrote that its copy did not have. A loop \
+                 that waits for another node's write on plain loads sees it only after an \
+                 acquire of its own (jia_lock, jia_barrier, jia_wait, jia_waitcv) or through \
+                 atomic loads (jia_atomic_load_32/64, or C11 atomics in a program built by \
+                 dsmcc); until then it may read its own copy for ever (the copies are dropped \
+                 again after 20 s, 40 s... while this lasts). dsmrun --check-races names such \
+                 reads\n",
                 self.node.id().0,
                 r.quiet_secs,
                 r.what,

@@ -29,7 +29,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dsm_core::codec::Frame;
-use dsm_core::{AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Time, UsageError, WaiterId, codec};
+use dsm_core::{
+    Access, AllocPolicy, Node, NodeId, PAGE_SIZE, PageNum, Time, UsageError, WaiterId, codec,
+};
 use dsm_transport::Transport;
 use dsm_transport::reliable::{Event, LostCause};
 
@@ -360,6 +362,10 @@ impl Service {
         // The requesting thread's fast-path writes were queued before its request: record them
         // before acting on the request (a release must carry them).
         self.drain_fast_faults();
+        if fault.access == Access::Read {
+            self.node
+                .reading_dropped(PageNum(fault.page), usize::from(fault.offset));
+        }
         let now = self.now();
         let waiter = WaiterId(slot as u64);
         if self
