@@ -4,7 +4,10 @@
 //! that reads pages one-sided (RDMA) hands them in here; one that sends its grants before it
 //! protects the pages served settles them here; and its own counters travel with the core's.
 //! A runtime without these needs none of them (the simulator uses them to check the fast
-//! paths).
+//! paths). And the launcher's word to a node that runs beside waiting ones (it drops its copies)
+//! or waits beside running ones (it sends its writes home) comes in here.
+
+use std::collections::BTreeMap;
 
 use crate::codec;
 use crate::error::ProtocolError;
@@ -12,8 +15,6 @@ use crate::memory::PageMemory;
 use crate::msg::{Msg, MsgKind};
 use crate::node::Node;
 use crate::table::{Frame, GrantSource};
-use std::collections::BTreeMap;
-
 use crate::types::{Access, MAX_RUNTIME_COUNTERS, NodeId, PAGE_SIZE, PageNum, Prot, Time};
 
 impl<M: PageMemory> Node<M> {
