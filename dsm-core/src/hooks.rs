@@ -82,10 +82,9 @@ impl<M: PageMemory> Node<M> {
             self.mem.read(page, &mut self.scratch);
             kept.insert(page, line_digests(&self.scratch));
         }
-        self.dropped.clear();
+        self.dropped = kept;
         self.dropped_reads.clear();
         self.invalidate(now, pages.iter().copied());
-        self.dropped = kept;
         pages.len()
     }
 

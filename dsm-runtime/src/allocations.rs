@@ -57,10 +57,10 @@ pub(crate) fn note(start: usize, bytes: usize, site: String) {
     COUNT.store(k + 1, Ordering::Release);
 }
 
-/// Where the `len` bytes at `addr` lie, for a message: ` (byte B of the allocation of N bytes
-/// made at FILE:LINE)`, or `bytes B to E` for more than one (cut at the allocation's end; the
-/// line from addr2line: thread context only), or nothing outside every allocation kept.
-pub(crate) fn spelled_place(addr: usize, len: usize) -> String {
+/// Where the byte at `addr` lies, for a message: ` (byte B of the allocation of N bytes made at
+/// FILE:LINE)` (the line from addr2line: thread context only), or nothing outside every
+/// allocation kept.
+pub(crate) fn spelled_place(addr: usize) -> String {
     match nearest(addr) {
         Some((start, bytes, site)) if (start..start + bytes).contains(&addr) => {
             let site = if site.is_empty() {
@@ -68,13 +68,10 @@ pub(crate) fn spelled_place(addr: usize, len: usize) -> String {
             } else {
                 format!(" made at {}", dsm_races::site_line(site))
             };
-            let (first, last) = (addr - start, (addr - start + len.max(1)).min(bytes) - 1);
-            let which = if first == last {
-                format!("byte {first}")
-            } else {
-                format!("bytes {first} to {last}")
-            };
-            format!(" ({which} of the allocation of {bytes} bytes{site})")
+            format!(
+                " (byte {} of the allocation of {bytes} bytes{site})",
+                addr - start
+            )
         }
         _ => String::new(),
     }

@@ -491,7 +491,7 @@ fn spell_spin_now(word: u64, value: u64) -> String {
     } else {
         "atomic loads"
     };
-    let place = crate::allocations::spelled_place(addr, 1);
+    let place = crate::allocations::spelled_place(addr);
     format!(
         "a spin on the {width}-byte word at {addr:#x}{place}: {how} reading {value} again and \
          again, which no other thread or node can change while they wait"

@@ -40,8 +40,8 @@ pub(super) struct Heard {
     spin_said: bool,
     /// When the nodes that run beside waiting ones were last told to drop their copies, since
     /// `wait_changed` ([`Heard::beside_waiters`]), and how long before they are told again.
-    alone_told: Option<Instant>,
-    alone_every: Duration,
+    beside_told: Option<Instant>,
+    beside_every: Duration,
     /// The `REFRESH` line due to the running nodes once the waiting ones, told `FLUSH`, have
     /// had [`FLUSH_AHEAD`] to send their writes: when, to whom, and the line.
     refresh_due: Option<(Instant, Vec<usize>, Line)>,
@@ -101,9 +101,9 @@ pub(crate) fn spin_warning(what: &str) -> String {
 /// How long nodes must have run while every other node waits, nothing on its way and no report
 /// changed, before they are told to drop their copies of other nodes' pages
 /// ([`Heard::beside_waiters`]); told again after twice as long each time, up to
-/// [`RUNS_ALONE_AT_MOST`] apart, until a node's wait changes.
-pub(crate) const RUNS_ALONE_FOR: Duration = Duration::from_secs(10);
-const RUNS_ALONE_AT_MOST: Duration = Duration::from_secs(640);
+/// [`BESIDE_WAITERS_AT_MOST`] apart, until a node's wait changes.
+pub(crate) const BESIDE_WAITERS_FOR: Duration = Duration::from_secs(10);
+const BESIDE_WAITERS_AT_MOST: Duration = Duration::from_secs(640);
 
 /// How long before the running nodes are told `REFRESH` the waiting ones are told `FLUSH`
 /// ([`Heard::beside_waiters`]): their diffs reach the homes first (milliseconds).
@@ -122,8 +122,8 @@ impl Heard {
             changed: Instant::now(),
             wait_changed: Instant::now(),
             spin_said: false,
-            alone_told: None,
-            alone_every: RUNS_ALONE_FOR,
+            beside_told: None,
+            beside_every: BESIDE_WAITERS_FOR,
             refresh_due: None,
             reported: vec![Instant::now(); n],
             ended: 0,
@@ -184,8 +184,8 @@ impl Heard {
     pub(super) fn wait_changed(&mut self) {
         self.wait_changed = Instant::now();
         self.spin_said = false;
-        self.alone_told = None;
-        self.alone_every = RUNS_ALONE_FOR;
+        self.beside_told = None;
+        self.beside_every = BESIDE_WAITERS_FOR;
         self.refresh_due = None;
     }
 
@@ -295,6 +295,13 @@ impl Heard {
         self.all_wait(standing, quiet_for)
     }
 
+    /// Whether node `k` reported within [`REPORT_FRESH_FOR`].
+    fn fresh(&self, k: usize) -> bool {
+        self.reported
+            .get(k)
+            .is_some_and(|t| t.elapsed() <= REPORT_FRESH_FOR)
+    }
+
     /// Whether a waiting node says a thread of it spins.
     fn spins(&self) -> bool {
         self.waiting.iter().flatten().any(|r| r.spins)
@@ -312,7 +319,7 @@ impl Heard {
     }
 
     /// What to tell nodes that run while every other running node waits, with a fresh report,
-    /// nothing in flight and no report changed for [`RUNS_ALONE_FOR`]: a thread of a running
+    /// nothing in flight and no report changed for [`BESIDE_WAITERS_FOR`]: a thread of a running
     /// node may read another node's word in a loop on plain loads, which shows no write of that
     /// node before an acquire of its own, which may never come (it ran for ever, silent). The
     /// waiting nodes are told `FLUSH` (their written copies' diffs go to the pages' homes: the
@@ -321,17 +328,17 @@ impl Heard {
     /// pages, and read the homes' bytes). Nodes that compute pay a refetch of what they read,
     /// told again after twice as long each time. Returns the lines due now, by node.
     pub(super) fn beside_waiters(&mut self, standing: &[Standing]) -> Vec<(usize, Line)> {
-        if let Some((at, _, _)) = &self.refresh_due
-            && at.elapsed() >= FLUSH_AHEAD
+        if let Some((_, running, line)) = self
+            .refresh_due
+            .take_if(|(at, _, _)| at.elapsed() >= FLUSH_AHEAD)
         {
-            let (_, running, line) = self.refresh_due.take().expect("just seen");
             return running.into_iter().map(|k| (k, line.clone())).collect();
         }
         let quiet = self.changed.elapsed();
-        if quiet < RUNS_ALONE_FOR
+        if quiet < BESIDE_WAITERS_FOR
             || self
-                .alone_told
-                .is_some_and(|t| t.elapsed() < self.alone_every)
+                .beside_told
+                .is_some_and(|t| t.elapsed() < self.beside_every)
         {
             return Vec::new();
         }
@@ -342,13 +349,7 @@ impl Heard {
             }
             match self.waiting.get(k) {
                 Some(None) => running.push(k),
-                Some(Some(r))
-                    if r.in_flight == 0
-                        && self
-                            .reported
-                            .get(k)
-                            .is_some_and(|t| t.elapsed() <= REPORT_FRESH_FOR) =>
-                {
+                Some(Some(r)) if r.in_flight == 0 && self.fresh(k) => {
                     waiting.push(k);
                     what.push(format!("node {k} {}", r.what));
                 }
@@ -360,8 +361,8 @@ impl Heard {
         }
         // The next telling after twice as long (10, 30, 70 s...): the refetches that follow a
         // telling start the quiet over.
-        self.alone_every = (self.alone_every * 2).min(RUNS_ALONE_AT_MOST);
-        self.alone_told = Some(Instant::now());
+        self.beside_every = (self.beside_every * 2).min(BESIDE_WAITERS_AT_MOST);
+        self.beside_told = Some(Instant::now());
         let refresh = Line::Refresh {
             quiet_secs: quiet.as_secs(),
             what: what.join("; "),
@@ -395,7 +396,7 @@ impl Heard {
             }
             // Every verdict rests on every running node's fresh word: a stopped node's last
             // report may be seconds old.
-            if self.reported.get(k)?.elapsed() > REPORT_FRESH_FOR {
+            if !self.fresh(k) {
                 return None;
             }
             match self.waiting.get(k)? {
@@ -530,7 +531,7 @@ mod tests {
         (
             k,
             Line::Refresh {
-                quiet_secs: RUNS_ALONE_FOR.as_secs() + 1,
+                quiet_secs: BESIDE_WAITERS_FOR.as_secs() + 1,
                 what: what.into(),
             },
         )
@@ -539,7 +540,7 @@ mod tests {
     #[test]
     fn running_nodes_are_told_after_a_quiet_while_then_less_and_less_often() {
         let all = [Standing::Running; 3];
-        let mut h = heard(RUNS_ALONE_FOR - Duration::from_secs(1));
+        let mut h = heard(BESIDE_WAITERS_FOR - Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
@@ -556,22 +557,22 @@ mod tests {
             "the waiting nodes flush, then the running one drops its copies"
         );
         assert_eq!(told(&mut h, &all), (vec![], vec![]), "just told");
-        let told_ago = |h: &mut Heard, d: Duration| h.alone_told = Some(Instant::now() - d);
-        told_ago(&mut h, RUNS_ALONE_FOR + Duration::from_secs(1));
+        let told_ago = |h: &mut Heard, d: Duration| h.beside_told = Some(Instant::now() - d);
+        told_ago(&mut h, BESIDE_WAITERS_FOR + Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
             "again after twice as long"
         );
-        told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
+        told_ago(&mut h, 2 * BESIDE_WAITERS_FOR + Duration::from_secs(1));
         assert_eq!(told(&mut h, &all).1.len(), 1, "told again");
-        told_ago(&mut h, 2 * RUNS_ALONE_FOR + Duration::from_secs(1));
+        told_ago(&mut h, 2 * BESIDE_WAITERS_FOR + Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
             "then after twice as long again"
         );
-        told_ago(&mut h, 4 * RUNS_ALONE_FOR + Duration::from_secs(1));
+        told_ago(&mut h, 4 * BESIDE_WAITERS_FOR + Duration::from_secs(1));
         assert_eq!(told(&mut h, &all).1.len(), 1);
         // A wait that changes starts over, and takes back a REFRESH not yet due.
         h.wait_changed();
@@ -582,7 +583,7 @@ mod tests {
 
     #[test]
     fn nobody_is_told_while_something_is_on_its_way_or_nobody_waits() {
-        let quiet = RUNS_ALONE_FOR + Duration::from_millis(1500);
+        let quiet = BESIDE_WAITERS_FOR + Duration::from_millis(1500);
         let all = [Standing::Running; 3];
         let mut h = heard(quiet);
         h.take_lines(2, &Line::Run.encode().into_bytes());

@@ -235,7 +235,6 @@ impl Service {
             dropped,
             quiet_secs,
             what,
-            said: false,
         });
     }
 
@@ -246,16 +245,17 @@ impl Service {
     /// those another node writes) is not said, nor a page written first, nor one read after the
     /// node's next acquire. Service thread only: it prints.
     pub(super) fn say_refreshed(&mut self) {
-        let Some(r) = &mut self.refreshed else { return };
-        if r.said {
+        if self.refreshed.is_none() {
             return;
         }
         let Some(&(page, offset)) = self.node.take_dropped_changed().first() else {
             return;
         };
-        r.said = true;
+        let Some(r) = self.refreshed.take() else {
+            return;
+        };
         let addr = crate::fault::region().0 + page.index() * dsm_core::PAGE_SIZE + offset;
-        let place = crate::allocations::spelled_place(addr, 1);
+        let place = crate::allocations::spelled_place(addr);
         crate::sys::write_stderr(
             format!(
                 "dsm node {}: warning: this node ran for {} s, no message in flight, while the \
@@ -402,13 +402,12 @@ impl Service {
 }
 
 /// The copies of other nodes' pages a node dropped at the launcher's word (`DSM1 REFRESH`, see
-/// [`Service::drop_copies`]), until the next such word.
+/// [`Service::drop_copies`]), until a page read again with other bytes is said
+/// ([`Service::say_refreshed`]) or the next such word.
 pub(super) struct Refreshed {
     /// How many.
     dropped: usize,
     /// How long the node had run, and what the others waited for, as the launcher said.
     quiet_secs: u64,
     what: String,
-    /// A page read again with other bytes was said ([`Service::say_refreshed`]).
-    said: bool,
 }

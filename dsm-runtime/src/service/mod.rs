@@ -133,7 +133,7 @@ pub(crate) struct Service {
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
     /// The copies this node dropped when the launcher found it running beside waiting nodes
-    /// (`DSM1 REFRESH`).
+    /// (`DSM1 REFRESH`), until said.
     refreshed: Option<control::Refreshed>,
     /// When this node last told the launcher whether it waits, and whether it did.
     progress_reported: Instant,
