@@ -4,8 +4,8 @@
 //! that reads pages one-sided (RDMA) hands them in here; one that sends its grants before it
 //! protects the pages served settles them here; and its own counters travel with the core's.
 //! A runtime without these needs none of them (the simulator uses them to check the fast
-//! paths). And the launcher's word to a node that runs beside waiting ones (it drops its copies)
-//! or waits beside running ones (it sends its writes home) comes in here.
+//! paths). And the launcher's word to the nodes of a job none of whose nodes works (each sends
+//! its writes home, then those that run drop their copies) comes in here.
 
 use std::collections::BTreeMap;
 
@@ -64,7 +64,7 @@ impl<M: PageMemory> Node<M> {
     /// written: those send their diff first), as an eviction would, but for pages with a fetch
     /// out: the next read of each fetches it from its home, with whatever the home holds then.
     /// Returns how many it dropped. The launcher asks for it when this node has run for a
-    /// while, nothing on its way, while the nodes that do not run wait: a thread reading
+    /// while without a message, while every other node waited or did the same: a thread reading
     /// another node's word in a loop, on plain loads, sees no write of that node before an
     /// acquire of its own, which it may never make (see the runtime's `progress`). Any copy
     /// may be dropped at any time: the model lets a read return a value newer than its last
@@ -97,14 +97,23 @@ impl<M: PageMemory> Node<M> {
         }
     }
 
-    /// Drops the copies of other nodes' pages this node wrote (but those with a fetch out), as
-    /// an eviction would: their diffs go to the pages' homes. Returns how many. The launcher
-    /// asks a node that waits beside running ones for it: its write may be what a running
-    /// node's thread waits for on plain loads, unreleased (its release would come after the
-    /// lock the spinner holds), and any written copy may be evicted at any time.
-    pub fn drop_written_copies(&mut self, now: Time) -> usize {
+    /// Sends the diffs of the copies of other nodes' pages this node wrote (but those with a
+    /// fetch out) to the pages' homes, as a release does, keeping them read-only: the next
+    /// write to one makes a twin again. Returns how many. The launcher asks every node of a
+    /// job none of whose nodes works for it: its write may be what another node's thread waits
+    /// for on plain loads, unreleased (its release would come after the lock the spinner
+    /// holds, or after the spinner's answer). The copies are protected before they are diffed:
+    /// a store of a thread that runs meanwhile is in the diff or faults. They stay, so that a
+    /// node told to drop them next keeps their digests ([`Node::drop_copies`]).
+    pub fn send_written_copies(&mut self, now: Time) -> usize {
         let pages = self.copies(|frame| frame == Frame::ReadWrite);
-        self.invalidate(now, pages.iter().copied());
+        self.protect_pages(&pages, Prot::Read);
+        for &page in &pages {
+            self.rw.remove(&page);
+            self.table[page.index()].frame = Frame::ReadOnly;
+            self.diff_page(page);
+        }
+        self.send_diffs(now);
         pages.len()
     }
 

@@ -251,8 +251,9 @@ pub struct Cluster {
     pub close_behind_percent: u64,
     /// Per-mille chance that a node about to read first drops every copy of another node's page
     /// it holds ([`Node::drop_copies`]), as the runtime's does at its launcher's word when it
-    /// runs while the others wait, or (one time in two) those it wrote
-    /// ([`Node::drop_written_copies`]), as a waiting one's; 0 (no chance drawn): never.
+    /// runs quiet while the others wait or do the same, or (one time in two) sends the diffs
+    /// of those it wrote home ([`Node::send_written_copies`], the word before); 0 (no chance
+    /// drawn): never.
     pub drop_copies_per_mille: u64,
     /// The copies dropped so ([`Cluster::drop_copies_per_mille`]).
     pub copies_dropped: u64,
@@ -540,11 +541,11 @@ impl Cluster {
                 if self.drop_copies_per_mille > 0
                     && self.rng.below(1000) < self.drop_copies_per_mille
                 {
-                    // The running node's dropping, or a waiting node's flush.
+                    // A quiet node's dropping, or any node's flush.
                     self.copies_dropped += if self.rng.chance(50) {
                         node.drop_copies(now)
                     } else {
-                        node.drop_written_copies(now)
+                        node.send_written_copies(now)
                     } as u64;
                 }
                 if self.close_behind_percent > 0

@@ -2012,6 +2012,42 @@ fn dropped_copies_are_fetched_again_from_their_home() {
     );
 }
 
+/// A node told to send its writes home (the launcher's `FLUSH`) diffs its written copies of
+/// other nodes' pages to their homes and keeps them, read-only: another node reads the write at
+/// the home before any release; the node writes the copy again (a twin again), and its release
+/// carries that write; a `REFRESH` after the flush still finds the copies to drop.
+#[test]
+fn written_copies_sent_home_stay_held_read_only() {
+    let mut c = Cluster::new(2, 11, no_prefetch);
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+    let y = x.offset_by(PAGE);
+    let own = c.alloc(AllocPolicy::OnNode(NodeId(1)), PAGE).unwrap();
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    c.write_u64(1, y, 5).unwrap();
+    c.write_u64(1, own, 6).unwrap();
+    assert_eq!(c.read_u64(0, y).unwrap(), 0, "not released, not sent");
+    let now = c.now();
+    assert_eq!(c.node_mut(1).send_written_copies(now), 1, "y alone");
+    assert_eq!(c.node(1).page_state(x.page()), PageState::ReadOnly);
+    assert_eq!(c.node(1).page_state(y.page()), PageState::ReadOnly);
+    assert_eq!(c.node(1).page_state(own.page()), PageState::ReadWrite);
+    // Node 1's next step sends what the flush left in its outbox; the run ends quiet.
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    assert_eq!(c.read_u64(0, y).unwrap(), 5, "the diff reached the home");
+    c.write_u64(1, y.offset_by(8), 7).unwrap();
+    assert_eq!(c.node(1).page_state(y.page()), PageState::ReadWrite);
+    let now = c.now();
+    assert_eq!(c.node_mut(1).drop_copies(now), 2, "x and y, still held");
+    c.barrier().unwrap();
+    assert_eq!(c.read_u64(0, y).unwrap(), 5);
+    assert_eq!(
+        c.read_u64(0, y.offset_by(8)).unwrap(),
+        7,
+        "the write after the flush"
+    );
+    assert_eq!(c.read_u64(0, own).unwrap(), 6);
+}
+
 /// What the node compares a page read again with is the dropped copy's bytes as they came back,
 /// not as the node wrote them since; and what another node legitimately changed before an
 /// acquire of this node's is not told.

@@ -32,11 +32,12 @@
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
 //!
 //! A thread that waits for another node's word on plain loads of a copy it holds makes no call
-//! at all: its node runs. Where it runs while every other node waits, the launcher has the
-//! waiting nodes send their writes to the homes (`DSM1 FLUSH`) and then the running one drop its
-//! copies of other nodes' pages (`DSM1 REFRESH`, see `crate::job::watch::Heard::beside_waiters`),
-//! so that it reads the homes' bytes, and the node says which page it read again with bytes
-//! another node wrote.
+//! at all: its node runs, quiet (it sends, receives and faults on nothing: `DSM1 QUIET`). Where
+//! it runs so while every other node waits or runs quiet too (two nodes that hand a flag back
+//! and forth), the launcher has every node send its writes to the homes (`DSM1 FLUSH`) and then
+//! the quiet ones drop their copies of other nodes' pages (`DSM1 REFRESH`, see
+//! `crate::job::watch::Heard::quiet_runners`), so that they read the homes' bytes, and a node
+//! says which page it read again with bytes another node wrote.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

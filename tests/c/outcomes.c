@@ -379,6 +379,31 @@ static void unreleased(void)
     if (jiapid == 0) printf("unreleased_spin OK\n");
 }
 
+/* Nodes 0 and 1 hand a flag back and forth on plain loads, neither in a DSM call: node 0
+ * writes ping and waits for pong, node 1 waits for ping and writes pong. `handshake`: both
+ * words on one page, homed at node 0, which node 1 holds a copy of; `handshake_homes`: ping
+ * homed at node 1, pong at node 0 (node 0's write of ping stays in its copy until it is sent
+ * home). */
+static void handshake(const char *how)
+{
+    int homes = !strcmp(how, "handshake_homes");
+    volatile int *ping = (volatile int *)(homes ? jia_alloc2p(4096, 1) : jia_alloc(4096));
+    volatile int *pong = homes ? (volatile int *)jia_alloc2p(4096, 0) : ping + 16;
+    jia_barrier();
+    if (jiapid == 1 && *ping != 0) printf("ping set early\n");
+    jia_barrier();
+    if (jiapid == 0) {
+        *ping = 1;
+        while (!*pong) continue;
+    }
+    if (jiapid == 1) {
+        while (!*ping) continue;
+        *pong = 1;
+    }
+    jia_barrier();
+    if (jiapid == 0) printf("%s OK\n", how);
+}
+
 static void nap(void)
 {
     jia_barrier();
@@ -473,6 +498,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm")) spins(what, arg);
     else if (!strcmp(what, "unreleased_spin")) unreleased();
+    else if (!strcmp(what, "handshake") || !strcmp(what, "handshake_homes")) handshake(what);
     else if (!strcmp(what, "plain_spin") || !strcmp(what, "written_spin") ||
              !strcmp(what, "alone")) plain(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */

@@ -195,7 +195,10 @@ fn polling_a_word_between_pieces_of_work_is_not_a_spin() {
 /// said. On 3 nodes, nodes 1 and 2 both spin so, each having written a word of its own on the
 /// flag's page: both see the write, and every node reads both words after. And node 1 spins on
 /// its own home page holding lock 1, which node 0 asks for after writing the word, unreleased:
-/// node 0, waiting, is told to send its writes to their homes, and the job ends well.
+/// node 0, waiting, is told to send its writes to their homes, and the job ends well. Two
+/// nodes that hand a flag back and forth on plain loads, neither waiting in a DSM call, end
+/// well too, node 1 said where it waited (both words on node 0's page), or node 0's write sent
+/// home running (each word on its reader's home page).
 #[test]
 fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
     let cases = [
@@ -203,6 +206,8 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
         ("alone", "tcp", 2, "12"),
         ("written_spin", "udp", 3, ""),
         ("unreleased_spin", "tcp", 2, ""),
+        ("handshake", "tcp", 2, ""),
+        ("handshake_homes", "udp", 2, ""),
     ];
     let outs: Vec<Output> = std::thread::scope(|s| {
         let jobs: Vec<_> = cases
@@ -214,13 +219,16 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
         jobs.into_iter().map(|j| j.join().expect("a job")).collect()
     });
     let said = |node: u32| format!("dsm node {node}: warning: this node ran for 1");
-    let (spin, alone, written, unreleased) = (&outs[0], &outs[1], &outs[2], &outs[3]);
+    let [spin, alone, written, unreleased, handshake, homes] = &outs[..] else {
+        unreachable!()
+    };
     assert_status(spin, 0);
     assert!(stdout(spin).contains("plain_spin OK"), "{}", text(spin));
     let e = stderr(spin);
     for want in [
         &said(1),
-        "while the nodes not running waited (node 0 waits in jia_barrier)",
+        "without a message while every other node waited or did the same (node 0 waits in \
+         jia_barrier)",
         "it dropped its copies of other nodes' pages (1), and a thread read the byte at 0x",
         "(byte 0 of the allocation of 4096 bytes made at ",
         "outcomes.c:",
@@ -248,6 +256,25 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
         stdout(unreleased).contains("unreleased_spin OK"),
         "{}",
         text(unreleased)
+    );
+    assert_status(handshake, 0);
+    assert!(
+        stdout(handshake).contains("handshake OK"),
+        "{}",
+        text(handshake)
+    );
+    for want in [
+        &said(1),
+        "without a message while every other node waited or did the same (node 0 runs without \
+         a message)",
+    ] {
+        assert!(stderr(handshake).contains(want), "{}", text(handshake));
+    }
+    assert_status(homes, 0);
+    assert!(
+        stdout(homes).contains("handshake_homes OK"),
+        "{}",
+        text(homes)
     );
 }
 

@@ -771,7 +771,7 @@ impl Watched<'_> {
         if let Some(what) = self.words.spin_looks_stuck(&standing) {
             eprintln!("dsm: warning: {}", super::watch::spin_warning(&what));
         }
-        for (k, line) in self.words.beside_waiters(&standing) {
+        for (k, line) in self.words.quiet_runners(&standing) {
             super::watch::tell_one(self.control, k, &line);
         }
         self.words.stuck(&standing)

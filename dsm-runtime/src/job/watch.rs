@@ -32,19 +32,21 @@ pub(super) struct Heard {
     drained: Vec<bool>,
     /// Per node, its last WAIT report.
     pub(super) waiting: Vec<Option<Report>>,
+    /// Per node, whether it runs quiet (`QUIET`: nothing sent, received or faulted on).
+    quiet: Vec<bool>,
     /// When any node's report last changed.
     pub(super) changed: Instant,
     /// When any node's wait last changed, its counts aside (or it went on).
     pub(super) wait_changed: Instant,
     /// The job was said to look stuck beside a spin since `wait_changed`.
     spin_said: bool,
-    /// When the nodes that run beside waiting ones were last told to drop their copies, since
-    /// `wait_changed` ([`Heard::beside_waiters`]), and how long before they are told again.
-    beside_told: Option<Instant>,
-    beside_every: Duration,
-    /// The `REFRESH` line due to the running nodes once the waiting ones, told `FLUSH`, have
-    /// had [`FLUSH_AHEAD`] to send their writes: when, to whom, and the line.
-    refresh_due: Option<(Instant, Vec<usize>, Line)>,
+    /// When the nodes that run quiet were last told to drop their copies, since `wait_changed`
+    /// ([`Heard::quiet_runners`]), and how long before they are told again.
+    quiet_told: Option<Instant>,
+    quiet_every: Duration,
+    /// The `REFRESH` lines due to the quiet running nodes once every node, told `FLUSH`, has
+    /// had [`FLUSH_AHEAD`] to send its writes: when, and the lines by node.
+    refresh_due: Option<(Instant, Vec<(usize, Line)>)>,
     /// When each node last reported (a waiting node reports every 250 ms).
     reported: Vec<Instant>,
     /// Nodes seen ended, by the watcher's last look.
@@ -98,15 +100,15 @@ pub(crate) fn spin_warning(what: &str) -> String {
     )
 }
 
-/// How long nodes must have run while every other node waits, nothing on its way and no report
-/// changed, before they are told to drop their copies of other nodes' pages
-/// ([`Heard::beside_waiters`]); told again after twice as long each time, up to
-/// [`BESIDE_WAITERS_AT_MOST`] apart, until a node's wait changes.
-pub(crate) const BESIDE_WAITERS_FOR: Duration = Duration::from_secs(10);
-const BESIDE_WAITERS_AT_MOST: Duration = Duration::from_secs(640);
+/// How long nodes must have run quiet while every other node waits or runs quiet too, nothing
+/// on its way and no report changed, before they are told to drop their copies of other nodes'
+/// pages ([`Heard::quiet_runners`]); told again after twice as long each time, up to
+/// [`QUIET_RUNNERS_AT_MOST`] apart, until a node's wait changes.
+pub(crate) const QUIET_RUNNERS_FOR: Duration = Duration::from_secs(10);
+const QUIET_RUNNERS_AT_MOST: Duration = Duration::from_secs(640);
 
-/// How long before the running nodes are told `REFRESH` the waiting ones are told `FLUSH`
-/// ([`Heard::beside_waiters`]): their diffs reach the homes first (milliseconds).
+/// How long before the quiet running nodes are told `REFRESH` every node is told `FLUSH`
+/// ([`Heard::quiet_runners`]): the diffs reach the homes first (milliseconds).
 const FLUSH_AHEAD: Duration = Duration::from_millis(500);
 
 /// The most lines other than WAIT/RUN kept per node (a node says a few: BYE, BLAME, STATS).
@@ -119,11 +121,12 @@ impl Heard {
             readers: (0..n).map(|_| Lines::default()).collect(),
             drained: vec![false; n],
             waiting: vec![None; n],
+            quiet: vec![false; n],
             changed: Instant::now(),
             wait_changed: Instant::now(),
             spin_said: false,
-            beside_told: None,
-            beside_every: BESIDE_WAITERS_FOR,
+            quiet_told: None,
+            quiet_every: QUIET_RUNNERS_FOR,
             refresh_due: None,
             reported: vec![Instant::now(); n],
             ended: 0,
@@ -150,6 +153,7 @@ impl Heard {
                         what,
                     };
                     self.reported[k] = Instant::now();
+                    self.quiet[k] = false;
                     let before = self.waiting[k].replace(report.clone());
                     if before.as_ref() != Some(&report) {
                         self.changed = Instant::now();
@@ -160,10 +164,26 @@ impl Heard {
                         self.wait_changed();
                     }
                 }
+                // A node that stops waiting changes what the job waits for; one that was quiet
+                // and works again (its own refetches after a REFRESH, a diff a FLUSH sent it)
+                // changes only the quiet.
                 Line::Run => {
-                    self.waiting[k] = None;
+                    self.reported[k] = Instant::now();
+                    self.quiet[k] = false;
                     self.changed = Instant::now();
-                    self.wait_changed();
+                    if self.waiting[k].take().is_some() {
+                        self.wait_changed();
+                    }
+                }
+                Line::Quiet => {
+                    self.reported[k] = Instant::now();
+                    if !std::mem::replace(&mut self.quiet[k], true) {
+                        self.changed = Instant::now();
+                    }
+                    if self.waiting[k].take().is_some() {
+                        self.changed = Instant::now();
+                        self.wait_changed();
+                    }
                 }
                 // A node that left the job waits for nothing, whatever it last reported: it may
                 // have gone from a long wait through its last barrier and exit between two
@@ -171,6 +191,7 @@ impl Heard {
                 // after the others ended (a job was once ended as stuck so, under load).
                 Line::Bye => {
                     self.waiting[k] = None;
+                    self.quiet[k] = false;
                     self.changed = Instant::now();
                     self.wait_changed();
                     self.keep(k, Line::Bye);
@@ -184,9 +205,8 @@ impl Heard {
     pub(super) fn wait_changed(&mut self) {
         self.wait_changed = Instant::now();
         self.spin_said = false;
-        self.beside_told = None;
-        self.beside_every = BESIDE_WAITERS_FOR;
-        self.refresh_due = None;
+        self.quiet_told = None;
+        self.quiet_every = QUIET_RUNNERS_FOR;
     }
 
     fn keep(&mut self, k: usize, line: Line) {
@@ -318,57 +338,78 @@ impl Heard {
         Some(what)
     }
 
-    /// What to tell nodes that run while every other running node waits, with a fresh report,
-    /// nothing in flight and no report changed for [`BESIDE_WAITERS_FOR`]: a thread of a running
-    /// node may read another node's word in a loop on plain loads, which shows no write of that
-    /// node before an acquire of its own, which may never come (it ran for ever, silent). The
-    /// waiting nodes are told `FLUSH` (their written copies' diffs go to the pages' homes: the
-    /// write may not have been released, its writer waiting for a lock the spinner holds), and
-    /// [`FLUSH_AHEAD`] later the running ones `REFRESH` (they drop their copies of other nodes'
-    /// pages, and read the homes' bytes). Nodes that compute pay a refetch of what they read,
-    /// told again after twice as long each time. Returns the lines due now, by node.
-    pub(super) fn beside_waiters(&mut self, standing: &[Standing]) -> Vec<(usize, Line)> {
-        if let Some((_, running, line)) = self
+    /// What to tell the nodes of a job none of whose running nodes works: each waits, with
+    /// nothing in flight, or runs quiet (`QUIET`: it has sent, received and faulted on nothing),
+    /// at least one runs quiet beside another node, every report is fresh, and none changed for
+    /// [`QUIET_RUNNERS_FOR`]. A thread of a quiet node may read another node's word in a loop on
+    /// plain loads, which shows no write of that node before an acquire of its own, which may
+    /// never come: beside a node that waits for it (in a barrier), or beside another such loop
+    /// (two nodes that hand a flag back and forth), it ran for ever, silent. Every node is told
+    /// `FLUSH` (its written copies' diffs go to the pages' homes: a write may not have been
+    /// released, its writer waiting for a lock the spinner holds, or spinning itself), and
+    /// [`FLUSH_AHEAD`] later the quiet ones `REFRESH` (they drop their copies of other nodes'
+    /// pages, and read the homes' bytes), each with what the others do. Nodes that compute on
+    /// what they hold pay a refetch of what they read, told again after twice as long each
+    /// time. Returns the lines due now, by node.
+    pub(super) fn quiet_runners(&mut self, standing: &[Standing]) -> Vec<(usize, Line)> {
+        if let Some((_, lines)) = self
             .refresh_due
-            .take_if(|(at, _, _)| at.elapsed() >= FLUSH_AHEAD)
+            .take_if(|(at, _)| at.elapsed() >= FLUSH_AHEAD)
         {
-            return running.into_iter().map(|k| (k, line.clone())).collect();
+            return lines;
         }
         let quiet = self.changed.elapsed();
-        if quiet < BESIDE_WAITERS_FOR
+        if quiet < QUIET_RUNNERS_FOR
             || self
-                .beside_told
-                .is_some_and(|t| t.elapsed() < self.beside_every)
+                .quiet_told
+                .is_some_and(|t| t.elapsed() < self.quiet_every)
         {
             return Vec::new();
         }
-        let (mut running, mut waiting, mut what) = (Vec::new(), Vec::new(), Vec::new());
+        let mut nodes = Vec::new();
         for (k, s) in standing.iter().enumerate() {
             if *s != Standing::Running {
                 continue;
             }
-            match self.waiting.get(k) {
-                Some(None) => running.push(k),
-                Some(Some(r)) if r.in_flight == 0 && self.fresh(k) => {
-                    waiting.push(k);
-                    what.push(format!("node {k} {}", r.what));
-                }
-                _ => return Vec::new(),
+            if !self.fresh(k) {
+                return Vec::new();
             }
+            let doing = match self.waiting.get(k) {
+                Some(Some(r)) if r.in_flight == 0 => r.what.clone(),
+                Some(None) if self.quiet[k] => "runs without a message".to_owned(),
+                _ => return Vec::new(),
+            };
+            nodes.push((k, self.quiet[k], doing));
         }
-        if running.is_empty() || waiting.is_empty() {
+        let runners = nodes.iter().filter(|(_, quiet, _)| *quiet).count();
+        if runners == 0 || nodes.len() < 2 {
             return Vec::new();
         }
         // The next telling after twice as long (10, 30, 70 s...): the refetches that follow a
         // telling start the quiet over.
-        self.beside_every = (self.beside_every * 2).min(BESIDE_WAITERS_AT_MOST);
-        self.beside_told = Some(Instant::now());
-        let refresh = Line::Refresh {
-            quiet_secs: quiet.as_secs(),
-            what: what.join("; "),
-        };
-        self.refresh_due = Some((Instant::now(), running, refresh));
-        waiting.into_iter().map(|k| (k, Line::Flush)).collect()
+        self.quiet_every = (self.quiet_every * 2).min(QUIET_RUNNERS_AT_MOST);
+        self.quiet_told = Some(Instant::now());
+        let refreshes = nodes
+            .iter()
+            .filter(|(_, quiet, _)| *quiet)
+            .map(|&(k, _, _)| {
+                let others: Vec<String> = nodes
+                    .iter()
+                    .filter(|(o, _, _)| *o != k)
+                    .map(|(o, _, doing)| format!("node {o} {doing}"))
+                    .collect();
+                let refresh = Line::Refresh {
+                    quiet_secs: quiet.as_secs(),
+                    what: others.join("; "),
+                };
+                (k, refresh)
+            })
+            .collect();
+        self.refresh_due = Some((Instant::now(), refreshes));
+        nodes
+            .into_iter()
+            .map(|(k, _, _)| (k, Line::Flush))
+            .collect()
     }
 
     /// What every running node waits for, if each does, with fresh reports, and nothing
@@ -430,7 +471,7 @@ pub(crate) fn watch_from_rank0(mut control: Vec<std::net::TcpStream>) {
                 format!("dsm node 0: warning: {}\n", spin_warning(&what)).as_bytes(),
             );
         }
-        for (k, line) in words.beside_waiters(&standing) {
+        for (k, line) in words.quiet_runners(&standing) {
             tell_one(&mut control, k, &line);
         }
         if let Some(what) = words.stuck(&standing) {
@@ -506,10 +547,11 @@ mod tests {
         .into_bytes()
     }
 
-    /// Nodes 0 and 2 wait; node 1 runs. `quiet`: how long ago the reports last changed.
+    /// Nodes 0 and 2 wait; node 1 runs quiet. `quiet`: how long ago the reports last changed.
     fn heard(quiet: Duration) -> Heard {
         let mut h = Heard::new(3);
         h.take_lines(0, &waits("waits in jia_barrier", 0));
+        h.take_lines(1, &Line::Quiet.encode().into_bytes());
         h.take_lines(2, &waits("waits in jia_lock(1)", 0));
         h.changed = Instant::now() - quiet;
         h
@@ -520,27 +562,31 @@ mod tests {
 
     /// The lines due now, and, [`FLUSH_AHEAD`] on, the `REFRESH` lines due after them.
     fn told(h: &mut Heard, standing: &[Standing]) -> (Told, Told) {
-        let now = h.beside_waiters(standing);
-        if let Some((at, _, _)) = &mut h.refresh_due {
+        let now = h.quiet_runners(standing);
+        if let Some((at, _)) = &mut h.refresh_due {
             *at -= FLUSH_AHEAD;
         }
-        (now, h.beside_waiters(standing))
+        (now, h.quiet_runners(standing))
     }
 
     fn refresh(k: usize, what: &str) -> (usize, Line) {
         (
             k,
             Line::Refresh {
-                quiet_secs: BESIDE_WAITERS_FOR.as_secs() + 1,
+                quiet_secs: QUIET_RUNNERS_FOR.as_secs() + 1,
                 what: what.into(),
             },
         )
     }
 
+    fn flush(nodes: &[usize]) -> Told {
+        nodes.iter().map(|&k| (k, Line::Flush)).collect()
+    }
+
     #[test]
-    fn running_nodes_are_told_after_a_quiet_while_then_less_and_less_often() {
+    fn quiet_nodes_are_told_after_a_quiet_while_then_less_and_less_often() {
         let all = [Standing::Running; 3];
-        let mut h = heard(BESIDE_WAITERS_FOR - Duration::from_secs(1));
+        let mut h = heard(QUIET_RUNNERS_FOR - Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
@@ -550,53 +596,63 @@ mod tests {
         let both = "node 0 waits in jia_barrier; node 2 waits in jia_lock(1)";
         assert_eq!(
             told(&mut h, &all),
-            (
-                vec![(0, Line::Flush), (2, Line::Flush)],
-                vec![refresh(1, both)]
-            ),
-            "the waiting nodes flush, then the running one drops its copies"
+            (flush(&[0, 1, 2]), vec![refresh(1, both)]),
+            "every node flushes, then the quiet one drops its copies"
         );
         assert_eq!(told(&mut h, &all), (vec![], vec![]), "just told");
-        let told_ago = |h: &mut Heard, d: Duration| h.beside_told = Some(Instant::now() - d);
-        told_ago(&mut h, BESIDE_WAITERS_FOR + Duration::from_secs(1));
+        let told_ago = |h: &mut Heard, d: Duration| h.quiet_told = Some(Instant::now() - d);
+        told_ago(&mut h, QUIET_RUNNERS_FOR + Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
             "again after twice as long"
         );
-        told_ago(&mut h, 2 * BESIDE_WAITERS_FOR + Duration::from_secs(1));
+        told_ago(&mut h, 2 * QUIET_RUNNERS_FOR + Duration::from_secs(1));
         assert_eq!(told(&mut h, &all).1.len(), 1, "told again");
-        told_ago(&mut h, 2 * BESIDE_WAITERS_FOR + Duration::from_secs(1));
+        told_ago(&mut h, 2 * QUIET_RUNNERS_FOR + Duration::from_secs(1));
         assert_eq!(
             told(&mut h, &all),
             (vec![], vec![]),
             "then after twice as long again"
         );
-        told_ago(&mut h, 4 * BESIDE_WAITERS_FOR + Duration::from_secs(1));
+        told_ago(&mut h, 4 * QUIET_RUNNERS_FOR + Duration::from_secs(1));
         assert_eq!(told(&mut h, &all).1.len(), 1);
-        // A wait that changes starts over, and takes back a REFRESH not yet due.
+        // A wait that changes starts over (a REFRESH due stays due: the FLUSH may be what
+        // let a waiting node go on).
         h.wait_changed();
-        assert_eq!(h.beside_waiters(&all).len(), 2);
+        assert_eq!(h.quiet_runners(&all).len(), 3);
         h.wait_changed();
-        assert_eq!(h.refresh_due, None);
+        assert!(h.refresh_due.is_some());
     }
 
     #[test]
-    fn nobody_is_told_while_something_is_on_its_way_or_nobody_waits() {
-        let quiet = BESIDE_WAITERS_FOR + Duration::from_millis(1500);
+    fn nobody_is_told_while_a_node_works_or_something_is_on_its_way() {
+        let quiet = QUIET_RUNNERS_FOR + Duration::from_millis(1500);
         let all = [Standing::Running; 3];
         let mut h = heard(quiet);
-        h.take_lines(2, &Line::Run.encode().into_bytes());
+        h.take_lines(2, &Line::Quiet.encode().into_bytes());
         h.changed = Instant::now() - quiet;
-        let only0 = "node 0 waits in jia_barrier";
         assert_eq!(
             told(&mut h, &all),
             (
-                vec![(0, Line::Flush)],
-                vec![refresh(1, only0), refresh(2, only0)]
+                flush(&[0, 1, 2]),
+                vec![
+                    refresh(
+                        1,
+                        "node 0 waits in jia_barrier; node 2 runs without a message"
+                    ),
+                    refresh(
+                        2,
+                        "node 0 waits in jia_barrier; node 1 runs without a message"
+                    ),
+                ]
             ),
-            "nodes 1 and 2 run beside node 0"
+            "nodes 1 and 2 run quiet beside node 0"
         );
+        let mut h = heard(quiet);
+        h.take_lines(2, &Line::Run.encode().into_bytes());
+        h.changed = Instant::now() - quiet;
+        assert_eq!(told(&mut h, &all), (vec![], vec![]), "node 2 works");
         let mut h = heard(quiet);
         h.take_lines(2, &waits("waits in jia_lock(1)", 40));
         h.changed = Instant::now() - quiet;
@@ -605,19 +661,25 @@ mod tests {
             (vec![], vec![]),
             "node 2 has bytes on their way"
         );
-        let mut h = heard(quiet);
-        h.reported[0] = Instant::now() - 2 * REPORT_FRESH_FOR;
-        assert_eq!(
-            told(&mut h, &all),
-            (vec![], vec![]),
-            "node 0's report is stale"
-        );
-        // A node that ended well waits for nobody; one that runs beside a waiting one is told.
+        for stale in [0, 1] {
+            let mut h = heard(quiet);
+            h.reported[stale] = Instant::now() - 2 * REPORT_FRESH_FOR;
+            assert_eq!(
+                told(&mut h, &all),
+                (vec![], vec![]),
+                "node {stale}'s report is stale"
+            );
+        }
+        // A node that ended well waits for nobody; one that runs quiet beside a waiting one is
+        // told, and so are two that run quiet beside each other, nobody waiting.
         let mut h = heard(quiet);
         let ended = [Standing::Running, Standing::Running, Standing::EndedWell];
         assert_eq!(
             told(&mut h, &ended),
-            (vec![(0, Line::Flush)], vec![refresh(1, only0)])
+            (
+                flush(&[0, 1]),
+                vec![refresh(1, "node 0 waits in jia_barrier")]
+            )
         );
         let mut h = heard(quiet);
         let nobody_waits = [Standing::EndedWell, Standing::Running, Standing::EndedWell];
@@ -626,5 +688,41 @@ mod tests {
             (vec![], vec![]),
             "nobody waits for node 1"
         );
+        let mut h = heard(quiet);
+        h.take_lines(0, &Line::Quiet.encode().into_bytes());
+        h.changed = Instant::now() - quiet;
+        assert_eq!(
+            told(&mut h, &ended),
+            (
+                flush(&[0, 1]),
+                vec![
+                    refresh(0, "node 1 runs without a message"),
+                    refresh(1, "node 0 runs without a message"),
+                ]
+            ),
+            "nodes 0 and 1 run quiet beside each other"
+        );
+    }
+
+    #[test]
+    fn a_quiet_node_that_works_again_keeps_the_refresh_due_and_the_pace() {
+        let quiet = QUIET_RUNNERS_FOR + Duration::from_millis(1500);
+        let all = [Standing::Running; 3];
+        let mut h = heard(quiet);
+        assert_eq!(h.quiet_runners(&all).len(), 3, "told FLUSH");
+        // The diffs the FLUSH sent reach node 1: it works, then runs quiet again.
+        h.take_lines(1, &Line::Run.encode().into_bytes());
+        h.take_lines(1, &Line::Quiet.encode().into_bytes());
+        assert!(
+            h.changed.elapsed() < QUIET_RUNNERS_FOR,
+            "the quiet starts over"
+        );
+        let (at, _) = h.refresh_due.as_mut().expect("the REFRESH is still due");
+        *at -= FLUSH_AHEAD;
+        assert_eq!(h.quiet_runners(&all).len(), 1, "told REFRESH");
+        assert_eq!(h.quiet_every, 2 * QUIET_RUNNERS_FOR, "the pace is kept");
+        // A node that stops waiting starts the pace over.
+        h.take_lines(0, &Line::Run.encode().into_bytes());
+        assert_eq!(h.quiet_every, QUIET_RUNNERS_FOR);
     }
 }

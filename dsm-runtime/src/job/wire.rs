@@ -81,6 +81,11 @@ pub(crate) enum Line {
     },
     /// Node to launcher: the node goes on again.
     Run,
+    /// Node to launcher, every 250 ms while it lasts: the node runs (it does not wait), yet it
+    /// has sent, received and faulted on nothing for a second, and has nothing on its way: its
+    /// threads compute on what they hold, or wait for another node's word on plain loads of a
+    /// copy (`crate::job::watch::Heard::quiet_runners`). `RUN` when it goes on.
+    Quiet,
     /// Node to launcher: the node left the job properly.
     Bye,
     /// Node to launcher: the node ends because it lost `node`, for `why`.
@@ -91,14 +96,14 @@ pub(crate) enum Line {
     Lost { node: u16, how: String },
     /// Launcher (or rank 0) to node: the job cannot go on; what every node waits for.
     Stuck(String),
-    /// Launcher (or rank 0) to node: this node has run for `quiet_secs` seconds, nothing on its
-    /// way, while every node that does not run waits (`what`, as in [`Line::Stuck`]): drop the
-    /// copies of other nodes' pages it holds (`crate::progress`). Spelled `REFRESH SECONDS
-    /// WHAT`.
+    /// Launcher (or rank 0) to node: this node has run quiet ([`Line::Quiet`]) for `quiet_secs`
+    /// seconds while every other node waited or ran quiet too (`what`, as in [`Line::Stuck`]):
+    /// drop the copies of other nodes' pages it holds (`crate::progress`). Spelled `REFRESH
+    /// SECONDS WHAT`.
     Refresh { quiet_secs: u64, what: String },
-    /// Launcher (or rank 0) to a waiting node beside running ones: send the diffs of the pages
-    /// it wrote to their homes, dropping its written copies (`crate::progress`). Spelled
-    /// `FLUSH`.
+    /// Launcher (or rank 0) to every node of a job whose running nodes are to be told
+    /// [`Line::Refresh`], before them: send the diffs of the pages it wrote to their homes,
+    /// dropping its written copies (`crate::progress`). Spelled `FLUSH`.
     Flush,
 }
 
@@ -156,6 +161,7 @@ impl Line {
                 )
             }
             Line::Run => "RUN".into(),
+            Line::Quiet => "QUIET".into(),
             Line::Bye => "BYE".into(),
             Line::Blame { node, why } => format!("BLAME {node} {}", one_line(why)),
             Line::Stats(json) => format!("STATS {}", one_line(json)),
@@ -252,6 +258,7 @@ impl Line {
                 })
             })(),
             "RUN" if text.is_empty() => Ok(Line::Run),
+            "QUIET" if text.is_empty() => Ok(Line::Quiet),
             "BYE" if text.is_empty() => Ok(Line::Bye),
             "FLUSH" if text.is_empty() => Ok(Line::Flush),
             "BLAME" | "LOST" => (|| {
@@ -381,6 +388,7 @@ mod tests {
                 what: "waits in a spin on the 8-byte word at 0x7f0000002000".into(),
             },
             Line::Run,
+            Line::Quiet,
             Line::Bye,
             Line::Blame {
                 node: 3,

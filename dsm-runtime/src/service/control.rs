@@ -79,7 +79,7 @@ impl Service {
     }
 
     /// Acts on the lines that came on the control channel: the launcher's verdicts, and its
-    /// word to a node that runs beside waiting ones.
+    /// word to the nodes of a job none of whose nodes works.
     fn act_on_control_lines(&mut self, lines: Vec<Line>) {
         for line in lines {
             match line {
@@ -87,8 +87,8 @@ impl Service {
                 Line::Flush => {
                     self.drain_fast_faults();
                     let now = self.now();
-                    let sent = self.node.drop_written_copies(now);
-                    log::debug!("waiting beside running nodes: sent the diffs of {sent} pages");
+                    let sent = self.node.send_written_copies(now);
+                    log::debug!("told to send its writes home: sent the diffs of {sent} pages");
                 }
                 // dsmrun says it: the node ends without a word, its output flushed.
                 Line::Stuck(_) if self.launcher_outside => crate::door::end::end_quietly(1),
@@ -220,17 +220,17 @@ impl Service {
         );
     }
 
-    /// The launcher found this node running for `quiet_secs` seconds, nothing on its way, while
-    /// the nodes that do not run wait (`what`; `crate::job::watch::Heard::beside_waiters`):
-    /// its copies of other nodes' pages are dropped (`Node::drop_copies`), so that a thread
-    /// reading one in a loop on plain loads reads its home's bytes, which the waiting nodes'
-    /// releases reached.
+    /// The launcher found this node running quiet for `quiet_secs` seconds while every other
+    /// node waited or ran quiet too (`what`; `crate::job::watch::Heard::quiet_runners`), and
+    /// had every node send its writes home (`FLUSH`): its copies of other nodes' pages are
+    /// dropped (`Node::drop_copies`), so that a thread reading one in a loop on plain loads
+    /// reads its home's bytes.
     fn drop_copies(&mut self, quiet_secs: u64, what: String) {
         self.drain_fast_faults();
         let now = self.now();
         let dropped = self.node.drop_copies(now);
         self.node.take_dropped_changed();
-        log::debug!("ran {quiet_secs} s beside waiting nodes: dropped {dropped} copies");
+        log::debug!("ran quiet {quiet_secs} s, nobody working: dropped {dropped} copies");
         self.refreshed = (dropped > 0).then_some(Refreshed {
             dropped,
             quiet_secs,
@@ -258,8 +258,8 @@ impl Service {
         let place = crate::allocations::spelled_place(addr);
         crate::sys::write_stderr(
             format!(
-                "dsm node {}: warning: this node ran for {} s, no message in flight, while the \
-                 nodes not running waited ({}); it dropped its copies of other nodes' pages \
+                "dsm node {}: warning: this node ran for {} s without a message while every other \
+                 node waited or did the same ({}); it dropped its copies of other nodes' pages \
                  ({}), and a thread read the byte at {addr:#x}{place} again, whose 64-byte line \
                  came back with bytes another node wrote that its copy did not have. A loop \
                  that waits for another node's write on plain loads sees it only after an \
@@ -280,8 +280,12 @@ impl Service {
     /// Tells the launcher, every 250 ms while this node waits (every thread that uses the DSM is
     /// in a call that waits for other nodes: see [`crate::progress`]), what it waits for, the
     /// locks it holds, the messages it still has on their way and those it has received:
-    /// `DSM1 WAIT <in flight> <received> <what>`; and `DSM1 RUN` once it goes on. The launcher
-    /// ends a job whose every node waits with nothing in flight and nothing received for a while.
+    /// `DSM1 WAIT <in flight> <received> <what>`; every 250 ms while it runs quiet (it has sent,
+    /// received and faulted on nothing for [`QUIET_AFTER`], and has nothing on its way),
+    /// `DSM1 QUIET`; and `DSM1 RUN` once it goes on. The launcher ends a job whose every node
+    /// waits with nothing in flight and nothing received for a while, and tells the nodes of
+    /// one none of whose nodes works to send their writes home and drop their copies
+    /// (`crate::job::watch::Heard::quiet_runners`).
     ///
     /// A one-node job has no launcher watching it (none is needed to meet nobody): the node is
     /// its own judge, with the launcher's rule. Every thread waiting for another the same way
@@ -298,7 +302,26 @@ impl Service {
             return;
         }
         self.progress_reported = Instant::now();
-        let line = match crate::progress::node_waits() {
+        // On its way in two samples in a row (250 ms apart): a TCP acknowledgement the peer
+        // delays (up to 200 ms) does not count, bytes a cut-off peer never acknowledges do.
+        let now: usize = match &self.transport {
+            Some(t) => (0..self.node.nodes()).map(|p| t.in_flight(p)).sum(),
+            None => 0,
+        };
+        let in_flight = now.min(std::mem::replace(&mut self.in_flight_sampled, now));
+        let stats = self.node.stats();
+        let received: u64 = stats.msgs_received.iter().sum();
+        let worked = stats.total_msgs_sent()
+            + received
+            + stats.read_faults_local
+            + stats.read_faults_remote
+            + stats.write_faults_local
+            + stats.write_faults_remote
+            + stats.faults_joined;
+        if worked != self.worked.0 {
+            self.worked = (worked, Instant::now());
+        }
+        let (line, reported) = match crate::progress::node_waits() {
             Some(crate::progress::NodeWaits { what, timer, spins }) => {
                 let held = self.node.locks_held();
                 let held = if held.is_empty() {
@@ -307,33 +330,24 @@ impl Service {
                     let l: Vec<String> = held.iter().map(|l| l.0.to_string()).collect();
                     format!(", holding lock {}", l.join(", "))
                 };
-                // On its way in two samples in a row (250 ms apart): a TCP acknowledgement the
-                // peer delays (up to 200 ms) does not count, bytes a cut-off peer never
-                // acknowledges do.
-                let now: usize = match &self.transport {
-                    Some(t) => (0..self.node.nodes()).map(|p| t.in_flight(p)).sum(),
-                    None => 0,
-                };
-                let in_flight = now.min(std::mem::replace(&mut self.in_flight_sampled, now));
-                let received: u64 = self.node.stats().msgs_received.iter().sum();
-                self.reported_waiting = true;
-                Line::Wait {
+                let line = Line::Wait {
                     in_flight: in_flight as u64,
                     received,
                     timer,
                     spins,
                     what: format!("waits in {what}{held}"),
-                }
-                .encode()
+                };
+                (line, Reported::Waits)
             }
-            None if self.reported_waiting => {
-                self.reported_waiting = false;
-                Line::Run.encode()
+            None if in_flight == 0 && self.worked.1.elapsed() >= QUIET_AFTER => {
+                (Line::Quiet, Reported::Quiet)
             }
+            None if self.reported != Reported::Runs => (Line::Run, Reported::Runs),
             None => return,
         };
+        self.reported = reported;
         if let Some(c) = &mut self.control {
-            let _ = std::io::Write::write_all(c, line.as_bytes());
+            let _ = std::io::Write::write_all(c, line.encode().as_bytes());
         }
     }
 
@@ -400,6 +414,18 @@ impl Service {
         }
     }
 }
+
+/// What a node last told the launcher it does ([`Service::report_progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reported {
+    Runs,
+    Waits,
+    Quiet,
+}
+
+/// How long a running node must have sent, received and faulted on nothing to say it runs
+/// quiet ([`Line::Quiet`]).
+const QUIET_AFTER: Duration = Duration::from_secs(1);
 
 /// The copies of other nodes' pages a node dropped at the launcher's word (`DSM1 REFRESH`, see
 /// [`Service::drop_copies`]), until a page read again with other bytes is said

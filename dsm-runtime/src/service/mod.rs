@@ -132,14 +132,18 @@ pub(crate) struct Service {
     program_ended: bool,
     /// The cache-too-small warning was given (once per node).
     warned_thrashing: bool,
-    /// The copies this node dropped when the launcher found it running beside waiting nodes
-    /// (`DSM1 REFRESH`), until said.
+    /// The copies this node dropped when the launcher found it running quiet beside waiting or
+    /// quiet nodes (`DSM1 REFRESH`), until said.
     refreshed: Option<control::Refreshed>,
     /// When this node last told the launcher whether it waits, and whether it did.
     progress_reported: Instant,
     /// What was on its way at the last report (see `report_progress`).
     in_flight_sampled: usize,
-    reported_waiting: bool,
+    /// What this node last told the launcher it does.
+    reported: control::Reported,
+    /// The node's messages and faults counted at the last report, and since when unchanged
+    /// (see `report_progress`).
+    worked: (u64, Instant),
     /// A one-node job (no launcher watches it): what its threads wait for, since when
     /// unchanged, and whether it was said to look stuck beside a spin (see `report_progress`).
     alone_waiting: Option<(String, Instant, bool)>,
@@ -233,7 +237,8 @@ impl Service {
             refreshed: None,
             progress_reported: Instant::now(),
             in_flight_sampled: 0,
-            reported_waiting: false,
+            reported: control::Reported::Runs,
+            worked: (0, Instant::now()),
             alone_waiting: None,
             lost_in_exit: None,
             rank0_gone_at: None,
