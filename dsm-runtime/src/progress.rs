@@ -27,7 +27,8 @@
 //! other thread of the job waits, nothing will ever change the word ([`note_atomic`]). A thread
 //! whose every operation for a whole report interval was such an operation on one word that
 //! read the same value, back to back (it spent at most a quarter of that time between them: no
-//! computation between polls), is said to wait in a spin on it, and the node says it spins; the
+//! computation between polls), or with sleeps between them (it used at most a quarter of the
+//! time outside them on the CPU: `usleep`, `sleep`), is said to wait in a spin on it, and the node says it spins; the
 //! launcher's verdict on a job with a spinning node waits for nothing said to change for
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
 //!
@@ -272,12 +273,17 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
             continue;
         }
         seen.push(tid);
-        if let Some(spin) = spins(i) {
-            what.push((spin, tid));
-            spinning.push(tid);
-            continue;
+        let waiting_on = WAITING_ON[i].load(Ordering::Acquire);
+        // A spin's thread may be inside one of its operations; one in another call that
+        // waits is that call's.
+        if (waiting_on == 0 || waiting_on == ATOMIC) && !waits.contains_key(&i) {
+            if let Some(spin) = spins(i, tid) {
+                what.push((spin, tid));
+                spinning.push(tid);
+                continue;
+            }
         }
-        match (WAITING_ON[i].load(Ordering::Acquire), waits.get(&i)) {
+        match (waiting_on, waits.get(&i)) {
             (0, Some(w)) => what.push((w.clone(), tid)),
             (0, None) if idle => undecided.push(tid),
             (0, None) if asleep_in_fault(i, tid) => what.push((WAITS_FOR_A_PAGE.to_owned(), tid)),
@@ -397,10 +403,33 @@ static STREAKS: [Streak; MAX_THREADS] = [const {
 const LOADS: u64 = 1;
 const FAILED_EXCHANGES: u64 = 2;
 
-/// Each slot's run as the last report saw it: (its `since`, its operations, the time inside,
-/// the time between). The service thread's alone.
-static SEEN_STREAKS: Mutex<[(u64, u64, u64, u64); MAX_THREADS]> =
-    Mutex::new([(0, 0, 0, 0); MAX_THREADS]);
+/// A slot's run as a report saw it ([`spins`]).
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    /// The run's `since` (0: none), and its thread.
+    since: u64,
+    tid: i32,
+    /// Its operations, the time inside them and between them.
+    ops: u64,
+    inside: u64,
+    between: u64,
+    /// The thread's CPU time (`None`: unknown), and when it was read (CLOCK_MONOTONIC ns).
+    cpu: Option<u64>,
+    at: u64,
+}
+
+/// Each slot's run as the last report saw it. The service thread's alone.
+static SEEN_STREAKS: Mutex<[Seen; MAX_THREADS]> = Mutex::new(
+    [Seen {
+        since: 0,
+        tid: 0,
+        ops: 0,
+        inside: 0,
+        between: 0,
+        cpu: None,
+        at: 0,
+    }; MAX_THREADS],
+);
 
 /// An atomic operation of the calling thread on the `width`-byte word at `addr`, which read
 /// `old`, made between `started` and now (CLOCK_MONOTONIC ns): a load, or a compare-exchange
@@ -438,30 +467,54 @@ pub(crate) fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, starte
     s.last_end.store(ended, Ordering::Release);
 }
 
-/// What slot `i`'s thread spins on, if it spins: its run of operations on one word that
-/// changed nothing ([`note_atomic`]) is the one the last report saw, and since that report it
-/// made more of them, and spent at most a quarter of the time between them (a loop that computes
-/// between its polls computes; a spin only polls). Called at each report, for every slot.
-fn spins(i: usize) -> Option<String> {
+/// What slot `i`'s thread (`tid`) spins on, if it spins: its run of operations on one word
+/// that changed nothing ([`note_atomic`]) is the one the last report saw, and since that report
+/// either it made more of them back to back (at most a quarter of the time between them: a
+/// loop that computes between its polls computes; a spin only polls), or it spent at most a
+/// quarter of the time outside them on the CPU (it sleeps between its polls, `usleep`,
+/// `sleep`), its last one no longer ago than twice the run's mean gap and 100 ms. Called at
+/// each report, for every slot.
+fn spins(i: usize, tid: i32) -> Option<String> {
     let s = &STREAKS[i];
     let word = s.word.load(Ordering::Acquire);
-    let now = (
-        s.since.load(Ordering::Relaxed),
-        s.ops.load(Ordering::Relaxed),
-        s.inside.load(Ordering::Relaxed),
-        s.between.load(Ordering::Relaxed),
-    );
+    let at = sys::monotonic_ns();
+    let now = Seen {
+        since: s.since.load(Ordering::Relaxed),
+        tid,
+        ops: s.ops.load(Ordering::Relaxed),
+        inside: s.inside.load(Ordering::Relaxed),
+        between: s.between.load(Ordering::Relaxed),
+        cpu: if word == 0 {
+            None
+        } else {
+            sys::process::cpu_ns(tid)
+        },
+        at,
+    };
     let value = s.value.load(Ordering::Relaxed);
+    let last_end = s.last_end.load(Ordering::Relaxed);
     let mut seen = SEEN_STREAKS.lock().unwrap_or_else(|p| p.into_inner());
-    let before = std::mem::replace(&mut seen[i], if word == 0 { (0, 0, 0, 0) } else { now });
+    let before = std::mem::replace(&mut seen[i], if word == 0 { Seen::default() } else { now });
     drop(seen);
-    let (since, ops, inside, between) = now;
-    let spun = word != 0
-        && since == before.0
-        && ops > before.1
-        && between.saturating_sub(before.3) * 4 <= inside.saturating_sub(before.2)
-        && sys::monotonic_ns().saturating_sub(since) >= SPIN_SAID_AFTER_NS;
-    spun.then(|| spell_spin(word, value))
+    if word == 0
+        || (now.since, now.tid) != (before.since, before.tid)
+        || at.saturating_sub(now.since) < SPIN_SAID_AFTER_NS
+    {
+        return None;
+    }
+    let inside = now.inside.saturating_sub(before.inside);
+    let back_to_back =
+        now.ops > before.ops && now.between.saturating_sub(before.between) * 4 <= inside;
+    let asleep_between = match (now.cpu, before.cpu) {
+        (Some(cpu), Some(was)) if now.ops >= 2 => {
+            let mean_gap = last_end.saturating_sub(now.since) / (now.ops - 1);
+            let polls = at.saturating_sub(last_end) <= 2 * mean_gap + 100_000_000;
+            let outside = at.saturating_sub(before.at).saturating_sub(inside);
+            polls && cpu.saturating_sub(was).saturating_sub(inside) * 4 <= outside
+        }
+        _ => false,
+    };
+    (back_to_back || asleep_between).then(|| spell_spin(word, value))
 }
 
 /// How long a run must have lasted before its thread is said to spin: its word is then named by

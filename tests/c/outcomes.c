@@ -288,7 +288,8 @@ static void ticks_post(void)
 }
 
 /* Node 1 spins on a flag only node 0 sets, after a barrier node 1 never reaches (`spin`: atomic
- * loads; `spinlock`: node 0 holds a spin lock of shared memory, node 1's compare-exchanges fail).
+ * loads; `spinlock`: node 0 holds a spin lock of shared memory, node 1's compare-exchanges fail;
+ * `spin_usleep`, `spin_sleep`: atomic loads with usleep(1000) or sleep(1) between them).
  * `poll`: node 1 polls the flag between pieces of private work of about a millisecond, for ARG
  * seconds, then goes on: a correct program, not a spin. `spin_alarm`: node 1 spins until the
  * flag is set or its SIGALRM handler, ARG seconds on (`alarm`), says to stop: correct too. */
@@ -306,6 +307,10 @@ static void spins(const char *how, const char *arg)
     jia_barrier();
     if (jiapid == 1 && !strcmp(how, "spin"))
         while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0) continue;
+    if (jiapid == 1 && !strcmp(how, "spin_usleep"))
+        while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0) usleep(1000);
+    if (jiapid == 1 && !strcmp(how, "spin_sleep"))
+        while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0) sleep(1);
     if (jiapid == 1 && !strcmp(how, "spinlock")) {
         unsigned int expected = 0;
         while (!jia_atomic_compare_exchange_32(word, &expected, 1, __ATOMIC_ACQ_REL)) expected = 0;
@@ -496,7 +501,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ticking_mutexes")) ticking_mutexes();
     else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
-             !strcmp(what, "spin_alarm")) spins(what, arg);
+             !strcmp(what, "spin_alarm") || !strcmp(what, "spin_usleep") ||
+             !strcmp(what, "spin_sleep")) spins(what, arg);
     else if (!strcmp(what, "unreleased_spin")) unreleased();
     else if (!strcmp(what, "handshake") || !strcmp(what, "handshake_homes")) handshake(what);
     else if (!strcmp(what, "plain_spin") || !strcmp(what, "written_spin") ||

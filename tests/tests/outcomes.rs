@@ -129,10 +129,12 @@ fn a_deadlock_under_a_periodic_timer_ends_naming_the_timer() {
 }
 
 /// Node 1 spins on a word only node 0 changes, after a barrier node 1 never reaches, with
-/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP): the job says it
+/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP), and with atomic
+/// loads between which it sleeps (`usleep(1000)`, UDP; `sleep(1)`, TCP): the job says it
 /// looks stuck after 10 s and ends after 60, naming the spin, the word's allocation by its
 /// line, and node 0's wait (it ran for ever: a spinning thread runs, and its operations are
-/// messages on their way). The two jobs run side by side.
+/// messages on their way; one that slept between its polls was not seen to spin). The jobs
+/// run side by side.
 #[test]
 fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
     let cases = [
@@ -141,6 +143,16 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             "spinlock",
             "tcp",
             "compare-exchanges that fail reading 1 again and again",
+        ),
+        (
+            "spin_usleep",
+            "udp",
+            "atomic loads reading 0 again and again",
+        ),
+        (
+            "spin_sleep",
+            "tcp",
+            "atomic loads reading 0 again and again",
         ),
     ];
     let outs: Vec<Output> = std::thread::scope(|s| {

@@ -124,6 +124,29 @@ pub fn threads() -> Option<Vec<i32>> {
     )
 }
 
+/// The CPU time thread `tid` of this process has used, in nanoseconds (`None`: no such thread
+/// now). Its clock is the kernel's per-thread CPU clock, named by the tid as glibc's
+/// `pthread_getcpuclockid` names it (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`): one system
+/// call, no file.
+pub fn cpu_ns(tid: i32) -> Option<u64> {
+    const CPUCLOCK_SCHED: libc::clockid_t = 2;
+    const CPUCLOCK_PERTHREAD: libc::clockid_t = 4;
+    // A larger id would lose bits in the shift and name another clock (CLOCK_MONOTONIC_COARSE
+    // for i32::MAX); the kernel's ids stay below 2^22.
+    if !(1..1 << 28).contains(&tid) {
+        return None;
+    }
+    let clock = (!tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a live local; a clock id naming no thread
+    // of this process fails with EINVAL, writing nothing.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (r == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// Whether every thread of the program has ended: the main thread is a zombie (it called
 /// `pthread_exit`; the kernel keeps it until the process ends) and every other thread of the
 /// process is one of `runtime` or has ended too. False where `/proc` cannot say.
@@ -289,6 +312,53 @@ pub fn on_exit(f: extern "C" fn(libc::c_int, *mut libc::c_void)) -> io::Result<(
 
 #[cfg(test)]
 mod tests {
+    /// A thread's CPU clock grows while it computes, not while it sleeps; a tid that names no
+    /// thread of the process has none.
+    #[test]
+    fn a_threads_cpu_time_grows_as_it_computes_not_as_it_sleeps() {
+        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+        static SPINNER: AtomicI32 = AtomicI32::new(0);
+        static SLEEPER: AtomicI32 = AtomicI32::new(0);
+        static STOP: AtomicBool = AtomicBool::new(false);
+        let spinner = std::thread::spawn(|| {
+            SPINNER.store(super::super::gettid(), Ordering::SeqCst);
+            while !STOP.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            SLEEPER.store(super::super::gettid(), Ordering::SeqCst);
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let tid = |t: &AtomicI32| loop {
+            match t.load(Ordering::SeqCst) {
+                0 => std::thread::yield_now(),
+                tid => break tid,
+            }
+        };
+        let (spins, sleeps) = (tid(&SPINNER), tid(&SLEEPER));
+        let slept_from = super::cpu_ns(sleeps).expect("the sleeper's clock");
+        while super::cpu_ns(spins).expect("the spinner's clock") < 100_000_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the spinner never ran 100 ms"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let slept = super::cpu_ns(sleeps).expect("the sleeper's clock") - slept_from;
+        assert!(slept < 20_000_000, "the sleeper used {slept} ns");
+        STOP.store(true, Ordering::SeqCst);
+        drop(tx);
+        spinner.join().unwrap();
+        sleeper.join().unwrap();
+        assert_eq!(super::cpu_ns(spins), None, "an ended thread has no clock");
+        for bad in [0, -1, i32::MAX] {
+            assert_eq!(super::cpu_ns(bad), None, "tid {bad}");
+        }
+    }
+
     /// A thread in `join` waits for a thread; one that computes, or sleeps with a timeout, does
     /// not.
     #[test]
