@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::alloc::AllocPolicy;
 use crate::codec;
 pub use crate::error::{JobError, ProtocolError, UsageError};
-use crate::hooks::LINES_PER_PAGE;
+use crate::hooks::WordDigests;
 use crate::local::{Atomics, Flush, SyncState};
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
@@ -238,10 +238,10 @@ pub struct Node<M: PageMemory> {
     pub(crate) claims_overtaken: BTreeSet<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
     /// The copies dropped at the last [`Node::drop_copies`], by page, with a digest of each
-    /// 64-byte line they held, until a thread reads each again or the node's next acquire; the
+    /// 4-byte word they held, until a thread reads each again or the node's next acquire; the
     /// byte a read fault on such a page asked for; and the pages read again since with other
-    /// bytes in that line, with the byte (at most [`crate::hooks::DROPPED_CHANGED_KEPT`]).
-    pub(crate) dropped: BTreeMap<PageNum, [u8; LINES_PER_PAGE]>,
+    /// bytes in that word, with the byte (at most [`crate::hooks::DROPPED_CHANGED_KEPT`]).
+    pub(crate) dropped: BTreeMap<PageNum, WordDigests>,
     pub(crate) dropped_reads: BTreeMap<PageNum, usize>,
     pub(crate) dropped_changed: Vec<(PageNum, usize)>,
     /// Messages this node has sent to other nodes: a stamp of when a page request or an atomic

@@ -336,20 +336,40 @@ static void spins(const char *how, const char *arg)
 }
 
 /* Node 1 waits for node 0's write on plain loads of a copy it holds (`plain_spin`; with
- * `written_spin`, every node but 0 does, having written a word of its own on the flag's page),
- * or computes alone for ARG seconds reading a shared word nobody changes (`alone`), while node
- * 0 waits in a barrier. */
+ * `written_spin`, every node but 0 does, having written a word of its own on the flag's page;
+ * with `locks_spin`, another thread of node 1 takes and releases lock 0 every 0.5 s meanwhile),
+ * or computes alone for ARG seconds reading a shared word nobody changes, node 0 having written
+ * the word beside it, in its 64-byte line (`alone`), while node 0 waits in a barrier. */
+static volatile int plain_done;
+static void *plain_locks(void *arg)
+{
+    (void)arg;
+    while (!plain_done) {
+        jia_lock(0); /* managed by node 0: its acknowledgements wait for the next request */
+        jia_unlock(0);
+        usleep(500000);
+    }
+    return NULL;
+}
 static void plain(const char *how, const char *arg)
 {
     volatile int *flag = (volatile int *)jia_alloc(4096);
-    int spin = !strcmp(how, "plain_spin") || !strcmp(how, "written_spin");
+    int locks = !strcmp(how, "locks_spin");
+    int spin = !strcmp(how, "plain_spin") || !strcmp(how, "written_spin") || locks;
+    pthread_t locker;
     jia_barrier();
     if (jiapid > 0 && flag[0] != 0) printf("flag set early\n");
     jia_barrier();
     if (jiapid == 0 && spin) flag[0] = 1; /* no release before the barrier */
+    if (jiapid == 0 && !strcmp(how, "alone")) flag[1] = 1;
     if (jiapid > 0 && !strcmp(how, "written_spin")) flag[100 + jiapid] = jiapid;
+    if (jiapid == 1 && locks) pthread_create(&locker, NULL, plain_locks, NULL);
     if ((jiapid == 1 && spin) || (jiapid > 0 && !strcmp(how, "written_spin")))
         while (!flag[0]) continue;
+    if (jiapid == 1 && locks) {
+        plain_done = 1;
+        pthread_join(locker, NULL);
+    }
     if (jiapid == 1 && !strcmp(how, "alone")) {
         double t0 = jia_clock(), x = 0;
         while (jia_clock() - t0 < atof(arg))
@@ -388,22 +408,28 @@ static void unreleased(void)
  * writes ping and waits for pong, node 1 waits for ping and writes pong. `handshake`: both
  * words on one page, homed at node 0, which node 1 holds a copy of; `handshake_homes`: ping
  * homed at node 1, pong at node 0 (node 0's write of ping stays in its copy until it is sent
- * home). */
+ * home); `handshake_served`: as `handshake`, but pong is a word homed at node 1, which node 0
+ * waits for with atomic loads (node 1 serves them) and node 1 stores atomically. */
 static void handshake(const char *how)
 {
-    int homes = !strcmp(how, "handshake_homes");
+    int homes = !strcmp(how, "handshake_homes"), served = !strcmp(how, "handshake_served");
     volatile int *ping = (volatile int *)(homes ? jia_alloc2p(4096, 1) : jia_alloc(4096));
-    volatile int *pong = homes ? (volatile int *)jia_alloc2p(4096, 0) : ping + 16;
+    volatile int *pong = homes || served ? (volatile int *)jia_alloc2p(4096, !homes) : ping + 16;
     jia_barrier();
     if (jiapid == 1 && *ping != 0) printf("ping set early\n");
     jia_barrier();
     if (jiapid == 0) {
         *ping = 1;
+        if (served)
+            while (!jia_atomic_load_32((unsigned int *)pong, __ATOMIC_ACQUIRE)) continue;
         while (!*pong) continue;
     }
     if (jiapid == 1) {
         while (!*ping) continue;
-        *pong = 1;
+        if (served)
+            jia_atomic_store_32((unsigned int *)pong, 1, __ATOMIC_RELEASE);
+        else
+            *pong = 1;
     }
     jia_barrier();
     if (jiapid == 0) printf("%s OK\n", how);
@@ -504,8 +530,10 @@ int main(int argc, char **argv)
              !strcmp(what, "spin_alarm") || !strcmp(what, "spin_usleep") ||
              !strcmp(what, "spin_sleep")) spins(what, arg);
     else if (!strcmp(what, "unreleased_spin")) unreleased();
-    else if (!strcmp(what, "handshake") || !strcmp(what, "handshake_homes")) handshake(what);
+    else if (!strcmp(what, "handshake") || !strcmp(what, "handshake_homes") ||
+             !strcmp(what, "handshake_served")) handshake(what);
     else if (!strcmp(what, "plain_spin") || !strcmp(what, "written_spin") ||
+             !strcmp(what, "locks_spin") ||
              !strcmp(what, "alone")) plain(what, arg);
     else if (!strcmp(what, "bcast_roots")) { /* every node names itself the root */
         char b[8] = "x";

@@ -32,8 +32,11 @@ pub(super) struct Heard {
     drained: Vec<bool>,
     /// Per node, its last WAIT report.
     pub(super) waiting: Vec<Option<Report>>,
-    /// Per node, whether it runs quiet (`QUIET`: nothing sent, received or faulted on).
+    /// Per node, whether it runs quiet (`QUIET`: its threads took no page fault for a while).
     quiet: Vec<bool>,
+    /// When what any node does last changed: its wait (its counts aside), whether it runs
+    /// quiet, whether it runs ([`Heard::quiet_runners`]).
+    calm_since: Instant,
     /// When any node's report last changed.
     pub(super) changed: Instant,
     /// When any node's wait last changed, its counts aside (or it went on).
@@ -122,6 +125,7 @@ impl Heard {
             drained: vec![false; n],
             waiting: vec![None; n],
             quiet: vec![false; n],
+            calm_since: Instant::now(),
             changed: Instant::now(),
             wait_changed: Instant::now(),
             spin_said: false,
@@ -153,7 +157,9 @@ impl Heard {
                         what,
                     };
                     self.reported[k] = Instant::now();
-                    self.quiet[k] = false;
+                    if std::mem::take(&mut self.quiet[k]) {
+                        self.calm_since = Instant::now();
+                    }
                     let before = self.waiting[k].replace(report.clone());
                     if before.as_ref() != Some(&report) {
                         self.changed = Instant::now();
@@ -165,12 +171,13 @@ impl Heard {
                     }
                 }
                 // A node that stops waiting changes what the job waits for; one that was quiet
-                // and works again (its own refetches after a REFRESH, a diff a FLUSH sent it)
-                // changes only the quiet.
+                // and faults again (its own refetches after a REFRESH) changes only the calm.
                 Line::Run => {
                     self.reported[k] = Instant::now();
-                    self.quiet[k] = false;
                     self.changed = Instant::now();
+                    if std::mem::take(&mut self.quiet[k]) {
+                        self.calm_since = Instant::now();
+                    }
                     if self.waiting[k].take().is_some() {
                         self.wait_changed();
                     }
@@ -179,9 +186,9 @@ impl Heard {
                     self.reported[k] = Instant::now();
                     if !std::mem::replace(&mut self.quiet[k], true) {
                         self.changed = Instant::now();
+                        self.calm_since = Instant::now();
                     }
                     if self.waiting[k].take().is_some() {
-                        self.changed = Instant::now();
                         self.wait_changed();
                     }
                 }
@@ -204,6 +211,7 @@ impl Heard {
     /// A node's wait changed, its counts aside (or it went on, or ended).
     pub(super) fn wait_changed(&mut self) {
         self.wait_changed = Instant::now();
+        self.calm_since = Instant::now();
         self.spin_said = false;
         self.quiet_told = None;
         self.quiet_every = QUIET_RUNNERS_FOR;
@@ -338,10 +346,13 @@ impl Heard {
         Some(what)
     }
 
-    /// What to tell the nodes of a job none of whose running nodes works: each waits, with
-    /// nothing in flight, or runs quiet (`QUIET`: it has sent, received and faulted on nothing),
-    /// at least one runs quiet beside another node, every report is fresh, and none changed for
-    /// [`QUIET_RUNNERS_FOR`]. A thread of a quiet node may read another node's word in a loop on
+    /// What to tell the nodes of a job none of whose running nodes works: each waits or runs
+    /// quiet (`QUIET`: its threads took no page fault for a second, whatever messages it serves
+    /// or sends), at least one runs quiet beside another node, every report is fresh, and what
+    /// each node does has not changed for [`QUIET_RUNNERS_FOR`] (their counts and what they
+    /// have on its way aside: a quiet node may serve a spinning one's atomic loads, or another
+    /// thread of it take and release a lock another node manages, whose acknowledgements wait
+    /// for the next request). A thread of a quiet node may read another node's word in a loop on
     /// plain loads, which shows no write of that node before an acquire of its own, which may
     /// never come: beside a node that waits for it (in a barrier), or beside another such loop
     /// (two nodes that hand a flag back and forth), it ran for ever, silent. Every node is told
@@ -358,7 +369,7 @@ impl Heard {
         {
             return lines;
         }
-        let quiet = self.changed.elapsed();
+        let quiet = self.calm_since.elapsed();
         if quiet < QUIET_RUNNERS_FOR
             || self
                 .quiet_told
@@ -375,8 +386,8 @@ impl Heard {
                 return Vec::new();
             }
             let doing = match self.waiting.get(k) {
-                Some(Some(r)) if r.in_flight == 0 => r.what.clone(),
-                Some(None) if self.quiet[k] => "runs without a message".to_owned(),
+                Some(Some(r)) => r.what.clone(),
+                Some(None) if self.quiet[k] => "runs without a page fault".to_owned(),
                 _ => return Vec::new(),
             };
             nodes.push((k, self.quiet[k], doing));
@@ -536,11 +547,15 @@ mod tests {
     use super::*;
 
     fn waits(what: &str, in_flight: u64) -> Vec<u8> {
+        waits_counted(what, in_flight, 3, false)
+    }
+
+    fn waits_counted(what: &str, in_flight: u64, received: u64, spins: bool) -> Vec<u8> {
         Line::Wait {
             in_flight,
-            received: 3,
+            received,
             timer: false,
-            spins: false,
+            spins,
             what: what.into(),
         }
         .encode()
@@ -553,7 +568,7 @@ mod tests {
         h.take_lines(0, &waits("waits in jia_barrier", 0));
         h.take_lines(1, &Line::Quiet.encode().into_bytes());
         h.take_lines(2, &waits("waits in jia_lock(1)", 0));
-        h.changed = Instant::now() - quiet;
+        h.calm_since = Instant::now() - quiet;
         h
     }
 
@@ -592,7 +607,7 @@ mod tests {
             (vec![], vec![]),
             "not quiet long enough"
         );
-        h.changed -= Duration::from_millis(2500);
+        h.calm_since -= Duration::from_millis(2500);
         let both = "node 0 waits in jia_barrier; node 2 waits in jia_lock(1)";
         assert_eq!(
             told(&mut h, &all),
@@ -617,21 +632,23 @@ mod tests {
         );
         told_ago(&mut h, 4 * QUIET_RUNNERS_FOR + Duration::from_secs(1));
         assert_eq!(told(&mut h, &all).1.len(), 1);
-        // A wait that changes starts over (a REFRESH due stays due: the FLUSH may be what
-        // let a waiting node go on).
+        // A wait that changes starts the calm and the pace over (a REFRESH due stays due: the
+        // FLUSH may be what let a waiting node go on).
         h.wait_changed();
-        assert_eq!(h.quiet_runners(&all).len(), 3);
+        assert_eq!(h.quiet_runners(&all), vec![], "calm again first");
+        h.calm_since -= QUIET_RUNNERS_FOR;
+        assert_eq!(h.quiet_runners(&all).len(), 3, "told at once, calm");
         h.wait_changed();
         assert!(h.refresh_due.is_some());
     }
 
     #[test]
-    fn nobody_is_told_while_a_node_works_or_something_is_on_its_way() {
+    fn nobody_is_told_while_a_node_works_or_a_report_is_stale() {
         let quiet = QUIET_RUNNERS_FOR + Duration::from_millis(1500);
         let all = [Standing::Running; 3];
         let mut h = heard(quiet);
         h.take_lines(2, &Line::Quiet.encode().into_bytes());
-        h.changed = Instant::now() - quiet;
+        h.calm_since = Instant::now() - quiet;
         assert_eq!(
             told(&mut h, &all),
             (
@@ -639,11 +656,11 @@ mod tests {
                 vec![
                     refresh(
                         1,
-                        "node 0 waits in jia_barrier; node 2 runs without a message"
+                        "node 0 waits in jia_barrier; node 2 runs without a page fault"
                     ),
                     refresh(
                         2,
-                        "node 0 waits in jia_barrier; node 1 runs without a message"
+                        "node 0 waits in jia_barrier; node 1 runs without a page fault"
                     ),
                 ]
             ),
@@ -651,15 +668,28 @@ mod tests {
         );
         let mut h = heard(quiet);
         h.take_lines(2, &Line::Run.encode().into_bytes());
-        h.changed = Instant::now() - quiet;
+        h.calm_since = Instant::now() - quiet;
         assert_eq!(told(&mut h, &all), (vec![], vec![]), "node 2 works");
+        // A waiting node whose counts move, with bytes on their way (it manages a lock a quiet
+        // node takes and releases; it spins on a word the quiet node serves) leaves the calm
+        // as it is.
         let mut h = heard(quiet);
-        h.take_lines(2, &waits("waits in jia_lock(1)", 40));
-        h.changed = Instant::now() - quiet;
+        h.take_lines(2, &waits_counted("waits in a spin on the word", 2, 7, true));
+        h.calm_since = Instant::now() - quiet;
+        h.take_lines(0, &waits_counted("waits in jia_barrier", 1, 99, false));
+        h.take_lines(
+            2,
+            &waits_counted("waits in a spin on the word", 1, 70, true),
+        );
         assert_eq!(
             told(&mut h, &all),
-            (vec![], vec![]),
-            "node 2 has bytes on their way"
+            (
+                flush(&[0, 1, 2]),
+                vec![refresh(
+                    1,
+                    "node 0 waits in jia_barrier; node 2 waits in a spin on the word"
+                )]
+            )
         );
         for stale in [0, 1] {
             let mut h = heard(quiet);
@@ -690,14 +720,14 @@ mod tests {
         );
         let mut h = heard(quiet);
         h.take_lines(0, &Line::Quiet.encode().into_bytes());
-        h.changed = Instant::now() - quiet;
+        h.calm_since = Instant::now() - quiet;
         assert_eq!(
             told(&mut h, &ended),
             (
                 flush(&[0, 1]),
                 vec![
-                    refresh(0, "node 1 runs without a message"),
-                    refresh(1, "node 0 runs without a message"),
+                    refresh(0, "node 1 runs without a page fault"),
+                    refresh(1, "node 0 runs without a page fault"),
                 ]
             ),
             "nodes 0 and 1 run quiet beside each other"
@@ -714,8 +744,8 @@ mod tests {
         h.take_lines(1, &Line::Run.encode().into_bytes());
         h.take_lines(1, &Line::Quiet.encode().into_bytes());
         assert!(
-            h.changed.elapsed() < QUIET_RUNNERS_FOR,
-            "the quiet starts over"
+            h.calm_since.elapsed() < QUIET_RUNNERS_FOR,
+            "the calm starts over"
         );
         let (at, _) = h.refresh_due.as_mut().expect("the REFRESH is still due");
         *at -= FLUSH_AHEAD;

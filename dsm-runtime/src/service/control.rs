@@ -239,8 +239,8 @@ impl Service {
     }
 
     /// Says, once per dropping, the first dropped page a read fault of this node brought again
-    /// with other bytes in the line it read than its copy's (see [`Service::drop_copies`]):
-    /// where a thread of it waits on plain loads for another node's write. A line read again
+    /// with other bytes in the word it read than its copy's (see [`Service::drop_copies`]):
+    /// where a thread of it waits on plain loads for another node's write. A word read again
     /// with the same bytes (a node that computes, reading what nobody changed, or words beside
     /// those another node writes) is not said, nor a page written first, nor one read after the
     /// node's next acquire. Service thread only: it prints.
@@ -258,9 +258,9 @@ impl Service {
         let place = crate::allocations::spelled_place(addr);
         crate::sys::write_stderr(
             format!(
-                "dsm node {}: warning: this node ran for {} s without a message while every other \
-                 node waited or did the same ({}); it dropped its copies of other nodes' pages \
-                 ({}), and a thread read the byte at {addr:#x}{place} again, whose 64-byte line \
+                "dsm node {}: warning: this node ran for {} s without a page fault while every \
+                 other node waited or did the same ({}); it dropped its copies of other nodes' \
+                 pages ({}), and a thread read the byte at {addr:#x}{place} again, whose word \
                  came back with bytes another node wrote that its copy did not have. A loop \
                  that waits for another node's write on plain loads sees it only after an \
                  acquire of its own (jia_lock, jia_barrier, jia_wait, jia_waitcv) or through \
@@ -280,9 +280,9 @@ impl Service {
     /// Tells the launcher, every 250 ms while this node waits (every thread that uses the DSM is
     /// in a call that waits for other nodes: see [`crate::progress`]), what it waits for, the
     /// locks it holds, the messages it still has on their way and those it has received:
-    /// `DSM1 WAIT <in flight> <received> <what>`; every 250 ms while it runs quiet (it has sent,
-    /// received and faulted on nothing for [`QUIET_AFTER`], and has nothing on its way),
-    /// `DSM1 QUIET`; and `DSM1 RUN` once it goes on. The launcher ends a job whose every node
+    /// `DSM1 WAIT <in flight> <received> <what>`; every 250 ms while it runs quiet (its threads
+    /// took no page fault for [`QUIET_AFTER`]: they compute on the pages they hold, or read one
+    /// in a loop), `DSM1 QUIET`; and `DSM1 RUN` once it goes on. The launcher ends a job whose every node
     /// waits with nothing in flight and nothing received for a while, and tells the nodes of
     /// one none of whose nodes works to send their writes home and drop their copies
     /// (`crate::job::watch::Heard::quiet_runners`).
@@ -311,15 +311,17 @@ impl Service {
         let in_flight = now.min(std::mem::replace(&mut self.in_flight_sampled, now));
         let stats = self.node.stats();
         let received: u64 = stats.msgs_received.iter().sum();
-        let worked = stats.total_msgs_sent()
-            + received
-            + stats.read_faults_local
+        // Its threads' page faults alone: what it serves, sends or synchronises does not
+        // change what it reads (a quiet node may serve a spinning node's atomic loads, or
+        // another thread of it take and release a lock).
+        let faulted = stats.read_faults_local
             + stats.read_faults_remote
             + stats.write_faults_local
             + stats.write_faults_remote
-            + stats.faults_joined;
-        if worked != self.worked.0 {
-            self.worked = (worked, Instant::now());
+            + stats.faults_joined
+            + stats.prefetch_used;
+        if faulted != self.faulted.0 {
+            self.faulted = (faulted, Instant::now());
         }
         let (line, reported) = match crate::progress::node_waits() {
             Some(crate::progress::NodeWaits { what, timer, spins }) => {
@@ -339,9 +341,7 @@ impl Service {
                 };
                 (line, Reported::Waits)
             }
-            None if in_flight == 0 && self.worked.1.elapsed() >= QUIET_AFTER => {
-                (Line::Quiet, Reported::Quiet)
-            }
+            None if self.faulted.1.elapsed() >= QUIET_AFTER => (Line::Quiet, Reported::Quiet),
             None if self.reported != Reported::Runs => (Line::Run, Reported::Runs),
             None => return,
         };
@@ -423,7 +423,7 @@ pub(super) enum Reported {
     Quiet,
 }
 
-/// How long a running node must have sent, received and faulted on nothing to say it runs
+/// How long a running node's threads must have taken no page fault for it to say it runs
 /// quiet ([`Line::Quiet`]).
 const QUIET_AFTER: Duration = Duration::from_secs(1);
 

@@ -141,9 +141,9 @@ pub(crate) struct Service {
     in_flight_sampled: usize,
     /// What this node last told the launcher it does.
     reported: control::Reported,
-    /// The node's messages and faults counted at the last report, and since when unchanged
-    /// (see `report_progress`).
-    worked: (u64, Instant),
+    /// The page faults of the node's threads counted at the last report, and since when
+    /// unchanged (see `report_progress`).
+    faulted: (u64, Instant),
     /// A one-node job (no launcher watches it): what its threads wait for, since when
     /// unchanged, and whether it was said to look stuck beside a spin (see `report_progress`).
     alone_waiting: Option<(String, Instant, bool)>,
@@ -238,7 +238,7 @@ impl Service {
             progress_reported: Instant::now(),
             in_flight_sampled: 0,
             reported: control::Reported::Runs,
-            worked: (0, Instant::now()),
+            faulted: (0, Instant::now()),
             alone_waiting: None,
             lost_in_exit: None,
             rank0_gone_at: None,
