@@ -2012,6 +2012,26 @@ fn dropped_copies_are_fetched_again_from_their_home() {
     );
 }
 
+/// What a read after a dropping is compared on is the word read (4 bytes), not its 64-byte
+/// line: a word another node wrote beside it, race-free, is not told; the word itself is.
+#[test]
+fn a_word_read_again_is_told_not_its_neighbour_in_the_line() {
+    let mut c = Cluster::new(2, 13, no_prefetch);
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+    let y = x.offset_by(PAGE);
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    assert_eq!(c.read_u64(1, y).unwrap(), 0);
+    c.write_u64(0, x.offset_by(8), 1).unwrap();
+    c.write_u64(0, y.offset_by(56), 1).unwrap();
+    c.write_u64(0, y.offset_by(64), 1).unwrap();
+    c.write_u64(0, y, 2).unwrap();
+    let now = c.now();
+    assert_eq!(c.node_mut(1).drop_copies(now), 2);
+    assert_eq!(c.read_u64(1, x).unwrap(), 0, "its neighbour changed");
+    assert_eq!(c.read_u64(1, y).unwrap(), 2, "it changed");
+    assert_eq!(c.node_mut(1).take_dropped_changed(), vec![(y.page(), 0)]);
+}
+
 /// A node told to send its writes home (the launcher's `FLUSH`) diffs its written copies of
 /// other nodes' pages to their homes and keeps them, read-only: another node reads the write at
 /// the home before any release; the node writes the copy again (a twin again), and its release
