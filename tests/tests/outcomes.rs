@@ -285,7 +285,8 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
 /// it waited; each word on its reader's home page: node 0's write is sent home while it runs;
 /// the answer a word homed at node 1, which node 0 polls with atomic loads that node 1
 /// serves), and a spin beside another thread of its node that takes and releases a lock node 0
-/// manages every 0.5 s, node 0 in a barrier. Each ran for ever; each ends well at 11-13 s.
+/// manages every 0.5 s, node 0 in a barrier. Each ran for ever (the last where no lock grant
+/// brought the barrier's notices); each ends well at 11-13 s.
 #[test]
 fn plain_spins_beside_running_nodes_or_threads_see_the_write() {
     let outs = side_by_side(&[
@@ -308,7 +309,10 @@ fn plain_spins_beside_running_nodes_or_threads_see_the_write() {
         "handshake_served",
         Some("(node 0 waits in a spin on the 4-byte word at 0x"),
     );
-    assert_ended_well(locks, "locks_spin", Some("(node 0 waits in jia_barrier)"));
+    // Node 0's barrier's notices may come with a lock grant of node 0's (its manager) that
+    // follows it: the spin then sees the write at once, unsaid; under load it did.
+    assert_status(locks, 0);
+    assert!(stdout(locks).contains("locks_spin OK"), "{}", text(locks));
 }
 
 /// Node 0's threads deadlock on two pthread mutexes, none in a DSM call, while node 1 waits

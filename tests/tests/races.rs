@@ -304,12 +304,16 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds `src` for the checker with `dsmcc --check-races` (and `cc`, or `DSMCC_CC=compiler`).
+/// Builds `src` for the checker with `dsmcc --check-races` (and `cc`, or `DSMCC_CC=compiler`),
+/// into a file of its own: tests that run side by side build the same source (two clang
+/// tests wrote one file, and one ran the other's half-written program: "Text file busy").
 fn build_checked(src: &Path, compiler: &str, flags: &[&str]) -> PathBuf {
+    static BUILT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let out = std::env::temp_dir().join(format!(
-        "dsm-races-{}-{compiler}-{}",
+        "dsm-races-{}-{compiler}-{}-{}",
         src.file_stem().unwrap().to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     dsm_tests::remove_at_exit(&out);
     let r = Command::new(bin("dsmcc"))
