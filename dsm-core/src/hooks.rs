@@ -70,12 +70,11 @@ impl<M: PageMemory> Node<M> {
     /// may be dropped at any time: the model lets a read return a value newer than its last
     /// acquire promises.
     ///
-    /// A digest of each 4-byte word of each copy is kept until a thread's read fault brings
-    /// the page again (the runtime names the byte read: [`Node::reading_dropped`]), or the
-    /// node's next acquire: [`Node::take_dropped_changed`] then tells the pages whose word read
-    /// came back with other bytes (another node's write the node would not have seen; not
-    /// another word of the page or of its cache line, which other nodes may write beside this
-    /// one's reads). The copies are protected before they are digested: a store of a thread
+    /// A digest of each byte of each copy is kept until a thread's read fault brings the page
+    /// again (the runtime names the byte read: [`Node::reading_dropped`]), or the node's next
+    /// acquire: [`Node::take_dropped_changed`] then tells the pages whose byte read came back
+    /// changed (another node's write the node would not have seen; not another byte of the
+    /// page, its word or its cache line, which other nodes may write beside this one's reads). The copies are protected before they are digested: a store of a thread
     /// that runs meanwhile is in the digest and the diff, or faults.
     pub fn drop_copies(&mut self, now: Time) -> usize {
         let pages = self.copies(|frame| frame != Frame::Invalid);
@@ -83,7 +82,7 @@ impl<M: PageMemory> Node<M> {
         let mut kept = BTreeMap::new();
         for &page in &pages {
             self.mem.read(page, &mut self.scratch);
-            kept.insert(page, word_digests(&self.scratch));
+            kept.insert(page, ByteDigests::of_page(&self.scratch));
         }
         self.dropped = kept;
         self.dropped_reads.clear();
@@ -92,7 +91,7 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// A thread's read fault on `page` asked for its byte `offset`: if [`Node::drop_copies`]
-    /// dropped the page, that byte's word is compared when the page comes back. Call it before
+    /// dropped the page, that byte is compared when the page comes back. Call it before
     /// the fault's [`Node::handle_fault`].
     pub fn reading_dropped(&mut self, page: PageNum, offset: usize) {
         if !self.dropped.is_empty() && self.dropped.contains_key(&page) {
@@ -134,13 +133,13 @@ impl<M: PageMemory> Node<M> {
     }
 
     /// The pages dropped by [`Node::drop_copies`] that a thread's read fault brought again with
-    /// other bytes in the word it read, with the byte it asked for, since the last call.
+    /// another value in the byte it read, with that byte, since the last call.
     pub fn take_dropped_changed(&mut self) -> Vec<(PageNum, usize)> {
         std::mem::take(&mut self.dropped_changed)
     }
 
     /// `page` is back for a thread, just granted or opened: if [`Node::drop_copies`] dropped it
-    /// and a read fault named the byte it reads, whether that byte's word is the dropped copy's.
+    /// and a read fault named the byte it reads, whether that byte is the dropped copy's.
     pub(crate) fn read_after_drop(&mut self, page: PageNum) {
         if self.dropped.is_empty() {
             return;
@@ -152,7 +151,7 @@ impl<M: PageMemory> Node<M> {
             return;
         };
         self.mem.read(page, &mut self.scratch);
-        if word_digest(&self.scratch, offset) != held.of(offset)
+        if byte_digest(self.scratch[offset % PAGE_SIZE]) != held.of(offset)
             && self.dropped_changed.len() < DROPPED_CHANGED_KEPT
         {
             self.dropped_changed.push((page, offset));
@@ -276,39 +275,36 @@ impl<M: PageMemory> Node<M> {
 /// The pages read again with other bytes after [`Node::drop_copies`] kept until taken.
 pub(crate) const DROPPED_CHANGED_KEPT: usize = 64;
 
-/// The words of a page [`Node::drop_copies`] keeps a digest of: a flag another node sets is
-/// an `int` or wider, and a 64-byte line is too coarse (a word read beside a word another node
-/// writes in the same line, race-free, was told).
-const WORD_BYTES: usize = 4;
+/// A two-bit digest of each byte of a page, four to a byte (1 KiB a page, a quarter of the
+/// copy dropped): the byte a read fault touched is compared, not its word or its 64-byte line,
+/// which other nodes may write beside it race-free (a byte read beside one another node wrote
+/// in its word, and a word beside one in its line, were told).
+pub(crate) struct ByteDigests(Box<[u8; PAGE_SIZE / 4]>);
 
-/// A two-bit digest of each 4-byte word of a page, four to a byte (256 bytes a page).
-pub(crate) struct WordDigests([u8; PAGE_SIZE / WORD_BYTES / 4]);
+impl ByteDigests {
+    /// The digests of `bytes`.
+    fn of_page(bytes: &[u8; PAGE_SIZE]) -> ByteDigests {
+        let mut out = Box::new([0u8; PAGE_SIZE / 4]);
+        for (d, four) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *d = four
+                .iter()
+                .enumerate()
+                .fold(0, |d, (k, &b)| d | byte_digest(b) << (k * 2));
+        }
+        ByteDigests(out)
+    }
 
-impl WordDigests {
-    /// The digest of the word holding byte `offset`.
+    /// The digest of byte `offset`.
     fn of(&self, offset: usize) -> u8 {
-        let w = (offset % PAGE_SIZE) / WORD_BYTES;
-        (self.0[w / 4] >> (w % 4 * 2)) & 3
+        let at = offset % PAGE_SIZE;
+        (self.0[at / 4] >> (at % 4 * 2)) & 3
     }
 }
 
-/// The word holding byte `offset` of `bytes`, folded to two bits by exclusive or: a change of
-/// one bit, or of a small count (0 to 1, 1 to 2, 2 to 3...), always shows; a change that
-/// flips bits in pairs across the fold (0 to 5) does not.
-fn word_digest(bytes: &[u8; PAGE_SIZE], offset: usize) -> u8 {
-    let at = (offset % PAGE_SIZE) / WORD_BYTES * WORD_BYTES;
-    let w = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    let mut d = w ^ (w >> 16);
-    d ^= d >> 8;
-    d ^= d >> 4;
-    d ^= d >> 2;
-    (d & 3) as u8
-}
-
-fn word_digests(bytes: &[u8; PAGE_SIZE]) -> WordDigests {
-    let mut out = WordDigests([0; PAGE_SIZE / WORD_BYTES / 4]);
-    for w in 0..PAGE_SIZE / WORD_BYTES {
-        out.0[w / 4] |= word_digest(bytes, w * WORD_BYTES) << (w % 4 * 2);
-    }
-    out
+/// A byte folded to two bits by exclusive or: a change of one bit, or of a small count (0 to 1,
+/// 1 to 2, 2 to 3...), always shows; one that flips bits in pairs across the fold (0 to 5)
+/// does not, nor a change of another byte of a wider word (0 to 256).
+fn byte_digest(b: u8) -> u8 {
+    let d = b ^ (b >> 4);
+    (d ^ (d >> 2)) & 3
 }

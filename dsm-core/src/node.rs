@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::alloc::AllocPolicy;
 use crate::codec;
 pub use crate::error::{JobError, ProtocolError, UsageError};
-use crate::hooks::WordDigests;
+use crate::hooks::ByteDigests;
 use crate::local::{Atomics, Flush, SyncState};
 use crate::mailbox::{Channel, Filter, Letter, MAX_LETTER_BYTES, Mailbox};
 use crate::manager::{self, Managed, Managers};
@@ -238,10 +238,10 @@ pub struct Node<M: PageMemory> {
     pub(crate) claims_overtaken: BTreeSet<PageNum>,
     pub(crate) scratch: Box<[u8; PAGE_SIZE]>,
     /// The copies dropped at the last [`Node::drop_copies`], by page, with a digest of each
-    /// 4-byte word they held, until a thread reads each again or the node's next acquire; the
-    /// byte a read fault on such a page asked for; and the pages read again since with other
-    /// bytes in that word, with the byte (at most [`crate::hooks::DROPPED_CHANGED_KEPT`]).
-    pub(crate) dropped: BTreeMap<PageNum, WordDigests>,
+    /// byte they held, until a thread reads each again or the node's next acquire; the byte a
+    /// read fault on such a page asked for; and the pages read again since with that byte
+    /// changed, with the byte (at most [`crate::hooks::DROPPED_CHANGED_KEPT`]).
+    pub(crate) dropped: BTreeMap<PageNum, ByteDigests>,
     pub(crate) dropped_reads: BTreeMap<PageNum, usize>,
     pub(crate) dropped_changed: Vec<(PageNum, usize)>,
     /// Messages this node has sent to other nodes: a stamp of when a page request or an atomic

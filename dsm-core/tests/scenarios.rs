@@ -2012,10 +2012,10 @@ fn dropped_copies_are_fetched_again_from_their_home() {
     );
 }
 
-/// What a read after a dropping is compared on is the word read (4 bytes), not its 64-byte
-/// line: a word another node wrote beside it, race-free, is not told; the word itself is.
+/// What a read after a dropping is compared on is the byte read, not its 64-byte line: a word
+/// another node wrote beside it, race-free, is not told; the word itself is.
 #[test]
-fn a_word_read_again_is_told_not_its_neighbour_in_the_line() {
+fn a_byte_read_again_is_told_not_its_neighbour_in_the_line() {
     let mut c = Cluster::new(2, 13, no_prefetch);
     let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
     let y = x.offset_by(PAGE);

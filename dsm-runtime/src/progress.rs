@@ -26,9 +26,10 @@
 //! failing compare-exchange) runs, and its operations are messages on their way; yet where every
 //! other thread of the job waits, nothing will ever change the word ([`note_atomic`]). A thread
 //! whose every operation for a whole report interval was such an operation on one word that
-//! read the same value, back to back (it spent at most a quarter of that time between them: no
-//! computation between polls), or with sleeps between them (it used at most a quarter of the
-//! time outside them on the CPU: `usleep`, `sleep`), is said to wait in a spin on it, and the node says it spins; the
+//! read the same value, back to back (it spent at most a sixteenth of that time between them:
+//! no computation between polls), or with sleeps between them (it used at most an eighth of the
+//! time outside them on the CPU, no page fault or descriptor holding it: `usleep`, `sleep`), is
+//! said to wait in a spin on it ([`spun`]), and the node says it spins; the
 //! launcher's verdict on a job with a spinning node waits for nothing said to change for
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
 //!
@@ -249,8 +250,9 @@ const WAITS_FOR_A_THREAD: &str = "a wait only another thread of its process or a
 ///
 /// Where `/proc` cannot list the process's threads, only the threads that use the DSM are seen:
 /// one of them must wait in a DSM call, and a barrier of threads not all of whose threads have
-/// come keeps the node running.
-pub(crate) fn node_waits() -> Option<NodeWaits> {
+/// come keeps the node running. `faulted`: a thread of the node took a page fault since the
+/// last report (a thread between its polls then waited for a page, not slept: [`spins`]).
+pub(crate) fn node_waits(faulted: bool) -> Option<NodeWaits> {
     // The service thread never waits for this lock: a thread of the program takes it with
     // signals open, and a handler of that thread that touches a page the node does not hold
     // waits for the service thread. Taken right now: the node runs (a thread is entering or
@@ -277,7 +279,7 @@ pub(crate) fn node_waits() -> Option<NodeWaits> {
         // A spin's thread may be inside one of its operations; one in another call that
         // waits is that call's.
         if (waiting_on == 0 || waiting_on == ATOMIC) && !waits.contains_key(&i) {
-            if let Some(spin) = spins(i, tid) {
+            if let Some(spin) = spins(i, tid, faulted) {
                 what.push((spin, tid));
                 spinning.push(tid);
                 continue;
@@ -416,6 +418,8 @@ struct Seen {
     /// The thread's CPU time (`None`: unknown), and when it was read (CLOCK_MONOTONIC ns).
     cpu: Option<u64>,
     at: u64,
+    /// The thread was said to spin then.
+    spun: bool,
 }
 
 /// Each slot's run as the last report saw it. The service thread's alone.
@@ -428,6 +432,7 @@ static SEEN_STREAKS: Mutex<[Seen; MAX_THREADS]> = Mutex::new(
         between: 0,
         cpu: None,
         at: 0,
+        spun: false,
     }; MAX_THREADS],
 );
 
@@ -467,18 +472,13 @@ pub(crate) fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, starte
     s.last_end.store(ended, Ordering::Release);
 }
 
-/// What slot `i`'s thread (`tid`) spins on, if it spins: its run of operations on one word
-/// that changed nothing ([`note_atomic`]) is the one the last report saw, and since that report
-/// either it made more of them back to back (at most a quarter of the time between them: a
-/// loop that computes between its polls computes; a spin only polls), or it spent at most a
-/// quarter of the time outside them on the CPU (it sleeps between its polls, `usleep`,
-/// `sleep`), its last one no longer ago than twice the run's mean gap and 100 ms. Called at
-/// each report, for every slot.
-fn spins(i: usize, tid: i32) -> Option<String> {
+/// What slot `i`'s thread (`tid`) spins on, if it spins ([`spun`]); `faulted`: a thread of
+/// the node took a page fault since the last report. Called at each report, for every slot.
+fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     let s = &STREAKS[i];
     let word = s.word.load(Ordering::Acquire);
     let at = sys::monotonic_ns();
-    let now = Seen {
+    let mut now = Seen {
         since: s.since.load(Ordering::Relaxed),
         tid,
         ops: s.ops.load(Ordering::Relaxed),
@@ -490,31 +490,54 @@ fn spins(i: usize, tid: i32) -> Option<String> {
             sys::process::cpu_ns(tid)
         },
         at,
+        spun: false,
     };
     let value = s.value.load(Ordering::Relaxed);
     let last_end = s.last_end.load(Ordering::Relaxed);
     let mut seen = SEEN_STREAKS.lock().unwrap_or_else(|p| p.into_inner());
-    let before = std::mem::replace(&mut seen[i], if word == 0 { Seen::default() } else { now });
-    drop(seen);
-    if word == 0
-        || (now.since, now.tid) != (before.since, before.tid)
-        || at.saturating_sub(now.since) < SPIN_SAID_AFTER_NS
-    {
-        return None;
+    let before = seen[i];
+    if word != 0 && (now.since, now.tid) == (before.since, before.tid) {
+        // Asleep between its polls, unless a fault or a descriptor, a child, a signal held it.
+        let asleep = || {
+            !faulted
+                && (WAITING_ON[i].load(Ordering::Acquire) == ATOMIC
+                    || sys::process::sleeps_or_runs(tid))
+        };
+        now.spun = spun(&before, &now, last_end, asleep);
     }
+    seen[i] = if word == 0 { Seen::default() } else { now };
+    drop(seen);
+    now.spun.then(|| spell_spin(word, value))
+}
+
+/// Whether a thread whose run of operations on one word that changed nothing
+/// ([`note_atomic`]) a report saw `before`, and sees `now`, spins: the run is a second old,
+/// and since that report either it made more of them back to back (at most a sixteenth of the
+/// time between them, a quarter for one said to spin at the last report: a loop that computes
+/// between its polls computes, and one that computes about as long as it polls is not said to
+/// spin at one report and not at the next), or it spent at most an eighth of the time outside
+/// them on the CPU (a quarter, for one said to spin) and `asleep` (no page fault held it, nor
+/// a descriptor: it sleeps between its polls, `usleep`, `sleep`), its last one (ended at
+/// `last_end`) no longer ago than twice the run's mean gap and 100 ms.
+fn spun(before: &Seen, now: &Seen, last_end: u64, asleep: impl Fn() -> bool) -> bool {
+    if now.at.saturating_sub(now.since) < SPIN_SAID_AFTER_NS {
+        return false;
+    }
+    let (busy, idle) = if before.spun { (4, 4) } else { (16, 8) };
     let inside = now.inside.saturating_sub(before.inside);
-    let back_to_back =
-        now.ops > before.ops && now.between.saturating_sub(before.between) * 4 <= inside;
-    let asleep_between = match (now.cpu, before.cpu) {
-        (Some(cpu), Some(was)) if now.ops >= 2 => {
-            let mean_gap = last_end.saturating_sub(now.since) / (now.ops - 1);
-            let polls = at.saturating_sub(last_end) <= 2 * mean_gap + 100_000_000;
-            let outside = at.saturating_sub(before.at).saturating_sub(inside);
-            polls && cpu.saturating_sub(was).saturating_sub(inside) * 4 <= outside
-        }
-        _ => false,
+    if now.ops > before.ops && now.between.saturating_sub(before.between) * busy <= inside {
+        return true;
+    }
+    let (Some(cpu), Some(was)) = (now.cpu, before.cpu) else {
+        return false;
     };
-    (back_to_back || asleep_between).then(|| spell_spin(word, value))
+    if now.ops < 2 {
+        return false;
+    }
+    let mean_gap = last_end.saturating_sub(now.since) / (now.ops - 1);
+    let polls = now.at.saturating_sub(last_end) <= 2 * mean_gap + 100_000_000;
+    let outside = now.at.saturating_sub(before.at).saturating_sub(inside);
+    polls && cpu.saturating_sub(was).saturating_sub(inside) * idle <= outside && asleep()
 }
 
 /// How long a run must have lasted before its thread is said to spin: its word is then named by
@@ -554,6 +577,90 @@ fn spell_spin_now(word: u64, value: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{Seen, spun};
+
+    const MS: u64 = 1_000_000;
+
+    /// A run seen at `at` ms, started at 0, with `ops` operations, `inside` and `between` ms in
+    /// and between them, its thread having used `cpu` ms.
+    fn seen(at: u64, ops: u64, inside: u64, between: u64, cpu: u64) -> Seen {
+        Seen {
+            since: 1,
+            tid: 7,
+            ops,
+            inside: inside * MS,
+            between: between * MS,
+            cpu: Some(cpu * MS),
+            at: at * MS,
+            spun: false,
+        }
+    }
+
+    /// Back to back: polls with at most a sixteenth of their time between them (a quarter, once
+    /// said to spin); not a loop that computes between them.
+    #[test]
+    fn polls_back_to_back_spin_and_a_loop_that_computes_between_them_does_not() {
+        let before = seen(1000, 1000, 900, 50, 1000);
+        let tight = seen(1250, 2000, 1130, 60, 1250);
+        assert!(spun(&before, &tight, 1250 * MS, || false));
+        let working = seen(1250, 1100, 950, 250, 1250);
+        assert!(
+            !spun(&before, &working, 1250 * MS, || true),
+            "computes between its polls"
+        );
+        // A fifth of the time between them: not a spin to start with, one still once said.
+        let fifth = seen(1250, 2000, 1100, 90, 1250);
+        assert!(!spun(&before, &fifth, 1250 * MS, || false));
+        let said = Seen {
+            spun: true,
+            ..before
+        };
+        assert!(spun(&said, &fifth, 1250 * MS, || false));
+        let young = seen(900, 2000, 800, 0, 900);
+        assert!(
+            !spun(&seen(600, 10, 500, 0, 600), &young, 900 * MS, || true),
+            "under a second"
+        );
+    }
+
+    /// Polls with sleeps between them: the thread used little CPU outside them, and sleeps
+    /// (`asleep`), its last poll recent; not one that waited for pages or a pipe, or stopped
+    /// polling.
+    #[test]
+    fn polls_with_sleeps_between_them_spin_unless_something_else_held_the_thread() {
+        // 250 polls of 0.02 ms a millisecond apart, 5 ms of CPU between them in 250 ms.
+        let before = seen(2000, 1000, 20, 1980, 30);
+        let sleepy = seen(2250, 1250, 25, 2225, 35);
+        assert!(spun(&before, &sleepy, 2249 * MS, || true));
+        assert!(
+            !spun(&before, &sleepy, 2249 * MS, || false),
+            "a page or a pipe held it"
+        );
+        let busy = seen(2250, 1250, 25, 2225, 130);
+        assert!(
+            !spun(&before, &busy, 2249 * MS, || true),
+            "it computed between its polls"
+        );
+        assert!(
+            !spun(&before, &sleepy, 1900 * MS, || true),
+            "its last poll is 350 ms old"
+        );
+        // sleep(1): no poll since the last report, the last 0.8 s ago, a second apart.
+        let napping = seen(5250, 5, 1, 4000, 1);
+        assert!(spun(
+            &seen(5000, 5, 1, 4000, 1),
+            &napping,
+            4450 * MS,
+            || true
+        ));
+        let mut no_clock = sleepy;
+        no_clock.cpu = None;
+        assert!(
+            !spun(&before, &no_clock, 2249 * MS, || true),
+            "no CPU clock"
+        );
+    }
+
     #[test]
     fn wait_words_are_spelled_as_the_calls() {
         assert_eq!(super::spelled(super::LOCK | 7), "jia_lock(7)");

@@ -264,7 +264,7 @@ fn a_plain_spin_on_another_nodes_word_sees_it_and_is_said() {
         "it dropped its copies of other nodes' pages (1), and a thread read the byte at 0x",
         "(byte 0 of the allocation of 4096 bytes made at ",
         "outcomes.c:",
-        "again, whose word came back with bytes another node wrote that its copy did not have",
+        "again, which came back with a value another node wrote that its copy did not have",
         "on plain loads sees it only after an acquire of its own",
     ] {
         assert!(e.contains(want), "plain_spin: no `{want}`:\n{}", text(spin));

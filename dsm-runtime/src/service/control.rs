@@ -239,9 +239,9 @@ impl Service {
     }
 
     /// Says, once per dropping, the first dropped page a read fault of this node brought again
-    /// with other bytes in the word it read than its copy's (see [`Service::drop_copies`]):
-    /// where a thread of it waits on plain loads for another node's write. A word read again
-    /// with the same bytes (a node that computes, reading what nobody changed, or words beside
+    /// with another value in the byte it read than its copy's (see [`Service::drop_copies`]):
+    /// where a thread of it waits on plain loads for another node's write. A byte read again
+    /// with the same value (a node that computes, reading what nobody changed, or words beside
     /// those another node writes) is not said, nor a page written first, nor one read after the
     /// node's next acquire. Service thread only: it prints.
     pub(super) fn say_refreshed(&mut self) {
@@ -260,8 +260,8 @@ impl Service {
             format!(
                 "dsm node {}: warning: this node ran for {} s without a page fault while every \
                  other node waited or did the same ({}); it dropped its copies of other nodes' \
-                 pages ({}), and a thread read the byte at {addr:#x}{place} again, whose word \
-                 came back with bytes another node wrote that its copy did not have. A loop \
+                 pages ({}), and a thread read the byte at {addr:#x}{place} again, which came \
+                 back with a value another node wrote that its copy did not have. A loop \
                  that waits for another node's write on plain loads sees it only after an \
                  acquire of its own (jia_lock, jia_barrier, jia_wait, jia_waitcv) or through \
                  atomic loads (jia_atomic_load_32/64, or C11 atomics in a program built by \
@@ -281,8 +281,9 @@ impl Service {
     /// in a call that waits for other nodes: see [`crate::progress`]), what it waits for, the
     /// locks it holds, the messages it still has on their way and those it has received:
     /// `DSM1 WAIT <in flight> <received> <what>`; every 250 ms while it runs quiet (its threads
-    /// took no page fault for [`QUIET_AFTER`]: they compute on the pages they hold, or read one
-    /// in a loop), `DSM1 QUIET`; and `DSM1 RUN` once it goes on. The launcher ends a job whose every node
+    /// took fewer than [`QUIET_FAULTS`] page faults in the last [`QUIET_AFTER`]: they compute
+    /// on the pages they hold, or read one in a loop), `DSM1 QUIET`; and `DSM1 RUN` once it
+    /// goes on. The launcher ends a job whose every node
     /// waits with nothing in flight and nothing received for a while, and tells the nodes of
     /// one none of whose nodes works to send their writes home and drop their copies
     /// (`crate::job::watch::Heard::quiet_runners`).
@@ -294,10 +295,11 @@ impl Service {
         if self.progress_reported.elapsed() < Duration::from_millis(250) {
             return;
         }
+        let faulted = self.count_faults();
         if self.control.is_none() {
             if self.node.nodes() == 1 {
                 self.progress_reported = Instant::now();
-                self.judge_alone();
+                self.judge_alone(faulted);
             }
             return;
         }
@@ -309,21 +311,8 @@ impl Service {
             None => 0,
         };
         let in_flight = now.min(std::mem::replace(&mut self.in_flight_sampled, now));
-        let stats = self.node.stats();
-        let received: u64 = stats.msgs_received.iter().sum();
-        // Its threads' page faults alone: what it serves, sends or synchronises does not
-        // change what it reads (a quiet node may serve a spinning node's atomic loads, or
-        // another thread of it take and release a lock).
-        let faulted = stats.read_faults_local
-            + stats.read_faults_remote
-            + stats.write_faults_local
-            + stats.write_faults_remote
-            + stats.faults_joined
-            + stats.prefetch_used;
-        if faulted != self.faulted.0 {
-            self.faulted = (faulted, Instant::now());
-        }
-        let (line, reported) = match crate::progress::node_waits() {
+        let received: u64 = self.node.stats().msgs_received.iter().sum();
+        let (line, reported) = match crate::progress::node_waits(faulted) {
             Some(crate::progress::NodeWaits { what, timer, spins }) => {
                 let held = self.node.locks_held();
                 let held = if held.is_empty() {
@@ -341,7 +330,7 @@ impl Service {
                 };
                 (line, Reported::Waits)
             }
-            None if self.faulted.1.elapsed() >= QUIET_AFTER => (Line::Quiet, Reported::Quiet),
+            None if self.few_faults => (Line::Quiet, Reported::Quiet),
             None if self.reported != Reported::Runs => (Line::Run, Reported::Runs),
             None => return,
         };
@@ -351,10 +340,32 @@ impl Service {
         }
     }
 
+    /// Counts the page faults of the node's threads at a report: whether any was taken since
+    /// the last one, and, once every [`QUIET_AFTER`], whether fewer than [`QUIET_FAULTS`] were
+    /// in that while (`few_faults`: the node runs quiet). What it serves, sends or synchronises
+    /// does not count: it does not change what its threads read (a quiet node may serve a
+    /// spinning node's atomic loads, or another thread of it take and release a lock), nor do
+    /// a few faults (a spinner's node faulting once every 5 s was never quiet 10 s in a row).
+    fn count_faults(&mut self) -> bool {
+        let stats = self.node.stats();
+        let now = stats.read_faults_local
+            + stats.read_faults_remote
+            + stats.write_faults_local
+            + stats.write_faults_remote
+            + stats.faults_joined
+            + stats.prefetch_used;
+        let (mark, since) = self.faults_mark;
+        if since.elapsed() >= QUIET_AFTER {
+            self.few_faults = now.saturating_sub(mark) < QUIET_FAULTS;
+            self.faults_mark = (now, Instant::now());
+        }
+        now != std::mem::replace(&mut self.faults_seen, now)
+    }
+
     /// A one-node job's verdict (see `report_progress`): nothing else can wake a thread of it
     /// but a signal handler, as the launcher's verdict on a larger job assumes.
-    fn judge_alone(&mut self) {
-        let Some(waits) = crate::progress::node_waits() else {
+    fn judge_alone(&mut self, faulted: bool) {
+        let Some(waits) = crate::progress::node_waits(faulted) else {
             self.alone_waiting = None;
             return;
         };
@@ -423,9 +434,10 @@ pub(super) enum Reported {
     Quiet,
 }
 
-/// How long a running node's threads must have taken no page fault for it to say it runs
-/// quiet ([`Line::Quiet`]).
+/// A running node whose threads took fewer than [`QUIET_FAULTS`] page faults in this while
+/// says it runs quiet ([`Line::Quiet`]).
 const QUIET_AFTER: Duration = Duration::from_secs(1);
+const QUIET_FAULTS: u64 = 4;
 
 /// The copies of other nodes' pages a node dropped at the launcher's word (`DSM1 REFRESH`, see
 /// [`Service::drop_copies`]), until a page read again with other bytes is said

@@ -141,9 +141,11 @@ pub(crate) struct Service {
     in_flight_sampled: usize,
     /// What this node last told the launcher it does.
     reported: control::Reported,
-    /// The page faults of the node's threads counted at the last report, and since when
-    /// unchanged (see `report_progress`).
-    faulted: (u64, Instant),
+    /// The page faults of the node's threads counted at the last report; at the last mark, and
+    /// when; whether there were few since the mark before (see `count_faults`).
+    faults_seen: u64,
+    faults_mark: (u64, Instant),
+    few_faults: bool,
     /// A one-node job (no launcher watches it): what its threads wait for, since when
     /// unchanged, and whether it was said to look stuck beside a spin (see `report_progress`).
     alone_waiting: Option<(String, Instant, bool)>,
@@ -238,7 +240,9 @@ impl Service {
             progress_reported: Instant::now(),
             in_flight_sampled: 0,
             reported: control::Reported::Runs,
-            faulted: (0, Instant::now()),
+            faults_seen: 0,
+            faults_mark: (0, Instant::now()),
+            few_faults: false,
             alone_waiting: None,
             lost_in_exit: None,
             rank0_gone_at: None,

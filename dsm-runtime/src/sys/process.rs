@@ -196,6 +196,51 @@ pub fn runs(tid: i32) -> bool {
         .is_ok_and(|t| t.starts_with("running"))
 }
 
+/// Whether thread `tid` of this process runs, or sleeps with nothing to wake it but time or
+/// another thread (`nanosleep`, `clock_nanosleep`, `sched_yield`, a futex wait, `select` or
+/// `poll` on no descriptor), not blocked on a descriptor, a child or a signal: what a loop that
+/// polls a word with sleeps between its polls does. From `/proc/self/task/<tid>/syscall`;
+/// false where it cannot be read.
+pub fn sleeps_or_runs(tid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return false;
+    };
+    if text.starts_with("running") {
+        return true;
+    }
+    let words: Vec<u64> = text
+        .split_whitespace()
+        .map_while(|w| match w.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => w.parse().ok(),
+        })
+        .collect();
+    let (Some(&nr), arg) = (words.first(), |i: usize| words.get(i + 1).copied()) else {
+        return false;
+    };
+    let sleeps = [
+        libc::SYS_clock_nanosleep,
+        libc::SYS_sched_yield,
+        libc::SYS_futex,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_nanosleep,
+    ];
+    if sleeps.iter().any(|&s| s as u64 == nr) {
+        return true;
+    }
+    // select and pselect6 on no descriptor (their first argument), poll and ppoll on none
+    // (their second).
+    #[cfg(target_arch = "x86_64")]
+    let (select, poll) = (
+        [libc::SYS_select, libc::SYS_pselect6],
+        [libc::SYS_poll, libc::SYS_ppoll],
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (select, poll) = ([libc::SYS_pselect6], [libc::SYS_ppoll]);
+    (select.iter().any(|&s| s as u64 == nr) && arg(0) == Some(0))
+        || (poll.iter().any(|&s| s as u64 == nr) && arg(1) == Some(0))
+}
+
 /// The ranges of this process's private mappings (`/proc/self/maps`: permissions ending in
 /// `p`): a futex there is this process's alone, while one in a shared mapping (a process-shared
 /// semaphore or mutex) may be woken by another process.
@@ -312,6 +357,64 @@ pub fn on_exit(f: extern "C" fn(libc::c_int, *mut libc::c_void)) -> io::Result<(
 
 #[cfg(test)]
 mod tests {
+    /// A thread asleep in `nanosleep` or a timed futex wait sleeps; one blocked reading a pipe
+    /// does not; one that computes runs.
+    #[test]
+    fn a_sleeping_thread_sleeps_and_one_reading_a_pipe_does_not() {
+        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+        static TIDS: [AtomicI32; 4] = [const { AtomicI32::new(0) }; 4];
+        static STOP: AtomicBool = AtomicBool::new(false);
+        let (mut reader, mut writer) = std::io::pipe().expect("a pipe");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let threads = vec![
+            std::thread::spawn(|| {
+                TIDS[0].store(super::super::gettid(), Ordering::SeqCst);
+                while !STOP.load(Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            }),
+            std::thread::spawn(move || {
+                TIDS[1].store(super::super::gettid(), Ordering::SeqCst);
+                let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
+            }),
+            std::thread::spawn(move || {
+                TIDS[2].store(super::super::gettid(), Ordering::SeqCst);
+                let _ = std::io::Read::read(&mut reader, &mut [0u8; 1]);
+            }),
+            std::thread::spawn(|| {
+                TIDS[3].store(super::super::gettid(), Ordering::SeqCst);
+                while !STOP.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+            }),
+        ];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let tid = |k: usize| loop {
+            match TIDS[k].load(Ordering::SeqCst) {
+                0 => std::thread::yield_now(),
+                tid => break tid,
+            }
+        };
+        // Each is seen as it should be once it got there (the reader may not have reached
+        // its read yet, the sleeper may be between two naps).
+        for (k, want) in [(0, true), (1, true), (2, false), (3, true)] {
+            while super::sleeps_or_runs(tid(k)) != want {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "thread {k} never seen so"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        STOP.store(true, Ordering::SeqCst);
+        drop(tx);
+        std::io::Write::write_all(&mut writer, b"x").expect("a byte");
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(!super::sleeps_or_runs(i32::MAX), "no such thread");
+    }
+
     /// A thread's CPU clock grows while it computes, not while it sleeps; a tid that names no
     /// thread of the process has none.
     #[test]
