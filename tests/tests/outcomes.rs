@@ -227,7 +227,7 @@ fn assert_ended_well(out: &Output, case: &str, said_beside: Option<&str>) {
         Some(others) => {
             for want in [
                 &refreshed(1),
-                " s without a page fault while every other node waited or did the same (",
+                " s on the pages it held while every other node waited or did the same (",
                 others,
             ] {
                 assert!(e.contains(want), "{case}: no `{want}`:\n{}", text(out));
@@ -301,7 +301,7 @@ fn plain_spins_beside_running_nodes_or_threads_see_the_write() {
     assert_ended_well(
         handshake,
         "handshake",
-        Some("(node 0 runs without a page fault)"),
+        Some("(node 0 runs on the pages it holds)"),
     );
     assert_ended_well(homes, "handshake_homes", None);
     assert_ended_well(

@@ -387,7 +387,7 @@ impl Heard {
             }
             let doing = match self.waiting.get(k) {
                 Some(Some(r)) => r.what.clone(),
-                Some(None) if self.quiet[k] => "runs without a page fault".to_owned(),
+                Some(None) if self.quiet[k] => "runs on the pages it holds".to_owned(),
                 _ => return Vec::new(),
             };
             nodes.push((k, self.quiet[k], doing));
@@ -656,11 +656,11 @@ mod tests {
                 vec![
                     refresh(
                         1,
-                        "node 0 waits in jia_barrier; node 2 runs without a page fault"
+                        "node 0 waits in jia_barrier; node 2 runs on the pages it holds"
                     ),
                     refresh(
                         2,
-                        "node 0 waits in jia_barrier; node 1 runs without a page fault"
+                        "node 0 waits in jia_barrier; node 1 runs on the pages it holds"
                     ),
                 ]
             ),
@@ -726,8 +726,8 @@ mod tests {
             (
                 flush(&[0, 1]),
                 vec![
-                    refresh(0, "node 1 runs without a page fault"),
-                    refresh(1, "node 0 runs without a page fault"),
+                    refresh(0, "node 1 runs on the pages it holds"),
+                    refresh(1, "node 0 runs on the pages it holds"),
                 ]
             ),
             "nodes 0 and 1 run quiet beside each other"

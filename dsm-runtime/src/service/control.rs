@@ -258,7 +258,7 @@ impl Service {
         let place = crate::allocations::spelled_place(addr);
         crate::sys::write_stderr(
             format!(
-                "dsm node {}: warning: this node ran for {} s without a page fault while every \
+                "dsm node {}: warning: this node ran for {} s on the pages it held while every \
                  other node waited or did the same ({}); it dropped its copies of other nodes' \
                  pages ({}), and a thread read the byte at {addr:#x}{place} again, which came \
                  back with a value another node wrote that its copy did not have. A loop \
