@@ -472,8 +472,8 @@ pub(crate) fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, starte
     s.last_end.store(ended, Ordering::Release);
 }
 
-/// What slot `i`'s thread (`tid`) spins on, if it spins ([`spun`]); `faulted`: a thread of
-/// the node took a page fault since the last report. Called at each report, for every slot.
+/// What slot `i`'s thread (`tid`) spins on, if it spins ([`spun`]) and no thread of the node
+/// took a page fault since the last report (`faulted`). Called at each report, for every slot.
 fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     let s = &STREAKS[i];
     let word = s.word.load(Ordering::Acquire);
@@ -496,13 +496,13 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     let last_end = s.last_end.load(Ordering::Relaxed);
     let mut seen = SEEN_STREAKS.lock().unwrap_or_else(|p| p.into_inner());
     let before = seen[i];
-    if word != 0 && (now.since, now.tid) == (before.since, before.tid) {
-        // Asleep between its polls, unless a fault or a descriptor, a child, a signal held it.
-        let asleep = || {
-            !faulted
-                && (WAITING_ON[i].load(Ordering::Acquire) == ATOMIC
-                    || sys::process::sleeps_or_runs(tid))
-        };
+    // A thread of a node that took page faults works on memory, between its polls or beside
+    // them (an outside attack's loop reading a page between two polls, correct, was ended as
+    // stuck: its faults, fast, counted as time between polls or asleep).
+    if word != 0 && !faulted && (now.since, now.tid) == (before.since, before.tid) {
+        // Asleep between its polls, unless a descriptor, a child or a signal held it.
+        let asleep =
+            || WAITING_ON[i].load(Ordering::Acquire) == ATOMIC || sys::process::sleeps_or_runs(tid);
         now.spun = spun(&before, &now, last_end, asleep);
     }
     seen[i] = if word == 0 { Seen::default() } else { now };
@@ -513,19 +513,18 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
 /// Whether a thread whose run of operations on one word that changed nothing
 /// ([`note_atomic`]) a report saw `before`, and sees `now`, spins: the run is a second old,
 /// and since that report either it made more of them back to back (at most a sixteenth of the
-/// time between them, a quarter for one said to spin at the last report: a loop that computes
-/// between its polls computes, and one that computes about as long as it polls is not said to
-/// spin at one report and not at the next), or it spent at most an eighth of the time outside
-/// them on the CPU (a quarter, for one said to spin) and `asleep` (no page fault held it, nor
-/// a descriptor: it sleeps between its polls, `usleep`, `sleep`), its last one (ended at
-/// `last_end`) no longer ago than twice the run's mean gap and 100 ms.
+/// time between them: a loop that computes between its polls computes), or it spent at most an
+/// eighth of the time outside them on the CPU and `asleep` (at the report it sleeps, runs or
+/// polls, not blocked on a descriptor: it sleeps between its polls, `usleep`, `sleep`), its
+/// last one (ended at `last_end`) no longer ago than twice the run's mean gap and 100 ms. The
+/// report often comes right after the service thread answered a poll, the thread running: a
+/// loop that reads a pipe between its polls is seen asleep then.
 fn spun(before: &Seen, now: &Seen, last_end: u64, asleep: impl Fn() -> bool) -> bool {
     if now.at.saturating_sub(now.since) < SPIN_SAID_AFTER_NS {
         return false;
     }
-    let (busy, idle) = if before.spun { (4, 4) } else { (16, 8) };
     let inside = now.inside.saturating_sub(before.inside);
-    if now.ops > before.ops && now.between.saturating_sub(before.between) * busy <= inside {
+    if now.ops > before.ops && now.between.saturating_sub(before.between) * 16 <= inside {
         return true;
     }
     let (Some(cpu), Some(was)) = (now.cpu, before.cpu) else {
@@ -537,7 +536,7 @@ fn spun(before: &Seen, now: &Seen, last_end: u64, asleep: impl Fn() -> bool) -> 
     let mean_gap = last_end.saturating_sub(now.since) / (now.ops - 1);
     let polls = now.at.saturating_sub(last_end) <= 2 * mean_gap + 100_000_000;
     let outside = now.at.saturating_sub(before.at).saturating_sub(inside);
-    polls && cpu.saturating_sub(was).saturating_sub(inside) * idle <= outside && asleep()
+    polls && cpu.saturating_sub(was).saturating_sub(inside) * 8 <= outside && asleep()
 }
 
 /// How long a run must have lasted before its thread is said to spin: its word is then named by
@@ -608,14 +607,9 @@ mod tests {
             !spun(&before, &working, 1250 * MS, || true),
             "computes between its polls"
         );
-        // A fifth of the time between them: not a spin to start with, one still once said.
+        // A fifth of the time between them: a loop whose work is about as long as its polls.
         let fifth = seen(1250, 2000, 1100, 90, 1250);
         assert!(!spun(&before, &fifth, 1250 * MS, || false));
-        let said = Seen {
-            spun: true,
-            ..before
-        };
-        assert!(spun(&said, &fifth, 1250 * MS, || false));
         let young = seen(900, 2000, 800, 0, 900);
         assert!(
             !spun(&seen(600, 10, 500, 0, 600), &young, 900 * MS, || true),
@@ -634,7 +628,7 @@ mod tests {
         assert!(spun(&before, &sleepy, 2249 * MS, || true));
         assert!(
             !spun(&before, &sleepy, 2249 * MS, || false),
-            "a page or a pipe held it"
+            "a pipe held it"
         );
         let busy = seen(2250, 1250, 25, 2225, 130);
         assert!(

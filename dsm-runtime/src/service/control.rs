@@ -347,6 +347,8 @@ impl Service {
     /// spinning node's atomic loads, or another thread of it take and release a lock), nor do
     /// a few faults (a spinner's node faulting once every 5 s was never quiet 10 s in a row).
     fn count_faults(&mut self) -> bool {
+        // The pages fault handlers opened by themselves count too.
+        self.drain_fast_faults();
         let stats = self.node.stats();
         let now = stats.read_faults_local
             + stats.read_faults_remote
