@@ -64,7 +64,7 @@ impl<M: PageMemory> Node<M> {
     /// written: those send their diff first), as an eviction would, but for pages with a fetch
     /// out: the next read of each fetches it from its home, with whatever the home holds then.
     /// Returns how many it dropped. The launcher asks for it when this node has run for a
-    /// while without a message, while every other node waited or did the same: a thread reading
+    /// while on the pages it held, while every other node waited or did the same: a thread reading
     /// another node's word in a loop, on plain loads, sees no write of that node before an
     /// acquire of its own, which it may never make (see the runtime's `progress`). Any copy
     /// may be dropped at any time: the model lets a read return a value newer than its last
@@ -74,8 +74,9 @@ impl<M: PageMemory> Node<M> {
     /// again (the runtime names the byte read: [`Node::reading_dropped`]), or the node's next
     /// acquire: [`Node::take_dropped_changed`] then tells the pages whose byte read came back
     /// changed (another node's write the node would not have seen; not another byte of the
-    /// page, its word or its cache line, which other nodes may write beside this one's reads). The copies are protected before they are digested: a store of a thread
-    /// that runs meanwhile is in the digest and the diff, or faults.
+    /// page, its word or its cache line, which other nodes may write beside this one's reads).
+    /// The copies are protected before they are digested: a store of a thread that runs
+    /// meanwhile is in the digest and the diff, or faults.
     pub fn drop_copies(&mut self, now: Time) -> usize {
         let pages = self.copies(|frame| frame != Frame::Invalid);
         self.protect_pages(&pages, Prot::None);

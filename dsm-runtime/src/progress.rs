@@ -418,8 +418,6 @@ struct Seen {
     /// The thread's CPU time (`None`: unknown), and when it was read (CLOCK_MONOTONIC ns).
     cpu: Option<u64>,
     at: u64,
-    /// The thread was said to spin then.
-    spun: bool,
 }
 
 /// Each slot's run as the last report saw it. The service thread's alone.
@@ -432,7 +430,6 @@ static SEEN_STREAKS: Mutex<[Seen; MAX_THREADS]> = Mutex::new(
         between: 0,
         cpu: None,
         at: 0,
-        spun: false,
     }; MAX_THREADS],
 );
 
@@ -478,7 +475,7 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     let s = &STREAKS[i];
     let word = s.word.load(Ordering::Acquire);
     let at = sys::monotonic_ns();
-    let mut now = Seen {
+    let now = Seen {
         since: s.since.load(Ordering::Relaxed),
         tid,
         ops: s.ops.load(Ordering::Relaxed),
@@ -490,7 +487,6 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
             sys::process::cpu_ns(tid)
         },
         at,
-        spun: false,
     };
     let value = s.value.load(Ordering::Relaxed);
     let last_end = s.last_end.load(Ordering::Relaxed);
@@ -499,15 +495,16 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     // A thread of a node that took page faults works on memory, between its polls or beside
     // them (an outside attack's loop reading a page between two polls, correct, was ended as
     // stuck: its faults, fast, counted as time between polls or asleep).
-    if word != 0 && !faulted && (now.since, now.tid) == (before.since, before.tid) {
-        // Asleep between its polls, unless a descriptor, a child or a signal held it.
-        let asleep =
-            || WAITING_ON[i].load(Ordering::Acquire) == ATOMIC || sys::process::sleeps_or_runs(tid);
-        now.spun = spun(&before, &now, last_end, asleep);
-    }
+    // Asleep between its polls, unless a descriptor, a child or a signal held it.
+    let asleep =
+        || WAITING_ON[i].load(Ordering::Acquire) == ATOMIC || sys::process::sleeps_or_runs(tid);
+    let spins = word != 0
+        && !faulted
+        && (now.since, now.tid) == (before.since, before.tid)
+        && spun(&before, &now, last_end, asleep);
     seen[i] = if word == 0 { Seen::default() } else { now };
     drop(seen);
-    now.spun.then(|| spell_spin(word, value))
+    spins.then(|| spell_spin(word, value))
 }
 
 /// Whether a thread whose run of operations on one word that changed nothing
@@ -591,7 +588,6 @@ mod tests {
             between: between * MS,
             cpu: Some(cpu * MS),
             at: at * MS,
-            spun: false,
         }
     }
 

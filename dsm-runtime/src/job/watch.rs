@@ -32,7 +32,7 @@ pub(super) struct Heard {
     drained: Vec<bool>,
     /// Per node, its last WAIT report.
     pub(super) waiting: Vec<Option<Report>>,
-    /// Per node, whether it runs quiet (`QUIET`: its threads took no page fault for a while).
+    /// Per node, whether it runs quiet (`QUIET`: its threads took hardly a page fault).
     quiet: Vec<bool>,
     /// When what any node does last changed: its wait (its counts aside), whether it runs
     /// quiet, whether it runs ([`Heard::quiet_runners`]).
@@ -103,9 +103,9 @@ pub(crate) fn spin_warning(what: &str) -> String {
     )
 }
 
-/// How long nodes must have run quiet while every other node waits or runs quiet too, nothing
-/// on its way and no report changed, before they are told to drop their copies of other nodes'
-/// pages ([`Heard::quiet_runners`]); told again after twice as long each time, up to
+/// How long nodes must have run quiet while every other node waits or runs quiet too, what each
+/// does unchanged, before they are told to drop their copies of other nodes' pages
+/// ([`Heard::quiet_runners`]); told again after twice as long each time, up to
 /// [`QUIET_RUNNERS_AT_MOST`] apart, until a node's wait changes.
 pub(crate) const QUIET_RUNNERS_FOR: Duration = Duration::from_secs(10);
 const QUIET_RUNNERS_AT_MOST: Duration = Duration::from_secs(640);
@@ -347,8 +347,8 @@ impl Heard {
     }
 
     /// What to tell the nodes of a job none of whose running nodes works: each waits or runs
-    /// quiet (`QUIET`: its threads took no page fault for a second, whatever messages it serves
-    /// or sends), at least one runs quiet beside another node, every report is fresh, and what
+    /// quiet (`QUIET`: its threads took fewer than 4 page faults in the last second, whatever
+    /// messages it serves or sends), at least one runs quiet beside another node, every report is fresh, and what
     /// each node does has not changed for [`QUIET_RUNNERS_FOR`] (their counts and what they
     /// have on its way aside: a quiet node may serve a spinning one's atomic loads, or another
     /// thread of it take and release a lock another node manages, whose acknowledgements wait

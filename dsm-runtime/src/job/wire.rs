@@ -81,10 +81,10 @@ pub(crate) enum Line {
     },
     /// Node to launcher: the node goes on again.
     Run,
-    /// Node to launcher, every 250 ms while it lasts: the node runs (it does not wait), yet it
-    /// has sent, received and faulted on nothing for a second, and has nothing on its way: its
-    /// threads compute on what they hold, or wait for another node's word on plain loads of a
-    /// copy (`crate::job::watch::Heard::quiet_runners`). `RUN` when it goes on.
+    /// Node to launcher, every 250 ms while it lasts: the node runs (it does not wait), yet its
+    /// threads took fewer than 4 page faults in the last second, whatever messages it serves or
+    /// sends: they compute on the pages they hold, or wait for another node's word on plain
+    /// loads of a copy (`crate::job::watch::Heard::quiet_runners`). `RUN` when it goes on.
     Quiet,
     /// Node to launcher: the node left the job properly.
     Bye,

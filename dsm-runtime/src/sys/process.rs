@@ -189,32 +189,45 @@ pub fn exit_as_the_last_thread() -> ! {
     }
 }
 
-/// Whether thread `tid` of this process runs or is runnable (`/proc/self/task/<tid>/syscall`
-/// says `running`); a thread that ended does not.
-pub fn runs(tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-        .is_ok_and(|t| t.starts_with("running"))
+/// What thread `tid` of this process does, from `/proc/self/task/<tid>/syscall`.
+enum Doing {
+    /// It runs or is runnable (`running`).
+    Runs,
+    /// It is blocked in a system call: its number, then its arguments.
+    Blocked(Vec<u64>),
 }
 
-/// Whether thread `tid` of this process runs, or sleeps with nothing to wake it but time or
-/// another thread (`nanosleep`, `clock_nanosleep`, `sched_yield`, a futex wait, `select` or
-/// `poll` on no descriptor), not blocked on a descriptor, a child or a signal: what a loop that
-/// polls a word with sleeps between its polls does. From `/proc/self/task/<tid>/syscall`;
-/// false where it cannot be read.
-pub fn sleeps_or_runs(tid: i32) -> bool {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
-        return false;
-    };
+/// What thread `tid` of this process does (`None`: it ended, or `/proc` cannot say).
+fn doing(tid: i32) -> Option<Doing> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
     if text.starts_with("running") {
-        return true;
+        return Some(Doing::Runs);
     }
-    let words: Vec<u64> = text
+    let words = text
         .split_whitespace()
         .map_while(|w| match w.strip_prefix("0x") {
             Some(hex) => u64::from_str_radix(hex, 16).ok(),
             None => w.parse().ok(),
         })
         .collect();
+    Some(Doing::Blocked(words))
+}
+
+/// Whether thread `tid` of this process runs or is runnable; a thread that ended does not.
+pub fn runs(tid: i32) -> bool {
+    matches!(doing(tid), Some(Doing::Runs))
+}
+
+/// Whether thread `tid` of this process runs, or sleeps with nothing to wake it but time or
+/// another thread (`nanosleep`, `clock_nanosleep`, `sched_yield`, a futex wait, `select` or
+/// `poll` on no descriptor), not blocked on a descriptor, a child or a signal: what a loop that
+/// polls a word with sleeps between its polls does. False where `/proc` cannot say.
+pub fn sleeps_or_runs(tid: i32) -> bool {
+    let words = match doing(tid) {
+        Some(Doing::Runs) => return true,
+        Some(Doing::Blocked(words)) => words,
+        None => return false,
+    };
     let (Some(&nr), arg) = (words.first(), |i: usize| words.get(i + 1).copied()) else {
         return false;
     };
@@ -269,30 +282,18 @@ pub struct ThreadLook {
 impl ThreadLook {
     /// Whether thread `tid` of this process sleeps in a futex wait with no timeout on a futex
     /// of its process alone (`pthread_join`, a mutex, a condition variable, a barrier): only
-    /// another thread of its process can wake it. From `/proc/self/task/<tid>/syscall` (the
-    /// system call a blocked thread is in, and its arguments; `running` for one that is not
-    /// blocked). A wait on a futex in shared memory (a process-shared semaphore) does not
-    /// count: another process may end it.
+    /// another thread of its process can wake it (from the system call a blocked thread is in,
+    /// and its arguments). A wait on a futex in shared memory (a process-shared semaphore) does
+    /// not count: another process may end it.
     pub fn waits_for_a_thread(&mut self, tid: i32) -> bool {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        let Some(Doing::Blocked(words)) = doing(tid) else {
             return false;
         };
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let number = |w: Option<&&str>| -> Option<u64> {
-            let w = w?;
-            match w.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16).ok(),
-                None => w.parse().ok(),
-            }
-        };
-        if number(words.first()) != Some(libc::SYS_futex as u64) {
+        if words.first() != Some(&(libc::SYS_futex as u64)) {
             return false;
         }
-        let (Some(addr), Some(op), Some(timeout)) = (
-            number(words.get(1)),
-            number(words.get(2)),
-            number(words.get(4)),
-        ) else {
+        let (Some(&addr), Some(&op), Some(&timeout)) = (words.get(1), words.get(2), words.get(4))
+        else {
             return false;
         };
         let command =
@@ -357,59 +358,78 @@ pub fn on_exit(f: extern "C" fn(libc::c_int, *mut libc::c_void)) -> io::Result<(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::Sender;
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    /// Starts a thread running `f`; returns it with its kernel id.
+    fn started(f: impl FnOnce() + Send + 'static) -> (JoinHandle<()>, i32) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let _ = tx.send(super::super::gettid());
+            f()
+        });
+        (thread, rx.recv().expect("the thread's id"))
+    }
+
+    /// A thread that computes until `stop` is set.
+    fn spinner(stop: &Arc<AtomicBool>) -> (JoinHandle<()>, i32) {
+        let stop = Arc::clone(stop);
+        started(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        })
+    }
+
+    /// A thread asleep in a timed futex wait until the sender returned drops.
+    fn sleeper() -> (JoinHandle<()>, i32, Sender<()>) {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (thread, tid) = started(move || {
+            let _ = rx.recv_timeout(Duration::from_secs(60));
+        });
+        (thread, tid, tx)
+    }
+
+    /// Waits until `seen()`, 30 s at most (generous: a thread may take long to get there).
+    fn wait_until(what: &str, seen: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seen() {
+            assert!(Instant::now() < deadline, "{what}: never seen so");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// A thread asleep in `nanosleep` or a timed futex wait sleeps; one blocked reading a pipe
     /// does not; one that computes runs.
     #[test]
     fn a_sleeping_thread_sleeps_and_one_reading_a_pipe_does_not() {
-        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-        static TIDS: [AtomicI32; 4] = [const { AtomicI32::new(0) }; 4];
-        static STOP: AtomicBool = AtomicBool::new(false);
+        let stop = Arc::new(AtomicBool::new(false));
         let (mut reader, mut writer) = std::io::pipe().expect("a pipe");
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let threads = vec![
-            std::thread::spawn(|| {
-                TIDS[0].store(super::super::gettid(), Ordering::SeqCst);
-                while !STOP.load(Ordering::SeqCst) {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-            }),
-            std::thread::spawn(move || {
-                TIDS[1].store(super::super::gettid(), Ordering::SeqCst);
-                let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
-            }),
-            std::thread::spawn(move || {
-                TIDS[2].store(super::super::gettid(), Ordering::SeqCst);
-                let _ = std::io::Read::read(&mut reader, &mut [0u8; 1]);
-            }),
-            std::thread::spawn(|| {
-                TIDS[3].store(super::super::gettid(), Ordering::SeqCst);
-                while !STOP.load(Ordering::SeqCst) {
-                    std::hint::spin_loop();
-                }
-            }),
-        ];
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let tid = |k: usize| loop {
-            match TIDS[k].load(Ordering::SeqCst) {
-                0 => std::thread::yield_now(),
-                tid => break tid,
+        let napping = Arc::clone(&stop);
+        let (napper, naps) = started(move || {
+            while !napping.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
             }
-        };
+        });
+        let (sleeper, sleeps, wake) = sleeper();
+        let (reading, reads) = started(move || {
+            let _ = std::io::Read::read(&mut reader, &mut [0u8; 1]);
+        });
+        let (spinner, spins) = spinner(&stop);
         // Each is seen as it should be once it got there (the reader may not have reached
-        // its read yet, the sleeper may be between two naps).
-        for (k, want) in [(0, true), (1, true), (2, false), (3, true)] {
-            while super::sleeps_or_runs(tid(k)) != want {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "thread {k} never seen so"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+        // its read yet, the napper may be between two naps).
+        for (tid, want) in [(naps, true), (sleeps, true), (reads, false), (spins, true)] {
+            wait_until(&format!("thread {tid}"), || {
+                super::sleeps_or_runs(tid) == want
+            });
         }
-        STOP.store(true, Ordering::SeqCst);
-        drop(tx);
+        stop.store(true, Ordering::SeqCst);
+        drop(wake);
         std::io::Write::write_all(&mut writer, b"x").expect("a byte");
-        for t in threads {
+        for t in [napper, sleeper, reading, spinner] {
             t.join().unwrap();
         }
         assert!(!super::sleeps_or_runs(i32::MAX), "no such thread");
@@ -419,41 +439,17 @@ mod tests {
     /// thread of the process has none.
     #[test]
     fn a_threads_cpu_time_grows_as_it_computes_not_as_it_sleeps() {
-        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-        static SPINNER: AtomicI32 = AtomicI32::new(0);
-        static SLEEPER: AtomicI32 = AtomicI32::new(0);
-        static STOP: AtomicBool = AtomicBool::new(false);
-        let spinner = std::thread::spawn(|| {
-            SPINNER.store(super::super::gettid(), Ordering::SeqCst);
-            while !STOP.load(Ordering::SeqCst) {
-                std::hint::spin_loop();
-            }
-        });
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let sleeper = std::thread::spawn(move || {
-            SLEEPER.store(super::super::gettid(), Ordering::SeqCst);
-            let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
-        });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let tid = |t: &AtomicI32| loop {
-            match t.load(Ordering::SeqCst) {
-                0 => std::thread::yield_now(),
-                tid => break tid,
-            }
-        };
-        let (spins, sleeps) = (tid(&SPINNER), tid(&SLEEPER));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (spinner, spins) = spinner(&stop);
+        let (sleeper, sleeps, wake) = sleeper();
         let slept_from = super::cpu_ns(sleeps).expect("the sleeper's clock");
-        while super::cpu_ns(spins).expect("the spinner's clock") < 100_000_000 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the spinner never ran 100 ms"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_until("the spinner's 100 ms", || {
+            super::cpu_ns(spins).expect("the spinner's clock") >= 100_000_000
+        });
         let slept = super::cpu_ns(sleeps).expect("the sleeper's clock") - slept_from;
         assert!(slept < 20_000_000, "the sleeper used {slept} ns");
-        STOP.store(true, Ordering::SeqCst);
-        drop(tx);
+        stop.store(true, Ordering::SeqCst);
+        drop(wake);
         spinner.join().unwrap();
         sleeper.join().unwrap();
         assert_eq!(super::cpu_ns(spins), None, "an ended thread has no clock");
@@ -466,57 +462,28 @@ mod tests {
     /// not.
     #[test]
     fn a_joining_thread_waits_for_a_thread_and_a_timed_sleeper_does_not() {
-        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-        static JOINER: AtomicI32 = AtomicI32::new(0);
-        static SPINNER: AtomicI32 = AtomicI32::new(0);
-        static SLEEPER: AtomicI32 = AtomicI32::new(0);
-        static STOP: AtomicBool = AtomicBool::new(false);
-        let spinner = std::thread::spawn(|| {
-            SPINNER.store(super::super::gettid(), Ordering::SeqCst);
-            while !STOP.load(Ordering::SeqCst) {
-                std::hint::spin_loop();
-            }
-        });
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let sleeper = std::thread::spawn(move || {
-            SLEEPER.store(super::super::gettid(), Ordering::SeqCst);
-            let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
-        });
-        let joiner = std::thread::spawn(move || {
-            JOINER.store(super::super::gettid(), Ordering::SeqCst);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (spinner, spins) = spinner(&stop);
+        let (sleeper, sleeps, wake) = sleeper();
+        let (joiner, joins) = started(move || {
             let _ = spinner.join();
         });
-        // Generous: the joiner must reach its join, the spinner its loop.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !(JOINER.load(Ordering::SeqCst) != 0
-            && super::ThreadLook::default().waits_for_a_thread(JOINER.load(Ordering::SeqCst)))
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the joiner never seen waiting"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_until("the joiner waiting", || {
+            super::ThreadLook::default().waits_for_a_thread(joins)
+        });
         // The sleeper in its timed futex wait: blocked, but not for a thread alone.
-        let in_futex = |tid: i32| {
-            std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-                .is_ok_and(|t| t.starts_with(&format!("{} ", libc::SYS_futex)))
-        };
-        while !(SLEEPER.load(Ordering::SeqCst) != 0 && in_futex(SLEEPER.load(Ordering::SeqCst))) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sleeper never seen in its wait"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(!super::ThreadLook::default().waits_for_a_thread(SLEEPER.load(Ordering::SeqCst)));
+        wait_until("the sleeper in its wait", || {
+            matches!(super::doing(sleeps), Some(super::Doing::Blocked(w))
+                if w.first() == Some(&(libc::SYS_futex as u64)))
+        });
+        assert!(!super::ThreadLook::default().waits_for_a_thread(sleeps));
         let threads = super::threads().expect("/proc/self/task");
-        assert!(threads.contains(&JOINER.load(Ordering::SeqCst)));
-        assert!(!super::ThreadLook::default().waits_for_a_thread(SPINNER.load(Ordering::SeqCst)));
+        assert!(threads.contains(&joins));
+        assert!(!super::ThreadLook::default().waits_for_a_thread(spins));
         assert!(!super::ThreadLook::default().waits_for_a_thread(super::super::gettid()));
-        STOP.store(true, Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
         let _ = joiner.join();
-        drop(tx);
+        drop(wake);
         let _ = sleeper.join();
     }
 
