@@ -28,8 +28,9 @@
 //! whose every operation for a whole report interval was such an operation on one word that
 //! read the same value, back to back (it spent at most a sixteenth of that time between them:
 //! no computation between polls), or with sleeps between them (it used at most an eighth of the
-//! time outside them on the CPU, no page fault or descriptor holding it: `usleep`, `sleep`), is
-//! said to wait in a spin on it ([`spun`]), and the node says it spins; the
+//! time outside them on the CPU, no page fault in the node, and the reports of the last 5 s saw
+//! it asleep between them, never blocked on a descriptor: `usleep`, `sleep`), is said to wait
+//! in a spin on it ([`spun`]), and the node says it spins; the
 //! launcher's verdict on a job with a spinning node waits for nothing said to change for
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
 //!
@@ -418,6 +419,10 @@ struct Seen {
     /// The thread's CPU time (`None`: unknown), and when it was read (CLOCK_MONOTONIC ns).
     cpu: Option<u64>,
     at: u64,
+    /// When a report of the run last saw its thread asleep between its operations, and when
+    /// blocked on something else (a descriptor, a child, a signal), as `at` (0: never).
+    slept: u64,
+    held: u64,
 }
 
 /// Each slot's run as the last report saw it. The service thread's alone.
@@ -430,6 +435,8 @@ static SEEN_STREAKS: Mutex<[Seen; MAX_THREADS]> = Mutex::new(
         between: 0,
         cpu: None,
         at: 0,
+        slept: 0,
+        held: 0,
     }; MAX_THREADS],
 );
 
@@ -475,7 +482,7 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     let s = &STREAKS[i];
     let word = s.word.load(Ordering::Acquire);
     let at = sys::monotonic_ns();
-    let now = Seen {
+    let mut now = Seen {
         since: s.since.load(Ordering::Relaxed),
         tid,
         ops: s.ops.load(Ordering::Relaxed),
@@ -487,21 +494,30 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
             sys::process::cpu_ns(tid)
         },
         at,
+        slept: 0,
+        held: 0,
     };
     let value = s.value.load(Ordering::Relaxed);
     let last_end = s.last_end.load(Ordering::Relaxed);
     let mut seen = SEEN_STREAKS.lock().unwrap_or_else(|p| p.into_inner());
     let before = seen[i];
+    let same = word != 0 && (now.since, now.tid) == (before.since, before.tid);
+    if same {
+        (now.slept, now.held) = (before.slept, before.held);
+    }
+    // What the thread does between its polls, sampled at each report of a run of more than
+    // one: inside one of them (its atomic operation waits for its home) or running, nothing.
+    if word != 0 && now.ops > 1 && WAITING_ON[i].load(Ordering::Acquire) != ATOMIC {
+        match sys::process::rests(tid) {
+            Some(sys::process::Rest::Sleeps) => now.slept = at,
+            Some(sys::process::Rest::Held) => now.held = at,
+            Some(sys::process::Rest::Runs) | None => {}
+        }
+    }
     // A thread of a node that took page faults works on memory, between its polls or beside
     // them (an outside attack's loop reading a page between two polls, correct, was ended as
     // stuck: its faults, fast, counted as time between polls or asleep).
-    // Asleep between its polls, unless a descriptor, a child or a signal held it.
-    let asleep =
-        || WAITING_ON[i].load(Ordering::Acquire) == ATOMIC || sys::process::sleeps_or_runs(tid);
-    let spins = word != 0
-        && !faulted
-        && (now.since, now.tid) == (before.since, before.tid)
-        && spun(&before, &now, last_end, asleep);
+    let spins = same && !faulted && spun(&before, &now, last_end);
     seen[i] = if word == 0 { Seen::default() } else { now };
     drop(seen);
     spins.then(|| spell_spin(word, value))
@@ -510,13 +526,14 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
 /// Whether a thread whose run of operations on one word that changed nothing
 /// ([`note_atomic`]) a report saw `before`, and sees `now`, spins: the run is a second old,
 /// and since that report either it made more of them back to back (at most a sixteenth of the
-/// time between them: a loop that computes between its polls computes), or it spent at most an
-/// eighth of the time outside them on the CPU and `asleep` (at the report it sleeps, runs or
-/// polls, not blocked on a descriptor: it sleeps between its polls, `usleep`, `sleep`), its
-/// last one (ended at `last_end`) no longer ago than twice the run's mean gap and 100 ms. The
-/// report often comes right after the service thread answered a poll, the thread running: a
-/// loop that reads a pipe between its polls is seen asleep then.
-fn spun(before: &Seen, now: &Seen, last_end: u64, asleep: impl Fn() -> bool) -> bool {
+/// time between them: a loop that computes between its polls computes), or it rests between
+/// them: it spent at most an eighth of the time outside them on the CPU, its last one (ended
+/// at `last_end`) no longer ago than twice the run's mean gap and 100 ms, and the reports of
+/// the last [`RESTS_SEEN_FOR_NS`] saw it asleep between them (`usleep`, `sleep`), never blocked
+/// on something else. A report often comes right after the service thread answered a poll,
+/// the thread running then: only what the thread was seen blocked in counts (a loop that reads
+/// a pipe between its polls, seen running at every such report, was ended as stuck).
+fn spun(before: &Seen, now: &Seen, last_end: u64) -> bool {
     if now.at.saturating_sub(now.since) < SPIN_SAID_AFTER_NS {
         return false;
     }
@@ -533,8 +550,14 @@ fn spun(before: &Seen, now: &Seen, last_end: u64, asleep: impl Fn() -> bool) -> 
     let mean_gap = last_end.saturating_sub(now.since) / (now.ops - 1);
     let polls = now.at.saturating_sub(last_end) <= 2 * mean_gap + 100_000_000;
     let outside = now.at.saturating_sub(before.at).saturating_sub(inside);
-    polls && cpu.saturating_sub(was).saturating_sub(inside) * 8 <= outside && asleep()
+    let recent = |t: u64| t != 0 && now.at.saturating_sub(t) <= RESTS_SEEN_FOR_NS;
+    let asleep = recent(now.slept) && !recent(now.held);
+    polls && cpu.saturating_sub(was).saturating_sub(inside) * 8 <= outside && asleep
 }
+
+/// How far back a thread seen blocked on something else between its polls (a descriptor)
+/// keeps it from being said to spin, and one seen asleep there lets it be ([`spun`]).
+const RESTS_SEEN_FOR_NS: u64 = 5_000_000_000;
 
 /// How long a run must have lasted before its thread is said to spin: its word is then named by
 /// its allocation's line (addr2line, once per word), which a short spin while another node
@@ -578,7 +601,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// A run seen at `at` ms, started at 0, with `ops` operations, `inside` and `between` ms in
-    /// and between them, its thread having used `cpu` ms.
+    /// and between them, its thread having used `cpu` ms, seen asleep between them then.
     fn seen(at: u64, ops: u64, inside: u64, between: u64, cpu: u64) -> Seen {
         Seen {
             since: 1,
@@ -588,67 +611,81 @@ mod tests {
             between: between * MS,
             cpu: Some(cpu * MS),
             at: at * MS,
+            slept: at * MS,
+            held: 0,
         }
     }
 
-    /// Back to back: polls with at most a sixteenth of their time between them (a quarter, once
-    /// said to spin); not a loop that computes between them.
+    /// Back to back: polls with at most a sixteenth of their time between them; not a loop
+    /// that computes between them, whatever it is seen doing.
     #[test]
     fn polls_back_to_back_spin_and_a_loop_that_computes_between_them_does_not() {
         let before = seen(1000, 1000, 900, 50, 1000);
-        let tight = seen(1250, 2000, 1130, 60, 1250);
-        assert!(spun(&before, &tight, 1250 * MS, || false));
+        let mut tight = seen(1250, 2000, 1130, 60, 1250);
+        tight.slept = 0;
+        assert!(spun(&before, &tight, 1250 * MS));
         let working = seen(1250, 1100, 950, 250, 1250);
         assert!(
-            !spun(&before, &working, 1250 * MS, || true),
+            !spun(&before, &working, 1250 * MS),
             "computes between its polls"
         );
         // A fifth of the time between them: a loop whose work is about as long as its polls.
-        let fifth = seen(1250, 2000, 1100, 90, 1250);
-        assert!(!spun(&before, &fifth, 1250 * MS, || false));
+        let mut fifth = seen(1250, 2000, 1100, 90, 1250);
+        fifth.slept = 0;
+        assert!(!spun(&before, &fifth, 1250 * MS));
         let young = seen(900, 2000, 800, 0, 900);
         assert!(
-            !spun(&seen(600, 10, 500, 0, 600), &young, 900 * MS, || true),
+            !spun(&seen(600, 10, 500, 0, 600), &young, 900 * MS),
             "under a second"
         );
     }
 
-    /// Polls with sleeps between them: the thread used little CPU outside them, and sleeps
-    /// (`asleep`), its last poll recent; not one that waited for pages or a pipe, or stopped
-    /// polling.
+    /// Polls with sleeps between them: the thread used little CPU outside them, was seen
+    /// asleep between them and not held by anything else lately, its last poll recent; not one
+    /// that waited for a pipe, only ever seen running, computed, or stopped polling.
     #[test]
     fn polls_with_sleeps_between_them_spin_unless_something_else_held_the_thread() {
         // 250 polls of 0.02 ms a millisecond apart, 5 ms of CPU between them in 250 ms.
         let before = seen(2000, 1000, 20, 1980, 30);
         let sleepy = seen(2250, 1250, 25, 2225, 35);
-        assert!(spun(&before, &sleepy, 2249 * MS, || true));
+        assert!(spun(&before, &sleepy, 2249 * MS));
+        let mut reads = sleepy;
+        reads.held = 2250 * MS;
+        assert!(!spun(&before, &reads, 2249 * MS), "a pipe held it");
+        // Held 4.9 s ago, asleep since: not yet; 5.1 s ago: it spins.
+        let mut held = seen(7000, 6000, 120, 6880, 140);
+        held.held = 2100 * MS;
+        let before_held = seen(6750, 5750, 115, 6635, 135);
+        assert!(!spun(&before_held, &held, 6999 * MS), "held lately");
+        held.held = 1900 * MS;
+        assert!(spun(&before_held, &held, 6999 * MS));
+        let mut running = sleepy;
+        running.slept = 0;
         assert!(
-            !spun(&before, &sleepy, 2249 * MS, || false),
-            "a pipe held it"
+            !spun(&before, &running, 2249 * MS),
+            "only ever seen running (right after a poll's answer)"
+        );
+        held.held = 0;
+        held.slept = 1900 * MS;
+        assert!(
+            !spun(&before_held, &held, 6999 * MS),
+            "last seen asleep 5.1 s ago"
         );
         let busy = seen(2250, 1250, 25, 2225, 130);
         assert!(
-            !spun(&before, &busy, 2249 * MS, || true),
+            !spun(&before, &busy, 2249 * MS),
             "it computed between its polls"
         );
         assert!(
-            !spun(&before, &sleepy, 1900 * MS, || true),
+            !spun(&before, &sleepy, 1900 * MS),
             "its last poll is 350 ms old"
         );
         // sleep(1): no poll since the last report, the last 0.8 s ago, a second apart.
         let napping = seen(5250, 5, 1, 4000, 1);
-        assert!(spun(
-            &seen(5000, 5, 1, 4000, 1),
-            &napping,
-            4450 * MS,
-            || true
-        ));
+        assert!(spun(&seen(5000, 5, 1, 4000, 1), &napping, 4450 * MS));
         let mut no_clock = sleepy;
         no_clock.cpu = None;
-        assert!(
-            !spun(&before, &no_clock, 2249 * MS, || true),
-            "no CPU clock"
-        );
+        assert!(!spun(&before, &no_clock, 2249 * MS), "no CPU clock");
     }
 
     #[test]

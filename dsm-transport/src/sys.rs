@@ -6,6 +6,11 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// `epoll_pwait2` is missing (a kernel before 5.11): waits round up to milliseconds.
+static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
 
 /// An epoll instance.
 #[derive(Debug)]
@@ -61,6 +66,45 @@ impl Epoll {
                 Ok(())
             } else {
                 Err(e)
+            };
+        }
+        out.extend(events[..n as usize].iter().map(|e| (e.u64, e.events)));
+        Ok(())
+    }
+
+    /// Ready tokens, waiting at most `timeout`, to the nanosecond (`epoll_pwait2`; rounded up
+    /// to milliseconds where the kernel lacks it): a wait that must end at an instant, not at
+    /// the next millisecond after it.
+    pub fn ready_within(&self, timeout: Duration, out: &mut Vec<(u64, u32)>) -> io::Result<()> {
+        if NO_PWAIT2.load(Ordering::Relaxed) {
+            let ms = timeout.as_millis() + u128::from(timeout.subsec_nanos() % 1_000_000 != 0);
+            return self.ready(ms.min(i32::MAX as u128) as i32, out);
+        }
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: the buffer holds 64 events and we pass 64; `ts` is a live timespec; a null
+        // signal mask leaves the thread's as it is.
+        let n = unsafe {
+            libc::epoll_pwait2(
+                self.0.as_raw_fd(),
+                events.as_mut_ptr(),
+                64,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EINTR) => Ok(()),
+                Some(libc::ENOSYS) => {
+                    NO_PWAIT2.store(true, Ordering::Relaxed);
+                    self.ready_within(timeout, out)
+                }
+                _ => Err(e),
             };
         }
         out.extend(events[..n as usize].iter().map(|e| (e.u64, e.events)));
@@ -525,6 +569,40 @@ mod tests {
         assert_eq!(from, tx.local_addr().unwrap());
         assert_eq!(n, len.min(22 + max_body));
         [sent, head[..n.min(22)].to_vec(), body]
+    }
+
+    /// A wait with nothing ready lasts its timeout, not less (2.5 ms: not rounded down to 2),
+    /// nor a second; one with a socket readable returns its token at once; rounded up to
+    /// milliseconds where `epoll_pwait2` is missing, the same.
+    #[test]
+    fn a_wait_within_a_timeout_ends_at_it_or_at_what_is_ready() {
+        use std::time::{Duration, Instant};
+        let epoll = Epoll::new().unwrap();
+        let (tx, rx) = (
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+        );
+        epoll.add(rx.as_raw_fd(), 7, false).unwrap();
+        for missing in [false, true] {
+            NO_PWAIT2.store(missing, Ordering::Relaxed);
+            let mut out = Vec::new();
+            let t = Instant::now();
+            epoll
+                .ready_within(Duration::from_micros(2_500), &mut out)
+                .unwrap();
+            let took = t.elapsed();
+            assert!(out.is_empty(), "{out:?}");
+            assert!(took >= Duration::from_micros(2_500), "{took:?}");
+            assert!(took < Duration::from_secs(1), "{took:?}");
+            tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+            out.clear();
+            epoll
+                .ready_within(Duration::from_secs(30), &mut out)
+                .unwrap();
+            assert_eq!(out.first().map(|e| e.0), Some(7));
+            rx.recv(&mut [0u8; 8]).unwrap();
+        }
+        NO_PWAIT2.store(false, Ordering::Relaxed);
     }
 
     #[test]

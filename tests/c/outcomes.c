@@ -292,7 +292,9 @@ static void ticks_post(void)
  * `spin_usleep`, `spin_sleep`: atomic loads with usleep(1000) or sleep(1) between them).
  * `poll`: node 1 polls the flag between pieces of private work of about a millisecond, for ARG
  * seconds, then goes on: a correct program, not a spin. `spin_alarm`: node 1 spins until the
- * flag is set or its SIGALRM handler, ARG seconds on (`alarm`), says to stop: correct too. */
+ * flag is set or its SIGALRM handler, ARG seconds on (`alarm`), says to stop: correct too.
+ * `stream`: node 1 polls the flag between lines a child writes on a pipe every 0.3 s for ARG
+ * seconds, then goes on: correct too (it waits for the pipe, not the flag). */
 static volatile double sink;
 static volatile sig_atomic_t rang;
 static void ring(int s)
@@ -319,6 +321,18 @@ static void spins(const char *how, const char *arg)
         signal(SIGALRM, ring);
         alarm((unsigned)atoi(arg));
         while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0 && !rang) continue;
+    }
+    if (jiapid == 1 && !strcmp(how, "stream")) {
+        /* A line every 0.3 s for ARG seconds from a child: polls between reads of a pipe. */
+        char cmd[160], line[64];
+        snprintf(cmd, sizeof cmd,
+                 "i=0; while [ $i -lt %d ]; do echo $i; sleep 0.3; i=$((i+1)); done",
+                 (int)(atof(arg) / 0.3));
+        FILE *p = popen(cmd, "r");
+        if (!p) jia_error("popen: %s", strerror(errno));
+        while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0 && fgets(line, sizeof line, p))
+            continue;
+        pclose(p);
     }
     if (jiapid == 1 && !strcmp(how, "poll")) {
         double t0 = jia_clock();
@@ -528,7 +542,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm") || !strcmp(what, "spin_usleep") ||
-             !strcmp(what, "spin_sleep")) spins(what, arg);
+             !strcmp(what, "spin_sleep") || !strcmp(what, "stream")) spins(what, arg);
     else if (!strcmp(what, "unreleased_spin")) unreleased();
     else if (!strcmp(what, "handshake") || !strcmp(what, "handshake_homes") ||
              !strcmp(what, "handshake_served")) handshake(what);

@@ -133,7 +133,10 @@ fn a_deadlock_under_a_periodic_timer_ends_naming_the_timer() {
 /// loads between which it sleeps (`usleep(1000)`, UDP; `sleep(1)`, TCP): the job says it
 /// looks stuck after 10 s and ends after 60, naming the spin, the word's allocation by its
 /// line, and node 0's wait (it ran for ever: a spinning thread runs, and its operations are
-/// messages on their way; one that slept between its polls was not seen to spin). The jobs
+/// messages on their way; one that slept between its polls was not seen to spin). Beside them,
+/// node 1 polls the word between lines a child writes on a pipe every 0.3 s for 75 s
+/// (`stream`, UDP and TCP): a correct program, which ends well (it was ended as stuck at 61 s:
+/// the reports came right after the answers to its polls, and saw it run, not read). The jobs
 /// run side by side.
 #[test]
 fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
@@ -155,12 +158,21 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             "atomic loads reading 0 again and again",
         ),
     ];
-    let outs: Vec<Output> = std::thread::scope(|s| {
+    let streams = ["udp", "tcp"];
+    let (outs, streamed): (Vec<Output>, Vec<Output>) = std::thread::scope(|s| {
         let jobs: Vec<_> = cases
             .iter()
             .map(|&(case, transport, _)| s.spawn(move || dsmrun(2, transport, &[], &[case])))
             .collect();
-        jobs.into_iter().map(|j| j.join().expect("a job")).collect()
+        let streams: Vec<_> = streams
+            .iter()
+            .map(|&transport| s.spawn(move || dsmrun(2, transport, &[], &["stream", "75"])))
+            .collect();
+        let join = |j: std::thread::ScopedJoinHandle<'_, Output>| j.join().expect("a job");
+        (
+            jobs.into_iter().map(join).collect(),
+            streams.into_iter().map(join).collect(),
+        )
     });
     for ((case, _, how), out) in cases.iter().zip(&outs) {
         assert_status(out, 1);
@@ -176,6 +188,19 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
         ] {
             assert!(e.contains(want), "{case}: no `{want}`:\n{}", text(out));
         }
+    }
+    for (transport, out) in streams.iter().zip(&streamed) {
+        assert_status(out, 0);
+        assert!(
+            stdout(out).contains("stream OK"),
+            "{transport}: {}",
+            text(out)
+        );
+        assert!(
+            !stderr(out).contains("looks stuck"),
+            "{transport}: {}",
+            text(out)
+        );
     }
 }
 

@@ -292,18 +292,23 @@ impl Service {
     /// its own judge, with the launcher's rule. Every thread waiting for another the same way
     /// for [`NO_PROGRESS_FOR`] ends it, naming the waits.
     pub(super) fn report_progress(&mut self) {
-        if self.progress_reported.elapsed() < Duration::from_millis(250) {
+        let now = Instant::now();
+        if now < self.progress_due {
             return;
+        }
+        // On a clock of its own: a report that followed whatever woke the service thread (the
+        // answer to a spinning thread's poll) would see that thread run at every report.
+        self.progress_due += report_interval();
+        if self.progress_due <= now {
+            self.progress_due = now + report_interval();
         }
         let faulted = self.count_faults();
         if self.control.is_none() {
             if self.node.nodes() == 1 {
-                self.progress_reported = Instant::now();
                 self.judge_alone(faulted);
             }
             return;
         }
-        self.progress_reported = Instant::now();
         // On its way in two samples in a row (250 ms apart): a TCP acknowledgement the peer
         // delays (up to 200 ms) does not count, bytes a cut-off peer never acknowledges do.
         let now: usize = match &self.transport {
@@ -434,6 +439,31 @@ pub(super) enum Reported {
     Runs,
     Waits,
     Quiet,
+}
+
+/// How often a node tells the launcher what it does (`report_progress`), on average; the
+/// launcher takes a waiting node's report older than a second as stale.
+pub(super) const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// The time to the next report: [`REPORT_EVERY`], give or take an eighth at random. A report
+/// looks at the node's threads at one instant; at a fixed pace it fell, every second, on the
+/// instant a 200 ms periodic timer's handler ran (the thread seen running, the node said to
+/// run, the verdict on a deadlock beside the timer put off for ever), and it would fall at
+/// the same point of any loop with a period that divides it.
+fn report_interval() -> Duration {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // xorshift64, seeded once from the kernel (never 0).
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let mut x = STATE.load(Ordering::Relaxed);
+    if x == 0 {
+        x = sys::random_u64() | 1;
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    STATE.store(x, Ordering::Relaxed);
+    let eighth = (REPORT_EVERY / 8).as_nanos() as u64;
+    REPORT_EVERY - Duration::from_nanos(eighth) + Duration::from_nanos(x % (2 * eighth))
 }
 
 /// A running node whose threads took fewer than [`QUIET_FAULTS`] page faults in this while

@@ -135,8 +135,9 @@ pub(crate) struct Service {
     /// The copies this node dropped when the launcher found it running quiet beside waiting or
     /// quiet nodes (`DSM1 REFRESH`), until said.
     refreshed: Option<control::Refreshed>,
-    /// When this node last told the launcher whether it waits, and whether it did.
-    progress_reported: Instant,
+    /// When this node next tells the launcher whether it waits: every [`control::REPORT_EVERY`],
+    /// on the clock's own grid, whatever wakes the service thread (see `report_progress`).
+    progress_due: Instant,
     /// What was on its way at the last report (see `report_progress`).
     in_flight_sampled: usize,
     /// What this node last told the launcher it does.
@@ -237,7 +238,7 @@ impl Service {
             program_ended: false,
             warned_thrashing: false,
             refreshed: None,
-            progress_reported: Instant::now(),
+            progress_due: Instant::now() + control::REPORT_EVERY,
             in_flight_sampled: 0,
             reported: control::Reported::Runs,
             faults_seen: 0,
@@ -354,7 +355,10 @@ impl Service {
         let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
         let r = self.error_waiter.map(|(_, at)| at + ERROR_GRACE);
         let z = self.rank0_gone_at.map(|at| at + RANK0_GRACE);
-        [t, c, e, g, r, z].into_iter().flatten().min()
+        [t, c, e, g, r, z, Some(self.progress_due)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Takes a thread's request (posted, or its own on the state).

@@ -46,9 +46,8 @@ use crate::door::request::FaultOutcome;
 use crate::door::{SLOTS, context, fastpath};
 use crate::sys::{self, Epoll};
 
-/// The longest the service thread sleeps, in milliseconds (it looks at the fault handlers once a
-/// second).
-const WATCH_MS: i32 = 1000;
+/// The longest the service thread sleeps (it looks at the fault handlers once a second).
+const WATCH: Duration = Duration::from_secs(1);
 
 /// The longest the service thread stays in the realtime class without blocking once: then it
 /// goes back to time-sharing until it has blocked again (a flood of requests shares the CPU
@@ -211,7 +210,7 @@ pub(crate) fn run(service: Service) {
                 }
                 // Reports waiting do not end the nap: they wait for the state, which another
                 // thread holds (looking at them, the nap ended at once, again and again).
-                woke_for_control |= nap(&quiet, evfd, &mut ready, DRIVEN_NAP);
+                woke_for_control |= nap(&quiet, evfd, &mut ready, driven_nap());
                 last_busy = Instant::now();
                 // Naps that end at once (wake-ups for fast-path reports) are work too.
                 standing.worked(last_busy);
@@ -242,10 +241,10 @@ pub(crate) fn run(service: Service) {
         {
             s.check_control();
             s.warn_if_thrashing();
-            s.report_progress();
             s.check_fault_handlers();
             s.check_program_threads();
         }
+        s.report_progress();
         // What the pass left for this thread (the job's statistics at exit among it), before
         // the node may leave; a page read again after the launcher's word is said before too.
         if !s.deferred.is_empty() {
@@ -305,28 +304,24 @@ pub(crate) fn run(service: Service) {
         }
         // A second at most: the fault handlers are looked at every second (see
         // `check_fault_handlers`), in a one-node job too.
-        let mut timeout_ms = s.next_deadline().map_or(WATCH_MS, |d| {
-            let left = d.saturating_duration_since(Instant::now());
-            left.as_millis().min(WATCH_MS as u128) as i32
-                + i32::from(left.subsec_nanos() % 1_000_000 != 0)
+        // To the nanosecond: a report due at an instant is made then, not at whatever wakes
+        // the thread in the millisecond after it (see `report_progress`).
+        let mut timeout = s.next_deadline().map_or(WATCH, |d| {
+            d.saturating_duration_since(Instant::now()).min(WATCH)
         });
         // Fault handlers drove the node since we last looked: they may have left
         // acknowledgements owed (within the peers' smallest retransmission timeout, 2 ms).
         let driven = DRIVEN.load(Ordering::Relaxed);
         if driven != seen_driven {
             seen_driven = driven;
-            timeout_ms = if timeout_ms < 0 {
-                DRIVEN_NAP
-            } else {
-                timeout_ms.min(DRIVEN_NAP)
-            };
+            timeout = timeout.min(driven_nap());
         }
         s.set_transport_watched(true);
         // Set while the state is still ours: a handler that takes it next knows the transport
         // would wake us.
         STATE.set_sleeps_on_transport(true);
         driving.let_go();
-        STATE.set_napping((0..=DRIVEN_NAP).contains(&timeout_ms));
+        STATE.set_napping(timeout <= driven_nap());
         standing.before_sleep();
         // Counted before the realtime ones, which are read first (`Service::runtime_counters`):
         // never more realtime sleeps than sleeps.
@@ -334,34 +329,39 @@ pub(crate) fn run(service: Service) {
         if sys::is_realtime() {
             SLEEPS_REALTIME.fetch_add(1, Ordering::Release);
         }
-        woke_for_control = sleep(&epoll, evfd, &mut ready, timeout_ms);
+        woke_for_control = sleep(&epoll, evfd, &mut ready, timeout);
         STATE.set_sleeps_on_transport(false);
         last_busy = Instant::now();
     }
 }
 
+/// [`DRIVEN_NAP`] as a duration.
+fn driven_nap() -> Duration {
+    Duration::from_millis(DRIVEN_NAP as u64)
+}
+
 /// Sleeps in `epoll` until a request, a message or the launcher wakes the service thread, or
-/// `timeout_ms` passes; returns whether the launcher's control channel is readable. Not at all
+/// `timeout` passes; returns whether the launcher's control channel is readable. Not at all
 /// while a fast-path report that wants it awake waits (one queued as the thread fell asleep
 /// did not wake it); the others wait for its next pass.
-fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
-    wait_in_epoll(epoll, evfd, ready, timeout_ms, fastpath::wake_wanted)
+fn sleep(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout: Duration) -> bool {
+    wait_in_epoll(epoll, evfd, ready, timeout, fastpath::wake_wanted)
 }
 
 /// [`sleep`] while another thread holds the node's state: reports waiting do not keep it awake.
-fn nap(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout_ms: i32) -> bool {
-    wait_in_epoll(epoll, evfd, ready, timeout_ms, || false)
+fn nap(epoll: &Epoll, evfd: i32, ready: &mut Vec<(u64, u32)>, timeout: Duration) -> bool {
+    wait_in_epoll(epoll, evfd, ready, timeout, || false)
 }
 
 fn wait_in_epoll(
     epoll: &Epoll,
     evfd: i32,
     ready: &mut Vec<(u64, u32)>,
-    timeout_ms: i32,
+    timeout: Duration,
     reported: impl FnOnce() -> bool,
 ) -> bool {
     ready.clear();
-    if let Some(Err(e)) = SLOTS.service_sleep(reported, || epoll.ready(timeout_ms, ready)) {
+    if let Some(Err(e)) = SLOTS.service_sleep(reported, || epoll.ready_within(timeout, ready)) {
         fatal(&format!("epoll_wait failed: {e}"));
     }
     sys::eventfd_drain(evfd);

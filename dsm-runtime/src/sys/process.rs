@@ -218,18 +218,27 @@ pub fn runs(tid: i32) -> bool {
     matches!(doing(tid), Some(Doing::Runs))
 }
 
-/// Whether thread `tid` of this process runs, or sleeps with nothing to wake it but time or
-/// another thread (`nanosleep`, `clock_nanosleep`, `sched_yield`, a futex wait, `select` or
-/// `poll` on no descriptor), not blocked on a descriptor, a child or a signal: what a loop that
-/// polls a word with sleeps between its polls does. False where `/proc` cannot say.
-pub fn sleeps_or_runs(tid: i32) -> bool {
-    let words = match doing(tid) {
-        Some(Doing::Runs) => return true,
-        Some(Doing::Blocked(words)) => words,
-        None => return false,
+/// What a thread is seen doing between two of its operations ([`rests`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rest {
+    /// It runs or is runnable: that says nothing of what it does between them.
+    Runs,
+    /// It sleeps with nothing to wake it but time or another thread (`nanosleep`,
+    /// `clock_nanosleep`, `sched_yield`, a futex wait, `select` or `poll` on no descriptor).
+    Sleeps,
+    /// It is blocked on something else: a descriptor, a child, a signal.
+    Held,
+}
+
+/// What thread `tid` of this process does, as a loop that polls a word and rests between its
+/// polls is seen ([`Rest`]); `None` where it ended or `/proc` cannot say.
+pub fn rests(tid: i32) -> Option<Rest> {
+    let words = match doing(tid)? {
+        Doing::Runs => return Some(Rest::Runs),
+        Doing::Blocked(words) => words,
     };
     let (Some(&nr), arg) = (words.first(), |i: usize| words.get(i + 1).copied()) else {
-        return false;
+        return Some(Rest::Held);
     };
     let sleeps = [
         libc::SYS_clock_nanosleep,
@@ -238,9 +247,6 @@ pub fn sleeps_or_runs(tid: i32) -> bool {
         #[cfg(target_arch = "x86_64")]
         libc::SYS_nanosleep,
     ];
-    if sleeps.iter().any(|&s| s as u64 == nr) {
-        return true;
-    }
     // select and pselect6 on no descriptor (their first argument), poll and ppoll on none
     // (their second).
     #[cfg(target_arch = "x86_64")]
@@ -250,8 +256,10 @@ pub fn sleeps_or_runs(tid: i32) -> bool {
     );
     #[cfg(not(target_arch = "x86_64"))]
     let (select, poll) = ([libc::SYS_pselect6], [libc::SYS_ppoll]);
-    (select.iter().any(|&s| s as u64 == nr) && arg(0) == Some(0))
-        || (poll.iter().any(|&s| s as u64 == nr) && arg(1) == Some(0))
+    let sleeps = sleeps.iter().any(|&s| s as u64 == nr)
+        || (select.iter().any(|&s| s as u64 == nr) && arg(0) == Some(0))
+        || (poll.iter().any(|&s| s as u64 == nr) && arg(1) == Some(0));
+    Some(if sleeps { Rest::Sleeps } else { Rest::Held })
 }
 
 /// The ranges of this process's private mappings (`/proc/self/maps`: permissions ending in
@@ -403,7 +411,7 @@ mod tests {
     }
 
     /// A thread asleep in `nanosleep` or a timed futex wait sleeps; one blocked reading a pipe
-    /// does not; one that computes runs.
+    /// is held; one that computes runs.
     #[test]
     fn a_sleeping_thread_sleeps_and_one_reading_a_pipe_does_not() {
         let stop = Arc::new(AtomicBool::new(false));
@@ -421,10 +429,14 @@ mod tests {
         let (spinner, spins) = spinner(&stop);
         // Each is seen as it should be once it got there (the reader may not have reached
         // its read yet, the napper may be between two naps).
-        for (tid, want) in [(naps, true), (sleeps, true), (reads, false), (spins, true)] {
-            wait_until(&format!("thread {tid}"), || {
-                super::sleeps_or_runs(tid) == want
-            });
+        use super::Rest::{Held, Runs, Sleeps};
+        for (tid, want) in [
+            (naps, Sleeps),
+            (sleeps, Sleeps),
+            (reads, Held),
+            (spins, Runs),
+        ] {
+            wait_until(&format!("thread {tid}"), || super::rests(tid) == Some(want));
         }
         stop.store(true, Ordering::SeqCst);
         drop(wake);
@@ -432,7 +444,7 @@ mod tests {
         for t in [napper, sleeper, reading, spinner] {
             t.join().unwrap();
         }
-        assert!(!super::sleeps_or_runs(i32::MAX), "no such thread");
+        assert_eq!(super::rests(i32::MAX), None, "no such thread");
     }
 
     /// A thread's CPU clock grows while it computes, not while it sleeps; a tid that names no
