@@ -28,8 +28,8 @@
 //! whose every operation for a whole report interval was such an operation on one word that
 //! read the same value, back to back (it spent at most a sixteenth of that time between them:
 //! no computation between polls), or with sleeps between them (it used at most an eighth of the
-//! time outside them on the CPU, no page fault in the node, and the reports of the last 5 s saw
-//! it asleep between them, never blocked on a descriptor: `usleep`, `sleep`), is said to wait
+//! time outside them on the CPU, no page fault in the node, and a report of the last 5 s saw
+//! it asleep between them, none blocked on a descriptor: `usleep`, `sleep`), is said to wait
 //! in a spin on it ([`spun`]), and the node says it spins; the
 //! launcher's verdict on a job with a spinning node waits for nothing said to change for
 //! [`crate::job::watch::SPIN_QUIET_FOR`], whatever the spin's own messages.
@@ -528,11 +528,11 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
 /// and since that report either it made more of them back to back (at most a sixteenth of the
 /// time between them: a loop that computes between its polls computes), or it rests between
 /// them: it spent at most an eighth of the time outside them on the CPU, its last one (ended
-/// at `last_end`) no longer ago than twice the run's mean gap and 100 ms, and the reports of
-/// the last [`RESTS_SEEN_FOR_NS`] saw it asleep between them (`usleep`, `sleep`), never blocked
-/// on something else. A report often comes right after the service thread answered a poll,
-/// the thread running then: only what the thread was seen blocked in counts (a loop that reads
-/// a pipe between its polls, seen running at every such report, was ended as stuck).
+/// at `last_end`) no longer ago than twice the run's mean gap and 100 ms, and a report of the
+/// last [`RESTS_SEEN_FOR_NS`] saw it asleep between them (`usleep`, `sleep`), none blocked on
+/// something else. Only what the thread was seen blocked in counts: when reports came right
+/// after the service thread answered a poll, a loop that reads a pipe between its polls was
+/// seen running at every one, which counted as asleep, and was ended as stuck.
 fn spun(before: &Seen, now: &Seen, last_end: u64) -> bool {
     if now.at.saturating_sub(now.since) < SPIN_SAID_AFTER_NS {
         return false;

@@ -9,7 +9,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// `epoll_pwait2` is missing (a kernel before 5.11): waits round up to milliseconds.
+/// `epoll_pwait2` is missing (a kernel before 5.11) or refused (a seccomp filter that does
+/// not know it): waits round up to milliseconds.
 static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
 
 /// An epoll instance.
@@ -72,9 +73,10 @@ impl Epoll {
         Ok(())
     }
 
-    /// Ready tokens, waiting at most `timeout`, to the nanosecond (`epoll_pwait2`; rounded up
-    /// to milliseconds where the kernel lacks it): a wait that must end at an instant, not at
-    /// the next millisecond after it.
+    /// Ready tokens, waiting at most `timeout`, to the nanosecond (`epoll_pwait2`, called as a
+    /// system call: glibc has its wrapper only from 2.35; rounded up to milliseconds where the
+    /// kernel lacks it or a seccomp filter refuses it): a wait that must end at an instant, not
+    /// at the next millisecond after it.
     pub fn ready_within(&self, timeout: Duration, out: &mut Vec<(u64, u32)>) -> io::Result<()> {
         if NO_PWAIT2.load(Ordering::Relaxed) {
             let ms = timeout.as_millis() + u128::from(timeout.subsec_nanos() % 1_000_000 != 0);
@@ -86,21 +88,23 @@ impl Epoll {
             tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
         };
         // SAFETY: the buffer holds 64 events and we pass 64; `ts` is a live timespec; a null
-        // signal mask leaves the thread's as it is.
+        // signal mask (size 0) leaves the thread's as it is.
         let n = unsafe {
-            libc::epoll_pwait2(
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
                 self.0.as_raw_fd(),
                 events.as_mut_ptr(),
                 64,
-                &ts,
-                std::ptr::null(),
+                &ts as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
             )
         };
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
                 Some(libc::EINTR) => Ok(()),
-                Some(libc::ENOSYS) => {
+                Some(libc::ENOSYS | libc::EPERM) => {
                     NO_PWAIT2.store(true, Ordering::Relaxed);
                     self.ready_within(timeout, out)
                 }

@@ -297,11 +297,10 @@ impl Service {
             return;
         }
         // On a clock of its own: a report that followed whatever woke the service thread (the
-        // answer to a spinning thread's poll) would see that thread run at every report.
-        self.progress_due += report_interval();
-        if self.progress_due <= now {
-            self.progress_due = now + report_interval();
-        }
+        // answer to a spinning thread's poll) would see that thread run at every report. From
+        // now: a late report is not followed by an early one (the in-flight rule below wants
+        // samples over 200 ms apart).
+        self.progress_due = now + report_interval();
         let faulted = self.count_faults();
         if self.control.is_none() {
             if self.node.nodes() == 1 {
@@ -309,7 +308,7 @@ impl Service {
             }
             return;
         }
-        // On its way in two samples in a row (250 ms apart): a TCP acknowledgement the peer
+        // On its way in two samples in a row (219-281 ms apart): a TCP acknowledgement the peer
         // delays (up to 200 ms) does not count, bytes a cut-off peer never acknowledges do.
         let now: usize = match &self.transport {
             Some(t) => (0..self.node.nodes()).map(|p| t.in_flight(p)).sum(),

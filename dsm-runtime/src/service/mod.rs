@@ -135,8 +135,9 @@ pub(crate) struct Service {
     /// The copies this node dropped when the launcher found it running quiet beside waiting or
     /// quiet nodes (`DSM1 REFRESH`), until said.
     refreshed: Option<control::Refreshed>,
-    /// When this node next tells the launcher whether it waits: every [`control::REPORT_EVERY`],
-    /// on the clock's own grid, whatever wakes the service thread (see `report_progress`).
+    /// When this node next tells the launcher whether it waits: [`control::REPORT_EVERY`] give
+    /// or take an eighth after the last report, whatever wakes the service thread (see
+    /// `report_progress`).
     progress_due: Instant,
     /// What was on its way at the last report (see `report_progress`).
     in_flight_sampled: usize,
