@@ -1458,13 +1458,16 @@ fn service_thread_policies(pid: &str) -> Vec<u32> {
             if comm.trim() != "dsm-service" {
                 return None;
             }
-            // The system call it is in, by number: epoll_wait or epoll_pwait.
+            // The system call it is in, by number: epoll_pwait2 (its timed sleep), or
+            // epoll_wait / epoll_pwait where a kernel or a seccomp filter refuses pwait2.
             let syscall = std::fs::read_to_string(dir.join("syscall")).ok()?;
             let number: libc::c_long = syscall.split_whitespace().next()?.parse().ok()?;
             #[cfg(target_arch = "x86_64")]
-            let in_epoll = number == libc::SYS_epoll_wait || number == libc::SYS_epoll_pwait;
+            let in_epoll = number == libc::SYS_epoll_wait;
             #[cfg(not(target_arch = "x86_64"))]
-            let in_epoll = number == libc::SYS_epoll_pwait;
+            let in_epoll = false;
+            let in_epoll =
+                in_epoll || number == libc::SYS_epoll_pwait || number == libc::SYS_epoll_pwait2;
             if !in_epoll {
                 return None;
             }
