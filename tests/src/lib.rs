@@ -34,6 +34,24 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// Lets the signals a test sends end `cmd` as they would from a terminal: a test run in the
+/// background of a script (`cmd &`: SIGINT and SIGQUIT ignored) or under `nohup` (SIGHUP)
+/// hands its children those signals ignored, and dsmrun and dsmcc leave an ignored signal
+/// ignored, as `nohup` asks (an interrupt test then waited for a job that never ended).
+pub fn interruptible(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: runs in the child between fork and exec, and only calls signal(2), which is
+    // async-signal-safe, with plain integers.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Runs `cmd`, killing it after `limit`; returns its output (status, stdout, stderr).
 pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

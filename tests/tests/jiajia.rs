@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use dsm_tests::{bin, bin_dir, run_with_deadline, text};
+use dsm_tests::{bin, bin_dir, interruptible, run_with_deadline, text};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -459,7 +459,7 @@ fn an_interrupted_dsmcc_leaves_no_directory() {
     )
     .unwrap();
     std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut child = Command::new(bin("dsmcc"))
+    let mut child = interruptible(&mut Command::new(bin("dsmcc")))
         .arg(&src)
         .arg("-o")
         .arg(dir.join("at"))

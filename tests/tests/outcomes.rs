@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use dsm_tests::{bin, run_with_deadline, text};
+use dsm_tests::{bin, interruptible, run_with_deadline, text};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1063,7 +1063,7 @@ fn misused_calls_are_named_with_what_was_wrong() {
 #[test]
 fn dsmrun_ends_its_nodes_and_says_why_on_hangup_and_user_signals() {
     for (sig, name, number) in [("HUP", "SIGHUP", 1), ("USR1", "SIGUSR1", 10)] {
-        let mut child = Command::new(bin("dsmrun"))
+        let mut child = interruptible(&mut Command::new(bin("dsmrun")))
             .args(["-n", "2"])
             .arg(outcomes())
             .arg("nap")

@@ -5,7 +5,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::Duration;
 
-use dsm_tests::{bin, dsmrun, run_with_deadline, text};
+use dsm_tests::{bin, dsmrun, interruptible, run_with_deadline, text};
 
 fn probe_ok(nodes: usize, flags: &[&str], case: &str, expect: &str) -> std::process::Output {
     let out = dsmrun(nodes, flags, "probe", &[case]);
@@ -988,7 +988,10 @@ fn a_stopped_node_is_detected_after_the_peer_timeout_and_named() {
 #[test]
 fn an_interrupt_ends_every_node() {
     let mut cmd = Command::new(bin("dsmrun"));
-    cmd.args(["-n", "3"]).arg(bin("probe")).arg("sleep");
+    interruptible(&mut cmd)
+        .args(["-n", "3"])
+        .arg(bin("probe"))
+        .arg("sleep");
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
