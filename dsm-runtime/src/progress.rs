@@ -507,11 +507,17 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     }
     // What the thread does between its polls, sampled at each report of a run of more than
     // one: inside one of them (its atomic operation waits for its home) or running, nothing.
-    if word != 0 && now.ops > 1 && WAITING_ON[i].load(Ordering::Acquire) != ATOMIC {
-        match sys::process::rests(tid) {
-            Some(sys::process::Rest::Sleeps) => now.slept = at,
-            Some(sys::process::Rest::Held) => now.held = at,
-            Some(sys::process::Rest::Runs) | None => {}
+    // A sample taken while the thread entered an operation (it may sleep there for its home's
+    // answer) is dropped: the operation is seen still or no longer running, or the count moved.
+    let between_ops = || WAITING_ON[i].load(Ordering::Acquire) != ATOMIC;
+    if word != 0 && now.ops > 1 && between_ops() {
+        let rest = sys::process::rests(tid);
+        if between_ops() && s.ops.load(Ordering::Acquire) == now.ops {
+            match rest {
+                Some(sys::process::Rest::Sleeps) => now.slept = at,
+                Some(sys::process::Rest::Held) => now.held = at,
+                Some(sys::process::Rest::Runs) | None => {}
+            }
         }
     }
     // A thread of a node that took page faults works on memory, between its polls or beside

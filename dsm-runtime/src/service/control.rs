@@ -293,7 +293,7 @@ impl Service {
     /// for [`NO_PROGRESS_FOR`] ends it, naming the waits.
     pub(super) fn report_progress(&mut self) {
         let now = Instant::now();
-        if now < self.progress_due {
+        if now < self.progress_due || !self.reports_progress() {
             return;
         }
         // On a clock of its own: a report that followed whatever woke the service thread (the
@@ -303,9 +303,7 @@ impl Service {
         self.progress_due = now + report_interval();
         let faulted = self.count_faults();
         if self.control.is_none() {
-            if self.node.nodes() == 1 {
-                self.judge_alone(faulted);
-            }
+            self.judge_alone(faulted);
             return;
         }
         // On its way in two samples in a row (219-281 ms apart): a TCP acknowledgement the peer
@@ -342,6 +340,13 @@ impl Service {
         if let Some(c) = &mut self.control {
             let _ = std::io::Write::write_all(c, line.encode().as_bytes());
         }
+    }
+
+    /// Whether this node reports its progress: to its launcher, or to itself alone. A node of a
+    /// larger job started without a control channel (by hand, ssh without dsmrun) has nobody to
+    /// tell, and its service thread no longer wakes four times a second for it.
+    pub(super) fn reports_progress(&self) -> bool {
+        self.control.is_some() || self.node.nodes() == 1
     }
 
     /// Counts the page faults of the node's threads at a report: whether any was taken since

@@ -356,10 +356,8 @@ impl Service {
         let g = self.lost_in_exit.as_ref().map(|(at, _)| *at + EXIT_GRACE);
         let r = self.error_waiter.map(|(_, at)| at + ERROR_GRACE);
         let z = self.rank0_gone_at.map(|at| at + RANK0_GRACE);
-        [t, c, e, g, r, z, Some(self.progress_due)]
-            .into_iter()
-            .flatten()
-            .min()
+        let p = self.reports_progress().then_some(self.progress_due);
+        [t, c, e, g, r, z, p].into_iter().flatten().min()
     }
 
     /// Takes a thread's request (posted, or its own on the state).
