@@ -1269,8 +1269,9 @@ impl Dsm {
             }
         }
         // The whole operation's time, for the spin it may be part of (`progress::note_atomic`):
-        // a spin's time goes to its operations, not between them.
-        let started = sys::monotonic_ns();
+        // a spin's time goes to its operations, not between them; the report that samples what
+        // the thread does between them knows it is in one until its note.
+        let in_atomic = progress::atomic_begins();
         // The thread's fences around its relaxed operations (`Dsm::fence`), and the race
         // checker's: a relaxed store after a release fence passes the fence's clock on, a
         // relaxed read is noted for the next acquire fence.
@@ -1294,7 +1295,7 @@ impl Dsm {
             races::atomic_read(word, false);
         }
         // A spin on the word is a wait the launcher's verdict must see.
-        progress::note_atomic(addr, width, op, value, started);
+        in_atomic.noted(addr, width, op, value);
         Ok(value)
     }
 

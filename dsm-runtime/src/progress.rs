@@ -149,6 +149,11 @@ fn waiting_on(word: u64) -> Waiting {
     let Some(s) = door::my_slot() else {
         return Waiting::Unseen;
     };
+    if word != ATOMIC {
+        // A wait of another kind (a barrier, a lock) ends a run of operations on one word: the
+        // polls after it are another run, not judged against a report from before it.
+        STREAKS[s].word.store(0, Ordering::Relaxed);
+    }
     WAITING_ON[s].store(word, Ordering::Release);
     Waiting::Word(s)
 }
@@ -370,11 +375,11 @@ fn with_panic(waits: String) -> String {
 // ----- spins -----
 
 /// A thread's run of atomic operations on one word that changed nothing and read the same
-/// value (loads, compare-exchanges that failed), back to back: written by the thread at each
+/// value (loads, compare-exchanges that failed, writes of what they read), back to back: written by the thread at each
 /// operation ([`note_atomic`]), read by the service thread at each report ([`spins`]).
 struct Streak {
     /// The word: its address, its width in bits 48-55 and the operation's kind in bits 56-63
-    /// ([`LOADS`] or [`FAILED_EXCHANGES`]); 0: no run.
+    /// ([`LOADS`], [`FAILED_EXCHANGES`] or [`SAME_WRITES`]); 0: no run.
     word: AtomicU64,
     /// The value each operation read.
     value: AtomicU64,
@@ -405,6 +410,49 @@ static STREAKS: [Streak; MAX_THREADS] = [const {
 /// A run's kinds of operation.
 const LOADS: u64 = 1;
 const FAILED_EXCHANGES: u64 = 2;
+/// Read-modify-writes that wrote back the value they read: a test-and-set lock's exchange of 1
+/// on a word that holds 1, a fetch-add of 0.
+const SAME_WRITES: u64 = 3;
+
+/// Per slot, odd while its thread is in an atomic operation on shared memory (from its start
+/// to its note, [`InAtomic`]): bumped at both ends, so a report that sees the same even value
+/// before and after sampling what the thread does knew it between two operations throughout.
+static IN_ATOMIC: [AtomicU64; MAX_THREADS] = [const { AtomicU64::new(0) }; MAX_THREADS];
+
+/// The calling thread's atomic operation on shared memory under way ([`atomic_begins`]):
+/// [`InAtomic::noted`] ends it with its note, a drop (an operation refused) without one.
+pub(crate) struct InAtomic {
+    slot: Option<usize>,
+    started: u64,
+}
+
+/// An atomic operation of the calling thread begins: the slot's [`IN_ATOMIC`] goes odd, and its
+/// start (CLOCK_MONOTONIC ns) is kept for [`InAtomic::noted`].
+pub(crate) fn atomic_begins() -> InAtomic {
+    let slot = door::my_slot();
+    if let Some(s) = slot {
+        IN_ATOMIC[s].fetch_add(1, Ordering::SeqCst);
+    }
+    InAtomic {
+        slot,
+        started: sys::monotonic_ns(),
+    }
+}
+
+impl InAtomic {
+    /// The operation, made: on the `width`-byte word at `addr`, it read `old` ([`note_atomic`]).
+    pub(crate) fn noted(self, addr: usize, width: u8, op: AtomicOp, old: u64) {
+        note_atomic(addr, width, op, old, self.started);
+    }
+}
+
+impl Drop for InAtomic {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot {
+            IN_ATOMIC[s].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// A slot's run as a report saw it ([`spins`]).
 #[derive(Clone, Copy, Default)]
@@ -441,20 +489,26 @@ static SEEN_STREAKS: Mutex<[Seen; MAX_THREADS]> = Mutex::new(
 );
 
 /// An atomic operation of the calling thread on the `width`-byte word at `addr`, which read
-/// `old`, made between `started` and now (CLOCK_MONOTONIC ns): a load, or a compare-exchange
-/// that found another value, extends the thread's run on that word and value, or starts one;
-/// any other operation (it changed the word, or may have) ends the run.
-pub(crate) fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, started: u64) {
+/// `old`, made between `started` and now (CLOCK_MONOTONIC ns): a load, a compare-exchange
+/// that found another value, or a read-modify-write that wrote back what it read, extends the
+/// thread's run on that word and value, or starts one; any other operation (it changed the
+/// word, or a store, which reads nothing) ends the run.
+fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, started: u64) {
     let Some(slot) = door::my_slot() else { return };
     let s = &STREAKS[slot];
     let kind = match op {
         AtomicOp::Load => LOADS,
-        AtomicOp::CompareExchange { expected, .. } if expected != old => FAILED_EXCHANGES,
-        _ => {
-            s.word.store(0, Ordering::Relaxed);
-            return;
-        }
+        AtomicOp::Store(_) => 0,
+        _ => match op.apply(old, width) {
+            None => FAILED_EXCHANGES,
+            Some(new) if new == old & dsm_core::width_mask(width) => SAME_WRITES,
+            Some(_) => 0,
+        },
     };
+    if kind == 0 {
+        s.word.store(0, Ordering::Relaxed);
+        return;
+    }
     let word = (addr as u64 & 0xffff_ffff_ffff) | u64::from(width) << 48 | kind << 56;
     let ended = sys::monotonic_ns();
     let inside = ended.saturating_sub(started);
@@ -507,12 +561,12 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
     }
     // What the thread does between its polls, sampled at each report of a run of more than
     // one: inside one of them (its atomic operation waits for its home) or running, nothing.
-    // A sample taken while the thread entered an operation (it may sleep there for its home's
-    // answer) is dropped: the operation is seen still or no longer running, or the count moved.
-    let between_ops = || WAITING_ON[i].load(Ordering::Acquire) != ATOMIC;
-    if word != 0 && now.ops > 1 && between_ops() {
+    // A sample taken while the thread was in an operation (it may sleep there for its home's
+    // answer), from its start to its note, is dropped: the slot's `IN_ATOMIC` was odd, or moved.
+    let in_atomic = IN_ATOMIC[i].load(Ordering::SeqCst);
+    if word != 0 && now.ops > 1 && in_atomic % 2 == 0 {
         let rest = sys::process::rests(tid);
-        if between_ops() && s.ops.load(Ordering::Acquire) == now.ops {
+        if IN_ATOMIC[i].load(Ordering::SeqCst) == in_atomic {
             match rest {
                 Some(sys::process::Rest::Sleeps) => now.slept = at,
                 Some(sys::process::Rest::Held) => now.held = at,
@@ -533,7 +587,9 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
 /// ([`note_atomic`]) a report saw `before`, and sees `now`, spins: the run is a second old,
 /// and since that report either it made more of them back to back (at most a sixteenth of the
 /// time between them: a loop that computes between its polls computes), or it rests between
-/// them: it spent at most an eighth of the time outside them on the CPU, its last one (ended
+/// them: it used the CPU at most an eighth of the time, in them or not (their time is mostly a
+/// wait for the home, asleep: counted as the CPU's, it hid the work of a loop that computed
+/// between them), its last one (ended
 /// at `last_end`) no longer ago than twice the run's mean gap and 100 ms, and a report of the
 /// last [`RESTS_SEEN_FOR_NS`] saw it asleep between them (`usleep`, `sleep`), none blocked on
 /// something else. Only what the thread was seen blocked in counts: when reports came right
@@ -555,10 +611,10 @@ fn spun(before: &Seen, now: &Seen, last_end: u64) -> bool {
     }
     let mean_gap = last_end.saturating_sub(now.since) / (now.ops - 1);
     let polls = now.at.saturating_sub(last_end) <= 2 * mean_gap + 100_000_000;
-    let outside = now.at.saturating_sub(before.at).saturating_sub(inside);
+    let elapsed = now.at.saturating_sub(before.at);
     let recent = |t: u64| t != 0 && now.at.saturating_sub(t) <= RESTS_SEEN_FOR_NS;
     let asleep = recent(now.slept) && !recent(now.held);
-    polls && cpu.saturating_sub(was).saturating_sub(inside) * 8 <= outside && asleep
+    polls && cpu.saturating_sub(was).saturating_mul(8) <= elapsed && asleep
 }
 
 /// How far back a thread seen blocked on something else between its polls (a descriptor)
@@ -588,10 +644,10 @@ fn spell_spin(word: u64, value: u64) -> String {
 fn spell_spin_now(word: u64, value: u64) -> String {
     let addr = (word & 0xffff_ffff_ffff) as usize;
     let width = (word >> 48) & 0xff;
-    let how = if word >> 56 == FAILED_EXCHANGES {
-        "compare-exchanges that fail"
-    } else {
-        "atomic loads"
+    let how = match word >> 56 {
+        FAILED_EXCHANGES => "compare-exchanges that fail",
+        SAME_WRITES => "atomic writes that leave it as it was,",
+        _ => "atomic loads",
     };
     let place = crate::allocations::spelled_place(addr);
     format!(
@@ -681,6 +737,13 @@ mod tests {
         assert!(
             !spun(&before, &busy, 2249 * MS),
             "it computed between its polls"
+        );
+        // Polls of 80 us, asleep for the home's answer, 50 us of work and a 200 us nap between
+        // them: 66 ms in them, 41 ms of CPU in 250 ms, all of it between them.
+        let working = seen(2250, 1833, 86, 2164, 71);
+        assert!(
+            !spun(&before, &working, 2249 * MS),
+            "its time in the polls hid the work between them"
         );
         assert!(
             !spun(&before, &sleepy, 1900 * MS),

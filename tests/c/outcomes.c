@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -289,12 +290,15 @@ static void ticks_post(void)
 
 /* Node 1 spins on a flag only node 0 sets, after a barrier node 1 never reaches (`spin`: atomic
  * loads; `spinlock`: node 0 holds a spin lock of shared memory, node 1's compare-exchanges fail;
- * `spin_usleep`, `spin_sleep`: atomic loads with usleep(1000) or sleep(1) between them).
+ * `spin_usleep`, `spin_sleep`: atomic loads with usleep(1000) or sleep(1) between them;
+ * `taslock`: a test-and-set lock's exchanges of 1, each reading the 1 node 0 holds).
  * `poll`: node 1 polls the flag between pieces of private work of about a millisecond, for ARG
  * seconds, then goes on: a correct program, not a spin. `spin_alarm`: node 1 spins until the
  * flag is set or its SIGALRM handler, ARG seconds on (`alarm`), says to stop: correct too.
  * `stream`: node 1 polls the flag between lines a child writes on a pipe every 0.3 s for ARG
- * seconds, then goes on: correct too (it waits for the pipe, not the flag). */
+ * seconds, then goes on: correct too (it waits for the pipe, not the flag). `stream_sem`: the
+ * same with a process-shared semaphore a child posts every 0.3 s (the futex of a semaphore in
+ * shared memory another process may post). */
 static volatile double sink;
 static volatile sig_atomic_t rang;
 static void ring(int s)
@@ -305,7 +309,8 @@ static void ring(int s)
 static void spins(const char *how, const char *arg)
 {
     volatile unsigned int *word = (volatile unsigned int *)jia_alloc(4096);
-    if (jiapid == 0 && !strcmp(how, "spinlock")) jia_atomic_store_32(word, 1, __ATOMIC_RELEASE);
+    if (jiapid == 0 && (!strcmp(how, "spinlock") || !strcmp(how, "taslock")))
+        jia_atomic_store_32(word, 1, __ATOMIC_RELEASE);
     jia_barrier();
     if (jiapid == 1 && !strcmp(how, "spin"))
         while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0) continue;
@@ -317,6 +322,8 @@ static void spins(const char *how, const char *arg)
         unsigned int expected = 0;
         while (!jia_atomic_compare_exchange_32(word, &expected, 1, __ATOMIC_ACQ_REL)) expected = 0;
     }
+    if (jiapid == 1 && !strcmp(how, "taslock"))
+        while (jia_atomic_exchange_32(word, 1, __ATOMIC_ACQ_REL) != 0) continue;
     if (jiapid == 1 && !strcmp(how, "spin_alarm")) {
         signal(SIGALRM, ring);
         alarm((unsigned)atoi(arg));
@@ -333,6 +340,25 @@ static void spins(const char *how, const char *arg)
         while (jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0 && fgets(line, sizeof line, p))
             continue;
         pclose(p);
+    }
+    if (jiapid == 1 && !strcmp(how, "stream_sem")) {
+        /* A post every 0.3 s for ARG seconds from a child: polls between waits on a semaphore
+         * of memory shared with it. */
+        int posts = (int)(atof(arg) / 0.3);
+        sem_t *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (s == MAP_FAILED || sem_init(s, 1, 0) != 0) jia_error("a shared semaphore: %s", strerror(errno));
+        pid_t child = fork();
+        if (child < 0) jia_error("fork: %s", strerror(errno));
+        if (child == 0) {
+            for (int i = 0; i < posts; i++) {
+                usleep(300000);
+                sem_post(s);
+            }
+            _exit(0);
+        }
+        for (int i = 0; i < posts && jia_atomic_load_32(word, __ATOMIC_ACQUIRE) == 0; i++)
+            while (sem_wait(s) != 0 && errno == EINTR) continue;
+        waitpid(child, NULL, 0);
     }
     if (jiapid == 1 && !strcmp(how, "poll")) {
         double t0 = jia_clock();
@@ -542,7 +568,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ticks_post")) ticks_post();
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm") || !strcmp(what, "spin_usleep") ||
-             !strcmp(what, "spin_sleep") || !strcmp(what, "stream")) spins(what, arg);
+             !strcmp(what, "spin_sleep") || !strcmp(what, "stream") ||
+             !strcmp(what, "taslock") || !strcmp(what, "stream_sem")) spins(what, arg);
     else if (!strcmp(what, "unreleased_spin")) unreleased();
     else if (!strcmp(what, "handshake") || !strcmp(what, "handshake_homes") ||
              !strcmp(what, "handshake_served")) handshake(what);

@@ -129,15 +129,17 @@ fn a_deadlock_under_a_periodic_timer_ends_naming_the_timer() {
 }
 
 /// Node 1 spins on a word only node 0 changes, after a barrier node 1 never reaches, with
-/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP), and with atomic
-/// loads between which it sleeps (`usleep(1000)`, UDP; `sleep(1)`, TCP): the job says it
+/// atomic loads (UDP) and with a spin lock's failing compare-exchanges (TCP), a test-and-set
+/// lock's exchanges of the 1 it reads (UDP: ran for ever, an exchange was no poll), and with
+/// atomic loads between which it sleeps (`usleep(1000)`, UDP; `sleep(1)`, TCP): the job says it
 /// looks stuck after 10 s and ends after 60, naming the spin, the word's allocation by its
 /// line, and node 0's wait (it ran for ever: a spinning thread runs, and its operations are
 /// messages on their way; one that slept between its polls was not seen to spin). Beside them,
 /// node 1 polls the word between lines a child writes on a pipe every 0.3 s for 75 s
 /// (`stream`, UDP and TCP): a correct program, which ends well (it was ended as stuck at 61 s:
-/// the reports came right after the answers to its polls, and saw it run, not read). The jobs
-/// run side by side.
+/// the reports came right after the answers to its polls, and saw it run, not read), and
+/// between posts of a semaphore in memory it shares with a child (`stream_sem`, UDP: its wait
+/// was taken for a sleep, and the job ended as stuck at 61 s). The jobs run side by side.
 #[test]
 fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
     let cases = [
@@ -146,6 +148,11 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             "spinlock",
             "tcp",
             "compare-exchanges that fail reading 1 again and again",
+        ),
+        (
+            "taslock",
+            "udp",
+            "atomic writes that leave it as it was, reading 1 again and again",
         ),
         (
             "spin_usleep",
@@ -158,7 +165,7 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             "atomic loads reading 0 again and again",
         ),
     ];
-    let streams = ["udp", "tcp"];
+    let streams = [("stream", "udp"), ("stream", "tcp"), ("stream_sem", "udp")];
     let (outs, streamed): (Vec<Output>, Vec<Output>) = std::thread::scope(|s| {
         let jobs: Vec<_> = cases
             .iter()
@@ -166,7 +173,7 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             .collect();
         let streams: Vec<_> = streams
             .iter()
-            .map(|&transport| s.spawn(move || dsmrun(2, transport, &[], &["stream", "75"])))
+            .map(|&(case, transport)| s.spawn(move || dsmrun(2, transport, &[], &[case, "75"])))
             .collect();
         let join = |j: std::thread::ScopedJoinHandle<'_, Output>| j.join().expect("a job");
         (
@@ -189,16 +196,16 @@ fn a_spin_on_a_word_nobody_can_change_ends_naming_it() {
             assert!(e.contains(want), "{case}: no `{want}`:\n{}", text(out));
         }
     }
-    for (transport, out) in streams.iter().zip(&streamed) {
+    for ((case, transport), out) in streams.iter().zip(&streamed) {
         assert_status(out, 0);
         assert!(
-            stdout(out).contains("stream OK"),
-            "{transport}: {}",
+            stdout(out).contains(&format!("{case} OK")),
+            "{case}, {transport}: {}",
             text(out)
         );
         assert!(
             !stderr(out).contains("looks stuck"),
-            "{transport}: {}",
+            "{case}, {transport}: {}",
             text(out)
         );
     }

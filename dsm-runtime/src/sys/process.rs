@@ -224,9 +224,11 @@ pub enum Rest {
     /// It runs or is runnable: that says nothing of what it does between them.
     Runs,
     /// It sleeps with nothing to wake it but time or another thread (`nanosleep`,
-    /// `clock_nanosleep`, `sched_yield`, a futex wait, `select` or `poll` on no descriptor).
+    /// `clock_nanosleep`, `sched_yield`, a wait on a futex of its process alone, `select` or
+    /// `poll` on no descriptor).
     Sleeps,
-    /// It is blocked on something else: a descriptor, a child, a signal.
+    /// It is blocked on something else: a descriptor, a child, a signal, a futex another
+    /// process may wake (a named semaphore's).
     Held,
 }
 
@@ -243,10 +245,15 @@ pub fn rests(tid: i32) -> Option<Rest> {
     let sleeps = [
         libc::SYS_clock_nanosleep,
         libc::SYS_sched_yield,
-        libc::SYS_futex,
         #[cfg(target_arch = "x86_64")]
         libc::SYS_nanosleep,
     ];
+    // A futex marked private (its second argument), or in a private mapping (its first):
+    // another process can post a semaphore in shared memory, and a loop that waits for that
+    // between its polls waits for the world outside, as on a descriptor.
+    let private_futex = nr == libc::SYS_futex as u64
+        && (arg(1).is_some_and(|op| op & libc::FUTEX_PRIVATE_FLAG as u64 != 0)
+            || arg(0).is_some_and(|addr| private_mappings().iter().any(|r| r.contains(&addr))));
     // select and pselect6 on no descriptor (their first argument), poll and ppoll on none
     // (their second).
     #[cfg(target_arch = "x86_64")]
@@ -257,6 +264,7 @@ pub fn rests(tid: i32) -> Option<Rest> {
     #[cfg(not(target_arch = "x86_64"))]
     let (select, poll) = ([libc::SYS_pselect6], [libc::SYS_ppoll]);
     let sleeps = sleeps.iter().any(|&s| s as u64 == nr)
+        || private_futex
         || (select.iter().any(|&s| s as u64 == nr) && arg(0) == Some(0))
         || (poll.iter().any(|&s| s as u64 == nr) && arg(1) == Some(0));
     Some(if sleeps { Rest::Sleeps } else { Rest::Held })
@@ -410,8 +418,39 @@ mod tests {
         }
     }
 
-    /// A thread asleep in `nanosleep` or a timed futex wait sleeps; one blocked reading a pipe
-    /// is held; one that computes runs.
+    /// A thread waiting on a futex in shared memory, not marked private, as a named semaphore's
+    /// `sem_wait`: another process may wake it. Its word's address, and the thread.
+    fn shared_futex_waiter() -> (usize, JoinHandle<()>, i32) {
+        // SAFETY: a fresh anonymous shared mapping of one page, checked; it is never unmapped
+        // (the test's process ends soon), so the waiter's word stays valid.
+        let word = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED, "a shared page");
+            p as usize
+        };
+        let (thread, tid) = started(move || {
+            let timeout = libc::timespec {
+                tv_sec: 60,
+                tv_nsec: 0,
+            };
+            // SAFETY: the word is a live, aligned u32 of the shared page (zero: the wait
+            // sleeps until woken or 60 s pass); the timeout is a live local.
+            unsafe {
+                libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAIT, 0, &timeout, 0, 0);
+            }
+        });
+        (word, thread, tid)
+    }
+
+    /// A thread asleep in `nanosleep` or a timed futex wait sleeps; one blocked reading a pipe,
+    /// or waiting on a futex another process may wake, is held; one that computes runs.
     #[test]
     fn a_sleeping_thread_sleeps_and_one_reading_a_pipe_does_not() {
         let stop = Arc::new(AtomicBool::new(false));
@@ -427,6 +466,7 @@ mod tests {
             let _ = std::io::Read::read(&mut reader, &mut [0u8; 1]);
         });
         let (spinner, spins) = spinner(&stop);
+        let (word, shared, waits) = shared_futex_waiter();
         // Each is seen as it should be once it got there (the reader may not have reached
         // its read yet, the napper may be between two naps).
         use super::Rest::{Held, Runs, Sleeps};
@@ -434,6 +474,7 @@ mod tests {
             (naps, Sleeps),
             (sleeps, Sleeps),
             (reads, Held),
+            (waits, Held),
             (spins, Runs),
         ] {
             wait_until(&format!("thread {tid}"), || super::rests(tid) == Some(want));
@@ -441,7 +482,10 @@ mod tests {
         stop.store(true, Ordering::SeqCst);
         drop(wake);
         std::io::Write::write_all(&mut writer, b"x").expect("a byte");
-        for t in [napper, sleeper, reading, spinner] {
+        // SAFETY: the word is the shared page's, live; a wake of a futex no one waits on is
+        // harmless.
+        unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, 1) };
+        for t in [napper, sleeper, reading, shared, spinner] {
             t.join().unwrap();
         }
         assert_eq!(super::rests(i32::MAX), None, "no such thread");
