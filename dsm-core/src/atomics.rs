@@ -84,6 +84,14 @@ impl<M: PageMemory> Node<M> {
                 width,
             });
         }
+        // A copy of the page dropped by a telling (`Node::drop_copies`) is no longer compared
+        // when a read brings it again: this node's own operation may change the word, or read
+        // what another node wrote there (an outside attack's node, having added 1 to a word of
+        // a dropped page, was warned that another node changed the byte it read then).
+        if !self.dropped.is_empty() {
+            self.dropped.remove(&page);
+            self.dropped_reads.remove(&page);
+        }
         if self.sync.moving.contains_key(&page) {
             // Its home is being decided (this node vetoes the move now: see `holds_atomics`):
             // made once the moves are applied, at the home then.

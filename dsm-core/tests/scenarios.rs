@@ -2,9 +2,9 @@
 
 use dsm_core::sim::{Cluster, Op, SimError, TraceEntry};
 use dsm_core::{
-    Access, AllocPolicy, CoreConfig, CvId, Effect, GlobalAddr, JobError, LockId, Msg, MsgKind,
-    Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, RunData, Time, UsageError,
-    VecMemory, WaiterId,
+    Access, AllocPolicy, AtomicOp, AtomicOrder, CoreConfig, CvId, Effect, GlobalAddr, JobError,
+    LockId, Msg, MsgKind, Node, NodeId, PAGE_SIZE, PageBuf, PageNum, PageState, Prot, RunData,
+    Time, UsageError, VecMemory, WaiterId,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -2098,4 +2098,29 @@ fn a_page_read_again_is_told_only_for_bytes_another_node_wrote_unseen() {
     assert_eq!(c.read_u64(1, y).unwrap(), 7);
     c.unlock(1, 1).unwrap();
     assert_eq!(c.node_mut(1).take_dropped_changed(), vec![]);
+}
+
+/// A node's own atomic operation on a word of a page it dropped (the launcher's `REFRESH`)
+/// takes that page out of the comparison: the byte it then reads holds its own change, not an
+/// unseen write of another node's (an outside attack's node, having added 1 to such a word,
+/// was warned so).
+#[test]
+fn an_own_atomic_on_a_dropped_page_is_not_told_as_another_nodes_write() {
+    let mut c = Cluster::new(2, 17, no_prefetch);
+    let x = c.alloc(AllocPolicy::OnNode(NodeId(0)), 2 * PAGE).unwrap();
+    let y = x.offset_by(PAGE);
+    assert_eq!(c.read_u64(1, x).unwrap(), 0);
+    assert_eq!(c.read_u64(1, y).unwrap(), 0);
+    c.write_u64(0, y, 3).unwrap();
+    let now = c.now();
+    assert_eq!(c.node_mut(1).drop_copies(now), 2);
+    let relaxed = AtomicOrder::default();
+    assert_eq!(c.atomic(1, x, AtomicOp::FetchAdd(1), relaxed).unwrap(), 0);
+    assert_eq!(c.read_u64(1, x).unwrap(), 1, "its own addition");
+    assert_eq!(c.read_u64(1, y).unwrap(), 3, "another node's write, unseen");
+    assert_eq!(
+        c.node_mut(1).take_dropped_changed(),
+        vec![(y.page(), 0)],
+        "y told, not x"
+    );
 }

@@ -342,6 +342,13 @@ pub(crate) fn node_waits(faulted: bool) -> Option<NodeWaits> {
         if timers.once {
             return None;
         }
+        // A child that runs signals its end (SIGCHLD) to a handler of the program's, which may
+        // do as a timer's: the node runs until the child ends (an outside attack's node waited
+        // on a semaphore its SIGCHLD handler posts, its child computing for 20 s, and was ended
+        // at 3 s).
+        if sys::process::a_child_may_signal() {
+            return None;
+        }
         timer = timers.periodic;
     }
     (!what.is_empty()).then(|| {

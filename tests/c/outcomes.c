@@ -288,6 +288,35 @@ static void ticks_post(void)
     if (jiapid == 0) printf("ticks_post OK\n");
 }
 
+/* Node 1 waits on a semaphore its SIGCHLD handler posts when a child that sleeps ARG seconds
+ * ends, node 0 in a barrier meanwhile: a correct program (the child's end wakes it). */
+static void child_ends(int s)
+{
+    (void)s;
+    sem_post(&alarmed);
+}
+static void child_posts(const char *arg)
+{
+    sem_init(&alarmed, 0, 0);
+    if (jiapid == 1) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = child_ends;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGCHLD, &sa, NULL);
+        pid_t child = fork();
+        if (child < 0) jia_error("fork: %s", strerror(errno));
+        if (child == 0) {
+            sleep((unsigned)atoi(arg));
+            _exit(0);
+        }
+        while (sem_wait(&alarmed) != 0) continue;
+        waitpid(child, NULL, 0);
+    }
+    jia_barrier();
+    if (jiapid == 0) printf("child_posts OK\n");
+}
+
 /* Node 1 spins on a flag only node 0 sets, after a barrier node 1 never reaches (`spin`: atomic
  * loads; `spinlock`: node 0 holds a spin lock of shared memory, node 1's compare-exchanges fail;
  * `spin_usleep`, `spin_sleep`: atomic loads with usleep(1000) or sleep(1) between them;
@@ -566,6 +595,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "alarm_posts")) alarm_posts();
     else if (!strcmp(what, "ticking_mutexes")) ticking_mutexes();
     else if (!strcmp(what, "ticks_post")) ticks_post();
+    else if (!strcmp(what, "child_posts")) child_posts(arg);
     else if (!strcmp(what, "spin") || !strcmp(what, "spinlock") || !strcmp(what, "poll") ||
              !strcmp(what, "spin_alarm") || !strcmp(what, "spin_usleep") ||
              !strcmp(what, "spin_sleep") || !strcmp(what, "stream") ||

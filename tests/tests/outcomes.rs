@@ -110,6 +110,16 @@ fn a_wait_a_periodic_timers_handler_ends_is_not_a_deadlock() {
     assert!(stdout(&out).contains("ticks_post OK"), "{}", text(&out));
 }
 
+/// Node 1 waits on a semaphore its SIGCHLD handler posts when its child, asleep for 8 s, ends,
+/// node 0 in a barrier: the job runs to its end (it was ended at 3 s: a running child's end
+/// runs the program's handler, as a timer's does).
+#[test]
+fn a_wait_a_childs_end_ends_is_not_a_deadlock() {
+    let out = dsmrun(2, "udp", &[], &["child_posts", "8"]);
+    assert_status(&out, 0);
+    assert!(stdout(&out).contains("child_posts OK"), "{}", text(&out));
+}
+
 /// Node 0's threads deadlock on two mutexes while a periodic timer's handler ticks every 200
 /// ms: the job ends, naming the timer (it ran for ever before: an armed real-time timer kept the
 /// node running).

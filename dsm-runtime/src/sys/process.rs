@@ -543,6 +543,23 @@ mod tests {
         let _ = sleeper.join();
     }
 
+    /// A child that runs is seen among the process's children; one that ended, not yet reaped
+    /// (a zombie), has ended. (Other tests' children run beside: no test that none runs.)
+    #[test]
+    fn a_running_child_runs_and_a_zombie_has_ended() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id() as i32;
+        assert!(!super::process_ended(pid));
+        assert!(super::a_child_runs());
+        super::super::signals::kill(pid as u32, libc::SIGKILL);
+        wait_until("the child's end", || super::process_ended(pid));
+        let _ = child.wait();
+        assert!(super::process_ended(pid), "reaped: gone");
+    }
+
     /// A grandchild that a child left behind is among the child's descendants.
     #[test]
     fn a_grandchild_left_behind_is_a_descendant() {
@@ -576,6 +593,54 @@ mod tests {
             "{mine:?}"
         );
     }
+}
+
+/// Whether a child of this process runs (has not ended), and the program handles SIGCHLD: the
+/// child's end runs a handler of the program's, which may wake a thread that waits for another
+/// (its `sem_post`) or end a spin (a flag it sets). The children from each thread's
+/// `/proc/self/task/<tid>/children`, or the whole process table where the kernel lacks them.
+pub fn a_child_may_signal() -> bool {
+    let handled = super::signals::current_action(libc::SIGCHLD).is_some_and(|a| {
+        super::signals::runs_a_function(&a) && !super::signals::is_runtime_handler(&a)
+    });
+    handled && a_child_runs()
+}
+
+/// Whether a child of this process runs (not a zombie).
+fn a_child_runs() -> bool {
+    let listed: Option<Vec<i32>> = threads().and_then(|tids| {
+        let mut kids = Vec::new();
+        for tid in tids {
+            // A thread that ended meanwhile lists nothing; a kernel without the file, none.
+            match std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
+                Ok(text) => kids.extend(
+                    text.split_whitespace()
+                        .filter_map(|w| w.parse::<i32>().ok()),
+                ),
+                Err(_) if !crate::sys::thread_exists(tid) => {}
+                Err(_) => return None,
+            }
+        }
+        Some(kids)
+    });
+    match listed {
+        Some(kids) => kids.into_iter().any(|pid| !process_ended(pid)),
+        None => {
+            let me = me();
+            processes().iter().any(|p| p.parent == me && !p.ended)
+        }
+    }
+}
+
+/// Whether process `pid` has ended: gone, or a zombie (or being torn down).
+fn process_ended(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state follows the command's closing parenthesis (the command may hold any).
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_none_or(|state| state.starts_with(['Z', 'X']))
 }
 
 /// The timers of this process that run while its threads sleep and are armed
