@@ -138,7 +138,7 @@ pub fn args(
     about: &'static str,
     positional: &[(&'static str, &'static str)],
 ) -> Vec<String> {
-    let m = command(name, about, positional).get_matches();
+    let m = matches(name, command(name, about, positional));
     set_threads(name, &m);
     given(&m, positional)
 }
@@ -177,12 +177,57 @@ pub fn args_with_flags(
                 .help(help),
         );
     }
-    let m = cmd.get_matches();
+    let m = matches(name, cmd);
     set_threads(name, &m);
     let check = !m.get_flag("no-check");
     CHECK.store(check, Ordering::Relaxed);
     let given_flags = flags.iter().map(|(f, _)| m.get_flag(f)).collect();
     (given(&m, positional), check, given_flags)
+}
+
+/// dsmrun's options: given after the program, they reach the program, which says where they go.
+const DSMRUN_OPTIONS: &[&str] = &[
+    "--stats",
+    "--stats-json",
+    "--transport",
+    "--hosts",
+    "--hostfile",
+    "--nodes",
+    "--np",
+    "--set",
+    "--config",
+    "--check-races",
+    "--tag-output",
+    "--output-filename",
+    "--bind-to",
+    "--join-timeout",
+    "--remote-program",
+    "--cpus-per-rank",
+];
+
+/// `cmd`'s matches of the command line; a usage error (exit 2) as clap says it, but for an
+/// option of dsmrun's given after the program, said as such.
+fn matches(name: &str, cmd: clap::Command) -> clap::ArgMatches {
+    let e = match cmd.try_get_matches() {
+        Ok(m) => return m,
+        Err(e) => e,
+    };
+    if e.kind() == clap::error::ErrorKind::UnknownArgument {
+        let arg = e
+            .get(clap::error::ContextKind::InvalidArg)
+            .map(|v| v.to_string());
+        if let Some(arg) = arg {
+            let option = arg.split('=').next().unwrap_or(&arg);
+            if DSMRUN_OPTIONS.contains(&option) {
+                eprintln!(
+                    "{name}: `{arg}` is an option of dsmrun, given after the program: dsmrun \
+                     takes its options before it (dsmrun {option} ... {name} ARGS)"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    e.exit()
 }
 
 /// The tools built on these arguments that read a finished job's files instead of joining one.

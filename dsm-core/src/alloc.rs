@@ -31,6 +31,9 @@ pub enum AllocPolicy {
     RoundRobin,
 }
 
+/// The largest shared region, in GiB (`region_gib`'s most): 16 TiB of address space.
+pub const MAX_REGION_GIB: u64 = 16384;
+
 /// Why an allocation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
@@ -40,7 +43,12 @@ pub enum AllocError {
     /// Not enough address space left.
     #[error(
         "allocation of {asked_bytes} bytes exceeds the {left_bytes} bytes left in the shared \
-         region: raise region_gib (in .jiaconf, --set region_gib=N or DSM_REGION_GIB)"
+         region: {}",
+        if *asked_bytes > MAX_REGION_GIB << 30 {
+            format!("more than the largest region holds (region_gib {MAX_REGION_GIB})")
+        } else {
+            "raise region_gib (in .jiaconf, --set region_gib=N or DSM_REGION_GIB)".to_owned()
+        }
     )]
     OutOfSpace {
         /// Bytes asked.

@@ -541,7 +541,7 @@ impl Config {
             "forward_within_us" => self.forward_within_us = range(0, 1_000_000)? as u32,
             "cache_pages" if value == "auto" => self.cache_pages = 0,
             "cache_pages" => self.cache_pages = range(MIN_CACHE_PAGES as u64, 1 << 24)? as usize,
-            "region_gib" => self.region_gib = range(1, 16384)?,
+            "region_gib" => self.region_gib = range(1, dsm_core::alloc::MAX_REGION_GIB)?,
             "huge_pages" => {
                 self.huge_pages = match value {
                     "auto" => true,
@@ -799,8 +799,10 @@ pub fn parse_hosts(
             path: path.to_owned(),
             line: i + 1,
         };
-        // Open MPI's hostfile words: `slots=N` runs N nodes there, `max_slots=M` is accepted.
+        // Open MPI's hostfile words: `slots=N` runs N nodes there, `max_slots=M` (at least N)
+        // is accepted.
         let mut slots = 1;
+        let mut max_slots = None;
         let mut fields: Vec<&str> = Vec::new();
         for word in line.split_whitespace() {
             match word.split_once('=') {
@@ -819,7 +821,9 @@ pub fn parse_hosts(
                         }
                     }
                 }
-                Some(("max_slots", n)) if n.parse::<usize>().is_ok() => {}
+                Some(("max_slots", n)) if n.parse::<usize>().is_ok() => {
+                    max_slots = n.parse::<usize>().ok();
+                }
                 Some(_) => {
                     return Err(ConfigError {
                         origin,
@@ -831,6 +835,14 @@ pub fn parse_hosts(
                 }
                 None => fields.push(word),
             }
+        }
+        if let Some(max) = max_slots.filter(|&m| m < slots) {
+            return Err(ConfigError {
+                origin,
+                what: format!(
+                    "`max_slots={max}` is below `slots={slots}`: nodes past it would not fit"
+                ),
+            });
         }
         match fields.len() {
             1 | 2 => {}
@@ -1146,6 +1158,19 @@ mod tests {
         let mut c = Config::default();
         c.apply_file_text(".jiaconf.example", &text).unwrap();
         assert_eq!(c, Config::default(), "the example documents the defaults");
+        let missing: Vec<&str> = KEYS
+            .iter()
+            .map(|&(k, _)| k)
+            .filter(|k| {
+                !text
+                    .lines()
+                    .any(|l| l.split('=').next().map(str::trim) == Some(*k))
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "keys the example leaves out: {missing:?}"
+        );
     }
 
     #[test]
@@ -1225,6 +1250,12 @@ mod tests {
         );
         let e = parse_hosts("hostfile", "node1 cpus=2\n", |_| {}).unwrap_err();
         assert!(e.to_string().contains("slots=N and max_slots=N"), "{e}");
+        let e = parse_hosts("hostfile", "node1\nnode2 max_slots=1 slots=2\n", |_| {}).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("hostfile:2: `max_slots=1` is below `slots=2`"),
+            "{e}"
+        );
     }
 
     #[test]

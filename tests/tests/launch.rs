@@ -972,6 +972,24 @@ fn a_host_that_never_answers_ssh_between_hosts_is_named_and_leaves_no_ssh_client
         let _ = Command::new("kill").args(["-9", p]).status();
     }
     assert!(left.is_empty(), "ssh clients outlived dsmrun: {left:?}");
+
+    // A host that refuses ssh at once (a reset): its ssh ends with its own 255 before the node
+    // joined, a job that could not start (it ended with 255, as a node's own status).
+    nft(
+        &ns,
+        "flush chain inet dsmdeaf in\nadd rule inet dsmdeaf in tcp dport 22 reject with tcp reset\n",
+    );
+    let out = run_with_deadline(dsmrun("60"), Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "node 1 ({}) ended with status 255 before it joined the job: its ssh could not reach \
+             the host",
+            c.addr(2)
+        )),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

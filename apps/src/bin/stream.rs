@@ -100,7 +100,19 @@ fn main() {
     }
     times.set(dsm.nodes() + me, again);
     let ok = !check || me == 0 || ok;
-    let read_mb = ((n / per_page).div_ceil(stride) * PAGE_SIZE) as f64 / (1024.0 * 1024.0);
+    // One node: node 0 writes, and no node reads.
+    let readers = dsm.nodes() - 1;
+    if readers == 0 && me == 0 {
+        eprintln!(
+            "stream: one node, so no reader (node 0 writes, the others read): run it on 2 nodes \
+             or more, e.g. dsmrun -n 2 stream"
+        );
+    }
+    let read_mb = if readers == 0 {
+        0.0
+    } else {
+        ((n / per_page).div_ceil(stride) * PAGE_SIZE) as f64 / (1024.0 * 1024.0)
+    };
     dsm.barrier();
     let slowest_of = |at: usize| {
         (1..dsm.nodes())

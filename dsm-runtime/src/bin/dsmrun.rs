@@ -39,7 +39,7 @@ struct Args {
     nodes: Option<usize>,
     /// Hosts file (JIAJIA's .jiahosts, or Open MPI's `host slots=N` lines); without it, the
     /// .jiahosts of the working directory if there is one, else every node on this machine.
-    #[arg(long, alias = "hostfile")]
+    #[arg(long, visible_alias = "hostfile")]
     hosts: Option<PathBuf>,
     /// Pass VAR (its value here) or VAR=VALUE to every node's environment (repeatable).
     #[arg(short = 'x', value_name = "VAR[=VALUE]")]
@@ -89,6 +89,11 @@ struct Args {
     /// The program and its arguments.
     #[arg(required = true)]
     command: Vec<String>,
+}
+
+/// Whether `k` can name an environment variable passed with -x: letters, digits, underscores.
+fn variable_name(k: &str) -> bool {
+    !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 fn usage_error(msg: &str) -> ExitCode {
@@ -151,18 +156,22 @@ fn main() -> ExitCode {
     }
     let mut env = Vec::new();
     for x in &args.export {
+        if x.is_empty() {
+            return usage_error("-x: an empty value (give -x VAR or -x VAR=VALUE)");
+        }
         let (k, v) = match x.split_once('=') {
             Some((k, v)) => (k.to_string(), v.to_string()),
             None => match std::env::var(x) {
                 Ok(v) => (x.clone(), v),
-                Err(_) => {
+                Err(_) if variable_name(x) => {
                     return usage_error(&format!(
                         "-x {x}: {x} is not set here (give -x {x}=VALUE)"
                     ));
                 }
+                Err(_) => (x.clone(), String::new()),
             },
         };
-        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        if !variable_name(&k) {
             return usage_error(&format!("-x {x}: `{k}` is not a variable name"));
         }
         env.push((k, v));
@@ -332,6 +341,15 @@ fn main() -> ExitCode {
             ));
         }
     }
+    if args
+        .remote_program
+        .as_deref()
+        .is_some_and(|p| p.trim().is_empty())
+    {
+        return usage_error(
+            "--remote-program: an empty path (give the program's path on the remote hosts)",
+        );
+    }
     if let Some(t) = args.threads {
         env.push(("DSM_THREADS".into(), t.to_string()));
         // OpenMP programs take their team's size from it (without, all the CPUs they see).
@@ -361,9 +379,10 @@ fn main() -> ExitCode {
         env,
     };
     if let Some(f) = &hosts_file {
+        let n = spec.hosts.len();
         say!(
-            "dsmrun: {} nodes on the hosts of {}",
-            spec.hosts.len(),
+            "dsmrun: {n} node{} on the hosts of {}",
+            if n == 1 { "" } else { "s" },
             f.display()
         );
     }

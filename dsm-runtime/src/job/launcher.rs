@@ -623,7 +623,13 @@ fn spawn_node(
         let what = if p.local[i] {
             spec.program.clone()
         } else {
-            "ssh".into()
+            match std::env::var("DSM_SSH") {
+                Ok(ssh) => format!(
+                    "`{}` of DSM_SSH={ssh}",
+                    ssh.split_whitespace().next().unwrap_or("")
+                ),
+                Err(_) => "ssh".into(),
+            }
         };
         JobFailure::Start(format!("cannot start node {i} ({what}): {e}"))
     })?;
@@ -970,6 +976,11 @@ impl Exit {
         }
     }
 
+    /// Status 255: ssh's own for a failure of its (a remote node's).
+    fn ssh_failure(self) -> bool {
+        matches!(self, Exit::Node(s) if s.code() == Some(255))
+    }
+
     /// dsmrun's exit status for it (a node out of reach is lost: 1).
     fn status_code(self) -> u8 {
         match self {
@@ -1040,6 +1051,20 @@ fn poll_children(
             }
             // Once one echo of another node's failure is known, look past the others.
             Ok(Some(exit)) if known.is_some() && exit.for_another() => {}
+            // Before the job started (no control stream yet: not every node joined), a remote
+            // node's 255 is its ssh failing to reach the host: a job that could not start.
+            Ok(Some(exit)) if remote[i] && control.is_empty() && exit.ssh_failure() => {
+                return Err(JobFailure::Node {
+                    node: i,
+                    host: spec.hosts[i].address.clone(),
+                    how: "ended with status 255 before it joined the job: its ssh could not \
+                          reach the host or log in (ssh's status for a failure of its own; its \
+                          message is above)"
+                        .into(),
+                    peer_failed: false,
+                    code: 2,
+                });
+            }
             Ok(Some(exit)) => {
                 return Err(JobFailure::Node {
                     node: i,

@@ -167,12 +167,34 @@ pub fn join(
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     let mut reader = &stream;
+    let no_answer = || {
+        format!(
+            "no answer from the rendezvous {} within {timeout:?}",
+            env.rendezvous
+        )
+    };
     while line.len() < 1 << 20 {
         match reader.read(&mut byte) {
+            Ok(0) if line.is_empty() => {
+                return Err(format!(
+                    "the rendezvous {} closed the connection before every node joined: its \
+                     launcher gave up on the job (it says why) or ended",
+                    env.rendezvous
+                ));
+            }
             Ok(0) => break,
             Ok(_) if byte[0] == b'\n' => break,
             Ok(_) => line.push(byte[0]),
             Err(e) if interrupted(&e) => {}
+            // The socket's read timeout.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(no_answer());
+            }
             Err(e) => return Err(fail(e)),
         }
     }
@@ -207,7 +229,7 @@ pub fn join(
         )),
         Err(e) if !line.is_empty() => Err(format!("bad answer from the rendezvous: {e}")),
         Err(_) => Err(format!(
-            "no answer from the rendezvous {} within {timeout:?}",
+            "bad answer from the rendezvous {}: an empty line",
             env.rendezvous
         )),
     }

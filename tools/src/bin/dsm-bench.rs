@@ -212,6 +212,11 @@ struct Options {
     mpi: bool,
 }
 
+/// The apps dsm-bench runs (`--apps`): the DSM programs of `apps/` that print `time=`.
+const BENCH_APPS: &[&str] = &[
+    "matmul", "sor", "lu", "jacobi", "pi", "tsp", "water", "is", "ep", "stream", "workq",
+];
+
 fn parse_apps(s: &str) -> Vec<(String, Vec<String>)> {
     s.split(',')
         .filter(|a| !a.is_empty())
@@ -255,6 +260,14 @@ fn options() -> Options {
     }
     if let Some(apps) = &a.apps {
         o.apps = parse_apps(apps);
+        for (app, _) in &o.apps {
+            if !BENCH_APPS.contains(&app.as_str()) {
+                usage(&format!(
+                    "--apps: `{app}` is not an app dsm-bench runs; the apps: {}",
+                    BENCH_APPS.join(", ")
+                ));
+            }
+        }
     }
     if let Some(n) = a.nodes {
         o.nodes = n;
@@ -276,6 +289,12 @@ fn options() -> Options {
             let (k, v) = kv
                 .split_once('=')
                 .unwrap_or_else(|| usage(&format!("--set {kv}: expected KEY=VALUE")));
+            if k.trim() == "prefetch" {
+                usage(&format!(
+                    "--set {kv}: prefetch is a column of the matrix: give --prefetch on, off or \
+                     on,off"
+                ));
+            }
             if let Err(e) = dsm_runtime::config::Config::default().set(
                 k.trim(),
                 v.trim(),
