@@ -287,7 +287,7 @@ fn dsm_bench_measures_the_floors() {
     // How much of each stream landed in large folios: the reader's requests, one count per
     // sample (0 only where the node could not make its tmpfs and says so at debug level).
     for transport in ["UDP", "TCP"] {
-        let name = format!("in remote pages streamed, {transport}, 2 nodes (MB/s): ");
+        let name = format!("in remote pages streamed, {transport}, 2 nodes: ");
         let counts: Vec<u64> = stdout
             .lines()
             .find_map(|l| l.split_once(name.as_str()).map(|(_, v)| v))

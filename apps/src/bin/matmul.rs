@@ -368,8 +368,15 @@ fn main() {
         "ikj" => Some(Kernel::Ikj),
         _ => None,
     };
-    let (Some(kernel), true, true) = (kernel, n > 0, matches!(ty, "f64" | "f32")) else {
-        eprintln!("usage: matmul [--no-check] [N] [f64|f32] [gemm|blocked|ikj]   (N > 0)");
+    if !matches!(ty, "f64" | "f32") {
+        eprintln!("matmul: the element type is f64 or f32, got `{ty}`");
+        std::process::exit(2);
+    }
+    let Some(kernel) = kernel else {
+        eprintln!(
+            "matmul: the kernel is gemm, blocked or ikj, got `{}`",
+            args[2]
+        );
         std::process::exit(2);
     };
     let dsm = dsm_runtime::init().unwrap_or_else(|e| {

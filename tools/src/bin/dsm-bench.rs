@@ -1030,7 +1030,7 @@ fn to_json(
             .map(|(name, v)| json!({"name": name, "samples": v})),
     );
     floor_samples.extend(floors.large.iter().map(
-        |(name, v)| json!({"name": format!("{name}: requests in large folios"), "samples": v}),
+        |(name, v)| json!({"name": format!("{}: requests in large folios", name.trim_end_matches(" (MB/s)")), "samples": v}),
     ));
     let medians: Vec<serde_json::Value> = floors
         .rows()
@@ -1401,11 +1401,12 @@ where
 fn continue_line(done: usize, total: usize, cell: &Cell, k: usize, repeat: usize) {
     if k == 0 {
         eprintln!(
-            "[{done}/{total}] {} n={} {} prefetch={} x{repeat}",
+            "[{done}/{total}] {} n={} {} prefetch={}{} x{repeat}",
             cell.label(),
             cell.nodes,
             cell.transport,
-            if cell.prefetch { "on" } else { "off" }
+            if cell.prefetch { "on" } else { "off" },
+            if cell.pair { " (2 jobs at once)" } else { "" }
         );
     }
 }
@@ -1426,7 +1427,8 @@ fn print_floors(floors: &Floors) {
     for (name, samples) in &floors.large {
         let each: Vec<String> = samples.iter().map(u64::to_string).collect();
         println!(
-            "the reader's requests landed in large folios, per sample, in {name}: {}",
+            "the reader's requests landed in large folios, per sample, in {}: {}",
+            name.trim_end_matches(" (MB/s)"),
             each.join(" ")
         );
     }
@@ -1639,11 +1641,12 @@ fn main() {
                 continue_line(done, total, cell, k, o.repeat);
             } else {
                 eprint!(
-                    "\r[{done}/{total}] {} n={} {} prefetch={} run {}/{}  ({:.0} s)     ",
+                    "\r[{done}/{total}] {} n={} {} prefetch={}{} run {}/{}  ({:.0} s)     ",
                     cell.app,
                     cell.nodes,
                     cell.transport,
                     if cell.prefetch { "on" } else { "off" },
+                    if cell.pair { " (2 jobs at once)" } else { "" },
                     k + 1,
                     o.repeat,
                     started.elapsed().as_secs_f64()
