@@ -382,8 +382,9 @@ fn with_panic(waits: String) -> String {
 // ----- spins -----
 
 /// A thread's run of atomic operations on one word that changed nothing and read the same
-/// value (loads, compare-exchanges that failed, writes of what they read), back to back: written by the thread at each
-/// operation ([`note_atomic`]), read by the service thread at each report ([`spins`]).
+/// value (loads, compare-exchanges that failed, writes of what they read), back to back:
+/// written by the thread at each operation ([`note_atomic`]), read by the service thread at
+/// each report ([`spins`]).
 struct Streak {
     /// The word: its address, its width in bits 48-55 and the operation's kind in bits 56-63
     /// ([`LOADS`], [`FAILED_EXCHANGES`] or [`SAME_WRITES`]); 0: no run.
@@ -504,18 +505,17 @@ fn note_atomic(addr: usize, width: u8, op: AtomicOp, old: u64, started: u64) {
     let Some(slot) = door::my_slot() else { return };
     let s = &STREAKS[slot];
     let kind = match op {
-        AtomicOp::Load => LOADS,
-        AtomicOp::Store(_) => 0,
+        AtomicOp::Load => Some(LOADS),
+        AtomicOp::Store(_) => None,
         _ => match op.apply(old, width) {
-            None => FAILED_EXCHANGES,
-            Some(new) if new == old & dsm_core::width_mask(width) => SAME_WRITES,
-            Some(_) => 0,
+            None => Some(FAILED_EXCHANGES),
+            Some(new) => (new == old & dsm_core::width_mask(width)).then_some(SAME_WRITES),
         },
     };
-    if kind == 0 {
+    let Some(kind) = kind else {
         s.word.store(0, Ordering::Relaxed);
         return;
-    }
+    };
     let word = (addr as u64 & 0xffff_ffff_ffff) | u64::from(width) << 48 | kind << 56;
     let ended = sys::monotonic_ns();
     let inside = ended.saturating_sub(started);
@@ -596,10 +596,9 @@ fn spins(i: usize, tid: i32, faulted: bool) -> Option<String> {
 /// time between them: a loop that computes between its polls computes), or it rests between
 /// them: it used the CPU at most an eighth of the time, in them or not (their time is mostly a
 /// wait for the home, asleep: counted as the CPU's, it hid the work of a loop that computed
-/// between them), its last one (ended
-/// at `last_end`) no longer ago than twice the run's mean gap and 100 ms, and a report of the
-/// last [`RESTS_SEEN_FOR_NS`] saw it asleep between them (`usleep`, `sleep`), none blocked on
-/// something else. Only what the thread was seen blocked in counts: when reports came right
+/// between them), its last one (ended at `last_end`) no longer ago than twice the run's mean
+/// gap and 100 ms, and a report of the last [`RESTS_SEEN_FOR_NS`] saw it asleep between them
+/// (`usleep`, `sleep`), none blocked on something else. Only what the thread was seen blocked in counts: when reports came right
 /// after the service thread answered a poll, a loop that reads a pipe between its polls was
 /// seen running at every one, which counted as asleep, and was ended as stuck.
 fn spun(before: &Seen, now: &Seen, last_end: u64) -> bool {

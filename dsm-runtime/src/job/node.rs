@@ -167,12 +167,6 @@ pub fn join(
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     let mut reader = &stream;
-    let no_answer = || {
-        format!(
-            "no answer from the rendezvous {} within {timeout:?}",
-            env.rendezvous
-        )
-    };
     while line.len() < 1 << 20 {
         match reader.read(&mut byte) {
             Ok(0) if line.is_empty() => {
@@ -193,7 +187,10 @@ pub fn join(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(no_answer());
+                return Err(format!(
+                    "no answer from the rendezvous {} within {timeout:?}",
+                    env.rendezvous
+                ));
             }
             Err(e) => return Err(fail(e)),
         }

@@ -36,9 +36,12 @@ fn processes() -> Vec<Proc> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // `pid (comm) state ppid ...`: comm may hold spaces and parentheses; it ends at the
         // last `)`.
-        let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
-        let ended = rest.next()?.starts_with(['Z', 'X']);
-        let parent = rest.next()?.parse().ok()?;
+        let ended = stat_ended(&stat)?;
+        let parent = stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
         Some(Proc { pid, parent, ended })
     })
     .collect()
@@ -171,10 +174,15 @@ fn ended(tid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
         return !crate::sys::thread_exists(tid);
     };
+    stat_ended(&stat).unwrap_or(false)
+}
+
+/// Whether the process or thread of a `/proc/.../stat` line has ended (its state `Z`, a zombie,
+/// or `X`, being torn down); `None` for a line without a state.
+fn stat_ended(stat: &str) -> Option<bool> {
     // The state follows the command's closing parenthesis (the command may hold any).
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|state| state == "Z" || state == "X")
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().next()?.starts_with(['Z', 'X']))
 }
 
 /// Ends the process as its last thread's end does: `exit(0)`, with the asynchronous signals
@@ -248,12 +256,12 @@ pub fn rests(tid: i32) -> Option<Rest> {
         #[cfg(target_arch = "x86_64")]
         libc::SYS_nanosleep,
     ];
-    // A futex marked private (its second argument), or in a private mapping (its first):
-    // another process can post a semaphore in shared memory, and a loop that waits for that
-    // between its polls waits for the world outside, as on a descriptor.
+    // A futex of the process alone: another process can post a semaphore in shared memory,
+    // and a loop that waits for that between its polls waits for the world outside, as on a
+    // descriptor.
     let private_futex = nr == libc::SYS_futex as u64
-        && (arg(1).is_some_and(|op| op & libc::FUTEX_PRIVATE_FLAG as u64 != 0)
-            || arg(0).is_some_and(|addr| private_mappings().iter().any(|r| r.contains(&addr))));
+        && matches!((arg(0), arg(1)), (Some(addr), Some(op))
+            if futex_of_the_process_alone(addr, op, &mut None));
     // select and pselect6 on no descriptor (their first argument), poll and ppoll on none
     // (their second).
     #[cfg(target_arch = "x86_64")]
@@ -322,16 +330,23 @@ impl ThreadLook {
         ]
         .iter()
         .any(|&c| u64::from(c as u32) == command);
-        let private = op & u64::from(libc::FUTEX_PRIVATE_FLAG as u32) != 0;
-        waits
-            && timeout == 0
-            && (private
-                || self
-                    .private
-                    .get_or_insert_with(private_mappings)
-                    .iter()
-                    .any(|r| r.contains(&addr)))
+        waits && timeout == 0 && futex_of_the_process_alone(addr, op, &mut self.private)
     }
+}
+
+/// Whether the futex at `addr`, waited on with operation `op`, is this process's alone: marked
+/// private, or in a private mapping (`maps`: `/proc/self/maps`'s, read at the first need). One
+/// in shared memory (a process-shared semaphore) may be woken by another process.
+fn futex_of_the_process_alone(
+    addr: u64,
+    op: u64,
+    maps: &mut Option<Vec<std::ops::Range<u64>>>,
+) -> bool {
+    op & u64::from(libc::FUTEX_PRIVATE_FLAG as u32) != 0
+        || maps
+            .get_or_insert_with(private_mappings)
+            .iter()
+            .any(|r| r.contains(&addr))
 }
 
 /// Makes the process `cmd` starts receive `sig` when the thread that starts it ends (the
@@ -634,13 +649,10 @@ fn a_child_runs() -> bool {
 
 /// Whether process `pid` has ended: gone, or a zombie (or being torn down).
 fn process_ended(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    // The state follows the command's closing parenthesis (the command may hold any).
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_none_or(|state| state.starts_with(['Z', 'X']))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat_ended(&stat))
+        .unwrap_or(true)
 }
 
 /// The timers of this process that run while its threads sleep and are armed
