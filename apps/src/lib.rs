@@ -186,7 +186,10 @@ pub fn args_with_flags(
 }
 
 /// dsmrun's options: given after the program, they reach the program, which says where they go.
+/// `-np` reaches clap as `-n`. A test (`tests/tests/apps.rs`) holds this list to dsmrun's help.
 const DSMRUN_OPTIONS: &[&str] = &[
+    "-n",
+    "-x",
     "--stats",
     "--stats-json",
     "--transport",

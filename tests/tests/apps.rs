@@ -820,3 +820,49 @@ fn a_barrier_of_threads_is_two_messages_per_node_whatever_the_threads() {
         );
     }
 }
+
+#[test]
+fn each_of_dsmruns_options_given_after_an_app_is_named_as_dsmruns() {
+    // Every option dsmrun's help shows (but those the apps take themselves), and the short
+    // ones a user of mpirun types.
+    let help = run_with_deadline(
+        {
+            let mut c = Command::new(bin("dsmrun"));
+            c.arg("--help");
+            c
+        },
+        Duration::from_secs(30),
+    );
+    assert!(help.status.success(), "{}", text(&help));
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let mut options: Vec<String> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .filter(|w| !["--help", "--version", "--threads"].contains(w))
+        .map(str::to_owned)
+        .collect();
+    options.sort();
+    options.dedup();
+    assert!(
+        options.len() >= 15,
+        "too few options in dsmrun's help: {options:?}"
+    );
+    options.extend(["-n", "-np", "-x"].map(String::from));
+    for option in &options {
+        let mut c = Command::new(bin("matmul"));
+        c.args([option.as_str(), "1"]);
+        let out = run_with_deadline(c, Duration::from_secs(30));
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "matmul {option} 1: {t}");
+        // clap reads `-np` as `-n` with `p` after it.
+        let said = if option == "-np" {
+            "-n"
+        } else {
+            option.as_str()
+        };
+        assert!(
+            t.contains(&format!("`{said}")) && t.contains("is an option of dsmrun"),
+            "matmul {option} 1 did not say it is dsmrun's:\n{t}"
+        );
+    }
+}
