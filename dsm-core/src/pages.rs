@@ -29,6 +29,10 @@ const REFETCH_MAX: usize = 256;
 /// of rows up to that size).
 const MAX_STRIDE_PAGES: u32 = 4096;
 
+/// A walk down through memory asks for its window in requests of this many pages, the nearest
+/// first ([`Node::send_ahead`]): a fault waits for one such piece at most.
+const DOWN_PIECE_PAGES: usize = 64;
+
 /// A full cache evicts this fraction of itself at once (see `make_room`).
 const EVICT_BATCH_DIVISOR: usize = 64;
 
@@ -48,7 +52,8 @@ const TRACK_GAP: u32 = 64;
 /// window past (threads taking small chunks in turn; a wider gap may be other nodes' chunks,
 /// which nobody here reads); never over pages a thread skips itself (a stride not yet found,
 /// reads scattered forward). In the allocation right after the walk's: where the walk reached
-/// its own's end (lu's panels, one allocation each: the window carries on, its pages do not).
+/// its own's end (lu's panels, one allocation each: the window carries on, its pages do not);
+/// a walk down through memory stays in its allocation.
 fn continues_walk(
     table: &PageTable,
     me: NodeId,
@@ -57,27 +62,30 @@ fn continues_walk(
     waiter: WaiterId,
     least: usize,
 ) -> bool {
-    let Some(n) = st.next else { return false };
-    let last = n.0.saturating_sub(st.stride);
-    let end = table.allocation_end(PageNum(last));
-    if last >= page.0 {
+    let (Some(last), Some(n)) = (st.last, st.next()) else {
+        return false;
+    };
+    if !st.before(last, page) {
         return false;
     }
-    if end <= u64::from(page.0) {
-        return u64::from(n.0) >= end
+    let end = table.allocation_end(last);
+    if !table.allocation_of(last).contains(&u64::from(page.0)) {
+        return !st.down()
+            && u64::from(n.0) >= end
             && u32::try_from(end)
                 .is_ok_and(|e| table.allocation_end(PageNum(e)) > u64::from(page.0));
     }
-    let strides = (page.0.saturating_sub(n.0) / st.stride) as usize;
+    let strides = st.pages_past(n, page) / u64::from(st.step());
     let nothing_between = || {
-        (u64::from(n.0)..u64::from(page.0))
-            .step_by(st.stride as usize)
+        (0..)
+            .map_while(|k| st.on(n, k))
+            .take_while(|&p| st.before(p, page))
             .all(|p| {
-                let e = &table[p as usize];
+                let e = &table[p.index()];
                 e.home == me || e.frame != Frame::Invalid || e.fetch.is_some()
             })
     };
-    (st.by != waiter && strides <= least.max(st.window / 4)) || nothing_between()
+    (st.by != waiter && strides <= least.max(st.window / 4) as u64) || nothing_between()
 }
 
 /// `pages` in their order, cut into runs of consecutive ascending pages of at most `max`.
@@ -238,11 +246,11 @@ impl<M: PageMemory> Node<M> {
                 // comes too), and the window doubles; a walk carried into the next allocation
                 // asks from the fault (a reader at the end of one array says nothing of the next
                 // one's pages).
-                let from = stream
-                    .next
-                    .map(|n| PageNum(n.0.saturating_sub(stream.stride)))
-                    .filter(|&f| f < page && self.table.allocation_end(f) > u64::from(page.0));
-                let grown = if from.is_some() || stream.next == Some(page) {
+                let from = stream.last.filter(|&f| {
+                    stream.before(f, page)
+                        && self.table.allocation_of(f).contains(&u64::from(page.0))
+                });
+                let grown = if from.is_some() || stream.next() == Some(page) {
                     stream.window.max(least) * 2
                 } else {
                     // Carried into the next allocation: no more than the pages threads opened
@@ -261,7 +269,11 @@ impl<M: PageMemory> Node<M> {
         let limit = stream.window.max(least);
         let distance = (pf.max_checking_pages as usize).max(2 * limit) as u32;
         let candidates = self.candidates(s, &stream, from, limit, distance);
-        stream.asked_through(candidates.last().copied().unwrap_or(page).max(page));
+        let furthest = candidates
+            .last()
+            .copied()
+            .filter(|&c| stream.before(page, c));
+        stream.asked_through(furthest.unwrap_or(page));
         stream.mark = self.read_ahead_mark(&stream, &candidates);
         self.streams.put(s, stream);
         if candidates.is_empty() {
@@ -270,13 +282,35 @@ impl<M: PageMemory> Node<M> {
             return;
         }
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
-        by_home.entry(home).or_default().push(page);
+        if stream.down() {
+            // A walk down: the demand page alone first, then its window in pieces.
+            self.send_get_page(home, access, vec![page]);
+        } else {
+            by_home.entry(home).or_default().push(page);
+        }
         self.add_prefetches(now, candidates, s, &mut by_home);
         // The demand request first, then prefetches to other homes.
-        let demand = by_home.remove(&home).unwrap_or_default();
-        self.send_get_page(home, access, demand);
+        if !stream.down() {
+            let demand = by_home.remove(&home).unwrap_or_default();
+            self.send_get_page(home, access, demand);
+        }
+        self.send_ahead(&stream, by_home);
+    }
+
+    /// Sends the GETPs of a window a walk asked for ahead, by home: each home's pages as they
+    /// are (in walk order: ascending runs), or, for a walk down through memory, in pieces of
+    /// [`DOWN_PIECE_PAGES`], the nearest first, each piece ascending (a home serves a request's
+    /// pages in runs of ascending pages: listed downwards, each page would be a run, and in
+    /// one request, the page the walk needs next would come last).
+    fn send_ahead(&mut self, stream: &Stream, by_home: BTreeMap<NodeId, Vec<PageNum>>) {
         for (h, pages) in by_home {
-            self.send_get_page(h, Access::Read, pages);
+            if stream.down() {
+                for piece in pages.chunks(DOWN_PIECE_PAGES) {
+                    self.send_get_page(h, Access::Read, piece.iter().rev().copied().collect());
+                }
+            } else {
+                self.send_get_page(h, Access::Read, pages);
+            }
         }
     }
 
@@ -348,37 +382,42 @@ impl<M: PageMemory> Node<M> {
         // a thread that touches a few pages of a window and leaves (a boundary row) does not pull
         // in more.
         let enough = (window / 2).max(1);
-        let stride = stream.stride as usize;
+        let stride = u64::from(stream.step());
         // A stream: the last request reaches half a window past this page, in strides, or to
         // the allocation's end (checked in O(1): this runs for every prefetched page a thread
         // opens, and the scans below would otherwise run at each page of a stream's last half
         // window).
         if stream
-            .next
-            .is_some_and(|n| n.0 > page.0 && ((n.0 - page.0) as usize).div_ceil(stride) > enough)
+            .next()
+            .is_some_and(|n| stream.pages_past(page, n).div_ceil(stride) > enough as u64)
         {
             return;
         }
-        let end = self.table.allocation_end(page);
-        if stream.next.is_some_and(|n| {
+        let allocation = self.table.allocation_of(page);
+        if stream.last.is_some_and(|last| {
             // The last page asked for: past this one, and the last of its allocation.
-            let last = u64::from(n.0.wrapping_sub(stream.stride));
-            last > u64::from(page.0) && last < end && last + stride as u64 >= end
+            stream.before(page, last)
+                && allocation.contains(&u64::from(last.0))
+                && !stream
+                    .on(last, 1)
+                    .is_some_and(|n| allocation.contains(&u64::from(n.0)))
         }) {
             return;
         }
         // Pages a scan found too few candidates from: none at its stride can find enough
         // before here.
         if stream.quiet.is_some_and(|(from, until)| {
-            page.0 > from.0 && page.0 < until.0 && (page.0 - from.0) % stream.stride == 0
+            stream.before(from, page)
+                && stream.before(page, until)
+                && stream.pages_past(from, page) % stride == 0
         }) {
             return;
         }
-        let ahead = (1..=window)
-            .map(|k| page.index() + k * stride)
-            .take_while(|&p| p < self.table.len())
-            .filter(|&p| {
-                let e = &self.table[p];
+        let ahead = (1..=window as u64)
+            .map_while(|k| stream.on(page, k))
+            .take_while(|p| p.index() < self.table.len())
+            .filter(|p| {
+                let e = &self.table[p.index()];
                 e.frame == Frame::Prefetched || e.fetch.is_some()
             })
             .take(enough)
@@ -394,7 +433,11 @@ impl<M: PageMemory> Node<M> {
         // one by one; and a walk whose next pages are partly here or on their way asks for the
         // rest in one request (with half a window, the pages before a node's own rows in a
         // 16-node matmul, 511 where 512 were needed, waited for a demand fault).
-        let left = (end - u64::from(page.0) - 1) / stride as u64;
+        let left = if stream.down() {
+            u64::from(page.0) - allocation.start
+        } else {
+            allocation.end - u64::from(page.0) - 1
+        } / stride;
         let needed = (enough as u64).min(left).div_ceil(2);
         if candidates.is_empty() || (candidates.len() as u64) < needed {
             // Each stride further on brings at most one more page into the scan's reach and
@@ -403,8 +446,12 @@ impl<M: PageMemory> Node<M> {
             // or evicted meanwhile wait at most that long). Without this, a walk whose next
             // pages are its own or on their way scanned again at each page.
             let short = (needed - candidates.len() as u64) / 2;
-            let until = (u64::from(page.0) + short * stride as u64).min(u64::from(u32::MAX)) as u32;
-            stream.quiet = Some((page, PageNum(until)));
+            let until = stream.on(page, short).unwrap_or(if stream.down() {
+                PageNum(0)
+            } else {
+                PageNum(u32::MAX)
+            });
+            stream.quiet = Some((page, until));
             self.streams.put(s, stream);
             return;
         }
@@ -415,9 +462,7 @@ impl<M: PageMemory> Node<M> {
         self.streams.put(s, stream);
         let mut by_home: BTreeMap<NodeId, Vec<PageNum>> = BTreeMap::new();
         self.add_prefetches(now, candidates, s, &mut by_home);
-        for (h, pages) in by_home {
-            self.send_get_page(h, Access::Read, pages);
-        }
+        self.send_ahead(&stream, by_home);
     }
 
     /// A prefetched page nobody read yet is dropped (invalidated, evicted): if the last request
@@ -429,8 +474,8 @@ impl<M: PageMemory> Node<M> {
     fn read_ahead_lost(&mut self, page: PageNum) {
         let s = self.table[page.index()].stream;
         if let Some(mut stream) = self.streams.owning(s, page).copied() {
-            if stream.next.is_some_and(|n| page.0 < n.0) {
-                stream.next = None;
+            if stream.last.is_some_and(|last| !stream.before(last, page)) {
+                stream.last = None;
             }
             stream.quiet = None;
             self.streams.put(s, stream);
@@ -442,27 +487,36 @@ impl<M: PageMemory> Node<M> {
     /// end, as [`Node::read_ahead`] counts.
     fn read_ahead_mark(&self, stream: &Stream, candidates: &[PageNum]) -> Option<PageNum> {
         let window = stream.window.max(self.cfg.prefetch.prefetch_pages as usize);
-        let enough = (window / 2).max(1) as u32;
-        stream.next.and_then(|n| {
-            let from = n.0.saturating_sub(enough.saturating_mul(stream.stride));
-            candidates.iter().copied().find(|p| p.0 >= from)
+        let enough = (window / 2).max(1) as u64;
+        stream.next().and_then(|n| {
+            let from = enough.saturating_mul(u64::from(stream.step()));
+            candidates
+                .iter()
+                .copied()
+                .find(|&p| stream.pages_past(p, n) <= from)
         })
     }
 
     /// The read-ahead's stride for `waiter`'s demand fault on `page`: the spacing of its last
-    /// two demand faults and this one when all three are equally spaced, ascending, more than a
-    /// page and at most [`MAX_STRIDE_PAGES`] apart, in one allocation; otherwise 1 (sequential).
-    fn stride_of(&self, waiter: WaiterId, page: PageNum) -> u32 {
+    /// two demand faults and this one when all three are equally spaced in one allocation, at
+    /// most [`MAX_STRIDE_PAGES`] apart, and either ascending more than a page apart or
+    /// descending (negative: a walk down through memory, page by page or strided); otherwise 1
+    /// (sequential).
+    fn stride_of(&self, waiter: WaiterId, page: PageNum) -> i32 {
         let [Some(a), Some(b)] = self.streams.demands_of(waiter) else {
             return 1;
         };
-        let s = b.0.wrapping_sub(a.0);
-        let strided = a.0 < b.0
-            && b.0 < page.0
-            && page.0 - b.0 == s
-            && (2..=MAX_STRIDE_PAGES).contains(&s)
-            && self.table.allocation_end(a) > u64::from(page.0);
-        if strided { s } else { 1 }
+        let s = b.0.abs_diff(a.0);
+        let same = self.table.allocation_of(a).contains(&u64::from(page.0));
+        if !same || s > MAX_STRIDE_PAGES || page.0.abs_diff(b.0) != s {
+            return 1;
+        }
+        let s = s as i32;
+        match (a < b && b < page, a > b && b > page) {
+            (true, _) if s > 1 => s,
+            (_, true) => -s,
+            _ => 1,
+        }
     }
 
     /// GETP for `pages` (the demand page first, if any): one request per
@@ -507,13 +561,13 @@ impl<M: PageMemory> Node<M> {
         }
         let limit = limit.min(self.cfg.cache_pages / 2);
         let me = self.cfg.node;
-        let stride = u64::from(stream.stride);
         // `distance` strides at most, inside the allocation.
-        let end = (u64::from(page.0) + 1 + u64::from(distance) * stride)
-            .min(self.table.allocation_end(page));
+        let allocation = self.table.allocation_of(page);
         let mut found = Vec::new();
-        for p in (u64::from(page.0) + stride..end).step_by(stride as usize) {
-            let p = PageNum(p as u32);
+        let walked = (1..=u64::from(distance))
+            .map_while(|k| stream.on(page, k))
+            .take_while(|p| allocation.contains(&u64::from(p.0)));
+        for p in walked {
             let e = &self.table[p.index()];
             let asked = e.frame == Frame::Prefetched || e.fetch.is_some();
             if asked && e.stream != s && self.streams.owning(e.stream, p).is_some() {

@@ -12,7 +12,9 @@
 //! request, or a little past it where the caller's rule allows: `Node::request_pages`),
 //! restarts the stream whose pages it falls among, or starts a new one in the slot used least
 //! recently. The stride of a walk comes from the faulting thread's own last demand faults, not
-//! the node's: two threads walking two columns each see their own.
+//! the node's: two threads walking two columns each see their own. A walk goes up through
+//! memory or down (a loop from an array's end to its start, a backward substitution): its
+//! stride's sign says which, and every step, distance and "before" below follows it.
 
 use std::collections::BTreeMap;
 
@@ -38,20 +40,24 @@ const _: () = assert!(MAX_STREAMS < NO_STREAM as usize);
 pub(crate) struct Stream {
     /// The demand fault that started the walk: the pages before it are not the walk's.
     pub start: PageNum,
-    /// One stride past the furthest page the walk asked for: with `start`, the pages that are
-    /// the walk's (a page of a slot since given to another walk is not).
-    pub reach: PageNum,
+    /// The walk's pages, from `low` up to `high` (not included): its start, the pages it asked
+    /// for since and those between, to one stride past the furthest (a page of a slot since
+    /// given to another walk is not).
+    low: u64,
+    high: u64,
     /// The read-ahead window, in pages (grows while prefetched pages are used).
     pub window: usize,
     /// Pages of the walk threads opened since it started or was carried into its allocation
     /// (what a window carried into the next allocation may be: see `Node::request_pages`).
     pub opened: usize,
-    /// The page one stride after the last one the latest request asked for: a demand fault
-    /// there means the thread streams faster than the read-ahead, which then grows, not resets.
-    /// Cleared when a page asked for ahead is dropped unread (see `Node::read_ahead_lost`).
-    pub next: Option<PageNum>,
-    /// The walk's step in pages: 1 for a sequential walk, more for a strided one.
-    pub stride: u32,
+    /// The last page the latest request asked for: a demand fault one stride after it
+    /// ([`Stream::next`]) means the thread streams faster than the read-ahead, which then
+    /// grows, not resets. Cleared when a page asked for ahead is dropped unread (see
+    /// `Node::read_ahead_lost`).
+    pub last: Option<PageNum>,
+    /// The walk's step in pages: 1 for a sequential walk, more for a strided one; negative for
+    /// a walk down through memory.
+    pub stride: i32,
     /// After a scan from the first page found too few pages to ask for, the pages after it, up
     /// to the second, where another scan cannot find enough (see `Node::read_ahead`).
     pub quiet: Option<(PageNum, PageNum)>,
@@ -64,13 +70,14 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    fn starting_at(page: PageNum, stride: u32, now: u64, by: WaiterId) -> Stream {
+    fn starting_at(page: PageNum, stride: i32, now: u64, by: WaiterId) -> Stream {
         Stream {
             start: page,
-            reach: PageNum(page.0.saturating_add(1)),
+            low: u64::from(page.0),
+            high: u64::from(page.0) + 1,
             window: 0,
             opened: 0,
-            next: None,
+            last: None,
             stride,
             quiet: None,
             mark: None,
@@ -81,24 +88,71 @@ impl Stream {
 
     /// Whether `page` is among the walk's pages.
     pub fn holds(&self, page: PageNum) -> bool {
-        self.start.0 <= page.0 && page.0 < self.reach.0
+        (self.low..self.high).contains(&u64::from(page.0))
+    }
+
+    /// The walk's step in pages, whichever way it goes.
+    pub fn step(&self) -> u32 {
+        self.stride.unsigned_abs()
+    }
+
+    /// Whether the walk goes down through memory.
+    pub fn down(&self) -> bool {
+        self.stride < 0
+    }
+
+    /// The page `k` strides on from `page` along the walk, if there is one.
+    pub fn on(&self, page: PageNum, k: u64) -> Option<PageNum> {
+        let d = u64::from(self.step()).checked_mul(k)?;
+        let p = if self.down() {
+            u64::from(page.0).checked_sub(d)?
+        } else {
+            u64::from(page.0).checked_add(d)?
+        };
+        u32::try_from(p).ok().map(PageNum)
+    }
+
+    /// Whether `a` comes before `b` along the walk.
+    pub fn before(&self, a: PageNum, b: PageNum) -> bool {
+        if self.down() { a > b } else { a < b }
+    }
+
+    /// How many pages along the walk `to` lies past `from` (0 if not past it).
+    pub fn pages_past(&self, from: PageNum, to: PageNum) -> u64 {
+        u64::from(if self.down() {
+            from.0.saturating_sub(to.0)
+        } else {
+            to.0.saturating_sub(from.0)
+        })
+    }
+
+    /// The page one stride after the last one the latest request asked for.
+    pub fn next(&self) -> Option<PageNum> {
+        self.on(self.last?, 1)
     }
 
     /// How far past the walk's next page a demand fault on `page` falls, in strides, if at
     /// the walk's stride and less than a window (at least `least_window`) of them.
-    fn just_past(&self, page: PageNum, least_window: usize) -> Option<u32> {
-        let n = self.next?;
-        let d = page.0.checked_sub(n.0)?;
-        let strides = d / self.stride;
-        (d % self.stride == 0 && (strides as usize) < self.window.max(least_window))
+    fn just_past(&self, page: PageNum, least_window: usize) -> Option<u64> {
+        let n = self.next()?;
+        if self.before(page, n) {
+            return None;
+        }
+        let d = self.pages_past(n, page);
+        let strides = d / u64::from(self.step());
+        (d % u64::from(self.step()) == 0 && strides < self.window.max(least_window) as u64)
             .then_some(strides)
     }
 
     /// The walk asked for pages up to `last`: the pages after it, at its stride, come next.
     pub fn asked_through(&mut self, last: PageNum) {
-        let next = PageNum(last.0.saturating_add(self.stride));
-        self.next = Some(next);
-        self.reach = self.reach.max(next);
+        self.last = Some(last);
+        let (last, step) = (u64::from(last.0), u64::from(self.step()));
+        if self.down() {
+            self.low = self.low.min((last + 1).saturating_sub(step));
+        } else {
+            self.high = self.high.max(last + step);
+        }
     }
 }
 
@@ -182,13 +236,13 @@ impl Streams {
         &mut self,
         waiter: WaiterId,
         page: PageNum,
-        stride: u32,
+        stride: i32,
         least_window: usize,
         may_continue: impl Fn(&Stream) -> bool,
     ) -> Demand {
         let last = self.demands_of(waiter);
         self.demands.insert(waiter, [last[1], Some(page)]);
-        let exact = self.streams.iter().position(|s| s.next == Some(page));
+        let exact = self.streams.iter().position(|s| s.next() == Some(page));
         let near = || {
             self.streams
                 .iter()
@@ -205,7 +259,7 @@ impl Streams {
         let restarted = self
             .streams
             .iter()
-            .position(|s| s.holds(page) || (stride > 1 && last[1].is_some_and(|b| s.start == b)));
+            .position(|s| s.holds(page) || (stride != 1 && last[1].is_some_and(|b| s.start == b)));
         let i = match restarted {
             Some(i) => i,
             None if self.streams.len() < MAX_STREAMS => {
@@ -246,6 +300,35 @@ mod tests {
         s.put(i, st);
         assert_eq!(
             s.for_demand(WaiterId(1), p(18), 1, 4, |_| true),
+            Demand::Outran(i)
+        );
+    }
+
+    #[test]
+    fn a_walk_down_holds_the_pages_below_its_start_and_continues_under_its_last_request() {
+        let mut s = Streams::default();
+        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(100), -3, 4, |_| true) else {
+            panic!("a first fault starts a stream")
+        };
+        let mut st = s.get(i);
+        assert!(st.down() && st.step() == 3);
+        assert_eq!(st.on(p(100), 2), Some(p(94)));
+        assert_eq!(st.on(p(5), 2), None);
+        assert!(st.before(p(100), p(97)) && !st.before(p(97), p(100)));
+        st.asked_through(p(88));
+        assert_eq!(st.next(), Some(p(85)));
+        // Its pages: from one stride under the last asked (not included) up to its start.
+        assert!(st.holds(p(100)) && st.holds(p(86)) && st.holds(p(90)));
+        assert!(!st.holds(p(85)) && !st.holds(p(101)));
+        s.put(i, st);
+        // Right under the last request: the thread outran the walk; two strides further
+        // down, within a window, it is just past it.
+        assert_eq!(s.get(i).just_past(p(85), 4), Some(0));
+        assert_eq!(s.get(i).just_past(p(79), 4), Some(2));
+        assert_eq!(s.get(i).just_past(p(80), 4), None);
+        assert_eq!(s.get(i).just_past(p(91), 4), None);
+        assert_eq!(
+            s.for_demand(WaiterId(1), p(85), 1, 4, |_| true),
             Demand::Outran(i)
         );
     }

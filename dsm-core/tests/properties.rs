@@ -259,8 +259,16 @@ fn run_case(seed: u64) -> Result<(u64, Stats, u64), String> {
         }
         c.push_all(Op::Barrier);
     }
+    // Every node reads every word at the end: half of them (by the seed, which leaves the case
+    // as it was) from the last word down, a walk the read-ahead follows down through memory.
     for n in 0..case.nodes {
-        for &w in case.words.iter().filter(|w| !second.contains(w)) {
+        let words = case.words.iter().filter(|w| !second.contains(w));
+        let words: Vec<GlobalAddr> = if (seed + u64::from(n)) % 2 == 1 {
+            words.rev().copied().collect()
+        } else {
+            words.copied().collect()
+        };
+        for w in words {
             c.push(n, 0, Op::Read(w));
         }
     }

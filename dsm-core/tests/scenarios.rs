@@ -418,6 +418,53 @@ fn a_strided_walk_is_read_ahead_at_its_stride() {
     assert!(s.getp_sent < 20, "{} requests for {rows} rows", s.getp_sent);
 }
 
+/// A thread reading an array from its last page to its first (a loop down, a backward
+/// substitution), page by page and down a column (one page in every 20): after three demand
+/// faults the read-ahead follows the walk down, in windows that grow as an upward walk's do,
+/// and asks for about as many requests as the same walk up. Before, only walks up were
+/// followed: each page down was a demand fault.
+#[test]
+fn a_walk_down_through_memory_is_read_ahead_as_one_up_is() {
+    for stride in [1u64, 20] {
+        let rows = if stride == 1 { 600 } else { 300 };
+        let mut requests = Vec::new();
+        for down in [false, true] {
+            let mut c = Cluster::new(2, 17, small_windows);
+            let x = c
+                .alloc(AllocPolicy::OnNode(NodeId(0)), rows * stride * PAGE)
+                .unwrap();
+            for r in 0..rows {
+                c.write_u64(0, x.offset_by(r * stride * PAGE), r).unwrap();
+            }
+            c.barrier().unwrap();
+            for k in 0..rows {
+                let r = if down { rows - 1 - k } else { k };
+                assert_eq!(c.read_u64(1, x.offset_by(r * stride * PAGE)).unwrap(), r);
+            }
+            let s = c.node(1).stats();
+            let what = format!("stride {stride}, down {down}");
+            assert!(
+                s.pages_fetched <= 4,
+                "{what}: {} demand fetches",
+                s.pages_fetched
+            );
+            // The first two faults' guesses (4 pages each, up) and the walk's last window.
+            let wasted = s.prefetch_requested - s.prefetch_used;
+            assert!(wasted <= 2 * 4 + 64, "{what}: {wasted} pages never read");
+            requests.push(s.getp_sent);
+        }
+        // Down, a window goes in pieces of 64 pages, the window's largest here: as many, but
+        // for the two demand faults before the walk is seen (up, the first one's window is
+        // the walk's).
+        assert!(
+            requests[1] <= requests[0] + 4,
+            "stride {stride}: {} requests up, {} down",
+            requests[0],
+            requests[1]
+        );
+    }
+}
+
 /// A reader walking a column of an array the home wrote (one page in every 12), by demand
 /// faults or by strided read-ahead: the home starts tracking the pages it serves with the
 /// pages it wrote untracked and never served between them, so its array stays a few runs of

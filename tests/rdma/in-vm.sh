@@ -3,8 +3,8 @@
 # binaries of an RDMA build in $B (default target/rdma/release). Started by scripts/test-rdma.
 #
 #   in-vm.sh one          2 and 4 nodes in this VM over rxe0: apps exact on rdma-rc (one-sided
-#                         reads on and off) and rdma-ud; runs of pages and strided walks exact
-#                         (rdma-ud under DSM_IMPAIR); the transport conformance suite; a node
+#                         reads on and off) and rdma-ud; runs of pages, strided walks and walks
+#                         down exact (rdma-ud under DSM_IMPAIR); the transport conformance suite; a node
 #                         killed (kill -9) or stopped (SIGSTOP) mid-job ends the job with an
 #                         error naming it
 #   in-vm.sh pair JOBID   one node in each of two VMs (run with --pair): apps exact over the cable
@@ -79,6 +79,8 @@ one)
     fi
     check "$t 3 nodes, strided walk${i:+ under $i}" "stream OK nodes=3 mb=24 stride=16" \
       env ${i:+DSM_IMPAIR=$i} "$B/dsmrun" -n 3 --transport $t "$B/stream" 24 16
+    check "$t 3 nodes, walks down${i:+ under $i}" "stream OK nodes=3 mb=24 stride=1 down" \
+      env ${i:+DSM_IMPAIR=$i} "$B/dsmrun" -n 3 --transport $t --set cache_pages=2048 "$B/stream" 24 1 1 --down
   done
   out=$(DSM_IMPAIR=$imp "$B/dsmrun" -n 2 --transport rdma-rc "$B/pi" 100 2>&1); rc=$?
   if [ $rc -eq 2 ] && echo "$out" | grep -q "comm_type = rdma-rc sends no datagrams of ours"; then

@@ -245,6 +245,52 @@ fn runs_landed_in_large_folios_arrive_exact_under_loss_and_again_in_place() {
     }
 }
 
+/// Walks down through memory (each reader from the array's last page to its first, page by
+/// page and one page in every 16), through a cache smaller than the stream, arrive exact over
+/// UDP with loss, duplication and reordering and over TCP, through the transport and read in
+/// place; the read-ahead follows them down: a few demand fetches per reader, not one per page.
+#[test]
+fn walks_down_arrive_exact_under_loss_duplication_and_reordering() {
+    for (transport, impair, same_host) in [
+        (
+            "udp",
+            "drop=3,dup=2,reorder=10,delay_us=300,seed=27",
+            "transport",
+        ),
+        ("tcp", "", "transport"),
+        (
+            "udp",
+            "drop=3,dup=2,reorder=10,delay_us=300,seed=28",
+            "memory",
+        ),
+        ("tcp", "", "map"),
+    ] {
+        let setting = format!("same_host={same_host}");
+        for (args, expect, pages) in [
+            (&["24", "1", "2", "--down"][..], "stride=1 down", 6144),
+            (&["24", "16", "1", "--down"][..], "stride=16 down", 384),
+        ] {
+            let (err, t) = stream_job(
+                3,
+                transport,
+                impair,
+                &["cache_pages=2048", &setting],
+                &[],
+                args,
+                &format!("stream OK nodes=3 mb=24 {expect}"),
+            );
+            let what = format!("{transport} {impair} {same_host} {args:?}");
+            // Two readers; a window lost to a dropped grant or to an eviction before it was
+            // read is fetched again on demand, so some slack. One per page before.
+            let demand = stat(&err, "pages_fetched");
+            assert!(
+                demand * 20 <= 2 * pages,
+                "{what}: {demand} demand fetches for 2 readers of {pages} pages:\n{t}"
+            );
+        }
+    }
+}
+
 /// Nodes of one host read each other's pages in place (`same_host = memory`, the default):
 /// read-ahead windows in order and strided, through a cache smaller than the stream (evicting)
 /// and twice over the same array rewritten by its home (invalidated, read again), over UDP with

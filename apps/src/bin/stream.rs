@@ -4,7 +4,8 @@
 //! `stream [MB] [STRIDE] [PASSES]` (default 256, 1, 1); `--threads T` splits each reader's pages
 //! among T threads, each reading its part in order. With a stride, each reader reads one page
 //! in every STRIDE (a column of a row-major matrix with rows of STRIDE pages): all of that page's
-//! words. With more passes, node 0 writes the array again before each further pass and the
+//! words. With `--down`, each thread reads its part from its last page to its first (a loop
+//! down through an array, a backward substitution). With more passes, node 0 writes the array again before each further pass and the
 //! readers fetch it again into the memory the first pass gave them (an iterative program's
 //! next sweep). Prints the slowest reader's time and MB/s of the pages read in the first pass
 //! (and `again_mbps`, the later passes' together); checks each reader's sums against the closed
@@ -26,7 +27,7 @@ fn word(i: usize) -> u64 {
 }
 
 fn main() {
-    let (args, check) = dsm_apps::args_with_check(
+    let (args, check, flags) = dsm_apps::args_with_flags(
         "stream",
         "Remote memory streamed: node 0 writes, the others read it all once",
         &[
@@ -40,7 +41,12 @@ fn main() {
                 "passes, node 0 writing the array again before each (default 1)",
             ),
         ],
+        &[(
+            "down",
+            "Each reading thread walks its pages from the last to the first",
+        )],
     );
+    let down = flags[0];
     let mb = arg_count(&args, 0, "megabytes", 256);
     let stride = arg_count(&args, 1, "stride", 1);
     let passes = arg_count(&args, 2, "passes", 1);
@@ -74,12 +80,14 @@ fn main() {
                 let (first, last) = dsm_apps::share((0, pages_read), t, threads);
                 // SAFETY: nothing writes the array until the next barrier.
                 let r = unsafe { a.slice(0..n) };
-                r.chunks(per_page)
-                    .step_by(stride)
-                    .skip(first)
-                    .take(last - first)
-                    .flatten()
-                    .fold(0u64, |s, &x| s.wrapping_add(x))
+                let pages = r.chunks(per_page).step_by(stride).skip(first);
+                let sum = |s: u64, page: &[u64]| page.iter().fold(s, |s, &x| s.wrapping_add(x));
+                if down {
+                    let mine: Vec<&[u64]> = pages.take(last - first).collect();
+                    mine.into_iter().rev().fold(0u64, sum)
+                } else {
+                    pages.take(last - first).fold(0u64, sum)
+                }
             };
             let sum = std::thread::scope(|s| {
                 let others: Vec<_> = (1..threads).map(|t| s.spawn(move || sum_of(t))).collect();
@@ -136,7 +144,8 @@ fn main() {
         "stream",
         ok,
         &format!(
-            "mb={mb} stride={stride} read_mb={read_mb:.1} time={slowest:.3}s mbps={rate:.0}{again}"
+            "mb={mb} stride={stride}{} read_mb={read_mb:.1} time={slowest:.3}s mbps={rate:.0}{again}",
+            if down { " down" } else { "" }
         ),
     );
     dsm.exit();

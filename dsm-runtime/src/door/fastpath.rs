@@ -13,8 +13,9 @@
 //! to be asked for now) and when 512 reports wait; other reads of prefetched pages wait for
 //! its next pass (in a stream, the next grant), which spares the faulting thread's CPU a wake-up
 //! and a switch per fault. A read claims the prefetched pages
-//! right after the faulting one too (each 4 -> 5), opens the run with one mprotect and queues
-//! each page (those without a fault of their own marked as opened along). Before the core changes a page's
+//! right after the faulting one too (each 4 -> 5), then those right before it (a walk down
+//! through memory), opens the run with one mprotect and queues each page (those without a fault
+//! of their own marked as opened along). Before the core changes a page's
 //! protection, `withdraw` takes the allowance back, waiting out an opening in progress so the
 //! core's mprotect always comes last. The service thread takes the queue before every request (so a
 //! thread's writes are recorded before its next release) and at every loop. The handler side uses
@@ -57,7 +58,7 @@ static QUEUED: [AtomicU64; QUEUE] = [const { AtomicU64::new(0) }; QUEUE];
 /// loop while any page was queued).
 static FILLED: [AtomicU64; QUEUE / 64] = [const { AtomicU64::new(0) }; QUEUE / 64];
 static PENDING: AtomicU32 = AtomicU32::new(0);
-/// Slots of the queue promised to pages [`claim_following`] claimed and not queued yet: counted
+/// Slots of the queue promised to pages [`claim_neighbours`] claimed and not queued yet: counted
 /// with the pending reports, so that threads claiming runs at once never promise more room than
 /// the queue has (each thread could add a whole run after reading the same free room).
 static RESERVED: AtomicU32 = AtomicU32::new(0);
@@ -174,15 +175,26 @@ pub(crate) fn claim(page: usize, write: bool) -> Option<Claimed> {
     }
 }
 
-/// Most pages one read fault opens after the faulting one.
+/// Most pages one read fault opens besides the faulting one.
 const MAX_RUN: usize = 63;
 
+/// The prefetched pages a read fault claimed besides its own ([`claim_neighbours`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Neighbours {
+    /// Pages right before the faulting one, and right after it.
+    pub before: usize,
+    pub after: usize,
+    /// One of them is to wake the service thread.
+    pub wake: bool,
+}
+
 /// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
-/// after it, as many as the queue surely has room for, reserved first (besides what is
+/// after it, then those right before it (a walk down through memory opens its window's pages
+/// from the top), as many as the queue surely has room for, reserved first (besides what is
 /// reserved, the queue may fill only with other threads' single pages meanwhile, up to
-/// [`super::slots::MAX_THREADS`] of them). Returns how many, and whether one of them is to wake
-/// the service thread. Each is then queued by [`opened_along`], which ends its reservation.
-pub(crate) fn claim_following(page: usize) -> (usize, bool) {
+/// [`super::slots::MAX_THREADS`] of them). Each is then queued by [`opened_along`], which ends
+/// its reservation.
+pub(crate) fn claim_neighbours(page: usize) -> Neighbours {
     let mut reserved = RESERVED.load(Ordering::SeqCst);
     let room = loop {
         let used = PENDING.load(Ordering::SeqCst) as usize + reserved as usize;
@@ -191,7 +203,7 @@ pub(crate) fn claim_following(page: usize) -> (usize, bool) {
             .saturating_sub(super::slots::MAX_THREADS + 1)
             .min(MAX_RUN);
         if room == 0 {
-            return (0, false);
+            return Neighbours::default();
         }
         match RESERVED.compare_exchange(
             reserved,
@@ -203,16 +215,23 @@ pub(crate) fn claim_following(page: usize) -> (usize, bool) {
             Err(now) => reserved = now,
         }
     };
-    let (mut n, mut wake) = (0, false);
-    while n < room {
-        let Some(c) = claim(page + n + 1, false) else {
+    let mut got = Neighbours::default();
+    while got.after < room {
+        let Some(c) = claim(page + got.after + 1, false) else {
             break;
         };
-        wake |= c.wake;
-        n += 1;
+        got.wake |= c.wake;
+        got.after += 1;
     }
-    RESERVED.fetch_sub((room - n) as u32, Ordering::SeqCst);
-    (n, wake)
+    while got.after + got.before < room && got.before < page {
+        let Some(c) = claim(page - got.before - 1, false) else {
+            break;
+        };
+        got.wake |= c.wake;
+        got.before += 1;
+    }
+    RESERVED.fetch_sub((room - got.after - got.before) as u32, Ordering::SeqCst);
+    got
 }
 
 /// In the fault handler, after the mprotect: marks `page` opened and queues it for the service
@@ -226,7 +245,7 @@ pub(crate) fn opened(page: usize, write: bool) -> bool {
 }
 
 /// In the fault handler, after the mprotect: marks `page`, opened along with the faulting page
-/// before it (see [`claim_following`]), and queues it in the room reserved for it.
+/// beside it (see [`claim_neighbours`]), and queues it in the room reserved for it.
 pub(crate) fn opened_along(page: usize) -> bool {
     let queued = queue_opened(page, (page as u64 + 1) | PREFETCH_BIT | ALONG_BIT);
     RESERVED.fetch_sub(1, Ordering::SeqCst);
@@ -305,6 +324,41 @@ mod tests {
     fn the_queue_drains_every_page_once_and_concurrent_runs_never_overfill_it() {
         every_queued_page_is_drained_once_whatever_its_slot();
         threads_claiming_runs_at_once_lose_no_report();
+        a_read_opens_the_prefetched_pages_before_it_when_none_follow();
+    }
+
+    /// A walk down through a prefetched window faults at the top of what it has not opened:
+    /// the pages below the faulting one are claimed with it (and no page that is not allowed).
+    fn a_read_opens_the_prefetched_pages_before_it_when_none_follow() {
+        let top = 900_000;
+        for p in top - 10..=top {
+            allow_prefetch_open(p, p == top - 4);
+        }
+        assert!(claim(top, false).is_some());
+        let got = claim_neighbours(top);
+        assert_eq!(
+            got,
+            Neighbours {
+                before: 10,
+                after: 0,
+                wake: true
+            }
+        );
+        for p in top - 10..top {
+            assert!(opened_along(p));
+        }
+        assert!(opened(top, false));
+        assert_eq!(RESERVED.load(Ordering::SeqCst), 0);
+        let mut reports = Vec::new();
+        drain(|o| reports.push(o));
+        reports.sort_by_key(|o| match *o {
+            Opened::HomeWrite(p) | Opened::Prefetch(p) | Opened::PrefetchAlong(p) => p,
+        });
+        let mut want: Vec<Opened> = (top - 10..top).map(Opened::PrefetchAlong).collect();
+        want.push(Opened::Prefetch(top));
+        assert_eq!(reports, want);
+        // The page below the run was never allowed: not claimed.
+        assert!(claim(top - 11, false).is_none());
     }
 
     fn every_queued_page_is_drained_once_whatever_its_slot() {
@@ -315,7 +369,7 @@ mod tests {
             assert!(if k % 2 == 0 {
                 opened(p, true)
             } else {
-                // As `claim_following` would have reserved its room.
+                // As `claim_neighbours` would have reserved its room.
                 RESERVED.fetch_add(1, Ordering::SeqCst);
                 opened_along(p)
             });
@@ -367,7 +421,7 @@ mod tests {
             .map(|t| {
                 let page = t * 1000;
                 assert!(claim(page, false).is_some());
-                (page, claim_following(page).0)
+                (page, claim_neighbours(page).after)
             })
             .collect();
         assert!(runs.iter().any(|&(_, n)| n > 0), "{runs:?}");

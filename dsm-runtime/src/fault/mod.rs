@@ -478,19 +478,21 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
 
 /// The fast paths: a write to a home page kept read-only only to see writes, or a read of a
 /// prefetched page. Opens it here and tells the service thread (no wait); returns whether it
-/// did. A read opens the prefetched pages that follow it too, in the same mprotect: a thread
-/// walking through a prefetched window takes one fault, not one per page.
+/// did. A read opens the prefetched pages beside it too (after it, then before it), in the
+/// same mprotect: a thread walking through a prefetched window, up or down, takes one fault,
+/// not one per page.
 fn resolve(start: usize, page: usize, write: bool) -> bool {
     let Some(claimed) = fastpath::claim(page, write) else {
         return false;
     };
-    let (run, wake) = if write {
-        (1, true)
+    let along = if write {
+        fastpath::Neighbours::default()
     } else {
-        let (along, wake) = fastpath::claim_following(page);
-        (1 + along, claimed.wake || wake)
+        fastpath::claim_neighbours(page)
     };
-    let page_addr = start + page * dsm_core::PAGE_SIZE;
+    let wake = write || claimed.wake || along.wake;
+    let (first, run) = (page - along.before, 1 + along.before + along.after);
+    let page_addr = start + first * dsm_core::PAGE_SIZE;
     let prot = if write {
         Protection::ReadWrite
     } else {
@@ -513,8 +515,8 @@ fn resolve(start: usize, page: usize, write: bool) -> bool {
         }
         die("mprotect failed in the fault handler", 1);
     }
-    // The pages after the first were claimed only if the queue had room for them.
-    for p in page + 1..page + run {
+    // The pages beside the faulting one were claimed only if the queue had room for them.
+    for p in (first..first + run).filter(|&p| p != page) {
         fastpath::opened_along(p);
     }
     if fastpath::opened(page, write) {
