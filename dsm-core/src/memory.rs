@@ -211,7 +211,8 @@ impl VecMemory {
 
     /// A read fault the runtime handles by itself on a prefetched page (see
     /// [`PageMemory::allow_prefetch_open`]), opening the allowed pages right after it too (up to
-    /// 63), as the real one does. Returns whether it did.
+    /// 63), or, if none is, those right before it (a walk down), as the real one does. Returns
+    /// whether it did.
     pub fn open_prefetched(&mut self, page: PageNum) -> bool {
         if !self.prefetch_open.remove(&page) {
             return false;
@@ -219,6 +220,7 @@ impl VecMemory {
         self.grow(page);
         self.prot[page.index()] = Prot::Read;
         self.opened_prefetches.push((page, true));
+        let mut along = 0;
         for k in 1..64 {
             let next = PageNum(page.0 + k);
             if !self.prefetch_open.remove(&next) {
@@ -226,6 +228,15 @@ impl VecMemory {
             }
             self.prot[next.index()] = Prot::Read;
             self.opened_prefetches.push((next, false));
+            along += 1;
+        }
+        for k in (1..64).take_while(|&k| along == 0 && k <= page.0) {
+            let before = PageNum(page.0 - k);
+            if !self.prefetch_open.remove(&before) {
+                break;
+            }
+            self.prot[before.index()] = Prot::Read;
+            self.opened_prefetches.push((before, false));
         }
         true
     }

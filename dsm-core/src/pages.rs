@@ -474,7 +474,12 @@ impl<M: PageMemory> Node<M> {
     fn read_ahead_lost(&mut self, page: PageNum) {
         let s = self.table[page.index()].stream;
         if let Some(mut stream) = self.streams.owning(s, page).copied() {
-            if stream.last.is_some_and(|last| !stream.before(last, page)) {
+            // Before the walk's next page (a strided walk's pages between its last and its
+            // next count too).
+            if stream
+                .last
+                .is_some_and(|l| stream.on(l, 1).is_none_or(|n| stream.before(page, n)))
+            {
                 stream.last = None;
             }
             stream.quiet = None;

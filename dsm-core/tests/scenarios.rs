@@ -427,7 +427,7 @@ fn a_strided_walk_is_read_ahead_at_its_stride() {
 fn a_walk_down_through_memory_is_read_ahead_as_one_up_is() {
     for stride in [1u64, 20] {
         let rows = if stride == 1 { 600 } else { 300 };
-        let mut requests = Vec::new();
+        let (mut requests, mut faults) = (Vec::new(), Vec::new());
         for down in [false, true] {
             let mut c = Cluster::new(2, 17, small_windows);
             let x = c
@@ -452,7 +452,16 @@ fn a_walk_down_through_memory_is_read_ahead_as_one_up_is() {
             let wasted = s.prefetch_requested - s.prefetch_used;
             assert!(wasted <= 2 * 4 + 64, "{what}: {wasted} pages never read");
             requests.push(s.getp_sent);
+            faults.push(s.read_faults_local);
         }
+        // A read fault on a prefetched page opens the prefetched pages after it, or, walking
+        // down, those before it: one fault per 64 pages either way (one per page before).
+        assert!(
+            faults[1] <= faults[0] + 4,
+            "stride {stride}: {} faults on prefetched pages up, {} down",
+            faults[0],
+            faults[1]
+        );
         // Down, a window goes in pieces of 64 pages, the window's largest here: as many, but
         // for the two demand faults before the walk is seen (up, the first one's window is
         // the walk's).
