@@ -236,9 +236,15 @@ impl<M: PageMemory> Node<M> {
         let least = pf.prefetch_pages as usize;
         let (table, me) = (&self.table, self.cfg.node);
         let may_continue = |st: &Stream| continues_walk(table, me, st, page, waiter, least);
+        // A walk turns down at a fault under its start in its allocation, at most the largest
+        // stride away.
+        let may_turn = |st: &Stream| {
+            st.start.0 - page.0 <= MAX_STRIDE_PAGES
+                && table.allocation_of(st.start).contains(&u64::from(page.0))
+        };
         let demand = self
             .streams
-            .for_demand(waiter, page, stride, least, may_continue);
+            .for_demand(waiter, page, stride, least, may_continue, may_turn);
         let (s, mut stream, from) = match demand {
             Demand::Outran(s) => {
                 let mut stream = self.streams.get(s);
