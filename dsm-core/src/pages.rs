@@ -232,19 +232,13 @@ impl<M: PageMemory> Node<M> {
         // it that `continues_walk` lets continue it, asks for a larger window at once; otherwise
         // a walk starts again from `prefetch_pages`, sequentially or at the stride of the
         // thread's last three demand faults.
-        let stride = self.stride_of(waiter, page);
+        let (stride, previous) = self.stride_of(waiter, page);
         let least = pf.prefetch_pages as usize;
         let (table, me) = (&self.table, self.cfg.node);
         let may_continue = |st: &Stream| continues_walk(table, me, st, page, waiter, least);
-        // A walk turns down at a fault under its start in its allocation, at most the largest
-        // stride away.
-        let may_turn = |st: &Stream| {
-            st.start.0 - page.0 <= MAX_STRIDE_PAGES
-                && table.allocation_of(st.start).contains(&u64::from(page.0))
-        };
         let demand = self
             .streams
-            .for_demand(waiter, page, stride, least, may_continue, may_turn);
+            .for_demand(waiter, (page, stride, previous), least, may_continue);
         let (s, mut stream, from) = match demand {
             Demand::Outran(s) => {
                 let mut stream = self.streams.get(s);
@@ -508,26 +502,45 @@ impl<M: PageMemory> Node<M> {
         })
     }
 
-    /// The read-ahead's stride for `waiter`'s demand fault on `page`: the spacing of its last
-    /// two demand faults and this one when all three are equally spaced in one allocation, at
-    /// most [`MAX_STRIDE_PAGES`] apart, and either ascending more than a page apart or
-    /// descending (negative: a walk down through memory, page by page or strided); otherwise 1
-    /// (sequential).
-    fn stride_of(&self, waiter: WaiterId, page: PageNum) -> i32 {
-        let [Some(a), Some(b)] = self.streams.demands_of(waiter) else {
-            return 1;
+    /// The read-ahead's stride for `waiter`'s demand fault on `page`, and the thread's demand
+    /// fault one stride back: the spacing of its last two demand faults and this one when all
+    /// three are equally spaced in one allocation, at most [`MAX_STRIDE_PAGES`] apart, and
+    /// either ascending more than a page apart or descending (negative: a walk down through
+    /// memory, page by page or strided); or, descending, of two of its last
+    /// [`streams::DEMANDS_KEPT`](crate::streams::DEMANDS_KEPT) demand faults and this one (a
+    /// thread walking down two or three arrays in step faults on each in turn: `y[i] = f(x[i])`
+    /// from the end); otherwise 1 (sequential).
+    fn stride_of(&self, waiter: WaiterId, page: PageNum) -> (i32, Option<PageNum>) {
+        let spaced = |a: PageNum, b: PageNum| {
+            let s = b.0.abs_diff(a.0);
+            let same = self.table.allocation_of(a).contains(&u64::from(page.0));
+            (same && s <= MAX_STRIDE_PAGES && page.0.abs_diff(b.0) == s).then_some(s as i32)
         };
-        let s = b.0.abs_diff(a.0);
-        let same = self.table.allocation_of(a).contains(&u64::from(page.0));
-        if !same || s > MAX_STRIDE_PAGES || page.0.abs_diff(b.0) != s {
-            return 1;
+        if let [Some(a), Some(b)] = self.streams.demands_of(waiter) {
+            match spaced(a, b) {
+                Some(s) if a < b && b < page && s > 1 => return (s, Some(b)),
+                Some(s) if a > b && b > page => return (-s, Some(b)),
+                _ => {}
+            }
         }
-        let s = s as i32;
-        match (a < b && b < page, a > b && b > page) {
-            (true, _) if s > 1 => s,
-            (_, true) => -s,
-            _ => 1,
+        // Walks down in step: the nearest earlier fault above this one, and one as far above it.
+        let recent = self.streams.recent_demands(waiter);
+        let recent: Vec<PageNum> = recent.iter().rev().flatten().copied().collect();
+        for (k, &b) in recent.iter().enumerate() {
+            if b <= page {
+                continue;
+            }
+            let Some(&a) = recent[k + 1..]
+                .iter()
+                .find(|&&a| a > b && spaced(a, b).is_some())
+            else {
+                continue;
+            };
+            if let Some(s) = spaced(a, b) {
+                return (-s, Some(b));
+            }
         }
+        (1, None)
     }
 
     /// GETP for `pages` (the demand page first, if any): one request per

@@ -26,6 +26,10 @@ use crate::types::{PageNum, WaiterId};
 /// of a node reading their own parts, with 16 slots, fetched every page on demand).
 pub(crate) const MAX_STREAMS: usize = 128;
 
+/// The demand faults kept per thread: the stride of walks it takes in step (two or three
+/// arrays read down together, `y[i] = f(x[i])` from the end) is found among them.
+pub(crate) const DEMANDS_KEPT: usize = 6;
+
 /// A walk whose window grew is live while it moved within this many moves of all walks
 /// together ([`Streams::live`]): walks reading at once each ask for windows in turn.
 const LIVE_MOVES: u64 = 64;
@@ -169,8 +173,9 @@ pub(crate) enum Demand {
 #[derive(Debug, Default)]
 pub(crate) struct Streams {
     streams: Vec<Stream>,
-    /// Per thread: the pages of its last two demand faults that asked a home, oldest first.
-    demands: BTreeMap<WaiterId, [Option<PageNum>; 2]>,
+    /// Per thread: the pages of its last [`DEMANDS_KEPT`] demand faults that asked a home,
+    /// oldest first.
+    demands: BTreeMap<WaiterId, [Option<PageNum>; DEMANDS_KEPT]>,
     tick: u64,
 }
 
@@ -221,7 +226,16 @@ impl Streams {
 
     /// The last two demand faults of `waiter` that asked a home, oldest first.
     pub fn demands_of(&self, waiter: WaiterId) -> [Option<PageNum>; 2] {
-        self.demands.get(&waiter).copied().unwrap_or([None, None])
+        let [.., a, b] = self.recent_demands(waiter);
+        [a, b]
+    }
+
+    /// The last [`DEMANDS_KEPT`] demand faults of `waiter` that asked a home, oldest first.
+    pub fn recent_demands(&self, waiter: WaiterId) -> [Option<PageNum>; DEMANDS_KEPT] {
+        self.demands
+            .get(&waiter)
+            .copied()
+            .unwrap_or([None; DEMANDS_KEPT])
     }
 
     /// `waiter` faulted on `page`, which must be asked of its home; its walk's stride, from
@@ -231,20 +245,20 @@ impl Streams {
     /// asks from its next page, the gap included), else the stream whose pages it falls among,
     /// or whose start was the thread's last demand fault when these now show a stride (the
     /// walk's first steps, taken as sequential), else a new one, in the slot used least
-    /// recently once [`MAX_STREAMS`] are in use. A fault among no walk's pages, under the start
-    /// of a walk the thread began and opened nothing of, where `may_turn` lets it, turns that
-    /// walk down; a walk down started again goes down again.
+    /// recently once [`MAX_STREAMS`] are in use; `previous`: when `stride` is not 1, the
+    /// thread's demand fault one stride back (the walk's step before this one). A walk down
+    /// this thread started again among its pages goes down again.
     pub fn for_demand(
         &mut self,
         waiter: WaiterId,
-        page: PageNum,
-        stride: i32,
+        (page, stride, previous): (PageNum, i32, Option<PageNum>),
         least_window: usize,
         may_continue: impl Fn(&Stream) -> bool,
-        may_turn: impl Fn(&Stream) -> bool,
     ) -> Demand {
-        let last = self.demands_of(waiter);
-        self.demands.insert(waiter, [last[1], Some(page)]);
+        let mut recent = self.recent_demands(waiter);
+        recent.rotate_left(1);
+        recent[DEMANDS_KEPT - 1] = Some(page);
+        self.demands.insert(waiter, recent);
         let exact = self.streams.iter().position(|s| s.next() == Some(page));
         let near = || {
             self.streams
@@ -262,31 +276,15 @@ impl Streams {
         let restarted = self
             .streams
             .iter()
-            .position(|s| s.holds(page) || (stride != 1 && last[1].is_some_and(|b| s.start == b)));
-        // A fault among no walk's pages, under the start of a walk this thread began and opened
-        // nothing of, where `may_turn` lets it (the nearest such start): the walk turns down,
-        // its stride the distance. A thread walking down two arrays in step (`y[i] = f(x[i])`
-        // from the end, or an array's two halves) faults on each in turn, and its own last
-        // faults show no stride: each page was a demand fault.
-        let turned = (stride == 1 && restarted.is_none())
-            .then(|| {
-                self.streams
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.by == waiter && s.opened == 0 && s.start > page)
-                    .filter(|(_, s)| may_turn(s))
-                    .min_by_key(|(_, s)| s.start)
-                    .and_then(|(i, s)| Some((i, -i32::try_from(s.start.0 - page.0).ok()?)))
-            })
-            .flatten();
-        // A walk down started again among its pages (the next pass over an array) goes down
-        // again, unless the thread's own faults show a stride.
-        let stride = match (turned, restarted) {
-            (Some((_, down)), _) => down,
-            (None, Some(i)) if stride == 1 && self.streams[i].down() => self.streams[i].stride,
+            .position(|s| s.holds(page) || (stride != 1 && previous.is_some_and(|b| s.start == b)));
+        // A walk down this thread started again among its pages (the next pass over an array)
+        // goes down again, unless the thread's own faults show a stride.
+        let stride = match restarted {
+            Some(i) if stride == 1 && self.streams[i].down() && self.streams[i].by == waiter => {
+                self.streams[i].stride
+            }
             _ => stride,
         };
-        let restarted = restarted.or(turned.map(|(i, _)| i));
         let i = match restarted {
             Some(i) => i,
             None if self.streams.len() < MAX_STREAMS => {
@@ -319,14 +317,14 @@ mod tests {
     #[test]
     fn a_fault_after_the_last_request_continues_its_stream() {
         let mut s = Streams::default();
-        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(10), 1, 4, |_| true, |_| true) else {
+        let Demand::Restart(i) = s.for_demand(WaiterId(0), (p(10), 1, None), 4, |_| true) else {
             panic!("a first fault starts a stream")
         };
         let mut st = s.get(i);
         st.asked_through(p(17));
         s.put(i, st);
         assert_eq!(
-            s.for_demand(WaiterId(1), p(18), 1, 4, |_| true, |_| true),
+            s.for_demand(WaiterId(1), (p(18), 1, None), 4, |_| true),
             Demand::Outran(i)
         );
     }
@@ -334,8 +332,7 @@ mod tests {
     #[test]
     fn a_walk_down_holds_the_pages_below_its_start_and_continues_under_its_last_request() {
         let mut s = Streams::default();
-        let Demand::Restart(i) = s.for_demand(WaiterId(0), p(100), -3, 4, |_| true, |_| true)
-        else {
+        let Demand::Restart(i) = s.for_demand(WaiterId(0), (p(100), -3, None), 4, |_| true) else {
             panic!("a first fault starts a stream")
         };
         let mut st = s.get(i);
@@ -356,51 +353,15 @@ mod tests {
         assert_eq!(s.get(i).just_past(p(80), 4), None);
         assert_eq!(s.get(i).just_past(p(91), 4), None);
         assert_eq!(
-            s.for_demand(WaiterId(1), p(85), 1, 4, |_| true, |_| true),
+            s.for_demand(WaiterId(1), (p(85), 1, None), 4, |_| true),
             Demand::Outran(i)
         );
         // A fault among its pages (a next pass) starts it again, down.
         assert_eq!(
-            s.for_demand(WaiterId(1), p(97), 1, 4, |_| true, |_| true),
+            s.for_demand(WaiterId(1), (p(97), 1, None), 4, |_| true),
             Demand::Restart(i)
         );
         assert_eq!((s.get(i).start, s.get(i).stride), (p(97), -3));
-    }
-
-    #[test]
-    fn a_fault_under_an_unopened_walks_start_turns_it_down() {
-        let mut s = Streams::default();
-        let (t, any) = (WaiterId(7), |_: &Stream| true);
-        // Two walks begun by one thread, at 500 and at 900 (two arrays read in step).
-        let Demand::Restart(a) = s.for_demand(t, p(500), 1, 4, any, any) else {
-            panic!()
-        };
-        let Demand::Restart(b) = s.for_demand(t, p(900), 1, 4, any, any) else {
-            panic!()
-        };
-        // 5 under the first: the nearest start above turns down at a stride of 5.
-        assert_eq!(s.for_demand(t, p(495), 1, 4, any, any), Demand::Restart(a));
-        assert_eq!(s.get(a).stride, -5);
-        assert_eq!(s.for_demand(t, p(895), 1, 4, any, any), Demand::Restart(b));
-        assert_eq!(s.get(b).stride, -5);
-        // Not a walk whose pages were opened (it went up), nor another thread's, nor where
-        // `may_turn` refuses, nor under a fault among a walk's pages.
-        let mut s = Streams::default();
-        let Demand::Restart(c) = s.for_demand(t, p(100), 1, 4, any, any) else {
-            panic!()
-        };
-        s.note_opened(c);
-        assert_ne!(s.for_demand(t, p(99), 1, 4, any, any), Demand::Restart(c));
-        let Demand::Restart(d) = s.for_demand(t, p(300), 1, 4, any, any) else {
-            panic!()
-        };
-        let e = s.for_demand(WaiterId(8), p(299), 1, 4, any, any);
-        assert_ne!(e, Demand::Restart(d));
-        assert_ne!(
-            s.for_demand(t, p(298), 1, 4, any, |_| false),
-            Demand::Restart(d)
-        );
-        assert_eq!(s.get(d).stride, 1);
     }
 
     #[test]
@@ -410,7 +371,7 @@ mod tests {
         for t in 0..4u32 {
             let page = p(t * 10_000);
             let Demand::Restart(i) =
-                s.for_demand(WaiterId(u64::from(t)), page, 1, 4, |_| true, |_| true)
+                s.for_demand(WaiterId(u64::from(t)), (page, 1, None), 4, |_| true)
             else {
                 panic!("a new walk")
             };
@@ -424,7 +385,7 @@ mod tests {
         assert_eq!(seen.len(), 4);
         // A fault among a stream's pages starts that stream again, no other.
         assert_eq!(
-            s.for_demand(WaiterId(9), p(20_004), 1, 4, |_| true, |_| true),
+            s.for_demand(WaiterId(9), (p(20_004), 1, None), 4, |_| true),
             Demand::Restart(seen[2])
         );
         assert_eq!(s.len(), 4);
@@ -434,13 +395,13 @@ mod tests {
     fn the_least_recently_moved_stream_gives_its_slot_up() {
         let mut s = Streams::default();
         for k in 0..MAX_STREAMS as u32 {
-            s.for_demand(WaiterId(0), p(k * 1000), 1, 4, |_| true, |_| true);
+            s.for_demand(WaiterId(0), (p(k * 1000), 1, None), 4, |_| true);
         }
         // Stream 0 moves; stream 1 is now the least recently moved.
         let st = s.get(0);
         s.put(0, st);
         assert_eq!(
-            s.for_demand(WaiterId(0), p(900_000), 1, 4, |_| true, |_| true),
+            s.for_demand(WaiterId(0), (p(900_000), 1, None), 4, |_| true),
             Demand::Restart(1)
         );
         assert_eq!(s.len(), MAX_STREAMS);
@@ -453,14 +414,11 @@ mod tests {
     fn walks_that_stopped_moving_leave_the_live_count() {
         let mut s = Streams::default();
         for k in 0..4u32 {
-            let Demand::Restart(i) = s.for_demand(
-                WaiterId(u64::from(k)),
-                p(k * 10_000),
-                1,
-                4,
-                |_| true,
-                |_| true,
-            ) else {
+            let Demand::Restart(i) =
+                s.for_demand(WaiterId(u64::from(k)), (p(k * 10_000), 1, None), 4, |_| {
+                    true
+                })
+            else {
                 panic!("a new walk")
             };
             // A scattered read: no window grown, not counted.
@@ -482,17 +440,17 @@ mod tests {
     #[test]
     fn a_stride_found_restarts_the_walk_its_first_steps_began() {
         let mut s = Streams::default();
-        let Demand::Restart(a) = s.for_demand(WaiterId(3), p(100), 1, 4, |_| true, |_| true) else {
+        let Demand::Restart(a) = s.for_demand(WaiterId(3), (p(100), 1, None), 4, |_| true) else {
             panic!()
         };
-        let Demand::Restart(b) = s.for_demand(WaiterId(3), p(164), 1, 4, |_| true, |_| true) else {
+        let Demand::Restart(b) = s.for_demand(WaiterId(3), (p(164), 1, None), 4, |_| true) else {
             panic!()
         };
         assert_ne!(a, b);
         assert_eq!(s.demands_of(WaiterId(3)), [Some(p(100)), Some(p(164))]);
         // The third fault shows a stride of 64: the stream begun at the second takes the walk.
         assert_eq!(
-            s.for_demand(WaiterId(3), p(228), 64, 4, |_| true, |_| true),
+            s.for_demand(WaiterId(3), (p(228), 64, Some(p(164))), 4, |_| true),
             Demand::Restart(b)
         );
         assert_eq!(s.get(b).stride, 64);
