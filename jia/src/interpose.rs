@@ -161,6 +161,19 @@ fn stalled_again(stalls: &mut u32, most: u32) -> bool {
     *stalls < most
 }
 
+/// The bytes to move in one call after `stalls` calls in a row met EFAULT moving nothing:
+/// `piece` halved at each, down to a page. The time between a piece's preparation and the
+/// kernel's copy shrinks with it, and with it the chance that another thread takes a page away
+/// in between: a thread taking a lock in a loop (each acquire takes pages away, each release
+/// write-protects what a read made writable) met every retry of a 512 KB `read` in a row, 64
+/// times (CI, 3 nodes on 2 CPUs).
+fn piece_after(piece: usize, stalls: u32) -> usize {
+    piece
+        .checked_shr(stalls)
+        .unwrap_or(0)
+        .max(dsm_runtime::PAGE_SIZE)
+}
+
 /// Whether the last call failed with EFAULT.
 fn efault() -> bool {
     std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
@@ -771,7 +784,7 @@ fn stdio_in_pieces(
     let mut done = 0usize;
     let mut stalls = 0;
     while done < len {
-        let k = piece.min(len - done);
+        let k = piece_after(piece, stalls).min(len - done);
         let at = ptr.cast::<u8>().wrapping_add(done);
         // SAFETY: the buffer is the kernel's for the call (as above), this piece right before
         // its call.
@@ -977,7 +990,8 @@ fn vectored_in_pieces(
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         }; PIECE_IOVECS];
-        let (mut count, mut skip, mut want) = (0, done, piece.min(total - done));
+        let (mut count, mut skip, mut want) =
+            (0, done, piece_after(piece, stalls).min(total - done));
         for b in bufs {
             if count == PIECE_IOVECS || want == 0 {
                 break;
