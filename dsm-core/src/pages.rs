@@ -523,24 +523,19 @@ impl<M: PageMemory> Node<M> {
                 _ => {}
             }
         }
-        // Walks down in step: the nearest earlier fault above this one, and one as far above it.
+        // Walks down in step: the latest earlier fault above this one that an even earlier one
+        // lies as far above (the thread faults on each walk in turn).
         let recent = self.streams.recent_demands(waiter);
-        let recent: Vec<PageNum> = recent.iter().rev().flatten().copied().collect();
-        for (k, &b) in recent.iter().enumerate() {
-            if b <= page {
-                continue;
-            }
-            let Some(&a) = recent[k + 1..]
-                .iter()
-                .find(|&&a| a > b && spaced(a, b).is_some())
-            else {
-                continue;
-            };
-            if let Some(s) = spaced(a, b) {
-                return (-s, Some(b));
-            }
-        }
-        (1, None)
+        let stride_to = |j: usize| {
+            let b = recent[j].filter(|&b| b > page)?;
+            let earlier = recent[..j].iter().rev().flatten();
+            let s = earlier.filter(|&&a| a > b).find_map(|&a| spaced(a, b))?;
+            Some((-s, Some(b)))
+        };
+        (0..recent.len())
+            .rev()
+            .find_map(stride_to)
+            .unwrap_or((1, None))
     }
 
     /// GETP for `pages` (the demand page first, if any): one request per
