@@ -230,13 +230,15 @@ impl VecMemory {
             self.opened_prefetches.push((next, false));
             along += 1;
         }
-        for k in (1..64).take_while(|&k| along == 0 && k <= page.0) {
-            let before = PageNum(page.0 - k);
-            if !self.prefetch_open.remove(&before) {
-                break;
+        if along == 0 {
+            for k in 1..64.min(page.0 + 1) {
+                let before = PageNum(page.0 - k);
+                if !self.prefetch_open.remove(&before) {
+                    break;
+                }
+                self.prot[before.index()] = Prot::Read;
+                self.opened_prefetches.push((before, false));
             }
-            self.prot[before.index()] = Prot::Read;
-            self.opened_prefetches.push((before, false));
         }
         true
     }

@@ -328,16 +328,16 @@ impl PageTable {
             .map_or(self.entries.len() as u64, |&first| u64::from(first))
     }
 
-    /// The first page of the allocation `page` is in (0 for a page before every allocation).
-    pub fn allocation_start(&self, page: PageNum) -> u64 {
-        let next = self.alloc_starts.partition_point(|&first| first <= page.0);
-        next.checked_sub(1)
-            .map_or(0, |i| u64::from(self.alloc_starts[i]))
-    }
-
-    /// The pages of the allocation `page` is in: its first, and one past its last.
+    /// The pages of the allocation `page` is in: its first (0 for a page before every
+    /// allocation), and one past its last, as [`PageTable::allocation_end`].
     pub fn allocation_of(&self, page: PageNum) -> std::ops::Range<u64> {
-        self.allocation_start(page)..self.allocation_end(page)
+        let next = self.alloc_starts.partition_point(|&first| first <= page.0);
+        let start = next.checked_sub(1).map_or(0, |i| self.alloc_starts[i]);
+        let end = self
+            .alloc_starts
+            .get(next)
+            .map_or(self.entries.len() as u64, |&first| u64::from(first));
+        u64::from(start)..end
     }
 
     // ----- the cache of remote pages -----

@@ -476,9 +476,9 @@ fn a_walk_down_through_memory_is_read_ahead_as_one_up_is() {
 
 /// A thread walking down two arrays in step, reading one and writing the other (`y[i] =
 /// x[i]` from the end), and down an array's two halves in step: its demand faults alternate
-/// between the walks and show no stride, yet each walk turns down at its second fault (a fault
-/// right under the start of a walk it began and opened nothing of). Before, every page was a
-/// demand fault (an outside attack: 8,192 of 8,192).
+/// between the walks, yet each walk's stride is found among the thread's last six demand faults
+/// (two of them equally spaced downwards with the new one). Before, every page was a demand
+/// fault (an outside attack: 8,192 of 8,192).
 #[test]
 fn walks_down_in_step_are_each_read_ahead() {
     let pages = 600u64;

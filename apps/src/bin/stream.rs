@@ -5,11 +5,11 @@
 //! among T threads, each reading its part in order. With a stride, each reader reads one page
 //! in every STRIDE (a column of a row-major matrix with rows of STRIDE pages): all of that page's
 //! words. With `--down`, each thread reads its part from its last page to its first (a loop
-//! down through an array, a backward substitution). With more passes, node 0 writes the array again before each further pass and the
-//! readers fetch it again into the memory the first pass gave them (an iterative program's
-//! next sweep). Prints the slowest reader's time and MB/s of the pages read in the first pass
-//! (and `again_mbps`, the later passes' together); checks each reader's sums against the closed
-//! form of what node 0 wrote.
+//! down through an array, a backward substitution). With more passes, node 0 writes the array
+//! again before each further pass and the readers fetch it again into the memory the first pass
+//! gave them (an iterative program's next sweep). Prints the slowest reader's time and MB/s of
+//! the pages read in the first pass (and `again_mbps`, the later passes' together); checks each
+//! reader's sums against the closed form of what node 0 wrote.
 
 use dsm_apps::{alloc, arg_count, init, report};
 use dsm_runtime::{AllocPolicy, NodeId, PAGE_SIZE, SharedArray};

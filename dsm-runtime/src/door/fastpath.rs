@@ -12,10 +12,10 @@
 //! queues it. It wakes the service thread for a home write, for the marker (the next window is
 //! to be asked for now) and when 512 reports wait; other reads of prefetched pages wait for
 //! its next pass (in a stream, the next grant), which spares the faulting thread's CPU a wake-up
-//! and a switch per fault. A read claims the prefetched pages
-//! right after the faulting one too (each 4 -> 5), or, if none is, those right before it (a
-//! walk down through memory), opens the run with one mprotect and queues each page (those without a fault
-//! of their own marked as opened along). Before the core changes a page's
+//! and a switch per fault. A read claims the prefetched pages right after the faulting one too
+//! (each 4 -> 5), or, if none is, those right before it (a walk down through memory), opens the
+//! run with one mprotect and queues each page (those without a fault of their own marked as
+//! opened along). Before the core changes a page's
 //! protection, `withdraw` takes the allowance back, waiting out an opening in progress so the
 //! core's mprotect always comes last. The service thread takes the queue before every request (so a
 //! thread's writes are recorded before its next release) and at every loop. The handler side uses
@@ -191,8 +191,8 @@ pub(crate) struct Neighbours {
 /// In the fault handler, after claiming `page` for a read: claims the prefetched pages right
 /// after it, or, if none is, those right before it (a walk down through memory opens its
 /// window's pages from the top; a walk up leaves the pages before it, another walk's maybe,
-/// to their own faults), as many as the queue surely has room for, reserved first (besides what is
-/// reserved, the queue may fill only with other threads' single pages meanwhile, up to
+/// to their own faults), as many as the queue surely has room for, reserved first (besides
+/// what is reserved, the queue may fill only with other threads' single pages meanwhile, up to
 /// [`super::slots::MAX_THREADS`] of them). Each is then queued by [`opened_along`], which ends
 /// its reservation.
 pub(crate) fn claim_neighbours(page: usize) -> Neighbours {

@@ -479,8 +479,8 @@ fn serve(start: usize, addr: usize, ctx: *mut libc::c_void) -> Option<FaultOutco
 /// The fast paths: a write to a home page kept read-only only to see writes, or a read of a
 /// prefetched page. Opens it here and tells the service thread (no wait); returns whether it
 /// did. A read opens the prefetched pages beside it too (after it, or, if none is, before it),
-/// in the same mprotect: a thread walking through a prefetched window, up or down, takes one fault,
-/// not one per page.
+/// in the same mprotect: a thread walking through a prefetched window, up or down, takes one
+/// fault, not one per page.
 fn resolve(start: usize, page: usize, write: bool) -> bool {
     let Some(claimed) = fastpath::claim(page, write) else {
         return false;
